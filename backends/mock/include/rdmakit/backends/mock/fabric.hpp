@@ -1,0 +1,133 @@
+#pragma once
+/// Control plane of the mock HCA: the fabric of devices and ports, its simulated
+/// clock, and fault injection. Tests configure it; the data path never sees it.
+#include <rdmakit/types.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace mock {
+
+namespace detail {
+class fabric_state;
+}
+
+struct port_config {
+  link_layer layer = link_layer::ethernet;
+  mtu max_mtu = mtu::mtu_4096;
+  mtu active_mtu = mtu::mtu_1024;  ///< rxe on a 1500-byte netdev reports 1024
+  std::uint16_t lid = 0;           ///< InfiniBand only; 0 assigns one automatically
+  /// GID table. Empty: like rxe on an IPv4 interface, index 0 is the link-local GID
+  /// and index 1 the IPv4-mapped RoCEv2 GID (::ffff:10.0.0.<device number + 1>).
+  std::vector<gid_entry> gids;
+  bool up = true;
+};
+
+/// The defaults follow rxe's hard limits (32 SGEs, 512 bytes inline, 2^20 WRs, 32767 CQEs).
+inline device_attr default_device_limits() {
+  device_attr a;
+  a.max_mr_size = ~std::uint64_t{0};
+  a.max_qp = 1u << 16;
+  a.max_qp_wr = 1u << 20;
+  a.max_sge = 32;
+  a.max_cq = 1u << 16;
+  a.max_cqe = 32767;
+  a.max_mr = 1u << 20;
+  a.max_pd = 1u << 16;
+  a.max_ah = 1u << 16;
+  a.max_qp_rd_atom = 128;
+  a.max_qp_init_rd_atom = 128;
+  a.max_inline_data = 512;
+  a.atomics = true;
+  a.phys_port_cnt = 1;
+  return a;
+}
+
+struct device_config {
+  std::string name;
+  std::vector<port_config> ports{port_config{}};
+  device_attr limits = default_device_limits();
+};
+
+/// When an unsignaled send WR gives its SQ slot back.
+enum class slot_release {
+  /// Real HCAs: only when a later signaled WR's completion is polled (the mock's default).
+  on_signaled_poll,
+  /// rxe: as soon as the WR completes.
+  on_completion,
+};
+
+struct fabric_config {
+  /// Empty: two RoCE devices, "mock0" (10.0.0.1) and "mock1" (10.0.0.2), one port each.
+  std::vector<device_config> devices;
+  std::uint64_t seed = 1;  ///< drives probabilistic faults; same seed, same run
+  slot_release slots = slot_release::on_signaled_poll;
+  /// One-way wire latency on the simulated clock. 0: a post completes within the call.
+  std::chrono::nanoseconds latency{0};
+};
+
+enum class fault_kind {
+  drop,       ///< the message is lost (UC/UD; RC: retransmitted, so only delays it)
+  duplicate,  ///< the message arrives twice
+  reorder,    ///< the message arrives after the next one from the same QP
+  delay,      ///< the message arrives `delay` later on the simulated clock
+};
+
+/// A fault applied to messages sent by one QP (or any QP when `src_qp_num` is 0).
+struct fault {
+  fault_kind kind = fault_kind::drop;
+  std::uint32_t src_qp_num = 0;
+  std::uint32_t count = 1;      ///< how many matching messages it hits; 0 = unlimited
+  double probability = 1.0;     ///< chance per matching message (uses the seed)
+  std::chrono::nanoseconds delay{0};
+};
+
+/// The set of mock devices a process sees. Constructing one makes it the current
+/// fabric (devices are opened from it) until it is destroyed, which restores the
+/// previous one; without any, a default fabric exists. Objects created from a fabric
+/// must be destroyed before it.
+class fabric {
+ public:
+  explicit fabric(fabric_config config = {});
+  ~fabric();
+  fabric(const fabric&) = delete;
+  fabric& operator=(const fabric&) = delete;
+
+  /// The innermost live fabric, or the process-wide default one.
+  static fabric& current();
+
+  /// Simulated time. It advances when a poll finds nothing to return while events
+  /// are pending (it jumps to the next one), or when `advance` is called.
+  std::chrono::nanoseconds now() const;
+  /// Moves the clock forward and runs everything that falls due.
+  void advance(std::chrono::nanoseconds by);
+
+  void inject(const fault& f);
+  void clear_faults();
+
+  /// Plugs or unplugs a port: an unplugged port drops every packet (RC peers see
+  /// RETRY_EXC_ERR); contexts on the device get PORT_ERR / PORT_ACTIVE.
+  void set_port_up(std::string_view device, std::uint8_t port, bool up);
+
+  /// Called at the start of every req_notify_cq on this fabric, outside its lock,
+  /// with the CQ handle: lets a test make a completion land between the last poll and the arm.
+  void set_arm_hook(std::function<void(const void* cq)> hook);
+
+  /// Messages put on the wire since the fabric was made (retransmissions included).
+  std::uint64_t packets_sent() const;
+
+  detail::fabric_state& state() noexcept { return *state_; }
+
+ private:
+  std::unique_ptr<detail::fabric_state> state_;
+  fabric* previous_ = nullptr;
+};
+
+}  // namespace mock
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,192 @@
+#pragma once
+/// The `verbs_backend` concept: what the typed layer needs from a verbs
+/// implementation. Every operation is a static function of the backend type.
+///
+/// Conventions:
+///  - Handles are trivially copyable; a value-initialized handle (`H{}`) is "none".
+///  - Setup operations throw `verbs_error` naming the verb and the errno.
+///  - Data path operations (post, poll, arm, ack) are noexcept and return an errno
+///    (0 on success) or a count.
+///  - Work requests, SGEs and completions are the backend's native types; the typed
+///    layer fills them through the `set_*` functions and reads completions through
+///    the `get_*` accessors, so a native backend posts with no translation copy.
+#include <rdmakit/error.hpp>
+#include <rdmakit/types.hpp>
+
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+namespace detail {
+template <class H>
+concept backend_handle = std::is_trivially_copyable_v<H> && std::default_initializable<H> &&
+                         std::equality_comparable<H>;
+}
+
+template <class B>
+concept verbs_backend =
+    detail::backend_handle<typename B::context> && detail::backend_handle<typename B::pd> &&
+    detail::backend_handle<typename B::mr> && detail::backend_handle<typename B::cq> &&
+    detail::backend_handle<typename B::channel> && detail::backend_handle<typename B::qp> &&
+    detail::backend_handle<typename B::ah> && std::default_initializable<typename B::sge> &&
+    std::default_initializable<typename B::send_wr> &&
+    std::default_initializable<typename B::recv_wr> && std::default_initializable<typename B::wc> &&
+    requires { { B::name } -> std::convertible_to<std::string_view>; } &&
+    // Devices, ports, GIDs.
+    requires(std::string_view name, typename B::context ctx, std::uint8_t port, int index) {
+      { B::device_names() } -> std::same_as<std::vector<std::string>>;
+      { B::open_device(name) } -> std::same_as<typename B::context>;
+      { B::close_device(ctx) } noexcept;
+      { B::device_name(ctx) } -> std::same_as<std::string>;
+      { B::query_device(ctx) } -> std::same_as<device_attr>;
+      { B::query_port(ctx, port) } -> std::same_as<port_attr>;
+      { B::query_gid(ctx, port, index) } -> std::same_as<gid_entry>;
+      { B::get_async_event(ctx, std::chrono::milliseconds{}, std::declval<async_event&>()) } noexcept -> std::same_as<int>;
+    } &&
+    // Protection domains, memory regions, address handles.
+    requires(typename B::context ctx, typename B::pd pd, typename B::mr mr, typename B::ah ah,
+             void* addr, std::size_t len, access acc, const ah_attr& av) {
+      { B::alloc_pd(ctx) } -> std::same_as<typename B::pd>;
+      { B::dealloc_pd(pd) } noexcept -> std::same_as<int>;
+      { B::reg_mr(pd, addr, len, acc) } -> std::same_as<typename B::mr>;
+      { B::dereg_mr(mr) } noexcept -> std::same_as<int>;
+      { B::mr_lkey(mr) } noexcept -> std::same_as<std::uint32_t>;
+      { B::mr_rkey(mr) } noexcept -> std::same_as<std::uint32_t>;
+      { B::create_ah(pd, av) } -> std::same_as<typename B::ah>;
+      { B::destroy_ah(ah) } noexcept -> std::same_as<int>;
+    } &&
+    // Completion queues and channels.
+    requires(typename B::context ctx, typename B::cq cq, typename B::channel ch, int n,
+             typename B::wc* wcs, typename B::cq& out_cq) {
+      { B::create_comp_channel(ctx) } -> std::same_as<typename B::channel>;
+      { B::destroy_comp_channel(ch) } noexcept -> std::same_as<int>;
+      { B::create_cq(ctx, n, ch, n) } -> std::same_as<typename B::cq>;  // (ctx, cqe, channel or {}, vector)
+      { B::cq_capacity(cq) } noexcept -> std::same_as<int>;             // what create granted
+      { B::destroy_cq(cq) } noexcept -> std::same_as<int>;
+      { B::poll_cq(cq, n, wcs) } noexcept -> std::same_as<int>;
+      { B::req_notify_cq(cq, true) } noexcept -> std::same_as<int>;
+      { B::get_cq_event(ch, std::chrono::milliseconds{}, out_cq) } noexcept -> std::same_as<int>;
+      { B::ack_cq_events(cq, 1u) } noexcept;
+    } &&
+    // Queue pairs.
+    requires(typename B::pd pd, typename B::cq cq, typename B::qp qp, qp_type t, qp_cap& caps,
+             const qp_attr& attr, qp_attr_mask mask, typename B::send_wr* swr,
+             typename B::send_wr** bad_swr, typename B::recv_wr* rwr, typename B::recv_wr** bad_rwr) {
+      { B::create_qp(pd, cq, cq, t, caps, true) } -> std::same_as<typename B::qp>;  // last: sq_sig_all
+      { B::destroy_qp(qp) } noexcept -> std::same_as<int>;
+      { B::qp_num(qp) } noexcept -> std::same_as<std::uint32_t>;
+      { B::modify_qp(qp, attr, mask) };
+      { B::query_qp_state(qp) } -> std::same_as<qp_state>;
+      { B::post_send(qp, swr, bad_swr) } noexcept -> std::same_as<int>;
+      { B::post_recv(qp, rwr, bad_rwr) } noexcept -> std::same_as<int>;
+    } &&
+    // Building native work requests.
+    requires(typename B::sge& s, typename B::send_wr& swr, typename B::recv_wr& rwr,
+             typename B::sge* list, typename B::ah ah, std::uint64_t u64, std::uint32_t u32,
+             int n, opcode op, send_flags fl) {
+      { B::set_sge(s, u64, u32, u32) } noexcept;                     // addr, length, lkey
+      { B::set_send(swr, u64, op, fl, list, n) } noexcept;           // wr_id, opcode, flags, sg list; next = null
+      { B::set_next(swr, &swr) } noexcept;
+      { B::set_imm(swr, u32) } noexcept;                             // immediate, network byte order
+      { B::set_rdma(swr, u64, u32) } noexcept;                       // remote addr, rkey
+      { B::set_atomic(swr, u64, u32, u64, u64) } noexcept;           // remote addr, rkey, compare/add, swap
+      { B::set_ud(swr, ah, u32, u32) } noexcept;                     // AH, remote QPN, Q_Key
+      { B::set_recv(rwr, u64, list, n) } noexcept;                   // wr_id, sg list; next = null
+      { B::set_next(rwr, &rwr) } noexcept;
+    } &&
+    // Reading completions.
+    requires(const typename B::wc& w) {
+      { B::get_wr_id(w) } noexcept -> std::same_as<std::uint64_t>;
+      { B::get_status(w) } noexcept -> std::same_as<wc_status>;
+      { B::get_opcode(w) } noexcept -> std::same_as<wc_opcode>;
+      { B::get_byte_len(w) } noexcept -> std::same_as<std::uint32_t>;
+      { B::get_qp_num(w) } noexcept -> std::same_as<std::uint32_t>;
+      { B::get_src_qp(w) } noexcept -> std::same_as<std::uint32_t>;
+      { B::get_wc_flags(w) } noexcept -> std::same_as<wc_flags>;
+      { B::get_imm(w) } noexcept -> std::same_as<std::uint32_t>;  // network byte order
+      { B::get_vendor_err(w) } noexcept -> std::same_as<std::uint32_t>;
+    };
+
+/// A backend that declares exactly what the concept asks and nothing more. Generic
+/// code instantiated with it proves it relies on the concept alone; it is never run.
+struct archetype_backend {
+  struct context_t;
+  struct pd_t;
+  struct mr_t;
+  struct cq_t;
+  struct channel_t;
+  struct qp_t;
+  struct ah_t;
+  using context = context_t*;
+  using pd = pd_t*;
+  using mr = mr_t*;
+  using cq = cq_t*;
+  using channel = channel_t*;
+  using qp = qp_t*;
+  using ah = ah_t*;
+  struct sge {};
+  struct send_wr {};
+  struct recv_wr {};
+  struct wc {};
+  static constexpr std::string_view name = "archetype";
+
+  static std::vector<std::string> device_names();
+  static context open_device(std::string_view);
+  static void close_device(context) noexcept;
+  static std::string device_name(context);
+  static device_attr query_device(context);
+  static port_attr query_port(context, std::uint8_t);
+  static gid_entry query_gid(context, std::uint8_t, int);
+  static int get_async_event(context, std::chrono::milliseconds, async_event&) noexcept;
+  static pd alloc_pd(context);
+  static int dealloc_pd(pd) noexcept;
+  static mr reg_mr(pd, void*, std::size_t, access);
+  static int dereg_mr(mr) noexcept;
+  static std::uint32_t mr_lkey(mr) noexcept;
+  static std::uint32_t mr_rkey(mr) noexcept;
+  static ah create_ah(pd, const ah_attr&);
+  static int destroy_ah(ah) noexcept;
+  static channel create_comp_channel(context);
+  static int destroy_comp_channel(channel) noexcept;
+  static cq create_cq(context, int, channel, int);
+  static int cq_capacity(cq) noexcept;
+  static int destroy_cq(cq) noexcept;
+  static int poll_cq(cq, int, wc*) noexcept;
+  static int req_notify_cq(cq, bool) noexcept;
+  static int get_cq_event(channel, std::chrono::milliseconds, cq&) noexcept;
+  static void ack_cq_events(cq, unsigned) noexcept;
+  static qp create_qp(pd, cq, cq, qp_type, qp_cap&, bool);
+  static int destroy_qp(qp) noexcept;
+  static std::uint32_t qp_num(qp) noexcept;
+  static void modify_qp(qp, const qp_attr&, qp_attr_mask);
+  static qp_state query_qp_state(qp);
+  static int post_send(qp, send_wr*, send_wr**) noexcept;
+  static int post_recv(qp, recv_wr*, recv_wr**) noexcept;
+  static void set_sge(sge&, std::uint64_t, std::uint32_t, std::uint32_t) noexcept;
+  static void set_send(send_wr&, std::uint64_t, opcode, send_flags, sge*, int) noexcept;
+  static void set_next(send_wr&, send_wr*) noexcept;
+  static void set_imm(send_wr&, std::uint32_t) noexcept;
+  static void set_rdma(send_wr&, std::uint64_t, std::uint32_t) noexcept;
+  static void set_atomic(send_wr&, std::uint64_t, std::uint32_t, std::uint64_t, std::uint64_t) noexcept;
+  static void set_ud(send_wr&, ah, std::uint32_t, std::uint32_t) noexcept;
+  static void set_recv(recv_wr&, std::uint64_t, sge*, int) noexcept;
+  static void set_next(recv_wr&, recv_wr*) noexcept;
+  static std::uint64_t get_wr_id(const wc&) noexcept;
+  static wc_status get_status(const wc&) noexcept;
+  static wc_opcode get_opcode(const wc&) noexcept;
+  static std::uint32_t get_byte_len(const wc&) noexcept;
+  static std::uint32_t get_qp_num(const wc&) noexcept;
+  static std::uint32_t get_src_qp(const wc&) noexcept;
+  static wc_flags get_wc_flags(const wc&) noexcept;
+  static std::uint32_t get_imm(const wc&) noexcept;
+  static std::uint32_t get_vendor_err(const wc&) noexcept;
+};
+static_assert(verbs_backend<archetype_backend>);
+
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,91 @@
+#pragma once
+/// Errors: setup verbs throw `verbs_error` (verb name + errno as std::error_code);
+/// the data path returns statuses. `wc_status` converts to std::error_code too.
+#include <rdmakit/types.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <system_error>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+namespace detail {
+inline const char* errno_name(int e) noexcept {
+  switch (e) {
+    case EINVAL: return "EINVAL";
+    case ENOMEM: return "ENOMEM";
+    case EBUSY: return "EBUSY";
+    case ENODEV: return "ENODEV";
+    case ENOENT: return "ENOENT";
+    case EPERM: return "EPERM";
+    case EACCES: return "EACCES";
+    case EAGAIN: return "EAGAIN";
+    case ETIMEDOUT: return "ETIMEDOUT";
+    case EOPNOTSUPP: return "EOPNOTSUPP";
+    case EFAULT: return "EFAULT";
+    case ENOSPC: return "ENOSPC";
+    case EPROTO: return "EPROTO";
+    case ECONNREFUSED: return "ECONNREFUSED";
+    case ECONNRESET: return "ECONNRESET";
+    case EIO: return "EIO";
+    case ERANGE: return "ERANGE";
+    default: return "errno";
+  }
+}
+
+class verbs_category_impl final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "rdmakit.verbs"; }
+  std::string message(int e) const override {
+    return std::string(std::strerror(e)) + " (" + errno_name(e) + ")";
+  }
+  // errno values compare equal to std::errc, so `ec == std::errc::invalid_argument` works.
+  std::error_condition default_error_condition(int e) const noexcept override {
+    return std::generic_category().default_error_condition(e);
+  }
+};
+
+class wc_status_category_impl final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "rdmakit.wc_status"; }
+  std::string message(int e) const override { return to_string(static_cast<wc_status>(e)); }
+};
+}  // namespace detail
+
+/// Category of errno values returned by verbs.
+inline const std::error_category& verbs_category() noexcept {
+  static const detail::verbs_category_impl c;
+  return c;
+}
+/// Category of work completion statuses.
+inline const std::error_category& wc_status_category() noexcept {
+  static const detail::wc_status_category_impl c;
+  return c;
+}
+
+inline std::error_code make_verbs_error_code(int err) noexcept { return {err, verbs_category()}; }
+inline std::error_code make_error_code(wc_status s) noexcept {
+  return {static_cast<int>(s), wc_status_category()};
+}
+
+/// Thrown by setup operations. `verb()` names the failing call ("ibv_modify_qp"),
+/// `code()` carries the errno, and what() adds what was wrong and what to do.
+class verbs_error : public std::system_error {
+ public:
+  verbs_error(std::string verb, int err, const std::string& detail = {})
+      : std::system_error(make_verbs_error_code(err), compose(verb, detail)), verb_(std::move(verb)) {}
+  const std::string& verb() const noexcept { return verb_; }
+  int errno_value() const noexcept { return code().value(); }
+
+ private:
+  static std::string compose(const std::string& verb, const std::string& detail) {
+    return detail.empty() ? verb : verb + ": " + detail;
+  }
+  std::string verb_;
+};
+
+RDMAKIT_END_NAMESPACE
+
+template <>
+struct std::is_error_code_enum<rdmakit::wc_status> : std::true_type {};

@@ -1,0 +1,364 @@
+#pragma once
+/// Vocabulary shared by every backend. Enumerator values are the libibverbs ABI
+/// values (frozen by rdma-core), so the ibverbs backend converts with a cast and
+/// the mock speaks the same numbers; the ibverbs backend static_asserts each one.
+#include <rdmakit/config.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+namespace detail {
+template <class E>
+concept flag_enum = std::is_enum_v<E> && requires { E::rdmakit_flag_enum_marker; };
+}  // namespace detail
+
+/// Bitwise operators for the flag enums below (access, send_flags, wc_flags, qp_attr_mask).
+template <detail::flag_enum E>
+constexpr E operator|(E a, E b) noexcept {
+  using U = std::underlying_type_t<E>;
+  return static_cast<E>(static_cast<U>(a) | static_cast<U>(b));
+}
+template <detail::flag_enum E>
+constexpr E operator&(E a, E b) noexcept {
+  using U = std::underlying_type_t<E>;
+  return static_cast<E>(static_cast<U>(a) & static_cast<U>(b));
+}
+template <detail::flag_enum E>
+constexpr E operator~(E a) noexcept {
+  using U = std::underlying_type_t<E>;
+  return static_cast<E>(~static_cast<U>(a));
+}
+template <detail::flag_enum E>
+constexpr E& operator|=(E& a, E b) noexcept { return a = a | b; }
+template <detail::flag_enum E>
+constexpr E& operator&=(E& a, E b) noexcept { return a = a & b; }
+/// True when every bit of `wanted` is set in `have`.
+template <detail::flag_enum E>
+constexpr bool has_all(E have, E wanted) noexcept { return (have & wanted) == wanted; }
+/// True when any bit of `wanted` is set in `have`.
+template <detail::flag_enum E>
+constexpr bool has_any(E have, E wanted) noexcept {
+  return static_cast<std::underlying_type_t<E>>(have & wanted) != 0;
+}
+template <detail::flag_enum E>
+constexpr auto to_underlying(E e) noexcept { return static_cast<std::underlying_type_t<E>>(e); }
+
+/// Memory region access rights (IBV_ACCESS_*).
+enum class access : std::uint32_t {
+  none = 0,
+  local_write = 1u << 0,
+  remote_write = 1u << 1,
+  remote_read = 1u << 2,
+  remote_atomic = 1u << 3,
+  rdmakit_flag_enum_marker = 0,
+};
+
+/// Send work request flags (IBV_SEND_*).
+enum class send_flags : std::uint32_t {
+  none = 0,
+  fence = 1u << 0,
+  signaled = 1u << 1,
+  solicited = 1u << 2,
+  inline_data = 1u << 3,
+  rdmakit_flag_enum_marker = 0,
+};
+
+/// Work completion flags (IBV_WC_GRH, IBV_WC_WITH_IMM).
+enum class wc_flags : std::uint32_t {
+  none = 0,
+  grh = 1u << 0,
+  with_imm = 1u << 1,
+  rdmakit_flag_enum_marker = 0,
+};
+
+/// Send opcodes (IBV_WR_*).
+enum class opcode : std::uint32_t {
+  rdma_write = 0,
+  rdma_write_with_imm = 1,
+  send = 2,
+  send_with_imm = 3,
+  rdma_read = 4,
+  atomic_cmp_and_swp = 5,
+  atomic_fetch_and_add = 6,
+};
+
+/// Completion opcodes (IBV_WC_*).
+enum class wc_opcode : std::uint32_t {
+  send = 0,
+  rdma_write = 1,
+  rdma_read = 2,
+  comp_swap = 3,
+  fetch_add = 4,
+  recv = 128,
+  recv_rdma_with_imm = 129,
+};
+
+/// Work completion status (IBV_WC_*). `to_string` gives ibv_wc_status_str's wording.
+enum class wc_status : std::uint32_t {
+  success = 0,
+  loc_len_err,
+  loc_qp_op_err,
+  loc_eec_op_err,
+  loc_prot_err,
+  wr_flush_err,
+  mw_bind_err,
+  bad_resp_err,
+  loc_access_err,
+  rem_inv_req_err,
+  rem_access_err,
+  rem_op_err,
+  retry_exc_err,
+  rnr_retry_exc_err,
+  loc_rdd_viol_err,
+  rem_inv_rd_req_err,
+  rem_abort_err,
+  inv_eecn_err,
+  inv_eec_state_err,
+  fatal_err,
+  resp_timeout_err,
+  general_err,
+};
+
+/// QP states (IBV_QPS_*).
+enum class qp_state : std::uint32_t { reset = 0, init, rtr, rts, sqd, sqe, err };
+
+/// QP transport types (IBV_QPT_*).
+enum class qp_type : std::uint32_t { rc = 2, uc = 3, ud = 4 };
+
+/// Attribute mask bits for modify_qp (IBV_QP_*).
+enum class qp_attr_mask : std::uint32_t {
+  none = 0,
+  state = 1u << 0,
+  cur_state = 1u << 1,
+  en_sqd_async_notify = 1u << 2,
+  access_flags = 1u << 3,
+  pkey_index = 1u << 4,
+  port = 1u << 5,
+  qkey = 1u << 6,
+  av = 1u << 7,
+  path_mtu = 1u << 8,
+  timeout = 1u << 9,
+  retry_cnt = 1u << 10,
+  rnr_retry = 1u << 11,
+  rq_psn = 1u << 12,
+  max_qp_rd_atomic = 1u << 13,
+  alt_path = 1u << 14,
+  min_rnr_timer = 1u << 15,
+  sq_psn = 1u << 16,
+  max_dest_rd_atomic = 1u << 17,
+  path_mig_state = 1u << 18,
+  cap = 1u << 19,
+  dest_qpn = 1u << 20,
+  rdmakit_flag_enum_marker = 0,
+};
+
+/// Path MTU (IBV_MTU_*).
+enum class mtu : std::uint32_t { mtu_256 = 1, mtu_512, mtu_1024, mtu_2048, mtu_4096 };
+
+/// Bytes for an MTU enumerator (0 for an invalid value).
+constexpr std::uint32_t mtu_bytes(mtu m) noexcept {
+  auto v = static_cast<std::uint32_t>(m);
+  return v >= 1 && v <= 5 ? 128u << v : 0u;
+}
+/// The MTU enumerator for 256/512/1024/2048/4096 bytes; false for anything else.
+constexpr bool mtu_from_bytes(std::uint32_t bytes, mtu& out) noexcept {
+  for (std::uint32_t v = 1; v <= 5; ++v)
+    if ((128u << v) == bytes) {
+      out = static_cast<mtu>(v);
+      return true;
+    }
+  return false;
+}
+
+enum class port_state : std::uint32_t { nop = 0, down, init, armed, active, active_defer };
+enum class link_layer : std::uint8_t { unspecified = 0, infiniband, ethernet };
+/// GID types (IBV_GID_TYPE_*): IB, RoCE v1, RoCE v2.
+enum class gid_type : std::uint32_t { ib = 0, roce_v1, roce_v2 };
+
+/// Asynchronous event types (IBV_EVENT_*).
+enum class async_event_type : std::uint32_t {
+  cq_err = 0,
+  qp_fatal,
+  qp_req_err,
+  qp_access_err,
+  comm_est,
+  sq_drained,
+  path_mig,
+  path_mig_err,
+  device_fatal,
+  port_active,
+  port_err,
+  lid_change,
+  pkey_change,
+  sm_change,
+  srq_err,
+  srq_limit_reached,
+  qp_last_wqe_reached,
+  client_reregister,
+  gid_change,
+};
+
+/// 24-bit packet sequence numbers.
+inline constexpr std::uint32_t psn_mask = 0xFFFFFFu;
+/// Bytes of the Global Routing Header that precede every UD receive.
+inline constexpr std::uint32_t grh_bytes = 40;
+/// The IB well-known Q_Key-free default pkey index and the conventional UD Q_Key.
+inline constexpr std::uint32_t default_qkey = 0x11111111u;
+
+/// A 128-bit GID in network byte order.
+struct gid {
+  std::array<std::uint8_t, 16> raw{};
+
+  friend constexpr bool operator==(const gid&, const gid&) = default;
+  constexpr bool is_zero() const noexcept {
+    for (auto b : raw)
+      if (b) return false;
+    return true;
+  }
+  /// `::ffff:a.b.c.d`: the RoCEv2 GID of an IPv4 address.
+  constexpr bool is_ipv4_mapped() const noexcept {
+    for (int i = 0; i < 10; ++i)
+      if (raw[i]) return false;
+    return raw[10] == 0xff && raw[11] == 0xff;
+  }
+  constexpr bool is_link_local() const noexcept { return raw[0] == 0xfe && (raw[1] & 0xc0) == 0x80; }
+  static constexpr gid from_ipv4(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d) noexcept {
+    gid g;
+    g.raw[10] = g.raw[11] = 0xff;
+    g.raw[12] = a;
+    g.raw[13] = b;
+    g.raw[14] = c;
+    g.raw[15] = d;
+    return g;
+  }
+  /// Colon-separated hex, as `ibv_devinfo -v` prints GIDs.
+  std::string to_string() const;
+  /// Parses the `to_string` form or the 32-hex-digit wire form of ibv_*_pingpong
+  /// ("fe80000000000000..."). False on malformed text.
+  static bool parse(std::string_view text, gid& out) noexcept;
+};
+
+/// GRH part of an address vector.
+struct global_route {
+  gid dgid{};
+  std::uint32_t flow_label = 0;
+  std::uint8_t sgid_index = 0;
+  std::uint8_t hop_limit = 1;
+  std::uint8_t traffic_class = 0;
+};
+
+/// Address vector (ibv_ah_attr).
+struct ah_attr {
+  global_route grh{};
+  std::uint16_t dlid = 0;
+  std::uint8_t sl = 0;
+  std::uint8_t src_path_bits = 0;
+  std::uint8_t static_rate = 0;
+  bool is_global = false;
+  std::uint8_t port_num = 1;
+};
+
+/// Queue capacities requested at create time; the create call writes back what it granted.
+struct qp_cap {
+  std::uint32_t max_send_wr = 0;
+  std::uint32_t max_recv_wr = 0;
+  std::uint32_t max_send_sge = 1;
+  std::uint32_t max_recv_sge = 1;
+  std::uint32_t max_inline_data = 0;
+};
+
+/// Attributes for modify_qp (the ibv_qp_attr fields rdmakit uses). Only the fields
+/// named by the mask are read.
+struct qp_attr {
+  qp_state state = qp_state::reset;
+  qp_state cur_state = qp_state::reset;
+  mtu path_mtu = mtu::mtu_1024;
+  std::uint32_t qkey = 0;
+  std::uint32_t rq_psn = 0;
+  std::uint32_t sq_psn = 0;
+  std::uint32_t dest_qp_num = 0;
+  access access_flags = access::none;
+  ah_attr av{};
+  std::uint16_t pkey_index = 0;
+  bool en_sqd_async_notify = false;
+  std::uint8_t max_rd_atomic = 0;
+  std::uint8_t max_dest_rd_atomic = 0;
+  std::uint8_t min_rnr_timer = 0;
+  std::uint8_t port_num = 1;
+  std::uint8_t timeout = 0;
+  std::uint8_t retry_cnt = 0;
+  std::uint8_t rnr_retry = 0;
+};
+
+/// Device capabilities the library checks requests against.
+struct device_attr {
+  std::uint64_t max_mr_size = 0;
+  std::uint32_t max_qp = 0;
+  std::uint32_t max_qp_wr = 0;
+  std::uint32_t max_sge = 0;
+  std::uint32_t max_cq = 0;
+  std::uint32_t max_cqe = 0;
+  std::uint32_t max_mr = 0;
+  std::uint32_t max_pd = 0;
+  std::uint32_t max_ah = 0;
+  std::uint32_t max_qp_rd_atom = 0;       ///< outstanding READ/atomic as responder
+  std::uint32_t max_qp_init_rd_atom = 0;  ///< outstanding READ/atomic as requester
+  std::uint32_t max_inline_data = 0;      ///< largest inline send the device grants (probed)
+  bool atomics = false;                   ///< atomic_cap != IBV_ATOMIC_NONE
+  std::uint8_t phys_port_cnt = 0;
+};
+
+struct port_attr {
+  port_state state = port_state::nop;
+  mtu max_mtu = mtu::mtu_1024;
+  mtu active_mtu = mtu::mtu_1024;
+  std::uint32_t gid_tbl_len = 0;
+  std::uint32_t max_msg_sz = 0;
+  std::uint16_t lid = 0;
+  link_layer layer = link_layer::unspecified;
+};
+
+/// One GID table entry with its type. `valid` is false for an empty slot.
+struct gid_entry {
+  gid value{};
+  std::uint32_t index = 0;
+  gid_type type = gid_type::ib;
+  bool valid = false;
+};
+
+/// An asynchronous event, already acknowledged by the backend.
+struct async_event {
+  async_event_type type = async_event_type::cq_err;
+  std::uint32_t qp_num = 0;    ///< for QP events
+  std::uint8_t port_num = 0;   ///< for port events
+  const void* object = nullptr;  ///< backend handle of the CQ/QP concerned (identity only)
+};
+
+/// One scatter/gather element; the same layout as ibv_sge.
+struct sge {
+  std::uint64_t addr = 0;
+  std::uint32_t length = 0;
+  std::uint32_t lkey = 0;
+};
+
+const char* to_string(wc_status s) noexcept;
+const char* to_string(opcode o) noexcept;
+const char* to_string(wc_opcode o) noexcept;
+const char* to_string(qp_state s) noexcept;
+const char* to_string(qp_type t) noexcept;
+const char* to_string(async_event_type t) noexcept;
+const char* to_string(link_layer l) noexcept;
+const char* to_string(port_state s) noexcept;
+/// Names of the bits set in a mask, '|'-separated ("STATE|PKEY_INDEX").
+std::string to_string(qp_attr_mask m);
+std::string to_string(access a);
+
+RDMAKIT_END_NAMESPACE
+
+#include <rdmakit/detail/types_impl.hpp>
