@@ -1,0 +1,88 @@
+#pragma once
+// Automatic GID choice, generic over any verbs_backend (it needs only query_port,
+// query_gid and device_name). The rule, in order:
+//   Ethernet (RoCE):  a RoCEv2 GID holding an IPv4-mapped address (::ffff:a.b.c.d),
+//                     then any RoCEv2 GID, then any RoCEv1 GID; lowest index first.
+//   InfiniBand (and "unspecified", which old kernels report for IB): index 0.
+// Nothing fitting throws verbs_error("choose_gid", ENOENT) listing the whole table.
+// Callers that know better pass their own index and never call this.
+#include <rdmakit/backend.hpp>
+#include <rdmakit/error.hpp>
+#include <rdmakit/types.hpp>
+
+#include <cerrno>
+#include <cstdint>
+#include <string>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace detail {
+
+inline const char* gid_type_name(gid_type t) noexcept {
+  switch (t) {
+    case gid_type::ib: return "IB";
+    case gid_type::roce_v1: return "RoCEv1";
+    case gid_type::roce_v2: return "RoCEv2";
+  }
+  return "unknown";
+}
+
+/// One line per GID table entry ("  [1] 0000:...:ffff:0a00:0001 RoCEv2 (IPv4-mapped)"),
+/// for error messages.
+template <verbs_backend B>
+std::string describe_gid_table(typename B::context ctx, std::uint8_t port, const port_attr& pa) {
+  std::string out;
+  for (std::uint32_t i = 0; i < pa.gid_tbl_len; ++i) {
+    const gid_entry e = B::query_gid(ctx, port, static_cast<int>(i));
+    out += "\n  [" + std::to_string(i) + "] ";
+    if (!e.valid) {
+      out += "(empty)";
+      continue;
+    }
+    out += e.value.to_string();
+    out += ' ';
+    out += gid_type_name(e.type);
+    if (e.value.is_ipv4_mapped()) out += " (IPv4-mapped)";
+    else if (e.value.is_link_local()) out += " (link-local)";
+  }
+  if (pa.gid_tbl_len == 0) out += "\n  (the GID table is empty)";
+  return out;
+}
+
+/// The GID index to use on `port` by the rule above.
+template <verbs_backend B>
+int choose_gid(typename B::context ctx, std::uint8_t port) {
+  const port_attr pa = B::query_port(ctx, port);
+  const auto fail = [&](const std::string& why) -> int {
+    throw verbs_error("choose_gid", ENOENT,
+                      "no usable GID on " + B::device_name(ctx) + " port " + std::to_string(port) +
+                          " (" + to_string(pa.layer) + " link layer): " + why +
+                          ". GID table:" + describe_gid_table<B>(ctx, port, pa) +
+                          "\nGive the port an IP address (RoCE GIDs are the netdev's addresses; "
+                          "see `rdma link` and `ip addr`), or pass a GID index explicitly.");
+  };
+
+  if (pa.layer != link_layer::ethernet) {
+    if (pa.gid_tbl_len == 0 || !B::query_gid(ctx, port, 0).valid)
+      return fail("InfiniBand uses GID index 0, which is empty");
+    return 0;
+  }
+
+  int any_v2 = -1;
+  int any_v1 = -1;
+  for (std::uint32_t i = 0; i < pa.gid_tbl_len; ++i) {
+    const gid_entry e = B::query_gid(ctx, port, static_cast<int>(i));
+    if (!e.valid) continue;
+    if (e.type == gid_type::roce_v2) {
+      if (e.value.is_ipv4_mapped()) return static_cast<int>(i);
+      if (any_v2 < 0) any_v2 = static_cast<int>(i);
+    } else if (e.type == gid_type::roce_v1 && any_v1 < 0) {
+      any_v1 = static_cast<int>(i);
+    }
+  }
+  if (any_v2 >= 0) return any_v2;
+  if (any_v1 >= 0) return any_v1;
+  return fail("RoCE needs a RoCEv2 (preferably IPv4-mapped) or RoCEv1 GID and there is none");
+}
+
+}  // namespace detail
+RDMAKIT_END_NAMESPACE
