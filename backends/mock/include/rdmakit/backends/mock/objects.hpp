@@ -1,0 +1,222 @@
+#pragma once
+// Internal state of the mock HCA: the fabric, its devices, and the verbs objects.
+// Everything here is guarded by fabric_state::mu.
+// Included from engine.hpp, after backends::mock is complete.
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <queue>
+#include <random>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace mock::detail {
+
+using mock_backend = backends::mock;
+using clock_ns = std::uint64_t;
+
+struct port_rt {
+  port_config cfg;
+  std::uint16_t lid = 0;
+  std::vector<gid_entry> gids;  // gid_tbl_len entries; empty slots are !valid
+  bool up = true;
+};
+
+struct device_rt {
+  device_config cfg;
+  std::uint32_t index = 0;
+  std::vector<port_rt> ports;  // ports[0] is port 1
+};
+
+class context_obj {
+ public:
+  fabric_state* fab = nullptr;
+  std::uint32_t dev = 0;
+  std::deque<async_event> async_q;
+  int children = 0;  // pds, cqs, channels
+};
+
+class pd_obj {
+ public:
+  context_obj* ctx = nullptr;
+  int children = 0;  // mrs, qps, ahs
+};
+
+class mr_obj {
+ public:
+  pd_obj* pd = nullptr;
+  std::uint64_t addr = 0;
+  std::uint64_t length = 0;
+  access flags = access::none;
+  std::uint32_t lkey = 0;
+  std::uint32_t rkey = 0;
+};
+
+class ah_obj {
+ public:
+  pd_obj* pd = nullptr;
+  ah_attr attr;
+};
+
+class cq_obj;
+
+class channel_obj {
+ public:
+  context_obj* ctx = nullptr;
+  std::deque<cq_obj*> events;
+  int cqs = 0;
+};
+
+/// A CQE plus what the mock needs when it is polled (the strict slot rule).
+struct cq_entry {
+  mock_backend::wc wc;
+  std::uint64_t release_upto = 0;  // send WQE sequence number whose slots this CQE frees (0: none)
+};
+
+class cq_obj {
+ public:
+  context_obj* ctx = nullptr;
+  channel_obj* channel = nullptr;
+  int capacity = 0;
+  std::deque<cq_entry> entries;
+  bool armed = false;
+  bool solicited_only = false;
+  std::uint64_t events_delivered = 0;
+  std::uint64_t events_acked = 0;
+  int qps = 0;  // attached queue pairs (as send or receive CQ)
+};
+
+/// A send WQE as the HCA keeps it once posted.
+struct send_wqe {
+  std::uint64_t seq = 0;  // position in the QP's send history (1-based)
+  std::uint64_t wr_id = 0;
+  opcode op = opcode::send;
+  send_flags flags = send_flags::none;
+  bool signaled = false;
+  std::vector<sge> sges;
+  std::vector<std::uint8_t> inline_data;
+  bool is_inline = false;
+  std::uint32_t length = 0;
+  std::uint32_t imm = 0;
+  std::uint64_t remote_addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t compare_add = 0;
+  std::uint64_t swap = 0;
+  ah_attr ud_av;
+  std::uint32_t ud_port = 1;
+  std::uint32_t remote_qpn = 0;
+  std::uint32_t remote_qkey = 0;
+
+  enum class phase { queued, issued, done } state = phase::queued;
+  wc_status status = wc_status::success;
+  bool reported = false;  // its completion (or its silent retirement) has happened
+  std::uint32_t psn = 0;
+  std::uint32_t npkts = 1;
+};
+
+struct recv_wqe {
+  std::uint64_t wr_id = 0;
+  std::vector<sge> sges;
+};
+
+/// A message on the wire (one per WQE transmission; packets are counted, not simulated).
+struct message {
+  std::uint32_t src_qpn = 0;
+  std::uint32_t src_dev = 0;
+  std::uint8_t src_port = 1;
+  gid sgid;
+  ah_attr av;  // where it goes
+  std::uint32_t dest_qpn = 0;
+  qp_type type = qp_type::rc;
+  opcode op = opcode::send;
+  std::uint32_t psn = 0;
+  std::uint32_t npkts = 1;
+  std::uint64_t wqe_seq = 0;
+  std::vector<std::uint8_t> payload;
+  std::uint32_t length = 0;
+  std::uint32_t imm = 0;
+  bool solicited = false;
+  std::uint64_t remote_addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t compare_add = 0;
+  std::uint64_t swap = 0;
+  std::uint32_t qkey = 0;
+};
+
+/// The responder's answer to an RC request.
+struct response {
+  enum class kind { ack, rnr_nak, nak } what = kind::ack;
+  wc_status status = wc_status::success;  // for nak: the requester's status
+  std::uint8_t rnr_timer = 0;
+  std::vector<std::uint8_t> data;  // READ data or the atomic's original value
+};
+
+class qp_obj {
+ public:
+  pd_obj* pd = nullptr;
+  cq_obj* send_cq = nullptr;
+  cq_obj* recv_cq = nullptr;
+  qp_type type = qp_type::rc;
+  qp_cap caps;
+  bool sq_sig_all = false;
+  std::uint32_t qpn = 0;
+  qp_state state = qp_state::reset;
+  qp_attr attr;  // current values of every attribute set so far
+
+  std::deque<send_wqe> sq;  // every WQE that still holds a slot, oldest first
+  std::uint64_t next_seq = 1;
+  std::deque<recv_wqe> rq;
+
+  // Requester.
+  std::uint32_t next_psn = 0;
+  int retries_left = 0;
+  int rnr_left = 0;
+  clock_ns deadline = 0;  // ack timeout or RNR back-off; 0 = none
+  bool rnr_wait = false;
+  std::vector<message> held;  // messages held back by a reorder fault
+
+  // Responder.
+  std::uint32_t expected_psn = 0;
+  std::map<std::uint32_t, std::uint64_t> atomic_replay;  // psn -> original value
+};
+
+struct wire_event {
+  clock_ns when = 0;
+  std::uint64_t order = 0;
+  std::function<void()> run;
+  bool operator>(const wire_event& o) const {
+    return when != o.when ? when > o.when : order > o.order;
+  }
+};
+
+class fabric_state {
+ public:
+  mutable std::mutex mu;
+  std::condition_variable cv;  // completion and async events
+  fabric_config cfg;
+  std::vector<device_rt> devices;
+  clock_ns now = 0;
+  std::mt19937_64 rng;
+  std::priority_queue<wire_event, std::vector<wire_event>, std::greater<>> wire;
+  std::uint64_t order = 0;
+  std::set<qp_obj*> timed;  // QPs with a deadline
+  std::vector<fault> faults;
+  std::function<void(const void*)> arm_hook;
+  std::uint64_t packets = 0;
+  std::uint32_t next_qpn = 0x11;
+  std::uint32_t next_key = 0x100;
+  std::unordered_map<std::uint32_t, qp_obj*> qps;
+  std::unordered_map<std::uint32_t, mr_obj*> by_lkey;
+  std::unordered_map<std::uint32_t, mr_obj*> by_rkey;
+  std::set<context_obj*> contexts;
+  bool running = false;  // guards against re-entering the event loop
+};
+
+}  // namespace mock::detail
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,66 @@
+#pragma once
+// The QP transition table of docs/verbs-semantics.md §1: which transitions exist and
+// which attributes each requires or allows, per transport.
+#include <rdmakit/types.hpp>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace mock::detail {
+
+struct transition_rule {
+  bool legal = false;
+  qp_attr_mask required = qp_attr_mask::none;
+  qp_attr_mask optional = qp_attr_mask::none;
+};
+
+inline transition_rule rule_for(qp_state from, qp_state to, qp_type type) noexcept {
+  using m = qp_attr_mask;
+  using s = qp_state;
+  const bool ud = type == qp_type::ud;
+  const bool rc = type == qp_type::rc;
+  const m rts_optional = ud ? (m::cur_state | m::qkey)
+                        : rc ? (m::cur_state | m::alt_path | m::access_flags | m::min_rnr_timer |
+                                m::path_mig_state)
+                             : (m::cur_state | m::alt_path | m::access_flags | m::path_mig_state);
+  if (to == s::reset) return {true, m::none, m::none};
+  if (to == s::err) return {from != s::reset, m::none, m::none};
+  switch (from) {
+    case s::reset:
+      if (to == s::init)
+        return {true, ud ? (m::pkey_index | m::port | m::qkey) : (m::pkey_index | m::port | m::access_flags),
+                m::none};
+      break;
+    case s::init:
+      if (to == s::init)
+        return {true, m::none, ud ? (m::pkey_index | m::port | m::qkey) : (m::pkey_index | m::port | m::access_flags)};
+      if (to == s::rtr) {
+        if (ud) return {true, m::none, m::pkey_index | m::qkey};
+        const m uc_req = m::av | m::path_mtu | m::dest_qpn | m::rq_psn;
+        return {true, rc ? (uc_req | m::max_dest_rd_atomic | m::min_rnr_timer) : uc_req,
+                m::alt_path | m::access_flags | m::pkey_index};
+      }
+      break;
+    case s::rtr:
+      if (to == s::rts) {
+        if (rc)
+          return {true, m::timeout | m::retry_cnt | m::rnr_retry | m::sq_psn | m::max_qp_rd_atomic, rts_optional};
+        return {true, m::sq_psn, rts_optional};
+      }
+      break;
+    case s::rts:
+      if (to == s::rts) return {true, m::none, rts_optional};
+      if (to == s::sqd) return {true, m::none, m::en_sqd_async_notify};
+      break;
+    case s::sqd:
+      if (to == s::rts) return {true, m::none, rts_optional};
+      break;
+    case s::sqe:
+      if (to == s::rts && !rc) return {true, m::none, ud ? (m::cur_state | m::qkey) : (m::cur_state | m::access_flags)};
+      break;
+    case s::err:
+      break;
+  }
+  return {};
+}
+
+}  // namespace mock::detail
+RDMAKIT_END_NAMESPACE
