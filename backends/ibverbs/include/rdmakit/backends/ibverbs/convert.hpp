@@ -1,0 +1,135 @@
+#pragma once
+// Setup-path helpers of the ibverbs backend: attribute conversions, errno
+// normalisation, and the hints that make verbs_error messages actionable.
+#include <rdmakit/backends/ibverbs/abi.hpp>
+#include <rdmakit/error.hpp>
+#include <rdmakit/types.hpp>
+
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace ibverbs::detail {
+
+/// libibverbs reports failures as a positive errno return, as -1 with errno set, or
+/// (for a few providers) as -errno. Returns the errno, 0 on success.
+inline int rc_errno(int rc) noexcept {
+  if (rc == 0) return 0;
+  if (rc > 0) return rc;
+  if (rc < -1) return -rc;
+  return errno != 0 ? errno : EIO;
+}
+/// For calls that return NULL and set errno.
+inline int null_errno() noexcept { return errno != 0 ? errno : ENOMEM; }
+
+inline ibv_ah_attr to_ibv(const ah_attr& a) noexcept {
+  ibv_ah_attr o;
+  std::memset(&o, 0, sizeof o);
+  std::memcpy(o.grh.dgid.raw, a.grh.dgid.raw.data(), sizeof o.grh.dgid.raw);
+  o.grh.flow_label = a.grh.flow_label;
+  o.grh.sgid_index = a.grh.sgid_index;
+  o.grh.hop_limit = a.grh.hop_limit;
+  o.grh.traffic_class = a.grh.traffic_class;
+  o.dlid = a.dlid;
+  o.sl = a.sl;
+  o.src_path_bits = a.src_path_bits;
+  o.static_rate = a.static_rate;
+  o.is_global = a.is_global ? 1 : 0;
+  o.port_num = a.port_num;
+  return o;
+}
+
+inline ibv_qp_attr to_ibv(const qp_attr& a) noexcept {
+  ibv_qp_attr o;
+  std::memset(&o, 0, sizeof o);
+  o.qp_state = static_cast<ibv_qp_state>(a.state);
+  o.cur_qp_state = static_cast<ibv_qp_state>(a.cur_state);
+  o.path_mtu = static_cast<ibv_mtu>(a.path_mtu);
+  o.qkey = a.qkey;
+  o.rq_psn = a.rq_psn;
+  o.sq_psn = a.sq_psn;
+  o.dest_qp_num = a.dest_qp_num;
+  o.qp_access_flags = to_underlying(a.access_flags);
+  o.ah_attr = to_ibv(a.av);
+  o.pkey_index = a.pkey_index;
+  o.en_sqd_async_notify = a.en_sqd_async_notify ? 1 : 0;
+  o.max_rd_atomic = a.max_rd_atomic;
+  o.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  o.min_rnr_timer = a.min_rnr_timer;
+  o.port_num = a.port_num;
+  o.timeout = a.timeout;
+  o.retry_cnt = a.retry_cnt;
+  o.rnr_retry = a.rnr_retry;
+  return o;
+}
+
+/// Mask bits rdmakit::qp_attr has no fields for; modify_qp refuses them.
+inline constexpr qp_attr_mask unsupported_mask =
+    qp_attr_mask::alt_path | qp_attr_mask::path_mig_state | qp_attr_mask::cap;
+
+struct mask_rule {
+  bool legal = false;
+  qp_attr_mask required = qp_attr_mask::none;
+  qp_attr_mask optional = qp_attr_mask::none;
+};
+
+/// The IB spec's required/optional attributes for a transition (STATE itself not
+/// included), as in docs/verbs-semantics.md §1. Only used to explain a failure.
+inline mask_rule transition_rule(qp_type t, qp_state from, qp_state to) noexcept {
+  using m = qp_attr_mask;
+  using s = qp_state;
+  const bool ud = t == qp_type::ud;
+  const bool rc = t == qp_type::rc;
+  const m init_attrs = m::pkey_index | m::port | (ud ? m::qkey : m::access_flags);
+  const m rts_optional =
+      ud ? (m::cur_state | m::qkey)
+         : (m::cur_state | m::alt_path | m::access_flags | m::path_mig_state |
+            (rc ? m::min_rnr_timer : m::none));
+  if (to == s::reset) return {true, m::none, m::none};
+  if (to == s::err) return {from != s::reset, m::none, m::none};
+  if (from == s::reset && to == s::init) return {true, init_attrs, m::none};
+  if (from == s::init && to == s::init) return {true, m::none, init_attrs};
+  if (from == s::init && to == s::rtr) {
+    if (ud) return {true, m::none, m::pkey_index | m::qkey};
+    m req = m::av | m::path_mtu | m::dest_qpn | m::rq_psn;
+    if (rc) req |= m::max_dest_rd_atomic | m::min_rnr_timer;
+    return {true, req, m::alt_path | m::access_flags | m::pkey_index};
+  }
+  if (from == s::rtr && to == s::rts) {
+    m req = m::sq_psn;
+    if (rc) req |= m::timeout | m::retry_cnt | m::rnr_retry | m::max_qp_rd_atomic;
+    return {true, req, rts_optional};
+  }
+  if ((from == s::rts || from == s::sqd) && to == s::rts) return {true, m::none, rts_optional};
+  if (from == s::rts && to == s::sqd) return {true, m::none, m::en_sqd_async_notify};
+  if (from == s::sqe && to == s::rts && !rc)
+    return {true, m::none, m::cur_state | (ud ? m::qkey : m::access_flags)};
+  return {};
+}
+
+/// Why a modify_qp with this mask may have failed, from the transition table.
+inline std::string explain_mask(qp_type t, qp_state from, qp_state to, qp_attr_mask mask) {
+  const mask_rule r = transition_rule(t, from, to);
+  if (!r.legal) return std::string("this transition is not legal for ") + to_string(t) + " QPs";
+  const qp_attr_mask given = mask & ~qp_attr_mask::state;
+  const qp_attr_mask missing = r.required & ~given;
+  const qp_attr_mask extra = given & ~(r.required | r.optional);
+  std::string out;
+  if (missing != qp_attr_mask::none) out += "missing required " + to_string(missing);
+  if (extra != qp_attr_mask::none) {
+    if (!out.empty()) out += "; ";
+    out += "not allowed here " + to_string(extra);
+  }
+  if (out.empty())
+    out = "the mask matches the spec for this transition, so a value is out of range (path_mtu above "
+          "the port's max_mtu, timeout > 31, max_rd_atomic above the device limit, a bad port or "
+          "pkey/GID index, or no GRH on RoCE)";
+  return out;
+}
+
+}  // namespace ibverbs::detail
+RDMAKIT_END_NAMESPACE
