@@ -2,7 +2,9 @@
 // Automatic GID choice, generic over any verbs_backend (it needs only query_port,
 // query_gid and device_name). The rule, in order:
 //   Ethernet (RoCE):  a RoCEv2 GID holding an IPv4-mapped address (::ffff:a.b.c.d),
-//                     then any RoCEv2 GID, then any RoCEv1 GID; lowest index first.
+//                     then a RoCEv2 GID that is not link-local (a routable IPv6
+//                     address), then any RoCEv2 GID, then any RoCEv1 GID; within a
+//                     tier the lowest index wins.
 //   InfiniBand (and "unspecified", which old kernels report for IB): index 0.
 // Nothing fitting throws verbs_error("choose_gid", ENOENT) listing the whole table.
 // Callers that know better pass their own index and never call this.
@@ -67,6 +69,7 @@ int choose_gid(typename B::context ctx, std::uint8_t port) {
     return 0;
   }
 
+  int routable_v2 = -1;
   int any_v2 = -1;
   int any_v1 = -1;
   for (std::uint32_t i = 0; i < pa.gid_tbl_len; ++i) {
@@ -74,11 +77,13 @@ int choose_gid(typename B::context ctx, std::uint8_t port) {
     if (!e.valid) continue;
     if (e.type == gid_type::roce_v2) {
       if (e.value.is_ipv4_mapped()) return static_cast<int>(i);
+      if (routable_v2 < 0 && !e.value.is_link_local()) routable_v2 = static_cast<int>(i);
       if (any_v2 < 0) any_v2 = static_cast<int>(i);
     } else if (e.type == gid_type::roce_v1 && any_v1 < 0) {
       any_v1 = static_cast<int>(i);
     }
   }
+  if (routable_v2 >= 0) return routable_v2;
   if (any_v2 >= 0) return any_v2;
   if (any_v1 >= 0) return any_v1;
   return fail("RoCE needs a RoCEv2 (preferably IPv4-mapped) or RoCEv1 GID and there is none");

@@ -86,6 +86,16 @@ TEST_CASE("RoCE: without an IPv4-mapped RoCEv2 GID, the first RoCEv2 one") {
   CHECK(choose() == 2);
 }
 
+TEST_CASE("RoCE: a routable RoCEv2 GID beats an earlier link-local one") {
+  set_table(link_layer::ethernet, {entry(0, link_local(), gid_type::roce_v2),
+                                   entry(1, link_local(), gid_type::roce_v1),
+                                   entry(2, global_v6(), gid_type::roce_v2)});
+  CHECK(choose() == 2);
+  set_table(link_layer::ethernet, {entry(0, link_local(), gid_type::roce_v1),
+                                   entry(1, link_local(), gid_type::roce_v2)});
+  CHECK(choose() == 1);  // only link-local RoCEv2: still RoCEv2 before RoCEv1
+}
+
 TEST_CASE("RoCE: IPv4-mapped but RoCEv1 does not count as RoCEv2") {
   set_table(link_layer::ethernet, {entry(0, link_local(), gid_type::roce_v1),
                                    entry(1, gid::from_ipv4(10, 0, 0, 1), gid_type::roce_v1)});
