@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Sets up (packages, build folder), builds and runs every test on the mock, and ends
+# with "N passed, N failed". Extra arguments go to `meson setup` (e.g. -Db_sanitize=address,undefined).
+# BUILD_DIR picks the build folder (default: build).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+"$root/scripts/setup.sh"
+if [ ! -f "$build/build.ninja" ]; then
+  meson setup "$build" "$root" "$@" >/dev/null
+elif [ $# -gt 0 ]; then
+  meson configure "$build" "$@" >/dev/null
+fi
+if ! ninja -C "$build" >"$build/ninja.log" 2>&1; then
+  tail -n 60 "$build/ninja.log"
+  echo "0 passed, 1 failed (the build failed)"
+  exit 1
+fi
+status=0
+meson test -C "$build" --no-suite rxe --print-errorlogs --num-processes "${RDMAKIT_TEST_JOBS:-2}" >/dev/null || status=$?
+python3 "$root/scripts/summarize_tests.py" "$build/meson-logs/testlog.json" || status=1
+exit $status
