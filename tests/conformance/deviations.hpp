@@ -1,0 +1,172 @@
+#pragma once
+// The deviation table: every scenario whose outcome differs between backends reads
+// its expected outcome from here, by scenario id and backend name (B::name). The
+// "mock" rows are the spec (docs/verbs-semantics.md); the "ibverbs" rows are what
+// soft-RoCE (rxe) does, the device the conformance suite runs on in CI. A scenario
+// that finds no row for its backend fails: nothing is skipped silently.
+#include <rdmakit/types.hpp>
+
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+namespace conf {
+
+/// A set of completion statuses, plus "no completion at all".
+class status_set {
+ public:
+  constexpr status_set() = default;
+  constexpr status_set(std::initializer_list<rdmakit::wc_status> l) {
+    for (auto s : l) bits_ |= bit(s);
+  }
+  /// Only "no completion".
+  static constexpr status_set nothing() {
+    status_set s;
+    s.bits_ = none_bit;
+    return s;
+  }
+  constexpr status_set operator|(status_set o) const {
+    status_set s;
+    s.bits_ = bits_ | o.bits_;
+    return s;
+  }
+  constexpr bool allows(rdmakit::wc_status s) const { return (bits_ & bit(s)) != 0; }
+  constexpr bool allows_nothing() const { return (bits_ & none_bit) != 0; }
+  /// Exactly "no completion".
+  constexpr bool is_nothing() const { return bits_ == none_bit; }
+  constexpr bool empty() const { return bits_ == 0; }
+
+  std::string to_string() const {
+    std::string out;
+    for (std::uint32_t i = 0; i < 31; ++i)
+      if (bits_ & (1u << i)) out += (out.empty() ? "" : " or ") + std::string(rdmakit::to_string(rdmakit::wc_status(i)));
+    if (bits_ & none_bit) out += out.empty() ? "no completion" : " or no completion";
+    return out.empty() ? "(unspecified)" : out;
+  }
+
+ private:
+  static constexpr std::uint32_t none_bit = 1u << 31;
+  static constexpr std::uint32_t bit(rdmakit::wc_status s) { return 1u << static_cast<std::uint32_t>(s); }
+  std::uint32_t bits_ = 0;
+};
+
+enum class tri : std::uint8_t { no, yes, either };
+
+/// What a scenario expects on one backend. Fields a scenario does not use stay default.
+struct outcome {
+  int post_errno = 0;      ///< what post_send returns
+  bool bad_wr_set = true;  ///< when post fails, bad_wr names the failing WR
+  status_set req{};        ///< the requester's completion for the faulty WR
+  status_set resp{};       ///< the responder's completion (nothing() = none, receive stays posted)
+  tri grh_flag = tri::either;  ///< IBV_WC_GRH on the receive completion
+};
+
+struct deviation_row {
+  std::string_view scenario;
+  std::string_view backend;
+  outcome expect;
+  std::string_view reason;
+};
+
+using rdmakit::wc_status;
+namespace ids {
+inline constexpr std::string_view recv_too_small_rc = "fault.recv_too_small.rc";
+inline constexpr std::string_view recv_bad_lkey_rc = "fault.recv_sge_bad_lkey.rc";
+inline constexpr std::string_view recv_no_local_write_rc = "fault.recv_sge_no_local_write.rc";
+inline constexpr std::string_view send_bad_lkey = "fault.send_sge_bad_lkey";
+inline constexpr std::string_view send_other_pd = "fault.send_sge_other_pd";
+inline constexpr std::string_view send_out_of_range = "fault.send_sge_out_of_range";
+inline constexpr std::string_view ud_over_mtu = "ud.send_over_mtu";
+inline constexpr std::string_view ud_recv_too_small = "ud.recv_too_small";
+inline constexpr std::string_view slot_release = "signaling.unsignaled_slot_release";
+inline constexpr std::string_view grh_flag_rc_uc = "recv.grh_flag.rc_uc";
+inline constexpr std::string_view invalid_opcode = "opcode.invalid_for_transport";
+inline constexpr std::string_view post_below_rts = "posting.send_below_rts";
+}  // namespace ids
+
+inline constexpr std::array deviation_table{
+    // Receive buffer too small on RC.
+    deviation_row{ids::recv_too_small_rc, "mock",
+                  {.req = {wc_status::rem_inv_req_err}, .resp = {wc_status::loc_len_err}},
+                  "spec §3: resp LOC_LEN_ERR, req REM_INV_REQ_ERR"},
+    deviation_row{ids::recv_too_small_rc, "ibverbs",
+                  {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_qp_op_err}},
+                  "rxe responder reports LOC_QP_OP_ERR and NAKs with REM_OP_ERR"},
+    // Invalid receive SGE on RC: bad lkey, or an MR without LOCAL_WRITE.
+    deviation_row{ids::recv_bad_lkey_rc, "mock",
+                  {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_prot_err}},
+                  "spec §3: resp LOC_PROT_ERR, req REM_OP_ERR"},
+    deviation_row{ids::recv_bad_lkey_rc, "ibverbs",
+                  {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_qp_op_err}},
+                  "rxe responder reports LOC_QP_OP_ERR"},
+    deviation_row{ids::recv_no_local_write_rc, "mock",
+                  {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_prot_err}},
+                  "spec §3: resp LOC_PROT_ERR, req REM_OP_ERR"},
+    deviation_row{ids::recv_no_local_write_rc, "ibverbs",
+                  {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_qp_op_err}},
+                  "rxe responder reports LOC_QP_OP_ERR"},
+    // Invalid local SGE on the send side.
+    deviation_row{ids::send_bad_lkey, "mock", {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing()},
+                  "spec §3: req LOC_PROT_ERR"},
+    deviation_row{ids::send_bad_lkey, "ibverbs",
+                  {.req = {wc_status::loc_qp_op_err, wc_status::wr_flush_err}, .resp = status_set::nothing()},
+                  "rxe: LOC_QP_OP_ERR, or WR_FLUSH_ERR on newer kernels"},
+    deviation_row{ids::send_other_pd, "mock", {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing()},
+                  "spec §3: req LOC_PROT_ERR"},
+    deviation_row{ids::send_other_pd, "ibverbs",
+                  {.req = {wc_status::loc_qp_op_err, wc_status::wr_flush_err}, .resp = status_set::nothing()},
+                  "rxe: LOC_QP_OP_ERR, or WR_FLUSH_ERR on newer kernels"},
+    deviation_row{ids::send_out_of_range, "mock",
+                  {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing()}, "spec §3: req LOC_PROT_ERR"},
+    deviation_row{ids::send_out_of_range, "ibverbs",
+                  {.req = {wc_status::loc_qp_op_err, wc_status::wr_flush_err}, .resp = status_set::nothing()},
+                  "rxe: LOC_QP_OP_ERR, or WR_FLUSH_ERR on newer kernels"},
+    // UD send larger than the path MTU.
+    deviation_row{ids::ud_over_mtu, "mock", {.req = {wc_status::loc_len_err}, .resp = status_set::nothing()},
+                  "spec §3: an error completion (the mock reports LOC_LEN_ERR), nothing delivered"},
+    deviation_row{ids::ud_over_mtu, "ibverbs", {.req = {wc_status::success}, .resp = status_set::nothing()},
+                  "rxe: SUCCESS and nothing is sent"},
+    // UD receive smaller than payload + 40.
+    deviation_row{ids::ud_recv_too_small, "mock", {.req = {wc_status::success}, .resp = {wc_status::loc_len_err}},
+                  "spec §3: resp LOC_LEN_ERR"},
+    deviation_row{ids::ud_recv_too_small, "ibverbs",
+                  {.req = {wc_status::success}, .resp = status_set{wc_status::loc_qp_op_err} | status_set::nothing()},
+                  "rxe >= 6.10 drops it silently; older kernels LOC_QP_OP_ERR"},
+    // Unsignaled WRs keep their SQ slot until a later signaled WR is polled.
+    deviation_row{ids::slot_release, "mock", {.post_errno = ENOMEM},
+                  "spec §6: hardware rule, the SQ is full after max_send_wr unsignaled WRs"},
+    deviation_row{ids::slot_release, "ibverbs", {.post_errno = 0}, "rxe frees a slot as soon as the WR completes"},
+    // IBV_WC_GRH on RC/UC receive completions.
+    deviation_row{ids::grh_flag_rc_uc, "mock", {.grh_flag = tri::no}, "spec §3: GRH only when one was received (UD)"},
+    deviation_row{ids::grh_flag_rc_uc, "ibverbs", {.grh_flag = tri::yes}, "rxe sets IBV_WC_GRH on RC/UC too"},
+    // Opcode not valid for the transport (code that bypasses the typed layer).
+    deviation_row{ids::invalid_opcode, "mock", {.post_errno = EINVAL, .req = status_set::nothing()},
+                  "spec §2: the mock rejects it at post time"},
+    deviation_row{ids::invalid_opcode, "ibverbs",
+                  {.post_errno = 0, .req = {wc_status::loc_qp_op_err, wc_status::wr_flush_err}},
+                  "rxe accepts it at post time, then the QP errors"},
+    // post_send below RTS.
+    deviation_row{ids::post_below_rts, "mock", {.post_errno = EINVAL, .bad_wr_set = true}, "spec §4"},
+    deviation_row{ids::post_below_rts, "ibverbs", {.post_errno = EINVAL, .bad_wr_set = false},
+                  "rxe: the doorbell fails after the WQE sits in the ring; bad_wr may be NULL (unverified)"},
+};
+
+/// The row for a scenario on a backend; fails the scenario when there is none.
+inline outcome expected(std::string_view scenario, std::string_view backend) {
+  for (const auto& r : deviation_table)
+    if (r.scenario == scenario && r.backend == backend) return r.expect;
+  FAIL("no deviation row for scenario " << std::string(scenario) << " on backend " << std::string(backend));
+  return {};
+}
+
+/// Checks a status against a set, printing both.
+#define CONF_CHECK_STATUS(set, status)                                                          \
+  CHECK_MESSAGE((set).allows(status), "status " << rdmakit::to_string(status) << " not in {" \
+                                                << (set).to_string() << "}")
+
+}  // namespace conf

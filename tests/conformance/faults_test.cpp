@@ -1,0 +1,359 @@
+// Every fault row of semantics §3 (RC): the statuses on both sides, the QP that
+// reports an error ends in ERR, and the rest of its queues flush in order.
+#include "deviations.hpp"
+#include "harness.hpp"
+
+using namespace conf;
+
+namespace {
+
+/// A connected RC pair whose requester `a` does not signal by default (errors must
+/// still produce a CQE) and has receives posted (they must flush too). Separate
+/// send and receive CQs, so the order within each queue is observable.
+template <class B>
+struct faulty_pair {
+  explicit faulty_pair(fixture<B>& f, link_opts la = {}, link_opts lb = {})
+      : fx(f), a(f.make_qp({.caps = {16, 16, 1, 1, 0}, .sig_all = false})), b(f.make_qp()),
+        src(f.make_buffer(4096)), dst(f.make_buffer(4096)), abuf(f.make_buffer(256)) {
+    fx.connect(a, b, la, lb);
+    src.fill(5);
+    REQUIRE(fx.post_recv_list(a, {{900, {abuf.sge(0, 64)}}, {901, {abuf.sge(64, 64)}}}).rc == 0);
+  }
+
+  /// Posts `bad` followed by an unsignaled and a signaled SEND in one list, then
+  /// checks: `bad` completes with a status in `req`, the two SENDs and a's two
+  /// receives flush in queue order, and a ends in ERR.
+  void run_requester(typename fixture<B>::send_spec bad, status_set req) {
+    bad.wr_id = 1;
+    auto r = fx.post_send_list(a, {bad,
+                                   {.wr_id = 2, .sg = {src.sge(0, 16)}, .flags = send_flags::none},
+                                   {.wr_id = 3, .sg = {src.sge(0, 16)}, .flags = send_flags::signaled}});
+    REQUIRE(r.rc == 0);
+    auto sq = fx.poll(a.send_cq, 3, "the error and two send flushes");
+    REQUIRE(sq.size() == 3);
+    CHECK(sq[0].wr_id == 1);
+    CONF_CHECK_STATUS(req, sq[0].status);
+    CHECK(sq[0].qp_num == a.num);
+    check_flushes({sq.begin() + 1, sq.end()}, {2, 3}, a.num);
+    check_flushes(fx.poll(a.recv_cq, 2, "receive flushes"), {900, 901}, a.num);
+    CHECK(fx.wait_state(a, qp_state::err) == qp_state::err);
+    CHECK(fx.drain(a.send_cq, 3).empty());
+  }
+
+  fixture<B>& fx;
+  endpoint<B> a, b;
+  buffer<B>& src;
+  buffer<B>& dst;
+  buffer<B>& abuf;
+};
+
+template <class B>
+void check_responder_flushed(fixture<B>& fx, const endpoint<B>& b, std::vector<std::uint64_t> wr_ids) {
+  CHECK(fx.wait_state(b, qp_state::err) == qp_state::err);
+  check_flushes(fx.poll(b.recv_cq, wr_ids.size(), "responder receive flushes"), wr_ids, b.num);
+}
+
+}  // namespace
+
+// --- local SGE faults on the send side (rxe differs: deviation table) ---
+
+CONFORMANCE_CASE("faults: send SGE with a bad lkey -> req error, QP ERR, rest flushed") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  const auto want = expected(ids::send_bad_lkey, B::name);
+  REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 4096)}) == 0);
+  p.run_requester({.sg = {{p.src.addr(0), 64, p.src.lkey() ^ 0x5a5a00}}, .flags = send_flags::none}, want.req);
+  if (want.resp.is_nothing()) CHECK(fx.drain(p.b.recv_cq, 5).empty());
+  CHECK(B::query_qp_state(p.b.qp) == qp_state::rts);
+}
+
+CONFORMANCE_CASE("faults: send SGE in an MR of another PD -> req error, QP ERR, rest flushed") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  const auto want = expected(ids::send_other_pd, B::name);
+  auto other_pd = fx.make_pd();
+  auto& foreign = fx.make_buffer(256, acc::local_write, other_pd);
+  REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 4096)}) == 0);
+  p.run_requester({.sg = {foreign.sge(0, 64)}}, want.req);
+  if (want.resp.is_nothing()) CHECK(fx.drain(p.b.recv_cq, 5).empty());
+}
+
+CONFORMANCE_CASE("faults: send SGE beyond the MR's range -> req error, QP ERR, rest flushed") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  const auto want = expected(ids::send_out_of_range, B::name);
+  REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 4096)}) == 0);
+  p.run_requester({.sg = {p.src.sge(4000, 200)}}, want.req);
+  if (want.resp.is_nothing()) CHECK(fx.drain(p.b.recv_cq, 5).empty());
+}
+
+// --- local faults where the HCA writes the result ---
+
+CONFORMANCE_CASE("faults: RDMA_READ into an MR without LOCAL_WRITE -> LOC_PROT_ERR") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  auto& ro = fx.make_buffer(256, acc::remote_read);  // no LOCAL_WRITE
+  p.run_requester({.op = opcode::rdma_read, .sg = {ro.sge(0, 64)}, .remote_addr = p.dst.addr(0), .rkey = p.dst.rkey()},
+                  {wc_status::loc_prot_err});
+}
+
+CONFORMANCE_CASE("faults: atomic result into an MR without LOCAL_WRITE -> LOC_PROT_ERR") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  auto& ro = fx.make_buffer(64, acc::remote_read);
+  REQUIRE(fx.post_atomic(p.a, 1, opcode::atomic_fetch_and_add, ro.sge(0, 8), p.dst.addr(0), p.dst.rkey(), 1) == 0);
+  auto c = fx.poll_one(p.a.send_cq);
+  CHECK(c.status == wc_status::loc_prot_err);
+  check_flushes(fx.poll(p.a.recv_cq, 2), {900, 901}, p.a.num);
+  CHECK(fx.wait_state(p.a, qp_state::err) == qp_state::err);
+}
+
+// --- remote access faults ---
+
+CONFORMANCE_CASE("faults: RDMA_WRITE with a bad rkey -> REM_ACCESS_ERR, responder ERR") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  REQUIRE(fx.post_recv_list(p.b, {{800, {p.dst.sge(0, 64)}}, {801, {p.dst.sge(64, 64)}}}).rc == 0);
+  p.run_requester({.op = opcode::rdma_write, .sg = {p.src.sge(0, 64)}, .remote_addr = p.dst.addr(0),
+                   .rkey = p.dst.rkey() ^ 0x77700},
+                  {wc_status::rem_access_err});
+  check_responder_flushed(fx, p.b, {800, 801});
+  CHECK(p.dst.u64(0) == 0);
+}
+
+CONFORMANCE_CASE("faults: RDMA_WRITE_WITH_IMM with a bad rkey -> the consumed receive gets REM_ACCESS_ERR") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  REQUIRE(fx.post_recv_list(p.b, {{800, {p.dst.sge(0, 64)}}, {801, {p.dst.sge(64, 64)}}}).rc == 0);
+  p.run_requester({.op = opcode::rdma_write_with_imm, .sg = {p.src.sge(0, 64)}, .remote_addr = p.dst.addr(128),
+                   .rkey = p.dst.rkey() ^ 0x77700, .imm_be = to_be32(9)},
+                  {wc_status::rem_access_err});
+  auto rq = fx.poll(p.b.recv_cq, 2, "the consumed receive and a flush");
+  REQUIRE(rq.size() == 2);
+  CHECK(rq[0].wr_id == 800);
+  CHECK(rq[0].status == wc_status::rem_access_err);
+  CHECK(rq[0].qp_num == p.b.num);
+  check_flushes({rq[1]}, {801}, p.b.num);
+  CHECK(fx.wait_state(p.b, qp_state::err) == qp_state::err);
+}
+
+CONFORMANCE_CASE("faults: RDMA_WRITE beyond the remote MR's range -> REM_ACCESS_ERR") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 64)}) == 0);
+  p.run_requester({.op = opcode::rdma_write, .sg = {p.src.sge(0, 256)}, .remote_addr = p.dst.addr(4096 - 128),
+                   .rkey = p.dst.rkey()},
+                  {wc_status::rem_access_err});
+  check_responder_flushed(fx, p.b, {800});
+}
+
+CONFORMANCE_CASE("faults: RDMA_WRITE to an MR without REMOTE_WRITE -> REM_ACCESS_ERR") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  auto& ro = fx.make_buffer(256, acc::local_write | acc::remote_read);
+  REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 64)}) == 0);
+  p.run_requester({.op = opcode::rdma_write, .sg = {p.src.sge(0, 64)}, .remote_addr = ro.addr(0), .rkey = ro.rkey()},
+                  {wc_status::rem_access_err});
+  check_responder_flushed(fx, p.b, {800});
+  CHECK(ro.u64(0) == 0);
+}
+
+CONFORMANCE_CASE("faults: RDMA_READ from an MR without REMOTE_READ -> REM_ACCESS_ERR") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  auto& wo = fx.make_buffer(256, acc::local_write | acc::remote_write);
+  REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 64)}) == 0);
+  p.run_requester({.op = opcode::rdma_read, .sg = {p.src.sge(0, 64)}, .remote_addr = wo.addr(0), .rkey = wo.rkey()},
+                  {wc_status::rem_access_err});
+  check_responder_flushed(fx, p.b, {800});
+}
+
+CONFORMANCE_CASE("faults: RDMA_READ beyond the remote MR's range -> REM_ACCESS_ERR") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 64)}) == 0);
+  p.run_requester({.op = opcode::rdma_read, .sg = {p.src.sge(0, 512)}, .remote_addr = p.dst.addr(4096 - 256),
+                   .rkey = p.dst.rkey()},
+                  {wc_status::rem_access_err});
+  check_responder_flushed(fx, p.b, {800});
+}
+
+CONFORMANCE_CASE("faults: atomic on an MR without REMOTE_ATOMIC -> REM_ACCESS_ERR") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  auto& rw = fx.make_buffer(64, acc::local_write | acc::remote_write | acc::remote_read);
+  auto& res = fx.make_buffer(64);
+  REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 64)}) == 0);
+  REQUIRE(fx.post_atomic(p.a, 1, opcode::atomic_cmp_and_swp, res.sge(0, 8), rw.addr(0), rw.rkey(), 0, 5) == 0);
+  CHECK(fx.poll_one(p.a.send_cq).status == wc_status::rem_access_err);
+  CHECK(rw.u64(0) == 0);
+  CHECK(fx.wait_state(p.a, qp_state::err) == qp_state::err);
+  check_responder_flushed(fx, p.b, {800});
+}
+
+// --- responder QP access flags ---
+
+CONFORMANCE_CASE("faults: responder QP without the remote access in qp_access_flags -> REM_INV_REQ_ERR") {
+  fixture<B> fx;
+  link_opts lb;
+  SUBCASE("WRITE, no REMOTE_WRITE") { lb.qp_access = acc::remote_read | acc::remote_atomic; }
+  SUBCASE("READ, no REMOTE_READ") { lb.qp_access = acc::remote_write | acc::remote_atomic; }
+  SUBCASE("atomic, no REMOTE_ATOMIC") { lb.qp_access = acc::remote_write | acc::remote_read; }
+  faulty_pair<B> p(fx, {}, lb);
+  auto& res = fx.make_buffer(64);
+  if (!has_any(lb.qp_access, acc::remote_write))
+    p.run_requester({.op = opcode::rdma_write, .sg = {p.src.sge(0, 64)}, .remote_addr = p.dst.addr(0),
+                     .rkey = p.dst.rkey()},
+                    {wc_status::rem_inv_req_err});
+  else if (!has_any(lb.qp_access, acc::remote_read))
+    p.run_requester({.op = opcode::rdma_read, .sg = {p.src.sge(0, 64)}, .remote_addr = p.dst.addr(0),
+                     .rkey = p.dst.rkey()},
+                    {wc_status::rem_inv_req_err});
+  else {
+    REQUIRE(fx.post_atomic(p.a, 1, opcode::atomic_fetch_and_add, res.sge(0, 8), p.dst.addr(0), p.dst.rkey(), 1) == 0);
+    CHECK(fx.poll_one(p.a.send_cq).status == wc_status::rem_inv_req_err);
+    CHECK(fx.wait_state(p.a, qp_state::err) == qp_state::err);
+  }
+  CHECK(p.dst.u64(0) == 0);
+}
+
+CONFORMANCE_CASE("faults: max_dest_rd_atomic = 0 at the responder -> READ/atomic get REM_INV_REQ_ERR") {
+  fixture<B> fx;
+  link_opts lb;
+  lb.max_dest_rd_atomic = 0;
+  faulty_pair<B> p(fx, {}, lb);
+  auto& res = fx.make_buffer(64);
+  SUBCASE("READ") {
+    p.run_requester({.op = opcode::rdma_read, .sg = {p.src.sge(0, 64)}, .remote_addr = p.dst.addr(0),
+                     .rkey = p.dst.rkey()},
+                    {wc_status::rem_inv_req_err});
+  }
+  SUBCASE("atomic") {
+    REQUIRE(fx.post_atomic(p.a, 1, opcode::atomic_fetch_and_add, res.sge(0, 8), p.dst.addr(0), p.dst.rkey(), 1) == 0);
+    CHECK(fx.poll_one(p.a.send_cq).status == wc_status::rem_inv_req_err);
+    CHECK(p.dst.u64(0) == 0);
+  }
+}
+
+// --- receive-side faults (rxe differs: deviation table) ---
+
+CONFORMANCE_CASE("faults: RC receive buffer too small -> both sides error, both QPs ERR") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  const auto want = expected(ids::recv_too_small_rc, B::name);
+  REQUIRE(fx.post_recv_list(p.b, {{800, {p.dst.sge(0, 32)}}, {801, {p.dst.sge(64, 4000)}}}).rc == 0);
+  p.run_requester({.sg = {p.src.sge(0, 100)}}, want.req);
+  auto rq = fx.poll(p.b.recv_cq, 2, "the failed receive and a flush");
+  REQUIRE(rq.size() == 2);
+  CHECK(rq[0].wr_id == 800);
+  CONF_CHECK_STATUS(want.resp, rq[0].status);
+  check_flushes({rq[1]}, {801}, p.b.num);
+  CHECK(fx.wait_state(p.b, qp_state::err) == qp_state::err);
+}
+
+CONFORMANCE_CASE("faults: RC receive SGE with a bad lkey -> resp error, req REM_OP_ERR") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  const auto want = expected(ids::recv_bad_lkey_rc, B::name);
+  REQUIRE(fx.post_recv_list(p.b, {{800, {{p.dst.addr(0), 256, p.dst.lkey() ^ 0x4400}}}, {801, {p.dst.sge(256, 256)}}})
+              .rc == 0);
+  p.run_requester({.sg = {p.src.sge(0, 100)}}, want.req);
+  auto rq = fx.poll(p.b.recv_cq, 2, "the failed receive and a flush");
+  REQUIRE(rq.size() == 2);
+  CHECK(rq[0].wr_id == 800);
+  CONF_CHECK_STATUS(want.resp, rq[0].status);
+  check_flushes({rq[1]}, {801}, p.b.num);
+  CHECK(fx.wait_state(p.b, qp_state::err) == qp_state::err);
+}
+
+CONFORMANCE_CASE("faults: RC receive into an MR without LOCAL_WRITE -> resp error, req REM_OP_ERR") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  const auto want = expected(ids::recv_no_local_write_rc, B::name);
+  auto& ro = fx.make_buffer(256, acc::remote_read);
+  REQUIRE(fx.post_recv_list(p.b, {{800, {ro.sge(0, 256)}}, {801, {p.dst.sge(0, 256)}}}).rc == 0);
+  p.run_requester({.sg = {p.src.sge(0, 100)}}, want.req);
+  auto rq = fx.poll(p.b.recv_cq, 2, "the failed receive and a flush");
+  REQUIRE(rq.size() == 2);
+  CHECK(rq[0].wr_id == 800);
+  CONF_CHECK_STATUS(want.resp, rq[0].status);
+  check_flushes({rq[1]}, {801}, p.b.num);
+  CHECK(fx.wait_state(p.b, qp_state::err) == qp_state::err);
+  CHECK(ro.u64(0) == 0);
+}
+
+// --- RNR and transport retries ---
+
+CONFORMANCE_CASE("faults: RC SEND without a posted receive and small rnr_retry -> RNR_RETRY_EXC_ERR") {
+  fixture<B> fx;
+  link_opts la, lb;
+  la.rnr_retry = 1;
+  lb.min_rnr_timer = 1;  // 0.01 ms
+  faulty_pair<B> p(fx, la, lb);
+  SUBCASE("SEND") { p.run_requester({.sg = {p.src.sge(0, 64)}}, {wc_status::rnr_retry_exc_err}); }
+  SUBCASE("RDMA_WRITE_WITH_IMM") {
+    p.run_requester({.op = opcode::rdma_write_with_imm, .sg = {p.src.sge(0, 64)}, .remote_addr = p.dst.addr(0),
+                     .rkey = p.dst.rkey(), .imm_be = to_be32(1)},
+                    {wc_status::rnr_retry_exc_err});
+  }
+  CHECK(fx.drain(p.b.recv_cq, 5).empty());
+}
+
+CONFORMANCE_CASE("faults: RNR with rnr_retry = 7 retries until a receive is posted, then succeeds") {
+  fixture<B> fx;
+  link_opts la, lb;
+  la.rnr_retry = 7;
+  lb.min_rnr_timer = 1;
+  auto [a, b] = fx.make_pair({}, la, lb);
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(256);
+  src.fill(2);
+  REQUIRE(fx.post_send(a, 1, opcode::send, {src.sge(0, 200)}) == 0);
+  CHECK(fx.drain(a.send_cq, 20).empty());  // RNR NAKs, retried forever
+  CHECK(B::query_qp_state(a.qp) == qp_state::rts);
+  REQUIRE(fx.post_recv(b, 2, {dst.sge(0, 256)}) == 0);
+  auto s = fx.poll_one(a.send_cq, "the send after the receive was posted");
+  CHECK(s.status == wc_status::success);
+  auto r = fx.poll_one(b.recv_cq);
+  CHECK(r.status == wc_status::success);
+  CHECK(r.byte_len == 200);
+  CHECK(dst.holds(2, 0, 200));
+}
+
+CONFORMANCE_CASE("faults: RC towards a QP number that does not exist -> RETRY_EXC_ERR") {
+  fixture<B> fx;
+  link_opts l;
+  l.timeout = 1;
+  l.retry_cnt = 1;
+  auto a = fx.make_qp({.sig_all = false});
+  auto& buf = fx.make_buffer(256);
+  fx.bring_up(a, 0xfffff0, l);
+  REQUIRE(fx.post_recv(a, 900, {buf.sge(0, 64)}) == 0);
+  auto r = fx.post_send_list(a, {{.wr_id = 1, .sg = {buf.sge(0, 64)}, .flags = send_flags::none},
+                                 {.wr_id = 2, .sg = {buf.sge(0, 64)}, .flags = send_flags::signaled}});
+  REQUIRE(r.rc == 0);
+  auto sq = fx.poll(a.send_cq, 2, "retry exceeded and a flush");
+  REQUIRE(sq.size() == 2);
+  CHECK(sq[0].wr_id == 1);
+  CHECK(sq[0].status == wc_status::retry_exc_err);
+  check_flushes({sq[1]}, {2}, a.num);
+  check_flushes(fx.poll(a.recv_cq, 1), {900}, a.num);
+  CHECK(fx.wait_state(a, qp_state::err) == qp_state::err);
+}
+
+CONFORMANCE_CASE("faults: RC towards a peer that is not in RTR -> RETRY_EXC_ERR") {
+  fixture<B> fx;
+  link_opts l;
+  l.timeout = 1;
+  l.retry_cnt = 1;
+  auto a = fx.make_qp();
+  auto b = fx.make_qp();
+  fx.to_init(b);  // stays in INIT
+  fx.bring_up(a, b.num, l);
+  auto& buf = fx.make_buffer(256);
+  REQUIRE(fx.post_recv(b, 800, {buf.sge(0, 64)}) == 0);
+  REQUIRE(fx.post_send(a, 1, opcode::send, {buf.sge(64, 64)}) == 0);
+  auto c = fx.poll_one(a.send_cq, "retry exceeded");
+  CHECK(c.status == wc_status::retry_exc_err);
+  CHECK(fx.drain(b.recv_cq, 3).empty());
+}

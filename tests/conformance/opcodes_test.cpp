@@ -1,0 +1,262 @@
+// Every opcode per transport (semantics §2 and the successful-completion rules of §3).
+#include "deviations.hpp"
+#include "harness.hpp"
+
+using namespace conf;
+
+namespace {
+
+/// IBV_WC_GRH on RC/UC receives is a known rxe difference.
+template <class B>
+void check_rc_uc_grh_flag(const completion& c) {
+  const auto want = expected(ids::grh_flag_rc_uc, B::name).grh_flag;
+  const bool has = has_all(c.flags, wc_flags::grh);
+  if (want == tri::yes) CHECK_MESSAGE(has, "IBV_WC_GRH expected on this backend");
+  if (want == tri::no) CHECK_MESSAGE(!has, "IBV_WC_GRH not expected on this backend");
+}
+
+template <class F>
+void for_rc_uc(F&& body) {
+  SUBCASE("RC") { body(qp_type::rc); }
+  SUBCASE("UC") { body(qp_type::uc); }
+}
+
+}  // namespace
+
+CONFORMANCE_CASE("opcodes: SEND with two SGEs on RC and UC") {
+  fixture<B> fx;
+  for_rc_uc([&](qp_type t) {
+    auto [a, b] = fx.make_pair({.type = t, .caps = {8, 8, 2, 1, 0}});
+    auto& src = fx.make_buffer(4096);
+    auto& dst = fx.make_buffer(4096);
+    src.fill(7);
+    REQUIRE(fx.post_recv(b, 77, {dst.sge(0, 4096)}) == 0);
+    REQUIRE(fx.post_send(a, 11, opcode::send, {src.sge(0, 100), src.sge(1000, 900)}) == 0);
+    auto s = fx.poll_one(a.send_cq, "send completion");
+    CHECK(s.status == wc_status::success);
+    CHECK(s.wr_id == 11);
+    CHECK(s.op == wc_opcode::send);
+    CHECK(s.qp_num == a.num);
+    auto r = fx.poll_one(b.recv_cq, "receive completion");
+    CHECK(r.status == wc_status::success);
+    CHECK(r.wr_id == 77);
+    CHECK(r.op == wc_opcode::recv);
+    CHECK(r.byte_len == 1000);
+    CHECK(r.qp_num == b.num);
+    CHECK_FALSE(has_any(r.flags, wc_flags::with_imm));
+    check_rc_uc_grh_flag<B>(r);
+    CHECK(dst.holds(7, 0, 100));
+    CHECK(dst.holds(7, 100, 900, 1000));
+  });
+}
+
+CONFORMANCE_CASE("opcodes: zero-length SEND completes with byte_len 0") {
+  fixture<B> fx;
+  for_rc_uc([&](qp_type t) {
+    auto [a, b] = fx.make_pair({.type = t});
+    auto& dst = fx.make_buffer(64);
+    REQUIRE(fx.post_recv(b, 1, {dst.sge(0, 64)}) == 0);
+    REQUIRE(fx.post_send(a, 2, opcode::send, {}) == 0);
+    CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+    auto r = fx.poll_one(b.recv_cq);
+    CHECK(r.status == wc_status::success);
+    CHECK(r.byte_len == 0);
+  });
+}
+
+CONFORMANCE_CASE("opcodes: SEND_WITH_IMM carries the immediate and sets WITH_IMM on RC and UC") {
+  fixture<B> fx;
+  for_rc_uc([&](qp_type t) {
+    auto [a, b] = fx.make_pair({.type = t});
+    auto& src = fx.make_buffer(256);
+    auto& dst = fx.make_buffer(256);
+    src.fill(1);
+    REQUIRE(fx.post_recv(b, 5, {dst.sge(0, 256)}) == 0);
+    REQUIRE(fx.post_send(a, 6, opcode::send_with_imm, {src.sge(0, 64)}, send_flags::signaled,
+                         [](typename B::send_wr& w) { B::set_imm(w, to_be32(0xdeadbeef)); }) == 0);
+    auto s = fx.poll_one(a.send_cq);
+    CHECK(s.status == wc_status::success);
+    CHECK(s.op == wc_opcode::send);
+    auto r = fx.poll_one(b.recv_cq);
+    CHECK(r.status == wc_status::success);
+    CHECK(r.op == wc_opcode::recv);
+    CHECK(r.byte_len == 64);
+    CHECK(has_all(r.flags, wc_flags::with_imm));
+    CHECK(from_be32(r.imm) == 0xdeadbeef);
+    CHECK(dst.holds(1, 0, 64));
+  });
+}
+
+CONFORMANCE_CASE("opcodes: RDMA_WRITE places data and consumes no receive on RC and UC") {
+  fixture<B> fx;
+  for_rc_uc([&](qp_type t) {
+    auto [a, b] = fx.make_pair({.type = t});
+    auto& src = fx.make_buffer(8192);
+    auto& remote = fx.make_buffer(8192);
+    auto& rbuf = fx.make_buffer(64);
+    src.fill(9);
+    REQUIRE(fx.post_recv(b, 40, {rbuf.sge(0, 64)}) == 0);
+    REQUIRE(fx.post_rdma(a, 41, opcode::rdma_write, src.sge(0, 5000), remote.addr(100), remote.rkey()) == 0);
+    auto s = fx.poll_one(a.send_cq);
+    CHECK(s.status == wc_status::success);
+    CHECK(s.op == wc_opcode::rdma_write);
+    CHECK(s.wr_id == 41);
+    fx.settle();
+    CHECK(remote.holds(9, 100, 5000));
+    CHECK(fx.drain(b.recv_cq, 3).empty());
+    // The receive is still posted: the next SEND takes it.
+    REQUIRE(fx.post_send(a, 42, opcode::send, {src.sge(0, 8)}) == 0);
+    CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+    auto r = fx.poll_one(b.recv_cq);
+    CHECK(r.wr_id == 40);
+    CHECK(r.byte_len == 8);
+  });
+}
+
+CONFORMANCE_CASE("opcodes: RDMA_WRITE_WITH_IMM consumes a receive, byte_len is the write's length") {
+  fixture<B> fx;
+  for_rc_uc([&](qp_type t) {
+    auto [a, b] = fx.make_pair({.type = t});
+    auto& src = fx.make_buffer(4096);
+    auto& remote = fx.make_buffer(4096);
+    auto& rbuf = fx.make_buffer(64);
+    src.fill(4);
+    rbuf.clear(std::byte{0xee});
+    REQUIRE(fx.post_recv(b, 50, {rbuf.sge(0, 64)}) == 0);
+    REQUIRE(fx.post_rdma(a, 51, opcode::rdma_write_with_imm, src.sge(0, 3000), remote.addr(8), remote.rkey(),
+                         send_flags::signaled, to_be32(0x01020304)) == 0);
+    auto s = fx.poll_one(a.send_cq);
+    CHECK(s.status == wc_status::success);
+    CHECK(s.op == wc_opcode::rdma_write);
+    auto r = fx.poll_one(b.recv_cq);
+    CHECK(r.status == wc_status::success);
+    CHECK(r.wr_id == 50);
+    CHECK(r.op == wc_opcode::recv_rdma_with_imm);
+    CHECK(r.byte_len == 3000);
+    CHECK(r.qp_num == b.num);
+    CHECK(has_all(r.flags, wc_flags::with_imm));
+    CHECK(from_be32(r.imm) == 0x01020304);
+    check_rc_uc_grh_flag<B>(r);
+    CHECK(remote.holds(4, 8, 3000));
+    CHECK(rbuf.data()[0] == std::byte{0xee});  // the receive buffer is not written
+  });
+}
+
+CONFORMANCE_CASE("opcodes: RDMA_READ fetches remote bytes on RC") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& local = fx.make_buffer(8192);
+  auto& remote = fx.make_buffer(8192);
+  remote.fill(21);
+  REQUIRE(fx.post_rdma(a, 61, opcode::rdma_read, local.sge(16, 6000), remote.addr(0), remote.rkey()) == 0);
+  auto s = fx.poll_one(a.send_cq);
+  CHECK(s.status == wc_status::success);
+  CHECK(s.op == wc_opcode::rdma_read);
+  CHECK(s.wr_id == 61);
+  CHECK(s.byte_len == 6000);
+  CHECK(local.holds(21, 16, 6000));
+  CHECK(fx.drain(b.recv_cq, 3).empty());
+}
+
+CONFORMANCE_CASE("opcodes: ATOMIC_CMP_AND_SWP swaps on match and returns the old value") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& local = fx.make_buffer(64);
+  auto& remote = fx.make_buffer(64);
+  remote.set_u64(8, 1000);
+  REQUIRE(fx.post_atomic(a, 71, opcode::atomic_cmp_and_swp, local.sge(0, 8), remote.addr(8), remote.rkey(), 1000,
+                         2000) == 0);
+  auto s = fx.poll_one(a.send_cq);
+  CHECK(s.status == wc_status::success);
+  CHECK(s.op == wc_opcode::comp_swap);
+  CHECK(s.byte_len == 8);
+  CHECK(local.u64(0) == 1000);
+  CHECK(remote.u64(8) == 2000);
+  // No match: nothing swapped, the current value comes back.
+  REQUIRE(fx.post_atomic(a, 72, opcode::atomic_cmp_and_swp, local.sge(16, 8), remote.addr(8), remote.rkey(), 1,
+                         3000) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  CHECK(local.u64(16) == 2000);
+  CHECK(remote.u64(8) == 2000);
+}
+
+CONFORMANCE_CASE("opcodes: ATOMIC_FETCH_AND_ADD adds and returns the old value") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& local = fx.make_buffer(64);
+  auto& remote = fx.make_buffer(64);
+  remote.set_u64(0, ~std::uint64_t{0} - 1);
+  REQUIRE(fx.post_atomic(a, 81, opcode::atomic_fetch_and_add, local.sge(0, 8), remote.addr(0), remote.rkey(), 5) ==
+          0);
+  auto s = fx.poll_one(a.send_cq);
+  CHECK(s.status == wc_status::success);
+  CHECK(s.op == wc_opcode::fetch_add);
+  CHECK(s.byte_len == 8);
+  CHECK(local.u64(0) == ~std::uint64_t{0} - 1);
+  CHECK(remote.u64(0) == 3);  // wraps modulo 2^64
+  REQUIRE(fx.post_atomic(a, 82, opcode::atomic_fetch_and_add, local.sge(8, 8), remote.addr(0), remote.rkey(), 10) ==
+          0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  CHECK(local.u64(8) == 3);
+  CHECK(remote.u64(0) == 13);
+}
+
+CONFORMANCE_CASE("opcodes: an atomic on an unaligned remote address or with length != 8 is EINVAL at post") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& local = fx.make_buffer(64);
+  auto& remote = fx.make_buffer(64);
+  CHECK(fx.post_atomic(a, 1, opcode::atomic_fetch_and_add, local.sge(0, 8), remote.addr(4), remote.rkey(), 1) ==
+        EINVAL);
+  CHECK(fx.post_atomic(a, 2, opcode::atomic_cmp_and_swp, local.sge(0, 4), remote.addr(0), remote.rkey(), 1, 2) ==
+        EINVAL);
+  CHECK(fx.post_atomic(a, 3, opcode::atomic_fetch_and_add, local.sge(0, 16), remote.addr(0), remote.rkey(), 1) ==
+        EINVAL);
+  CHECK(fx.drain(a.send_cq, 3).empty());
+  CHECK(remote.u64(0) == 0);
+  CHECK(B::query_qp_state(a.qp) == qp_state::rts);
+}
+
+CONFORMANCE_CASE("opcodes: an opcode the transport lacks (UC READ/atomic, UD WRITE/READ)") {
+  fixture<B> fx;
+  const auto want = expected(ids::invalid_opcode, B::name);
+  auto& local = fx.make_buffer(64);
+  auto& remote = fx.make_buffer(64);
+  auto check_one = [&](const endpoint<B>& e, int rc) {
+    CHECK(rc == want.post_errno);
+    auto got = fx.drain(e.send_cq, 5);
+    if (want.req.is_nothing()) {
+      CHECK(got.empty());
+    } else {
+      REQUIRE(got.size() >= 1);
+      CONF_CHECK_STATUS(want.req, got[0].status);
+    }
+  };
+  SUBCASE("UC RDMA_READ") {
+    auto [a, b] = fx.make_pair({.type = qp_type::uc});
+    check_one(a, fx.post_rdma(a, 1, opcode::rdma_read, local.sge(0, 8), remote.addr(0), remote.rkey()));
+  }
+  SUBCASE("UC ATOMIC_FETCH_AND_ADD") {
+    auto [a, b] = fx.make_pair({.type = qp_type::uc});
+    check_one(a, fx.post_atomic(a, 1, opcode::atomic_fetch_and_add, local.sge(0, 8), remote.addr(0), remote.rkey(), 1));
+    CHECK(remote.u64(0) == 0);
+  }
+  SUBCASE("UD RDMA_WRITE") {
+    auto [a, b] = fx.make_pair({.type = qp_type::ud});
+    auto ah = fx.make_ah(fx.loopback_av());
+    check_one(a, fx.post_send(a, 1, opcode::rdma_write, {local.sge(0, 8)}, send_flags::signaled,
+                              [&](typename B::send_wr& w) {
+                                B::set_rdma(w, remote.addr(0), remote.rkey());
+                                B::set_ud(w, ah, b.num, default_qkey);
+                              }));
+  }
+  SUBCASE("UD RDMA_READ") {
+    auto [a, b] = fx.make_pair({.type = qp_type::ud});
+    auto ah = fx.make_ah(fx.loopback_av());
+    check_one(a, fx.post_send(a, 1, opcode::rdma_read, {local.sge(0, 8)}, send_flags::signaled,
+                              [&](typename B::send_wr& w) {
+                                B::set_rdma(w, remote.addr(0), remote.rkey());
+                                B::set_ud(w, ah, b.num, default_qkey);
+                              }));
+  }
+}
