@@ -1,0 +1,54 @@
+#pragma once
+/// Address handles (UD destinations): RAII over B::ah, and `ud_address`, the
+/// (AH, remote QPN, Q_Key) triple every UD send names.
+#include <rdmakit/backend.hpp>
+
+#include <cstdint>
+#include <utility>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+/// Where a UD send goes: an address handle, the remote QP number and its Q_Key.
+template <verbs_backend B>
+struct ud_address {
+  typename B::ah ah{};
+  std::uint32_t qpn = 0;
+  std::uint32_t qkey = default_qkey;
+};
+
+/// An address handle. Prefer protection_domain::create_ah(peer) which fills the
+/// address vector (GRH on RoCE) from an endpoint.
+template <verbs_backend B>
+class address_handle {
+ public:
+  address_handle() = default;
+  address_handle(typename B::pd pd, const ah_attr& attr) : ah_(B::create_ah(pd, attr)), attr_(attr) {}
+  address_handle(address_handle&& o) noexcept : ah_(std::exchange(o.ah_, {})), attr_(o.attr_) {}
+  address_handle& operator=(address_handle&& o) noexcept {
+    if (this != &o) {
+      release();
+      ah_ = std::exchange(o.ah_, {});
+      attr_ = o.attr_;
+    }
+    return *this;
+  }
+  ~address_handle() { release(); }
+
+  explicit operator bool() const noexcept { return ah_ != typename B::ah{}; }
+  /// The destination for UD sends to QP `qpn` behind this address.
+  ud_address<B> to(std::uint32_t qpn, std::uint32_t qkey = default_qkey) const noexcept {
+    return {ah_, qpn, qkey};
+  }
+  const ah_attr& attr() const noexcept { return attr_; }
+  typename B::ah native() const noexcept { return ah_; }
+
+ private:
+  void release() noexcept {
+    if (ah_ != typename B::ah{}) B::destroy_ah(ah_);
+    ah_ = {};
+  }
+  typename B::ah ah_{};
+  ah_attr attr_{};
+};
+
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,116 @@
+#pragma once
+/// A read-only view over one native work completion (`B::wc`) with named accessors.
+/// rdmakit keeps the top bit of every wr_id to itself: it marks receive WRs, so a
+/// flushed completion (whose opcode is meaningless) still says which queue it is from.
+/// Your wr_ids therefore have 63 bits.
+#include <rdmakit/backend.hpp>
+
+#include <bit>
+#include <cstdint>
+#include <string>
+#include <system_error>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+namespace detail {
+inline constexpr std::uint64_t recv_wr_bit = std::uint64_t{1} << 63;
+
+constexpr std::uint32_t net_to_host32(std::uint32_t v) noexcept {
+  if constexpr (std::endian::native == std::endian::little)
+    return (v >> 24) | ((v >> 8) & 0xff00u) | ((v << 8) & 0xff0000u) | (v << 24);
+  else
+    return v;
+}
+}  // namespace detail
+
+/// The cause of a failed completion and the usual fix, in one sentence.
+inline const char* explain(wc_status s) noexcept {
+  switch (s) {
+    case wc_status::success: return "success";
+    case wc_status::loc_len_err:
+      return "a receive buffer is smaller than the incoming message (UD: payload + 40-byte GRH)";
+    case wc_status::loc_qp_op_err:
+      return "the WR is not valid for this queue pair (opcode, SGE count, inline size or state)";
+    case wc_status::loc_prot_err:
+      return "a local SGE is wrong: bad lkey, range outside its region, region of another "
+             "protection domain, or a region without LOCAL_WRITE where the HCA writes";
+    case wc_status::wr_flush_err:
+      return "flushed: the queue pair moved to ERR (an earlier WR failed or the peer broke the "
+             "connection), so every outstanding WR completes with this status";
+    case wc_status::rem_inv_req_err:
+      return "the responder refused the request: its queue pair lacks the remote access flag, "
+             "the message is longer than its receive, or its max_dest_rd_atomic is 0";
+    case wc_status::rem_access_err:
+      return "the remote key, address range or the remote region's access rights do not allow "
+             "this operation";
+    case wc_status::rem_op_err:
+      return "the responder could not complete the operation (for example an invalid receive SGE)";
+    case wc_status::retry_exc_err:
+      return "the peer did not answer within retry_cnt timeouts: it is down, unreachable, or "
+             "its queue pair is not in RTR (check the endpoint exchange)";
+    case wc_status::rnr_retry_exc_err:
+      return "the peer had no receive posted (RNR) for rnr_retry attempts: post receives before "
+             "the sender sends";
+    case wc_status::loc_access_err: return "local access error (memory window or access rights)";
+    case wc_status::bad_resp_err: return "unexpected transport response from the peer";
+    case wc_status::fatal_err: return "fatal device error";
+    case wc_status::resp_timeout_err: return "response timeout";
+    default: return "see the device's documentation for this status";
+  }
+}
+
+/// One work completion, as polled from a completion queue.
+template <verbs_backend B>
+class completion {
+ public:
+  explicit completion(const typename B::wc& w, std::uint32_t recv_offset = 0) noexcept
+      : wc_(&w), recv_offset_(recv_offset) {}
+
+  /// The wr_id you posted (63 bits).
+  std::uint64_t wr_id() const noexcept { return B::get_wr_id(*wc_) & ~detail::recv_wr_bit; }
+  /// True for receive completions, flushed ones included.
+  bool is_recv() const noexcept { return (B::get_wr_id(*wc_) & detail::recv_wr_bit) != 0; }
+  bool is_send() const noexcept { return !is_recv(); }
+  wc_status status() const noexcept { return B::get_status(*wc_); }
+  bool ok() const noexcept { return status() == wc_status::success; }
+  /// Meaningful on success only.
+  wc_opcode opcode() const noexcept { return B::get_opcode(*wc_); }
+  /// Bytes transferred; on UD receives this includes the 40-byte GRH.
+  std::uint32_t byte_len() const noexcept { return B::get_byte_len(*wc_); }
+  /// Where the payload starts in the receive buffer (40 on UD receives, else 0).
+  std::uint32_t payload_offset() const noexcept { return is_recv() ? recv_offset_ : 0; }
+  /// Payload bytes (byte_len without the GRH area).
+  std::uint32_t payload_len() const noexcept {
+    auto n = byte_len();
+    auto off = payload_offset();
+    return n >= off ? n - off : 0;
+  }
+  /// The local queue pair this completion belongs to.
+  std::uint32_t qp_num() const noexcept { return B::get_qp_num(*wc_); }
+  /// The sending queue pair (UD receives only).
+  std::uint32_t src_qp() const noexcept { return B::get_src_qp(*wc_); }
+  wc_flags flags() const noexcept { return B::get_wc_flags(*wc_); }
+  bool has_imm() const noexcept { return has_any(flags(), wc_flags::with_imm); }
+  bool has_grh() const noexcept { return has_any(flags(), wc_flags::grh); }
+  /// Immediate data in host byte order (as passed to send_imm/write_imm).
+  std::uint32_t imm() const noexcept { return detail::net_to_host32(B::get_imm(*wc_)); }
+  std::uint32_t vendor_err() const noexcept { return B::get_vendor_err(*wc_); }
+  std::error_code error_code() const noexcept { return make_error_code(status()); }
+  /// "REM_ACCESS_ERR ..." style text: status, what it means, QP and wr_id.
+  std::string status_message() const {
+    std::string s = to_string(status());
+    if (ok()) return s;
+    s += " on ";
+    s += is_recv() ? "receive" : "send";
+    s += " wr_id " + std::to_string(wr_id()) + " of QP " + std::to_string(qp_num()) + ": ";
+    s += explain(status());
+    return s;
+  }
+  const typename B::wc& native() const noexcept { return *wc_; }
+
+ private:
+  const typename B::wc* wc_;
+  std::uint32_t recv_offset_;
+};
+
+RDMAKIT_END_NAMESPACE

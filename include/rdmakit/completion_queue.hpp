@@ -1,0 +1,238 @@
+#pragma once
+/// A completion queue: RAII over B::cq (and its completion channel when the polling
+/// policy sleeps). It knows its granted capacity and the entries promised to the queue
+/// pairs attached to it, so a QP that could overflow it is refused at creation. Every
+/// completion polled goes through the accounting of the QP it belongs to (routed by
+/// qp_num), which gives send-queue credits back; `dispatch()` then hands it to that QP's
+/// handler. Handlers must not throw: polling is noexcept.
+#include <rdmakit/backend.hpp>
+#include <rdmakit/completion.hpp>
+#include <rdmakit/detail/qp_link.hpp>
+#include <rdmakit/polling.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+namespace detail {
+// Lets the typed objects reach each other's shared blocks without public accessors.
+struct policy_access {
+  template <class CQ>
+  static auto* block(CQ& cq) noexcept {
+    return cq.blk_.get();
+  }
+  template <class QP>
+  static auto* link(QP& qp) noexcept {
+    return qp.parts_.link.get();
+  }
+};
+}  // namespace detail
+
+/// A completion queue polled with policy P (busy_poll, event_driven or adaptive).
+template <verbs_backend B, polling P = busy_poll<>>
+class completion_queue {
+ public:
+  using backend = B;
+  using polling_policy = P;
+
+  /// An empty handle.
+  completion_queue() = default;
+
+  /// Creates a CQ of at least `entries` entries on an open device context. Prefer
+  /// device::create_cq.
+  completion_queue(typename B::context ctx, int entries, int comp_vector = 0)
+      : blk_(std::make_unique<detail::cq_block<B>>()) {
+    if (entries <= 0)
+      throw verbs_error("ibv_create_cq", EINVAL,
+                        "a completion queue needs at least 1 entry (asked for " +
+                            std::to_string(entries) + ")");
+    if constexpr (P::needs_channel) blk_->channel = B::create_comp_channel(ctx);
+    try {
+      blk_->cq = B::create_cq(ctx, entries, blk_->channel, comp_vector);
+    } catch (...) {
+      if constexpr (P::needs_channel) B::destroy_comp_channel(blk_->channel);
+      throw;
+    }
+    blk_->capacity = B::cq_capacity(blk_->cq);
+  }
+
+  completion_queue(completion_queue&&) noexcept = default;
+  completion_queue& operator=(completion_queue&& o) noexcept {
+    if (this != &o) {
+      release();
+      blk_ = std::move(o.blk_);
+    }
+    return *this;
+  }
+  ~completion_queue() { release(); }
+
+  explicit operator bool() const noexcept { return blk_ != nullptr; }
+  /// Entries the device granted (at least what was asked).
+  int capacity() const noexcept { return blk_->capacity; }
+  /// Entries promised to attached queue pairs (the sum of their queue depths).
+  std::uint64_t reserved() const noexcept { return blk_->reserved; }
+  /// Queue pairs attached to this CQ.
+  std::size_t attached() const noexcept { return blk_->routes.size(); }
+  /// Completions polled for a qp_num with no handler (dispatch) or no live QP.
+  std::uint64_t unrouted() const noexcept { return blk_->unrouted; }
+  /// CQ events received but not acknowledged yet (all are acked before destruction).
+  unsigned unacked_events() const noexcept { return blk_->unacked; }
+  typename B::cq native() const noexcept { return blk_->cq; }
+  typename B::channel native_channel() const noexcept { return blk_->channel; }
+
+  /// Polls one batch (up to P::batch) and calls f(completion<B>) for each, after the
+  /// owning QP's credit accounting. Returns the count, or -errno if poll_cq failed.
+  template <class F>
+  int poll(F&& f) noexcept {
+    return poll_impl_([&f](detail::qp_link<B>*, const completion<B>& c) { f(c); });
+  }
+
+  /// Polls until the CQ is empty; returns the total count (or -errno).
+  template <class F>
+  int drain(F&& f) noexcept {
+    int total = 0;
+    for (;;) {
+      int n = poll(f);
+      if (n < 0) return n;
+      total += n;
+      if (n < P::batch) return total;
+    }
+  }
+
+  /// Waits up to `timeout` for completions with the polling policy, then delivers one
+  /// batch to f. Returns the count (0 on timeout) or -errno.
+  template <class F>
+  int wait(F&& f, std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+    ops<F> o{this, f};
+    return P::wait(o, timeout);
+  }
+
+  /// Routes this QP's completions to `handler` (called by dispatch). Replaces any
+  /// previous handler. The QP must be attached to this CQ.
+  template <class QP, class F>
+  void on(QP& qp, F handler) {
+    auto* link = detail::policy_access::link(qp);
+    if (link->send_cq != blk_.get() && link->recv_cq != blk_.get())
+      throw verbs_error("completion_queue::on", EINVAL,
+                        "QP " + std::to_string(link->qp_num) + " is not attached to this CQ");
+    link->reset_handler();
+    link->handler_ctx = new F(std::move(handler));
+    link->handler = [](void* ctx, const completion<B>& c) { (*static_cast<F*>(ctx))(c); };
+    link->handler_free = [](void* ctx) { delete static_cast<F*>(ctx); };
+  }
+
+  /// Polls one batch and hands each completion to its QP's handler; completions of
+  /// QPs without a handler go to `fallback`.
+  template <class F>
+  int dispatch(F&& fallback) noexcept {
+    return poll_impl_([&](detail::qp_link<B>* l, const completion<B>& c) {
+      if (l && l->handler)
+        l->handler(l->handler_ctx, c);
+      else
+        fallback(c);
+    });
+  }
+  /// As dispatch(fallback), counting unhandled completions in unrouted().
+  int dispatch() noexcept {
+    return dispatch([this](const completion<B>&) { ++blk_->unrouted; });
+  }
+  /// Waits with the policy, then dispatches one batch.
+  int dispatch_wait(std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+    auto f = [this](const completion<B>&) { ++blk_->unrouted; };
+    dispatch_ops<decltype(f)> o{this, f};
+    return P::wait(o, timeout);
+  }
+
+  /// Acknowledges the CQ events received so far (done automatically in batches).
+  void ack_events() noexcept {
+    if (blk_ && blk_->unacked) {
+      B::ack_cq_events(blk_->cq, blk_->unacked);
+      blk_->unacked = 0;
+    }
+  }
+
+ private:
+  friend struct detail::policy_access;
+
+  template <class G>
+  RDMAKIT_ALWAYS_INLINE int poll_impl_(G&& g) noexcept {
+    typename B::wc wcs[P::batch];
+    auto& b = *blk_;
+    int n = B::poll_cq(b.cq, P::batch, wcs);
+    for (int i = 0; i < n; ++i) {
+      detail::qp_link<B>* l = b.find(B::get_qp_num(wcs[i]));
+      if (RDMAKIT_LIKELY(l != nullptr)) {
+        l->account(wcs[i]);
+        g(l, completion<B>(wcs[i], l->recv_offset));
+      } else {
+        ++b.unrouted;
+        g(l, completion<B>(wcs[i], 0));
+      }
+    }
+    return n;
+  }
+
+  int arm_() noexcept {
+    if constexpr (P::needs_channel) {
+      if (blk_->armed) return 0;
+      int e = B::req_notify_cq(blk_->cq, false);
+      if (e == 0) blk_->armed = true;
+      return e;
+    } else {
+      return 0;
+    }
+  }
+
+  int wait_event_(std::chrono::milliseconds timeout) noexcept {
+    if constexpr (P::needs_channel) {
+      typename B::cq got{};
+      int e = B::get_cq_event(blk_->channel, timeout, got);
+      if (e != 0) return e;
+      // One channel per CQ, so the event is ours. Acks are batched.
+      blk_->armed = false;
+      if (++blk_->unacked >= P::ack_batch) ack_events();
+      return 0;
+    } else {
+      (void)timeout;
+      return EAGAIN;
+    }
+  }
+
+  template <class F>
+  struct ops {
+    completion_queue* cq;
+    F& f;
+    int poll() noexcept { return cq->poll(f); }
+    int arm() noexcept { return cq->arm_(); }
+    int wait_event(std::chrono::milliseconds t) noexcept { return cq->wait_event_(t); }
+  };
+  template <class F>
+  struct dispatch_ops {
+    completion_queue* cq;
+    F& f;
+    int poll() noexcept { return cq->dispatch(f); }
+    int arm() noexcept { return cq->arm_(); }
+    int wait_event(std::chrono::milliseconds t) noexcept { return cq->wait_event_(t); }
+  };
+
+  void release() noexcept {
+    if (!blk_) return;
+    // Queue pairs must go first; a CQ destroyed under them would leave them dangling.
+    assert(blk_->routes.empty() && "destroy the queue pairs before their completion queue");
+    ack_events();
+    if (blk_->cq) B::destroy_cq(blk_->cq);
+    if constexpr (P::needs_channel)
+      if (blk_->channel) B::destroy_comp_channel(blk_->channel);
+    blk_.reset();
+  }
+
+  std::unique_ptr<detail::cq_block<B>> blk_;
+};
+
+
+RDMAKIT_END_NAMESPACE

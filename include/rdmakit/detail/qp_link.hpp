@@ -1,0 +1,101 @@
+#pragma once
+// The state a completion queue shares with the queue pairs attached to it: routing by
+// qp_num, send/receive credit accounting, CQ capacity accounting, per-QP handlers.
+// Both live on the heap so the RAII handles stay movable while pointers stay valid.
+#include <rdmakit/backend.hpp>
+#include <rdmakit/completion.hpp>
+#include <rdmakit/signaling.hpp>
+
+#include <algorithm>
+#include <cassert>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace detail {
+
+template <class B>
+struct cq_block;
+
+template <class B>
+struct qp_link {
+  std::uint32_t qp_num = 0;
+  std::uint32_t recv_offset = 0;
+  sq_credits sq;
+  std::uint32_t rq_depth = 0;
+  std::uint32_t rq_held = 0;
+  bool error = false;
+  wc_status first_error = wc_status::success;
+  cq_block<B>* send_cq = nullptr;
+  cq_block<B>* recv_cq = nullptr;
+  void (*handler)(void*, const completion<B>&) = nullptr;
+  void* handler_ctx = nullptr;
+  void (*handler_free)(void*) = nullptr;
+
+  qp_link() = default;
+  qp_link(const qp_link&) = delete;
+  qp_link& operator=(const qp_link&) = delete;
+  ~qp_link() { reset_handler(); }
+
+  void reset_handler() noexcept {
+    if (handler_free) handler_free(handler_ctx);
+    handler = nullptr;
+    handler_ctx = nullptr;
+    handler_free = nullptr;
+  }
+
+  RDMAKIT_ALWAYS_INLINE void account(const typename B::wc& w) noexcept {
+    const bool recv = (B::get_wr_id(w) & recv_wr_bit) != 0;
+    if (RDMAKIT_LIKELY(B::get_status(w) == wc_status::success)) {
+      if (recv)
+        --rq_held;
+      else
+        sq.on_signaled_completion();
+    } else {
+      if (!error) {
+        error = true;
+        first_error = B::get_status(w);
+      }
+      if (recv && rq_held) --rq_held;
+    }
+  }
+};
+
+template <class B>
+struct cq_block {
+  typename B::cq cq{};
+  typename B::channel channel{};
+  int capacity = 0;
+  std::uint64_t reserved = 0;  // entries promised to attached QPs
+  std::vector<std::pair<std::uint32_t, qp_link<B>*>> routes;  // sorted by qp_num
+  qp_link<B>* last = nullptr;
+  unsigned unacked = 0;
+  bool armed = false;
+  std::uint64_t unrouted = 0;
+
+  RDMAKIT_ALWAYS_INLINE qp_link<B>* find(std::uint32_t qpn) noexcept {
+    if (RDMAKIT_LIKELY(last && last->qp_num == qpn)) return last;
+    auto it = std::lower_bound(routes.begin(), routes.end(), qpn,
+                               [](const auto& r, std::uint32_t n) { return r.first < n; });
+    if (it == routes.end() || it->first != qpn) return nullptr;
+    return last = it->second;
+  }
+
+  void attach(qp_link<B>* l, std::uint32_t entries) {
+    reserved += entries;
+    auto it = std::lower_bound(routes.begin(), routes.end(), l->qp_num,
+                               [](const auto& r, std::uint32_t n) { return r.first < n; });
+    if (it == routes.end() || it->first != l->qp_num) routes.insert(it, {l->qp_num, l});
+  }
+
+  void detach(qp_link<B>* l, std::uint32_t entries) noexcept {
+    reserved -= std::min<std::uint64_t>(reserved, entries);
+    std::erase_if(routes, [l](const auto& r) { return r.second == l; });
+    if (last == l) last = nullptr;
+  }
+};
+
+}  // namespace detail
+RDMAKIT_END_NAMESPACE

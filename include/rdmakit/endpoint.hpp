@@ -1,0 +1,23 @@
+#pragma once
+/// What one side of a connection tells the other: everything the peer's INIT→RTR
+/// transition (or a UD address handle) needs. A queue pair describes itself with
+/// `local_endpoint()`; connect() takes the peer's.
+#include <rdmakit/types.hpp>
+
+#include <cstdint>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+/// A queue pair's address: LID (InfiniBand), QP number, starting PSN, GID (RoCE, or
+/// IB across subnets) and the active MTU of its port.
+struct endpoint {
+  std::uint16_t lid = 0;
+  std::uint32_t qpn = 0;
+  std::uint32_t psn = 0;  ///< 24 bits: the first PSN this side sends
+  ::rdmakit::gid gid{};
+  ::rdmakit::mtu mtu = ::rdmakit::mtu::mtu_1024;
+
+  friend constexpr bool operator==(const endpoint&, const endpoint&) = default;
+};
+
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,297 @@
+#pragma once
+/// Registered memory: `memory_region<B, Access>` (access rights are part of the type),
+/// `remote_region<Access>` (address, rkey, length: what a peer needs to target the
+/// region, obtainable only from a region whose type allows remote access), the untyped
+/// `local_buffer` (address, length, lkey) the data path takes, and `registered_pool`
+/// (one registration, fixed-size slices handed out and returned without touching the
+/// device: no registration per message).
+#include <rdmakit/backend.hpp>
+
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+/// The remote access bits of an access set.
+inline constexpr access remote_access_bits =
+    access::remote_write | access::remote_read | access::remote_atomic;
+
+/// A local buffer inside a registered region: what a scatter/gather entry holds.
+struct local_buffer {
+  std::uint64_t addr = 0;
+  std::uint32_t length = 0;
+  std::uint32_t lkey = 0;
+
+  /// `len` bytes from `offset` (clamped to this buffer).
+  constexpr local_buffer sub(std::uint32_t offset, std::uint32_t len) const noexcept {
+    if (offset > length) offset = length;
+    if (len > length - offset) len = length - offset;
+    return {addr + offset, len, lkey};
+  }
+  /// The first `len` bytes.
+  constexpr local_buffer first(std::uint32_t len) const noexcept { return sub(0, len); }
+  std::byte* data() const noexcept { return reinterpret_cast<std::byte*>(addr); }
+};
+
+/// A remote memory descriptor: address, rkey and length, with the access rights the
+/// owner registered. Build one with memory_region::remote(); only for descriptors
+/// received from a peer (or tests) use the loudly named `unchecked`.
+template <access Rights = remote_access_bits>
+class remote_region {
+ public:
+  static constexpr access rights = Rights;
+
+  constexpr remote_region() = default;
+
+  /// A descriptor nobody checked: the rights are whatever `Rights` claims. For
+  /// descriptors received from peers and for tests of wrong keys.
+  static constexpr remote_region unchecked(std::uint64_t addr, std::uint32_t rkey,
+                                           std::uint64_t length) noexcept {
+    return remote_region(addr, rkey, length);
+  }
+
+  constexpr std::uint64_t addr() const noexcept { return addr_; }
+  constexpr std::uint32_t rkey() const noexcept { return rkey_; }
+  constexpr std::uint64_t length() const noexcept { return length_; }
+
+  /// `len` bytes from `offset` (clamped to this region).
+  constexpr remote_region sub(std::uint64_t offset, std::uint64_t len) const noexcept {
+    if (offset > length_) offset = length_;
+    if (len > length_ - offset) len = length_ - offset;
+    return remote_region(addr_ + offset, rkey_, len);
+  }
+
+  /// The same descriptor with fewer rights (never more).
+  template <access Fewer>
+  constexpr remote_region<Fewer> narrow() const noexcept {
+    static_assert((Rights & Fewer) == Fewer, "narrow<>() can only drop access rights");
+    return remote_region<Fewer>::unchecked(addr_, rkey_, length_);
+  }
+
+  friend constexpr bool operator==(const remote_region&, const remote_region&) = default;
+
+ private:
+  template <verbs_backend, access>
+  friend class memory_region;
+  constexpr remote_region(std::uint64_t a, std::uint32_t k, std::uint64_t l) noexcept
+      : addr_(a), rkey_(k), length_(l) {}
+  std::uint64_t addr_ = 0;
+  std::uint32_t rkey_ = 0;
+  std::uint64_t length_ = 0;
+};
+
+namespace detail {
+struct aligned_free {
+  void operator()(std::byte* p) const noexcept { ::operator delete[](p, std::align_val_t{4096}); }
+};
+using aligned_bytes = std::unique_ptr<std::byte[], aligned_free>;
+
+inline aligned_bytes allocate_zeroed(std::size_t bytes) {
+  auto* p = static_cast<std::byte*>(::operator new[](bytes ? bytes : 1, std::align_val_t{4096}));
+  std::memset(p, 0, bytes);
+  return aligned_bytes(p);
+}
+}  // namespace detail
+
+/// A registered memory region with access rights `Access` (local_write, remote_*).
+/// Owns its buffer when made with protection_domain::allocate, else borrows it.
+template <verbs_backend B, access Access>
+class memory_region {
+ public:
+  static constexpr access rights = Access;
+  /// Whether peers may target this region (any remote bit).
+  static constexpr bool remote_access = has_any(Access, remote_access_bits);
+
+  memory_region() = default;
+
+  /// Registers `length` bytes at `addr` (borrowed: they must outlive the region).
+  memory_region(typename B::pd pd, void* addr, std::size_t length)
+      : mr_(register_(pd, addr, length)), data_(static_cast<std::byte*>(addr)), size_(length) {}
+
+  /// Allocates `length` zeroed, page-aligned bytes and registers them.
+  static memory_region allocate(typename B::pd pd, std::size_t length) {
+    auto buf = detail::allocate_zeroed(length);
+    memory_region r(pd, buf.get(), length);
+    r.owned_ = std::move(buf);
+    return r;
+  }
+
+  memory_region(memory_region&& o) noexcept
+      : mr_(std::exchange(o.mr_, {})),
+        data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        owned_(std::move(o.owned_)) {}
+  memory_region& operator=(memory_region&& o) noexcept {
+    if (this != &o) {
+      release();
+      mr_ = std::exchange(o.mr_, {});
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      owned_ = std::move(o.owned_);
+    }
+    return *this;
+  }
+  ~memory_region() { release(); }
+
+  explicit operator bool() const noexcept { return mr_ != typename B::mr{}; }
+  std::byte* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
+  std::uint32_t lkey() const noexcept { return B::mr_lkey(mr_); }
+  typename B::mr native() const noexcept { return mr_; }
+
+  /// The whole region as a local buffer (regions above 4 GiB: use local(offset, len)).
+  local_buffer local() const noexcept { return local(0, size_); }
+  /// `len` bytes from `offset` as a local buffer (clamped to the region).
+  local_buffer local(std::size_t offset, std::size_t len) const noexcept {
+    if (offset > size_) offset = size_;
+    if (len > size_ - offset) len = size_ - offset;
+    if (len > 0xFFFFFFFFu) len = 0xFFFFFFFFu;
+    return {reinterpret_cast<std::uint64_t>(data_ + offset), static_cast<std::uint32_t>(len), lkey()};
+  }
+
+  /// The remote key. Only regions registered with a remote access bit have one worth
+  /// sending.
+  std::uint32_t rkey() const noexcept {
+    static_assert(remote_access,
+                  "rkey(): this memory_region was registered without remote access; add "
+                  "access::remote_write, remote_read or remote_atomic to its access flags");
+    return B::mr_rkey(mr_);
+  }
+
+  /// The descriptor a peer needs to READ/WRITE/atomically access this region.
+  remote_region<Access & remote_access_bits> remote() const noexcept {
+    static_assert(remote_access,
+                  "remote(): this memory_region was registered without remote access; add "
+                  "access::remote_write, remote_read or remote_atomic to its access flags");
+    return remote_region<Access & remote_access_bits>(reinterpret_cast<std::uint64_t>(data_),
+                                                      B::mr_rkey(mr_), size_);
+  }
+
+ private:
+  static typename B::mr register_(typename B::pd pd, void* addr, std::size_t length) {
+    if (!addr || length == 0)
+      throw verbs_error("ibv_reg_mr", EINVAL,
+                        "cannot register " + std::to_string(length) +
+                            " bytes at a null address: give a non-empty buffer");
+    return B::reg_mr(pd, addr, length, Access);
+  }
+  void release() noexcept {
+    if (mr_ != typename B::mr{}) B::dereg_mr(mr_);
+    mr_ = {};
+    owned_.reset();
+  }
+
+  typename B::mr mr_{};
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  detail::aligned_bytes owned_;
+};
+
+/// One registered region cut into `slots` slices of `slot_size` bytes. acquire() and
+/// the slices' destructors never touch the device: the data path can take and return
+/// buffers per message. Single-threaded; slices must be gone before the pool.
+template <verbs_backend B, access Access>
+class registered_pool {
+  struct state {
+    memory_region<B, Access> region;
+    std::size_t slot_size = 0;
+    std::size_t slots = 0;
+    std::vector<std::uint32_t> free;  // stack of free slot indexes
+  };
+
+ public:
+  static constexpr access rights = Access;
+
+  /// A slice of the pool; goes back to the pool when destroyed. Empty when the pool
+  /// was exhausted (test with `if (slice)`).
+  class slice {
+   public:
+    slice() = default;
+    slice(slice&& o) noexcept : st_(std::exchange(o.st_, nullptr)), index_(o.index_) {}
+    slice& operator=(slice&& o) noexcept {
+      if (this != &o) {
+        reset();
+        st_ = std::exchange(o.st_, nullptr);
+        index_ = o.index_;
+      }
+      return *this;
+    }
+    ~slice() { reset(); }
+
+    explicit operator bool() const noexcept { return st_ != nullptr; }
+    std::size_t index() const noexcept { return index_; }
+    std::size_t size() const noexcept { return st_->slot_size; }
+    std::byte* data() const noexcept { return st_->region.data() + offset(); }
+    std::span<std::byte> bytes() const noexcept { return {data(), size()}; }
+    std::uint32_t lkey() const noexcept { return st_->region.lkey(); }
+    /// The whole slice as a local buffer (carries the pool's lkey).
+    local_buffer local() const noexcept { return st_->region.local(offset(), size()); }
+    /// The first `len` bytes of the slice.
+    local_buffer local(std::size_t len) const noexcept {
+      return st_->region.local(offset(), len < size() ? len : size());
+    }
+    /// This slice as a remote descriptor (pools with remote access only).
+    remote_region<Access & remote_access_bits> remote() const noexcept {
+      return st_->region.remote().sub(offset(), size());
+    }
+    /// Gives the slice back to the pool now.
+    void reset() noexcept {
+      if (st_) st_->free.push_back(static_cast<std::uint32_t>(index_));  // capacity reserved
+      st_ = nullptr;
+    }
+
+   private:
+    friend class registered_pool;
+    slice(state* s, std::size_t i) noexcept : st_(s), index_(i) {}
+    std::size_t offset() const noexcept { return index_ * st_->slot_size; }
+    state* st_ = nullptr;
+    std::size_t index_ = 0;
+  };
+
+  registered_pool() = default;
+
+  /// Allocates and registers slots × slot_size bytes (slot_size rounded up to 64).
+  registered_pool(typename B::pd pd, std::size_t slot_size, std::size_t slots)
+      : st_(std::make_unique<state>()) {
+    if (slot_size == 0 || slots == 0 || slots > 0xFFFFFFFFu)
+      throw verbs_error("ibv_reg_mr", EINVAL,
+                        "a registered pool needs slot_size > 0 and 0 < slots < 2^32 (got " +
+                            std::to_string(slot_size) + " × " + std::to_string(slots) + ")");
+    st_->slot_size = (slot_size + 63) / 64 * 64;
+    st_->slots = slots;
+    st_->region = memory_region<B, Access>::allocate(pd, st_->slot_size * slots);
+    st_->free.reserve(slots);
+    for (std::size_t i = slots; i-- > 0;) st_->free.push_back(static_cast<std::uint32_t>(i));
+  }
+  registered_pool(registered_pool&&) noexcept = default;
+  registered_pool& operator=(registered_pool&&) noexcept = default;
+  ~registered_pool() {
+    assert((!st_ || st_->free.size() == st_->slots) && "return every slice before destroying its pool");
+  }
+
+  /// A free slice, or an empty one when all are in use. Never allocates.
+  slice acquire() noexcept {
+    if (st_->free.empty()) return {};
+    auto i = st_->free.back();
+    st_->free.pop_back();
+    return slice(st_.get(), i);
+  }
+  std::size_t available() const noexcept { return st_->free.size(); }
+  std::size_t slots() const noexcept { return st_->slots; }
+  std::size_t slot_size() const noexcept { return st_->slot_size; }
+  const memory_region<B, Access>& region() const noexcept { return st_->region; }
+
+ private:
+  std::unique_ptr<state> st_;
+};
+
+RDMAKIT_END_NAMESPACE

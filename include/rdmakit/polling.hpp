@@ -1,0 +1,100 @@
+#pragma once
+/// Polling policies: how `completion_queue::wait` waits for completions.
+///  - `busy_poll<Batch>`: spin on poll_cq (lowest latency, one core busy).
+///  - `event_driven<Batch, AckBatch>`: block on the completion channel. The only wait
+///    is drain → arm → re-poll → block, so a completion that lands between the last
+///    poll and the arm is found by the re-poll instead of being stranded; events are
+///    acknowledged in batches of AckBatch and all of them before the CQ is destroyed.
+///  - `adaptive<Spin, Batch, AckBatch>`: poll Spin times, then wait like event_driven.
+/// The wait algorithms work on any `Ops` with poll()/arm()/wait_event(timeout), so
+/// they are tested on their own as well as through the completion queue.
+#include <rdmakit/config.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+namespace detail {
+// Ops: int poll() (count or -errno), int arm() (errno), int wait_event(ms) (0: an event
+// arrived, ETIMEDOUT/EAGAIN: none in time, else errno).
+template <class Ops>
+int event_wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int n = ops.poll();  // drain: return whatever is there before sleeping
+    if (n != 0) return n;
+    if (int e = ops.arm()) return -e;
+    n = ops.poll();  // re-poll: catches a completion that landed before the arm
+    if (n != 0) return n;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() < 0) left = std::chrono::milliseconds{0};
+    int e = ops.wait_event(left);
+    if (e == ETIMEDOUT || e == EAGAIN) return ops.poll();  // last look, then give up
+    if (e != 0) return -e;
+  }
+}
+}  // namespace detail
+
+/// Spin on the CQ; `wait` returns as soon as a poll finds completions.
+template <int Batch = 16>
+struct busy_poll {
+  static_assert(Batch >= 1, "busy_poll<Batch> needs Batch >= 1");
+  static constexpr int batch = Batch;
+  static constexpr bool needs_channel = false;
+  static constexpr unsigned ack_batch = 1;
+
+  template <class Ops>
+  static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (unsigned i = 1;; ++i) {
+      int n = ops.poll();
+      if (n != 0) return n;
+      if (i % 64 == 0 && std::chrono::steady_clock::now() >= deadline) return 0;
+    }
+  }
+};
+
+/// Sleep on the completion channel (drain → arm → re-poll → block; batched acks).
+template <int Batch = 16, unsigned AckBatch = 16>
+struct event_driven {
+  static_assert(Batch >= 1 && AckBatch >= 1, "event_driven needs Batch >= 1 and AckBatch >= 1");
+  static constexpr int batch = Batch;
+  static constexpr bool needs_channel = true;
+  static constexpr unsigned ack_batch = AckBatch;
+
+  template <class Ops>
+  static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
+    return detail::event_wait(ops, timeout);
+  }
+};
+
+/// Poll up to Spin times, then sleep on the channel like event_driven.
+template <unsigned Spin = 1024, int Batch = 16, unsigned AckBatch = 16>
+struct adaptive {
+  static_assert(Batch >= 1 && AckBatch >= 1, "adaptive needs Batch >= 1 and AckBatch >= 1");
+  static constexpr unsigned spin = Spin;
+  static constexpr int batch = Batch;
+  static constexpr bool needs_channel = true;
+  static constexpr unsigned ack_batch = AckBatch;
+
+  template <class Ops>
+  static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
+    for (unsigned i = 0; i < Spin; ++i)
+      if (int n = ops.poll(); n != 0) return n;
+    return detail::event_wait(ops, timeout);
+  }
+};
+
+/// A polling policy: one of the three above, or a type with the same facts.
+template <class P>
+concept polling = requires {
+  { P::batch } -> std::convertible_to<int>;
+  { P::needs_channel } -> std::convertible_to<bool>;
+  { P::ack_batch } -> std::convertible_to<unsigned>;
+};
+
+RDMAKIT_END_NAMESPACE

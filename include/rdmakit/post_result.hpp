@@ -1,0 +1,73 @@
+#pragma once
+/// The status of a post on the data path. Posting never throws: it returns a
+/// `post_result` saying whether every WR was handed to the device and, if not, why.
+#include <rdmakit/error.hpp>
+
+#include <cstdint>
+#include <cstring>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+/// Why a post did not go through.
+enum class post_status : std::uint8_t {
+  ok = 0,
+  sq_full,         ///< no send-queue credit: poll the CQ, then post again
+  rq_full,         ///< the receive queue holds max_recv_wr receives already
+  qp_error,        ///< the queue pair is in ERR: a completion failed or it was flushed
+  recv_too_small,  ///< a UD receive smaller than the 40-byte GRH area
+  backend_error,   ///< the device refused the WR; `err` holds the errno
+};
+
+/// Outcome of a post (one WR or a list). `posted` counts the WRs of a list that
+/// reached the device; on failure the first one not posted is `posted` (its bad_wr).
+struct [[nodiscard]] post_result {
+  post_status status = post_status::ok;
+  int err = 0;              ///< errno from the backend when status is backend_error
+  std::uint32_t posted = 0;
+
+  constexpr bool ok() const noexcept { return status == post_status::ok; }
+  constexpr explicit operator bool() const noexcept { return ok(); }
+
+  /// What happened and what to do, in one sentence.
+  const char* message() const noexcept {
+    switch (status) {
+      case post_status::ok: return "posted";
+      case post_status::sq_full:
+        return "send queue full: every slot is held by a WR whose (covering) completion was not "
+               "polled yet; poll the completion queue, then post again";
+      case post_status::rq_full:
+        return "receive queue full: max_recv_wr receives are posted and not completed; poll the "
+               "completion queue or create the queue pair with a larger max_recv_wr";
+      case post_status::qp_error:
+        return "queue pair in ERR: an earlier completion failed (or the peer broke the "
+               "connection) and outstanding WRs are flushed; poll them and reconnect";
+      case post_status::recv_too_small:
+        return "UD receive buffer smaller than the 40-byte GRH area every UD receive starts "
+               "with: give at least 40 bytes plus the largest payload";
+      case post_status::backend_error:
+        switch (err) {
+          case EINVAL:
+            return "the device rejected the WR (EINVAL): too many SGEs, inline data above "
+                   "max_inline_data, a bad opcode for the transport or the queue pair state";
+          case ENOMEM: return "the device queue is full (ENOMEM)";
+          default: return "the device rejected the WR (see err)";
+        }
+    }
+    return "unknown post status";
+  }
+};
+
+/// Short name of a post status ("sq_full").
+constexpr const char* to_string(post_status s) noexcept {
+  switch (s) {
+    case post_status::ok: return "ok";
+    case post_status::sq_full: return "sq_full";
+    case post_status::rq_full: return "rq_full";
+    case post_status::qp_error: return "qp_error";
+    case post_status::recv_too_small: return "recv_too_small";
+    case post_status::backend_error: return "backend_error";
+  }
+  return "unknown";
+}
+
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,110 @@
+#pragma once
+/// A pool of queue pairs of one type sharing completion queues: created together
+/// (the CQ capacity is checked for all of them before the first is made), connected
+/// together (one peer endpoint each), then used by index, by qp_num, or round-robin.
+#include <rdmakit/queue_pair.hpp>
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+/// N queue pairs of transport T / signaling S in state State (init or rts).
+template <verbs_backend B, transport T, signaling S = signal_all, qp_state State = qp_state::init>
+class qp_pool {
+ public:
+  using queue_pair_type = queue_pair<B, T, S, State>;
+
+  qp_pool() = default;
+
+  /// Creates `count` queue pairs in INIT on `cq`. Prefer protection_domain::create_qp_pool.
+  template <polling P>
+  static qp_pool create(typename B::pd pd, const detail::device_state<B>& dev, completion_queue<B, P>& cq,
+                        std::size_t count, const qp_cap& caps, const qp_options& o = {})
+    requires(State == qp_state::init)
+  {
+    auto* blk = detail::policy_access::block(cq);
+    std::uint64_t per = std::uint64_t{caps.max_send_wr} + caps.max_recv_wr;
+    std::uint64_t need = blk->reserved + per * count;
+    if (need > static_cast<std::uint64_t>(blk->capacity))
+      throw verbs_error("ibv_create_qp", EINVAL,
+                        "CQ of " + std::to_string(blk->capacity) + " entries is too small for a pool of " +
+                            std::to_string(count) + " " + std::string(T::name) + " queue pairs of " +
+                            std::to_string(caps.max_send_wr) + " send + " + std::to_string(caps.max_recv_wr) +
+                            " receive WRs each: create it with at least " + std::to_string(need) + " entries");
+    qp_pool p;
+    p.qps_.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      qp_options oi = o;
+      if (o.psn) oi.psn = (*o.psn + static_cast<std::uint32_t>(i)) & psn_mask;
+      p.qps_.push_back(queue_pair_type::create(pd, dev, cq, cq, caps, oi));
+    }
+    return p;
+  }
+
+  qp_pool(qp_pool&&) noexcept = default;
+  qp_pool& operator=(qp_pool&&) noexcept = default;
+
+  std::size_t size() const noexcept { return qps_.size(); }
+  queue_pair_type& operator[](std::size_t i) noexcept { return qps_[i]; }
+  const queue_pair_type& operator[](std::size_t i) const noexcept { return qps_[i]; }
+  auto begin() noexcept { return qps_.begin(); }
+  auto end() noexcept { return qps_.end(); }
+
+  /// The queue pair with this number, or nullptr.
+  queue_pair_type* find(std::uint32_t qp_num) noexcept {
+    for (auto& q : qps_)
+      if (q.qp_num() == qp_num) return &q;
+    return nullptr;
+  }
+
+  /// The next queue pair in round-robin order (spreads load over the pool).
+  queue_pair_type& next() noexcept {
+    auto& q = qps_[cursor_];
+    cursor_ = cursor_ + 1 == qps_.size() ? 0 : cursor_ + 1;
+    return q;
+  }
+
+  /// The endpoints to send to the peer, in pool order.
+  std::vector<endpoint> local_endpoints() const {
+    std::vector<endpoint> v;
+    v.reserve(qps_.size());
+    for (const auto& q : qps_) v.push_back(q.local_endpoint());
+    return v;
+  }
+
+  /// Connects queue pair i to peers[i] (RC/UC).
+  qp_pool<B, T, S, qp_state::rts> connect(std::span<const endpoint> peers, const connect_options& o = {}) && {
+    static_assert(State == qp_state::init, "connect(): this pool is already connected");
+    if (peers.size() != qps_.size())
+      throw verbs_error("ibv_modify_qp", EINVAL,
+                        "a pool of " + std::to_string(qps_.size()) + " queue pairs needs as many peer "
+                        "endpoints, got " + std::to_string(peers.size()));
+    qp_pool<B, T, S, qp_state::rts> out;
+    out.qps_.reserve(qps_.size());
+    for (std::size_t i = 0; i < qps_.size(); ++i) out.qps_.push_back(std::move(qps_[i]).connect(peers[i], o));
+    qps_.clear();
+    return out;
+  }
+
+  /// Activates every queue pair (UD).
+  qp_pool<B, T, S, qp_state::rts> activate() && {
+    static_assert(State == qp_state::init, "activate(): this pool is already active");
+    qp_pool<B, T, S, qp_state::rts> out;
+    out.qps_.reserve(qps_.size());
+    for (auto& q : qps_) out.qps_.push_back(std::move(q).activate());
+    qps_.clear();
+    return out;
+  }
+
+ private:
+  template <verbs_backend, transport, signaling, qp_state>
+  friend class qp_pool;
+  std::vector<queue_pair_type> qps_;
+  std::size_t cursor_ = 0;
+};
+
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,848 @@
+#pragma once
+/// Queue pairs with typestate. `protection_domain::create_qp<T, S>(cq, caps)` returns a
+/// `queue_pair<B, T, S, qp_state::init>`: receives may be posted, nothing else.
+/// `std::move(qp).connect(peer)` (RC/UC) or `std::move(qp).activate()` (UD) applies
+/// exactly the attribute masks of the transport and returns the RTS type, the only one
+/// with send/write/read/atomics. Operations the transport lacks, sends before RTS and
+/// remote regions without the needed right do not compile, with a message saying why.
+///
+/// The data path is noexcept and allocation-free: each call builds the native WR on
+/// the stack with B::set_*, asks the signaling policy whether to signal it, and calls
+/// B::post_send once. A queue pair and the CQ that accounts its credits are used from
+/// one thread (or synchronized by the caller).
+#include <rdmakit/address_handle.hpp>
+#include <rdmakit/completion_queue.hpp>
+#include <rdmakit/detail/device_state.hpp>
+#include <rdmakit/detail/gid_choice.hpp>
+#include <rdmakit/detail/qp_link.hpp>
+#include <rdmakit/endpoint.hpp>
+#include <rdmakit/memory.hpp>
+#include <rdmakit/post_result.hpp>
+#include <rdmakit/signaling.hpp>
+#include <rdmakit/transport.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+
+#define RDMAKIT_DETAIL_NEEDS_RTS                                                              \
+  "this queue pair is not connected yet: sends, writes, reads and atomics need RTS; call " \
+  "std::move(qp).connect(peer) (UD: std::move(qp).activate()) and post on the queue pair "  \
+  "it returns (an INIT queue pair can only post receives)"
+
+RDMAKIT_BEGIN_NAMESPACE
+
+/// Creation options (RESET→INIT and the local address).
+struct qp_options {
+  std::uint8_t port = 1;
+  int gid_index = -1;  ///< -1: automatic (RoCEv2 IPv4-mapped first; index 0 on InfiniBand)
+  std::uint16_t pkey_index = 0;
+  std::uint32_t qkey = default_qkey;  ///< UD only
+  /// What peers may do to this QP's memory (RC/UC; UC keeps only remote_write).
+  access remote_access = access::remote_write | access::remote_read | access::remote_atomic;
+  std::optional<std::uint32_t> psn;  ///< first send PSN; default derived from the QP number
+  bool auto_inline = true;            ///< send data inline when it fits max_inline_data
+};
+
+/// Connection defaults that work on rxe and real HCAs (RC uses all, UC the PSN/MTU/AV).
+struct connect_options {
+  std::optional<mtu> path_mtu;        ///< cap; the result is min(port active MTU, peer MTU, this)
+  std::uint8_t timeout = 14;          ///< 4.096 µs · 2^14 ≈ 67 ms per try
+  std::uint8_t retry_cnt = 6;         ///< 7 means "forever" on rxe: 6 fails instead of hanging
+  std::uint8_t rnr_retry = 6;         ///< likewise; 7 would retry forever
+  std::uint8_t min_rnr_timer = 12;    ///< 0.64 ms
+  std::uint8_t max_rd_atomic = 16;    ///< clamped to the device's max_qp_init_rd_atom
+  std::uint8_t max_dest_rd_atomic = 16;  ///< clamped to the device's max_qp_rd_atom
+  std::uint8_t hop_limit = 64;
+  std::uint8_t sl = 0;
+  bool force_grh = false;             ///< GRH on InfiniBand too (always on RoCE)
+};
+
+/// Queue capacities fixed at compile time: lets create_qp reject, at compile time, a
+/// signal_every<N> with N above max_send_wr.
+template <std::uint32_t SendWr, std::uint32_t RecvWr, std::uint32_t SendSge = 1,
+          std::uint32_t RecvSge = 1, std::uint32_t Inline = 0>
+struct static_caps {
+  static constexpr std::uint32_t max_send_wr = SendWr;
+  static constexpr std::uint32_t max_recv_wr = RecvWr;
+  constexpr operator qp_cap() const noexcept { return {SendWr, RecvWr, SendSge, RecvSge, Inline}; }
+};
+
+namespace detail {
+
+inline constexpr std::size_t max_stack_sge = 32;  // rxe's limit; SGLs above are EINVAL anyway
+
+template <class B>
+struct send_desc {
+  std::uint64_t wr_id = 0;
+  opcode op = opcode::send;
+  send_flags flags = send_flags::none;
+  typename B::sge* sg = nullptr;
+  int num_sge = 0;
+  std::uint32_t total = 0;
+  std::uint32_t imm = 0;  // host order
+  std::uint64_t raddr = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t compare_add = 0;
+  std::uint64_t swap = 0;
+  typename B::ah ah{};
+  std::uint32_t rqpn = 0;
+  std::uint32_t qkey = 0;
+};
+
+template <class B>
+struct qp_parts {
+  typename B::qp qp{};
+  std::unique_ptr<qp_link<B>> link;
+  const device_state<B>* dev = nullptr;
+  qp_cap caps{};  // as granted
+  std::uint32_t inline_limit = 0;
+  std::uint32_t psn = 0;
+  std::uint32_t qkey = default_qkey;
+  std::uint8_t port = 1;
+  int gid_index = 0;
+  gid local_gid{};
+  std::uint16_t lid = 0;
+  mtu active_mtu = mtu::mtu_1024;
+  std::uint32_t send_entries = 0;  // CQ entries reserved on send_cq / recv_cq
+  std::uint32_t recv_entries = 0;
+
+  qp_parts() = default;
+  qp_parts(qp_parts&& o) noexcept { *this = std::move(o); }
+  qp_parts& operator=(qp_parts&& o) noexcept {
+    if (this != &o) {
+      release();
+      qp = std::exchange(o.qp, {});
+      link = std::move(o.link);
+      dev = o.dev;
+      caps = o.caps;
+      inline_limit = o.inline_limit;
+      psn = o.psn;
+      qkey = o.qkey;
+      port = o.port;
+      gid_index = o.gid_index;
+      local_gid = o.local_gid;
+      lid = o.lid;
+      active_mtu = o.active_mtu;
+      send_entries = o.send_entries;
+      recv_entries = o.recv_entries;
+    }
+    return *this;
+  }
+  ~qp_parts() { release(); }
+
+  void release() noexcept {
+    if (qp != typename B::qp{}) B::destroy_qp(qp);
+    qp = {};
+    if (link) {
+      if (link->send_cq == link->recv_cq) {
+        if (link->send_cq) link->send_cq->detach(link.get(), send_entries + recv_entries);
+      } else {
+        if (link->send_cq) link->send_cq->detach(link.get(), send_entries);
+        if (link->recv_cq) link->recv_cq->detach(link.get(), recv_entries);
+      }
+      link.reset();
+    }
+  }
+};
+
+inline std::string cq_too_small(int capacity, std::uint64_t reserved, std::size_t attached,
+                                std::string_view tname, std::uint32_t sends, std::uint32_t recvs,
+                                std::uint64_t need) {
+  std::string s = "CQ of " + std::to_string(capacity) + " entries is too small for a" +
+                  (tname == "RC" ? "n " : " ") + std::string(tname) + " queue pair of " +
+                  std::to_string(sends) + " send + " + std::to_string(recvs) + " receive WRs";
+  if (attached)
+    s += " (" + std::to_string(reserved) + " entries already promised to " + std::to_string(attached) +
+         " attached queue pair" + (attached > 1 ? "s" : "") + ")";
+  s += ": create it with at least " + std::to_string(need) +
+       " entries (a CQ must hold the queue depths of every QP attached to it)";
+  return s;
+}
+
+/// The address vector to reach `peer` from `port` (GRH on RoCE, or when forced).
+inline ah_attr make_av(const endpoint& peer, std::uint8_t port, const port_attr& pa, int gid_index,
+                       std::uint8_t hop_limit, std::uint8_t sl, bool force_grh,
+                       const std::string& dev_name) {
+  ah_attr av;
+  av.dlid = peer.lid;
+  av.port_num = port;
+  av.sl = sl;
+  if (pa.layer == link_layer::ethernet || force_grh) {
+    if (peer.gid.is_zero())
+      throw verbs_error("ibv_modify_qp", EINVAL,
+                        "port " + std::to_string(port) + " of " + dev_name +
+                            " is RoCE (Ethernet), which needs a GRH, but the peer endpoint has "
+                            "no GID: send the peer's local_endpoint().gid along with its QPN");
+    av.is_global = true;
+    av.grh.dgid = peer.gid;
+    av.grh.sgid_index = static_cast<std::uint8_t>(gid_index);
+    av.grh.hop_limit = hop_limit;
+  }
+  return av;
+}
+
+}  // namespace detail
+
+template <verbs_backend B, transport T, std::size_t Max, std::size_t SgePerWr>
+class send_batch;
+
+/// A queue pair of transport T with signaling policy S, in state State (init or rts).
+template <verbs_backend B, transport T, signaling S = signal_all, qp_state State = qp_state::init>
+class queue_pair {
+  static_assert(State == qp_state::init || State == qp_state::rts,
+                "queue_pair's typestate is qp_state::init or qp_state::rts");
+
+ public:
+  using backend = B;
+  using transport_policy = T;
+  using signaling_policy = S;
+  static constexpr qp_state state = State;
+
+  /// An empty handle (also what a queue pair is after being moved from).
+  queue_pair() = default;
+  queue_pair(queue_pair&&) noexcept = default;
+  queue_pair& operator=(queue_pair&&) noexcept = default;
+  ~queue_pair() = default;
+
+  /// Creates the QP and moves it to INIT. Prefer protection_domain::create_qp. Throws
+  /// verbs_error when a CQ is too small, signal_every<N> does not fit max_send_wr, or
+  /// the device refuses.
+  template <polling PS, polling PR>
+  static queue_pair create(typename B::pd pd, const detail::device_state<B>& dev,
+                           completion_queue<B, PS>& send_cq, completion_queue<B, PR>& recv_cq,
+                           const qp_cap& caps, const qp_options& o = {})
+    requires(State == qp_state::init)
+  {
+    auto* scq = detail::policy_access::block(send_cq);
+    auto* rcq = detail::policy_access::block(recv_cq);
+    if (!scq || !rcq)
+      throw verbs_error("ibv_create_qp", EINVAL, "the completion queue handle is empty (moved from?)");
+    if (caps.max_send_wr < S::min_sq_depth)
+      throw verbs_error("ibv_create_qp", EINVAL,
+                        std::string(S::name) + "<" + std::to_string(S::min_sq_depth) +
+                            "> signals every " + std::to_string(S::min_sq_depth) +
+                            "-th WR, so the send queue must hold at least that many, but "
+                            "max_send_wr is " + std::to_string(caps.max_send_wr) +
+                            ": raise max_send_wr or lower N");
+    if (scq == rcq) {
+      std::uint64_t need = scq->reserved + caps.max_send_wr + caps.max_recv_wr;
+      if (need > static_cast<std::uint64_t>(scq->capacity))
+        throw verbs_error("ibv_create_qp", EINVAL,
+                          detail::cq_too_small(scq->capacity, scq->reserved, scq->routes.size(),
+                                               T::name, caps.max_send_wr, caps.max_recv_wr, need));
+    } else {
+      std::uint64_t sneed = scq->reserved + caps.max_send_wr;
+      std::uint64_t rneed = rcq->reserved + caps.max_recv_wr;
+      if (sneed > static_cast<std::uint64_t>(scq->capacity))
+        throw verbs_error("ibv_create_qp", EINVAL,
+                          "send " + detail::cq_too_small(scq->capacity, scq->reserved,
+                                                         scq->routes.size(), T::name,
+                                                         caps.max_send_wr, 0, sneed));
+      if (rneed > static_cast<std::uint64_t>(rcq->capacity))
+        throw verbs_error("ibv_create_qp", EINVAL,
+                          "receive " + detail::cq_too_small(rcq->capacity, rcq->reserved,
+                                                            rcq->routes.size(), T::name, 0,
+                                                            caps.max_recv_wr, rneed));
+    }
+
+    queue_pair q;
+    auto& p = q.parts_;
+    p.dev = &dev;
+    p.port = o.port;
+    port_attr pa = dev.port(o.port);
+    p.caps = caps;
+    p.qp = B::create_qp(pd, scq->cq, rcq->cq, T::type, p.caps, false);
+    p.inline_limit = o.auto_inline ? p.caps.max_inline_data : 0;
+    p.link = std::make_unique<detail::qp_link<B>>();
+    auto& l = *p.link;
+    l.qp_num = B::qp_num(p.qp);
+    l.recv_offset = T::recv_offset;
+    // Credits follow what was asked: the device may grant more, but the CQs were
+    // sized (and checked above) for the requested depths.
+    l.sq = detail::sq_credits(caps.max_send_wr);
+    l.rq_depth = caps.max_recv_wr;
+    l.send_cq = scq;
+    l.recv_cq = rcq;
+    p.send_entries = caps.max_send_wr;
+    p.recv_entries = caps.max_recv_wr;
+    if (scq == rcq) {
+      scq->attach(&l, caps.max_send_wr + caps.max_recv_wr);
+    } else {
+      scq->attach(&l, caps.max_send_wr);
+      rcq->attach(&l, caps.max_recv_wr);
+    }
+
+    p.gid_index = o.gid_index >= 0 ? o.gid_index
+                                   : detail::choose_gid<B>(dev.ctx, o.port);
+    if (pa.layer == link_layer::ethernet || o.gid_index >= 0)
+      p.local_gid = B::query_gid(dev.ctx, o.port, p.gid_index).value;
+    p.lid = pa.lid;
+    p.active_mtu = pa.active_mtu;
+    p.psn = (o.psn ? *o.psn : l.qp_num * 0x9E3779B1u) & psn_mask;
+    p.qkey = o.qkey;
+
+    qp_attr a;
+    a.state = qp_state::init;
+    a.pkey_index = o.pkey_index;
+    a.port_num = o.port;
+    if constexpr (T::type == qp_type::ud)
+      a.qkey = o.qkey;
+    else if constexpr (T::type == qp_type::uc)
+      a.access_flags = o.remote_access & access::remote_write;
+    else
+      a.access_flags = o.remote_access;
+    q.modify_(a, T::init_mask, "RESET→INIT");
+    return q;
+  }
+
+  explicit operator bool() const noexcept { return parts_.qp != typename B::qp{}; }
+  std::uint32_t qp_num() const noexcept { return parts_.link->qp_num; }
+  /// The capacities the device granted.
+  const qp_cap& caps() const noexcept { return parts_.caps; }
+  /// Send WRs that can be posted now without waiting for completions.
+  std::uint32_t send_credits() const noexcept { return parts_.link->sq.available(); }
+  /// Unsignaled WRs since the last signaled one.
+  std::uint32_t unsignaled_run() const noexcept { return parts_.link->sq.unsignaled_run(); }
+  /// Receives posted and not completed yet.
+  std::uint32_t posted_recvs() const noexcept { return parts_.link->rq_held; }
+  /// True once a completion of this QP failed (the QP is in ERR; posts return qp_error).
+  bool in_error() const noexcept { return parts_.link->error; }
+  /// The first failed completion's status (success if none).
+  wc_status first_error() const noexcept { return parts_.link->first_error; }
+  /// The GID index used for this QP's address (chosen automatically unless given).
+  int gid_index() const noexcept { return parts_.gid_index; }
+  std::uint8_t port() const noexcept { return parts_.port; }
+  typename B::qp native() const noexcept { return parts_.qp; }
+  /// The state the device reports (a setup call: it may throw).
+  qp_state query_state() const { return B::query_qp_state(parts_.qp); }
+
+  /// What the peer needs to connect to this QP (or to address it, on UD).
+  endpoint local_endpoint() const noexcept {
+    return {parts_.lid, parts_.link->qp_num, parts_.psn, parts_.local_gid, parts_.active_mtu};
+  }
+
+  // ---- connection steps --------------------------------------------------------------
+
+  /// INIT→RTR→RTS against `peer` (RC/UC), with the transport's exact attribute masks.
+  queue_pair<B, T, S, qp_state::rts> connect(const endpoint& peer, const connect_options& o = {}) && {
+    static_assert(T::connected,
+                  "UD queue pairs have no peer to connect to: use std::move(qp).activate(), then "
+                  "send to ah.to(remote_qpn)");
+    static_assert(State == qp_state::init, "connect(): this queue pair is already connected");
+    auto& p = parts_;
+    const port_attr pa = p.dev->port(p.port);
+    qp_attr a;
+    a.state = qp_state::rtr;
+    mtu m = pa.active_mtu;
+    if (mtu_bytes(peer.mtu) != 0 && peer.mtu < m) m = peer.mtu;
+    if (o.path_mtu && *o.path_mtu < m) m = *o.path_mtu;
+    a.path_mtu = m;
+    a.dest_qp_num = peer.qpn;
+    a.rq_psn = peer.psn & psn_mask;
+    a.av = detail::make_av(peer, p.port, pa, p.gid_index, o.hop_limit, o.sl, o.force_grh, p.dev->name);
+    if constexpr (T::type == qp_type::rc) {
+      a.max_dest_rd_atomic = static_cast<std::uint8_t>(
+          std::min<std::uint32_t>(o.max_dest_rd_atomic, p.dev->attr.max_qp_rd_atom));
+      a.min_rnr_timer = o.min_rnr_timer;
+    }
+    modify_(a, T::rtr_mask, "INIT→RTR");
+    qp_attr b;
+    b.state = qp_state::rts;
+    b.sq_psn = p.psn;
+    if constexpr (T::type == qp_type::rc) {
+      b.timeout = o.timeout;
+      b.retry_cnt = o.retry_cnt;
+      b.rnr_retry = o.rnr_retry;
+      b.max_rd_atomic = static_cast<std::uint8_t>(
+          std::min<std::uint32_t>(o.max_rd_atomic, p.dev->attr.max_qp_init_rd_atom));
+    }
+    modify_(b, T::rts_mask, "RTR→RTS");
+    return queue_pair<B, T, S, qp_state::rts>(std::move(parts_));
+  }
+
+  /// INIT→RTR→RTS of a UD queue pair (no peer: each send names its destination).
+  queue_pair<B, T, S, qp_state::rts> activate() && {
+    static_assert(!T::connected,
+                  "RC/UC queue pairs are connected to one peer: use std::move(qp).connect(peer)");
+    static_assert(State == qp_state::init, "activate(): this queue pair is already active");
+    qp_attr a;
+    a.state = qp_state::rtr;
+    modify_(a, T::rtr_mask, "INIT→RTR");
+    qp_attr b;
+    b.state = qp_state::rts;
+    b.sq_psn = parts_.psn;
+    modify_(b, T::rts_mask, "RTR→RTS");
+    return queue_pair<B, T, S, qp_state::rts>(std::move(parts_));
+  }
+
+  // ---- receives (INIT and later) -----------------------------------------------------
+
+  /// Posts one receive into `buf` (UD: buf must also hold the 40-byte GRH first).
+  [[nodiscard]] post_result post_recv(const local_buffer& buf, std::uint64_t wr_id) noexcept {
+    typename B::sge s;
+    B::set_sge(s, buf.addr, buf.length, buf.lkey);
+    return post_recv_(&s, 1, buf.length, wr_id);
+  }
+  /// Posts one receive scattered over `sgl`.
+  [[nodiscard]] post_result post_recv(std::span<const local_buffer> sgl, std::uint64_t wr_id) noexcept {
+    typename B::sge s[detail::max_stack_sge];
+    std::uint32_t total = 0;
+    int n = to_sges_(sgl, s, total);
+    if (RDMAKIT_UNLIKELY(n < 0)) return {post_status::backend_error, EINVAL, 0};
+    return post_recv_(s, n, total, wr_id);
+  }
+  /// Posts one receive per buffer with wr_ids first_wr_id, first_wr_id + 1, ...; one
+  /// doorbell per 32 receives. `posted` says how many went in.
+  [[nodiscard]] post_result post_recvs(std::span<const local_buffer> bufs, std::uint64_t first_wr_id) noexcept {
+    auto& l = *parts_.link;
+    if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
+    if (RDMAKIT_UNLIKELY(l.rq_depth - l.rq_held < bufs.size())) return {post_status::rq_full, 0, 0};
+    constexpr std::size_t chunk = 32;
+    std::uint32_t done = 0;
+    while (done < bufs.size()) {
+      typename B::sge s[chunk];
+      typename B::recv_wr w[chunk];
+      std::size_t n = std::min(chunk, bufs.size() - done);
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto& b = bufs[done + i];
+        if constexpr (T::recv_offset != 0)
+          if (b.length < T::recv_offset) return {post_status::recv_too_small, 0, done + static_cast<std::uint32_t>(i)};
+        B::set_sge(s[i], b.addr, b.length, b.lkey);
+        B::set_recv(w[i], (first_wr_id + done + i) | detail::recv_wr_bit, &s[i], 1);
+        if (i) B::set_next(w[i - 1], &w[i]);
+      }
+      typename B::recv_wr* bad = nullptr;
+      int e = B::post_recv(parts_.qp, w, &bad);
+      std::uint32_t k = e ? (bad ? static_cast<std::uint32_t>(bad - w) : 0u) : static_cast<std::uint32_t>(n);
+      l.rq_held += k;
+      done += k;
+      if (e) return {post_status::backend_error, e, done};
+    }
+    return {post_status::ok, 0, done};
+  }
+
+  // ---- sends (RTS only) --------------------------------------------------------------
+
+  /// SEND `buf` to the connected peer (inline when it fits max_inline_data).
+  [[nodiscard]] post_result send(const local_buffer& buf, std::uint64_t wr_id,
+                                 send_flags flags = send_flags::none) noexcept {
+    static_assert(!T::needs_ah, "UD sends name their destination: send(ah.to(remote_qpn), buffer, wr_id)");
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    return one_(opcode::send, buf, wr_id, flags, [](auto&) {});
+  }
+  /// SEND gathered from `sgl`.
+  [[nodiscard]] post_result send(std::span<const local_buffer> sgl, std::uint64_t wr_id,
+                                 send_flags flags = send_flags::none) noexcept {
+    static_assert(!T::needs_ah, "UD sends name their destination: send(ah.to(remote_qpn), buffer, wr_id)");
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    return many_(opcode::send, sgl, wr_id, flags, [](auto&) {});
+  }
+  /// SEND with 32-bit immediate data (host order; the receiver's completion has it).
+  [[nodiscard]] post_result send_imm(const local_buffer& buf, std::uint32_t imm, std::uint64_t wr_id,
+                                     send_flags flags = send_flags::none) noexcept {
+    static_assert(!T::needs_ah, "UD sends name their destination: send_imm(ah.to(remote_qpn), buffer, imm, wr_id)");
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    return one_(opcode::send_with_imm, buf, wr_id, flags, [imm](auto& d) { d.imm = imm; });
+  }
+  /// UD: SEND `buf` to `to` (an address handle, remote QPN and Q_Key).
+  [[nodiscard]] post_result send(const ud_address<B>& to, const local_buffer& buf, std::uint64_t wr_id,
+                                 send_flags flags = send_flags::none) noexcept {
+    static_assert(T::needs_ah,
+                  "only UD sends take a destination: an RC/UC queue pair sends to the peer it is connected to");
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    return one_(opcode::send, buf, wr_id, flags, [&to](auto& d) { ud_(d, to); });
+  }
+  /// UD: SEND with immediate data to `to`.
+  [[nodiscard]] post_result send_imm(const ud_address<B>& to, const local_buffer& buf, std::uint32_t imm,
+                                     std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
+    static_assert(T::needs_ah,
+                  "only UD sends take a destination: an RC/UC queue pair sends to the peer it is connected to");
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    return one_(opcode::send_with_imm, buf, wr_id, flags, [&to, imm](auto& d) {
+      ud_(d, to);
+      d.imm = imm;
+    });
+  }
+
+  /// RDMA WRITE `src` to `dst` (RC, UC).
+  template <access A>
+  [[nodiscard]] post_result write(const local_buffer& src, const remote_region<A>& dst, std::uint64_t wr_id,
+                                  send_flags flags = send_flags::none) noexcept {
+    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    static_assert(has_all(A, access::remote_write),
+                  "write(): the remote region was not registered with access::remote_write");
+    return one_(opcode::rdma_write, src, wr_id, flags, [&dst](auto& d) { remote_(d, dst); });
+  }
+  /// RDMA WRITE gathered from `sgl`.
+  template <access A>
+  [[nodiscard]] post_result write(std::span<const local_buffer> sgl, const remote_region<A>& dst,
+                                  std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
+    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    static_assert(has_all(A, access::remote_write),
+                  "write(): the remote region was not registered with access::remote_write");
+    return many_(opcode::rdma_write, sgl, wr_id, flags, [&dst](auto& d) { remote_(d, dst); });
+  }
+  /// RDMA WRITE with immediate data: also consumes a receive at the peer.
+  template <access A>
+  [[nodiscard]] post_result write_imm(const local_buffer& src, const remote_region<A>& dst, std::uint32_t imm,
+                                      std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
+    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    static_assert(has_all(A, access::remote_write),
+                  "write_imm(): the remote region was not registered with access::remote_write");
+    return one_(opcode::rdma_write_with_imm, src, wr_id, flags, [&dst, imm](auto& d) {
+      remote_(d, dst);
+      d.imm = imm;
+    });
+  }
+  /// RDMA READ from `src` into `dst` (RC only; dst needs LOCAL_WRITE).
+  template <access A>
+  [[nodiscard]] post_result read(const local_buffer& dst, const remote_region<A>& src, std::uint64_t wr_id,
+                                 send_flags flags = send_flags::none) noexcept {
+    static_assert(T::supports_read, "RDMA READ needs an RC queue pair: UC and UD have no READ");
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    static_assert(has_all(A, access::remote_read),
+                  "read(): the remote region was not registered with access::remote_read");
+    return one_(opcode::rdma_read, dst, wr_id, flags, [&src](auto& d) { remote_(d, src); });
+  }
+  /// RDMA READ scattered into `sgl`.
+  template <access A>
+  [[nodiscard]] post_result read(std::span<const local_buffer> sgl, const remote_region<A>& src,
+                                 std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
+    static_assert(T::supports_read, "RDMA READ needs an RC queue pair: UC and UD have no READ");
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    static_assert(has_all(A, access::remote_read),
+                  "read(): the remote region was not registered with access::remote_read");
+    return many_(opcode::rdma_read, sgl, wr_id, flags, [&src](auto& d) { remote_(d, src); });
+  }
+  /// 64-bit compare-and-swap at `target` (8 bytes, 8-aligned); the old value lands in
+  /// `result` (8 bytes, LOCAL_WRITE). RC only.
+  template <access A>
+  [[nodiscard]] post_result compare_swap(const local_buffer& result, const remote_region<A>& target,
+                                         std::uint64_t compare, std::uint64_t swap, std::uint64_t wr_id,
+                                         send_flags flags = send_flags::none) noexcept {
+    static_assert(T::supports_atomic,
+                  "atomics (compare-and-swap, fetch-and-add) need an RC queue pair: UC and UD have none");
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    static_assert(has_all(A, access::remote_atomic),
+                  "compare_swap(): the remote region was not registered with access::remote_atomic");
+    return one_(opcode::atomic_cmp_and_swp, result, wr_id, flags, [&](auto& d) {
+      remote_(d, target);
+      d.compare_add = compare;
+      d.swap = swap;
+    });
+  }
+  /// 64-bit fetch-and-add at `target`; the old value lands in `result`. RC only.
+  template <access A>
+  [[nodiscard]] post_result fetch_add(const local_buffer& result, const remote_region<A>& target,
+                                      std::uint64_t add, std::uint64_t wr_id,
+                                      send_flags flags = send_flags::none) noexcept {
+    static_assert(T::supports_atomic,
+                  "atomics (compare-and-swap, fetch-and-add) need an RC queue pair: UC and UD have none");
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    static_assert(has_all(A, access::remote_atomic),
+                  "fetch_add(): the remote region was not registered with access::remote_atomic");
+    return one_(opcode::atomic_fetch_and_add, result, wr_id, flags, [&](auto& d) {
+      remote_(d, target);
+      d.compare_add = add;
+    });
+  }
+
+  /// An empty post list for this queue pair (Max WRs, SgePerWr SGEs each).
+  template <std::size_t Max, std::size_t SgePerWr = 1>
+  static send_batch<B, T, Max, SgePerWr> make_batch() noexcept {
+    return {};
+  }
+
+  /// Posts every WR of `batch` with one doorbell. All or nothing on credits; if the
+  /// device refuses a WR, `posted` is the index of that WR (its bad_wr) and the ones
+  /// before it are posted. The batch is cleared when all were posted.
+  template <std::size_t Max, std::size_t SgePerWr>
+  [[nodiscard]] post_result post(send_batch<B, T, Max, SgePerWr>& batch) noexcept {
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    const std::size_t n = batch.size();
+    if (n == 0) return {post_status::ok, 0, 0};
+    auto& l = *parts_.link;
+    if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
+    if (RDMAKIT_UNLIKELY(l.sq.available() < n)) return {post_status::sq_full, 0, 0};
+    typename B::send_wr w[Max];
+    bool sig[Max];
+    auto plan = l.sq.start();
+    for (std::size_t i = 0; i < n; ++i) {
+      auto d = batch.descs_[i];
+      d.sg = batch.sges_.data() + batch.first_sge_[i];
+      sig[i] = plan.template next<S>(has_any(d.flags, send_flags::signaled));
+      build_(w[i], d, sig[i]);
+      if (i) B::set_next(w[i - 1], &w[i]);
+    }
+    typename B::send_wr* bad = nullptr;
+    int e = B::post_send(parts_.qp, w, &bad);
+    std::size_t k = e ? (bad ? static_cast<std::size_t>(bad - w) : 0) : n;
+    for (std::size_t i = 0; i < k; ++i) l.sq.commit(sig[i]);
+    if (e) return {post_status::backend_error, e, static_cast<std::uint32_t>(k)};
+    batch.clear();
+    return {post_status::ok, 0, static_cast<std::uint32_t>(n)};
+  }
+
+ private:
+  template <verbs_backend, transport, signaling, qp_state>
+  friend class queue_pair;
+  friend struct detail::policy_access;
+
+  explicit queue_pair(detail::qp_parts<B>&& p) noexcept : parts_(std::move(p)) {}
+
+  void modify_(const qp_attr& a, qp_attr_mask m, const char* step) {
+    try {
+      B::modify_qp(parts_.qp, a, m);
+    } catch (const verbs_error& e) {
+      throw verbs_error(e.verb(), e.errno_value(),
+                        std::string(step) + " of " + std::string(T::name) + " QP " +
+                            std::to_string(parts_.link->qp_num) + " with mask " + to_string(m) +
+                            " failed: " + e.what());
+    }
+  }
+
+  static int to_sges_(std::span<const local_buffer> sgl, typename B::sge* s, std::uint32_t& total) noexcept {
+    if (RDMAKIT_UNLIKELY(sgl.size() > detail::max_stack_sge)) return -1;
+    for (std::size_t i = 0; i < sgl.size(); ++i) {
+      B::set_sge(s[i], sgl[i].addr, sgl[i].length, sgl[i].lkey);
+      total += sgl[i].length;
+    }
+    return static_cast<int>(sgl.size());
+  }
+
+  template <access A>
+  RDMAKIT_ALWAYS_INLINE static void remote_(detail::send_desc<B>& d, const remote_region<A>& r) noexcept {
+    d.raddr = r.addr();
+    d.rkey = r.rkey();
+  }
+  RDMAKIT_ALWAYS_INLINE static void ud_(detail::send_desc<B>& d, const ud_address<B>& to) noexcept {
+    d.ah = to.ah;
+    d.rqpn = to.qpn;
+    d.qkey = to.qkey;
+  }
+
+  template <class Fill>
+  RDMAKIT_ALWAYS_INLINE post_result one_(opcode op, const local_buffer& buf, std::uint64_t wr_id,
+                                         send_flags flags, Fill&& fill) noexcept {
+    typename B::sge s;
+    B::set_sge(s, buf.addr, buf.length, buf.lkey);
+    detail::send_desc<B> d;
+    d.wr_id = wr_id;
+    d.op = op;
+    d.flags = flags;
+    d.sg = &s;
+    d.num_sge = 1;
+    d.total = buf.length;
+    fill(d);
+    return post_send_(d);
+  }
+
+  template <class Fill>
+  RDMAKIT_ALWAYS_INLINE post_result many_(opcode op, std::span<const local_buffer> sgl, std::uint64_t wr_id,
+                                          send_flags flags, Fill&& fill) noexcept {
+    typename B::sge s[detail::max_stack_sge];
+    detail::send_desc<B> d;
+    int n = to_sges_(sgl, s, d.total);
+    if (RDMAKIT_UNLIKELY(n < 0)) return {post_status::backend_error, EINVAL, 0};
+    d.wr_id = wr_id;
+    d.op = op;
+    d.flags = flags;
+    d.sg = s;
+    d.num_sge = n;
+    fill(d);
+    return post_send_(d);
+  }
+
+  RDMAKIT_ALWAYS_INLINE void build_(typename B::send_wr& w, const detail::send_desc<B>& d, bool sig) const noexcept {
+    send_flags fl = d.flags & ~send_flags::signaled;
+    if (sig) fl |= send_flags::signaled;
+    const bool may_inline = d.op == opcode::send || d.op == opcode::send_with_imm ||
+                            d.op == opcode::rdma_write || d.op == opcode::rdma_write_with_imm;
+    if (may_inline && d.total <= parts_.inline_limit && parts_.inline_limit != 0) fl |= send_flags::inline_data;
+    B::set_send(w, d.wr_id & ~detail::recv_wr_bit, d.op, fl, d.sg, d.num_sge);
+    switch (d.op) {
+      case opcode::send_with_imm: B::set_imm(w, detail::net_to_host32(d.imm)); break;
+      case opcode::rdma_write_with_imm:
+        B::set_imm(w, detail::net_to_host32(d.imm));
+        B::set_rdma(w, d.raddr, d.rkey);
+        break;
+      case opcode::rdma_write:
+      case opcode::rdma_read: B::set_rdma(w, d.raddr, d.rkey); break;
+      case opcode::atomic_cmp_and_swp:
+      case opcode::atomic_fetch_and_add: B::set_atomic(w, d.raddr, d.rkey, d.compare_add, d.swap); break;
+      case opcode::send: break;
+    }
+    if constexpr (T::needs_ah) B::set_ud(w, d.ah, d.rqpn, d.qkey);
+  }
+
+  RDMAKIT_ALWAYS_INLINE post_result post_send_(const detail::send_desc<B>& d) noexcept {
+    auto& l = *parts_.link;
+    if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
+    if (RDMAKIT_UNLIKELY(l.sq.available() == 0)) return {post_status::sq_full, 0, 0};
+    const bool sig = l.sq.template must_signal<S>(has_any(d.flags, send_flags::signaled));
+    typename B::send_wr w;
+    build_(w, d, sig);
+    typename B::send_wr* bad = nullptr;
+    if (int e = B::post_send(parts_.qp, &w, &bad); RDMAKIT_UNLIKELY(e != 0))
+      return {post_status::backend_error, e, 0};
+    l.sq.commit(sig);
+    return {post_status::ok, 0, 1};
+  }
+
+  RDMAKIT_ALWAYS_INLINE post_result post_recv_(typename B::sge* s, int n, std::uint32_t total,
+                                               std::uint64_t wr_id) noexcept {
+    auto& l = *parts_.link;
+    if constexpr (T::recv_offset != 0)
+      if (RDMAKIT_UNLIKELY(total < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
+    if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
+    if (RDMAKIT_UNLIKELY(l.rq_held >= l.rq_depth)) return {post_status::rq_full, 0, 0};
+    typename B::recv_wr w;
+    B::set_recv(w, wr_id | detail::recv_wr_bit, s, n);
+    typename B::recv_wr* bad = nullptr;
+    if (int e = B::post_recv(parts_.qp, &w, &bad); RDMAKIT_UNLIKELY(e != 0))
+      return {post_status::backend_error, e, 0};
+    ++l.rq_held;
+    return {post_status::ok, 0, 1};
+  }
+
+  detail::qp_parts<B> parts_;
+};
+
+/// A post list: several WRs posted with one doorbell by queue_pair::post. The
+/// operations check the transport at compile time like the queue pair's own.
+template <verbs_backend B, transport T, std::size_t Max, std::size_t SgePerWr = 1>
+class send_batch {
+  static_assert(Max >= 1 && SgePerWr >= 1, "send_batch needs Max >= 1 and SgePerWr >= 1");
+
+ public:
+  std::size_t size() const noexcept { return n_; }
+  bool empty() const noexcept { return n_ == 0; }
+  bool full() const noexcept { return n_ == Max; }
+  void clear() noexcept { n_ = nsge_ = 0; }
+
+  /// Adds a SEND; false when the batch is full.
+  bool send(const local_buffer& buf, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
+    static_assert(!T::needs_ah, "UD sends name their destination: send(ah.to(remote_qpn), buffer, wr_id)");
+    return add_(opcode::send, {&buf, 1}, wr_id, flags, [](auto&) {});
+  }
+  /// Adds a SEND gathered from `sgl` (at most SgePerWr entries on average).
+  bool send(std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
+    static_assert(!T::needs_ah, "UD sends name their destination: send(ah.to(remote_qpn), buffer, wr_id)");
+    return add_(opcode::send, sgl, wr_id, flags, [](auto&) {});
+  }
+  bool send_imm(const local_buffer& buf, std::uint32_t imm, std::uint64_t wr_id,
+                send_flags flags = send_flags::none) noexcept {
+    static_assert(!T::needs_ah, "UD sends name their destination: send_imm(ah.to(remote_qpn), buffer, imm, wr_id)");
+    return add_(opcode::send_with_imm, {&buf, 1}, wr_id, flags, [imm](auto& d) { d.imm = imm; });
+  }
+  bool send(const ud_address<B>& to, const local_buffer& buf, std::uint64_t wr_id,
+            send_flags flags = send_flags::none) noexcept {
+    static_assert(T::needs_ah,
+                  "only UD sends take a destination: an RC/UC queue pair sends to the peer it is connected to");
+    return add_(opcode::send, {&buf, 1}, wr_id, flags, [&to](auto& d) {
+      d.ah = to.ah;
+      d.rqpn = to.qpn;
+      d.qkey = to.qkey;
+    });
+  }
+  template <access A>
+  bool write(const local_buffer& src, const remote_region<A>& dst, std::uint64_t wr_id,
+             send_flags flags = send_flags::none) noexcept {
+    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
+    static_assert(has_all(A, access::remote_write),
+                  "write(): the remote region was not registered with access::remote_write");
+    return add_(opcode::rdma_write, {&src, 1}, wr_id, flags, [&dst](auto& d) { rem_(d, dst); });
+  }
+  template <access A>
+  bool write_imm(const local_buffer& src, const remote_region<A>& dst, std::uint32_t imm, std::uint64_t wr_id,
+                 send_flags flags = send_flags::none) noexcept {
+    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
+    static_assert(has_all(A, access::remote_write),
+                  "write_imm(): the remote region was not registered with access::remote_write");
+    return add_(opcode::rdma_write_with_imm, {&src, 1}, wr_id, flags, [&dst, imm](auto& d) {
+      rem_(d, dst);
+      d.imm = imm;
+    });
+  }
+  template <access A>
+  bool read(const local_buffer& dst, const remote_region<A>& src, std::uint64_t wr_id,
+            send_flags flags = send_flags::none) noexcept {
+    static_assert(T::supports_read, "RDMA READ needs an RC queue pair: UC and UD have no READ");
+    static_assert(has_all(A, access::remote_read),
+                  "read(): the remote region was not registered with access::remote_read");
+    return add_(opcode::rdma_read, {&dst, 1}, wr_id, flags, [&src](auto& d) { rem_(d, src); });
+  }
+  template <access A>
+  bool compare_swap(const local_buffer& result, const remote_region<A>& target, std::uint64_t compare,
+                    std::uint64_t swap, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
+    static_assert(T::supports_atomic,
+                  "atomics (compare-and-swap, fetch-and-add) need an RC queue pair: UC and UD have none");
+    static_assert(has_all(A, access::remote_atomic),
+                  "compare_swap(): the remote region was not registered with access::remote_atomic");
+    return add_(opcode::atomic_cmp_and_swp, {&result, 1}, wr_id, flags, [&](auto& d) {
+      rem_(d, target);
+      d.compare_add = compare;
+      d.swap = swap;
+    });
+  }
+  template <access A>
+  bool fetch_add(const local_buffer& result, const remote_region<A>& target, std::uint64_t add,
+                 std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
+    static_assert(T::supports_atomic,
+                  "atomics (compare-and-swap, fetch-and-add) need an RC queue pair: UC and UD have none");
+    static_assert(has_all(A, access::remote_atomic),
+                  "fetch_add(): the remote region was not registered with access::remote_atomic");
+    return add_(opcode::atomic_fetch_and_add, {&result, 1}, wr_id, flags, [&](auto& d) {
+      rem_(d, target);
+      d.compare_add = add;
+    });
+  }
+
+ private:
+  template <verbs_backend, transport, signaling, qp_state>
+  friend class queue_pair;
+
+  template <access A>
+  static void rem_(detail::send_desc<B>& d, const remote_region<A>& r) noexcept {
+    d.raddr = r.addr();
+    d.rkey = r.rkey();
+  }
+
+  template <class Fill>
+  bool add_(opcode op, std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags,
+            Fill&& fill) noexcept {
+    if (n_ == Max || nsge_ + sgl.size() > Max * SgePerWr) return false;
+    auto& d = descs_[n_];
+    d = detail::send_desc<B>{};
+    d.wr_id = wr_id;
+    d.op = op;
+    d.flags = flags;
+    d.num_sge = static_cast<int>(sgl.size());
+    first_sge_[n_] = nsge_;
+    for (const auto& b : sgl) {
+      B::set_sge(sges_[nsge_++], b.addr, b.length, b.lkey);
+      d.total += b.length;
+    }
+    fill(d);
+    ++n_;
+    return true;
+  }
+
+  std::array<detail::send_desc<B>, Max> descs_{};
+  std::array<typename B::sge, Max * SgePerWr> sges_{};
+  std::array<std::size_t, Max> first_sge_{};
+  std::size_t n_ = 0;
+  std::size_t nsge_ = 0;
+};
+
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,116 @@
+#pragma once
+/// Transport policies: `rc`, `uc`, `ud`. Each is a tag type holding the facts of its
+/// transport as `static constexpr` members: the QP type, the opcodes it allows,
+/// whether sends name an address handle, the receive offset (the 40-byte GRH of UD)
+/// and the modify_qp attribute masks of each connection step (verbs-semantics §1).
+#include <rdmakit/types.hpp>
+
+#include <concepts>
+#include <cstdint>
+#include <string_view>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+namespace detail {
+inline constexpr qp_attr_mask rc_uc_init_mask =
+    qp_attr_mask::state | qp_attr_mask::pkey_index | qp_attr_mask::port | qp_attr_mask::access_flags;
+}  // namespace detail
+
+/// Reliable Connected: every opcode, acknowledged, in order.
+struct rc {
+  static constexpr qp_type type = qp_type::rc;
+  static constexpr std::string_view name = "RC";
+  static constexpr bool connected = true;
+  static constexpr bool supports_write = true;
+  static constexpr bool supports_read = true;
+  static constexpr bool supports_atomic = true;
+  static constexpr bool needs_ah = false;
+  /// Bytes reserved at the start of every receive buffer (none on connected QPs).
+  static constexpr std::uint32_t recv_offset = 0;
+  /// RESET→INIT: PKEY_INDEX, PORT, ACCESS_FLAGS.
+  static constexpr qp_attr_mask init_mask = detail::rc_uc_init_mask;
+  /// INIT→RTR: AV, PATH_MTU, DEST_QPN, RQ_PSN, MAX_DEST_RD_ATOMIC, MIN_RNR_TIMER.
+  static constexpr qp_attr_mask rtr_mask = qp_attr_mask::state | qp_attr_mask::av |
+                                           qp_attr_mask::path_mtu | qp_attr_mask::dest_qpn |
+                                           qp_attr_mask::rq_psn | qp_attr_mask::max_dest_rd_atomic |
+                                           qp_attr_mask::min_rnr_timer;
+  /// RTR→RTS: TIMEOUT, RETRY_CNT, RNR_RETRY, SQ_PSN, MAX_QP_RD_ATOMIC.
+  static constexpr qp_attr_mask rts_mask = qp_attr_mask::state | qp_attr_mask::timeout |
+                                           qp_attr_mask::retry_cnt | qp_attr_mask::rnr_retry |
+                                           qp_attr_mask::sq_psn | qp_attr_mask::max_qp_rd_atomic;
+};
+
+/// Unreliable Connected: SEND and RDMA WRITE, no acknowledgements, no READ or atomics.
+struct uc {
+  static constexpr qp_type type = qp_type::uc;
+  static constexpr std::string_view name = "UC";
+  static constexpr bool connected = true;
+  static constexpr bool supports_write = true;
+  static constexpr bool supports_read = false;
+  static constexpr bool supports_atomic = false;
+  static constexpr bool needs_ah = false;
+  static constexpr std::uint32_t recv_offset = 0;
+  /// RESET→INIT: PKEY_INDEX, PORT, ACCESS_FLAGS.
+  static constexpr qp_attr_mask init_mask = detail::rc_uc_init_mask;
+  /// INIT→RTR: AV, PATH_MTU, DEST_QPN, RQ_PSN.
+  static constexpr qp_attr_mask rtr_mask = qp_attr_mask::state | qp_attr_mask::av |
+                                           qp_attr_mask::path_mtu | qp_attr_mask::dest_qpn |
+                                           qp_attr_mask::rq_psn;
+  /// RTR→RTS: SQ_PSN.
+  static constexpr qp_attr_mask rts_mask = qp_attr_mask::state | qp_attr_mask::sq_psn;
+};
+
+/// Unreliable Datagram: SEND only, each send names an address handle, every receive
+/// starts with a 40-byte GRH area.
+struct ud {
+  static constexpr qp_type type = qp_type::ud;
+  static constexpr std::string_view name = "UD";
+  static constexpr bool connected = false;
+  static constexpr bool supports_write = false;
+  static constexpr bool supports_read = false;
+  static constexpr bool supports_atomic = false;
+  static constexpr bool needs_ah = true;
+  static constexpr std::uint32_t recv_offset = grh_bytes;
+  /// RESET→INIT: PKEY_INDEX, PORT, QKEY.
+  static constexpr qp_attr_mask init_mask =
+      qp_attr_mask::state | qp_attr_mask::pkey_index | qp_attr_mask::port | qp_attr_mask::qkey;
+  /// INIT→RTR: nothing but the state.
+  static constexpr qp_attr_mask rtr_mask = qp_attr_mask::state;
+  /// RTR→RTS: SQ_PSN.
+  static constexpr qp_attr_mask rts_mask = qp_attr_mask::state | qp_attr_mask::sq_psn;
+};
+
+/// A transport policy: one of rc, uc, ud, or a type with the same facts.
+template <class T>
+concept transport = requires {
+  { T::type } -> std::convertible_to<qp_type>;
+  { T::name } -> std::convertible_to<std::string_view>;
+  { T::connected } -> std::convertible_to<bool>;
+  { T::supports_write } -> std::convertible_to<bool>;
+  { T::supports_read } -> std::convertible_to<bool>;
+  { T::supports_atomic } -> std::convertible_to<bool>;
+  { T::needs_ah } -> std::convertible_to<bool>;
+  { T::recv_offset } -> std::convertible_to<std::uint32_t>;
+  { T::init_mask } -> std::convertible_to<qp_attr_mask>;
+  { T::rtr_mask } -> std::convertible_to<qp_attr_mask>;
+  { T::rts_mask } -> std::convertible_to<qp_attr_mask>;
+};
+
+/// Whether transport T may post opcode `op` (verbs-semantics §2).
+template <transport T>
+constexpr bool allows(opcode op) noexcept {
+  switch (op) {
+    case opcode::send:
+    case opcode::send_with_imm: return true;
+    case opcode::rdma_write:
+    case opcode::rdma_write_with_imm: return T::supports_write;
+    case opcode::rdma_read: return T::supports_read;
+    case opcode::atomic_cmp_and_swp:
+    case opcode::atomic_fetch_and_add: return T::supports_atomic;
+  }
+  return false;
+}
+
+static_assert(transport<rc> && transport<uc> && transport<ud>);
+
+RDMAKIT_END_NAMESPACE
