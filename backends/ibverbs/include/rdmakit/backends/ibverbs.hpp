@@ -47,13 +47,13 @@ inline int set_nonblocking(int fd) noexcept {
   return ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ? errno : 0;
 }
 
-/// Waits up to `timeout` (negative: forever) for `fd` to be readable, then calls
-/// `take()` (which returns 0 or an errno). EAGAIN from `take` (another reader won
-/// the race) waits again. Returns 0, ETIMEDOUT or an errno.
+/// Waits up to `timeout` (negative or over a year: forever) for `fd` to be readable,
+/// then calls `take()` (which returns 0 or an errno). EAGAIN from `take` (another
+/// reader won the race) waits again. Returns 0, ETIMEDOUT or an errno.
 template <class Take>
 int wait_then(int fd, std::chrono::milliseconds timeout, Take take) noexcept {
   using clock = std::chrono::steady_clock;
-  const bool forever = timeout.count() < 0;
+  const bool forever = timeout.count() < 0 || timeout > std::chrono::hours(24 * 366);
   const auto deadline = clock::now() + (forever ? std::chrono::milliseconds{0} : timeout);
   for (;;) {
     int wait_ms = -1;
@@ -68,7 +68,7 @@ int wait_then(int fd, std::chrono::milliseconds timeout, Take take) noexcept {
       return errno;
     }
     if (n == 0) {
-      if (forever || clock::now() >= deadline) return ETIMEDOUT;
+      if (!forever && clock::now() >= deadline) return ETIMEDOUT;
       continue;
     }
     const int r = take();
@@ -266,8 +266,8 @@ struct ibverbs {
     return o;
   }
 
-  /// Waits up to `timeout` (negative: forever) for an asynchronous event, fills `out`
-  /// and acknowledges it. Returns 0, ETIMEDOUT or an errno.
+  /// Waits up to `timeout` (negative or milliseconds::max(): forever) for an
+  /// asynchronous event, fills `out` and acknowledges it. Returns 0, ETIMEDOUT or an errno.
   static int get_async_event(context ctx, std::chrono::milliseconds timeout, async_event& out) noexcept {
     return rdmakit::ibverbs::detail::wait_then(ctx->async_fd, timeout, [&]() noexcept -> int {
       ibv_async_event ev;
@@ -409,8 +409,8 @@ struct ibverbs {
   static int req_notify_cq(cq c, bool solicited_only) noexcept {
     return ibv_req_notify_cq(c, solicited_only ? 1 : 0);
   }
-  /// Waits up to `timeout` (negative: forever) for a completion event on `ch` and
-  /// stores the CQ it names in `out`. Returns 0, ETIMEDOUT or an errno. Each event
+  /// Waits up to `timeout` (negative or milliseconds::max(): forever) for a completion
+  /// event on `ch` and stores the CQ it names in `out`. Returns 0, ETIMEDOUT or an errno. Each event
   /// must be acknowledged with ack_cq_events before the CQ is destroyed.
   static int get_cq_event(channel ch, std::chrono::milliseconds timeout, cq& out) noexcept {
     return rdmakit::ibverbs::detail::wait_then(ch->fd, timeout, [&]() noexcept -> int {
