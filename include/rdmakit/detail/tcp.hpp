@@ -1,0 +1,366 @@
+#pragma once
+// Blocking-style TCP with deadlines for the endpoint exchange: every socket is
+// non-blocking and every wait is a poll(2) bounded by a deadline, so a silent peer is
+// an exchange_error(timeout) and never a hang. Writes use MSG_NOSIGNAL (no SIGPIPE).
+#include <rdmakit/detail/exchange_error.hpp>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace detail::tcp {
+
+using clock = std::chrono::steady_clock;
+
+/// A deadline plus the budget it came from (for messages).
+struct deadline {
+  clock::time_point at;
+  std::chrono::milliseconds budget;
+
+  static deadline after(std::chrono::milliseconds ms) { return {clock::now() + ms, ms}; }
+  int remaining_ms() const noexcept {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(at - clock::now()).count();
+    if (left <= 0) return 0;
+    return left > INT_MAX ? INT_MAX : static_cast<int>(left);
+  }
+  bool expired() const noexcept { return clock::now() >= at; }
+};
+
+inline std::string errno_text(int e) { return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")"; }
+
+[[noreturn]] inline void throw_system(const std::string& call, int e) {
+  throw exchange_error(exchange_errc::system, call + " failed: " + errno_text(e), e);
+}
+
+/// Move-only owner of a file descriptor.
+class socket_fd {
+ public:
+  socket_fd() = default;
+  explicit socket_fd(int fd) noexcept : fd_(fd) {}
+  socket_fd(socket_fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  socket_fd& operator=(socket_fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  socket_fd(const socket_fd&) = delete;
+  socket_fd& operator=(const socket_fd&) = delete;
+  ~socket_fd() { reset(); }
+
+  int get() const noexcept { return fd_; }
+  explicit operator bool() const noexcept { return fd_ >= 0; }
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+/// Waits until `fd` is ready for `events` (errors and hang-ups count as ready: the next
+/// call reports them). False when the deadline passes first.
+inline bool wait_ready(int fd, short events, const deadline& d) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int r = ::poll(&p, 1, d.remaining_ms());
+    if (r > 0) return true;
+    if (r == 0) {
+      if (d.expired()) return false;
+      continue;  // poll rounds down on some kernels; wait out the rest
+    }
+    if (errno != EINTR) throw_system("poll", errno);
+  }
+}
+
+inline void set_nonblocking(int fd) {
+  int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) throw_system("fcntl(O_NONBLOCK)", errno);
+}
+
+inline std::string describe(const sockaddr* sa) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  unsigned port = 0;
+  if (sa->sa_family == AF_INET) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    port = ntohs(in->sin_port);
+    return std::string(host) + ":" + std::to_string(port);
+  }
+  if (sa->sa_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    port = ntohs(in6->sin6_port);
+    return "[" + std::string(host) + "]:" + std::to_string(port);
+  }
+  return "?";
+}
+
+struct addrinfo_list {
+  addrinfo* head = nullptr;
+  addrinfo_list() = default;
+  addrinfo_list(const addrinfo_list&) = delete;
+  addrinfo_list& operator=(const addrinfo_list&) = delete;
+  ~addrinfo_list() {
+    if (head) ::freeaddrinfo(head);
+  }
+};
+
+inline void resolve(addrinfo_list& out, const std::string& host, std::uint16_t port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  const std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &out.head);
+  if (rc != 0)
+    throw exchange_error(exchange_errc::address,
+                         "cannot resolve \"" + host + "\" port " + service + ": " + ::gai_strerror(rc) +
+                             ": check the host name (or use a numeric address)");
+}
+
+/// Connects to host:port, trying every address the name resolves to, within `d`.
+/// With `retry_refused`, a refused connection (server not started yet) is retried
+/// every 50 ms until the deadline.
+inline socket_fd connect(const std::string& host, std::uint16_t port, const deadline& d, bool retry_refused) {
+  addrinfo_list list;
+  resolve(list, host, port, false);
+  const std::string target = host + ":" + std::to_string(port);
+  for (;;) {
+    int last_err = 0;
+    std::string last_addr;
+    for (addrinfo* a = list.head; a; a = a->ai_next) {
+      socket_fd s(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+      if (!s) {
+        last_err = errno;
+        continue;
+      }
+      last_addr = describe(a->ai_addr);
+      int err = 0;
+      if (::connect(s.get(), a->ai_addr, a->ai_addrlen) != 0) {
+        err = errno;
+        if (err == EINPROGRESS || err == EINTR) {
+          if (!wait_ready(s.get(), POLLOUT, d))
+            throw exchange_error(exchange_errc::timeout,
+                                 "connecting to " + target + " (" + last_addr + "): no answer within " +
+                                     std::to_string(d.budget.count()) +
+                                     " ms: is the host reachable and the port not filtered?",
+                                 ETIMEDOUT);
+          socklen_t len = sizeof err;
+          if (::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        }
+      }
+      if (err == 0) {
+        int one = 1;
+        ::setsockopt(s.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        return s;
+      }
+      last_err = err;
+    }
+    if (last_err == ECONNREFUSED && retry_refused && d.remaining_ms() > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50, d.remaining_ms())));
+      continue;
+    }
+    if (last_err == ECONNREFUSED)
+      throw exchange_error(exchange_errc::connection_refused,
+                           "connection refused by " + target + " (" + last_addr +
+                               "): no server listens there: start the server first, or check the host and port",
+                           last_err);
+    if (last_err == ETIMEDOUT || d.expired())
+      throw exchange_error(exchange_errc::timeout,
+                           "connecting to " + target + ": no answer within " + std::to_string(d.budget.count()) +
+                               " ms: is the host reachable and the port not filtered?",
+                           ETIMEDOUT);
+    throw exchange_error(exchange_errc::system,
+                         "connecting to " + target + " failed: " + errno_text(last_err), last_err);
+  }
+}
+
+/// A listening socket. An empty bind address listens on every interface (IPv6
+/// dual-stack when available, else IPv4); port 0 picks a free port (see port()).
+class listener {
+ public:
+  listener() = default;
+  explicit listener(std::uint16_t port, const std::string& bind_address = {}) {
+    if (bind_address.empty()) {
+      if (!try_bind_any6(port)) bind_to("0.0.0.0", port);
+    } else {
+      bind_to(bind_address, port);
+    }
+    if (::listen(fd_.get(), 8) != 0) throw_system("listen", errno);
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) throw_system("getsockname", errno);
+    port_ = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                     : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  }
+
+  std::uint16_t port() const noexcept { return port_; }
+  int native_handle() const noexcept { return fd_.get(); }
+
+  /// Accepts one connection within `d`.
+  socket_fd accept(const deadline& d) {
+    for (;;) {
+      if (!wait_ready(fd_.get(), POLLIN, d))
+        throw exchange_error(exchange_errc::timeout,
+                             "no client connected to port " + std::to_string(port_) + " within " +
+                                 std::to_string(d.budget.count()) + " ms: start the client (or raise the timeout)",
+                             ETIMEDOUT);
+      int c = ::accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (c >= 0) {
+        int one = 1;
+        ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        return socket_fd(c);
+      }
+      // The client may have given up between poll and accept: wait for the next one.
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
+        continue;
+      throw_system("accept", errno);
+    }
+  }
+
+ private:
+  bool try_bind_any6(std::uint16_t port) {
+    socket_fd s(::socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!s) return false;  // no IPv6 in this kernel
+    int one = 1, zero = 0;
+    ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_any;
+    a.sin6_port = htons(port);
+    if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      if (errno == EADDRINUSE) throw_in_use(port);
+      return false;  // e.g. IPv6 disabled: fall back to IPv4
+    }
+    fd_ = std::move(s);
+    return true;
+  }
+  void bind_to(const std::string& host, std::uint16_t port) {
+    addrinfo_list list;
+    resolve(list, host, port, true);
+    int last_err = EADDRNOTAVAIL;
+    for (addrinfo* a = list.head; a; a = a->ai_next) {
+      socket_fd s(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+      if (!s) {
+        last_err = errno;
+        continue;
+      }
+      int one = 1;
+      ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (::bind(s.get(), a->ai_addr, a->ai_addrlen) == 0) {
+        fd_ = std::move(s);
+        return;
+      }
+      last_err = errno;
+    }
+    if (last_err == EADDRINUSE) throw_in_use(port);
+    throw exchange_error(exchange_errc::address,
+                         "cannot listen on " + (host.empty() ? std::string("*") : host) + ":" + std::to_string(port) +
+                             ": " + errno_text(last_err),
+                         last_err);
+  }
+  [[noreturn]] static void throw_in_use(std::uint16_t port) {
+    throw exchange_error(exchange_errc::address,
+                         "port " + std::to_string(port) +
+                             " is already in use (another server, e.g. an ibv_*_pingpong, listens there): "
+                             "stop it or choose another port",
+                         EADDRINUSE);
+  }
+
+  socket_fd fd_;
+  std::uint16_t port_ = 0;
+};
+
+/// Reads exactly `n` bytes within `d`. `what` names the data for messages.
+inline void read_exact(int fd, void* buf, std::size_t n, const deadline& d, const std::string& what) {
+  auto* p = static_cast<char*>(buf);
+  std::size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::recv(fd, p + got, n - got, 0);
+    if (r > 0) {
+      got += static_cast<std::size_t>(r);
+      continue;
+    }
+    if (r == 0)
+      throw exchange_error(exchange_errc::connection_closed,
+                           "the peer closed the connection after " + std::to_string(got) + " of " + std::to_string(n) +
+                               " bytes of " + what +
+                               ": it rejected our record or crashed (see its output), or it speaks another format");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!wait_ready(fd, POLLIN, d))
+        throw exchange_error(exchange_errc::timeout,
+                             "timed out after " + std::to_string(d.budget.count()) + " ms waiting for " + what +
+                                 " (got " + std::to_string(got) + " of " + std::to_string(n) +
+                                 " bytes): the peer is silent or slow; is it the right program, port and wire "
+                                 "format?",
+                             ETIMEDOUT);
+      continue;
+    }
+    if (errno == ECONNRESET)
+      throw exchange_error(exchange_errc::connection_closed,
+                           "the peer reset the connection while we read " + what, errno);
+    throw_system("recv", errno);
+  }
+}
+
+/// Writes all `n` bytes within `d`.
+inline void write_all(int fd, const void* buf, std::size_t n, const deadline& d, const std::string& what) {
+  auto* p = static_cast<const char*>(buf);
+  std::size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::send(fd, p + done, n - done, MSG_NOSIGNAL);
+    if (r >= 0) {
+      done += static_cast<std::size_t>(r);
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!wait_ready(fd, POLLOUT, d))
+        throw exchange_error(exchange_errc::timeout,
+                             "timed out after " + std::to_string(d.budget.count()) + " ms sending " + what +
+                                 ": the peer does not read",
+                             ETIMEDOUT);
+      continue;
+    }
+    if (errno == EPIPE || errno == ECONNRESET)
+      throw exchange_error(exchange_errc::connection_closed,
+                           "the peer closed the connection before we could send " + what +
+                               ": it rejected our record or gave up (see its output)",
+                           errno);
+    throw_system("send", errno);
+  }
+}
+
+/// True when the peer has sent more bytes that are already waiting (used to reject
+/// oversized fixed-size records).
+inline bool bytes_pending(int fd) noexcept {
+  char c;
+  ssize_t r = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return r > 0;
+}
+
+}  // namespace detail::tcp
+RDMAKIT_END_NAMESPACE

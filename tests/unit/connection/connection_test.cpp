@@ -1,0 +1,396 @@
+#include <rdmakit/connection.hpp>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+
+using namespace rdmakit;
+using namespace std::chrono_literals;
+namespace tcp = rdmakit::detail::tcp;
+
+namespace {
+
+endpoint sample_endpoint() {
+  endpoint ep;
+  ep.lid = 0x0011;
+  ep.qpn = 0x00abcd;
+  ep.psn = 0x123456;
+  ep.gid = gid::from_ipv4(10, 0, 0, 1);
+  ep.mtu = mtu::mtu_2048;
+  return ep;
+}
+
+endpoint other_endpoint() {
+  endpoint ep;
+  ep.lid = 0;
+  ep.qpn = 0xfedcba;
+  ep.psn = 0x000001;
+  gid::parse("fe80:0000:0000:0000:0202:03ff:fe04:0506", ep.gid);
+  ep.mtu = mtu::mtu_1024;
+  return ep;
+}
+
+exchange_options fast(wire_format f = wire_format::rdmakit) {
+  exchange_options o;
+  o.format = f;
+  o.timeout = 200ms;
+  o.accept_timeout = 2000ms;
+  return o;
+}
+
+/// A raw client: connects to the listener and writes `bytes`, then optionally waits.
+tcp::socket_fd raw_client(std::uint16_t port) {
+  return tcp::connect("127.0.0.1", port, tcp::deadline::after(2000ms), false);
+}
+void raw_write(const tcp::socket_fd& s, std::string_view bytes) {
+  tcp::write_all(s.get(), bytes.data(), bytes.size(), tcp::deadline::after(2000ms), "test bytes");
+}
+
+/// Runs a server exchange on `l` in a thread and returns its future.
+std::future<connection_info> serve(exchange_listener& l, const connection_info& local, exchange_options o,
+                                   on_peer_fn cb = {}) {
+  return std::async(std::launch::async, [&l, local, o, cb] { return l.exchange(local, o, cb); });
+}
+
+std::string last_error;  // what() of the last exchange_error caught by error_of
+
+template <class F>
+exchange_errc error_of(F&& f) {
+  last_error.clear();
+  try {
+    f();
+  } catch (const exchange_error& e) {
+    last_error = e.what();
+    return e.kind();
+  }
+  return exchange_errc{};
+}
+
+/// A port nobody listens on (bound, read back, released).
+std::uint16_t free_port() {
+  tcp::listener l(0, "127.0.0.1");
+  return l.port();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// ibv_*_pingpong record
+
+TEST_CASE("pingpong record: exact text for known endpoints") {
+  // What rc_pingpong's "%04x:%06x:%06x:%s" with gid_to_wire_gid produces: the GID's
+  // 16 bytes in network order as 32 lowercase hex digits.
+  CHECK(wire::format_pingpong(sample_endpoint()) == "0011:00abcd:123456:00000000000000000000ffff0a000001");
+  CHECK(wire::format_pingpong(other_endpoint()) == "0000:fedcba:000001:fe80000000000000020203fffe040506");
+  CHECK(wire::format_pingpong(other_endpoint()).size() == 51);
+  CHECK(wire::pingpong_record_size == 52);
+  CHECK(wire::pingpong_ack.size() == 5);
+  CHECK(wire::pingpong_ack[4] == '\0');
+}
+
+TEST_CASE("pingpong record: parse known strings") {
+  const std::string rec = "0011:00abcd:123456:00000000000000000000ffff0a000001";
+  endpoint ep = wire::parse_pingpong(rec, mtu::mtu_2048);
+  CHECK(ep == sample_endpoint());
+  std::string with_nul = rec + '\0';
+  CHECK(wire::parse_pingpong(with_nul, mtu::mtu_2048) == sample_endpoint());
+  // Upper-case hex (sscanf %x accepts it too).
+  endpoint up = wire::parse_pingpong("0000:FEDCBA:000001:FE80000000000000020203FFFE040506");
+  CHECK(up == other_endpoint());
+  // Round trip.
+  CHECK(wire::parse_pingpong(wire::format_pingpong(other_endpoint())) == other_endpoint());
+}
+
+TEST_CASE("pingpong record: malformed input is rejected with the reason") {
+  const std::string good = "0011:00abcd:123456:00000000000000000000ffff0a000001";
+  CHECK(error_of([] { wire::parse_pingpong("garbage"); }) == exchange_errc::malformed);
+  CHECK(error_of([&] { wire::parse_pingpong(good.substr(0, 40)); }) == exchange_errc::malformed);
+  std::string bad_gid = good;
+  bad_gid[30] = 'g';
+  CHECK(error_of([&] { wire::parse_pingpong(bad_gid); }) == exchange_errc::malformed);
+  std::string bad_colon = good;
+  bad_colon[11] = '-';
+  CHECK(error_of([&] { wire::parse_pingpong(bad_colon); }) == exchange_errc::malformed);
+  std::string bad_qpn = good;
+  bad_qpn[6] = ' ';
+  CHECK(error_of([&] { wire::parse_pingpong(bad_qpn); }) == exchange_errc::malformed);
+  std::string no_nul = good + 'x';
+  CHECK(error_of([&] { wire::parse_pingpong(no_nul); }) == exchange_errc::too_large);
+  CHECK(error_of([&] { wire::parse_pingpong(good + "0123456789"); }) == exchange_errc::too_large);
+  std::string rdmakit_frame = wire::encode(sample_endpoint()).substr(0, 52);
+  CHECK(error_of([&] { wire::parse_pingpong(rdmakit_frame); }) == exchange_errc::wrong_format);
+  endpoint wide = sample_endpoint();
+  wide.qpn = 0x1000000;
+  CHECK(error_of([&] { wire::format_pingpong(wide); }) == exchange_errc::invalid_argument);
+}
+
+// ---------------------------------------------------------------------------------------
+// rdmakit record
+
+TEST_CASE("rdmakit record: exact text and round trip") {
+  const std::string frame = wire::encode(sample_endpoint());
+  CHECK(frame ==
+        "rdmakit/01 0083\n"
+        "lid=0x0011\nqpn=0x00abcd\npsn=0x123456\ngid=00000000000000000000ffff0a000001\nmtu=2048\n");
+  CHECK(wire::parse_header(std::string_view(frame).substr(0, 16)) == frame.size() - 16);
+  CHECK(wire::decode_payload(std::string_view(frame).substr(16)) == connection_info(sample_endpoint()));
+
+  connection_info with_region(other_endpoint(), remote_region{0x7f0012345678, 0xdeadbeef, 1u << 20});
+  const std::string f2 = wire::encode(with_region);
+  CHECK(f2.find("addr=0x00007f0012345678\nrkey=0xdeadbeef\nlen=1048576\n") != std::string::npos);
+  auto back = wire::decode_payload(std::string_view(f2).substr(16));
+  CHECK(back == with_region);
+  REQUIRE(back.region);
+  CHECK(back.region->rkey == 0xdeadbeef);
+  CHECK(wire::frame_header(0) == "rdmakit/01 0000\n");
+}
+
+TEST_CASE("rdmakit record: malformed, oversized and foreign input is rejected") {
+  CHECK(error_of([] { wire::parse_header("hello, world!!!\n"); }) == exchange_errc::malformed);
+  CHECK(error_of([] { wire::parse_header("rdmakit/01 12a4\n"); }) == exchange_errc::malformed);
+  CHECK(error_of([] { wire::parse_header("rdmakit/02 0080\n"); }) == exchange_errc::version_mismatch);
+  CHECK(error_of([] { wire::parse_header("rdmakit/01 5000\n"); }) == exchange_errc::too_large);
+  CHECK(error_of([] { wire::parse_header("0011:00abcd:1234"); }) == exchange_errc::wrong_format);
+
+  const std::string base = "lid=0x0011\nqpn=0x00abcd\npsn=0x123456\ngid=00000000000000000000ffff0a000001\nmtu=2048\n";
+  CHECK(wire::decode_payload(base + "future_key=42\n").ep == sample_endpoint());  // unknown keys: ignored
+  CHECK(error_of([&] { wire::decode_payload(base.substr(0, base.size() - 1)); }) == exchange_errc::malformed);
+  CHECK(error_of([&] { wire::decode_payload(base + "qpn=0x1\n"); }) == exchange_errc::malformed);
+  CHECK(error_of([&] { wire::decode_payload(base + "addr=0x1000\n"); }) == exchange_errc::malformed);
+  CHECK(error_of([&] { wire::decode_payload(base + "no equals sign\n"); }) == exchange_errc::malformed);
+  CHECK(error_of([] { wire::decode_payload("lid=0x1\nqpn=0x1\npsn=0x1\nmtu=1024\n"); }) == exchange_errc::malformed);
+  CHECK(error_of([] {
+          wire::decode_payload("lid=0x1\nqpn=0x1000000\npsn=0x1\ngid=00000000000000000000ffff0a000001\nmtu=1024\n");
+        }) == exchange_errc::malformed);
+  CHECK(error_of([] {
+          wire::decode_payload("lid=0x1\nqpn=0x1\npsn=0x1\ngid=00000000000000000000ffff0a000001\nmtu=1000\n");
+        }) == exchange_errc::malformed);
+  CHECK(error_of([] {
+          wire::decode_payload("lid=0x1\nqpn=0x1\npsn=0x1\ngid=0000000000000000000ffff0a000001\nmtu=1024\n");
+        }) == exchange_errc::malformed);  // a 31-digit GID
+}
+
+TEST_CASE("describe prints the ibv_*_pingpong style line") {
+  CHECK(wire::describe(sample_endpoint()) == "LID 0x0011, QPN 0x00abcd, PSN 0x123456, GID ::ffff:10.0.0.1");
+}
+
+// ---------------------------------------------------------------------------------------
+// Exchanges over loopback
+
+TEST_CASE("loopback exchange in both formats, callbacks in protocol order") {
+  for (auto fmt : {wire_format::rdmakit, wire_format::pingpong}) {
+    CAPTURE(static_cast<int>(fmt));
+    exchange_listener l(0, "127.0.0.1");
+    REQUIRE(l.port() != 0);
+    std::atomic<int> step{0};
+    int server_saw_step = -1, client_saw_step = -1;
+    connection_info server_local(sample_endpoint());
+    connection_info client_local(other_endpoint());
+    if (fmt == wire_format::rdmakit) client_local.region = remote_region{0x1000, 42, 4096};
+    auto server = serve(l, server_local, fast(fmt), [&](const connection_info&) { server_saw_step = step++; });
+    auto client_got = exchange_client("127.0.0.1", l.port(), client_local, fast(fmt),
+                                      [&](const connection_info&) { client_saw_step = step++; });
+    auto server_got = server.get();
+    CHECK(server_saw_step == 0);  // the server connects its QP before answering
+    CHECK(client_saw_step == 1);
+    if (fmt == wire_format::rdmakit) {
+      CHECK(client_got == server_local);
+      CHECK(server_got == client_local);
+    } else {
+      // No MTU on the wire: each side assumes its own.
+      endpoint expect_at_client = server_local.ep;
+      expect_at_client.mtu = client_local.ep.mtu;
+      endpoint expect_at_server = client_local.ep;
+      expect_at_server.mtu = server_local.ep.mtu;
+      CHECK(client_got.ep == expect_at_client);
+      CHECK(server_got.ep == expect_at_server);
+    }
+  }
+}
+
+TEST_CASE("the pingpong format refuses to carry a region") {
+  exchange_listener l(0, "127.0.0.1");
+  connection_info local(sample_endpoint(), remote_region{1, 2, 3});
+  CHECK(error_of([&] { exchange_client("127.0.0.1", l.port(), local, fast(wire_format::pingpong)); }) ==
+        exchange_errc::invalid_argument);
+}
+
+TEST_CASE("a server callback that throws fails both sides cleanly") {
+  exchange_listener l(0, "127.0.0.1");
+  auto server = serve(l, sample_endpoint(), fast(), [](const connection_info&) { throw std::runtime_error("boom"); });
+  CHECK(error_of([&] { exchange_client("127.0.0.1", l.port(), other_endpoint(), fast()); }) ==
+        exchange_errc::connection_closed);
+  CHECK_THROWS_AS(server.get(), std::runtime_error);
+}
+
+TEST_CASE("formats that differ are named in the error") {
+  exchange_listener l(0, "127.0.0.1");
+  auto server = serve(l, sample_endpoint(), fast(wire_format::rdmakit));
+  CHECK(error_of([&] { exchange_client("127.0.0.1", l.port(), other_endpoint(), fast(wire_format::pingpong)); }) ==
+        exchange_errc::connection_closed);
+  CHECK(error_of([&] { server.get(); }) == exchange_errc::wrong_format);
+}
+
+// ---------------------------------------------------------------------------------------
+// Timeouts and refusals: bounded, never a hang
+
+TEST_CASE("nobody listening: connection refused, quickly") {
+  const auto port = free_port();
+  const auto t0 = std::chrono::steady_clock::now();
+  exchange_options o = fast();
+  o.timeout = 3000ms;
+  CHECK(error_of([&] { exchange_client("127.0.0.1", port, other_endpoint(), o); }) ==
+        exchange_errc::connection_refused);
+  CHECK(std::chrono::steady_clock::now() - t0 < 1000ms);
+  CHECK(last_error.find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  CHECK(last_error.find("start the server") != std::string::npos);
+}
+
+TEST_CASE("retry_refused waits for a server that starts late") {
+  const auto port = free_port();
+  exchange_options o = fast();
+  o.timeout = 3000ms;
+  o.retry_refused = true;
+  auto client = std::async(std::launch::async, [&] { return exchange_client("127.0.0.1", port, other_endpoint(), o); });
+  std::this_thread::sleep_for(150ms);
+  exchange_listener l(port, "127.0.0.1");
+  auto got = l.exchange(sample_endpoint(), o);
+  CHECK(got.ep == other_endpoint());
+  CHECK(client.get().ep == sample_endpoint());
+}
+
+TEST_CASE("server: nobody connects within accept_timeout") {
+  exchange_listener l(0, "127.0.0.1");
+  exchange_options o = fast();
+  o.accept_timeout = 200ms;
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(error_of([&] { l.exchange(sample_endpoint(), o); }) == exchange_errc::timeout);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= 190ms);
+  CHECK(took < 1500ms);
+  CHECK(last_error.find("within 200 ms") != std::string::npos);
+}
+
+TEST_CASE("server: a client that connects but never writes times out, then the server accepts again") {
+  exchange_listener l(0, "127.0.0.1");
+  for (auto fmt : {wire_format::rdmakit, wire_format::pingpong}) {
+    auto silent = raw_client(l.port());
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(error_of([&] { l.exchange(sample_endpoint(), fast(fmt)); }) == exchange_errc::timeout);
+    CHECK(std::chrono::steady_clock::now() - t0 < 1500ms);
+  }
+  auto server = serve(l, sample_endpoint(), fast());
+  CHECK(exchange_client("127.0.0.1", l.port(), other_endpoint(), fast()).ep == sample_endpoint());
+  CHECK(server.get().ep == other_endpoint());
+}
+
+TEST_CASE("client: a server that accepts the connection but never answers times out") {
+  for (auto fmt : {wire_format::rdmakit, wire_format::pingpong}) {
+    tcp::listener mute(0, "127.0.0.1");  // listens (the kernel completes the handshake) but never accepts
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(error_of([&] { exchange_client("127.0.0.1", mute.port(), other_endpoint(), fast(fmt)); }) ==
+          exchange_errc::timeout);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    CHECK(took >= 190ms);
+    CHECK(took < 1500ms);
+  }
+}
+
+TEST_CASE("client: a server that answers but never acknowledges... is the client's last step; "
+          "server: a client that never sends done times out") {
+  exchange_listener l(0, "127.0.0.1");
+  auto server = serve(l, sample_endpoint(), fast(wire_format::pingpong));
+  auto s = raw_client(l.port());
+  std::string rec = wire::format_pingpong(other_endpoint());
+  rec.push_back('\0');
+  raw_write(s, rec);
+  char reply[52];
+  tcp::read_exact(s.get(), reply, sizeof reply, tcp::deadline::after(2000ms), "reply");
+  CHECK(wire::parse_pingpong(std::string_view(reply, 52)).qpn == sample_endpoint().qpn);
+  // ...and no "done".
+  CHECK(error_of([&] { server.get(); }) == exchange_errc::timeout);
+}
+
+// ---------------------------------------------------------------------------------------
+// Malformed input over the wire; the listener survives each
+
+TEST_CASE("server rejects garbage, oversized, truncated and bad-GID records and keeps serving") {
+  exchange_listener l(0, "127.0.0.1");
+  const std::string good_pp = wire::format_pingpong(other_endpoint());
+  struct bad_input {
+    const char* name;
+    wire_format fmt;
+    std::string bytes;
+    bool close_after;
+    exchange_errc expect;
+  };
+  std::string bad_gid = good_pp;
+  bad_gid[40] = 'z';
+  std::string rdmakit_bad_gid = wire::encode(other_endpoint());
+  rdmakit_bad_gid[rdmakit_bad_gid.find("gid=") + 10] = 'q';
+  const bad_input cases[] = {
+      {"pingpong garbage", wire_format::pingpong, std::string(52, 'x'), false, exchange_errc::malformed},
+      {"pingpong too long", wire_format::pingpong, good_pp + "0000000000", false, exchange_errc::too_large},
+      {"pingpong truncated", wire_format::pingpong, good_pp.substr(0, 20), true, exchange_errc::connection_closed},
+      {"pingpong bad gid", wire_format::pingpong, bad_gid + '\0', false, exchange_errc::malformed},
+      {"pingpong record then junk", wire_format::pingpong, good_pp + '\0' + "junk", false, exchange_errc::too_large},
+      {"rdmakit garbage", wire_format::rdmakit, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", false, exchange_errc::malformed},
+      {"rdmakit oversized", wire_format::rdmakit, "rdmakit/01 9999\n" + std::string(100, 'a'), false,
+       exchange_errc::too_large},
+      {"rdmakit truncated", wire_format::rdmakit, wire::encode(other_endpoint()).substr(0, 40), true,
+       exchange_errc::connection_closed},
+      {"rdmakit bad gid", wire_format::rdmakit, rdmakit_bad_gid, false, exchange_errc::malformed},
+      {"rdmakit newer version", wire_format::rdmakit, "rdmakit/07 0000\n", false, exchange_errc::version_mismatch},
+      {"rdmakit from a pingpong client", wire_format::rdmakit, good_pp + '\0', false, exchange_errc::wrong_format},
+  };
+  for (const auto& c : cases) {
+    const std::string name = c.name;
+    CAPTURE(name);
+    auto server = serve(l, sample_endpoint(), fast(c.fmt));
+    {
+      auto s = raw_client(l.port());
+      raw_write(s, c.bytes);
+      if (!c.close_after) {
+        // Wait for the server to decide, so it sees the bytes and not a closed socket.
+        auto status = server.wait_for(2000ms);
+        CHECK(status == std::future_status::ready);
+      }
+    }
+    CHECK(error_of([&] { server.get(); }) == c.expect);
+  }
+  // Still serving.
+  auto server = serve(l, sample_endpoint(), fast(wire_format::pingpong));
+  CHECK(exchange_client("127.0.0.1", l.port(), other_endpoint(), fast(wire_format::pingpong)).ep.qpn ==
+        sample_endpoint().qpn);
+  CHECK(server.get().ep.qpn == other_endpoint().qpn);
+}
+
+TEST_CASE("client rejects a malformed answer") {
+  tcp::listener raw(0, "127.0.0.1");
+  auto fake = std::async(std::launch::async, [&] {
+    auto c = raw.accept(tcp::deadline::after(2000ms));
+    char rec[52];
+    tcp::read_exact(c.get(), rec, sizeof rec, tcp::deadline::after(2000ms), "client record");
+    std::string answer = "0011:00abcd:123456:NOT-A-GID-AT-ALL-NOT-A-GID-AT-AL";
+    answer.push_back('\0');
+    tcp::write_all(c.get(), answer.data(), answer.size(), tcp::deadline::after(2000ms), "answer");
+    std::this_thread::sleep_for(100ms);
+  });
+  CHECK(error_of([&] { exchange_client("127.0.0.1", raw.port(), other_endpoint(), fast(wire_format::pingpong)); }) ==
+        exchange_errc::malformed);
+  fake.get();
+}
+
+TEST_CASE("listening on a port in use is a clear error") {
+  exchange_listener a(0, "127.0.0.1");
+  CHECK(error_of([&] { exchange_listener b(a.port(), "127.0.0.1"); }) == exchange_errc::address);
+}
+
+TEST_CASE("an unresolvable host is a clear error") {
+  CHECK(error_of([] { exchange_client("no-such-host.invalid", 1, other_endpoint(), fast()); }) ==
+        exchange_errc::address);
+}
