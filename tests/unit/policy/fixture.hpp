@@ -51,3 +51,30 @@ std::vector<seen> collect(CQ& cq, std::size_t n, int max_polls = 10000) {
 }
 
 }  // namespace policy_test
+
+namespace policy_test {
+
+/// Two connected (RC/UC) or active (UD) queue pairs, a on side x and b on side y.
+template <class T, class S = signal_all>
+struct qp_pair {
+  queue_pair<B, T, S, qp_state::rts> a;
+  queue_pair<B, T, S, qp_state::rts> b;
+};
+
+template <class T, class S = signal_all, class PX, class PY>
+qp_pair<T, S> make_pair(const protection_domain<B>& pdx, completion_queue<B, PX>& cqx,
+                        const protection_domain<B>& pdy, completion_queue<B, PY>& cqy, const qp_cap& caps,
+                        const connect_options& co = {}) {
+  auto x = pdx.template create_qp<T, S>(cqx, caps);
+  auto y = pdy.template create_qp<T, S>(cqy, caps);
+  if constexpr (T::connected) {
+    auto ex = x.local_endpoint();
+    auto a = std::move(x).connect(y.local_endpoint(), co);
+    auto b = std::move(y).connect(ex, co);
+    return {std::move(a), std::move(b)};
+  } else {
+    return {std::move(x).activate(), std::move(y).activate()};
+  }
+}
+
+}  // namespace policy_test

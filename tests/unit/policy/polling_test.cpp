@@ -1,0 +1,161 @@
+#include "fixture.hpp"
+
+#include <atomic>
+#include <thread>
+
+using namespace policy_test;
+using namespace std::chrono_literals;
+
+// ---- the wait algorithms on a scripted CQ ------------------------------------------------
+
+namespace {
+// A CQ simulated in plain code: `arrive_at_arm` lands a completion during arm(), i.e.
+// between the last poll and the arm, which is exactly when a naive loop strands it.
+struct fake_ops {
+  int ready = 0;
+  bool armed = false;
+  bool arrive_at_arm = false;
+  int polls = 0, arms = 0, waits = 0;
+  std::vector<std::string> trace;
+  int poll() {
+    ++polls;
+    trace.push_back("poll");
+    int n = ready;
+    ready = 0;
+    return n;
+  }
+  int arm() {
+    ++arms;
+    trace.push_back("arm");
+    if (arrive_at_arm) {
+      arrive_at_arm = false;
+      ++ready;  // before the arm takes effect: no event will come for it
+    }
+    armed = true;
+    return 0;
+  }
+  int wait_event(std::chrono::milliseconds) {
+    ++waits;
+    trace.push_back("wait");
+    return ETIMEDOUT;  // nothing ever fires: a stranded completion would be lost
+  }
+};
+}  // namespace
+
+TEST_CASE("event_driven: drain, arm, re-poll, and only then block") {
+  fake_ops ops;
+  ops.arrive_at_arm = true;
+  CHECK(event_driven<>::wait(ops, 10ms) == 1);
+  CHECK(ops.trace == std::vector<std::string>{"poll", "arm", "poll"});
+  CHECK(ops.waits == 0);
+
+  fake_ops idle;
+  CHECK(event_driven<>::wait(idle, 0ms) == 0);
+  CHECK(idle.trace == std::vector<std::string>{"poll", "arm", "poll", "wait", "poll"});
+
+  fake_ops ready;
+  ready.ready = 3;
+  CHECK(event_driven<>::wait(ready, 10ms) == 3);
+  CHECK(ready.arms == 0);  // something was there: no arm, no sleep
+}
+
+TEST_CASE("adaptive spins first, then waits like event_driven") {
+  fake_ops ops;
+  ops.arrive_at_arm = true;
+  CHECK(adaptive<5>::wait(ops, 10ms) == 1);
+  CHECK(ops.polls == 5 + 2);
+  CHECK(ops.arms == 1);
+}
+
+TEST_CASE("busy_poll never arms and gives up at the timeout") {
+  fake_ops ops;
+  CHECK(busy_poll<>::wait(ops, 1ms) == 0);
+  CHECK(ops.arms == 0);
+  CHECK(ops.polls >= 64);
+  static_assert(polling<busy_poll<4>> && polling<event_driven<>> && polling<adaptive<>>);
+  static_assert(!busy_poll<>::needs_channel && event_driven<>::needs_channel);
+}
+
+// ---- on the mock: a completion lands between the last poll and the arm ------------------
+
+namespace {
+template <class P>
+void arm_race() {
+  mock::fabric fab;
+  device<B> dx("mock0"), dy("mock1");
+  auto pdx = dx.create_pd();
+  auto pdy = dy.create_pd();
+  auto cqx = dx.create_cq<P>(64);
+  auto cqy = dy.create_cq(64);
+  auto p = make_pair<rc>(pdx, cqx, pdy, cqy, qp_cap{8, 8});
+  auto rx = pdx.allocate<rw_access>(64);
+  auto tx = pdy.allocate<rw_access>(64);
+  REQUIRE(p.a.post_recv(rx.local(), 10).ok());
+
+  int hook_calls = 0;
+  fab.set_arm_hook([&](const void* cq) {
+    if (cq != cqx.native() || hook_calls++) return;
+    // The peer's SEND arrives now, before the arm takes effect.
+    REQUIRE(p.b.send(tx.local(0, 8), 20).ok());
+  });
+  if (!P::needs_channel) REQUIRE(p.b.send(tx.local(0, 8), 20).ok());  // busy_poll never arms
+
+  std::vector<std::uint64_t> got;
+  // No event will ever come for it: a policy that does not re-poll after arming would
+  // sleep out the whole timeout (and only then find it, or lose it).
+  const auto t0 = std::chrono::steady_clock::now();
+  int n = cqx.wait([&](const completion<B>& c) { got.push_back(c.wr_id()); }, 3000ms);
+  CHECK(std::chrono::steady_clock::now() - t0 < 1000ms);
+  fab.set_arm_hook({});
+  CHECK(n == 1);
+  CHECK(got == std::vector<std::uint64_t>{10});
+  if (P::needs_channel) CHECK(hook_calls >= 1);
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("no polling policy strands a completion that lands before the arm", P, busy_poll<>,
+                   busy_poll<1>, event_driven<>, event_driven<1, 1>, adaptive<0>, adaptive<3>) {
+  arm_race<P>();
+}
+
+TEST_CASE_TEMPLATE("event policies sleep on the channel and wake for a completion from another thread", P,
+                   event_driven<4, 2>, adaptive<16, 4, 2>) {
+  mock::fabric fab;
+  device<B> dx("mock0"), dy("mock1");
+  auto pdx = dx.create_pd();
+  auto pdy = dy.create_pd();
+  auto cqx = dx.create_cq<P>(64);
+  auto cqy = dy.create_cq(64);
+  auto p = make_pair<rc>(pdx, cqx, pdy, cqy, qp_cap{8, 8});
+  auto rx = pdx.allocate<rw_access>(64);
+  auto tx = pdy.allocate<rw_access>(64);
+  int received = 0;
+  for (int round = 0; round < 5; ++round) {
+    REQUIRE(p.a.post_recv(rx.local(), static_cast<std::uint64_t>(round)).ok());
+    std::thread peer([&] {
+      std::this_thread::sleep_for(10ms);
+      REQUIRE(p.b.send(tx.local(0, 8), 100).ok());
+    });
+    int n = cqx.wait([&](const completion<B>& c) {
+      CHECK(c.ok());
+      CHECK(c.wr_id() == static_cast<std::uint64_t>(round));
+      ++received;
+    }, 5000ms);
+    peer.join();
+    CHECK(n == 1);
+    (void)collect(cqy, 1);
+  }
+  CHECK(received == 5);
+  CHECK(cqx.unacked_events() < P::ack_batch);  // acked in batches as they come
+  cqx.ack_events();
+  CHECK(cqx.unacked_events() == 0);
+}
+
+TEST_CASE("an event-driven wait times out cleanly when nothing comes") {
+  mock::fabric fab;
+  device<B> dx("mock0");
+  auto cq = dx.create_cq<event_driven<>>(16);
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(cq.wait([](const completion<B>&) {}, 20ms) == 0);
+  CHECK(std::chrono::steady_clock::now() - t0 >= 15ms);
+}

@@ -1,0 +1,252 @@
+#include "fixture.hpp"
+
+#include <random>
+#include <set>
+
+using namespace policy_test;
+
+// ---- the ledger alone, against a model of the strict slot rule ----------------------
+
+namespace {
+// A model HCA send queue: WRs complete at once; an unsignaled WR's slot is freed only
+// when a later signaled WR's completion is polled.
+struct strict_sq {
+  std::uint32_t depth;
+  std::vector<bool> held;  // signaled flag of each WR holding a slot, oldest first
+  std::vector<std::size_t> cqes;  // index (in `held`) of signaled WRs not polled yet
+  bool post(bool signaled) {
+    if (held.size() >= depth) return false;  // ENOMEM
+    held.push_back(signaled);
+    if (signaled) cqes.push_back(held.size() - 1);
+    return true;
+  }
+  bool poll() {
+    if (cqes.empty()) return false;
+    std::size_t upto = cqes.front();
+    cqes.erase(cqes.begin());
+    held.erase(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(upto + 1));
+    for (auto& c : cqes) c -= upto + 1;
+    return true;
+  }
+};
+
+template <class S>
+void model_run(std::uint32_t depth, unsigned seed) {
+  detail::sq_credits credits(depth);
+  strict_sq hca{depth, {}, {}};
+  std::mt19937 rng(seed);
+  for (int step = 0; step < 20000; ++step) {
+    if (rng() % 3 != 0) {
+      if (credits.available() == 0) {
+        // Full: the newest WR must be signaled, so a poll can always make room.
+        REQUIRE(!hca.cqes.empty());
+        continue;
+      }
+      bool sig = credits.must_signal<S>(rng() % 5 == 0);
+      REQUIRE(hca.post(sig));  // never ENOMEM
+      credits.commit(sig);
+    } else if (hca.poll()) {
+      credits.on_signaled_completion();
+    }
+    REQUIRE(credits.held() == hca.held.size());
+    if constexpr (S::max_run > 1) REQUIRE(credits.unsignaled_run() < S::max_run);
+  }
+}
+}  // namespace
+
+TEST_CASE("sq_credits matches a strict HCA model and never overflows it") {
+  for (unsigned seed = 1; seed <= 5; ++seed) {
+    model_run<signal_all>(4, seed);
+    model_run<signal_every<1>>(5, seed);
+    model_run<signal_every<3>>(8, seed);
+    model_run<signal_every<8>>(8, seed);
+    model_run<signal_every<5>>(7, seed);  // depth not a multiple of N
+    model_run<signal_manual>(6, seed);
+    model_run<signal_manual>(1, seed);
+  }
+}
+
+TEST_CASE("signal_every<N> signals the N-th WR and the last free slot") {
+  detail::sq_credits c(6);
+  std::vector<bool> sig;
+  for (int i = 0; i < 6; ++i) {
+    bool s = c.must_signal<signal_every<4>>(false);
+    c.commit(s);
+    sig.push_back(s);
+  }
+  CHECK(sig == std::vector<bool>{false, false, false, true, false, true});
+  CHECK(c.available() == 0);
+  c.on_signaled_completion();
+  CHECK(c.available() == 4);
+  c.on_signaled_completion();
+  CHECK(c.available() == 6);
+  c.on_signaled_completion();  // a spurious one changes nothing
+  CHECK(c.available() == 6);
+}
+
+TEST_CASE("signal_manual honours the caller and still closes the queue") {
+  detail::sq_credits c(3);
+  CHECK_FALSE(c.must_signal<signal_manual>(false));
+  c.commit(false);
+  CHECK(c.must_signal<signal_manual>(true));
+  c.commit(true);
+  CHECK(c.must_signal<signal_manual>(false));  // last slot
+  CHECK(signal_all::max_run == 1);
+  CHECK(signal_every<16>::min_sq_depth == 16);
+  static_assert(signaling<signal_all> && signaling<signal_every<2>> && signaling<signal_manual>);
+}
+
+// ---- the same promise against the strict mock, through the queue pair -----------------
+
+TEST_CASE("the strict mock really refuses an SQ full of unsignaled WRs (control)") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  auto mr = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  int err = 0;
+  for (int i = 0; i < 5 && err == 0; ++i) {
+    B::sge s;
+    B::set_sge(s, reinterpret_cast<std::uint64_t>(mr.data()), 8, mr.lkey());
+    B::send_wr w;
+    B::set_send(w, static_cast<std::uint64_t>(i), opcode::rdma_write, send_flags::none, &s, 1);
+    B::set_rdma(w, dst.remote().addr(), dst.remote().rkey());
+    B::send_wr* bad = nullptr;
+    err = B::post_send(p.a.native(), &w, &bad);
+  }
+  CHECK(err == ENOMEM);
+}
+
+namespace {
+template <class T_, class S_>
+struct combo {
+  using T = T_;
+  using S = S_;
+};
+
+template <class T, class S>
+void property_run(unsigned seed, mock::slot_release slots = mock::slot_release::on_signaled_poll,
+                  std::chrono::nanoseconds latency = std::chrono::nanoseconds{0}) {
+  mock::fabric_config cfg;
+  cfg.slots = slots;
+  cfg.latency = latency;
+  cfg.seed = seed;
+  mock::fabric fab(cfg);
+  side x("mock0", 64), y("mock1", 64);
+  constexpr std::uint32_t depth = 8;
+  auto p = make_pair<T, S>(x.pd, x.cq, y.pd, y.cq, qp_cap{depth, 8});
+  auto src = x.pd.allocate<rw_access>(4096);
+  auto dst = y.pd.allocate<rw_access>(4096);
+  auto ah = x.pd.create_ah(p.b.local_endpoint());
+
+  auto post_one = [&](std::uint64_t id, send_flags f) {
+    if constexpr (T::needs_ah)
+      return p.a.send(ah.to(p.b.qp_num()), src.local(0, 16), id, f);
+    else
+      return p.a.write(src.local(0, 16), dst.remote(), id, f);
+  };
+  auto add_one = [&](auto& batch, std::uint64_t id, send_flags f) {
+    if constexpr (T::needs_ah)
+      return batch.send(ah.to(p.b.qp_num()), src.local(0, 16), id, f);
+    else
+      return batch.write(src.local(0, 16), dst.remote(), id, f);
+  };
+
+  std::mt19937 rng(seed);
+  std::uint64_t next_id = 1;
+  std::uint64_t last_seen = 0;
+  std::set<std::uint64_t> wanted;  // WRs posted with send_flags::signaled
+  std::size_t posted = 0, completions = 0, refusals = 0;
+  auto poll = [&] {
+    return x.cq.poll([&](const completion<B>& c) {
+      REQUIRE(c.status() == wc_status::success);
+      REQUIRE(c.is_send());
+      REQUIRE(c.wr_id() > last_seen);  // SQ order, each WR at most once
+      REQUIRE(c.wr_id() < next_id);
+      last_seen = c.wr_id();
+      wanted.erase(c.wr_id());
+      ++completions;
+    });
+  };
+
+  for (int step = 0; step < 3000; ++step) {
+    const unsigned r = rng() % 10;
+    if (r < 6) {
+      const std::uint32_t k = 1 + rng() % 3;
+      const std::uint32_t before = p.a.send_credits();
+      post_result res;
+      std::vector<std::uint64_t> ids;
+      std::vector<bool> want;
+      for (std::uint32_t i = 0; i < k; ++i) {
+        ids.push_back(next_id + i);
+        want.push_back(rng() % 6 == 0);
+      }
+      if (k == 1) {
+        res = post_one(ids[0], want[0] ? send_flags::signaled : send_flags::none);
+      } else {
+        auto b = p.a.template make_batch<3>();
+        for (std::uint32_t i = 0; i < k; ++i)
+          REQUIRE(add_one(b, ids[i], want[i] ? send_flags::signaled : send_flags::none));
+        res = p.a.post(b);
+      }
+      if (res.status == post_status::sq_full) {
+        REQUIRE(before < k);  // refused only for lack of credits, never by the device
+        ++refusals;
+        continue;
+      }
+      INFO(res.message());
+      REQUIRE(res.ok());
+      REQUIRE(res.posted == k);
+      for (std::uint32_t i = 0; i < k; ++i)
+        if (want[i]) wanted.insert(ids[i]);
+      next_id += k;
+      posted += k;
+    } else {
+      REQUIRE(poll() >= 0);
+    }
+    REQUIRE(p.a.send_credits() <= depth);
+    if constexpr (S::max_run > 1) REQUIRE(p.a.unsignaled_run() < S::max_run);
+  }
+  // Close the last run with a signaled WR, then every slot must come back.
+  for (int i = 0; i < 1000 && p.a.send_credits() == 0; ++i) (void)poll();
+  REQUIRE(post_one(next_id++, send_flags::signaled).ok());
+  for (int i = 0; i < 1000 && p.a.send_credits() < depth; ++i) (void)poll();
+  CHECK(p.a.send_credits() == depth);
+  CHECK(wanted.empty());  // every WR we asked to signal completed
+  CHECK(last_seen == next_id - 1);
+  CHECK(posted > 1000);
+  if constexpr (S::max_run == 1) CHECK(completions == posted + 1);
+  async_event ev;
+  CHECK(B::get_async_event(x.dev.native(), std::chrono::milliseconds{0}, ev) != 0);  // no CQ_ERR
+  (void)refusals;
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("random post/poll interleavings never see ENOMEM or a lost completion", C,
+                   combo<rc, signal_all>, combo<rc, signal_every<3>>, combo<rc, signal_every<8>>,
+                   combo<rc, signal_manual>, combo<uc, signal_all>, combo<uc, signal_every<5>>,
+                   combo<uc, signal_manual>, combo<ud, signal_all>, combo<ud, signal_every<4>>,
+                   combo<ud, signal_manual>) {
+  for (unsigned seed = 1; seed <= 3; ++seed) property_run<typename C::T, typename C::S>(seed);
+  // With wire latency WRs are in flight when the SQ fills, not only held by the slot rule.
+  for (unsigned seed = 4; seed <= 5; ++seed)
+    property_run<typename C::T, typename C::S>(seed, mock::slot_release::on_signaled_poll,
+                                               std::chrono::microseconds{2});
+}
+
+TEST_CASE("the ledger is also safe when slots come back early (rxe's rule)") {
+  property_run<rc, signal_every<3>>(7, mock::slot_release::on_completion);
+}
+
+TEST_CASE("signal_every<N> larger than max_send_wr is refused at creation") {
+  mock::fabric fab;
+  side x("mock0");
+  auto make = [&] { return x.pd.create_qp<rc, signal_every<64>>(x.cq, qp_cap{32, 32}); };
+  CHECK_THROWS_AS(make(), verbs_error);
+  try {
+    make();
+  } catch (const verbs_error& e) {
+    CHECK(std::string(e.what()).find("max_send_wr is 32") != std::string::npos);
+  }
+  CHECK_NOTHROW(x.pd.create_qp<rc, signal_every<32>>(x.cq, qp_cap{32, 32}));
+}
