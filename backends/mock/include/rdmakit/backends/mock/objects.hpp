@@ -215,7 +215,25 @@ class fabric_state {
   std::unordered_map<std::uint32_t, mr_obj*> by_lkey;
   std::unordered_map<std::uint32_t, mr_obj*> by_rkey;
   std::set<context_obj*> contexts;
+  std::set<pd_obj*> pds;
+  std::set<cq_obj*> cqs;
+  std::set<channel_obj*> channels;
+  std::set<ah_obj*> ahs;
   bool running = false;  // guards against re-entering the event loop
+
+  fabric_state() = default;
+  fabric_state(const fabric_state&) = delete;
+  fabric_state& operator=(const fabric_state&) = delete;
+  // Like the kernel at process exit: whatever the program did not destroy is released.
+  ~fabric_state() {
+    for (auto& [n, q] : qps) delete q;
+    for (auto& [k, m] : by_lkey) delete m;
+    for (auto* a : ahs) delete a;
+    for (auto* c : cqs) delete c;
+    for (auto* c : channels) delete c;
+    for (auto* p : pds) delete p;
+    for (auto* c : contexts) delete c;
+  }
 };
 
 }  // namespace mock::detail

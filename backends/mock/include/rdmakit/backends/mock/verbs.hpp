@@ -38,6 +38,7 @@ inline void mock::close_device(context ctx) noexcept {
   if (!ctx) return;
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
+  if (ctx->children) return;  // objects still use it: the fabric releases it when it goes
   f.contexts.erase(ctx);
   delete ctx;
 }
@@ -101,6 +102,7 @@ inline mock::pd mock::alloc_pd(context ctx) {
   auto* p = new mockd::pd_obj;
   p->ctx = ctx;
   ++ctx->children;
+  f.pds.insert(p);
   return p;
 }
 
@@ -110,6 +112,7 @@ inline int mock::dealloc_pd(pd p) noexcept {
   std::lock_guard lk(f.mu);
   if (p->children) return EBUSY;  // MRs, QPs or AHs still use it
   --p->ctx->children;
+  f.pds.erase(p);
   delete p;
   return 0;
 }
@@ -161,6 +164,7 @@ inline mock::ah mock::create_ah(pd p, const ah_attr& attr) {
   a->pd = p;
   a->attr = attr;
   ++p->children;
+  f.ahs.insert(a);
   return a;
 }
 
@@ -169,6 +173,7 @@ inline int mock::destroy_ah(ah a) noexcept {
   auto& f = mockd::fab_of(a->pd);
   std::lock_guard lk(f.mu);
   --a->pd->children;
+  f.ahs.erase(a);
   delete a;
   return 0;
 }
@@ -179,6 +184,7 @@ inline mock::channel mock::create_comp_channel(context ctx) {
   auto* ch = new mockd::channel_obj;
   ch->ctx = ctx;
   ++ctx->children;
+  f.channels.insert(ch);
   return ch;
 }
 
@@ -188,6 +194,7 @@ inline int mock::destroy_comp_channel(channel ch) noexcept {
   std::lock_guard lk(f.mu);
   if (ch->cqs) return EBUSY;  // CQs still report to it
   --ch->ctx->children;
+  f.channels.erase(ch);
   delete ch;
   return 0;
 }
@@ -208,6 +215,7 @@ inline mock::cq mock::create_cq(context ctx, int cqe, channel ch, int comp_vecto
   c->capacity = cqe;
   if (ch) ++ch->cqs;
   ++ctx->children;
+  f.cqs.insert(c);
   return c;
 }
 
@@ -228,6 +236,7 @@ inline int mock::destroy_cq(cq c) noexcept {
     for (auto it = ctx->async_q.begin(); it != ctx->async_q.end();)
       it = it->object == c ? ctx->async_q.erase(it) : it + 1;
   --c->ctx->children;
+  f.cqs.erase(c);
   delete c;
   return 0;
 }
