@@ -1,0 +1,174 @@
+// Completion queues (semantics §5): overflow, event-driven waiting, shared CQs.
+#include "harness.hpp"
+
+using namespace conf;
+
+namespace {
+template <class H>
+const void* identity(H h) {
+  return static_cast<const void*>(h);
+}
+}  // namespace
+
+CONFORMANCE_CASE("cq: overflow loses the CQE that does not fit and raises CQ_ERR") {
+  fixture<B> fx;
+  auto small = fx.make_cq(4);
+  const int cap = B::cq_capacity(small);
+  REQUIRE(cap >= 4);
+  REQUIRE(cap <= 64);
+  auto a = fx.make_qp({.caps = {std::uint32_t(cap + 4), 4, 1, 1, 0}}, small, fx.make_cq(16));
+  auto b = fx.make_qp({.caps = {4, std::uint32_t(cap + 4), 1, 1, 0}, .cqe = 2 * cap + 8});
+  fx.connect(a, b);
+  auto& buf = fx.make_buffer(64);
+  for (int i = 0; i <= cap; ++i) REQUIRE(fx.post_recv(b, 100 + i, {buf.sge(0, 64)}) == 0);
+  for (int i = 0; i <= cap; ++i) REQUIRE(fx.post_send(a, i, opcode::send, {buf.sge(0, 8)}) == 0);
+  // Every message arrived, so every send completed; one of the cap + 1 CQEs had no room.
+  CHECK(fx.poll(b.recv_cq, std::size_t(cap) + 1, "all receives").size() == std::size_t(cap) + 1);
+  fx.settle();
+  async_event ev;
+  REQUIRE(B::get_async_event(fx.ctx, 2000ms, ev) == 0);
+  CHECK(ev.type == async_event_type::cq_err);
+  CHECK(ev.object == identity(small));
+  auto got = fx.drain(small, 5);
+  CHECK(got.size() == std::size_t(cap));
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i].wr_id == i);
+}
+
+CONFORMANCE_CASE("cq: arm, complete, get_cq_event, ack, poll") {
+  fixture<B> fx;
+  auto ch = fx.make_channel();
+  auto cq = fx.make_cq(16, ch);
+  auto a = fx.make_qp({}, cq, fx.make_cq(16));
+  auto b = fx.make_qp();
+  fx.connect(a, b);
+  auto& buf = fx.make_buffer(64);
+  REQUIRE(fx.post_recv(b, 1, {buf.sge(0, 64)}) == 0);
+  REQUIRE(B::req_notify_cq(cq, false) == 0);
+  REQUIRE(fx.post_send(a, 2, opcode::send, {buf.sge(0, 16)}) == 0);
+  typename B::cq got{};
+  REQUIRE(B::get_cq_event(ch, 5000ms, got) == 0);
+  CHECK(got == cq);
+  B::ack_cq_events(got, 1);
+  REQUIRE(B::req_notify_cq(cq, false) == 0);  // re-arm, then poll until empty
+  auto c = fx.poll_one(cq);
+  CHECK(c.wr_id == 2);
+  CHECK(c.status == wc_status::success);
+  CHECK(fx.drain(cq, 3).empty());
+}
+
+CONFORMANCE_CASE("cq: a completion that lands before the arm is found by the re-poll after arming") {
+  fixture<B> fx;
+  auto ch = fx.make_channel();
+  auto cq = fx.make_cq(16, ch);
+  auto a = fx.make_qp();
+  auto b = fx.make_qp({}, fx.make_cq(16), cq);
+  fx.connect(a, b);
+  auto& buf = fx.make_buffer(64);
+  REQUIRE(fx.post_recv(b, 1, {buf.sge(0, 64)}) == 0);
+  // The loop drained the CQ (empty), then the message lands before the arm.
+  typename B::wc none[1];
+  CHECK(B::poll_cq(cq, 1, none) == 0);
+  REQUIRE(fx.post_send(a, 2, opcode::send, {buf.sge(0, 16)}) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  fx.settle();
+  REQUIRE(B::req_notify_cq(cq, false) == 0);
+  // Waiting for an event here could wait forever; the re-poll finds the completion.
+  auto c = fx.poll_one(cq, "the completion that arrived before the arm");
+  CHECK(c.wr_id == 1);
+  CHECK(c.op == wc_opcode::recv);
+  // Any event that may still come must be acked before the CQ goes away.
+  typename B::cq evcq{};
+  if (B::get_cq_event(ch, 20ms, evcq) == 0) B::ack_cq_events(evcq, 1);
+}
+
+CONFORMANCE_CASE("cq: get_cq_event with a timeout returns ETIMEDOUT when nothing is pending") {
+  fixture<B> fx;
+  auto ch = fx.make_channel();
+  auto cq = fx.make_cq(16, ch);
+  typename B::cq got{};
+  CHECK(B::get_cq_event(ch, 20ms, got) == ETIMEDOUT);
+  REQUIRE(B::req_notify_cq(cq, false) == 0);
+  CHECK(B::get_cq_event(ch, 20ms, got) == ETIMEDOUT);  // armed, but nothing completes
+}
+
+CONFORMANCE_CASE("cq: an arm is good for one event only") {
+  fixture<B> fx;
+  auto ch = fx.make_channel();
+  auto cq = fx.make_cq(16, ch);
+  auto a = fx.make_qp({}, cq, fx.make_cq(16));
+  auto b = fx.make_qp();
+  fx.connect(a, b);
+  auto& buf = fx.make_buffer(64);
+  REQUIRE(fx.post_recv_list(b, {{1, {buf.sge(0, 64)}}, {2, {buf.sge(0, 64)}}}).rc == 0);
+  REQUIRE(B::req_notify_cq(cq, false) == 0);
+  REQUIRE(fx.post_send(a, 10, opcode::send, {buf.sge(0, 8)}) == 0);
+  typename B::cq got{};
+  REQUIRE(B::get_cq_event(ch, 5000ms, got) == 0);
+  B::ack_cq_events(got, 1);
+  CHECK(fx.poll_one(cq).wr_id == 10);
+  REQUIRE(fx.post_send(a, 11, opcode::send, {buf.sge(0, 8)}) == 0);
+  CHECK(fx.poll_one(cq).wr_id == 11);
+  CHECK(B::get_cq_event(ch, 20ms, got) == ETIMEDOUT);  // not re-armed: no event
+}
+
+CONFORMANCE_CASE("cq: a solicited-only arm ignores unsolicited receives") {
+  fixture<B> fx;
+  auto ch = fx.make_channel();
+  auto cq = fx.make_cq(16, ch);
+  auto a = fx.make_qp();
+  auto b = fx.make_qp({}, fx.make_cq(16), cq);
+  fx.connect(a, b);
+  auto& buf = fx.make_buffer(64);
+  REQUIRE(fx.post_recv_list(b, {{1, {buf.sge(0, 64)}}, {2, {buf.sge(0, 64)}}}).rc == 0);
+  REQUIRE(B::req_notify_cq(cq, true) == 0);
+  REQUIRE(fx.post_send(a, 10, opcode::send, {buf.sge(0, 8)}) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  typename B::cq got{};
+  CHECK(B::get_cq_event(ch, 20ms, got) == ETIMEDOUT);
+  REQUIRE(fx.post_send(a, 11, opcode::send, {buf.sge(0, 8)}, send_flags::signaled | send_flags::solicited) == 0);
+  REQUIRE(B::get_cq_event(ch, 5000ms, got) == 0);
+  CHECK(got == cq);
+  B::ack_cq_events(got, 1);
+  auto c = fx.poll(cq, 2);
+  REQUIRE(c.size() == 2);
+  CHECK(c[0].wr_id == 1);
+  CHECK(c[1].wr_id == 2);
+}
+
+CONFORMANCE_CASE("cq: one CQ shared by several QPs, completions routed by qp_num") {
+  fixture<B> fx;
+  auto shared = fx.make_cq(128);
+  auto a1 = fx.make_qp({}, shared, shared);
+  auto b1 = fx.make_qp({}, shared, shared);
+  auto a2 = fx.make_qp({}, shared, shared);
+  auto b2 = fx.make_qp({}, shared, shared);
+  fx.connect(a1, b1);
+  fx.connect(a2, b2);
+  auto& buf = fx.make_buffer(1024);
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    REQUIRE(fx.post_recv(b1, 100 + i, {buf.sge(0, 64)}) == 0);
+    REQUIRE(fx.post_recv(b2, 100 + i, {buf.sge(64, 64)}) == 0);  // same wr_ids on purpose
+  }
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    REQUIRE(fx.post_send(a1, i, opcode::send, {buf.sge(512, 10)}) == 0);
+    REQUIRE(fx.post_send(a2, i, opcode::send, {buf.sge(512, 20)}) == 0);
+  }
+  auto all = fx.poll(shared, 12, "12 completions on the shared CQ");
+  std::vector<std::uint64_t> per[4];
+  const std::uint32_t nums[4] = {a1.num, b1.num, a2.num, b2.num};
+  for (auto& c : all) {
+    CHECK(c.status == wc_status::success);
+    int k = -1;
+    for (int j = 0; j < 4; ++j)
+      if (c.qp_num == nums[j]) k = j;
+    REQUIRE_MESSAGE(k >= 0, "completion for an unknown qp_num " << c.qp_num);
+    per[k].push_back(c.wr_id);
+    if (k == 1) CHECK(c.byte_len == 10);
+    if (k == 3) CHECK(c.byte_len == 20);
+    CHECK(c.op == (k % 2 == 0 ? wc_opcode::send : wc_opcode::recv));
+  }
+  CHECK(per[0] == std::vector<std::uint64_t>{0, 1, 2});
+  CHECK(per[1] == std::vector<std::uint64_t>{100, 101, 102});
+  CHECK(per[2] == std::vector<std::uint64_t>{0, 1, 2});
+  CHECK(per[3] == std::vector<std::uint64_t>{100, 101, 102});
+}

@@ -1,0 +1,187 @@
+// Posting rules (semantics §4) and the capacities create calls report back.
+#include "deviations.hpp"
+#include "harness.hpp"
+
+#include <array>
+
+using namespace conf;
+
+CONFORMANCE_CASE("posting: create_qp and create_cq write back at least what was asked") {
+  fixture<B> fx;
+  for (qp_type t : {qp_type::rc, qp_type::uc, qp_type::ud}) {
+    CAPTURE(t);
+    auto e = fx.make_qp({.type = t, .caps = {10, 20, 2, 3, 32}});
+    CHECK(e.caps.max_send_wr >= 10);
+    CHECK(e.caps.max_recv_wr >= 20);
+    CHECK(e.caps.max_send_sge >= 2);
+    CHECK(e.caps.max_recv_sge >= 3);
+    CHECK(e.caps.max_inline_data >= 32);
+  }
+  auto cq = fx.make_cq(100);
+  CHECK(B::cq_capacity(cq) >= 100);
+  const auto dev = B::query_device(fx.ctx);
+  CHECK(dev.max_sge >= 1);
+  CHECK(dev.max_qp_wr >= 1);
+  qp_cap too_many{4, 4, dev.max_sge + 1, 1, 0};
+  CHECK(errno_of([&] { fx.make_qp({.caps = too_many}); }) == EINVAL);
+  qp_cap too_deep{dev.max_qp_wr + 1, 4, 1, 1, 0};
+  CHECK(errno_of([&] { fx.make_qp({.caps = too_deep}); }) == EINVAL);
+}
+
+CONFORMANCE_CASE("posting: SQ full -> ENOMEM, bad_wr is the first WR not posted, earlier ones were posted") {
+  fixture<B> fx;
+  link_opts la, lb;
+  la.rnr_retry = 7;  // the first SEND waits in RNR, so nothing leaves the SQ meanwhile
+  lb.min_rnr_timer = 1;
+  auto a = fx.make_qp({.caps = {8, 8, 1, 1, 0}});
+  auto b = fx.make_qp({.caps = {8, 128, 1, 1, 0}, .cqe = 256});
+  fx.connect(a, b, la, lb);
+  const std::uint32_t cap = a.caps.max_send_wr;
+  REQUIRE(cap <= 120);
+  auto& buf = fx.make_buffer(64);
+  std::vector<typename fixture<B>::send_spec> list;
+  for (std::uint32_t i = 0; i < cap + 2; ++i) list.push_back({.wr_id = i, .sg = {buf.sge(0, 8)}});
+  auto r = fx.post_send_list(a, list);
+  CHECK(r.rc == ENOMEM);
+  CHECK(r.bad_index == int(cap));
+  // Another single post is refused too while the SQ is full.
+  CHECK(fx.post_send(a, 999, opcode::send, {buf.sge(0, 8)}) == ENOMEM);
+  for (std::uint32_t i = 0; i < cap; ++i) REQUIRE(fx.post_recv(b, 1000 + i, {buf.sge(8, 8)}) == 0);
+  auto sq = fx.poll(a.send_cq, cap, "the posted part of the list");
+  REQUIRE(sq.size() == cap);
+  for (std::uint32_t i = 0; i < cap; ++i) {
+    CHECK(sq[i].wr_id == i);
+    CHECK(sq[i].status == wc_status::success);
+  }
+  CHECK(fx.poll(b.recv_cq, cap, "receives").size() == cap);
+  CHECK(fx.drain(a.send_cq, 5).empty());
+}
+
+CONFORMANCE_CASE("posting: RQ full -> ENOMEM, bad_wr is the first WR not posted") {
+  fixture<B> fx;
+  auto e = fx.make_qp({.caps = {4, 4, 1, 1, 0}});
+  fx.to_init(e);
+  const std::uint32_t cap = e.caps.max_recv_wr;
+  REQUIRE(cap <= 1024);
+  auto& buf = fx.make_buffer(64);
+  std::vector<typename fixture<B>::recv_spec> list;
+  for (std::uint32_t i = 0; i < cap + 1; ++i) list.push_back({i, {buf.sge(0, 64)}});
+  auto r = fx.post_recv_list(e, list);
+  CHECK(r.rc == ENOMEM);
+  CHECK(r.bad_index == int(cap));
+  CHECK(fx.post_recv(e, 77, {buf.sge(0, 64)}) == ENOMEM);
+  // The first `cap` are posted: moving to ERR flushes exactly those.
+  fx.move_to(e, qp_state::err);
+  auto flushed = fx.poll(e.recv_cq, cap, "flushes of the posted receives");
+  REQUIRE(flushed.size() == cap);
+  for (std::uint32_t i = 0; i < cap; ++i) CHECK(flushed[i].wr_id == i);
+  CHECK(fx.drain(e.recv_cq, 3).empty());
+}
+
+CONFORMANCE_CASE("posting: more SGEs than max_send_sge / max_recv_sge is EINVAL") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair({.caps = {8, 8, 2, 2, 0}});
+  auto& buf = fx.make_buffer(4096);
+  const auto ns = a.caps.max_send_sge + 1, nr = b.caps.max_recv_sge + 1;
+  std::vector<rdmakit::sge> s_sges, r_sges;
+  for (std::uint32_t i = 0; i < ns; ++i) s_sges.push_back(buf.sge(i * 8, 8));
+  for (std::uint32_t i = 0; i < nr; ++i) r_sges.push_back(buf.sge(i * 8, 8));
+  CHECK(fx.post_send(a, 1, opcode::send, s_sges) == EINVAL);
+  CHECK(fx.post_recv(b, 2, r_sges) == EINVAL);
+  // Nothing was posted: the QPs still work and nothing completes.
+  CHECK(fx.drain(a.send_cq, 3).empty());
+  CHECK(fx.drain(b.recv_cq, 3).empty());
+  CHECK(B::query_qp_state(a.qp) == qp_state::rts);
+}
+
+CONFORMANCE_CASE("posting: a list stops at its first invalid WR; the earlier ones are posted") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair({.caps = {8, 8, 1, 1, 0}});
+  auto& buf = fx.make_buffer(4096);
+  REQUIRE(fx.post_recv_list(b, {{10, {buf.sge(0, 64)}}, {11, {buf.sge(64, 64)}}}).rc == 0);
+  auto r = fx.post_send_list(a, {{.wr_id = 1, .sg = {buf.sge(128, 8)}},
+                                 {.wr_id = 2, .sg = {buf.sge(128, 8), buf.sge(136, 8)}},  // too many SGEs
+                                 {.wr_id = 3, .sg = {buf.sge(128, 8)}}});
+  CHECK(r.rc == EINVAL);
+  CHECK(r.bad_index == 1);
+  auto c = fx.poll(a.send_cq, 1);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].wr_id == 1);
+  CHECK(c[0].status == wc_status::success);
+  CHECK(fx.poll(b.recv_cq, 1).size() == 1);
+  CHECK(fx.drain(a.send_cq, 3).empty());
+  CHECK(fx.drain(b.recv_cq, 3).empty());
+}
+
+CONFORMANCE_CASE("posting: INLINE above max_inline_data is EINVAL") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair({.caps = {8, 8, 1, 1, 64}});
+  REQUIRE(a.caps.max_inline_data >= 64);
+  std::vector<std::uint8_t> data(a.caps.max_inline_data + 1, 0x42);
+  CHECK(fx.post_send(a, 1, opcode::send, {{reinterpret_cast<std::uintptr_t>(data.data()), std::uint32_t(data.size()), 0}},
+                     send_flags::signaled | send_flags::inline_data) == EINVAL);
+  CHECK(fx.drain(a.send_cq, 3).empty());
+}
+
+CONFORMANCE_CASE("posting: INLINE data is copied at post time and needs no lkey") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair({.caps = {8, 8, 1, 1, 64}});
+  auto& dst = fx.make_buffer(128);
+  REQUIRE(fx.post_recv(b, 5, {dst.sge(0, 128)}) == 0);
+  std::array<std::uint8_t, 60> data{};
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = std::uint8_t(i + 1);
+  REQUIRE(fx.post_send(a, 6, opcode::send, {{reinterpret_cast<std::uintptr_t>(data.data()), 60, 0}},
+                       send_flags::signaled | send_flags::inline_data) == 0);
+  data.fill(0xff);  // reused at once
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  auto r = fx.poll_one(b.recv_cq);
+  CHECK(r.status == wc_status::success);
+  CHECK(r.byte_len == 60);
+  bool same = true;
+  for (std::size_t i = 0; i < 60; ++i) same = same && dst.data()[i] == std::byte(i + 1);
+  CHECK(same);
+}
+
+CONFORMANCE_CASE("posting: post_send below RTS is EINVAL") {
+  fixture<B> fx;
+  const auto want = expected(ids::post_below_rts, B::name);
+  auto& buf = fx.make_buffer(64);
+  for (qp_type t : {qp_type::rc, qp_type::uc, qp_type::ud}) {
+    CAPTURE(t);
+    auto e = fx.make_qp({.type = t});
+    auto try_post = [&] {
+      std::vector<typename fixture<B>::send_spec> one{{.wr_id = 1, .sg = {buf.sge(0, 8)}}};
+      auto r = fx.post_send_list(e, one);
+      CHECK(r.rc == want.post_errno);
+      if (want.bad_wr_set) CHECK(r.bad_index == 0);
+    };
+    try_post();  // RESET
+    fx.to_init(e);
+    try_post();
+    fx.to_rtr(e, e.num);
+    try_post();
+    CHECK(fx.drain(e.send_cq, 3).empty());
+  }
+}
+
+CONFORMANCE_CASE("posting: post_recv is EINVAL in RESET and allowed from INIT on") {
+  fixture<B> fx;
+  auto a = fx.make_qp();
+  auto b = fx.make_qp();
+  auto& buf = fx.make_buffer(256);
+  buf.fill(8, 0, 64);
+  CHECK(fx.post_recv(b, 1, {buf.sge(128, 64)}) == EINVAL);
+  fx.to_init(b);
+  CHECK(fx.post_recv(b, 2, {buf.sge(128, 64)}) == 0);  // posted in INIT, used once connected
+  fx.bring_up(a, b.num);
+  fx.to_rtr(b, a.num);
+  CHECK(fx.post_recv(b, 3, {buf.sge(192, 64)}) == 0);  // RTR
+  fx.to_rts(b);
+  CHECK(fx.post_recv(b, 4, {buf.sge(192, 64)}) == 0);  // RTS
+  REQUIRE(fx.post_send(a, 10, opcode::send, {buf.sge(0, 64)}) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  auto r = fx.poll_one(b.recv_cq);
+  CHECK(r.wr_id == 2);
+  CHECK(r.status == wc_status::success);
+  CHECK(buf.holds(8, 128, 64));
+}

@@ -1,0 +1,72 @@
+// UC (semantics §7 and the UC rows of §3): no ACKs, silent drops.
+#include "harness.hpp"
+
+using namespace conf;
+
+CONFORMANCE_CASE("uc: SEND with no receive posted -> sender SUCCESS, receiver nothing") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair({.type = qp_type::uc});
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(256);
+  src.fill(6);
+  REQUIRE(fx.post_send(a, 1, opcode::send, {src.sge(0, 40)}) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  fx.settle();
+  REQUIRE(fx.post_recv(b, 7, {dst.sge(0, 256)}) == 0);
+  CHECK(fx.drain(b.recv_cq).empty());
+  CHECK(B::query_qp_state(b.qp) == qp_state::rts);
+  // The next message takes the receive: the first one was dropped, not held.
+  REQUIRE(fx.post_send(a, 2, opcode::send, {src.sge(0, 30)}) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  auto r = fx.poll_one(b.recv_cq);
+  CHECK(r.wr_id == 7);
+  CHECK(r.byte_len == 30);
+}
+
+CONFORMANCE_CASE("uc: RDMA_WRITE_WITH_IMM with no receive posted is dropped silently") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair({.type = qp_type::uc});
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(256);
+  src.fill(6);
+  REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write_with_imm, src.sge(0, 40), dst.addr(0), dst.rkey(),
+                       send_flags::signaled, to_be32(5)) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  fx.settle();
+  CHECK(fx.drain(b.recv_cq).empty());
+  CHECK(B::query_qp_state(b.qp) == qp_state::rts);
+}
+
+CONFORMANCE_CASE("uc: an access violation (bad rkey) is dropped silently and the QP keeps working") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair({.type = qp_type::uc});
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(256);
+  src.fill(6);
+  REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, src.sge(0, 40), dst.addr(0), dst.rkey() ^ 0x3300) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  fx.settle();
+  CHECK(dst.u64(0) == 0);
+  CHECK(B::query_qp_state(b.qp) == qp_state::rts);
+  CHECK(B::query_qp_state(a.qp) == qp_state::rts);
+  REQUIRE(fx.post_rdma(a, 2, opcode::rdma_write, src.sge(0, 40), dst.addr(0), dst.rkey()) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  fx.settle();
+  CHECK(dst.holds(6, 0, 40));
+}
+
+CONFORMANCE_CASE("uc: a multi-packet SEND (several MTUs) arrives whole") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair({.type = qp_type::uc});
+  const std::uint32_t len = 5 * mtu_bytes(mtu::mtu_1024) + 17;
+  auto& src = fx.make_buffer(len);
+  auto& dst = fx.make_buffer(len);
+  src.fill(29);
+  REQUIRE(fx.post_recv(b, 1, {dst.whole()}) == 0);
+  REQUIRE(fx.post_send(a, 2, opcode::send, {src.whole()}) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  auto r = fx.poll_one(b.recv_cq);
+  CHECK(r.status == wc_status::success);
+  CHECK(r.byte_len == len);
+  CHECK(dst.holds(29, 0, len));
+}

@@ -1,0 +1,181 @@
+// UD (semantics §7 and the UD rows of §3).
+#include "deviations.hpp"
+#include "harness.hpp"
+
+using namespace conf;
+
+namespace {
+template <class B>
+struct ud_pair {
+  explicit ud_pair(fixture<B>& f) : fx(f) {
+    auto p = f.make_pair({.type = qp_type::ud, .caps = {16, 16, 2, 2, 0}});
+    a = p.first;
+    b = p.second;
+    ah = f.make_ah(f.loopback_av());
+  }
+  fixture<B>& fx;
+  endpoint<B> a, b;
+  typename B::ah ah{};
+};
+}  // namespace
+
+CONFORMANCE_CASE("ud: SEND lands after a 40-byte GRH; byte_len includes it; src_qp names the sender") {
+  fixture<B> fx;
+  ud_pair<B> p(fx);
+  auto& src = fx.make_buffer(1024);
+  auto& dst = fx.make_buffer(2048);
+  src.fill(13);
+  REQUIRE(fx.post_recv(p.b, 1, {dst.sge(0, 2048)}) == 0);
+  REQUIRE(fx.post_ud(p.a, 2, p.ah, p.b.num, default_qkey, {src.sge(0, 500)}) == 0);
+  auto s = fx.poll_one(p.a.send_cq);
+  CHECK(s.status == wc_status::success);
+  CHECK(s.op == wc_opcode::send);
+  CHECK(s.qp_num == p.a.num);
+  auto r = fx.poll_one(p.b.recv_cq);
+  CHECK(r.status == wc_status::success);
+  CHECK(r.op == wc_opcode::recv);
+  CHECK(r.byte_len == 500 + grh_bytes);
+  CHECK(r.src_qp == p.a.num);
+  CHECK(r.qp_num == p.b.num);
+  CHECK(has_all(r.flags, wc_flags::grh));
+  CHECK_FALSE(has_any(r.flags, wc_flags::with_imm));
+  CHECK(dst.holds(13, grh_bytes, 500));
+}
+
+CONFORMANCE_CASE("ud: SEND_WITH_IMM carries the immediate") {
+  fixture<B> fx;
+  ud_pair<B> p(fx);
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(512);
+  src.fill(3);
+  REQUIRE(fx.post_recv(p.b, 1, {dst.sge(0, 512)}) == 0);
+  REQUIRE(fx.post_ud(p.a, 2, p.ah, p.b.num, default_qkey, {src.sge(0, 100)}, opcode::send_with_imm,
+                     to_be32(0xabcdef01)) == 0);
+  CHECK(fx.poll_one(p.a.send_cq).status == wc_status::success);
+  auto r = fx.poll_one(p.b.recv_cq);
+  CHECK(r.status == wc_status::success);
+  CHECK(r.byte_len == 100 + grh_bytes);
+  CHECK(has_all(r.flags, wc_flags::with_imm | wc_flags::grh));
+  CHECK(from_be32(r.imm) == 0xabcdef01);
+  CHECK(dst.holds(3, grh_bytes, 100));
+}
+
+CONFORMANCE_CASE("ud: the GRH fills a 40-byte first SGE and the data goes to the second") {
+  fixture<B> fx;
+  ud_pair<B> p(fx);
+  auto& src = fx.make_buffer(256);
+  auto& grh = fx.make_buffer(64);
+  auto& data = fx.make_buffer(256);
+  src.fill(17);
+  REQUIRE(fx.post_recv(p.b, 1, {grh.sge(0, grh_bytes), data.sge(0, 256)}) == 0);
+  REQUIRE(fx.post_ud(p.a, 2, p.ah, p.b.num, default_qkey, {src.sge(0, 200)}) == 0);
+  CHECK(fx.poll_one(p.a.send_cq).status == wc_status::success);
+  auto r = fx.poll_one(p.b.recv_cq);
+  CHECK(r.status == wc_status::success);
+  CHECK(r.byte_len == 200 + grh_bytes);
+  CHECK(data.holds(17, 0, 200));
+}
+
+CONFORMANCE_CASE("ud: a message of exactly the path MTU goes through") {
+  fixture<B> fx;
+  ud_pair<B> p(fx);
+  const std::uint32_t mtu = mtu_bytes(fx.port.active_mtu);
+  auto& src = fx.make_buffer(mtu);
+  auto& dst = fx.make_buffer(mtu + grh_bytes);
+  src.fill(23);
+  REQUIRE(fx.post_recv(p.b, 1, {dst.whole()}) == 0);
+  REQUIRE(fx.post_ud(p.a, 2, p.ah, p.b.num, default_qkey, {src.whole()}) == 0);
+  CHECK(fx.poll_one(p.a.send_cq).status == wc_status::success);
+  auto r = fx.poll_one(p.b.recv_cq);
+  CHECK(r.status == wc_status::success);
+  CHECK(r.byte_len == mtu + grh_bytes);
+  CHECK(dst.holds(23, grh_bytes, mtu));
+}
+
+CONFORMANCE_CASE("ud: a SEND larger than the path MTU") {
+  fixture<B> fx;
+  ud_pair<B> p(fx);
+  const auto want = expected(ids::ud_over_mtu, B::name);
+  const std::uint32_t mtu = mtu_bytes(fx.port.active_mtu);
+  auto& src = fx.make_buffer(mtu + 1);
+  auto& dst = fx.make_buffer(2 * mtu + grh_bytes);
+  REQUIRE(fx.post_recv(p.b, 1, {dst.whole()}) == 0);
+  CHECK(fx.post_ud(p.a, 2, p.ah, p.b.num, default_qkey, {src.whole()}) == want.post_errno);
+  auto s = fx.poll_one(p.a.send_cq);
+  CHECK(s.wr_id == 2);
+  CONF_CHECK_STATUS(want.req, s.status);
+  if (want.resp.is_nothing()) CHECK(fx.drain(p.b.recv_cq).empty());
+}
+
+CONFORMANCE_CASE("ud: a receive smaller than payload + 40") {
+  fixture<B> fx;
+  ud_pair<B> p(fx);
+  const auto want = expected(ids::ud_recv_too_small, B::name);
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(256);
+  REQUIRE(fx.post_recv(p.b, 1, {dst.sge(0, 100 + grh_bytes - 1)}) == 0);
+  REQUIRE(fx.post_ud(p.a, 2, p.ah, p.b.num, default_qkey, {src.sge(0, 100)}) == 0);
+  CONF_CHECK_STATUS(want.req, fx.poll_one(p.a.send_cq).status);
+  auto got = fx.drain(p.b.recv_cq);
+  if (got.empty()) {
+    CHECK_MESSAGE(want.resp.allows_nothing(), "no receive completion, expected " << want.resp.to_string());
+  } else {
+    CHECK(got[0].wr_id == 1);
+    CONF_CHECK_STATUS(want.resp, got[0].status);
+  }
+}
+
+CONFORMANCE_CASE("ud: a Q_Key mismatch is dropped silently; the receive stays posted") {
+  fixture<B> fx;
+  ud_pair<B> p(fx);
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(512);
+  src.fill(1);
+  REQUIRE(fx.post_recv(p.b, 1, {dst.sge(0, 512)}) == 0);
+  REQUIRE(fx.post_ud(p.a, 2, p.ah, p.b.num, default_qkey + 1, {src.sge(0, 50)}) == 0);
+  CHECK(fx.poll_one(p.a.send_cq).status == wc_status::success);
+  CHECK(fx.drain(p.b.recv_cq).empty());
+  REQUIRE(fx.post_ud(p.a, 3, p.ah, p.b.num, default_qkey, {src.sge(0, 60)}) == 0);
+  CHECK(fx.poll_one(p.a.send_cq).status == wc_status::success);
+  auto r = fx.poll_one(p.b.recv_cq);
+  CHECK(r.wr_id == 1);
+  CHECK(r.byte_len == 60 + grh_bytes);
+  CHECK(B::query_qp_state(p.b.qp) == qp_state::rts);
+}
+
+CONFORMANCE_CASE("ud: with no receive posted the message is dropped, not held") {
+  fixture<B> fx;
+  ud_pair<B> p(fx);
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(512);
+  src.fill(1);
+  REQUIRE(fx.post_ud(p.a, 2, p.ah, p.b.num, default_qkey, {src.sge(0, 50)}) == 0);
+  CHECK(fx.poll_one(p.a.send_cq).status == wc_status::success);
+  fx.settle();
+  REQUIRE(fx.post_recv(p.b, 1, {dst.sge(0, 512)}) == 0);
+  CHECK(fx.drain(p.b.recv_cq).empty());
+  REQUIRE(fx.post_ud(p.a, 3, p.ah, p.b.num, default_qkey, {src.sge(0, 70)}) == 0);
+  CHECK(fx.poll_one(p.a.send_cq).status == wc_status::success);
+  auto r = fx.poll_one(p.b.recv_cq);
+  CHECK(r.byte_len == 70 + grh_bytes);
+}
+
+CONFORMANCE_CASE("ud: one QP receives from two senders and tells them apart by src_qp") {
+  fixture<B> fx;
+  ud_pair<B> p(fx);
+  auto c = fx.make_qp({.type = qp_type::ud});
+  fx.bring_up(c, 0);
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(1024);
+  REQUIRE(fx.post_recv_list(p.b, {{1, {dst.sge(0, 512)}}, {2, {dst.sge(512, 512)}}}).rc == 0);
+  REQUIRE(fx.post_ud(p.a, 10, p.ah, p.b.num, default_qkey, {src.sge(0, 10)}) == 0);
+  CHECK(fx.poll_one(p.a.send_cq).status == wc_status::success);
+  REQUIRE(fx.post_ud(c, 20, p.ah, p.b.num, default_qkey, {src.sge(0, 20)}) == 0);
+  CHECK(fx.poll_one(c.send_cq).status == wc_status::success);
+  auto r = fx.poll(p.b.recv_cq, 2);
+  REQUIRE(r.size() == 2);
+  CHECK(r[0].src_qp == p.a.num);
+  CHECK(r[0].byte_len == 10 + grh_bytes);
+  CHECK(r[1].src_qp == c.num);
+  CHECK(r[1].byte_len == 20 + grh_bytes);
+}
