@@ -12,8 +12,9 @@
 ///   ASCII header `rdmakit/VV LLLL\n` (VV: two decimal digits, the format version, 01;
 ///   LLLL: four decimal digits, the payload length, at most `wire::max_payload`) and a
 ///   payload of `key=value\n` lines: `lid=0x%04x`, `qpn=0x%06x`, `psn=0x%06x`,
-///   `gid=<32 hex digits, network byte order>`, `mtu=<bytes>`, and, all three or none,
-///   `addr=0x%016x`, `rkey=0x%08x`, `len=<decimal>`. Numbers are hex with `0x` or
+///   `gid=<32 hex digits, network byte order>`, `mtu=<bytes>`, and, all four or none,
+///   `addr=0x%016x`, `rkey=0x%08x`, `len=<decimal>`, `access=0x%x` (the IBV_ACCESS_*
+///   remote bits: 0x2 write, 0x4 read, 0x8 atomic). Numbers are hex with `0x` or
 ///   decimal. Each known key at most once; unknown keys are ignored (a newer v1 peer
 ///   may add some); another version is rejected. The acknowledgement is an empty frame,
 ///   `rdmakit/01 0000\n`.
@@ -33,6 +34,7 @@
 #include <rdmakit/detail/exchange_error.hpp>
 #include <rdmakit/detail/tcp.hpp>
 #include <rdmakit/endpoint.hpp>
+#include <rdmakit/memory.hpp>
 #include <rdmakit/types.hpp>
 
 #include <arpa/inet.h>
@@ -48,23 +50,44 @@
 
 RDMAKIT_BEGIN_NAMESPACE
 
-/// Memory a peer lets the other side READ/WRITE/atomically access.
-struct remote_region {
+/// A registered region as sent to a peer: address, rkey, length and the remote rights
+/// its owner registered. Build it from `memory_region::remote()`; the receiver turns it
+/// back into a typed `remote_region<A>` with `as<A>()`, which checks the rights.
+struct region_descriptor {
   std::uint64_t addr = 0;
   std::uint32_t rkey = 0;
   std::uint64_t length = 0;
+  access rights = access::none;  ///< remote_write / remote_read / remote_atomic bits
 
-  friend constexpr bool operator==(const remote_region&, const remote_region&) = default;
+  region_descriptor() = default;
+  region_descriptor(std::uint64_t a, std::uint32_t k, std::uint64_t len, access r) noexcept
+      : addr(a), rkey(k), length(len), rights(r & remote_access_bits) {}
+  template <access A>
+  region_descriptor(const remote_region<A>& r) noexcept  // NOLINT: implicit on purpose
+      : region_descriptor(r.addr(), r.rkey(), r.length(), A) {}
+
+  /// The typed descriptor for operations needing rights `A`; throws exchange_error
+  /// (invalid_argument) when the owner did not grant them.
+  template <access A>
+  remote_region<A> as() const {
+    if (!has_all(rights, A))
+      throw exchange_error(exchange_errc::invalid_argument,
+                           "the peer's region grants " + to_string(rights) + " but " + to_string(A) +
+                               " is needed: register it with those rights on the peer");
+    return remote_region<A>::unchecked(addr, rkey, length);
+  }
+
+  friend bool operator==(const region_descriptor&, const region_descriptor&) = default;
 };
 
 /// What one side sends the other: its queue pair's endpoint and, optionally, a region.
 struct connection_info {
   endpoint ep{};
-  std::optional<remote_region> region{};
+  std::optional<region_descriptor> region{};
 
   connection_info() = default;
   connection_info(const endpoint& e) : ep(e) {}  // NOLINT: implicit on purpose
-  connection_info(const endpoint& e, const remote_region& r) : ep(e), region(r) {}
+  connection_info(const endpoint& e, const region_descriptor& r) : ep(e), region(r) {}
 
   friend bool operator==(const connection_info&, const connection_info&) = default;
 };
@@ -250,9 +273,10 @@ inline std::string encode(const connection_info& info) {
                         detail::gid_hex(ep.gid).c_str(), static_cast<unsigned>(mtu_bytes(ep.mtu)));
   std::string payload(buf, static_cast<std::size_t>(n));
   if (info.region) {
-    n = std::snprintf(buf, sizeof buf, "addr=0x%016llx\nrkey=0x%08x\nlen=%llu\n",
+    n = std::snprintf(buf, sizeof buf, "addr=0x%016llx\nrkey=0x%08x\nlen=%llu\naccess=0x%x\n",
                       static_cast<unsigned long long>(info.region->addr), static_cast<unsigned>(info.region->rkey),
-                      static_cast<unsigned long long>(info.region->length));
+                      static_cast<unsigned long long>(info.region->length),
+                      static_cast<unsigned>(to_underlying(info.region->rights)));
     payload.append(buf, static_cast<std::size_t>(n));
   }
   return frame_header(payload.size()) + payload;
@@ -292,11 +316,12 @@ inline connection_info decode_payload(std::string_view payload) {
     throw exchange_error(exchange_errc::too_large, "rdmakit record of " + std::to_string(payload.size()) + " bytes");
   if (payload.empty() || payload.back() != '\n')
     detail::malformed("rdmakit record does not end with a newline (truncated?)", payload);
-  enum { k_lid, k_qpn, k_psn, k_gid, k_mtu, k_addr, k_rkey, k_len, k_count };
-  static constexpr std::string_view names[k_count] = {"lid", "qpn", "psn", "gid", "mtu", "addr", "rkey", "len"};
+  enum { k_lid, k_qpn, k_psn, k_gid, k_mtu, k_addr, k_rkey, k_len, k_access, k_count };
+  static constexpr std::string_view names[k_count] = {"lid", "qpn", "psn", "gid", "mtu",
+                                                      "addr", "rkey", "len", "access"};
   bool seen[k_count] = {};
   connection_info info;
-  remote_region region;
+  region_descriptor region;
   std::string_view rest = payload;
   while (!rest.empty()) {
     const auto nl = rest.find('\n');
@@ -335,13 +360,19 @@ inline connection_info decode_payload(std::string_view payload) {
       case k_addr: region.addr = number(~std::uint64_t{0}); break;
       case k_rkey: region.rkey = static_cast<std::uint32_t>(number(0xFFFFFFFF)); break;
       case k_len: region.length = number(~std::uint64_t{0}); break;
+      case k_access:
+        region.rights = static_cast<access>(number(0xFFFFFFFF));
+        if ((region.rights & ~remote_access_bits) != access::none)
+          detail::malformed("rdmakit record: access holds bits other than remote write/read/atomic", line);
+        break;
     }
   }
   for (int k = k_lid; k <= k_mtu; ++k)
     if (!seen[k]) detail::malformed("rdmakit record lacks \"" + std::string(names[k]) + "\"", payload);
-  const int regions = seen[k_addr] + seen[k_rkey] + seen[k_len];
-  if (regions != 0 && regions != 3) detail::malformed("rdmakit record: addr, rkey and len go together", payload);
-  if (regions == 3) info.region = region;
+  const int regions = seen[k_addr] + seen[k_rkey] + seen[k_len] + seen[k_access];
+  if (regions != 0 && regions != 4)
+    detail::malformed("rdmakit record: addr, rkey, len and access go together", payload);
+  if (regions == 4) info.region = region;
   return info;
 }
 

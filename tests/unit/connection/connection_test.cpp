@@ -1,4 +1,5 @@
 #include <rdmakit/connection.hpp>
+#include <rdmakit/rdmakit.hpp>  // the whole library alongside: no name clashes
 
 #include <doctest/doctest.h>
 
@@ -139,13 +140,25 @@ TEST_CASE("rdmakit record: exact text and round trip") {
   CHECK(wire::parse_header(std::string_view(frame).substr(0, 16)) == frame.size() - 16);
   CHECK(wire::decode_payload(std::string_view(frame).substr(16)) == connection_info(sample_endpoint()));
 
-  connection_info with_region(other_endpoint(), remote_region{0x7f0012345678, 0xdeadbeef, 1u << 20});
+  connection_info with_region(other_endpoint(), region_descriptor{0x7f0012345678, 0xdeadbeef, 1u << 20,
+                                                                  access::remote_write | access::remote_read});
   const std::string f2 = wire::encode(with_region);
-  CHECK(f2.find("addr=0x00007f0012345678\nrkey=0xdeadbeef\nlen=1048576\n") != std::string::npos);
+  CHECK(f2.find("addr=0x00007f0012345678\nrkey=0xdeadbeef\nlen=1048576\naccess=0x6\n") != std::string::npos);
   auto back = wire::decode_payload(std::string_view(f2).substr(16));
   CHECK(back == with_region);
   REQUIRE(back.region);
   CHECK(back.region->rkey == 0xdeadbeef);
+  // Typed again on the receiving side, rights checked.
+  auto w = back.region->as<access::remote_write>();
+  CHECK(w.addr() == 0x7f0012345678);
+  CHECK(w.rkey() == 0xdeadbeef);
+  CHECK(w.length() == 1u << 20);
+  CHECK(error_of([&] { (void)back.region->as<access::remote_atomic>(); }) == exchange_errc::invalid_argument);
+  // From a typed descriptor (what memory_region::remote() returns).
+  auto typed = remote_region<access::remote_read>::unchecked(0x1000, 7, 64);
+  region_descriptor rd = typed;
+  CHECK(rd.rights == access::remote_read);
+  CHECK(rd.length == 64);
   CHECK(wire::frame_header(0) == "rdmakit/01 0000\n");
 }
 
@@ -161,6 +174,10 @@ TEST_CASE("rdmakit record: malformed, oversized and foreign input is rejected") 
   CHECK(error_of([&] { wire::decode_payload(base.substr(0, base.size() - 1)); }) == exchange_errc::malformed);
   CHECK(error_of([&] { wire::decode_payload(base + "qpn=0x1\n"); }) == exchange_errc::malformed);
   CHECK(error_of([&] { wire::decode_payload(base + "addr=0x1000\n"); }) == exchange_errc::malformed);
+  CHECK(error_of([&] { wire::decode_payload(base + "addr=0x1000\nrkey=0x1\nlen=8\naccess=0x1\n"); }) ==
+        exchange_errc::malformed);
+  CHECK(wire::decode_payload(base + "addr=0x1000\nrkey=0x1\nlen=8\naccess=0x8\n").region->rights ==
+        access::remote_atomic);
   CHECK(error_of([&] { wire::decode_payload(base + "no equals sign\n"); }) == exchange_errc::malformed);
   CHECK(error_of([] { wire::decode_payload("lid=0x1\nqpn=0x1\npsn=0x1\nmtu=1024\n"); }) == exchange_errc::malformed);
   CHECK(error_of([] {
@@ -190,7 +207,7 @@ TEST_CASE("loopback exchange in both formats, callbacks in protocol order") {
     int server_saw_step = -1, client_saw_step = -1;
     connection_info server_local(sample_endpoint());
     connection_info client_local(other_endpoint());
-    if (fmt == wire_format::rdmakit) client_local.region = remote_region{0x1000, 42, 4096};
+    if (fmt == wire_format::rdmakit) client_local.region = region_descriptor{0x1000, 42, 4096, access::remote_write};
     auto server = serve(l, server_local, fast(fmt), [&](const connection_info&) { server_saw_step = step++; });
     auto client_got = exchange_client("127.0.0.1", l.port(), client_local, fast(fmt),
                                       [&](const connection_info&) { client_saw_step = step++; });
@@ -214,7 +231,7 @@ TEST_CASE("loopback exchange in both formats, callbacks in protocol order") {
 
 TEST_CASE("the pingpong format refuses to carry a region") {
   exchange_listener l(0, "127.0.0.1");
-  connection_info local(sample_endpoint(), remote_region{1, 2, 3});
+  connection_info local(sample_endpoint(), region_descriptor{1, 2, 3, access::remote_read});
   CHECK(error_of([&] { exchange_client("127.0.0.1", l.port(), local, fast(wire_format::pingpong)); }) ==
         exchange_errc::invalid_argument);
 }
