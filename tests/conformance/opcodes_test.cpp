@@ -242,21 +242,25 @@ CONFORMANCE_CASE("opcodes: an opcode the transport lacks (UC READ/atomic, UD WRI
     CHECK(remote.u64(0) == 0);
   }
   SUBCASE("UD RDMA_WRITE") {
-    auto [a, b] = fx.make_pair({.type = qp_type::ud});
+    auto pair = fx.make_pair({.type = qp_type::ud});
+    auto& a = pair.first;
+    const auto bnum = pair.second.num;
     auto ah = fx.make_ah(fx.loopback_av());
     check_one(a, fx.post_send(a, 1, opcode::rdma_write, {local.sge(0, 8)}, send_flags::signaled,
                               [&](typename B::send_wr& w) {
                                 B::set_rdma(w, remote.addr(0), remote.rkey());
-                                B::set_ud(w, ah, b.num, default_qkey);
+                                B::set_ud(w, ah, bnum, default_qkey);
                               }));
   }
   SUBCASE("UD RDMA_READ") {
-    auto [a, b] = fx.make_pair({.type = qp_type::ud});
+    auto pair = fx.make_pair({.type = qp_type::ud});
+    auto& a = pair.first;
+    const auto bnum = pair.second.num;
     auto ah = fx.make_ah(fx.loopback_av());
     check_one(a, fx.post_send(a, 1, opcode::rdma_read, {local.sge(0, 8)}, send_flags::signaled,
                               [&](typename B::send_wr& w) {
                                 B::set_rdma(w, remote.addr(0), remote.rkey());
-                                B::set_ud(w, ah, b.num, default_qkey);
+                                B::set_ud(w, ah, bnum, default_qkey);
                               }));
   }
 }
