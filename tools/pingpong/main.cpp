@@ -1,0 +1,308 @@
+// rdmakit-pingpong: ibv_rc_pingpong / ibv_uc_pingpong / ibv_ud_pingpong on rdmakit,
+// with their options, output and TCP exchange, so either end can be one of them.
+//
+//   rdmakit-pingpong [options]          server: wait for a client
+//   rdmakit-pingpong [options] <host>   client: connect to the server at <host>
+//
+// The transport comes from --transport, else from the program name
+// (rdmakit-rc-pingpong, rdmakit-uc-pingpong, rdmakit-ud-pingpong), else RC.
+// Without -d (or with -d mock) both ends run in this process on the mock fabric, on two
+// threads, exchanging their records over TCP on 127.0.0.1 (an ephemeral port unless -p).
+#include "pingpong.hpp"
+
+#include <rdmakit/backends/mock.hpp>
+#if RDMAKIT_HAVE_IBVERBS
+#include <rdmakit/backends/ibverbs.hpp>
+#endif
+
+#include <getopt.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <thread>
+
+using namespace rdmakit;
+using namespace rdmakit_tools;
+
+namespace {
+
+struct cli {
+  pingpong_options pp;
+  qp_type transport = qp_type::rc;
+  bool size_given = false;
+  bool port_given = false;
+  std::uint16_t port = pingpong_port;
+  std::string host;
+  exchange_options xo;
+};
+
+void usage(const char* argv0, std::FILE* to) {
+  std::fprintf(to,
+               "Usage:\n"
+               "  %s            start a server and wait for connection\n"
+               "  %s <host>     connect to server at <host>\n"
+               "\n"
+               "Options (as ibv_rc_pingpong / ibv_uc_pingpong / ibv_ud_pingpong):\n"
+               "  -p, --port=<port>      listen on/connect to port <port> (default 18515)\n"
+               "  -d, --ib-dev=<dev>     use IB device <dev>; without -d (or with -d mock) both ends\n"
+               "                         run in this process on the mock fabric\n"
+               "  -i, --ib-port=<port>   use port <port> of IB device (default 1)\n"
+               "  -s, --size=<size>      size of message to exchange (default 4096; UD 1024)\n"
+               "  -m, --mtu=<size>       path MTU (default 1024; capped by the port's active MTU; RC/UC)\n"
+               "  -r, --rx-depth=<dep>   number of receives to post at a time (default 500)\n"
+               "  -n, --iters=<iters>    number of exchanges (default 1000)\n"
+               "  -l, --sl=<sl>          service level value (default 0)\n"
+               "  -e, --events           sleep on CQ events (default poll)\n"
+               "  -g, --gid-idx=<gid index> local port gid index (default: automatic, RoCEv2\n"
+               "                         IPv4-mapped first; ibv_*_pingpong default to no GID)\n"
+               "  -c, --chk              validate received messages (their length)\n"
+               "\n"
+               "rdmakit options:\n"
+               "  -T, --transport=rc|uc|ud  transport (default: from the program name\n"
+               "                         rdmakit-{rc,uc,ud}-pingpong, else rc)\n"
+               "  -W, --wire=pingpong|rdmakit  exchange format (default pingpong, the ibv_*_pingpong\n"
+               "                         record; rdmakit's own also carries the MTU)\n"
+               "      --timeout=<ms>     bound on the exchange once connected, and on the wait for\n"
+               "                         any completion (default 10000); the client retries a\n"
+               "                         refused connection that long\n"
+               "      --accept-timeout=<ms>  how long the server waits for a client (default 120000)\n"
+               "  -h, --help             this text\n"
+               "\n"
+               "Not supported (ibv_*_pingpong options): -o/--odp, -O/--iodp, -P/--prefetch,\n"
+               "  -t/--ts, -j/--dm, -N/--new_send.\n",
+               argv0, argv0);
+}
+
+bool parse_uint(const char* s, unsigned long max, unsigned long& out) {
+  errno = 0;
+  char* end = nullptr;
+  unsigned long v = std::strtoul(s, &end, 0);
+  if (errno || end == s || *end || v > max || (s[0] == '-')) return false;
+  out = v;
+  return true;
+}
+
+qp_type transport_from_name(std::string_view argv0) {
+  auto slash = argv0.rfind('/');
+  if (slash != std::string_view::npos) argv0.remove_prefix(slash + 1);
+  if (argv0.find("uc-pingpong") != std::string_view::npos || argv0.find("uc_pingpong") != std::string_view::npos)
+    return qp_type::uc;
+  if (argv0.find("ud-pingpong") != std::string_view::npos || argv0.find("ud_pingpong") != std::string_view::npos)
+    return qp_type::ud;
+  return qp_type::rc;
+}
+
+/// 0: parsed; otherwise the exit code (help: 0 via `help`).
+int parse(int argc, char** argv, cli& c, bool& help) {
+  c.transport = transport_from_name(argv[0]);
+  c.xo.format = wire_format::pingpong;
+  c.xo.accept_timeout = std::chrono::milliseconds{120'000};
+  enum { opt_timeout = 1000, opt_accept_timeout };
+  static const option longs[] = {
+      {"port", required_argument, nullptr, 'p'},      {"ib-dev", required_argument, nullptr, 'd'},
+      {"ib-port", required_argument, nullptr, 'i'},   {"size", required_argument, nullptr, 's'},
+      {"mtu", required_argument, nullptr, 'm'},       {"rx-depth", required_argument, nullptr, 'r'},
+      {"iters", required_argument, nullptr, 'n'},     {"sl", required_argument, nullptr, 'l'},
+      {"events", no_argument, nullptr, 'e'},          {"gid-idx", required_argument, nullptr, 'g'},
+      {"chk", no_argument, nullptr, 'c'},             {"transport", required_argument, nullptr, 'T'},
+      {"wire", required_argument, nullptr, 'W'},      {"timeout", required_argument, nullptr, opt_timeout},
+      {"accept-timeout", required_argument, nullptr, opt_accept_timeout},
+      {"help", no_argument, nullptr, 'h'},            {"odp", no_argument, nullptr, 'o'},
+      {"iodp", no_argument, nullptr, 'O'},            {"prefetch", no_argument, nullptr, 'P'},
+      {"ts", no_argument, nullptr, 't'},              {"dm", no_argument, nullptr, 'j'},
+      {"new_send", no_argument, nullptr, 'N'},        {nullptr, 0, nullptr, 0}};
+  auto bad = [&](const char* what, const char* arg) {
+    std::fprintf(stderr, "%s: invalid %s \"%s\"\n", argv[0], what, arg);
+    usage(argv[0], stderr);
+    return 1;
+  };
+  int ch;
+  unsigned long v = 0;
+  while ((ch = getopt_long(argc, argv, "p:d:i:s:m:r:n:l:eg:cT:W:hoOPtjN", longs, nullptr)) != -1) {
+    switch (ch) {
+      case 'p':
+        if (!parse_uint(optarg, 65535, v)) return bad("port", optarg);
+        c.port = static_cast<std::uint16_t>(v);
+        c.port_given = true;
+        break;
+      case 'd': c.pp.device = optarg; break;
+      case 'i':
+        if (!parse_uint(optarg, 255, v) || v < 1) return bad("IB port", optarg);
+        c.pp.ib_port = static_cast<std::uint8_t>(v);
+        break;
+      case 's':
+        if (!parse_uint(optarg, 0x7fffffff, v) || v < 1) return bad("size", optarg);
+        c.pp.size = static_cast<std::uint32_t>(v);
+        c.size_given = true;
+        break;
+      case 'm':
+        if (!parse_uint(optarg, 4096, v) || !mtu_from_bytes(static_cast<std::uint32_t>(v), c.pp.path_mtu))
+          return bad("MTU (256, 512, 1024, 2048 or 4096)", optarg);
+        break;
+      case 'r':
+        if (!parse_uint(optarg, 1u << 20, v) || v < 1) return bad("rx depth", optarg);
+        c.pp.rx_depth = static_cast<std::uint32_t>(v);
+        break;
+      case 'n':
+        if (!parse_uint(optarg, 0x7fffffff, v) || v < 1) return bad("iteration count", optarg);
+        c.pp.iters = static_cast<std::uint32_t>(v);
+        break;
+      case 'l':
+        if (!parse_uint(optarg, 15, v)) return bad("service level", optarg);
+        c.pp.sl = static_cast<std::uint8_t>(v);
+        break;
+      case 'e': c.pp.events = true; break;
+      case 'g':
+        if (!parse_uint(optarg, 0xffff, v)) return bad("GID index", optarg);
+        c.pp.gid_index = static_cast<int>(v);
+        break;
+      case 'c': c.pp.check = true; break;
+      case 'T':
+        if (!std::strcmp(optarg, "rc")) c.transport = qp_type::rc;
+        else if (!std::strcmp(optarg, "uc")) c.transport = qp_type::uc;
+        else if (!std::strcmp(optarg, "ud")) c.transport = qp_type::ud;
+        else return bad("transport (rc, uc or ud)", optarg);
+        break;
+      case 'W':
+        if (!std::strcmp(optarg, "pingpong")) c.xo.format = wire_format::pingpong;
+        else if (!std::strcmp(optarg, "rdmakit")) c.xo.format = wire_format::rdmakit;
+        else return bad("wire format (pingpong or rdmakit)", optarg);
+        break;
+      case opt_timeout:
+        if (!parse_uint(optarg, 86'400'000, v) || v < 1) return bad("timeout (ms)", optarg);
+        c.xo.timeout = c.pp.stall_timeout = std::chrono::milliseconds(v);
+        break;
+      case opt_accept_timeout:
+        if (!parse_uint(optarg, 86'400'000, v) || v < 1) return bad("accept timeout (ms)", optarg);
+        c.xo.accept_timeout = std::chrono::milliseconds(v);
+        break;
+      case 'h': help = true; return 0;
+      case 'o': case 'O': case 'P': case 't': case 'j': case 'N':
+        std::fprintf(stderr, "%s: option -%c is not supported by rdmakit-pingpong (see --help)\n", argv[0], ch);
+        return 1;
+      default: usage(argv[0], stderr); return 1;
+    }
+  }
+  if (optind == argc - 1) {
+    c.host = argv[optind];
+  } else if (optind < argc) {
+    usage(argv[0], stderr);
+    return 1;
+  }
+  if (!c.size_given && c.transport == qp_type::ud) c.pp.size = 1024;
+  c.pp.server = c.host.empty();
+  return 0;
+}
+
+/// Picks the transport and polling policies. `Spin`: the polling policy without -e.
+template <verbs_backend B, polling Spin>
+int dispatch(const pingpong_options& o, qp_type t, const exchange_fn& ex, printer& out) {
+  switch (t) {
+    case qp_type::rc:
+      return o.events ? run_pingpong<B, rc, event_driven<>>(o, ex, out) : run_pingpong<B, rc, Spin>(o, ex, out);
+    case qp_type::uc:
+      return o.events ? run_pingpong<B, uc, event_driven<>>(o, ex, out) : run_pingpong<B, uc, Spin>(o, ex, out);
+    case qp_type::ud:
+      return o.events ? run_pingpong<B, ud, event_driven<>>(o, ex, out) : run_pingpong<B, ud, Spin>(o, ex, out);
+  }
+  return 1;
+}
+
+const char* transport_name(qp_type t) {
+  return t == qp_type::rc ? "RC" : t == qp_type::uc ? "UC" : "UD";
+}
+
+/// Both ends on the mock fabric ("mock0" serves, "mock1" connects), one thread each,
+/// exchanging over TCP on 127.0.0.1. Output is printed per side once both are done.
+int run_mock_loopback(const cli& c) {
+  if (!c.host.empty()) {
+    std::fprintf(stderr,
+                 "rdmakit-pingpong: a host was given without -d: the mock loopback runs both ends in this "
+                 "process; give -d <device> to talk to %s\n",
+                 c.host.c_str());
+    return 1;
+  }
+  mock::fabric fab;
+  exchange_listener listener(c.port_given ? c.port : 0, "127.0.0.1");
+  struct side {
+    std::string out, error;
+    int rc = 1;
+  } server, client;
+  auto run = [&](side& s, bool is_server) {
+    try {
+      printer p(&s.out);
+      pingpong_options o = c.pp;
+      o.server = is_server;
+      o.device = is_server ? "mock0" : "mock1";
+      exchange_options xo = c.xo;
+      xo.retry_refused = true;
+      exchange_fn ex = is_server ? exchange_fn([&](const connection_info& local, const on_peer_fn& cb) {
+        return listener.exchange(local, xo, cb);
+      })
+                                 : exchange_fn([&](const connection_info& local, const on_peer_fn& cb) {
+                                     return exchange_client("127.0.0.1", listener.port(), local, xo, cb);
+                                   });
+      s.rc = dispatch<backends::mock, yielding_poll<>>(o, c.transport, ex, p);
+    } catch (const std::exception& e) {
+      s.error = e.what();
+    }
+  };
+  std::thread ts([&] { run(server, true); });
+  std::thread tc([&] { run(client, false); });
+  ts.join();
+  tc.join();
+  std::printf("mock loopback, %s, exchange over 127.0.0.1:%u (%s format)\n", transport_name(c.transport),
+              listener.port(), c.xo.format == wire_format::pingpong ? "ibv_*_pingpong" : "rdmakit");
+  for (auto* s : {&server, &client}) {
+    std::printf("[%s]\n%s", s == &server ? "server mock0" : "client mock1", s->out.c_str());
+    if (!s->error.empty()) std::fprintf(stderr, "%s: %s\n", s == &server ? "server" : "client", s->error.c_str());
+  }
+  return server.rc == 0 && client.rc == 0 && server.error.empty() && client.error.empty() ? 0 : 1;
+}
+
+template <verbs_backend B>
+int run_device(const cli& c) {
+  printer out;
+  if (c.pp.server) {
+    exchange_listener listener(c.port);  // listening before "local address" is printed
+    return dispatch<B, busy_poll<>>(c.pp, c.transport,
+                       [&](const connection_info& local, const on_peer_fn& cb) {
+                         return listener.exchange(local, c.xo, cb);
+                       },
+                       out);
+  }
+  exchange_options xo = c.xo;
+  xo.retry_refused = true;
+  return dispatch<B, busy_poll<>>(c.pp, c.transport,
+                     [&](const connection_info& local, const on_peer_fn& cb) {
+                       return exchange_client(c.host, c.port, local, xo, cb);
+                     },
+                     out);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  cli c;
+  bool help = false;
+  if (int rc = parse(argc, argv, c, help)) return rc;
+  if (help) {
+    usage(argv[0], stdout);
+    return 0;
+  }
+  if (c.pp.device.empty() || c.pp.device == "mock") return run_mock_loopback(c);
+#if RDMAKIT_HAVE_IBVERBS
+  return run_device<backends::ibverbs>(c);
+#else
+  std::fprintf(stderr, "rdmakit-pingpong: built without libibverbs: only the mock loopback (no -d) is available\n");
+  return 1;
+#endif
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "rdmakit-pingpong: %s\n", e.what());
+  return 1;
+}
