@@ -29,23 +29,35 @@ inline const char* gid_type_name(gid_type t) noexcept {
 }
 
 /// One line per GID table entry ("  [1] 0000:...:ffff:0a00:0001 RoCEv2 (IPv4-mapped)"),
-/// for error messages.
+/// runs of empty entries folded into one line ("  [2..1023] (empty)"), for error messages.
 template <verbs_backend B>
 std::string describe_gid_table(typename B::context ctx, std::uint8_t port, const port_attr& pa) {
   std::string out;
+  std::uint32_t empty_from = 0;
+  bool in_empty_run = false;
+  const auto close_run = [&](std::uint32_t end) {  // end: one past the run
+    if (!in_empty_run) return;
+    out += "\n  [" + std::to_string(empty_from);
+    if (end - empty_from > 1) out += ".." + std::to_string(end - 1);
+    out += "] (empty)";
+    in_empty_run = false;
+  };
   for (std::uint32_t i = 0; i < pa.gid_tbl_len; ++i) {
     const gid_entry e = B::query_gid(ctx, port, static_cast<int>(i));
-    out += "\n  [" + std::to_string(i) + "] ";
     if (!e.valid) {
-      out += "(empty)";
+      if (!in_empty_run) empty_from = i;
+      in_empty_run = true;
       continue;
     }
+    close_run(i);
+    out += "\n  [" + std::to_string(i) + "] ";
     out += e.value.to_string();
     out += ' ';
     out += gid_type_name(e.type);
     if (e.value.is_ipv4_mapped()) out += " (IPv4-mapped)";
     else if (e.value.is_link_local()) out += " (link-local)";
   }
+  close_run(pa.gid_tbl_len);
   if (pa.gid_tbl_len == 0) out += "\n  (the GID table is empty)";
   return out;
 }

@@ -142,8 +142,22 @@ TEST_CASE("no fitting GID: empty table and empty IB index 0") {
   CHECK_THROWS_WITH_AS(choose(), doctest::Contains("index 0, which is empty"), verbs_error);
 }
 
-TEST_CASE("describe_gid_table marks IPv4-mapped entries") {
-  set_table(link_layer::ethernet, {entry(0, gid::from_ipv4(10, 0, 0, 1), gid_type::roce_v2)});
+TEST_CASE("describe_gid_table marks IPv4-mapped entries and folds empty runs") {
+  std::vector<gid_entry> t(1024);  // rxe's table: 1024 entries, two in use
+  t[0] = entry(0, link_local(), gid_type::roce_v2);
+  t[1] = entry(1, gid::from_ipv4(10, 0, 0, 1), gid_type::roce_v2);
+  t[5] = entry(5, global_v6(), gid_type::roce_v1);
+  set_table(link_layer::ethernet, t);
   auto text = detail::describe_gid_table<fake_gids>(nullptr, 1, fake_gids::port);
-  CHECK(text.find("[0] 0000:0000:0000:0000:0000:ffff:0a00:0001 RoCEv2 (IPv4-mapped)") != std::string::npos);
+  CHECK(text ==
+        "\n  [0] fe80:0000:0000:0000:0000:0000:0000:0001 RoCEv2 (link-local)"
+        "\n  [1] 0000:0000:0000:0000:0000:ffff:0a00:0001 RoCEv2 (IPv4-mapped)"
+        "\n  [2..4] (empty)"
+        "\n  [5] 2001:0db8:0000:0000:0000:0000:0000:0007 RoCEv1"
+        "\n  [6..1023] (empty)");
+  t.resize(3);
+  t[2] = {};
+  set_table(link_layer::ethernet, t);
+  text = detail::describe_gid_table<fake_gids>(nullptr, 1, fake_gids::port);
+  CHECK(text.find("\n  [2] (empty)") != std::string::npos);
 }

@@ -408,7 +408,7 @@ TEST_CASE("[device] query_device, query_port and the GID table" * doctest::skip(
   CHECK(d.pa.gid_tbl_len > 0);
   CHECK(mtu_bytes(d.pa.active_mtu) >= 256);
   CHECK(static_cast<int>(d.pa.active_mtu) <= static_cast<int>(d.pa.max_mtu));
-  MESSAGE("port 1: " << to_string(d.pa.layer) << ", active MTU " << mtu_bytes(d.pa.active_mtu) << ", "
+  MESSAGE("port 1: " << std::string(to_string(d.pa.layer)) << ", active MTU " << mtu_bytes(d.pa.active_mtu) << ", "
                      << d.pa.gid_tbl_len << " GIDs" << detail::describe_gid_table<B>(d.ctx, 1, d.pa));
 
   if (auto want = gid_index_from_env()) {
@@ -425,7 +425,7 @@ TEST_CASE("[device] query_device, query_port and the GID table" * doctest::skip(
     B::query_gid(d.ctx, 1, static_cast<int>(d.pa.gid_tbl_len) + 5);
     FAIL("query_gid past the table should throw");
   } catch (const verbs_error& e) {
-    MESSAGE(e.what());
+    MESSAGE(std::string(e.what()));
     CHECK(std::string(e.what()).find("GID index") != std::string::npos);
   }
   async_event ev;
@@ -472,7 +472,7 @@ TEST_CASE("[device] create_qp checks caps against the device and writes back the
     B::create_qp(pd, cq, cq, qp_type::rc, huge, true);
     FAIL("create_qp should have thrown");
   } catch (const verbs_error& e) {
-    MESSAGE(e.what());
+    MESSAGE(std::string(e.what()));
     CHECK(e.errno_value() == EINVAL);
     CHECK(std::string(e.what()).find("max_qp_wr") != std::string::npos);
   }
