@@ -600,21 +600,29 @@ struct ibverbs {
     const qp_state to = has_all(mask, qp_attr_mask::state) ? attr.state : from;
     std::string why = std::string(to_string(type)) + " QP " + std::to_string(q->qp_num) + " on " +
                       device_name(q->context) + ": " + to_string(from) + "->" + to_string(to) + " with mask " +
-                      to_string(mask) + ": " + d::explain_mask(type, from, to, mask);
+                      to_string(mask) + ": ";
+    const std::string mask_problem = d::explain_mask(type, from, to, mask);
+    std::string value_problem;
     if (has_all(mask, qp_attr_mask::av)) {
       ibv_port_attr pa;
       std::memset(&pa, 0, sizeof pa);
       const std::uint8_t port = attr.av.port_num;
       if (ibv_query_port(q->context, port, &pa) == 0) {
         if (pa.link_layer == IBV_LINK_LAYER_ETHERNET && !attr.av.is_global)
-          why += "; RoCE (Ethernet link layer) needs av.is_global with grh.sgid_index (see choose_gid) "
-                 "and grh.dgid = the peer's GID";
+          value_problem += "; RoCE (Ethernet link layer) needs av.is_global with grh.sgid_index "
+                           "(see choose_gid) and grh.dgid = the peer's GID";
         if (has_all(mask, qp_attr_mask::path_mtu) &&
             static_cast<int>(attr.path_mtu) > static_cast<int>(pa.max_mtu))
-          why += std::string("; path_mtu ") + std::to_string(mtu_bytes(attr.path_mtu)) +
-                 " is above the port's max_mtu " + std::to_string(mtu_bytes(static_cast<mtu>(pa.max_mtu)));
+          value_problem += std::string("; path_mtu ") + std::to_string(mtu_bytes(attr.path_mtu)) +
+                           " is above the port's max_mtu " +
+                           std::to_string(mtu_bytes(static_cast<mtu>(pa.max_mtu)));
+      } else {
+        value_problem += "; av.port_num " + std::to_string(port) + " is not a port of this device";
       }
     }
+    if (!mask_problem.empty()) why += mask_problem + value_problem;
+    else if (!value_problem.empty()) why += value_problem.substr(2);
+    else why += d::value_hint;
     return verbs_error("ibv_modify_qp", err, why);
   }
 };

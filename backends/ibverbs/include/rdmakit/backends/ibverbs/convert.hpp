@@ -111,7 +111,8 @@ inline mask_rule transition_rule(qp_type t, qp_state from, qp_state to) noexcept
   return {};
 }
 
-/// Why a modify_qp with this mask may have failed, from the transition table.
+/// Why a modify_qp with this mask may have failed, from the transition table; empty
+/// when the mask is what the spec asks for.
 inline std::string explain_mask(qp_type t, qp_state from, qp_state to, qp_attr_mask mask) {
   const mask_rule r = transition_rule(t, from, to);
   if (!r.legal) return std::string("this transition is not legal for ") + to_string(t) + " QPs";
@@ -124,12 +125,14 @@ inline std::string explain_mask(qp_type t, qp_state from, qp_state to, qp_attr_m
     if (!out.empty()) out += "; ";
     out += "not allowed here " + to_string(extra);
   }
-  if (out.empty())
-    out = "the mask matches the spec for this transition, so a value is out of range (path_mtu above "
-          "the port's max_mtu, timeout > 31, max_rd_atomic above the device limit, a bad port or "
-          "pkey/GID index, or no GRH on RoCE)";
   return out;
 }
+
+/// When the mask is right, one of these values usually is not.
+inline constexpr const char* value_hint =
+    "the mask matches the spec for this transition, so a value is out of range (path_mtu above "
+    "the port's max_mtu, timeout > 31, max_rd_atomic above the device limit, a bad port or "
+    "pkey/GID index, or no GRH on RoCE)";
 
 }  // namespace ibverbs::detail
 RDMAKIT_END_NAMESPACE
