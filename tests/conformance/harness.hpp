@@ -232,6 +232,7 @@ struct link_opts {
   std::uint32_t qkey = default_qkey;
   std::uint32_t sq_psn = 0x1234;
   std::uint32_t rq_psn = 0x1234;  ///< must be the peer's sq_psn
+  std::optional<ah_attr> av;      ///< the peer's address; default: this port's loopback
 };
 
 template <class B>
@@ -338,7 +339,7 @@ class fixture {
     a.rq_psn = l.rq_psn;
     a.max_dest_rd_atomic = l.max_dest_rd_atomic;
     a.min_rnr_timer = l.min_rnr_timer;
-    a.av = loopback_av();
+    a.av = l.av.value_or(loopback_av());
     B::modify_qp(e.qp, a, rtr_mask(e.type));
   }
   void to_rts(const endpoint<B>& e, const link_opts& l = {}) {

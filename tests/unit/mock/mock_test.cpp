@@ -1,0 +1,196 @@
+// The mock backend type (mock.hpp): the concept, device opening, destroy rules,
+// async events, and two threads driving the two ends of a connection.
+#include "harness.hpp"
+
+#include <rdmakit/backends/mock.hpp>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <thread>
+
+using namespace conf;
+using B = rdmakit::backends::mock;
+namespace rm = rdmakit::mock;
+using fx_t = fixture<B>;
+
+static_assert(rdmakit::verbs_backend<B>);
+static_assert(B::name == "mock");
+
+TEST_CASE("mock: open_device by name, the empty name opens the first device, unknown names are ENODEV") {
+  rm::fabric f;
+  auto first = B::open_device("");
+  CHECK(B::device_name(first) == "mock0");
+  auto second = B::open_device("mock1");
+  CHECK(B::device_name(second) == "mock1");
+  CHECK(errno_of([] { B::open_device("mlx5_0"); }) == ENODEV);
+  B::close_device(second);
+  B::close_device(first);
+}
+
+TEST_CASE("mock: reg_mr refuses what ibv_reg_mr refuses") {
+  fx_t fx;
+  std::vector<std::uint64_t> mem(16);
+  CHECK(errno_of([&] { B::reg_mr(fx.pd, mem.data(), 128, acc::remote_write); }) == EINVAL);   // needs LOCAL_WRITE
+  CHECK(errno_of([&] { B::reg_mr(fx.pd, mem.data(), 128, acc::remote_atomic); }) == EINVAL);  // needs LOCAL_WRITE
+  CHECK(errno_of([&] { B::reg_mr(fx.pd, mem.data(), 0, acc::local_write); }) == EINVAL);
+  CHECK(errno_of([&] { B::reg_mr(fx.pd, nullptr, 128, acc::local_write); }) == EINVAL);
+  auto& ok = fx.make_buffer(128, acc::remote_read);  // remote read alone is fine
+  CHECK(ok.lkey() != 0);
+}
+
+TEST_CASE("mock: create_qp refuses CQs of another device") {
+  fx_t fx;
+  auto other = B::open_device("mock1");
+  auto cq = B::create_cq(other, 8, {}, 0);
+  qp_cap caps{4, 4, 1, 1, 0};
+  CHECK(errno_of([&] { B::create_qp(fx.pd, cq, cq, qp_type::rc, caps, true); }) == EINVAL);
+  CHECK(B::destroy_cq(cq) == 0);
+  B::close_device(other);
+}
+
+TEST_CASE("mock: req_notify_cq on a CQ without a channel is EINVAL") {
+  fx_t fx;
+  auto cq = fx.make_cq(8);
+  CHECK(B::req_notify_cq(cq, false) == EINVAL);
+}
+
+TEST_CASE("mock: destroy rules -- objects in use give EBUSY and nothing breaks") {
+  fx_t fx;
+  auto pd = B::alloc_pd(fx.ctx);
+  auto ch = B::create_comp_channel(fx.ctx);
+  auto cq = B::create_cq(fx.ctx, 16, ch, 0);
+  std::vector<std::uint64_t> mem(64);
+  auto mr = B::reg_mr(pd, mem.data(), 512, acc::local_write);
+  auto ah = B::create_ah(pd, fx.loopback_av());
+  endpoint<B> a, b;
+  for (auto* e : {&a, &b}) {
+    e->send_cq = e->recv_cq = cq;
+    e->caps = {4, 4, 1, 1, 0};
+    e->qp = B::create_qp(pd, cq, cq, qp_type::rc, e->caps, true);
+    e->num = B::qp_num(e->qp);
+  }
+  CHECK(B::destroy_cq(cq) == EBUSY);            // QPs use it
+  CHECK(B::dealloc_pd(pd) == EBUSY);            // MR, AH and QPs use it
+  CHECK(B::destroy_comp_channel(ch) == EBUSY);  // the CQ reports to it
+
+  // An event that is delivered but not acked keeps the CQ alive.
+  fx.connect(a, b);
+  std::vector<B::sge> s(1);
+  B::set_sge(s[0], reinterpret_cast<std::uintptr_t>(mem.data()), 64, B::mr_lkey(mr));
+  B::recv_wr rwr{};
+  B::set_recv(rwr, 1, s.data(), 1);
+  B::recv_wr* rbad = nullptr;
+  REQUIRE(B::post_recv(b.qp, &rwr, &rbad) == 0);
+  REQUIRE(B::req_notify_cq(cq, false) == 0);
+  B::send_wr swr{};
+  B::set_send(swr, 2, opcode::send, send_flags::signaled, s.data(), 1);
+  B::send_wr* sbad = nullptr;
+  REQUIRE(B::post_send(a.qp, &swr, &sbad) == 0);
+  B::cq got{};
+  REQUIRE(B::get_cq_event(ch, 1000ms, got) == 0);
+  CHECK(got == cq);
+  CHECK(fx.poll(cq, 2).size() == 2);
+  CHECK(B::destroy_qp(a.qp) == 0);
+  CHECK(B::destroy_qp(b.qp) == 0);
+  CHECK(B::destroy_cq(cq) == EBUSY);  // one event not acked
+  B::ack_cq_events(cq, 1);
+  CHECK(B::destroy_cq(cq) == 0);
+  CHECK(B::destroy_comp_channel(ch) == 0);
+
+  CHECK(B::dealloc_pd(pd) == EBUSY);  // MR and AH
+  CHECK(B::dereg_mr(mr) == 0);
+  CHECK(B::dealloc_pd(pd) == EBUSY);  // AH
+  CHECK(B::destroy_ah(ah) == 0);
+  CHECK(B::dealloc_pd(pd) == 0);
+}
+
+TEST_CASE("mock: responder errors raise async events on the responder's device") {
+  fx_t fx;
+  auto [a, b] = fx.make_pair();
+  auto& buf = fx.make_buffer(64);
+  REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, buf.sge(0, 8), buf.addr(8), buf.rkey() ^ 0x2200) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::rem_access_err);
+  async_event ev;
+  REQUIRE(B::get_async_event(fx.ctx, 100ms, ev) == 0);
+  CHECK(ev.type == async_event_type::qp_access_err);
+  CHECK(ev.qp_num == b.num);
+  CHECK(ev.object == static_cast<const void*>(b.qp));
+  CHECK(B::query_qp_state(b.qp) == qp_state::err);
+  CHECK(B::get_async_event(fx.ctx, 10ms, ev) == ETIMEDOUT);
+}
+
+TEST_CASE("mock: two threads drive the two ends of an RC connection (10k ping-pongs)") {
+  fx_t fx;
+  auto pair = fx.make_pair({.caps = {16, 16, 1, 1, 64}});
+  const endpoint<B> a = pair.first, b = pair.second;
+  auto& abuf = fx.make_buffer(64);
+  auto& bbuf = fx.make_buffer(64);
+  constexpr std::uint32_t rounds = 10000;
+
+  std::mutex err_mu;
+  std::string first_error;
+  std::atomic<bool> failed{false};
+  auto fail = [&](const std::string& what) {
+    std::lock_guard lk(err_mu);
+    if (first_error.empty()) first_error = what;
+    failed = true;
+  };
+
+  // One end: receives a value, re-posts its receive, answers with value + 1.
+  auto run = [&](const endpoint<B>& me, const buffer<B>& rb, bool starts) {
+    B::sge rs{};
+    B::set_sge(rs, rb.addr(0), 8, rb.lkey());
+    auto post_recv = [&] {
+      B::recv_wr w{};
+      B::set_recv(w, 0, &rs, 1);
+      B::recv_wr* bad = nullptr;
+      if (B::post_recv(me.qp, &w, &bad) != 0) fail("post_recv");
+    };
+    auto send = [&](std::uint32_t v) {
+      B::sge s{};
+      B::set_sge(s, reinterpret_cast<std::uintptr_t>(&v), sizeof v, 0);
+      B::send_wr w{};
+      B::set_send(w, v, opcode::send, send_flags::signaled | send_flags::inline_data, &s, 1);
+      B::send_wr* bad = nullptr;
+      if (int rc = B::post_send(me.qp, &w, &bad)) fail("post_send: " + std::to_string(rc));
+    };
+    auto wait = [&]() -> std::uint32_t {
+      B::wc w[4];
+      const auto deadline = std::chrono::steady_clock::now() + 60s;
+      while (!failed) {
+        int ns = B::poll_cq(me.send_cq, 4, w);
+        for (int i = 0; i < ns; ++i)
+          if (B::get_status(w[i]) != wc_status::success) fail(std::string("send: ") + to_string(B::get_status(w[i])));
+        if (B::poll_cq(me.recv_cq, 1, w) == 1) {
+          if (B::get_status(w[0]) != wc_status::success) fail("recv status");
+          std::uint32_t v;
+          std::memcpy(&v, rb.data(), sizeof v);
+          post_recv();
+          return v;
+        }
+        if (std::chrono::steady_clock::now() > deadline) fail("timed out");
+        std::this_thread::yield();
+      }
+      return ~0u;
+    };
+    post_recv();
+    if (starts) send(0);
+    for (std::uint32_t k = 0; k < rounds && !failed; ++k) {
+      const std::uint32_t v = wait();
+      const std::uint32_t want = starts ? 2 * k + 1 : 2 * k;
+      if (v != want) fail("got " + std::to_string(v) + ", expected " + std::to_string(want));
+      if (!starts || k + 1 < rounds) send(v + 1);
+    }
+  };
+
+  // Both receives are posted before either side sends: start B first, then A.
+  std::thread tb([&] { run(b, bbuf, false); });
+  std::this_thread::sleep_for(10ms);
+  std::thread ta([&] { run(a, abuf, true); });
+  ta.join();
+  tb.join();
+  CHECK_MESSAGE(!failed, first_error);
+}
