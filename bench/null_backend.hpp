@@ -1,0 +1,311 @@
+#pragma once
+// A backend that does (almost) nothing, so a benchmark measures the code around the
+// verbs calls instead of the device. It satisfies rdmakit::verbs_backend:
+//  - post_send walks the WR list, counts it, and for every signaled WR queues a
+//    successful completion on the QP's send CQ (a ring of wr_id/qp_num/opcode);
+//  - poll_cq hands those completions back, up to n at a time;
+//  - everything else is the minimum that lets the policy layer create a device, PD,
+//    regions, CQs and connected QPs (one InfiniBand port, GID 0, no GRH).
+// post_send and poll_cq are kept out of line, like ibv_post_send/ibv_poll_cq, which
+// call into the provider through a function pointer: the work request and completion
+// structs cross a real call boundary in both the raw and the policy loops.
+#include <rdmakit/backend.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rdmakit_bench {
+
+struct null_backend {
+  struct context_t {
+    int unused = 0;
+  };
+  struct pd_t {
+    context_t* ctx = nullptr;
+  };
+  struct mr_t {
+    std::uint32_t key = 0;
+  };
+  struct channel_t {
+    int unused = 0;
+  };
+  struct ah_t {
+    int unused = 0;
+  };
+  struct cq_t {
+    static constexpr std::uint32_t ring_size = 4096;  // power of two
+    struct entry {
+      std::uint64_t wr_id;
+      std::uint32_t qp_num;
+      rdmakit::wc_opcode op;
+    };
+    int capacity = 0;
+    std::uint32_t head = 0;  // next to poll
+    std::uint32_t tail = 0;  // next to fill
+    entry ring[ring_size];
+  };
+  struct qp_t {
+    cq_t* send_cq = nullptr;
+    cq_t* recv_cq = nullptr;
+    std::uint32_t num = 0;
+    rdmakit::qp_state state = rdmakit::qp_state::reset;
+    std::uint64_t sends = 0;  // WRs posted
+    std::uint64_t recvs = 0;
+  };
+
+  using context = context_t*;
+  using pd = pd_t*;
+  using mr = mr_t*;
+  using cq = cq_t*;
+  using channel = channel_t*;
+  using qp = qp_t*;
+  using ah = ah_t*;
+  using sge = rdmakit::sge;
+
+  /// Laid out like ibv_send_wr (the fields rdmakit sets).
+  struct send_wr {
+    std::uint64_t wr_id = 0;
+    send_wr* next = nullptr;
+    sge* sg_list = nullptr;
+    int num_sge = 0;
+    rdmakit::opcode op = rdmakit::opcode::send;
+    rdmakit::send_flags flags = rdmakit::send_flags::none;
+    std::uint32_t imm_data = 0;
+    std::uint64_t remote_addr = 0;
+    std::uint32_t rkey = 0;
+    std::uint64_t compare_add = 0;
+    std::uint64_t swap = 0;
+    ah address = nullptr;
+    std::uint32_t remote_qpn = 0;
+    std::uint32_t remote_qkey = 0;
+  };
+  struct recv_wr {
+    std::uint64_t wr_id = 0;
+    recv_wr* next = nullptr;
+    sge* sg_list = nullptr;
+    int num_sge = 0;
+  };
+  /// Laid out like ibv_wc.
+  struct wc {
+    std::uint64_t wr_id = 0;
+    rdmakit::wc_status status = rdmakit::wc_status::success;
+    rdmakit::wc_opcode opcode = rdmakit::wc_opcode::send;
+    std::uint32_t vendor_err = 0;
+    std::uint32_t byte_len = 0;
+    std::uint32_t imm_data = 0;
+    std::uint32_t qp_num = 0;
+    std::uint32_t src_qp = 0;
+    rdmakit::wc_flags flags = rdmakit::wc_flags::none;
+    std::uint16_t pkey_index = 0;
+    std::uint16_t slid = 0;
+    std::uint8_t sl = 0;
+    std::uint8_t dlid_path_bits = 0;
+  };
+
+  static constexpr std::string_view name = "null";
+
+  // ---- control path: just enough for the policy layer's setup --------------------------
+  static std::vector<std::string> device_names() { return {"null0"}; }
+  static context open_device(std::string_view) { return new context_t; }
+  static void close_device(context c) noexcept { delete c; }
+  static std::string device_name(context) { return "null0"; }
+  static rdmakit::device_attr query_device(context) {
+    rdmakit::device_attr a;
+    a.max_mr_size = ~std::uint64_t{0};
+    a.max_qp = a.max_cq = a.max_mr = a.max_pd = a.max_ah = 1u << 16;
+    a.max_qp_wr = cq_t::ring_size;
+    a.max_sge = 32;
+    a.max_cqe = static_cast<std::uint32_t>(cq_t::ring_size);
+    a.max_qp_rd_atom = a.max_qp_init_rd_atom = 16;
+    a.atomics = true;
+    a.phys_port_cnt = 1;
+    return a;
+  }
+  static rdmakit::port_attr query_port(context, std::uint8_t) {
+    rdmakit::port_attr p;
+    p.state = rdmakit::port_state::active;
+    p.max_mtu = p.active_mtu = rdmakit::mtu::mtu_4096;
+    p.gid_tbl_len = 1;
+    p.max_msg_sz = 1u << 31;
+    p.lid = 1;
+    p.layer = rdmakit::link_layer::infiniband;
+    return p;
+  }
+  static rdmakit::gid_entry query_gid(context, std::uint8_t, int index) {
+    rdmakit::gid_entry e;
+    e.index = static_cast<std::uint32_t>(index);
+    e.valid = index == 0;
+    if (e.valid) {
+      e.value.raw[0] = 0xfe;
+      e.value.raw[1] = 0x80;
+      e.value.raw[15] = 1;
+    }
+    return e;
+  }
+  static int get_async_event(context, std::chrono::milliseconds, rdmakit::async_event&) noexcept {
+    return ETIMEDOUT;
+  }
+
+  static pd alloc_pd(context c) { return new pd_t{c}; }
+  static int dealloc_pd(pd p) noexcept {
+    delete p;
+    return 0;
+  }
+  static mr reg_mr(pd, void*, std::size_t, rdmakit::access) {
+    static std::uint32_t next = 0x100;
+    return new mr_t{next++};
+  }
+  static int dereg_mr(mr m) noexcept {
+    delete m;
+    return 0;
+  }
+  static std::uint32_t mr_lkey(mr m) noexcept { return m->key; }
+  static std::uint32_t mr_rkey(mr m) noexcept { return m->key; }
+  static ah create_ah(pd, const rdmakit::ah_attr&) { return new ah_t; }
+  static int destroy_ah(ah a) noexcept {
+    delete a;
+    return 0;
+  }
+
+  static channel create_comp_channel(context) { return new channel_t; }
+  static int destroy_comp_channel(channel c) noexcept {
+    delete c;
+    return 0;
+  }
+  static cq create_cq(context, int cqe, channel, int) {
+    auto* c = new cq_t;
+    c->capacity = cqe;
+    return c;
+  }
+  static int cq_capacity(cq c) noexcept { return c->capacity; }
+  static int destroy_cq(cq c) noexcept {
+    delete c;
+    return 0;
+  }
+  [[gnu::noinline]] static int poll_cq(cq c, int n, wc* out) noexcept {
+    int got = 0;
+    while (got < n && c->head != c->tail) {
+      const auto& e = c->ring[c->head & (cq_t::ring_size - 1)];
+      wc& w = out[got++];
+      w.wr_id = e.wr_id;
+      w.status = rdmakit::wc_status::success;
+      w.opcode = e.op;
+      w.byte_len = 0;
+      w.qp_num = e.qp_num;
+      w.flags = rdmakit::wc_flags::none;
+      ++c->head;
+    }
+    return got;
+  }
+  static int req_notify_cq(cq, bool) noexcept { return 0; }
+  static int get_cq_event(channel, std::chrono::milliseconds, cq&) noexcept { return ETIMEDOUT; }
+  static void ack_cq_events(cq, unsigned) noexcept {}
+
+  static qp create_qp(pd, cq send_cq, cq recv_cq, rdmakit::qp_type, rdmakit::qp_cap&, bool) {
+    static std::uint32_t next = 0x11;
+    return new qp_t{send_cq, recv_cq, next++};
+  }
+  static int destroy_qp(qp q) noexcept {
+    delete q;
+    return 0;
+  }
+  static std::uint32_t qp_num(qp q) noexcept { return q->num; }
+  static void modify_qp(qp q, const rdmakit::qp_attr& a, rdmakit::qp_attr_mask) { q->state = a.state; }
+  static rdmakit::qp_state query_qp_state(qp q) { return q->state; }
+
+  [[gnu::noinline]] static int post_send(qp q, send_wr* wr, send_wr** bad) noexcept {
+    cq_t& c = *q->send_cq;
+    for (; wr; wr = wr->next) {
+      ++q->sends;
+      if (rdmakit::has_any(wr->flags, rdmakit::send_flags::signaled)) {
+        if (c.tail - c.head == cq_t::ring_size) {  // a real CQ would overrun
+          if (bad) *bad = wr;
+          return ENOMEM;
+        }
+        c.ring[c.tail++ & (cq_t::ring_size - 1)] = {wr->wr_id, q->num, to_wc_opcode(wr->op)};
+      }
+    }
+    if (bad) *bad = nullptr;
+    return 0;
+  }
+  [[gnu::noinline]] static int post_recv(qp q, recv_wr* wr, recv_wr** bad) noexcept {
+    for (; wr; wr = wr->next) ++q->recvs;
+    if (bad) *bad = nullptr;
+    return 0;
+  }
+
+  // ---- building WRs and reading completions: plain field accesses, as in ibverbs ------
+  static void set_sge(sge& s, std::uint64_t addr, std::uint32_t length, std::uint32_t lkey) noexcept {
+    s.addr = addr;
+    s.length = length;
+    s.lkey = lkey;
+  }
+  static void set_send(send_wr& w, std::uint64_t wr_id, rdmakit::opcode op, rdmakit::send_flags fl, sge* list,
+                       int n) noexcept {
+    w.wr_id = wr_id;
+    w.next = nullptr;
+    w.sg_list = list;
+    w.num_sge = n;
+    w.op = op;
+    w.flags = fl;
+  }
+  static void set_next(send_wr& w, send_wr* next) noexcept { w.next = next; }
+  static void set_imm(send_wr& w, std::uint32_t imm) noexcept { w.imm_data = imm; }
+  static void set_rdma(send_wr& w, std::uint64_t raddr, std::uint32_t rkey) noexcept {
+    w.remote_addr = raddr;
+    w.rkey = rkey;
+  }
+  static void set_atomic(send_wr& w, std::uint64_t raddr, std::uint32_t rkey, std::uint64_t compare_add,
+                         std::uint64_t swap) noexcept {
+    w.remote_addr = raddr;
+    w.rkey = rkey;
+    w.compare_add = compare_add;
+    w.swap = swap;
+  }
+  static void set_ud(send_wr& w, ah a, std::uint32_t qpn, std::uint32_t qkey) noexcept {
+    w.address = a;
+    w.remote_qpn = qpn;
+    w.remote_qkey = qkey;
+  }
+  static void set_recv(recv_wr& w, std::uint64_t wr_id, sge* list, int n) noexcept {
+    w.wr_id = wr_id;
+    w.next = nullptr;
+    w.sg_list = list;
+    w.num_sge = n;
+  }
+  static void set_next(recv_wr& w, recv_wr* next) noexcept { w.next = next; }
+
+  static std::uint64_t get_wr_id(const wc& w) noexcept { return w.wr_id; }
+  static rdmakit::wc_status get_status(const wc& w) noexcept { return w.status; }
+  static rdmakit::wc_opcode get_opcode(const wc& w) noexcept { return w.opcode; }
+  static std::uint32_t get_byte_len(const wc& w) noexcept { return w.byte_len; }
+  static std::uint32_t get_qp_num(const wc& w) noexcept { return w.qp_num; }
+  static std::uint32_t get_src_qp(const wc& w) noexcept { return w.src_qp; }
+  static rdmakit::wc_flags get_wc_flags(const wc& w) noexcept { return w.flags; }
+  static std::uint32_t get_imm(const wc& w) noexcept { return w.imm_data; }
+  static std::uint32_t get_vendor_err(const wc& w) noexcept { return w.vendor_err; }
+
+ private:
+  static rdmakit::wc_opcode to_wc_opcode(rdmakit::opcode op) noexcept {
+    using rdmakit::opcode;
+    using rdmakit::wc_opcode;
+    switch (op) {
+      case opcode::rdma_write:
+      case opcode::rdma_write_with_imm: return wc_opcode::rdma_write;
+      case opcode::rdma_read: return wc_opcode::rdma_read;
+      case opcode::atomic_cmp_and_swp: return wc_opcode::comp_swap;
+      case opcode::atomic_fetch_and_add: return wc_opcode::fetch_add;
+      case opcode::send:
+      case opcode::send_with_imm: break;
+    }
+    return wc_opcode::send;
+  }
+};
+
+static_assert(rdmakit::verbs_backend<null_backend>);
+
+}  // namespace rdmakit_bench
