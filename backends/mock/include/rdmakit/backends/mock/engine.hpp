@@ -818,6 +818,23 @@ inline int take(fabric_state& f, cq_obj* cq, int n, backends::mock::wc* out) {
   return got;
 }
 
+/// When a wait of `timeout` ends; negative or huge timeouts wait forever (as on ibverbs).
+inline std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  using clock = std::chrono::steady_clock;
+  constexpr auto forever = std::chrono::hours(24 * 365);
+  if (timeout.count() < 0 || timeout > forever) return clock::time_point::max();
+  return clock::now() + timeout;
+}
+
+/// Waits for a notification; false when the deadline passed first.
+inline bool wait_until(fabric_state& f, std::unique_lock<std::mutex>& lk, std::chrono::steady_clock::time_point until) {
+  if (until == std::chrono::steady_clock::time_point::max()) {
+    f.cv.wait(lk);
+    return true;
+  }
+  return f.cv.wait_until(lk, until) != std::cv_status::timeout;
+}
+
 [[noreturn]] inline void fail(const char* verb, int err, const std::string& detail) {
   throw verbs_error(verb, err, detail);
 }

@@ -84,7 +84,7 @@ inline gid_entry mock::query_gid(context ctx, std::uint8_t port, int index) {
 inline int mock::get_async_event(context ctx, std::chrono::milliseconds timeout, async_event& out) noexcept {
   auto& f = mockd::fab_of(ctx);
   std::unique_lock lk(f.mu);
-  auto until = std::chrono::steady_clock::now() + timeout;
+  const auto until = mockd::deadline_after(timeout);
   for (;;) {
     mockd::run_due(f);
     if (!ctx->async_q.empty()) {
@@ -92,7 +92,7 @@ inline int mock::get_async_event(context ctx, std::chrono::milliseconds timeout,
       ctx->async_q.pop_front();
       return 0;
     }
-    if (f.cv.wait_until(lk, until) == std::cv_status::timeout && ctx->async_q.empty()) return ETIMEDOUT;
+    if (!mockd::wait_until(f, lk, until) && ctx->async_q.empty()) return ETIMEDOUT;
   }
 }
 
@@ -269,7 +269,7 @@ inline int mock::req_notify_cq(cq c, bool solicited_only) noexcept {
 inline int mock::get_cq_event(channel ch, std::chrono::milliseconds timeout, cq& out) noexcept {
   auto& f = mockd::fab_of(ch);
   std::unique_lock lk(f.mu);
-  auto until = std::chrono::steady_clock::now() + timeout;
+  const auto until = mockd::deadline_after(timeout);
   for (;;) {
     mockd::run_due(f);
     if (!ch->events.empty()) {
@@ -279,7 +279,7 @@ inline int mock::get_cq_event(channel ch, std::chrono::milliseconds timeout, cq&
       return 0;
     }
     if (mockd::jump(f)) continue;  // simulated time passes while we wait
-    if (f.cv.wait_until(lk, until) == std::cv_status::timeout && ch->events.empty()) return ETIMEDOUT;
+    if (!mockd::wait_until(f, lk, until) && ch->events.empty()) return ETIMEDOUT;
   }
 }
 
