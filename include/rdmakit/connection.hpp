@@ -47,6 +47,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 
 RDMAKIT_BEGIN_NAMESPACE
 
@@ -505,6 +507,55 @@ inline connection_info exchange_client(const std::string& host, std::uint16_t po
   }
   detail::send_ack(c.get(), o, d);
   return peer;
+}
+
+/// A queue pair connected through an exchange, and the record its peer sent.
+template <class QP>
+struct exchanged {
+  QP qp;
+  connection_info peer;
+};
+
+namespace detail {
+template <class QP, class... ConnectArgs>
+using connected_t = decltype(std::declval<QP&&>().connect(std::declval<const endpoint&>(),
+                                                         std::declval<const ConnectArgs&>()...));
+}  // namespace detail
+
+/// Client side of "exchange, then connect" for an RC/UC queue pair: sends its
+/// local_endpoint() (and `region`, rdmakit format only) to the server at host:port and
+/// connects it to the answer (`connect(peer, args...)`) before acknowledging.
+template <class QP, class... ConnectArgs>
+exchanged<detail::connected_t<QP, ConnectArgs...>> connect_client(QP&& qp, const std::string& host,
+                                                                  std::uint16_t port,
+                                                                  const exchange_options& o = {},
+                                                                  const std::optional<region_descriptor>& region = {},
+                                                                  const ConnectArgs&... args) {
+  static_assert(!std::is_lvalue_reference_v<QP>, "connect_client(std::move(qp), ...): connecting consumes the queue pair");
+  std::optional<detail::connected_t<QP, ConnectArgs...>> live;
+  connection_info local(qp.local_endpoint());
+  local.region = region;
+  connection_info peer = exchange_client(host, port, local, o, [&](const connection_info& p) {
+    live.emplace(std::move(qp).connect(p.ep, args...));
+  });
+  return {std::move(*live), std::move(peer)};
+}
+
+/// Server side: waits on `listener` for one client, connects `qp` to it before
+/// answering (so the client may send as soon as it returns).
+template <class QP, class... ConnectArgs>
+exchanged<detail::connected_t<QP, ConnectArgs...>> connect_server(QP&& qp, exchange_listener& listener,
+                                                                  const exchange_options& o = {},
+                                                                  const std::optional<region_descriptor>& region = {},
+                                                                  const ConnectArgs&... args) {
+  static_assert(!std::is_lvalue_reference_v<QP>, "connect_server(std::move(qp), ...): connecting consumes the queue pair");
+  std::optional<detail::connected_t<QP, ConnectArgs...>> live;
+  connection_info local(qp.local_endpoint());
+  local.region = region;
+  connection_info peer = listener.exchange(local, o, [&](const connection_info& p) {
+    live.emplace(std::move(qp).connect(p.ep, args...));
+  });
+  return {std::move(*live), std::move(peer)};
 }
 
 RDMAKIT_END_NAMESPACE

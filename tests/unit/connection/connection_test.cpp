@@ -1,9 +1,11 @@
 #include <rdmakit/connection.hpp>
+#include <rdmakit/backends/mock.hpp>
 #include <rdmakit/rdmakit.hpp>  // the whole library alongside: no name clashes
 
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <future>
 #include <string>
@@ -410,4 +412,66 @@ TEST_CASE("listening on a port in use is a clear error") {
 TEST_CASE("an unresolvable host is a clear error") {
   CHECK(error_of([] { exchange_client("no-such-host.invalid", 1, other_endpoint(), fast()); }) ==
         exchange_errc::address);
+}
+
+// ---------------------------------------------------------------------------------------
+// Exchange, then connect: typed queue pairs on the mock, one thread per side
+
+TEST_CASE("connect_client/connect_server: RC queue pairs connected over TCP, region typed again") {
+  using B = backends::mock;
+  mock::fabric fab;
+  constexpr auto rw = access::local_write | access::remote_write;
+  device<B> dx("mock0"), dy("mock1");
+  auto pdx = dx.create_pd();
+  auto pdy = dy.create_pd();
+  auto cqx = dx.create_cq(64);
+  auto cqy = dy.create_cq(64);
+  auto target = pdy.allocate<rw>(256);
+  auto source = pdx.allocate<rw>(256);
+  for (std::size_t i = 0; i < 256; ++i) source.data()[i] = std::byte(i);
+  auto qx = pdx.create_qp<rc>(cqx, qp_cap{8, 8, 1, 1, 0});
+  auto qy = pdy.create_qp<rc>(cqy, qp_cap{8, 8, 1, 1, 0});
+  const auto y_ep = qy.local_endpoint();
+  const auto x_ep = qx.local_endpoint();
+
+  exchange_listener l(0, "127.0.0.1");
+  auto server = std::async(std::launch::async, [&] {
+    return connect_server(std::move(qy), l, fast(), region_descriptor(target.remote()));
+  });
+  auto client = connect_client(std::move(qx), "127.0.0.1", l.port(), fast());
+  auto srv = server.get();
+  CHECK(client.peer.ep == y_ep);
+  CHECK(srv.peer.ep == x_ep);
+  CHECK_FALSE(srv.peer.region.has_value());
+  REQUIRE(client.peer.region.has_value());
+  CHECK(client.peer.region->rights == access::remote_write);
+  CHECK(client.qp.query_state() == qp_state::rts);
+  CHECK(srv.qp.query_state() == qp_state::rts);
+
+  // The client writes into the server's region through the descriptor it received.
+  auto dst = client.peer.region->as<access::remote_write>();
+  REQUIRE(client.qp.write(source.local(), dst, 7).ok());
+  int done = 0;
+  for (int i = 0; i < 10000 && done == 0; ++i)
+    (void)cqx.poll([&](const completion<B>& c) {
+      CHECK(c.ok());
+      CHECK(c.wr_id() == 7);
+      ++done;
+    });
+  CHECK(done == 1);
+  CHECK(std::memcmp(target.data(), source.data(), 256) == 0);
+}
+
+TEST_CASE("connect_client: a peer that never answers leaves the queue pair unconnected, with a timeout") {
+  using B = backends::mock;
+  mock::fabric fab;
+  device<B> dx("mock0");
+  auto pd = dx.create_pd();
+  auto cq = dx.create_cq(16);
+  auto q = pd.create_qp<uc>(cq, qp_cap{4, 4, 1, 1, 0});
+  tcp::listener mute(0, "127.0.0.1");
+  CHECK(error_of([&] { (void)connect_client(std::move(q), "127.0.0.1", mute.port(), fast()); }) ==
+        exchange_errc::timeout);
+  CHECK(static_cast<bool>(q));  // not consumed: connect() never ran
+  CHECK(q.query_state() == qp_state::init);
 }
