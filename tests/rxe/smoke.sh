@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# smoke.sh — proves the rxe VM harness: boots the guest through run-in-vm.sh and,
+# inside it, checks the rxe device with rdma-core's own tools (ibv_devices,
+# ibv_devinfo, and ibv_{rc,uc,ud}_pingpong server/client pairs over loopback).
+#
+#   tests/rxe/smoke.sh [run-in-vm.sh options]      e.g. tests/rxe/smoke.sh --verbose
+#
+# On the host it re-runs itself in the guest; in the guest (RDMAKIT_RXE=1) it runs
+# the checks. Exit status 0 only when every check passed.
+set -uo pipefail
+
+here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
+if [[ ${RDMAKIT_RXE:-} != 1 ]]; then
+  exec "$here/run-in-vm.sh" --timeout "${RDMAKIT_RXE_SMOKE_TIMEOUT:-600}" "$@" -- "$here/smoke.sh"
+fi
+
+# ------------------------------------------------------------------ inside the guest
+dev=${RDMAKIT_DEVICE:-rxe0}
+gid=${RDMAKIT_GID_INDEX:-1}
+logs=$(mktemp -d /tmp/rxe-smoke.XXXXXX)
+failed=()
+
+indent() { sed 's/^/    /'; }
+
+check() {   # check NAME COMMAND... : run, show its output, record the outcome
+  local name=$1 rc; shift
+  echo "== $name"
+  "$@" >"$logs/out" 2>&1
+  rc=$?
+  indent <"$logs/out"
+  if ((rc == 0)); then echo "-- PASS $name"; else echo "-- FAIL $name (exit $rc)"; failed+=("$name"); fi
+}
+
+listening() {   # is some process listening on TCP port $1?
+  local hex
+  hex=$(printf '%04X' "$1")
+  grep -Eq "^ *[0-9]+: [0-9A-F]+:$hex [0-9A-F]+:0000 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# pingpong TOOL PORT [ARGS...]: a server in the background, a client to 127.0.0.1.
+pingpong() {
+  local tool=$1 port=$2 spid src crc i; shift 2
+  timeout 60 "$tool" -d "$dev" -g "$gid" -p "$port" "$@" >"$logs/$tool.server" 2>&1 &
+  spid=$!
+  for ((i = 0; i < 200; i++)); do
+    listening "$port" && break
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.05
+  done
+  timeout 60 "$tool" -d "$dev" -g "$gid" -p "$port" "$@" 127.0.0.1 >"$logs/$tool.client" 2>&1
+  crc=$?
+  wait "$spid"
+  src=$?
+  echo "server (exit $src):"; indent <"$logs/$tool.server"
+  echo "client (exit $crc):"; indent <"$logs/$tool.client"
+  ((src == 0 && crc == 0))
+}
+
+device_listed() { ibv_devices && ibv_devices | grep -qw -- "$dev"; }
+port_active() {
+  ibv_devinfo -v -d "$dev" >"$logs/devinfo" || return 1
+  grep -E 'hca_id|state|mtu|link_layer|GID\[' "$logs/devinfo"
+  grep -q PORT_ACTIVE "$logs/devinfo"
+}
+gid_is_ipv4() {
+  local p=/sys/class/infiniband/$dev/ports/1 g
+  for g in 0 1 2 3; do
+    [[ -r $p/gids/$g ]] || continue
+    printf 'gid[%s] %s %s\n' "$g" "$(cat "$p/gids/$g")" "$(cat "$p/gid_attrs/types/$g" 2>/dev/null)"
+  done
+  grep -q ':ffff:' "$p/gids/$gid"      # RDMAKIT_GID_INDEX names the IPv4-mapped GID
+}
+
+echo "smoke: kernel $(uname -r), device $dev, GID index $gid, cwd $PWD"
+check "ibv_devices lists $dev" device_listed
+check "ibv_devinfo -d $dev: port active" port_active
+check "GID $gid is IPv4-mapped (RoCEv2)" gid_is_ipv4
+check "ibv_rc_pingpong (4096 B x 200)" pingpong ibv_rc_pingpong 18515 -s 4096 -n 200
+check "ibv_uc_pingpong (4096 B x 200)" pingpong ibv_uc_pingpong 18516 -s 4096 -n 200
+check "ibv_ud_pingpong (2048 B x 200)" pingpong ibv_ud_pingpong 18517 -s 2048 -n 200
+
+rm -rf -- "$logs"
+if ((${#failed[@]})); then
+  echo "smoke: FAILED: ${failed[*]}" >&2
+  exit 1
+fi
+echo "smoke: all checks passed"
