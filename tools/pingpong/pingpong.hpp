@@ -7,6 +7,8 @@
 #include <rdmakit/connection.hpp>
 #include <rdmakit/rdmakit.hpp>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdarg>
 #include <cstdint>
@@ -162,6 +164,13 @@ int run_pingpong(const pingpong_options& o, const exchange_fn& exchange, printer
     if (!r) failure = std::string("couldn't post send: ") + r.message();
     return r.ok();
   };
+  // -c as in rdma-core: the client marks the first payload byte of every page (with
+  // 0, the value their check expects), the server finds the marks in its buffer at the
+  // end (it received into the same buffer it echoes from).
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::byte* const payload = mr.data() + T::recv_offset;
+  if (!o.server && o.check)
+    for (std::size_t i = 0; i < o.size; i += page) payload[i] = std::byte{0};
   if (!o.server) {
     if (!post_send()) throw pingpong_failure(failure);
     pending |= send_wrid;
@@ -222,8 +231,15 @@ int run_pingpong(const pingpong_options& o, const exchange_fn& exchange, printer
   const long long bytes = static_cast<long long>(o.size) * o.iters * 2;
   out("%lld bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec / 1000000., bytes * 8. / usec);
   out("%u iters in %.2f seconds = %.2f usec/iter\n", o.iters, usec / 1000000., usec / o.iters);
+  bool valid = true;
+  if (o.server && o.check)
+    for (std::size_t i = 0; i < o.size; i += page)
+      if (payload[i] != std::byte{0}) {
+        out("invalid data in page %zu\n", i / page);
+        valid = false;
+      }
   // Completions still owed (none in a clean run) are flushed when the QP goes away.
-  return 0;
+  return valid ? 0 : 1;
 }
 
 }  // namespace rdmakit_tools
