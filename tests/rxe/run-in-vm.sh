@@ -63,7 +63,7 @@ while (($#)); do
 done
 [[ $timeout_s =~ ^[0-9]+$ && $timeout_s -gt 0 ]] || die "$EX_USAGE" "--timeout wants a positive number of seconds"
 [[ $smp =~ ^[1-8]$ ]] || die "$EX_USAGE" "--smp wants 1..8 virtual CPUs"
-[[ $netdev_mtu =~ ^[0-9]+$ && $netdev_mtu -ge 1280 ]] || die "$EX_USAGE" "--mtu wants a number >= 1280"
+[[ $netdev_mtu =~ ^[0-9]+$ && $netdev_mtu -ge 1280 && $netdev_mtu -le 65535 ]] || die "$EX_USAGE" "--mtu wants 1280..65535"
 for kv in "${extra_env[@]}"; do
   [[ $kv =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "$EX_USAGE" "--env wants NAME=VALUE, got: $kv"
 done
