@@ -1,0 +1,115 @@
+#pragma once
+// The instantiated configurations: the command line picks one of
+//   transport {rc, uc, ud} × signaling {signal_all, signal_every<16>, signal_every<64>,
+//   signal_manual} × polling {busy_poll<16>, event_driven<16>}
+// for the backend of the run. Each is a runner<B, T, S, P> (perf.hpp).
+#include "perf.hpp"
+
+#include <cstdio>
+#include <string>
+
+namespace rdmakit_perf {
+
+template <verbs_backend B, transport T, signaling S>
+run_report run_with_polling(const perf_options& o, peer_link& link) {
+  if (o.events) return runner<B, T, S, event_driven<16, 16>>(o, link).run();
+  return runner<B, T, S, busy_poll<16>>(o, link).run();
+}
+
+template <verbs_backend B, transport T>
+run_report run_with_signaling(const perf_options& o, peer_link& link) {
+  switch (o.signal) {
+    case signal_choice::all: return run_with_polling<B, T, signal_all>(o, link);
+    case signal_choice::every16: return run_with_polling<B, T, signal_every<16>>(o, link);
+    case signal_choice::every64: return run_with_polling<B, T, signal_every<64>>(o, link);
+    case signal_choice::manual: return run_with_polling<B, T, signal_manual>(o, link);
+  }
+  throw perf_failure("unknown signaling choice");
+}
+
+/// Runs one side of the test the options describe on backend B.
+template <verbs_backend B>
+run_report run_config(const perf_options& o, peer_link& link) {
+  switch (o.transport) {
+    case qp_type::rc: return run_with_signaling<B, rc>(o, link);
+    case qp_type::uc: return run_with_signaling<B, uc>(o, link);
+    case qp_type::ud: return run_with_signaling<B, ud>(o, link);
+  }
+  throw perf_failure("unknown transport");
+}
+
+// ---- output --------------------------------------------------------------------------
+
+inline const char* dashes() {
+  return "---------------------------------------------------------------------------------------";
+}
+
+inline std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", static_cast<unsigned>(c));
+      out += b;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+/// perftest's table (stdout), or the same numbers as one JSON object with --json.
+inline void print_report(const run_report& r, const perf_options& o, const char* backend, const char* role) {
+  const test_desc& t = describe(o.test);
+  if (o.json) {
+    std::printf("{\"tool\":\"rdmakit-perf\",\"test\":\"%s\",\"role\":\"%s\",\"backend\":\"%s\",\"device\":\"%s\",", t.name,
+                role, backend, json_escape(r.device).c_str());
+    std::printf("\"config\":{\"transport\":\"%s\",\"signaling\":\"%s\",\"polling\":\"%s\",\"post_list\":%u,"
+                "\"inline_size\":%u,\"qps\":%u,\"tx_depth\":%u,\"cq_mod\":%u,\"events\":%s},",
+                r.transport.c_str(), r.signaling.c_str(), r.polling.c_str(), r.post_list, r.inline_size, r.qps,
+                r.tx_depth, r.cq_mod, o.events ? "true" : "false");
+    if (r.bw)
+      std::printf("\"results\":[{\"bytes\":%u,\"iterations\":%llu,\"bw_peak_mb_per_sec\":%.2f,"
+                  "\"bw_average_mb_per_sec\":%.2f,\"msg_rate_mpps\":%.6f,\"seconds\":%.6f}]",
+                  r.bw->bytes, static_cast<unsigned long long>(r.bw->iters), r.bw->peak_mb, r.bw->avg_mb,
+                  r.bw->mpps, r.bw->seconds);
+    else if (r.lat)
+      std::printf("\"results\":[{\"bytes\":%u,\"iterations\":%llu,\"t_min_usec\":%.3f,\"t_max_usec\":%.3f,"
+                  "\"t_typical_usec\":%.3f,\"t_avg_usec\":%.3f,\"t_stdev_usec\":%.3f,\"p99_usec\":%.3f,"
+                  "\"p99_9_usec\":%.3f}]",
+                  r.lat->bytes, static_cast<unsigned long long>(r.lat->iters), r.lat->t_min, r.lat->t_max,
+                  r.lat->t_typical, r.lat->t_avg, r.lat->t_stdev, r.lat->p99, r.lat->p999);
+    else
+      std::printf("\"results\":[]");
+    if (!r.note.empty()) std::printf(",\"note\":\"%s\"", json_escape(r.note).c_str());
+    std::printf("}\n");
+    std::fflush(stdout);
+    return;
+  }
+  std::printf("%s\n", dashes());
+  std::printf(" rdmakit-perf %s (%s, %s side, device %s, peer %s)\n", t.name, backend, role, r.device.c_str(),
+              r.peer.c_str());
+  std::printf(" %s\n", r.config_line().c_str());
+  std::printf(" inline %u B / %u QP%s / tx depth %u / cq moderation %u%s\n", r.inline_size, r.qps,
+              r.qps > 1 ? "s" : "", r.tx_depth, r.cq_mod, o.events ? " / events" : "");
+  std::printf("%s\n", dashes());
+  if (r.bw) {
+    std::printf(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n");
+    std::printf(" %-10u %-14llu %-18.2f %-20.2f %.6f\n", r.bw->bytes, static_cast<unsigned long long>(r.bw->iters),
+                r.bw->peak_mb, r.bw->avg_mb, r.bw->mpps);
+  } else if (r.lat) {
+    std::printf(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    "
+                "t_stdev[usec]   99%% percentile[usec]   99.9%% percentile[usec]\n");
+    std::printf(" %-6u %-14llu %-14.2f %-12.2f %-16.2f %-14.2f %-15.2f %-22.2f %.2f\n", r.lat->bytes,
+                static_cast<unsigned long long>(r.lat->iters), r.lat->t_min, r.lat->t_max, r.lat->t_typical,
+                r.lat->t_avg, r.lat->t_stdev, r.lat->p99, r.lat->p999);
+  }
+  if (!r.note.empty()) std::printf(" %s\n", r.note.c_str());
+  std::printf("%s\n", dashes());
+  std::fflush(stdout);
+}
+
+}  // namespace rdmakit_perf

@@ -1,0 +1,333 @@
+// rdmakit-perf: perftest-like bandwidth and latency tests on rdmakit's policy layer.
+//
+//   rdmakit-perf TEST [options]          server (with -d), or both ends in-process (mock)
+//   rdmakit-perf TEST [options] <host>   client
+//   rdmakit-write-bw [options] [<host>]  the test from the program name (rdmakit-<test>)
+//
+// TEST: write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat.
+#include "sides.hpp"
+
+#include <getopt.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <string_view>
+
+using namespace rdmakit_perf;
+
+namespace {
+
+void usage(const char* argv0, std::FILE* to) {
+  std::fprintf(to,
+               "Usage:\n"
+               "  %s TEST [options]           server (with -d) / both ends in this process (no -d)\n"
+               "  %s TEST [options] <host>    client, connects to the server at <host>\n"
+               "  rdmakit-<test> [options] [<host>]   the test from the program name (rdmakit-write-bw...)\n"
+               "\n"
+               "Tests: write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat\n"
+               "\n"
+               "Options (as perftest's ib_*_bw / ib_*_lat):\n"
+               "  -s, --size=<bytes>        message size (default 65536 for bw, 2 for lat; atomics: 8)\n"
+               "  -n, --iters=<n>           operations per QP (default 5000 bw, 1000 lat)\n"
+               "  -D, --duration=<sec>      run for this many seconds instead of -n\n"
+               "  -t, --tx-depth=<n>        send queue depth (default 128 bw, 1 lat)\n"
+               "  -r, --rx-depth=<n>        receives kept posted (send tests, default 512)\n"
+               "  -Q, --cq-mod=<n>          one completion every n WRs (default 64 bw, 1 lat):\n"
+               "                            1: signal_all, 16/64: signal_every<n>, else signal_manual\n"
+               "  -l, --post_list=<n>       WRs per post call (bw tests, 1..%u)\n"
+               "  -I, --inline_size=<bytes> send inline when the message fits (default 220 write/send, 0 else)\n"
+               "  -e, --events              sleep on CQ events (event_driven) instead of busy polling\n"
+               "  -q, --qp=<n>              number of QPs (bw tests; default 1)\n"
+               "  -c, --connection=<RC|UC|UD>, --transport=<rc|uc|ud>   transport (default RC)\n"
+               "  -A, --atomic_type=<FETCH_AND_ADD|CMP_AND_SWAP>       atomic operation\n"
+               "  -d, --ib-dev=<dev>        RDMA device (default: none = mock loopback in this process)\n"
+               "  -i, --ib-port=<port>      device port (default 1)\n"
+               "  -x, --gid-index=<index>   GID index (default: automatic, RoCEv2 IPv4-mapped first)\n"
+               "  -m, --mtu=<bytes>         path MTU cap (default: the port's active MTU)\n"
+               "  -p, --port=<port>         TCP port of the exchange (default 18515; mock: ephemeral)\n"
+               "\n"
+               "rdmakit options:\n"
+               "      --signal=auto|manual  auto (default): the policy from -Q as above; manual:\n"
+               "                            signal_manual with the tool flagging every Q-th WR\n"
+               "      --json                print the results as one JSON object\n"
+               "      --mock                both ends in this process on the mock fabric (default without -d)\n"
+               "      --timeout=<ms>        exchange deadline and longest wait for a completion (10000)\n"
+               "      --accept-timeout=<ms> how long a server waits for its client (600000)\n"
+               "      --no-progress         no progress lines on stderr\n"
+               "  -h, --help                this text\n",
+               argv0, argv0, max_post_list);
+}
+
+bool parse_uint(const char* s, unsigned long long max, unsigned long long& out) {
+  errno = 0;
+  char* end = nullptr;
+  if (!s || s[0] == '-') return false;
+  unsigned long long v = std::strtoull(s, &end, 0);
+  if (errno || end == s || *end || v > max) return false;
+  out = v;
+  return true;
+}
+
+const test_desc* test_by_name(std::string_view name) {
+  for (const auto& t : all_tests) {
+    std::string a = t.name, b = a;
+    for (auto& ch : b)
+      if (ch == '_') ch = '-';
+    if (name == a || name == b) return &t;
+  }
+  return nullptr;
+}
+
+/// rdmakit-write-bw, rdmakit_write_lat, ... → the test.
+const test_desc* test_from_program(std::string_view argv0) {
+  auto slash = argv0.rfind('/');
+  if (slash != std::string_view::npos) argv0.remove_prefix(slash + 1);
+  if (argv0.substr(0, 8) != "rdmakit-" && argv0.substr(0, 8) != "rdmakit_") return nullptr;
+  return test_by_name(argv0.substr(8));
+}
+
+struct cli {
+  perf_options o;
+  endpoint_options e;
+  bool mock = false;
+  bool help = false;
+};
+
+int fail(const char* argv0, const std::string& msg) {
+  std::fprintf(stderr, "%s: %s\n", argv0, msg.c_str());
+  return 1;
+}
+
+int parse(int argc, char** argv, cli& c) {
+  enum { o_json = 1000, o_mock, o_timeout, o_accept, o_signal, o_transport, o_noprog };
+  static const option longs[] = {
+      {"size", required_argument, nullptr, 's'},        {"iters", required_argument, nullptr, 'n'},
+      {"duration", required_argument, nullptr, 'D'},    {"tx-depth", required_argument, nullptr, 't'},
+      {"rx-depth", required_argument, nullptr, 'r'},    {"cq-mod", required_argument, nullptr, 'Q'},
+      {"post_list", required_argument, nullptr, 'l'},   {"inline_size", required_argument, nullptr, 'I'},
+      {"events", no_argument, nullptr, 'e'},            {"qp", required_argument, nullptr, 'q'},
+      {"connection", required_argument, nullptr, 'c'},  {"transport", required_argument, nullptr, o_transport},
+      {"atomic_type", required_argument, nullptr, 'A'}, {"ib-dev", required_argument, nullptr, 'd'},
+      {"ib-port", required_argument, nullptr, 'i'},     {"gid-index", required_argument, nullptr, 'x'},
+      {"mtu", required_argument, nullptr, 'm'},         {"port", required_argument, nullptr, 'p'},
+      {"json", no_argument, nullptr, o_json},           {"mock", no_argument, nullptr, o_mock},
+      {"timeout", required_argument, nullptr, o_timeout}, {"accept-timeout", required_argument, nullptr, o_accept},
+      {"signal", required_argument, nullptr, o_signal}, {"no-progress", no_argument, nullptr, o_noprog},
+      {"help", no_argument, nullptr, 'h'},              {nullptr, 0, nullptr, 0}};
+  const char* me = argv[0];
+  auto bad = [&](const char* what, const char* arg) {
+    std::fprintf(stderr, "%s: invalid %s \"%s\" (see --help)\n", me, what, arg);
+    return 1;
+  };
+  bool size_given = false, iters_given = false, tx_given = false, q_given = false, inline_given = false;
+  bool manual = false;
+  unsigned long long v = 0;
+  int ch;
+  while ((ch = getopt_long(argc, argv, "s:n:D:t:r:Q:l:I:eq:c:A:d:i:x:m:p:h", longs, nullptr)) != -1) {
+    switch (ch) {
+      case 's':
+        if (!parse_uint(optarg, 1u << 30, v) || v < 1) return bad("size", optarg);
+        c.o.size = static_cast<std::uint32_t>(v);
+        size_given = true;
+        break;
+      case 'n':
+        if (!parse_uint(optarg, 1ull << 40, v) || v < 1) return bad("iteration count", optarg);
+        c.o.iters = v;
+        iters_given = true;
+        break;
+      case 'D': {
+        char* end = nullptr;
+        double d = std::strtod(optarg, &end);
+        if (end == optarg || *end || !(d > 0) || d > 86400) return bad("duration (seconds)", optarg);
+        c.o.duration = d;
+        break;
+      }
+      case 't':
+        if (!parse_uint(optarg, 1u << 15, v) || v < 1) return bad("tx depth", optarg);
+        c.o.tx_depth = static_cast<std::uint32_t>(v);
+        tx_given = true;
+        break;
+      case 'r':
+        if (!parse_uint(optarg, 1u << 15, v) || v < 1) return bad("rx depth", optarg);
+        c.o.rx_depth = static_cast<std::uint32_t>(v);
+        break;
+      case 'Q':
+        if (!parse_uint(optarg, 1u << 15, v) || v < 1) return bad("cq moderation", optarg);
+        c.o.cq_mod = static_cast<std::uint32_t>(v);
+        q_given = true;
+        break;
+      case 'l':
+        if (!parse_uint(optarg, max_post_list, v) || v < 1) return bad("post list (1..64)", optarg);
+        c.o.post_list = static_cast<std::uint32_t>(v);
+        break;
+      case 'I':
+        if (!parse_uint(optarg, 4096, v)) return bad("inline size", optarg);
+        c.o.inline_size = static_cast<std::uint32_t>(v);
+        inline_given = true;
+        break;
+      case 'e': c.o.events = true; break;
+      case 'q':
+        if (!parse_uint(optarg, 256, v) || v < 1) return bad("number of QPs (1..256)", optarg);
+        c.o.num_qps = static_cast<std::uint32_t>(v);
+        break;
+      case 'c':
+      case o_transport: {
+        std::string t = optarg;
+        for (auto& x : t) x = static_cast<char>(std::tolower(static_cast<unsigned char>(x)));
+        if (t == "rc") c.o.transport = qp_type::rc;
+        else if (t == "uc") c.o.transport = qp_type::uc;
+        else if (t == "ud") c.o.transport = qp_type::ud;
+        else return bad("transport (rc, uc or ud)", optarg);
+        break;
+      }
+      case 'A': {
+        std::string a = optarg;
+        if (a == "FETCH_AND_ADD" || a == "fetch_and_add") c.o.cmp_swap = false;
+        else if (a == "CMP_AND_SWAP" || a == "cmp_and_swap") c.o.cmp_swap = true;
+        else return bad("atomic type (FETCH_AND_ADD or CMP_AND_SWAP)", optarg);
+        break;
+      }
+      case 'd': c.o.device = optarg; break;
+      case 'i':
+        if (!parse_uint(optarg, 255, v) || v < 1) return bad("IB port", optarg);
+        c.o.ib_port = static_cast<std::uint8_t>(v);
+        break;
+      case 'x':
+        if (!parse_uint(optarg, 0xffff, v)) return bad("GID index", optarg);
+        c.o.gid_index = static_cast<int>(v);
+        break;
+      case 'm': {
+        mtu m{};
+        if (!parse_uint(optarg, 4096, v) || !mtu_from_bytes(static_cast<std::uint32_t>(v), m))
+          return bad("MTU (256, 512, 1024, 2048 or 4096)", optarg);
+        c.o.path_mtu = m;
+        break;
+      }
+      case 'p':
+        if (!parse_uint(optarg, 65535, v)) return bad("port", optarg);
+        c.e.port = static_cast<std::uint16_t>(v);
+        c.e.port_given = true;
+        break;
+      case o_json: c.o.json = true; break;
+      case o_mock: c.mock = true; break;
+      case o_timeout:
+        if (!parse_uint(optarg, 86'400'000, v) || v < 1) return bad("timeout (ms)", optarg);
+        c.o.timeout = std::chrono::milliseconds(v);
+        break;
+      case o_accept:
+        if (!parse_uint(optarg, 86'400'000, v) || v < 1) return bad("accept timeout (ms)", optarg);
+        c.o.accept_timeout = std::chrono::milliseconds(v);
+        break;
+      case o_signal:
+        if (!std::strcmp(optarg, "manual")) manual = true;
+        else if (!std::strcmp(optarg, "auto")) manual = false;
+        else return bad("signaling (auto or manual)", optarg);
+        break;
+      case o_noprog: c.o.progress = false; break;
+      case 'h': c.help = true; return 0;
+      default: return bad("option", argv[optind - 1]);
+    }
+  }
+
+  // Positionals: [TEST] [HOST].
+  const test_desc* t = test_from_program(argv[0]);
+  int pos = optind;
+  if (!t) {
+    if (pos >= argc) return fail(me, "which test? give one of write_bw read_bw send_bw atomic_bw write_lat read_lat "
+                                     "send_lat atomic_lat (see --help)");
+    t = test_by_name(argv[pos]);
+    if (!t) return fail(me, std::string("unknown test \"") + argv[pos] + "\" (see --help)");
+    ++pos;
+  }
+  if (pos < argc) c.e.host = argv[pos++];
+  if (pos < argc) return fail(me, std::string("unexpected argument \"") + argv[pos] + "\"");
+  perf_options& o = c.o;
+  o.test = t->kind;
+  o.server = c.e.host.empty();
+
+  // Defaults that depend on the test, as perftest's.
+  if (!size_given) o.size = t->bw ? 65536 : 2;
+  if (!iters_given) o.iters = t->bw ? 5000 : 1000;
+  if (!tx_given && !t->bw) o.tx_depth = 1;
+  if (!inline_given) o.inline_size = (t->op == op_kind::write || t->op == op_kind::send) ? 220 : 0;
+  if (t->op == op_kind::atomic) {
+    if (size_given && o.size != 8)
+      std::fprintf(stderr, "%s: atomics move 8 bytes: -s %u ignored\n", me, o.size);
+    o.size = 8;
+  }
+  if (t->op == op_kind::send && o.transport == qp_type::ud && !size_given) o.size = 1024;
+
+  // What each transport can do.
+  const char* tname = o.transport == qp_type::rc ? "RC" : o.transport == qp_type::uc ? "UC" : "UD";
+  if (t->op == op_kind::read && o.transport != qp_type::rc)
+    return fail(me, std::string(t->name) + " needs RDMA READ, which " + tname +
+                        " does not have (only RC does): use --transport rc");
+  if (t->op == op_kind::atomic && o.transport != qp_type::rc)
+    return fail(me, std::string(t->name) + " needs atomics, which " + tname +
+                        " does not have (only RC does): use --transport rc");
+  if (t->op == op_kind::write && o.transport == qp_type::ud)
+    return fail(me, std::string(t->name) + " needs RDMA WRITE, which UD does not have (RC and UC do): use "
+                                           "--transport rc or uc");
+
+  // Test-specific limits.
+  if (!t->bw) {
+    if (o.num_qps != 1) return fail(me, std::string(t->name) + ": latency tests use one QP (drop -q)");
+    if (o.post_list != 1) return fail(me, std::string(t->name) + ": post lists (-l) are for bandwidth tests");
+    if (t->kind == test_kind::write_lat && o.events)
+      return fail(me, "write_lat detects each write by polling memory, not the CQ: -e does not apply");
+    // Each read/atomic is timed to its own completion: every one is signaled.
+    if (t->kind == test_kind::read_lat || t->kind == test_kind::atomic_lat) o.cq_mod = 1;
+    else if (!q_given) o.cq_mod = 1;
+  } else {
+    if (!q_given) o.cq_mod = std::min<std::uint32_t>(64, o.tx_depth);
+    if (o.cq_mod > o.tx_depth)
+      return fail(me, "-Q " + std::to_string(o.cq_mod) + " is larger than the send queue (-t " +
+                          std::to_string(o.tx_depth) + "): a completion every " + std::to_string(o.cq_mod) +
+                          " WRs needs at least that many slots; lower -Q or raise -t");
+    if (o.post_list > o.tx_depth)
+      return fail(me, "-l " + std::to_string(o.post_list) + " is larger than the send queue (-t " +
+                          std::to_string(o.tx_depth) + ")");
+  }
+  if (o.cq_mod == 1 && !manual) o.signal = signal_choice::all;
+  else if (manual) o.signal = signal_choice::manual;
+  else if (o.cq_mod == 16) o.signal = signal_choice::every16;
+  else if (o.cq_mod == 64) o.signal = signal_choice::every64;
+  else o.signal = signal_choice::manual;  // any other Q: the tool flags every Q-th WR itself
+
+  if (c.mock && !o.device.empty() && o.device != "mock")
+    return fail(me, "--mock and -d " + o.device + " contradict each other");
+  if (o.device == "mock") {
+    c.mock = true;
+    o.device.clear();
+  }
+  if (o.device.empty()) {
+    if (!c.mock && !c.e.host.empty())
+      return fail(me, "a host (" + c.e.host + ") but no device: give -d <device> (e.g. -d rxe0) to run the client "
+                      "on it; without -d both ends run in this process on the mock fabric");
+    c.mock = true;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  cli c;
+  if (int rc = parse(argc, argv, c)) return rc;
+  if (c.help) {
+    usage(argv[0], stdout);
+    return 0;
+  }
+  if (c.mock) return run_mock_loopback(c.o, c.e);
+  return run_device(c.o, c.e);
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "rdmakit-perf: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,799 @@
+#pragma once
+// rdmakit-perf: perftest-like bandwidth and latency tests on rdmakit's policy layer.
+// Everything here is generic over the backend, the transport, the signaling policy and
+// the polling policy; main.cpp turns the command line into one of the instantiated
+// combinations (see dispatch.hpp) and prints the report.
+#include <rdmakit/connection.hpp>
+#include <rdmakit/rdmakit.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace rdmakit_perf {
+
+using namespace rdmakit;
+using clock_type = std::chrono::steady_clock;
+
+enum class test_kind { write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat, send_lat, atomic_lat };
+enum class op_kind { write, read, send, atomic };
+
+struct test_desc {
+  const char* name;
+  test_kind kind;
+  op_kind op;
+  bool bw;
+};
+inline constexpr test_desc all_tests[] = {
+    {"write_bw", test_kind::write_bw, op_kind::write, true},
+    {"read_bw", test_kind::read_bw, op_kind::read, true},
+    {"send_bw", test_kind::send_bw, op_kind::send, true},
+    {"atomic_bw", test_kind::atomic_bw, op_kind::atomic, true},
+    {"write_lat", test_kind::write_lat, op_kind::write, false},
+    {"read_lat", test_kind::read_lat, op_kind::read, false},
+    {"send_lat", test_kind::send_lat, op_kind::send, false},
+    {"atomic_lat", test_kind::atomic_lat, op_kind::atomic, false},
+};
+inline const test_desc& describe(test_kind k) {
+  for (const auto& t : all_tests)
+    if (t.kind == k) return t;
+  return all_tests[0];
+}
+
+/// Which signaling policy the options select.
+enum class signal_choice { all, every16, every64, manual };
+
+/// Everything a run needs, resolved (defaults applied) by the command line parser.
+struct perf_options {
+  test_kind test = test_kind::write_bw;
+  std::string device;        ///< "" with mock = both ends in this process
+  std::uint8_t ib_port = 1;
+  int gid_index = -1;        ///< -1: automatic (RoCEv2 IPv4-mapped first)
+  std::optional<mtu> path_mtu;
+  std::uint32_t size = 65536;
+  std::uint64_t iters = 5000;
+  double duration = 0;       ///< seconds; > 0 replaces iters
+  std::uint32_t tx_depth = 128;
+  std::uint32_t rx_depth = 512;
+  std::uint32_t cq_mod = 64;  ///< -Q: a completion every cq_mod WRs
+  std::uint32_t post_list = 1;
+  std::uint32_t inline_size = 0;
+  bool events = false;
+  std::uint32_t num_qps = 1;
+  qp_type transport = qp_type::rc;
+  bool cmp_swap = false;      ///< atomics: compare-and-swap instead of fetch-and-add
+  signal_choice signal = signal_choice::every64;
+  bool json = false;
+  bool server = true;
+  bool yield_when_idle = false;  ///< both ends share the CPU (mock loopback): yield in spin loops
+  bool progress = true;
+  std::chrono::milliseconds timeout{10'000};          ///< exchange, and longest wait for a completion
+  std::chrono::milliseconds accept_timeout{600'000};  ///< server waiting for the client
+};
+
+inline constexpr std::uint32_t max_post_list = 64;
+
+struct bw_result {
+  std::uint32_t bytes = 0;
+  std::uint64_t iters = 0;
+  double peak_mb = 0, avg_mb = 0, mpps = 0;
+  double seconds = 0;
+};
+struct lat_result {
+  std::uint32_t bytes = 0;
+  std::uint64_t iters = 0;
+  double t_min = 0, t_max = 0, t_typical = 0, t_avg = 0, t_stdev = 0, p99 = 0, p999 = 0;
+};
+
+/// What a side measured and how it ran.
+struct run_report {
+  std::string transport, signaling, polling;
+  std::uint32_t post_list = 1, inline_size = 0, qps = 1, tx_depth = 0, cq_mod = 1;
+  std::string device, peer;
+  std::optional<bw_result> bw;
+  std::optional<lat_result> lat;
+  std::string note;  ///< e.g. what the server saw
+
+  std::string config_line() const {
+    return "config: " + transport + " / " + signaling + " / " + polling + " / post list " +
+           std::to_string(post_list);
+  }
+};
+
+class perf_failure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Exchanges our record for the peer's, calling the callback with the peer's record
+/// before the exchange completes. `finish`: the end-of-run handshake.
+using exchange_fn = std::function<connection_info(const connection_info& local, const on_peer_fn& on_peer)>;
+struct peer_link {
+  exchange_fn exchange;  ///< one call per queue pair
+  exchange_fn finish;    ///< client: "done"; server: waits for it
+  std::string peer;      ///< for messages: "host:port"
+};
+
+template <class S>
+std::string signaling_name() {
+  if constexpr (std::is_same_v<S, signal_all>)
+    return "signal_all";
+  else if constexpr (std::is_same_v<S, signal_manual>)
+    return "signal_manual";
+  else
+    return "signal_every<" + std::to_string(S::max_run) + ">";
+}
+template <class P>
+std::string polling_name() {
+  if constexpr (P::needs_channel)
+    return "event_driven<" + std::to_string(P::batch) + ">";
+  else
+    return "busy_poll<" + std::to_string(P::batch) + ">";
+}
+
+// ---- statistics --------------------------------------------------------------------
+
+/// Latency statistics of samples in microseconds (sorted in place).
+inline lat_result lat_stats(std::vector<double>& us, std::uint32_t bytes) {
+  lat_result r;
+  r.bytes = bytes;
+  r.iters = us.size();
+  if (us.empty()) return r;
+  std::sort(us.begin(), us.end());
+  const std::size_t n = us.size();
+  double sum = 0;
+  for (double v : us) sum += v;
+  r.t_min = us.front();
+  r.t_max = us.back();
+  r.t_typical = us[n / 2];
+  r.t_avg = sum / static_cast<double>(n);
+  double sq = 0;
+  for (double v : us) sq += (v - r.t_avg) * (v - r.t_avg);
+  r.t_stdev = std::sqrt(sq / static_cast<double>(n));
+  auto pct = [&](double p) {
+    std::size_t i = static_cast<std::size_t>(std::ceil(p * static_cast<double>(n)));
+    return us[std::min(n - 1, i ? i - 1 : 0)];
+  };
+  r.p99 = pct(0.99);
+  r.p999 = pct(0.999);
+  return r;
+}
+
+/// Throughput marks: (time, operations completed so far).
+struct bw_marks {
+  std::vector<std::pair<clock_type::time_point, std::uint64_t>> v;
+  void add(clock_type::time_point t, std::uint64_t ops) {
+    if (v.empty() || ops != v.back().second) v.emplace_back(t, ops);
+  }
+};
+
+/// BW average over the whole run and peak over the best window of at least `window`
+/// operations (MB = 2^20 bytes, as perftest).
+inline bw_result bw_stats(const bw_marks& m, clock_type::time_point start, std::uint32_t bytes,
+                          std::uint64_t window) {
+  bw_result r;
+  r.bytes = bytes;
+  if (m.v.empty()) return r;
+  const auto [end, ops] = m.v.back();
+  r.iters = ops;
+  const double secs = std::chrono::duration<double>(end - start).count();
+  r.seconds = secs;
+  if (secs <= 0) return r;
+  constexpr double mb = 1024.0 * 1024.0;
+  r.avg_mb = static_cast<double>(ops) * bytes / secs / mb;
+  r.mpps = static_cast<double>(ops) / secs / 1e6;
+  double best = static_cast<double>(ops) / secs;  // ops per second
+  window = std::max<std::uint64_t>(window, 1);
+  // Two pointers: for each end mark, the latest start mark at least `window` ops before it.
+  std::size_t i = 0;
+  auto t_of = [&](std::size_t k) { return k == 0 ? start : m.v[k - 1].first; };
+  auto ops_of = [&](std::size_t k) { return k == 0 ? std::uint64_t{0} : m.v[k - 1].second; };
+  for (std::size_t j = 1; j <= m.v.size(); ++j) {
+    while (i + 1 < j && ops_of(j) - ops_of(i + 1) >= window) ++i;
+    const std::uint64_t d = ops_of(j) - ops_of(i);
+    if (d < window) continue;
+    const double dt = std::chrono::duration<double>(t_of(j) - t_of(i)).count();
+    if (dt > 0) best = std::max(best, static_cast<double>(d) / dt);
+  }
+  r.peak_mb = best * bytes / mb;
+  return r;
+}
+
+/// "write_bw: 42% (2100/5000), 3.0 s" on stderr, once a second after the first 2 s.
+class progress_meter {
+ public:
+  progress_meter(const char* test, bool enabled, clock_type::time_point start, std::uint64_t total, double duration)
+      : test_(test), enabled_(enabled), start_(start), next_(start + std::chrono::seconds(2)), total_(total),
+        duration_(duration) {}
+  void tick(clock_type::time_point now, std::uint64_t done) {
+    if (!enabled_ || now < next_) return;
+    next_ = now + std::chrono::seconds(1);
+    const double el = std::chrono::duration<double>(now - start_).count();
+    const double frac = duration_ > 0 ? el / duration_ : total_ ? static_cast<double>(done) / static_cast<double>(total_) : 0;
+    std::fprintf(stderr, "rdmakit-perf: %s %3.0f%% (%llu operations, %.1f s)\n", test_, 100 * std::min(frac, 1.0),
+                 static_cast<unsigned long long>(done), el);
+  }
+
+ private:
+  const char* test_;
+  bool enabled_;
+  clock_type::time_point start_, next_;
+  std::uint64_t total_;
+  double duration_;
+};
+
+// ---- one side of a run -------------------------------------------------------------
+
+/// One side (server or client) of one test with transport T, signaling S, polling P.
+template <verbs_backend B, transport T, signaling S, polling P>
+class runner {
+  static constexpr rdmakit::access rights = rdmakit::access::local_write | remote_access_bits;
+  using region_t = memory_region<B, rights>;
+  using init_qp = queue_pair<B, T, S>;
+  using live_qp = queue_pair<B, T, S, qp_state::rts>;
+  using cq_t = completion_queue<B, P>;
+  using remote_t = remote_region<remote_access_bits>;
+  static constexpr std::uint64_t seq_mask = (std::uint64_t{1} << 48) - 1;
+
+ public:
+  runner(const perf_options& o, peer_link& link) : o_(o), link_(link), t_(describe(o.test)) {}
+
+  run_report run() {
+    setup();
+    run_report rep;
+    rep.transport = T::type == qp_type::rc ? "rc" : T::type == qp_type::uc ? "uc" : "ud";
+    rep.signaling = signaling_name<S>();
+    rep.polling = polling_name<P>();
+    rep.post_list = t_.bw ? o_.post_list : 1;
+    rep.inline_size = inline_;
+    rep.qps = o_.num_qps;
+    rep.tx_depth = sq_depth_;
+    rep.cq_mod = o_.cq_mod;
+    rep.device = dev_.name();
+    rep.peer = link_.peer;
+    if (o_.server)
+      serve(rep);
+    else
+      drive(rep);
+    return rep;
+  }
+
+ private:
+  // ---- setup: device, buffers, CQ, QPs, exchange -------------------------------------
+
+  std::uint64_t recv_off(std::uint32_t j) const { return std::uint64_t{2} * slot_ * j; }
+  std::uint64_t send_off(std::uint32_t j) const { return recv_off(j) + slot_; }
+  bool receives() const {
+    return t_.op == op_kind::send && (t_.kind == test_kind::send_lat || o_.server);
+  }
+
+  void setup() {
+    dev_ = device<B>(o_.device);
+    const port_attr pa = dev_.port(o_.ib_port);
+    if constexpr (T::type == qp_type::ud) {
+      if (o_.size > mtu_bytes(pa.active_mtu))
+        throw perf_failure("-s " + std::to_string(o_.size) + " is larger than the port MTU (" +
+                           std::to_string(mtu_bytes(pa.active_mtu)) + " bytes on " + dev_.name() +
+                           "): UD messages are one packet");
+    }
+    if (t_.op == op_kind::atomic && !dev_.attr().atomics)
+      throw perf_failure(dev_.name() + " does not support atomics (atomic_cap is NONE)");
+    pd_ = dev_.create_pd();
+    slot_ = static_cast<std::uint32_t>((std::uint64_t{o_.size} + T::recv_offset + 63) / 64 * 64);
+    mr_ = pd_.template allocate<rights>(std::size_t{2} * slot_ * o_.num_qps);
+    std::memset(mr_.data(), 0, mr_.size());
+
+    // Inline only for sends and writes, and no more than the device grants.
+    inline_ = (t_.op == op_kind::write || t_.op == op_kind::send) ? o_.inline_size : 0;
+    inline_ = std::min(inline_, dev_.attr().max_inline_data);
+    sq_depth_ = t_.bw ? o_.tx_depth : std::max(o_.tx_depth, o_.cq_mod);
+    const std::uint32_t rq = receives() ? o_.rx_depth : 1;
+    cq_ = dev_.template create_cq<P>(static_cast<int>(o_.num_qps * (sq_depth_ + rq)));
+    qp_options qo;
+    qo.port = o_.ib_port;
+    qo.gid_index = o_.gid_index;
+    qp_cap caps{sq_depth_, rq, 1, 1, inline_};
+    std::vector<init_qp> init;
+    for (std::uint32_t j = 0; j < o_.num_qps; ++j) init.push_back(pd_.template create_qp<T, S>(cq_, caps, qo));
+    if (receives()) {
+      rbufs_.assign(o_.rx_depth, local_buffer{});
+      for (std::uint32_t j = 0; j < o_.num_qps; ++j) {
+        std::fill(rbufs_.begin(), rbufs_.end(), mr_.local(recv_off(j), slot_));
+        auto r = init[j].post_recvs(rbufs_, j);
+        if (!r) throw perf_failure("couldn't post " + std::to_string(o_.rx_depth) + " receives: " + r.message());
+      }
+    }
+
+    connect_options co;
+    co.path_mtu = o_.path_mtu;
+    if (t_.op == op_kind::send) co.rnr_retry = 7;  // as perftest: a sender may outrun the receiver's reposts
+    for (std::uint32_t j = 0; j < o_.num_qps; ++j) {
+      connection_info info(init[j].local_endpoint(), mr_.remote().sub(recv_off(j), slot_));
+      connection_info peer = link_.exchange(info, [&](const connection_info& p) {
+        if constexpr (T::connected) {
+          qps_.push_back(std::move(init[j]).connect(p.ep, co));
+        } else {
+          qps_.push_back(std::move(init[j]).activate());
+          ahs_.push_back(pd_.create_ah(p.ep, o_.ib_port, qps_.back().gid_index()));
+        }
+      });
+      peer_qpn_.push_back(peer.ep.qpn);
+      if (!peer.region)
+        throw perf_failure("the peer sent no memory region: is it rdmakit-perf running the same test?");
+      remote_.push_back(peer.region->template as<remote_access_bits>());
+      if (remote_.back().length() < o_.size)
+        throw perf_failure("the peer's buffer holds " + std::to_string(remote_.back().length()) + " bytes, this side uses -s " +
+                           std::to_string(o_.size) + ": give both sides the same -s");
+    }
+  }
+
+  // ---- completion plumbing ------------------------------------------------------------
+
+  template <class F>
+  int wait_some(F& f, std::chrono::milliseconds timeout) {
+    if constexpr (P::needs_channel) {
+      return cq_.wait(f, timeout);
+    } else {
+      if (!o_.yield_when_idle) return cq_.wait(f, timeout);
+      const auto deadline = clock_type::now() + timeout;
+      for (unsigned i = 1;; ++i) {
+        if (int n = cq_.poll(f); n != 0) return n;
+        std::this_thread::yield();
+        if (i % 16 == 0 && clock_type::now() >= deadline) return 0;
+      }
+    }
+  }
+
+  /// Waits for completions; throws on a failed completion, a poll error or a stall.
+  template <class F>
+  void pump(F& f, const char* what) {
+    int n = wait_some(f, o_.timeout);
+    check_failure();
+    if (n < 0) throw perf_failure(std::string("polling the CQ failed: ") + std::strerror(-n));
+    if (n == 0)
+      throw perf_failure("no completion for " + std::to_string(o_.timeout.count()) + " ms while " + what +
+                         ": the peer (" + link_.peer + ") stopped" +
+                         (T::type == qp_type::rc ? std::string()
+                                                 : ", or a message was lost (" + std::string(T::name) +
+                                                       " does not retransmit)"));
+  }
+
+  void check_failure() {
+    if (!failure_.empty()) throw perf_failure(failure_);
+  }
+
+  void record_failure(const completion<B>& c) noexcept {
+    if (failure_.empty()) {
+      try {
+        failure_ = "completion failed: " + c.status_message();
+      } catch (...) {
+        failure_ = "completion failed";
+      }
+    }
+  }
+
+  /// Posts up to `n` WRs of the test's operation on QP j (sequence numbers from `seq`).
+  /// `last_seq`: the WR that must be signaled so the run's end is seen.
+  post_result post_ops(std::uint32_t j, std::uint64_t seq, std::uint32_t n, std::uint64_t last_seq) noexcept {
+    const local_buffer src = mr_.local(send_off(j), t_.op == op_kind::atomic ? 8 : o_.size);
+    const remote_t dst = remote_[j].sub(0, t_.op == op_kind::atomic ? 8 : o_.size);
+    auto flags_for = [&](std::uint64_t s) {
+      bool want = s == last_seq;
+      if constexpr (std::is_same_v<S, signal_manual>) want = want || (s + 1) % o_.cq_mod == 0;
+      return want ? send_flags::signaled : send_flags::none;
+    };
+    auto id = [&](std::uint64_t s) { return std::uint64_t{j} << 48 | (s & seq_mask); };
+    if (n == 1) return post_one(j, src, dst, id(seq), flags_for(seq));
+    auto batch = live_qp::template make_batch<max_post_list>();
+    for (std::uint32_t k = 0; k < n; ++k) {
+      const std::uint64_t s = seq + k;
+      switch (t_.op) {
+        case op_kind::write:
+          if constexpr (T::supports_write) (void)batch.write(src, dst, id(s), flags_for(s));
+          break;
+        case op_kind::read:
+          if constexpr (T::supports_read) (void)batch.read(src, dst, id(s), flags_for(s));
+          break;
+        case op_kind::atomic:
+          if constexpr (T::supports_atomic) {
+            if (o_.cmp_swap)
+              (void)batch.compare_swap(src, dst, 0, 0, id(s), flags_for(s));
+            else
+              (void)batch.fetch_add(src, dst, 1, id(s), flags_for(s));
+          }
+          break;
+        case op_kind::send:
+          if constexpr (T::needs_ah)
+            (void)batch.send(ahs_[j].to(peer_qpn_[j]), src, id(s), flags_for(s));
+          else
+            (void)batch.send(src, id(s), flags_for(s));
+          break;
+      }
+    }
+    return qps_[j].post(batch);
+  }
+
+  post_result post_one(std::uint32_t j, const local_buffer& src, const remote_t& dst, std::uint64_t wr_id,
+                       send_flags fl) noexcept {
+    auto& qp = qps_[j];
+    switch (t_.op) {
+      case op_kind::write:
+        if constexpr (T::supports_write) return qp.write(src, dst, wr_id, fl);
+        break;
+      case op_kind::read:
+        if constexpr (T::supports_read) return qp.read(src, dst, wr_id, fl);
+        break;
+      case op_kind::atomic:
+        if constexpr (T::supports_atomic) {
+          if (o_.cmp_swap) return qp.compare_swap(src, dst, 0, 0, wr_id, fl);
+          return qp.fetch_add(src, dst, 1, wr_id, fl);
+        }
+        break;
+      case op_kind::send:
+        if constexpr (T::needs_ah)
+          return qp.send(ahs_[j].to(peer_qpn_[j]), src, wr_id, fl);
+        else
+          return qp.send(src, wr_id, fl);
+    }
+    return {post_status::backend_error, EINVAL, 0};  // refused before dispatch
+  }
+
+  void post_failed(const post_result& r, std::uint64_t seq) {
+    throw perf_failure("couldn't post WR " + std::to_string(seq) + ": " + r.message() +
+                       (r.status == post_status::backend_error ? " (errno " + std::to_string(r.err) + ")" : ""));
+  }
+
+  // ---- client ------------------------------------------------------------------------
+
+  void drive(run_report& rep) {
+    if (t_.bw)
+      rep.bw = bw_client();
+    else if (t_.kind == test_kind::write_lat)
+      rep.lat = write_lat_client();
+    else if (t_.kind == test_kind::send_lat)
+      rep.lat = send_lat_client();
+    else
+      rep.lat = rtt_client();
+    (void)link_.finish(connection_info(qps_[0].local_endpoint()), {});
+  }
+
+  bw_result bw_client() {
+    const std::uint32_t q = o_.num_qps;
+    const bool timed = o_.duration > 0;
+    const std::uint64_t per_qp = timed ? seq_mask : o_.iters;
+    std::vector<std::uint64_t> posted(q, 0), done(q, 0);
+    std::uint64_t total = 0;
+    auto on_wc = [&](const completion<B>& c) noexcept {
+      if (!c.ok()) return record_failure(c);
+      if (c.is_recv()) return;
+      const std::uint64_t id = c.wr_id();
+      const auto j = static_cast<std::uint32_t>(id >> 48);
+      const std::uint64_t s = (id & seq_mask) + 1;
+      if (j < q && s > done[j]) {
+        total += s - done[j];
+        done[j] = s;
+      }
+    };
+    bw_marks marks;
+    marks.v.reserve(timed ? 1 << 16 : static_cast<std::size_t>(std::min<std::uint64_t>(o_.iters * q, 1 << 22)));
+    const auto start = clock_type::now();
+    const auto deadline = start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o_.duration));
+    progress_meter pm(t_.name, o_.progress, start, per_qp * q, o_.duration);
+    bool posting = true;
+    for (;;) {
+      if (posting) {
+        for (std::uint32_t j = 0; j < q; ++j) {
+          while (posted[j] < per_qp) {
+            const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(o_.post_list, per_qp - posted[j]));
+            if (qps_[j].send_credits() < n) break;
+            auto r = post_ops(j, posted[j], n, per_qp - 1);
+            if (!r) post_failed(r, posted[j]);
+            posted[j] += n;
+          }
+        }
+      }
+      if (!timed && total == per_qp * q) break;
+      pump(on_wc, "waiting for send completions");
+      const auto now = clock_type::now();
+      marks.add(now, total);
+      pm.tick(now, total);
+      if (timed && now >= deadline) break;
+    }
+    return bw_stats(marks, start, t_.op == op_kind::atomic ? 8 : o_.size,
+                    std::max<std::uint64_t>(std::uint64_t{q} * o_.tx_depth, total / 20));
+  }
+
+  /// Ensures QP 0 has a send credit, polling with `f`.
+  template <class F>
+  void credit(F& f) {
+    while (qps_[0].send_credits() == 0) pump(f, "waiting for a send credit");
+  }
+
+  std::uint64_t lat_iters() const { return o_.duration > 0 ? seq_mask : o_.iters; }
+
+  /// read_lat, atomic_lat: one operation at a time, timed from post to completion.
+  lat_result rtt_client() {
+    std::vector<double> us;
+    us.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(lat_iters(), 1 << 24)));
+    std::uint64_t done = 0;
+    auto on_wc = [&](const completion<B>& c) noexcept {
+      if (!c.ok()) return record_failure(c);
+      if (c.is_send()) done = (c.wr_id() & seq_mask) + 1;
+    };
+    const auto start = clock_type::now();
+    progress_meter pm(t_.name, o_.progress, start, lat_iters(), o_.duration);
+    for (std::uint64_t i = 0; i < lat_iters(); ++i) {
+      credit(on_wc);
+      const auto t0 = clock_type::now();
+      auto r = post_ops(0, i, 1, i);  // every operation signaled: its completion ends the sample
+      if (!r) post_failed(r, i);
+      while (done <= i) pump(on_wc, "waiting for an operation to complete");
+      const auto t1 = clock_type::now();
+      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      pm.tick(t1, i + 1);
+      if (o_.duration > 0 && t1 - start >= std::chrono::duration<double>(o_.duration)) break;
+    }
+    return lat_stats(us, t_.op == op_kind::atomic ? 8 : o_.size);
+  }
+
+  /// send_lat: ping-pong of SENDs; half the round trip.
+  lat_result send_lat_client() {
+    std::vector<double> us;
+    us.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(lat_iters(), 1 << 24)));
+    std::uint64_t recvd = 0;
+    auto on_wc = [&](const completion<B>& c) noexcept { on_lat_recv(c, recvd); };
+    const auto start = clock_type::now();
+    progress_meter pm(t_.name, o_.progress, start, lat_iters(), o_.duration);
+    for (std::uint64_t i = 0; i < lat_iters(); ++i) {
+      credit(on_wc);
+      const auto t0 = clock_type::now();
+      auto r = post_ops(0, i, 1, o_.duration > 0 ? seq_mask : o_.iters - 1);
+      if (!r) post_failed(r, i);
+      while (recvd <= i) pump(on_wc, "waiting for the reply");
+      const auto t1 = clock_type::now();
+      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
+      pm.tick(t1, i + 1);
+      if (o_.duration > 0 && t1 - start >= std::chrono::duration<double>(o_.duration)) break;
+    }
+    return lat_stats(us, o_.size);
+  }
+
+  void on_lat_recv(const completion<B>& c, std::uint64_t& recvd) noexcept {
+    if (!c.ok()) return record_failure(c);
+    if (!c.is_recv()) return;
+    ++recvd;
+    auto r = qps_[0].post_recv(mr_.local(recv_off(0), slot_), 0);
+    if (!r && failure_.empty()) failure_ = std::string("couldn't repost a receive: ") + r.message();
+  }
+
+  /// Spins until the last byte of our receive slot is `v`; polls the CQ now and then.
+  /// Returns false when `stop` became true first.
+  template <class F>
+  bool spin_for(std::uint8_t v, F& f, const std::atomic<bool>* stop) {
+    const volatile std::uint8_t* p = reinterpret_cast<volatile std::uint8_t*>(mr_.data() + recv_off(0) + o_.size - 1);
+    auto last_progress = clock_type::now();
+    for (unsigned i = 1; *p != v; ++i) {
+      if (i % 64 == 0) {
+        (void)cq_.poll(f);
+        check_failure();
+        if (stop && stop->load(std::memory_order_acquire)) return false;
+        if (i % 4096 == 0) {
+          const auto now = clock_type::now();
+          if (now - last_progress > o_.timeout)
+            throw perf_failure("no write from the peer (" + link_.peer + ") for " + std::to_string(o_.timeout.count()) +
+                               " ms: it stopped" +
+                               (T::type == qp_type::rc ? std::string() : std::string(", or a write was lost (UC)")));
+        }
+      }
+      if (o_.yield_when_idle) std::this_thread::yield();
+    }
+    return true;
+  }
+
+  /// write_lat: ping-pong of RDMA WRITEs; each side spins on the last byte; half the round trip.
+  lat_result write_lat_client() {
+    if constexpr (!T::supports_write) {
+      throw perf_failure("write_lat needs RDMA WRITE");
+    } else {
+      std::vector<double> us;
+      us.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(lat_iters(), 1 << 24)));
+      auto on_wc = [&](const completion<B>& c) noexcept {
+        if (!c.ok()) record_failure(c);
+      };
+      std::uint8_t* out = reinterpret_cast<std::uint8_t*>(mr_.data() + send_off(0) + o_.size - 1);
+      const auto start = clock_type::now();
+      progress_meter pm(t_.name, o_.progress, start, lat_iters(), o_.duration);
+      for (std::uint64_t i = 0; i < lat_iters(); ++i) {
+        const auto v = static_cast<std::uint8_t>(i % 255 + 1);
+        *out = v;
+        credit(on_wc);
+        const auto t0 = clock_type::now();
+        auto r = post_ops(0, i, 1, o_.duration > 0 ? seq_mask : o_.iters - 1);
+        if (!r) post_failed(r, i);
+        spin_for(v, on_wc, nullptr);
+        const auto t1 = clock_type::now();
+        us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
+        pm.tick(t1, i + 1);
+        if (o_.duration > 0 && t1 - start >= std::chrono::duration<double>(o_.duration)) break;
+      }
+      return lat_stats(us, o_.size);
+    }
+  }
+
+  // ---- server ------------------------------------------------------------------------
+
+  /// The end-of-run handshake on its own thread, so the data loop can watch for it.
+  struct finish_watch {
+    struct state {
+      std::atomic<bool> done{false};
+      std::exception_ptr error;
+    };
+    std::shared_ptr<state> st = std::make_shared<state>();
+    std::thread th;
+    void start(peer_link& link, const connection_info& me) {
+      th = std::thread([s = st, &link, me] {
+        try {
+          (void)link.finish(me, {});
+        } catch (...) {
+          s->error = std::current_exception();
+        }
+        s->done.store(true, std::memory_order_release);
+      });
+    }
+    void join() {
+      if (th.joinable()) th.join();
+    }
+    ~finish_watch() { join(); }
+  };
+
+  void serve(run_report& rep) {
+    const connection_info me(qps_[0].local_endpoint());
+    if (t_.kind != test_kind::send_bw && t_.kind != test_kind::send_lat && t_.kind != test_kind::write_lat) {
+      // One-sided tests: the client does everything; wait until it says it is done.
+      (void)link_.finish(me, {});
+      rep.note = "server: passive side of " + std::string(t_.name) + " (results on the client)";
+      return;
+    }
+    finish_watch w;
+    w.start(link_, me);
+    try {
+      if (t_.kind == test_kind::send_bw)
+        send_bw_server(rep, w.st->done);
+      else if (t_.kind == test_kind::send_lat)
+        send_lat_server(rep, w.st->done);
+      else
+        write_lat_server(rep, w.st->done);
+    } catch (...) {
+      // Waiting for the client's handshake could take the whole accept timeout: leave
+      // the watcher blocked in accept and report the error now (the process ends).
+      w.th.detach();
+      throw;
+    }
+    w.join();
+    if (w.st->error) std::rethrow_exception(w.st->error);
+  }
+
+  void send_bw_server(run_report& rep, const std::atomic<bool>& finished) {
+    const std::uint32_t q = o_.num_qps;
+    std::vector<std::uint32_t> consumed(q, 0);
+    std::uint64_t recvd = 0;
+    auto on_wc = [&](const completion<B>& c) noexcept {
+      if (!c.ok()) return record_failure(c);
+      if (!c.is_recv()) return;
+      const auto j = static_cast<std::uint32_t>(c.wr_id());
+      if (j < q) ++consumed[j];
+      ++recvd;
+    };
+    bw_marks marks;
+    clock_type::time_point first{};
+    auto last_progress = clock_type::now();
+    for (bool draining = false;;) {
+      const bool fin = finished.load(std::memory_order_acquire);
+      const int n = fin ? cq_.poll(on_wc) : wait_some(on_wc, std::chrono::milliseconds(100));
+      check_failure();
+      if (n < 0) throw perf_failure(std::string("polling the CQ failed: ") + std::strerror(-n));
+      const auto now = clock_type::now();
+      if (n > 0) {
+        if (first == clock_type::time_point{}) first = now;
+        marks.add(now, recvd);
+        last_progress = now;
+      } else if (!fin && recvd > 0 && now - last_progress > o_.timeout) {
+        throw perf_failure("no message from the client (" + link_.peer + ") for " +
+                           std::to_string(o_.timeout.count()) + " ms after " + std::to_string(recvd) + " receives");
+      }
+      for (std::uint32_t j = 0; j < q; ++j) {
+        if (consumed[j] == 0) continue;
+        std::fill_n(rbufs_.begin(), consumed[j], mr_.local(recv_off(j), slot_));
+        auto r = qps_[j].post_recvs(std::span(rbufs_.data(), consumed[j]), j);
+        if (!r) throw perf_failure(std::string("couldn't repost receives: ") + r.message());
+        consumed[j] = 0;
+      }
+      if (draining && n == 0) break;
+      if (fin) draining = true;
+    }
+    if (!marks.v.empty()) {
+      // From the first receive on: the server cannot see when the client started.
+      bw_marks m2;
+      for (auto& x : marks.v) m2.add(x.first, x.second - marks.v.front().second);
+      auto r = bw_stats(m2, first, o_.size, std::max<std::uint64_t>(std::uint64_t{q} * o_.tx_depth, recvd / 20));
+      r.iters = recvd;
+      rep.bw = r;
+    }
+    rep.note = "server: received " + std::to_string(recvd) + " messages";
+  }
+
+  void send_lat_server(run_report& rep, const std::atomic<bool>& finished) {
+    std::uint64_t recvd = 0, replied = 0;
+    auto on_wc = [&](const completion<B>& c) noexcept { on_lat_recv(c, recvd); };
+    auto last_progress = clock_type::now();
+    while (!finished.load(std::memory_order_acquire)) {
+      const int n = wait_some(on_wc, std::chrono::milliseconds(100));
+      check_failure();
+      if (n < 0) throw perf_failure(std::string("polling the CQ failed: ") + std::strerror(-n));
+      const auto now = clock_type::now();
+      if (n > 0) last_progress = now;
+      else if (recvd > 0 && now - last_progress > o_.timeout)
+        throw perf_failure("no message from the client (" + link_.peer + ") for " +
+                           std::to_string(o_.timeout.count()) + " ms");
+      while (replied < recvd) {
+        credit(on_wc);
+        auto r = post_ops(0, replied, 1, seq_mask);
+        if (!r) post_failed(r, replied);
+        ++replied;
+      }
+    }
+    rep.note = "server: answered " + std::to_string(replied) + " messages";
+  }
+
+  void write_lat_server(run_report& rep, const std::atomic<bool>& finished) {
+    if constexpr (T::supports_write) {
+      auto on_wc = [&](const completion<B>& c) noexcept {
+        if (!c.ok()) record_failure(c);
+      };
+      std::uint8_t* out = reinterpret_cast<std::uint8_t*>(mr_.data() + send_off(0) + o_.size - 1);
+      std::uint64_t i = 0;
+      for (;; ++i) {
+        const auto v = static_cast<std::uint8_t>(i % 255 + 1);
+        if (!spin_for(v, on_wc, &finished)) break;
+        *out = v;
+        credit(on_wc);
+        auto r = post_ops(0, i, 1, seq_mask);
+        if (!r) post_failed(r, i);
+      }
+      rep.note = "server: answered " + std::to_string(i) + " writes";
+    }
+  }
+
+  const perf_options& o_;
+  peer_link& link_;
+  const test_desc& t_;
+  // Destruction runs bottom-up: QPs, AHs, CQ, memory, PD, device.
+  device<B> dev_;
+  protection_domain<B> pd_;
+  region_t mr_;
+  cq_t cq_;
+  std::vector<address_handle<B>> ahs_;
+  std::vector<live_qp> qps_;
+  std::vector<std::uint32_t> peer_qpn_;
+  std::vector<remote_t> remote_;
+  std::vector<local_buffer> rbufs_;
+  std::uint32_t slot_ = 0, inline_ = 0, sq_depth_ = 0;
+  std::string failure_;
+};
+
+}  // namespace rdmakit_perf

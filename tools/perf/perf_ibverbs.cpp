@@ -1,0 +1,50 @@
+// rdmakit-perf on real devices (libibverbs): one side per process.
+#include "sides.hpp"
+
+#if RDMAKIT_HAVE_IBVERBS
+#include "dispatch.hpp"
+
+#include <rdmakit/backends/ibverbs.hpp>
+#endif
+
+#include <cstdio>
+
+namespace rdmakit_perf {
+
+#if RDMAKIT_HAVE_IBVERBS
+int run_device(const perf_options& o, const endpoint_options& e) {
+  exchange_options xo;
+  xo.timeout = o.timeout;
+  xo.accept_timeout = o.accept_timeout;
+  peer_link link;
+  if (e.host.empty()) {
+    auto listener = std::make_shared<exchange_listener>(e.port);
+    if (!o.json)
+      std::fprintf(stderr, "rdmakit-perf: %s server on port %u, waiting for a client (up to %lld s)\n",
+                   describe(o.test).name, listener->port(), static_cast<long long>(o.accept_timeout.count() / 1000));
+    link.peer = "client";
+    link.exchange = [listener, xo](const connection_info& l, const on_peer_fn& cb) {
+      return listener->exchange(l, xo, cb);
+    };
+    link.finish = link.exchange;
+    perf_options so = o;
+    so.server = true;
+    run_report r = run_config<backends::ibverbs>(so, link);
+    print_report(r, so, "ibverbs", "server");
+    return 0;
+  }
+  link = client_link(e.host, e.port, xo);
+  perf_options so = o;
+  so.server = false;
+  run_report r = run_config<backends::ibverbs>(so, link);
+  print_report(r, so, "ibverbs", "client");
+  return 0;
+}
+#else
+int run_device(const perf_options&, const endpoint_options&) {
+  std::fprintf(stderr, "rdmakit-perf: built without libibverbs: only the mock loopback (no -d) is available\n");
+  return 1;
+}
+#endif
+
+}  // namespace rdmakit_perf
