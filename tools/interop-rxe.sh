@@ -6,7 +6,8 @@
 #
 #   tools/interop-rxe.sh PATH/TO/rdmakit-pingpong [run-in-vm.sh options]
 #
-# Exit status 0 only when every pair completed on both ends. Each pair prints both
+# Exit status 0 only when every pair completed on both ends (and, with -c, no end
+# reported invalid data). Each pair prints both
 # ends' output; the final table has the usec/iter of each end (same VM run, so the
 # rows compare; absolute numbers under emulation mean little).
 set -uo pipefail
@@ -62,7 +63,8 @@ pair() {
   src=$?
   echo "  server: ${srv[*]} (exit $src)"; indent <"$logs/server"
   echo "  client: ${cli[*]} (exit $crc)"; indent <"$logs/client"
-  if ((src == 0 && crc == 0)) && grep -q 'usec/iter' "$logs/server" && grep -q 'usec/iter' "$logs/client"; then
+  if ((src == 0 && crc == 0)) && grep -q 'usec/iter' "$logs/server" && grep -q 'usec/iter' "$logs/client" \
+     && ! grep -q 'invalid data' "$logs/server" "$logs/client"; then
     echo "-- PASS $name"
     table+=("$(printf '%-50s %10s %10s' "$name" "$(usec "$logs/server")" "$(usec "$logs/client")")")
   else
@@ -79,6 +81,8 @@ for t in rc uc ud; do
   pair "$t: ibv_${t}_pingpong server, rdmakit client" "${ibv[@]}" -- "${rk[@]}" --transport "$t"
   pair "$t: rdmakit server, ibv_${t}_pingpong client" "${rk[@]}" --transport "$t" -- "${ibv[@]}"
   pair "$t: ibv server -e, rdmakit client -e" "${ibv[@]}" -e -- "${rk[@]}" --transport "$t" -e
+  pair "$t: ibv server -c, rdmakit client -c" "${ibv[@]}" -c -- "${rk[@]}" --transport "$t" -c
+  pair "$t: rdmakit server -c, ibv client -c" "${rk[@]}" --transport "$t" -c -- "${ibv[@]}" -c
   pair "$t: rdmakit server, rdmakit client (rdmakit wire)" \
     "${rk[@]}" --transport "$t" --wire rdmakit -- "${rk[@]}" --transport "$t" --wire rdmakit
   pair "$t: ibv server, ibv client (reference)" "${ibv[@]}" -- "${ibv[@]}"
