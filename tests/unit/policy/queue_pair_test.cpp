@@ -38,3 +38,322 @@ TEST_CASE("walkthrough: 1 MiB over RC, then a wrong rkey gives REM_ACCESS_ERR") 
   CHECK(qa.in_error());
   CHECK(qa.send(mra.local(), 4).status == post_status::qp_error);
 }
+
+TEST_CASE("typestate: create gives INIT (receives only), connect gives RTS") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto q = x.pd.create_qp<rc, signal_every<8>>(x.cq, qp_cap{16, 16});
+  static_assert(std::is_same_v<decltype(q), queue_pair<B, rc, signal_every<8>, qp_state::init>>);
+  CHECK(q.query_state() == qp_state::init);
+  auto rx = x.pd.allocate<rw_access>(64);
+  CHECK(q.post_recv(rx.local(), 1).ok());  // allowed from INIT on
+  CHECK(q.posted_recvs() == 1);
+  auto peer = y.pd.create_qp<rc, signal_every<8>>(y.cq, qp_cap{16, 16});
+  auto live = std::move(q).connect(peer.local_endpoint());
+  static_assert(std::is_same_v<decltype(live), queue_pair<B, rc, signal_every<8>, qp_state::rts>>);
+  CHECK_FALSE(q);  // moved into `live`
+  CHECK(live.query_state() == qp_state::rts);
+  CHECK(live.posted_recvs() == 1);
+  CHECK(live.send_credits() == 16);
+  static_assert(!std::is_copy_constructible_v<decltype(live)>);
+}
+
+TEST_CASE("connect takes the smaller of the port's and the peer's MTU") {
+  mock::fabric_config cfg;
+  for (auto name : {"m0", "m1"}) {
+    mock::device_config d;
+    d.name = name;
+    d.ports[0].max_mtu = mtu::mtu_1024;
+    d.ports[0].active_mtu = mtu::mtu_1024;
+    cfg.devices.push_back(d);
+  }
+  mock::fabric fab(cfg);
+  side x("m0"), y("m1");
+  auto qx = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
+  auto qy = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
+  auto ey = qy.local_endpoint();
+  ey.mtu = mtu::mtu_4096;  // the peer claims more than this port can do: 1024 is used
+  CHECK_NOTHROW(std::move(qx).connect(ey));
+}
+
+TEST_CASE("connect on RoCE without the peer's GID is a clear setup error") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto qx = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
+  auto qy = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
+  auto ey = qy.local_endpoint();
+  ey.gid = {};
+  try {
+    auto live = std::move(qx).connect(ey);
+    FAIL("connected without a GID");
+  } catch (const verbs_error& e) {
+    CHECK(std::string(e.what()).find("needs a GRH") != std::string::npos);
+  }
+  CHECK(qx);  // still ours, still in INIT
+}
+
+TEST_CASE("failed transitions name the step, the QP, the mask and the device's reason") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto qx = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
+  auto qy = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
+  connect_options o;
+  o.timeout = 40;  // above 31: EINVAL
+  try {
+    auto live = std::move(qx).connect(qy.local_endpoint(), o);
+    FAIL("connected with timeout 40");
+  } catch (const verbs_error& e) {
+    std::string w = e.what();
+    CHECK(e.verb() == "ibv_modify_qp");
+    CHECK(w.find("RTR→RTS of RC QP") != std::string::npos);
+    CHECK(w.find("TIMEOUT") != std::string::npos);
+  }
+}
+
+TEST_CASE("send/write with immediate: the receiver sees the value in host order") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  std::memcpy(src.data(), "hello, world", 12);
+  REQUIRE(p.b.post_recv(dst.local(), 1).ok());
+  REQUIRE(p.b.post_recv(dst.local(), 2).ok());
+  REQUIRE(p.a.send_imm(src.local(0, 5), 0x11223344, 10).ok());
+  REQUIRE(p.a.write_imm(src.local(7, 5), dst.remote().sub(32, 5), 0xA0B0C0D0, 11).ok());
+  auto r = collect(y.cq, 2);
+  REQUIRE(r.size() == 2);
+  CHECK(r[0].op == wc_opcode::recv);
+  CHECK(r[0].has_imm);
+  CHECK(r[0].imm == 0x11223344u);
+  CHECK(r[0].byte_len == 5);
+  CHECK(r[1].op == wc_opcode::recv_rdma_with_imm);
+  CHECK(r[1].imm == 0xA0B0C0D0u);
+  CHECK(r[1].byte_len == 5);
+  CHECK(std::memcmp(dst.data(), "hello", 5) == 0);
+  CHECK(std::memcmp(dst.data() + 32, "world", 5) == 0);
+  auto s = collect(x.cq, 2);
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].op == wc_opcode::send);
+  CHECK(s[1].op == wc_opcode::rdma_write);
+}
+
+TEST_CASE("RDMA READ, compare-and-swap and fetch-and-add on RC") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto local = x.pd.allocate<access::local_write>(64);
+  auto remote = y.pd.allocate<all_access>(64);
+  std::memcpy(remote.data(), "remote bytes", 12);
+  std::uint64_t counter = 100;
+  std::memcpy(remote.data() + 16, &counter, 8);
+
+  REQUIRE(p.a.read(local.local(0, 12), remote.remote(), 1).ok());
+  REQUIRE(p.a.fetch_add(local.local(16, 8), remote.remote().sub(16, 8), 5, 2).ok());
+  REQUIRE(p.a.compare_swap(local.local(24, 8), remote.remote().sub(16, 8), 105, 7, 3).ok());
+  auto s = collect(x.cq, 3);
+  REQUIRE(s.size() == 3);
+  CHECK(s[0].op == wc_opcode::rdma_read);
+  CHECK(s[1].op == wc_opcode::fetch_add);
+  CHECK(s[2].op == wc_opcode::comp_swap);
+  for (auto& c : s) CHECK(c.status == wc_status::success);
+  CHECK(std::memcmp(local.data(), "remote bytes", 12) == 0);
+  std::uint64_t old_add = 0, old_cas = 0, now = 0;
+  std::memcpy(&old_add, local.data() + 16, 8);
+  std::memcpy(&old_cas, local.data() + 24, 8);
+  std::memcpy(&now, remote.data() + 16, 8);
+  CHECK(old_add == 100);
+  CHECK(old_cas == 105);
+  CHECK(now == 7);
+}
+
+TEST_CASE("small sends go inline: the buffer needs no lkey and may be reused at once") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 64});
+  CHECK(p.a.caps().max_inline_data >= 64);
+  auto dst = y.pd.allocate<rw_access>(256);
+  char stack_buf[32] = "not registered anywhere";
+  local_buffer unregistered{reinterpret_cast<std::uint64_t>(stack_buf), 24, 0};
+  REQUIRE(p.b.post_recv(dst.local(), 1).ok());
+  REQUIRE(p.a.send(unregistered, 2).ok());
+  std::memset(stack_buf, 'x', sizeof stack_buf);  // inline data was copied at post time
+  auto r = collect(y.cq, 1);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].status == wc_status::success);
+  CHECK(std::memcmp(dst.data(), "not registered anywhere", 24) == 0);
+
+  // Above the inline limit the lkey is used: an unregistered buffer is a LOC_PROT_ERR.
+  char big[128] = {};
+  REQUIRE(p.b.post_recv(dst.local(), 3).ok());
+  REQUIRE(p.a.send(local_buffer{reinterpret_cast<std::uint64_t>(big), 128, 0}, 4).ok());
+  auto s = collect(x.cq, 2);
+  REQUIRE(s.size() == 2);
+  CHECK(s[1].status == wc_status::loc_prot_err);
+}
+
+TEST_CASE("scatter/gather lists on send, receive and READ") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 3, 3});
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  std::memcpy(src.data(), "AAAABBBBCCCC", 12);
+  std::array<local_buffer, 2> rsgl{dst.local(0, 6), dst.local(32, 6)};
+  REQUIRE(p.b.post_recv(rsgl, 1).ok());
+  std::array<local_buffer, 3> gather{src.local(8, 4), src.local(0, 4), src.local(4, 4)};
+  REQUIRE(p.a.send(gather, 2).ok());
+  auto r = collect(y.cq, 1);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].byte_len == 12);
+  CHECK(std::memcmp(dst.data(), "CCCCAA", 6) == 0);
+  CHECK(std::memcmp(dst.data() + 32, "AABBBB", 6) == 0);
+
+  std::array<local_buffer, 2> scatter{src.local(40, 3), src.local(50, 3)};
+  REQUIRE(p.a.read(scatter, dst.remote(), 3).ok());
+  REQUIRE(p.a.write(std::span<const local_buffer>(gather.data(), 2), dst.remote().sub(16, 8), 4).ok());
+  auto s = collect(x.cq, 3);
+  REQUIRE(s.size() == 3);
+  CHECK(std::memcmp(src.data() + 40, "CCC", 3) == 0);
+  CHECK(std::memcmp(src.data() + 50, "CAA", 3) == 0);
+  CHECK(std::memcmp(dst.data() + 16, "CCCCAAAA", 8) == 0);
+
+  std::array<local_buffer, 4> too_many{src.local(0, 1), src.local(1, 1), src.local(2, 1), src.local(3, 1)};
+  auto res = p.a.send(too_many, 5);  // above max_send_sge: the device says EINVAL
+  CHECK(res.status == post_status::backend_error);
+  CHECK(res.err == EINVAL);
+  CHECK(p.a.send_credits() == 8);  // nothing was charged for it
+}
+
+TEST_CASE("post lists: one doorbell; a partly posted list reports its bad_wr") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto p = make_pair<rc, signal_every<2>>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 16});
+  auto src = x.pd.allocate<rw_access>(256);
+  auto dst = y.pd.allocate<rw_access>(256);
+  auto b = p.a.make_batch<4>();
+  CHECK(b.write(src.local(0, 8), dst.remote(), 1));
+  CHECK(b.read(src.local(8, 8), dst.remote(), 2));
+  CHECK(b.send(src.local(0, 4), 3, send_flags::signaled));
+  CHECK(b.write_imm(src.local(0, 4), dst.remote(), 9, 4));
+  CHECK_FALSE(b.write(src.local(), dst.remote(), 5));  // full
+  REQUIRE(p.b.post_recv(dst.local(64, 64), 100).ok());
+  REQUIRE(p.b.post_recv(dst.local(128, 64), 101).ok());
+  auto res = p.a.post(b);
+  REQUIRE(res.ok());
+  CHECK(res.posted == 4);
+  CHECK(b.empty());
+  auto s = collect(x.cq, 2);
+  REQUIRE(s.size() == 2);  // WR 2 (every 2nd) and WR 3 (asked for)
+  CHECK(s[0].wr_id == 2);
+  CHECK(s[1].wr_id == 3);
+  CHECK(p.a.unsignaled_run() == 1);  // WR 4 holds its slot until a later signaled WR is polled
+  CHECK(p.a.send_credits() == 7);
+
+  // The third WR asks for inline data above max_inline_data: the device refuses it and
+  // the first two are posted.
+  auto c = p.a.make_batch<4>();
+  CHECK(c.write(src.local(0, 8), dst.remote(), 10));
+  CHECK(c.write(src.local(0, 8), dst.remote(), 11));
+  CHECK(c.write(src.local(0, 200), dst.remote(), 12, send_flags::inline_data));
+  CHECK(c.write(src.local(0, 8), dst.remote(), 13));
+  auto part = p.a.post(c);
+  CHECK(part.status == post_status::backend_error);
+  CHECK(part.err == EINVAL);
+  CHECK(part.posted == 2);
+  CHECK(c.size() == 4);  // left for the caller to inspect
+  CHECK(p.a.send_credits() == 5);  // WR 4 of the first list + the two posted
+  REQUIRE(p.a.write(src.local(0, 8), dst.remote(), 14, send_flags::signaled).ok());
+  std::vector<seen> got;
+  for (int i = 0; i < 100 && p.a.send_credits() < 8; ++i)
+    for (auto& g : collect(x.cq, 1, 1)) got.push_back(g);
+  CHECK(p.a.send_credits() == 8);
+  REQUIRE(!got.empty());
+  CHECK(got.back().wr_id == 14);
+}
+
+TEST_CASE("UC: send and RDMA WRITE") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto p = make_pair<uc, signal_manual>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  std::memcpy(src.data(), "uc-write", 8);
+  REQUIRE(p.a.write(src.local(0, 8), dst.remote(), 1).ok());  // unsignaled
+  REQUIRE(p.b.post_recv(dst.local(32, 32), 2).ok());
+  REQUIRE(p.a.send(src.local(0, 8), 3, send_flags::signaled).ok());
+  auto s = collect(x.cq, 1);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].wr_id == 3);
+  CHECK(p.a.send_credits() == 8);  // the unsignaled WRITE's slot came back with it
+  CHECK(std::memcmp(dst.data(), "uc-write", 8) == 0);
+  auto r = collect(y.cq, 1);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].wr_id == 2);
+}
+
+TEST_CASE("runtime errors surface as statuses: receive too small, flushes, RNR, no hang") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  connect_options co;
+  co.rnr_retry = 1;
+  co.retry_cnt = 1;
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8}, co);
+  auto src = x.pd.allocate<rw_access>(256);
+  auto dst = y.pd.allocate<rw_access>(256);
+
+  SUBCASE("the receiver's buffer is too small: LOC_LEN_ERR there, REM_INV_REQ_ERR here, then flushes") {
+    REQUIRE(p.b.post_recv(dst.local(0, 4), 1).ok());
+    REQUIRE(p.b.post_recv(dst.local(8, 64), 2).ok());
+    REQUIRE(p.a.send(src.local(0, 64), 10).ok());
+    REQUIRE(p.a.send(src.local(0, 8), 11).ok());
+    std::string msg;
+    auto s = collect(x.cq, 2);
+    REQUIRE(s.size() == 2);
+    CHECK(s[0].status == wc_status::rem_inv_req_err);
+    CHECK(s[1].status == wc_status::wr_flush_err);
+    auto r = collect(y.cq, 2);
+    REQUIRE(r.size() == 2);
+    CHECK(r[0].status == wc_status::loc_len_err);
+    CHECK(r[1].status == wc_status::wr_flush_err);
+    CHECK(r[1].recv);  // flushed receives are still known as receives
+    CHECK(r[1].wr_id == 2);
+    CHECK(p.a.in_error());
+    CHECK(p.b.in_error());
+    auto again = p.a.send(src.local(0, 8), 12);
+    CHECK(again.status == post_status::qp_error);
+    CHECK(std::string(again.message()).find("ERR") != std::string::npos);
+    CHECK(p.b.post_recv(dst.local(), 3).status == post_status::qp_error);
+  }
+  SUBCASE("no receive posted: RNR retries run out, RNR_RETRY_EXC_ERR with a hint") {
+    REQUIRE(p.a.send(src.local(0, 8), 20).ok());
+    std::string msg;
+    int n = x.cq.wait([&](const completion<B>& c) { msg = c.status_message(); }, std::chrono::milliseconds{2000});
+    CHECK(n == 1);
+    CHECK(msg.find("RNR retry counter exceeded") != std::string::npos);
+    CHECK(msg.find("post receives") != std::string::npos);
+  }
+  SUBCASE("the peer is gone: RETRY_EXC_ERR, not a hang") {
+    p.b = {};  // destroyed
+    REQUIRE(p.a.write(src.local(0, 8), remote_region<>::unchecked(0x1000, 1, 8), 30).ok());
+    std::string msg;
+    int n = x.cq.wait([&](const completion<B>& c) { msg = c.status_message(); }, std::chrono::milliseconds{2000});
+    CHECK(n == 1);
+    CHECK(msg.find("transport retry counter exceeded") != std::string::npos);
+  }
+}
+
+TEST_CASE("receive queue credits: rq_full instead of ENOMEM; post_recvs posts a list") {
+  mock::fabric fab;
+  side x("mock0");
+  auto q = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
+  auto mr = x.pd.allocate<access::local_write>(64);
+  std::array<local_buffer, 3> bufs{mr.local(0, 8), mr.local(8, 8), mr.local(16, 8)};
+  auto r = q.post_recvs(bufs, 100);
+  CHECK(r.ok());
+  CHECK(r.posted == 3);
+  CHECK(q.post_recvs(bufs, 200).status == post_status::rq_full);
+  CHECK(q.post_recv(mr.local(), 5).ok());
+  CHECK(q.post_recv(mr.local(), 6).status == post_status::rq_full);
+  CHECK(q.posted_recvs() == 4);
+}

@@ -1,0 +1,55 @@
+#include "fixture.hpp"
+
+#include <cstring>
+
+using namespace policy_test;
+
+TEST_CASE("UD: an address handle names the destination; receives start with the 40-byte GRH") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto ah = x.pd.create_ah(p.b.local_endpoint());
+  auto dest = ah.to(p.b.qp_num());
+  CHECK(dest.qpn == p.b.qp_num());
+  CHECK(dest.qkey == default_qkey);
+  CHECK(dest.ah == ah.native());
+
+  auto tx = x.pd.allocate<access::local_write>(256);
+  auto rx = y.pd.allocate<access::local_write>(256);
+  std::memcpy(tx.data(), "datagram", 8);
+  CHECK(p.b.post_recv(rx.local(0, 39), 1).status == post_status::recv_too_small);
+  REQUIRE(p.b.post_recv(rx.local(), 2).ok());
+  REQUIRE(p.a.send(dest, tx.local(0, 8), 3).ok());
+  seen r{};
+  int n = 0;
+  for (int i = 0; i < 100 && n == 0; ++i) n = y.cq.poll([&](const completion<B>& c) {
+    r = copy(c);
+    CHECK(c.has_grh());
+    CHECK(c.src_qp() == p.a.qp_num());
+    CHECK(c.payload_len() == 8);
+  });
+  REQUIRE(n == 1);
+  CHECK(r.status == wc_status::success);
+  CHECK(r.byte_len == 48);
+  CHECK(r.payload_offset == 40);
+  CHECK(std::memcmp(rx.data() + r.payload_offset, "datagram", 8) == 0);
+
+  address_handle<B> moved = std::move(ah);
+  CHECK(moved);
+  CHECK_FALSE(ah);
+}
+
+TEST_CASE("UD: send with immediate data reaches the peer with WITH_IMM") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto ah = x.pd.create_ah(p.b.local_endpoint());
+  auto tx = x.pd.allocate<access::local_write>(64);
+  auto rx = y.pd.allocate<access::local_write>(128);
+  REQUIRE(p.b.post_recv(rx.local(), 1).ok());
+  REQUIRE(p.a.send_imm(ah.to(p.b.qp_num()), tx.local(0, 4), 0xCAFE, 2).ok());
+  auto s = collect(y.cq, 1);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].has_imm);
+  CHECK(s[0].imm == 0xCAFEu);
+}

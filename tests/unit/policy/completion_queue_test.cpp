@@ -1,0 +1,111 @@
+#include "fixture.hpp"
+
+#include <map>
+
+using namespace policy_test;
+
+TEST_CASE("CQ capacity is accounted per attached QP; overflowing requests are refused") {
+  mock::fabric fab;
+  side x("mock0", 100);
+  CHECK(x.cq.capacity() == 100);
+  auto q1 = x.pd.create_qp<rc>(x.cq, qp_cap{40, 40});
+  CHECK(x.cq.reserved() == 80);
+  CHECK(x.cq.attached() == 1);
+  try {
+    auto q2 = x.pd.create_qp<uc>(x.cq, qp_cap{30, 10});
+    FAIL("a QP that could overflow the CQ was created");
+  } catch (const verbs_error& e) {
+    CHECK(e.verb() == "ibv_create_qp");
+    CHECK(e.errno_value() == EINVAL);
+    std::string w = e.what();
+    CHECK(w.find("CQ of 100 entries is too small for a UC queue pair of 30 send + 10 receive WRs") !=
+          std::string::npos);
+    CHECK(w.find("80 entries already promised to 1 attached queue pair") != std::string::npos);
+    CHECK(w.find("create it with at least 120") != std::string::npos);
+  }
+  CHECK(x.cq.reserved() == 80);  // the refused QP left nothing behind
+  q1 = {};
+  CHECK(x.cq.reserved() == 0);
+  CHECK(x.cq.attached() == 0);
+  CHECK_NOTHROW(x.pd.create_qp<uc>(x.cq, qp_cap{30, 10}));
+}
+
+TEST_CASE("a shared CQ routes every completion to its QP by qp_num") {
+  mock::fabric fab;
+  side x("mock0", 256), y("mock1", 256);
+  // Two QPs on x share x.cq; their peers on y share y.cq.
+  auto p1 = make_pair<rc, signal_every<2>>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 8});
+  auto p2 = make_pair<rc, signal_every<2>>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 8});
+  CHECK(x.cq.attached() == 2);
+  CHECK(x.cq.reserved() == 24);
+  auto src = x.pd.allocate<rw_access>(256);
+  auto dst = y.pd.allocate<rw_access>(256);
+
+  std::map<std::uint32_t, std::vector<std::uint64_t>> by_qp;
+  std::vector<std::uint64_t> h1, h2;
+  x.cq.on(p1.a, [&](const completion<B>& c) { h1.push_back(c.wr_id()); });
+  x.cq.on(p2.a, [&](const completion<B>& c) { h2.push_back(c.wr_id()); });
+
+  for (int round = 0; round < 10; ++round) {
+    // Both QPs fill their SQs (the same wr_ids on purpose: only qp_num tells them apart).
+    for (std::uint64_t id = 0; id < 4; ++id) {
+      REQUIRE(p1.a.write(src.local(0, 8), dst.remote(), id).ok());
+      REQUIRE(p2.a.write(src.local(8, 8), dst.remote().sub(8, 8), id).ok());
+    }
+    CHECK(p1.a.send_credits() == 0);
+    CHECK(p2.a.send_credits() == 0);
+    for (int i = 0; i < 10 && (p1.a.send_credits() < 4 || p2.a.send_credits() < 4); ++i) (void)x.cq.dispatch();
+    // Each QP got its own credits back from its own completions.
+    CHECK(p1.a.send_credits() == 4);
+    CHECK(p2.a.send_credits() == 4);
+  }
+  CHECK(h1.size() == 20);  // every second WR is signaled
+  CHECK(h2.size() == 20);
+  CHECK(x.cq.unrouted() == 0);
+}
+
+TEST_CASE("dispatch: completions of a QP without a handler go to the fallback (or are counted)") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  REQUIRE(p.a.write(src.local(), dst.remote(), 1).ok());
+  int fallback = 0;
+  for (int i = 0; i < 10 && fallback == 0; ++i) (void)x.cq.dispatch([&](const completion<B>&) { ++fallback; });
+  CHECK(fallback == 1);
+  REQUIRE(p.a.write(src.local(), dst.remote(), 2).ok());
+  for (int i = 0; i < 10 && x.cq.unrouted() == 0; ++i) (void)x.cq.dispatch();
+  CHECK(x.cq.unrouted() == 1);
+  CHECK(p.a.send_credits() == 4);  // accounting happens whether or not a handler exists
+  auto other = y.dev.create_cq(8);
+  CHECK_THROWS_AS(other.on(p.a, [](const completion<B>&) {}), verbs_error);
+}
+
+TEST_CASE("drain polls until the CQ is empty, across batches") {
+  mock::fabric fab;
+  device<B> dx("mock0"), dy("mock1");
+  auto pdx = dx.create_pd();
+  auto pdy = dy.create_pd();
+  auto cqx = dx.create_cq<busy_poll<2>>(64);
+  auto cqy = dy.create_cq(64);
+  auto p = make_pair<rc>(pdx, cqx, pdy, cqy, qp_cap{8, 8});
+  auto src = pdx.allocate<rw_access>(64);
+  auto dst = pdy.allocate<rw_access>(64);
+  for (std::uint64_t i = 0; i < 7; ++i) REQUIRE(p.a.write(src.local(), dst.remote(), i).ok());
+  std::vector<std::uint64_t> ids;
+  CHECK(cqx.drain([&](const completion<B>& c) { ids.push_back(c.wr_id()); }) == 7);
+  CHECK(ids == std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5, 6});
+}
+
+TEST_CASE("completion queue: bad sizes are setup errors; handles move") {
+  mock::fabric fab;
+  device<B> d("mock0");
+  CHECK_THROWS_AS(d.create_cq(0), verbs_error);
+  CHECK_THROWS_AS(d.create_cq(1 << 30), verbs_error);
+  auto cq = d.create_cq<event_driven<>>(8);
+  CHECK(cq.native_channel() != B::channel{});
+  auto moved = std::move(cq);
+  CHECK(moved);
+  CHECK_FALSE(cq);
+}

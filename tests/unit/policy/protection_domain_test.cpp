@@ -1,0 +1,57 @@
+#include "fixture.hpp"
+
+#include <array>
+
+using namespace policy_test;
+
+TEST_CASE("protection domain: regions over caller memory and allocated memory") {
+  mock::fabric fab;
+  side x("mock0");
+  std::array<std::byte, 256> buf{};
+  auto borrowed = x.pd.register_memory<access::local_write>(std::span<std::byte>(buf));
+  CHECK(borrowed.data() == buf.data());
+  CHECK(borrowed.size() == 256);
+  auto owned = x.pd.allocate<rw_access>(4096);
+  CHECK(reinterpret_cast<std::uintptr_t>(owned.data()) % 4096 == 0);
+  CHECK(owned.bytes()[100] == std::byte{0});
+  CHECK(owned.lkey() != borrowed.lkey());
+  CHECK_THROWS_AS(x.pd.register_memory<access::local_write>(nullptr, 0), verbs_error);
+}
+
+TEST_CASE("protection domain: separate send and receive CQs are accounted separately") {
+  mock::fabric fab;
+  side x("mock0");
+  auto scq = x.dev.create_cq(16);
+  auto rcq = x.dev.create_cq(32);
+  auto q = x.pd.create_qp<rc>(scq, rcq, qp_cap{16, 32});
+  CHECK(scq.reserved() == 16);
+  CHECK(rcq.reserved() == 32);
+  CHECK_THROWS_AS(x.pd.create_qp<rc>(scq, rcq, qp_cap{1, 1}), verbs_error);
+}
+
+TEST_CASE("a region of another protection domain is refused with LOC_PROT_ERR") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto other_pd = x.dev.create_pd();
+  auto foreign = other_pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  REQUIRE(p.a.write(foreign.local(), dst.remote(), 1).ok());
+  auto s = collect(x.cq, 1);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].status == wc_status::loc_prot_err);
+  CHECK(p.a.in_error());
+  CHECK(p.a.first_error() == wc_status::loc_prot_err);
+}
+
+TEST_CASE("protection domain: address handles from an endpoint carry a GRH on RoCE") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto q = y.pd.create_qp<ud>(y.cq, qp_cap{4, 4});
+  auto ah = x.pd.create_ah(q.local_endpoint());
+  CHECK(ah.attr().is_global);
+  CHECK(ah.attr().grh.dgid == q.local_endpoint().gid);
+  CHECK(ah.attr().grh.sgid_index == 1);
+  endpoint no_gid;
+  CHECK_THROWS_AS(x.pd.create_ah(no_gid), verbs_error);
+}

@@ -1,0 +1,53 @@
+#include "fixture.hpp"
+
+using namespace policy_test;
+
+TEST_CASE("qp_pool: create on a shared CQ, connect to a peer pool, use round-robin") {
+  mock::fabric fab;
+  side x("mock0", 256), y("mock1", 256);
+  auto px = x.pd.create_qp_pool<rc, signal_every<4>>(x.cq, 4, qp_cap{8, 8});
+  auto py = y.pd.create_qp_pool<rc, signal_every<4>>(y.cq, 4, qp_cap{8, 8});
+  CHECK(px.size() == 4);
+  CHECK(x.cq.reserved() == 64);
+  auto ex = px.local_endpoints();
+  auto ey = py.local_endpoints();
+  auto cx = std::move(px).connect(ey);
+  auto cy = std::move(py).connect(ex);
+  CHECK(px.size() == 0);
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(256);
+  for (auto& q : cy) REQUIRE(q.post_recv(dst.local(0, 64), q.qp_num()).ok());
+  for (int i = 0; i < 4; ++i) REQUIRE(cx.next().send(src.local(0, 8), static_cast<std::uint64_t>(i)).ok());
+  auto got = collect(y.cq, 4);
+  REQUIRE(got.size() == 4);
+  for (auto& g : got) {
+    CHECK(g.status == wc_status::success);
+    CHECK(g.wr_id == g.qp_num);  // each receive completed on its own QP
+    CHECK(cy.find(g.qp_num) != nullptr);
+  }
+  CHECK(cx.find(12345678) == nullptr);
+  CHECK(&cx.next() == &cx[0]);  // wrapped around
+}
+
+TEST_CASE("qp_pool: the CQ must hold the whole pool, checked before any QP is made") {
+  mock::fabric fab;
+  side x("mock0", 100);
+  try {
+    auto p = x.pd.create_qp_pool<rc>(x.cq, 4, qp_cap{16, 16});
+    FAIL("pool created");
+  } catch (const verbs_error& e) {
+    CHECK(std::string(e.what()).find("create it with at least 128") != std::string::npos);
+  }
+  CHECK(x.cq.attached() == 0);
+}
+
+TEST_CASE("qp_pool: UD pools activate; wrong endpoint counts are refused") {
+  mock::fabric fab;
+  side x("mock0");
+  auto pu = x.pd.create_qp_pool<ud>(x.cq, 2, qp_cap{4, 4});
+  auto live = std::move(pu).activate();
+  CHECK(live.size() == 2);
+  auto pr = x.pd.create_qp_pool<rc>(x.cq, 2, qp_cap{4, 4});
+  std::vector<endpoint> one(1);
+  CHECK_THROWS_AS(std::move(pr).connect(one), verbs_error);
+}
