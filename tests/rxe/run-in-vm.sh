@@ -281,6 +281,7 @@ prepare_cache() {
     [[ -n $deb ]] || die "$EX_PREP" "apt-get download $pkg left no .deb"
     rm -f "$entry/download.log"
   fi
+  rm -rf "$cache_dir"/.build.*          # leftovers of interrupted runs
   work=$(mktemp -d "$cache_dir/.build.XXXXXX") || die "$EX_PREP" "mktemp failed"
   # shellcheck disable=SC2064
   trap "rm -rf '$work'" EXIT
@@ -316,8 +317,10 @@ prepare_cache() {
   rm -f "$entry"/initrd-*.gz
   mv "$initrd.tmp" "$initrd"
   msg "prepared kernel $kver in $((SECONDS - t0)) s; modules: $(tr '\n' ' ' <"$initrd_root/etc/rxe-modules")"
-  rm -rf "$work"
   trap - EXIT
+  # The unpacked kernel is ~400 MB of small files; removing it can take many
+  # seconds on a busy disk, so do it in the background, detached from our output.
+  rm -rf "$work" >/dev/null 2>&1 &
   flock -u 9
 }
 

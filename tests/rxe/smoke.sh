@@ -96,9 +96,9 @@ echo "smoke: device $dev, GID index $gid, cwd $PWD"
 check "ibv_devices lists $dev" device_listed
 check "ibv_devinfo -d $dev: port active" port_active
 check "GID $gid is IPv4-mapped (RoCEv2)" gid_is_ipv4
-check "ibv_rc_pingpong (4096 B x 200)" pingpong ibv_rc_pingpong 18515 -s 4096 -n 200
-check "ibv_uc_pingpong (4096 B x 200)" pingpong ibv_uc_pingpong 18516 -s 4096 -n 200
-check "ibv_ud_pingpong (2048 B x 200)" pingpong ibv_ud_pingpong 18517 -s 2048 -n 200
+check "ibv_rc_pingpong (4096 B x 100)" pingpong ibv_rc_pingpong 18515 -s 4096 -n 100
+check "ibv_uc_pingpong (4096 B x 100)" pingpong ibv_uc_pingpong 18516 -s 4096 -n 100
+check "ibv_ud_pingpong (2048 B x 100)" pingpong ibv_ud_pingpong 18517 -s 2048 -n 100
 
 if ((${#failed[@]})); then
   echo "smoke: FAILED: ${failed[*]}" >&2
