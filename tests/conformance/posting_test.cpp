@@ -30,51 +30,57 @@ CONFORMANCE_CASE("posting: create_qp and create_cq write back at least what was 
 
 CONFORMANCE_CASE("posting: SQ full -> ENOMEM, bad_wr is the first WR not posted, earlier ones were posted") {
   fixture<B> fx;
+  const auto want = expected(ids::queue_capacity, B::name);
   link_opts la, lb;
   la.rnr_retry = 7;  // the first SEND waits in RNR, so nothing leaves the SQ meanwhile
   lb.min_rnr_timer = 1;
   auto a = fx.make_qp({.caps = {8, 8, 1, 1, 0}});
   auto b = fx.make_qp({.caps = {8, 128, 1, 1, 0}, .cqe = 256});
-  fx.connect(a, b, la, lb);
+  fx.connect(a, b);
   const std::uint32_t cap = a.caps.max_send_wr;
-  REQUIRE(cap <= 120);
+  REQUIRE(cap <= 60);
   auto& buf = fx.make_buffer(64);
   std::vector<typename fixture<B>::send_spec> list;
-  for (std::uint32_t i = 0; i < cap + 2; ++i) list.push_back({.wr_id = i, .sg = {buf.sge(0, 8)}});
+  for (std::uint32_t i = 0; i < 2 * cap + 2; ++i) list.push_back({.wr_id = i, .sg = {buf.sge(0, 8)}});
   auto r = fx.post_send_list(a, list);
   CHECK(r.rc == ENOMEM);
-  CHECK(r.bad_index == int(cap));
+  REQUIRE(r.bad_index >= int(cap));
+  if (want.exact_capacity) CHECK(r.bad_index == int(cap));
+  const std::uint32_t posted = std::uint32_t(r.bad_index);
   // Another single post is refused too while the SQ is full.
   CHECK(fx.post_send(a, 999, opcode::send, {buf.sge(0, 8)}) == ENOMEM);
-  for (std::uint32_t i = 0; i < cap; ++i) REQUIRE(fx.post_recv(b, 1000 + i, {buf.sge(8, 8)}) == 0);
-  auto sq = fx.poll(a.send_cq, cap, "the posted part of the list");
-  REQUIRE(sq.size() == cap);
-  for (std::uint32_t i = 0; i < cap; ++i) {
+  for (std::uint32_t i = 0; i < posted; ++i) REQUIRE(fx.post_recv(b, 1000 + i, {buf.sge(8, 8)}) == 0);
+  auto sq = fx.poll(a.send_cq, posted, "the posted part of the list");
+  REQUIRE(sq.size() == posted);
+  for (std::uint32_t i = 0; i < posted; ++i) {
     CHECK(sq[i].wr_id == i);
     CHECK(sq[i].status == wc_status::success);
   }
-  CHECK(fx.poll(b.recv_cq, cap, "receives").size() == cap);
+  CHECK(fx.poll(b.recv_cq, posted, "receives").size() == posted);
   CHECK(fx.drain(a.send_cq, 5).empty());
 }
 
 CONFORMANCE_CASE("posting: RQ full -> ENOMEM, bad_wr is the first WR not posted") {
   fixture<B> fx;
+  const auto want = expected(ids::queue_capacity, B::name);
   auto e = fx.make_qp({.caps = {4, 4, 1, 1, 0}});
   fx.to_init(e);
   const std::uint32_t cap = e.caps.max_recv_wr;
   REQUIRE(cap <= 1024);
   auto& buf = fx.make_buffer(64);
   std::vector<typename fixture<B>::recv_spec> list;
-  for (std::uint32_t i = 0; i < cap + 1; ++i) list.push_back({i, {buf.sge(0, 64)}});
+  for (std::uint32_t i = 0; i < 2 * cap + 2; ++i) list.push_back({i, {buf.sge(0, 64)}});
   auto r = fx.post_recv_list(e, list);
   CHECK(r.rc == ENOMEM);
-  CHECK(r.bad_index == int(cap));
+  REQUIRE(r.bad_index >= int(cap));
+  if (want.exact_capacity) CHECK(r.bad_index == int(cap));
+  const std::uint32_t posted = std::uint32_t(r.bad_index);
   CHECK(fx.post_recv(e, 77, {buf.sge(0, 64)}) == ENOMEM);
-  // The first `cap` are posted: moving to ERR flushes exactly those.
+  // Exactly the posted ones are there: moving to ERR flushes them.
   fx.move_to(e, qp_state::err);
-  auto flushed = fx.poll(e.recv_cq, cap, "flushes of the posted receives");
-  REQUIRE(flushed.size() == cap);
-  for (std::uint32_t i = 0; i < cap; ++i) CHECK(flushed[i].wr_id == i);
+  auto flushed = fx.poll(e.recv_cq, posted, "flushes of the posted receives");
+  REQUIRE(flushed.size() == posted);
+  for (std::uint32_t i = 0; i < posted; ++i) CHECK(flushed[i].wr_id == i);
   CHECK(fx.drain(e.recv_cq, 3).empty());
 }
 
@@ -149,9 +155,17 @@ CONFORMANCE_CASE("posting: post_send below RTS is EINVAL") {
   for (qp_type t : {qp_type::rc, qp_type::uc, qp_type::ud}) {
     CAPTURE(t);
     auto e = fx.make_qp({.type = t});
+    auto ah = t == qp_type::ud ? fx.make_ah(fx.loopback_av()) : typename B::ah{};
     auto try_post = [&] {
-      std::vector<typename fixture<B>::send_spec> one{{.wr_id = 1, .sg = {buf.sge(0, 8)}}};
-      auto r = fx.post_send_list(e, one);
+      int rc = 0;
+      typename B::send_wr* bad = nullptr;
+      typename B::sge s;
+      B::set_sge(s, buf.addr(0), 8, buf.lkey());
+      typename B::send_wr wr{};
+      B::set_send(wr, 1, opcode::send, send_flags::signaled, &s, 1);
+      if (t == qp_type::ud) B::set_ud(wr, ah, e.num, default_qkey);  // a UD WR always names an AH
+      rc = B::post_send(e.qp, &wr, &bad);
+      typename fixture<B>::list_result r{rc, bad == nullptr ? -1 : bad == &wr ? 0 : -2};
       CHECK(r.rc == want.post_errno);
       if (want.bad_wr_set) CHECK(r.bad_index == 0);
     };
