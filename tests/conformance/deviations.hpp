@@ -127,8 +127,10 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::send_out_of_range, "mock",
                   {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing()}, "spec §3: req LOC_PROT_ERR"},
     deviation_row{ids::send_out_of_range, "ibverbs",
-                  {.req = {wc_status::loc_qp_op_err, wc_status::wr_flush_err}, .resp = status_set::nothing()},
-                  "rxe: LOC_QP_OP_ERR, or WR_FLUSH_ERR on newer kernels"},
+                  {.req = {wc_status::loc_prot_err, wc_status::loc_qp_op_err, wc_status::wr_flush_err},
+                   .resp = status_set::nothing()},
+                  "rxe: LOC_PROT_ERR observed (kernel 6.1: the lkey is valid, the range check fails); "
+                  "LOC_QP_OP_ERR or WR_FLUSH_ERR as for other send-side SGE faults on other kernels"},
     // UD send larger than the path MTU.
     deviation_row{ids::ud_over_mtu, "mock", {.req = {wc_status::loc_len_err}, .resp = status_set::nothing()},
                   "spec §3: an error completion (the mock reports LOC_LEN_ERR), nothing delivered"},

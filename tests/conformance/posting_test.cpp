@@ -199,3 +199,15 @@ CONFORMANCE_CASE("posting: post_recv is EINVAL in RESET and allowed from INIT on
   CHECK(r.status == wc_status::success);
   CHECK(buf.holds(8, 128, 64));
 }
+
+CONFORMANCE_CASE("posting: WRs posted to a QP in ERR complete with WR_FLUSH_ERR") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& buf = fx.make_buffer(256);
+  fx.move_to(a, qp_state::err);
+  CHECK(fx.post_send(a, 1, opcode::send, {buf.sge(0, 8)}) == 0);
+  CHECK(fx.post_recv(a, 2, {buf.sge(64, 64)}) == 0);
+  check_flushes(fx.poll(a.send_cq, 1, "flush of a send posted in ERR"), {1}, a.num);
+  check_flushes(fx.poll(a.recv_cq, 1, "flush of a receive posted in ERR"), {2}, a.num);
+  CHECK(fx.drain(b.recv_cq, 3).empty());
+}

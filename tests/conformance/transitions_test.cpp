@@ -328,3 +328,52 @@ CONFORMANCE_CASE("transitions: PSNs are 24 bits and a QP goes RTS with the large
   for (auto& c : got) CHECK(c.status == wc_status::success);
   CHECK(dst.holds(3, 0, 256));
 }
+
+namespace {
+/// An RC pair whose `a` has two SENDs stuck in RNR (b has no receive) and two receives posted.
+template <class B>
+std::pair<endpoint<B>, endpoint<B>> stalled_pair(fixture<B>& fx, buffer<B>& buf) {
+  link_opts la, lb;
+  la.rnr_retry = 7;
+  lb.min_rnr_timer = 1;
+  auto a = fx.make_qp({.sig_all = false});
+  auto b = fx.make_qp();
+  fx.connect(a, b, la, lb);
+  REQUIRE(fx.post_recv_list(a, {{900, {buf.sge(0, 64)}}, {901, {buf.sge(64, 64)}}}).rc == 0);
+  REQUIRE(fx.post_send_list(a, {{.wr_id = 1, .sg = {buf.sge(128, 8)}, .flags = send_flags::none},
+                                {.wr_id = 2, .sg = {buf.sge(128, 8)}, .flags = send_flags::signaled}})
+              .rc == 0);
+  CHECK(fx.drain(a.send_cq, 5).empty());  // stuck in RNR
+  return {a, b};
+}
+}  // namespace
+
+CONFORMANCE_CASE("transitions: moving to ERR flushes every outstanding WR in queue order, signaled or not") {
+  fixture<B> fx;
+  auto& buf = fx.make_buffer(256);
+  auto [a, b] = stalled_pair(fx, buf);
+  fx.move_to(a, qp_state::err);
+  CHECK(B::query_qp_state(a.qp) == qp_state::err);
+  check_flushes(fx.poll(a.send_cq, 2, "send flushes"), {1, 2}, a.num);
+  check_flushes(fx.poll(a.recv_cq, 2, "receive flushes"), {900, 901}, a.num);
+  CHECK(fx.drain(a.send_cq, 3).empty());
+}
+
+CONFORMANCE_CASE("transitions: moving to RESET drops outstanding WRs without completions") {
+  fixture<B> fx;
+  auto& buf = fx.make_buffer(256);
+  auto [a, b] = stalled_pair(fx, buf);
+  fx.move_to(a, qp_state::reset);
+  CHECK(B::query_qp_state(a.qp) == qp_state::reset);
+  CHECK(fx.drain(a.send_cq).empty());
+  CHECK(fx.drain(a.recv_cq).empty());
+  // The QP is usable again from RESET: the dropped WRs never come back.
+  link_opts l;
+  fx.bring_up(a, b.num, l);
+  REQUIRE(fx.post_recv(b, 50, {buf.sge(192, 64)}) == 0);
+  REQUIRE(fx.post_send(a, 3, opcode::send, {buf.sge(128, 8)}) == 0);
+  auto c = fx.poll_one(a.send_cq);
+  CHECK(c.wr_id == 3);
+  CHECK(c.status == wc_status::success);
+  CHECK(fx.poll_one(b.recv_cq).wr_id == 50);
+}
