@@ -63,7 +63,9 @@ std::pair<outcome, outcome> run_pair(Tweak&& tweak) {
 
 TEST_CASE("a clean run prints the ibv_*_pingpong summary on both ends") {
   mock::fabric fab;
-  auto [s, c] = run_pair<rc>([](pingpong_options&, bool) {});
+  const auto result = run_pair<rc>([](pingpong_options&, bool) {});
+  const outcome& s = result.first;
+  const outcome& c = result.second;
   CHECK(s.error.empty());
   CHECK(c.error.empty());
   CHECK(s.rc == 0);
@@ -80,7 +82,9 @@ TEST_CASE("UD: a lost message ends both sides after the stall timeout, with the 
   mock::fabric fab;
   fab.inject(mock::fault{mock::fault_kind::drop, 0, 1, 1.0, {}});
   const auto t0 = std::chrono::steady_clock::now();
-  auto [s, c] = run_pair<ud>([](pingpong_options&, bool) {});
+  const auto result = run_pair<ud>([](pingpong_options&, bool) {});
+  const outcome& s = result.first;
+  const outcome& c = result.second;
   const auto took = std::chrono::steady_clock::now() - t0;
   CHECK(took < 5s);
   for (const auto* o : {&s, &c}) {
@@ -93,7 +97,9 @@ TEST_CASE("UD: a lost message ends both sides after the stall timeout, with the 
 TEST_CASE("RC: the same loss is retransmitted and the run completes") {
   mock::fabric fab;
   fab.inject(mock::fault{mock::fault_kind::drop, 0, 1, 1.0, {}});
-  auto [s, c] = run_pair<rc>([](pingpong_options&, bool) {});
+  const auto result = run_pair<rc>([](pingpong_options&, bool) {});
+  const outcome& s = result.first;
+  const outcome& c = result.second;
   CHECK(s.error.empty());
   CHECK(c.error.empty());
   CHECK(s.rc == 0);
@@ -102,10 +108,12 @@ TEST_CASE("RC: the same loss is retransmitted and the run completes") {
 
 TEST_CASE("-c: a length mismatch between the ends is reported") {
   mock::fabric fab;
-  auto [s, c] = run_pair<ud>([](pingpong_options& o, bool is_server) {
+  const auto result = run_pair<ud>([](pingpong_options& o, bool is_server) {
     o.check = true;
     if (!is_server) o.size = 128;  // the server expects 256
   });
+  const outcome& s = result.first;
+  const outcome& c = result.second;
   CAPTURE(s.error);
   CHECK(s.error.find("received 128 bytes, expected 256") != std::string::npos);
   CHECK_FALSE(c.error.empty());  // its peer stopped answering
