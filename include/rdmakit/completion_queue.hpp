@@ -10,6 +10,7 @@
 #include <rdmakit/detail/qp_link.hpp>
 #include <rdmakit/polling.hpp>
 
+#include <cassert>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -225,7 +226,10 @@ class completion_queue {
     // Queue pairs must go first; a CQ destroyed under them would leave them dangling.
     assert(blk_->routes.empty() && "destroy the queue pairs before their completion queue");
     ack_events();
-    if (blk_->cq) B::destroy_cq(blk_->cq);
+    if (blk_->cq) {
+      [[maybe_unused]] int rc = B::destroy_cq(blk_->cq);
+      assert(rc == 0 && "destroy_cq failed: a queue pair still uses the CQ, or CQ events are unacknowledged");
+    }
     if constexpr (P::needs_channel)
       if (blk_->channel) B::destroy_comp_channel(blk_->channel);
     blk_.reset();

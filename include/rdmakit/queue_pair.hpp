@@ -404,6 +404,9 @@ class queue_pair {
     auto& l = *parts_.link;
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
     if (RDMAKIT_UNLIKELY(l.rq_depth - l.rq_held < bufs.size())) return {post_status::rq_full, 0, 0};
+    if constexpr (T::recv_offset != 0)
+      for (const auto& b : bufs)
+        if (RDMAKIT_UNLIKELY(b.length < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
     constexpr std::size_t chunk = 32;
     std::uint32_t done = 0;
     while (done < bufs.size()) {
@@ -412,8 +415,6 @@ class queue_pair {
       std::size_t n = std::min(chunk, bufs.size() - done);
       for (std::size_t i = 0; i < n; ++i) {
         const auto& b = bufs[done + i];
-        if constexpr (T::recv_offset != 0)
-          if (b.length < T::recv_offset) return {post_status::recv_too_small, 0, done + static_cast<std::uint32_t>(i)};
         B::set_sge(s[i], b.addr, b.length, b.lkey);
         B::set_recv(w[i], (first_wr_id + done + i) | detail::recv_wr_bit, &s[i], 1);
         if (i) B::set_next(w[i - 1], &w[i]);

@@ -1,11 +1,13 @@
 #pragma once
 /// Umbrella header: the whole backend-agnostic library. Add a backend header
-/// (<rdmakit/backends/mock.hpp> or <rdmakit/backends/ibverbs.hpp>) to use it.
+/// (<rdmakit/backends/mock.hpp> or <rdmakit/backends/ibverbs.hpp>) to use it. The
+/// endpoint exchange (connection.hpp) uses POSIX sockets.
 #include <rdmakit/address_handle.hpp>
 #include <rdmakit/backend.hpp>
 #include <rdmakit/completion.hpp>
 #include <rdmakit/completion_queue.hpp>
 #include <rdmakit/config.hpp>
+#include <rdmakit/connection.hpp>
 #include <rdmakit/device.hpp>
 #include <rdmakit/endpoint.hpp>
 #include <rdmakit/error.hpp>
