@@ -166,7 +166,7 @@ struct raw_list_loop : raw_loop<B> {
 template <class B>
 struct policy_loop {
   static constexpr const char* name = "policy";
-  queue_pair<B, rc, sig_policy, qp_state::rts>& qp;
+  queue_pair<B, rc, sig_policy, qp_state::rts> qp;  // owned, as raw_loop holds its handles by value
   completion_queue<B, poll_policy>& cq;
   local_buffer src;
   remote_region<access::remote_write | access::remote_read> dst;
@@ -174,7 +174,7 @@ struct policy_loop {
   std::uint64_t errors = 0;
 
   explicit policy_loop(env<B>& e)
-      : qp(e.a), cq(e.cqx), src(e.src.local(0, msg_bytes)), dst(e.dst.remote().sub(0, msg_bytes)) {}
+      : qp(std::move(e.a)), cq(e.cqx), src(e.src.local(0, msg_bytes)), dst(e.dst.remote().sub(0, msg_bytes)) {}
 
   [[gnu::noinline]] void run_once() noexcept {
     for (std::uint32_t i = 0; i < batch; ++i)
@@ -223,7 +223,7 @@ struct policy_batch_loop : policy_loop<B> {
   using policy_loop<B>::policy_loop;
 
   [[gnu::noinline]] void run_once() noexcept {
-    auto list = std::remove_reference_t<decltype(this->qp)>::template make_batch<batch>();
+    auto list = decltype(this->qp)::template make_batch<batch>();
     for (std::uint32_t i = 0; i < batch; ++i) (void)list.write(this->src, this->dst, this->next_id++);
     if (!this->qp.post(list).ok()) ++this->errors;
     this->reap();
