@@ -296,7 +296,10 @@ int main(int argc, char** argv) try {
   bool driver = false;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
-    driver |= take(a, "--variant=", variant) | take(a, "--backend=", backend) | take(a, "--iters=", iters_s);
+    const bool v = take(a, "--variant=", variant);
+    const bool b = take(a, "--backend=", backend);
+    const bool n = take(a, "--iters=", iters_s);
+    driver = driver || v || b || n;
   }
   if (driver) {
     if (variant.empty() || iters_s.empty()) {
