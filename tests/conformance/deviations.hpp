@@ -89,6 +89,7 @@ inline constexpr std::string_view grh_flag_rc_uc = "recv.grh_flag.rc_uc";
 inline constexpr std::string_view invalid_opcode = "opcode.invalid_for_transport";
 inline constexpr std::string_view post_below_rts = "posting.send_below_rts";
 inline constexpr std::string_view queue_capacity = "posting.queue_full_at_reported_capacity";
+inline constexpr std::string_view post_in_err = "posting.post_to_qp_in_err";
 inline constexpr std::string_view atomic_len_over_8 = "opcode.atomic_local_length_over_8";
 }  // namespace ids
 
@@ -169,6 +170,14 @@ inline constexpr std::array deviation_table{
                   "spec §3: local length != 8 is EINVAL at post"},
     deviation_row{ids::atomic_len_over_8, "ibverbs", {.post_errno = 0, .req = {wc_status::success}},
                   "rxe provider (observed): only a length below 8 is refused; 8 bytes are used"},
+    // WRs posted after the QP is already in ERR.
+    deviation_row{ids::post_in_err, "mock", {.req = {wc_status::wr_flush_err}, .resp = {wc_status::wr_flush_err}},
+                  "they complete with WR_FLUSH_ERR, like WRs outstanding at the move to ERR"},
+    deviation_row{ids::post_in_err, "ibverbs",
+                  {.req = status_set{wc_status::wr_flush_err} | status_set::nothing(),
+                   .resp = status_set{wc_status::wr_flush_err} | status_set::nothing()},
+                  "rxe (kernel 6.1, observed): a send posted in ERR is flushed in one run, never completes in another; "
+                  "a receive posted in ERR never completes"},
 };
 
 /// The row for a scenario on a backend; fails the scenario when there is none.

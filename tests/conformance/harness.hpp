@@ -496,13 +496,13 @@ class fixture {
     while (out.size() < n) {
       int got = B::poll_cq(cq, static_cast<int>(std::min<std::size_t>(16, n - out.size())), wcs);
       if (got < 0) {
-        FAIL_CHECK("poll_cq returned " << got << " while waiting for " << what);
+        FAIL_CHECK("poll_cq returned " << got << " while waiting for " << std::string(what));
         return out;
       }
       for (int i = 0; i < got; ++i) out.push_back(to_completion<B>(wcs[i]));
       if (got > 0) continue;
       if (++empty > 200000 || std::chrono::steady_clock::now() > deadline) {
-        FAIL_CHECK("gave up waiting for " << what << ": got " << out.size() << " of " << n);
+        FAIL_CHECK("gave up waiting for " << std::string(what) << ": got " << out.size() << " of " << n);
         return out;
       }
       traits::idle(scope_);
