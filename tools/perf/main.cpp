@@ -37,9 +37,10 @@ void usage(const char* argv0, std::FILE* to) {
                "  -s, --size=<bytes>        message size (default 65536 for bw, 2 for lat; atomics: 8)\n"
                "  -n, --iters=<n>           operations per QP (default 5000 bw, 1000 lat)\n"
                "  -D, --duration=<sec>      run for this many seconds instead of -n\n"
-               "  -t, --tx-depth=<n>        send queue depth (default 128 bw, 1 lat)\n"
+               "  -t, --tx-depth=<n>        send queue depth (default 128 bw, 16 send/write_lat, 1 read/atomic_lat)\n"
                "  -r, --rx-depth=<n>        receives kept posted (send tests, default 512)\n"
-               "  -Q, --cq-mod=<n>          one completion every n WRs (default 64 bw, 1 lat):\n"
+               "  -Q, --cq-mod=<n>          one completion every n WRs (default 64 bw, 16 send/write_lat, 1 read/\n"
+               "                            atomic_lat, at most -t):\n"
                "                            1: signal_all, 16/64: signal_every<n>, else signal_manual\n"
                "  -l, --post_list=<n>       WRs per post call (bw tests, 1..%u)\n"
                "  -I, --inline_size=<bytes> send inline when the message fits (default 220 write/send, 0 else)\n"
@@ -255,7 +256,11 @@ int parse(int argc, char** argv, cli& c) {
   // Defaults that depend on the test, as perftest's.
   if (!size_given) o.size = t->bw ? 65536 : 2;
   if (!iters_given) o.iters = t->bw ? 5000 : 1000;
-  if (!tx_given && !t->bw) o.tx_depth = 1;
+  // Ping-pong latency tests answer every message: with a one-slot send queue each answer
+  // would wait for the acknowledgement of the previous one, so they keep 16 slots and
+  // signal every 16th (signal_every<16>); read/atomic latency signal every operation.
+  const bool pingpong = t->kind == test_kind::send_lat || t->kind == test_kind::write_lat;
+  if (!tx_given && !t->bw) o.tx_depth = pingpong ? 16 : 1;
   if (!inline_given) o.inline_size = (t->op == op_kind::write || t->op == op_kind::send) ? 220 : 0;
   if (t->op == op_kind::atomic) {
     if (size_given && o.size != 8)
@@ -284,7 +289,7 @@ int parse(int argc, char** argv, cli& c) {
       return fail(me, "write_lat detects each write by polling memory, not the CQ: -e does not apply");
     // Each read/atomic is timed to its own completion: every one is signaled.
     if (t->kind == test_kind::read_lat || t->kind == test_kind::atomic_lat) o.cq_mod = 1;
-    else if (!q_given) o.cq_mod = 1;
+    else if (!q_given) o.cq_mod = pingpong ? std::min<std::uint32_t>(16, o.tx_depth) : 1;
   } else {
     if (!q_given) o.cq_mod = std::min<std::uint32_t>(64, o.tx_depth);
     if (o.cq_mod > o.tx_depth)
