@@ -22,19 +22,20 @@ namespace detail {
 // arrived, ETIMEDOUT/EAGAIN: none in time, else errno).
 template <class Ops>
 int event_wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
+  // Drain: return whatever is there before sleeping (no clock read on this path).
+  if (int n = ops.poll(); n != 0) return n;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    int n = ops.poll();  // drain: return whatever is there before sleeping
-    if (n != 0) return n;
     if (int e = ops.arm()) return -e;
-    n = ops.poll();  // re-poll: catches a completion that landed before the arm
-    if (n != 0) return n;
+    // Re-poll: catches a completion that landed between the last poll and the arm.
+    if (int n = ops.poll(); n != 0) return n;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() < 0) left = std::chrono::milliseconds{0};
     int e = ops.wait_event(left);
     if (e == ETIMEDOUT || e == EAGAIN) return ops.poll();  // last look, then give up
     if (e != 0) return -e;
+    if (int n = ops.poll(); n != 0) return n;  // the event's completions (or a spurious one)
   }
 }
 }  // namespace detail
@@ -49,6 +50,7 @@ struct busy_poll {
 
   template <class Ops>
   static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
+    if (int n = ops.poll(); RDMAKIT_LIKELY(n != 0)) return n;  // no clock read on the fast path
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (unsigned i = 1;; ++i) {
       int n = ops.poll();

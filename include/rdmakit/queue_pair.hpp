@@ -78,22 +78,35 @@ namespace detail {
 
 inline constexpr std::size_t max_stack_sge = 32;  // rxe's limit; SGLs above are EINVAL anyway
 
+// Trivial on purpose (no initializers): each operation sets the fields its opcode
+// reads, and post lists keep arrays of these without zeroing them.
 template <class B>
 struct send_desc {
-  std::uint64_t wr_id = 0;
-  opcode op = opcode::send;
-  send_flags flags = send_flags::none;
-  typename B::sge* sg = nullptr;
-  int num_sge = 0;
-  std::uint32_t total = 0;
-  std::uint32_t imm = 0;  // host order
-  std::uint64_t raddr = 0;
-  std::uint32_t rkey = 0;
-  std::uint64_t compare_add = 0;
-  std::uint64_t swap = 0;
-  typename B::ah ah{};
-  std::uint32_t rqpn = 0;
-  std::uint32_t qkey = 0;
+  std::uint64_t wr_id;
+  opcode op;
+  send_flags flags;
+  typename B::sge* sg;
+  int num_sge;
+  std::uint32_t total;
+  std::uint32_t imm;  // host order; imm opcodes
+  std::uint64_t raddr;  // RDMA and atomics
+  std::uint32_t rkey;
+  std::uint64_t compare_add;  // atomics
+  std::uint64_t swap;
+  typename B::ah ah;  // UD
+  std::uint32_t rqpn;
+  std::uint32_t qkey;
+};
+
+// Storage for N native SGEs that is not initialized on construction.
+template <class S, std::size_t N>
+struct uninit_array {
+  union {
+    S v[N];
+  };
+  uninit_array() noexcept {}
+  S* data() noexcept { return v; }
+  S& operator[](std::size_t i) noexcept { return v[i]; }
 };
 
 template <class B>
@@ -555,13 +568,14 @@ class queue_pair {
     return one_(opcode::atomic_fetch_and_add, result, wr_id, flags, [&](auto& d) {
       remote_(d, target);
       d.compare_add = add;
+      d.swap = 0;
     });
   }
 
   /// An empty post list for this queue pair (Max WRs, SgePerWr SGEs each).
   template <std::size_t Max, std::size_t SgePerWr = 1>
   static send_batch<B, T, Max, SgePerWr> make_batch() noexcept {
-    return {};
+    return send_batch<B, T, Max, SgePerWr>();
   }
 
   /// Posts every WR of `batch` with one doorbell. All or nothing on credits; if the
@@ -579,10 +593,9 @@ class queue_pair {
     bool sig[Max];
     auto plan = l.sq.start();
     for (std::size_t i = 0; i < n; ++i) {
-      auto d = batch.descs_[i];
-      d.sg = batch.sges_.data() + batch.first_sge_[i];
+      const auto& d = batch.descs_[i];
       sig[i] = plan.template next<S>(has_any(d.flags, send_flags::signaled));
-      build_(w[i], d, sig[i]);
+      build_(w[i], d, batch.sges_.data() + batch.first_sge_[i], sig[i]);
       if (i) B::set_next(w[i - 1], &w[i]);
     }
     typename B::send_wr* bad = nullptr;
@@ -653,6 +666,7 @@ class queue_pair {
                                           send_flags flags, Fill&& fill) noexcept {
     typename B::sge s[detail::max_stack_sge];
     detail::send_desc<B> d;
+    d.total = 0;
     int n = to_sges_(sgl, s, d.total);
     if (RDMAKIT_UNLIKELY(n < 0)) return {post_status::backend_error, EINVAL, 0};
     d.wr_id = wr_id;
@@ -664,13 +678,14 @@ class queue_pair {
     return post_send_(d);
   }
 
-  RDMAKIT_ALWAYS_INLINE void build_(typename B::send_wr& w, const detail::send_desc<B>& d, bool sig) const noexcept {
+  RDMAKIT_ALWAYS_INLINE void build_(typename B::send_wr& w, const detail::send_desc<B>& d, typename B::sge* sg,
+                                    bool sig) const noexcept {
     send_flags fl = d.flags & ~send_flags::signaled;
     if (sig) fl |= send_flags::signaled;
     const bool may_inline = d.op == opcode::send || d.op == opcode::send_with_imm ||
                             d.op == opcode::rdma_write || d.op == opcode::rdma_write_with_imm;
-    if (may_inline && d.total <= parts_.inline_limit && parts_.inline_limit != 0) fl |= send_flags::inline_data;
-    B::set_send(w, d.wr_id & ~detail::recv_wr_bit, d.op, fl, d.sg, d.num_sge);
+    if (may_inline && d.total <= parts_.inline_limit) fl |= send_flags::inline_data;  // 0 bytes: harmless
+    B::set_send(w, d.wr_id & ~detail::recv_wr_bit, d.op, fl, sg, d.num_sge);
     switch (d.op) {
       case opcode::send_with_imm: B::set_imm(w, detail::net_to_host32(d.imm)); break;
       case opcode::rdma_write_with_imm:
@@ -692,7 +707,7 @@ class queue_pair {
     if (RDMAKIT_UNLIKELY(l.sq.available() == 0)) return {post_status::sq_full, 0, 0};
     const bool sig = l.sq.template must_signal<S>(has_any(d.flags, send_flags::signaled));
     typename B::send_wr w;
-    build_(w, d, sig);
+    build_(w, d, d.sg, sig);
     typename B::send_wr* bad = nullptr;
     if (int e = B::post_send(parts_.qp, &w, &bad); RDMAKIT_UNLIKELY(e != 0))
       return {post_status::backend_error, e, 0};
@@ -726,6 +741,8 @@ class send_batch {
   static_assert(Max >= 1 && SgePerWr >= 1, "send_batch needs Max >= 1 and SgePerWr >= 1");
 
  public:
+  /// An empty list (its storage is left uninitialized until WRs are added).
+  send_batch() noexcept {}
   std::size_t size() const noexcept { return n_; }
   bool empty() const noexcept { return n_ == 0; }
   bool full() const noexcept { return n_ == Max; }
@@ -806,6 +823,7 @@ class send_batch {
     return add_(opcode::atomic_fetch_and_add, {&result, 1}, wr_id, flags, [&](auto& d) {
       rem_(d, target);
       d.compare_add = add;
+      d.swap = 0;
     });
   }
 
@@ -824,11 +842,11 @@ class send_batch {
             Fill&& fill) noexcept {
     if (n_ == Max || nsge_ + sgl.size() > Max * SgePerWr) return false;
     auto& d = descs_[n_];
-    d = detail::send_desc<B>{};
     d.wr_id = wr_id;
     d.op = op;
     d.flags = flags;
     d.num_sge = static_cast<int>(sgl.size());
+    d.total = 0;
     first_sge_[n_] = nsge_;
     for (const auto& b : sgl) {
       B::set_sge(sges_[nsge_++], b.addr, b.length, b.lkey);
@@ -839,9 +857,9 @@ class send_batch {
     return true;
   }
 
-  std::array<detail::send_desc<B>, Max> descs_{};
-  std::array<typename B::sge, Max * SgePerWr> sges_{};
-  std::array<std::size_t, Max> first_sge_{};
+  std::array<detail::send_desc<B>, Max> descs_;
+  detail::uninit_array<typename B::sge, Max * SgePerWr> sges_;
+  std::array<std::size_t, Max> first_sge_;
   std::size_t n_ = 0;
   std::size_t nsge_ = 0;
 };

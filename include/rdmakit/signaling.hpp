@@ -59,8 +59,9 @@ namespace detail {
 class sq_credits {
  public:
   sq_credits() = default;
-  explicit sq_credits(std::uint32_t depth)
-      : depth_(depth), ring_(depth ? std::make_unique<std::uint32_t[]>(depth) : nullptr) {}
+  explicit sq_credits(std::uint32_t depth) : depth_(depth), mask_(ring_size(depth) - 1) {
+    ring_ = std::make_unique<std::uint32_t[]>(mask_ + 1);
+  }
 
   std::uint32_t depth() const noexcept { return depth_; }
   /// Slots held by posted WRs that the device has not given back yet.
@@ -103,8 +104,7 @@ class sq_credits {
   RDMAKIT_ALWAYS_INLINE void commit(bool signaled) noexcept {
     ++held_;
     if (signaled) {
-      ring_[tail_] = run_ + 1;
-      tail_ = tail_ + 1 == depth_ ? 0 : tail_ + 1;
+      ring_[tail_++ & mask_] = run_ + 1;
       ++pending_;
       run_ = 0;
     } else {
@@ -117,8 +117,7 @@ class sq_credits {
   /// unsignaled WRs before it.
   RDMAKIT_ALWAYS_INLINE void on_signaled_completion() noexcept {
     if (RDMAKIT_UNLIKELY(pending_ == 0)) return;
-    held_ -= ring_[head_];
-    head_ = head_ + 1 == depth_ ? 0 : head_ + 1;
+    held_ -= ring_[head_++ & mask_];
     --pending_;
   }
 
@@ -126,13 +125,22 @@ class sq_credits {
   void clear() noexcept { held_ = run_ = pending_ = head_ = tail_ = 0; }
 
  private:
+  // A power of two at least `depth` (pending signaled WRs never exceed the depth).
+  static std::uint32_t ring_size(std::uint32_t depth) noexcept {
+    std::uint32_t n = 1;
+    while (n < depth) n <<= 1;
+    return n;
+  }
+
   std::uint32_t depth_ = 0;
+  std::uint32_t mask_ = 0;
   std::uint32_t held_ = 0;
   std::uint32_t run_ = 0;
   std::uint32_t pending_ = 0;
   std::uint32_t head_ = 0;
   std::uint32_t tail_ = 0;
   std::unique_ptr<std::uint32_t[]> ring_;  // slots freed by each pending signaled WR, oldest first
+  // head_/tail_ run freely; the ring index is their low bits.
 };
 
 }  // namespace detail
