@@ -109,6 +109,35 @@ struct uninit_array {
   S& operator[](std::size_t i) noexcept { return v[i]; }
 };
 
+// The opcode-specific fields of a native WR (immediate, remote address, atomic
+// operands, UD destination); set_send sets the common ones and leaves these alone.
+template <class B, class T>
+RDMAKIT_ALWAYS_INLINE void set_op_fields(typename B::send_wr& w, const send_desc<B>& d) noexcept {
+  switch (d.op) {
+    case opcode::send_with_imm: B::set_imm(w, net_to_host32(d.imm)); break;
+    case opcode::rdma_write_with_imm:
+      B::set_imm(w, net_to_host32(d.imm));
+      B::set_rdma(w, d.raddr, d.rkey);
+      break;
+    case opcode::rdma_write:
+    case opcode::rdma_read: B::set_rdma(w, d.raddr, d.rkey); break;
+    case opcode::atomic_cmp_and_swp:
+    case opcode::atomic_fetch_and_add: B::set_atomic(w, d.raddr, d.rkey, d.compare_add, d.swap); break;
+    case opcode::send: break;
+  }
+  if constexpr (T::needs_ah) B::set_ud(w, d.ah, d.rqpn, d.qkey);
+}
+
+// What a post list remembers of each WR to finish it at post time.
+struct batch_entry {
+  std::uint64_t wr_id;
+  opcode op;
+  send_flags flags;
+  int num_sge;
+  std::uint32_t total;
+  std::uint32_t first_sge;
+};
+
 template <class B>
 struct qp_parts {
   typename B::qp qp{};
@@ -589,13 +618,14 @@ class queue_pair {
     auto& l = *parts_.link;
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
     if (RDMAKIT_UNLIKELY(l.sq.available() < n)) return {post_status::sq_full, 0, 0};
-    typename B::send_wr w[Max];
+    auto* w = batch.wrs_.data();
     bool sig[Max];
     auto plan = l.sq.start();
     for (std::size_t i = 0; i < n; ++i) {
-      const auto& d = batch.descs_[i];
-      sig[i] = plan.template next<S>(has_any(d.flags, send_flags::signaled));
-      build_(w[i], d, batch.sges_.data() + batch.first_sge_[i], sig[i]);
+      const auto& e = batch.entries_[i];
+      sig[i] = plan.template next<S>(has_any(e.flags, send_flags::signaled));
+      B::set_send(w[i], e.wr_id & ~detail::recv_wr_bit, e.op, final_flags_(e.op, e.flags, e.total, sig[i]),
+                  batch.sges_.data() + e.first_sge, e.num_sge);
       if (i) B::set_next(w[i - 1], &w[i]);
     }
     typename B::send_wr* bad = nullptr;
@@ -678,27 +708,21 @@ class queue_pair {
     return post_send_(d);
   }
 
+  RDMAKIT_ALWAYS_INLINE send_flags final_flags_(opcode op, send_flags requested, std::uint32_t total,
+                                                bool sig) const noexcept {
+    send_flags fl = requested & ~send_flags::signaled;
+    if (sig) fl |= send_flags::signaled;
+    const bool may_inline = op == opcode::send || op == opcode::send_with_imm || op == opcode::rdma_write ||
+                            op == opcode::rdma_write_with_imm;
+    if (may_inline && total <= parts_.inline_limit) fl |= send_flags::inline_data;  // 0 bytes: harmless
+    return fl;
+  }
+
   RDMAKIT_ALWAYS_INLINE void build_(typename B::send_wr& w, const detail::send_desc<B>& d, typename B::sge* sg,
                                     bool sig) const noexcept {
-    send_flags fl = d.flags & ~send_flags::signaled;
-    if (sig) fl |= send_flags::signaled;
-    const bool may_inline = d.op == opcode::send || d.op == opcode::send_with_imm ||
-                            d.op == opcode::rdma_write || d.op == opcode::rdma_write_with_imm;
-    if (may_inline && d.total <= parts_.inline_limit) fl |= send_flags::inline_data;  // 0 bytes: harmless
-    B::set_send(w, d.wr_id & ~detail::recv_wr_bit, d.op, fl, sg, d.num_sge);
-    switch (d.op) {
-      case opcode::send_with_imm: B::set_imm(w, detail::net_to_host32(d.imm)); break;
-      case opcode::rdma_write_with_imm:
-        B::set_imm(w, detail::net_to_host32(d.imm));
-        B::set_rdma(w, d.raddr, d.rkey);
-        break;
-      case opcode::rdma_write:
-      case opcode::rdma_read: B::set_rdma(w, d.raddr, d.rkey); break;
-      case opcode::atomic_cmp_and_swp:
-      case opcode::atomic_fetch_and_add: B::set_atomic(w, d.raddr, d.rkey, d.compare_add, d.swap); break;
-      case opcode::send: break;
-    }
-    if constexpr (T::needs_ah) B::set_ud(w, d.ah, d.rqpn, d.qkey);
+    B::set_send(w, d.wr_id & ~detail::recv_wr_bit, d.op, final_flags_(d.op, d.flags, d.total, sig), sg,
+                d.num_sge);
+    detail::set_op_fields<B, T>(w, d);
   }
 
   RDMAKIT_ALWAYS_INLINE post_result post_send_(const detail::send_desc<B>& d) noexcept {
@@ -841,25 +865,27 @@ class send_batch {
   bool add_(opcode op, std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags,
             Fill&& fill) noexcept {
     if (n_ == Max || nsge_ + sgl.size() > Max * SgePerWr) return false;
-    auto& d = descs_[n_];
+    detail::send_desc<B> d;
     d.wr_id = wr_id;
     d.op = op;
     d.flags = flags;
     d.num_sge = static_cast<int>(sgl.size());
     d.total = 0;
-    first_sge_[n_] = nsge_;
+    const auto first = static_cast<std::uint32_t>(nsge_);
     for (const auto& b : sgl) {
       B::set_sge(sges_[nsge_++], b.addr, b.length, b.lkey);
       d.total += b.length;
     }
     fill(d);
+    detail::set_op_fields<B, T>(wrs_[n_], d);  // the rest is set at post time
+    entries_[n_] = {wr_id, op, flags, d.num_sge, d.total, first};
     ++n_;
     return true;
   }
 
-  std::array<detail::send_desc<B>, Max> descs_;
+  detail::uninit_array<typename B::send_wr, Max> wrs_;
+  std::array<detail::batch_entry, Max> entries_;
   detail::uninit_array<typename B::sge, Max * SgePerWr> sges_;
-  std::array<std::size_t, Max> first_sge_;
   std::size_t n_ = 0;
   std::size_t nsge_ = 0;
 };
