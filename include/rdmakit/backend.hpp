@@ -91,7 +91,9 @@ concept verbs_backend =
              typename B::sge* list, typename B::ah ah, std::uint64_t u64, std::uint32_t u32,
              int n, opcode op, send_flags fl) {
       { B::set_sge(s, u64, u32, u32) } noexcept;                     // addr, length, lkey
-      { B::set_send(swr, u64, op, fl, list, n) } noexcept;           // wr_id, opcode, flags, sg list; next = null
+      // set_send writes only wr_id, next (null), sg_list, num_sge, opcode and flags: post
+      // lists set the opcode-specific fields first and rely on set_send keeping them.
+      { B::set_send(swr, u64, op, fl, list, n) } noexcept;
       { B::set_next(swr, &swr) } noexcept;
       { B::set_imm(swr, u32) } noexcept;                             // immediate, network byte order
       { B::set_rdma(swr, u64, u32) } noexcept;                       // remote addr, rkey

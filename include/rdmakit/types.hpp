@@ -49,7 +49,8 @@ constexpr bool has_any(E have, E wanted) noexcept {
 template <detail::flag_enum E>
 constexpr auto to_underlying(E e) noexcept { return static_cast<std::underlying_type_t<E>>(e); }
 
-/// Memory region access rights (IBV_ACCESS_*).
+/// Memory region access rights (IBV_ACCESS_*). After `using namespace rdmakit;` at
+/// global scope, write `rdmakit::access`: POSIX declares a function `::access`.
 enum class access : std::uint32_t {
   none = 0,
   local_write = 1u << 0,
