@@ -216,7 +216,6 @@ struct qp_opts {
   qp_cap caps{16, 16, 1, 1, 0};
   bool sig_all = true;
   int cqe = 64;            ///< for CQs the helper creates
-  bool shared_cq = false;  ///< one CQ for both directions
 };
 
 /// Attributes of the bring-up to RTS (the defaults are ibv_rc_pingpong's).
@@ -294,7 +293,7 @@ class fixture {
     endpoint<B> e;
     e.type = o.type;
     e.send_cq = send_cq != typename B::cq{} ? send_cq : make_cq(o.cqe);
-    e.recv_cq = recv_cq != typename B::cq{} ? recv_cq : o.shared_cq ? e.send_cq : make_cq(o.cqe);
+    e.recv_cq = recv_cq != typename B::cq{} ? recv_cq : make_cq(o.cqe);
     e.caps = o.caps;
     e.qp = B::create_qp(in == typename B::pd{} ? pd : in, e.send_cq, e.recv_cq, o.type, e.caps, o.sig_all);
     e.num = B::qp_num(e.qp);

@@ -203,7 +203,8 @@ CONFORMANCE_CASE("posting: post_recv is EINVAL in RESET and allowed from INIT on
 CONFORMANCE_CASE("posting: WRs posted to a QP in ERR complete with WR_FLUSH_ERR") {
   fixture<B> fx;
   const auto want = expected(ids::post_in_err, B::name);
-  auto [a, b] = fx.make_pair();
+  auto pair = fx.make_pair();
+  const auto &a = pair.first, &b = pair.second;
   auto& buf = fx.make_buffer(256);
   fx.move_to(a, qp_state::err);
   CHECK(fx.post_send(a, 1, opcode::send, {buf.sge(0, 8)}) == 0);

@@ -296,7 +296,8 @@ TEST_CASE("fabric: drop on UC and UD -- nothing arrives, the sender sees SUCCESS
   fx_t fx;
   for (qp_type t : {qp_type::uc, qp_type::ud}) {
     CAPTURE(t);
-    auto [a, b] = fx.make_pair({.type = t});
+    auto pair = fx.make_pair({.type = t});
+    const auto &a = pair.first, &b = pair.second;
     auto ah = fx.make_ah(fx.loopback_av());
     auto& buf = fx.make_buffer(512);
     REQUIRE(fx.post_recv(b, 1, {buf.sge(0, 256)}) == 0);
