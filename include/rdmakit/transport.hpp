@@ -3,6 +3,7 @@
 /// transport as `static constexpr` members: the QP type, the opcodes it allows,
 /// whether sends name an address handle, the receive offset (the 40-byte GRH of UD)
 /// and the modify_qp attribute masks of each connection step (verbs-semantics §1).
+#include <rdmakit/detail/qp_transitions.hpp>
 #include <rdmakit/types.hpp>
 
 #include <concepts>
@@ -112,5 +113,18 @@ constexpr bool allows(opcode op) noexcept {
 }
 
 static_assert(transport<rc> && transport<uc> && transport<ud>);
+
+namespace detail {
+/// Each connection step applies exactly the spec's required attributes (plus STATE).
+template <transport T>
+constexpr bool masks_follow_spec() {
+  using s = qp_state;
+  return T::init_mask == (qp_attr_mask::state | rule_for(s::reset, s::init, T::type).required) &&
+         T::rtr_mask == (qp_attr_mask::state | rule_for(s::init, s::rtr, T::type).required) &&
+         T::rts_mask == (qp_attr_mask::state | rule_for(s::rtr, s::rts, T::type).required);
+}
+}  // namespace detail
+static_assert(detail::masks_follow_spec<rc>() && detail::masks_follow_spec<uc>() &&
+              detail::masks_follow_spec<ud>());
 
 RDMAKIT_END_NAMESPACE

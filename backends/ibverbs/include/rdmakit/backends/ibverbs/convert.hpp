@@ -2,6 +2,7 @@
 // Setup-path helpers of the ibverbs backend: attribute conversions, errno
 // normalisation, and the hints that make verbs_error messages actionable.
 #include <rdmakit/backends/ibverbs/abi.hpp>
+#include <rdmakit/detail/qp_transitions.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/types.hpp>
 
@@ -71,50 +72,10 @@ inline ibv_qp_attr to_ibv(const qp_attr& a) noexcept {
 inline constexpr qp_attr_mask unsupported_mask =
     qp_attr_mask::alt_path | qp_attr_mask::path_mig_state | qp_attr_mask::cap;
 
-struct mask_rule {
-  bool legal = false;
-  qp_attr_mask required = qp_attr_mask::none;
-  qp_attr_mask optional = qp_attr_mask::none;
-};
-
-/// The IB spec's required/optional attributes for a transition (STATE itself not
-/// included), as in docs/verbs-semantics.md §1. Only used to explain a failure.
-inline mask_rule transition_rule(qp_type t, qp_state from, qp_state to) noexcept {
-  using m = qp_attr_mask;
-  using s = qp_state;
-  const bool ud = t == qp_type::ud;
-  const bool rc = t == qp_type::rc;
-  const m init_attrs = m::pkey_index | m::port | (ud ? m::qkey : m::access_flags);
-  const m rts_optional =
-      ud ? (m::cur_state | m::qkey)
-         : (m::cur_state | m::alt_path | m::access_flags | m::path_mig_state |
-            (rc ? m::min_rnr_timer : m::none));
-  if (to == s::reset) return {true, m::none, m::none};
-  if (to == s::err) return {from != s::reset, m::none, m::none};
-  if (from == s::reset && to == s::init) return {true, init_attrs, m::none};
-  if (from == s::init && to == s::init) return {true, m::none, init_attrs};
-  if (from == s::init && to == s::rtr) {
-    if (ud) return {true, m::none, m::pkey_index | m::qkey};
-    m req = m::av | m::path_mtu | m::dest_qpn | m::rq_psn;
-    if (rc) req |= m::max_dest_rd_atomic | m::min_rnr_timer;
-    return {true, req, m::alt_path | m::access_flags | m::pkey_index};
-  }
-  if (from == s::rtr && to == s::rts) {
-    m req = m::sq_psn;
-    if (rc) req |= m::timeout | m::retry_cnt | m::rnr_retry | m::max_qp_rd_atomic;
-    return {true, req, rts_optional};
-  }
-  if ((from == s::rts || from == s::sqd) && to == s::rts) return {true, m::none, rts_optional};
-  if (from == s::rts && to == s::sqd) return {true, m::none, m::en_sqd_async_notify};
-  if (from == s::sqe && to == s::rts && !rc)
-    return {true, m::none, m::cur_state | (ud ? m::qkey : m::access_flags)};
-  return {};
-}
-
 /// Why a modify_qp with this mask may have failed, from the transition table; empty
 /// when the mask is what the spec asks for.
 inline std::string explain_mask(qp_type t, qp_state from, qp_state to, qp_attr_mask mask) {
-  const mask_rule r = transition_rule(t, from, to);
+  const auto r = rdmakit::detail::rule_for(from, to, t);
   if (!r.legal) return std::string("this transition is not legal for ") + to_string(t) + " QPs";
   const qp_attr_mask given = mask & ~qp_attr_mask::state;
   const qp_attr_mask missing = r.required & ~given;

@@ -2,7 +2,7 @@
 // The mock HCA's engine: data movement, the requester/responder protocol on a
 // simulated clock, completions and events. Included at the end of mock.hpp.
 #include <rdmakit/backends/mock/objects.hpp>
-#include <rdmakit/backends/mock/qp_rules.hpp>
+#include <rdmakit/detail/qp_transitions.hpp>
 
 #include <algorithm>
 #include <cstring>

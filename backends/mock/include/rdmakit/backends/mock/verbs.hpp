@@ -356,7 +356,7 @@ inline void mock::modify_qp(qp q, const qp_attr& a, qp_attr_mask mask) {
   };
   if (has_all(mask, m::cur_state) && a.cur_state != cur)
     bad(std::string("cur_state says ") + to_string(a.cur_state) + " but the QP is in " + to_string(cur));
-  auto rule = mockd::rule_for(cur, next, q->type);
+  auto rule = rdmakit::detail::rule_for(cur, next, q->type);
   if (!rule.legal) bad("not a legal transition");
   const qp_attr_mask allowed = m::state | rule.required | rule.optional;
   if (auto extra = mask & ~allowed; extra != m::none)

@@ -1,10 +1,11 @@
 #pragma once
-// The QP transition table of docs/verbs-semantics.md §1: which transitions exist and
-// which attributes each requires or allows, per transport.
+// The QP transition table of the IB spec (docs/verbs-semantics.md §1): which transitions
+// exist and which attributes each requires or allows, per transport. The mock enforces
+// it, the ibverbs backend explains failures with it, transport.hpp is checked against it.
 #include <rdmakit/types.hpp>
 
 RDMAKIT_BEGIN_NAMESPACE
-namespace mock::detail {
+namespace detail {
 
 struct transition_rule {
   bool legal = false;
@@ -12,7 +13,7 @@ struct transition_rule {
   qp_attr_mask optional = qp_attr_mask::none;
 };
 
-inline transition_rule rule_for(qp_state from, qp_state to, qp_type type) noexcept {
+constexpr transition_rule rule_for(qp_state from, qp_state to, qp_type type) noexcept {
   using m = qp_attr_mask;
   using s = qp_state;
   const bool ud = type == qp_type::ud;
@@ -62,5 +63,5 @@ inline transition_rule rule_for(qp_state from, qp_state to, qp_type type) noexce
   return {};
 }
 
-}  // namespace mock::detail
+}  // namespace detail
 RDMAKIT_END_NAMESPACE
