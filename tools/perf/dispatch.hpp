@@ -2,18 +2,54 @@
 // The instantiated configurations: the command line picks one of
 //   transport {rc, uc, ud} × signaling {signal_all, signal_every<16>, signal_every<64>,
 //   signal_manual} × polling {busy_poll<16>, event_driven<16>}
-// for the backend of the run. Each is a runner<B, T, S, P> (perf.hpp).
+// for the backend of the run. Each is a runner<B, T, S, P> (perf.hpp); compiled_in()
+// says which of them this build has.
 #include "perf.hpp"
 
 #include <cstdio>
 #include <string>
+#include <type_traits>
 
 namespace rdmakit_perf {
 
+#ifndef RDMAKIT_PERF_DISPATCH_TESTED
+#define RDMAKIT_PERF_DISPATCH_TESTED 0
+#endif
+
+/// Whether runner<B, T, S, P> is compiled into this build. A full build (the default)
+/// has all 24 per backend. `-Dperf_dispatch=tested` (CI's sanitizer builds, where each
+/// runner costs ~25 s of compiler time) keeps only the ones the tool tests run: RC with
+/// every signaling policy, UC signal_every<16> busy and event-driven, UD signal_every<64>
+/// event-driven.
+template <transport T, signaling S, polling P>
+constexpr bool compiled_in() {
+  if constexpr (!RDMAKIT_PERF_DISPATCH_TESTED) {
+    return true;
+  } else if constexpr (T::type == qp_type::rc) {
+    return !P::needs_channel;
+  } else if constexpr (T::type == qp_type::uc) {
+    return std::is_same_v<S, signal_every<16>>;
+  } else {
+    return std::is_same_v<S, signal_every<64>> && P::needs_channel;
+  }
+}
+
+template <verbs_backend B, transport T, signaling S, polling P>
+run_report run_runner(const perf_options& o, peer_link& link) {
+  if constexpr (compiled_in<T, S, P>()) {
+    return runner<B, T, S, P>(o, link).run();
+  } else {
+    (void)o;
+    (void)link;
+    throw perf_failure(std::string("this rdmakit-perf was built with -Dperf_dispatch=tested and has no ") + T::name +
+                       " / " + signaling_name<S>() + " / " + polling_name<P>() + " runner: rebuild with -Dperf_dispatch=full (the default)");
+  }
+}
+
 template <verbs_backend B, transport T, signaling S>
 run_report run_with_polling(const perf_options& o, peer_link& link) {
-  if (o.events) return runner<B, T, S, event_driven<16, 16>>(o, link).run();
-  return runner<B, T, S, busy_poll<16>>(o, link).run();
+  if (o.events) return run_runner<B, T, S, event_driven<16, 16>>(o, link);
+  return run_runner<B, T, S, busy_poll<16>>(o, link);
 }
 
 template <verbs_backend B, transport T>
