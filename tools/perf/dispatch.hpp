@@ -41,7 +41,7 @@ run_report run_runner(const perf_options& o, peer_link& link) {
   } else {
     (void)o;
     (void)link;
-    throw perf_failure(std::string("this rdmakit-perf was built with -Dperf_dispatch=tested and has no ") + T::name +
+    throw perf_failure(std::string("this rdmakit-perf was built with -Dperf_dispatch=tested and has no ") + std::string(T::name) +
                        " / " + signaling_name<S>() + " / " + polling_name<P>() + " runner: rebuild with -Dperf_dispatch=full (the default)");
   }
 }
