@@ -2,6 +2,8 @@
 /// Address handles (UD destinations): RAII over B::ah, and `ud_address`, the
 /// (AH, remote QPN, Q_Key) triple every UD send names.
 #include <rdmakit/backend.hpp>
+#include <rdmakit/detail/device_state.hpp>
+#include <rdmakit/error.hpp>
 
 #include <cstdint>
 #include <utility>
@@ -17,16 +19,20 @@ struct ud_address {
 };
 
 /// An address handle. Prefer protection_domain::create_ah(peer) which fills the
-/// address vector (GRH on RoCE) from an endpoint.
+/// address vector (GRH on RoCE) from an endpoint. It keeps its protection domain alive;
+/// a ud_address taken from it is valid while the handle lives.
 template <verbs_backend B>
 class address_handle {
  public:
   address_handle() = default;
-  address_handle(typename B::pd pd, const ah_attr& attr) : ah_(B::create_ah(pd, attr)), attr_(attr) {}
-  address_handle(address_handle&& o) noexcept : ah_(std::exchange(o.ah_, {})), attr_(o.attr_) {}
+  address_handle(detail::pd_ref<B> pd, const ah_attr& attr)
+      : pd_(std::move(pd)), ah_(B::create_ah(pd_->pd, attr)), attr_(attr) {}
+  address_handle(address_handle&& o) noexcept
+      : pd_(std::move(o.pd_)), ah_(std::exchange(o.ah_, {})), attr_(o.attr_) {}
   address_handle& operator=(address_handle&& o) noexcept {
     if (this != &o) {
       release();
+      pd_ = std::move(o.pd_);
       ah_ = std::exchange(o.ah_, {});
       attr_ = o.attr_;
     }
@@ -36,7 +42,8 @@ class address_handle {
 
   explicit operator bool() const noexcept { return ah_ != typename B::ah{}; }
   /// The destination for UD sends to QP `qpn` behind this address.
-  ud_address<B> to(std::uint32_t qpn, std::uint32_t qkey = default_qkey) const noexcept {
+  ud_address<B> to(std::uint32_t qpn, std::uint32_t qkey = default_qkey) const {
+    if (ah_ == typename B::ah{}) detail::throw_empty("address_handle", "to");
     return {ah_, qpn, qkey};
   }
   const ah_attr& attr() const noexcept { return attr_; }
@@ -46,7 +53,9 @@ class address_handle {
   void release() noexcept {
     if (ah_ != typename B::ah{}) B::destroy_ah(ah_);
     ah_ = {};
+    pd_.reset();
   }
+  detail::pd_ref<B> pd_;
   typename B::ah ah_{};
   ah_attr attr_{};
 };

@@ -1,5 +1,6 @@
 #pragma once
-/// A read-only view over one native work completion (`B::wc`) with named accessors.
+/// One native work completion (`B::wc`, copied: it may be kept after the callback)
+/// with named accessors.
 /// rdmakit keeps the top bit of every wr_id to itself: it marks receive WRs, so a
 /// flushed completion (whose opcode is meaningless) still says which queue it is from.
 /// Your wr_ids therefore have 63 bits.
@@ -64,19 +65,19 @@ template <verbs_backend B>
 class completion {
  public:
   explicit completion(const typename B::wc& w, std::uint32_t recv_offset = 0) noexcept
-      : wc_(&w), recv_offset_(recv_offset) {}
+      : wc_(w), recv_offset_(recv_offset) {}
 
   /// The wr_id you posted (63 bits).
-  std::uint64_t wr_id() const noexcept { return B::get_wr_id(*wc_) & ~detail::recv_wr_bit; }
+  std::uint64_t wr_id() const noexcept { return B::get_wr_id(wc_) & ~detail::recv_wr_bit; }
   /// True for receive completions, flushed ones included.
-  bool is_recv() const noexcept { return (B::get_wr_id(*wc_) & detail::recv_wr_bit) != 0; }
+  bool is_recv() const noexcept { return (B::get_wr_id(wc_) & detail::recv_wr_bit) != 0; }
   bool is_send() const noexcept { return !is_recv(); }
-  wc_status status() const noexcept { return B::get_status(*wc_); }
+  wc_status status() const noexcept { return B::get_status(wc_); }
   bool ok() const noexcept { return status() == wc_status::success; }
   /// Meaningful on success only.
-  wc_opcode opcode() const noexcept { return B::get_opcode(*wc_); }
+  wc_opcode opcode() const noexcept { return B::get_opcode(wc_); }
   /// Bytes transferred; on UD receives this includes the 40-byte GRH.
-  std::uint32_t byte_len() const noexcept { return B::get_byte_len(*wc_); }
+  std::uint32_t byte_len() const noexcept { return B::get_byte_len(wc_); }
   /// Where the payload starts in the receive buffer (40 on UD receives, else 0).
   std::uint32_t payload_offset() const noexcept { return is_recv() ? recv_offset_ : 0; }
   /// Payload bytes (byte_len without the GRH area).
@@ -86,15 +87,15 @@ class completion {
     return n >= off ? n - off : 0;
   }
   /// The local queue pair this completion belongs to.
-  std::uint32_t qp_num() const noexcept { return B::get_qp_num(*wc_); }
+  std::uint32_t qp_num() const noexcept { return B::get_qp_num(wc_); }
   /// The sending queue pair (UD receives only).
-  std::uint32_t src_qp() const noexcept { return B::get_src_qp(*wc_); }
-  wc_flags flags() const noexcept { return B::get_wc_flags(*wc_); }
+  std::uint32_t src_qp() const noexcept { return B::get_src_qp(wc_); }
+  wc_flags flags() const noexcept { return B::get_wc_flags(wc_); }
   bool has_imm() const noexcept { return has_any(flags(), wc_flags::with_imm); }
   bool has_grh() const noexcept { return has_any(flags(), wc_flags::grh); }
   /// Immediate data in host byte order (as passed to send_imm/write_imm).
-  std::uint32_t imm() const noexcept { return detail::net_to_host32(B::get_imm(*wc_)); }
-  std::uint32_t vendor_err() const noexcept { return B::get_vendor_err(*wc_); }
+  std::uint32_t imm() const noexcept { return detail::net_to_host32(B::get_imm(wc_)); }
+  std::uint32_t vendor_err() const noexcept { return B::get_vendor_err(wc_); }
   std::error_code error_code() const noexcept { return make_error_code(status()); }
   /// "REM_ACCESS_ERR ..." style text: status, what it means, QP and wr_id.
   std::string status_message() const {
@@ -106,10 +107,10 @@ class completion {
     s += explain(status());
     return s;
   }
-  const typename B::wc& native() const noexcept { return *wc_; }
+  const typename B::wc& native() const noexcept { return wc_; }
 
  private:
-  const typename B::wc* wc_;
+  typename B::wc wc_;
   std::uint32_t recv_offset_;
 };
 

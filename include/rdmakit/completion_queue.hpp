@@ -10,7 +10,7 @@
 #include <rdmakit/detail/qp_link.hpp>
 #include <rdmakit/polling.hpp>
 
-#include <cassert>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -26,6 +26,10 @@ struct policy_access {
   template <class CQ>
   static auto* block(CQ& cq) noexcept {
     return cq.blk_.get();
+  }
+  template <class CQ>
+  static auto shared_block(CQ& cq) noexcept {
+    return cq.blk_;
   }
   template <class QP>
   static auto* link(QP& qp) noexcept {
@@ -44,50 +48,45 @@ class completion_queue {
   /// An empty handle.
   completion_queue() = default;
 
-  /// Creates a CQ of at least `entries` entries on an open device context. Prefer
-  /// device::create_cq.
-  completion_queue(typename B::context ctx, int entries, int comp_vector = 0)
-      : blk_(std::make_unique<detail::cq_block<B>>()) {
+  /// Creates a CQ of at least `entries` entries on an open device (kept open by the
+  /// CQ). Prefer device::create_cq.
+  completion_queue(detail::device_ref<B> dev, int entries, int comp_vector = 0) {
     if (entries <= 0)
       throw verbs_error("ibv_create_cq", EINVAL,
                         "a completion queue needs at least 1 entry (asked for " +
                             std::to_string(entries) + ")");
-    if constexpr (P::needs_channel) blk_->channel = B::create_comp_channel(ctx);
-    try {
-      blk_->cq = B::create_cq(ctx, entries, blk_->channel, comp_vector);
-    } catch (...) {
-      if constexpr (P::needs_channel) B::destroy_comp_channel(blk_->channel);
-      throw;
-    }
-    blk_->capacity = B::cq_capacity(blk_->cq);
+    auto blk = std::make_shared<detail::cq_block<B>>();  // ~cq_block undoes what is made below
+    blk->dev = std::move(dev);
+    if constexpr (P::needs_channel) blk->channel = B::create_comp_channel(blk->dev->ctx);
+    blk->cq = B::create_cq(blk->dev->ctx, entries, blk->channel, comp_vector);
+    blk->capacity = B::cq_capacity(blk->cq);
+    blk_ = std::move(blk);
   }
 
+  /// Queue pairs attached to this CQ keep it alive: the handle may go first.
   completion_queue(completion_queue&&) noexcept = default;
-  completion_queue& operator=(completion_queue&& o) noexcept {
-    if (this != &o) {
-      release();
-      blk_ = std::move(o.blk_);
-    }
-    return *this;
-  }
-  ~completion_queue() { release(); }
+  completion_queue& operator=(completion_queue&&) noexcept = default;
+  completion_queue(const completion_queue&) = delete;
+  completion_queue& operator=(const completion_queue&) = delete;
+  ~completion_queue() = default;
 
   explicit operator bool() const noexcept { return blk_ != nullptr; }
-  /// Entries the device granted (at least what was asked).
-  int capacity() const noexcept { return blk_->capacity; }
+  /// Entries the device granted (at least what was asked; 0 when empty).
+  int capacity() const noexcept { return blk_ ? blk_->capacity : 0; }
   /// Entries promised to attached queue pairs (the sum of their queue depths).
-  std::uint64_t reserved() const noexcept { return blk_->reserved; }
+  std::uint64_t reserved() const noexcept { return blk_ ? blk_->reserved : 0; }
   /// Queue pairs attached to this CQ.
-  std::size_t attached() const noexcept { return blk_->routes.size(); }
+  std::size_t attached() const noexcept { return blk_ ? blk_->routes.size() : 0; }
   /// Completions polled for a qp_num with no handler (dispatch) or no live QP.
-  std::uint64_t unrouted() const noexcept { return blk_->unrouted; }
+  std::uint64_t unrouted() const noexcept { return blk_ ? blk_->unrouted : 0; }
   /// CQ events received but not acknowledged yet (all are acked before destruction).
-  unsigned unacked_events() const noexcept { return blk_->unacked; }
-  typename B::cq native() const noexcept { return blk_->cq; }
-  typename B::channel native_channel() const noexcept { return blk_->channel; }
+  unsigned unacked_events() const noexcept { return blk_ ? blk_->unacked : 0; }
+  typename B::cq native() const noexcept { return blk_ ? blk_->cq : typename B::cq{}; }
+  typename B::channel native_channel() const noexcept { return blk_ ? blk_->channel : typename B::channel{}; }
 
   /// Polls one batch (up to P::batch) and calls f(completion<B>) for each, after the
-  /// owning QP's credit accounting. Returns the count, or -errno if poll_cq failed.
+  /// owning QP's credit accounting. Returns the count, or -errno if poll_cq failed
+  /// (-EBADF on an empty handle).
   template <class F>
   int poll(F&& f) noexcept {
     return poll_impl_([&f](detail::qp_link<B>*, const completion<B>& c) { f(c); });
@@ -109,6 +108,7 @@ class completion_queue {
   /// batch to f. Returns the count (0 on timeout) or -errno.
   template <class F>
   int wait(F&& f, std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+    if (RDMAKIT_UNLIKELY(!blk_)) return -EBADF;
     ops<F> o{this, f};
     return P::wait(o, timeout);
   }
@@ -117,7 +117,9 @@ class completion_queue {
   /// previous handler. The QP must be attached to this CQ.
   template <class QP, class F>
   void on(QP& qp, F handler) {
+    if (!blk_) detail::throw_empty("completion_queue", "on");
     auto* link = detail::policy_access::link(qp);
+    if (!link) detail::throw_empty("queue_pair", "(completion_queue::on)");
     if (link->send_cq != blk_.get() && link->recv_cq != blk_.get())
       throw verbs_error("completion_queue::on", EINVAL,
                         "QP " + std::to_string(link->qp_num) + " is not attached to this CQ");
@@ -144,6 +146,7 @@ class completion_queue {
   }
   /// Waits with the policy, then dispatches one batch.
   int dispatch_wait(std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+    if (RDMAKIT_UNLIKELY(!blk_)) return -EBADF;
     auto f = [this](const completion<B>&) { ++blk_->unrouted; };
     dispatch_ops<decltype(f)> o{this, f};
     return P::wait(o, timeout);
@@ -162,6 +165,7 @@ class completion_queue {
 
   template <class G>
   RDMAKIT_ALWAYS_INLINE int poll_impl_(G&& g) noexcept {
+    if (RDMAKIT_UNLIKELY(!blk_)) return -EBADF;
     typename B::wc wcs[P::batch];
     auto& b = *blk_;
     int n = B::poll_cq(b.cq, P::batch, wcs);
@@ -221,21 +225,7 @@ class completion_queue {
     int wait_event(std::chrono::milliseconds t) noexcept { return cq->wait_event_(t); }
   };
 
-  void release() noexcept {
-    if (!blk_) return;
-    // Queue pairs must go first; a CQ destroyed under them would leave them dangling.
-    assert(blk_->routes.empty() && "destroy the queue pairs before their completion queue");
-    ack_events();
-    if (blk_->cq) {
-      [[maybe_unused]] int rc = B::destroy_cq(blk_->cq);
-      assert(rc == 0 && "destroy_cq failed: a queue pair still uses the CQ, or CQ events are unacknowledged");
-    }
-    if constexpr (P::needs_channel)
-      if (blk_->channel) B::destroy_comp_channel(blk_->channel);
-    blk_.reset();
-  }
-
-  std::unique_ptr<detail::cq_block<B>> blk_;
+  std::shared_ptr<detail::cq_block<B>> blk_;
 };
 
 

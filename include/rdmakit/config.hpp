@@ -13,8 +13,10 @@
 #define RDMAKIT_LIKELY(x) __builtin_expect(!!(x), 1)
 #define RDMAKIT_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define RDMAKIT_ALWAYS_INLINE inline __attribute__((always_inline))
+#define RDMAKIT_NOINLINE __attribute__((noinline, cold))
 #else
 #define RDMAKIT_LIKELY(x) (x)
 #define RDMAKIT_UNLIKELY(x) (x)
 #define RDMAKIT_ALWAYS_INLINE inline
+#define RDMAKIT_NOINLINE
 #endif

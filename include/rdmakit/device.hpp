@@ -1,6 +1,7 @@
 #pragma once
 /// An open RDMA device: RAII over B::context, port and GID queries, and the factory of
-/// protection domains and completion queues. It must outlive everything made from it.
+/// protection domains and completion queues. Everything made from it keeps the device
+/// open (detail/device_state.hpp), so handles may be destroyed in any order.
 #include <rdmakit/completion_queue.hpp>
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/detail/gid_choice.hpp>
@@ -22,7 +23,7 @@ class device {
 
   device() = default;
   /// Opens a device by name; an empty name opens the first one.
-  explicit device(std::string_view name) : st_(std::make_unique<detail::device_state<B>>()) {
+  explicit device(std::string_view name) {
     auto all = B::device_names();
     if (all.empty())
       throw verbs_error("ibv_open_device", ENODEV,
@@ -39,37 +40,29 @@ class device {
                           "no device named \"" + std::string(name) + "\"; available: " + list);
       }
     }
-    st_->ctx = B::open_device(name);
-    try {
-      st_->name = B::device_name(st_->ctx);
-      st_->attr = B::query_device(st_->ctx);
-    } catch (...) {
-      B::close_device(st_->ctx);
-      throw;
-    }
+    auto st = std::make_shared<detail::device_state<B>>();
+    st->ctx = B::open_device(name);  // closed by ~device_state if a query below throws
+    st->name = B::device_name(st->ctx);
+    st->attr = B::query_device(st->ctx);
+    st_ = std::move(st);
   }
   device(device&&) noexcept = default;
-  device& operator=(device&& o) noexcept {
-    if (this != &o) {
-      release();
-      st_ = std::move(o.st_);
-    }
-    return *this;
-  }
-  ~device() { release(); }
+  device& operator=(device&&) noexcept = default;
+  device(const device&) = delete;
+  device& operator=(const device&) = delete;
 
   explicit operator bool() const noexcept { return st_ != nullptr; }
-  const std::string& name() const noexcept { return st_->name; }
-  const device_attr& attr() const noexcept { return st_->attr; }
-  typename B::context native() const noexcept { return st_->ctx; }
+  const std::string& name() const { return state("name").name; }
+  const device_attr& attr() const { return state("attr").attr; }
+  typename B::context native() const noexcept { return st_ ? st_->ctx : typename B::context{}; }
 
   /// Current attributes of port `n` (1-based).
-  port_attr port(std::uint8_t n = 1) const { return st_->port(n); }
+  port_attr port(std::uint8_t n = 1) const { return state("port").port(n); }
   /// GID table entry `index` of port `n`.
-  gid_entry gid(std::uint8_t n, int index) const { return B::query_gid(st_->ctx, n, index); }
+  gid_entry gid(std::uint8_t n, int index) const { return B::query_gid(state("gid").ctx, n, index); }
   /// The valid GID entries of port `n`.
   std::vector<gid_entry> gids(std::uint8_t n = 1) const {
-    auto pa = port(n);
+    auto pa = state("gids").port(n);
     std::vector<gid_entry> v;
     for (std::uint32_t i = 0; i < pa.gid_tbl_len; ++i) {
       auto e = B::query_gid(st_->ctx, n, static_cast<int>(i));
@@ -79,23 +72,28 @@ class device {
   }
   /// The GID index rdmakit uses on port `n` when none is given (RoCEv2 IPv4-mapped first).
   int default_gid_index(std::uint8_t n = 1) const {
-    return detail::choose_gid<B>(st_->ctx, n);
+    return detail::choose_gid<B>(state("default_gid_index").ctx, n);
   }
 
-  /// A new protection domain.
-  protection_domain<B> create_pd() const { return protection_domain<B>(*st_); }
-  /// A completion queue of at least `entries` entries, polled with policy P.
+  /// A new protection domain (it keeps this device open).
+  protection_domain<B> create_pd() const {
+    state("create_pd");
+    return protection_domain<B>(st_);
+  }
+  /// A completion queue of at least `entries` entries, polled with policy P (it keeps
+  /// this device open).
   template <polling P = busy_poll<>>
   completion_queue<B, P> create_cq(int entries, int comp_vector = 0) const {
-    return completion_queue<B, P>(st_->ctx, entries, comp_vector);
+    state("create_cq");
+    return completion_queue<B, P>(st_, entries, comp_vector);
   }
 
  private:
-  void release() noexcept {
-    if (st_ && st_->ctx != typename B::context{}) B::close_device(st_->ctx);
-    st_.reset();
+  const detail::device_state<B>& state(const char* call) const {
+    if (!st_) detail::throw_empty("device", call);
+    return *st_;
   }
-  std::unique_ptr<detail::device_state<B>> st_;
+  std::shared_ptr<const detail::device_state<B>> st_;
 };
 
 RDMAKIT_END_NAMESPACE

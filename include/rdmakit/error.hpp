@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 
@@ -74,16 +75,35 @@ inline std::error_code make_error_code(wc_status s) noexcept {
 class verbs_error : public std::system_error {
  public:
   verbs_error(std::string verb, int err, const std::string& detail = {})
-      : std::system_error(make_verbs_error_code(err), compose(verb, detail)), verb_(std::move(verb)) {}
+      : std::system_error(make_verbs_error_code(err), compose(verb, detail)), verb_(std::move(verb)), detail_(detail) {}
   const std::string& verb() const noexcept { return verb_; }
   int errno_value() const noexcept { return code().value(); }
+  /// What was wrong and what to do, without the verb and errno that what() adds.
+  const std::string& detail() const noexcept { return detail_; }
 
  private:
   static std::string compose(const std::string& verb, const std::string& detail) {
     return detail.empty() ? verb : verb + ": " + detail;
   }
   std::string verb_;
+  std::string detail_;
 };
+
+/// Thrown when rdmakit refuses a call itself, before any verb: an empty handle (moved
+/// from or default-constructed), or options that cannot work. No device state changed.
+class usage_error : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+namespace detail {
+/// "queue_pair::post_recv(): this queue_pair is empty (moved from or default-constructed) ..."
+[[noreturn]] RDMAKIT_NOINLINE inline void throw_empty(const char* type, const char* call) {
+  throw usage_error(std::string(type) + "::" + call + "(): this " + type +
+                    " is empty (moved from or default-constructed): use the object the move or "
+                    "the factory returned");
+}
+}  // namespace detail
 
 RDMAKIT_END_NAMESPACE
 

@@ -6,6 +6,8 @@
 /// (one registration, fixed-size slices handed out and returned without touching the
 /// device: no registration per message).
 #include <rdmakit/backend.hpp>
+#include <rdmakit/detail/device_state.hpp>
+#include <rdmakit/error.hpp>
 
 #include <cassert>
 #include <cstddef>
@@ -102,7 +104,8 @@ inline aligned_bytes allocate_zeroed(std::size_t bytes) {
 }  // namespace detail
 
 /// A registered memory region with access rights `Access` (local_write, remote_*).
-/// Owns its buffer when made with protection_domain::allocate, else borrows it.
+/// Owns its buffer when made with protection_domain::allocate, else borrows it. It
+/// keeps its protection domain alive.
 template <verbs_backend B, access Access>
 class memory_region {
  public:
@@ -113,25 +116,29 @@ class memory_region {
   memory_region() = default;
 
   /// Registers `length` bytes at `addr` (borrowed: they must outlive the region).
-  memory_region(typename B::pd pd, void* addr, std::size_t length)
-      : mr_(register_(pd, addr, length)), data_(static_cast<std::byte*>(addr)), size_(length) {}
+  /// Prefer protection_domain::register_memory.
+  memory_region(detail::pd_ref<B> pd, void* addr, std::size_t length)
+      : pd_(std::move(pd)), mr_(register_(*pd_, addr, length)), data_(static_cast<std::byte*>(addr)), size_(length) {}
 
-  /// Allocates `length` zeroed, page-aligned bytes and registers them.
-  static memory_region allocate(typename B::pd pd, std::size_t length) {
+  /// Allocates `length` zeroed, page-aligned bytes and registers them. Prefer
+  /// protection_domain::allocate.
+  static memory_region allocate(detail::pd_ref<B> pd, std::size_t length) {
     auto buf = detail::allocate_zeroed(length);
-    memory_region r(pd, buf.get(), length);
+    memory_region r(std::move(pd), buf.get(), length);
     r.owned_ = std::move(buf);
     return r;
   }
 
   memory_region(memory_region&& o) noexcept
-      : mr_(std::exchange(o.mr_, {})),
+      : pd_(std::move(o.pd_)),
+        mr_(std::exchange(o.mr_, {})),
         data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)),
         owned_(std::move(o.owned_)) {}
   memory_region& operator=(memory_region&& o) noexcept {
     if (this != &o) {
       release();
+      pd_ = std::move(o.pd_);
       mr_ = std::exchange(o.mr_, {});
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
@@ -142,54 +149,62 @@ class memory_region {
   ~memory_region() { release(); }
 
   explicit operator bool() const noexcept { return mr_ != typename B::mr{}; }
+  /// The bytes (nullptr and 0 when empty).
   std::byte* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return size_; }
   std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
-  std::uint32_t lkey() const noexcept { return B::mr_lkey(mr_); }
+  std::uint32_t lkey() const { return B::mr_lkey(native_("lkey")); }
   typename B::mr native() const noexcept { return mr_; }
 
   /// The whole region as a local buffer (regions above 4 GiB: use local(offset, len)).
-  local_buffer local() const noexcept { return local(0, size_); }
+  local_buffer local() const { return local(0, size_); }
   /// `len` bytes from `offset` as a local buffer (clamped to the region).
-  local_buffer local(std::size_t offset, std::size_t len) const noexcept {
+  local_buffer local(std::size_t offset, std::size_t len) const {
+    const std::uint32_t key = B::mr_lkey(native_("local"));
     if (offset > size_) offset = size_;
     if (len > size_ - offset) len = size_ - offset;
     if (len > 0xFFFFFFFFu) len = 0xFFFFFFFFu;
-    return {reinterpret_cast<std::uint64_t>(data_ + offset), static_cast<std::uint32_t>(len), lkey()};
+    return {reinterpret_cast<std::uint64_t>(data_ + offset), static_cast<std::uint32_t>(len), key};
   }
 
   /// The remote key. Only regions registered with a remote access bit have one worth
   /// sending.
-  std::uint32_t rkey() const noexcept {
+  std::uint32_t rkey() const {
     static_assert(remote_access,
                   "rkey(): this memory_region was registered without remote access; add "
                   "access::remote_write, remote_read or remote_atomic to its access flags");
-    return B::mr_rkey(mr_);
+    return B::mr_rkey(native_("rkey"));
   }
 
   /// The descriptor a peer needs to READ/WRITE/atomically access this region.
-  remote_region<Access & remote_access_bits> remote() const noexcept {
+  remote_region<Access & remote_access_bits> remote() const {
     static_assert(remote_access,
                   "remote(): this memory_region was registered without remote access; add "
                   "access::remote_write, remote_read or remote_atomic to its access flags");
     return remote_region<Access & remote_access_bits>(reinterpret_cast<std::uint64_t>(data_),
-                                                      B::mr_rkey(mr_), size_);
+                                                      B::mr_rkey(native_("remote")), size_);
   }
 
  private:
-  static typename B::mr register_(typename B::pd pd, void* addr, std::size_t length) {
+  static typename B::mr register_(const detail::pd_state<B>& pd, void* addr, std::size_t length) {
     if (!addr || length == 0)
       throw verbs_error("ibv_reg_mr", EINVAL,
                         "cannot register " + std::to_string(length) +
                             " bytes at a null address: give a non-empty buffer");
-    return B::reg_mr(pd, addr, length, Access);
+    return B::reg_mr(pd.pd, addr, length, Access);
+  }
+  typename B::mr native_(const char* call) const {
+    if (RDMAKIT_UNLIKELY(mr_ == typename B::mr{})) detail::throw_empty("memory_region", call);
+    return mr_;
   }
   void release() noexcept {
     if (mr_ != typename B::mr{}) B::dereg_mr(mr_);
     mr_ = {};
     owned_.reset();
+    pd_.reset();
   }
 
+  detail::pd_ref<B> pd_;
   typename B::mr mr_{};
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
@@ -198,7 +213,8 @@ class memory_region {
 
 /// One registered region cut into `slots` slices of `slot_size` bytes. acquire() and
 /// the slices' destructors never touch the device: the data path can take and return
-/// buffers per message. Single-threaded; slices must be gone before the pool.
+/// buffers per message. Single-threaded. Slices keep the registration alive: a pool
+/// destroyed while slices are out hands its state to them, and the last one frees it.
 template <verbs_backend B, access Access>
 class registered_pool {
   struct state {
@@ -206,6 +222,12 @@ class registered_pool {
     std::size_t slot_size = 0;
     std::size_t slots = 0;
     std::vector<std::uint32_t> free;  // stack of free slot indexes
+    bool pool_alive = true;           // false: the last slice deletes this state
+
+    void give_back(std::uint32_t index) noexcept {
+      free.push_back(index);  // capacity reserved
+      if (!pool_alive && free.size() == slots) delete this;
+    }
   };
 
  public:
@@ -229,23 +251,23 @@ class registered_pool {
 
     explicit operator bool() const noexcept { return st_ != nullptr; }
     std::size_t index() const noexcept { return index_; }
-    std::size_t size() const noexcept { return st_->slot_size; }
-    std::byte* data() const noexcept { return st_->region.data() + offset(); }
+    std::size_t size() const noexcept { return st_ ? st_->slot_size : 0; }
+    std::byte* data() const noexcept { return st_ ? st_->region.data() + offset() : nullptr; }
     std::span<std::byte> bytes() const noexcept { return {data(), size()}; }
-    std::uint32_t lkey() const noexcept { return st_->region.lkey(); }
+    std::uint32_t lkey() const { return state_("lkey").region.lkey(); }
     /// The whole slice as a local buffer (carries the pool's lkey).
-    local_buffer local() const noexcept { return st_->region.local(offset(), size()); }
+    local_buffer local() const { return state_("local").region.local(offset(), size()); }
     /// The first `len` bytes of the slice.
-    local_buffer local(std::size_t len) const noexcept {
-      return st_->region.local(offset(), len < size() ? len : size());
+    local_buffer local(std::size_t len) const {
+      return state_("local").region.local(offset(), len < size() ? len : size());
     }
     /// This slice as a remote descriptor (pools with remote access only).
-    remote_region<Access & remote_access_bits> remote() const noexcept {
-      return st_->region.remote().sub(offset(), size());
+    remote_region<Access & remote_access_bits> remote() const {
+      return state_("remote").region.remote().sub(offset(), size());
     }
     /// Gives the slice back to the pool now.
     void reset() noexcept {
-      if (st_) st_->free.push_back(static_cast<std::uint32_t>(index_));  // capacity reserved
+      if (st_) st_->give_back(static_cast<std::uint32_t>(index_));
       st_ = nullptr;
     }
 
@@ -253,6 +275,10 @@ class registered_pool {
     friend class registered_pool;
     slice(state* s, std::size_t i) noexcept : st_(s), index_(i) {}
     std::size_t offset() const noexcept { return index_ * st_->slot_size; }
+    const state& state_(const char* call) const {
+      if (!st_) detail::throw_empty("registered_pool::slice", call);
+      return *st_;
+    }
     state* st_ = nullptr;
     std::size_t index_ = 0;
   };
@@ -260,38 +286,56 @@ class registered_pool {
   registered_pool() = default;
 
   /// Allocates and registers slots × slot_size bytes (slot_size rounded up to 64).
-  registered_pool(typename B::pd pd, std::size_t slot_size, std::size_t slots)
-      : st_(std::make_unique<state>()) {
-    if (slot_size == 0 || slots == 0 || slots > 0xFFFFFFFFu)
+  /// Prefer protection_domain::create_pool.
+  registered_pool(detail::pd_ref<B> pd, std::size_t slot_size, std::size_t slots) {
+    if (slot_size == 0 || slots == 0 || slots > 0xFFFFFFFFu || slot_size > (std::size_t{1} << 40) / slots)
       throw verbs_error("ibv_reg_mr", EINVAL,
-                        "a registered pool needs slot_size > 0 and 0 < slots < 2^32 (got " +
+                        "a registered pool needs slot_size > 0, 0 < slots < 2^32 and at most 1 TiB in all (got " +
                             std::to_string(slot_size) + " × " + std::to_string(slots) + ")");
-    st_->slot_size = (slot_size + 63) / 64 * 64;
-    st_->slots = slots;
-    st_->region = memory_region<B, Access>::allocate(pd, st_->slot_size * slots);
-    st_->free.reserve(slots);
-    for (std::size_t i = slots; i-- > 0;) st_->free.push_back(static_cast<std::uint32_t>(i));
+    auto st = std::make_unique<state>();
+    st->slot_size = (slot_size + 63) / 64 * 64;
+    st->slots = slots;
+    st->region = memory_region<B, Access>::allocate(std::move(pd), st->slot_size * slots);
+    st->free.reserve(slots);
+    for (std::size_t i = slots; i-- > 0;) st->free.push_back(static_cast<std::uint32_t>(i));
+    st_ = st.release();
   }
-  registered_pool(registered_pool&&) noexcept = default;
-  registered_pool& operator=(registered_pool&&) noexcept = default;
-  ~registered_pool() {
-    assert((!st_ || st_->free.size() == st_->slots) && "return every slice before destroying its pool");
+  registered_pool(registered_pool&& o) noexcept : st_(std::exchange(o.st_, nullptr)) {}
+  registered_pool& operator=(registered_pool&& o) noexcept {
+    if (this != &o) {
+      release();
+      st_ = std::exchange(o.st_, nullptr);
+    }
+    return *this;
   }
+  ~registered_pool() { release(); }
 
-  /// A free slice, or an empty one when all are in use. Never allocates.
+  explicit operator bool() const noexcept { return st_ != nullptr; }
+  /// A free slice, or an empty one when all are in use (or this pool is empty). Never allocates.
   slice acquire() noexcept {
-    if (st_->free.empty()) return {};
+    if (!st_ || st_->free.empty()) return {};
     auto i = st_->free.back();
     st_->free.pop_back();
-    return slice(st_.get(), i);
+    return slice(st_, i);
   }
-  std::size_t available() const noexcept { return st_->free.size(); }
-  std::size_t slots() const noexcept { return st_->slots; }
-  std::size_t slot_size() const noexcept { return st_->slot_size; }
-  const memory_region<B, Access>& region() const noexcept { return st_->region; }
+  std::size_t available() const noexcept { return st_ ? st_->free.size() : 0; }
+  std::size_t slots() const noexcept { return st_ ? st_->slots : 0; }
+  std::size_t slot_size() const noexcept { return st_ ? st_->slot_size : 0; }
+  const memory_region<B, Access>& region() const {
+    if (!st_) detail::throw_empty("registered_pool", "region");
+    return st_->region;
+  }
 
  private:
-  std::unique_ptr<state> st_;
+  void release() noexcept {
+    if (!st_) return;
+    if (st_->free.size() == st_->slots)
+      delete st_;
+    else
+      st_->pool_alive = false;  // the last slice returned deletes it
+    st_ = nullptr;
+  }
+  state* st_ = nullptr;
 };
 
 RDMAKIT_END_NAMESPACE

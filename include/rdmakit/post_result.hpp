@@ -16,6 +16,8 @@ enum class post_status : std::uint8_t {
   qp_error,        ///< the queue pair is in ERR: a completion failed or it was flushed
   recv_too_small,  ///< a UD receive smaller than the 40-byte GRH area
   backend_error,   ///< the device refused the WR; `err` holds the errno
+  empty_handle,    ///< the queue pair was moved from (or default-constructed)
+  bad_wr_id,       ///< the wr_id uses bit 63, which rdmakit keeps to tell receives from sends
 };
 
 /// Outcome of a post (one WR or a list). `posted` counts the WRs of a list that
@@ -44,6 +46,12 @@ struct [[nodiscard]] post_result {
       case post_status::recv_too_small:
         return "UD receive buffer smaller than the 40-byte GRH area every UD receive starts "
                "with: give at least 40 bytes plus the largest payload";
+      case post_status::empty_handle:
+        return "empty queue_pair (moved from or default-constructed): post on the queue pair that "
+               "connect()/activate() or the factory returned";
+      case post_status::bad_wr_id:
+        return "wr_id uses bit 63, which rdmakit reserves to tell receive completions from send "
+               "completions (flushed ones included): use wr_ids below 2^63";
       case post_status::backend_error:
         switch (err) {
           case EINVAL:
@@ -66,6 +74,8 @@ constexpr const char* to_string(post_status s) noexcept {
     case post_status::qp_error: return "qp_error";
     case post_status::recv_too_small: return "recv_too_small";
     case post_status::backend_error: return "backend_error";
+    case post_status::empty_handle: return "empty_handle";
+    case post_status::bad_wr_id: return "bad_wr_id";
   }
   return "unknown";
 }

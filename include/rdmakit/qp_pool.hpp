@@ -22,11 +22,12 @@ class qp_pool {
 
   /// Creates `count` queue pairs in INIT on `cq`. Prefer protection_domain::create_qp_pool.
   template <polling P>
-  static qp_pool create(typename B::pd pd, const detail::device_state<B>& dev, completion_queue<B, P>& cq,
-                        std::size_t count, const qp_cap& caps, const qp_options& o = {})
+  static qp_pool create(detail::pd_ref<B> pd, completion_queue<B, P>& cq, std::size_t count, const qp_cap& caps,
+                        const qp_options& o = {})
     requires(State == qp_state::init)
   {
     auto* blk = detail::policy_access::block(cq);
+    if (!blk) detail::throw_empty("completion_queue", "(create_qp_pool)");
     std::uint64_t per = std::uint64_t{caps.max_send_wr} + caps.max_recv_wr;
     std::uint64_t need = blk->reserved + per * count;
     if (need > static_cast<std::uint64_t>(blk->capacity))
@@ -40,13 +41,20 @@ class qp_pool {
     for (std::size_t i = 0; i < count; ++i) {
       qp_options oi = o;
       if (o.psn) oi.psn = (*o.psn + static_cast<std::uint32_t>(i)) & psn_mask;
-      p.qps_.push_back(queue_pair_type::create(pd, dev, cq, cq, caps, oi));
+      p.qps_.push_back(queue_pair_type::create(pd, cq, cq, caps, oi));
     }
     return p;
   }
 
-  qp_pool(qp_pool&&) noexcept = default;
-  qp_pool& operator=(qp_pool&&) noexcept = default;
+  qp_pool(qp_pool&& o) noexcept : qps_(std::move(o.qps_)), cursor_(std::exchange(o.cursor_, 0)) { o.qps_.clear(); }
+  qp_pool& operator=(qp_pool&& o) noexcept {
+    if (this != &o) {
+      qps_ = std::move(o.qps_);
+      o.qps_.clear();
+      cursor_ = std::exchange(o.cursor_, 0);
+    }
+    return *this;
+  }
 
   std::size_t size() const noexcept { return qps_.size(); }
   queue_pair_type& operator[](std::size_t i) noexcept { return qps_[i]; }
@@ -57,12 +65,13 @@ class qp_pool {
   /// The queue pair with this number, or nullptr.
   queue_pair_type* find(std::uint32_t qp_num) noexcept {
     for (auto& q : qps_)
-      if (q.qp_num() == qp_num) return &q;
+      if (q && q.qp_num() == qp_num) return &q;
     return nullptr;
   }
 
   /// The next queue pair in round-robin order (spreads load over the pool).
-  queue_pair_type& next() noexcept {
+  queue_pair_type& next() {
+    if (qps_.empty()) throw usage_error("qp_pool::next(): the pool is empty (moved from, or a failed connect)");
     auto& q = qps_[cursor_];
     cursor_ = cursor_ + 1 == qps_.size() ? 0 : cursor_ + 1;
     return q;
@@ -76,16 +85,30 @@ class qp_pool {
     return v;
   }
 
-  /// Connects queue pair i to peers[i] (RC/UC).
+  /// Connects queue pair i to peers[i] (RC/UC). Options and endpoints are checked for
+  /// all of them first (nothing changes on a usage_error). If the device refuses one, the
+  /// ones already connected cannot go back to INIT with this pool: every queue pair of
+  /// the pool is destroyed, the pool is left empty (size() 0) and the error says so.
   qp_pool<B, T, S, qp_state::rts> connect(std::span<const endpoint> peers, const connect_options& o = {}) && {
     static_assert(State == qp_state::init, "connect(): this pool is already connected");
     if (peers.size() != qps_.size())
-      throw verbs_error("ibv_modify_qp", EINVAL,
-                        "a pool of " + std::to_string(qps_.size()) + " queue pairs needs as many peer "
-                        "endpoints, got " + std::to_string(peers.size()));
+      throw usage_error("qp_pool::connect(): a pool of " + std::to_string(qps_.size()) +
+                        " queue pairs needs as many peer endpoints, got " + std::to_string(peers.size()));
+    for (const auto& p : peers) detail::check_connect(p, o);
     qp_pool<B, T, S, qp_state::rts> out;
     out.qps_.reserve(qps_.size());
-    for (std::size_t i = 0; i < qps_.size(); ++i) out.qps_.push_back(std::move(qps_[i]).connect(peers[i], o));
+    for (std::size_t i = 0; i < qps_.size(); ++i) {
+      try {
+        out.qps_.push_back(std::move(qps_[i]).connect(peers[i], o));
+      } catch (const verbs_error& e) {
+        const std::size_t n = qps_.size();
+        qps_.clear();
+        cursor_ = 0;
+        throw verbs_error(e.verb(), e.errno_value(),
+                          "qp_pool::connect(): queue pair " + std::to_string(i) + " of " + std::to_string(n) +
+                              ": " + e.detail() + "; the pool's queue pairs were destroyed: create a new pool");
+      }
+    }
     qps_.clear();
     return out;
   }

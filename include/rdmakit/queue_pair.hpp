@@ -138,11 +138,16 @@ struct batch_entry {
   std::uint32_t first_sge;
 };
 
+// What a queue pair owns. It keeps its PD (and so its device) and its CQs alive: the
+// native QP is destroyed before any of them, whatever order the handles go in.
 template <class B>
 struct qp_parts {
+  pd_ref<B> pd;
+  std::shared_ptr<cq_block<B>> scq, rcq;
   typename B::qp qp{};
   std::unique_ptr<qp_link<B>> link;
   const device_state<B>* dev = nullptr;
+  qp_attr init_attr{};  // RESET→INIT, to bring the QP back to INIT after a failed connect
   qp_cap caps{};  // as granted
   std::uint32_t inline_limit = 0;
   std::uint32_t psn = 0;
@@ -160,9 +165,13 @@ struct qp_parts {
   qp_parts& operator=(qp_parts&& o) noexcept {
     if (this != &o) {
       release();
+      pd = std::move(o.pd);
+      scq = std::move(o.scq);
+      rcq = std::move(o.rcq);
       qp = std::exchange(o.qp, {});
       link = std::move(o.link);
-      dev = o.dev;
+      dev = std::exchange(o.dev, nullptr);
+      init_attr = o.init_attr;
       caps = o.caps;
       inline_limit = o.inline_limit;
       psn = o.psn;
@@ -191,6 +200,10 @@ struct qp_parts {
       }
       link.reset();
     }
+    scq.reset();  // after the QP: the CQs may be destroyed now, then the PD
+    rcq.reset();
+    dev = nullptr;
+    pd.reset();
   }
 };
 
@@ -206,6 +219,24 @@ inline std::string cq_too_small(int capacity, std::uint64_t reserved, std::size_
   s += ": create it with at least " + std::to_string(need) +
        " entries (a CQ must hold the queue depths of every QP attached to it)";
   return s;
+}
+
+/// Refuses connect options and peer fields the IB spec cannot encode, before the QP is
+/// touched (a refused modify_qp would leave it half-way).
+inline void check_connect(const endpoint& peer, const connect_options& o) {
+  auto field = [](const char* name, unsigned v, unsigned max, const char* what) {
+    if (v > max)
+      throw usage_error(std::string("connect(): ") + name + " = " + std::to_string(v) + " is out of range (0.." +
+                        std::to_string(max) + "): " + what);
+  };
+  field("connect_options::retry_cnt", o.retry_cnt, 7, "3 bits; 7 retries forever on some devices, 6 is the usual choice");
+  field("connect_options::rnr_retry", o.rnr_retry, 7, "3 bits; 7 means retry forever");
+  field("connect_options::timeout", o.timeout, 31, "5 bits: 4.096 µs · 2^timeout, 0 = infinite");
+  field("connect_options::min_rnr_timer", o.min_rnr_timer, 31, "5 bits: an IB RNR timer code");
+  field("connect_options::sl", o.sl, 15, "the service level has 4 bits");
+  field("endpoint::qpn (peer)", peer.qpn, 0xFFFFFF, "QP numbers have 24 bits: check the endpoint exchange");
+  if (o.path_mtu && mtu_bytes(*o.path_mtu) == 0)
+    throw usage_error("connect(): connect_options::path_mtu is not one of 256, 512, 1024, 2048, 4096");
 }
 
 /// The address vector to reach `peer` from `port` (GRH on RoCE, or when forced).
@@ -257,15 +288,15 @@ class queue_pair {
   /// verbs_error when a CQ is too small, signal_every<N> does not fit max_send_wr, or
   /// the device refuses.
   template <polling PS, polling PR>
-  static queue_pair create(typename B::pd pd, const detail::device_state<B>& dev,
-                           completion_queue<B, PS>& send_cq, completion_queue<B, PR>& recv_cq,
-                           const qp_cap& caps, const qp_options& o = {})
+  static queue_pair create(detail::pd_ref<B> pd, completion_queue<B, PS>& send_cq,
+                           completion_queue<B, PR>& recv_cq, const qp_cap& caps, const qp_options& o = {})
     requires(State == qp_state::init)
   {
     auto* scq = detail::policy_access::block(send_cq);
     auto* rcq = detail::policy_access::block(recv_cq);
-    if (!scq || !rcq)
-      throw verbs_error("ibv_create_qp", EINVAL, "the completion queue handle is empty (moved from?)");
+    if (!scq) detail::throw_empty("completion_queue", "(create_qp: send CQ)");
+    if (!rcq) detail::throw_empty("completion_queue", "(create_qp: receive CQ)");
+    const detail::device_state<B>& dev = *pd->dev;
     if (caps.max_send_wr < S::min_sq_depth)
       throw verbs_error("ibv_create_qp", EINVAL,
                         std::string(S::name) + "<" + std::to_string(S::min_sq_depth) +
@@ -296,11 +327,14 @@ class queue_pair {
 
     queue_pair q;
     auto& p = q.parts_;
+    p.pd = pd;
+    p.scq = detail::policy_access::shared_block(send_cq);
+    p.rcq = detail::policy_access::shared_block(recv_cq);
     p.dev = &dev;
     p.port = o.port;
     port_attr pa = dev.port(o.port);
     p.caps = caps;
-    p.qp = B::create_qp(pd, scq->cq, rcq->cq, T::type, p.caps, false);
+    p.qp = B::create_qp(pd->pd, scq->cq, rcq->cq, T::type, p.caps, false);
     p.inline_limit = o.auto_inline ? p.caps.max_inline_data : 0;
     p.link = std::make_unique<detail::qp_link<B>>();
     auto& l = *p.link;
@@ -340,44 +374,59 @@ class queue_pair {
       a.access_flags = o.remote_access & access::remote_write;
     else
       a.access_flags = o.remote_access;
+    p.init_attr = a;
     q.modify_(a, T::init_mask, "RESET→INIT");
     return q;
   }
 
+  /// False once moved from: every call on it then throws usage_error (setup and
+  /// accessors) or returns post_status::empty_handle (posts).
   explicit operator bool() const noexcept { return parts_.qp != typename B::qp{}; }
-  std::uint32_t qp_num() const noexcept { return parts_.link->qp_num; }
+  std::uint32_t qp_num() const { return link_("qp_num").qp_num; }
   /// The capacities the device granted.
-  const qp_cap& caps() const noexcept { return parts_.caps; }
+  const qp_cap& caps() const {
+    link_("caps");
+    return parts_.caps;
+  }
   /// Send WRs that can be posted now without waiting for completions.
-  std::uint32_t send_credits() const noexcept { return parts_.link->sq.available(); }
+  std::uint32_t send_credits() const { return link_("send_credits").sq.available(); }
   /// Unsignaled WRs since the last signaled one.
-  std::uint32_t unsignaled_run() const noexcept { return parts_.link->sq.unsignaled_run(); }
+  std::uint32_t unsignaled_run() const { return link_("unsignaled_run").sq.unsignaled_run(); }
   /// Receives posted and not completed yet.
-  std::uint32_t posted_recvs() const noexcept { return parts_.link->rq_held; }
+  std::uint32_t posted_recvs() const { return link_("posted_recvs").rq_held; }
   /// True once a completion of this QP failed (the QP is in ERR; posts return qp_error).
-  bool in_error() const noexcept { return parts_.link->error; }
+  bool in_error() const { return link_("in_error").error; }
   /// The first failed completion's status (success if none).
-  wc_status first_error() const noexcept { return parts_.link->first_error; }
+  wc_status first_error() const { return link_("first_error").first_error; }
   /// The GID index used for this QP's address (chosen automatically unless given).
   int gid_index() const noexcept { return parts_.gid_index; }
   std::uint8_t port() const noexcept { return parts_.port; }
   typename B::qp native() const noexcept { return parts_.qp; }
   /// The state the device reports (a setup call: it may throw).
-  qp_state query_state() const { return B::query_qp_state(parts_.qp); }
+  qp_state query_state() const {
+    link_("query_state");
+    return B::query_qp_state(parts_.qp);
+  }
 
   /// What the peer needs to connect to this QP (or to address it, on UD).
-  endpoint local_endpoint() const noexcept {
-    return {parts_.lid, parts_.link->qp_num, parts_.psn, parts_.local_gid, parts_.active_mtu};
+  endpoint local_endpoint() const {
+    return {parts_.lid, link_("local_endpoint").qp_num, parts_.psn, parts_.local_gid, parts_.active_mtu};
   }
 
   // ---- connection steps --------------------------------------------------------------
 
   /// INIT→RTR→RTS against `peer` (RC/UC), with the transport's exact attribute masks.
+  /// The options are checked before the QP is touched (usage_error). If the device
+  /// refuses a step, verbs_error is thrown and this object stays a valid INIT queue
+  /// pair: after a refused RTR→RTS the QP is taken back through RESET to INIT (which
+  /// drops the receives posted so far: the message says so), so connect can be retried.
   queue_pair<B, T, S, qp_state::rts> connect(const endpoint& peer, const connect_options& o = {}) && {
     static_assert(T::connected,
                   "UD queue pairs have no peer to connect to: use std::move(qp).activate(), then "
                   "send to ah.to(remote_qpn)");
     static_assert(State == qp_state::init, "connect(): this queue pair is already connected");
+    link_("connect");
+    detail::check_connect(peer, o);
     auto& p = parts_;
     const port_attr pa = p.dev->port(p.port);
     qp_attr a;
@@ -405,7 +454,7 @@ class queue_pair {
       b.max_rd_atomic = static_cast<std::uint8_t>(
           std::min<std::uint32_t>(o.max_rd_atomic, p.dev->attr.max_qp_init_rd_atom));
     }
-    modify_(b, T::rts_mask, "RTR→RTS");
+    to_rts_or_back_to_init_(b);
     return queue_pair<B, T, S, qp_state::rts>(std::move(parts_));
   }
 
@@ -414,13 +463,14 @@ class queue_pair {
     static_assert(!T::connected,
                   "RC/UC queue pairs are connected to one peer: use std::move(qp).connect(peer)");
     static_assert(State == qp_state::init, "activate(): this queue pair is already active");
+    link_("activate");
     qp_attr a;
     a.state = qp_state::rtr;
     modify_(a, T::rtr_mask, "INIT→RTR");
     qp_attr b;
     b.state = qp_state::rts;
     b.sq_psn = parts_.psn;
-    modify_(b, T::rts_mask, "RTR→RTS");
+    to_rts_or_back_to_init_(b);
     return queue_pair<B, T, S, qp_state::rts>(std::move(parts_));
   }
 
@@ -443,7 +493,10 @@ class queue_pair {
   /// Posts one receive per buffer with wr_ids first_wr_id, first_wr_id + 1, ...; one
   /// doorbell per 32 receives. `posted` says how many went in.
   [[nodiscard]] post_result post_recvs(std::span<const local_buffer> bufs, std::uint64_t first_wr_id) noexcept {
+    if (RDMAKIT_UNLIKELY(!parts_.link)) return {post_status::empty_handle, 0, 0};
     auto& l = *parts_.link;
+    if (RDMAKIT_UNLIKELY(!bufs.empty() && ((first_wr_id | (first_wr_id + bufs.size() - 1)) & detail::recv_wr_bit)))
+      return {post_status::bad_wr_id, 0, 0};
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
     if (RDMAKIT_UNLIKELY(l.rq_depth - l.rq_held < bufs.size())) return {post_status::rq_full, 0, 0};
     if constexpr (T::recv_offset != 0)
@@ -608,31 +661,39 @@ class queue_pair {
   }
 
   /// Posts every WR of `batch` with one doorbell. All or nothing on credits; if the
-  /// device refuses a WR, `posted` is the index of that WR (its bad_wr) and the ones
-  /// before it are posted. The batch is cleared when all were posted.
+  /// device refuses a WR, `posted` is the index of that WR (its bad_wr), the ones before
+  /// it are posted and removed from the batch, which keeps the rest. The batch is
+  /// cleared when all were posted.
   template <std::size_t Max, std::size_t SgePerWr>
   [[nodiscard]] post_result post(send_batch<B, T, Max, SgePerWr>& batch) noexcept {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     const std::size_t n = batch.size();
     if (n == 0) return {post_status::ok, 0, 0};
+    if (RDMAKIT_UNLIKELY(!parts_.link)) return {post_status::empty_handle, 0, 0};
     auto& l = *parts_.link;
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
     if (RDMAKIT_UNLIKELY(l.sq.available() < n)) return {post_status::sq_full, 0, 0};
     auto* w = batch.wrs_.data();
     bool sig[Max];
+    std::uint64_t ids = 0;
     auto plan = l.sq.start();
     for (std::size_t i = 0; i < n; ++i) {
       const auto& e = batch.entries_[i];
+      ids |= e.wr_id;
       sig[i] = plan.template next<S>(has_any(e.flags, send_flags::signaled));
-      B::set_send(w[i], e.wr_id & ~detail::recv_wr_bit, e.op, final_flags_(e.op, e.flags, e.total, sig[i]),
+      B::set_send(w[i], e.wr_id, e.op, final_flags_(e.op, e.flags, e.total, sig[i]),
                   batch.sges_.data() + e.first_sge, e.num_sge);
       if (i) B::set_next(w[i - 1], &w[i]);
     }
+    if (RDMAKIT_UNLIKELY(ids & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
     typename B::send_wr* bad = nullptr;
     int e = B::post_send(parts_.qp, w, &bad);
     std::size_t k = e ? (bad ? static_cast<std::size_t>(bad - w) : 0) : n;
     for (std::size_t i = 0; i < k; ++i) l.sq.commit(sig[i]);
-    if (e) return {post_status::backend_error, e, static_cast<std::uint32_t>(k)};
+    if (e) {
+      batch.drop_front_(k);  // the batch keeps exactly the WRs that were not posted
+      return {post_status::backend_error, e, static_cast<std::uint32_t>(k)};
+    }
     batch.clear();
     return {post_status::ok, 0, static_cast<std::uint32_t>(n)};
   }
@@ -644,14 +705,43 @@ class queue_pair {
 
   explicit queue_pair(detail::qp_parts<B>&& p) noexcept : parts_(std::move(p)) {}
 
-  void modify_(const qp_attr& a, qp_attr_mask m, const char* step) {
+  const detail::qp_link<B>& link_(const char* call) const {
+    if (RDMAKIT_UNLIKELY(!parts_.link)) detail::throw_empty("queue_pair", call);
+    return *parts_.link;
+  }
+
+  void modify_(const qp_attr& a, qp_attr_mask m, const char* step, const std::string& note = {}) {
     try {
       B::modify_qp(parts_.qp, a, m);
     } catch (const verbs_error& e) {
       throw verbs_error(e.verb(), e.errno_value(),
                         std::string(step) + " of " + std::string(T::name) + " QP " +
                             std::to_string(parts_.link->qp_num) + " with mask " + to_string(m) +
-                            " failed: " + e.what());
+                            " failed: " + e.detail() + note);
+    }
+  }
+
+  // RTR→RTS; if the device refuses, RESET→INIT again so the type (INIT) and the device
+  // state agree, then rethrow.
+  void to_rts_or_back_to_init_(const qp_attr& rts) {
+    try {
+      modify_(rts, T::rts_mask, "RTR→RTS");
+    } catch (const verbs_error& e) {
+      const std::uint32_t dropped = parts_.link->rq_held;
+      std::string note = "; the queue pair was reset to INIT";
+      if (dropped) note += " and its " + std::to_string(dropped) + " posted receive(s) dropped: post them again";
+      note += " before retrying connect";
+      try {
+        qp_attr r;
+        r.state = qp_state::reset;
+        B::modify_qp(parts_.qp, r, qp_attr_mask::state);
+        B::modify_qp(parts_.qp, parts_.init_attr, T::init_mask);
+        parts_.link->rq_held = 0;
+      } catch (const verbs_error& back) {
+        note = "; taking it back to INIT failed too (" + back.detail() + "): destroy this queue pair";
+        parts_.link->error = true;
+      }
+      throw verbs_error(e.verb(), e.errno_value(), e.detail() + note);
     }
   }
 
@@ -680,7 +770,7 @@ class queue_pair {
                                          send_flags flags, Fill&& fill) noexcept {
     typename B::sge s;
     B::set_sge(s, buf.addr, buf.length, buf.lkey);
-    detail::send_desc<B> d;
+    detail::send_desc<B> d{};  // {}: no -Wmaybe-uninitialized in user code; unread fields are dead stores
     d.wr_id = wr_id;
     d.op = op;
     d.flags = flags;
@@ -695,7 +785,7 @@ class queue_pair {
   RDMAKIT_ALWAYS_INLINE post_result many_(opcode op, std::span<const local_buffer> sgl, std::uint64_t wr_id,
                                           send_flags flags, Fill&& fill) noexcept {
     typename B::sge s[detail::max_stack_sge];
-    detail::send_desc<B> d;
+    detail::send_desc<B> d{};
     d.total = 0;
     int n = to_sges_(sgl, s, d.total);
     if (RDMAKIT_UNLIKELY(n < 0)) return {post_status::backend_error, EINVAL, 0};
@@ -720,13 +810,14 @@ class queue_pair {
 
   RDMAKIT_ALWAYS_INLINE void build_(typename B::send_wr& w, const detail::send_desc<B>& d, typename B::sge* sg,
                                     bool sig) const noexcept {
-    B::set_send(w, d.wr_id & ~detail::recv_wr_bit, d.op, final_flags_(d.op, d.flags, d.total, sig), sg,
-                d.num_sge);
+    B::set_send(w, d.wr_id, d.op, final_flags_(d.op, d.flags, d.total, sig), sg, d.num_sge);
     detail::set_op_fields<B, T>(w, d);
   }
 
   RDMAKIT_ALWAYS_INLINE post_result post_send_(const detail::send_desc<B>& d) noexcept {
+    if (RDMAKIT_UNLIKELY(!parts_.link)) return {post_status::empty_handle, 0, 0};
     auto& l = *parts_.link;
+    if (RDMAKIT_UNLIKELY(d.wr_id & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
     if (RDMAKIT_UNLIKELY(l.sq.available() == 0)) return {post_status::sq_full, 0, 0};
     const bool sig = l.sq.template must_signal<S>(has_any(d.flags, send_flags::signaled));
@@ -741,7 +832,9 @@ class queue_pair {
 
   RDMAKIT_ALWAYS_INLINE post_result post_recv_(typename B::sge* s, int n, std::uint32_t total,
                                                std::uint64_t wr_id) noexcept {
+    if (RDMAKIT_UNLIKELY(!parts_.link)) return {post_status::empty_handle, 0, 0};
     auto& l = *parts_.link;
+    if (RDMAKIT_UNLIKELY(wr_id & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
     if constexpr (T::recv_offset != 0)
       if (RDMAKIT_UNLIKELY(total < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
@@ -855,6 +948,15 @@ class send_batch {
   template <verbs_backend, transport, signaling, qp_state>
   friend class queue_pair;
 
+  // After a partial post: forget the first k WRs (their SGEs stay until clear()).
+  void drop_front_(std::size_t k) noexcept {
+    for (std::size_t i = k; i < n_; ++i) {
+      wrs_[i - k] = wrs_[i];
+      entries_[i - k] = entries_[i];
+    }
+    n_ -= k;
+  }
+
   template <access A>
   static void rem_(detail::send_desc<B>& d, const remote_region<A>& r) noexcept {
     d.raddr = r.addr();
@@ -865,7 +967,7 @@ class send_batch {
   bool add_(opcode op, std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags,
             Fill&& fill) noexcept {
     if (n_ == Max || nsge_ + sgl.size() > Max * SgePerWr) return false;
-    detail::send_desc<B> d;
+    detail::send_desc<B> d{};
     d.wr_id = wr_id;
     d.op = op;
     d.flags = flags;

@@ -1,9 +1,14 @@
 #pragma once
-// What every object created from a device needs to know about it. Heap-allocated by
-// device<B> so the device handle can move while PDs and QPs keep pointing at it.
+// The shared control blocks behind the RAII handles. Each child keeps what it depends
+// on alive (as rust-ibverbs keeps Arcs to its parents): a protection domain holds its
+// device, a region, address handle or queue pair holds its PD, a queue pair holds its
+// completion queues. The native object is destroyed when the last owner goes, so no
+// order of destruction or move can reach a destroyed parent. Setup shares ownership
+// (shared_ptr copies); the data path only follows raw pointers held by live objects.
 #include <rdmakit/backend.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -15,6 +20,13 @@ struct device_state {
   std::string name;
   device_attr attr{};
 
+  device_state() = default;
+  device_state(const device_state&) = delete;
+  device_state& operator=(const device_state&) = delete;
+  ~device_state() {
+    if (ctx != typename B::context{}) B::close_device(ctx);
+  }
+
   port_attr port(std::uint8_t n) const {
     if (n == 0 || n > attr.phys_port_cnt)
       throw verbs_error("ibv_query_port", EINVAL,
@@ -23,6 +35,24 @@ struct device_state {
     return B::query_port(ctx, n);
   }
 };
+
+template <class B>
+struct pd_state {
+  std::shared_ptr<const device_state<B>> dev;
+  typename B::pd pd{};
+
+  explicit pd_state(std::shared_ptr<const device_state<B>> d) : dev(std::move(d)), pd(B::alloc_pd(dev->ctx)) {}
+  pd_state(const pd_state&) = delete;
+  pd_state& operator=(const pd_state&) = delete;
+  ~pd_state() {
+    if (pd != typename B::pd{}) B::dealloc_pd(pd);
+  }
+};
+
+template <class B>
+using device_ref = std::shared_ptr<const device_state<B>>;
+template <class B>
+using pd_ref = std::shared_ptr<const pd_state<B>>;
 
 }  // namespace detail
 RDMAKIT_END_NAMESPACE

@@ -4,6 +4,7 @@
 // Both live on the heap so the RAII handles stay movable while pointers stay valid.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/completion.hpp>
+#include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/signaling.hpp>
 
 #include <algorithm>
@@ -63,8 +64,11 @@ struct qp_link {
   }
 };
 
+// Owned by the completion_queue handle and by every queue pair attached to it: the
+// native CQ is destroyed when the last of them goes, after its QPs.
 template <class B>
 struct cq_block {
+  device_ref<B> dev;
   typename B::cq cq{};
   typename B::channel channel{};
   int capacity = 0;
@@ -74,6 +78,15 @@ struct cq_block {
   unsigned unacked = 0;
   bool armed = false;
   std::uint64_t unrouted = 0;
+
+  cq_block() = default;
+  cq_block(const cq_block&) = delete;
+  cq_block& operator=(const cq_block&) = delete;
+  ~cq_block() {
+    if (unacked && cq != typename B::cq{}) B::ack_cq_events(cq, unacked);
+    if (cq != typename B::cq{}) B::destroy_cq(cq);
+    if (channel != typename B::channel{}) B::destroy_comp_channel(channel);
+  }
 
   RDMAKIT_ALWAYS_INLINE qp_link<B>* find(std::uint32_t qpn) noexcept {
     if (RDMAKIT_LIKELY(last && last->qp_num == qpn)) return last;

@@ -641,7 +641,16 @@ inline void on_response(fabric_state& f, std::uint32_t qpn, std::uint64_t seq, s
     case response::kind::ack:
       w->state = send_wqe::phase::done;
       w->status = wc_status::success;
-      if (w->op == opcode::rdma_read || is_atomic(w->op)) scatter(w->sges, r.data.data(), r.data.size());
+      if (w->op == opcode::rdma_read || is_atomic(w->op)) {
+        // The local region may have been deregistered since the WR was issued: the HCA
+        // writes only into live regions, else the WR fails (LOC_PROT_ERR), as hardware.
+        bool live = true;
+        for (const auto& s : w->sges) live = live && local_sge_ok(f, q->pd, s, true);
+        if (live)
+          scatter(w->sges, r.data.data(), r.data.size());
+        else
+          w->status = wc_status::loc_prot_err;
+      }
       q->retries_left = q->attr.retry_cnt;
       q->rnr_left = q->attr.rnr_retry;
       break;

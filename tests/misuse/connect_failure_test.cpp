@@ -1,0 +1,129 @@
+// connect() checks its options before touching the QP, and when the device refuses a
+// step the object left behind is an INIT queue pair whose device state is INIT too.
+#include "fixture.hpp"
+
+using namespace policy_test;
+
+namespace {
+
+// The mock, except that it refuses the next `refuse_rts` RTR→RTS transitions after
+// `allow_rts` more succeed: a device-side failure half-way through connect.
+struct rts_refusing : backends::mock {
+  static inline int allow_rts = 0;
+  static inline int refuse_rts = 0;
+  static void modify_qp(qp q, const qp_attr& a, qp_attr_mask m) {
+    if (a.state == qp_state::rts && refuse_rts > 0) {
+      if (allow_rts > 0) {
+        --allow_rts;
+      } else {
+        --refuse_rts;
+        throw verbs_error("ibv_modify_qp", EINVAL, "injected: RTS refused");
+      }
+    }
+    backends::mock::modify_qp(q, a, m);
+  }
+};
+static_assert(verbs_backend<rts_refusing>);
+using R = rts_refusing;
+
+}  // namespace
+
+TEST_CASE("options out of range are refused before the QP is touched; connect can be retried") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto rx = x.pd.allocate<rw_access>(64);
+  auto qp = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8});
+  auto peer = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
+  REQUIRE(qp.post_recv(rx.local(), 1).ok());
+  auto with = [](auto set) {
+    connect_options o;
+    set(o);
+    return o;
+  };
+  const std::pair<const char*, connect_options> bad[] = {
+      {"retry_cnt", with([](auto& o) { o.retry_cnt = 8; })},
+      {"rnr_retry", with([](auto& o) { o.rnr_retry = 9; })},
+      {"connect_options::timeout", with([](auto& o) { o.timeout = 32; })},
+      {"min_rnr_timer", with([](auto& o) { o.min_rnr_timer = 40; })},
+      {"sl", with([](auto& o) { o.sl = 16; })},
+      {"path_mtu", with([](auto& o) { o.path_mtu = static_cast<mtu>(9); })},
+  };
+  for (const auto& [name, o] : bad) {
+    CAPTURE(name);
+    CHECK_THROWS_WITH_AS((void)std::move(qp).connect(peer.local_endpoint(), o), doctest::Contains(name), usage_error);
+    REQUIRE(qp);
+    CHECK(qp.query_state() == qp_state::init);
+    CHECK(qp.posted_recvs() == 1);
+  }
+  endpoint far = peer.local_endpoint();
+  far.qpn = 1u << 24;
+  CHECK_THROWS_WITH_AS((void)std::move(qp).connect(far), doctest::Contains("24 bits"), usage_error);
+  auto live = std::move(qp).connect(peer.local_endpoint());
+  CHECK(live.query_state() == qp_state::rts);
+}
+
+TEST_CASE("RTR→RTS refused by the device: the queue pair is back in INIT, on the device too") {
+  mock::fabric fab;
+  device<R> dx("mock0"), dy("mock1");
+  auto pdx = dx.create_pd();
+  auto pdy = dy.create_pd();
+  auto cqx = dx.create_cq(64);
+  auto cqy = dy.create_cq(64);
+  auto rx = pdx.allocate<rw_access>(64);
+  auto qp = pdx.create_qp<rc>(cqx, qp_cap{8, 8});
+  auto peer = pdy.create_qp<rc>(cqy, qp_cap{8, 8});
+  REQUIRE(qp.post_recv(rx.local(), 1).ok());
+  R::allow_rts = 0;
+  R::refuse_rts = 1;
+  CHECK_THROWS_WITH_AS((void)std::move(qp).connect(peer.local_endpoint()),
+                       doctest::Contains("reset to INIT and its 1 posted receive(s) dropped"), verbs_error);
+  REQUIRE(qp);
+  CHECK(qp.query_state() == qp_state::init);
+  CHECK(qp.posted_recvs() == 0);
+  REQUIRE(qp.post_recv(rx.local(), 2).ok());
+  auto live = std::move(qp).connect(peer.local_endpoint());  // a retry works
+  CHECK(live.query_state() == qp_state::rts);
+  CHECK(live.posted_recvs() == 1);
+}
+
+TEST_CASE("a failed verbs error says the verb and errno once") {
+  mock::fabric fab;
+  device<R> dx("mock0");
+  auto pdx = dx.create_pd();
+  auto cqx = dx.create_cq(64);
+  auto qp = pdx.create_qp<uc>(cqx, qp_cap{8, 8});
+  auto ep = qp.local_endpoint();
+  R::allow_rts = 0;
+  R::refuse_rts = 1;
+  try {
+    (void)std::move(qp).connect(ep);
+    FAIL("connect should have thrown");
+  } catch (const verbs_error& e) {
+    const std::string w = e.what();
+    CAPTURE(w);
+    CHECK(w.find("ibv_modify_qp") == w.rfind("ibv_modify_qp"));
+    CHECK(w.find("Invalid argument") == w.rfind("Invalid argument"));
+    CHECK(e.detail().find("RTR→RTS") != std::string::npos);
+  }
+}
+
+TEST_CASE("qp_pool::connect refused half-way: the pool is emptied, find() is safe, the error says so") {
+  mock::fabric fab;
+  device<R> dx("mock0"), dy("mock1");
+  auto pdx = dx.create_pd();
+  auto pdy = dy.create_pd();
+  auto cqx = dx.create_cq(256);
+  auto cqy = dy.create_cq(256);
+  auto pool = pdx.create_qp_pool<rc>(cqx, 3, qp_cap{8, 8});
+  auto peers = pdy.create_qp_pool<rc>(cqy, 3, qp_cap{8, 8});
+  const auto eps = peers.local_endpoints();
+  const auto qpn0 = pool[0].qp_num();
+  CHECK_THROWS_AS((void)std::move(pool).connect(std::span<const endpoint>(eps.data(), 2)), usage_error);
+  CHECK(pool.size() == 3);
+  R::allow_rts = 1;
+  R::refuse_rts = 1;
+  CHECK_THROWS_WITH_AS((void)std::move(pool).connect(eps), doctest::Contains("queue pair 1 of 3"), verbs_error);
+  CHECK(pool.size() == 0);
+  CHECK(pool.find(qpn0) == nullptr);
+  CHECK(cqx.attached() == 0);
+}
