@@ -35,7 +35,14 @@ struct deadline {
   clock::time_point at;
   std::chrono::milliseconds budget;
 
-  static deadline after(std::chrono::milliseconds ms) { return {clock::now() + ms, ms}; }
+  /// Saturates: now() + ms is in nanoseconds, where milliseconds::max() would overflow
+  /// (and expire at once); a budget past the clock's range means no practical limit.
+  static deadline after(std::chrono::milliseconds ms) {
+    const auto now = clock::now();
+    if (ms.count() <= 0) return {now, ms};
+    const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(clock::time_point::max() - now);
+    return {ms >= room ? clock::time_point::max() : now + ms, ms};
+  }
   int remaining_ms() const noexcept {
     auto left = std::chrono::ceil<std::chrono::milliseconds>(at - clock::now()).count();
     if (left <= 0) return 0;

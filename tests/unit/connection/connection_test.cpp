@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <climits>
 #include <cstring>
 #include <chrono>
 #include <future>
@@ -332,6 +333,25 @@ TEST_CASE("client: a server that answers but never acknowledges... is the client
   CHECK(wire::parse_pingpong(std::string_view(reply, 52)).qpn == sample_endpoint().qpn);
   // ...and no "done".
   CHECK(error_of([&] { server.get(); }) == exchange_errc::timeout);
+}
+
+TEST_CASE("milliseconds::max() timeouts mean no practical limit, not an overflow") {
+  // now() + milliseconds::max() overflowed the clock's nanoseconds: every wait expired at once.
+  const auto forever = std::chrono::milliseconds::max();
+  auto d = tcp::deadline::after(forever);
+  CHECK_FALSE(d.expired());
+  CHECK(d.remaining_ms() == INT_MAX);
+
+  exchange_listener l(0, "127.0.0.1");
+  exchange_options o;
+  o.timeout = forever;
+  o.accept_timeout = forever;
+  int callbacks = 0;  // each callback restarts the deadline: that path too
+  auto server = serve(l, sample_endpoint(), o, [&](const connection_info&) { ++callbacks; });
+  CHECK(exchange_client("127.0.0.1", l.port(), other_endpoint(), o, [&](const connection_info&) { ++callbacks; })
+            .ep == sample_endpoint());
+  CHECK(server.get().ep == other_endpoint());
+  CHECK(callbacks == 2);
 }
 
 // ---------------------------------------------------------------------------------------
