@@ -105,9 +105,10 @@ inline constexpr std::uint16_t pingpong_port = 18515;
 struct exchange_options {
   wire_format format = wire_format::rdmakit;
   /// Bound on one exchange once a client is there: connect, send, receive, callback
-  /// excluded, acknowledgement.
+  /// excluded, acknowledgement. Must be positive; milliseconds::max(): no practical limit.
   std::chrono::milliseconds timeout{10'000};
-  /// How long a server waits for a client to connect; zero or less: `timeout`.
+  /// How long a server waits for a client to connect; 0 (the default): `timeout`.
+  /// Negative: refused.
   std::chrono::milliseconds accept_timeout{0};
   /// Client: retry a refused connection (server not started yet) until `timeout`.
   bool retry_refused = false;
@@ -392,6 +393,21 @@ inline std::string describe(const endpoint& ep) {
 
 namespace detail {
 
+/// Refuses timeouts that cannot be waited for before any socket work: a deadline
+/// already past would fail later as a puzzling "timed out after -5 ms".
+inline void check_timeouts(const exchange_options& o) {
+  if (o.timeout.count() <= 0)
+    throw exchange_error(exchange_errc::invalid_argument,
+                         "exchange_options::timeout must be positive (got " + std::to_string(o.timeout.count()) +
+                             " ms): give the longest wait in milliseconds, or milliseconds::max() for no limit");
+  if (o.accept_timeout.count() < 0)
+    throw exchange_error(exchange_errc::invalid_argument,
+                         "exchange_options::accept_timeout must be positive, or 0 to use timeout (got " +
+                             std::to_string(o.accept_timeout.count()) +
+                             " ms): give the longest wait for a client in milliseconds, or milliseconds::max() "
+                             "for no limit");
+}
+
 inline void send_record(int fd, const connection_info& local, const exchange_options& o,
                         const tcp::deadline& d) {
   if (o.format == wire_format::pingpong) {
@@ -470,6 +486,7 @@ class exchange_listener {
   /// Waits for one client (up to `accept_timeout`) and exchanges records with it.
   connection_info exchange(const connection_info& local, const exchange_options& o = {},
                            const on_peer_fn& on_peer = {}) {
+    detail::check_timeouts(o);
     const auto accept_budget = o.accept_timeout.count() > 0 ? o.accept_timeout : o.timeout;
     detail::tcp::socket_fd c = listener_.accept(detail::tcp::deadline::after(accept_budget));
     auto d = detail::tcp::deadline::after(o.timeout);
@@ -497,6 +514,7 @@ inline connection_info exchange_server(std::uint16_t port, const connection_info
 /// Client side: connects to host:port and exchanges records.
 inline connection_info exchange_client(const std::string& host, std::uint16_t port, const connection_info& local,
                                        const exchange_options& o = {}, const on_peer_fn& on_peer = {}) {
+  detail::check_timeouts(o);
   auto d = detail::tcp::deadline::after(o.timeout);
   detail::tcp::socket_fd c = detail::tcp::connect(host, port, d, o.retry_refused);
   detail::send_record(c.get(), local, o, d);

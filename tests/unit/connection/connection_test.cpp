@@ -354,6 +354,40 @@ TEST_CASE("milliseconds::max() timeouts mean no practical limit, not an overflow
   CHECK(callbacks == 2);
 }
 
+TEST_CASE("zero or negative timeouts are refused up front, naming the option and the value") {
+  exchange_listener l(0, "127.0.0.1");
+  tcp::listener mute(0, "127.0.0.1");  // a client that took the options would connect here and wait
+  struct bad_option {
+    std::string field;
+    long long ms;
+  };
+  // accept_timeout 0 is its documented default ("use timeout"): only negatives are wrong.
+  const bad_option cases[] = {{"timeout", 0}, {"timeout", -5}, {"accept_timeout", -5}};
+  for (const auto& c : cases) {
+    CAPTURE(c.field);
+    CAPTURE(c.ms);
+    exchange_options o = fast();
+    o.timeout = o.accept_timeout = 2000ms;  // the other field: long, so a wait would show
+    (c.field == "timeout" ? o.timeout : o.accept_timeout) = std::chrono::milliseconds(c.ms);
+    for (bool server_side : {true, false}) {
+      CAPTURE(server_side);
+      const auto t0 = std::chrono::steady_clock::now();
+      CHECK(error_of([&] {
+              if (server_side) l.exchange(sample_endpoint(), o);
+              else exchange_client("127.0.0.1", mute.port(), other_endpoint(), o);
+            }) == exchange_errc::invalid_argument);
+      CHECK(std::chrono::steady_clock::now() - t0 < 100ms);
+      CHECK(last_error.find("exchange_options::" + c.field + " must be positive") != std::string::npos);
+      CHECK(last_error.find("(got " + std::to_string(c.ms) + " ms)") != std::string::npos);
+    }
+  }
+  // accept_timeout 0: the server waits `timeout` for a client.
+  exchange_options o = fast();
+  o.accept_timeout = 0ms;
+  CHECK(error_of([&] { l.exchange(sample_endpoint(), o); }) == exchange_errc::timeout);
+  CHECK(last_error.find("within 200 ms") != std::string::npos);
+}
+
 // ---------------------------------------------------------------------------------------
 // Malformed input over the wire; the listener survives each
 
