@@ -178,6 +178,17 @@ inline bool parse_number(std::string_view s, std::uint64_t max, std::uint64_t& o
   out = v;
   return true;
 }
+/// Parses a fixed-width decimal field: digits only (no sign, no "0x"), as documented.
+inline bool parse_digits(std::string_view s, std::uint64_t& out) noexcept {
+  if (s.empty()) return false;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  out = v;
+  return true;
+}
 /// True when `bytes` starts like an ibv_*_pingpong record ("hhhh:hhhhhh:").
 inline bool looks_like_pingpong(std::string_view bytes) noexcept {
   if (bytes.size() < 12) return false;
@@ -298,9 +309,13 @@ inline std::size_t parse_header(std::string_view h) {
                       h);
   }
   std::uint64_t ver = 0, len = 0;
-  if (!detail::parse_number(h.substr(8, 2), 99, ver) || h[10] != ' ' || h[15] != '\n' ||
-      !detail::parse_number(h.substr(11, 4), 9999, len))
+  if (!detail::parse_digits(h.substr(8, 2), ver) || h[10] != ' ' || h[15] != '\n')
     detail::malformed("rdmakit frame header is not \"rdmakit/VV LLLL\\n\"", h);
+  // Not parse_number: that would also take "0x53" (hex) for a payload length.
+  if (!detail::parse_digits(h.substr(11, 4), len))
+    detail::malformed("rdmakit frame header: the payload length LLLL must be four decimal digits (0000 to " +
+                          std::to_string(max_payload) + ")",
+                      h);
   if (ver != static_cast<std::uint64_t>(version))
     throw exchange_error(exchange_errc::version_mismatch,
                          "the peer speaks rdmakit wire format version " + std::to_string(ver) +

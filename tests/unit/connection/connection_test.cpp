@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <chrono>
 #include <future>
@@ -78,6 +79,23 @@ exchange_errc error_of(F&& f) {
 std::uint16_t free_port() {
   tcp::listener l(0, "127.0.0.1");
   return l.port();
+}
+
+/// Serves one exchange on `l` to a raw client that writes `bytes` and stays connected
+/// until the server has decided; returns the server's error (its text: last_error).
+exchange_errc serve_raw(exchange_listener& l, std::string_view bytes) {
+  auto server = serve(l, sample_endpoint(), fast());
+  auto s = raw_client(l.port());
+  raw_write(s, bytes);
+  CHECK(server.wait_for(2000ms) == std::future_status::ready);
+  return error_of([&] { server.get(); });
+}
+
+/// A good exchange on `l` still completes (after a rejected one).
+void check_still_serves(exchange_listener& l) {
+  auto server = serve(l, sample_endpoint(), fast());
+  CHECK(exchange_client("127.0.0.1", l.port(), other_endpoint(), fast()).ep == sample_endpoint());
+  CHECK(server.get().ep == other_endpoint());
 }
 
 }  // namespace
@@ -456,6 +474,36 @@ TEST_CASE("client rejects a malformed answer") {
   CHECK(error_of([&] { exchange_client("127.0.0.1", raw.port(), other_endpoint(), fast(wire_format::pingpong)); }) ==
         exchange_errc::malformed);
   fake.get();
+}
+
+TEST_CASE("rdmakit header: the length is four decimal digits, never hex") {
+  // It was parsed like a payload number, so "0x53" passed as 83.
+  CHECK(error_of([] { wire::parse_header("rdmakit/01 0x53\n"); }) == exchange_errc::malformed);
+  CHECK(last_error.find("length LLLL") != std::string::npos);
+  CHECK(error_of([] { wire::parse_header("rdmakit/01 0X00\n"); }) == exchange_errc::malformed);
+  CHECK(error_of([] { wire::parse_header("rdmakit/01 00ff\n"); }) == exchange_errc::malformed);
+  CHECK(wire::parse_header("rdmakit/01 0083\n") == 83);
+
+  exchange_listener l(0, "127.0.0.1");
+  const std::string payload = wire::encode(other_endpoint()).substr(wire::header_size);
+  char hex_len[8];
+  std::snprintf(hex_len, sizeof hex_len, "0x%02zx", payload.size());
+  REQUIRE(std::strlen(hex_len) == 4);
+  CHECK(serve_raw(l, "rdmakit/01 " + std::string(hex_len) + "\n" + payload) == exchange_errc::malformed);
+  CHECK(last_error.find("length LLLL") != std::string::npos);
+
+  // The acknowledgement is a header too: "rdmakit/01 0x00\n" is not the empty frame.
+  {
+    auto server = serve(l, sample_endpoint(), fast());
+    auto s = raw_client(l.port());
+    raw_write(s, wire::encode(other_endpoint()));
+    std::string reply(wire::encode(sample_endpoint()).size(), '\0');
+    tcp::read_exact(s.get(), reply.data(), reply.size(), tcp::deadline::after(2000ms), "reply");
+    raw_write(s, "rdmakit/01 0x00\n");
+    CHECK(error_of([&] { server.get(); }) == exchange_errc::malformed);
+    CHECK(last_error.find("length LLLL") != std::string::npos);
+  }
+  check_still_serves(l);
 }
 
 TEST_CASE("listening on a port in use is a clear error") {
