@@ -369,7 +369,12 @@ inline connection_info decode_payload(std::string_view payload) {
       case k_qpn: info.ep.qpn = static_cast<std::uint32_t>(number(0xFFFFFF)); break;
       case k_psn: info.ep.psn = static_cast<std::uint32_t>(number(0xFFFFFF)); break;
       case k_gid:
-        if (!gid::parse(value, info.ep.gid)) detail::malformed("rdmakit record: bad GID", line);
+        // 32 characters and gid::parse: exactly 32 hex digits (gid::parse alone also
+        // takes the colon form "fe80:0000:...").
+        if (value.size() != 32 || !gid::parse(value, info.ep.gid))
+          detail::malformed("rdmakit record: gid= must be 32 hex digits (the 16 GID bytes in network order, no "
+                            "colons)",
+                            line);
         break;
       case k_mtu:
         if (!mtu_from_bytes(static_cast<std::uint32_t>(number(4096)), info.ep.mtu))

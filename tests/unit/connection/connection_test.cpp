@@ -506,6 +506,19 @@ TEST_CASE("rdmakit header: the length is four decimal digits, never hex") {
   check_still_serves(l);
 }
 
+TEST_CASE("rdmakit record: gid= is 32 hex digits, not the colon form") {
+  std::string payload = wire::encode(other_endpoint()).substr(wire::header_size);
+  payload.replace(payload.find("gid=") + 4, 32, "fe80:0000:0000:0000:0202:03ff:fe04:0506");
+  CHECK(error_of([&] { wire::decode_payload(payload); }) == exchange_errc::malformed);
+  CHECK(last_error.find("gid= must be 32 hex digits") != std::string::npos);
+
+  exchange_listener l(0, "127.0.0.1");
+  CHECK(serve_raw(l, wire::frame_header(payload.size()) + payload) == exchange_errc::malformed);
+  CHECK(last_error.find("gid= must be 32 hex digits") != std::string::npos);
+  CHECK(last_error.find("fe80:0000") != std::string::npos);  // what was received
+  check_still_serves(l);
+}
+
 TEST_CASE("listening on a port in use is a clear error") {
   exchange_listener a(0, "127.0.0.1");
   CHECK(error_of([&] { exchange_listener b(a.port(), "127.0.0.1"); }) == exchange_errc::address);
