@@ -9,10 +9,11 @@ TEST_CASE("completions kept after the callback keep their values across later po
   mock::fabric fab;
   side x("mock0"), y("mock1");
   auto mr = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
   auto pair = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   std::vector<completion<B>> kept;
   for (std::uint64_t id = 10; id < 14; ++id) {
-    REQUIRE(pair.a.write(mr.local(), mr.remote(), id).ok());
+    REQUIRE(pair.a.write(mr.local(), dst.remote(), id).ok());
     // One per poll: each poll reuses the same stack batch.
     while (x.cq.poll([&](const completion<B>& c) { kept.push_back(c); }) == 0) {
     }

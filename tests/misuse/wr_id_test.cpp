@@ -8,6 +8,7 @@ TEST_CASE("wr_ids with bit 63 are refused with bad_wr_id on every post path; 2^6
   mock::fabric fab;
   side x("mock0"), y("mock1");
   auto mr = x.pd.allocate<rw_access>(256);
+  auto dst = y.pd.allocate<rw_access>(256);
   auto pair = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   constexpr std::uint64_t top = std::uint64_t{1} << 63;
   CHECK(pair.a.send(mr.local(0, 8), top | 5).status == post_status::bad_wr_id);
@@ -23,7 +24,7 @@ TEST_CASE("wr_ids with bit 63 are refused with bad_wr_id on every post path; 2^6
   CHECK(pair.a.send_credits() == 8);
   CHECK(std::string(post_result{post_status::bad_wr_id}.message()).find("bit 63") != std::string::npos);
 
-  REQUIRE(pair.b.post_recv(mr.local(128, 64), top - 1).ok());
+  REQUIRE(pair.b.post_recv(dst.local(128, 64), top - 1).ok());
   REQUIRE(pair.a.send(mr.local(0, 8), top - 2).ok());
   auto rx = collect(y.cq, 1);
   auto tx = collect(x.cq, 1);

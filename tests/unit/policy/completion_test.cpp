@@ -27,7 +27,7 @@ TEST_CASE("completion view: wr_id without the receive bit, imm in host order, UD
   CHECK(c.has_imm());
   if constexpr (std::endian::native == std::endian::little) CHECK(c.imm() == 0x01020304u);
   CHECK(c.status_message() == "success");
-  CHECK(&c.native() == &w);
+  CHECK(c.native().wr_id == w.wr_id);  // a copy: it may outlive the polled batch
 }
 
 TEST_CASE("send completions have no payload offset, even on UD") {
