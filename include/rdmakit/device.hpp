@@ -7,6 +7,7 @@
 #include <rdmakit/detail/gid_choice.hpp>
 #include <rdmakit/protection_domain.hpp>
 
+#include <concepts>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -23,8 +24,26 @@ class device {
 
   device() = default;
   /// Opens a device by name; an empty name opens the first one.
-  explicit device(std::string_view name) {
-    auto all = B::device_names();
+  explicit device(std::string_view name) { open_(B::device_names(), [&] { return B::open_device(name); }, name); }
+
+  /// Opens a device by name from a backend-specific source, passed explicitly (the
+  /// mock: `device<backends::mock> dev(fabric, "mock0")`).
+  template <class Source>
+    requires requires(Source& src, std::string_view n) {
+      { B::open_device(src, n) } -> std::same_as<typename B::context>;
+      { B::device_names(src) } -> std::same_as<std::vector<std::string>>;
+    }
+  device(Source& src, std::string_view name) {
+    open_(B::device_names(src), [&] { return B::open_device(src, name); }, name);
+  }
+  device(device&&) noexcept = default;
+  device& operator=(device&&) noexcept = default;
+  device(const device&) = delete;
+  device& operator=(const device&) = delete;
+
+ private:
+  template <class Open>
+  void open_(const std::vector<std::string>& all, Open&& open, std::string_view name) {
     if (all.empty())
       throw verbs_error("ibv_open_device", ENODEV,
                         std::string("no RDMA device found by the ") + std::string(B::name) +
@@ -41,16 +60,13 @@ class device {
       }
     }
     auto st = std::make_shared<detail::device_state<B>>();
-    st->ctx = B::open_device(name);  // closed by ~device_state if a query below throws
+    st->ctx = open();  // closed by ~device_state if a query below throws
     st->name = B::device_name(st->ctx);
     st->attr = B::query_device(st->ctx);
     st_ = std::move(st);
   }
-  device(device&&) noexcept = default;
-  device& operator=(device&&) noexcept = default;
-  device(const device&) = delete;
-  device& operator=(const device&) = delete;
 
+ public:
   explicit operator bool() const noexcept { return st_ != nullptr; }
   const std::string& name() const { return state("name").name; }
   const device_attr& attr() const { return state("attr").attr; }

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -90,8 +91,12 @@ struct mock {
 
   // Devices (from rdmakit::mock::fabric::current()).
   static std::vector<std::string> device_names();
+  static std::vector<std::string> device_names(rdmakit::mock::fabric& fab);
   /// Opens a device by name; an empty name opens the first one.
   static context open_device(std::string_view name);
+  /// Opens a device of `fab` (explicit: independent of fabric::current()).
+  static context open_device(rdmakit::mock::fabric& fab, std::string_view name);
+  static context open_device(std::shared_ptr<rdmakit::mock::detail::fabric_state> st, std::string_view name);
   static void close_device(context ctx) noexcept;
   static std::string device_name(context ctx);
   static device_attr query_device(context ctx);

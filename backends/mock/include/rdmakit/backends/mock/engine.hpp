@@ -19,9 +19,11 @@ inline std::mutex& registry_mutex() {
   static std::mutex m;
   return m;
 }
-inline fabric*& current_fabric_slot() {
-  static fabric* f = nullptr;
-  return f;
+// The live fabrics, oldest first: current() is the newest. A fabric removes itself
+// when destroyed, wherever it is in the list.
+inline std::vector<fabric*>& live_fabrics() {
+  static std::vector<fabric*> v;
+  return v;
 }
 
 inline gid_entry make_gid(const gid& g, std::uint32_t index, gid_type t) { return {g, index, t, true}; }
@@ -919,24 +921,35 @@ inline void validate_attr(fabric_state& f, qp_obj* q, const qp_attr& a, qp_attr_
 
 namespace mock {
 
-inline fabric::fabric(fabric_config config) : state_(std::make_unique<detail::fabric_state>()) {
+inline fabric::fabric(fabric_config config) : state_(std::make_shared<detail::fabric_state>()) {
   state_->cfg = std::move(config);
   state_->rng.seed(state_->cfg.seed);
   detail::build_devices(*state_);
   std::lock_guard lk(detail::registry_mutex());
-  previous_ = detail::current_fabric_slot();
-  detail::current_fabric_slot() = this;
+  detail::live_fabrics().push_back(this);
 }
 
 inline fabric::~fabric() {
   std::lock_guard lk(detail::registry_mutex());
-  if (detail::current_fabric_slot() == this) detail::current_fabric_slot() = previous_;
+  std::erase(detail::live_fabrics(), this);
 }
+
+namespace detail {
+// The newest live fabric's state, shared under the registry lock so a fabric destroyed
+// by another thread right after cannot take the state with it.
+inline std::shared_ptr<fabric_state> current_state() {
+  {
+    std::lock_guard lk(registry_mutex());
+    if (!live_fabrics().empty()) return live_fabrics().back()->shared_state();
+  }
+  return fabric::current().shared_state();
+}
+}  // namespace detail
 
 inline fabric& fabric::current() {
   {
     std::lock_guard lk(detail::registry_mutex());
-    if (auto* f = detail::current_fabric_slot()) return *f;
+    if (!detail::live_fabrics().empty()) return *detail::live_fabrics().back();
   }
   // The process default: made once, never destroyed (objects may outlive static destruction).
   static fabric* default_fabric = new fabric();

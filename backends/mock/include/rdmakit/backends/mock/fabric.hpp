@@ -88,10 +88,11 @@ struct fault {
   std::chrono::nanoseconds delay{0};
 };
 
-/// The set of mock devices a process sees. Constructing one makes it the current
-/// fabric (devices are opened from it) until it is destroyed, which restores the
-/// previous one; without any, a default fabric exists. Objects created from a fabric
-/// must be destroyed before it.
+/// A set of mock devices. Open devices from it explicitly with
+/// `device<backends::mock> dev(fab, "mock0")`: two fabrics (on two threads, say) are
+/// then independent. For the one-line default, `device<backends::mock> dev("mock0")`
+/// opens from the newest live fabric (the process default when there is none).
+/// Devices keep their fabric's state alive: the fabric object may be destroyed first.
 class fabric {
  public:
   explicit fabric(fabric_config config = {});
@@ -99,7 +100,8 @@ class fabric {
   fabric(const fabric&) = delete;
   fabric& operator=(const fabric&) = delete;
 
-  /// The innermost live fabric, or the process-wide default one.
+  /// The newest live fabric, or the process-wide default one. Destroying any fabric
+  /// removes it from the live set, whatever the order.
   static fabric& current();
 
   /// Simulated time. It advances when a poll finds nothing to return while events
@@ -123,10 +125,11 @@ class fabric {
   std::uint64_t packets_sent() const;
 
   detail::fabric_state& state() noexcept { return *state_; }
+  /// Shared with the contexts opened from this fabric.
+  const std::shared_ptr<detail::fabric_state>& shared_state() const noexcept { return state_; }
 
  private:
-  std::unique_ptr<detail::fabric_state> state_;
-  fabric* previous_ = nullptr;
+  std::shared_ptr<detail::fabric_state> state_;
 };
 
 }  // namespace mock

@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <deque>
 #include <functional>
 #include <map>
@@ -37,6 +38,7 @@ struct device_rt {
 class context_obj {
  public:
   fabric_state* fab = nullptr;
+  std::shared_ptr<fabric_state> keep;  // the fabric object may go first
   std::uint32_t dev = 0;
   std::deque<async_event> async_q;
   int children = 0;  // pds, cqs, channels

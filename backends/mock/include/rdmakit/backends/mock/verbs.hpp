@@ -8,21 +8,30 @@ namespace backends {
 
 namespace mockd = rdmakit::mock::detail;
 
-inline std::vector<std::string> mock::device_names() {
-  auto& f = rdmakit::mock::fabric::current().state();
+inline std::vector<std::string> mock::device_names() { return device_names(rdmakit::mock::fabric::current()); }
+
+inline std::vector<std::string> mock::device_names(rdmakit::mock::fabric& fab) {
+  auto& f = fab.state();
   std::lock_guard lk(f.mu);
   std::vector<std::string> out;
   for (auto& d : f.devices) out.push_back(d.cfg.name);
   return out;
 }
 
-inline mock::context mock::open_device(std::string_view name) {
-  auto& f = rdmakit::mock::fabric::current().state();
+inline mock::context mock::open_device(std::string_view name) { return open_device(mockd::current_state(), name); }
+
+inline mock::context mock::open_device(rdmakit::mock::fabric& fab, std::string_view name) {
+  return open_device(fab.shared_state(), name);
+}
+
+inline mock::context mock::open_device(std::shared_ptr<mockd::fabric_state> st, std::string_view name) {
+  auto& f = *st;
   std::lock_guard lk(f.mu);
   for (auto& d : f.devices) {
     if (!name.empty() && d.cfg.name != name) continue;
     auto* c = new mockd::context_obj;
     c->fab = &f;
+    c->keep = std::move(st);
     c->dev = d.index;
     f.contexts.insert(c);
     return c;
@@ -37,10 +46,14 @@ inline mock::context mock::open_device(std::string_view name) {
 inline void mock::close_device(context ctx) noexcept {
   if (!ctx) return;
   auto& f = mockd::fab_of(ctx);
-  std::lock_guard lk(f.mu);
-  if (ctx->children) return;  // objects still use it: the fabric releases it when it goes
-  f.contexts.erase(ctx);
-  delete ctx;
+  std::shared_ptr<mockd::fabric_state> last;  // released after the lock: it may free the fabric
+  {
+    std::lock_guard lk(f.mu);
+    if (ctx->children) return;  // objects still use it: the fabric releases it when it goes
+    f.contexts.erase(ctx);
+    last = std::move(ctx->keep);
+    delete ctx;
+  }
 }
 
 inline std::string mock::device_name(context ctx) {
