@@ -29,7 +29,8 @@ inline const char* explain(wc_status s) noexcept {
   switch (s) {
     case wc_status::success: return "success";
     case wc_status::loc_len_err:
-      return "a receive buffer is smaller than the incoming message (UD: payload + 40-byte GRH)";
+      return "a message does not fit: the receive buffer is smaller than the incoming message (UD: "
+             "payload + 40-byte GRH), or a UD send is larger than the path MTU (UD messages are one packet)";
     case wc_status::loc_qp_op_err:
       return "the WR is not valid for this queue pair (opcode, SGE count, inline size or state)";
     case wc_status::loc_prot_err:

@@ -209,15 +209,20 @@ struct qp_parts {
 
 inline std::string cq_too_small(int capacity, std::uint64_t reserved, std::size_t attached,
                                 std::string_view tname, std::uint32_t sends, std::uint32_t recvs,
-                                std::uint64_t need) {
+                                std::uint64_t need, std::uint32_t max_cqe) {
   std::string s = "CQ of " + std::to_string(capacity) + " entries is too small for a" +
                   (tname == "RC" ? "n " : " ") + std::string(tname) + " queue pair of " +
                   std::to_string(sends) + " send + " + std::to_string(recvs) + " receive WRs";
   if (attached)
     s += " (" + std::to_string(reserved) + " entries already promised to " + std::to_string(attached) +
          " attached queue pair" + (attached > 1 ? "s" : "") + ")";
-  s += ": create it with at least " + std::to_string(need) +
-       " entries (a CQ must hold the queue depths of every QP attached to it)";
+  if (need <= max_cqe)
+    s += ": create it with at least " + std::to_string(need) +
+         " entries (a CQ must hold the queue depths of every QP attached to it)";
+  else
+    s += ": it would need " + std::to_string(need) + " entries, above the device's max_cqe (" +
+         std::to_string(max_cqe) + "): give the queue pair separate send and receive CQs, attach fewer "
+         "queue pairs to this CQ, or lower max_send_wr/max_recv_wr";
   return s;
 }
 
@@ -297,7 +302,8 @@ class queue_pair {
     if (!scq) detail::throw_empty("completion_queue", "(create_qp: send CQ)");
     if (!rcq) detail::throw_empty("completion_queue", "(create_qp: receive CQ)");
     const detail::device_state<B>& dev = *pd->dev;
-    if (caps.max_send_wr < S::min_sq_depth)
+    // max_send_wr 0 is a receive-only queue pair (legal in verbs): sends return sq_full.
+    if (caps.max_send_wr != 0 && caps.max_send_wr < S::min_sq_depth)
       throw verbs_error("ibv_create_qp", EINVAL,
                         std::string(S::name) + "<" + std::to_string(S::min_sq_depth) +
                             "> signals every " + std::to_string(S::min_sq_depth) +
@@ -309,7 +315,8 @@ class queue_pair {
       if (need > static_cast<std::uint64_t>(scq->capacity))
         throw verbs_error("ibv_create_qp", EINVAL,
                           detail::cq_too_small(scq->capacity, scq->reserved, scq->routes.size(),
-                                               T::name, caps.max_send_wr, caps.max_recv_wr, need));
+                                               T::name, caps.max_send_wr, caps.max_recv_wr, need,
+                                               dev.attr.max_cqe));
     } else {
       std::uint64_t sneed = scq->reserved + caps.max_send_wr;
       std::uint64_t rneed = rcq->reserved + caps.max_recv_wr;
@@ -317,12 +324,12 @@ class queue_pair {
         throw verbs_error("ibv_create_qp", EINVAL,
                           "send " + detail::cq_too_small(scq->capacity, scq->reserved,
                                                          scq->routes.size(), T::name,
-                                                         caps.max_send_wr, 0, sneed));
+                                                         caps.max_send_wr, 0, sneed, dev.attr.max_cqe));
       if (rneed > static_cast<std::uint64_t>(rcq->capacity))
         throw verbs_error("ibv_create_qp", EINVAL,
                           "receive " + detail::cq_too_small(rcq->capacity, rcq->reserved,
                                                             rcq->routes.size(), T::name, 0,
-                                                            caps.max_recv_wr, rneed));
+                                                            caps.max_recv_wr, rneed, dev.attr.max_cqe));
     }
 
     queue_pair q;

@@ -79,12 +79,6 @@ inline fabric_state& fab_of(channel_obj* c) { return *c->ctx->fab; }
 
 inline device_rt& device_of(qp_obj* q) { return fab_of(q).devices[q->pd->ctx->dev]; }
 
-inline std::string hex(std::uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%x", v);
-  return buf;
-}
-
 /// RC local ACK timeout: 4.096 µs · 2^timeout; 0 disables the timer.
 inline clock_ns ack_timeout_ns(std::uint8_t timeout) { return timeout ? (std::uint64_t{4096} << timeout) : 0; }
 
@@ -850,6 +844,16 @@ inline bool wait_until(fabric_state& f, std::unique_lock<std::mutex>& lk, std::c
   throw verbs_error(verb, err, detail);
 }
 
+// A device refuses objects beyond its limits as hardware does (ENOMEM).
+inline void take_one(std::uint32_t& count, std::uint32_t max, const char* verb, const char* what,
+                     const char* limit, const device_rt& dev) {
+  if (count >= max)
+    fail(verb, ENOMEM,
+         std::to_string(max) + " " + what + " exist on " + dev.cfg.name + " already (its " + limit +
+             "): destroy one first" + " (mock: or raise device_config::limits." + limit + ")");
+  ++count;
+}
+
 inline const port_rt& port_checked(fabric_state& f, context_obj* ctx, std::uint8_t port, const char* verb) {
   auto& dev = f.devices[ctx->dev];
   if (port < 1 || port > dev.ports.size())
@@ -877,7 +881,7 @@ inline void validate_attr(fabric_state& f, qp_obj* q, const qp_attr& a, qp_attr_
   auto& dev = device_of(q);
   const char* verb = "ibv_modify_qp";
   auto bad = [&](const std::string& what) {
-    fail(verb, EINVAL, std::string(to_string(q->type)) + " QP " + hex(q->qpn) + ": " + what);
+    fail(verb, EINVAL, std::string(to_string(q->type)) + " QP " + std::to_string(q->qpn) + ": " + what);
   };
   std::uint8_t port = has_all(mask, m::port) ? a.port_num : q->attr.port_num;
   if (has_all(mask, m::port) && (a.port_num < 1 || a.port_num > dev.ports.size()))

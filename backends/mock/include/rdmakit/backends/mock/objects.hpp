@@ -29,10 +29,16 @@ struct port_rt {
   bool up = true;
 };
 
+// How many of each object a device has, against cfg.limits (max_pd, max_mr, ...).
+struct object_counts {
+  std::uint32_t pd = 0, mr = 0, cq = 0, qp = 0, ah = 0;
+};
+
 struct device_rt {
   device_config cfg;
   std::uint32_t index = 0;
   std::vector<port_rt> ports;  // ports[0] is port 1
+  object_counts count;
 };
 
 class context_obj {

@@ -3,6 +3,8 @@
 // then the engine. Every call takes the fabric lock.
 #include <rdmakit/backends/mock/engine.hpp>
 
+#include <thread>
+
 RDMAKIT_BEGIN_NAMESPACE
 namespace backends {
 
@@ -112,6 +114,8 @@ inline int mock::get_async_event(context ctx, std::chrono::milliseconds timeout,
 inline mock::pd mock::alloc_pd(context ctx) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
+  auto& dev = f.devices[ctx->dev];
+  mockd::take_one(dev.count.pd, dev.cfg.limits.max_pd, "ibv_alloc_pd", "protection domains", "max_pd", dev);
   auto* p = new mockd::pd_obj;
   p->ctx = ctx;
   ++ctx->children;
@@ -125,6 +129,7 @@ inline int mock::dealloc_pd(pd p) noexcept {
   std::lock_guard lk(f.mu);
   if (p->children) return EBUSY;  // MRs, QPs or AHs still use it
   --p->ctx->children;
+  --f.devices[p->ctx->dev].count.pd;
   f.pds.erase(p);
   delete p;
   return 0;
@@ -141,6 +146,8 @@ inline mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access flags)
   if (has_any(flags, access::remote_write | access::remote_atomic) && !has_all(flags, access::local_write))
     mockd::fail("ibv_reg_mr", EINVAL,
                 "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE too (" + to_string(flags) + " was asked)");
+  auto& dev = f.devices[p->ctx->dev];
+  mockd::take_one(dev.count.mr, limits.max_mr, "ibv_reg_mr", "memory regions", "max_mr", dev);
   auto* m = new mockd::mr_obj;
   m->pd = p;
   m->addr = reinterpret_cast<std::uint64_t>(addr);
@@ -162,6 +169,7 @@ inline int mock::dereg_mr(mr m) noexcept {
   f.by_lkey.erase(m->lkey);
   f.by_rkey.erase(m->rkey);
   --m->pd->children;
+  --f.devices[m->pd->ctx->dev].count.mr;
   delete m;
   return 0;
 }
@@ -173,6 +181,8 @@ inline mock::ah mock::create_ah(pd p, const ah_attr& attr) {
   auto& f = mockd::fab_of(p);
   std::lock_guard lk(f.mu);
   mockd::check_av(f, p->ctx, attr, "ibv_create_ah");
+  auto& dev = f.devices[p->ctx->dev];
+  mockd::take_one(dev.count.ah, dev.cfg.limits.max_ah, "ibv_create_ah", "address handles", "max_ah", dev);
   auto* a = new mockd::ah_obj;
   a->pd = p;
   a->attr = attr;
@@ -186,6 +196,7 @@ inline int mock::destroy_ah(ah a) noexcept {
   auto& f = mockd::fab_of(a->pd);
   std::lock_guard lk(f.mu);
   --a->pd->children;
+  --f.devices[a->pd->ctx->dev].count.ah;
   f.ahs.erase(a);
   delete a;
   return 0;
@@ -222,6 +233,8 @@ inline mock::cq mock::create_cq(context ctx, int cqe, channel ch, int comp_vecto
                     " (the device's max_cqe)");
   if (comp_vector < 0) mockd::fail("ibv_create_cq", EINVAL, "negative comp_vector");
   if (ch && ch->ctx != ctx) mockd::fail("ibv_create_cq", EINVAL, "the completion channel belongs to another device");
+  auto& dev = f.devices[ctx->dev];
+  mockd::take_one(dev.count.cq, limits.max_cq, "ibv_create_cq", "completion queues", "max_cq", dev);
   auto* c = new mockd::cq_obj;
   c->ctx = ctx;
   c->channel = ch;
@@ -249,6 +262,7 @@ inline int mock::destroy_cq(cq c) noexcept {
     for (auto it = ctx->async_q.begin(); it != ctx->async_q.end();)
       it = it->object == c ? ctx->async_q.erase(it) : it + 1;
   --c->ctx->children;
+  --f.devices[c->ctx->dev].count.cq;
   f.cqs.erase(c);
   delete c;
   return 0;
@@ -283,7 +297,7 @@ inline int mock::get_cq_event(channel ch, std::chrono::milliseconds timeout, cq&
   auto& f = mockd::fab_of(ch);
   std::unique_lock lk(f.mu);
   const auto until = mockd::deadline_after(timeout);
-  for (;;) {
+  for (unsigned jumps = 0;;) {
     mockd::run_due(f);
     if (!ch->events.empty()) {
       out = ch->events.front();
@@ -291,7 +305,17 @@ inline int mock::get_cq_event(channel ch, std::chrono::milliseconds timeout, cq&
       ++out->events_delivered;
       return 0;
     }
-    if (mockd::jump(f)) continue;  // simulated time passes while we wait
+    if (mockd::jump(f)) {  // simulated time passes while we wait
+      // A timer source can be endless (rnr_retry = 7 toward a peer that never posts a
+      // receive): the wall-clock timeout still holds, and other threads get the lock.
+      if (std::chrono::steady_clock::now() >= until) return ETIMEDOUT;
+      if (++jumps % 64 == 0) {
+        lk.unlock();
+        std::this_thread::yield();
+        lk.lock();
+      }
+      continue;
+    }
     if (!mockd::wait_until(f, lk, until) && ch->events.empty()) return ETIMEDOUT;
   }
 }
@@ -320,6 +344,8 @@ inline mock::qp mock::create_qp(pd p, cq send_cq, cq recv_cq, qp_type type, qp_c
   limit(caps.max_send_sge, limits.max_sge, "max_send_sge", "max_sge");
   limit(caps.max_recv_sge, limits.max_sge, "max_recv_sge", "max_sge");
   limit(caps.max_inline_data, limits.max_inline_data, "max_inline_data", "max_inline_data");
+  auto& dev = f.devices[p->ctx->dev];
+  mockd::take_one(dev.count.qp, limits.max_qp, "ibv_create_qp", "queue pairs", "max_qp", dev);
   auto* q = new mockd::qp_obj;
   q->pd = p;
   q->send_cq = send_cq;
@@ -350,6 +376,7 @@ inline int mock::destroy_qp(qp q) noexcept {
   --q->send_cq->qps;
   --q->recv_cq->qps;
   --q->pd->children;
+  --f.devices[q->pd->ctx->dev].count.qp;
   delete q;
   return 0;
 }
@@ -364,7 +391,7 @@ inline void mock::modify_qp(qp q, const qp_attr& a, qp_attr_mask mask) {
   const qp_state next = has_all(mask, m::state) ? a.state : cur;
   auto bad = [&](const std::string& what) {
     mockd::fail("ibv_modify_qp", EINVAL,
-                std::string(to_string(q->type)) + " QP " + mockd::hex(q->qpn) + " " + to_string(cur) + "->" +
+                std::string(to_string(q->type)) + " QP " + std::to_string(q->qpn) + " " + to_string(cur) + "->" +
                     to_string(next) + ": " + what);
   };
   if (has_all(mask, m::cur_state) && a.cur_state != cur)
