@@ -7,7 +7,10 @@
 #include <rdmakit/detail/gid_choice.hpp>
 #include <rdmakit/protection_domain.hpp>
 
+#include <cerrno>
+#include <chrono>
 #include <concepts>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -89,6 +92,19 @@ class device {
   /// The GID index rdmakit uses on port `n` when none is given (RoCEv2 IPv4-mapped first).
   int default_gid_index(std::uint8_t n = 1) const {
     return detail::choose_gid<B>(state("default_gid_index").ctx, n);
+  }
+
+  /// The next asynchronous event of this device (port up/down, a QP that hit a fatal or
+  /// access error, a CQ that overflowed, ...), waiting up to `timeout`; nullopt when
+  /// none came. The backend acknowledges it. Use `event.qp_num` (or `event.object`
+  /// against a handle's native()) to find the object concerned. Throws verbs_error
+  /// when the device's event queue fails.
+  std::optional<async_event> next_event(std::chrono::milliseconds timeout = std::chrono::milliseconds{0}) const {
+    async_event ev;
+    const int e = B::get_async_event(state("next_event").ctx, timeout, ev);
+    if (e == 0) return ev;
+    if (e == ETIMEDOUT || e == EAGAIN) return std::nullopt;
+    throw verbs_error("ibv_get_async_event", e, "reading the asynchronous events of " + st_->name);
   }
 
   /// A new protection domain (it keeps this device open).

@@ -65,3 +65,52 @@ TEST_CASE("device: InfiniBand ports use GID index 0 and LIDs") {
   REQUIRE(s.size() == 1);
   CHECK(s[0].status == wc_status::success);
 }
+
+TEST_CASE("device::next_event: port down/up and a CQ overflow arrive through the device; none is nullopt") {
+  mock::fabric fab;
+  device<B> dev("mock0");
+  CHECK_FALSE(dev.next_event(std::chrono::milliseconds(1)).has_value());
+  fab.set_port_up("mock0", 1, false);
+  auto down = dev.next_event(std::chrono::milliseconds(100));
+  REQUIRE(down.has_value());
+  CHECK(down->type == async_event_type::port_err);
+  CHECK(down->port_num == 1);
+  fab.set_port_up("mock0", 1, true);
+  auto up = dev.next_event(std::chrono::milliseconds(100));
+  REQUIRE(up.has_value());
+  CHECK(up->type == async_event_type::port_active);
+
+  // A CQ overflow is a CQ_ERR naming that CQ: post to a CQ nobody polls, from the
+  // backend directly (the typed layer refuses QPs their CQ cannot hold).
+  auto pd = dev.create_pd();
+  auto cq = dev.create_cq(1);
+  auto mr = pd.allocate<rw_access>(64);
+  qp_cap caps{4, 4, 1, 1, 0};
+  auto raw = B::create_qp(pd.native(), cq.native(), cq.native(), qp_type::ud, caps, true);
+  qp_attr a;
+  a.state = qp_state::init;
+  a.port_num = 1;
+  a.qkey = default_qkey;
+  B::modify_qp(raw, a, qp_attr_mask::state | qp_attr_mask::pkey_index | qp_attr_mask::port | qp_attr_mask::qkey);
+  a = {};
+  a.state = qp_state::rtr;
+  B::modify_qp(raw, a, qp_attr_mask::state);
+  a.state = qp_state::rts;
+  a.sq_psn = 0;
+  B::modify_qp(raw, a, qp_attr_mask::state | qp_attr_mask::sq_psn);
+  auto ah = pd.create_ah(endpoint{0, B::qp_num(raw), 0, dev.gid(1, dev.default_gid_index(1)).value, mtu::mtu_1024});
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    B::sge s;
+    B::set_sge(s, mr.local().addr, 8, mr.local().lkey);
+    B::send_wr w;
+    B::set_send(w, i, opcode::send, send_flags::signaled, &s, 1);
+    B::set_ud(w, ah.native(), 1, default_qkey);  // to QP 1: nobody; the send completes locally
+    B::send_wr* bad = nullptr;
+    (void)B::post_send(raw, &w, &bad);
+  }
+  auto err = dev.next_event(std::chrono::milliseconds(100));
+  REQUIRE(err.has_value());
+  CHECK(err->type == async_event_type::cq_err);
+  CHECK(err->object == static_cast<const void*>(cq.native()));
+  B::destroy_qp(raw);
+}

@@ -801,9 +801,55 @@ inline void run_due(fabric_state& f) {
 }
 
 /// Idle: jump the simulated clock to the next pending event and run it.
+// Simulated time and threads. One thread alone may jump the clock to the next event:
+// nobody can observe the difference, and runs stay deterministic. Once a second thread
+// uses the fabric, a jump could burn a retry or RNR budget in microseconds while the
+// other thread has not had the wall-clock time to act (a peer reaching RTR 50 ms late
+// must still be reached, as on a NIC). So while more than one thread has used the
+// fabric in the last second, simulated time follows the wall clock.
+inline constexpr auto paced_window = std::chrono::seconds(1);
+
+/// Notes the calling thread; called by the verbs threads meet in (under the lock).
+inline void touch(fabric_state& f) {
+  const auto id = std::this_thread::get_id();
+  if (id == f.last_thread) return;
+  const auto wall = std::chrono::steady_clock::now();
+  if (f.last_thread != std::thread::id{}) {
+    if (!f.paced) {
+      f.paced = true;
+      f.wall_base = wall;
+      f.sim_base = f.now;
+    }
+    f.last_switch = wall;
+  }
+  f.last_thread = id;
+}
+
+/// The latest simulated time the wall clock allows (paced), or no limit.
+inline clock_ns allowed_now(fabric_state& f) {
+  if (!f.paced) return ~clock_ns{0};
+  const auto wall = std::chrono::steady_clock::now();
+  if (wall - f.last_switch > paced_window) {
+    f.paced = false;  // one thread again
+    return ~clock_ns{0};
+  }
+  const auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(wall - f.wall_base).count();
+  return f.sim_base + static_cast<clock_ns>(elapsed);
+}
+
+/// Moves simulated time to the next event and runs it; false when nothing is pending
+/// or (paced) the wall clock has not reached it yet.
 inline bool jump(fabric_state& f) {
   if (!pending(f)) return false;
+  const clock_ns limit = allowed_now(f);
   clock_ns t = next_due(f);
+  if (t > limit) {
+    if (limit > f.now) {
+      f.now = limit;
+      run_due(f);
+    }
+    return false;
+  }
   if (t > f.now) f.now = t;
   run_due(f);
   return true;

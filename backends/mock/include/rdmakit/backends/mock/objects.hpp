@@ -3,6 +3,7 @@
 // Everything here is guarded by fabric_state::mu.
 // Included from engine.hpp, after backends::mock is complete.
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -13,6 +14,7 @@
 #include <queue>
 #include <random>
 #include <set>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -228,6 +230,13 @@ class fabric_state {
   std::set<channel_obj*> channels;
   std::set<ah_obj*> ahs;
   bool running = false;  // guards against re-entering the event loop
+  // Threads (engine.hpp, touch/jump): while a second thread has used the fabric in the
+  // last second, simulated time follows the wall clock from (wall_base, sim_base).
+  std::thread::id last_thread{};
+  std::chrono::steady_clock::time_point last_switch{};
+  bool paced = false;
+  std::chrono::steady_clock::time_point wall_base{};
+  std::uint64_t sim_base = 0;
 
   fabric_state() = default;
   fabric_state(const fabric_state&) = delete;

@@ -29,6 +29,7 @@ inline mock::context mock::open_device(rdmakit::mock::fabric& fab, std::string_v
 inline mock::context mock::open_device(std::shared_ptr<mockd::fabric_state> st, std::string_view name) {
   auto& f = *st;
   std::lock_guard lk(f.mu);
+  mockd::touch(f);
   for (auto& d : f.devices) {
     if (!name.empty() && d.cfg.name != name) continue;
     auto* c = new mockd::context_obj;
@@ -272,6 +273,7 @@ inline int mock::poll_cq(cq c, int n, wc* out) noexcept {
   if (n < 0) return -EINVAL;
   auto& f = mockd::fab_of(c);
   std::lock_guard lk(f.mu);
+  mockd::touch(f);
   mockd::run_due(f);
   int got = mockd::take(f, c, n, out);
   if (got == 0 && mockd::jump(f)) got = mockd::take(f, c, n, out);
@@ -283,6 +285,7 @@ inline int mock::req_notify_cq(cq c, bool solicited_only) noexcept {
   std::function<void(const void*)> hook;
   {
     std::lock_guard lk(f.mu);
+    mockd::touch(f);
     hook = f.arm_hook;
   }
   if (hook) hook(c);
@@ -296,6 +299,7 @@ inline int mock::req_notify_cq(cq c, bool solicited_only) noexcept {
 inline int mock::get_cq_event(channel ch, std::chrono::milliseconds timeout, cq& out) noexcept {
   auto& f = mockd::fab_of(ch);
   std::unique_lock lk(f.mu);
+  mockd::touch(f);
   const auto until = mockd::deadline_after(timeout);
   for (unsigned jumps = 0;;) {
     mockd::run_due(f);
@@ -316,7 +320,10 @@ inline int mock::get_cq_event(channel ch, std::chrono::milliseconds timeout, cq&
       }
       continue;
     }
-    if (!mockd::wait_until(f, lk, until) && ch->events.empty()) return ETIMEDOUT;
+    auto slice = until;
+    if (f.paced && mockd::pending(f))  // the next event falls due on the wall clock
+      slice = std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+    if (!mockd::wait_until(f, lk, slice) && ch->events.empty() && slice == until) return ETIMEDOUT;
   }
 }
 
@@ -329,6 +336,7 @@ inline void mock::ack_cq_events(cq c, unsigned n) noexcept {
 inline mock::qp mock::create_qp(pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps, bool sq_sig_all) {
   auto& f = mockd::fab_of(p);
   std::lock_guard lk(f.mu);
+  mockd::touch(f);
   const auto& limits = f.devices[p->ctx->dev].cfg.limits;
   auto bad = [&](const std::string& what) { mockd::fail("ibv_create_qp", EINVAL, what); };
   if (!send_cq || !recv_cq) bad("a QP needs a send CQ and a receive CQ");
@@ -387,6 +395,7 @@ inline void mock::modify_qp(qp q, const qp_attr& a, qp_attr_mask mask) {
   using m = qp_attr_mask;
   auto& f = mockd::fab_of(q);
   std::lock_guard lk(f.mu);
+  mockd::touch(f);
   const qp_state cur = q->state;
   const qp_state next = has_all(mask, m::state) ? a.state : cur;
   auto bad = [&](const std::string& what) {
@@ -467,6 +476,7 @@ inline qp_state mock::query_qp_state(qp q) {
 inline int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
   auto& f = mockd::fab_of(q);
   std::lock_guard lk(f.mu);
+  mockd::touch(f);
   int err = 0;
   send_wr* w = wr;
   // Counts slots still held, including unsignaled WRs that wait for a later signaled poll.
@@ -559,6 +569,7 @@ inline int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
 inline int mock::post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept {
   auto& f = mockd::fab_of(q);
   std::lock_guard lk(f.mu);
+  mockd::touch(f);
   int err = 0;
   recv_wr* w = wr;
   for (; w; w = w->next) {

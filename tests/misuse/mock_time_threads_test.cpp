@@ -1,0 +1,63 @@
+// Simulated time and threads: once a second thread uses a mock fabric, its clock follows
+// the wall clock, so a peer that reaches RTR 50 ms late on another thread is reached by
+// RC retransmission, as on a NIC (instead of the retry budget burning in microseconds).
+#include "fixture.hpp"
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+using namespace policy_test;
+
+TEST_CASE("a peer that reaches RTR 50 ms late on another thread is still reached by RC retries") {
+  using namespace std::chrono;
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  std::memcpy(src.data(), "late peer", 10);
+  std::promise<endpoint> peer_ep, my_ep;
+  std::atomic<bool> done{false};
+  std::thread peer([&] {
+    auto qb = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
+    peer_ep.set_value(qb.local_endpoint());
+    const endpoint ea = my_ep.get_future().get();
+    std::this_thread::sleep_for(milliseconds(50));  // late: the first WRITE finds it in INIT
+    auto b = std::move(qb).connect(ea);
+    while (!done.load()) std::this_thread::sleep_for(milliseconds(1));
+  });
+  auto qa = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8});
+  const endpoint eb = peer_ep.get_future().get();
+  my_ep.set_value(qa.local_endpoint());
+  auto a = std::move(qa).connect(eb);  // default: 67 ms ACK timeout, 6 retries
+  const auto t0 = steady_clock::now();
+  REQUIRE(a.write(src.local(0, 10), dst.remote(), 1).ok());
+  std::vector<seen> got;
+  while (got.empty() && steady_clock::now() - t0 < seconds(5)) {
+    (void)x.cq.poll([&](const completion<B>& c) { got.push_back(copy(c)); });
+    std::this_thread::yield();
+  }
+  const auto took = steady_clock::now() - t0;
+  done = true;
+  peer.join();
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].status == wc_status::success);
+  CHECK(took >= milliseconds(45));
+  CHECK(std::memcmp(dst.data(), "late peer", 10) == 0);
+}
+
+TEST_CASE("one thread alone still jumps the clock: a retry budget toward a peer that never answers ends at once") {
+  using namespace std::chrono;
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto src = x.pd.allocate<rw_access>(64);
+  auto qb = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});  // never connected
+  auto a = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8}).connect(qb.local_endpoint());
+  const auto t0 = steady_clock::now();
+  REQUIRE(a.write(src.local(0, 8), remote_region<>::unchecked(0, 0, 0), 1).ok());
+  auto got = collect(x.cq, 1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].status == wc_status::retry_exc_err);
+  CHECK(steady_clock::now() - t0 < milliseconds(400));  // 7 × 67 ms simulated, not waited
+  CHECK(fab.now() >= milliseconds(7 * 67));
+}
