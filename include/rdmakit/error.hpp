@@ -70,12 +70,30 @@ inline std::error_code make_error_code(wc_status s) noexcept {
   return {static_cast<int>(s), wc_status_category()};
 }
 
+/// What a failed QP transition was: the QP, the step, the mask given, and the bits the
+/// IB transition table says are missing or not allowed (detail/qp_transitions.hpp).
+struct qp_transition_failure {
+  std::uint32_t qp_num = 0;
+  qp_state from = qp_state::reset;
+  qp_state to = qp_state::reset;
+  qp_attr_mask mask = qp_attr_mask::none;
+  qp_attr_mask missing = qp_attr_mask::none;
+  qp_attr_mask extra = qp_attr_mask::none;
+};
+
 /// Thrown by setup operations. `verb()` names the failing call ("ibv_modify_qp"),
 /// `code()` carries the errno, and what() adds what was wrong and what to do.
 class verbs_error : public std::system_error {
  public:
   verbs_error(std::string verb, int err, const std::string& detail = {})
       : std::system_error(make_verbs_error_code(err), compose(verb, detail)), verb_(std::move(verb)), detail_(detail) {}
+  verbs_error(std::string verb, int err, const std::string& detail, const qp_transition_failure& t)
+      : verbs_error(std::move(verb), err, detail) {
+    transition_ = t;
+    has_transition_ = true;
+  }
+  /// The failed transition, for errors of ibv_modify_qp raised by a queue pair.
+  const qp_transition_failure* transition() const noexcept { return has_transition_ ? &transition_ : nullptr; }
   const std::string& verb() const noexcept { return verb_; }
   int errno_value() const noexcept { return code().value(); }
   /// What was wrong and what to do, without the verb and errno that what() adds.
@@ -87,6 +105,8 @@ class verbs_error : public std::system_error {
   }
   std::string verb_;
   std::string detail_;
+  qp_transition_failure transition_{};
+  bool has_transition_ = false;
 };
 
 /// Thrown when rdmakit refuses a call itself, before any verb: an empty handle (moved

@@ -15,6 +15,7 @@
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/detail/gid_choice.hpp>
 #include <rdmakit/detail/qp_link.hpp>
+#include <rdmakit/detail/qp_transitions.hpp>
 #include <rdmakit/endpoint.hpp>
 #include <rdmakit/memory.hpp>
 #include <rdmakit/post_result.hpp>
@@ -382,7 +383,7 @@ class queue_pair {
     else
       a.access_flags = o.remote_access;
     p.init_attr = a;
-    q.modify_(a, T::init_mask, "RESET→INIT");
+    q.modify_(a, T::init_mask, qp_state::reset, "RESET→INIT");
     return q;
   }
 
@@ -450,7 +451,7 @@ class queue_pair {
           std::min<std::uint32_t>(o.max_dest_rd_atomic, p.dev->attr.max_qp_rd_atom));
       a.min_rnr_timer = o.min_rnr_timer;
     }
-    modify_(a, T::rtr_mask, "INIT→RTR");
+    modify_(a, T::rtr_mask, qp_state::init, "INIT→RTR");
     qp_attr b;
     b.state = qp_state::rts;
     b.sq_psn = p.psn;
@@ -473,7 +474,7 @@ class queue_pair {
     link_("activate");
     qp_attr a;
     a.state = qp_state::rtr;
-    modify_(a, T::rtr_mask, "INIT→RTR");
+    modify_(a, T::rtr_mask, qp_state::init, "INIT→RTR");
     qp_attr b;
     b.state = qp_state::rts;
     b.sq_psn = parts_.psn;
@@ -717,14 +718,22 @@ class queue_pair {
     return *parts_.link;
   }
 
-  void modify_(const qp_attr& a, qp_attr_mask m, const char* step, const std::string& note = {}) {
+  void modify_(const qp_attr& a, qp_attr_mask m, qp_state from, const char* step) {
     try {
       B::modify_qp(parts_.qp, a, m);
     } catch (const verbs_error& e) {
+      const auto rule = detail::rule_for(from, a.state, T::type);
+      qp_transition_failure t;
+      t.qp_num = parts_.link->qp_num;
+      t.from = from;
+      t.to = a.state;
+      t.mask = m;
+      t.missing = rule.required & ~m;
+      t.extra = m & ~(rule.required | rule.optional | qp_attr_mask::state);
       throw verbs_error(e.verb(), e.errno_value(),
-                        std::string(step) + " of " + std::string(T::name) + " QP " +
-                            std::to_string(parts_.link->qp_num) + " with mask " + to_string(m) +
-                            " failed: " + e.detail() + note);
+                        std::string(step) + " of " + std::string(T::name) + " QP " + std::to_string(t.qp_num) +
+                            " with mask " + to_string(m) + " failed: " + e.detail(),
+                        t);
     }
   }
 
@@ -732,7 +741,7 @@ class queue_pair {
   // state agree, then rethrow.
   void to_rts_or_back_to_init_(const qp_attr& rts) {
     try {
-      modify_(rts, T::rts_mask, "RTR→RTS");
+      modify_(rts, T::rts_mask, qp_state::rtr, "RTR→RTS");
     } catch (const verbs_error& e) {
       const std::uint32_t dropped = parts_.link->rq_held;
       std::string note = "; the queue pair was reset to INIT";
@@ -748,6 +757,7 @@ class queue_pair {
         note = "; taking it back to INIT failed too (" + back.detail() + "): destroy this queue pair";
         parts_.link->error = true;
       }
+      if (const auto* t = e.transition()) throw verbs_error(e.verb(), e.errno_value(), e.detail() + note, *t);
       throw verbs_error(e.verb(), e.errno_value(), e.detail() + note);
     }
   }

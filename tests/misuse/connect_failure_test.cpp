@@ -104,6 +104,14 @@ TEST_CASE("a failed verbs error says the verb and errno once") {
     CHECK(w.find("ibv_modify_qp") == w.rfind("ibv_modify_qp"));
     CHECK(w.find("Invalid argument") == w.rfind("Invalid argument"));
     CHECK(e.detail().find("RTR→RTS") != std::string::npos);
+    const auto* t = e.transition();  // the same facts, structured
+    REQUIRE(t != nullptr);
+    CHECK(t->qp_num == ep.qpn);
+    CHECK(t->from == qp_state::rtr);
+    CHECK(t->to == qp_state::rts);
+    CHECK(has_all(t->mask, qp_attr_mask::sq_psn));
+    CHECK(t->missing == qp_attr_mask::none);  // uc::rts_mask is what the table asks
+    CHECK(t->extra == qp_attr_mask::none);
   }
 }
 

@@ -40,5 +40,5 @@ TEST_CASE("event-driven wait(300 ms) returns at its timeout under an endless RNR
   CHECK(n == 0);  // timed out: nothing completed
   CHECK(took >= milliseconds(290));
   CHECK(took < seconds(5));
-  CHECK(calls_during_wait == 20);  // the other thread was not locked out for the whole wait
+  CHECK(calls_during_wait >= 5);  // the other thread was not locked out for the whole wait
 }

@@ -313,9 +313,9 @@ inline int mock::get_cq_event(channel ch, std::chrono::milliseconds timeout, cq&
       // A timer source can be endless (rnr_retry = 7 toward a peer that never posts a
       // receive): the wall-clock timeout still holds, and other threads get the lock.
       if (std::chrono::steady_clock::now() >= until) return ETIMEDOUT;
-      if (++jumps % 64 == 0) {
+      if (++jumps % 16 == 0) {  // a short sleep, not a yield: std::mutex is not fair
         lk.unlock();
-        std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
         lk.lock();
       }
       continue;
