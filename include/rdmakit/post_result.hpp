@@ -20,12 +20,23 @@ enum class post_status : std::uint8_t {
   bad_wr_id,       ///< the wr_id uses bit 63, which rdmakit keeps to tell receives from sends
 };
 
+/// Which rule a WR the device refused with EINVAL broke, found by the queue pair on the
+/// failure path only (no cost when posts succeed); `unknown` when none of these.
+enum class post_rule : std::uint8_t {
+  unknown = 0,
+  sge_count,         ///< more SGEs than the queue pair's max_send_sge / max_recv_sge
+  inline_size,       ///< inline data above the queue pair's max_inline_data
+  atomic_length,     ///< an atomic whose local buffer is not 8 bytes
+  atomic_alignment,  ///< an atomic whose remote address is not 8-byte aligned
+};
+
 /// Outcome of a post (one WR or a list). `posted` counts the WRs of a list that
 /// reached the device; on failure the first one not posted is `posted` (its bad_wr).
 struct [[nodiscard]] post_result {
   post_status status = post_status::ok;
   int err = 0;              ///< errno from the backend when status is backend_error
   std::uint32_t posted = 0;
+  post_rule rule = post_rule::unknown;  ///< for backend_error EINVAL: the rule broken, when known
 
   constexpr bool ok() const noexcept { return status == post_status::ok; }
   constexpr explicit operator bool() const noexcept { return ok(); }
@@ -55,6 +66,21 @@ struct [[nodiscard]] post_result {
       case post_status::backend_error:
         switch (err) {
           case EINVAL:
+            switch (rule) {
+              case post_rule::sge_count:
+                return "the device rejected the WR (EINVAL): it has more SGEs than the queue pair's "
+                       "max_send_sge/max_recv_sge; create the queue pair with more, or gather less";
+              case post_rule::inline_size:
+                return "the device rejected the WR (EINVAL): its inline data is larger than the queue "
+                       "pair's max_inline_data; drop send_flags::inline_data or ask for more inline";
+              case post_rule::atomic_length:
+                return "the device rejected the WR (EINVAL): an atomic's local buffer must be exactly "
+                       "8 bytes";
+              case post_rule::atomic_alignment:
+                return "the device rejected the WR (EINVAL): an atomic's remote address must be "
+                       "8-byte aligned";
+              case post_rule::unknown: break;
+            }
             return "the device rejected the WR (EINVAL): too many SGEs, inline data above "
                    "max_inline_data, a bad opcode for the transport or the queue pair state";
           case ENOMEM: return "the device queue is full (ENOMEM)";

@@ -404,7 +404,8 @@ class queue_pair {
   std::uint32_t posted_recvs() const { return link_("posted_recvs").rq_held; }
   /// True once a completion of this QP failed (the QP is in ERR; posts return qp_error).
   bool in_error() const { return link_("in_error").error; }
-  /// The first failed completion's status (success if none).
+  /// The status that put the queue pair in error: the root cause, a flush only when
+  /// nothing else failed (success if none).
   wc_status first_error() const { return link_("first_error").first_error; }
   /// The GID index used for this QP's address (chosen automatically unless given).
   int gid_index() const noexcept { return parts_.gid_index; }
@@ -495,7 +496,7 @@ class queue_pair {
     typename B::sge s[detail::max_stack_sge];
     std::uint32_t total = 0;
     int n = to_sges_(sgl, s, total);
-    if (RDMAKIT_UNLIKELY(n < 0)) return {post_status::backend_error, EINVAL, 0};
+    if (RDMAKIT_UNLIKELY(n < 0)) return {post_status::backend_error, EINVAL, 0, post_rule::sge_count};
     return post_recv_(s, n, total, wr_id);
   }
   /// Posts one receive per buffer with wr_ids first_wr_id, first_wr_id + 1, ...; one
@@ -699,8 +700,13 @@ class queue_pair {
     std::size_t k = e ? (bad ? static_cast<std::size_t>(bad - w) : 0) : n;
     for (std::size_t i = 0; i < k; ++i) l.sq.commit(sig[i]);
     if (e) {
+      post_rule rule = post_rule::unknown;
+      if (e == EINVAL && k < n) {
+        const auto& b = batch.entries_[k];
+        rule = diagnose_(b.op, b.flags, b.num_sge, b.total, batch.raddr_(k));
+      }
       batch.drop_front_(k);  // the batch keeps exactly the WRs that were not posted
-      return {post_status::backend_error, e, static_cast<std::uint32_t>(k)};
+      return {post_status::backend_error, e, static_cast<std::uint32_t>(k), rule};
     }
     batch.clear();
     return {post_status::ok, 0, static_cast<std::uint32_t>(n)};
@@ -805,7 +811,7 @@ class queue_pair {
     detail::send_desc<B> d{};
     d.total = 0;
     int n = to_sges_(sgl, s, d.total);
-    if (RDMAKIT_UNLIKELY(n < 0)) return {post_status::backend_error, EINVAL, 0};
+    if (RDMAKIT_UNLIKELY(n < 0)) return {post_status::backend_error, EINVAL, 0, post_rule::sge_count};
     d.wr_id = wr_id;
     d.op = op;
     d.flags = flags;
@@ -813,6 +819,17 @@ class queue_pair {
     d.num_sge = n;
     fill(d);
     return post_send_(d);
+  }
+
+  // Which rule a refused send WR broke (failure path only).
+  RDMAKIT_NOINLINE post_rule diagnose_(opcode op, send_flags flags, int num_sge, std::uint32_t total,
+                                       std::uint64_t raddr) const noexcept {
+    const bool atomic = op == opcode::atomic_cmp_and_swp || op == opcode::atomic_fetch_and_add;
+    if (static_cast<std::uint32_t>(num_sge) > parts_.caps.max_send_sge) return post_rule::sge_count;
+    if (atomic && total != 8) return post_rule::atomic_length;
+    if (atomic && raddr % 8 != 0) return post_rule::atomic_alignment;
+    if (has_any(flags, send_flags::inline_data) && total > parts_.caps.max_inline_data) return post_rule::inline_size;
+    return post_rule::unknown;
   }
 
   RDMAKIT_ALWAYS_INLINE send_flags final_flags_(opcode op, send_flags requested, std::uint32_t total,
@@ -842,7 +859,8 @@ class queue_pair {
     build_(w, d, d.sg, sig);
     typename B::send_wr* bad = nullptr;
     if (int e = B::post_send(parts_.qp, &w, &bad); RDMAKIT_UNLIKELY(e != 0))
-      return {post_status::backend_error, e, 0};
+      return {post_status::backend_error, e, 0,
+              e == EINVAL ? diagnose_(d.op, d.flags, d.num_sge, d.total, d.raddr) : post_rule::unknown};
     l.sq.commit(sig);
     return {post_status::ok, 0, 1};
   }
@@ -860,7 +878,9 @@ class queue_pair {
     B::set_recv(w, wr_id | detail::recv_wr_bit, s, n);
     typename B::recv_wr* bad = nullptr;
     if (int e = B::post_recv(parts_.qp, &w, &bad); RDMAKIT_UNLIKELY(e != 0))
-      return {post_status::backend_error, e, 0};
+      return {post_status::backend_error, e, 0,
+              e == EINVAL && static_cast<std::uint32_t>(n) > parts_.caps.max_recv_sge ? post_rule::sge_count
+                                                                                       : post_rule::unknown};
     ++l.rq_held;
     return {post_status::ok, 0, 1};
   }
@@ -965,11 +985,15 @@ class send_batch {
   template <verbs_backend, transport, signaling, qp_state>
   friend class queue_pair;
 
+  // The remote address of WR k (0 when it has none), for the failure diagnosis.
+  std::uint64_t raddr_(std::size_t k) const noexcept { return raddrs_[k]; }
+
   // After a partial post: forget the first k WRs (their SGEs stay until clear()).
   void drop_front_(std::size_t k) noexcept {
     for (std::size_t i = k; i < n_; ++i) {
       wrs_[i - k] = wrs_[i];
       entries_[i - k] = entries_[i];
+      raddrs_[i - k] = raddrs_[i];
     }
     n_ -= k;
   }
@@ -998,12 +1022,14 @@ class send_batch {
     fill(d);
     detail::set_op_fields<B, T>(wrs_[n_], d);  // the rest is set at post time
     entries_[n_] = {wr_id, op, flags, d.num_sge, d.total, first};
+    raddrs_[n_] = d.raddr;
     ++n_;
     return true;
   }
 
   detail::uninit_array<typename B::send_wr, Max> wrs_;
   std::array<detail::batch_entry, Max> entries_;
+  std::array<std::uint64_t, Max> raddrs_;
   detail::uninit_array<typename B::sge, Max * SgePerWr> sges_;
   std::size_t n_ = 0;
   std::size_t nsge_ = 0;

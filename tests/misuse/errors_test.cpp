@@ -48,3 +48,54 @@ TEST_CASE("LOC_LEN_ERR is explained for UD sends over the MTU too") {
   CHECK(std::string(explain(wc_status::loc_len_err)).find("path MTU") != std::string::npos);
   CHECK(std::string(explain(wc_status::loc_len_err)).find("receive buffer") != std::string::npos);
 }
+
+TEST_CASE("a WR the device refuses with EINVAL: the message names the rule it broke") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto mr = x.pd.allocate<all_access>(1024);
+  auto dst = y.pd.allocate<all_access>(1024);
+  auto pair = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 0});
+  auto rule_of = [](const post_result& r) {
+    CHECK(r.status == post_status::backend_error);
+    CHECK(r.err == EINVAL);
+    return r.rule;
+  };
+  const local_buffer three[3] = {mr.local(0, 8), mr.local(8, 8), mr.local(16, 8)};
+  auto r1 = pair.a.send(std::span<const local_buffer>(three), 1);
+  CHECK(rule_of(r1) == post_rule::sge_count);
+  CHECK(std::string(r1.message()).find("max_send_sge") != std::string::npos);
+  auto r2 = pair.a.send(mr.local(0, 600), 2, send_flags::inline_data);
+  CHECK(rule_of(r2) == post_rule::inline_size);
+  CHECK(std::string(r2.message()).find("max_inline_data") != std::string::npos);
+  auto r3 = pair.a.fetch_add(mr.local(0, 16), dst.remote().sub(0, 8), 1, 3);
+  CHECK(rule_of(r3) == post_rule::atomic_length);
+  CHECK(std::string(r3.message()).find("exactly 8 bytes") != std::string::npos);
+  auto batch = decltype(pair.a)::make_batch<4>();
+  CHECK(batch.write(mr.local(0, 8), dst.remote(), 4));
+  CHECK(batch.fetch_add(mr.local(0, 16), dst.remote().sub(0, 8), 1, 5));
+  auto r4 = pair.a.post(batch);
+  CHECK(r4.posted == 1);
+  CHECK(rule_of(r4) == post_rule::atomic_length);
+}
+
+TEST_CASE("first_error() is the root cause even when separate CQs hand out the flushes first") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto rcq = x.dev.create_cq(64);
+  auto mr = x.pd.allocate<rw_access>(64);
+  auto qa = x.pd.create_qp<rc>(x.cq, rcq, qp_cap{8, 8});
+  auto qb = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
+  auto ea = qa.local_endpoint();
+  REQUIRE(qa.post_recv(mr.local(), 1).ok());
+  auto a = std::move(qa).connect(qb.local_endpoint());
+  auto b = std::move(qb).connect(ea);
+  REQUIRE(a.write(mr.local(0, 8), remote_region<>::unchecked(0x1000, 0xdead, 8), 2).ok());  // bad rkey
+  auto flushed = collect(rcq, 1);  // the receive CQ first: its flush
+  REQUIRE(flushed.size() == 1);
+  CHECK(flushed[0].status == wc_status::wr_flush_err);
+  CHECK(a.first_error() == wc_status::wr_flush_err);  // all we know so far
+  auto failed = collect(x.cq, 1);
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0].status == wc_status::rem_access_err);
+  CHECK(a.first_error() == wc_status::rem_access_err);
+}

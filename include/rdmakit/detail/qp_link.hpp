@@ -55,10 +55,13 @@ struct qp_link {
       else
         sq.on_signaled_completion();
     } else {
-      if (!error) {
-        error = true;
-        first_error = B::get_status(w);
-      }
+      error = true;
+      // The root cause, not a flush it caused: with separate send and receive CQs the
+      // flushed receives may be polled before the failed send.
+      const wc_status st = B::get_status(w);
+      if (first_error == wc_status::success ||
+          (first_error == wc_status::wr_flush_err && st != wc_status::wr_flush_err))
+        first_error = st;
       if (recv && rq_held) --rq_held;
     }
   }
