@@ -7,11 +7,19 @@ using namespace policy_test;
 namespace {
 
 // The mock, except that it refuses the next `refuse_rts` RTR→RTS transitions after
-// `allow_rts` more succeed: a device-side failure half-way through connect.
+// `allow_rts` more succeed (a device-side failure half-way through connect), and the
+// next `refuse_to[s]` transitions to state s (INIT, RTR).
 struct rts_refusing : backends::mock {
   static inline int allow_rts = 0;
   static inline int refuse_rts = 0;
+  static inline int refuse_init = 0;
+  static inline int refuse_rtr = 0;
   static void modify_qp(qp q, const qp_attr& a, qp_attr_mask m) {
+    int* refuse = a.state == qp_state::init ? &refuse_init : a.state == qp_state::rtr ? &refuse_rtr : nullptr;
+    if (refuse && *refuse > 0) {
+      --*refuse;
+      throw verbs_error("ibv_modify_qp", EINVAL, "injected: transition refused");
+    }
     if (a.state == qp_state::rts && refuse_rts > 0) {
       if (allow_rts > 0) {
         --allow_rts;
@@ -134,4 +142,41 @@ TEST_CASE("qp_pool::connect refused half-way: the pool is emptied, find() is saf
   CHECK(pool.size() == 0);
   CHECK(pool.find(qpn0) == nullptr);
   CHECK(cqx.attached() == 0);
+}
+
+TEST_CASE("every step of create and connect refused in turn: nothing leaks, the object matches the device") {
+  mock::fabric fab;
+  device<R> dx("mock0"), dy("mock1");
+  auto pdx = dx.create_pd();
+  auto pdy = dy.create_pd();
+  auto cqx = dx.create_cq(64);
+  auto cqy = dy.create_cq(64);
+  auto peer = pdy.create_qp<rc>(cqy, qp_cap{8, 8});
+
+  R::refuse_init = 1;  // RESET→INIT inside create_qp: the QP is destroyed, the CQ keeps no reservation
+  CHECK_THROWS_WITH_AS((void)pdx.create_qp<rc>(cqx, qp_cap{8, 8}), doctest::Contains("RESET→INIT"), verbs_error);
+  CHECK(cqx.attached() == 0);
+  CHECK(cqx.reserved() == 0);
+
+  auto qp = pdx.create_qp<rc>(cqx, qp_cap{8, 8});
+  R::refuse_rtr = 1;  // INIT→RTR: still INIT
+  try {
+    (void)std::move(qp).connect(peer.local_endpoint());
+    FAIL("INIT→RTR should have been refused");
+  } catch (const verbs_error& e) {
+    REQUIRE(e.transition() != nullptr);
+    CHECK(e.transition()->from == qp_state::init);
+    CHECK(e.transition()->to == qp_state::rtr);
+  }
+  REQUIRE(qp);
+  CHECK(qp.query_state() == qp_state::init);
+
+  R::allow_rts = 0;
+  R::refuse_rts = 1;  // RTR→RTS: back to INIT
+  CHECK_THROWS_AS((void)std::move(qp).connect(peer.local_endpoint()), verbs_error);
+  CHECK(qp.query_state() == qp_state::init);
+
+  auto live = std::move(qp).connect(peer.local_endpoint());  // nothing refused: RTS
+  CHECK(live.query_state() == qp_state::rts);
+  CHECK(cqx.attached() == 1);
 }

@@ -20,7 +20,7 @@ template <class F>
 void refused(F&& make, const char* limit) {
   try {
     (void)make();
-    FAIL("created one more than ", limit);
+    FAIL("created one more than " << std::string(limit));
   } catch (const verbs_error& e) {
     CHECK(e.errno_value() == ENOMEM);
     CHECK(std::string(e.what()).find(limit) != std::string::npos);
