@@ -149,6 +149,8 @@ struct qp_parts {
   std::unique_ptr<qp_link<B>> link;
   const device_state<B>* dev = nullptr;
   qp_attr init_attr{};  // RESET→INIT, to bring the QP back to INIT after a failed connect
+  qp_cap asked{};       // capacities as asked (CQ reservations and credits follow these)
+  qp_options opts{};    // for reset()
   qp_cap caps{};  // as granted
   std::uint32_t inline_limit = 0;
   std::uint32_t psn = 0;
@@ -173,6 +175,8 @@ struct qp_parts {
       link = std::move(o.link);
       dev = std::exchange(o.dev, nullptr);
       init_attr = o.init_attr;
+      asked = o.asked;
+      opts = o.opts;
       caps = o.caps;
       inline_limit = o.inline_limit;
       psn = o.psn;
@@ -298,10 +302,36 @@ class queue_pair {
                            completion_queue<B, PR>& recv_cq, const qp_cap& caps, const qp_options& o = {})
     requires(State == qp_state::init)
   {
-    auto* scq = detail::policy_access::block(send_cq);
-    auto* rcq = detail::policy_access::block(recv_cq);
+    auto scq = detail::policy_access::shared_block(send_cq);
+    auto rcq = detail::policy_access::shared_block(recv_cq);
     if (!scq) detail::throw_empty("completion_queue", "(create_qp: send CQ)");
     if (!rcq) detail::throw_empty("completion_queue", "(create_qp: receive CQ)");
+    return create_on_(std::move(pd), std::move(scq), std::move(rcq), caps, o);
+  }
+
+  /// Any state → a fresh INIT queue pair on the same PD and CQs with the same
+  /// capacities and options, for a reconnect. It is a new QP (a new QP number and PSN:
+  /// exchange endpoints again, as the peer must also start over). WRs still outstanding
+  /// on the old QP are dropped without completions: any of its completions still in a
+  /// CQ count as unrouted and never touch the new QP's credits. Throws verbs_error if
+  /// the new QP cannot be made (then this object is empty).
+  queue_pair<B, T, S, qp_state::init> reset() && {
+    link_("reset");
+    auto pd = parts_.pd;
+    auto scq = parts_.scq;
+    auto rcq = parts_.rcq;
+    const qp_cap asked = parts_.asked;
+    const qp_options o = parts_.opts;
+    parts_.release();  // first: the CQs' reservations go back before the new QP asks for them
+    return queue_pair<B, T, S, qp_state::init>::create_on_(std::move(pd), std::move(scq), std::move(rcq), asked, o);
+  }
+
+ private:
+  static queue_pair create_on_(detail::pd_ref<B> pd, std::shared_ptr<detail::cq_block<B>> send_blk,
+                               std::shared_ptr<detail::cq_block<B>> recv_blk, const qp_cap& caps,
+                               const qp_options& o) {
+    auto* scq = send_blk.get();
+    auto* rcq = recv_blk.get();
     const detail::device_state<B>& dev = *pd->dev;
     // max_send_wr 0 is a receive-only queue pair (legal in verbs): sends return sq_full.
     if (caps.max_send_wr != 0 && caps.max_send_wr < S::min_sq_depth)
@@ -336,8 +366,10 @@ class queue_pair {
     queue_pair q;
     auto& p = q.parts_;
     p.pd = pd;
-    p.scq = detail::policy_access::shared_block(send_cq);
-    p.rcq = detail::policy_access::shared_block(recv_cq);
+    p.scq = std::move(send_blk);
+    p.rcq = std::move(recv_blk);
+    p.asked = caps;
+    p.opts = o;
     p.dev = &dev;
     p.port = o.port;
     port_attr pa = dev.port(o.port);
@@ -386,6 +418,8 @@ class queue_pair {
     q.modify_(a, T::init_mask, qp_state::reset, "RESET→INIT");
     return q;
   }
+
+ public:
 
   /// False once moved from: every call on it then throws usage_error (setup and
   /// accessors) or returns post_status::empty_handle (posts).

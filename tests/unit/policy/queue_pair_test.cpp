@@ -356,3 +356,39 @@ TEST_CASE("receive queue credits: rq_full instead of ENOMEM; post_recvs posts a 
   CHECK(q.post_recv(mr.local(), 6).status == post_status::rq_full);
   CHECK(q.posted_recvs() == 4);
 }
+
+TEST_CASE("reset(): a queue pair in ERR becomes a fresh INIT one on the same CQs, and reconnects") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto p = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  const auto reserved = x.cq.reserved();
+  const auto old_qpn = p.a.qp_num();
+  REQUIRE(p.a.write(src.local(0, 8), remote_region<>::unchecked(0x1000, 0xdead, 8), 1).ok());  // bad rkey
+  REQUIRE(p.a.write(src.local(0, 8), dst.remote(), 2).ok());  // outstanding when the QP breaks
+  (void)collect(x.cq, 2);
+  REQUIRE(p.a.in_error());
+
+  auto fresh_a = std::move(p.a).reset();
+  auto fresh_b = std::move(p.b).reset();
+  static_assert(std::is_same_v<decltype(fresh_a), queue_pair<B, rc, signal_every<4>, qp_state::init>>);
+  CHECK_FALSE(p.a);
+  CHECK(fresh_a.qp_num() != old_qpn);
+  CHECK(fresh_a.query_state() == qp_state::init);
+  CHECK_FALSE(fresh_a.in_error());
+  CHECK(fresh_a.send_credits() == 8);
+  CHECK(x.cq.attached() == 1);
+  CHECK(x.cq.reserved() == reserved);
+
+  const auto ea = fresh_a.local_endpoint();
+  auto a = std::move(fresh_a).connect(fresh_b.local_endpoint());
+  auto b = std::move(fresh_b).connect(ea);
+  std::memcpy(src.data(), "again", 6);
+  REQUIRE(a.write(src.local(0, 6), dst.remote(), 3, send_flags::signaled).ok());
+  auto got = collect(x.cq, 1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].status == wc_status::success);
+  CHECK(std::memcmp(dst.data(), "again", 6) == 0);
+  CHECK_THROWS_AS((void)std::move(p.a).reset(), usage_error);  // moved from
+}
