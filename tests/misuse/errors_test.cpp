@@ -49,33 +49,38 @@ TEST_CASE("LOC_LEN_ERR is explained for UD sends over the MTU too") {
   CHECK(std::string(explain(wc_status::loc_len_err)).find("receive buffer") != std::string::npos);
 }
 
-TEST_CASE("a WR the device refuses with EINVAL: the message names the rule it broke") {
+TEST_CASE("a WR of a post list the device refuses with EINVAL: the message names the rule it broke") {
   mock::fabric fab;
   side x("mock0"), y("mock1");
   auto mr = x.pd.allocate<all_access>(1024);
   auto dst = y.pd.allocate<all_access>(1024);
-  auto pair = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 0});
-  auto rule_of = [](const post_result& r) {
+  auto pair = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 8, 1, 1, 0});
+  using live_t = decltype(pair.a);
+  auto refused = [&](auto add) {
+    auto batch = live_t::template make_batch<4, 4>();
+    CHECK(batch.write(mr.local(0, 8), dst.remote(), 1));  // a good one first
+    CHECK(add(batch));
+    auto r = pair.a.post(batch);
     CHECK(r.status == post_status::backend_error);
     CHECK(r.err == EINVAL);
-    return r.rule;
+    CHECK(r.posted == 1);
+    CHECK(batch.size() == 1);  // only the refused WR is left
+    return r;
   };
   const local_buffer three[3] = {mr.local(0, 8), mr.local(8, 8), mr.local(16, 8)};
-  auto r1 = pair.a.send(std::span<const local_buffer>(three), 1);
-  CHECK(rule_of(r1) == post_rule::sge_count);
+  auto r1 = refused([&](auto& b) { return b.send(std::span<const local_buffer>(three), 2); });
+  CHECK(r1.rule == post_rule::sge_count);
   CHECK(std::string(r1.message()).find("max_send_sge") != std::string::npos);
-  auto r2 = pair.a.send(mr.local(0, 600), 2, send_flags::inline_data);
-  CHECK(rule_of(r2) == post_rule::inline_size);
+  auto r2 = refused([&](auto& b) { return b.write(mr.local(0, 600), dst.remote(), 3, send_flags::inline_data); });
+  CHECK(r2.rule == post_rule::inline_size);
   CHECK(std::string(r2.message()).find("max_inline_data") != std::string::npos);
-  auto r3 = pair.a.fetch_add(mr.local(0, 16), dst.remote().sub(0, 8), 1, 3);
-  CHECK(rule_of(r3) == post_rule::atomic_length);
+  auto r3 = refused([&](auto& b) { return b.fetch_add(mr.local(0, 16), dst.remote().sub(0, 8), 1, 4); });
+  CHECK(r3.rule == post_rule::atomic_length);
   CHECK(std::string(r3.message()).find("exactly 8 bytes") != std::string::npos);
-  auto batch = decltype(pair.a)::make_batch<4>();
-  CHECK(batch.write(mr.local(0, 8), dst.remote(), 4));
-  CHECK(batch.fetch_add(mr.local(0, 16), dst.remote().sub(0, 8), 1, 5));
-  auto r4 = pair.a.post(batch);
-  CHECK(r4.posted == 1);
-  CHECK(rule_of(r4) == post_rule::atomic_length);
+  // A single send leaves the rule unknown; its message still lists the usual causes.
+  auto single = pair.a.send(std::span<const local_buffer>(three), 5);
+  CHECK(single.rule == post_rule::unknown);
+  CHECK(std::string(single.message()).find("too many SGEs") != std::string::npos);
 }
 
 TEST_CASE("first_error() is the root cause even when separate CQs hand out the flushes first") {
