@@ -147,21 +147,17 @@ struct qp_parts {
   std::shared_ptr<cq_block<B>> scq, rcq;
   typename B::qp qp{};
   std::unique_ptr<qp_link<B>> link;
-  const device_state<B>* dev = nullptr;
-  qp_attr init_attr{};  // RESET→INIT, to bring the QP back to INIT after a failed connect
-  qp_cap asked{};       // capacities as asked (CQ reservations and credits follow these)
-  qp_options opts{};    // for reset()
-  qp_cap caps{};  // as granted
+  qp_cap asked{};     // as asked: the CQ entries reserved on send_cq / recv_cq, and the credits
+  qp_options opts{};  // as created (port, Q_Key, access): reset() and a failed connect reuse them
+  qp_cap caps{};      // as granted
   std::uint32_t inline_limit = 0;
   std::uint32_t psn = 0;
-  std::uint32_t qkey = default_qkey;
-  std::uint8_t port = 1;
   int gid_index = 0;
   gid local_gid{};
   std::uint16_t lid = 0;
   mtu active_mtu = mtu::mtu_1024;
-  std::uint32_t send_entries = 0;  // CQ entries reserved on send_cq / recv_cq
-  std::uint32_t recv_entries = 0;
+
+  const device_state<B>& dev() const noexcept { return *pd->dev; }
 
   qp_parts() = default;
   qp_parts(qp_parts&& o) noexcept { *this = std::move(o); }
@@ -173,21 +169,15 @@ struct qp_parts {
       rcq = std::move(o.rcq);
       qp = std::exchange(o.qp, {});
       link = std::move(o.link);
-      dev = std::exchange(o.dev, nullptr);
-      init_attr = o.init_attr;
       asked = o.asked;
       opts = o.opts;
       caps = o.caps;
       inline_limit = o.inline_limit;
       psn = o.psn;
-      qkey = o.qkey;
-      port = o.port;
       gid_index = o.gid_index;
       local_gid = o.local_gid;
       lid = o.lid;
       active_mtu = o.active_mtu;
-      send_entries = o.send_entries;
-      recv_entries = o.recv_entries;
     }
     return *this;
   }
@@ -198,16 +188,15 @@ struct qp_parts {
     qp = {};
     if (link) {
       if (link->send_cq == link->recv_cq) {
-        if (link->send_cq) link->send_cq->detach(link.get(), send_entries + recv_entries);
+        if (link->send_cq) link->send_cq->detach(link.get(), asked.max_send_wr + asked.max_recv_wr);
       } else {
-        if (link->send_cq) link->send_cq->detach(link.get(), send_entries);
-        if (link->recv_cq) link->recv_cq->detach(link.get(), recv_entries);
+        if (link->send_cq) link->send_cq->detach(link.get(), asked.max_send_wr);
+        if (link->recv_cq) link->recv_cq->detach(link.get(), asked.max_recv_wr);
       }
       link.reset();
     }
     scq.reset();  // after the QP: the CQs may be destroyed now, then the PD
     rcq.reset();
-    dev = nullptr;
     pd.reset();
   }
 };
@@ -370,8 +359,6 @@ class queue_pair {
     p.rcq = std::move(recv_blk);
     p.asked = caps;
     p.opts = o;
-    p.dev = &dev;
-    p.port = o.port;
     port_attr pa = dev.port(o.port);
     p.caps = caps;
     p.qp = B::create_qp(pd->pd, scq->cq, rcq->cq, T::type, p.caps, false);
@@ -386,8 +373,6 @@ class queue_pair {
     l.rq_depth = caps.max_recv_wr;
     l.send_cq = scq;
     l.recv_cq = rcq;
-    p.send_entries = caps.max_send_wr;
-    p.recv_entries = caps.max_recv_wr;
     if (scq == rcq) {
       scq->attach(&l, caps.max_send_wr + caps.max_recv_wr);
     } else {
@@ -402,8 +387,13 @@ class queue_pair {
     p.lid = pa.lid;
     p.active_mtu = pa.active_mtu;
     p.psn = (o.psn ? *o.psn : l.qp_num * 0x9E3779B1u) & psn_mask;
-    p.qkey = o.qkey;
 
+    q.modify_(init_attr_(o), T::init_mask, qp_state::reset, "RESET→INIT");
+    return q;
+  }
+
+  // RESET→INIT attributes from the creation options.
+  static qp_attr init_attr_(const qp_options& o) noexcept {
     qp_attr a;
     a.state = qp_state::init;
     a.pkey_index = o.pkey_index;
@@ -414,9 +404,7 @@ class queue_pair {
       a.access_flags = o.remote_access & access::remote_write;
     else
       a.access_flags = o.remote_access;
-    p.init_attr = a;
-    q.modify_(a, T::init_mask, qp_state::reset, "RESET→INIT");
-    return q;
+    return a;
   }
 
  public:
@@ -443,7 +431,7 @@ class queue_pair {
   wc_status first_error() const { return link_("first_error").first_error; }
   /// The GID index used for this QP's address (chosen automatically unless given).
   int gid_index() const noexcept { return parts_.gid_index; }
-  std::uint8_t port() const noexcept { return parts_.port; }
+  std::uint8_t port() const noexcept { return parts_.opts.port; }
   typename B::qp native() const noexcept { return parts_.qp; }
   /// The state the device reports (a setup call: it may throw).
   qp_state query_state() const {
@@ -471,7 +459,7 @@ class queue_pair {
     link_("connect");
     detail::check_connect(peer, o);
     auto& p = parts_;
-    const port_attr pa = p.dev->port(p.port);
+    const port_attr pa = p.dev().port(p.opts.port);
     qp_attr a;
     a.state = qp_state::rtr;
     mtu m = pa.active_mtu;
@@ -480,10 +468,10 @@ class queue_pair {
     a.path_mtu = m;
     a.dest_qp_num = peer.qpn;
     a.rq_psn = peer.psn & psn_mask;
-    a.av = detail::make_av(peer, p.port, pa, p.gid_index, o.hop_limit, o.sl, o.force_grh, p.dev->name);
+    a.av = detail::make_av(peer, p.opts.port, pa, p.gid_index, o.hop_limit, o.sl, o.force_grh, p.dev().name);
     if constexpr (T::type == qp_type::rc) {
       a.max_dest_rd_atomic = static_cast<std::uint8_t>(
-          std::min<std::uint32_t>(o.max_dest_rd_atomic, p.dev->attr.max_qp_rd_atom));
+          std::min<std::uint32_t>(o.max_dest_rd_atomic, p.dev().attr.max_qp_rd_atom));
       a.min_rnr_timer = o.min_rnr_timer;
     }
     modify_(a, T::rtr_mask, qp_state::init, "INIT→RTR");
@@ -495,7 +483,7 @@ class queue_pair {
       b.retry_cnt = o.retry_cnt;
       b.rnr_retry = o.rnr_retry;
       b.max_rd_atomic = static_cast<std::uint8_t>(
-          std::min<std::uint32_t>(o.max_rd_atomic, p.dev->attr.max_qp_init_rd_atom));
+          std::min<std::uint32_t>(o.max_rd_atomic, p.dev().attr.max_qp_init_rd_atom));
     }
     to_rts_or_back_to_init_(b);
     return queue_pair<B, T, S, qp_state::rts>(std::move(parts_));
@@ -791,7 +779,7 @@ class queue_pair {
         qp_attr r;
         r.state = qp_state::reset;
         B::modify_qp(parts_.qp, r, qp_attr_mask::state);
-        B::modify_qp(parts_.qp, parts_.init_attr, T::init_mask);
+        B::modify_qp(parts_.qp, init_attr_(parts_.opts), T::init_mask);
         parts_.link->rq_held = 0;
       } catch (const verbs_error& back) {
         note = "; taking it back to INIT failed too (" + back.detail() + "): destroy this queue pair";

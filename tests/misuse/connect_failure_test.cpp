@@ -33,6 +33,7 @@ struct rts_refusing : backends::mock {
 };
 static_assert(verbs_backend<rts_refusing>);
 using R = rts_refusing;
+using rside = basic_side<R>;
 
 }  // namespace
 
@@ -72,14 +73,10 @@ TEST_CASE("options out of range are refused before the QP is touched; connect ca
 
 TEST_CASE("RTR→RTS refused by the device: the queue pair is back in INIT, on the device too") {
   mock::fabric fab;
-  device<R> dx("mock0"), dy("mock1");
-  auto pdx = dx.create_pd();
-  auto pdy = dy.create_pd();
-  auto cqx = dx.create_cq(64);
-  auto cqy = dy.create_cq(64);
-  auto rx = pdx.allocate<rw_access>(64);
-  auto qp = pdx.create_qp<rc>(cqx, qp_cap{8, 8});
-  auto peer = pdy.create_qp<rc>(cqy, qp_cap{8, 8});
+  rside x("mock0", 64), y("mock1", 64);
+  auto rx = x.pd.allocate<rw_access>(64);
+  auto qp = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8});
+  auto peer = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
   REQUIRE(qp.post_recv(rx.local(), 1).ok());
   R::allow_rts = 0;
   R::refuse_rts = 1;
@@ -96,10 +93,8 @@ TEST_CASE("RTR→RTS refused by the device: the queue pair is back in INIT, on t
 
 TEST_CASE("a failed verbs error says the verb and errno once") {
   mock::fabric fab;
-  device<R> dx("mock0");
-  auto pdx = dx.create_pd();
-  auto cqx = dx.create_cq(64);
-  auto qp = pdx.create_qp<uc>(cqx, qp_cap{8, 8});
+  rside x("mock0", 64);
+  auto qp = x.pd.create_qp<uc>(x.cq, qp_cap{8, 8});
   auto ep = qp.local_endpoint();
   R::allow_rts = 0;
   R::refuse_rts = 1;
@@ -125,13 +120,9 @@ TEST_CASE("a failed verbs error says the verb and errno once") {
 
 TEST_CASE("qp_pool::connect refused half-way: the pool is emptied, find() is safe, the error says so") {
   mock::fabric fab;
-  device<R> dx("mock0"), dy("mock1");
-  auto pdx = dx.create_pd();
-  auto pdy = dy.create_pd();
-  auto cqx = dx.create_cq(256);
-  auto cqy = dy.create_cq(256);
-  auto pool = pdx.create_qp_pool<rc>(cqx, 3, qp_cap{8, 8});
-  auto peers = pdy.create_qp_pool<rc>(cqy, 3, qp_cap{8, 8});
+  rside x("mock0", 256), y("mock1", 256);
+  auto pool = x.pd.create_qp_pool<rc>(x.cq, 3, qp_cap{8, 8});
+  auto peers = y.pd.create_qp_pool<rc>(y.cq, 3, qp_cap{8, 8});
   const auto eps = peers.local_endpoints();
   const auto qpn0 = pool[0].qp_num();
   CHECK_THROWS_AS((void)std::move(pool).connect(std::span<const endpoint>(eps.data(), 2)), usage_error);
@@ -141,24 +132,20 @@ TEST_CASE("qp_pool::connect refused half-way: the pool is emptied, find() is saf
   CHECK_THROWS_WITH_AS((void)std::move(pool).connect(eps), doctest::Contains("queue pair 1 of 3"), verbs_error);
   CHECK(pool.size() == 0);
   CHECK(pool.find(qpn0) == nullptr);
-  CHECK(cqx.attached() == 0);
+  CHECK(x.cq.attached() == 0);
 }
 
 TEST_CASE("every step of create and connect refused in turn: nothing leaks, the object matches the device") {
   mock::fabric fab;
-  device<R> dx("mock0"), dy("mock1");
-  auto pdx = dx.create_pd();
-  auto pdy = dy.create_pd();
-  auto cqx = dx.create_cq(64);
-  auto cqy = dy.create_cq(64);
-  auto peer = pdy.create_qp<rc>(cqy, qp_cap{8, 8});
+  rside x("mock0", 64), y("mock1", 64);
+  auto peer = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
 
   R::refuse_init = 1;  // RESET→INIT inside create_qp: the QP is destroyed, the CQ keeps no reservation
-  CHECK_THROWS_WITH_AS((void)pdx.create_qp<rc>(cqx, qp_cap{8, 8}), doctest::Contains("RESET→INIT"), verbs_error);
-  CHECK(cqx.attached() == 0);
-  CHECK(cqx.reserved() == 0);
+  CHECK_THROWS_WITH_AS((void)x.pd.create_qp<rc>(x.cq, qp_cap{8, 8}), doctest::Contains("RESET→INIT"), verbs_error);
+  CHECK(x.cq.attached() == 0);
+  CHECK(x.cq.reserved() == 0);
 
-  auto qp = pdx.create_qp<rc>(cqx, qp_cap{8, 8});
+  auto qp = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8});
   R::refuse_rtr = 1;  // INIT→RTR: still INIT
   try {
     (void)std::move(qp).connect(peer.local_endpoint());
@@ -178,5 +165,5 @@ TEST_CASE("every step of create and connect refused in turn: nothing leaks, the 
 
   auto live = std::move(qp).connect(peer.local_endpoint());  // nothing refused: RTS
   CHECK(live.query_state() == qp_state::rts);
-  CHECK(cqx.attached() == 1);
+  CHECK(x.cq.attached() == 1);
 }

@@ -16,13 +16,17 @@ using namespace rdmakit;
 constexpr auto rw_access = access::local_write | access::remote_read | access::remote_write;
 constexpr auto all_access = rw_access | access::remote_atomic;
 
-struct side {
-  device<B> dev;
-  protection_domain<B> pd;
-  completion_queue<B> cq;
-  explicit side(const char* name, int cq_entries = 1024)
+/// One device with a PD and a busy-polled CQ, on backend Bk (the mock, or a test
+/// backend derived from it).
+template <class Bk>
+struct basic_side {
+  device<Bk> dev;
+  protection_domain<Bk> pd;
+  completion_queue<Bk> cq;
+  explicit basic_side(const char* name, int cq_entries = 1024)
       : dev(name), pd(dev.create_pd()), cq(dev.create_cq(cq_entries)) {}
 };
+using side = basic_side<B>;
 
 /// A copy of a completion's fields (the view points into a batch that is reused).
 struct seen {

@@ -92,6 +92,7 @@ struct mock {
   // Devices (from rdmakit::mock::fabric::current()).
   static std::vector<std::string> device_names();
   static std::vector<std::string> device_names(rdmakit::mock::fabric& fab);
+  static std::vector<std::string> device_names(std::shared_ptr<rdmakit::mock::detail::fabric_state> st);
   /// Opens a device by name; an empty name opens the first one.
   static context open_device(std::string_view name);
   /// Opens a device of `fab` (explicit: independent of fabric::current()).

@@ -10,10 +10,16 @@ namespace backends {
 
 namespace mockd = rdmakit::mock::detail;
 
-inline std::vector<std::string> mock::device_names() { return device_names(rdmakit::mock::fabric::current()); }
+// The implicit forms take the newest fabric's state under the registry lock and hold
+// it: another thread may destroy that fabric meanwhile.
+inline std::vector<std::string> mock::device_names() { return device_names(mockd::current_state()); }
 
 inline std::vector<std::string> mock::device_names(rdmakit::mock::fabric& fab) {
-  auto& f = fab.state();
+  return device_names(fab.shared_state());
+}
+
+inline std::vector<std::string> mock::device_names(std::shared_ptr<mockd::fabric_state> st) {
+  auto& f = *st;
   std::lock_guard lk(f.mu);
   std::vector<std::string> out;
   for (auto& d : f.devices) out.push_back(d.cfg.name);
