@@ -75,8 +75,11 @@ class completion_queue {
   int capacity() const noexcept { return blk_ ? blk_->capacity : 0; }
   /// Entries promised to attached queue pairs (the sum of their queue depths).
   std::uint64_t reserved() const noexcept { return blk_ ? blk_->reserved : 0; }
-  /// Queue pairs attached to this CQ.
-  std::size_t attached() const noexcept { return blk_ ? blk_->routes.size() : 0; }
+  /// Entries that queue pairs replaced by reset() may still complete into (their
+  /// flushes), counted apart from reserved() until those queue pairs are destroyed.
+  std::uint64_t flushing() const noexcept { return blk_ ? blk_->flushing : 0; }
+  /// Queue pairs attached to this CQ (not counting those replaced by reset()).
+  std::size_t attached() const noexcept { return blk_ ? blk_->live() : 0; }
   /// Completions polled for a qp_num with no handler (dispatch) or no live QP.
   std::uint64_t unrouted() const noexcept { return blk_ ? blk_->unrouted : 0; }
   /// CQ events received but not acknowledged yet (all are acked before destruction).

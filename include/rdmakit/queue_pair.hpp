@@ -156,6 +156,11 @@ struct qp_parts {
   gid local_gid{};
   std::uint16_t lid = 0;
   mtu active_mtu = mtu::mtu_1024;
+  // The QP that reset() replaced, in ERR: it stays attached to the CQs so the flushes
+  // of its outstanding WRs reach the pollers with their wr_ids, routed and accounted,
+  // until the next reset() or this QP's destruction. At most one is kept.
+  std::unique_ptr<qp_parts> retired;
+  bool is_retired = false;
 
   const device_state<B>& dev() const noexcept { return *pd->dev; }
 
@@ -178,6 +183,8 @@ struct qp_parts {
       local_gid = o.local_gid;
       lid = o.lid;
       active_mtu = o.active_mtu;
+      retired = std::move(o.retired);
+      is_retired = o.is_retired;
     }
     return *this;
   }
@@ -188,13 +195,15 @@ struct qp_parts {
     qp = {};
     if (link) {
       if (link->send_cq == link->recv_cq) {
-        if (link->send_cq) link->send_cq->detach(link.get(), asked.max_send_wr + asked.max_recv_wr);
+        if (link->send_cq)
+          link->send_cq->detach(link.get(), asked.max_send_wr + asked.max_recv_wr, is_retired);
       } else {
-        if (link->send_cq) link->send_cq->detach(link.get(), asked.max_send_wr);
-        if (link->recv_cq) link->recv_cq->detach(link.get(), asked.max_recv_wr);
+        if (link->send_cq) link->send_cq->detach(link.get(), asked.max_send_wr, is_retired);
+        if (link->recv_cq) link->recv_cq->detach(link.get(), asked.max_recv_wr, is_retired);
       }
       link.reset();
     }
+    retired.reset();
     scq.reset();  // after the QP: the CQs may be destroyed now, then the PD
     rcq.reset();
     pd.reset();
@@ -300,10 +309,12 @@ class queue_pair {
 
   /// Any state → a fresh INIT queue pair on the same PD and CQs with the same
   /// capacities and options, for a reconnect. It is a new QP (a new QP number and PSN:
-  /// exchange endpoints again, as the peer must also start over). WRs still outstanding
-  /// on the old QP are dropped without completions: any of its completions still in a
-  /// CQ count as unrouted and never touch the new QP's credits. Throws verbs_error if
-  /// the new QP cannot be made (then this object is empty).
+  /// exchange endpoints again, as the peer must also start over). The old QP is moved
+  /// to ERR and kept until the next reset() or the new QP's destruction, so every WR
+  /// still outstanding on it completes with WR_FLUSH_ERR and its own wr_id, through the
+  /// CQs' normal polls (qp_num() of the old QP; a handler set with `on` still gets
+  /// them). They never touch the new QP's credits. Throws verbs_error if the new QP
+  /// cannot be made (then this object is empty).
   queue_pair<B, T, S, qp_state::init> reset() && {
     link_("reset");
     auto pd = parts_.pd;
@@ -311,8 +322,13 @@ class queue_pair {
     auto rcq = parts_.rcq;
     const qp_cap asked = parts_.asked;
     const qp_options o = parts_.opts;
-    parts_.release();  // first: the CQs' reservations go back before the new QP asks for them
-    return queue_pair<B, T, S, qp_state::init>::create_on_(std::move(pd), std::move(scq), std::move(rcq), asked, o);
+    auto old = std::make_unique<detail::qp_parts<B>>(std::move(parts_));
+    old->retired.reset();  // an older generation: its flushes have had a whole connection's time
+    retire_(*old);         // first: the CQs' reservations go back before the new QP asks for them
+    auto fresh = queue_pair<B, T, S, qp_state::init>::create_on_(std::move(pd), std::move(scq), std::move(rcq),
+                                                                 asked, o);
+    if (old->qp != typename B::qp{}) fresh.parts_.retired = std::move(old);
+    return fresh;
   }
 
  private:
@@ -334,7 +350,7 @@ class queue_pair {
       std::uint64_t need = scq->reserved + caps.max_send_wr + caps.max_recv_wr;
       if (need > static_cast<std::uint64_t>(scq->capacity))
         throw verbs_error("ibv_create_qp", EINVAL,
-                          detail::cq_too_small(scq->capacity, scq->reserved, scq->routes.size(),
+                          detail::cq_too_small(scq->capacity, scq->reserved, scq->live(),
                                                T::name, caps.max_send_wr, caps.max_recv_wr, need,
                                                dev.attr.max_cqe));
     } else {
@@ -343,12 +359,12 @@ class queue_pair {
       if (sneed > static_cast<std::uint64_t>(scq->capacity))
         throw verbs_error("ibv_create_qp", EINVAL,
                           "send " + detail::cq_too_small(scq->capacity, scq->reserved,
-                                                         scq->routes.size(), T::name,
+                                                         scq->live(), T::name,
                                                          caps.max_send_wr, 0, sneed, dev.attr.max_cqe));
       if (rneed > static_cast<std::uint64_t>(rcq->capacity))
         throw verbs_error("ibv_create_qp", EINVAL,
                           "receive " + detail::cq_too_small(rcq->capacity, rcq->reserved,
-                                                            rcq->routes.size(), T::name, 0,
+                                                            rcq->live(), T::name, 0,
                                                             caps.max_recv_wr, rneed, dev.attr.max_cqe));
     }
 
@@ -390,6 +406,31 @@ class queue_pair {
 
     q.modify_(init_attr_(o), T::init_mask, qp_state::reset, "RESET→INIT");
     return q;
+  }
+
+  // Moves a replaced QP to ERR so its outstanding WRs flush, and shrinks its CQ
+  // reservation to what those flushes can take; destroys it at once when nothing is
+  // outstanding or the device refuses ERR (then no flush can come).
+  static void retire_(detail::qp_parts<B>& p) noexcept {
+    auto& l = *p.link;
+    const std::uint32_t sends = l.sq.held(), recvs = l.rq_held;
+    if (sends + recvs == 0) return p.release();
+    try {
+      qp_attr err;
+      err.state = qp_state::err;
+      B::modify_qp(p.qp, err, qp_attr_mask::state);
+    } catch (...) {
+      return p.release();
+    }
+    if (l.send_cq == l.recv_cq) {
+      l.send_cq->retire(p.asked.max_send_wr + p.asked.max_recv_wr, sends + recvs);
+    } else {
+      l.send_cq->retire(p.asked.max_send_wr, sends);
+      l.recv_cq->retire(p.asked.max_recv_wr, recvs);
+    }
+    p.asked.max_send_wr = sends;  // from now on, what release() gives back
+    p.asked.max_recv_wr = recvs;
+    p.is_retired = true;
   }
 
   // RESET→INIT attributes from the creation options.

@@ -76,6 +76,10 @@ struct cq_block {
   typename B::channel channel{};
   int capacity = 0;
   std::uint64_t reserved = 0;  // entries promised to attached QPs
+  // Entries the retired QPs (replaced by reset(), in ERR) may still complete into:
+  // counted apart, so a reset never fails for want of room its flushes will give back.
+  std::uint64_t flushing = 0;
+  std::size_t retired = 0;     // how many of the routes are retired QPs
   std::vector<std::pair<std::uint32_t, qp_link<B>*>> routes;  // sorted by qp_num
   qp_link<B>* last = nullptr;
   unsigned unacked = 0;
@@ -106,8 +110,20 @@ struct cq_block {
     if (it == routes.end() || it->first != l->qp_num) routes.insert(it, {l->qp_num, l});
   }
 
-  void detach(qp_link<B>* l, std::uint32_t entries) noexcept {
+  /// Live queue pairs attached (retired ones excluded).
+  std::size_t live() const noexcept { return routes.size() - retired; }
+
+  /// A QP moved to ERR by reset(): it stays routed, now holding at most `flushes` entries.
+  void retire(std::uint32_t entries, std::uint32_t flushes) noexcept {
     reserved -= std::min<std::uint64_t>(reserved, entries);
+    flushing += flushes;
+    ++retired;
+  }
+
+  void detach(qp_link<B>* l, std::uint32_t entries, bool was_retired) noexcept {
+    auto& pool = was_retired ? flushing : reserved;
+    pool -= std::min<std::uint64_t>(pool, entries);
+    if (was_retired && retired) --retired;
     std::erase_if(routes, [l](const auto& r) { return r.second == l; });
     if (last == l) last = nullptr;
   }

@@ -399,7 +399,7 @@ TEST_CASE("[device] query_device, query_port and the GID table" * doctest::skip(
   CHECK(da.max_cqe > 0);
   CHECK(da.phys_port_cnt >= 1);
   CHECK(da.max_inline_data > 0);
-  CHECK(B::query_device(d.ctx).max_inline_data == da.max_inline_data);  // cached
+  CHECK(B::query_device(d.ctx).max_inline_data == da.max_inline_data);  // probed again, same answer
 
   CHECK(d.pa.state == port_state::active);
   CHECK(d.pa.gid_tbl_len > 0);
@@ -476,8 +476,9 @@ TEST_CASE("[device] create_qp checks caps against the device and writes back the
   qp_cap fat_inline;
   fat_inline.max_send_wr = 1;
   fat_inline.max_inline_data = da.max_inline_data + 1;
+  const std::string inline_limit = "max_inline_data (probed)=" + std::to_string(da.max_inline_data);
   CHECK_THROWS_WITH_AS(B::create_qp(pd, cq, cq, qp_type::rc, fat_inline, true),
-                       doctest::Contains("max_inline_data"), verbs_error);
+                       doctest::Contains(inline_limit.c_str()), verbs_error);
   CHECK_THROWS_WITH_AS(B::create_cq(d.ctx, static_cast<int>(da.max_cqe) + 1, nullptr, 0),
                        doctest::Contains("max_cqe"), verbs_error);
 

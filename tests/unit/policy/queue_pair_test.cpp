@@ -1,5 +1,6 @@
 #include "fixture.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <numeric>
@@ -391,4 +392,68 @@ TEST_CASE("reset(): a queue pair in ERR becomes a fresh INIT one on the same CQs
   CHECK(got[0].status == wc_status::success);
   CHECK(std::memcmp(dst.data(), "again", 6) == 0);
   CHECK_THROWS_AS((void)std::move(p.a).reset(), usage_error);  // moved from
+}
+
+TEST_CASE("reset(): outstanding receives and sends complete as flushes with their wr_ids, and credits stay apart") {
+  mock::fabric_config slow;
+  slow.latency = std::chrono::milliseconds{1};  // sends stay outstanding until the clock moves
+  mock::fabric fab(slow);
+  side x("mock0"), y("mock1");
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto p = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  const auto old_qpn = p.a.qp_num();
+  REQUIRE(p.a.post_recv(src.local(0, 8), 11).ok());
+  REQUIRE(p.a.post_recv(src.local(8, 8), 12).ok());
+  REQUIRE(p.a.write(src.local(16, 8), dst.remote(), 21).ok());  // unsignaled, in flight
+  REQUIRE(p.a.write(src.local(24, 8), dst.remote(), 22, send_flags::signaled).ok());
+  const auto reserved = x.cq.reserved();
+
+  auto fresh = std::move(p.a).reset();
+  CHECK(x.cq.attached() == 1);
+  CHECK(x.cq.reserved() == reserved);  // the new QP's promise; the flushes are counted apart
+  CHECK(x.cq.flushing() == 4);
+  CHECK(fresh.posted_recvs() == 0);
+  CHECK(fresh.send_credits() == 8);
+
+  auto got = collect(x.cq, 4);
+  REQUIRE(got.size() == 4);
+  std::vector<std::uint64_t> ids;
+  for (const auto& c : got) {
+    CHECK(c.status == wc_status::wr_flush_err);
+    CHECK(c.qp_num == old_qpn);
+    ids.push_back(c.wr_id);
+  }
+  std::sort(ids.begin(), ids.end());
+  CHECK(ids == std::vector<std::uint64_t>{11, 12, 21, 22});
+  CHECK(x.cq.unrouted() == 0);
+  CHECK(fresh.send_credits() == 8);
+  CHECK(fresh.posted_recvs() == 0);
+  CHECK_FALSE(fresh.in_error());
+
+  // The next reset (or destruction) lets the old QP go, with its entries.
+  auto again = std::move(fresh).reset();
+  CHECK(x.cq.flushing() == 0);
+  CHECK(x.cq.attached() == 1);
+  again = {};
+  p.b = {};
+  CHECK(x.cq.attached() == 0);
+  CHECK(x.cq.reserved() == 0);
+}
+
+TEST_CASE("reset(): nothing outstanding destroys the old QP at once; a CQ sized for one QP still takes the reset") {
+  mock::fabric fab;
+  side x("mock0");
+  auto cq = x.dev.create_cq(4);
+  auto mr = x.pd.allocate<access::local_write>(64);
+  auto q = x.pd.create_qp<rc>(cq, qp_cap{2, 2});
+  auto idle = std::move(q).reset();
+  CHECK(cq.flushing() == 0);
+  REQUIRE(idle.post_recv(mr.local(0, 8), 1).ok());
+  REQUIRE(idle.post_recv(mr.local(8, 8), 2).ok());
+  auto busy = std::move(idle).reset();  // 4 entries promised + 2 flushes: still made
+  CHECK(cq.reserved() == 4);
+  CHECK(cq.flushing() == 2);
+  auto got = collect(cq, 2);
+  CHECK(got.size() == 2);
 }

@@ -7,7 +7,7 @@
 /// includes <infiniband/verbs.h>.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/backends/ibverbs/abi.hpp>
-#include <rdmakit/backends/ibverbs/context_state.hpp>
+#include <rdmakit/backends/ibverbs/inline_probe.hpp>
 #include <rdmakit/backends/ibverbs/convert.hpp>
 #include <rdmakit/detail/gid_choice.hpp>
 #include <rdmakit/error.hpp>
@@ -189,13 +189,13 @@ struct ibverbs {
 
   static void close_device(context ctx) noexcept {
     if (!ctx) return;
-    rdmakit::ibverbs::detail::forget_context(ctx);
     ibv_close_device(ctx);
   }
 
   static std::string device_name(context ctx) { return rdmakit::ibverbs::detail::ctx_name(ctx); }
 
-  /// ibv_query_device, plus max_inline_data probed once per context (RC QPs).
+  /// ibv_query_device, plus max_inline_data for RC QPs, probed on each call (the typed
+  /// layer calls this once per device open and keeps the result).
   static device_attr query_device(context ctx) {
     const ibv_device_attr a = rdmakit::ibverbs::detail::query_raw(ctx);
     device_attr o;
@@ -210,7 +210,7 @@ struct ibverbs {
     o.max_ah = nonneg(a.max_ah);
     o.max_qp_rd_atom = nonneg(a.max_qp_rd_atom);
     o.max_qp_init_rd_atom = nonneg(a.max_qp_init_rd_atom);
-    o.max_inline_data = rdmakit::ibverbs::detail::max_inline(ctx, qp_type::rc);
+    o.max_inline_data = rdmakit::ibverbs::detail::probe_max_inline(ctx, IBV_QPT_RC);
     o.atomics = a.atomic_cap != IBV_ATOMIC_NONE;
     o.phys_port_cnt = a.phys_port_cnt;
     return o;
@@ -426,8 +426,9 @@ struct ibverbs {
 
   // ------------------------------------------------------------------ queue pairs
 
-  /// Checks `caps` against the device limits (max_qp_wr, max_sge, the probed inline
-  /// limit for this QP type), creates the QP and writes the granted caps back.
+  /// Checks `caps` against the device limits (max_qp_wr, max_sge), creates the QP and
+  /// writes the granted caps back. A refused inline size is explained by probing the
+  /// limit for this QP type then, on the failure path only.
   static qp create_qp(pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps, bool sq_sig_all) {
     if (!p || !send_cq || !recv_cq)
       throw verbs_error("ibv_create_qp", EINVAL, "the PD, send CQ and receive CQ must all be given");
@@ -444,9 +445,6 @@ struct ibverbs {
     over("max_recv_wr", caps.max_recv_wr, "max_qp_wr", lim.max_qp_wr);
     over("max_send_sge", caps.max_send_sge, "max_sge", lim.max_sge);
     over("max_recv_sge", caps.max_recv_sge, "max_sge", lim.max_sge);
-    if (caps.max_inline_data > 0)
-      over("max_inline_data", caps.max_inline_data, "max_inline_data (probed)",
-           rdmakit::ibverbs::detail::max_inline(ctx, type));
 
     ibv_qp_init_attr ia;
     std::memset(&ia, 0, sizeof ia);
@@ -464,6 +462,15 @@ struct ibverbs {
     if (!q) {
       const int err = rdmakit::ibverbs::detail::null_errno();
       std::string why = what + " with " + rdmakit::ibverbs::detail::caps_string(caps);
+      const std::uint32_t inline_limit =
+          err == EINVAL && caps.max_inline_data > 0
+              ? rdmakit::ibverbs::detail::probe_max_inline(ctx, static_cast<ibv_qp_type>(type))
+              : caps.max_inline_data;
+      if (caps.max_inline_data > inline_limit)
+        throw verbs_error("ibv_create_qp", err,
+                          what + ": max_inline_data=" + std::to_string(caps.max_inline_data) +
+                              " exceeds the device limit max_inline_data (probed)=" +
+                              std::to_string(inline_limit) + "; ask for at most that");
       if (err == ENOMEM)
         why += std::string(": out of QP resources, or ") + rdmakit::ibverbs::detail::memlock_hint();
       else if (err == EINVAL)

@@ -1,6 +1,7 @@
 #pragma once
-// Per-context facts the backend learns once: the largest inline send per QP type,
-// which ibv_device_attr does not report and is found by creating throwaway QPs.
+// The largest inline send per QP type, which ibv_device_attr does not report, found by
+// creating throwaway QPs. Probed when asked (device open, a refused create_qp) and never
+// cached: the backend keeps no process-wide state keyed by context.
 #include <rdmakit/config.hpp>
 #include <rdmakit/types.hpp>
 
@@ -8,32 +9,9 @@
 
 #include <cerrno>
 #include <cstdint>
-#include <mutex>
-#include <unordered_map>
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace ibverbs::detail {
-
-struct context_state {
-  // Indexed by qp_type (RC=2, UC=3, UD=4); -1 = not probed yet.
-  std::int64_t max_inline[5] = {-1, -1, -1, -1, -1};
-};
-
-struct context_registry {
-  std::mutex mutex;
-  std::unordered_map<const ibv_context*, context_state> states;
-
-  static context_registry& get() {
-    static context_registry r;
-    return r;
-  }
-};
-
-inline void forget_context(const ibv_context* ctx) noexcept {
-  auto& r = context_registry::get();
-  std::lock_guard lock(r.mutex);
-  r.states.erase(ctx);
-}
 
 /// Largest max_inline_data that ibv_create_qp accepts for `type` on this device
 /// (and grants at least as much as asked), found by creating QPs: descending powers
@@ -81,22 +59,6 @@ inline std::uint32_t probe_max_inline(ibv_context* ctx, ibv_qp_type type) {
   ibv_dealloc_pd(pd);
   errno = saved_errno;
   return ok;
-}
-
-/// The probed limit for `type`, cached per context.
-inline std::uint32_t max_inline(ibv_context* ctx, qp_type type) {
-  const auto slot = static_cast<std::size_t>(type);
-  auto& r = context_registry::get();
-  {
-    std::lock_guard lock(r.mutex);
-    auto it = r.states.find(ctx);
-    if (it != r.states.end() && slot < 5 && it->second.max_inline[slot] >= 0)
-      return static_cast<std::uint32_t>(it->second.max_inline[slot]);
-  }
-  const std::uint32_t found = probe_max_inline(ctx, static_cast<ibv_qp_type>(type));
-  std::lock_guard lock(r.mutex);
-  if (slot < 5) r.states[ctx].max_inline[slot] = found;
-  return found;
 }
 
 }  // namespace ibverbs::detail
