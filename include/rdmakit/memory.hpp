@@ -188,8 +188,8 @@ class memory_region {
  private:
   static typename B::mr register_(const detail::pd_state<B>& pd, void* addr, std::size_t length) {
     if (!addr || length == 0)
-      throw verbs_error("ibv_reg_mr", EINVAL,
-                        "cannot register " + std::to_string(length) +
+      throw usage_error(
+                        "register_memory(): cannot register " + std::to_string(length) +
                             " bytes at a null address: give a non-empty buffer");
     return B::reg_mr(pd.pd, addr, length, Access);
   }
@@ -289,8 +289,8 @@ class registered_pool {
   /// Prefer protection_domain::create_pool.
   registered_pool(detail::pd_ref<B> pd, std::size_t slot_size, std::size_t slots) {
     if (slot_size == 0 || slots == 0 || slots > 0xFFFFFFFFu || slot_size > (std::size_t{1} << 40) / slots)
-      throw verbs_error("ibv_reg_mr", EINVAL,
-                        "a registered pool needs slot_size > 0, 0 < slots < 2^32 and at most 1 TiB in all (got " +
+      throw usage_error(
+                        "create_pool(): a registered pool needs slot_size > 0, 0 < slots < 2^32 and at most 1 TiB in all (got " +
                             std::to_string(slot_size) + " × " + std::to_string(slots) + ")");
     auto st = std::make_unique<state>();
     st->slot_size = (slot_size + 63) / 64 * 64;

@@ -31,8 +31,7 @@ class qp_pool {
     std::uint64_t per = std::uint64_t{caps.max_send_wr} + caps.max_recv_wr;
     std::uint64_t need = blk->reserved + per * count;
     if (need > static_cast<std::uint64_t>(blk->capacity))
-      throw verbs_error("ibv_create_qp", EINVAL,
-                        "CQ of " + std::to_string(blk->capacity) + " entries is too small for a pool of " +
+      throw usage_error("create_qp_pool(): CQ of " + std::to_string(blk->capacity) + " entries is too small for a pool of " +
                             std::to_string(count) + " " + std::string(T::name) + " queue pairs of " +
                             std::to_string(caps.max_send_wr) + " send + " + std::to_string(caps.max_recv_wr) +
                             " receive WRs each: create it with at least " + std::to_string(need) + " entries");

@@ -257,7 +257,7 @@ inline ah_attr make_av(const endpoint& peer, std::uint8_t port, const port_attr&
   av.sl = sl;
   if (pa.layer == link_layer::ethernet || force_grh) {
     if (peer.gid.is_zero())
-      throw verbs_error("ibv_modify_qp", EINVAL,
+      throw usage_error(
                         "port " + std::to_string(port) + " of " + dev_name +
                             " is RoCE (Ethernet), which needs a GRH, but the peer endpoint has "
                             "no GID: send the peer's local_endpoint().gid along with its QPN");
@@ -293,8 +293,8 @@ class queue_pair {
   ~queue_pair() = default;
 
   /// Creates the QP and moves it to INIT. Prefer protection_domain::create_qp. Throws
-  /// verbs_error when a CQ is too small, signal_every<N> does not fit max_send_wr, or
-  /// the device refuses.
+  /// usage_error when a CQ is too small or signal_every<N> does not fit max_send_wr
+  /// (nothing was created), verbs_error when the device refuses.
   template <polling PS, polling PR>
   static queue_pair create(detail::pd_ref<B> pd, completion_queue<B, PS>& send_cq,
                            completion_queue<B, PR>& recv_cq, const qp_cap& caps, const qp_options& o = {})
@@ -340,8 +340,7 @@ class queue_pair {
     const detail::device_state<B>& dev = *pd->dev;
     // max_send_wr 0 is a receive-only queue pair (legal in verbs): sends return sq_full.
     if (caps.max_send_wr != 0 && caps.max_send_wr < S::min_sq_depth)
-      throw verbs_error("ibv_create_qp", EINVAL,
-                        std::string(S::name) + "<" + std::to_string(S::min_sq_depth) +
+      throw usage_error("create_qp(): " + std::string(S::name) + "<" + std::to_string(S::min_sq_depth) +
                             "> signals every " + std::to_string(S::min_sq_depth) +
                             "-th WR, so the send queue must hold at least that many, but "
                             "max_send_wr is " + std::to_string(caps.max_send_wr) +
@@ -349,21 +348,18 @@ class queue_pair {
     if (scq == rcq) {
       std::uint64_t need = scq->reserved + caps.max_send_wr + caps.max_recv_wr;
       if (need > static_cast<std::uint64_t>(scq->capacity))
-        throw verbs_error("ibv_create_qp", EINVAL,
-                          detail::cq_too_small(scq->capacity, scq->reserved, scq->live(),
+        throw usage_error("create_qp(): " + detail::cq_too_small(scq->capacity, scq->reserved, scq->live(),
                                                T::name, caps.max_send_wr, caps.max_recv_wr, need,
                                                dev.attr.max_cqe));
     } else {
       std::uint64_t sneed = scq->reserved + caps.max_send_wr;
       std::uint64_t rneed = rcq->reserved + caps.max_recv_wr;
       if (sneed > static_cast<std::uint64_t>(scq->capacity))
-        throw verbs_error("ibv_create_qp", EINVAL,
-                          "send " + detail::cq_too_small(scq->capacity, scq->reserved,
+        throw usage_error("create_qp(): send " + detail::cq_too_small(scq->capacity, scq->reserved,
                                                          scq->live(), T::name,
                                                          caps.max_send_wr, 0, sneed, dev.attr.max_cqe));
       if (rneed > static_cast<std::uint64_t>(rcq->capacity))
-        throw verbs_error("ibv_create_qp", EINVAL,
-                          "receive " + detail::cq_too_small(rcq->capacity, rcq->reserved,
+        throw usage_error("create_qp(): receive " + detail::cq_too_small(rcq->capacity, rcq->reserved,
                                                             rcq->live(), T::name, 0,
                                                             caps.max_recv_wr, rneed, dev.attr.max_cqe));
     }

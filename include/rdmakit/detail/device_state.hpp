@@ -29,8 +29,8 @@ struct device_state {
 
   port_attr port(std::uint8_t n) const {
     if (n == 0 || n > attr.phys_port_cnt)
-      throw verbs_error("ibv_query_port", EINVAL,
-                        "device " + name + " has no port " + std::to_string(n) + " (ports are 1.." +
+      throw usage_error(
+                        "port(): device " + name + " has no port " + std::to_string(n) + " (ports are 1.." +
                             std::to_string(attr.phys_port_cnt) + ")");
     return B::query_port(ctx, n);
   }

@@ -34,7 +34,7 @@ TEST_CASE("device: ports and GIDs") {
   auto p = d.port(1);
   CHECK(p.state == port_state::active);
   CHECK(p.layer == link_layer::ethernet);
-  CHECK_THROWS_AS(d.port(2), verbs_error);
+  CHECK_THROWS_AS(d.port(2), usage_error);
   auto gids = d.gids(1);
   REQUIRE(gids.size() >= 2);
   CHECK(gids[0].value.is_link_local());
