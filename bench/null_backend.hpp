@@ -244,6 +244,11 @@ struct null_backend {
     s.length = length;
     s.lkey = lkey;
   }
+  static rdmakit::send_wr_facts describe_send(const send_wr& w) noexcept {
+    rdmakit::send_wr_facts f{w.op, w.flags, w.num_sge, 0, w.remote_addr};
+    for (int i = 0; i < w.num_sge && w.sg_list; ++i) f.length += w.sg_list[i].length;
+    return f;
+  }
   static void set_send(send_wr& w, std::uint64_t wr_id, rdmakit::opcode op, rdmakit::send_flags fl, sge* list,
                        int n) noexcept {
     w.wr_id = wr_id;

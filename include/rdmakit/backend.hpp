@@ -29,6 +29,17 @@ concept backend_handle = std::is_trivially_copyable_v<H> && std::default_initial
                          std::equality_comparable<H>;
 }
 
+/// What a native send WR asks for, read back by B::describe_send when the device
+/// refused it, so the error can name the broken rule (SGE count, inline size, atomic
+/// length or alignment) without the data path keeping a copy of the request.
+struct send_wr_facts {
+  opcode op = opcode::send;
+  send_flags flags = send_flags::none;
+  int num_sge = 0;
+  std::uint64_t length = 0;       ///< the SGE lengths added up
+  std::uint64_t remote_addr = 0;  ///< RDMA and atomic operations; 0 otherwise
+};
+
 template <class B>
 concept verbs_backend =
     detail::backend_handle<typename B::context> && detail::backend_handle<typename B::pd> &&
@@ -101,6 +112,10 @@ concept verbs_backend =
       { B::set_ud(swr, ah, u32, u32) } noexcept;                     // AH, remote QPN, Q_Key
       { B::set_recv(rwr, u64, list, n) } noexcept;                   // wr_id, sg list; next = null
       { B::set_next(rwr, &rwr) } noexcept;
+    } &&
+    // Reading a send WR back, on the failure path only, to name the rule it broke.
+    requires(const typename B::send_wr& swr) {
+      { B::describe_send(swr) } noexcept -> std::same_as<send_wr_facts>;
     } &&
     // Reading completions.
     requires(const typename B::wc& w) {
@@ -179,6 +194,7 @@ struct archetype_backend {
   static void set_ud(send_wr&, ah, std::uint32_t, std::uint32_t) noexcept;
   static void set_recv(recv_wr&, std::uint64_t, sge*, int) noexcept;
   static void set_next(recv_wr&, recv_wr*) noexcept;
+  static send_wr_facts describe_send(const send_wr&) noexcept;
   static std::uint64_t get_wr_id(const wc&) noexcept;
   static wc_status get_status(const wc&) noexcept;
   static wc_opcode get_opcode(const wc&) noexcept;

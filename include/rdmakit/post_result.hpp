@@ -21,8 +21,7 @@ enum class post_status : std::uint8_t {
 };
 
 /// Which rule a WR the device refused with EINVAL broke, found by the queue pair on the
-/// failure path of post lists and receives (single sends leave it `unknown`: the
-/// diagnosis there measurably slowed successful posts); `unknown` when none of these.
+/// failure path of every post (it reads the refused WR back); `unknown` when none of these.
 enum class post_rule : std::uint8_t {
   unknown = 0,
   sge_count,         ///< more SGEs than the queue pair's max_send_sge / max_recv_sge

@@ -545,13 +545,13 @@ class queue_pair {
   // ---- receives (INIT and later) -----------------------------------------------------
 
   /// Posts one receive into `buf` (UD: buf must also hold the 40-byte GRH first).
-  [[nodiscard]] post_result post_recv(const local_buffer& buf, std::uint64_t wr_id) noexcept {
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post_recv(const local_buffer& buf, std::uint64_t wr_id) noexcept {
     typename B::sge s;
     B::set_sge(s, buf.addr, buf.length, buf.lkey);
     return post_recv_(&s, 1, buf.length, wr_id);
   }
   /// Posts one receive scattered over `sgl`.
-  [[nodiscard]] post_result post_recv(std::span<const local_buffer> sgl, std::uint64_t wr_id) noexcept {
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post_recv(std::span<const local_buffer> sgl, std::uint64_t wr_id) noexcept {
     typename B::sge s[detail::max_stack_sge];
     std::uint32_t total = 0;
     int n = to_sges_(sgl, s, total);
@@ -560,7 +560,7 @@ class queue_pair {
   }
   /// Posts one receive per buffer with wr_ids first_wr_id, first_wr_id + 1, ...; one
   /// doorbell per 32 receives. `posted` says how many went in.
-  [[nodiscard]] post_result post_recvs(std::span<const local_buffer> bufs, std::uint64_t first_wr_id) noexcept {
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post_recvs(std::span<const local_buffer> bufs, std::uint64_t first_wr_id) noexcept {
     if (RDMAKIT_UNLIKELY(!parts_.link)) return {post_status::empty_handle, 0, 0};
     auto& l = *parts_.link;
     if (RDMAKIT_UNLIKELY(!bufs.empty() && ((first_wr_id | (first_wr_id + bufs.size() - 1)) & detail::recv_wr_bit)))
@@ -595,28 +595,28 @@ class queue_pair {
   // ---- sends (RTS only) --------------------------------------------------------------
 
   /// SEND `buf` to the connected peer (inline when it fits max_inline_data).
-  [[nodiscard]] post_result send(const local_buffer& buf, std::uint64_t wr_id,
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send(const local_buffer& buf, std::uint64_t wr_id,
                                  send_flags flags = send_flags::none) noexcept {
     static_assert(!T::needs_ah, "UD sends name their destination: send(ah.to(remote_qpn), buffer, wr_id)");
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     return one_(opcode::send, buf, wr_id, flags, [](auto&) {});
   }
   /// SEND gathered from `sgl`.
-  [[nodiscard]] post_result send(std::span<const local_buffer> sgl, std::uint64_t wr_id,
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send(std::span<const local_buffer> sgl, std::uint64_t wr_id,
                                  send_flags flags = send_flags::none) noexcept {
     static_assert(!T::needs_ah, "UD sends name their destination: send(ah.to(remote_qpn), buffer, wr_id)");
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     return many_(opcode::send, sgl, wr_id, flags, [](auto&) {});
   }
   /// SEND with 32-bit immediate data (host order; the receiver's completion has it).
-  [[nodiscard]] post_result send_imm(const local_buffer& buf, std::uint32_t imm, std::uint64_t wr_id,
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send_imm(const local_buffer& buf, std::uint32_t imm, std::uint64_t wr_id,
                                      send_flags flags = send_flags::none) noexcept {
     static_assert(!T::needs_ah, "UD sends name their destination: send_imm(ah.to(remote_qpn), buffer, imm, wr_id)");
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     return one_(opcode::send_with_imm, buf, wr_id, flags, [imm](auto& d) { d.imm = imm; });
   }
   /// UD: SEND `buf` to `to` (an address handle, remote QPN and Q_Key).
-  [[nodiscard]] post_result send(const ud_address<B>& to, const local_buffer& buf, std::uint64_t wr_id,
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send(const ud_address<B>& to, const local_buffer& buf, std::uint64_t wr_id,
                                  send_flags flags = send_flags::none) noexcept {
     static_assert(T::needs_ah,
                   "only UD sends take a destination: an RC/UC queue pair sends to the peer it is connected to");
@@ -624,7 +624,7 @@ class queue_pair {
     return one_(opcode::send, buf, wr_id, flags, [&to](auto& d) { ud_(d, to); });
   }
   /// UD: SEND with immediate data to `to`.
-  [[nodiscard]] post_result send_imm(const ud_address<B>& to, const local_buffer& buf, std::uint32_t imm,
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send_imm(const ud_address<B>& to, const local_buffer& buf, std::uint32_t imm,
                                      std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
     static_assert(T::needs_ah,
                   "only UD sends take a destination: an RC/UC queue pair sends to the peer it is connected to");
@@ -637,7 +637,7 @@ class queue_pair {
 
   /// RDMA WRITE `src` to `dst` (RC, UC).
   template <access A>
-  [[nodiscard]] post_result write(const local_buffer& src, const remote_region<A>& dst, std::uint64_t wr_id,
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result write(const local_buffer& src, const remote_region<A>& dst, std::uint64_t wr_id,
                                   send_flags flags = send_flags::none) noexcept {
     static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
@@ -647,7 +647,7 @@ class queue_pair {
   }
   /// RDMA WRITE gathered from `sgl`.
   template <access A>
-  [[nodiscard]] post_result write(std::span<const local_buffer> sgl, const remote_region<A>& dst,
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result write(std::span<const local_buffer> sgl, const remote_region<A>& dst,
                                   std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
     static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
@@ -657,7 +657,7 @@ class queue_pair {
   }
   /// RDMA WRITE with immediate data: also consumes a receive at the peer.
   template <access A>
-  [[nodiscard]] post_result write_imm(const local_buffer& src, const remote_region<A>& dst, std::uint32_t imm,
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result write_imm(const local_buffer& src, const remote_region<A>& dst, std::uint32_t imm,
                                       std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
     static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
@@ -670,7 +670,7 @@ class queue_pair {
   }
   /// RDMA READ from `src` into `dst` (RC only; dst needs LOCAL_WRITE).
   template <access A>
-  [[nodiscard]] post_result read(const local_buffer& dst, const remote_region<A>& src, std::uint64_t wr_id,
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result read(const local_buffer& dst, const remote_region<A>& src, std::uint64_t wr_id,
                                  send_flags flags = send_flags::none) noexcept {
     static_assert(T::supports_read, "RDMA READ needs an RC queue pair: UC and UD have no READ");
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
@@ -680,7 +680,7 @@ class queue_pair {
   }
   /// RDMA READ scattered into `sgl`.
   template <access A>
-  [[nodiscard]] post_result read(std::span<const local_buffer> sgl, const remote_region<A>& src,
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result read(std::span<const local_buffer> sgl, const remote_region<A>& src,
                                  std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
     static_assert(T::supports_read, "RDMA READ needs an RC queue pair: UC and UD have no READ");
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
@@ -691,7 +691,7 @@ class queue_pair {
   /// 64-bit compare-and-swap at `target` (8 bytes, 8-aligned); the old value lands in
   /// `result` (8 bytes, LOCAL_WRITE). RC only.
   template <access A>
-  [[nodiscard]] post_result compare_swap(const local_buffer& result, const remote_region<A>& target,
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result compare_swap(const local_buffer& result, const remote_region<A>& target,
                                          std::uint64_t compare, std::uint64_t swap, std::uint64_t wr_id,
                                          send_flags flags = send_flags::none) noexcept {
     static_assert(T::supports_atomic,
@@ -707,7 +707,7 @@ class queue_pair {
   }
   /// 64-bit fetch-and-add at `target`; the old value lands in `result`. RC only.
   template <access A>
-  [[nodiscard]] post_result fetch_add(const local_buffer& result, const remote_region<A>& target,
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result fetch_add(const local_buffer& result, const remote_region<A>& target,
                                       std::uint64_t add, std::uint64_t wr_id,
                                       send_flags flags = send_flags::none) noexcept {
     static_assert(T::supports_atomic,
@@ -733,7 +733,7 @@ class queue_pair {
   /// it are posted and removed from the batch, which keeps the rest. The batch is
   /// cleared when all were posted.
   template <std::size_t Max, std::size_t SgePerWr>
-  [[nodiscard]] post_result post(send_batch<B, T, Max, SgePerWr>& batch) noexcept {
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(send_batch<B, T, Max, SgePerWr>& batch) noexcept {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     const std::size_t n = batch.size();
     if (n == 0) return {post_status::ok, 0, 0};
@@ -759,13 +759,9 @@ class queue_pair {
     std::size_t k = e ? (bad ? static_cast<std::size_t>(bad - w) : 0) : n;
     for (std::size_t i = 0; i < k; ++i) l.sq.commit(sig[i]);
     if (e) {
-      post_rule rule = post_rule::unknown;
-      if (e == EINVAL && k < n) {
-        const auto& b = batch.entries_[k];
-        rule = diagnose_(b.op, b.flags, b.num_sge, b.total, batch.raddr_(k));
-      }
+      const post_result r = refused_(e, static_cast<std::uint32_t>(k), k < n ? &w[k] : nullptr);
       batch.drop_front_(k);  // the batch keeps exactly the WRs that were not posted
-      return {post_status::backend_error, e, static_cast<std::uint32_t>(k), rule};
+      return r;
     }
     batch.clear();
     return {post_status::ok, 0, static_cast<std::uint32_t>(n)};
@@ -880,15 +876,22 @@ class queue_pair {
     return post_send_(d);
   }
 
-  // Which rule a refused send WR broke (failure path only).
-  RDMAKIT_NOINLINE post_rule diagnose_(opcode op, send_flags flags, int num_sge, std::uint32_t total,
-                                       std::uint64_t raddr) const noexcept {
-    const bool atomic = op == opcode::atomic_cmp_and_swp || op == opcode::atomic_fetch_and_add;
-    if (static_cast<std::uint32_t>(num_sge) > parts_.caps.max_send_sge) return post_rule::sge_count;
-    if (atomic && total != 8) return post_rule::atomic_length;
-    if (atomic && raddr % 8 != 0) return post_rule::atomic_alignment;
-    if (has_any(flags, send_flags::inline_data) && total > parts_.caps.max_inline_data) return post_rule::inline_size;
-    return post_rule::unknown;
+  // The device refused send WR `wr` (after `posted` were taken): which rule it broke,
+  // read back from the WR itself. Out of line: the success path pays nothing for it.
+  RDMAKIT_NOINLINE post_result refused_(int e, std::uint32_t posted, const typename B::send_wr* wr) const noexcept {
+    post_result r{post_status::backend_error, e, posted};
+    if (e != EINVAL || !wr) return r;
+    const send_wr_facts f = B::describe_send(*wr);
+    const bool atomic = f.op == opcode::atomic_cmp_and_swp || f.op == opcode::atomic_fetch_and_add;
+    if (static_cast<std::uint32_t>(f.num_sge) > parts_.caps.max_send_sge)
+      r.rule = post_rule::sge_count;
+    else if (atomic && f.length != 8)
+      r.rule = post_rule::atomic_length;
+    else if (atomic && f.remote_addr % 8 != 0)
+      r.rule = post_rule::atomic_alignment;
+    else if (has_any(f.flags, send_flags::inline_data) && f.length > parts_.caps.max_inline_data)
+      r.rule = post_rule::inline_size;
+    return r;
   }
 
   RDMAKIT_ALWAYS_INLINE send_flags final_flags_(opcode op, send_flags requested, std::uint32_t total,
@@ -917,10 +920,9 @@ class queue_pair {
     typename B::send_wr w;
     build_(w, d, d.sg, sig);
     typename B::send_wr* bad = nullptr;
-    // No rule diagnosis on single posts: using the descriptor after the post costs ~40
-    // instructions per post (callgrind, null backend); post lists diagnose (rule).
-    if (int e = B::post_send(parts_.qp, &w, &bad); RDMAKIT_UNLIKELY(e != 0))
-      return {post_status::backend_error, e, 0};
+    // The refused WR is read back from memory (describe_send), not from the descriptor:
+    // keeping the descriptor alive past the post cost ~40 instructions per post.
+    if (int e = B::post_send(parts_.qp, &w, &bad); RDMAKIT_UNLIKELY(e != 0)) return refused_(e, 0, &w);
     l.sq.commit(sig);
     return {post_status::ok, 0, 1};
   }
@@ -1045,15 +1047,11 @@ class send_batch {
   template <verbs_backend, transport, signaling, qp_state>
   friend class queue_pair;
 
-  // The remote address of WR k (0 when it has none), for the failure diagnosis.
-  std::uint64_t raddr_(std::size_t k) const noexcept { return raddrs_[k]; }
-
   // After a partial post: forget the first k WRs (their SGEs stay until clear()).
   void drop_front_(std::size_t k) noexcept {
     for (std::size_t i = k; i < n_; ++i) {
       wrs_[i - k] = wrs_[i];
       entries_[i - k] = entries_[i];
-      raddrs_[i - k] = raddrs_[i];
     }
     n_ -= k;
   }
@@ -1082,14 +1080,12 @@ class send_batch {
     fill(d);
     detail::set_op_fields<B, T>(wrs_[n_], d);  // the rest is set at post time
     entries_[n_] = {wr_id, op, flags, d.num_sge, d.total, first};
-    raddrs_[n_] = d.raddr;
     ++n_;
     return true;
   }
 
   detail::uninit_array<typename B::send_wr, Max> wrs_;
   std::array<detail::batch_entry, Max> entries_;
-  std::array<std::uint64_t, Max> raddrs_;
   detail::uninit_array<typename B::sge, Max * SgePerWr> sges_;
   std::size_t n_ = 0;
   std::size_t nsge_ = 0;

@@ -77,10 +77,29 @@ TEST_CASE("a WR of a post list the device refuses with EINVAL: the message names
   auto r3 = refused([&](auto& b) { return b.fetch_add(mr.local(0, 16), dst.remote().sub(0, 8), 1, 4); });
   CHECK(r3.rule == post_rule::atomic_length);
   CHECK(std::string(r3.message()).find("exactly 8 bytes") != std::string::npos);
-  // A single send leaves the rule unknown; its message still lists the usual causes.
-  auto single = pair.a.send(std::span<const local_buffer>(three), 5);
-  CHECK(single.rule == post_rule::unknown);
-  CHECK(std::string(single.message()).find("too many SGEs") != std::string::npos);
+}
+
+TEST_CASE("a single send the device refuses with EINVAL: the rule is read back from the refused WR") {
+  mock::fabric fab;
+  side x("mock0"), y("mock1");
+  auto mr = x.pd.allocate<all_access>(1024);
+  auto dst = y.pd.allocate<all_access>(1024);
+  auto pair = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 8, 1, 1, 0});
+  const local_buffer three[3] = {mr.local(0, 8), mr.local(8, 8), mr.local(16, 8)};
+  auto sges = pair.a.send(std::span<const local_buffer>(three), 5);
+  CHECK(sges.status == post_status::backend_error);
+  CHECK(sges.rule == post_rule::sge_count);
+  CHECK(std::string(sges.message()).find("max_send_sge") != std::string::npos);
+  auto big_inline = pair.a.write(mr.local(0, 600), dst.remote(), 6, send_flags::inline_data);
+  CHECK(big_inline.rule == post_rule::inline_size);
+  auto wide = pair.a.fetch_add(mr.local(0, 16), dst.remote().sub(0, 8), 1, 7);
+  CHECK(wide.rule == post_rule::atomic_length);
+  const auto odd = remote_region<all_access>::unchecked(dst.remote().addr() + 4, dst.remote().rkey(), 8);
+  auto misaligned = pair.a.fetch_add(mr.local(0, 8), odd, 1, 8);
+  CHECK(misaligned.rule == post_rule::atomic_alignment);
+  CHECK(std::string(misaligned.message()).find("aligned") != std::string::npos);
+  CHECK(pair.a.send_credits() == 16);  // nothing refused took a credit
+  CHECK(pair.a.write(mr.local(0, 8), dst.remote(), 9).ok());
 }
 
 TEST_CASE("first_error() is the root cause even when separate CQs hand out the flushes first") {

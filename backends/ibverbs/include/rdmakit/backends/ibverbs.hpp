@@ -567,6 +567,15 @@ struct ibverbs {
     w.num_sge = n;
   }
   static void set_next(recv_wr& w, recv_wr* next) noexcept { w.next = next; }
+  static send_wr_facts describe_send(const send_wr& w) noexcept {
+    send_wr_facts f{static_cast<opcode>(w.opcode), static_cast<send_flags>(w.send_flags), w.num_sge, 0, 0};
+    for (int i = 0; i < w.num_sge && w.sg_list; ++i) f.length += w.sg_list[i].length;
+    if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+      f.remote_addr = w.wr.atomic.remote_addr;
+    else if (w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM || w.opcode == IBV_WR_RDMA_READ)
+      f.remote_addr = w.wr.rdma.remote_addr;
+    return f;
+  }
 
   // ------------------------------------------------------ reading completions
 

@@ -170,6 +170,15 @@ struct mock {
     w.num_sge = n;
   }
   static void set_next(recv_wr& w, recv_wr* next) noexcept { w.next = next; }
+  static send_wr_facts describe_send(const send_wr& w) noexcept {
+    send_wr_facts f{w.op, w.flags, w.num_sge, 0, 0};
+    for (int i = 0; i < w.num_sge && w.sg_list; ++i) f.length += w.sg_list[i].length;
+    if (w.op == opcode::atomic_cmp_and_swp || w.op == opcode::atomic_fetch_and_add)
+      f.remote_addr = w.atomic.remote_addr;
+    else if (w.op == opcode::rdma_write || w.op == opcode::rdma_write_with_imm || w.op == opcode::rdma_read)
+      f.remote_addr = w.rdma.remote_addr;
+    return f;
+  }
 
   static std::uint64_t get_wr_id(const wc& w) noexcept { return w.wr_id; }
   static wc_status get_status(const wc& w) noexcept { return w.status; }
