@@ -1,6 +1,7 @@
 #pragma once
 /// The `verbs_backend` concept: what the typed layer needs from a verbs
-/// implementation. Every operation is a static function of the backend type.
+/// implementation, as six small concepts (device, memory, queue, posting, polling,
+/// event) over the handle types. Every operation is a static function of the backend.
 ///
 /// Conventions:
 ///  - Handles are trivially copyable; a value-initialized handle (`H{}`) is "none".
@@ -40,17 +41,21 @@ struct send_wr_facts {
   std::uint64_t remote_addr = 0;  ///< RDMA and atomic operations; 0 otherwise
 };
 
+/// The handle and native types: handles are trivially copyable, `H{}` is "none".
 template <class B>
-concept verbs_backend =
+concept backend_types =
     detail::backend_handle<typename B::context> && detail::backend_handle<typename B::pd> &&
     detail::backend_handle<typename B::mr> && detail::backend_handle<typename B::cq> &&
     detail::backend_handle<typename B::channel> && detail::backend_handle<typename B::qp> &&
     detail::backend_handle<typename B::ah> && std::default_initializable<typename B::sge> &&
     std::default_initializable<typename B::send_wr> &&
     std::default_initializable<typename B::recv_wr> && std::default_initializable<typename B::wc> &&
-    requires { { B::name } -> std::convertible_to<std::string_view>; } &&
-    // Devices, ports, GIDs.
-    requires(std::string_view name, typename B::context ctx, std::uint8_t port, int index) {
+    requires { { B::name } -> std::convertible_to<std::string_view>; };
+
+/// Devices, ports and GIDs.
+template <class B>
+concept device_backend =
+    backend_types<B> && requires(std::string_view name, typename B::context ctx, std::uint8_t port, int index) {
       { B::device_names() } -> std::same_as<std::vector<std::string>>;
       { B::open_device(name) } -> std::same_as<typename B::context>;
       { B::close_device(ctx) } noexcept;
@@ -58,11 +63,13 @@ concept verbs_backend =
       { B::query_device(ctx) } -> std::same_as<device_attr>;
       { B::query_port(ctx, port) } -> std::same_as<port_attr>;
       { B::query_gid(ctx, port, index) } -> std::same_as<gid_entry>;
-      { B::get_async_event(ctx, std::chrono::milliseconds{}, std::declval<async_event&>()) } noexcept -> std::same_as<int>;
-    } &&
-    // Protection domains, memory regions, address handles.
-    requires(typename B::context ctx, typename B::pd pd, typename B::mr mr, typename B::ah ah,
-             void* addr, std::size_t len, access acc, const ah_attr& av) {
+    };
+
+/// Protection domains, memory regions, address handles.
+template <class B>
+concept memory_backend =
+    backend_types<B> && requires(typename B::context ctx, typename B::pd pd, typename B::mr mr, typename B::ah ah,
+                                 void* addr, std::size_t len, access acc, const ah_attr& av) {
       { B::alloc_pd(ctx) } -> std::same_as<typename B::pd>;
       { B::dealloc_pd(pd) } noexcept -> std::same_as<int>;
       { B::reg_mr(pd, addr, len, acc) } -> std::same_as<typename B::mr>;
@@ -71,54 +78,56 @@ concept verbs_backend =
       { B::mr_rkey(mr) } noexcept -> std::same_as<std::uint32_t>;
       { B::create_ah(pd, av) } -> std::same_as<typename B::ah>;
       { B::destroy_ah(ah) } noexcept -> std::same_as<int>;
-    } &&
-    // Completion queues and channels.
-    requires(typename B::context ctx, typename B::cq cq, typename B::channel ch, int n,
-             typename B::wc* wcs, typename B::cq& out_cq) {
+    };
+
+/// Completion queues, completion channels and queue pairs: creation and state.
+template <class B>
+concept queue_backend =
+    backend_types<B> && requires(typename B::context ctx, typename B::pd pd, typename B::cq cq,
+                                 typename B::channel ch, typename B::qp qp, int n, qp_type t, qp_cap& caps,
+                                 const qp_attr& attr, qp_attr_mask mask) {
       { B::create_comp_channel(ctx) } -> std::same_as<typename B::channel>;
       { B::destroy_comp_channel(ch) } noexcept -> std::same_as<int>;
       { B::create_cq(ctx, n, ch, n) } -> std::same_as<typename B::cq>;  // (ctx, cqe, channel or {}, vector)
       { B::cq_capacity(cq) } noexcept -> std::same_as<int>;             // what create granted
       { B::destroy_cq(cq) } noexcept -> std::same_as<int>;
-      { B::poll_cq(cq, n, wcs) } noexcept -> std::same_as<int>;
-      { B::req_notify_cq(cq, true) } noexcept -> std::same_as<int>;
-      { B::get_cq_event(ch, std::chrono::milliseconds{}, out_cq) } noexcept -> std::same_as<int>;
-      { B::ack_cq_events(cq, 1u) } noexcept;
-    } &&
-    // Queue pairs.
-    requires(typename B::pd pd, typename B::cq cq, typename B::qp qp, qp_type t, qp_cap& caps,
-             const qp_attr& attr, qp_attr_mask mask, typename B::send_wr* swr,
-             typename B::send_wr** bad_swr, typename B::recv_wr* rwr, typename B::recv_wr** bad_rwr) {
       { B::create_qp(pd, cq, cq, t, caps, true) } -> std::same_as<typename B::qp>;  // last: sq_sig_all
       { B::destroy_qp(qp) } noexcept -> std::same_as<int>;
       { B::qp_num(qp) } noexcept -> std::same_as<std::uint32_t>;
       { B::modify_qp(qp, attr, mask) };
       { B::query_qp_state(qp) } -> std::same_as<qp_state>;
-      { B::post_send(qp, swr, bad_swr) } noexcept -> std::same_as<int>;
-      { B::post_recv(qp, rwr, bad_rwr) } noexcept -> std::same_as<int>;
-    } &&
-    // Building native work requests.
-    requires(typename B::sge& s, typename B::send_wr& swr, typename B::recv_wr& rwr,
-             typename B::sge* list, typename B::ah ah, std::uint64_t u64, std::uint32_t u32,
-             int n, opcode op, send_flags fl) {
-      { B::set_sge(s, u64, u32, u32) } noexcept;                     // addr, length, lkey
+    };
+
+/// Building and posting native work requests.
+template <class B>
+concept posting_backend =
+    backend_types<B> &&
+    requires(typename B::qp qp, typename B::sge& s, typename B::send_wr& swr, typename B::recv_wr& rwr,
+             const typename B::send_wr& cswr, typename B::send_wr** bad_swr, typename B::recv_wr** bad_rwr,
+             typename B::sge* list, typename B::ah ah, std::uint64_t u64, std::uint32_t u32, int n, opcode op,
+             send_flags fl) {
+      { B::post_send(qp, &swr, bad_swr) } noexcept -> std::same_as<int>;
+      { B::post_recv(qp, &rwr, bad_rwr) } noexcept -> std::same_as<int>;
+      { B::set_sge(s, u64, u32, u32) } noexcept;  // addr, length, lkey
       // set_send writes only wr_id, next (null), sg_list, num_sge, opcode and flags: post
       // lists set the opcode-specific fields first and rely on set_send keeping them.
       { B::set_send(swr, u64, op, fl, list, n) } noexcept;
       { B::set_next(swr, &swr) } noexcept;
-      { B::set_imm(swr, u32) } noexcept;                             // immediate, network byte order
-      { B::set_rdma(swr, u64, u32) } noexcept;                       // remote addr, rkey
-      { B::set_atomic(swr, u64, u32, u64, u64) } noexcept;           // remote addr, rkey, compare/add, swap
-      { B::set_ud(swr, ah, u32, u32) } noexcept;                     // AH, remote QPN, Q_Key
-      { B::set_recv(rwr, u64, list, n) } noexcept;                   // wr_id, sg list; next = null
+      { B::set_imm(swr, u32) } noexcept;                    // immediate, network byte order
+      { B::set_rdma(swr, u64, u32) } noexcept;              // remote addr, rkey
+      { B::set_atomic(swr, u64, u32, u64, u64) } noexcept;  // remote addr, rkey, compare/add, swap
+      { B::set_ud(swr, ah, u32, u32) } noexcept;            // AH, remote QPN, Q_Key
+      { B::set_recv(rwr, u64, list, n) } noexcept;          // wr_id, sg list; next = null
       { B::set_next(rwr, &rwr) } noexcept;
-    } &&
-    // Reading a send WR back, on the failure path only, to name the rule it broke.
-    requires(const typename B::send_wr& swr) {
-      { B::describe_send(swr) } noexcept -> std::same_as<send_wr_facts>;
-    } &&
-    // Reading completions.
-    requires(const typename B::wc& w) {
+      // Read back on the failure path only, to name the rule a refused WR broke.
+      { B::describe_send(cswr) } noexcept -> std::same_as<send_wr_facts>;
+    };
+
+/// Polling a CQ and reading completions.
+template <class B>
+concept polling_backend =
+    backend_types<B> && requires(typename B::cq cq, int n, typename B::wc* wcs, const typename B::wc& w) {
+      { B::poll_cq(cq, n, wcs) } noexcept -> std::same_as<int>;
       { B::get_wr_id(w) } noexcept -> std::same_as<std::uint64_t>;
       { B::get_status(w) } noexcept -> std::same_as<wc_status>;
       { B::get_opcode(w) } noexcept -> std::same_as<wc_opcode>;
@@ -129,6 +138,23 @@ concept verbs_backend =
       { B::get_imm(w) } noexcept -> std::same_as<std::uint32_t>;  // network byte order
       { B::get_vendor_err(w) } noexcept -> std::same_as<std::uint32_t>;
     };
+
+/// Completion events (arm, wait, acknowledge) and asynchronous device events. Waits
+/// return 0, ETIMEDOUT or an errno; a negative timeout waits forever.
+template <class B>
+concept event_backend =
+    backend_types<B> && requires(typename B::context ctx, typename B::cq cq, typename B::channel ch,
+                                 typename B::cq& out_cq, async_event& ev) {
+      { B::req_notify_cq(cq, true) } noexcept -> std::same_as<int>;
+      { B::get_cq_event(ch, std::chrono::milliseconds{}, out_cq) } noexcept -> std::same_as<int>;
+      { B::ack_cq_events(cq, 1u) } noexcept;
+      { B::get_async_event(ctx, std::chrono::milliseconds{}, ev) } noexcept -> std::same_as<int>;
+    };
+
+/// Everything the typed layer uses. A failure names the part that is missing.
+template <class B>
+concept verbs_backend = device_backend<B> && memory_backend<B> && queue_backend<B> && posting_backend<B> &&
+                        polling_backend<B> && event_backend<B>;
 
 /// A backend that declares exactly what the concept asks and nothing more. Generic
 /// code instantiated with it proves it relies on the concept alone; it is never run.
@@ -205,6 +231,12 @@ struct archetype_backend {
   static std::uint32_t get_imm(const wc&) noexcept;
   static std::uint32_t get_vendor_err(const wc&) noexcept;
 };
+static_assert(device_backend<archetype_backend>);
+static_assert(memory_backend<archetype_backend>);
+static_assert(queue_backend<archetype_backend>);
+static_assert(posting_backend<archetype_backend>);
+static_assert(polling_backend<archetype_backend>);
+static_assert(event_backend<archetype_backend>);
 static_assert(verbs_backend<archetype_backend>);
 
 RDMAKIT_END_NAMESPACE

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <string_view>
 
 RDMAKIT_BEGIN_NAMESPACE
 
@@ -44,6 +45,7 @@ int event_wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
 template <int Batch = 16>
 struct busy_poll {
   static_assert(Batch >= 1, "busy_poll<Batch> needs Batch >= 1");
+  static constexpr std::string_view name = "busy_poll";
   static constexpr int batch = Batch;
   static constexpr bool needs_channel = false;
   static constexpr unsigned ack_batch = 1;
@@ -64,6 +66,7 @@ struct busy_poll {
 template <int Batch = 16, unsigned AckBatch = 16>
 struct event_driven {
   static_assert(Batch >= 1 && AckBatch >= 1, "event_driven needs Batch >= 1 and AckBatch >= 1");
+  static constexpr std::string_view name = "event_driven";
   static constexpr int batch = Batch;
   static constexpr bool needs_channel = true;
   static constexpr unsigned ack_batch = AckBatch;
@@ -78,6 +81,7 @@ struct event_driven {
 template <unsigned Spin = 1024, int Batch = 16, unsigned AckBatch = 16>
 struct adaptive {
   static_assert(Batch >= 1 && AckBatch >= 1, "adaptive needs Batch >= 1 and AckBatch >= 1");
+  static constexpr std::string_view name = "adaptive";
   static constexpr unsigned spin = Spin;
   static constexpr int batch = Batch;
   static constexpr bool needs_channel = true;
@@ -91,12 +95,30 @@ struct adaptive {
   }
 };
 
-/// A polling policy: one of the three above, or a type with the same facts.
+namespace detail {
+/// What completion_queue hands a polling policy's wait: poll() (count or -errno), arm()
+/// (errno), wait_event(timeout) (0, ETIMEDOUT/EAGAIN, or errno).
+struct wait_ops_archetype {
+  int poll() noexcept;
+  int arm() noexcept;
+  int wait_event(std::chrono::milliseconds) noexcept;
+};
+}  // namespace detail
+
+/// A polling policy: one of the three above, or a type with the same facts and a
+/// `wait` that completion_queue can call.
 template <class P>
-concept polling = requires {
+concept polling = requires(detail::wait_ops_archetype& ops, std::chrono::milliseconds timeout) {
+  { P::name } -> std::convertible_to<std::string_view>;
   { P::batch } -> std::convertible_to<int>;
   { P::needs_channel } -> std::convertible_to<bool>;
   { P::ack_batch } -> std::convertible_to<unsigned>;
+  { P::wait(ops, timeout) } noexcept -> std::same_as<int>;
+  requires P::batch >= 1 && P::ack_batch >= 1;
 };
+
+static_assert(polling<busy_poll<>>);
+static_assert(polling<event_driven<>>);
+static_assert(polling<adaptive<>>);
 
 RDMAKIT_END_NAMESPACE

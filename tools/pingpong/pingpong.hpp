@@ -75,6 +75,7 @@ class pingpong_failure : public std::runtime_error {
 /// thread on a loaded machine.
 template <int Batch = 16>
 struct yielding_poll {
+  static constexpr std::string_view name = "yielding_poll";
   static constexpr int batch = Batch;
   static constexpr bool needs_channel = false;
   static constexpr unsigned ack_batch = 1;

@@ -28,3 +28,14 @@ TEST_CASE("the concept rejects incomplete or wrong backends") {
   CHECK_FALSE(verbs_backend<fat_handle_backend>);
   CHECK_FALSE(verbs_backend<int>);
 }
+
+TEST_CASE("each part of the concept is checked on its own: a failure names the part") {
+  CHECK_FALSE(polling_backend<missing_poll>);
+  CHECK(posting_backend<missing_poll>);  // only polling is broken
+  CHECK(device_backend<missing_poll>);
+  CHECK_FALSE(posting_backend<throwing_post>);
+  CHECK(polling_backend<throwing_post>);
+  CHECK(event_backend<throwing_post>);
+  CHECK_FALSE(backend_types<fat_handle_backend>);
+  CHECK_FALSE(memory_backend<fat_handle_backend>);
+}

@@ -76,6 +76,38 @@ TEST_CASE("busy_poll never arms and gives up at the timeout") {
   static_assert(!busy_poll<>::needs_channel && event_driven<>::needs_channel);
 }
 
+// The concept requires everything completion_queue calls, so a policy that cannot be
+// used is refused where it is named, not deep inside completion_queue.
+struct facts_without_wait {
+  static constexpr std::string_view name = "no_wait";
+  static constexpr int batch = 16;
+  static constexpr bool needs_channel = false;
+  static constexpr unsigned ack_batch = 1;
+};
+struct throwing_wait : facts_without_wait {
+  template <class Ops>
+  static int wait(Ops&, std::chrono::milliseconds);  // not noexcept
+};
+struct zero_batch : facts_without_wait {
+  static constexpr int batch = 0;
+  template <class Ops>
+  static int wait(Ops&, std::chrono::milliseconds) noexcept;
+};
+struct usable : facts_without_wait {
+  template <class Ops>
+  static int wait(Ops&, std::chrono::milliseconds) noexcept;
+};
+static_assert(!polling<facts_without_wait>);
+static_assert(!polling<throwing_wait>);
+static_assert(!polling<zero_batch>);
+static_assert(polling<usable>);
+
+TEST_CASE("polling policies have names") {
+  CHECK(busy_poll<>::name == "busy_poll");
+  CHECK(event_driven<>::name == "event_driven");
+  CHECK(adaptive<>::name == "adaptive");
+}
+
 // ---- on the mock: a completion lands between the last poll and the arm ------------------
 
 namespace {

@@ -643,6 +643,12 @@ struct ibverbs {
   }
 };
 
+static_assert(device_backend<ibverbs>);
+static_assert(memory_backend<ibverbs>);
+static_assert(queue_backend<ibverbs>);
+static_assert(posting_backend<ibverbs>);
+static_assert(polling_backend<ibverbs>);
+static_assert(event_backend<ibverbs>);
 static_assert(verbs_backend<ibverbs>);
 
 /// Automatic GID choice for a port of an ibverbs device (the rule is in
