@@ -22,7 +22,7 @@ RDMAKIT_BEGIN_NAMESPACE
 template <verbs_backend B>
 class device {
  public:
-  /// Names of the devices the backend sees.
+  /// Names of the devices the backend sees (the mock: those of its default fabric).
   static std::vector<std::string> names() { return B::device_names(); }
   /// Names of the devices of a backend-specific source (the mock: a fabric).
   template <class Source>
@@ -34,7 +34,8 @@ class device {
   }
 
   device() = default;
-  /// Opens a device by name; an empty name opens the first one.
+  /// Opens a device by name; an empty name opens the first one. The mock opens it from
+  /// its process default fabric (rdmakit::mock::default_fabric()), never from another.
   explicit device(std::string_view name) { open_(B::device_names(), [&] { return B::open_device(name); }, name); }
 
   /// Opens a device by name from a backend-specific source, passed explicitly (the

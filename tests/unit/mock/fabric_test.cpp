@@ -170,17 +170,37 @@ TEST_CASE("fabric: an InfiniBand port has a LID and connects without a GRH") {
   CHECK(errno_of([&] { fx.make_ah(av); }) == EINVAL);
 }
 
-TEST_CASE("fabric: fabrics nest; the innermost one is current") {
-  rm::fabric outer;
-  {
-    rm::fabric_config cfg;
-    cfg.devices = {rm::device_config{.name = "inner0"}};
-    rm::fabric inner(cfg);
-    CHECK(&rm::fabric::current() == &inner);
-    CHECK(B::device_names() == std::vector<std::string>{"inner0"});
-  }
-  CHECK(&rm::fabric::current() == &outer);
+TEST_CASE("fabric: a fabric you construct is never used implicitly; name-only opens use the default fabric") {
+  rm::fabric& dflt = rm::default_fabric();
+  rm::fabric_config cfg;
+  cfg.devices = {rm::device_config{.name = "inner0"}};
+  rm::fabric inner(cfg);
+  CHECK(&rm::default_fabric() == &dflt);
+  CHECK(&dflt != &inner);
+  CHECK(B::device_names(inner) == std::vector<std::string>{"inner0"});
   CHECK(B::device_names() == std::vector<std::string>{"mock0", "mock1"});
+  CHECK(errno_of([] { B::open_device("inner0"); }) == ENODEV);
+  auto ctx = B::open_device("mock0");
+  CHECK(B::device_name(ctx) == "mock0");
+  B::close_device(ctx);
+  ctx = B::open_device(inner, "");
+  CHECK(B::device_name(ctx) == "inner0");
+  B::close_device(ctx);
+}
+
+TEST_CASE("fabric: the clock, ports and faults of a local fabric are not the default fabric's") {
+  rm::fabric local;  // the same device names as the default fabric
+  local.set_port_up("mock0", 1, false);
+  local.inject(rm::fault{rm::fault_kind::drop, 0, 0, 1.0, {}});
+  const auto default_now = rm::default_fabric().now();
+  local.advance(3s);
+  CHECK(rm::default_fabric().now() == default_now);
+  auto mine = B::open_device(local, "mock0");
+  CHECK(B::query_port(mine, 1).state == port_state::down);
+  B::close_device(mine);
+  auto by_name = B::open_device("mock0");
+  CHECK(B::query_port(by_name, 1).state == port_state::active);
+  B::close_device(by_name);
 }
 
 // ------------------------------------------------------------------ clock
