@@ -59,10 +59,16 @@ struct env {
   queue_pair<B, rc, sig_policy, qp_state::rts> a, b;
 
   env() {
-    if constexpr (std::is_same_v<B, mock_backend>) fab.emplace();
-    auto names = B::device_names();
-    dx = device<B>(names.at(0));
-    dy = device<B>(names.size() > 1 ? names[1] : names[0]);
+    if constexpr (std::is_same_v<B, mock_backend>) {
+      fab.emplace();  // the mock's devices come from this fabric, explicitly
+      auto names = B::device_names(*fab);
+      dx = device<B>(*fab, names.at(0));
+      dy = device<B>(*fab, names.size() > 1 ? names[1] : names[0]);
+    } else {
+      auto names = B::device_names();
+      dx = device<B>(names.at(0));
+      dy = device<B>(names.size() > 1 ? names[1] : names[0]);
+    }
     pdx = dx.create_pd();
     pdy = dy.create_pd();
     cqx = dx.template create_cq<poll_policy>(256);

@@ -114,7 +114,7 @@ void bm_grid(benchmark::State& state) {
 
   // Declaration order is destruction order reversed: QPs and AH go before CQs and PD.
   mock::fabric fab(grid_fabric());
-  device<B> dx("mock0"), dy("mock1");
+  device<B> dx(fab, "mock0"), dy(fab, "mock1");
   auto pdx = dx.create_pd();
   auto pdy = dy.create_pd();
   auto cqx = dx.create_cq<P>(512);

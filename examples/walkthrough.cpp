@@ -70,6 +70,8 @@ int run(const std::string& device_name) {
 
 int main(int argc, char** argv) try {
   const std::string backend = argc > 1 ? argv[1] : "mock";
+  // The one-line default: device<mock>("mock0") opens from the process default fabric
+  // (rdmakit::mock::default_fabric()); code that configures its own fabric passes it.
   if (backend == "mock") return run<backends::mock>("mock0");
 #if RDMAKIT_HAVE_IBVERBS
   if (backend == "ibverbs") return run<backends::ibverbs>(argc > 2 ? argv[2] : "");

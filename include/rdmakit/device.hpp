@@ -22,15 +22,24 @@ RDMAKIT_BEGIN_NAMESPACE
 template <verbs_backend B>
 class device {
  public:
-  /// Names of the devices the backend sees.
+  /// Names of the devices the backend sees (the mock: those of its default fabric).
   static std::vector<std::string> names() { return B::device_names(); }
+  /// Names of the devices of a backend-specific source (the mock: a fabric).
+  template <class Source>
+    requires requires(Source& src) {
+      { B::device_names(src) } -> std::same_as<std::vector<std::string>>;
+    }
+  static std::vector<std::string> names(Source& src) {
+    return B::device_names(src);
+  }
 
   device() = default;
-  /// Opens a device by name; an empty name opens the first one.
+  /// Opens a device by name; an empty name opens the first one. The mock opens it from
+  /// its process default fabric (rdmakit::mock::default_fabric()), never from another.
   explicit device(std::string_view name) { open_(B::device_names(), [&] { return B::open_device(name); }, name); }
 
   /// Opens a device by name from a backend-specific source, passed explicitly (the
-  /// mock: `device<backends::mock> dev(fabric, "mock0")`).
+  /// mock: `device<backends::mock> dev(fab, "mock0")` opens from the fabric `fab`).
   template <class Source>
     requires requires(Source& src, std::string_view n) {
       { B::open_device(src, n) } -> std::same_as<typename B::context>;

@@ -55,6 +55,8 @@ using acc = rdmakit::access;
 
 // ---------------------------------------------------------------------------
 // Per-backend facts. `scope` lives for one scenario, before and after every object.
+// A backend whose devices belong to the scope (the mock: its fabric) has
+// `open(scope&)`; the fixture opens `device()` by name otherwise.
 
 template <class B>
 struct backend_traits;
@@ -92,6 +94,10 @@ struct backend_traits<rdmakit::backends::mock> {
     rdmakit::mock::fabric fabric;
   };
   static std::string device() { return "mock0"; }
+  /// Opens device() from the scenario's own fabric (a fabric is never used implicitly).
+  static rdmakit::backends::mock::context open(scope& s) {
+    return rdmakit::backends::mock::open_device(s.fabric, device());
+  }
   static int gid_index() { return 1; }
   /// An empty poll already moves the simulated clock to the next pending event.
   static void idle(scope&) {}
@@ -241,7 +247,12 @@ class fixture {
 
   template <class... ScopeArgs>
   explicit fixture(ScopeArgs&&... scope_args) : scope_(std::forward<ScopeArgs>(scope_args)...) {
-    ctx = B::open_device(traits::device());
+    // A backend whose scope owns its devices (the mock's fabric) opens from it; the
+    // others open by name.
+    if constexpr (requires { traits::open(scope_); })
+      ctx = traits::open(scope_);
+    else
+      ctx = B::open_device(traits::device());
     REQUIRE_MESSAGE(ctx != typename B::context{}, "open_device(" << traits::device() << ")");
     on_cleanup([c = ctx] { B::close_device(c); });
     pd = make_pd();

@@ -7,7 +7,7 @@ using namespace policy_test;
 
 TEST_CASE("completions kept after the callback keep their values across later polls") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto mr = x.pd.allocate<rw_access>(64);
   auto dst = y.pd.allocate<rw_access>(64);
   auto pair = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});

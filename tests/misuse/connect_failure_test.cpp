@@ -39,7 +39,7 @@ using rside = basic_side<R>;
 
 TEST_CASE("options out of range are refused before the QP is touched; connect can be retried") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto rx = x.pd.allocate<rw_access>(64);
   auto qp = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8});
   auto peer = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
@@ -73,7 +73,7 @@ TEST_CASE("options out of range are refused before the QP is touched; connect ca
 
 TEST_CASE("RTR→RTS refused by the device: the queue pair is back in INIT, on the device too") {
   mock::fabric fab;
-  rside x("mock0", 64), y("mock1", 64);
+  rside x(fab, "mock0", 64), y(fab, "mock1", 64);
   auto rx = x.pd.allocate<rw_access>(64);
   auto qp = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8});
   auto peer = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
@@ -93,7 +93,7 @@ TEST_CASE("RTR→RTS refused by the device: the queue pair is back in INIT, on t
 
 TEST_CASE("a failed verbs error says the verb and errno once") {
   mock::fabric fab;
-  rside x("mock0", 64);
+  rside x(fab, "mock0", 64);
   auto qp = x.pd.create_qp<uc>(x.cq, qp_cap{8, 8});
   auto ep = qp.local_endpoint();
   R::allow_rts = 0;
@@ -120,7 +120,7 @@ TEST_CASE("a failed verbs error says the verb and errno once") {
 
 TEST_CASE("qp_pool::connect refused half-way: the pool is emptied, find() is safe, the error says so") {
   mock::fabric fab;
-  rside x("mock0", 256), y("mock1", 256);
+  rside x(fab, "mock0", 256), y(fab, "mock1", 256);
   auto pool = x.pd.create_qp_pool<rc>(x.cq, 3, qp_cap{8, 8});
   auto peers = y.pd.create_qp_pool<rc>(y.cq, 3, qp_cap{8, 8});
   const auto eps = peers.local_endpoints();
@@ -137,7 +137,7 @@ TEST_CASE("qp_pool::connect refused half-way: the pool is emptied, find() is saf
 
 TEST_CASE("every step of create and connect refused in turn: nothing leaks, the object matches the device") {
   mock::fabric fab;
-  rside x("mock0", 64), y("mock1", 64);
+  rside x(fab, "mock0", 64), y(fab, "mock1", 64);
   auto peer = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
 
   R::refuse_init = 1;  // RESET→INIT inside create_qp: the QP is destroyed, the CQ keeps no reservation

@@ -21,8 +21,8 @@ struct everything {
   std::optional<memory_region<B, rw_access>> mr;
   std::optional<address_handle<B>> ah;
 
-  everything(queue_pair<B, ud, signal_all, qp_state::rts>& peer_qp, const local_buffer& peer_rx) {
-    dev.emplace("mock0");
+  everything(mock::fabric& fab, queue_pair<B, ud, signal_all, qp_state::rts>& peer_qp, const local_buffer& peer_rx) {
+    dev.emplace(fab, "mock0");
     pd.emplace(dev->create_pd());
     cq.emplace(dev->create_cq(64));
     qp.emplace(pd->create_qp<ud>(*cq, qp_cap{8, 8}).activate());
@@ -37,13 +37,13 @@ struct everything {
 
 TEST_CASE("device, PD, CQ, QP, MR and AH destroyed in every one of the 720 orders") {
   mock::fabric fab;
-  side peer("mock1");
+  side peer(fab, "mock1");
   auto peer_qp = peer.pd.create_qp<ud>(peer.cq, qp_cap{8, 8}).activate();
   auto peer_rx = peer.pd.allocate<rw_access>(256);
   std::array<int, 6> order{0, 1, 2, 3, 4, 5};
   int runs = 0;
   do {
-    everything e(peer_qp, peer_rx.local());
+    everything e(fab, peer_qp, peer_rx.local());
     const std::array<std::function<void()>, 6> destroy{
         [&] { e.dev.reset(); }, [&] { e.pd.reset(); }, [&] { e.cq.reset(); },
         [&] { e.qp.reset(); },  [&] { e.mr.reset(); }, [&] { e.ah.reset(); }};
@@ -56,17 +56,18 @@ TEST_CASE("device, PD, CQ, QP, MR and AH destroyed in every one of the 720 order
 
 TEST_CASE("a struct that declares its queue pair before its completion queue destroys cleanly") {
   mock::fabric fab;
-  side y("mock1");
+  side y(fab, "mock1");
   struct conn {
+    explicit conn(mock::fabric& f) : dev(f, "mock0") {}
     queue_pair<B, rc, signal_all, qp_state::rts> qp;  // destroyed last: after the CQ and PD handles
-    device<B> dev{"mock0"};
+    device<B> dev;
     protection_domain<B> pd = dev.create_pd();
     completion_queue<B> cq = dev.create_cq(64);
     memory_region<B, rw_access> mr = pd.allocate<rw_access>(64);
   };
   auto peer = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
   {
-    conn c;
+    conn c(fab);
     auto init = c.pd.create_qp<rc>(c.cq, qp_cap{8, 8});
     auto ep = init.local_endpoint();
     c.qp = std::move(init).connect(peer.local_endpoint());
@@ -78,7 +79,7 @@ TEST_CASE("a struct that declares its queue pair before its completion queue des
 
 TEST_CASE("a registered pool destroyed while slices are out: the slices stay valid") {
   mock::fabric fab;
-  side x("mock0");
+  side x(fab, "mock0");
   auto pool = x.pd.create_pool<rw_access>(64, 4);
   auto s1 = pool.acquire();
   auto s2 = pool.acquire();
@@ -94,8 +95,8 @@ TEST_CASE("a registered pool destroyed while slices are out: the slices stay val
 
 TEST_CASE("a completion queue handle destroyed first: its queue pairs still post and poll nothing wrong") {
   mock::fabric fab;
-  side y("mock1");
-  device<B> dev("mock0");
+  side y(fab, "mock1");
+  device<B> dev(fab, "mock0");
   auto pd = dev.create_pd();
   std::optional<completion_queue<B>> cq(dev.create_cq(64));
   auto mr = pd.allocate<rw_access>(64);

@@ -5,7 +5,7 @@ using namespace policy_test;
 
 TEST_CASE("max_send_wr = 0 is a receive-only queue pair (legal in verbs): sends say sq_full") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto rx = x.pd.allocate<rw_access>(64);
   auto q = x.pd.create_qp<rc, signal_all>(x.cq, qp_cap{0, 8});
   auto peer = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
@@ -51,7 +51,7 @@ TEST_CASE("LOC_LEN_ERR is explained for UD sends over the MTU too") {
 
 TEST_CASE("a WR of a post list the device refuses with EINVAL: the message names the rule it broke") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto mr = x.pd.allocate<all_access>(1024);
   auto dst = y.pd.allocate<all_access>(1024);
   auto pair = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 8, 1, 1, 0});
@@ -104,7 +104,7 @@ TEST_CASE("a single send the device refuses with EINVAL: the rule is read back f
 
 TEST_CASE("first_error() is the root cause even when separate CQs hand out the flushes first") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto rcq = x.dev.create_cq(64);
   auto mr = x.pd.allocate<rw_access>(64);
   auto qa = x.pd.create_qp<rc>(x.cq, rcq, qp_cap{8, 8});

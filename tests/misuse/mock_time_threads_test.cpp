@@ -12,7 +12,7 @@ using namespace policy_test;
 TEST_CASE("a peer that reaches RTR 50 ms late on another thread is still reached by RC retries") {
   using namespace std::chrono;
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto src = x.pd.allocate<rw_access>(64);
   auto dst = y.pd.allocate<rw_access>(64);
   std::memcpy(src.data(), "late peer", 10);
@@ -49,7 +49,7 @@ TEST_CASE("a peer that reaches RTR 50 ms late on another thread is still reached
 TEST_CASE("one thread alone still jumps the clock: a retry budget toward a peer that never answers ends at once") {
   using namespace std::chrono;
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto src = x.pd.allocate<rw_access>(64);
   auto qb = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});  // never connected
   auto a = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8}).connect(qb.local_endpoint());

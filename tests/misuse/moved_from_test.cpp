@@ -6,7 +6,7 @@ using namespace policy_test;
 
 TEST_CASE("moved-from queue pair: posts return empty_handle, accessors and connect throw usage_error") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto mr = x.pd.allocate<all_access>(64);
   auto qp = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8});
   auto peer = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
@@ -38,7 +38,7 @@ TEST_CASE("moved-from queue pair: posts return empty_handle, accessors and conne
 
 TEST_CASE("moved-from completion queue: polls return -EBADF, create_qp and on() throw usage_error") {
   mock::fabric fab;
-  side x("mock0");
+  side x(fab, "mock0");
   auto cq = x.dev.create_cq(64);
   auto other = std::move(cq);
   auto f = [](const completion<B>&) {};
@@ -61,7 +61,7 @@ TEST_CASE("moved-from completion queue: polls return -EBADF, create_qp and on() 
 
 TEST_CASE("moved-from device, PD, region, address handle, pool and slice throw usage_error") {
   mock::fabric fab;
-  device<B> dev("mock0");
+  device<B> dev(fab, "mock0");
   auto d2 = std::move(dev);
   CHECK_FALSE(dev);
   CHECK_THROWS_AS((void)dev.name(), usage_error);
@@ -108,7 +108,7 @@ TEST_CASE("moved-from device, PD, region, address handle, pool and slice throw u
 
 TEST_CASE("moved-from and failed queue pair pools: empty, find() gives nullptr, next() throws") {
   mock::fabric fab;
-  side x("mock0");
+  side x(fab, "mock0");
   auto pool = x.pd.create_qp_pool<rc>(x.cq, 2, qp_cap{4, 4});
   auto p2 = std::move(pool);
   CHECK(pool.size() == 0);

@@ -17,7 +17,7 @@ struct slow_pair {
     return c;
   }
   mock::fabric fab{slow()};
-  side x{"mock0"}, y{"mock1"};
+  side x{fab, "mock0"}, y{fab, "mock1"};
   queue_pair<B, rc, signal_all, qp_state::rts> a, b;
   memory_region<B, all_access> remote = y.pd.allocate<all_access>(64);
   slow_pair() {

@@ -11,7 +11,7 @@ using namespace policy_test;
 TEST_CASE("event-driven wait(300 ms) returns at its timeout under an endless RNR retry; other threads proceed") {
   using namespace std::chrono;
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto cq = x.dev.create_cq<event_driven<>>(64);
   auto src = x.pd.allocate<rw_access>(64);
   connect_options co;
@@ -27,7 +27,7 @@ TEST_CASE("event-driven wait(300 ms) returns at its timeout under an endless RNR
   std::atomic<int> other_calls{0};
   std::thread other([&] {
     while (waiting.load() && other_calls.load() < 20) {
-      (void)B::device_names();  // takes the fabric lock
+      (void)B::device_names(fab);  // takes the fabric lock
       ++other_calls;
     }
   });

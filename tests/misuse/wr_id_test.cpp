@@ -6,7 +6,7 @@ using namespace policy_test;
 
 TEST_CASE("wr_ids with bit 63 are refused with bad_wr_id on every post path; 2^63 - 1 round-trips") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto mr = x.pd.allocate<rw_access>(256);
   auto dst = y.pd.allocate<rw_access>(256);
   auto pair = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace rdmakit_perf {
 
@@ -35,43 +36,53 @@ constexpr bool compiled_in() {
 }
 
 template <verbs_backend B, transport T, signaling S, polling P>
-run_report run_runner(const perf_options& o, peer_link& link) {
+run_report run_runner(const perf_options& o, peer_link& link, device<B> dev) {
   if constexpr (compiled_in<T, S, P>()) {
-    return runner<B, T, S, P>(o, link).run();
+    return runner<B, T, S, P>(o, link, std::move(dev)).run();
   } else {
     (void)o;
     (void)link;
+    (void)dev;
     throw perf_failure(std::string("this rdmakit-perf was built with -Dperf_dispatch=tested and has no ") + std::string(T::name) +
                        " / " + signaling_name<S>() + " / " + polling_name<P>() + " runner: rebuild with -Dperf_dispatch=full (the default)");
   }
 }
 
 template <verbs_backend B, transport T, signaling S>
-run_report run_with_polling(const perf_options& o, peer_link& link) {
-  if (o.events) return run_runner<B, T, S, event_driven<16, 16>>(o, link);
-  return run_runner<B, T, S, busy_poll<16>>(o, link);
+run_report run_with_polling(const perf_options& o, peer_link& link, device<B> dev) {
+  if (o.events) return run_runner<B, T, S, event_driven<16, 16>>(o, link, std::move(dev));
+  return run_runner<B, T, S, busy_poll<16>>(o, link, std::move(dev));
 }
 
 template <verbs_backend B, transport T>
-run_report run_with_signaling(const perf_options& o, peer_link& link) {
+run_report run_with_signaling(const perf_options& o, peer_link& link, device<B> dev) {
   switch (o.signal) {
-    case signal_choice::all: return run_with_polling<B, T, signal_all>(o, link);
-    case signal_choice::every16: return run_with_polling<B, T, signal_every<16>>(o, link);
-    case signal_choice::every64: return run_with_polling<B, T, signal_every<64>>(o, link);
-    case signal_choice::manual: return run_with_polling<B, T, signal_manual>(o, link);
+    case signal_choice::all: return run_with_polling<B, T, signal_all>(o, link, std::move(dev));
+    case signal_choice::every16: return run_with_polling<B, T, signal_every<16>>(o, link, std::move(dev));
+    case signal_choice::every64: return run_with_polling<B, T, signal_every<64>>(o, link, std::move(dev));
+    case signal_choice::manual: return run_with_polling<B, T, signal_manual>(o, link, std::move(dev));
   }
   throw perf_failure("unknown signaling choice");
 }
 
-/// Runs one side of the test the options describe on backend B.
+/// Runs one side of the test the options describe on backend B, on `dev` when it is
+/// open (the mock loopback opens its devices from its own fabric), else on the device
+/// named by o.device.
 template <verbs_backend B>
-run_report run_config(const perf_options& o, peer_link& link) {
+run_report run_config(const perf_options& o, peer_link& link, device<B> dev) {
   switch (o.transport) {
-    case qp_type::rc: return run_with_signaling<B, rc>(o, link);
-    case qp_type::uc: return run_with_signaling<B, uc>(o, link);
-    case qp_type::ud: return run_with_signaling<B, ud>(o, link);
+    case qp_type::rc: return run_with_signaling<B, rc>(o, link, std::move(dev));
+    case qp_type::uc: return run_with_signaling<B, uc>(o, link, std::move(dev));
+    case qp_type::ud: return run_with_signaling<B, ud>(o, link, std::move(dev));
   }
   throw perf_failure("unknown transport");
+}
+
+/// Runs one side of the test the options describe on backend B, on the device named
+/// by o.device.
+template <verbs_backend B>
+run_report run_config(const perf_options& o, peer_link& link) {
+  return run_config<B>(o, link, device<B>{});
 }
 
 // ---- output --------------------------------------------------------------------------

@@ -251,7 +251,9 @@ class runner {
   static constexpr std::uint64_t seq_mask = (std::uint64_t{1} << 48) - 1;
 
  public:
-  runner(const perf_options& o, peer_link& link) : o_(o), link_(link), t_(describe(o.test)) {}
+  /// `dev`: the device to run on, or empty to open the one o.device names.
+  runner(const perf_options& o, peer_link& link, device<B> dev = {})
+      : o_(o), link_(link), t_(describe(o.test)), dev_(std::move(dev)) {}
 
   run_report run() {
     setup();
@@ -283,7 +285,7 @@ class runner {
   }
 
   void setup() {
-    dev_ = device<B>(o_.device);
+    if (!dev_) dev_ = device<B>(o_.device);
     const port_attr pa = dev_.port(o_.ib_port);
     if constexpr (T::type == qp_type::ud) {
       if (o_.size > mtu_bytes(pa.active_mtu))

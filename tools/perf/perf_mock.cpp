@@ -12,8 +12,9 @@ namespace rdmakit_perf {
 
 int run_mock_loopback(const perf_options& o, const endpoint_options& e) {
   if (!e.host.empty()) {
-    // Only the client, on mock1: the server must be another rdmakit-perf in this
-    // process, so this is for exercising the exchange (and its errors) alone.
+    // Only the client, on mock1 of the process default fabric: the server must be
+    // another rdmakit-perf in this process, so this is for exercising the exchange (and
+    // its errors) alone.
     exchange_options xo;
     xo.timeout = o.timeout;
     peer_link link = client_link(e.host, e.port, xo);
@@ -24,7 +25,7 @@ int run_mock_loopback(const perf_options& o, const endpoint_options& e) {
     print_report(r, so, "mock", "client");
     return 0;
   }
-  mock::fabric fab;
+  mock::fabric fab;  // both ends open their devices from it, explicitly
   exchange_listener listener(e.port_given ? e.port : 0, "127.0.0.1");
   const std::string where = "127.0.0.1:" + std::to_string(listener.port());
   struct side {
@@ -55,7 +56,7 @@ int run_mock_loopback(const perf_options& o, const endpoint_options& e) {
         };
         link.finish = link.exchange;
       }
-      s.rep = run_config<backends::mock>(so, link);
+      s.rep = run_config<backends::mock>(so, link, device<backends::mock>(fab, so.device));
       s.ok = true;
     } catch (const std::exception& ex) {
       s.error = ex.what();

@@ -31,9 +31,10 @@ inline peer_link client_link(const std::string& host, std::uint16_t port, exchan
   return link;
 }
 
-/// Both ends in this process on the mock fabric (server on mock0, client on mock1, one
-/// thread each), exchanging over TCP on 127.0.0.1. Prints the client's report.
-/// With a host: only the client side, on the mock (to test the exchange and its errors).
+/// Both ends in this process on a mock fabric made for the run (server on mock0, client
+/// on mock1, one thread each, devices opened from that fabric explicitly), exchanging
+/// over TCP on 127.0.0.1. Prints the client's report. With a host: only the client
+/// side, on mock1 of the process default fabric (to test the exchange and its errors).
 int run_mock_loopback(const perf_options& o, const endpoint_options& e);
 
 /// One side on a real device through libibverbs (server without a host).

@@ -6,8 +6,8 @@
 //
 // The transport comes from --transport, else from the program name
 // (rdmakit-rc-pingpong, rdmakit-uc-pingpong, rdmakit-ud-pingpong), else RC.
-// Without -d (or with -d mock) both ends run in this process on the mock fabric, on two
-// threads, exchanging their records over TCP on 127.0.0.1 (an ephemeral port unless -p).
+// Without -d (or with -d mock) both ends run in this process on a mock fabric of their
+// own (devices opened from it explicitly), on two threads, exchanging their records over TCP on 127.0.0.1 (an ephemeral port unless -p).
 #include "pingpong.hpp"
 
 #include <rdmakit/backends/mock.hpp>
@@ -200,15 +200,19 @@ int parse(int argc, char** argv, cli& c, bool& help) {
 }
 
 /// Picks the transport and polling policies. `Spin`: the polling policy without -e.
+/// `dev`: the device to run on, or empty to open the one o.device names.
 template <verbs_backend B, polling Spin>
-int dispatch(const pingpong_options& o, qp_type t, const exchange_fn& ex, printer& out) {
+int dispatch(const pingpong_options& o, qp_type t, const exchange_fn& ex, printer& out, device<B> dev = {}) {
   switch (t) {
     case qp_type::rc:
-      return o.events ? run_pingpong<B, rc, event_driven<>>(o, ex, out) : run_pingpong<B, rc, Spin>(o, ex, out);
+      return o.events ? run_pingpong<B, rc, event_driven<>>(o, ex, out, std::move(dev))
+                      : run_pingpong<B, rc, Spin>(o, ex, out, std::move(dev));
     case qp_type::uc:
-      return o.events ? run_pingpong<B, uc, event_driven<>>(o, ex, out) : run_pingpong<B, uc, Spin>(o, ex, out);
+      return o.events ? run_pingpong<B, uc, event_driven<>>(o, ex, out, std::move(dev))
+                      : run_pingpong<B, uc, Spin>(o, ex, out, std::move(dev));
     case qp_type::ud:
-      return o.events ? run_pingpong<B, ud, event_driven<>>(o, ex, out) : run_pingpong<B, ud, Spin>(o, ex, out);
+      return o.events ? run_pingpong<B, ud, event_driven<>>(o, ex, out, std::move(dev))
+                      : run_pingpong<B, ud, Spin>(o, ex, out, std::move(dev));
   }
   return 1;
 }
@@ -227,7 +231,7 @@ int run_mock_loopback(const cli& c) {
                  c.host.c_str());
     return 1;
   }
-  mock::fabric fab;
+  mock::fabric fab;  // both ends open their devices from it, explicitly
   exchange_listener listener(c.port_given ? c.port : 0, "127.0.0.1");
   struct side {
     std::string out, error;
@@ -247,7 +251,7 @@ int run_mock_loopback(const cli& c) {
                                  : exchange_fn([&](const connection_info& local, const on_peer_fn& cb) {
                                      return exchange_client("127.0.0.1", listener.port(), local, xo, cb);
                                    });
-      s.rc = dispatch<backends::mock, yielding_poll<>>(o, c.transport, ex, p);
+      s.rc = dispatch<backends::mock, yielding_poll<>>(o, c.transport, ex, p, device<backends::mock>(fab, o.device));
     } catch (const std::exception& e) {
       s.error = e.what();
     }

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace rdmakit_tools {
 
@@ -95,11 +96,12 @@ static_assert(polling<yielding_poll<>>);
 inline constexpr std::uint64_t recv_wrid = 1;
 inline constexpr std::uint64_t send_wrid = 2;
 
-/// One side of a ping-pong. Returns 0 on success; throws verbs_error, exchange_error
-/// or pingpong_failure with what went wrong.
+/// One side of a ping-pong, on `opened` when it is open (the mock loopback opens its
+/// devices from its own fabric), else on the device o.device names. Returns 0 on
+/// success; throws verbs_error, exchange_error or pingpong_failure with what went wrong.
 template <verbs_backend B, transport T, polling P>
-int run_pingpong(const pingpong_options& o, const exchange_fn& exchange, printer& out) {
-  device<B> dev(o.device);
+int run_pingpong(const pingpong_options& o, const exchange_fn& exchange, printer& out, device<B> opened = {}) {
+  device<B> dev = opened ? std::move(opened) : device<B>(o.device);
   const port_attr pa = dev.port(o.ib_port);
   if constexpr (T::type == qp_type::ud) {
     if (o.size > mtu_bytes(pa.active_mtu))

@@ -23,10 +23,10 @@ struct outcome {
   std::string error;
 };
 
-/// Runs a server (mock0) and a client (mock1) of transport T; `tweak` edits each side's
-/// options (called with is_server).
+/// Runs a server (mock0) and a client (mock1) of `fab` with transport T; `tweak` edits
+/// each side's options (called with is_server).
 template <class T, class Tweak>
-std::pair<outcome, outcome> run_pair(Tweak&& tweak) {
+std::pair<outcome, outcome> run_pair(mock::fabric& fab, Tweak&& tweak) {
   exchange_listener listener(0, "127.0.0.1");
   exchange_options xo;
   xo.format = wire_format::pingpong;
@@ -48,7 +48,7 @@ std::pair<outcome, outcome> run_pair(Tweak&& tweak) {
         return is_server ? listener.exchange(local, xo, cb)
                          : exchange_client("127.0.0.1", listener.port(), local, xo, cb);
       };
-      r.rc = run_pingpong<B, T, yielding_poll<>>(o, ex, p);
+      r.rc = run_pingpong<B, T, yielding_poll<>>(o, ex, p, device<B>(fab, o.device));
     } catch (const std::exception& e) {
       r.error = e.what();
     }
@@ -63,7 +63,7 @@ std::pair<outcome, outcome> run_pair(Tweak&& tweak) {
 
 TEST_CASE("a clean run prints the ibv_*_pingpong summary on both ends") {
   mock::fabric fab;
-  const auto result = run_pair<rc>([](pingpong_options&, bool) {});
+  const auto result = run_pair<rc>(fab, [](pingpong_options&, bool) {});
   const outcome& s = result.first;
   const outcome& c = result.second;
   CHECK(s.error.empty());
@@ -82,7 +82,7 @@ TEST_CASE("UD: a lost message ends both sides after the stall timeout, with the 
   mock::fabric fab;
   fab.inject(mock::fault{mock::fault_kind::drop, 0, 1, 1.0, {}});
   const auto t0 = std::chrono::steady_clock::now();
-  const auto result = run_pair<ud>([](pingpong_options&, bool) {});
+  const auto result = run_pair<ud>(fab, [](pingpong_options&, bool) {});
   const outcome& s = result.first;
   const outcome& c = result.second;
   const auto took = std::chrono::steady_clock::now() - t0;
@@ -97,7 +97,7 @@ TEST_CASE("UD: a lost message ends both sides after the stall timeout, with the 
 TEST_CASE("RC: the same loss is retransmitted and the run completes") {
   mock::fabric fab;
   fab.inject(mock::fault{mock::fault_kind::drop, 0, 1, 1.0, {}});
-  const auto result = run_pair<rc>([](pingpong_options&, bool) {});
+  const auto result = run_pair<rc>(fab, [](pingpong_options&, bool) {});
   const outcome& s = result.first;
   const outcome& c = result.second;
   CHECK(s.error.empty());
@@ -108,7 +108,7 @@ TEST_CASE("RC: the same loss is retransmitted and the run completes") {
 
 TEST_CASE("-c: a length mismatch between the ends is reported") {
   mock::fabric fab;
-  const auto result = run_pair<ud>([](pingpong_options& o, bool is_server) {
+  const auto result = run_pair<ud>(fab, [](pingpong_options& o, bool is_server) {
     o.check = true;
     if (!is_server) o.size = 128;  // the server expects 256
   });
@@ -129,6 +129,6 @@ TEST_CASE("UD: a size above the port MTU is refused before anything is exchanged
     FAIL("no exchange expected");
     return {};
   };
-  CHECK_THROWS_WITH_AS((run_pingpong<B, ud, busy_poll<>>(o, never, p)),
+  CHECK_THROWS_WITH_AS((run_pingpong<B, ud, busy_poll<>>(o, never, p, device<B>(fab, o.device))),
                        doctest::Contains("larger than the port MTU (1024)"), pingpong_failure);
 }

@@ -536,7 +536,7 @@ TEST_CASE("connect_client/connect_server: RC queue pairs connected over TCP, reg
   using B = backends::mock;
   mock::fabric fab;
   constexpr auto rw = access::local_write | access::remote_write;
-  device<B> dx("mock0"), dy("mock1");
+  device<B> dx(fab, "mock0"), dy(fab, "mock1");
   auto pdx = dx.create_pd();
   auto pdy = dy.create_pd();
   auto cqx = dx.create_cq(64);
@@ -580,7 +580,7 @@ TEST_CASE("connect_client/connect_server: RC queue pairs connected over TCP, reg
 TEST_CASE("connect_client: a peer that never answers leaves the queue pair unconnected, with a timeout") {
   using B = backends::mock;
   mock::fabric fab;
-  device<B> dx("mock0");
+  device<B> dx(fab, "mock0");
   auto pd = dx.create_pd();
   auto cq = dx.create_cq(16);
   auto q = pd.create_qp<uc>(cq, qp_cap{4, 4, 1, 1, 0});

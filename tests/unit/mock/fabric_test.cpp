@@ -26,7 +26,7 @@ struct far_end {
 
 far_end open_far(fx_t& fx, const char* device, qp_opts o = {}) {
   far_end f;
-  f.ctx = B::open_device(device);
+  f.ctx = B::open_device(fx.scope().fabric, device);
   fx.on_cleanup([c = f.ctx] { B::close_device(c); });
   f.pd = B::alloc_pd(f.ctx);
   fx.on_cleanup([p = f.pd] { CHECK(B::dealloc_pd(p) == 0); });
@@ -66,13 +66,12 @@ std::chrono::nanoseconds rnr_ns(int code) {
 
 // ------------------------------------------------------------------ devices
 
-TEST_CASE("fabric: the default fabric has mock0 and mock1, RoCE ports like rxe") {
+TEST_CASE("fabric: the default configuration has mock0 and mock1, RoCE ports like rxe") {
   rm::fabric f;
-  CHECK(&rm::fabric::current() == &f);
-  CHECK(B::device_names() == std::vector<std::string>{"mock0", "mock1"});
+  CHECK(B::device_names(f) == std::vector<std::string>{"mock0", "mock1"});
   for (int d = 0; d < 2; ++d) {
     CAPTURE(d);
-    auto ctx = B::open_device(d == 0 ? "mock0" : "mock1");
+    auto ctx = B::open_device(f, d == 0 ? "mock0" : "mock1");
     CHECK(B::device_name(ctx) == (d == 0 ? "mock0" : "mock1"));
     auto dev = B::query_device(ctx);
     CHECK(dev.phys_port_cnt == 1);
@@ -112,8 +111,8 @@ TEST_CASE("fabric: custom devices, ports, limits and GID entries") {
   b.limits.max_inline_data = 64;
   cfg.devices = {a, b};
   rm::fabric f(cfg);
-  CHECK(B::device_names() == std::vector<std::string>{"alpha", "beta"});
-  auto ctx = B::open_device("beta");
+  CHECK(B::device_names(f) == std::vector<std::string>{"alpha", "beta"});
+  auto ctx = B::open_device(f, "beta");
   auto dev = B::query_device(ctx);
   CHECK(dev.phys_port_cnt == 2);
   CHECK(dev.max_sge == 4);
@@ -133,7 +132,7 @@ TEST_CASE("fabric: custom devices, ports, limits and GID entries") {
   CHECK(B::destroy_cq(cq) == 0);
   CHECK(B::dealloc_pd(pd) == 0);
   B::close_device(ctx);
-  CHECK(errno_of([] { B::open_device("mock0"); }) == ENODEV);
+  CHECK(errno_of([&] { B::open_device(f, "mock0"); }) == ENODEV);
 }
 
 TEST_CASE("fabric: an InfiniBand port has a LID and connects without a GRH") {
@@ -149,7 +148,7 @@ TEST_CASE("fabric: an InfiniBand port has a LID and connects without a GRH") {
   CHECK(g0.valid);
   CHECK(g0.type == gid_type::ib);
   CHECK(g0.value.is_link_local());
-  auto other = B::open_device("mock1");
+  auto other = B::open_device(fab(fx), "mock1");
   CHECK(B::query_port(other, 1).lid == 0x77);
   B::close_device(other);
   // RC over LIDs, no GRH.
@@ -171,17 +170,37 @@ TEST_CASE("fabric: an InfiniBand port has a LID and connects without a GRH") {
   CHECK(errno_of([&] { fx.make_ah(av); }) == EINVAL);
 }
 
-TEST_CASE("fabric: fabrics nest; the innermost one is current") {
-  rm::fabric outer;
-  {
-    rm::fabric_config cfg;
-    cfg.devices = {rm::device_config{.name = "inner0"}};
-    rm::fabric inner(cfg);
-    CHECK(&rm::fabric::current() == &inner);
-    CHECK(B::device_names() == std::vector<std::string>{"inner0"});
-  }
-  CHECK(&rm::fabric::current() == &outer);
+TEST_CASE("fabric: a fabric you construct is never used implicitly; name-only opens use the default fabric") {
+  rm::fabric& dflt = rm::default_fabric();
+  rm::fabric_config cfg;
+  cfg.devices = {rm::device_config{.name = "inner0"}};
+  rm::fabric inner(cfg);
+  CHECK(&rm::default_fabric() == &dflt);
+  CHECK(&dflt != &inner);
+  CHECK(B::device_names(inner) == std::vector<std::string>{"inner0"});
   CHECK(B::device_names() == std::vector<std::string>{"mock0", "mock1"});
+  CHECK(errno_of([] { B::open_device("inner0"); }) == ENODEV);
+  auto ctx = B::open_device("mock0");
+  CHECK(B::device_name(ctx) == "mock0");
+  B::close_device(ctx);
+  ctx = B::open_device(inner, "");
+  CHECK(B::device_name(ctx) == "inner0");
+  B::close_device(ctx);
+}
+
+TEST_CASE("fabric: the clock, ports and faults of a local fabric are not the default fabric's") {
+  rm::fabric local;  // the same device names as the default fabric
+  local.set_port_up("mock0", 1, false);
+  local.inject(rm::fault{rm::fault_kind::drop, 0, 0, 1.0, {}});
+  const auto default_now = rm::default_fabric().now();
+  local.advance(3s);
+  CHECK(rm::default_fabric().now() == default_now);
+  auto mine = B::open_device(local, "mock0");
+  CHECK(B::query_port(mine, 1).state == port_state::down);
+  B::close_device(mine);
+  auto by_name = B::open_device("mock0");
+  CHECK(B::query_port(by_name, 1).state == port_state::active);
+  B::close_device(by_name);
 }
 
 // ------------------------------------------------------------------ clock

@@ -21,11 +21,11 @@ static_assert(B::name == "mock");
 
 TEST_CASE("mock: open_device by name, the empty name opens the first device, unknown names are ENODEV") {
   rm::fabric f;
-  auto first = B::open_device("");
+  auto first = B::open_device(f, "");
   CHECK(B::device_name(first) == "mock0");
-  auto second = B::open_device("mock1");
+  auto second = B::open_device(f, "mock1");
   CHECK(B::device_name(second) == "mock1");
-  CHECK(errno_of([] { B::open_device("mlx5_0"); }) == ENODEV);
+  CHECK(errno_of([&] { B::open_device(f, "mlx5_0"); }) == ENODEV);
   B::close_device(second);
   B::close_device(first);
 }
@@ -43,7 +43,7 @@ TEST_CASE("mock: reg_mr refuses what ibv_reg_mr refuses") {
 
 TEST_CASE("mock: create_qp refuses CQs of another device") {
   fx_t fx;
-  auto other = B::open_device("mock1");
+  auto other = B::open_device(fx.scope().fabric, "mock1");
   auto cq = B::create_cq(other, 8, {}, 0);
   qp_cap caps{4, 4, 1, 1, 0};
   CHECK(errno_of([&] { B::create_qp(fx.pd, cq, cq, qp_type::rc, caps, true); }) == EINVAL);

@@ -6,7 +6,7 @@ using namespace policy_test;
 
 TEST_CASE("UD: an address handle names the destination; receives start with the 40-byte GRH") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto ah = x.pd.create_ah(p.b.local_endpoint());
   auto dest = ah.to(p.b.qp_num());
@@ -41,7 +41,7 @@ TEST_CASE("UD: an address handle names the destination; receives start with the 
 
 TEST_CASE("UD: send with immediate data reaches the peer with WITH_IMM") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto ah = x.pd.create_ah(p.b.local_endpoint());
   auto tx = x.pd.allocate<access::local_write>(64);

@@ -6,7 +6,7 @@ using namespace policy_test;
 
 TEST_CASE("CQ capacity is accounted per attached QP; overflowing requests are refused") {
   mock::fabric fab;
-  side x("mock0", 100);
+  side x(fab, "mock0", 100);
   CHECK(x.cq.capacity() == 100);
   auto q1 = x.pd.create_qp<rc>(x.cq, qp_cap{40, 40});
   CHECK(x.cq.reserved() == 80);
@@ -30,7 +30,7 @@ TEST_CASE("CQ capacity is accounted per attached QP; overflowing requests are re
 
 TEST_CASE("a shared CQ routes every completion to its QP by qp_num") {
   mock::fabric fab;
-  side x("mock0", 256), y("mock1", 256);
+  side x(fab, "mock0", 256), y(fab, "mock1", 256);
   // Two QPs on x share x.cq; their peers on y share y.cq.
   auto p1 = make_pair<rc, signal_every<2>>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 8});
   auto p2 = make_pair<rc, signal_every<2>>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 8});
@@ -64,7 +64,7 @@ TEST_CASE("a shared CQ routes every completion to its QP by qp_num") {
 
 TEST_CASE("dispatch: completions of a QP without a handler go to the fallback (or are counted)") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
   auto src = x.pd.allocate<rw_access>(64);
   auto dst = y.pd.allocate<rw_access>(64);
@@ -82,7 +82,7 @@ TEST_CASE("dispatch: completions of a QP without a handler go to the fallback (o
 
 TEST_CASE("drain polls until the CQ is empty, across batches") {
   mock::fabric fab;
-  device<B> dx("mock0"), dy("mock1");
+  device<B> dx(fab, "mock0"), dy(fab, "mock1");
   auto pdx = dx.create_pd();
   auto pdy = dy.create_pd();
   auto cqx = dx.create_cq<busy_poll<2>>(64);
@@ -98,7 +98,7 @@ TEST_CASE("drain polls until the CQ is empty, across batches") {
 
 TEST_CASE("completion queue: bad sizes are setup errors; handles move") {
   mock::fabric fab;
-  device<B> d("mock0");
+  device<B> d(fab, "mock0");
   CHECK_THROWS_AS(d.create_cq(0), usage_error);
   CHECK_THROWS_AS(d.create_cq(1 << 30), verbs_error);
   auto cq = d.create_cq<event_driven<>>(8);

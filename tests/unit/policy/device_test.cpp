@@ -4,10 +4,10 @@ using namespace policy_test;
 
 TEST_CASE("device: open by name, or the first one with an empty name") {
   mock::fabric fab;
-  CHECK(device<B>::names() == std::vector<std::string>{"mock0", "mock1"});
-  device<B> d1("mock1");
+  CHECK(device<B>::names(fab) == std::vector<std::string>{"mock0", "mock1"});
+  device<B> d1(fab, "mock1");
   CHECK(d1.name() == "mock1");
-  device<B> first("");
+  device<B> first(fab, "");
   CHECK(first.name() == "mock0");
   CHECK(d1.attr().max_qp_wr > 0);
   device<B> moved = std::move(d1);
@@ -18,7 +18,7 @@ TEST_CASE("device: open by name, or the first one with an empty name") {
 TEST_CASE("device: an unknown name says which devices exist") {
   mock::fabric fab;
   try {
-    device<B> d("mlx5_7");
+    device<B> d(fab, "mlx5_7");
     FAIL("opened a device that does not exist");
   } catch (const verbs_error& e) {
     CHECK(e.errno_value() == ENODEV);
@@ -30,7 +30,7 @@ TEST_CASE("device: an unknown name says which devices exist") {
 
 TEST_CASE("device: ports and GIDs") {
   mock::fabric fab;
-  device<B> d("mock0");
+  device<B> d(fab, "mock0");
   auto p = d.port(1);
   CHECK(p.state == port_state::active);
   CHECK(p.layer == link_layer::ethernet);
@@ -52,7 +52,7 @@ TEST_CASE("device: InfiniBand ports use GID index 0 and LIDs") {
   cfg.devices = {dc, dc};
   cfg.devices[1].name = "ib1";
   mock::fabric fab(cfg);
-  side x("ib0"), y("ib1");
+  side x(fab, "ib0"), y(fab, "ib1");
   CHECK(x.dev.default_gid_index() == 0);
   CHECK(x.dev.port().lid != 0);
   auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
@@ -68,7 +68,7 @@ TEST_CASE("device: InfiniBand ports use GID index 0 and LIDs") {
 
 TEST_CASE("device::next_event: port down/up and a CQ overflow arrive through the device; none is nullopt") {
   mock::fabric fab;
-  device<B> dev("mock0");
+  device<B> dev(fab, "mock0");
   CHECK_FALSE(dev.next_event(std::chrono::milliseconds(1)).has_value());
   fab.set_port_up("mock0", 1, false);
   auto down = dev.next_event(std::chrono::milliseconds(100));

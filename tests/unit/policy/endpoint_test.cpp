@@ -15,7 +15,7 @@ TEST_CASE("endpoint: value type with equality") {
 
 TEST_CASE("a queue pair describes itself: RoCEv2 IPv4-mapped GID, 24-bit PSN, port MTU") {
   mock::fabric fab;
-  side x("mock0");
+  side x(fab, "mock0");
   auto q = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
   auto e = q.local_endpoint();
   CHECK(e.qpn == q.qp_num());

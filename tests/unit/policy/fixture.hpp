@@ -1,6 +1,7 @@
 #pragma once
 // Shared setup for the policy-layer tests: a fresh mock fabric with two RoCE devices
-// ("mock0", "mock1"), one open device, PD and CQ per side, and helpers to pump a CQ.
+// ("mock0", "mock1") that each test makes and passes to its sides (`side x(fab, "mock0")`),
+// one open device, PD and CQ per side, and helpers to pump a CQ.
 #include <rdmakit/backends/mock.hpp>
 #include <rdmakit/rdmakit.hpp>
 
@@ -16,15 +17,15 @@ using namespace rdmakit;
 constexpr auto rw_access = access::local_write | access::remote_read | access::remote_write;
 constexpr auto all_access = rw_access | access::remote_atomic;
 
-/// One device with a PD and a busy-polled CQ, on backend Bk (the mock, or a test
-/// backend derived from it).
+/// One device of `fab` with a PD and a busy-polled CQ, on backend Bk (the mock, or a
+/// test backend derived from it).
 template <class Bk>
 struct basic_side {
   device<Bk> dev;
   protection_domain<Bk> pd;
   completion_queue<Bk> cq;
-  explicit basic_side(const char* name, int cq_entries = 1024)
-      : dev(name), pd(dev.create_pd()), cq(dev.create_cq(cq_entries)) {}
+  basic_side(rdmakit::mock::fabric& fab, const char* name, int cq_entries = 1024)
+      : dev(fab, name), pd(dev.create_pd()), cq(dev.create_cq(cq_entries)) {}
 };
 using side = basic_side<B>;
 

@@ -6,7 +6,7 @@ using namespace policy_test;
 
 TEST_CASE("memory_region: access rights are part of the type") {
   mock::fabric fab;
-  side x("mock0");
+  side x(fab, "mock0");
   auto local_only = x.pd.allocate<access::local_write>(64);
   auto rw = x.pd.allocate<rw_access>(64);
   static_assert(!decltype(local_only)::remote_access);
@@ -27,7 +27,7 @@ TEST_CASE("memory_region: access rights are part of the type") {
 
 TEST_CASE("memory_region: local buffers clamp to the region and carry the lkey") {
   mock::fabric fab;
-  side x("mock0");
+  side x(fab, "mock0");
   auto mr = x.pd.allocate<access::local_write>(100);
   auto all = mr.local();
   CHECK(all.length == 100);
@@ -45,7 +45,7 @@ TEST_CASE("memory_region: local buffers clamp to the region and carry the lkey")
 
 TEST_CASE("registered_pool: one registration, slices with the pool's lkey, returned on destruction") {
   mock::fabric fab;
-  side x("mock0");
+  side x(fab, "mock0");
   auto pool = x.pd.create_pool<rw_access>(100, 4);
   CHECK(pool.slot_size() == 128);  // rounded to 64
   CHECK(pool.available() == 4);
@@ -77,7 +77,7 @@ TEST_CASE("registered_pool: one registration, slices with the pool's lkey, retur
 
 TEST_CASE("registered_pool: slices go straight into sends, many messages, one registration") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto p = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
   auto tx = x.pd.create_pool<access::local_write>(64, 8);
   auto rx = y.pd.create_pool<access::local_write>(64, 16);

@@ -114,7 +114,7 @@ namespace {
 template <class P>
 void arm_race() {
   mock::fabric fab;
-  device<B> dx("mock0"), dy("mock1");
+  device<B> dx(fab, "mock0"), dy(fab, "mock1");
   auto pdx = dx.create_pd();
   auto pdy = dy.create_pd();
   auto cqx = dx.create_cq<P>(64);
@@ -153,7 +153,7 @@ TEST_CASE_TEMPLATE("no polling policy strands a completion that lands before the
 TEST_CASE_TEMPLATE("event policies sleep on the channel and wake for a completion from another thread", P,
                    event_driven<4, 2>, adaptive<16, 4, 2>) {
   mock::fabric fab;
-  device<B> dx("mock0"), dy("mock1");
+  device<B> dx(fab, "mock0"), dy(fab, "mock1");
   auto pdx = dx.create_pd();
   auto pdy = dy.create_pd();
   auto cqx = dx.create_cq<P>(64);
@@ -185,7 +185,7 @@ TEST_CASE_TEMPLATE("event policies sleep on the channel and wake for a completio
 
 TEST_CASE("an event-driven wait times out cleanly when nothing comes") {
   mock::fabric fab;
-  device<B> dx("mock0");
+  device<B> dx(fab, "mock0");
   auto cq = dx.create_cq<event_driven<>>(16);
   auto t0 = std::chrono::steady_clock::now();
   CHECK(cq.wait([](const completion<B>&) {}, 20ms) == 0);

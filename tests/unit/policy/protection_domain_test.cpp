@@ -6,7 +6,7 @@ using namespace policy_test;
 
 TEST_CASE("protection domain: regions over caller memory and allocated memory") {
   mock::fabric fab;
-  side x("mock0");
+  side x(fab, "mock0");
   std::array<std::byte, 256> buf{};
   auto borrowed = x.pd.register_memory<access::local_write>(std::span<std::byte>(buf));
   CHECK(borrowed.data() == buf.data());
@@ -20,7 +20,7 @@ TEST_CASE("protection domain: regions over caller memory and allocated memory") 
 
 TEST_CASE("protection domain: separate send and receive CQs are accounted separately") {
   mock::fabric fab;
-  side x("mock0");
+  side x(fab, "mock0");
   auto scq = x.dev.create_cq(16);
   auto rcq = x.dev.create_cq(32);
   auto q = x.pd.create_qp<rc>(scq, rcq, qp_cap{16, 32});
@@ -31,7 +31,7 @@ TEST_CASE("protection domain: separate send and receive CQs are accounted separa
 
 TEST_CASE("a region of another protection domain is refused with LOC_PROT_ERR") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto other_pd = x.dev.create_pd();
   auto foreign = other_pd.allocate<rw_access>(64);
   auto dst = y.pd.allocate<rw_access>(64);
@@ -46,7 +46,7 @@ TEST_CASE("a region of another protection domain is refused with LOC_PROT_ERR") 
 
 TEST_CASE("protection domain: address handles from an endpoint carry a GRH on RoCE") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto q = y.pd.create_qp<ud>(y.cq, qp_cap{4, 4});
   auto ah = x.pd.create_ah(q.local_endpoint());
   CHECK(ah.attr().is_global);

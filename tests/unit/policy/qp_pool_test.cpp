@@ -4,7 +4,7 @@ using namespace policy_test;
 
 TEST_CASE("qp_pool: create on a shared CQ, connect to a peer pool, use round-robin") {
   mock::fabric fab;
-  side x("mock0", 256), y("mock1", 256);
+  side x(fab, "mock0", 256), y(fab, "mock1", 256);
   auto px = x.pd.create_qp_pool<rc, signal_every<4>>(x.cq, 4, qp_cap{8, 8});
   auto py = y.pd.create_qp_pool<rc, signal_every<4>>(y.cq, 4, qp_cap{8, 8});
   CHECK(px.size() == 4);
@@ -31,7 +31,7 @@ TEST_CASE("qp_pool: create on a shared CQ, connect to a peer pool, use round-rob
 
 TEST_CASE("qp_pool: the CQ must hold the whole pool, checked before any QP is made") {
   mock::fabric fab;
-  side x("mock0", 100);
+  side x(fab, "mock0", 100);
   try {
     auto p = x.pd.create_qp_pool<rc>(x.cq, 4, qp_cap{16, 16});
     FAIL("pool created");
@@ -43,7 +43,7 @@ TEST_CASE("qp_pool: the CQ must hold the whole pool, checked before any QP is ma
 
 TEST_CASE("qp_pool: UD pools activate; wrong endpoint counts are refused") {
   mock::fabric fab;
-  side x("mock0");
+  side x(fab, "mock0");
   auto pu = x.pd.create_qp_pool<ud>(x.cq, 2, qp_cap{4, 4});
   auto live = std::move(pu).activate();
   CHECK(live.size() == 2);

@@ -9,7 +9,7 @@ using namespace policy_test;
 
 TEST_CASE("walkthrough: 1 MiB over RC, then a wrong rkey gives REM_ACCESS_ERR") {
   mock::fabric fab;
-  side a("mock0"), b("mock1");
+  side a(fab, "mock0"), b(fab, "mock1");
   constexpr std::size_t mib = 1 << 20;
   auto mra = a.pd.allocate<rw_access>(mib);
   auto mrb = b.pd.allocate<rw_access>(mib);
@@ -42,7 +42,7 @@ TEST_CASE("walkthrough: 1 MiB over RC, then a wrong rkey gives REM_ACCESS_ERR") 
 
 TEST_CASE("typestate: create gives INIT (receives only), connect gives RTS") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto q = x.pd.create_qp<rc, signal_every<8>>(x.cq, qp_cap{16, 16});
   static_assert(std::is_same_v<decltype(q), queue_pair<B, rc, signal_every<8>, qp_state::init>>);
   CHECK(q.query_state() == qp_state::init);
@@ -69,7 +69,7 @@ TEST_CASE("connect takes the smaller of the port's and the peer's MTU") {
     cfg.devices.push_back(d);
   }
   mock::fabric fab(cfg);
-  side x("m0"), y("m1");
+  side x(fab, "m0"), y(fab, "m1");
   auto qx = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
   auto qy = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
   auto ey = qy.local_endpoint();
@@ -79,7 +79,7 @@ TEST_CASE("connect takes the smaller of the port's and the peer's MTU") {
 
 TEST_CASE("connect on RoCE without the peer's GID is a clear setup error") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto qx = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
   auto qy = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
   auto ey = qy.local_endpoint();
@@ -95,7 +95,7 @@ TEST_CASE("connect on RoCE without the peer's GID is a clear setup error") {
 
 TEST_CASE("connect options the spec cannot encode are refused before any transition, naming the option") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto qx = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
   auto qy = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
   connect_options o;
@@ -112,7 +112,7 @@ TEST_CASE("connect options the spec cannot encode are refused before any transit
 
 TEST_CASE("send/write with immediate: the receiver sees the value in host order") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto src = x.pd.allocate<rw_access>(64);
   auto dst = y.pd.allocate<rw_access>(64);
@@ -140,7 +140,7 @@ TEST_CASE("send/write with immediate: the receiver sees the value in host order"
 
 TEST_CASE("RDMA READ, compare-and-swap and fetch-and-add on RC") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto local = x.pd.allocate<access::local_write>(64);
   auto remote = y.pd.allocate<all_access>(64);
@@ -169,7 +169,7 @@ TEST_CASE("RDMA READ, compare-and-swap and fetch-and-add on RC") {
 
 TEST_CASE("small sends go inline: the buffer needs no lkey and may be reused at once") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 64});
   CHECK(p.a.caps().max_inline_data >= 64);
   auto dst = y.pd.allocate<rw_access>(256);
@@ -194,7 +194,7 @@ TEST_CASE("small sends go inline: the buffer needs no lkey and may be reused at 
 
 TEST_CASE("scatter/gather lists on send, receive and READ") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 3, 3});
   auto src = x.pd.allocate<rw_access>(64);
   auto dst = y.pd.allocate<rw_access>(64);
@@ -227,7 +227,7 @@ TEST_CASE("scatter/gather lists on send, receive and READ") {
 
 TEST_CASE("post lists: one doorbell; a partly posted list reports its bad_wr") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto p = make_pair<rc, signal_every<2>>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 16});
   auto src = x.pd.allocate<rw_access>(256);
   auto dst = y.pd.allocate<rw_access>(256);
@@ -274,7 +274,7 @@ TEST_CASE("post lists: one doorbell; a partly posted list reports its bad_wr") {
 
 TEST_CASE("UC: send and RDMA WRITE") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto p = make_pair<uc, signal_manual>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto src = x.pd.allocate<rw_access>(64);
   auto dst = y.pd.allocate<rw_access>(64);
@@ -294,7 +294,7 @@ TEST_CASE("UC: send and RDMA WRITE") {
 
 TEST_CASE("runtime errors surface as statuses: receive too small, flushes, RNR, no hang") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   connect_options co;
   co.rnr_retry = 1;
   co.retry_cnt = 1;
@@ -345,7 +345,7 @@ TEST_CASE("runtime errors surface as statuses: receive too small, flushes, RNR, 
 
 TEST_CASE("receive queue credits: rq_full instead of ENOMEM; post_recvs posts a list") {
   mock::fabric fab;
-  side x("mock0");
+  side x(fab, "mock0");
   auto q = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
   auto mr = x.pd.allocate<access::local_write>(64);
   std::array<local_buffer, 3> bufs{mr.local(0, 8), mr.local(8, 8), mr.local(16, 8)};
@@ -360,7 +360,7 @@ TEST_CASE("receive queue credits: rq_full instead of ENOMEM; post_recvs posts a 
 
 TEST_CASE("reset(): a queue pair in ERR becomes a fresh INIT one on the same CQs, and reconnects") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto src = x.pd.allocate<rw_access>(64);
   auto dst = y.pd.allocate<rw_access>(64);
   auto p = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
@@ -398,7 +398,7 @@ TEST_CASE("reset(): outstanding receives and sends complete as flushes with thei
   mock::fabric_config slow;
   slow.latency = std::chrono::milliseconds{1};  // sends stay outstanding until the clock moves
   mock::fabric fab(slow);
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto src = x.pd.allocate<rw_access>(64);
   auto dst = y.pd.allocate<rw_access>(64);
   auto p = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
@@ -443,7 +443,7 @@ TEST_CASE("reset(): outstanding receives and sends complete as flushes with thei
 
 TEST_CASE("reset(): nothing outstanding destroys the old QP at once; a CQ sized for one QP still takes the reset") {
   mock::fabric fab;
-  side x("mock0");
+  side x(fab, "mock0");
   auto cq = x.dev.create_cq(4);
   auto mr = x.pd.allocate<access::local_write>(64);
   auto q = x.pd.create_qp<rc>(cq, qp_cap{2, 2});

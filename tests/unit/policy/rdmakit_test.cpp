@@ -8,7 +8,7 @@
 TEST_CASE("rdmakit.hpp: one include for the library, any backend") {
   using B = rdmakit::backends::mock;
   rdmakit::mock::fabric fab;
-  rdmakit::device<B> dev("");
+  rdmakit::device<B> dev(fab, "");
   auto pd = dev.create_pd();
   auto cq = dev.create_cq<rdmakit::adaptive<>>(16);
   auto qp = pd.create_qp<rdmakit::rc, rdmakit::signal_every<4>>(cq, rdmakit::static_caps<4, 4>{});

@@ -100,7 +100,7 @@ TEST_CASE("signal_manual honours the caller and still closes the queue") {
 
 TEST_CASE("the strict mock really refuses an SQ full of unsignaled WRs (control)") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
   auto mr = x.pd.allocate<rw_access>(64);
   auto dst = y.pd.allocate<rw_access>(64);
@@ -132,7 +132,7 @@ void property_run(unsigned seed, mock::slot_release slots = mock::slot_release::
   cfg.latency = latency;
   cfg.seed = seed;
   mock::fabric fab(cfg);
-  side x("mock0", 64), y("mock1", 64);
+  side x(fab, "mock0", 64), y(fab, "mock1", 64);
   constexpr std::uint32_t depth = 8;
   auto p = make_pair<T, S>(x.pd, x.cq, y.pd, y.cq, qp_cap{depth, 8});
   auto src = x.pd.allocate<rw_access>(4096);
@@ -240,7 +240,7 @@ TEST_CASE("the ledger is also safe when slots come back early (rxe's rule)") {
 
 TEST_CASE("signal_every<N> larger than max_send_wr is refused at creation") {
   mock::fabric fab;
-  side x("mock0");
+  side x(fab, "mock0");
   auto make = [&] { return x.pd.create_qp<rc, signal_every<64>>(x.cq, qp_cap{32, 32}); };
   CHECK_THROWS_AS(make(), usage_error);
   try {

@@ -50,7 +50,7 @@ namespace {
 template <class T>
 void masks_against_mock() {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto peer = y.pd.create_qp<T>(y.cq, qp_cap{4, 4});
   qp_cap caps{4, 4};
   auto q = B::create_qp(x.pd.native(), x.cq.native(), x.cq.native(), T::type, caps, false);

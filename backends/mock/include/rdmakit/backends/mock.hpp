@@ -89,13 +89,14 @@ struct mock {
 
   static constexpr std::string_view name = "mock";
 
-  // Devices (from rdmakit::mock::fabric::current()).
+  // Devices. The name-only forms use rdmakit::mock::default_fabric() and nothing else;
+  // a fabric you construct is used only when passed (device<mock> dev(fab, "mock0")).
   static std::vector<std::string> device_names();
   static std::vector<std::string> device_names(rdmakit::mock::fabric& fab);
   static std::vector<std::string> device_names(std::shared_ptr<rdmakit::mock::detail::fabric_state> st);
   /// Opens a device by name; an empty name opens the first one.
   static context open_device(std::string_view name);
-  /// Opens a device of `fab` (explicit: independent of fabric::current()).
+  /// Opens a device of `fab`.
   static context open_device(rdmakit::mock::fabric& fab, std::string_view name);
   static context open_device(std::shared_ptr<rdmakit::mock::detail::fabric_state> st, std::string_view name);
   static void close_device(context ctx) noexcept;

@@ -13,19 +13,6 @@ namespace mock::detail {
 
 inline constexpr std::uint32_t gid_table_len = 16;
 
-// ---------------------------------------------------------------- fabric registry
-
-inline std::mutex& registry_mutex() {
-  static std::mutex m;
-  return m;
-}
-// The live fabrics, oldest first: current() is the newest. A fabric removes itself
-// when destroyed, wherever it is in the list.
-inline std::vector<fabric*>& live_fabrics() {
-  static std::vector<fabric*> v;
-  return v;
-}
-
 inline gid_entry make_gid(const gid& g, std::uint32_t index, gid_type t) { return {g, index, t, true}; }
 
 inline void build_devices(fabric_state& f) {
@@ -975,35 +962,16 @@ inline fabric::fabric(fabric_config config) : state_(std::make_shared<detail::fa
   state_->cfg = std::move(config);
   state_->rng.seed(state_->cfg.seed);
   detail::build_devices(*state_);
-  std::lock_guard lk(detail::registry_mutex());
-  detail::live_fabrics().push_back(this);
 }
 
-inline fabric::~fabric() {
-  std::lock_guard lk(detail::registry_mutex());
-  std::erase(detail::live_fabrics(), this);
-}
+// Devices opened from the fabric hold its state (context_obj::keep): nothing to do here.
+inline fabric::~fabric() = default;
 
-namespace detail {
-// The newest live fabric's state, shared under the registry lock so a fabric destroyed
-// by another thread right after cannot take the state with it.
-inline std::shared_ptr<fabric_state> current_state() {
-  {
-    std::lock_guard lk(registry_mutex());
-    if (!live_fabrics().empty()) return live_fabrics().back()->shared_state();
-  }
-  return fabric::current().shared_state();
-}
-}  // namespace detail
-
-inline fabric& fabric::current() {
-  {
-    std::lock_guard lk(detail::registry_mutex());
-    if (!detail::live_fabrics().empty()) return *detail::live_fabrics().back();
-  }
-  // The process default: made once, never destroyed (objects may outlive static destruction).
-  static fabric* default_fabric = new fabric();
-  return *default_fabric;
+inline fabric& default_fabric() {
+  // Made once (thread-safe), never destroyed: devices and objects may outlive static
+  // destruction, and no other fabric ever takes its place.
+  static fabric* const the_default = new fabric();
+  return *the_default;
 }
 
 inline std::chrono::nanoseconds fabric::now() const {

@@ -88,21 +88,25 @@ struct fault {
   std::chrono::nanoseconds delay{0};
 };
 
-/// A set of mock devices. Open devices from it explicitly with
-/// `device<backends::mock> dev(fab, "mock0")`: two fabrics (on two threads, say) are
-/// then independent. For the one-line default, `device<backends::mock> dev("mock0")`
-/// opens from the newest live fabric (the process default when there is none).
-/// Devices keep their fabric's state alive: the fabric object may be destroyed first.
+/// A set of mock devices, their ports, a simulated clock and the faults injected into
+/// its wire. A fabric is an object that devices are opened from, passed explicitly:
+///
+///     rdmakit::mock::fabric fab(cfg);
+///     device<backends::mock> dev(fab, "mock0");   // or backends::mock::open_device(fab, "mock0")
+///
+/// A fabric you construct yourself is never used implicitly: the name-only forms
+/// (`device<backends::mock> dev("mock0")`, `backends::mock::open_device(name)`,
+/// `device_names()`) open from the process default fabric, `default_fabric()`, and
+/// from nothing else, whatever other fabrics exist on any thread. Two fabrics (on two
+/// threads, say) share no state: each has its own lock, clock, faults and devices.
+/// Devices keep their fabric's state alive: the fabric object may be destroyed first,
+/// in any order relative to other fabrics and to the devices.
 class fabric {
  public:
   explicit fabric(fabric_config config = {});
   ~fabric();
   fabric(const fabric&) = delete;
   fabric& operator=(const fabric&) = delete;
-
-  /// The newest live fabric, or the process-wide default one. Destroying any fabric
-  /// removes it from the live set, whatever the order.
-  static fabric& current();
 
   /// Simulated time. It advances when a poll finds nothing to return while events
   /// are pending (it jumps to the next one), or when `advance` is called.
@@ -131,6 +135,13 @@ class fabric {
  private:
   std::shared_ptr<detail::fabric_state> state_;
 };
+
+/// The process default fabric (the default configuration: "mock0" and "mock1"), made on
+/// first use and never destroyed or replaced, so it outlives static destruction. The
+/// same object on every thread; the one-line `device<backends::mock> dev("mock0")`
+/// opens from it. Tests that configure, unplug or inject faults should construct their
+/// own fabric and open from it explicitly.
+fabric& default_fabric();
 
 }  // namespace mock
 RDMAKIT_END_NAMESPACE

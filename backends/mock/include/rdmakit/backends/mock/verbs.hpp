@@ -10,9 +10,8 @@ namespace backends {
 
 namespace mockd = rdmakit::mock::detail;
 
-// The implicit forms take the newest fabric's state under the registry lock and hold
-// it: another thread may destroy that fabric meanwhile.
-inline std::vector<std::string> mock::device_names() { return device_names(mockd::current_state()); }
+// The name-only forms open from the process default fabric, never from one the caller made.
+inline std::vector<std::string> mock::device_names() { return device_names(rdmakit::mock::default_fabric()); }
 
 inline std::vector<std::string> mock::device_names(rdmakit::mock::fabric& fab) {
   return device_names(fab.shared_state());
@@ -26,7 +25,9 @@ inline std::vector<std::string> mock::device_names(std::shared_ptr<mockd::fabric
   return out;
 }
 
-inline mock::context mock::open_device(std::string_view name) { return open_device(mockd::current_state(), name); }
+inline mock::context mock::open_device(std::string_view name) {
+  return open_device(rdmakit::mock::default_fabric(), name);
+}
 
 inline mock::context mock::open_device(rdmakit::mock::fabric& fab, std::string_view name) {
   return open_device(fab.shared_state(), name);
