@@ -81,7 +81,7 @@ TEST_CASE("a WR of a post list the device refuses with EINVAL: the message names
 
 TEST_CASE("a single send the device refuses with EINVAL: the rule is read back from the refused WR") {
   mock::fabric fab;
-  side x("mock0"), y("mock1");
+  side x(fab, "mock0"), y(fab, "mock1");
   auto mr = x.pd.allocate<all_access>(1024);
   auto dst = y.pd.allocate<all_access>(1024);
   auto pair = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 8, 1, 1, 0});
