@@ -107,3 +107,26 @@ TEST_CASE("a completion queue handle destroyed first: its queue pairs still post
   for (std::uint64_t i = 0; i < 8; ++i) CHECK(qp.write(mr.local(), remote_region<>::unchecked(0, 0, 0), i).ok());
   CHECK(qp.write(mr.local(), remote_region<>::unchecked(0, 0, 0), 9).status == post_status::sq_full);
 }
+
+TEST_CASE("a queue pair reset with receives outstanding: its retired QP goes in every order too") {
+  mock::fabric fab;
+  std::array<int, 4> order{0, 1, 2, 3};
+  int runs = 0;
+  do {
+    std::optional<device<B>> dev;
+    dev.emplace(fab, "mock0");
+    std::optional<protection_domain<B>> pd(dev->create_pd());
+    std::optional<completion_queue<B>> cq(dev->create_cq(16));
+    auto mr = pd->allocate<rw_access>(64);
+    auto first = pd->create_qp<rc>(*cq, qp_cap{4, 4});
+    REQUIRE(first.post_recv(mr.local(0, 8), 1).ok());
+    REQUIRE(first.post_recv(mr.local(8, 8), 2).ok());
+    std::optional<queue_pair<B, rc>> qp(std::move(first).reset());  // the old QP is kept, in ERR
+    REQUIRE(cq->flushing() == 2);
+    const std::array<std::function<void()>, 4> destroy{
+        [&] { dev.reset(); }, [&] { pd.reset(); }, [&] { cq.reset(); }, [&] { qp.reset(); }};
+    for (int i : order) destroy[static_cast<std::size_t>(i)]();
+    ++runs;
+  } while (std::next_permutation(order.begin(), order.end()));
+  CHECK(runs == 24);
+}
