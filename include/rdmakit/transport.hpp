@@ -2,7 +2,7 @@
 /// Transport policies: `rc`, `uc`, `ud`. Each is a tag type holding the facts of its
 /// transport as `static constexpr` members: the QP type, the opcodes it allows,
 /// whether sends name an address handle, the receive offset (the 40-byte GRH of UD)
-/// and the modify_qp attribute masks of each connection step (verbs-semantics §1).
+/// and the modify_qp attribute masks of each connection step (docs/semantics.md#modify-masks).
 #include <rdmakit/detail/qp_transitions.hpp>
 #include <rdmakit/types.hpp>
 
@@ -97,7 +97,7 @@ concept transport = requires {
   { T::rts_mask } -> std::convertible_to<qp_attr_mask>;
 };
 
-/// Whether transport T may post opcode `op` (verbs-semantics §2).
+/// Whether transport T may post opcode `op` (docs/semantics.md#opcodes).
 template <transport T>
 constexpr bool allows(opcode op) noexcept {
   switch (op) {

@@ -1,4 +1,4 @@
-// Completion queues (semantics §5): overflow, event-driven waiting, shared CQs.
+// Completion queues (docs/semantics.md#cq): overflow, event-driven waiting, shared CQs.
 #include "harness.hpp"
 
 using namespace conf;

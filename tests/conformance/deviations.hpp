@@ -1,7 +1,7 @@
 #pragma once
 // The deviation table: every scenario whose outcome differs between backends reads
 // its expected outcome from here, by scenario id and backend name (B::name). The
-// "mock" rows are the spec (docs/verbs-semantics.md); the "ibverbs" rows are what
+// "mock" rows are the spec (docs/semantics.md#rxe-differs); the "ibverbs" rows are what
 // soft-RoCE (rxe) does, the device the conformance suite runs on in CI. A scenario
 // that finds no row for its backend fails: nothing is skipped silently.
 #include <rdmakit/types.hpp>

@@ -1,4 +1,4 @@
-// Every fault row of semantics §3 (RC): the statuses on both sides, the QP that
+// Every fault row of docs/semantics.md#fault-statuses (RC): the statuses on both sides, the QP that
 // reports an error ends in ERR, and the rest of its queues flush in order.
 #include "deviations.hpp"
 #include "harness.hpp"

@@ -148,7 +148,7 @@ inline std::uint32_t to_be32(std::uint32_t v) {
 inline std::uint32_t from_be32(std::uint32_t v) { return to_be32(v); }
 
 // ---------------------------------------------------------------------------
-// Attribute masks required per transition and transport (semantics §1).
+// Attribute masks required per transition and transport (docs/semantics.md#modify-masks).
 
 inline qp_attr_mask init_mask(qp_type t) {
   using m = qp_attr_mask;

@@ -1,4 +1,4 @@
-// Every opcode per transport (semantics §2 and the successful-completion rules of §3).
+// Every opcode per transport (docs/semantics.md#opcodes and the successful-completion rules, #wc-fields).
 #include "deviations.hpp"
 #include "harness.hpp"
 

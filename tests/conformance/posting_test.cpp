@@ -1,4 +1,4 @@
-// Posting rules (semantics §4) and the capacities create calls report back.
+// Posting rules (docs/semantics.md#posting) and the capacities create calls report back.
 #include "deviations.hpp"
 #include "harness.hpp"
 

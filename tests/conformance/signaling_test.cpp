@@ -1,4 +1,4 @@
-// Selective signaling (semantics §6), post lists and RC ordering (§8).
+// Selective signaling (docs/semantics.md#sq-credits), post lists and RC ordering (#rc-ordering).
 #include "deviations.hpp"
 #include "harness.hpp"
 

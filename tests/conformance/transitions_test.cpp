@@ -1,4 +1,4 @@
-// QP state machine (semantics §1): every legal transition per transport, a sample
+// QP state machine (docs/semantics.md#qp-states): every legal transition per transport, a sample
 // of illegal ones, and the attribute checks of modify_qp.
 #include "harness.hpp"
 

@@ -1,4 +1,4 @@
-// UC (semantics §7 and the UC rows of §3): no ACKs, silent drops.
+// UC (docs/semantics.md#uc and the UC rows of #fault-statuses): no ACKs, silent drops.
 #include "harness.hpp"
 
 using namespace conf;

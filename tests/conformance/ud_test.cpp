@@ -1,4 +1,4 @@
-// UD (semantics §7 and the UD rows of §3).
+// UD (docs/semantics.md#ud and the UD rows of #fault-statuses).
 #include "deviations.hpp"
 #include "harness.hpp"
 

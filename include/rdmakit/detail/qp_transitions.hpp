@@ -1,5 +1,5 @@
 #pragma once
-// The QP transition table of the IB spec (docs/verbs-semantics.md §1): which transitions
+// The QP transition table of the IB spec (docs/semantics.md#modify-masks): which transitions
 // exist and which attributes each requires or allows, per transport. The mock enforces
 // it, the ibverbs backend explains failures with it, transport.hpp is checked against it.
 #include <rdmakit/types.hpp>

@@ -1,5 +1,5 @@
 #pragma once
-/// The mock backend: an in-process HCA that follows docs/verbs-semantics.md (the
+/// The mock backend: an in-process HCA that follows docs/semantics.md (the
 /// spec behaviour; where rxe differs the mock can be told so, see fabric_config).
 /// Progress is driven by post and poll calls on a simulated clock, deterministic for a
 /// seed, and safe when the two ends of a connection run on two threads.
