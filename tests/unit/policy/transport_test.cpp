@@ -3,7 +3,7 @@
 using namespace policy_test;
 using m = qp_attr_mask;
 
-TEST_CASE("transport facts follow verbs-semantics §2 and §7") {
+TEST_CASE("transport facts follow semantics.md §2 and §7") {
   static_assert(transport<rc> && transport<uc> && transport<ud>);
   CHECK(rc::type == qp_type::rc);
   CHECK(uc::type == qp_type::uc);
@@ -31,7 +31,7 @@ TEST_CASE("transport facts follow verbs-semantics §2 and §7") {
   }
 }
 
-TEST_CASE("mask tables are exactly the required attributes of verbs-semantics §1") {
+TEST_CASE("mask tables are exactly the required attributes of semantics.md §1") {
   CHECK(rc::init_mask == (m::state | m::pkey_index | m::port | m::access_flags));
   CHECK(uc::init_mask == rc::init_mask);
   CHECK(ud::init_mask == (m::state | m::pkey_index | m::port | m::qkey));
