@@ -18,6 +18,7 @@
 #include <rdmakit/detail/qp_transitions.hpp>
 #include <rdmakit/endpoint.hpp>
 #include <rdmakit/memory.hpp>
+#include <rdmakit/operations.hpp>
 #include <rdmakit/post_result.hpp>
 #include <rdmakit/signaling.hpp>
 #include <rdmakit/transport.hpp>
@@ -79,27 +80,7 @@ namespace detail {
 
 inline constexpr std::size_t max_stack_sge = 32;  // rxe's limit; SGLs above are EINVAL anyway
 
-// Trivial on purpose (no initializers): each operation sets the fields its opcode
-// reads, and post lists keep arrays of these without zeroing them.
-template <class B>
-struct send_desc {
-  std::uint64_t wr_id;
-  opcode op;
-  send_flags flags;
-  typename B::sge* sg;
-  int num_sge;
-  std::uint32_t total;
-  std::uint32_t imm;  // host order; imm opcodes
-  std::uint64_t raddr;  // RDMA and atomics
-  std::uint32_t rkey;
-  std::uint64_t compare_add;  // atomics
-  std::uint64_t swap;
-  typename B::ah ah;  // UD
-  std::uint32_t rqpn;
-  std::uint32_t qkey;
-};
-
-// Storage for N native SGEs that is not initialized on construction.
+// Storage for N native objects that is not initialized on construction.
 template <class S, std::size_t N>
 struct uninit_array {
   union {
@@ -109,25 +90,6 @@ struct uninit_array {
   S* data() noexcept { return v; }
   S& operator[](std::size_t i) noexcept { return v[i]; }
 };
-
-// The opcode-specific fields of a native WR (immediate, remote address, atomic
-// operands, UD destination); set_send sets the common ones and leaves these alone.
-template <class B, class T>
-RDMAKIT_ALWAYS_INLINE void set_op_fields(typename B::send_wr& w, const send_desc<B>& d) noexcept {
-  switch (d.op) {
-    case opcode::send_with_imm: B::set_imm(w, net_to_host32(d.imm)); break;
-    case opcode::rdma_write_with_imm:
-      B::set_imm(w, net_to_host32(d.imm));
-      B::set_rdma(w, d.raddr, d.rkey);
-      break;
-    case opcode::rdma_write:
-    case opcode::rdma_read: B::set_rdma(w, d.raddr, d.rkey); break;
-    case opcode::atomic_cmp_and_swp:
-    case opcode::atomic_fetch_and_add: B::set_atomic(w, d.raddr, d.rkey, d.compare_add, d.swap); break;
-    case opcode::send: break;
-  }
-  if constexpr (T::needs_ah) B::set_ud(w, d.ah, d.rqpn, d.qkey);
-}
 
 // What a post list remembers of each WR to finish it at post time.
 struct batch_entry {
@@ -594,132 +556,120 @@ class queue_pair {
 
   // ---- sends (RTS only) --------------------------------------------------------------
 
-  /// SEND `buf` to the connected peer (inline when it fits max_inline_data).
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send(const local_buffer& buf, std::uint64_t wr_id,
-                                 send_flags flags = send_flags::none) noexcept {
-    static_assert(!T::needs_ah, "UD sends name their destination: send(ah.to(remote_qpn), buffer, wr_id)");
+  /// Posts one send-queue operation (rdmakit/operations.hpp): `qp.post(op::write{src,
+  /// dst}, wr_id)`. The operation's transport rule and the RTS state are checked at
+  /// compile time; SENDs and WRITEs go inline when they fit max_inline_data.
+  template <operation Op>
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(const Op& o, std::uint64_t wr_id,
+                                                       send_flags flags = send_flags::none) noexcept {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
-    return one_(opcode::send, buf, wr_id, flags, [](auto&) {});
+    Op::template check<T>();
+    detail::send_desc<B> d{};  // {}: no -Wmaybe-uninitialized in user code; unread fields are dead stores
+    d.wr_id = wr_id;
+    d.op = Op::code;
+    d.flags = flags;
+    o.fill(d);
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(o.local)>, local_buffer>) {
+      typename B::sge s;
+      B::set_sge(s, o.local.addr, o.local.length, o.local.lkey);
+      d.sg = &s;
+      d.num_sge = 1;
+      d.total = o.local.length;
+      return post_send_(d);
+    } else {
+      typename B::sge s[detail::max_stack_sge];
+      d.total = 0;
+      const int n = to_sges_(o.local, s, d.total);
+      if (RDMAKIT_UNLIKELY(n < 0)) return {post_status::backend_error, EINVAL, 0, post_rule::sge_count};
+      d.sg = s;
+      d.num_sge = n;
+      return post_send_(d);
+    }
+  }
+
+  // The calls below are the same operations spelled as functions (local side first,
+  // then the remote side, then operands; UD sends name their destination first).
+
+  /// SEND `buf` to the connected peer.
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send(const local_buffer& buf, std::uint64_t wr_id,
+                                                       send_flags flags = send_flags::none) noexcept {
+    return post(op::send<>{buf}, wr_id, flags);
   }
   /// SEND gathered from `sgl`.
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send(std::span<const local_buffer> sgl, std::uint64_t wr_id,
-                                 send_flags flags = send_flags::none) noexcept {
-    static_assert(!T::needs_ah, "UD sends name their destination: send(ah.to(remote_qpn), buffer, wr_id)");
-    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
-    return many_(opcode::send, sgl, wr_id, flags, [](auto&) {});
+                                                       send_flags flags = send_flags::none) noexcept {
+    return post(op::send{sgl}, wr_id, flags);
   }
   /// SEND with 32-bit immediate data (host order; the receiver's completion has it).
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send_imm(const local_buffer& buf, std::uint32_t imm, std::uint64_t wr_id,
-                                     send_flags flags = send_flags::none) noexcept {
-    static_assert(!T::needs_ah, "UD sends name their destination: send_imm(ah.to(remote_qpn), buffer, imm, wr_id)");
-    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
-    return one_(opcode::send_with_imm, buf, wr_id, flags, [imm](auto& d) { d.imm = imm; });
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send_imm(const local_buffer& buf, std::uint32_t imm,
+                                                           std::uint64_t wr_id,
+                                                           send_flags flags = send_flags::none) noexcept {
+    return post(op::send_imm<>{buf, imm}, wr_id, flags);
   }
   /// UD: SEND `buf` to `to` (an address handle, remote QPN and Q_Key).
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send(const ud_address<B>& to, const local_buffer& buf, std::uint64_t wr_id,
-                                 send_flags flags = send_flags::none) noexcept {
-    static_assert(T::needs_ah,
-                  "only UD sends take a destination: an RC/UC queue pair sends to the peer it is connected to");
-    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
-    return one_(opcode::send, buf, wr_id, flags, [&to](auto& d) { ud_(d, to); });
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send(const ud_address<B>& to, const local_buffer& buf,
+                                                       std::uint64_t wr_id,
+                                                       send_flags flags = send_flags::none) noexcept {
+    return post(op::ud_send<B>{buf, to}, wr_id, flags);
   }
   /// UD: SEND with immediate data to `to`.
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send_imm(const ud_address<B>& to, const local_buffer& buf, std::uint32_t imm,
-                                     std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
-    static_assert(T::needs_ah,
-                  "only UD sends take a destination: an RC/UC queue pair sends to the peer it is connected to");
-    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
-    return one_(opcode::send_with_imm, buf, wr_id, flags, [&to, imm](auto& d) {
-      ud_(d, to);
-      d.imm = imm;
-    });
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send_imm(const ud_address<B>& to, const local_buffer& buf,
+                                                           std::uint32_t imm, std::uint64_t wr_id,
+                                                           send_flags flags = send_flags::none) noexcept {
+    return post(op::ud_send_imm<B>{buf, to, imm}, wr_id, flags);
   }
-
   /// RDMA WRITE `src` to `dst` (RC, UC).
   template <access A>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result write(const local_buffer& src, const remote_region<A>& dst, std::uint64_t wr_id,
-                                  send_flags flags = send_flags::none) noexcept {
-    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
-    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
-    static_assert(has_all(A, access::remote_write),
-                  "write(): the remote region was not registered with access::remote_write");
-    return one_(opcode::rdma_write, src, wr_id, flags, [&dst](auto& d) { remote_(d, dst); });
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result write(const local_buffer& src, const remote_region<A>& dst,
+                                                        std::uint64_t wr_id,
+                                                        send_flags flags = send_flags::none) noexcept {
+    return post(op::write<A>{src, dst}, wr_id, flags);
   }
   /// RDMA WRITE gathered from `sgl`.
   template <access A>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result write(std::span<const local_buffer> sgl, const remote_region<A>& dst,
-                                  std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
-    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
-    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
-    static_assert(has_all(A, access::remote_write),
-                  "write(): the remote region was not registered with access::remote_write");
-    return many_(opcode::rdma_write, sgl, wr_id, flags, [&dst](auto& d) { remote_(d, dst); });
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result write(std::span<const local_buffer> sgl,
+                                                        const remote_region<A>& dst, std::uint64_t wr_id,
+                                                        send_flags flags = send_flags::none) noexcept {
+    return post(op::write{sgl, dst}, wr_id, flags);
   }
   /// RDMA WRITE with immediate data: also consumes a receive at the peer.
   template <access A>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result write_imm(const local_buffer& src, const remote_region<A>& dst, std::uint32_t imm,
-                                      std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
-    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
-    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
-    static_assert(has_all(A, access::remote_write),
-                  "write_imm(): the remote region was not registered with access::remote_write");
-    return one_(opcode::rdma_write_with_imm, src, wr_id, flags, [&dst, imm](auto& d) {
-      remote_(d, dst);
-      d.imm = imm;
-    });
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result write_imm(const local_buffer& src, const remote_region<A>& dst,
+                                                            std::uint32_t imm, std::uint64_t wr_id,
+                                                            send_flags flags = send_flags::none) noexcept {
+    return post(op::write_imm<A>{src, dst, imm}, wr_id, flags);
   }
   /// RDMA READ from `src` into `dst` (RC only; dst needs LOCAL_WRITE).
   template <access A>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result read(const local_buffer& dst, const remote_region<A>& src, std::uint64_t wr_id,
-                                 send_flags flags = send_flags::none) noexcept {
-    static_assert(T::supports_read, "RDMA READ needs an RC queue pair: UC and UD have no READ");
-    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
-    static_assert(has_all(A, access::remote_read),
-                  "read(): the remote region was not registered with access::remote_read");
-    return one_(opcode::rdma_read, dst, wr_id, flags, [&src](auto& d) { remote_(d, src); });
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result read(const local_buffer& dst, const remote_region<A>& src,
+                                                       std::uint64_t wr_id,
+                                                       send_flags flags = send_flags::none) noexcept {
+    return post(op::read<A>{dst, src}, wr_id, flags);
   }
   /// RDMA READ scattered into `sgl`.
   template <access A>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result read(std::span<const local_buffer> sgl, const remote_region<A>& src,
-                                 std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
-    static_assert(T::supports_read, "RDMA READ needs an RC queue pair: UC and UD have no READ");
-    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
-    static_assert(has_all(A, access::remote_read),
-                  "read(): the remote region was not registered with access::remote_read");
-    return many_(opcode::rdma_read, sgl, wr_id, flags, [&src](auto& d) { remote_(d, src); });
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result read(std::span<const local_buffer> sgl,
+                                                       const remote_region<A>& src, std::uint64_t wr_id,
+                                                       send_flags flags = send_flags::none) noexcept {
+    return post(op::read{sgl, src}, wr_id, flags);
   }
   /// 64-bit compare-and-swap at `target` (8 bytes, 8-aligned); the old value lands in
   /// `result` (8 bytes, LOCAL_WRITE). RC only.
   template <access A>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result compare_swap(const local_buffer& result, const remote_region<A>& target,
-                                         std::uint64_t compare, std::uint64_t swap, std::uint64_t wr_id,
-                                         send_flags flags = send_flags::none) noexcept {
-    static_assert(T::supports_atomic,
-                  "atomics (compare-and-swap, fetch-and-add) need an RC queue pair: UC and UD have none");
-    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
-    static_assert(has_all(A, access::remote_atomic),
-                  "compare_swap(): the remote region was not registered with access::remote_atomic");
-    return one_(opcode::atomic_cmp_and_swp, result, wr_id, flags, [&](auto& d) {
-      remote_(d, target);
-      d.compare_add = compare;
-      d.swap = swap;
-    });
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result compare_swap(const local_buffer& result,
+                                                               const remote_region<A>& target,
+                                                               std::uint64_t compare, std::uint64_t swap,
+                                                               std::uint64_t wr_id,
+                                                               send_flags flags = send_flags::none) noexcept {
+    return post(op::compare_swap<A>{result, target, compare, swap}, wr_id, flags);
   }
   /// 64-bit fetch-and-add at `target`; the old value lands in `result`. RC only.
   template <access A>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result fetch_add(const local_buffer& result, const remote_region<A>& target,
-                                      std::uint64_t add, std::uint64_t wr_id,
-                                      send_flags flags = send_flags::none) noexcept {
-    static_assert(T::supports_atomic,
-                  "atomics (compare-and-swap, fetch-and-add) need an RC queue pair: UC and UD have none");
-    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
-    static_assert(has_all(A, access::remote_atomic),
-                  "fetch_add(): the remote region was not registered with access::remote_atomic");
-    return one_(opcode::atomic_fetch_and_add, result, wr_id, flags, [&](auto& d) {
-      remote_(d, target);
-      d.compare_add = add;
-      d.swap = 0;
-    });
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result fetch_add(const local_buffer& result,
+                                                            const remote_region<A>& target, std::uint64_t add,
+                                                            std::uint64_t wr_id,
+                                                            send_flags flags = send_flags::none) noexcept {
+    return post(op::fetch_add<A>{result, target, add}, wr_id, flags);
   }
 
   /// An empty post list for this queue pair (Max WRs, SgePerWr SGEs each).
@@ -832,50 +782,6 @@ class queue_pair {
     return static_cast<int>(sgl.size());
   }
 
-  template <access A>
-  RDMAKIT_ALWAYS_INLINE static void remote_(detail::send_desc<B>& d, const remote_region<A>& r) noexcept {
-    d.raddr = r.addr();
-    d.rkey = r.rkey();
-  }
-  RDMAKIT_ALWAYS_INLINE static void ud_(detail::send_desc<B>& d, const ud_address<B>& to) noexcept {
-    d.ah = to.ah;
-    d.rqpn = to.qpn;
-    d.qkey = to.qkey;
-  }
-
-  template <class Fill>
-  RDMAKIT_ALWAYS_INLINE post_result one_(opcode op, const local_buffer& buf, std::uint64_t wr_id,
-                                         send_flags flags, Fill&& fill) noexcept {
-    typename B::sge s;
-    B::set_sge(s, buf.addr, buf.length, buf.lkey);
-    detail::send_desc<B> d{};  // {}: no -Wmaybe-uninitialized in user code; unread fields are dead stores
-    d.wr_id = wr_id;
-    d.op = op;
-    d.flags = flags;
-    d.sg = &s;
-    d.num_sge = 1;
-    d.total = buf.length;
-    fill(d);
-    return post_send_(d);
-  }
-
-  template <class Fill>
-  RDMAKIT_ALWAYS_INLINE post_result many_(opcode op, std::span<const local_buffer> sgl, std::uint64_t wr_id,
-                                          send_flags flags, Fill&& fill) noexcept {
-    typename B::sge s[detail::max_stack_sge];
-    detail::send_desc<B> d{};
-    d.total = 0;
-    int n = to_sges_(sgl, s, d.total);
-    if (RDMAKIT_UNLIKELY(n < 0)) return {post_status::backend_error, EINVAL, 0, post_rule::sge_count};
-    d.wr_id = wr_id;
-    d.op = op;
-    d.flags = flags;
-    d.sg = s;
-    d.num_sge = n;
-    fill(d);
-    return post_send_(d);
-  }
-
   // The device refused send WR `wr` (after `posted` were taken): which rule it broke,
   // read back from the WR itself. Out of line: the success path pays nothing for it.
   RDMAKIT_NOINLINE post_result refused_(int e, std::uint32_t posted, const typename B::send_wr* wr) const noexcept {
@@ -964,83 +870,71 @@ class send_batch {
   bool full() const noexcept { return n_ == Max; }
   void clear() noexcept { n_ = nsge_ = 0; }
 
-  /// Adds a SEND; false when the batch is full.
-  bool send(const local_buffer& buf, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
-    static_assert(!T::needs_ah, "UD sends name their destination: send(ah.to(remote_qpn), buffer, wr_id)");
-    return add_(opcode::send, {&buf, 1}, wr_id, flags, [](auto&) {});
+  /// Adds one operation (rdmakit/operations.hpp), the same value queue_pair::post
+  /// takes; false when the batch is full. Checked against the transport at compile time.
+  template <operation Op>
+  bool add(const Op& o, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
+    Op::template check<T>();
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(o.local)>, local_buffer>)
+      return add_(Op::code, {&o.local, 1}, wr_id, flags, o);
+    else
+      return add_(Op::code, o.local, wr_id, flags, o);
   }
-  /// Adds a SEND gathered from `sgl` (at most SgePerWr entries on average).
+
+  // The same operations spelled as functions, like queue_pair's.
+  bool send(const local_buffer& buf, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
+    return add(op::send<>{buf}, wr_id, flags);
+  }
+  /// A SEND gathered from `sgl` (at most SgePerWr entries on average).
   bool send(std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
-    static_assert(!T::needs_ah, "UD sends name their destination: send(ah.to(remote_qpn), buffer, wr_id)");
-    return add_(opcode::send, sgl, wr_id, flags, [](auto&) {});
+    return add(op::send{sgl}, wr_id, flags);
   }
   bool send_imm(const local_buffer& buf, std::uint32_t imm, std::uint64_t wr_id,
                 send_flags flags = send_flags::none) noexcept {
-    static_assert(!T::needs_ah, "UD sends name their destination: send_imm(ah.to(remote_qpn), buffer, imm, wr_id)");
-    return add_(opcode::send_with_imm, {&buf, 1}, wr_id, flags, [imm](auto& d) { d.imm = imm; });
+    return add(op::send_imm<>{buf, imm}, wr_id, flags);
   }
   bool send(const ud_address<B>& to, const local_buffer& buf, std::uint64_t wr_id,
             send_flags flags = send_flags::none) noexcept {
-    static_assert(T::needs_ah,
-                  "only UD sends take a destination: an RC/UC queue pair sends to the peer it is connected to");
-    return add_(opcode::send, {&buf, 1}, wr_id, flags, [&to](auto& d) {
-      d.ah = to.ah;
-      d.rqpn = to.qpn;
-      d.qkey = to.qkey;
-    });
+    return add(op::ud_send<B>{buf, to}, wr_id, flags);
+  }
+  bool send_imm(const ud_address<B>& to, const local_buffer& buf, std::uint32_t imm, std::uint64_t wr_id,
+                send_flags flags = send_flags::none) noexcept {
+    return add(op::ud_send_imm<B>{buf, to, imm}, wr_id, flags);
   }
   template <access A>
   bool write(const local_buffer& src, const remote_region<A>& dst, std::uint64_t wr_id,
              send_flags flags = send_flags::none) noexcept {
-    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
-    static_assert(has_all(A, access::remote_write),
-                  "write(): the remote region was not registered with access::remote_write");
-    return add_(opcode::rdma_write, {&src, 1}, wr_id, flags, [&dst](auto& d) { rem_(d, dst); });
+    return add(op::write<A>{src, dst}, wr_id, flags);
+  }
+  template <access A>
+  bool write(std::span<const local_buffer> sgl, const remote_region<A>& dst, std::uint64_t wr_id,
+             send_flags flags = send_flags::none) noexcept {
+    return add(op::write{sgl, dst}, wr_id, flags);
   }
   template <access A>
   bool write_imm(const local_buffer& src, const remote_region<A>& dst, std::uint32_t imm, std::uint64_t wr_id,
                  send_flags flags = send_flags::none) noexcept {
-    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
-    static_assert(has_all(A, access::remote_write),
-                  "write_imm(): the remote region was not registered with access::remote_write");
-    return add_(opcode::rdma_write_with_imm, {&src, 1}, wr_id, flags, [&dst, imm](auto& d) {
-      rem_(d, dst);
-      d.imm = imm;
-    });
+    return add(op::write_imm<A>{src, dst, imm}, wr_id, flags);
   }
   template <access A>
   bool read(const local_buffer& dst, const remote_region<A>& src, std::uint64_t wr_id,
             send_flags flags = send_flags::none) noexcept {
-    static_assert(T::supports_read, "RDMA READ needs an RC queue pair: UC and UD have no READ");
-    static_assert(has_all(A, access::remote_read),
-                  "read(): the remote region was not registered with access::remote_read");
-    return add_(opcode::rdma_read, {&dst, 1}, wr_id, flags, [&src](auto& d) { rem_(d, src); });
+    return add(op::read<A>{dst, src}, wr_id, flags);
+  }
+  template <access A>
+  bool read(std::span<const local_buffer> sgl, const remote_region<A>& src, std::uint64_t wr_id,
+            send_flags flags = send_flags::none) noexcept {
+    return add(op::read{sgl, src}, wr_id, flags);
   }
   template <access A>
   bool compare_swap(const local_buffer& result, const remote_region<A>& target, std::uint64_t compare,
                     std::uint64_t swap, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
-    static_assert(T::supports_atomic,
-                  "atomics (compare-and-swap, fetch-and-add) need an RC queue pair: UC and UD have none");
-    static_assert(has_all(A, access::remote_atomic),
-                  "compare_swap(): the remote region was not registered with access::remote_atomic");
-    return add_(opcode::atomic_cmp_and_swp, {&result, 1}, wr_id, flags, [&](auto& d) {
-      rem_(d, target);
-      d.compare_add = compare;
-      d.swap = swap;
-    });
+    return add(op::compare_swap<A>{result, target, compare, swap}, wr_id, flags);
   }
   template <access A>
-  bool fetch_add(const local_buffer& result, const remote_region<A>& target, std::uint64_t add,
+  bool fetch_add(const local_buffer& result, const remote_region<A>& target, std::uint64_t add_value,
                  std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
-    static_assert(T::supports_atomic,
-                  "atomics (compare-and-swap, fetch-and-add) need an RC queue pair: UC and UD have none");
-    static_assert(has_all(A, access::remote_atomic),
-                  "fetch_add(): the remote region was not registered with access::remote_atomic");
-    return add_(opcode::atomic_fetch_and_add, {&result, 1}, wr_id, flags, [&](auto& d) {
-      rem_(d, target);
-      d.compare_add = add;
-      d.swap = 0;
-    });
+    return add(op::fetch_add<A>{result, target, add_value}, wr_id, flags);
   }
 
  private:
@@ -1056,15 +950,9 @@ class send_batch {
     n_ -= k;
   }
 
-  template <access A>
-  static void rem_(detail::send_desc<B>& d, const remote_region<A>& r) noexcept {
-    d.raddr = r.addr();
-    d.rkey = r.rkey();
-  }
-
-  template <class Fill>
+  template <class Op>
   bool add_(opcode op, std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags,
-            Fill&& fill) noexcept {
+            const Op& o) noexcept {
     if (n_ == Max || nsge_ + sgl.size() > Max * SgePerWr) return false;
     detail::send_desc<B> d{};
     d.wr_id = wr_id;
@@ -1077,7 +965,7 @@ class send_batch {
       B::set_sge(sges_[nsge_++], b.addr, b.length, b.lkey);
       d.total += b.length;
     }
-    fill(d);
+    o.fill(d);
     detail::set_op_fields<B, T>(wrs_[n_], d);  // the rest is set at post time
     entries_[n_] = {wr_id, op, flags, d.num_sge, d.total, first};
     ++n_;

@@ -12,6 +12,7 @@
 #include <rdmakit/endpoint.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/memory.hpp>
+#include <rdmakit/operations.hpp>
 #include <rdmakit/polling.hpp>
 #include <rdmakit/post_result.hpp>
 #include <rdmakit/protection_domain.hpp>

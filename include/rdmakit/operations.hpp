@@ -1,0 +1,302 @@
+#pragma once
+/// Work requests as typed values. Each operation is a small aggregate that knows its
+/// opcode, the right it needs on the remote region, the transports it is valid on and
+/// how to fill the descriptor:
+///
+///     qp.post(op::write{src, dst}, wr_id);            // one WR
+///     batch.add(op::read{dst, remote}, wr_id);        // the same value in a post list
+///
+/// queue_pair::post and send_batch::add take any of them through one path each, so
+/// single posts and post lists cannot drift. The local side is one `local_buffer` or a
+/// scatter/gather list (`std::span<const local_buffer>`). Argument order is the same
+/// for all: local side, then the remote side (region or UD destination), then operands.
+/// A remote region without the needed right does not compile (at construction); an
+/// operation the transport lacks does not compile when posted, with a sentence saying
+/// why; `can_post<QP, Op>` says the same to generic code.
+#include <rdmakit/address_handle.hpp>
+#include <rdmakit/memory.hpp>
+#include <rdmakit/transport.hpp>
+#include <rdmakit/types.hpp>
+
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace detail {
+
+// Trivial on purpose (no initializers): each operation sets the fields its opcode
+// reads, and post lists keep arrays of these without zeroing them.
+template <class B>
+struct send_desc {
+  std::uint64_t wr_id;
+  opcode op;
+  send_flags flags;
+  typename B::sge* sg;
+  int num_sge;
+  std::uint32_t total;
+  std::uint32_t imm;  // host order; imm opcodes
+  std::uint64_t raddr;  // RDMA and atomics
+  std::uint32_t rkey;
+  std::uint64_t compare_add;  // atomics
+  std::uint64_t swap;
+  typename B::ah ah;  // UD
+  std::uint32_t rqpn;
+  std::uint32_t qkey;
+};
+
+// The opcode-specific fields of a native WR (immediate, remote address, atomic
+// operands, UD destination); set_send sets the common ones and leaves these alone.
+template <class B, class T>
+RDMAKIT_ALWAYS_INLINE void set_op_fields(typename B::send_wr& w, const send_desc<B>& d) noexcept {
+  switch (d.op) {
+    case opcode::send_with_imm: B::set_imm(w, net_to_host32(d.imm)); break;
+    case opcode::rdma_write_with_imm:
+      B::set_imm(w, net_to_host32(d.imm));
+      B::set_rdma(w, d.raddr, d.rkey);
+      break;
+    case opcode::rdma_write:
+    case opcode::rdma_read: B::set_rdma(w, d.raddr, d.rkey); break;
+    case opcode::atomic_cmp_and_swp:
+    case opcode::atomic_fetch_and_add: B::set_atomic(w, d.raddr, d.rkey, d.compare_add, d.swap); break;
+    case opcode::send: break;
+  }
+  if constexpr (T::needs_ah) B::set_ud(w, d.ah, d.rqpn, d.qkey);
+}
+
+template <class L>
+concept local_side = std::same_as<L, local_buffer> || std::same_as<L, std::span<const local_buffer>>;
+
+}  // namespace detail
+
+namespace op {
+
+/// SEND to the connected peer (RC, UC).
+template <detail::local_side L = local_buffer>
+struct send {
+  L local;
+  static constexpr opcode code = opcode::send;
+  template <class T>
+  static constexpr bool allowed_on = !T::needs_ah;
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(!T::needs_ah, "UD sends name their destination: op::ud_send{buffer, ah.to(remote_qpn)}");
+  }
+  template <class D>
+  RDMAKIT_ALWAYS_INLINE void fill(D&) const noexcept {}
+};
+
+/// SEND with 32-bit immediate data (host order; the receiver's completion has it).
+template <detail::local_side L = local_buffer>
+struct send_imm {
+  L local;
+  std::uint32_t imm;
+  static constexpr opcode code = opcode::send_with_imm;
+  template <class T>
+  static constexpr bool allowed_on = !T::needs_ah;
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(!T::needs_ah,
+                  "UD sends name their destination: op::ud_send_imm{buffer, ah.to(remote_qpn), imm}");
+  }
+  template <class D>
+  RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept { d.imm = imm; }
+};
+
+/// UD: SEND to `to` (an address handle, remote QPN and Q_Key).
+template <class B, detail::local_side L = local_buffer>
+struct ud_send {
+  L local;
+  ud_address<B> to;
+  static constexpr opcode code = opcode::send;
+  template <class T>
+  static constexpr bool allowed_on = bool(T::needs_ah);
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(T::needs_ah,
+                  "only UD sends take a destination: an RC/UC queue pair sends to the peer it is connected to");
+  }
+  template <class D>
+  RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
+    d.ah = to.ah;
+    d.rqpn = to.qpn;
+    d.qkey = to.qkey;
+  }
+};
+
+/// UD: SEND with immediate data to `to`.
+template <class B, detail::local_side L = local_buffer>
+struct ud_send_imm {
+  L local;
+  ud_address<B> to;
+  std::uint32_t imm;
+  static constexpr opcode code = opcode::send_with_imm;
+  template <class T>
+  static constexpr bool allowed_on = bool(T::needs_ah);
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(T::needs_ah,
+                  "only UD sends take a destination: an RC/UC queue pair sends to the peer it is connected to");
+  }
+  template <class D>
+  RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
+    d.ah = to.ah;
+    d.rqpn = to.qpn;
+    d.qkey = to.qkey;
+    d.imm = imm;
+  }
+};
+
+/// RDMA WRITE of the local side to `remote` (RC, UC).
+template <access A, detail::local_side L = local_buffer>
+struct write {
+  static_assert(has_all(A, access::remote_write),
+                "write: the remote region was not registered with access::remote_write");
+  L local;
+  remote_region<A> remote;
+  static constexpr opcode code = opcode::rdma_write;
+  template <class T>
+  static constexpr bool allowed_on = bool(T::supports_write);
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
+  }
+  template <class D>
+  RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
+    d.raddr = remote.addr();
+    d.rkey = remote.rkey();
+  }
+};
+
+/// RDMA WRITE with immediate data: also consumes a receive at the peer.
+template <access A, detail::local_side L = local_buffer>
+struct write_imm {
+  static_assert(has_all(A, access::remote_write),
+                "write_imm: the remote region was not registered with access::remote_write");
+  L local;
+  remote_region<A> remote;
+  std::uint32_t imm;
+  static constexpr opcode code = opcode::rdma_write_with_imm;
+  template <class T>
+  static constexpr bool allowed_on = bool(T::supports_write);
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
+  }
+  template <class D>
+  RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
+    d.raddr = remote.addr();
+    d.rkey = remote.rkey();
+    d.imm = imm;
+  }
+};
+
+/// RDMA READ of `remote` into the local side (RC only; the local side needs LOCAL_WRITE).
+template <access A, detail::local_side L = local_buffer>
+struct read {
+  static_assert(has_all(A, access::remote_read),
+                "read: the remote region was not registered with access::remote_read");
+  L local;
+  remote_region<A> remote;
+  static constexpr opcode code = opcode::rdma_read;
+  template <class T>
+  static constexpr bool allowed_on = bool(T::supports_read);
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(T::supports_read, "RDMA READ needs an RC queue pair: UC and UD have no READ");
+  }
+  template <class D>
+  RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
+    d.raddr = remote.addr();
+    d.rkey = remote.rkey();
+  }
+};
+
+/// 64-bit fetch-and-add at `remote` (8 bytes, 8-aligned); the old value lands in the
+/// local buffer (8 bytes, LOCAL_WRITE). RC only.
+template <access A>
+struct fetch_add {
+  static_assert(has_all(A, access::remote_atomic),
+                "fetch_add: the remote region was not registered with access::remote_atomic");
+  local_buffer local;
+  remote_region<A> remote;
+  std::uint64_t add;
+  static constexpr opcode code = opcode::atomic_fetch_and_add;
+  template <class T>
+  static constexpr bool allowed_on = bool(T::supports_atomic);
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(T::supports_atomic,
+                  "atomics (compare-and-swap, fetch-and-add) need an RC queue pair: UC and UD have none");
+  }
+  template <class D>
+  RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
+    d.raddr = remote.addr();
+    d.rkey = remote.rkey();
+    d.compare_add = add;
+    d.swap = 0;
+  }
+};
+
+/// 64-bit compare-and-swap at `remote`; the old value lands in the local buffer. RC only.
+template <access A>
+struct compare_swap {
+  static_assert(has_all(A, access::remote_atomic),
+                "compare_swap: the remote region was not registered with access::remote_atomic");
+  local_buffer local;
+  remote_region<A> remote;
+  std::uint64_t compare;
+  std::uint64_t swap;
+  static constexpr opcode code = opcode::atomic_cmp_and_swp;
+  template <class T>
+  static constexpr bool allowed_on = bool(T::supports_atomic);
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(T::supports_atomic,
+                  "atomics (compare-and-swap, fetch-and-add) need an RC queue pair: UC and UD have none");
+  }
+  template <class D>
+  RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
+    d.raddr = remote.addr();
+    d.rkey = remote.rkey();
+    d.compare_add = compare;
+    d.swap = swap;
+  }
+};
+
+// Deduction: `op::write{buf, region}` and `op::write{std::span<const local_buffer>(sgl), region}`.
+template <class L>
+send(L) -> send<L>;
+template <class L>
+send_imm(L, std::uint32_t) -> send_imm<L>;
+template <class B, class L>
+ud_send(L, ud_address<B>) -> ud_send<B, L>;
+template <class B, class L>
+ud_send_imm(L, ud_address<B>, std::uint32_t) -> ud_send_imm<B, L>;
+template <access A, class L>
+write(L, remote_region<A>) -> write<A, L>;
+template <access A, class L>
+write_imm(L, remote_region<A>, std::uint32_t) -> write_imm<A, L>;
+template <access A, class L>
+read(L, remote_region<A>) -> read<A, L>;
+template <access A>
+fetch_add(local_buffer, remote_region<A>, std::uint64_t) -> fetch_add<A>;
+template <access A>
+compare_swap(local_buffer, remote_region<A>, std::uint64_t, std::uint64_t) -> compare_swap<A>;
+
+}  // namespace op
+
+/// A send-queue operation: a type with the facts above (any type with them is one).
+template <class Op>
+concept operation = requires(const Op& o) {
+  { Op::code } -> std::convertible_to<opcode>;
+  requires detail::local_side<std::remove_cvref_t<decltype(o.local)>>;
+};
+
+/// Whether queue pair type QP can post Op: connected (RTS) and the transport has it.
+template <class QP, operation Op>
+inline constexpr bool can_post =
+    QP::state == qp_state::rts && Op::template allowed_on<typename QP::transport_policy>;
+
+RDMAKIT_END_NAMESPACE
