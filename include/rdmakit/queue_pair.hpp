@@ -19,6 +19,7 @@
 #include <rdmakit/endpoint.hpp>
 #include <rdmakit/memory.hpp>
 #include <rdmakit/operations.hpp>
+#include <rdmakit/qp_options.hpp>
 #include <rdmakit/post_result.hpp>
 #include <rdmakit/signaling.hpp>
 #include <rdmakit/transport.hpp>
@@ -39,32 +40,6 @@
   "it returns (an INIT queue pair can only post receives)"
 
 RDMAKIT_BEGIN_NAMESPACE
-
-/// Creation options (RESET→INIT and the local address).
-struct qp_options {
-  std::uint8_t port = 1;
-  int gid_index = -1;  ///< -1: automatic (RoCEv2 IPv4-mapped first; index 0 on InfiniBand)
-  std::uint16_t pkey_index = 0;
-  std::uint32_t qkey = default_qkey;  ///< UD only
-  /// What peers may do to this QP's memory (RC/UC; UC keeps only remote_write).
-  access remote_access = access::remote_write | access::remote_read | access::remote_atomic;
-  std::optional<std::uint32_t> psn;  ///< first send PSN; default derived from the QP number
-  bool auto_inline = true;            ///< send data inline when it fits max_inline_data
-};
-
-/// Connection defaults that work on rxe and real HCAs (RC uses all, UC the PSN/MTU/AV).
-struct connect_options {
-  std::optional<mtu> path_mtu;        ///< cap; the result is min(port active MTU, peer MTU, this)
-  std::uint8_t timeout = 14;          ///< 4.096 µs · 2^14 ≈ 67 ms per try
-  std::uint8_t retry_cnt = 6;         ///< 7 means "forever" on rxe: 6 fails instead of hanging
-  std::uint8_t rnr_retry = 6;         ///< likewise; 7 would retry forever
-  std::uint8_t min_rnr_timer = 12;    ///< 0.64 ms
-  std::uint8_t max_rd_atomic = 16;    ///< clamped to the device's max_qp_init_rd_atom
-  std::uint8_t max_dest_rd_atomic = 16;  ///< clamped to the device's max_qp_rd_atom
-  std::uint8_t hop_limit = 64;
-  std::uint8_t sl = 0;
-  bool force_grh = false;             ///< GRH on InfiniBand too (always on RoCE)
-};
 
 /// Queue capacities fixed at compile time: lets create_qp reject, at compile time, a
 /// signal_every<N> with N above max_send_wr.
@@ -362,7 +337,7 @@ class queue_pair {
     p.active_mtu = pa.active_mtu;
     p.psn = (o.psn ? *o.psn : l.qp_num * 0x9E3779B1u) & psn_mask;
 
-    q.modify_(init_attr_(o), T::init_mask, qp_state::reset, "RESET→INIT");
+    q.modify_(T::init_attr(o), T::init_mask, qp_state::reset, "RESET→INIT");
     return q;
   }
 
@@ -389,21 +364,6 @@ class queue_pair {
     p.asked.max_send_wr = sends;  // from now on, what release() gives back
     p.asked.max_recv_wr = recvs;
     p.is_retired = true;
-  }
-
-  // RESET→INIT attributes from the creation options.
-  static qp_attr init_attr_(const qp_options& o) noexcept {
-    qp_attr a;
-    a.state = qp_state::init;
-    a.pkey_index = o.pkey_index;
-    a.port_num = o.port;
-    if constexpr (T::type == qp_type::ud)
-      a.qkey = o.qkey;
-    else if constexpr (T::type == qp_type::uc)
-      a.access_flags = o.remote_access & access::remote_write;
-    else
-      a.access_flags = o.remote_access;
-    return a;
   }
 
  public:
@@ -468,22 +428,12 @@ class queue_pair {
     a.dest_qp_num = peer.qpn;
     a.rq_psn = peer.psn & psn_mask;
     a.av = detail::make_av(peer, p.opts.port, pa, p.gid_index, o.hop_limit, o.sl, o.force_grh, p.dev().name);
-    if constexpr (T::type == qp_type::rc) {
-      a.max_dest_rd_atomic = static_cast<std::uint8_t>(
-          std::min<std::uint32_t>(o.max_dest_rd_atomic, p.dev().attr.max_qp_rd_atom));
-      a.min_rnr_timer = o.min_rnr_timer;
-    }
+    T::rtr_attr(a, o, p.dev().attr);
     modify_(a, T::rtr_mask, qp_state::init, "INIT→RTR");
     qp_attr b;
     b.state = qp_state::rts;
     b.sq_psn = p.psn;
-    if constexpr (T::type == qp_type::rc) {
-      b.timeout = o.timeout;
-      b.retry_cnt = o.retry_cnt;
-      b.rnr_retry = o.rnr_retry;
-      b.max_rd_atomic = static_cast<std::uint8_t>(
-          std::min<std::uint32_t>(o.max_rd_atomic, p.dev().attr.max_qp_init_rd_atom));
-    }
+    T::rts_attr(b, o, p.dev().attr);
     to_rts_or_back_to_init_(b);
     return queue_pair<B, T, S, qp_state::rts>(std::move(parts_));
   }
@@ -762,7 +712,7 @@ class queue_pair {
         qp_attr r;
         r.state = qp_state::reset;
         B::modify_qp(parts_.qp, r, qp_attr_mask::state);
-        B::modify_qp(parts_.qp, init_attr_(parts_.opts), T::init_mask);
+        B::modify_qp(parts_.qp, T::init_attr(parts_.opts), T::init_mask);
         parts_.link->rq_held = 0;
       } catch (const verbs_error& back) {
         note = "; taking it back to INIT failed too (" + back.detail() + "): destroy this queue pair";

@@ -1,10 +1,16 @@
 #pragma once
 /// Transport policies: `rc`, `uc`, `ud`. Each is a tag type holding the facts of its
-/// transport as `static constexpr` members: the QP type, the opcodes it allows,
-/// whether sends name an address handle, the receive offset (the 40-byte GRH of UD)
-/// and the modify_qp attribute masks of each connection step (docs/semantics.md#modify-masks).
+/// transport as `static constexpr` members (the QP type, the opcodes it allows, whether
+/// sends name an address handle, the receive offset: the 40-byte GRH of UD, the
+/// modify_qp attribute masks of each connection step, docs/semantics.md#modify-masks)
+/// and the behaviour queue_pair asks of it: the RESET→INIT attributes and its own
+/// fields of INIT→RTR and RTR→RTS. A new transport is a new type with the same members;
+/// queue_pair never names rc, uc or ud.
 #include <rdmakit/detail/qp_transitions.hpp>
+#include <rdmakit/qp_options.hpp>
 #include <rdmakit/types.hpp>
+
+#include <algorithm>
 
 #include <concepts>
 #include <cstdint>
@@ -15,6 +21,15 @@ RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 inline constexpr qp_attr_mask rc_uc_init_mask =
     qp_attr_mask::state | qp_attr_mask::pkey_index | qp_attr_mask::port | qp_attr_mask::access_flags;
+
+// RESET→INIT fields every transport sets.
+inline qp_attr base_init_attr(const qp_options& o) noexcept {
+  qp_attr a;
+  a.state = qp_state::init;
+  a.pkey_index = o.pkey_index;
+  a.port_num = o.port;
+  return a;
+}
 }  // namespace detail
 
 /// Reliable Connected: every opcode, acknowledged, in order.
@@ -39,6 +54,24 @@ struct rc {
   static constexpr qp_attr_mask rts_mask = qp_attr_mask::state | qp_attr_mask::timeout |
                                            qp_attr_mask::retry_cnt | qp_attr_mask::rnr_retry |
                                            qp_attr_mask::sq_psn | qp_attr_mask::max_qp_rd_atomic;
+
+  static qp_attr init_attr(const qp_options& o) noexcept {
+    qp_attr a = detail::base_init_attr(o);
+    a.access_flags = o.remote_access;
+    return a;
+  }
+  /// INIT→RTR beyond the path (which queue_pair sets): the responder's resources.
+  static void rtr_attr(qp_attr& a, const connect_options& o, const device_attr& dev) noexcept {
+    a.max_dest_rd_atomic = static_cast<std::uint8_t>(std::min<std::uint32_t>(o.max_dest_rd_atomic, dev.max_qp_rd_atom));
+    a.min_rnr_timer = o.min_rnr_timer;
+  }
+  /// RTR→RTS beyond the SQ PSN: the requester's timers and outstanding READs/atomics.
+  static void rts_attr(qp_attr& a, const connect_options& o, const device_attr& dev) noexcept {
+    a.timeout = o.timeout;
+    a.retry_cnt = o.retry_cnt;
+    a.rnr_retry = o.rnr_retry;
+    a.max_rd_atomic = static_cast<std::uint8_t>(std::min<std::uint32_t>(o.max_rd_atomic, dev.max_qp_init_rd_atom));
+  }
 };
 
 /// Unreliable Connected: SEND and RDMA WRITE, no acknowledgements, no READ or atomics.
@@ -59,6 +92,14 @@ struct uc {
                                            qp_attr_mask::rq_psn;
   /// RTR→RTS: SQ_PSN.
   static constexpr qp_attr_mask rts_mask = qp_attr_mask::state | qp_attr_mask::sq_psn;
+
+  static qp_attr init_attr(const qp_options& o) noexcept {
+    qp_attr a = detail::base_init_attr(o);
+    a.access_flags = o.remote_access & access::remote_write;  // UC has no READ or atomics
+    return a;
+  }
+  static void rtr_attr(qp_attr&, const connect_options&, const device_attr&) noexcept {}
+  static void rts_attr(qp_attr&, const connect_options&, const device_attr&) noexcept {}
 };
 
 /// Unreliable Datagram: SEND only, each send names an address handle, every receive
@@ -79,11 +120,22 @@ struct ud {
   static constexpr qp_attr_mask rtr_mask = qp_attr_mask::state;
   /// RTR→RTS: SQ_PSN.
   static constexpr qp_attr_mask rts_mask = qp_attr_mask::state | qp_attr_mask::sq_psn;
+
+  static qp_attr init_attr(const qp_options& o) noexcept {
+    qp_attr a = detail::base_init_attr(o);
+    a.qkey = o.qkey;
+    return a;
+  }
+  static void rtr_attr(qp_attr&, const connect_options&, const device_attr&) noexcept {}
+  static void rts_attr(qp_attr&, const connect_options&, const device_attr&) noexcept {}
 };
 
-/// A transport policy: one of rc, uc, ud, or a type with the same facts.
+/// A transport policy: one of rc, uc, ud, or a type with the same facts and behaviour.
 template <class T>
-concept transport = requires {
+concept transport = requires(const qp_options& qo, const connect_options& co, qp_attr& a, const device_attr& d) {
+  { T::init_attr(qo) } noexcept -> std::same_as<qp_attr>;
+  { T::rtr_attr(a, co, d) } noexcept;
+  { T::rts_attr(a, co, d) } noexcept;
   { T::type } -> std::convertible_to<qp_type>;
   { T::name } -> std::convertible_to<std::string_view>;
   { T::connected } -> std::convertible_to<bool>;

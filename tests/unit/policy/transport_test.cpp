@@ -1,5 +1,7 @@
 #include "fixture.hpp"
 
+#include <cstring>
+
 using namespace policy_test;
 using m = qp_attr_mask;
 
@@ -90,4 +92,58 @@ void masks_against_mock() {
 
 TEST_CASE_TEMPLATE("every bit of each mask is required by the mock's transition table", T, rc, uc, ud) {
   masks_against_mock<T>();
+}
+
+namespace {
+// A transport queue_pair has never heard of: RC that refuses atomics both ways. It is
+// RC on the wire (type), but its own facts and RESET→INIT attributes, so the atomics
+// stop at compile time here and at the responder for peers.
+struct rc_no_atomics {
+  static constexpr qp_type type = qp_type::rc;
+  static constexpr std::string_view name = "RC without atomics";
+  static constexpr bool connected = true;
+  static constexpr bool supports_write = true;
+  static constexpr bool supports_read = true;
+  static constexpr bool supports_atomic = false;
+  static constexpr bool needs_ah = false;
+  static constexpr std::uint32_t recv_offset = 0;
+  static constexpr qp_attr_mask init_mask = rc::init_mask;
+  static constexpr qp_attr_mask rtr_mask = rc::rtr_mask;
+  static constexpr qp_attr_mask rts_mask = rc::rts_mask;
+  static qp_attr init_attr(const qp_options& o) noexcept {
+    qp_attr a = rc::init_attr(o);
+    a.access_flags = a.access_flags & (access::remote_write | access::remote_read);
+    return a;
+  }
+  static void rtr_attr(qp_attr& a, const connect_options& o, const device_attr& d) noexcept { rc::rtr_attr(a, o, d); }
+  static void rts_attr(qp_attr& a, const connect_options& o, const device_attr& d) noexcept { rc::rts_attr(a, o, d); }
+};
+static_assert(transport<rc_no_atomics>);
+static_assert(!can_post<queue_pair<B, rc_no_atomics, signal_all, qp_state::rts>, op::fetch_add<all_access>>);
+static_assert(can_post<queue_pair<B, rc_no_atomics, signal_all, qp_state::rts>, op::read<all_access>>);
+}  // namespace
+
+TEST_CASE("a transport defined outside the library runs on the unchanged queue_pair") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto mx = x.pd.allocate<all_access>(64);
+  auto my = y.pd.allocate<all_access>(64);
+  auto qx = x.pd.create_qp<rc_no_atomics>(x.cq, qp_cap{8, 8});
+  auto qy = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
+  const auto ex = qx.local_endpoint();
+  auto lx = std::move(qx).connect(qy.local_endpoint());
+  auto ly = std::move(qy).connect(ex);
+  std::memcpy(mx.data(), "policy", 7);
+  REQUIRE(lx.write(mx.local(0, 7), my.remote(), 1).ok());
+  REQUIRE(lx.read(mx.local(8, 7), my.remote().sub(0, 7), 2).ok());
+  auto got = collect(x.cq, 2);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].status == wc_status::success);
+  CHECK(got[1].status == wc_status::success);
+  CHECK(std::memcmp(mx.data() + 8, "policy", 7) == 0);
+  // Its INIT attributes reached the device: a peer's atomic is refused at this QP.
+  REQUIRE(ly.fetch_add(my.local(16, 8), mx.remote().sub(16, 8), 1, 3).ok());
+  auto refused = collect(y.cq, 1);
+  REQUIRE(refused.size() == 1);
+  CHECK(refused[0].status == wc_status::rem_inv_req_err);
 }

@@ -1,0 +1,41 @@
+#pragma once
+/// The option structs of a queue pair: what creation (RESET→INIT) and connection
+/// (INIT→RTR→RTS) may be told. Aggregates with defaults that work on rxe and real HCAs,
+/// so designated initializers name only what changes:
+///
+///     auto qp = pd.create_qp<rc>(cq, caps, {.port = 2});
+///     auto live = std::move(qp).connect(peer, {.path_mtu = mtu::mtu_1024, .retry_cnt = 3});
+#include <rdmakit/types.hpp>
+
+#include <cstdint>
+#include <optional>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+/// Creation options (RESET→INIT and the local address).
+struct qp_options {
+  std::uint8_t port = 1;
+  int gid_index = -1;  ///< -1: automatic (RoCEv2 IPv4-mapped first; index 0 on InfiniBand)
+  std::uint16_t pkey_index = 0;
+  std::uint32_t qkey = default_qkey;  ///< UD only
+  /// What peers may do to this QP's memory (RC/UC; UC keeps only remote_write).
+  access remote_access = access::remote_write | access::remote_read | access::remote_atomic;
+  std::optional<std::uint32_t> psn;  ///< first send PSN; default derived from the QP number
+  bool auto_inline = true;            ///< send data inline when it fits max_inline_data
+};
+
+/// Connection defaults that work on rxe and real HCAs (RC uses all, UC the PSN/MTU/AV).
+struct connect_options {
+  std::optional<mtu> path_mtu;        ///< cap; the result is min(port active MTU, peer MTU, this)
+  std::uint8_t timeout = 14;          ///< 4.096 µs · 2^14 ≈ 67 ms per try
+  std::uint8_t retry_cnt = 6;         ///< 7 means "forever" on rxe: 6 fails instead of hanging
+  std::uint8_t rnr_retry = 6;         ///< likewise; 7 would retry forever
+  std::uint8_t min_rnr_timer = 12;    ///< 0.64 ms
+  std::uint8_t max_rd_atomic = 16;    ///< clamped to the device's max_qp_init_rd_atom
+  std::uint8_t max_dest_rd_atomic = 16;  ///< clamped to the device's max_qp_rd_atom
+  std::uint8_t hop_limit = 64;
+  std::uint8_t sl = 0;
+  bool force_grh = false;             ///< GRH on InfiniBand too (always on RoCE)
+};
+
+RDMAKIT_END_NAMESPACE
