@@ -73,7 +73,7 @@ using pollings = type_list<busy_poll<16>, event_driven<16, 16>, adaptive<1024, 1
 
 template <class S>
 std::string signaling_name() {
-  if constexpr (S::max_run > 1) return std::string(S::name) + "<" + std::to_string(S::max_run) + ">";
+  if constexpr (requires { S::interval; }) return std::string(S::name) + "<" + std::to_string(S::interval) + ">";
   return std::string(S::name);
 }
 

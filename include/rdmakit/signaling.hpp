@@ -20,10 +20,12 @@ RDMAKIT_BEGIN_NAMESPACE
 /// Every send WR is signaled.
 struct signal_all {
   static constexpr std::string_view name = "signal_all";
-  /// Longest run of WRs per signaled one (1: each WR signals itself).
-  static constexpr std::uint32_t max_run = 1;
   /// Smallest send queue the policy works with.
   static constexpr std::uint32_t min_sq_depth = 1;
+  /// Whether the next WR is signaled: `wanted` (send_flags::signaled) and the number of
+  /// unsignaled WRs posted since the last signaled one. The ledger adds its own rule
+  /// (the WR taking the last free slot is always signaled).
+  static constexpr bool signal(bool, std::uint32_t) noexcept { return true; }
 };
 
 /// Selective signaling: every N-th send WR is signaled (and any WR posted with
@@ -32,25 +34,29 @@ template <std::uint32_t N>
 struct signal_every {
   static_assert(N >= 1, "signal_every<N> needs N >= 1");
   static constexpr std::string_view name = "signal_every";
-  static constexpr std::uint32_t max_run = N;
+  static constexpr std::uint32_t interval = N;
   static constexpr std::uint32_t min_sq_depth = N;
+  static constexpr bool signal(bool wanted, std::uint32_t run) noexcept { return wanted || run + 1 >= N; }
 };
 
 /// The caller chooses with `send_flags::signaled`; the ledger still signals the WR
 /// that takes the last free SQ slot, so the queue cannot wedge.
 struct signal_manual {
   static constexpr std::string_view name = "signal_manual";
-  static constexpr std::uint32_t max_run = 0;  ///< 0: bounded only by the SQ depth
   static constexpr std::uint32_t min_sq_depth = 1;
+  static constexpr bool signal(bool wanted, std::uint32_t) noexcept { return wanted; }
 };
 
-/// A signaling policy: one of the three above, or a type with the same facts.
+/// A signaling policy: one of the three above, or a type with the same facts and a
+/// `signal` decision.
 template <class S>
-concept signaling = requires {
+concept signaling = requires(bool wanted, std::uint32_t run) {
   { S::name } -> std::convertible_to<std::string_view>;
-  { S::max_run } -> std::convertible_to<std::uint32_t>;
   { S::min_sq_depth } -> std::convertible_to<std::uint32_t>;
+  { S::signal(wanted, run) } noexcept -> std::same_as<bool>;
 };
+
+static_assert(signaling<signal_all> && signaling<signal_every<16>> && signaling<signal_manual>);
 
 namespace detail {
 
@@ -79,13 +85,7 @@ class sq_credits {
     std::uint32_t depth;
     template <signaling S>
     RDMAKIT_ALWAYS_INLINE bool next(bool wanted) noexcept {
-      bool sig;
-      if constexpr (S::max_run == 1)
-        sig = true;
-      else if constexpr (S::max_run == 0)
-        sig = wanted || held + 1 >= depth;
-      else
-        sig = wanted || run + 1 >= S::max_run || held + 1 >= depth;
+      const bool sig = S::signal(wanted, run) || held + 1 >= depth;
       ++held;
       run = sig ? 0 : run + 1;
       return sig;

@@ -136,7 +136,7 @@ std::string signaling_name() {
   else if constexpr (std::is_same_v<S, signal_manual>)
     return "signal_manual";
   else
-    return "signal_every<" + std::to_string(S::max_run) + ">";
+    return "signal_every<" + std::to_string(S::interval) + ">";
 }
 template <class P>
 std::string polling_name() {

@@ -49,7 +49,7 @@ void model_run(std::uint32_t depth, unsigned seed) {
       credits.on_signaled_completion();
     }
     REQUIRE(credits.held() == hca.held.size());
-    if constexpr (S::max_run > 1) REQUIRE(credits.unsignaled_run() < S::max_run);
+    if constexpr (requires { S::interval; }) REQUIRE(credits.unsignaled_run() < S::interval);
   }
 }
 }  // namespace
@@ -91,7 +91,11 @@ TEST_CASE("signal_manual honours the caller and still closes the queue") {
   CHECK(c.must_signal<signal_manual>(true));
   c.commit(true);
   CHECK(c.must_signal<signal_manual>(false));  // last slot
-  CHECK(signal_all::max_run == 1);
+  CHECK(signal_all::signal(false, 0));
+  CHECK_FALSE(signal_every<16>::signal(false, 14));
+  CHECK(signal_every<16>::signal(false, 15));
+  CHECK(signal_every<16>::signal(true, 0));
+  CHECK_FALSE(signal_manual::signal(false, 1000));
   CHECK(signal_every<16>::min_sq_depth == 16);
   static_assert(signaling<signal_all> && signaling<signal_every<2>> && signaling<signal_manual>);
 }
@@ -205,7 +209,7 @@ void property_run(unsigned seed, mock::slot_release slots = mock::slot_release::
       REQUIRE(poll() >= 0);
     }
     REQUIRE(p.a.send_credits() <= depth);
-    if constexpr (S::max_run > 1) REQUIRE(p.a.unsignaled_run() < S::max_run);
+    if constexpr (requires { S::interval; }) REQUIRE(p.a.unsignaled_run() < S::interval);
   }
   // Close the last run with a signaled WR, then every slot must come back.
   for (int i = 0; i < 1000 && p.a.send_credits() == 0; ++i) (void)poll();
@@ -215,7 +219,7 @@ void property_run(unsigned seed, mock::slot_release slots = mock::slot_release::
   CHECK(wanted.empty());  // every WR we asked to signal completed
   CHECK(last_seen == next_id - 1);
   CHECK(posted > 1000);
-  if constexpr (S::max_run == 1) CHECK(completions == posted + 1);
+  if constexpr (std::is_same_v<S, signal_all>) CHECK(completions == posted + 1);
   async_event ev;
   CHECK(B::get_async_event(x.dev.native(), std::chrono::milliseconds{0}, ev) != 0);  // no CQ_ERR
   (void)refusals;
@@ -249,4 +253,34 @@ TEST_CASE("signal_every<N> larger than max_send_wr is refused at creation") {
     CHECK(std::string(e.what()).find("max_send_wr is 32") != std::string::npos);
   }
   CHECK_NOTHROW(x.pd.create_qp<rc, signal_every<32>>(x.cq, qp_cap{32, 32}));
+}
+
+namespace {
+// A policy of the user's own: every other WR is signaled. The
+// ledger (shared by all policies) still signals the WR taking the last free slot.
+struct signal_every_other {
+  static constexpr std::string_view name = "signal_every_other";
+  static constexpr std::uint32_t min_sq_depth = 2;
+  static constexpr bool signal(bool wanted, std::uint32_t run) noexcept { return wanted || run >= 1; }
+};
+static_assert(signaling<signal_every_other>);
+}  // namespace
+
+TEST_CASE("a signaling policy defined outside the library decides through the shared ledger") {
+  detail::sq_credits c(4);
+  CHECK_FALSE(c.must_signal<signal_every_other>(false));
+  c.commit(false);
+  CHECK(c.must_signal<signal_every_other>(false));
+  c.commit(true);
+  CHECK_FALSE(c.must_signal<signal_every_other>(false));
+  c.commit(false);
+  CHECK(c.must_signal<signal_every_other>(false));  // run 1, and the last free slot
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto mr = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto p = make_pair<rc, signal_every_other>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  for (std::uint64_t i = 0; i < 6; ++i) REQUIRE(p.a.write(mr.local(0, 8), dst.remote(), i).ok());
+  CHECK(collect(x.cq, 3).size() == 3);  // WRs 1, 3 and 5
+  CHECK(p.a.send_credits() == 8);
 }
