@@ -38,4 +38,14 @@ struct connect_options {
   bool force_grh = false;             ///< GRH on InfiniBand too (always on RoCE)
 };
 
+/// Queue capacities fixed at compile time: lets create_qp reject, at compile time, a
+/// signal_every<N> with N above max_send_wr.
+template <std::uint32_t SendWr, std::uint32_t RecvWr, std::uint32_t SendSge = 1,
+          std::uint32_t RecvSge = 1, std::uint32_t Inline = 0>
+struct static_caps {
+  static constexpr std::uint32_t max_send_wr = SendWr;
+  static constexpr std::uint32_t max_recv_wr = RecvWr;
+  constexpr operator qp_cap() const noexcept { return {SendWr, RecvWr, SendSge, RecvSge, Inline}; }
+};
+
 RDMAKIT_END_NAMESPACE

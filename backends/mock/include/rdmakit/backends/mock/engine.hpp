@@ -1,6 +1,6 @@
 #pragma once
 // The mock HCA's engine: data movement, the requester/responder protocol on a
-// simulated clock, completions and events. Included at the end of mock.hpp.
+// simulated clock, completions and events.
 #include <rdmakit/backends/mock/objects.hpp>
 #include <rdmakit/detail/qp_transitions.hpp>
 

@@ -1,7 +1,8 @@
 #pragma once
 // Internal state of the mock HCA: the fabric, its devices, and the verbs objects.
 // Everything here is guarded by fabric_state::mu.
-// Included from engine.hpp, after backends::mock is complete.
+#include <rdmakit/backends/mock/backend.hpp>
+#include <rdmakit/backends/mock/fabric.hpp>
 
 #include <chrono>
 #include <condition_variable>

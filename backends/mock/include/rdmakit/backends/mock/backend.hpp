@@ -1,0 +1,206 @@
+#pragma once
+/// The mock backend's type: handles, native work requests and completions, and the
+/// declarations of its verbs (defined in mock/verbs.hpp). Include
+/// <rdmakit/backends/mock.hpp>, which brings both. The mock backend: an in-process HCA that follows docs/semantics.md (the
+/// spec behaviour; where rxe differs the mock can be told so, see fabric_config).
+/// Progress is driven by post and poll calls on a simulated clock, deterministic for a
+/// seed, and safe when the two ends of a connection run on two threads.
+#include <rdmakit/backend.hpp>
+#include <rdmakit/backends/mock/fabric.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace mock::detail {
+class context_obj;
+class pd_obj;
+class mr_obj;
+class cq_obj;
+class channel_obj;
+class qp_obj;
+class ah_obj;
+}  // namespace mock::detail
+
+namespace backends {
+
+struct mock {
+  using context = rdmakit::mock::detail::context_obj*;
+  using pd = rdmakit::mock::detail::pd_obj*;
+  using mr = rdmakit::mock::detail::mr_obj*;
+  using cq = rdmakit::mock::detail::cq_obj*;
+  using channel = rdmakit::mock::detail::channel_obj*;
+  using qp = rdmakit::mock::detail::qp_obj*;
+  using ah = rdmakit::mock::detail::ah_obj*;
+  using sge = rdmakit::sge;
+
+  /// Mirrors ibv_send_wr.
+  struct send_wr {
+    std::uint64_t wr_id = 0;
+    send_wr* next = nullptr;
+    sge* sg_list = nullptr;
+    int num_sge = 0;
+    opcode op = opcode::send;
+    send_flags flags = send_flags::none;
+    std::uint32_t imm_data = 0;  // network byte order
+    struct {
+      std::uint64_t remote_addr = 0;
+      std::uint32_t rkey = 0;
+    } rdma;
+    struct {
+      std::uint64_t remote_addr = 0;
+      std::uint64_t compare_add = 0;
+      std::uint64_t swap = 0;
+      std::uint32_t rkey = 0;
+    } atomic;
+    struct {
+      ah address = nullptr;
+      std::uint32_t remote_qpn = 0;
+      std::uint32_t remote_qkey = 0;
+    } ud;
+  };
+
+  /// Mirrors ibv_recv_wr.
+  struct recv_wr {
+    std::uint64_t wr_id = 0;
+    recv_wr* next = nullptr;
+    sge* sg_list = nullptr;
+    int num_sge = 0;
+  };
+
+  /// Mirrors ibv_wc.
+  struct wc {
+    std::uint64_t wr_id = 0;
+    wc_status status = wc_status::success;
+    wc_opcode opcode = wc_opcode::send;
+    std::uint32_t vendor_err = 0;
+    std::uint32_t byte_len = 0;
+    std::uint32_t imm_data = 0;  // network byte order
+    std::uint32_t qp_num = 0;
+    std::uint32_t src_qp = 0;
+    wc_flags flags = wc_flags::none;
+    std::uint16_t pkey_index = 0;
+    std::uint16_t slid = 0;
+    std::uint8_t sl = 0;
+    std::uint8_t dlid_path_bits = 0;
+  };
+
+  static constexpr std::string_view name = "mock";
+
+  // Devices. The name-only forms use rdmakit::mock::default_fabric() and nothing else;
+  // a fabric you construct is used only when passed (device<mock> dev(fab, "mock0")).
+  static std::vector<std::string> device_names();
+  static std::vector<std::string> device_names(rdmakit::mock::fabric& fab);
+  static std::vector<std::string> device_names(std::shared_ptr<rdmakit::mock::detail::fabric_state> st);
+  /// Opens a device by name; an empty name opens the first one.
+  static context open_device(std::string_view name);
+  /// Opens a device of `fab`.
+  static context open_device(rdmakit::mock::fabric& fab, std::string_view name);
+  static context open_device(std::shared_ptr<rdmakit::mock::detail::fabric_state> st, std::string_view name);
+  static void close_device(context ctx) noexcept;
+  static std::string device_name(context ctx);
+  static device_attr query_device(context ctx);
+  static port_attr query_port(context ctx, std::uint8_t port);
+  static gid_entry query_gid(context ctx, std::uint8_t port, int index);
+  static int get_async_event(context ctx, std::chrono::milliseconds timeout, async_event& out) noexcept;
+
+  static pd alloc_pd(context ctx);
+  static int dealloc_pd(pd p) noexcept;
+  static mr reg_mr(pd p, void* addr, std::size_t length, access flags);
+  static int dereg_mr(mr m) noexcept;
+  static std::uint32_t mr_lkey(mr m) noexcept;
+  static std::uint32_t mr_rkey(mr m) noexcept;
+  static ah create_ah(pd p, const ah_attr& attr);
+  static int destroy_ah(ah a) noexcept;
+
+  static channel create_comp_channel(context ctx);
+  static int destroy_comp_channel(channel ch) noexcept;
+  static cq create_cq(context ctx, int cqe, channel ch, int comp_vector);
+  static int cq_capacity(cq c) noexcept;
+  static int destroy_cq(cq c) noexcept;
+  static int poll_cq(cq c, int n, wc* out) noexcept;
+  static int req_notify_cq(cq c, bool solicited_only) noexcept;
+  static int get_cq_event(channel ch, std::chrono::milliseconds timeout, cq& out) noexcept;
+  static void ack_cq_events(cq c, unsigned n) noexcept;
+
+  static qp create_qp(pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps, bool sq_sig_all);
+  static int destroy_qp(qp q) noexcept;
+  static std::uint32_t qp_num(qp q) noexcept;
+  static void modify_qp(qp q, const qp_attr& attr, qp_attr_mask mask);
+  static qp_state query_qp_state(qp q);
+  static int post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept;
+  static int post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept;
+
+  static void set_sge(sge& s, std::uint64_t addr, std::uint32_t length, std::uint32_t lkey) noexcept {
+    s.addr = addr;
+    s.length = length;
+    s.lkey = lkey;
+  }
+  static void set_send(send_wr& w, std::uint64_t wr_id, opcode op, send_flags fl, sge* list, int n) noexcept {
+    w.wr_id = wr_id;
+    w.next = nullptr;
+    w.sg_list = list;
+    w.num_sge = n;
+    w.op = op;
+    w.flags = fl;
+  }
+  static void set_next(send_wr& w, send_wr* next) noexcept { w.next = next; }
+  static void set_imm(send_wr& w, std::uint32_t imm_be) noexcept { w.imm_data = imm_be; }
+  static void set_rdma(send_wr& w, std::uint64_t raddr, std::uint32_t rkey) noexcept {
+    w.rdma.remote_addr = raddr;
+    w.rdma.rkey = rkey;
+  }
+  static void set_atomic(send_wr& w, std::uint64_t raddr, std::uint32_t rkey, std::uint64_t compare_add,
+                         std::uint64_t swap) noexcept {
+    w.atomic.remote_addr = raddr;
+    w.atomic.rkey = rkey;
+    w.atomic.compare_add = compare_add;
+    w.atomic.swap = swap;
+  }
+  static void set_ud(send_wr& w, ah a, std::uint32_t remote_qpn, std::uint32_t qkey) noexcept {
+    w.ud.address = a;
+    w.ud.remote_qpn = remote_qpn;
+    w.ud.remote_qkey = qkey;
+  }
+  static void set_recv(recv_wr& w, std::uint64_t wr_id, sge* list, int n) noexcept {
+    w.wr_id = wr_id;
+    w.next = nullptr;
+    w.sg_list = list;
+    w.num_sge = n;
+  }
+  static void set_next(recv_wr& w, recv_wr* next) noexcept { w.next = next; }
+  static send_wr_facts describe_send(const send_wr& w) noexcept {
+    send_wr_facts f{w.op, w.flags, w.num_sge, 0, 0};
+    for (int i = 0; i < w.num_sge && w.sg_list; ++i) f.length += w.sg_list[i].length;
+    if (w.op == opcode::atomic_cmp_and_swp || w.op == opcode::atomic_fetch_and_add)
+      f.remote_addr = w.atomic.remote_addr;
+    else if (w.op == opcode::rdma_write || w.op == opcode::rdma_write_with_imm || w.op == opcode::rdma_read)
+      f.remote_addr = w.rdma.remote_addr;
+    return f;
+  }
+
+  static std::uint64_t get_wr_id(const wc& w) noexcept { return w.wr_id; }
+  static wc_status get_status(const wc& w) noexcept { return w.status; }
+  static wc_opcode get_opcode(const wc& w) noexcept { return w.opcode; }
+  static std::uint32_t get_byte_len(const wc& w) noexcept { return w.byte_len; }
+  static std::uint32_t get_qp_num(const wc& w) noexcept { return w.qp_num; }
+  static std::uint32_t get_src_qp(const wc& w) noexcept { return w.src_qp; }
+  static wc_flags get_wc_flags(const wc& w) noexcept { return w.flags; }
+  static std::uint32_t get_imm(const wc& w) noexcept { return w.imm_data; }
+  static std::uint32_t get_vendor_err(const wc& w) noexcept { return w.vendor_err; }
+};
+
+static_assert(device_backend<mock>);
+static_assert(memory_backend<mock>);
+static_assert(queue_backend<mock>);
+static_assert(posting_backend<mock>);
+static_assert(polling_backend<mock>);
+static_assert(event_backend<mock>);
+static_assert(verbs_backend<mock>);
+
+}  // namespace backends
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,20 @@
+#!/bin/sh
+# Every public and detail header compiles on its own (no hidden include-order
+# dependency): usage compile_each.sh <include dir> <compiler and flags...>
+inc=$1
+shift
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/rdmakit-headers.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+count=0
+for h in $(cd "$inc" && find rdmakit -name '*.hpp' | sort); do
+  count=$((count + 1))
+  printf '#include <%s>\n#include <%s>\n' "$h" "$h" >"$tmp/one.cpp"  # twice: include guards too
+  if ! out=$("$@" "$tmp/one.cpp" 2>&1); then
+    printf '%s\n' "$out" | head -20
+    echo "FAIL: $h does not compile on its own"
+    fail=1
+  fi
+done
+[ "$fail" = 0 ] && echo "ok: $count headers compile on their own"
+exit $fail
