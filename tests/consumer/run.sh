@@ -22,6 +22,9 @@ project=$root/tests/consumer/project
 read -r -a cxx <<<"${RDMAKIT_CXX:-c++}"
 version=${RDMAKIT_VERSION:?}
 have_ibverbs=${RDMAKIT_HAVE_IBVERBS:-false}
+# The nested rdmakit builds follow this build: the ibverbs backend where it has one.
+ibverbs_opt=auto
+[ "$have_ibverbs" = true ] || ibverbs_opt=disabled
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
@@ -55,7 +58,7 @@ check_run() {
 # there is nothing to compile. Checks what is installed; sets pcdir.
 install_rdmakit() {
   step rdmakit-setup meson setup rdmakit-build "$root" --prefix="$work/prefix" \
-    -Dexamples=disabled -Dtests=disabled -Dbenchmarks=disabled -Dtools=disabled
+    -Dexamples=disabled -Dtests=disabled -Dbenchmarks=disabled -Dtools=disabled -Dibverbs=$ibverbs_opt
   [ "$(meson introspect --targets rdmakit-build)" = "[]" ] ||
     fail "a header-only configuration still has build targets: $(meson introspect --targets rdmakit-build)"
   step rdmakit-install meson install -C rdmakit-build
@@ -90,7 +93,7 @@ subproject)
   fallback=()
   if pkg-config --exists rdmakit-mock; then fallback=(--force-fallback-for=rdmakit,rdmakit-mock,rdmakit-ibverbs); fi
   export CXX="${cxx[*]}"
-  step setup meson setup build consumer "${fallback[@]}"
+  step setup meson setup build consumer "${fallback[@]}" -Drdmakit:ibverbs=$ibverbs_opt
   no_warnings setup.log
   grep -q "Executing subproject rdmakit" setup.log || fail "rdmakit did not come from the wrap (setup.log)"
   step build ninja -C build
