@@ -1,7 +1,25 @@
 #pragma once
-// Versioned inline namespace, as in {fmt}: ABI changes bump it, source stays the same.
+// C++20 or later (MSVC reports its standard in _MSVC_LANG; GCC 10 says 201709L for C++20).
+#if defined(_MSVC_LANG) && _MSVC_LANG > __cplusplus
+#define RDMAKIT_CPLUSPLUS _MSVC_LANG
+#else
+#define RDMAKIT_CPLUSPLUS __cplusplus
+#endif
+#if RDMAKIT_CPLUSPLUS > 201703L
+#define RDMAKIT_HAS_CXX20 1
+#else
+#define RDMAKIT_HAS_CXX20 0
+#error "rdmakit requires C++20: compile with -std=c++20 (MSVC: /std:c++20) or later"
+#endif
+
+// Release version (meson.build's project version; a test checks they agree). Versioned
+// inline namespace, as in {fmt}: ABI changes bump it, source stays the same.
 #define RDMAKIT_VERSION_MAJOR 0
 #define RDMAKIT_VERSION_MINOR 1
+#define RDMAKIT_VERSION_PATCH 0
+#define RDMAKIT_VERSION_STRING "0.1.0"
+/// MAJOR * 10000 + MINOR * 100 + PATCH, for `#if RDMAKIT_VERSION >= 10200`.
+#define RDMAKIT_VERSION (RDMAKIT_VERSION_MAJOR * 10000 + RDMAKIT_VERSION_MINOR * 100 + RDMAKIT_VERSION_PATCH)
 #define RDMAKIT_BEGIN_NAMESPACE \
   namespace rdmakit {           \
   inline namespace v0 {

@@ -2,6 +2,8 @@
 /// Umbrella header: the whole backend-agnostic library. Add a backend header
 /// (<rdmakit/backends/mock.hpp> or <rdmakit/backends/ibverbs.hpp>) to use it. The
 /// endpoint exchange (connection.hpp) uses POSIX sockets.
+#include <rdmakit/config.hpp>  // first: below C++20, its #error is the one diagnostic
+#if RDMAKIT_HAS_CXX20
 #include <rdmakit/address_handle.hpp>
 #include <rdmakit/backend.hpp>
 #include <rdmakit/completion.hpp>
@@ -21,3 +23,4 @@
 #include <rdmakit/signaling.hpp>
 #include <rdmakit/transport.hpp>
 #include <rdmakit/types.hpp>
+#endif

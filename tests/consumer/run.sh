@@ -1,21 +1,186 @@
 #!/usr/bin/env bash
-# Builds tests/consumer/project against this checkout as a Meson subproject, runs it,
-# and checks that rdmakit's own tests, benchmarks and tools stayed out of the build.
+# Consumer tests: tests/consumer/project (main.cpp on the mock HCA) built from scratch as
+# a downstream project would build it, in <work> (under the build folder; wiped first).
+#   run.sh subproject <work>  Meson, rdmakit through packaging/rdmakit.wrap: the program
+#                             runs, rdmakit builds none of its own targets, and nothing
+#                             warns, with libibverbs and with -Drdmakit:ibverbs=disabled
+#   run.sh install <work>     header-only `meson install` to <work>/prefix (nothing is
+#                             compiled), then the Meson project via pkg-config, and
+#                             `c++ ... $(pkg-config --cflags --libs rdmakit-mock)`
+#   run.sh cmake <work>       the same install, then find_package(rdmakit CONFIG) and
+#                             rdmakit::mock; COMPONENTS ibverbs fails cleanly without libibverbs
+#   run.sh benchmark <work>   a Google Benchmark program (tests/consumer/bench-project)
+#                             with rdmakit through the wrap, run briefly
+# Environment (set by tests/consumer/meson.build): RDMAKIT_CXX, the build's compiler
+# command (may start with ccache); RDMAKIT_VERSION, meson.project_version();
+# RDMAKIT_HAVE_IBVERBS, true when the build has the ibverbs backend.
 set -euo pipefail
+mode=$1
+work=$2
 root=$(cd "$(dirname "$0")/../.." && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cp -r "$root/tests/consumer/project" "$work/consumer"
-mkdir -p "$work/consumer/subprojects"
-ln -s "$root" "$work/consumer/subprojects/rdmakit"
-meson setup "$work/build" "$work/consumer" >"$work/setup.log" 2>&1 || { cat "$work/setup.log"; exit 1; }
-ninja -C "$work/build" >"$work/ninja.log" 2>&1 || { cat "$work/ninja.log"; exit 1; }
-"$work/build/consumer"
-targets=$(meson introspect --targets "$work/build")
-for t in test_core_types conformance_mock policy_grid rdmakit-pingpong walkthrough; do
-  if grep -q "\"name\": \"$t\"" <<<"$targets"; then
-    echo "rdmakit built '$t' as a subproject: tests, benchmarks, tools and examples must stay off" >&2
-    exit 1
+project=$root/tests/consumer/project
+read -r -a cxx <<<"${RDMAKIT_CXX:-c++}"
+version=${RDMAKIT_VERSION:?}
+have_ibverbs=${RDMAKIT_HAVE_IBVERBS:-false}
+# The nested rdmakit builds follow this build: the ibverbs backend where it has one.
+ibverbs_opt=auto
+[ "$have_ibverbs" = true ] || ibverbs_opt=disabled
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# step <log name> <command...>: runs the command into <log name>.log; shows it on failure.
+step() {
+  local log=$1
+  shift
+  if ! "$@" >"$log.log" 2>&1; then
+    tail -n 80 "$log.log"
+    fail "$* (log: $work/$log.log)"
   fi
-done
-echo "consumer build OK"
+}
+no_warnings() {
+  if grep -n -E "WARNING|CMake Warning|warning:" "$1"; then fail "$1 has warnings (above)"; fi
+}
+# The program's own check, plus the version and whether the ibverbs part was built.
+check_run() {
+  local out
+  out=$("$1") || { printf '%s\n' "$out"; fail "$1 failed"; }
+  printf '%s\n' "$out"
+  grep -q "^rdmakit $version, mock0: SEND/RECV ok, RDMA WRITE ok$" <<<"$out" || fail "$1: unexpected output"
+  if [ "$2" = true ]; then
+    grep -q "^ibverbs backend: built" <<<"$out" || fail "$1: the ibverbs backend was not found"
+  else
+    grep -q "^ibverbs backend: not built" <<<"$out" || fail "$1: the ibverbs backend was built"
+  fi
+}
+# A header-only install to $work/prefix: with examples, tests, benchmarks and tools off
+# there is nothing to compile. Checks what is installed; sets pcdir.
+install_rdmakit() {
+  step rdmakit-setup meson setup rdmakit-build "$root" --prefix="$work/prefix" \
+    -Dexamples=disabled -Dtests=disabled -Dbenchmarks=disabled -Dtools=disabled -Dibverbs=$ibverbs_opt
+  [ "$(meson introspect --targets rdmakit-build)" = "[]" ] ||
+    fail "a header-only configuration still has build targets: $(meson introspect --targets rdmakit-build)"
+  step rdmakit-install meson install -C rdmakit-build
+  grep -q "ninja: no work to do" rdmakit-install.log || fail "meson install compiled something (rdmakit-install.log)"
+  local pc
+  pc=$(find prefix -name rdmakit.pc)
+  [ -n "$pc" ] || fail "no rdmakit.pc installed"
+  pcdir=$work/$(dirname "$pc")
+  local expect=(include/rdmakit/rdmakit.hpp include/rdmakit/config.hpp include/rdmakit/backends/mock.hpp
+                share/doc/rdmakit/LICENSE)
+  for f in rdmakit.pc rdmakit-mock.pc; do expect+=("${pcdir#"$work/prefix/"}/$f"); done
+  local cmakedir=${pcdir%/pkgconfig}/cmake/rdmakit
+  for f in rdmakitConfig.cmake rdmakitConfigVersion.cmake; do expect+=("${cmakedir#"$work/prefix/"}/$f"); done
+  for f in "${expect[@]}"; do [ -f "prefix/$f" ] || fail "not installed: $f"; done
+  local ibv_files=(include/rdmakit/backends/ibverbs.hpp "${pcdir#"$work/prefix/"}/rdmakit-ibverbs.pc")
+  for f in "${ibv_files[@]}"; do
+    if [ "$have_ibverbs" = true ]; then [ -f "prefix/$f" ] || fail "not installed: $f"
+    else [ ! -e "prefix/$f" ] || fail "installed without libibverbs: $f"; fi
+  done
+  [ ! -e prefix/bin ] || fail "a header-only install put programs in bin/: $(ls prefix/bin)"
+  if grep -n -e "-std" "$pcdir"/*.pc; then fail "a .pc file sets the C++ standard (above)"; fi
+}
+
+case $mode in
+subproject)
+  # The consumer's subprojects/: the wrap as shipped, next to the rdmakit sources.
+  cp -r "$project" consumer
+  mkdir consumer/subprojects
+  cp "$root/packaging/rdmakit.wrap" consumer/subprojects/
+  ln -s "$root" consumer/subprojects/rdmakit
+  # An rdmakit installed on this machine would be taken first (as it should); use the wrap.
+  fallback=()
+  if pkg-config --exists rdmakit-mock; then fallback=(--force-fallback-for=rdmakit,rdmakit-mock,rdmakit-ibverbs); fi
+  export CXX="${cxx[*]}"
+  step setup meson setup build consumer "${fallback[@]}" -Drdmakit:ibverbs=$ibverbs_opt
+  no_warnings setup.log
+  grep -q "Executing subproject rdmakit" setup.log || fail "rdmakit did not come from the wrap (setup.log)"
+  step build ninja -C build
+  check_run build/consumer "$have_ibverbs"
+  targets=$(meson introspect --targets build)
+  for t in test_core_types test_version conformance_mock policy_grid rdmakit-pingpong rdmakit-perf walkthrough; do
+    if grep -q "\"name\": \"$t\"" <<<"$targets"; then
+      fail "rdmakit built '$t' as a subproject: tests, benchmarks, tools and examples must stay off"
+    fi
+  done
+  # Without the ibverbs backend, dependency('rdmakit-ibverbs', required: false) is a quiet not-found.
+  step setup-no-ibverbs meson setup --reconfigure build consumer "${fallback[@]}" -Drdmakit:ibverbs=disabled
+  no_warnings setup-no-ibverbs.log
+  grep -q "Dependency rdmakit-ibverbs found: NO (overridden)" setup-no-ibverbs.log ||
+    fail "rdmakit-ibverbs was not a not-found dependency with -Drdmakit:ibverbs=disabled (setup-no-ibverbs.log)"
+  ;;
+install)
+  install_rdmakit
+  export PKG_CONFIG_PATH=$pcdir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  [ "$(pkg-config --modversion rdmakit-mock)" = "$version" ] || fail "rdmakit-mock.pc is not version $version"
+  # Meson: the same project, no subprojects/ folder: the installed .pc files.
+  cp -r "$project" consumer
+  export CXX="${cxx[*]}"
+  step setup meson setup build consumer
+  no_warnings setup.log
+  grep -q "Run-time dependency rdmakit-mock found: YES $version" setup.log || fail "rdmakit-mock.pc not used (setup.log)"
+  step build ninja -C build
+  check_run build/consumer "$have_ibverbs"
+  # Plain pkg-config, as a Makefile would do it: the standard comes from the user.
+  read -r -a flags <<<"$(pkg-config --cflags --libs rdmakit-mock)"
+  step plain "${cxx[@]}" -std=c++20 consumer/main.cpp -o plain-consumer "${flags[@]}"
+  check_run ./plain-consumer false
+  if [ "$have_ibverbs" = true ]; then
+    pkg-config --libs rdmakit-ibverbs | grep -q -e "-libverbs" || fail "rdmakit-ibverbs.pc does not link libibverbs"
+  fi
+  ;;
+cmake)
+  command -v cmake >/dev/null || { echo "cmake not found (scripts/setup.sh installs it): skipped"; exit 77; }
+  install_rdmakit
+  launcher=()
+  if [ "${cxx[0]}" = ccache ] && [ ${#cxx[@]} -gt 1 ]; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    cxx=("${cxx[@]:1}")
+  fi
+  step configure cmake -S "$project" -B build -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+    -DCMAKE_CXX_COMPILER="${cxx[0]}" "${launcher[@]}"
+  no_warnings configure.log
+  step build cmake --build build
+  check_run build/consumer "$have_ibverbs"
+  # Where libibverbs cannot be found (no pkg-config file, nothing under the find root):
+  # find_package(rdmakit COMPONENTS ibverbs) fails with the reason, not at compile time.
+  mkdir empty
+  if PKG_CONFIG_LIBDIR=$work/empty PKG_CONFIG_PATH= cmake -S "$root/tests/consumer/cmake-ibverbs" -B build-no-ibverbs \
+      -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_CXX_COMPILER="${cxx[0]}" \
+      -DCMAKE_FIND_ROOT_PATH="$work/empty" -DCMAKE_FIND_ROOT_PATH_MODE_LIBRARY=ONLY \
+      -DCMAKE_FIND_ROOT_PATH_MODE_INCLUDE=ONLY -DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=BOTH >no-ibverbs.log 2>&1; then
+    cat no-ibverbs.log
+    fail "find_package(rdmakit REQUIRED COMPONENTS ibverbs) succeeded without libibverbs"
+  fi
+  want="component ibverbs (rdmakit::ibverbs): "
+  [ "$have_ibverbs" = true ] && want+="libibverbs not found" || want+="this rdmakit was installed without its ibverbs backend"
+  grep -q "not found, as expected" no-ibverbs.log && grep -q -F "$want" no-ibverbs.log || {
+    cat no-ibverbs.log
+    fail "find_package(rdmakit COMPONENTS ibverbs) did not fail with: $want"
+  }
+  sed -n '/Reason given by package/,/^$/p' no-ibverbs.log
+  ;;
+benchmark)
+  # Google Benchmark (the system's, Debian: libbenchmark-dev) and rdmakit through the wrap.
+  pkg-config --exists benchmark || { echo "Google Benchmark not found (scripts/setup.sh installs it): skipped"; exit 77; }
+  cp -r "$root/tests/consumer/bench-project" consumer
+  mkdir consumer/subprojects
+  cp "$root/packaging/rdmakit.wrap" consumer/subprojects/
+  ln -s "$root" consumer/subprojects/rdmakit
+  fallback=()
+  if pkg-config --exists rdmakit-mock; then fallback=(--force-fallback-for=rdmakit,rdmakit-mock,rdmakit-ibverbs); fi
+  export CXX="${cxx[*]}"
+  step setup meson setup build consumer "${fallback[@]}"
+  no_warnings setup.log
+  step build ninja -C build
+  step bench build/bench --benchmark_min_time=0.01
+  cat bench.log
+  if grep -q "ERROR OCCURRED" bench.log; then fail "a benchmark stopped with an error (above)"; fi
+  for n in send_recv/64 send_recv/4096; do grep -q "^$n " bench.log || fail "benchmark $n did not run"; done
+  ;;
+*)
+  fail "unknown mode $mode (subproject, install, cmake, benchmark)"
+  ;;
+esac
+echo "consumer $mode: OK"
