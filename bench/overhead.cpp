@@ -190,10 +190,10 @@ struct policy_loop {
 
   RDMAKIT_ALWAYS_INLINE void reap() noexcept {
     while (qp.send_credits() != sq_depth) {
-      int n = cq.wait([this](const completion<B>& c) {
+      const auto r = cq.wait([this](const completion<B>& c) {
         if (!c.ok()) ++errors;
       });
-      if (n < 0) {
+      if (r.failed()) {
         ++errors;
         return;
       }

@@ -168,9 +168,9 @@ void bm_grid(benchmark::State& state) {
   };
   auto wait_credit = [&](std::uint32_t want) {
     while (a.send_credits() < want) {
-      int n = cqx.wait(on_send, std::chrono::milliseconds{1000});
-      if (n < 0) ++errors;
-      if (n <= 0 && ++timeouts > 3) return false;
+      const auto r = cqx.wait(on_send, std::chrono::milliseconds{1000});
+      if (r.failed()) ++errors;
+      if (!r && ++timeouts > 3) return false;
     }
     return true;
   };

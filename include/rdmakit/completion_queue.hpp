@@ -20,6 +20,25 @@
 
 RDMAKIT_BEGIN_NAMESPACE
 
+/// What a wait found: completions (how many were delivered), nothing before the
+/// timeout, or an error (an errno, EBADF for an empty handle). Converts to true only
+/// when completions were delivered: `while (cq.wait(f)) {}` stops on a timeout too.
+class wait_result {
+ public:
+  constexpr explicit wait_result(int raw) noexcept : raw_(raw) {}
+  /// Completions delivered (0 on a timeout or an error).
+  constexpr int count() const noexcept { return raw_ > 0 ? raw_ : 0; }
+  constexpr bool timed_out() const noexcept { return raw_ == 0; }
+  constexpr bool failed() const noexcept { return raw_ < 0; }
+  /// The errno of a failed wait (0 otherwise).
+  constexpr int error() const noexcept { return raw_ < 0 ? -raw_ : 0; }
+  constexpr explicit operator bool() const noexcept { return raw_ > 0; }
+  friend constexpr bool operator==(wait_result, wait_result) noexcept = default;
+
+ private:
+  int raw_;
+};
+
 namespace detail {
 // Lets the typed objects reach each other's shared blocks without public accessors.
 struct policy_access {
@@ -108,12 +127,12 @@ class completion_queue {
   }
 
   /// Waits up to `timeout` for completions with the polling policy, then delivers one
-  /// batch to f. Returns the count (0 on timeout) or -errno.
+  /// batch to f.
   template <class F>
-  int wait(F&& f, std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
-    if (RDMAKIT_UNLIKELY(!blk_)) return -EBADF;
+  wait_result wait(F&& f, std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+    if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
     ops<F> o{this, f};
-    return P::wait(o, timeout);
+    return wait_result{P::wait(o, timeout)};
   }
 
   /// Routes this QP's completions to `handler` (called by dispatch). Replaces any
@@ -148,11 +167,11 @@ class completion_queue {
     return dispatch([this](const completion<B>&) { ++blk_->unrouted; });
   }
   /// Waits with the policy, then dispatches one batch.
-  int dispatch_wait(std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
-    if (RDMAKIT_UNLIKELY(!blk_)) return -EBADF;
+  wait_result dispatch_wait(std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+    if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
     auto f = [this](const completion<B>&) { ++blk_->unrouted; };
     dispatch_ops<decltype(f)> o{this, f};
-    return P::wait(o, timeout);
+    return wait_result{P::wait(o, timeout)};
   }
 
   /// Acknowledges the CQ events received so far (done automatically in batches).

@@ -348,10 +348,12 @@ class runner {
 
   template <class F>
   int wait_some(F& f, std::chrono::milliseconds timeout) {
+    // The poll protocol here: a count, 0 on a timeout, -errno.
+    auto raw = [](wait_result r) { return r.failed() ? -r.error() : r.count(); };
     if constexpr (P::needs_channel) {
-      return cq_.wait(f, timeout);
+      return raw(cq_.wait(f, timeout));
     } else {
-      if (!o_.yield_when_idle) return cq_.wait(f, timeout);
+      if (!o_.yield_when_idle) return raw(cq_.wait(f, timeout));
       const auto deadline = clock_type::now() + timeout;
       for (unsigned i = 1;; ++i) {
         if (int n = cq_.poll(f); n != 0) return n;

@@ -217,10 +217,10 @@ int run_pingpong(const pingpong_options& o, const exchange_fn& exchange, printer
     }
   };
   while (rcnt < o.iters || scnt < o.iters) {
-    int n = cq.wait(on_completion, o.stall_timeout);
+    const auto r = cq.wait(on_completion, o.stall_timeout);
     if (!failure.empty()) throw pingpong_failure(failure);
-    if (n < 0) throw pingpong_failure("poll CQ failed: " + std::string(std::strerror(-n)));
-    if (n == 0)
+    if (r.failed()) throw pingpong_failure("poll CQ failed: " + std::string(std::strerror(r.error())));
+    if (r.timed_out())
       throw pingpong_failure("no completion for " + std::to_string(o.stall_timeout.count()) + " ms after " +
                              std::to_string(scnt) + " sends and " + std::to_string(rcnt) + " receives of " +
                              std::to_string(o.iters) + ": the peer stopped" +

@@ -37,12 +37,12 @@ int main() try {
   };
   std::memcpy(src.data(), "sent by SEND", 13);
   if (!b.post_recv(dst.local(), 1).ok() || !a.send(src.local(), 2).ok()) return 1;
-  while (done != 0b110 && cq.wait(take) > 0) {
+  while (done != 0b110 && cq.wait(take)) {
   }
   const bool sent = done == 0b110 && std::memcmp(dst.data(), "sent by SEND", 13) == 0;
   std::memcpy(src.data(), "put by WRITE", 13);
   if (!a.write(src.local(), dst.remote(), 3).ok()) return 1;
-  while (done != 0b1110 && cq.wait(take) > 0) {
+  while (done != 0b1110 && cq.wait(take)) {
   }
   const bool written = done == 0b1110 && std::memcmp(dst.data(), "put by WRITE", 13) == 0;
   std::printf("rdmakit %s, %s: SEND/RECV %s, RDMA WRITE %s\n", RDMAKIT_VERSION_STRING, dev.name().c_str(),

@@ -328,7 +328,7 @@ TEST_CASE("runtime errors surface as statuses: receive too small, flushes, RNR, 
   SUBCASE("no receive posted: RNR retries run out, RNR_RETRY_EXC_ERR with a hint") {
     REQUIRE(p.a.send(src.local(0, 8), 20).ok());
     std::string msg;
-    int n = x.cq.wait([&](const completion<B>& c) { msg = c.status_message(); }, std::chrono::milliseconds{2000});
+    int n = x.cq.wait([&](const completion<B>& c) { msg = c.status_message(); }, std::chrono::milliseconds{2000}).count();
     CHECK(n == 1);
     CHECK(msg.find("RNR retry counter exceeded") != std::string::npos);
     CHECK(msg.find("post receives") != std::string::npos);
@@ -337,7 +337,7 @@ TEST_CASE("runtime errors surface as statuses: receive too small, flushes, RNR, 
     p.b = {};  // destroyed
     REQUIRE(p.a.write(src.local(0, 8), remote_region<>::unchecked(0x1000, 1, 8), 30).ok());
     std::string msg;
-    int n = x.cq.wait([&](const completion<B>& c) { msg = c.status_message(); }, std::chrono::milliseconds{2000});
+    int n = x.cq.wait([&](const completion<B>& c) { msg = c.status_message(); }, std::chrono::milliseconds{2000}).count();
     CHECK(n == 1);
     CHECK(msg.find("transport retry counter exceeded") != std::string::npos);
   }
