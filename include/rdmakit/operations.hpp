@@ -12,7 +12,8 @@
 /// for all: local side, then the remote side (region or UD destination), then operands.
 /// A remote region without the needed right does not compile (at construction); an
 /// operation the transport lacks does not compile when posted, with a sentence saying
-/// why; `can_post<QP, Op>` says the same to generic code.
+/// why (its `rule`: one per kind of operation); `can_post<QP, Op>` says the same to
+/// generic code.
 #include <rdmakit/address_handle.hpp>
 #include <rdmakit/memory.hpp>
 #include <rdmakit/transport.hpp>
@@ -68,6 +69,64 @@ RDMAKIT_ALWAYS_INLINE void set_op_fields(typename B::send_wr& w, const send_desc
 template <class L>
 concept local_side = std::same_as<L, local_buffer> || std::same_as<L, std::span<const local_buffer>>;
 
+// What each kind of operation needs of the transport: `allowed_on<T>` for generic code,
+// `check<T>()` for the one-line compile error where it is posted.
+struct connected_send_rule {
+  template <class T>
+  static constexpr bool allowed_on = !T::needs_ah;
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(!T::needs_ah, "UD sends name their destination: op::ud_send{buffer, ah.to(remote_qpn)}");
+  }
+};
+struct ud_send_rule {
+  template <class T>
+  static constexpr bool allowed_on = bool(T::needs_ah);
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(T::needs_ah,
+                  "only UD sends take a destination: an RC/UC queue pair sends to the peer it is connected to");
+  }
+};
+struct write_rule {
+  template <class T>
+  static constexpr bool allowed_on = bool(T::supports_write);
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
+  }
+};
+struct read_rule {
+  template <class T>
+  static constexpr bool allowed_on = bool(T::supports_read);
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(T::supports_read, "RDMA READ needs an RC queue pair: UC and UD have no READ");
+  }
+};
+struct atomic_rule {
+  template <class T>
+  static constexpr bool allowed_on = bool(T::supports_atomic);
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(T::supports_atomic,
+                  "atomics (compare-and-swap, fetch-and-add) need an RC queue pair: UC and UD have none");
+  }
+};
+
+template <class D, access A>
+RDMAKIT_ALWAYS_INLINE void fill_remote(D& d, const remote_region<A>& r) noexcept {
+  d.raddr = r.addr();
+  d.rkey = r.rkey();
+}
+
+template <class D, class B>
+RDMAKIT_ALWAYS_INLINE void fill_destination(D& d, const ud_address<B>& to) noexcept {
+  d.ah = to.ah;
+  d.rqpn = to.qpn;
+  d.qkey = to.qkey;
+}
+
 }  // namespace detail
 
 namespace op {
@@ -77,12 +136,7 @@ template <detail::local_side L = local_buffer>
 struct send {
   L local;
   static constexpr opcode code = opcode::send;
-  template <class T>
-  static constexpr bool allowed_on = !T::needs_ah;
-  template <class T>
-  static constexpr void check() noexcept {
-    static_assert(!T::needs_ah, "UD sends name their destination: op::ud_send{buffer, ah.to(remote_qpn)}");
-  }
+  using rule = detail::connected_send_rule;
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D&) const noexcept {}
 };
@@ -93,13 +147,7 @@ struct send_imm {
   L local;
   std::uint32_t imm;
   static constexpr opcode code = opcode::send_with_imm;
-  template <class T>
-  static constexpr bool allowed_on = !T::needs_ah;
-  template <class T>
-  static constexpr void check() noexcept {
-    static_assert(!T::needs_ah,
-                  "UD sends name their destination: op::ud_send_imm{buffer, ah.to(remote_qpn), imm}");
-  }
+  using rule = detail::connected_send_rule;
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept { d.imm = imm; }
 };
@@ -110,18 +158,10 @@ struct ud_send {
   L local;
   ud_address<B> to;
   static constexpr opcode code = opcode::send;
-  template <class T>
-  static constexpr bool allowed_on = bool(T::needs_ah);
-  template <class T>
-  static constexpr void check() noexcept {
-    static_assert(T::needs_ah,
-                  "only UD sends take a destination: an RC/UC queue pair sends to the peer it is connected to");
-  }
+  using rule = detail::ud_send_rule;
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
-    d.ah = to.ah;
-    d.rqpn = to.qpn;
-    d.qkey = to.qkey;
+    detail::fill_destination(d, to);
   }
 };
 
@@ -132,18 +172,10 @@ struct ud_send_imm {
   ud_address<B> to;
   std::uint32_t imm;
   static constexpr opcode code = opcode::send_with_imm;
-  template <class T>
-  static constexpr bool allowed_on = bool(T::needs_ah);
-  template <class T>
-  static constexpr void check() noexcept {
-    static_assert(T::needs_ah,
-                  "only UD sends take a destination: an RC/UC queue pair sends to the peer it is connected to");
-  }
+  using rule = detail::ud_send_rule;
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
-    d.ah = to.ah;
-    d.rqpn = to.qpn;
-    d.qkey = to.qkey;
+    detail::fill_destination(d, to);
     d.imm = imm;
   }
 };
@@ -156,16 +188,10 @@ struct write {
   L local;
   remote_region<A> remote;
   static constexpr opcode code = opcode::rdma_write;
-  template <class T>
-  static constexpr bool allowed_on = bool(T::supports_write);
-  template <class T>
-  static constexpr void check() noexcept {
-    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
-  }
+  using rule = detail::write_rule;
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
-    d.raddr = remote.addr();
-    d.rkey = remote.rkey();
+    detail::fill_remote(d, remote);
   }
 };
 
@@ -178,16 +204,10 @@ struct write_imm {
   remote_region<A> remote;
   std::uint32_t imm;
   static constexpr opcode code = opcode::rdma_write_with_imm;
-  template <class T>
-  static constexpr bool allowed_on = bool(T::supports_write);
-  template <class T>
-  static constexpr void check() noexcept {
-    static_assert(T::supports_write, "RDMA WRITE needs an RC or UC queue pair: UD has no WRITE");
-  }
+  using rule = detail::write_rule;
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
-    d.raddr = remote.addr();
-    d.rkey = remote.rkey();
+    detail::fill_remote(d, remote);
     d.imm = imm;
   }
 };
@@ -200,16 +220,10 @@ struct read {
   L local;
   remote_region<A> remote;
   static constexpr opcode code = opcode::rdma_read;
-  template <class T>
-  static constexpr bool allowed_on = bool(T::supports_read);
-  template <class T>
-  static constexpr void check() noexcept {
-    static_assert(T::supports_read, "RDMA READ needs an RC queue pair: UC and UD have no READ");
-  }
+  using rule = detail::read_rule;
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
-    d.raddr = remote.addr();
-    d.rkey = remote.rkey();
+    detail::fill_remote(d, remote);
   }
 };
 
@@ -223,17 +237,10 @@ struct fetch_add {
   remote_region<A> remote;
   std::uint64_t add;
   static constexpr opcode code = opcode::atomic_fetch_and_add;
-  template <class T>
-  static constexpr bool allowed_on = bool(T::supports_atomic);
-  template <class T>
-  static constexpr void check() noexcept {
-    static_assert(T::supports_atomic,
-                  "atomics (compare-and-swap, fetch-and-add) need an RC queue pair: UC and UD have none");
-  }
+  using rule = detail::atomic_rule;
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
-    d.raddr = remote.addr();
-    d.rkey = remote.rkey();
+    detail::fill_remote(d, remote);
     d.compare_add = add;
     d.swap = 0;
   }
@@ -249,17 +256,10 @@ struct compare_swap {
   std::uint64_t compare;
   std::uint64_t swap;
   static constexpr opcode code = opcode::atomic_cmp_and_swp;
-  template <class T>
-  static constexpr bool allowed_on = bool(T::supports_atomic);
-  template <class T>
-  static constexpr void check() noexcept {
-    static_assert(T::supports_atomic,
-                  "atomics (compare-and-swap, fetch-and-add) need an RC queue pair: UC and UD have none");
-  }
+  using rule = detail::atomic_rule;
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
-    d.raddr = remote.addr();
-    d.rkey = remote.rkey();
+    detail::fill_remote(d, remote);
     d.compare_add = compare;
     d.swap = swap;
   }
@@ -291,12 +291,13 @@ compare_swap(local_buffer, remote_region<A>, std::uint64_t, std::uint64_t) -> co
 template <class Op>
 concept operation = requires(const Op& o) {
   { Op::code } -> std::convertible_to<opcode>;
+  typename Op::rule;
   requires detail::local_side<std::remove_cvref_t<decltype(o.local)>>;
 };
 
 /// Whether queue pair type QP can post Op: connected (RTS) and the transport has it.
 template <class QP, operation Op>
 inline constexpr bool can_post =
-    QP::state == qp_state::rts && Op::template allowed_on<typename QP::transport_policy>;
+    QP::state == qp_state::rts && Op::rule::template allowed_on<typename QP::transport_policy>;
 
 RDMAKIT_END_NAMESPACE

@@ -345,7 +345,7 @@ class queue_pair {
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(const Op& o, std::uint64_t wr_id,
                                                        send_flags flags = send_flags::none) noexcept {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
-    Op::template check<T>();
+    Op::rule::template check<T>();
     detail::send_desc<B> d{};  // {}: no -Wmaybe-uninitialized in user code; unread fields are dead stores
     d.wr_id = wr_id;
     d.op = Op::code;

@@ -39,7 +39,7 @@ class send_batch {
   /// takes; false when the batch is full. Checked against the transport at compile time.
   template <operation Op>
   bool add(const Op& o, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
-    Op::template check<T>();
+    Op::rule::template check<T>();
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(o.local)>, local_buffer>)
       return add_(Op::code, {&o.local, 1}, wr_id, flags, o);
     else
