@@ -5,6 +5,7 @@
 //   rdmakit-write-bw [options] [<host>]  the test from the program name (rdmakit-<test>)
 //
 // TEST: write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat.
+#include "../common/cli.hpp"
 #include "sides.hpp"
 
 #include <getopt.h>
@@ -66,15 +67,7 @@ void usage(const char* argv0, std::FILE* to) {
                argv0, argv0, max_post_list);
 }
 
-bool parse_uint(const char* s, unsigned long long max, unsigned long long& out) {
-  errno = 0;
-  char* end = nullptr;
-  if (!s || s[0] == '-') return false;
-  unsigned long long v = std::strtoull(s, &end, 0);
-  if (errno || end == s || *end || v > max) return false;
-  out = v;
-  return true;
-}
+using rdmakit_tools::parse_uint;
 
 const test_desc* test_by_name(std::string_view name) {
   for (const auto& t : all_tests) {

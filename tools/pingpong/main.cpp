@@ -8,6 +8,7 @@
 // (rdmakit-rc-pingpong, rdmakit-uc-pingpong, rdmakit-ud-pingpong), else RC.
 // Without -d (or with -d mock) both ends run in this process on a mock fabric of their
 // own (devices opened from it explicitly), on two threads, exchanging their records over TCP on 127.0.0.1 (an ephemeral port unless -p).
+#include "../common/cli.hpp"
 #include "pingpong.hpp"
 
 #include <rdmakit/backends/mock.hpp>
@@ -78,14 +79,7 @@ void usage(const char* argv0, std::FILE* to) {
                argv0, argv0);
 }
 
-bool parse_uint(const char* s, unsigned long max, unsigned long& out) {
-  errno = 0;
-  char* end = nullptr;
-  unsigned long v = std::strtoul(s, &end, 0);
-  if (errno || end == s || *end || v > max || (s[0] == '-')) return false;
-  out = v;
-  return true;
-}
+using rdmakit_tools::parse_uint;
 
 qp_type transport_from_name(std::string_view argv0) {
   auto slash = argv0.rfind('/');
@@ -122,7 +116,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
     return 1;
   };
   int ch;
-  unsigned long v = 0;
+  unsigned long long v = 0;
   while ((ch = getopt_long(argc, argv, "p:d:i:s:m:r:n:l:eg:cT:W:hoOPtjN", longs, nullptr)) != -1) {
     switch (ch) {
       case 'p':
