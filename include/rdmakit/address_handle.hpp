@@ -3,6 +3,7 @@
 /// (AH, remote QPN, Q_Key) triple every UD send names.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/detail/device_state.hpp>
+#include <rdmakit/endpoint.hpp>
 #include <rdmakit/error.hpp>
 
 #include <cstdint>
@@ -46,6 +47,8 @@ class address_handle {
     if (ah_ == typename B::ah{}) detail::throw_empty("address_handle", "to");
     return {ah_, qpn, qkey};
   }
+  /// The destination for UD sends to the queue pair `peer` describes (its QPN and Q_Key).
+  ud_address<B> to(const endpoint& peer) const { return to(peer.qpn, peer.qkey); }
   const ah_attr& attr() const noexcept { return attr_; }
   typename B::ah native() const noexcept { return ah_; }
 

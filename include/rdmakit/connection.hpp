@@ -12,7 +12,8 @@
 ///   ASCII header `rdmakit/VV LLLL\n` (VV: two decimal digits, the format version, 01;
 ///   LLLL: four decimal digits, the payload length, at most `wire::max_payload`) and a
 ///   payload of `key=value\n` lines: `lid=0x%04x`, `qpn=0x%06x`, `psn=0x%06x`,
-///   `gid=<32 hex digits, network byte order>`, `mtu=<bytes>`, and, all four or none,
+///   `gid=<32 hex digits, network byte order>`, `mtu=<bytes>`, optionally `qkey=0x%08x`
+///   (absent: the default Q_Key; older v1 peers ignore it), and, all four or none,
 ///   `addr=0x%016x`, `rkey=0x%08x`, `len=<decimal>`, `access=0x%x` (the IBV_ACCESS_*
 ///   remote bits: 0x2 write, 0x4 read, 0x8 atomic). Numbers are hex with `0x` or
 ///   decimal. Each known key at most once; unknown keys are ignored (a newer v1 peer
@@ -286,6 +287,10 @@ inline std::string encode(const connection_info& info) {
                         static_cast<unsigned>(ep.lid), static_cast<unsigned>(ep.qpn), static_cast<unsigned>(ep.psn),
                         detail::gid_hex(ep.gid).c_str(), static_cast<unsigned>(mtu_bytes(ep.mtu)));
   std::string payload(buf, static_cast<std::size_t>(n));
+  if (ep.qkey != default_qkey) {
+    n = std::snprintf(buf, sizeof buf, "qkey=0x%08x\n", static_cast<unsigned>(ep.qkey));
+    payload.append(buf, static_cast<std::size_t>(n));
+  }
   if (info.region) {
     n = std::snprintf(buf, sizeof buf, "addr=0x%016llx\nrkey=0x%08x\nlen=%llu\naccess=0x%x\n",
                       static_cast<unsigned long long>(info.region->addr), static_cast<unsigned>(info.region->rkey),
@@ -334,9 +339,9 @@ inline connection_info decode_payload(std::string_view payload) {
     throw exchange_error(exchange_errc::too_large, "rdmakit record of " + std::to_string(payload.size()) + " bytes");
   if (payload.empty() || payload.back() != '\n')
     detail::malformed("rdmakit record does not end with a newline (truncated?)", payload);
-  enum { k_lid, k_qpn, k_psn, k_gid, k_mtu, k_addr, k_rkey, k_len, k_access, k_count };
+  enum { k_lid, k_qpn, k_psn, k_gid, k_mtu, k_addr, k_rkey, k_len, k_access, k_qkey, k_count };
   static constexpr std::string_view names[k_count] = {"lid", "qpn", "psn", "gid", "mtu",
-                                                      "addr", "rkey", "len", "access"};
+                                                      "addr", "rkey", "len", "access", "qkey"};
   bool seen[k_count] = {};
   connection_info info;
   region_descriptor region;
@@ -380,6 +385,7 @@ inline connection_info decode_payload(std::string_view payload) {
         if (!mtu_from_bytes(static_cast<std::uint32_t>(number(4096)), info.ep.mtu))
           detail::malformed("rdmakit record: MTU must be 256, 512, 1024, 2048 or 4096", line);
         break;
+      case k_qkey: info.ep.qkey = static_cast<std::uint32_t>(number(0xFFFFFFFF)); break;
       case k_addr: region.addr = number(~std::uint64_t{0}); break;
       case k_rkey: region.rkey = static_cast<std::uint32_t>(number(0xFFFFFFFF)); break;
       case k_len: region.length = number(~std::uint64_t{0}); break;

@@ -9,13 +9,14 @@
 RDMAKIT_BEGIN_NAMESPACE
 
 /// A queue pair's address: LID (InfiniBand), QP number, starting PSN, GID (RoCE, or
-/// IB across subnets) and the active MTU of its port.
+/// IB across subnets), the active MTU of its port, and (UD) the Q_Key it accepts.
 struct endpoint {
   std::uint16_t lid = 0;
   std::uint32_t qpn = 0;
   std::uint32_t psn = 0;  ///< 24 bits: the first PSN this side sends
   ::rdmakit::gid gid{};
   ::rdmakit::mtu mtu = ::rdmakit::mtu::mtu_1024;
+  std::uint32_t qkey = default_qkey;  ///< UD: what senders must put in their WRs
 
   friend constexpr bool operator==(const endpoint&, const endpoint&) = default;
 };

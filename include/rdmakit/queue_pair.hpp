@@ -232,7 +232,8 @@ class queue_pair {
 
   /// What the peer needs to connect to this QP (or to address it, on UD).
   endpoint local_endpoint() const {
-    return {parts_.lid, link_("local_endpoint").qp_num, parts_.psn, parts_.local_gid, parts_.active_mtu};
+    return {parts_.lid,       link_("local_endpoint").qp_num, parts_.psn, parts_.local_gid,
+            parts_.active_mtu, parts_.opts.qkey};
   }
 
   // ---- connection steps --------------------------------------------------------------

@@ -183,6 +183,17 @@ TEST_CASE("rdmakit record: exact text and round trip") {
   CHECK(wire::frame_header(0) == "rdmakit/01 0000\n");
 }
 
+TEST_CASE("rdmakit record: a UD endpoint's Q_Key travels (omitted when it is the default)") {
+  endpoint ud_ep = sample_endpoint();
+  ud_ep.qkey = 0x2222beef;
+  const std::string frame = wire::encode(ud_ep);
+  CHECK(frame.find("qkey=0x2222beef\n") != std::string::npos);
+  CHECK(wire::decode_payload(std::string_view(frame).substr(16)).ep.qkey == 0x2222beefu);
+  CHECK(wire::encode(sample_endpoint()).find("qkey") == std::string::npos);  // v1 peers see what they always saw
+  CHECK(wire::decode_payload("lid=0\nqpn=1\npsn=2\ngid=00000000000000000000000000000000\nmtu=1024\n").ep.qkey ==
+        default_qkey);
+}
+
 TEST_CASE("rdmakit record: malformed, oversized and foreign input is rejected") {
   CHECK(error_of([] { wire::parse_header("hello, world!!!\n"); }) == exchange_errc::malformed);
   CHECK(error_of([] { wire::parse_header("rdmakit/01 12a4\n"); }) == exchange_errc::malformed);

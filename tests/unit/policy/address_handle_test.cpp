@@ -53,3 +53,25 @@ TEST_CASE("UD: send with immediate data reaches the peer with WITH_IMM") {
   CHECK(s[0].has_imm);
   CHECK(s[0].imm == 0xCAFEu);
 }
+
+TEST_CASE("UD: the endpoint carries the Q_Key, so ah.to(endpoint) reaches a QP with its own Q_Key") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto sender = x.pd.create_qp<ud>(x.cq, qp_cap{8, 8}).activate();
+  auto receiver = y.pd.create_qp<ud>(y.cq, qp_cap{8, 8}, {.qkey = 0x2222beef}).activate();
+  const endpoint peer = receiver.local_endpoint();
+  CHECK(peer.qkey == 0x2222beefu);
+  auto ah = x.pd.create_ah(peer);
+  auto tx = x.pd.allocate<access::local_write>(64);
+  auto rx = y.pd.allocate<access::local_write>(256);
+  REQUIRE(receiver.post_recv(rx.local(), 1).ok());
+  std::memcpy(tx.data(), "default!peerkey!", 16);
+  REQUIRE(sender.send(ah.to(peer.qpn), tx.local(0, 8), 2).ok());  // the default Q_Key: dropped
+  REQUIRE(sender.send(ah.to(peer), tx.local(8, 8), 3).ok());      // the peer's: delivered
+  (void)collect(x.cq, 2);
+  auto got = collect(y.cq, 1, 200);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].status == wc_status::success);
+  CHECK(std::memcmp(rx.data() + got[0].payload_offset, "peerkey!", 8) == 0);
+  CHECK(receiver.posted_recvs() == 0);
+}
