@@ -6,7 +6,8 @@
 ///
 /// Layers, each header self-contained: mock/fabric.hpp (the control plane tests use),
 /// mock/backend.hpp (the backend type), mock/objects.hpp (the HCA's state),
-/// mock/engine.hpp (wire, requester, responder, completions, timers), mock/verbs.hpp
+/// mock/engine.hpp (rules, completions, wire, responder, requester, clock, checks:
+/// one header each), mock/verbs.hpp
 /// (the verbs' definitions).
 #include <rdmakit/backends/mock/backend.hpp>
 #include <rdmakit/backends/mock/verbs.hpp>

@@ -1,0 +1,138 @@
+#pragma once
+// Simulated time: what is due, running it, pacing with threads (docs/ownership-and-threads.md),
+// taking completions, and wall-clock waits.
+#include <rdmakit/backends/mock/requester.hpp>
+#include <rdmakit/backends/mock/responder.hpp>
+
+#include <chrono>
+#include <mutex>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace mock::detail {
+
+/// Earliest pending simulated time, or 0 when nothing is pending.
+inline clock_ns next_due(const fabric_state& f) {
+  clock_ns t = 0;
+  if (!f.wire.empty()) t = f.wire.top().when;
+  for (auto* q : f.timed)
+    if (q->deadline && (t == 0 || q->deadline < t)) t = q->deadline;
+  return t;
+}
+
+inline bool pending(const fabric_state& f) { return !f.wire.empty() || !f.timed.empty(); }
+
+/// Runs every wire event and timer that is due at the current simulated time.
+inline void run_due(fabric_state& f) {
+  if (f.running) return;
+  f.running = true;
+  for (;;) {
+    if (!f.wire.empty() && f.wire.top().when <= f.now) {
+      auto ev = f.wire.top();
+      f.wire.pop();
+      ev.run();
+      continue;
+    }
+    qp_obj* due = nullptr;
+    for (auto* q : f.timed)
+      if (q->deadline && q->deadline <= f.now) {
+        due = q;
+        break;
+      }
+    if (!due) break;
+    on_deadline(f, due);
+  }
+  f.running = false;
+}
+
+/// Idle: jump the simulated clock to the next pending event and run it.
+// Simulated time and threads. One thread alone may jump the clock to the next event:
+// nobody can observe the difference, and runs stay deterministic. Once a second thread
+// uses the fabric, a jump could burn a retry or RNR budget in microseconds while the
+// other thread has not had the wall-clock time to act (a peer reaching RTR 50 ms late
+// must still be reached, as on a NIC). So while more than one thread has used the
+// fabric in the last second, simulated time follows the wall clock.
+inline constexpr auto paced_window = std::chrono::seconds(1);
+
+/// Notes the calling thread; called by the verbs threads meet in (under the lock).
+inline void touch(fabric_state& f) {
+  const auto id = std::this_thread::get_id();
+  if (id == f.last_thread) return;
+  const auto wall = std::chrono::steady_clock::now();
+  if (f.last_thread != std::thread::id{}) {
+    if (!f.paced) {
+      f.paced = true;
+      f.wall_base = wall;
+      f.sim_base = f.now;
+    }
+    f.last_switch = wall;
+  }
+  f.last_thread = id;
+}
+
+/// The latest simulated time the wall clock allows (paced), or no limit.
+inline clock_ns allowed_now(fabric_state& f) {
+  if (!f.paced) return ~clock_ns{0};
+  const auto wall = std::chrono::steady_clock::now();
+  if (wall - f.last_switch > paced_window) {
+    f.paced = false;  // one thread again
+    return ~clock_ns{0};
+  }
+  const auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(wall - f.wall_base).count();
+  return f.sim_base + static_cast<clock_ns>(elapsed);
+}
+
+/// Moves simulated time to the next event and runs it; false when nothing is pending
+/// or (paced) the wall clock has not reached it yet.
+inline bool jump(fabric_state& f) {
+  if (!pending(f)) return false;
+  const clock_ns limit = allowed_now(f);
+  clock_ns t = next_due(f);
+  if (t > limit) {
+    if (limit > f.now) {
+      f.now = limit;
+      run_due(f);
+    }
+    return false;
+  }
+  if (t > f.now) f.now = t;
+  run_due(f);
+  return true;
+}
+
+inline int take(fabric_state& f, cq_obj* cq, int n, backends::mock::wc* out) {
+  int got = 0;
+  while (got < n && !cq->entries.empty()) {
+    cq_entry e = cq->entries.front();
+    cq->entries.pop_front();
+    if (e.release_upto) {
+      auto it = f.qps.find(e.wc.qp_num);
+      if (it != f.qps.end()) release_slots(f, it->second, e.release_upto);
+    }
+    out[got++] = e.wc;
+  }
+  return got;
+}
+
+/// When a wait of `timeout` ends; negative or huge timeouts wait forever (as on ibverbs).
+inline std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  using clock = std::chrono::steady_clock;
+  constexpr auto forever = std::chrono::hours(24 * 365);
+  if (timeout.count() < 0 || timeout > forever) return clock::time_point::max();
+  return clock::now() + timeout;
+}
+
+/// Waits for a notification; false when the deadline passed first.
+inline bool wait_until(fabric_state& f, std::unique_lock<std::mutex>& lk, std::chrono::steady_clock::time_point until) {
+  if (until == std::chrono::steady_clock::time_point::max()) {
+    f.cv.wait(lk);
+    return true;
+  }
+  return f.cv.wait_until(lk, until) != std::cv_status::timeout;
+}
+
+}  // namespace mock::detail
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,137 @@
+#pragma once
+// Definitions of rdmakit::mock::fabric (fabric.hpp): building the devices, the
+// process default fabric, the clock controls and fault injection.
+#include <rdmakit/backends/mock/clock.hpp>
+#include <rdmakit/backends/mock/fabric.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace mock::detail {
+
+inline constexpr std::uint32_t gid_table_len = 16;
+
+inline gid_entry make_gid(const gid& g, std::uint32_t index, gid_type t) { return {g, index, t, true}; }
+
+inline void build_devices(fabric_state& f) {
+  auto devs = f.cfg.devices;
+  if (devs.empty()) {
+    devs.resize(2);
+    devs[0].name = "mock0";
+    devs[1].name = "mock1";
+  }
+  std::uint16_t next_lid = 1;
+  for (std::uint32_t d = 0; d < devs.size(); ++d) {
+    device_rt dev;
+    dev.cfg = devs[d];
+    dev.index = d;
+    dev.cfg.limits.phys_port_cnt = static_cast<std::uint8_t>(dev.cfg.ports.size());
+    for (std::uint32_t p = 0; p < dev.cfg.ports.size(); ++p) {
+      port_rt port;
+      port.cfg = dev.cfg.ports[p];
+      port.up = port.cfg.up;
+      port.gids.resize(gid_table_len);
+      for (std::uint32_t i = 0; i < gid_table_len; ++i) port.gids[i].index = i;
+      const std::uint8_t host = static_cast<std::uint8_t>(d + 1);
+      gid link_local;
+      link_local.raw[0] = 0xfe;
+      link_local.raw[1] = 0x80;
+      link_local.raw[8] = 0x02;
+      link_local.raw[13] = static_cast<std::uint8_t>(p + 1);
+      link_local.raw[15] = host;
+      if (port.cfg.layer == link_layer::infiniband) {
+        port.lid = port.cfg.lid ? port.cfg.lid : next_lid++;
+        if (port.cfg.gids.empty()) port.gids[0] = make_gid(link_local, 0, gid_type::ib);
+      } else if (port.cfg.gids.empty()) {
+        port.gids[0] = make_gid(link_local, 0, gid_type::roce_v2);
+        port.gids[1] = make_gid(gid::from_ipv4(10, 0, static_cast<std::uint8_t>(p), host), 1, gid_type::roce_v2);
+      }
+      for (const auto& g : port.cfg.gids)
+        if (g.index < gid_table_len) port.gids[g.index] = {g.value, g.index, g.type, true};
+      dev.ports.push_back(std::move(port));
+    }
+    f.devices.push_back(std::move(dev));
+  }
+}
+
+}  // namespace mock::detail
+
+// ---------------------------------------------------------------- fabric
+
+namespace mock {
+
+inline fabric::fabric(fabric_config config) : state_(std::make_shared<detail::fabric_state>()) {
+  state_->cfg = std::move(config);
+  state_->rng.seed(state_->cfg.seed);
+  detail::build_devices(*state_);
+}
+
+// Devices opened from the fabric hold its state (context_obj::keep): nothing to do here.
+inline fabric::~fabric() = default;
+
+inline fabric& default_fabric() {
+  // Made once (thread-safe), never destroyed: devices and objects may outlive static
+  // destruction, and no other fabric ever takes its place.
+  static fabric* const the_default = new fabric();
+  return *the_default;
+}
+
+inline std::chrono::nanoseconds fabric::now() const {
+  std::lock_guard lk(state_->mu);
+  return std::chrono::nanoseconds(state_->now);
+}
+
+inline void fabric::advance(std::chrono::nanoseconds by) {
+  std::lock_guard lk(state_->mu);
+  const detail::clock_ns target = state_->now + static_cast<detail::clock_ns>(by.count());
+  for (;;) {
+    detail::clock_ns t = detail::next_due(*state_);
+    if (t == 0 || t > target) break;
+    state_->now = std::max(state_->now, t);
+    detail::run_due(*state_);
+  }
+  state_->now = target;
+  detail::run_due(*state_);
+}
+
+inline void fabric::inject(const fault& f) {
+  std::lock_guard lk(state_->mu);
+  state_->faults.push_back(f);
+}
+
+inline void fabric::clear_faults() {
+  std::lock_guard lk(state_->mu);
+  state_->faults.clear();
+}
+
+inline void fabric::set_port_up(std::string_view device, std::uint8_t port, bool up) {
+  std::lock_guard lk(state_->mu);
+  for (auto& d : state_->devices) {
+    if (d.cfg.name != device) continue;
+    if (port < 1 || port > d.ports.size())
+      throw verbs_error("mock::fabric::set_port_up", EINVAL, "no port " + std::to_string(port) + " on " + d.cfg.name);
+    if (d.ports[port - 1].up == up) return;
+    d.ports[port - 1].up = up;
+    async_event ev;
+    ev.type = up ? async_event_type::port_active : async_event_type::port_err;
+    ev.port_num = port;
+    detail::post_async(*state_, d.index, ev);
+    return;
+  }
+  throw verbs_error("mock::fabric::set_port_up", ENODEV, "no mock device named '" + std::string(device) + "'");
+}
+
+inline void fabric::set_arm_hook(std::function<void(const void*)> hook) {
+  std::lock_guard lk(state_->mu);
+  state_->arm_hook = std::move(hook);
+}
+
+inline std::uint64_t fabric::packets_sent() const {
+  std::lock_guard lk(state_->mu);
+  return state_->packets;
+}
+
+}  // namespace mock
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,150 @@
+#pragma once
+// The mock HCA's small rules: timer codes, opcodes per transport, MTU and packet
+// counts, local and remote key checks, gather/scatter, routing by address vector.
+#include <rdmakit/backends/mock/objects.hpp>
+#include <rdmakit/detail/qp_transitions.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace mock::detail {
+
+// ---------------------------------------------------------------- small helpers
+
+inline fabric_state& fab_of(context_obj* c) { return *c->fab; }
+inline fabric_state& fab_of(pd_obj* p) { return *p->ctx->fab; }
+inline fabric_state& fab_of(qp_obj* q) { return *q->pd->ctx->fab; }
+inline fabric_state& fab_of(cq_obj* c) { return *c->ctx->fab; }
+inline fabric_state& fab_of(channel_obj* c) { return *c->ctx->fab; }
+
+inline device_rt& device_of(qp_obj* q) { return fab_of(q).devices[q->pd->ctx->dev]; }
+
+/// RC local ACK timeout: 4.096 µs · 2^timeout; 0 disables the timer.
+inline clock_ns ack_timeout_ns(std::uint8_t timeout) { return timeout ? (std::uint64_t{4096} << timeout) : 0; }
+
+/// The IB RNR NAK timer encoding, in nanoseconds (0 means 655.36 ms).
+inline clock_ns rnr_timer_ns(std::uint8_t code) {
+  static constexpr std::uint32_t us[32] = {655360, 10,    20,    30,    40,    60,     80,     120,
+                                           160,    240,   320,   480,   640,   960,    1280,   1920,
+                                           2560,   3840,  5120,  7680,  10240, 15360,  20480,  30720,
+                                           40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+  return clock_ns{us[code & 31]} * 1000;
+}
+
+inline bool is_read_or_atomic(opcode op) {
+  return op == opcode::rdma_read || op == opcode::atomic_cmp_and_swp || op == opcode::atomic_fetch_and_add;
+}
+inline bool is_atomic(opcode op) { return op == opcode::atomic_cmp_and_swp || op == opcode::atomic_fetch_and_add; }
+inline bool carries_payload(opcode op) { return !is_read_or_atomic(op); }
+
+inline wc_opcode completion_opcode(opcode op) {
+  switch (op) {
+    case opcode::send:
+    case opcode::send_with_imm: return wc_opcode::send;
+    case opcode::rdma_write:
+    case opcode::rdma_write_with_imm: return wc_opcode::rdma_write;
+    case opcode::rdma_read: return wc_opcode::rdma_read;
+    case opcode::atomic_cmp_and_swp: return wc_opcode::comp_swap;
+    case opcode::atomic_fetch_and_add: return wc_opcode::fetch_add;
+  }
+  return wc_opcode::send;
+}
+
+inline bool opcode_allowed(qp_type t, opcode op) {
+  switch (op) {
+    case opcode::send:
+    case opcode::send_with_imm: return true;
+    case opcode::rdma_write:
+    case opcode::rdma_write_with_imm: return t != qp_type::ud;
+    case opcode::rdma_read:
+    case opcode::atomic_cmp_and_swp:
+    case opcode::atomic_fetch_and_add: return t == qp_type::rc;
+  }
+  return false;
+}
+
+inline std::uint32_t path_mtu_bytes(qp_obj* q) {
+  if (q->type == qp_type::ud) {
+    auto& dev = device_of(q);
+    return mtu_bytes(dev.ports[q->attr.port_num - 1].cfg.active_mtu);
+  }
+  return mtu_bytes(q->attr.path_mtu);
+}
+
+inline std::uint32_t packets_for(std::uint32_t length, std::uint32_t mtu) {
+  return length == 0 ? 1 : (length + mtu - 1) / mtu;
+}
+
+/// A local SGE is usable when its lkey names an MR of the QP's PD covering it (and
+/// granting LOCAL_WRITE when the HCA writes there).
+inline bool local_sge_ok(fabric_state& f, pd_obj* pd, const sge& s, bool hca_writes) {
+  if (s.length == 0) return true;
+  auto it = f.by_lkey.find(s.lkey);
+  if (it == f.by_lkey.end()) return false;
+  const mr_obj* m = it->second;
+  if (m->pd != pd) return false;
+  if (s.addr < m->addr || s.addr + s.length > m->addr + m->length || s.addr + s.length < s.addr) return false;
+  return !hca_writes || has_all(m->flags, access::local_write);
+}
+
+inline mr_obj* remote_mr_ok(fabric_state& f, pd_obj* pd, std::uint32_t rkey, std::uint64_t addr,
+                            std::uint64_t length, access needed) {
+  auto it = f.by_rkey.find(rkey);
+  if (it == f.by_rkey.end()) return nullptr;
+  mr_obj* m = it->second;
+  if (m->pd != pd || !has_all(m->flags, needed)) return nullptr;
+  if (addr < m->addr || addr + length > m->addr + m->length || addr + length < addr) return nullptr;
+  return m;
+}
+
+inline std::vector<std::uint8_t> gather(const std::vector<sge>& sges, std::uint32_t total) {
+  std::vector<std::uint8_t> out(total);
+  std::size_t off = 0;
+  for (const auto& s : sges) {
+    if (s.length) std::memcpy(out.data() + off, reinterpret_cast<const void*>(s.addr), s.length);
+    off += s.length;
+  }
+  return out;
+}
+
+inline void scatter(const std::vector<sge>& sges, const std::uint8_t* data, std::size_t len) {
+  std::size_t off = 0;
+  for (const auto& s : sges) {
+    if (off >= len) break;
+    std::size_t n = std::min<std::size_t>(s.length, len - off);
+    if (n) std::memcpy(reinterpret_cast<void*>(s.addr), data + off, n);
+    off += n;
+  }
+}
+
+inline std::uint64_t sge_total(const std::vector<sge>& sges) {
+  std::uint64_t t = 0;
+  for (const auto& s : sges) t += s.length;
+  return t;
+}
+
+/// The (device, port) that owns an address, or false.
+inline bool route(fabric_state& f, const ah_attr& av, std::uint32_t& dev, std::uint8_t& port) {
+  for (auto& d : f.devices)
+    for (std::uint32_t p = 0; p < d.ports.size(); ++p) {
+      auto& pr = d.ports[p];
+      bool match = false;
+      if (av.is_global) {
+        for (auto& g : pr.gids)
+          if (g.valid && g.value == av.grh.dgid) match = true;
+      } else {
+        match = pr.cfg.layer == link_layer::infiniband && pr.lid == av.dlid;
+      }
+      if (match) {
+        dev = d.index;
+        port = static_cast<std::uint8_t>(p + 1);
+        return true;
+      }
+    }
+  return false;
+}
+
+}  // namespace mock::detail
+RDMAKIT_END_NAMESPACE
