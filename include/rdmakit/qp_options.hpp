@@ -20,13 +20,13 @@ struct qp_options {
   std::uint32_t qkey = default_qkey;  ///< UD only
   /// What peers may do to this QP's memory (RC/UC; UC keeps only remote_write).
   access remote_access = access::remote_write | access::remote_read | access::remote_atomic;
-  std::optional<std::uint32_t> psn;  ///< first send PSN; default derived from the QP number
+  std::optional<std::uint32_t> psn{};  ///< first send PSN; default derived from the QP number
   bool auto_inline = true;            ///< send data inline when it fits max_inline_data
 };
 
 /// Connection defaults that work on rxe and real HCAs (RC uses all, UC the PSN/MTU/AV).
 struct connect_options {
-  std::optional<mtu> path_mtu;        ///< cap; the result is min(port active MTU, peer MTU, this)
+  std::optional<mtu> path_mtu{};      ///< cap; the result is min(port active MTU, peer MTU, this)
   std::uint8_t timeout = 14;          ///< 4.096 µs · 2^14 ≈ 67 ms per try
   std::uint8_t retry_cnt = 6;         ///< 7 means "forever" on rxe: 6 fails instead of hanging
   std::uint8_t rnr_retry = 6;         ///< likewise; 7 would retry forever

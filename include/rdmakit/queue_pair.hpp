@@ -108,12 +108,17 @@ class queue_pair {
     auto* rcq = recv_blk.get();
     const detail::device_state<B>& dev = *pd->dev;
     // max_send_wr 0 is a receive-only queue pair (legal in verbs): sends return sq_full.
-    if (caps.max_send_wr != 0 && caps.max_send_wr < S::min_sq_depth)
-      throw usage_error("create_qp(): " + std::string(S::name) + "<" + std::to_string(S::min_sq_depth) +
-                            "> signals every " + std::to_string(S::min_sq_depth) +
-                            "-th WR, so the send queue must hold at least that many, but "
-                            "max_send_wr is " + std::to_string(caps.max_send_wr) +
-                            ": raise max_send_wr or lower N");
+    if (caps.max_send_wr != 0 && caps.max_send_wr < S::min_sq_depth) {
+      const std::string depth = std::to_string(S::min_sq_depth);
+      std::string why;
+      if constexpr (requires { S::interval; })
+        why = std::string(S::name) + "<" + depth + "> signals every " + depth + "th WR";
+      else
+        why = "the signaling policy " + std::string(S::name) + " needs min_sq_depth = " + depth + " slots";
+      throw usage_error("create_qp(): " + why + ", so the send queue must hold at least " + depth +
+                        " WRs, but max_send_wr is " + std::to_string(caps.max_send_wr) +
+                        ": raise max_send_wr or choose a policy that needs fewer");
+    }
     if (scq == rcq) {
       std::uint64_t need = scq->reserved + caps.max_send_wr + caps.max_recv_wr;
       if (need > static_cast<std::uint64_t>(scq->capacity))

@@ -14,7 +14,7 @@ TEST_CASE("max_send_wr = 0 is a receive-only queue pair (legal in verbs): sends 
   CHECK(live.send_credits() == 0);
   CHECK(live.send(rx.local(0, 8), 2).status == post_status::sq_full);
   auto too_shallow = [&] { return x.pd.create_qp<rc, signal_every<8>>(x.cq, qp_cap{4, 4}); };
-  CHECK_THROWS_WITH_AS((void)too_shallow(), doctest::Contains("signal_every<8> signals every 8-th WR"), usage_error);
+  CHECK_THROWS_WITH_AS((void)too_shallow(), doctest::Contains("signal_every<8> signals every 8th WR"), usage_error);
 }
 
 TEST_CASE("a CQ too small for its queue pairs: the advice stays within the device's max_cqe") {
