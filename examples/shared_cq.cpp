@@ -8,11 +8,17 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 using namespace rdmakit;
 using B = backends::mock;
 using connected_qp = queue_pair<B, rc, signal_all, qp_state::rts>;
+
+// The text message k on connection i carries: "qp 07 msg 3" (fits in 16 bytes with its NUL).
+std::string label(int i, int k) {
+  return "qp " + std::string(i < 10 ? "0" : "") + std::to_string(i) + " msg " + std::to_string(k);
+}
 
 int main() try {
   constexpr int qps = 16, per_qp = 4, msg = 16;
@@ -45,11 +51,8 @@ int main() try {
       if (!servers[i].post_recv(rx.local(slot * msg, msg), slot).ok()) return std::puts("post_recv failed"), 1;
     }
     server_cq.on(servers[i], [&, i](const completion<B>& c) {
-      char text[msg + 1] = {};
-      std::memcpy(text, rx.data() + c.wr_id() * msg, msg);
-      char expected[msg + 1];
-      std::snprintf(expected, sizeof expected, "qp %02d msg %d", i, static_cast<int>(c.wr_id() % per_qp));
-      if (c.ok() && std::strcmp(text, expected) == 0) ++received[i];
+      const char* text = reinterpret_cast<const char*>(rx.data() + c.wr_id() * msg);
+      if (c.ok() && label(i, static_cast<int>(c.wr_id() % per_qp)) == text) ++received[i];
       else ++wrong;
     });
   }
@@ -58,7 +61,8 @@ int main() try {
   for (int i = 0; i < qps; ++i)
     for (int k = 0; k < per_qp; ++k) {
       const int slot = i * per_qp + k;
-      std::snprintf(reinterpret_cast<char*>(tx.data() + slot * msg), msg, "qp %02d msg %d", i, k);
+      const std::string text = label(i, k);
+      std::memcpy(tx.data() + slot * msg, text.c_str(), text.size() + 1);
       if (!clients[i].post(op::send{tx.local(slot * msg, msg)}, slot).ok()) return std::puts("post failed"), 1;
     }
 
