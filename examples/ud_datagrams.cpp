@@ -34,10 +34,12 @@ int main() try {
   for (int i = 0; i < count; ++i)
     if (!receiver.post_recv(rx.local(i * slot, slot), i).ok()) return std::puts("post_recv failed"), 1;
 
-  // The address handle says how to reach the receiver's port (its GID: GRH on RoCE);
-  // ah.to(qpn) adds which QP behind that port, and the Q_Key.
-  auto ah = pd0.create_ah(receiver.local_endpoint());
-  const auto to = ah.to(receiver.qp_num());
+  // The receiver's endpoint (what a real peer would send over TCP: GID, QPN, Q_Key).
+  // The address handle says how to reach its port (its GID: GRH on RoCE); ah.to(peer)
+  // adds which QP behind that port and the Q_Key it accepts.
+  const endpoint peer = receiver.local_endpoint();
+  auto ah = pd0.create_ah(peer);
+  const auto to = ah.to(peer);
 
   for (int i = 0; i < count; ++i) {
     const std::string msg = "datagram #" + std::to_string(i);
