@@ -284,7 +284,8 @@ TEST_CASE("a signaling policy defined outside the library decides through the sh
   CHECK(collect(x.cq, 3).size() == 3);  // WRs 1, 3 and 5
   CHECK(p.a.send_credits() == 8);
   // Too shallow a send queue: the refusal speaks of this policy, not of signal_every.
-  CHECK_THROWS_WITH_AS((void)x.pd.create_qp<rc, signal_every_other>(x.cq, qp_cap{1, 1}),
+  auto too_shallow = [&] { return x.pd.create_qp<rc, signal_every_other>(x.cq, qp_cap{1, 1}); };
+  CHECK_THROWS_WITH_AS((void)too_shallow(),
                        doctest::Contains("the signaling policy signal_every_other needs min_sq_depth = 2"),
                        usage_error);
 }
