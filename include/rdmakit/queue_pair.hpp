@@ -34,6 +34,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #define RDMAKIT_DETAIL_NEEDS_RTS                                                              \
