@@ -82,17 +82,22 @@ install_rdmakit() {
   if grep -n -e "-std" "$pcdir"/*.pc; then fail "a .pc file sets the C++ standard (above)"; fi
 }
 
-case $mode in
-subproject)
-  # The consumer's subprojects/: the wrap as shipped, next to the rdmakit sources.
-  cp -r "$project" consumer
+# A copy of consumer project $1 whose subprojects/ holds the wrap as shipped, next to
+# the rdmakit sources. An rdmakit installed on this machine would be taken first (as it
+# should): `fallback` forces the wrap then.
+with_wrap() {
+  cp -r "$1" consumer
   mkdir consumer/subprojects
   cp "$root/packaging/rdmakit.wrap" consumer/subprojects/
   ln -s "$root" consumer/subprojects/rdmakit
-  # An rdmakit installed on this machine would be taken first (as it should); use the wrap.
   fallback=()
   if pkg-config --exists rdmakit-mock; then fallback=(--force-fallback-for=rdmakit,rdmakit-mock,rdmakit-ibverbs); fi
   export CXX="${cxx[*]}"
+}
+
+case $mode in
+subproject)
+  with_wrap "$project"
   step setup meson setup build consumer "${fallback[@]}" -Drdmakit:ibverbs=$ibverbs_opt
   no_warnings setup.log
   grep -q "Executing subproject rdmakit" setup.log || fail "rdmakit did not come from the wrap (setup.log)"
@@ -164,13 +169,7 @@ cmake)
 benchmark)
   # Google Benchmark (the system's, Debian: libbenchmark-dev) and rdmakit through the wrap.
   pkg-config --exists benchmark || { echo "Google Benchmark not found (scripts/setup.sh installs it): skipped"; exit 77; }
-  cp -r "$root/tests/consumer/bench-project" consumer
-  mkdir consumer/subprojects
-  cp "$root/packaging/rdmakit.wrap" consumer/subprojects/
-  ln -s "$root" consumer/subprojects/rdmakit
-  fallback=()
-  if pkg-config --exists rdmakit-mock; then fallback=(--force-fallback-for=rdmakit,rdmakit-mock,rdmakit-ibverbs); fi
-  export CXX="${cxx[*]}"
+  with_wrap "$root/tests/consumer/bench-project"
   step setup meson setup build consumer "${fallback[@]}"
   no_warnings setup.log
   step build ninja -C build
