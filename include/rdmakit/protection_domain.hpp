@@ -5,6 +5,7 @@
 #include <rdmakit/completion_queue.hpp>
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/detail/gid_choice.hpp>
+#include <rdmakit/detail/qp_setup.hpp>
 #include <rdmakit/memory.hpp>
 #include <rdmakit/qp_pool.hpp>
 #include <rdmakit/queue_pair.hpp>

@@ -13,10 +13,9 @@
 #include <rdmakit/address_handle.hpp>
 #include <rdmakit/completion_queue.hpp>
 #include <rdmakit/detail/device_state.hpp>
-#include <rdmakit/detail/gid_choice.hpp>
 #include <rdmakit/detail/qp_link.hpp>
 #include <rdmakit/detail/qp_parts.hpp>
-#include <rdmakit/detail/qp_transitions.hpp>
+#include <rdmakit/detail/qp_setup.hpp>
 #include <rdmakit/endpoint.hpp>
 #include <rdmakit/memory.hpp>
 #include <rdmakit/operations.hpp>
@@ -94,7 +93,7 @@ class queue_pair {
     const qp_options o = parts_.opts;
     auto old = std::make_unique<detail::qp_parts<B>>(std::move(parts_));
     old->retired.reset();  // an older generation: its flushes have had a whole connection's time
-    retire_(*old);         // first: the CQs' reservations go back before the new QP asks for them
+    detail::retire(*old);  // first: the CQs' reservations go back before the new QP asks for them
     auto fresh = queue_pair<B, T, S, qp_state::init>::create_on_(std::move(pd), std::move(scq), std::move(rcq),
                                                                  asked, o);
     if (old->qp != typename B::qp{}) fresh.parts_.retired = std::move(old);
@@ -105,103 +104,7 @@ class queue_pair {
   static queue_pair create_on_(detail::pd_ref<B> pd, std::shared_ptr<detail::cq_block<B>> send_blk,
                                std::shared_ptr<detail::cq_block<B>> recv_blk, const qp_cap& caps,
                                const qp_options& o) {
-    auto* scq = send_blk.get();
-    auto* rcq = recv_blk.get();
-    const detail::device_state<B>& dev = *pd->dev;
-    // max_send_wr 0 is a receive-only queue pair (legal in verbs): sends return sq_full.
-    if (caps.max_send_wr != 0 && caps.max_send_wr < S::min_sq_depth) {
-      const std::string depth = std::to_string(S::min_sq_depth);
-      std::string why;
-      if constexpr (requires { S::interval; })
-        why = std::string(S::name) + "<" + depth + "> signals every " + depth + "th WR";
-      else
-        why = "the signaling policy " + std::string(S::name) + " needs min_sq_depth = " + depth + " slots";
-      throw usage_error("create_qp(): " + why + ", so the send queue must hold at least " + depth +
-                        " WRs, but max_send_wr is " + std::to_string(caps.max_send_wr) +
-                        ": raise max_send_wr or choose a policy that needs fewer");
-    }
-    if (scq == rcq) {
-      std::uint64_t need = scq->reserved + caps.max_send_wr + caps.max_recv_wr;
-      if (need > static_cast<std::uint64_t>(scq->capacity))
-        throw usage_error("create_qp(): " + detail::cq_too_small(scq->capacity, scq->reserved, scq->live(),
-                                               T::name, caps.max_send_wr, caps.max_recv_wr, need,
-                                               dev.attr.max_cqe));
-    } else {
-      std::uint64_t sneed = scq->reserved + caps.max_send_wr;
-      std::uint64_t rneed = rcq->reserved + caps.max_recv_wr;
-      if (sneed > static_cast<std::uint64_t>(scq->capacity))
-        throw usage_error("create_qp(): send " + detail::cq_too_small(scq->capacity, scq->reserved,
-                                                         scq->live(), T::name,
-                                                         caps.max_send_wr, 0, sneed, dev.attr.max_cqe));
-      if (rneed > static_cast<std::uint64_t>(rcq->capacity))
-        throw usage_error("create_qp(): receive " + detail::cq_too_small(rcq->capacity, rcq->reserved,
-                                                            rcq->live(), T::name, 0,
-                                                            caps.max_recv_wr, rneed, dev.attr.max_cqe));
-    }
-
-    queue_pair q;
-    auto& p = q.parts_;
-    p.pd = pd;
-    p.scq = std::move(send_blk);
-    p.rcq = std::move(recv_blk);
-    p.asked = caps;
-    p.opts = o;
-    port_attr pa = dev.port(o.port);
-    p.caps = caps;
-    p.qp = B::create_qp(pd->pd, scq->cq, rcq->cq, T::type, p.caps, false);
-    p.inline_limit = o.auto_inline ? p.caps.max_inline_data : 0;
-    p.link = std::make_unique<detail::qp_link<B>>();
-    auto& l = *p.link;
-    l.qp_num = B::qp_num(p.qp);
-    l.recv_offset = T::recv_offset;
-    // Credits follow what was asked: the device may grant more, but the CQs were
-    // sized (and checked above) for the requested depths.
-    l.sq = detail::sq_credits(caps.max_send_wr);
-    l.rq_depth = caps.max_recv_wr;
-    l.send_cq = scq;
-    l.recv_cq = rcq;
-    if (scq == rcq) {
-      scq->attach(&l, caps.max_send_wr + caps.max_recv_wr);
-    } else {
-      scq->attach(&l, caps.max_send_wr);
-      rcq->attach(&l, caps.max_recv_wr);
-    }
-
-    p.gid_index = o.gid_index >= 0 ? o.gid_index
-                                   : detail::choose_gid<B>(dev.ctx, o.port);
-    if (pa.layer == link_layer::ethernet || o.gid_index >= 0)
-      p.local_gid = B::query_gid(dev.ctx, o.port, p.gid_index).value;
-    p.lid = pa.lid;
-    p.active_mtu = pa.active_mtu;
-    p.psn = (o.psn ? *o.psn : l.qp_num * 0x9E3779B1u) & psn_mask;
-
-    q.modify_(T::init_attr(o), T::init_mask, qp_state::reset, "RESET→INIT");
-    return q;
-  }
-
-  // Moves a replaced QP to ERR so its outstanding WRs flush, and shrinks its CQ
-  // reservation to what those flushes can take; destroys it at once when nothing is
-  // outstanding or the device refuses ERR (then no flush can come).
-  static void retire_(detail::qp_parts<B>& p) noexcept {
-    auto& l = *p.link;
-    const std::uint32_t sends = l.sq.held(), recvs = l.rq_held;
-    if (sends + recvs == 0) return p.release();
-    try {
-      qp_attr err;
-      err.state = qp_state::err;
-      B::modify_qp(p.qp, err, qp_attr_mask::state);
-    } catch (...) {
-      return p.release();
-    }
-    if (l.send_cq == l.recv_cq) {
-      l.send_cq->retire(p.asked.max_send_wr + p.asked.max_recv_wr, sends + recvs);
-    } else {
-      l.send_cq->retire(p.asked.max_send_wr, sends);
-      l.recv_cq->retire(p.asked.max_recv_wr, recvs);
-    }
-    p.asked.max_send_wr = sends;  // from now on, what release() gives back
-    p.asked.max_recv_wr = recvs;
-    p.is_retired = true;
+    return queue_pair(detail::create_parts<B, T, S>(std::move(pd), std::move(send_blk), std::move(recv_blk), caps, o));
   }
 
  public:
@@ -256,24 +159,12 @@ class queue_pair {
     static_assert(State == qp_state::init, "connect(): this queue pair is already connected");
     link_("connect");
     detail::check_connect(peer, o);
-    auto& p = parts_;
-    const port_attr pa = p.dev().port(p.opts.port);
-    qp_attr a;
-    a.state = qp_state::rtr;
-    mtu m = pa.active_mtu;
-    if (mtu_bytes(peer.mtu) != 0 && peer.mtu < m) m = peer.mtu;
-    if (o.path_mtu && *o.path_mtu < m) m = *o.path_mtu;
-    a.path_mtu = m;
-    a.dest_qp_num = peer.qpn;
-    a.rq_psn = peer.psn & psn_mask;
-    a.av = detail::make_av(peer, p.opts.port, pa, p.gid_index, o.hop_limit, o.sl, o.force_grh, p.dev().name);
-    T::rtr_attr(a, o, p.dev().attr);
-    modify_(a, T::rtr_mask, qp_state::init, "INIT→RTR");
+    modify_(detail::rtr_attributes<B, T>(parts_, peer, o), T::rtr_mask, qp_state::init, "INIT→RTR");
     qp_attr b;
     b.state = qp_state::rts;
-    b.sq_psn = p.psn;
-    T::rts_attr(b, o, p.dev().attr);
-    to_rts_or_back_to_init_(b);
+    b.sq_psn = parts_.psn;
+    T::rts_attr(b, o, parts_.dev().attr);
+    detail::to_rts_or_back_to_init<B, T>(parts_, b);
     return queue_pair<B, T, S, qp_state::rts>(std::move(parts_));
   }
 
@@ -289,7 +180,7 @@ class queue_pair {
     qp_attr b;
     b.state = qp_state::rts;
     b.sq_psn = parts_.psn;
-    to_rts_or_back_to_init_(b);
+    detail::to_rts_or_back_to_init<B, T>(parts_, b);
     return queue_pair<B, T, S, qp_state::rts>(std::move(parts_));
   }
 
@@ -519,47 +410,7 @@ class queue_pair {
   }
 
   void modify_(const qp_attr& a, qp_attr_mask m, qp_state from, const char* step) {
-    try {
-      B::modify_qp(parts_.qp, a, m);
-    } catch (const verbs_error& e) {
-      const auto rule = detail::rule_for(from, a.state, T::type);
-      qp_transition_failure t;
-      t.qp_num = parts_.link->qp_num;
-      t.from = from;
-      t.to = a.state;
-      t.mask = m;
-      t.missing = rule.required & ~m;
-      t.extra = m & ~(rule.required | rule.optional | qp_attr_mask::state);
-      throw verbs_error(e.verb(), e.errno_value(),
-                        std::string(step) + " of " + std::string(T::name) + " QP " + std::to_string(t.qp_num) +
-                            " with mask " + to_string(m) + " failed: " + e.detail(),
-                        t);
-    }
-  }
-
-  // RTR→RTS; if the device refuses, RESET→INIT again so the type (INIT) and the device
-  // state agree, then rethrow.
-  void to_rts_or_back_to_init_(const qp_attr& rts) {
-    try {
-      modify_(rts, T::rts_mask, qp_state::rtr, "RTR→RTS");
-    } catch (const verbs_error& e) {
-      const std::uint32_t dropped = parts_.link->rq_held;
-      std::string note = "; the queue pair was reset to INIT";
-      if (dropped) note += " and its " + std::to_string(dropped) + " posted receive(s) dropped: post them again";
-      note += " before retrying connect";
-      try {
-        qp_attr r;
-        r.state = qp_state::reset;
-        B::modify_qp(parts_.qp, r, qp_attr_mask::state);
-        B::modify_qp(parts_.qp, T::init_attr(parts_.opts), T::init_mask);
-        parts_.link->rq_held = 0;
-      } catch (const verbs_error& back) {
-        note = "; taking it back to INIT failed too (" + back.detail() + "): destroy this queue pair";
-        parts_.link->error = true;
-      }
-      if (const auto* t = e.transition()) throw verbs_error(e.verb(), e.errno_value(), e.detail() + note, *t);
-      throw verbs_error(e.verb(), e.errno_value(), e.detail() + note);
-    }
+    detail::modify_step<B, T>(parts_, a, m, from, step);
   }
 
   static int to_sges_(std::span<const local_buffer> sgl, typename B::sge* s, std::uint32_t& total) noexcept {
@@ -571,22 +422,8 @@ class queue_pair {
     return static_cast<int>(sgl.size());
   }
 
-  // The device refused send WR `wr` (after `posted` were taken): which rule it broke,
-  // read back from the WR itself. Out of line: the success path pays nothing for it.
-  RDMAKIT_NOINLINE post_result refused_(int e, std::uint32_t posted, const typename B::send_wr* wr) const noexcept {
-    post_result r{post_status::backend_error, e, posted};
-    if (e != EINVAL || !wr) return r;
-    const send_wr_facts f = B::describe_send(*wr);
-    const bool atomic = f.op == opcode::atomic_cmp_and_swp || f.op == opcode::atomic_fetch_and_add;
-    if (static_cast<std::uint32_t>(f.num_sge) > parts_.caps.max_send_sge)
-      r.rule = post_rule::sge_count;
-    else if (atomic && f.length != 8)
-      r.rule = post_rule::atomic_length;
-    else if (atomic && f.remote_addr % 8 != 0)
-      r.rule = post_rule::atomic_alignment;
-    else if (has_any(f.flags, send_flags::inline_data) && f.length > parts_.caps.max_inline_data)
-      r.rule = post_rule::inline_size;
-    return r;
+  post_result refused_(int e, std::uint32_t posted, const typename B::send_wr* wr) const noexcept {
+    return detail::refused_send<B>(parts_.caps, e, posted, wr);
   }
 
   RDMAKIT_ALWAYS_INLINE send_flags final_flags_(opcode op, send_flags requested, std::uint32_t total,

@@ -1,0 +1,282 @@
+#pragma once
+// The setup steps of a queue pair, out of queue_pair.hpp so that header shows the API:
+// the capacity checks and creation (RESET→INIT), the connect checks and address
+// vector, each modify_qp step with its explanation on refusal, the rollback of a
+// refused RTR→RTS, the retirement of a replaced QP, and the diagnosis of a refused post.
+#include <rdmakit/backend.hpp>
+#include <rdmakit/detail/device_state.hpp>
+#include <rdmakit/detail/gid_choice.hpp>
+#include <rdmakit/detail/qp_link.hpp>
+#include <rdmakit/detail/qp_parts.hpp>
+#include <rdmakit/detail/qp_transitions.hpp>
+#include <rdmakit/endpoint.hpp>
+#include <rdmakit/error.hpp>
+#include <rdmakit/post_result.hpp>
+#include <rdmakit/qp_options.hpp>
+#include <rdmakit/signaling.hpp>
+#include <rdmakit/transport.hpp>
+#include <rdmakit/types.hpp>
+
+#include <cerrno>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace detail {
+
+inline std::string cq_too_small(int capacity, std::uint64_t reserved, std::size_t attached,
+                                std::string_view tname, std::uint32_t sends, std::uint32_t recvs,
+                                std::uint64_t need, std::uint32_t max_cqe) {
+  std::string s = "CQ of " + std::to_string(capacity) + " entries is too small for a" +
+                  (tname == "RC" ? "n " : " ") + std::string(tname) + " queue pair of " +
+                  std::to_string(sends) + " send + " + std::to_string(recvs) + " receive WRs";
+  if (attached)
+    s += " (" + std::to_string(reserved) + " entries already promised to " + std::to_string(attached) +
+         " attached queue pair" + (attached > 1 ? "s" : "") + ")";
+  if (need <= max_cqe)
+    s += ": create it with at least " + std::to_string(need) +
+         " entries (a CQ must hold the queue depths of every QP attached to it)";
+  else
+    s += ": it would need " + std::to_string(need) + " entries, above the device's max_cqe (" +
+         std::to_string(max_cqe) + "): give the queue pair separate send and receive CQs, attach fewer "
+         "queue pairs to this CQ, or lower max_send_wr/max_recv_wr";
+  return s;
+}
+
+/// Refuses connect options and peer fields the IB spec cannot encode, before the QP is
+/// touched (a refused modify_qp would leave it half-way).
+inline void check_connect(const endpoint& peer, const connect_options& o) {
+  auto field = [](const char* name, unsigned v, unsigned max, const char* what) {
+    if (v > max)
+      throw usage_error(std::string("connect(): ") + name + " = " + std::to_string(v) + " is out of range (0.." +
+                        std::to_string(max) + "): " + what);
+  };
+  field("connect_options::retry_cnt", o.retry_cnt, 7, "3 bits; 7 retries forever on some devices, 6 is the usual choice");
+  field("connect_options::rnr_retry", o.rnr_retry, 7, "3 bits; 7 means retry forever");
+  field("connect_options::timeout", o.timeout, 31, "5 bits: 4.096 µs · 2^timeout, 0 = infinite");
+  field("connect_options::min_rnr_timer", o.min_rnr_timer, 31, "5 bits: an IB RNR timer code");
+  field("connect_options::sl", o.sl, 15, "the service level has 4 bits");
+  field("endpoint::qpn (peer)", peer.qpn, 0xFFFFFF, "QP numbers have 24 bits: check the endpoint exchange");
+  if (o.path_mtu && mtu_bytes(*o.path_mtu) == 0)
+    throw usage_error("connect(): connect_options::path_mtu is not one of 256, 512, 1024, 2048, 4096");
+}
+
+/// The address vector to reach `peer` from `port` (GRH on RoCE, or when forced).
+inline ah_attr make_av(const endpoint& peer, std::uint8_t port, const port_attr& pa, int gid_index,
+                       std::uint8_t hop_limit, std::uint8_t sl, bool force_grh,
+                       const std::string& dev_name) {
+  ah_attr av;
+  av.dlid = peer.lid;
+  av.port_num = port;
+  av.sl = sl;
+  if (pa.layer == link_layer::ethernet || force_grh) {
+    if (peer.gid.is_zero())
+      throw usage_error(
+                        "port " + std::to_string(port) + " of " + dev_name +
+                            " is RoCE (Ethernet), which needs a GRH, but the peer endpoint has "
+                            "no GID: send the peer's local_endpoint().gid along with its QPN");
+    av.is_global = true;
+    av.grh.dgid = peer.gid;
+    av.grh.sgid_index = static_cast<std::uint8_t>(gid_index);
+    av.grh.hop_limit = hop_limit;
+  }
+  return av;
+}
+
+
+// Refuses a send queue shallower than the signaling policy needs (0 is a receive-only
+// queue pair, legal in verbs: its sends return sq_full).
+template <signaling S>
+void check_sq_depth(const qp_cap& caps) {
+  if (caps.max_send_wr == 0 || caps.max_send_wr >= S::min_sq_depth) return;
+  const std::string depth = std::to_string(S::min_sq_depth);
+  std::string why;
+  if constexpr (requires { S::interval; })
+    why = std::string(S::name) + "<" + depth + "> signals every " + depth + "th WR";
+  else
+    why = "the signaling policy " + std::string(S::name) + " needs min_sq_depth = " + depth + " slots";
+  throw usage_error("create_qp(): " + why + ", so the send queue must hold at least " + depth +
+                    " WRs, but max_send_wr is " + std::to_string(caps.max_send_wr) +
+                    ": raise max_send_wr or choose a policy that needs fewer");
+}
+
+// Refuses CQs that cannot hold a completion for every WR the new QP may have out.
+template <class B>
+void check_cq_room(const cq_block<B>& scq, const cq_block<B>& rcq, const qp_cap& caps, std::string_view tname,
+                   std::uint32_t max_cqe) {
+  auto refuse = [&](const char* which, const cq_block<B>& cq, std::uint32_t sends, std::uint32_t recvs) {
+    const std::uint64_t need = cq.reserved + sends + recvs;
+    if (need > static_cast<std::uint64_t>(cq.capacity))
+      throw usage_error(std::string("create_qp(): ") + which +
+                        cq_too_small(cq.capacity, cq.reserved, cq.live(), tname, sends, recvs, need, max_cqe));
+  };
+  if (&scq == &rcq) return refuse("", scq, caps.max_send_wr, caps.max_recv_wr);
+  refuse("send ", scq, caps.max_send_wr, 0);
+  refuse("receive ", rcq, 0, caps.max_recv_wr);
+}
+
+// One modify_qp step; a refusal is rethrown naming the step, the transport, the QP and
+// the mask, with the attributes the IB spec's table says were missing or not allowed.
+template <class B, class T>
+void modify_step(qp_parts<B>& p, const qp_attr& a, qp_attr_mask m, qp_state from, const char* step) {
+  try {
+    B::modify_qp(p.qp, a, m);
+  } catch (const verbs_error& e) {
+    const auto rule = rule_for(from, a.state, T::type);
+    qp_transition_failure t;
+    t.qp_num = p.link->qp_num;
+    t.from = from;
+    t.to = a.state;
+    t.mask = m;
+    t.missing = rule.required & ~m;
+    t.extra = m & ~(rule.required | rule.optional | qp_attr_mask::state);
+    throw verbs_error(e.verb(), e.errno_value(),
+                      std::string(step) + " of " + std::string(T::name) + " QP " + std::to_string(t.qp_num) +
+                          " with mask " + to_string(m) + " failed: " + e.detail(),
+                      t);
+  }
+}
+
+// Creates the native QP on checked CQs, attaches it to them and takes it to INIT.
+template <class B, class T, class S>
+qp_parts<B> create_parts(pd_ref<B> pd, std::shared_ptr<cq_block<B>> send_blk,
+                         std::shared_ptr<cq_block<B>> recv_blk, const qp_cap& caps, const qp_options& o) {
+  cq_block<B>* scq = send_blk.get();
+  cq_block<B>* rcq = recv_blk.get();
+  const device_state<B>& dev = *pd->dev;
+  check_sq_depth<S>(caps);
+  check_cq_room(*scq, *rcq, caps, T::name, dev.attr.max_cqe);
+
+  qp_parts<B> p;
+  p.pd = pd;
+  p.scq = std::move(send_blk);
+  p.rcq = std::move(recv_blk);
+  p.asked = caps;
+  p.opts = o;
+  p.caps = caps;
+  p.qp = B::create_qp(pd->pd, scq->cq, rcq->cq, T::type, p.caps, false);
+  p.inline_limit = o.auto_inline ? p.caps.max_inline_data : 0;
+  p.link = std::make_unique<qp_link<B>>();
+  auto& l = *p.link;
+  l.qp_num = B::qp_num(p.qp);
+  l.recv_offset = T::recv_offset;
+  // Credits follow what was asked: the device may grant more, but the CQs were
+  // sized (and checked above) for the requested depths.
+  l.sq = sq_credits(caps.max_send_wr);
+  l.rq_depth = caps.max_recv_wr;
+  l.send_cq = scq;
+  l.recv_cq = rcq;
+  if (scq == rcq) {
+    scq->attach(&l, caps.max_send_wr + caps.max_recv_wr);
+  } else {
+    scq->attach(&l, caps.max_send_wr);
+    rcq->attach(&l, caps.max_recv_wr);
+  }
+
+  const port_attr pa = dev.port(o.port);
+  p.gid_index = o.gid_index >= 0 ? o.gid_index : choose_gid<B>(dev.ctx, o.port);
+  if (pa.layer == link_layer::ethernet || o.gid_index >= 0)
+    p.local_gid = B::query_gid(dev.ctx, o.port, p.gid_index).value;
+  p.lid = pa.lid;
+  p.active_mtu = pa.active_mtu;
+  p.psn = (o.psn ? *o.psn : l.qp_num * 0x9E3779B1u) & psn_mask;
+  modify_step<B, T>(p, T::init_attr(o), T::init_mask, qp_state::reset, "RESET→INIT");
+  return p;
+}
+
+// The INIT→RTR attributes to reach `peer`: the smaller of both MTUs (and the asked
+// one), the peer's QPN and PSN, the address vector, and the transport's own fields.
+template <class B, class T>
+qp_attr rtr_attributes(const qp_parts<B>& p, const endpoint& peer, const connect_options& o) {
+  const port_attr pa = p.dev().port(p.opts.port);
+  qp_attr a;
+  a.state = qp_state::rtr;
+  mtu m = pa.active_mtu;
+  if (mtu_bytes(peer.mtu) != 0 && peer.mtu < m) m = peer.mtu;
+  if (o.path_mtu && *o.path_mtu < m) m = *o.path_mtu;
+  a.path_mtu = m;
+  a.dest_qp_num = peer.qpn;
+  a.rq_psn = peer.psn & psn_mask;
+  a.av = make_av(peer, p.opts.port, pa, p.gid_index, o.hop_limit, o.sl, o.force_grh, p.dev().name);
+  T::rtr_attr(a, o, p.dev().attr);
+  return a;
+}
+
+// RTR→RTS; if the device refuses, RESET→INIT again so the type (INIT) and the device
+// state agree, then rethrow.
+template <class B, class T>
+void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts) {
+  try {
+    modify_step<B, T>(p, rts, T::rts_mask, qp_state::rtr, "RTR→RTS");
+  } catch (const verbs_error& e) {
+    const std::uint32_t dropped = p.link->rq_held;
+    std::string note = "; the queue pair was reset to INIT";
+    if (dropped) note += " and its " + std::to_string(dropped) + " posted receive(s) dropped: post them again";
+    note += " before retrying connect";
+    try {
+      qp_attr r;
+      r.state = qp_state::reset;
+      B::modify_qp(p.qp, r, qp_attr_mask::state);
+      B::modify_qp(p.qp, T::init_attr(p.opts), T::init_mask);
+      p.link->rq_held = 0;
+    } catch (const verbs_error& back) {
+      note = "; taking it back to INIT failed too (" + back.detail() + "): destroy this queue pair";
+      p.link->error = true;
+    }
+    if (const auto* t = e.transition()) throw verbs_error(e.verb(), e.errno_value(), e.detail() + note, *t);
+    throw verbs_error(e.verb(), e.errno_value(), e.detail() + note);
+  }
+}
+
+// Moves a replaced QP to ERR so its outstanding WRs flush, and shrinks its CQ
+// reservation to what those flushes can take; destroys it at once when nothing is
+// outstanding or the device refuses ERR (then no flush can come).
+template <class B>
+void retire(qp_parts<B>& p) noexcept {
+  auto& l = *p.link;
+  const std::uint32_t sends = l.sq.held(), recvs = l.rq_held;
+  if (sends + recvs == 0) return p.release();
+  try {
+    qp_attr err;
+    err.state = qp_state::err;
+    B::modify_qp(p.qp, err, qp_attr_mask::state);
+  } catch (...) {
+    return p.release();
+  }
+  if (l.send_cq == l.recv_cq) {
+    l.send_cq->retire(p.asked.max_send_wr + p.asked.max_recv_wr, sends + recvs);
+  } else {
+    l.send_cq->retire(p.asked.max_send_wr, sends);
+    l.recv_cq->retire(p.asked.max_recv_wr, recvs);
+  }
+  p.asked.max_send_wr = sends;  // from now on, what release() gives back
+  p.asked.max_recv_wr = recvs;
+  p.is_retired = true;
+}
+
+// The device refused send WR `wr` (after `posted` were taken): which rule it broke,
+// read back from the WR itself. Out of line: the success path pays nothing for it.
+template <class B>
+RDMAKIT_NOINLINE post_result refused_send(const qp_cap& caps, int e, std::uint32_t posted,
+                                          const typename B::send_wr* wr) noexcept {
+  post_result r{post_status::backend_error, e, posted};
+  if (e != EINVAL || !wr) return r;
+  const send_wr_facts f = B::describe_send(*wr);
+  const bool atomic = f.op == opcode::atomic_cmp_and_swp || f.op == opcode::atomic_fetch_and_add;
+  if (static_cast<std::uint32_t>(f.num_sge) > caps.max_send_sge)
+    r.rule = post_rule::sge_count;
+  else if (atomic && f.length != 8)
+    r.rule = post_rule::atomic_length;
+  else if (atomic && f.remote_addr % 8 != 0)
+    r.rule = post_rule::atomic_alignment;
+  else if (has_any(f.flags, send_flags::inline_data) && f.length > caps.max_inline_data)
+    r.rule = post_rule::inline_size;
+  return r;
+}
+
+}  // namespace detail
+
+RDMAKIT_END_NAMESPACE
