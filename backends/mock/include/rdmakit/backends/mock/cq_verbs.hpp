@@ -1,0 +1,146 @@
+#pragma once
+// The completion verbs of backends::mock: channels, CQs, polls, notification
+// requests and completion events. Every call takes the fabric lock; a wait for an
+// event releases it between slices.
+#include <rdmakit/backends/mock/engine.hpp>
+
+#include <chrono>
+#include <thread>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace backends {
+
+namespace mockd = rdmakit::mock::detail;
+
+inline mock::channel mock::create_comp_channel(context ctx) {
+  auto& f = mockd::fab_of(ctx);
+  std::lock_guard lk(f.mu);
+  auto* ch = new mockd::channel_obj;
+  ch->ctx = ctx;
+  ++ctx->children;
+  f.channels.insert(ch);
+  return ch;
+}
+
+inline int mock::destroy_comp_channel(channel ch) noexcept {
+  if (!ch) return EINVAL;
+  auto& f = mockd::fab_of(ch);
+  std::lock_guard lk(f.mu);
+  if (ch->cqs) return EBUSY;  // CQs still report to it
+  --ch->ctx->children;
+  f.channels.erase(ch);
+  delete ch;
+  return 0;
+}
+
+inline mock::cq mock::create_cq(context ctx, int cqe, channel ch, int comp_vector) {
+  auto& f = mockd::fab_of(ctx);
+  std::lock_guard lk(f.mu);
+  const auto& limits = f.devices[ctx->dev].cfg.limits;
+  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > limits.max_cqe)
+    mockd::fail("ibv_create_cq", EINVAL,
+                "cqe " + std::to_string(cqe) + " is outside 1.." + std::to_string(limits.max_cqe) +
+                    " (the device's max_cqe)");
+  if (comp_vector < 0) mockd::fail("ibv_create_cq", EINVAL, "negative comp_vector");
+  if (ch && ch->ctx != ctx) mockd::fail("ibv_create_cq", EINVAL, "the completion channel belongs to another device");
+  auto& dev = f.devices[ctx->dev];
+  mockd::take_one(dev.count.cq, limits.max_cq, "ibv_create_cq", "completion queues", "max_cq", dev);
+  auto* c = new mockd::cq_obj;
+  c->ctx = ctx;
+  c->channel = ch;
+  c->capacity = cqe;
+  if (ch) ++ch->cqs;
+  ++ctx->children;
+  f.cqs.insert(c);
+  return c;
+}
+
+inline int mock::cq_capacity(cq c) noexcept { return c->capacity; }
+
+inline int mock::destroy_cq(cq c) noexcept {
+  if (!c) return EINVAL;
+  auto& f = mockd::fab_of(c);
+  std::lock_guard lk(f.mu);
+  if (c->qps) return EBUSY;                            // a QP still uses it
+  if (c->events_acked < c->events_delivered) return EBUSY;  // ibv_destroy_cq would wait forever
+  if (c->channel) {
+    auto& ev = c->channel->events;
+    ev.erase(std::remove(ev.begin(), ev.end(), c), ev.end());
+    --c->channel->cqs;
+  }
+  for (auto* ctx : f.contexts)
+    for (auto it = ctx->async_q.begin(); it != ctx->async_q.end();)
+      it = it->object == c ? ctx->async_q.erase(it) : it + 1;
+  --c->ctx->children;
+  --f.devices[c->ctx->dev].count.cq;
+  f.cqs.erase(c);
+  delete c;
+  return 0;
+}
+
+inline int mock::poll_cq(cq c, int n, wc* out) noexcept {
+  if (n < 0) return -EINVAL;
+  auto& f = mockd::fab_of(c);
+  std::lock_guard lk(f.mu);
+  mockd::touch(f);
+  mockd::run_due(f);
+  int got = mockd::take(f, c, n, out);
+  if (got == 0 && mockd::jump(f)) got = mockd::take(f, c, n, out);
+  return got;
+}
+
+inline int mock::req_notify_cq(cq c, bool solicited_only) noexcept {
+  auto& f = mockd::fab_of(c);
+  std::function<void(const void*)> hook;
+  {
+    std::lock_guard lk(f.mu);
+    mockd::touch(f);
+    hook = f.arm_hook;
+  }
+  if (hook) hook(c);
+  std::lock_guard lk(f.mu);
+  if (!c->channel) return EINVAL;  // nothing to notify
+  c->armed = true;
+  c->solicited_only = solicited_only;
+  return 0;
+}
+
+inline int mock::get_cq_event(channel ch, std::chrono::milliseconds timeout, cq& out) noexcept {
+  auto& f = mockd::fab_of(ch);
+  std::unique_lock lk(f.mu);
+  mockd::touch(f);
+  const auto until = mockd::deadline_after(timeout);
+  for (unsigned jumps = 0;;) {
+    mockd::run_due(f);
+    if (!ch->events.empty()) {
+      out = ch->events.front();
+      ch->events.pop_front();
+      ++out->events_delivered;
+      return 0;
+    }
+    if (mockd::jump(f)) {  // simulated time passes while we wait
+      // A timer source can be endless (rnr_retry = 7 toward a peer that never posts a
+      // receive): the wall-clock timeout still holds, and other threads get the lock.
+      if (std::chrono::steady_clock::now() >= until) return ETIMEDOUT;
+      if (++jumps % 16 == 0) {  // a short sleep, not a yield: std::mutex is not fair
+        lk.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+        lk.lock();
+      }
+      continue;
+    }
+    auto slice = until;
+    if (f.paced && mockd::pending(f))  // the next event falls due on the wall clock
+      slice = std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+    if (!mockd::wait_until(f, lk, slice) && ch->events.empty() && slice == until) return ETIMEDOUT;
+  }
+}
+
+inline void mock::ack_cq_events(cq c, unsigned n) noexcept {
+  auto& f = mockd::fab_of(c);
+  std::lock_guard lk(f.mu);
+  c->events_acked = std::min(c->events_delivered, c->events_acked + n);
+}
+
+}  // namespace backends
+RDMAKIT_END_NAMESPACE

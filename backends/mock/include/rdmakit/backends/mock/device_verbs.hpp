@@ -1,0 +1,219 @@
+#pragma once
+// The device verbs of backends::mock (devices, ports, GIDs, asynchronous events,
+// PDs, MRs, AHs): argument checks with errors that say what to do, then the engine.
+// Every call takes the fabric lock.
+#include <rdmakit/backends/mock/engine.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace backends {
+
+namespace mockd = rdmakit::mock::detail;
+
+// The name-only forms open from the process default fabric, never from one the caller made.
+inline std::vector<std::string> mock::device_names() { return device_names(rdmakit::mock::default_fabric()); }
+
+inline std::vector<std::string> mock::device_names(rdmakit::mock::fabric& fab) {
+  return device_names(fab.shared_state());
+}
+
+inline std::vector<std::string> mock::device_names(std::shared_ptr<mockd::fabric_state> st) {
+  auto& f = *st;
+  std::lock_guard lk(f.mu);
+  std::vector<std::string> out;
+  for (auto& d : f.devices) out.push_back(d.cfg.name);
+  return out;
+}
+
+inline mock::context mock::open_device(std::string_view name) {
+  return open_device(rdmakit::mock::default_fabric(), name);
+}
+
+inline mock::context mock::open_device(rdmakit::mock::fabric& fab, std::string_view name) {
+  return open_device(fab.shared_state(), name);
+}
+
+inline mock::context mock::open_device(std::shared_ptr<mockd::fabric_state> st, std::string_view name) {
+  auto& f = *st;
+  std::lock_guard lk(f.mu);
+  mockd::touch(f);
+  for (auto& d : f.devices) {
+    if (!name.empty() && d.cfg.name != name) continue;
+    auto* c = new mockd::context_obj;
+    c->fab = &f;
+    c->keep = std::move(st);
+    c->dev = d.index;
+    f.contexts.insert(c);
+    return c;
+  }
+  std::string names;
+  for (auto& d : f.devices) names += (names.empty() ? "" : ", ") + d.cfg.name;
+  mockd::fail("ibv_open_device", ENODEV,
+              name.empty() ? "the mock fabric has no devices"
+                           : "no mock device named '" + std::string(name) + "'; devices: " + names);
+}
+
+inline void mock::close_device(context ctx) noexcept {
+  if (!ctx) return;
+  auto& f = mockd::fab_of(ctx);
+  std::shared_ptr<mockd::fabric_state> last;  // released after the lock: it may free the fabric
+  {
+    std::lock_guard lk(f.mu);
+    if (ctx->children) return;  // objects still use it: the fabric releases it when it goes
+    f.contexts.erase(ctx);
+    last = std::move(ctx->keep);
+    delete ctx;
+  }
+}
+
+inline std::string mock::device_name(context ctx) {
+  auto& f = mockd::fab_of(ctx);
+  std::lock_guard lk(f.mu);
+  return f.devices[ctx->dev].cfg.name;
+}
+
+inline device_attr mock::query_device(context ctx) {
+  auto& f = mockd::fab_of(ctx);
+  std::lock_guard lk(f.mu);
+  return f.devices[ctx->dev].cfg.limits;
+}
+
+inline port_attr mock::query_port(context ctx, std::uint8_t port) {
+  auto& f = mockd::fab_of(ctx);
+  std::lock_guard lk(f.mu);
+  const auto& p = mockd::port_checked(f, ctx, port, "ibv_query_port");
+  port_attr a;
+  a.state = p.up ? port_state::active : port_state::down;
+  a.max_mtu = p.cfg.max_mtu;
+  a.active_mtu = p.cfg.active_mtu;
+  a.gid_tbl_len = mockd::gid_table_len;
+  a.max_msg_sz = 1u << 31;
+  a.lid = p.lid;
+  a.layer = p.cfg.layer;
+  return a;
+}
+
+inline gid_entry mock::query_gid(context ctx, std::uint8_t port, int index) {
+  auto& f = mockd::fab_of(ctx);
+  std::lock_guard lk(f.mu);
+  const auto& p = mockd::port_checked(f, ctx, port, "ibv_query_gid");
+  if (index < 0 || static_cast<std::uint32_t>(index) >= p.gids.size())
+    mockd::fail("ibv_query_gid", EINVAL,
+                "GID index " + std::to_string(index) + " is outside the table (0.." +
+                    std::to_string(p.gids.size() - 1) + ")");
+  return p.gids[static_cast<std::size_t>(index)];
+}
+
+inline int mock::get_async_event(context ctx, std::chrono::milliseconds timeout, async_event& out) noexcept {
+  auto& f = mockd::fab_of(ctx);
+  std::unique_lock lk(f.mu);
+  const auto until = mockd::deadline_after(timeout);
+  for (;;) {
+    mockd::run_due(f);
+    if (!ctx->async_q.empty()) {
+      out = ctx->async_q.front();
+      ctx->async_q.pop_front();
+      return 0;
+    }
+    if (!mockd::wait_until(f, lk, until) && ctx->async_q.empty()) return ETIMEDOUT;
+  }
+}
+
+inline mock::pd mock::alloc_pd(context ctx) {
+  auto& f = mockd::fab_of(ctx);
+  std::lock_guard lk(f.mu);
+  auto& dev = f.devices[ctx->dev];
+  mockd::take_one(dev.count.pd, dev.cfg.limits.max_pd, "ibv_alloc_pd", "protection domains", "max_pd", dev);
+  auto* p = new mockd::pd_obj;
+  p->ctx = ctx;
+  ++ctx->children;
+  f.pds.insert(p);
+  return p;
+}
+
+inline int mock::dealloc_pd(pd p) noexcept {
+  if (!p) return EINVAL;
+  auto& f = mockd::fab_of(p);
+  std::lock_guard lk(f.mu);
+  if (p->children) return EBUSY;  // MRs, QPs or AHs still use it
+  --p->ctx->children;
+  --f.devices[p->ctx->dev].count.pd;
+  f.pds.erase(p);
+  delete p;
+  return 0;
+}
+
+inline mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access flags) {
+  auto& f = mockd::fab_of(p);
+  std::lock_guard lk(f.mu);
+  const auto& limits = f.devices[p->ctx->dev].cfg.limits;
+  if (!addr || length == 0)
+    mockd::fail("ibv_reg_mr", EINVAL, "nothing to register: the buffer is null or has length 0");
+  if (length > limits.max_mr_size)
+    mockd::fail("ibv_reg_mr", EINVAL, "length exceeds the device's max_mr_size");
+  if (has_any(flags, access::remote_write | access::remote_atomic) && !has_all(flags, access::local_write))
+    mockd::fail("ibv_reg_mr", EINVAL,
+                "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE too (" + to_string(flags) + " was asked)");
+  auto& dev = f.devices[p->ctx->dev];
+  mockd::take_one(dev.count.mr, limits.max_mr, "ibv_reg_mr", "memory regions", "max_mr", dev);
+  auto* m = new mockd::mr_obj;
+  m->pd = p;
+  m->addr = reinterpret_cast<std::uint64_t>(addr);
+  m->length = length;
+  m->flags = flags;
+  m->lkey = f.next_key;
+  m->rkey = f.next_key | 0x80000000u;  // distinct from the lkey, so mixing them up is caught
+  ++f.next_key;
+  f.by_lkey[m->lkey] = m;
+  f.by_rkey[m->rkey] = m;
+  ++p->children;
+  return m;
+}
+
+inline int mock::dereg_mr(mr m) noexcept {
+  if (!m) return EINVAL;
+  auto& f = mockd::fab_of(m->pd);
+  std::lock_guard lk(f.mu);
+  f.by_lkey.erase(m->lkey);
+  f.by_rkey.erase(m->rkey);
+  --m->pd->children;
+  --f.devices[m->pd->ctx->dev].count.mr;
+  delete m;
+  return 0;
+}
+
+inline std::uint32_t mock::mr_lkey(mr m) noexcept { return m->lkey; }
+inline std::uint32_t mock::mr_rkey(mr m) noexcept { return m->rkey; }
+
+inline mock::ah mock::create_ah(pd p, const ah_attr& attr) {
+  auto& f = mockd::fab_of(p);
+  std::lock_guard lk(f.mu);
+  mockd::check_av(f, p->ctx, attr, "ibv_create_ah");
+  auto& dev = f.devices[p->ctx->dev];
+  mockd::take_one(dev.count.ah, dev.cfg.limits.max_ah, "ibv_create_ah", "address handles", "max_ah", dev);
+  auto* a = new mockd::ah_obj;
+  a->pd = p;
+  a->attr = attr;
+  ++p->children;
+  f.ahs.insert(a);
+  return a;
+}
+
+inline int mock::destroy_ah(ah a) noexcept {
+  if (!a) return EINVAL;
+  auto& f = mockd::fab_of(a->pd);
+  std::lock_guard lk(f.mu);
+  --a->pd->children;
+  --f.devices[a->pd->ctx->dev].count.ah;
+  f.ahs.erase(a);
+  delete a;
+  return 0;
+}
+
+}  // namespace backends
+RDMAKIT_END_NAMESPACE

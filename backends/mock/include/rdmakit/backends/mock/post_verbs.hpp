@@ -1,0 +1,136 @@
+#pragma once
+// post_send and post_recv of backends::mock: each WR is checked as a device checks it
+// (the first refused one is bad_wr, those before it are posted), queued, and the
+// engine runs what is due.
+#include <rdmakit/backends/mock/engine.hpp>
+
+#include <cstdint>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace mock::detail {
+
+// Why a device refuses send WR `w` on `q` now (EINVAL for a malformed WR or a QP not
+// in RTS/SQD/ERR, ENOMEM for a full send queue), or 0; `total` gets its length. The
+// send queue counts every slot still held, unsignaled WRs waiting for a later
+// signaled completion included.
+inline int send_wr_error(const qp_obj* q, const rdmakit::backends::mock::send_wr& w, std::uint64_t& total) noexcept {
+  if (q->state == qp_state::reset || q->state == qp_state::init || q->state == qp_state::rtr) return EINVAL;
+  if (w.num_sge < 0 || static_cast<std::uint32_t>(w.num_sge) > q->caps.max_send_sge ||
+      (w.num_sge && !w.sg_list) || !opcode_allowed(q->type, w.op))
+    return EINVAL;
+  for (int i = 0; i < w.num_sge; ++i) total += w.sg_list[i].length;
+  if (total > (1ull << 31)) return EINVAL;
+  const bool inl = has_all(w.flags, send_flags::inline_data);
+  if (inl && (total > q->caps.max_inline_data || is_read_or_atomic(w.op))) return EINVAL;
+  if (is_atomic(w.op) && (w.num_sge != 1 || w.sg_list[0].length != 8 || (w.atomic.remote_addr & 7) != 0))
+    return EINVAL;
+  if (is_read_or_atomic(w.op) && q->attr.max_rd_atomic == 0)
+    return EINVAL;  // max_rd_atomic 0 can never issue it: refuse instead of stalling
+  if (q->type == qp_type::ud && (!w.ud.address || w.ud.address->pd != q->pd)) return EINVAL;
+  if (q->sq.size() >= q->caps.max_send_wr) return ENOMEM;
+  return 0;
+}
+
+// The send queue entry for an accepted WR: inline data is copied now (the caller may
+// reuse the buffer as soon as post_send returns), UD sends keep their address vector.
+inline send_wqe make_send_wqe(qp_obj* q, const rdmakit::backends::mock::send_wr& w, std::uint64_t total) {
+  send_wqe e;
+  e.seq = q->next_seq++;
+  e.wr_id = w.wr_id;
+  e.op = w.op;
+  e.flags = w.flags;
+  e.signaled = q->sq_sig_all || has_all(w.flags, send_flags::signaled);
+  e.length = static_cast<std::uint32_t>(is_atomic(w.op) ? 8 : total);
+  e.sges.assign(w.sg_list, w.sg_list + w.num_sge);
+  if (has_all(w.flags, send_flags::inline_data)) {
+    e.is_inline = true;
+    e.inline_data = gather(e.sges, e.length);
+  }
+  e.imm = w.imm_data;
+  if (is_atomic(w.op)) {
+    e.remote_addr = w.atomic.remote_addr;
+    e.rkey = w.atomic.rkey;
+    e.compare_add = w.atomic.compare_add;
+    e.swap = w.atomic.swap;
+  } else {
+    e.remote_addr = w.rdma.remote_addr;
+    e.rkey = w.rdma.rkey;
+  }
+  if (q->type == qp_type::ud) {
+    e.ud_av = w.ud.address->attr;
+    e.remote_qpn = w.ud.remote_qpn;
+    e.remote_qkey = w.ud.remote_qkey;
+  }
+  return e;
+}
+
+}  // namespace mock::detail
+
+namespace backends {
+
+namespace mockd = rdmakit::mock::detail;
+
+inline int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
+  auto& f = mockd::fab_of(q);
+  std::lock_guard lk(f.mu);
+  mockd::touch(f);
+  int err = 0;
+  send_wr* w = wr;
+  for (; w; w = w->next) {
+    std::uint64_t total = 0;
+    if ((err = mockd::send_wr_error(q, *w, total))) break;
+    q->sq.push_back(mockd::make_send_wqe(q, *w, total));
+  }
+  if (bad_wr) *bad_wr = err ? w : nullptr;
+  if (q->state == qp_state::err) {
+    // Posting to a QP in ERR completes the WRs at once with flush errors.
+    for (auto& x : q->sq)
+      if (!x.reported) {
+        x.reported = true;
+        x.state = mockd::send_wqe::phase::done;
+        x.status = wc_status::wr_flush_err;
+        mockd::send_cqe(f, q, x, wc_status::wr_flush_err);
+      }
+    mockd::retire_front_on_completion(f, q);
+  } else {
+    mockd::issue(f, q);
+  }
+  mockd::run_due(f);
+  return err;
+}
+
+inline int mock::post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept {
+  auto& f = mockd::fab_of(q);
+  std::lock_guard lk(f.mu);
+  mockd::touch(f);
+  int err = 0;
+  recv_wr* w = wr;
+  for (; w; w = w->next) {
+    if (q->state == qp_state::reset) {
+      err = EINVAL;
+      break;
+    }
+    if (w->num_sge < 0 || static_cast<std::uint32_t>(w->num_sge) > q->caps.max_recv_sge ||
+        (w->num_sge && !w->sg_list)) {
+      err = EINVAL;
+      break;
+    }
+    if (q->rq.size() >= q->caps.max_recv_wr) {
+      err = ENOMEM;
+      break;
+    }
+    mockd::recv_wqe r;
+    r.wr_id = w->wr_id;
+    r.sges.assign(w->sg_list, w->sg_list + w->num_sge);
+    if (q->state == qp_state::err)
+      mockd::flush_recv(f, q, r);
+    else
+      q->rq.push_back(std::move(r));
+  }
+  if (bad_wr) *bad_wr = err ? w : nullptr;
+  mockd::run_due(f);
+  return err;
+}
+
+}  // namespace backends
+RDMAKIT_END_NAMESPACE

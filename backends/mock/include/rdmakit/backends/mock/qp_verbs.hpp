@@ -1,0 +1,155 @@
+#pragma once
+// The queue-pair verbs of backends::mock: creation checked against the device
+// limits, destruction (which flushes nothing: the QP is gone), and modify_qp checked
+// against the IB spec's transition table. Every call takes the fabric lock.
+#include <rdmakit/backends/mock/engine.hpp>
+
+#include <string>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace backends {
+
+namespace mockd = rdmakit::mock::detail;
+
+inline mock::qp mock::create_qp(pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps, bool sq_sig_all) {
+  auto& f = mockd::fab_of(p);
+  std::lock_guard lk(f.mu);
+  mockd::touch(f);
+  const auto& limits = f.devices[p->ctx->dev].cfg.limits;
+  auto bad = [&](const std::string& what) { mockd::fail("ibv_create_qp", EINVAL, what); };
+  if (!send_cq || !recv_cq) bad("a QP needs a send CQ and a receive CQ");
+  if (send_cq->ctx != p->ctx || recv_cq->ctx != p->ctx) bad("the CQs belong to another device than the PD");
+  if (type != qp_type::rc && type != qp_type::uc && type != qp_type::ud) bad("unknown QP type");
+  auto limit = [&](std::uint32_t v, std::uint32_t max, const char* name, const char* dev_name) {
+    if (v > max)
+      bad(std::string(name) + " " + std::to_string(v) + " exceeds the device's " + dev_name + " " +
+          std::to_string(max));
+  };
+  limit(caps.max_send_wr, limits.max_qp_wr, "max_send_wr", "max_qp_wr");
+  limit(caps.max_recv_wr, limits.max_qp_wr, "max_recv_wr", "max_qp_wr");
+  limit(caps.max_send_sge, limits.max_sge, "max_send_sge", "max_sge");
+  limit(caps.max_recv_sge, limits.max_sge, "max_recv_sge", "max_sge");
+  limit(caps.max_inline_data, limits.max_inline_data, "max_inline_data", "max_inline_data");
+  auto& dev = f.devices[p->ctx->dev];
+  mockd::take_one(dev.count.qp, limits.max_qp, "ibv_create_qp", "queue pairs", "max_qp", dev);
+  auto* q = new mockd::qp_obj;
+  q->pd = p;
+  q->send_cq = send_cq;
+  q->recv_cq = recv_cq;
+  q->type = type;
+  q->caps = caps;  // granted exactly as asked
+  q->sq_sig_all = sq_sig_all;
+  q->qpn = f.next_qpn++;
+  f.qps[q->qpn] = q;
+  ++send_cq->qps;
+  ++recv_cq->qps;
+  ++p->children;
+  return q;
+}
+
+inline int mock::destroy_qp(qp q) noexcept {
+  if (!q) return EINVAL;
+  auto& f = mockd::fab_of(q);
+  std::lock_guard lk(f.mu);
+  // Like providers that clean the CQ: completions of a destroyed QP are not returned.
+  for (auto* c : {q->send_cq, q->recv_cq}) {
+    auto& e = c->entries;
+    e.erase(std::remove_if(e.begin(), e.end(), [&](const mockd::cq_entry& x) { return x.wc.qp_num == q->qpn; }),
+            e.end());
+  }
+  mockd::disarm_timer(f, q);
+  f.qps.erase(q->qpn);
+  --q->send_cq->qps;
+  --q->recv_cq->qps;
+  --q->pd->children;
+  --f.devices[q->pd->ctx->dev].count.qp;
+  delete q;
+  return 0;
+}
+
+inline std::uint32_t mock::qp_num(qp q) noexcept { return q->qpn; }
+
+inline void mock::modify_qp(qp q, const qp_attr& a, qp_attr_mask mask) {
+  using m = qp_attr_mask;
+  auto& f = mockd::fab_of(q);
+  std::lock_guard lk(f.mu);
+  mockd::touch(f);
+  const qp_state cur = q->state;
+  const qp_state next = has_all(mask, m::state) ? a.state : cur;
+  auto bad = [&](const std::string& what) {
+    mockd::fail("ibv_modify_qp", EINVAL,
+                std::string(to_string(q->type)) + " QP " + std::to_string(q->qpn) + " " + to_string(cur) + "->" +
+                    to_string(next) + ": " + what);
+  };
+  if (has_all(mask, m::cur_state) && a.cur_state != cur)
+    bad(std::string("cur_state says ") + to_string(a.cur_state) + " but the QP is in " + to_string(cur));
+  auto rule = rdmakit::detail::rule_for(cur, next, q->type);
+  if (!rule.legal) bad("not a legal transition");
+  const qp_attr_mask allowed = m::state | rule.required | rule.optional;
+  if (auto extra = mask & ~allowed; extra != m::none)
+    bad("attribute(s) " + to_string(extra) + " are not allowed here (required: " + to_string(rule.required) +
+        ", optional: " + to_string(rule.optional) + ")");
+  if (auto missing = rule.required & ~mask; missing != m::none)
+    bad("missing required attribute(s) " + to_string(missing) + " (required: " + to_string(rule.required) + ")");
+  mockd::validate_attr(f, q, a, mask);
+
+  auto& s = q->attr;
+  if (has_all(mask, m::port)) s.port_num = a.port_num;
+  if (has_all(mask, m::pkey_index)) s.pkey_index = a.pkey_index;
+  if (has_all(mask, m::access_flags)) s.access_flags = a.access_flags;
+  if (has_all(mask, m::qkey)) s.qkey = a.qkey;
+  if (has_all(mask, m::av)) {
+    s.av = a.av;
+    s.av.port_num = s.port_num;
+  }
+  if (has_all(mask, m::path_mtu)) s.path_mtu = a.path_mtu;
+  if (has_all(mask, m::dest_qpn)) s.dest_qp_num = a.dest_qp_num;
+  if (has_all(mask, m::rq_psn)) s.rq_psn = a.rq_psn & psn_mask;
+  if (has_all(mask, m::sq_psn)) s.sq_psn = a.sq_psn & psn_mask;
+  if (has_all(mask, m::max_dest_rd_atomic)) s.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (has_all(mask, m::max_qp_rd_atomic)) s.max_rd_atomic = a.max_rd_atomic;
+  if (has_all(mask, m::min_rnr_timer)) s.min_rnr_timer = a.min_rnr_timer;
+  if (has_all(mask, m::timeout)) s.timeout = a.timeout;
+  if (has_all(mask, m::retry_cnt)) s.retry_cnt = a.retry_cnt;
+  if (has_all(mask, m::rnr_retry)) s.rnr_retry = a.rnr_retry;
+
+  switch (next) {
+    case qp_state::reset:
+      // Everything outstanding is dropped without completions.
+      mockd::disarm_timer(f, q);
+      q->sq.clear();
+      q->rq.clear();
+      q->held.clear();
+      q->state = qp_state::reset;
+      break;
+    case qp_state::err:
+      mockd::to_error(f, q);
+      break;
+    case qp_state::rtr:
+      q->state = next;
+      if (cur == qp_state::init) q->expected_psn = s.rq_psn;
+      break;
+    case qp_state::rts:
+      q->state = next;
+      if (cur == qp_state::rtr) {
+        q->next_psn = s.sq_psn;
+        q->retries_left = s.retry_cnt;
+        q->rnr_left = s.rnr_retry;
+      }
+      mockd::issue(f, q);
+      mockd::run_due(f);
+      break;
+    default:
+      q->state = next;
+      break;
+  }
+}
+
+inline qp_state mock::query_qp_state(qp q) {
+  auto& f = mockd::fab_of(q);
+  std::lock_guard lk(f.mu);
+  return q->state;
+}
+
+}  // namespace backends
+RDMAKIT_END_NAMESPACE
