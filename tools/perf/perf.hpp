@@ -3,6 +3,8 @@
 // Everything here is generic over the backend, the transport, the signaling policy and
 // the polling policy; main.cpp turns the command line into one of the instantiated
 // combinations (see dispatch.hpp) and prints the report.
+#include "../common/loopback.hpp"
+
 #include <rdmakit/connection.hpp>
 #include <rdmakit/rdmakit.hpp>
 
@@ -122,7 +124,7 @@ class perf_failure : public std::runtime_error {
 
 /// Exchanges our record for the peer's, calling the callback with the peer's record
 /// before the exchange completes. `finish`: the end-of-run handshake.
-using exchange_fn = std::function<connection_info(const connection_info& local, const on_peer_fn& on_peer)>;
+using rdmakit_tools::exchange_fn;
 struct peer_link {
   exchange_fn exchange;  ///< one call per queue pair
   exchange_fn finish;    ///< client: "done"; server: waits for it

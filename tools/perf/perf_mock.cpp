@@ -6,7 +6,7 @@
 
 #include <cstdio>
 #include <exception>
-#include <thread>
+#include <string>
 
 namespace rdmakit_perf {
 
@@ -26,54 +26,29 @@ int run_mock_loopback(const perf_options& o, const endpoint_options& e) {
     return 0;
   }
   mock::fabric fab;  // both ends open their devices from it, explicitly
-  exchange_listener listener(e.port_given ? e.port : 0, "127.0.0.1");
-  const std::string where = "127.0.0.1:" + std::to_string(listener.port());
-  struct side {
-    run_report rep;
-    std::string error;
-    bool ok = false;
-  } server, client;
-  auto run = [&](side& s, bool is_server) {
-    try {
-      perf_options so = o;
-      so.server = is_server;
-      so.device = is_server ? "mock0" : "mock1";
-      so.yield_when_idle = true;
-      so.progress = o.progress && !is_server;
-      exchange_options xo;
-      xo.timeout = o.timeout;
-      xo.accept_timeout = o.accept_timeout;
-      xo.retry_refused = true;
-      peer_link link;
-      if (is_server) {
-        link.peer = "client";
-        link.exchange = [&](const connection_info& l, const on_peer_fn& cb) { return listener.exchange(l, xo, cb); };
-        link.finish = link.exchange;
-      } else {
-        link.peer = where;
-        link.exchange = [&](const connection_info& l, const on_peer_fn& cb) {
-          return exchange_client("127.0.0.1", listener.port(), l, xo, cb);
-        };
-        link.finish = link.exchange;
-      }
-      s.rep = run_config<backends::mock>(so, link, device<backends::mock>(fab, so.device));
-      s.ok = true;
-    } catch (const std::exception& ex) {
-      s.error = ex.what();
-    }
-  };
-  std::thread ts([&] { run(server, true); });
-  std::thread tc([&] { run(client, false); });
-  ts.join();
-  tc.join();
-  if (server.ok && client.ok) {
+  exchange_options xo;
+  xo.timeout = o.timeout;
+  xo.accept_timeout = o.accept_timeout;
+  run_report server, client;
+  const std::uint16_t port = e.port_given ? e.port : 0;
+  const auto lb = rdmakit_tools::run_loopback(port, xo, [&](bool is_server, const exchange_fn& ex) {
+    perf_options so = o;
+    so.server = is_server;
+    so.device = is_server ? "mock0" : "mock1";
+    so.yield_when_idle = true;
+    so.progress = o.progress && !is_server;
+    peer_link link{ex, ex, is_server ? "client" : "the server on 127.0.0.1"};
+    (is_server ? server : client) = run_config<backends::mock>(so, link, device<backends::mock>(fab, so.device));
+  });
+  const std::string where = "127.0.0.1:" + std::to_string(lb.port);
+  if (lb.ok()) {
     if (!o.json) std::printf("mock loopback: client mock1 -> server mock0, exchange over %s\n", where.c_str());
-    if (!server.rep.note.empty()) client.rep.note = server.rep.note;
-    print_report(client.rep, o, "mock", "client");
+    if (!server.note.empty()) client.note = server.note;
+    print_report(client, o, "mock", "client");
     return 0;
   }
-  if (!server.error.empty()) std::fprintf(stderr, "rdmakit-perf: server (mock0): %s\n", server.error.c_str());
-  if (!client.error.empty()) std::fprintf(stderr, "rdmakit-perf: client (mock1): %s\n", client.error.c_str());
+  if (!lb.server.ok()) std::fprintf(stderr, "rdmakit-perf: server (mock0): %s\n", lb.server.error.c_str());
+  if (!lb.client.ok()) std::fprintf(stderr, "rdmakit-perf: client (mock1): %s\n", lb.client.error.c_str());
   return 1;
 }
 

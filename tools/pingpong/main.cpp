@@ -226,41 +226,25 @@ int run_mock_loopback(const cli& c) {
     return 1;
   }
   mock::fabric fab;  // both ends open their devices from it, explicitly
-  exchange_listener listener(c.port_given ? c.port : 0, "127.0.0.1");
-  struct side {
-    std::string out, error;
-    int rc = 1;
-  } server, client;
-  auto run = [&](side& s, bool is_server) {
-    try {
-      printer p(&s.out);
-      pingpong_options o = c.pp;
-      o.server = is_server;
-      o.device = is_server ? "mock0" : "mock1";
-      exchange_options xo = c.xo;
-      xo.retry_refused = true;
-      exchange_fn ex = is_server ? exchange_fn([&](const connection_info& local, const on_peer_fn& cb) {
-        return listener.exchange(local, xo, cb);
-      })
-                                 : exchange_fn([&](const connection_info& local, const on_peer_fn& cb) {
-                                     return exchange_client("127.0.0.1", listener.port(), local, xo, cb);
-                                   });
-      s.rc = dispatch<backends::mock, yielding_poll<>>(o, c.transport, ex, p, device<backends::mock>(fab, o.device));
-    } catch (const std::exception& e) {
-      s.error = e.what();
-    }
-  };
-  std::thread ts([&] { run(server, true); });
-  std::thread tc([&] { run(client, false); });
-  ts.join();
-  tc.join();
-  std::printf("mock loopback, %s, exchange over 127.0.0.1:%u (%s format)\n", transport_name(c.transport),
-              listener.port(), c.xo.format == wire_format::pingpong ? "ibv_*_pingpong" : "rdmakit");
-  for (auto* s : {&server, &client}) {
-    std::printf("[%s]\n%s", s == &server ? "server mock0" : "client mock1", s->out.c_str());
-    if (!s->error.empty()) std::fprintf(stderr, "%s: %s\n", s == &server ? "server" : "client", s->error.c_str());
+  std::string out[2];  // server, client
+  int rc[2] = {1, 1};
+  const std::uint16_t port = c.port_given ? c.port : 0;
+  const auto lb = rdmakit_tools::run_loopback(port, c.xo, [&](bool is_server, const exchange_fn& ex) {
+    printer p(&out[is_server ? 0 : 1]);
+    pingpong_options o = c.pp;
+    o.server = is_server;
+    o.device = is_server ? "mock0" : "mock1";
+    rc[is_server ? 0 : 1] =
+        dispatch<backends::mock, yielding_poll<>>(o, c.transport, ex, p, device<backends::mock>(fab, o.device));
+  });
+  std::printf("mock loopback, %s, exchange over 127.0.0.1:%u (%s format)\n", transport_name(c.transport), lb.port,
+              c.xo.format == wire_format::pingpong ? "ibv_*_pingpong" : "rdmakit");
+  const rdmakit_tools::loopback_side* sides[2] = {&lb.server, &lb.client};
+  for (int i = 0; i < 2; ++i) {
+    std::printf("[%s]\n%s", i == 0 ? "server mock0" : "client mock1", out[i].c_str());
+    if (!sides[i]->ok()) std::fprintf(stderr, "%s: %s\n", i == 0 ? "server" : "client", sides[i]->error.c_str());
   }
-  return server.rc == 0 && client.rc == 0 && server.error.empty() && client.error.empty() ? 0 : 1;
+  return lb.ok() && rc[0] == 0 && rc[1] == 0 ? 0 : 1;
 }
 
 template <verbs_backend B>

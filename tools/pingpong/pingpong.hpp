@@ -4,6 +4,8 @@
 // client sends first) on the policy layer: typed queue pairs (connect/activate), the
 // signal_all policy, a busy_poll or event_driven completion queue. Generic over the
 // backend, so the same code runs on the mock and on libibverbs.
+#include "../common/loopback.hpp"
+
 #include <rdmakit/connection.hpp>
 #include <rdmakit/rdmakit.hpp>
 
@@ -63,7 +65,7 @@ class printer {
 
 /// Exchanges our record for the peer's; calls the callback with the peer's record
 /// before the exchange completes (server: before answering).
-using exchange_fn = std::function<connection_info(const connection_info& local, const on_peer_fn& on_peer)>;
+using rdmakit_tools::exchange_fn;
 
 class pingpong_failure : public std::runtime_error {
  public:
