@@ -13,6 +13,7 @@
 #include <rdmakit/address_handle.hpp>
 #include <rdmakit/completion_queue.hpp>
 #include <rdmakit/detail/device_state.hpp>
+#include <rdmakit/detail/operation_calls.hpp>
 #include <rdmakit/detail/qp_link.hpp>
 #include <rdmakit/detail/qp_parts.hpp>
 #include <rdmakit/detail/qp_setup.hpp>
@@ -44,8 +45,10 @@
 RDMAKIT_BEGIN_NAMESPACE
 
 /// A queue pair of transport T with signaling policy S, in state State (init or rts).
+/// The operations are also member functions (`qp.write(src, dst, wr_id)`, ...: see
+/// detail/operation_calls.hpp), each the same as `qp.post(op::write{src, dst}, wr_id)`.
 template <verbs_backend B, transport T, signaling S = signal_all, qp_state State = qp_state::init>
-class queue_pair {
+class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B> {
   static_assert(State == qp_state::init || State == qp_state::rts,
                 "queue_pair's typestate is qp_state::init or qp_state::rts");
 
@@ -267,91 +270,6 @@ class queue_pair {
     }
   }
 
-  // The calls below are the same operations spelled as functions (local side first,
-  // then the remote side, then operands; UD sends name their destination first).
-
-  /// SEND `buf` to the connected peer.
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send(const local_buffer& buf, std::uint64_t wr_id,
-                                                       send_flags flags = send_flags::none) noexcept {
-    return post(op::send<>{buf}, wr_id, flags);
-  }
-  /// SEND gathered from `sgl`.
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send(std::span<const local_buffer> sgl, std::uint64_t wr_id,
-                                                       send_flags flags = send_flags::none) noexcept {
-    return post(op::send{sgl}, wr_id, flags);
-  }
-  /// SEND with 32-bit immediate data (host order; the receiver's completion has it).
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send_imm(const local_buffer& buf, std::uint32_t imm,
-                                                           std::uint64_t wr_id,
-                                                           send_flags flags = send_flags::none) noexcept {
-    return post(op::send_imm<>{buf, imm}, wr_id, flags);
-  }
-  /// UD: SEND `buf` to `to` (an address handle, remote QPN and Q_Key).
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send(const ud_address<B>& to, const local_buffer& buf,
-                                                       std::uint64_t wr_id,
-                                                       send_flags flags = send_flags::none) noexcept {
-    return post(op::ud_send<B>{buf, to}, wr_id, flags);
-  }
-  /// UD: SEND with immediate data to `to`.
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result send_imm(const ud_address<B>& to, const local_buffer& buf,
-                                                           std::uint32_t imm, std::uint64_t wr_id,
-                                                           send_flags flags = send_flags::none) noexcept {
-    return post(op::ud_send_imm<B>{buf, to, imm}, wr_id, flags);
-  }
-  /// RDMA WRITE `src` to `dst` (RC, UC).
-  template <access A>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result write(const local_buffer& src, const remote_region<A>& dst,
-                                                        std::uint64_t wr_id,
-                                                        send_flags flags = send_flags::none) noexcept {
-    return post(op::write<A>{src, dst}, wr_id, flags);
-  }
-  /// RDMA WRITE gathered from `sgl`.
-  template <access A>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result write(std::span<const local_buffer> sgl,
-                                                        const remote_region<A>& dst, std::uint64_t wr_id,
-                                                        send_flags flags = send_flags::none) noexcept {
-    return post(op::write{sgl, dst}, wr_id, flags);
-  }
-  /// RDMA WRITE with immediate data: also consumes a receive at the peer.
-  template <access A>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result write_imm(const local_buffer& src, const remote_region<A>& dst,
-                                                            std::uint32_t imm, std::uint64_t wr_id,
-                                                            send_flags flags = send_flags::none) noexcept {
-    return post(op::write_imm<A>{src, dst, imm}, wr_id, flags);
-  }
-  /// RDMA READ from `src` into `dst` (RC only; dst needs LOCAL_WRITE).
-  template <access A>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result read(const local_buffer& dst, const remote_region<A>& src,
-                                                       std::uint64_t wr_id,
-                                                       send_flags flags = send_flags::none) noexcept {
-    return post(op::read<A>{dst, src}, wr_id, flags);
-  }
-  /// RDMA READ scattered into `sgl`.
-  template <access A>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result read(std::span<const local_buffer> sgl,
-                                                       const remote_region<A>& src, std::uint64_t wr_id,
-                                                       send_flags flags = send_flags::none) noexcept {
-    return post(op::read{sgl, src}, wr_id, flags);
-  }
-  /// 64-bit compare-and-swap at `target` (8 bytes, 8-aligned); the old value lands in
-  /// `result` (8 bytes, LOCAL_WRITE). RC only.
-  template <access A>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result compare_swap(const local_buffer& result,
-                                                               const remote_region<A>& target,
-                                                               std::uint64_t compare, std::uint64_t swap,
-                                                               std::uint64_t wr_id,
-                                                               send_flags flags = send_flags::none) noexcept {
-    return post(op::compare_swap<A>{result, target, compare, swap}, wr_id, flags);
-  }
-  /// 64-bit fetch-and-add at `target`; the old value lands in `result`. RC only.
-  template <access A>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result fetch_add(const local_buffer& result,
-                                                            const remote_region<A>& target, std::uint64_t add,
-                                                            std::uint64_t wr_id,
-                                                            send_flags flags = send_flags::none) noexcept {
-    return post(op::fetch_add<A>{result, target, add}, wr_id, flags);
-  }
-
   /// An empty post list for this queue pair (Max WRs, SgePerWr SGEs each).
   template <std::size_t Max, std::size_t SgePerWr = 1>
   static send_batch<B, T, Max, SgePerWr> make_batch() noexcept {
@@ -401,6 +319,12 @@ class queue_pair {
   template <verbs_backend, transport, signaling, qp_state>
   friend class queue_pair;
   friend struct detail::policy_access;
+  friend class detail::operation_calls<queue_pair, B>;
+
+  template <class Op>
+  RDMAKIT_ALWAYS_INLINE post_result submit_(const Op& o, std::uint64_t wr_id, send_flags flags) noexcept {
+    return post(o, wr_id, flags);
+  }
 
   explicit queue_pair(detail::qp_parts<B>&& p) noexcept : parts_(std::move(p)) {}
 

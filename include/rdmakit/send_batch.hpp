@@ -3,6 +3,7 @@
 /// qp.post(batch);` posts every WR with one doorbell. The same operation values as
 /// queue_pair::post, checked against the transport at compile time.
 #include <rdmakit/backend.hpp>
+#include <rdmakit/detail/operation_calls.hpp>
 #include <rdmakit/detail/qp_parts.hpp>
 #include <rdmakit/operations.hpp>
 #include <rdmakit/signaling.hpp>
@@ -23,8 +24,10 @@ class send_batch;
 
 /// A post list: several WRs posted with one doorbell by queue_pair::post. The
 /// operations check the transport at compile time like the queue pair's own.
+/// The operations are also member functions (`batch.write(src, dst, wr_id)`, ...:
+/// detail/operation_calls.hpp), each the same as `batch.add(op::write{src, dst}, wr_id)`.
 template <verbs_backend B, transport T, std::size_t Max, std::size_t SgePerWr>
-class send_batch {
+class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr>, B> {
   static_assert(Max >= 1 && SgePerWr >= 1, "send_batch needs Max >= 1 and SgePerWr >= 1");
 
  public:
@@ -46,65 +49,15 @@ class send_batch {
       return add_(Op::code, o.local, wr_id, flags, o);
   }
 
-  // The same operations spelled as functions, like queue_pair's.
-  bool send(const local_buffer& buf, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
-    return add(op::send<>{buf}, wr_id, flags);
-  }
-  /// A SEND gathered from `sgl` (at most SgePerWr entries on average).
-  bool send(std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
-    return add(op::send{sgl}, wr_id, flags);
-  }
-  bool send_imm(const local_buffer& buf, std::uint32_t imm, std::uint64_t wr_id,
-                send_flags flags = send_flags::none) noexcept {
-    return add(op::send_imm<>{buf, imm}, wr_id, flags);
-  }
-  bool send(const ud_address<B>& to, const local_buffer& buf, std::uint64_t wr_id,
-            send_flags flags = send_flags::none) noexcept {
-    return add(op::ud_send<B>{buf, to}, wr_id, flags);
-  }
-  bool send_imm(const ud_address<B>& to, const local_buffer& buf, std::uint32_t imm, std::uint64_t wr_id,
-                send_flags flags = send_flags::none) noexcept {
-    return add(op::ud_send_imm<B>{buf, to, imm}, wr_id, flags);
-  }
-  template <access A>
-  bool write(const local_buffer& src, const remote_region<A>& dst, std::uint64_t wr_id,
-             send_flags flags = send_flags::none) noexcept {
-    return add(op::write<A>{src, dst}, wr_id, flags);
-  }
-  template <access A>
-  bool write(std::span<const local_buffer> sgl, const remote_region<A>& dst, std::uint64_t wr_id,
-             send_flags flags = send_flags::none) noexcept {
-    return add(op::write{sgl, dst}, wr_id, flags);
-  }
-  template <access A>
-  bool write_imm(const local_buffer& src, const remote_region<A>& dst, std::uint32_t imm, std::uint64_t wr_id,
-                 send_flags flags = send_flags::none) noexcept {
-    return add(op::write_imm<A>{src, dst, imm}, wr_id, flags);
-  }
-  template <access A>
-  bool read(const local_buffer& dst, const remote_region<A>& src, std::uint64_t wr_id,
-            send_flags flags = send_flags::none) noexcept {
-    return add(op::read<A>{dst, src}, wr_id, flags);
-  }
-  template <access A>
-  bool read(std::span<const local_buffer> sgl, const remote_region<A>& src, std::uint64_t wr_id,
-            send_flags flags = send_flags::none) noexcept {
-    return add(op::read{sgl, src}, wr_id, flags);
-  }
-  template <access A>
-  bool compare_swap(const local_buffer& result, const remote_region<A>& target, std::uint64_t compare,
-                    std::uint64_t swap, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
-    return add(op::compare_swap<A>{result, target, compare, swap}, wr_id, flags);
-  }
-  template <access A>
-  bool fetch_add(const local_buffer& result, const remote_region<A>& target, std::uint64_t add_value,
-                 std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
-    return add(op::fetch_add<A>{result, target, add_value}, wr_id, flags);
-  }
-
  private:
   template <verbs_backend, transport, signaling, qp_state>
   friend class queue_pair;
+  friend class detail::operation_calls<send_batch, B>;
+
+  template <class Op>
+  bool submit_(const Op& o, std::uint64_t wr_id, send_flags flags) noexcept {
+    return add(o, wr_id, flags);
+  }
 
   // After a partial post: forget the first k WRs (their SGEs stay until clear()).
   void drop_front_(std::size_t k) noexcept {
