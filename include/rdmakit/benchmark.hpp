@@ -1,0 +1,459 @@
+#pragma once
+/// Google Benchmark helpers (Meson `rdmakit-bench`, pkg-config `rdmakit-bench`, CMake
+/// `rdmakit::bench`; not part of `<rdmakit/rdmakit.hpp>`):
+///  - `bench::register_grid<Transports, Signalings, Pollings>(name, loop)` registers
+///    your loop once per combination of three `bench::list`s of policies, each a
+///    separate instantiation named `name/RC/signal_every<16>/busy_poll<16>`;
+///  - `bench::loopback` connects two queue pairs of one combination (RTS; UD: with
+///    address handles) with their CQs and registered buffers, and keeps a bandwidth
+///    loop's send queue full.
+///
+///     static const auto grid = bench::register_grid<bench::list<rc, uc>,
+///         bench::list<signal_all, signal_every<16>>, bench::list<busy_poll<16>>>(
+///         "write", [](auto cfg, benchmark::State& st) { ... }).Arg(64).Arg(4096);
+#include <rdmakit/config.hpp>
+#include <rdmakit/address_handle.hpp>
+#include <rdmakit/completion.hpp>
+#include <rdmakit/completion_queue.hpp>
+#include <rdmakit/device.hpp>
+#include <rdmakit/memory.hpp>
+#include <rdmakit/operations.hpp>
+#include <rdmakit/polling.hpp>
+#include <rdmakit/post_result.hpp>
+#include <rdmakit/protection_domain.hpp>
+#include <rdmakit/queue_pair.hpp>
+#include <rdmakit/signaling.hpp>
+#include <rdmakit/transport.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+namespace bench {
+
+/// One axis of a grid: a list of policy types (`bench::list<rc, uc, ud>`).
+template <class... Policies>
+struct list {};
+
+namespace detail {
+// The text of a template argument: integers (bool: true/false) and enumerations only.
+template <class V>
+constexpr bool printable_value = std::integral<V> || std::is_enum_v<V>;
+
+template <auto V>
+std::string value_text() {
+  using T = decltype(V);
+  if constexpr (std::same_as<T, bool>)
+    return V ? "true" : "false";
+  else if constexpr (std::is_enum_v<T>)
+    return std::to_string(static_cast<std::underlying_type_t<T>>(V));
+  else
+    return std::to_string(V);
+}
+
+// "<a,b,c>" for a specialization of a template whose parameters are all values, where
+// the compiler can match it against template <auto...> (P0522: GCC, Clang 19, or Clang
+// with -frelaxed-template-template-args); "" otherwise.
+template <class P>
+struct value_args {
+  static std::string text() { return {}; }
+};
+#if defined(__cpp_template_template_args) && __cpp_template_template_args >= 201611L
+template <template <auto...> class X, auto... Vs>
+  requires(sizeof...(Vs) > 0 && (printable_value<decltype(Vs)> && ...))
+struct value_args<X<Vs...>> {
+  static std::string text() {
+    std::string s;
+    ((s += (s.empty() ? "" : ",") + value_text<Vs>()), ...);
+    return "<" + s + ">";
+  }
+};
+#endif
+
+// The name of Policy in the axis Ps...: policy_name, plus "#<position>" (1-based) when
+// an earlier policy of the axis has the same name.
+template <class Policy, class... Ps>
+std::string axis_name();
+}  // namespace detail
+
+/// The name of a policy in benchmark names: its `name`, followed by its template
+/// arguments when it is a template of values (`RC`, `signal_manual`, `signal_every<16>`,
+/// `adaptive<1024,16,16>`, and your own `my_poll<64>`); compilers without relaxed
+/// template template arguments (Clang before 19) give the `name` alone, and the grid
+/// then tells same-named policies of one list apart by position (`busy_poll#2`).
+template <class Policy>
+std::string policy_name() {
+  return std::string(std::string_view(Policy::name)) + detail::value_args<Policy>::text();
+}
+
+/// One combination of a grid, the tag your loop receives: `decltype(cfg)::transport_policy`
+/// (as in `queue_pair`), `signaling_policy`, `polling_policy`.
+template <transport T, signaling S, polling P>
+struct config {
+  /// The transport policy (rc, uc, ud or your own).
+  using transport_policy = T;
+  /// The signaling policy.
+  using signaling_policy = S;
+  /// The polling policy of the completion queues.
+  using polling_policy = P;
+  /// "RC/signal_every<16>/busy_poll<16>": the policies' names joined by '/'.
+  static std::string name() { return policy_name<T>() + "/" + policy_name<S>() + "/" + policy_name<P>(); }
+};
+
+namespace detail {
+template <class... Ls>
+struct concat {
+  using type = list<>;
+};
+template <class... A>
+struct concat<list<A...>> {
+  using type = list<A...>;
+};
+template <class... A, class... B, class... Rest>
+struct concat<list<A...>, list<B...>, Rest...> : concat<list<A..., B...>, Rest...> {};
+
+// config<T, S, P> when the loop F can be called with it, else nothing.
+template <class F, class T, class S, class P>
+using keep = std::conditional_t<std::is_invocable_v<F&, config<T, S, P>, benchmark::State&>, list<config<T, S, P>>,
+                                list<>>;
+
+template <class F, class Ts, class Ss, class Ps>
+struct product {
+  static_assert(sizeof(F) == 0, "register_grid<Transports, Signalings, Pollings>: each is a bench::list<...>");
+};
+template <class F, class... Ts, class... Ss, class... Ps>
+struct product<F, list<Ts...>, list<Ss...>, list<Ps...>> {
+  static_assert((transport<Ts> && ...), "the transports list holds a type that is not a transport policy");
+  static_assert((signaling<Ss> && ...), "the signalings list holds a type that is not a signaling policy");
+  static_assert((polling<Ps> && ...), "the pollings list holds a type that is not a polling policy");
+  template <class T, class S>
+  using row = typename concat<keep<F, T, S, Ps>...>::type;
+  template <class T>
+  using plane = typename concat<row<T, Ss>...>::type;
+  // Transport-major, in list order: the combinations the loop accepts.
+  using type = typename concat<plane<Ts>...>::type;
+  template <class T, class S, class P>
+  static std::string name(std::string_view prefix) {
+    std::string n(prefix);
+    if (!n.empty()) n += '/';
+    return n + axis_name<T, Ts...>() + "/" + axis_name<S, Ss...>() + "/" + axis_name<P, Ps...>();
+  }
+};
+
+template <class Policy, class... Ps>
+std::string axis_name() {
+  const std::string names[] = {policy_name<Ps>()...};
+  constexpr bool is[] = {std::is_same_v<Policy, Ps>...};
+  std::size_t i = 0;
+  while (!is[i]) ++i;
+  for (std::size_t j = 0; j < i; ++j)
+    if (names[j] == names[i]) return names[i] + "#" + std::to_string(i + 1);
+  return names[i];
+}
+}  // namespace detail
+
+/// The combinations one `register_grid` call registered (`Configs`: a `bench::list` of
+/// `config`s, transport-major) and their Google Benchmark handles, to apply settings
+/// to all of them: the usual ones are members; `each(f)` does anything else, and may
+/// depend on the combination.
+template <class Configs>
+class family;
+
+/// See above.
+template <class... Configs>
+class family<list<Configs...>> {
+ public:
+  /// The registered combinations, as a type: `bench::list<config<T, S, P>...>`.
+  using configs = list<Configs...>;
+  /// How many benchmarks were registered (the combinations the loop accepts).
+  static constexpr std::size_t size() noexcept { return sizeof...(Configs); }
+
+  /// Their names, as registered (Google Benchmark appends the arguments when it runs).
+  const std::vector<std::string>& names() const noexcept { return names_; }
+
+  /// For each registered benchmark `b` (a `benchmark::internal::Benchmark*`) calls
+  /// `f(cfg, b)` with its combination's `config` tag when `f` takes one, else `f(b)`:
+  /// `.each([](auto cfg, auto* b) { if constexpr (...) b->Arg(65536); })`.
+  template <class F>
+  family& each(F&& f) {
+    std::size_t i = 0;
+    (apply_<Configs>(f, members_[i++]), ...);
+    return *this;
+  }
+  /// `Benchmark::Arg` on each: one run per value of `state.range(0)`.
+  family& Arg(std::int64_t x) {
+    return each([&](benchmark::internal::Benchmark* b) { b->Arg(x); });
+  }
+  /// `Benchmark::Args` on each.
+  family& Args(const std::vector<std::int64_t>& args) {
+    return each([&](benchmark::internal::Benchmark* b) { b->Args(args); });
+  }
+  /// `Benchmark::Range` on each (powers of the range multiplier, 8 by default).
+  family& Range(std::int64_t start, std::int64_t limit) {
+    return each([&](benchmark::internal::Benchmark* b) { b->Range(start, limit); });
+  }
+  /// `Benchmark::DenseRange` on each.
+  family& DenseRange(std::int64_t start, std::int64_t limit, int step = 1) {
+    return each([&](benchmark::internal::Benchmark* b) { b->DenseRange(start, limit, step); });
+  }
+  /// `Benchmark::RangeMultiplier` on each (before Range).
+  family& RangeMultiplier(int multiplier) {
+    return each([&](benchmark::internal::Benchmark* b) { b->RangeMultiplier(multiplier); });
+  }
+  /// `Benchmark::ArgName` on each.
+  family& ArgName(const std::string& name) {
+    return each([&](benchmark::internal::Benchmark* b) { b->ArgName(name); });
+  }
+  /// `Benchmark::Unit` on each.
+  family& Unit(benchmark::TimeUnit unit) {
+    return each([&](benchmark::internal::Benchmark* b) { b->Unit(unit); });
+  }
+  /// `Benchmark::MinTime` on each (seconds).
+  family& MinTime(double seconds) {
+    return each([&](benchmark::internal::Benchmark* b) { b->MinTime(seconds); });
+  }
+  /// `Benchmark::Iterations` on each.
+  family& Iterations(benchmark::IterationCount n) {
+    return each([&](benchmark::internal::Benchmark* b) { b->Iterations(n); });
+  }
+  /// `Benchmark::Repetitions` on each.
+  family& Repetitions(int n) {
+    return each([&](benchmark::internal::Benchmark* b) { b->Repetitions(n); });
+  }
+  /// `Benchmark::UseRealTime` on each.
+  family& UseRealTime() {
+    return each([](benchmark::internal::Benchmark* b) { b->UseRealTime(); });
+  }
+
+ private:
+  template <class Ts, class Ss, class Ps, class F>
+  friend auto register_grid(std::string_view name, F loop);
+
+  template <class Cfg, class F>
+  static void apply_(F& f, benchmark::internal::Benchmark* b) {
+    if constexpr (std::is_invocable_v<F&, Cfg, benchmark::internal::Benchmark*>)
+      std::invoke(f, Cfg{}, b);
+    else
+      std::invoke(f, b);
+  }
+
+  std::vector<benchmark::internal::Benchmark*> members_;
+  std::vector<std::string> names_;
+};
+
+/// Registers `loop` with Google Benchmark once per combination of the three lists
+/// (`bench::list`s of transport, signaling and polling policies), in transport-major
+/// order, named `name/<transport>/<signaling>/<polling>` (policy_name; no `name/` when
+/// `name` is empty). Each benchmark calls `loop(config<T, S, P>{}, state)`: write it as
+/// a generic lambda `[](auto cfg, benchmark::State& st)` or as
+/// `[]<class T, class S, class P>(bench::config<T, S, P>, benchmark::State& st)`.
+/// Combinations the loop cannot be called with are not registered: constrain it to
+/// leave some out (`requires T::supports_read`); an unconstrained loop that does not
+/// compile for some combination is a compile error, never a silent gap. Call it before
+/// `benchmark::Initialize` (in main, or to initialize a namespace-scope variable).
+template <class Transports, class Signalings, class Pollings, class F>
+auto register_grid(std::string_view name, F loop) {
+  using grid = detail::product<F, Transports, Signalings, Pollings>;
+  family<typename grid::type> fam;
+  [&]<class... Cfgs>(list<Cfgs...>) {
+    (fam.names_.push_back(grid::template name<typename Cfgs::transport_policy, typename Cfgs::signaling_policy,
+                                              typename Cfgs::polling_policy>(name)),
+     ...);
+  }(typename grid::type{});
+  std::size_t i = 0;
+  [&]<class... Cfgs>(list<Cfgs...>) {
+    (fam.members_.push_back(benchmark::RegisterBenchmark(
+         fam.names_[i++].c_str(), [loop](benchmark::State& st) mutable { std::invoke(loop, Cfgs{}, st); })),
+     ...);
+  }(typename grid::type{});
+  return fam;
+}
+
+/// How a loopback pair is made.
+struct loopback_options {
+  /// Both queue pairs' capacities; each side's CQ holds max_send_wr + max_recv_wr.
+  qp_cap caps{64, 64};
+  /// RC/UC connection attributes (both directions).
+  connect_options connect{};
+  /// The longest wait for a completion in post() and finish().
+  std::chrono::milliseconds timeout{1000};
+};
+
+/// Two queue pairs of one grid combination connected to each other (RC/UC: connected;
+/// UD: activated, each with an address handle to the other), each with its own
+/// protection domain, completion queue (polled with P) and registered buffer, on one
+/// device or two. `post` keeps side a's send queue full as a bandwidth test does;
+/// `refill` keeps side b's receive queue full; `finish` waits for what is outstanding
+/// and fails the benchmark when anything went wrong.
+///
+///     bench::loopback lp(cfg, device<backends::mock>("mock0"), bytes);
+///     for (auto _ : st)
+///       if (!lp.post(op::write{lp.a.msg, lp.b.remote})) break;
+///     lp.finish(st);
+template <verbs_backend B, transport T, signaling S = signal_all, polling P = busy_poll<>>
+class loopback {
+ public:
+  /// The access rights of both buffers: everything (local write, remote write, read, atomic).
+  static constexpr access buffer_access =
+      access::local_write | access::remote_write | access::remote_read | access::remote_atomic;
+
+  /// One side of the pair.
+  struct side {
+    /// Its protection domain.
+    protection_domain<B> pd;
+    /// Its completion queue (sends and receives), polled with P.
+    completion_queue<B, P> cq;
+    /// Its registered buffer: `bytes` plus the receive offset of T (the 40-byte GRH on UD).
+    memory_region<B, buffer_access> buf;
+    /// Its queue pair, ready to send (RTS).
+    queue_pair<B, T, S, qp_state::rts> qp;
+    /// UD: the address handle reaching the other side (empty on RC/UC).
+    address_handle<B> ah;
+    /// UD: the other side's queue pair through `ah` (for op::ud_send).
+    ud_address<B> to{};
+    /// The first `bytes` bytes of `buf`: what this side sends or writes, or reads into.
+    local_buffer msg{};
+    /// The same bytes as the other side targets them (RDMA WRITE, READ, atomics).
+    remote_region<buffer_access & remote_access_bits> remote{};
+  };
+
+  /// Side a (posts with `post`/`send`) and side b (receives with `refill`).
+  side a, b;
+  /// Refused posts and failed completions so far (finish() fails the benchmark if any).
+  std::uint64_t failures = 0;
+  /// Waits that found no completion within the timeout.
+  std::uint64_t timeouts = 0;
+  /// Successful receive completions reaped so far.
+  std::uint64_t received = 0;
+
+  /// Both sides on `dev`, buffers of `bytes` (plus the GRH area on UD).
+  loopback(const device<B>& dev, std::size_t bytes, const loopback_options& o = {}) : loopback(dev, dev, bytes, o) {}
+  /// Side a on `dev_a`, side b on `dev_b`.
+  loopback(const device<B>& dev_a, const device<B>& dev_b, std::size_t bytes, const loopback_options& o = {})
+      : bytes_(bytes), opts_(o) {
+    init_(a, dev_a);
+    init_(b, dev_b);
+    auto qa = a.pd.template create_qp<T, S>(a.cq, o.caps);
+    auto qb = b.pd.template create_qp<T, S>(b.cq, o.caps);
+    if constexpr (T::connected) {
+      const endpoint ea = qa.local_endpoint(), eb = qb.local_endpoint();
+      a.qp = std::move(qa).connect(eb, o.connect);
+      b.qp = std::move(qb).connect(ea, o.connect);
+    } else {
+      a.qp = std::move(qa).activate();
+      b.qp = std::move(qb).activate();
+      address_(a, b);
+      address_(b, a);
+    }
+  }
+  /// As above for the combination `cfg` names (class template argument deduction:
+  /// `bench::loopback lp(cfg, dev, bytes)`).
+  loopback(config<T, S, P>, const device<B>& dev, std::size_t bytes, const loopback_options& o = {})
+      : loopback(dev, dev, bytes, o) {}
+  /// As above, side a on `dev_a` and side b on `dev_b`.
+  loopback(config<T, S, P>, const device<B>& dev_a, const device<B>& dev_b, std::size_t bytes,
+           const loopback_options& o = {})
+      : loopback(dev_a, dev_b, bytes, o) {}
+
+  /// The message size the buffers were made for.
+  std::size_t bytes() const noexcept { return bytes_; }
+
+  /// Posts `o` on side a; when a has no send credit left it first waits on a's CQ
+  /// (policy P) until a completion returns one, up to the timeout (then the result is
+  /// sq_full). A refused post or a failed completion counts in `failures`.
+  template <operation Op>
+  post_result post(const Op& o, std::uint64_t wr_id = 0, send_flags flags = send_flags::none) {
+    while (a.qp.send_credits() == 0)
+      if (!wait_(a)) return {post_status::sq_full, 0, 0};
+    const post_result r = a.qp.post(o, wr_id, flags);
+    if (!r) failed_(r.message());
+    return r;
+  }
+  /// SENDs `a.msg` to side b (UD: through `a.to`), as post() does.
+  post_result send(std::uint64_t wr_id = 0, send_flags flags = send_flags::none) {
+    if constexpr (T::needs_ah)
+      return post(op::ud_send<B>{a.msg, a.to}, wr_id, flags);
+    else
+      return post(op::send<>{a.msg}, wr_id, flags);
+  }
+  /// Reaps side b's CQ and posts receives (the whole of `b.buf`) until b's receive
+  /// queue is full again, so no SEND meets an empty receive queue.
+  void refill() {
+    (void)b.cq.drain(reap_());
+    const std::uint32_t want = opts_.caps.max_recv_wr;
+    for (std::uint32_t n = b.qp.posted_recvs(); n < want; ++n)
+      if (const post_result r = b.qp.post_recv(b.buf.local(), 0); !r) {
+        failed_(r.message());
+        break;
+      }
+  }
+  /// Waits for the completions of side a's signaled WRs still outstanding (unsignaled
+  /// WRs after the last signaled one have none to wait for), reaps both CQs, and calls
+  /// `st.SkipWithError` when a post or completion failed or a wait timed out. Call it
+  /// after the timing loop; true when nothing went wrong.
+  bool finish(benchmark::State& st) {
+    // Held slots beyond the trailing unsignaled run belong to signaled WRs not polled yet.
+    while (opts_.caps.max_send_wr - a.qp.send_credits() > a.qp.unsignaled_run())
+      if (!wait_(a)) break;
+    (void)a.cq.drain(reap_());
+    (void)b.cq.drain(reap_());
+    if (failures == 0 && timeouts == 0) return true;
+    std::string why = "rdmakit::bench::loopback: " + std::to_string(failures) + " failed post(s) or completion(s), " +
+                      std::to_string(timeouts) + " wait(s) timed out";
+    if (!first_error_.empty()) why += "; first: " + first_error_;
+    st.SkipWithError(why.c_str());
+    return false;
+  }
+
+ private:
+  void init_(side& s, const device<B>& dev) {
+    s.pd = dev.create_pd();
+    s.cq = dev.template create_cq<P>(static_cast<int>(opts_.caps.max_send_wr + opts_.caps.max_recv_wr));
+    s.buf = s.pd.template allocate<buffer_access>(bytes_ + T::recv_offset);
+    s.msg = s.buf.local(0, bytes_);
+    s.remote = s.buf.remote().sub(0, bytes_);
+  }
+  static void address_(side& from, const side& to) {
+    const endpoint e = to.qp.local_endpoint();
+    from.ah = from.pd.create_ah(e);
+    from.to = from.ah.to(e);
+  }
+  auto reap_() {
+    return [this](const completion<B>& c) {
+      if (!c.ok())
+        failed_(c.status_message());
+      else if (c.is_recv()) {
+        ++received;
+      }
+    };
+  }
+  bool wait_(side& s) {
+    const wait_result r = s.cq.wait(reap_(), opts_.timeout);
+    if (r.failed()) failed_("waiting on the completion queue failed (errno " + std::to_string(r.error()) + ")");
+    if (r.timed_out()) ++timeouts;
+    return bool(r);
+  }
+  void failed_(std::string why) {
+    if (first_error_.empty()) first_error_ = std::move(why);
+    ++failures;
+  }
+
+  std::size_t bytes_ = 0;
+  loopback_options opts_;
+  std::string first_error_;
+};
+
+}  // namespace bench
+
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,205 @@
+// <rdmakit/benchmark.hpp>: policy names, the grid's cross product (order, count, names,
+// the loop's constraint leaving combinations out, per-combination settings), and the
+// loopback pair run through Google Benchmark on the mock.
+#include <rdmakit/backends/mock.hpp>
+#include <rdmakit/benchmark.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+using namespace rdmakit;
+using B = backends::mock;
+using bench::list;
+
+namespace {
+
+// User policies: a template of values, a plain type, a template of a type, and two
+// distinct types that share a name.
+template <unsigned Spins>
+struct my_poll : busy_poll<8> {
+  static constexpr std::string_view name = "my_poll";
+};
+struct plain_poll : busy_poll<8> {
+  static constexpr std::string_view name = "plain_poll";
+};
+template <class Clock>
+struct clocked_poll : busy_poll<8> {
+  static constexpr std::string_view name = "clocked_poll";
+};
+struct twin_a : busy_poll<8> {
+  static constexpr std::string_view name = "twin";
+};
+struct twin_b : busy_poll<8> {
+  static constexpr std::string_view name = "twin";
+};
+
+constexpr bool relaxed_ttp = [] {
+#if defined(__cpp_template_template_args) && __cpp_template_template_args >= 201611L
+  return true;
+#else
+  return false;
+#endif
+}();
+
+// Runs the benchmarks whose names match `filter`, silently; returns the names of the runs.
+std::vector<std::string> run(const std::string& filter) {
+  struct quiet : benchmark::BenchmarkReporter {
+    std::vector<std::string> names;
+    bool ReportContext(const Context&) override { return true; }
+    void ReportRuns(const std::vector<Run>& runs) override {
+      for (const auto& r : runs) names.push_back(r.benchmark_name());
+    }
+  } reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter, filter);
+  return reporter.names;
+}
+
+}  // namespace
+
+TEST_CASE("policy_name: the policy's name and, for a template of values, its arguments") {
+  CHECK(bench::policy_name<rc>() == "RC");
+  CHECK(bench::policy_name<ud>() == "UD");
+  CHECK(bench::policy_name<signal_all>() == "signal_all");
+  CHECK(bench::policy_name<signal_manual>() == "signal_manual");
+  CHECK(bench::policy_name<plain_poll>() == "plain_poll");
+  CHECK(bench::policy_name<clocked_poll<int>>() == "clocked_poll");  // a type argument: the name alone
+  if constexpr (relaxed_ttp) {
+    CHECK(bench::policy_name<signal_every<16>>() == "signal_every<16>");
+    CHECK(bench::policy_name<busy_poll<16>>() == "busy_poll<16>");
+    CHECK(bench::policy_name<busy_poll<>>() == "busy_poll<16>");  // defaults spelled out
+    CHECK(bench::policy_name<event_driven<16, 4>>() == "event_driven<16,4>");
+    CHECK(bench::policy_name<adaptive<1024, 16, 16>>() == "adaptive<1024,16,16>");
+    CHECK(bench::policy_name<my_poll<64>>() == "my_poll<64>");
+  } else {
+    CHECK(bench::policy_name<signal_every<16>>() == "signal_every");
+  }
+  CHECK(bench::config<uc, signal_all, plain_poll>::name() == "UC/signal_all/plain_poll");
+}
+
+TEST_CASE("register_grid: the cross product, transport-major, named from the policies") {
+  auto fam = bench::register_grid<list<rc, uc>, list<signal_all, signal_manual>, list<plain_poll, twin_a, twin_b>>(
+      "unit_names", [](auto, benchmark::State& st) {
+        for (auto _ : st) {
+        }
+      });
+  static_assert(decltype(fam)::size() == 2 * 2 * 3);
+  const std::vector<std::string> want = {
+      "unit_names/RC/signal_all/plain_poll",    "unit_names/RC/signal_all/twin",
+      "unit_names/RC/signal_all/twin#3",        "unit_names/RC/signal_manual/plain_poll",
+      "unit_names/RC/signal_manual/twin",       "unit_names/RC/signal_manual/twin#3",
+      "unit_names/UC/signal_all/plain_poll",    "unit_names/UC/signal_all/twin",
+      "unit_names/UC/signal_all/twin#3",        "unit_names/UC/signal_manual/plain_poll",
+      "unit_names/UC/signal_manual/twin",       "unit_names/UC/signal_manual/twin#3"};
+  CHECK(fam.names() == want);
+
+  // No prefix: the configuration's name alone.
+  auto bare = bench::register_grid<list<ud>, list<signal_all>, list<plain_poll>>("", [](auto, benchmark::State&) {});
+  CHECK(bare.names() == std::vector<std::string>{"UD/signal_all/plain_poll"});
+}
+
+TEST_CASE("register_grid: the loop's constraint leaves combinations out") {
+  auto reads = bench::register_grid<list<rc, uc, ud>, list<signal_all, signal_manual>, list<plain_poll>>(
+      "unit_filter", []<class T, class S, class P>(bench::config<T, S, P>, benchmark::State&)
+        requires T::supports_read
+      {});
+  static_assert(decltype(reads)::size() == 2);
+  static_assert(std::is_same_v<decltype(reads)::configs, list<bench::config<rc, signal_all, plain_poll>,
+                                                              bench::config<rc, signal_manual, plain_poll>>>);
+  CHECK(reads.names() ==
+        std::vector<std::string>{"unit_filter/RC/signal_all/plain_poll", "unit_filter/RC/signal_manual/plain_poll"});
+
+  auto none = bench::register_grid<list<uc, ud>, list<signal_all>, list<plain_poll>>(
+      "unit_none", [](auto cfg, benchmark::State&)
+        requires(decltype(cfg)::transport_policy::supports_atomic)
+      {});
+  static_assert(decltype(none)::size() == 0);
+  CHECK(none.names().empty());
+}
+
+TEST_CASE("family: settings for all, or per combination; each benchmark gets its own config") {
+  static std::map<std::string, int> calls;  // configuration name -> runs
+  auto fam = bench::register_grid<list<rc, ud>, list<signal_all>, list<plain_poll>>(
+      "unit_each", [](auto cfg, benchmark::State& st) {
+        for (auto _ : st) {
+        }
+        ++calls[decltype(cfg)::name()];
+      });
+  fam.Iterations(1).Arg(8).each([](auto cfg, benchmark::internal::Benchmark* b) {
+    if constexpr (decltype(cfg)::transport_policy::connected) b->Arg(65536);
+  });
+  const auto runs = run("^unit_each/");
+  CHECK(runs == std::vector<std::string>{"unit_each/RC/signal_all/plain_poll/8/iterations:1",
+                                         "unit_each/RC/signal_all/plain_poll/65536/iterations:1",
+                                         "unit_each/UD/signal_all/plain_poll/8/iterations:1"});
+  CHECK(calls == std::map<std::string, int>{{"RC/signal_all/plain_poll", 2}, {"UD/signal_all/plain_poll", 1}});
+}
+
+TEST_CASE("loopback: WRITE, READ, SEND on every transport, completions accounted, errors reported") {
+  struct result {
+    bool ok;
+    std::uint64_t received, failures;
+  };
+  static std::map<std::string, result> results;
+  // 200 operations per iteration through a 16-deep send queue: post() waits for credits.
+  auto sends = bench::register_grid<list<rc, uc, ud>, list<signal_all, signal_every<4>, signal_manual>,
+                                    list<busy_poll<4>, event_driven<4, 2>>>(
+      "unit_loopback", [](auto cfg, benchmark::State& st) {
+        bench::loopback lp(cfg, device<B>("mock0"), device<B>("mock1"), 256, {.caps = {16, 16}});
+        for (auto _ : st) {
+          for (int i = 0; i < 200; ++i) {
+            lp.refill();
+            if (!lp.send(static_cast<std::uint64_t>(i))) break;
+          }
+        }
+        const bool ok = lp.finish(st);
+        results[decltype(cfg)::name()] = {ok, lp.received, lp.failures};
+      });
+  sends.Iterations(2);
+  (void)run("^unit_loopback/");
+  CHECK(results.size() == 3 * 3 * 2);
+  for (const auto& [name, r] : results) {
+    INFO(name);
+    CHECK(r.ok);
+    CHECK(r.failures == 0);
+    CHECK(r.received == 400);
+  }
+
+  static std::vector<std::uint8_t> read_back;
+  auto rw = bench::register_grid<list<rc>, list<signal_every<8>>, list<busy_poll<8>>>(
+      "unit_rw", [](auto cfg, benchmark::State& st) {
+        bench::loopback lp(cfg, device<B>("mock0"), 64);
+        std::byte* src = lp.a.msg.data();
+        for (int i = 0; i < 64; ++i) src[i] = std::byte(i);
+        for (auto _ : st)
+          if (!lp.post(op::write{lp.a.msg, lp.b.remote}, 1)) break;
+        for (int i = 0; i < 64; ++i) src[i] = std::byte{0};
+        (void)lp.post(op::read{lp.a.msg, lp.b.remote}, 2, send_flags::signaled);
+        CHECK(lp.finish(st));
+        read_back.assign(reinterpret_cast<const std::uint8_t*>(src), reinterpret_cast<const std::uint8_t*>(src) + 64);
+      });
+  rw.Iterations(100);
+  (void)run("^unit_rw/");
+  REQUIRE(read_back.size() == 64);
+  for (int i = 0; i < 64; ++i) CHECK(read_back[static_cast<std::size_t>(i)] == i);
+
+  // A WRITE to a region with the wrong rkey fails its completion: finish() says so.
+  static std::string error;
+  auto bad = bench::register_grid<list<rc>, list<signal_all>, list<busy_poll<8>>>(
+      "unit_bad", [](auto cfg, benchmark::State& st) {
+        bench::loopback lp(cfg, device<B>("mock0"), 64);
+        const auto wrong = remote_region<access::remote_write>::unchecked(lp.b.remote.addr(), lp.b.remote.rkey() + 1, 64);
+        for (auto _ : st)
+          if (!lp.post(op::write{lp.a.msg, wrong})) break;
+        CHECK_FALSE(lp.finish(st));
+        CHECK(lp.failures > 0);
+        error = st.error_occurred() ? "skipped" : "";
+      });
+  bad.Iterations(4);
+  (void)run("^unit_bad/");
+  CHECK(error == "skipped");
+}
