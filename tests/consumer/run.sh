@@ -8,8 +8,10 @@
 #                             compiled), then the Meson project via pkg-config, and
 #                             `c++ ... $(pkg-config --cflags --libs rdmakit-mock)`
 #   run.sh cmake <work>       the same install, then find_package(rdmakit CONFIG) and
-#                             rdmakit::mock; COMPONENTS ibverbs fails cleanly without libibverbs
-#   run.sh benchmark <work>   a Google Benchmark program (tests/consumer/bench-project)
+#                             rdmakit::mock; COMPONENTS ibverbs fails cleanly without libibverbs;
+#                             the benchmark below with rdmakit::bench, run briefly
+#   run.sh benchmark <work>   the ten-line Google Benchmark program of the README
+#                             (tests/consumer/bench-project: rdmakit-bench, a policy grid)
 #                             with rdmakit through the wrap, run briefly
 # Environment (set by tests/consumer/meson.build): RDMAKIT_CXX, the build's compiler
 # command (may start with ccache); RDMAKIT_VERSION, meson.project_version();
@@ -54,6 +56,18 @@ check_run() {
     grep -q "^ibverbs backend: not built" <<<"$out" || fail "$1: the ibverbs backend was built"
   fi
 }
+# The ten-line benchmark (tests/consumer/bench-project/bench.cpp), run briefly: the whole
+# grid (2 transports × 2 signaling × 2 polling policies × 2 sizes), named from the
+# policies, and no run stopped with an error.
+check_bench() {
+  step bench "$1" --benchmark_min_time=0.01
+  cat bench.log
+  if grep -q "ERROR OCCURRED" bench.log; then fail "a benchmark stopped with an error (above)"; fi
+  for n in "write/RC/signal_all/busy_poll<16>/64" "write/UC/signal_every<16>/adaptive<1024,16,16>/4096"; do
+    grep -q -F "$n " bench.log || fail "benchmark $n did not run"
+  done
+  [ "$(grep -c "^write/" bench.log)" = 16 ] || fail "the grid did not run 16 benchmarks (bench.log)"
+}
 # A header-only install to $work/prefix: with examples, tests, benchmarks and tools off
 # there is nothing to compile. Checks what is installed; sets pcdir.
 install_rdmakit() {
@@ -68,8 +82,8 @@ install_rdmakit() {
   [ -n "$pc" ] || fail "no rdmakit.pc installed"
   pcdir=$work/$(dirname "$pc")
   local expect=(include/rdmakit/rdmakit.hpp include/rdmakit/config.hpp include/rdmakit/backends/mock.hpp
-                share/doc/rdmakit/LICENSE)
-  for f in rdmakit.pc rdmakit-mock.pc; do expect+=("${pcdir#"$work/prefix/"}/$f"); done
+                include/rdmakit/benchmark.hpp share/doc/rdmakit/LICENSE)
+  for f in rdmakit.pc rdmakit-mock.pc rdmakit-bench.pc; do expect+=("${pcdir#"$work/prefix/"}/$f"); done
   local cmakedir=${pcdir%/pkgconfig}/cmake/rdmakit
   for f in rdmakitConfig.cmake rdmakitConfigVersion.cmake; do expect+=("${cmakedir#"$work/prefix/"}/$f"); done
   for f in "${expect[@]}"; do [ -f "prefix/$f" ] || fail "not installed: $f"; done
@@ -91,7 +105,9 @@ with_wrap() {
   cp "$root/packaging/rdmakit.wrap" consumer/subprojects/
   ln -s "$root" consumer/subprojects/rdmakit
   fallback=()
-  if pkg-config --exists rdmakit-mock; then fallback=(--force-fallback-for=rdmakit,rdmakit-mock,rdmakit-ibverbs); fi
+  if pkg-config --exists rdmakit-mock; then
+    fallback=(--force-fallback-for=rdmakit,rdmakit-mock,rdmakit-ibverbs,rdmakit-bench)
+  fi
   export CXX="${cxx[*]}"
 }
 
@@ -104,7 +120,7 @@ subproject)
   step build ninja -C build
   check_run build/consumer "$have_ibverbs"
   targets=$(meson introspect --targets build)
-  for t in test_core_types test_version conformance_mock policy_grid rdmakit-pingpong rdmakit-perf walkthrough; do
+  for t in test_core_types test_version test_benchmark conformance_mock policy_grid rdmakit-pingpong rdmakit-perf walkthrough; do
     if grep -q "\"name\": \"$t\"" <<<"$targets"; then
       fail "rdmakit built '$t' as a subproject: tests, benchmarks, tools and examples must stay off"
     fi
@@ -133,6 +149,9 @@ install)
   check_run ./plain-consumer false
   if [ "$have_ibverbs" = true ]; then
     pkg-config --libs rdmakit-ibverbs | grep -q -e "-libverbs" || fail "rdmakit-ibverbs.pc does not link libibverbs"
+  fi
+  if pkg-config --exists benchmark; then
+    pkg-config --libs rdmakit-bench | grep -q -e "-lbenchmark" || fail "rdmakit-bench.pc does not link Google Benchmark"
   fi
   ;;
 cmake)
@@ -165,6 +184,14 @@ cmake)
     fail "find_package(rdmakit COMPONENTS ibverbs) did not fail with: $want"
   }
   sed -n '/Reason given by package/,/^$/p' no-ibverbs.log
+  # rdmakit::bench: the README's ten-line benchmark (Google Benchmark found by CMake).
+  if pkg-config --exists benchmark; then
+    step configure-bench cmake -S "$root/tests/consumer/bench-project" -B build-bench -G Ninja \
+      -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_CXX_COMPILER="${cxx[0]}" "${launcher[@]}"
+    no_warnings configure-bench.log
+    step build-bench cmake --build build-bench
+    check_bench build-bench/bench
+  fi
   ;;
 benchmark)
   # Google Benchmark (the system's, Debian: libbenchmark-dev) and rdmakit through the wrap.
@@ -172,11 +199,10 @@ benchmark)
   with_wrap "$root/tests/consumer/bench-project"
   step setup meson setup build consumer "${fallback[@]}"
   no_warnings setup.log
+  grep -q "Executing subproject rdmakit" setup.log && grep -q "Dependency rdmakit-bench found: YES .* (overridden)" setup.log ||
+    fail "rdmakit-bench did not come from the wrap (setup.log)"
   step build ninja -C build
-  step bench build/bench --benchmark_min_time=0.01
-  cat bench.log
-  if grep -q "ERROR OCCURRED" bench.log; then fail "a benchmark stopped with an error (above)"; fi
-  for n in send_recv/64 send_recv/4096; do grep -q "^$n " bench.log || fail "benchmark $n did not run"; done
+  check_bench build/bench
   ;;
 *)
   fail "unknown mode $mode (subproject, install, cmake, benchmark)"
