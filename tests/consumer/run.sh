@@ -203,6 +203,11 @@ benchmark)
     fail "rdmakit-bench did not come from the wrap (setup.log)"
   step build ninja -C build
   check_bench build/bench
+  # The README shows this program as it is: its "Benchmarking your own loop" code block.
+  awk '/^## Benchmarking your own loop/ { s = 1 } s && /^```cpp/ { c = 1; next } c && /^```/ { exit } c' \
+    "$root/README.md" >readme-bench.cpp
+  diff readme-bench.cpp "$root/tests/consumer/bench-project/bench.cpp" ||
+    fail "README.md's benchmark differs from tests/consumer/bench-project/bench.cpp (above)"
   ;;
 *)
   fail "unknown mode $mode (subproject, install, cmake, benchmark)"
