@@ -24,13 +24,13 @@ int run(const std::string& device_name) {
   device<B> dev(device_name);
   auto pd = dev.create_pd();
   auto cq = dev.create_cq(1024);
-  auto src = pd.template allocate<acc>(mib);
-  auto dst = pd.template allocate<acc>(mib);
+  auto src = allocate<acc>(pd, mib);  // generic code: no pd.template allocate<acc>(mib)
+  auto dst = allocate<acc>(pd, mib);
   for (std::size_t i = 0; i < mib; ++i) src.data()[i] = static_cast<std::byte>(i * 7);
 
-  const qp_cap caps{128, 128, 2, 2, 0};
-  auto a0 = pd.template create_qp<rc>(cq, caps);
-  auto b0 = pd.template create_qp<rc>(cq, caps);
+  const qp_cap caps{.max_send_wr = 128, .max_recv_wr = 128, .max_send_sge = 2, .max_recv_sge = 2};
+  auto a0 = create_qp<rc>(pd, cq, caps);
+  auto b0 = create_qp<rc>(pd, cq, caps);
   const endpoint ea = a0.local_endpoint(), eb = b0.local_endpoint();
   auto a = std::move(a0).connect(eb);  // RESET→INIT→RTR→RTS with RC's exact masks
   auto b = std::move(b0).connect(ea);

@@ -156,6 +156,20 @@ template <class B>
 concept verbs_backend = device_backend<B> && memory_backend<B> && queue_backend<B> && posting_backend<B> &&
                         polling_backend<B> && event_backend<B>;
 
+/// Checks each part of verbs_backend for B with its own static_assert, so a backend
+/// that misses something is told which part: a model asserts
+/// `static_assert(models_verbs_backend<B>());` right after its definition.
+template <class B>
+consteval bool models_verbs_backend() {
+  static_assert(device_backend<B>, "not a device_backend: devices, ports, GIDs");
+  static_assert(memory_backend<B>, "not a memory_backend: PDs, MRs, AHs");
+  static_assert(queue_backend<B>, "not a queue_backend: CQs, completion channels, QPs and their states");
+  static_assert(posting_backend<B>, "not a posting_backend: building and posting native WRs");
+  static_assert(polling_backend<B>, "not a polling_backend: polling CQs and reading completions");
+  static_assert(event_backend<B>, "not an event_backend: completion events, asynchronous events");
+  return verbs_backend<B>;
+}
+
 /// A backend that declares exactly what the concept asks and nothing more. Generic
 /// code instantiated with it proves it relies on the concept alone; it is never run.
 struct archetype_backend {
@@ -231,12 +245,6 @@ struct archetype_backend {
   static std::uint32_t get_imm(const wc&) noexcept;
   static std::uint32_t get_vendor_err(const wc&) noexcept;
 };
-static_assert(device_backend<archetype_backend>);
-static_assert(memory_backend<archetype_backend>);
-static_assert(queue_backend<archetype_backend>);
-static_assert(posting_backend<archetype_backend>);
-static_assert(polling_backend<archetype_backend>);
-static_assert(event_backend<archetype_backend>);
-static_assert(verbs_backend<archetype_backend>);
+static_assert(models_verbs_backend<archetype_backend>());
 
 RDMAKIT_END_NAMESPACE

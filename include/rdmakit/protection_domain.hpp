@@ -10,6 +10,7 @@
 #include <rdmakit/qp_pool.hpp>
 #include <rdmakit/queue_pair.hpp>
 
+#include <cstddef>
 #include <span>
 #include <utility>
 
@@ -82,15 +83,14 @@ class protection_domain {
 
   /// An address handle from a raw address vector.
   address_handle<B> create_ah(const ah_attr& attr) const { return address_handle<B>(ref("create_ah"), attr); }
-  /// An address handle reaching `peer` from `port` (GRH and source GID chosen as for
-  /// queue pairs: automatic unless gid_index >= 0).
-  address_handle<B> create_ah(const endpoint& peer, std::uint8_t port = 1, int gid_index = -1,
-                              std::uint8_t hop_limit = 64) const {
+  /// An address handle reaching `peer` (GRH and source GID chosen as for queue pairs:
+  /// automatic unless o.gid_index is set): `pd.create_ah(peer, {.port = 2})`.
+  address_handle<B> create_ah(const endpoint& peer, const ah_options& o = {}) const {
     auto pd = ref("create_ah");
     const auto& dev = *pd->dev;
-    port_attr pa = dev.port(port);
-    int idx = gid_index >= 0 ? gid_index : detail::choose_gid<B>(dev.ctx, port);
-    return address_handle<B>(std::move(pd), detail::make_av(peer, port, pa, idx, hop_limit, 0, false, dev.name));
+    const port_attr pa = dev.port(o.port);
+    const int idx = o.gid_index ? *o.gid_index : detail::choose_gid<B>(dev.ctx, o.port);
+    return address_handle<B>(std::move(pd), detail::make_av(peer, o.port, pa, idx, o.hop_limit, 0, false, dev.name));
   }
 
  private:
@@ -100,5 +100,43 @@ class protection_domain {
   }
   detail::pd_ref<B> st_;
 };
+
+// The factories that take template arguments, as free functions: in generic code (a
+// template over B) `allocate<acc>(pd, n)` and `create_qp<rc>(pd, cq, caps)` need no
+// `pd.template allocate<acc>(n)`. Found by ordinary lookup or by ADL on `pd`.
+
+/// pd.allocate<A>(length).
+template <access A, verbs_backend B>
+memory_region<B, A> allocate(const protection_domain<B>& pd, std::size_t length) {
+  return pd.template allocate<A>(length);
+}
+/// pd.register_memory<A>(bytes).
+template <access A, verbs_backend B>
+memory_region<B, A> register_memory(const protection_domain<B>& pd, std::span<std::byte> bytes) {
+  return pd.template register_memory<A>(bytes);
+}
+/// pd.create_pool<A>(slot_size, slots).
+template <access A, verbs_backend B>
+registered_pool<B, A> create_pool(const protection_domain<B>& pd, std::size_t slot_size, std::size_t slots) {
+  return pd.template create_pool<A>(slot_size, slots);
+}
+/// pd.create_qp<T, S>(cq, caps, o).
+template <transport T, signaling S = signal_all, verbs_backend B, polling P>
+queue_pair<B, T, S> create_qp(const protection_domain<B>& pd, completion_queue<B, P>& cq, const qp_cap& caps,
+                              const qp_options& o = {}) {
+  return pd.template create_qp<T, S>(cq, caps, o);
+}
+/// pd.create_qp<T, S>(send_cq, recv_cq, caps, o).
+template <transport T, signaling S = signal_all, verbs_backend B, polling PS, polling PR>
+queue_pair<B, T, S> create_qp(const protection_domain<B>& pd, completion_queue<B, PS>& send_cq,
+                              completion_queue<B, PR>& recv_cq, const qp_cap& caps, const qp_options& o = {}) {
+  return pd.template create_qp<T, S>(send_cq, recv_cq, caps, o);
+}
+/// pd.create_qp_pool<T, S>(cq, count, caps, o).
+template <transport T, signaling S = signal_all, verbs_backend B, polling P>
+qp_pool<B, T, S> create_qp_pool(const protection_domain<B>& pd, completion_queue<B, P>& cq, std::size_t count,
+                                const qp_cap& caps, const qp_options& o = {}) {
+  return pd.template create_qp_pool<T, S>(cq, count, caps, o);
+}
 
 RDMAKIT_END_NAMESPACE

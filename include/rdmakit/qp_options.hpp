@@ -15,7 +15,7 @@ RDMAKIT_BEGIN_NAMESPACE
 /// Creation options (RESET→INIT and the local address).
 struct qp_options {
   std::uint8_t port = 1;
-  int gid_index = -1;  ///< -1: automatic (RoCEv2 IPv4-mapped first; index 0 on InfiniBand)
+  std::optional<int> gid_index{};  ///< unset: automatic (RoCEv2 IPv4-mapped first; index 0 on InfiniBand)
   std::uint16_t pkey_index = 0;
   std::uint32_t qkey = default_qkey;  ///< UD only
   /// What peers may do to this QP's memory (RC/UC; UC keeps only remote_write).
@@ -36,6 +36,13 @@ struct connect_options {
   std::uint8_t hop_limit = 64;
   std::uint8_t sl = 0;
   bool force_grh = false;             ///< GRH on InfiniBand too (always on RoCE)
+};
+
+/// Address handle options (protection_domain::create_ah).
+struct ah_options {
+  std::uint8_t port = 1;           ///< the local port the packets leave from
+  std::optional<int> gid_index{};  ///< source GID; unset: automatic, as for queue pairs
+  std::uint8_t hop_limit = 64;     ///< GRH hop limit (RoCE, or a routed InfiniBand path)
 };
 
 /// Queue capacities fixed at compile time: lets create_qp reject, at compile time, a

@@ -65,7 +65,7 @@ struct perf_options {
   test_kind test = test_kind::write_bw;
   std::string device;        ///< "" with mock = both ends in this process
   std::uint8_t ib_port = 1;
-  int gid_index = -1;        ///< -1: automatic (RoCEv2 IPv4-mapped first)
+  std::optional<int> gid_index{};  ///< unset: automatic (RoCEv2 IPv4-mapped first)
   std::optional<mtu> path_mtu;
   std::uint32_t size = 65536;
   std::uint64_t iters = 5000;
@@ -333,7 +333,7 @@ class runner {
           qps_.push_back(std::move(init[j]).connect(p.ep, co));
         } else {
           qps_.push_back(std::move(init[j]).activate());
-          ahs_.push_back(pd_.create_ah(p.ep, o_.ib_port, qps_.back().gid_index()));
+          ahs_.push_back(pd_.create_ah(p.ep, {.port = o_.ib_port, .gid_index = qps_.back().gid_index()}));
         }
       });
       peer_qpn_.push_back(peer.ep.qpn);

@@ -29,7 +29,7 @@ using namespace rdmakit;
 struct pingpong_options {
   std::string device;             ///< device name ("" for the first one)
   std::uint8_t ib_port = 1;
-  int gid_index = -1;             ///< -1: automatic (RoCEv2 IPv4-mapped first)
+  std::optional<int> gid_index{};  ///< unset: automatic (RoCEv2 IPv4-mapped first)
   std::uint32_t size = 4096;
   mtu path_mtu = mtu::mtu_1024;
   std::uint32_t rx_depth = 500;
@@ -150,7 +150,7 @@ int run_pingpong(const pingpong_options& o, const exchange_fn& exchange, printer
       live.emplace(std::move(qp).connect(p.ep, co));
     } else {
       live.emplace(std::move(qp).activate());
-      ah.emplace(pd.create_ah(p.ep, o.ib_port, live->gid_index()));
+      ah.emplace(pd.create_ah(p.ep, {.port = o.ib_port, .gid_index = live->gid_index()}));
     }
   });
   out("  remote address: %s\n", wire::describe(peer.ep).c_str());

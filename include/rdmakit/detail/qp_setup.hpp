@@ -177,8 +177,8 @@ qp_parts<B> create_parts(pd_ref<B> pd, std::shared_ptr<cq_block<B>> send_blk,
   }
 
   const port_attr pa = dev.port(o.port);
-  p.gid_index = o.gid_index >= 0 ? o.gid_index : choose_gid<B>(dev.ctx, o.port);
-  if (pa.layer == link_layer::ethernet || o.gid_index >= 0)
+  p.gid_index = o.gid_index ? *o.gid_index : choose_gid<B>(dev.ctx, o.port);
+  if (pa.layer == link_layer::ethernet || o.gid_index)
     p.local_gid = B::query_gid(dev.ctx, o.port, p.gid_index).value;
   p.lid = pa.lid;
   p.active_mtu = pa.active_mtu;

@@ -1,6 +1,8 @@
 #include "fixture.hpp"
 
 #include <array>
+#include <span>
+#include <type_traits>
 
 using namespace policy_test;
 
@@ -54,4 +56,44 @@ TEST_CASE("protection domain: address handles from an endpoint carry a GRH on Ro
   CHECK(ah.attr().grh.sgid_index == 1);
   endpoint no_gid;
   CHECK_THROWS_AS(x.pd.create_ah(no_gid), usage_error);
+}
+
+TEST_CASE("protection domain: ah_options name the port, the source GID and the hop limit") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto q = y.pd.create_qp<ud>(y.cq, qp_cap{4, 4});
+  auto ah = x.pd.create_ah(q.local_endpoint(), {.gid_index = 0, .hop_limit = 7});
+  CHECK(ah.attr().grh.sgid_index == 0);
+  CHECK(ah.attr().grh.hop_limit == 7);
+  CHECK(ah.attr().port_num == 1);
+  CHECK_THROWS(x.pd.create_ah(q.local_endpoint(), {.port = 9}));
+}
+
+namespace {
+
+// Generic code over the side type (so over B): the free factories need no `.template`.
+template <class Side>
+void use_free_factories(Side& x) {
+  std::array<std::byte, 64> buf{};
+  auto borrowed = register_memory<access::local_write>(x.pd, std::span<std::byte>(buf));
+  auto owned = allocate<rw_access>(x.pd, 4096);
+  auto pool = create_pool<rw_access>(x.pd, 64, 4);
+  auto one_cq = create_qp<rc>(x.pd, x.cq, qp_cap{.max_send_wr = 8, .max_recv_wr = 8});
+  auto two_cqs = create_qp<uc, signal_every<4>>(x.pd, x.cq, x.cq, qp_cap{.max_send_wr = 8, .max_recv_wr = 8});
+  auto qps = create_qp_pool<rc>(x.pd, x.cq, 3, qp_cap{.max_send_wr = 2, .max_recv_wr = 2});
+  CHECK(borrowed.data() == buf.data());
+  CHECK(owned.size() == 4096);
+  CHECK(pool.slots() == 4);
+  static_assert(std::is_same_v<typename decltype(two_cqs)::signaling_policy, signal_every<4>>);
+  CHECK(one_cq.qp_num() != two_cqs.qp_num());
+  CHECK(qps.size() == 3);
+  CHECK(x.cq.reserved() == 16 + 16 + 12);
+}
+
+}  // namespace
+
+TEST_CASE("protection domain: the template factories as free functions, for generic code") {
+  mock::fabric fab;
+  side x(fab, "mock0");
+  use_free_factories(x);
 }

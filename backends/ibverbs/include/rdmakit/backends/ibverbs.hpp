@@ -232,13 +232,7 @@ struct ibverbs {
   static std::uint32_t get_vendor_err(const wc& w) noexcept { return w.vendor_err; }
 };
 
-static_assert(device_backend<ibverbs>);
-static_assert(memory_backend<ibverbs>);
-static_assert(queue_backend<ibverbs>);
-static_assert(posting_backend<ibverbs>);
-static_assert(polling_backend<ibverbs>);
-static_assert(event_backend<ibverbs>);
-static_assert(verbs_backend<ibverbs>);
+static_assert(models_verbs_backend<ibverbs>());
 
 /// Automatic GID choice for a port of an ibverbs device (the rule is in
 /// rdmakit/detail/gid_choice.hpp: on RoCE an IPv4-mapped RoCEv2 GID first, then any

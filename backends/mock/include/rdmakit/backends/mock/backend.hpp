@@ -194,13 +194,7 @@ struct mock {
   static std::uint32_t get_vendor_err(const wc& w) noexcept { return w.vendor_err; }
 };
 
-static_assert(device_backend<mock>);
-static_assert(memory_backend<mock>);
-static_assert(queue_backend<mock>);
-static_assert(posting_backend<mock>);
-static_assert(polling_backend<mock>);
-static_assert(event_backend<mock>);
-static_assert(verbs_backend<mock>);
+static_assert(models_verbs_backend<mock>());
 
 }  // namespace backends
 RDMAKIT_END_NAMESPACE
