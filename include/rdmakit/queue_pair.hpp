@@ -346,7 +346,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     return static_cast<int>(sgl.size());
   }
 
-  post_result refused_(int e, std::uint32_t posted, const typename B::send_wr* wr) const noexcept {
+  RDMAKIT_NOINLINE post_result refused_(int e, std::uint32_t posted, const typename B::send_wr* wr) const noexcept {
     return detail::refused_send<B>(parts_.caps, e, posted, wr);
   }
 

@@ -55,7 +55,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   friend class detail::operation_calls<send_batch, B>;
 
   template <class Op>
-  RDMAKIT_ALWAYS_INLINE bool submit_(const Op& o, std::uint64_t wr_id, send_flags flags) noexcept {
+  bool submit_(const Op& o, std::uint64_t wr_id, send_flags flags) noexcept {
     return add(o, wr_id, flags);
   }
 
