@@ -135,6 +135,25 @@ class completion_queue {
     return wait_result{P::wait(o, timeout)};
   }
 
+  /// Waits until at least `n` completions have been delivered to f, all within one
+  /// `timeout`: the count delivered (it may pass n: a batch is delivered whole), a
+  /// timed-out result when the deadline came first (f has seen the ones that did
+  /// come), or the error of a failed wait.
+  template <class F>
+  wait_result wait_for(int n, F&& f, std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + timeout;
+    int total = 0;
+    while (total < n) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now());
+      if (left.count() <= 0) return wait_result{0};
+      const wait_result r = wait(f, left);
+      if (r.failed()) return r;
+      total += r.count();
+    }
+    return wait_result{total};
+  }
+
   /// Routes this QP's completions to `handler` (called by dispatch). Replaces any
   /// previous handler. The QP must be attached to this CQ.
   template <class QP, class F>

@@ -1,5 +1,7 @@
 #include "fixture.hpp"
 
+#include <cerrno>
+#include <chrono>
 #include <map>
 
 using namespace policy_test;
@@ -94,6 +96,32 @@ TEST_CASE("drain polls until the CQ is empty, across batches") {
   std::vector<std::uint64_t> ids;
   CHECK(cqx.drain([&](const completion<B>& c) { ids.push_back(c.wr_id()); }) == 7);
   CHECK(ids == std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5, 6});
+}
+
+TEST_CASE("wait_for: n completions within one timeout, else a timed-out result or the error") {
+  mock::fabric fab;
+  device<B> dx(fab, "mock0"), dy(fab, "mock1");
+  auto pdx = dx.create_pd();
+  auto pdy = dy.create_pd();
+  auto cqx = dx.create_cq<busy_poll<2>>(64);
+  auto cqy = dy.create_cq(64);
+  auto p = make_pair<rc>(pdx, cqx, pdy, cqy, qp_cap{8, 8});
+  auto src = pdx.allocate<rw_access>(64);
+  auto dst = pdy.allocate<rw_access>(64);
+  for (std::uint64_t i = 0; i < 5; ++i) REQUIRE(p.a.write(src.local(), dst.remote(), i).ok());
+  int seen = 0;
+  const wait_result all = cqx.wait_for(5, [&](const completion<B>&) { ++seen; });  // batches of 2
+  CHECK(all.count() == 5);
+  CHECK(seen == 5);
+
+  const auto start = std::chrono::steady_clock::now();
+  const wait_result none = cqx.wait_for(1, [&](const completion<B>&) { ++seen; }, std::chrono::milliseconds(30));
+  CHECK(none.timed_out());
+  CHECK(seen == 5);
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(30));
+
+  completion_queue<B, busy_poll<2>> moved_from = std::move(cqx);
+  CHECK(cqx.wait_for(1, [](const completion<B>&) {}).error() == EBADF);  // NOLINT(bugprone-use-after-move)
 }
 
 TEST_CASE("completion queue: bad sizes are setup errors; handles move") {
