@@ -329,7 +329,9 @@ class loopback {
   };
 
   /// Side a (posts with `post`/`send`) and side b (receives with `refill`).
+  /// @{
   side a, b;
+  /// @}
   /// Refused posts and failed completions so far (finish() fails the benchmark if any).
   std::uint64_t failures = 0;
   /// Waits that found no completion within the timeout.

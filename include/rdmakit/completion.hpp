@@ -65,6 +65,7 @@ inline const char* explain(wc_status s) noexcept {
 template <verbs_backend B>
 class completion {
  public:
+  /// Wraps a polled work completion; `recv_offset` is where the payload starts in receive buffers (40 on UD).
   explicit completion(const typename B::wc& w, std::uint32_t recv_offset = 0) noexcept
       : wc_(w), recv_offset_(recv_offset) {}
 
@@ -72,8 +73,11 @@ class completion {
   std::uint64_t wr_id() const noexcept { return B::get_wr_id(wc_) & ~detail::recv_wr_bit; }
   /// True for receive completions, flushed ones included.
   bool is_recv() const noexcept { return (B::get_wr_id(wc_) & detail::recv_wr_bit) != 0; }
+  /// True for send-queue completions (send, write, read, atomics), flushed ones included.
   bool is_send() const noexcept { return !is_recv(); }
+  /// The completion's status; anything but success means the work request failed or was flushed.
   wc_status status() const noexcept { return B::get_status(wc_); }
+  /// True when the work request succeeded.
   bool ok() const noexcept { return status() == wc_status::success; }
   /// Meaningful on success only.
   wc_opcode opcode() const noexcept { return B::get_opcode(wc_); }
@@ -91,12 +95,17 @@ class completion {
   std::uint32_t qp_num() const noexcept { return B::get_qp_num(wc_); }
   /// The sending queue pair (UD receives only).
   std::uint32_t src_qp() const noexcept { return B::get_src_qp(wc_); }
+  /// What the completion carries besides its payload: immediate data, a GRH.
   wc_flags flags() const noexcept { return B::get_wc_flags(wc_); }
+  /// True when the sender attached immediate data (see imm()).
   bool has_imm() const noexcept { return has_any(flags(), wc_flags::with_imm); }
+  /// True when a GRH occupies the first 40 bytes of the receive buffer (UD).
   bool has_grh() const noexcept { return has_any(flags(), wc_flags::grh); }
   /// Immediate data in host byte order (as passed to send_imm/write_imm).
   std::uint32_t imm() const noexcept { return detail::net_to_host32(B::get_imm(wc_)); }
+  /// The device's own error code, for its vendor's documentation (0 on success).
   std::uint32_t vendor_err() const noexcept { return B::get_vendor_err(wc_); }
+  /// status() as a std::error_code of wc_status_category().
   std::error_code error_code() const noexcept { return make_error_code(status()); }
   /// "REM_ACCESS_ERR ..." style text: status, what it means, QP and wr_id.
   std::string status_message() const {
@@ -108,6 +117,7 @@ class completion {
     s += explain(status());
     return s;
   }
+  /// The backend's completion (ibv_wc on ibverbs), for fields rdmakit does not wrap.
   const typename B::wc& native() const noexcept { return wc_; }
 
  private:

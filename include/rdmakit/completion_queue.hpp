@@ -25,13 +25,17 @@ RDMAKIT_BEGIN_NAMESPACE
 /// when completions were delivered: `while (cq.wait(f)) {}` stops on a timeout too.
 class wait_result {
  public:
+  /// From what the backend returned: completions (> 0), a timeout (0) or -errno.
   constexpr explicit wait_result(int raw) noexcept : raw_(raw) {}
   /// Completions delivered (0 on a timeout or an error).
   constexpr int count() const noexcept { return raw_ > 0 ? raw_ : 0; }
+  /// True when the deadline passed with nothing delivered.
   constexpr bool timed_out() const noexcept { return raw_ == 0; }
+  /// True when waiting failed; error() has the errno.
   constexpr bool failed() const noexcept { return raw_ < 0; }
   /// The errno of a failed wait (0 otherwise).
   constexpr int error() const noexcept { return raw_ < 0 ? -raw_ : 0; }
+  /// True when completions were delivered.
   constexpr explicit operator bool() const noexcept { return raw_ > 0; }
   friend constexpr bool operator==(wait_result, wait_result) noexcept = default;
 
@@ -61,7 +65,9 @@ struct policy_access {
 template <verbs_backend B, polling P = busy_poll<>>
 class completion_queue {
  public:
+  /// The verbs backend the CQ was created on.
   using backend = B;
+  /// How wait() gets completions: spinning, sleeping on the channel, or both.
   using polling_policy = P;
 
   /// An empty handle.
@@ -84,11 +90,13 @@ class completion_queue {
 
   /// Queue pairs attached to this CQ keep it alive: the handle may go first.
   completion_queue(completion_queue&&) noexcept = default;
+  /// Releases this handle's share, then takes over `other`'s (attached queue pairs keep the old CQ alive).
   completion_queue& operator=(completion_queue&&) noexcept = default;
   completion_queue(const completion_queue&) = delete;
   completion_queue& operator=(const completion_queue&) = delete;
   ~completion_queue() = default;
 
+  /// False for an empty (default-constructed or moved-from) handle.
   explicit operator bool() const noexcept { return blk_ != nullptr; }
   /// Entries the device granted (at least what was asked; 0 when empty).
   int capacity() const noexcept { return blk_ ? blk_->capacity : 0; }
@@ -103,7 +111,9 @@ class completion_queue {
   std::uint64_t unrouted() const noexcept { return blk_ ? blk_->unrouted : 0; }
   /// CQ events received but not acknowledged yet (all are acked before destruction).
   unsigned unacked_events() const noexcept { return blk_ ? blk_->unacked : 0; }
+  /// The backend's CQ (ibv_cq* on ibverbs), for calls rdmakit does not wrap.
   typename B::cq native() const noexcept { return blk_ ? blk_->cq : typename B::cq{}; }
+  /// The completion channel the CQ notifies (null unless the polling policy sleeps).
   typename B::channel native_channel() const noexcept { return blk_ ? blk_->channel : typename B::channel{}; }
 
   /// Polls one batch (up to P::batch) and calls f(completion<B>) for each, after the

@@ -29,7 +29,9 @@
 
 RDMAKIT_BEGIN_NAMESPACE
 
+/// How exchange_connect and exchange_listener talk to the peer: record format and time limit.
 struct exchange_options {
+  /// The record both sides send; pingpong talks to rdma-core's ibv_*_pingpong.
   wire_format format = wire_format::rdmakit;
   /// Bound on one exchange once a client is there: connect, send, receive, callback
   /// excluded, acknowledgement. Must be positive; milliseconds::max(): no practical limit.
@@ -135,6 +137,7 @@ class exchange_listener {
   explicit exchange_listener(std::uint16_t port = pingpong_port, const std::string& bind_address = {})
       : listener_(port, bind_address) {}
 
+  /// The port it listens on (the one picked when constructed with 0).
   std::uint16_t port() const noexcept { return listener_.port(); }
 
   /// Waits for one client (up to `accept_timeout`) and exchanges records with it.
@@ -184,7 +187,9 @@ inline connection_info exchange_client(const std::string& host, std::uint16_t po
 /// A queue pair connected through an exchange, and the record its peer sent.
 template <class QP>
 struct exchanged {
+  /// The local queue pair, already moved to RTS towards the peer.
   QP qp;
+  /// What the peer sent: its endpoint and, if it sent one, a region.
   connection_info peer;
 };
 

@@ -16,14 +16,19 @@ RDMAKIT_BEGIN_NAMESPACE
 /// its owner registered. Build it from `memory_region::remote()`; the receiver turns it
 /// back into a typed `remote_region<A>` with `as<A>()`, which checks the rights.
 struct region_descriptor {
+  /// The region's first byte in the owner's address space.
   std::uint64_t addr = 0;
+  /// The key the peer puts in its RDMA operations on this region.
   std::uint32_t rkey = 0;
+  /// The region's size in bytes.
   std::uint64_t length = 0;
   access rights = access::none;  ///< remote_write / remote_read / remote_atomic bits
 
   region_descriptor() = default;
+  /// From raw values (e.g. a record received); only the remote bits of `r` are kept.
   region_descriptor(std::uint64_t a, std::uint32_t k, std::uint64_t len, access r) noexcept
       : addr(a), rkey(k), length(len), rights(r & remote_access_bits) {}
+  /// From a typed remote region, with its rights; implicit so a memory_region's remote() can be sent as is.
   template <access A>
   region_descriptor(const remote_region<A>& r) noexcept  // NOLINT: implicit on purpose
       : region_descriptor(r.addr(), r.rkey(), r.length(), A) {}
@@ -44,16 +49,21 @@ struct region_descriptor {
 
 /// What one side sends the other: its queue pair's endpoint and, optionally, a region.
 struct connection_info {
+  /// The sender's queue pair: the address to connect to.
   endpoint ep{};
+  /// A region the sender lets the receiver access, if it sent one.
   std::optional<region_descriptor> region{};
 
   connection_info() = default;
+  /// A record with an endpoint and no region; implicit so that an endpoint can be sent as is.
   connection_info(const endpoint& e) : ep(e) {}  // NOLINT: implicit on purpose
+  /// A record with an endpoint and a region.
   connection_info(const endpoint& e, const region_descriptor& r) : ep(e), region(r) {}
 
   friend bool operator==(const connection_info&, const connection_info&) = default;
 };
 
+/// The record format of an exchange (exchange_options::format).
 enum class wire_format {
   rdmakit,   ///< rdmakit's own, versioned; carries the MTU and a remote region
   pingpong,  ///< rdma-core's ibv_*_pingpong record, to talk to those programs

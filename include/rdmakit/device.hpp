@@ -48,7 +48,9 @@ class device {
   device(Source& src, std::string_view name) {
     open_(B::device_names(src), [&] { return B::open_device(src, name); }, name);
   }
+  /// Takes over the device; children made from it keep it open anyway.
   device(device&&) noexcept = default;
+  /// Releases this handle's share, then takes over `other`'s; children keep the old device open.
   device& operator=(device&&) noexcept = default;
   device(const device&) = delete;
   device& operator=(const device&) = delete;
@@ -79,9 +81,13 @@ class device {
   }
 
  public:
+  /// False for an empty (default-constructed or moved-from) handle.
   explicit operator bool() const noexcept { return st_ != nullptr; }
+  /// The device's name (e.g. "mlx5_0", "rxe0", "mock0"); throws usage_error on an empty handle.
   const std::string& name() const { return state("name").name; }
+  /// The device's capabilities as queried when it was opened; throws usage_error on an empty handle.
   const device_attr& attr() const { return state("attr").attr; }
+  /// The backend's context (ibv_context* on ibverbs), for calls rdmakit does not wrap.
   typename B::context native() const noexcept { return st_ ? st_->ctx : typename B::context{}; }
 
   /// Current attributes of port `n` (1-based).

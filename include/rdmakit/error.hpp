@@ -65,7 +65,9 @@ inline const std::error_category& wc_status_category() noexcept {
   return c;
 }
 
+/// An errno from a verb as a std::error_code of verbs_category().
 inline std::error_code make_verbs_error_code(int err) noexcept { return {err, verbs_category()}; }
+/// A completion status as a std::error_code of wc_status_category().
 inline std::error_code make_error_code(wc_status s) noexcept {
   return {static_cast<int>(s), wc_status_category()};
 }
@@ -73,11 +75,17 @@ inline std::error_code make_error_code(wc_status s) noexcept {
 /// What a failed QP transition was: the QP, the step, the mask given, and the bits the
 /// IB transition table says are missing or not allowed (detail/qp_transitions.hpp).
 struct qp_transition_failure {
+  /// The queue pair's number.
   std::uint32_t qp_num = 0;
+  /// The state it was in.
   qp_state from = qp_state::reset;
+  /// The state it was asked to reach.
   qp_state to = qp_state::reset;
+  /// The attribute mask that was passed.
   qp_attr_mask mask = qp_attr_mask::none;
+  /// Bits the transition requires and the mask lacked.
   qp_attr_mask missing = qp_attr_mask::none;
+  /// Bits the mask had that the transition does not allow.
   qp_attr_mask extra = qp_attr_mask::none;
 };
 
@@ -85,8 +93,10 @@ struct qp_transition_failure {
 /// `code()` carries the errno, and what() adds what was wrong and what to do.
 class verbs_error : public std::system_error {
  public:
+  /// `verb` failed with errno `err`; `detail` says what was wrong and what to do.
   verbs_error(std::string verb, int err, const std::string& detail = {})
       : std::system_error(make_verbs_error_code(err), compose(verb, detail)), verb_(std::move(verb)), detail_(detail) {}
+  /// The same, for a failed QP transition: `t` says which bits were missing or extra.
   verbs_error(std::string verb, int err, const std::string& detail, const qp_transition_failure& t)
       : verbs_error(std::move(verb), err, detail) {
     transition_ = t;
@@ -94,7 +104,9 @@ class verbs_error : public std::system_error {
   }
   /// The failed transition, for errors of ibv_modify_qp raised by a queue pair.
   const qp_transition_failure* transition() const noexcept { return has_transition_ ? &transition_ : nullptr; }
+  /// The call that failed, e.g. "ibv_modify_qp".
   const std::string& verb() const noexcept { return verb_; }
+  /// The errno the verb returned (also code().value()).
   int errno_value() const noexcept { return code().value(); }
   /// What was wrong and what to do, without the verb and errno that what() adds.
   const std::string& detail() const noexcept { return detail_; }

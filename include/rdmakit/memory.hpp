@@ -28,8 +28,11 @@ inline constexpr access remote_access_bits =
 
 /// A local buffer inside a registered region: what a scatter/gather entry holds.
 struct local_buffer {
+  /// The first byte, as the device sees it (a virtual address in the region).
   std::uint64_t addr = 0;
+  /// Bytes from addr; one buffer holds at most 4 GiB, a limit of the verbs' sge.
   std::uint32_t length = 0;
+  /// The local key of the region the buffer lies in.
   std::uint32_t lkey = 0;
 
   /// `len` bytes from `offset` (clamped to this buffer).
@@ -40,6 +43,7 @@ struct local_buffer {
   }
   /// The first `len` bytes.
   constexpr local_buffer first(std::uint32_t len) const noexcept { return sub(0, len); }
+  /// The buffer's bytes, for the CPU to fill or read.
   std::byte* data() const noexcept { return reinterpret_cast<std::byte*>(addr); }
 };
 
@@ -49,6 +53,7 @@ struct local_buffer {
 template <access Rights = remote_access_bits>
 class remote_region {
  public:
+  /// The rights the owner registered; operations check them at compile time.
   static constexpr access rights = Rights;
 
   constexpr remote_region() = default;
@@ -60,8 +65,11 @@ class remote_region {
     return remote_region(addr, rkey, length);
   }
 
+  /// The region's first byte in the owner's address space.
   constexpr std::uint64_t addr() const noexcept { return addr_; }
+  /// The key the owner's device checks on each RDMA access.
   constexpr std::uint32_t rkey() const noexcept { return rkey_; }
+  /// The region's size in bytes.
   constexpr std::uint64_t length() const noexcept { return length_; }
 
   /// `len` bytes from `offset` (clamped to this region).
@@ -109,6 +117,7 @@ inline aligned_bytes allocate_zeroed(std::size_t bytes) {
 template <verbs_backend B, access Access>
 class memory_region {
  public:
+  /// The access rights the region was registered with.
   static constexpr access rights = Access;
   /// Whether peers may target this region (any remote bit).
   static constexpr bool remote_access = has_any(Access, remote_access_bits);
@@ -129,12 +138,14 @@ class memory_region {
     return r;
   }
 
+  /// Takes over the registration (and the buffer, if owned); `o` becomes empty.
   memory_region(memory_region&& o) noexcept
       : pd_(std::move(o.pd_)),
         mr_(std::exchange(o.mr_, {})),
         data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)),
         owned_(std::move(o.owned_)) {}
+  /// Deregisters what this region holds, then takes over `o`'s; `o` becomes empty.
   memory_region& operator=(memory_region&& o) noexcept {
     if (this != &o) {
       release();
@@ -148,12 +159,17 @@ class memory_region {
   }
   ~memory_region() { release(); }
 
+  /// False for an empty (default-constructed or moved-from) region.
   explicit operator bool() const noexcept { return mr_ != typename B::mr{}; }
   /// The bytes (nullptr and 0 when empty).
   std::byte* data() const noexcept { return data_; }
+  /// Registered bytes (0 when empty).
   std::size_t size() const noexcept { return size_; }
+  /// data() and size() as a span.
   std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
+  /// The local key that sges on this region carry; throws usage_error when empty.
   std::uint32_t lkey() const { return B::mr_lkey(native_("lkey")); }
+  /// The backend's region (ibv_mr* on ibverbs), for calls rdmakit does not wrap.
   typename B::mr native() const noexcept { return mr_; }
 
   /// The whole region as a local buffer (regions above 4 GiB: use local(offset, len)).
@@ -231,6 +247,7 @@ class registered_pool {
   };
 
  public:
+  /// The access rights the pool's region was registered with.
   static constexpr access rights = Access;
 
   /// A slice of the pool; goes back to the pool when destroyed. Empty when the pool
@@ -238,7 +255,9 @@ class registered_pool {
   class slice {
    public:
     slice() = default;
+    /// Takes over the slot; `o` becomes empty.
     slice(slice&& o) noexcept : st_(std::exchange(o.st_, nullptr)), index_(o.index_) {}
+    /// Gives back the slot held, then takes over `o`'s; `o` becomes empty.
     slice& operator=(slice&& o) noexcept {
       if (this != &o) {
         reset();
@@ -249,11 +268,17 @@ class registered_pool {
     }
     ~slice() { reset(); }
 
+    /// False for an empty slice (pool exhausted, moved from, or given back).
     explicit operator bool() const noexcept { return st_ != nullptr; }
+    /// Which slot of the pool this is, e.g. to index per-slot state or as a wr_id.
     std::size_t index() const noexcept { return index_; }
+    /// The slot's size in bytes (the pool's slot_size; 0 when empty).
     std::size_t size() const noexcept { return st_ ? st_->slot_size : 0; }
+    /// The slot's first byte (nullptr when empty).
     std::byte* data() const noexcept { return st_ ? st_->region.data() + offset() : nullptr; }
+    /// data() and size() as a span.
     std::span<std::byte> bytes() const noexcept { return {data(), size()}; }
+    /// The local key of the pool's region; throws usage_error when empty.
     std::uint32_t lkey() const { return state_("lkey").region.lkey(); }
     /// The whole slice as a local buffer (carries the pool's lkey).
     local_buffer local() const { return state_("local").region.local(offset(), size()); }
@@ -300,7 +325,9 @@ class registered_pool {
     for (std::size_t i = slots; i-- > 0;) st->free.push_back(static_cast<std::uint32_t>(i));
     st_ = st.release();
   }
+  /// Takes over the pool; `o` becomes empty. Slices taken from it stay valid.
   registered_pool(registered_pool&& o) noexcept : st_(std::exchange(o.st_, nullptr)) {}
+  /// Releases this pool (its slices stay valid until given back), then takes over `o`'s.
   registered_pool& operator=(registered_pool&& o) noexcept {
     if (this != &o) {
       release();
@@ -310,6 +337,7 @@ class registered_pool {
   }
   ~registered_pool() { release(); }
 
+  /// False for an empty (default-constructed or moved-from) pool.
   explicit operator bool() const noexcept { return st_ != nullptr; }
   /// A free slice, or an empty one when all are in use (or this pool is empty). Never allocates.
   slice acquire() noexcept {
@@ -318,9 +346,13 @@ class registered_pool {
     st_->free.pop_back();
     return slice(st_, i);
   }
+  /// Slots free now: acquire() succeeds this many times before returning empty slices.
   std::size_t available() const noexcept { return st_ ? st_->free.size() : 0; }
+  /// The number of slots, in use or not.
   std::size_t slots() const noexcept { return st_ ? st_->slots : 0; }
+  /// The size of one slot in bytes (slot_size as asked, rounded up to 64).
   std::size_t slot_size() const noexcept { return st_ ? st_->slot_size : 0; }
+  /// The registered region behind every slot; throws usage_error when the pool is empty.
   const memory_region<B, Access>& region() const {
     if (!st_) detail::throw_empty("registered_pool", "region");
     return st_->region;

@@ -134,9 +134,13 @@ namespace op {
 /// SEND to the connected peer (RC, UC).
 template <detail::local_side L = local_buffer>
 struct send {
+  /// The buffer or scatter/gather list sent.
   L local;
+  /// The opcode the work request carries.
   static constexpr opcode code = opcode::send;
+  /// What the transport must offer; posting on one without it does not compile, with a sentence why.
   using rule = detail::connected_send_rule;
+  /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D&) const noexcept {}
 };
@@ -144,10 +148,15 @@ struct send {
 /// SEND with 32-bit immediate data (host order; the receiver's completion has it).
 template <detail::local_side L = local_buffer>
 struct send_imm {
+  /// The buffer or scatter/gather list sent.
   L local;
+  /// Immediate data, host order; the peer's completion has it (completion::imm()).
   std::uint32_t imm;
+  /// The opcode the work request carries.
   static constexpr opcode code = opcode::send_with_imm;
+  /// What the transport must offer; posting on one without it does not compile, with a sentence why.
   using rule = detail::connected_send_rule;
+  /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept { d.imm = imm; }
 };
@@ -155,10 +164,15 @@ struct send_imm {
 /// UD: SEND to `to` (an address handle, remote QPN and Q_Key).
 template <class B, detail::local_side L = local_buffer>
 struct ud_send {
+  /// The buffer or scatter/gather list sent.
   L local;
+  /// The destination: address handle, remote QPN and Q_Key (ah.to(qpn)).
   ud_address<B> to;
+  /// The opcode the work request carries.
   static constexpr opcode code = opcode::send;
+  /// What the transport must offer; posting on one without it does not compile, with a sentence why.
   using rule = detail::ud_send_rule;
+  /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
     detail::fill_destination(d, to);
@@ -168,11 +182,17 @@ struct ud_send {
 /// UD: SEND with immediate data to `to`.
 template <class B, detail::local_side L = local_buffer>
 struct ud_send_imm {
+  /// The buffer or scatter/gather list sent.
   L local;
+  /// The destination: address handle, remote QPN and Q_Key (ah.to(qpn)).
   ud_address<B> to;
+  /// Immediate data, host order; the peer's completion has it (completion::imm()).
   std::uint32_t imm;
+  /// The opcode the work request carries.
   static constexpr opcode code = opcode::send_with_imm;
+  /// What the transport must offer; posting on one without it does not compile, with a sentence why.
   using rule = detail::ud_send_rule;
+  /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
     detail::fill_destination(d, to);
@@ -185,10 +205,15 @@ template <access A, detail::local_side L = local_buffer>
 struct write {
   static_assert(has_all(A, access::remote_write),
                 "write: the remote region was not registered with access::remote_write");
+  /// The buffer or scatter/gather list sent.
   L local;
+  /// The region written; needs access::remote_write.
   remote_region<A> remote;
+  /// The opcode the work request carries.
   static constexpr opcode code = opcode::rdma_write;
+  /// What the transport must offer; posting on one without it does not compile, with a sentence why.
   using rule = detail::write_rule;
+  /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
     detail::fill_remote(d, remote);
@@ -200,11 +225,17 @@ template <access A, detail::local_side L = local_buffer>
 struct write_imm {
   static_assert(has_all(A, access::remote_write),
                 "write_imm: the remote region was not registered with access::remote_write");
+  /// The buffer or scatter/gather list sent.
   L local;
+  /// The region written; needs access::remote_write.
   remote_region<A> remote;
+  /// Immediate data, host order; the peer's completion has it (completion::imm()).
   std::uint32_t imm;
+  /// The opcode the work request carries.
   static constexpr opcode code = opcode::rdma_write_with_imm;
+  /// What the transport must offer; posting on one without it does not compile, with a sentence why.
   using rule = detail::write_rule;
+  /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
     detail::fill_remote(d, remote);
@@ -217,10 +248,15 @@ template <access A, detail::local_side L = local_buffer>
 struct read {
   static_assert(has_all(A, access::remote_read),
                 "read: the remote region was not registered with access::remote_read");
+  /// The buffer or scatter/gather list the data lands in; needs access::local_write.
   L local;
+  /// The region read; needs access::remote_read.
   remote_region<A> remote;
+  /// The opcode the work request carries.
   static constexpr opcode code = opcode::rdma_read;
+  /// What the transport must offer; posting on one without it does not compile, with a sentence why.
   using rule = detail::read_rule;
+  /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
     detail::fill_remote(d, remote);
@@ -233,11 +269,17 @@ template <access A>
 struct fetch_add {
   static_assert(has_all(A, access::remote_atomic),
                 "fetch_add: the remote region was not registered with access::remote_atomic");
+  /// Where the old remote value lands: 8 bytes of a region with local_write.
   local_buffer local;
+  /// The 8-byte, 8-aligned target; needs access::remote_atomic.
   remote_region<A> remote;
+  /// Added to the remote value.
   std::uint64_t add;
+  /// The opcode the work request carries.
   static constexpr opcode code = opcode::atomic_fetch_and_add;
+  /// What the transport must offer; posting on one without it does not compile, with a sentence why.
   using rule = detail::atomic_rule;
+  /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
     detail::fill_remote(d, remote);
@@ -251,12 +293,19 @@ template <access A>
 struct compare_swap {
   static_assert(has_all(A, access::remote_atomic),
                 "compare_swap: the remote region was not registered with access::remote_atomic");
+  /// Where the old remote value lands: 8 bytes of a region with local_write.
   local_buffer local;
+  /// The 8-byte, 8-aligned target; needs access::remote_atomic.
   remote_region<A> remote;
+  /// The remote value is replaced only if it equals this.
   std::uint64_t compare;
+  /// The new remote value when the comparison holds.
   std::uint64_t swap;
+  /// The opcode the work request carries.
   static constexpr opcode code = opcode::atomic_cmp_and_swp;
+  /// What the transport must offer; posting on one without it does not compile, with a sentence why.
   using rule = detail::atomic_rule;
+  /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
     detail::fill_remote(d, remote);

@@ -45,11 +45,17 @@ int event_wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
 template <int Batch = 16>
 struct busy_poll {
   static_assert(Batch >= 1, "busy_poll<Batch> needs Batch >= 1");
+  /// The policy's name, as benchmark reports print it.
   static constexpr std::string_view name = "busy_poll";
+  /// Completions one poll asks the CQ for (Batch).
   static constexpr int batch = Batch;
+  /// No completion channel: busy_poll never sleeps.
   static constexpr bool needs_channel = false;
+  /// CQ events acknowledged together; busy_poll gets none.
   static constexpr unsigned ack_batch = 1;
 
+  /// Polls until completions arrive or `timeout` passes (checking the clock every 64 empty polls).
+  /// Returns the count, 0 on a timeout, or -errno.
   template <class Ops>
   static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
     if (int n = ops.poll(); RDMAKIT_LIKELY(n != 0)) return n;  // no clock read on the fast path
@@ -66,11 +72,17 @@ struct busy_poll {
 template <int Batch = 16, unsigned AckBatch = 16>
 struct event_driven {
   static_assert(Batch >= 1 && AckBatch >= 1, "event_driven needs Batch >= 1 and AckBatch >= 1");
+  /// The policy's name, as benchmark reports print it.
   static constexpr std::string_view name = "event_driven";
+  /// Completions one poll asks the CQ for (Batch).
   static constexpr int batch = Batch;
+  /// The CQ gets a completion channel to sleep on.
   static constexpr bool needs_channel = true;
+  /// CQ events acknowledged with one call (AckBatch): acks take a lock in rdma-core.
   static constexpr unsigned ack_batch = AckBatch;
 
+  /// Drains the CQ, then arms it and sleeps on the channel until completions or `timeout`.
+  /// Returns the count, 0 on a timeout, or -errno.
   template <class Ops>
   static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
     return detail::event_wait(ops, timeout);
@@ -81,12 +93,19 @@ struct event_driven {
 template <unsigned Spin = 1024, int Batch = 16, unsigned AckBatch = 16>
 struct adaptive {
   static_assert(Batch >= 1 && AckBatch >= 1, "adaptive needs Batch >= 1 and AckBatch >= 1");
+  /// The policy's name, as benchmark reports print it.
   static constexpr std::string_view name = "adaptive";
+  /// Empty polls before sleeping (Spin).
   static constexpr unsigned spin = Spin;
+  /// Completions one poll asks the CQ for (Batch).
   static constexpr int batch = Batch;
+  /// The CQ gets a completion channel to sleep on once spinning found nothing.
   static constexpr bool needs_channel = true;
+  /// CQ events acknowledged with one call (AckBatch).
   static constexpr unsigned ack_batch = AckBatch;
 
+  /// Polls up to Spin times, then waits as event_driven does.
+  /// Returns the count, 0 on a timeout, or -errno.
   template <class Ops>
   static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
     for (unsigned i = 0; i < Spin; ++i)

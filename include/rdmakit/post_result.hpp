@@ -33,12 +33,14 @@ enum class post_rule : std::uint8_t {
 /// Outcome of a post (one WR or a list). `posted` counts the WRs of a list that
 /// reached the device; on failure the first one not posted is `posted` (its bad_wr).
 struct [[nodiscard]] post_result {
-  post_status status = post_status::ok;
+  post_status status = post_status::ok;  ///<Why the post was refused (ok when it was not).
   int err = 0;              ///< errno from the backend when status is backend_error
-  std::uint32_t posted = 0;
+  std::uint32_t posted = 0;  ///<WRs of the list that reached the device (all of them on success).
   post_rule rule = post_rule::unknown;  ///< for backend_error EINVAL: the rule broken, when known
 
+  /// True when every WR was posted.
   constexpr bool ok() const noexcept { return status == post_status::ok; }
+  /// ok(): `if (!qp.post(...))` handles a refusal.
   constexpr explicit operator bool() const noexcept { return ok(); }
 
   /// What happened and what to do, in one sentence.

@@ -24,12 +24,16 @@ class protection_domain {
   protection_domain() = default;
   /// Allocates a PD on the device. Prefer device::create_pd.
   explicit protection_domain(detail::device_ref<B> dev) : st_(std::make_shared<const detail::pd_state<B>>(std::move(dev))) {}
+  /// Takes over the PD; regions and queue pairs made from it keep it alive anyway.
   protection_domain(protection_domain&&) noexcept = default;
+  /// Releases this handle's share, then takes over `other`'s; children keep the old PD alive.
   protection_domain& operator=(protection_domain&&) noexcept = default;
   protection_domain(const protection_domain&) = delete;
   protection_domain& operator=(const protection_domain&) = delete;
 
+  /// False for an empty (default-constructed or moved-from) handle.
   explicit operator bool() const noexcept { return st_ != nullptr; }
+  /// The backend's PD (ibv_pd* on ibverbs), for calls rdmakit does not wrap.
   typename B::pd native() const noexcept { return st_ ? st_->pd : typename B::pd{}; }
 
   /// Registers caller-owned memory with access rights A (part of the region's type).
@@ -37,6 +41,7 @@ class protection_domain {
   memory_region<B, A> register_memory(void* addr, std::size_t length) const {
     return memory_region<B, A>(ref("register_memory"), addr, length);
   }
+  /// Registers caller-owned `bytes` with access rights A (the same as the pointer form).
   template <access A>
   memory_region<B, A> register_memory(std::span<std::byte> bytes) const {
     return memory_region<B, A>(ref("register_memory"), bytes.data(), bytes.size());

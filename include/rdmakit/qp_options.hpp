@@ -14,9 +14,9 @@ RDMAKIT_BEGIN_NAMESPACE
 
 /// Creation options (RESET→INIT and the local address).
 struct qp_options {
-  std::uint8_t port = 1;
+  std::uint8_t port = 1;  ///<the local port (1-based) the queue pair uses
   std::optional<int> gid_index{};  ///< unset: automatic (RoCEv2 IPv4-mapped first; index 0 on InfiniBand)
-  std::uint16_t pkey_index = 0;
+  std::uint16_t pkey_index = 0;  ///<P_Key table entry; 0 is the default partition
   std::uint32_t qkey = default_qkey;  ///< UD only
   /// What peers may do to this QP's memory (RC/UC; UC keeps only remote_write).
   access remote_access = access::remote_write | access::remote_read | access::remote_atomic;
@@ -33,8 +33,8 @@ struct connect_options {
   std::uint8_t min_rnr_timer = 12;    ///< 0.64 ms
   std::uint8_t max_rd_atomic = 16;    ///< clamped to the device's max_qp_init_rd_atom
   std::uint8_t max_dest_rd_atomic = 16;  ///< clamped to the device's max_qp_rd_atom
-  std::uint8_t hop_limit = 64;
-  std::uint8_t sl = 0;
+  std::uint8_t hop_limit = 64;  ///<GRH hop limit (RoCE, or a routed InfiniBand path)
+  std::uint8_t sl = 0;  ///<service level: the lane the fabric maps it to (0 unless the fabric is set up for QoS)
   bool force_grh = false;             ///< GRH on InfiniBand too (always on RoCE)
 };
 
@@ -50,8 +50,11 @@ struct ah_options {
 template <std::uint32_t SendWr, std::uint32_t RecvWr, std::uint32_t SendSge = 1,
           std::uint32_t RecvSge = 1, std::uint32_t Inline = 0>
 struct static_caps {
+  /// The send queue depth, known to the compiler (checked against signal_every<N>).
   static constexpr std::uint32_t max_send_wr = SendWr;
+  /// The receive queue depth.
   static constexpr std::uint32_t max_recv_wr = RecvWr;
+  /// The same capacities as a qp_cap, for create_qp.
   constexpr operator qp_cap() const noexcept { return {SendWr, RecvWr, SendSge, RecvSge, Inline}; }
 };
 

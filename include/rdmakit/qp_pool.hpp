@@ -16,6 +16,7 @@ RDMAKIT_BEGIN_NAMESPACE
 template <verbs_backend B, transport T, signaling S = signal_all, qp_state State = qp_state::init>
 class qp_pool {
  public:
+  /// The type of each queue pair in the pool.
   using queue_pair_type = queue_pair<B, T, S, State>;
 
   qp_pool() = default;
@@ -45,7 +46,9 @@ class qp_pool {
     return p;
   }
 
+  /// Takes over the queue pairs; `o` becomes empty.
   qp_pool(qp_pool&& o) noexcept : qps_(std::move(o.qps_)), cursor_(std::exchange(o.cursor_, 0)) { o.qps_.clear(); }
+  /// Destroys this pool's queue pairs, then takes over `o`'s; `o` becomes empty.
   qp_pool& operator=(qp_pool&& o) noexcept {
     if (this != &o) {
       qps_ = std::move(o.qps_);
@@ -55,10 +58,15 @@ class qp_pool {
     return *this;
   }
 
+  /// The number of queue pairs.
   std::size_t size() const noexcept { return qps_.size(); }
+  /// The i-th queue pair (not bounds-checked).
   queue_pair_type& operator[](std::size_t i) noexcept { return qps_[i]; }
+  /// The i-th queue pair (not bounds-checked).
   const queue_pair_type& operator[](std::size_t i) const noexcept { return qps_[i]; }
+  /// The first queue pair, for range-for over the pool.
   auto begin() noexcept { return qps_.begin(); }
+  /// Past the last queue pair.
   auto end() noexcept { return qps_.end(); }
 
   /// The queue pair with this number, or nullptr.

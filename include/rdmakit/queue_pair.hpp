@@ -53,14 +53,20 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
                 "queue_pair's typestate is qp_state::init or qp_state::rts");
 
  public:
+  /// The verbs backend the queue pair was created on.
   using backend = B;
+  /// The transport (rc, uc, ud): which operations compile.
   using transport_policy = T;
+  /// How send WRs are signaled (signal_all, signal_every<N>, signal_manual).
   using signaling_policy = S;
+  /// The state in the type: init until connected, rts after; only rts can post sends.
   static constexpr qp_state state = State;
 
   /// An empty handle (also what a queue pair is after being moved from).
   queue_pair() = default;
+  /// Takes over the queue pair; `other` becomes empty.
   queue_pair(queue_pair&&) noexcept = default;
+  /// Releases the queue pair held, then takes over `other`'s; `other` becomes empty.
   queue_pair& operator=(queue_pair&&) noexcept = default;
   ~queue_pair() = default;
 
@@ -115,6 +121,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// False once moved from: every call on it then throws usage_error (setup and
   /// accessors) or returns post_status::empty_handle (posts).
   explicit operator bool() const noexcept { return parts_.qp != typename B::qp{}; }
+  /// The queue pair's number (what the peer connects to); throws usage_error when empty.
   std::uint32_t qp_num() const { return link_("qp_num").qp_num; }
   /// The capacities the device granted.
   const qp_cap& caps() const {
@@ -134,7 +141,9 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   wc_status first_error() const { return link_("first_error").first_error; }
   /// The GID index used for this QP's address (chosen automatically unless given).
   int gid_index() const noexcept { return parts_.gid_index; }
+  /// The local port the queue pair uses (qp_options::port).
   std::uint8_t port() const noexcept { return parts_.opts.port; }
+  /// The backend's queue pair (ibv_qp* on ibverbs), for calls rdmakit does not wrap.
   typename B::qp native() const noexcept { return parts_.qp; }
   /// The state the device reports (a setup call: it may throw).
   qp_state query_state() const {

@@ -33,9 +33,13 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
  public:
   /// An empty list (its storage is left uninitialized until WRs are added).
   send_batch() noexcept {}
+  /// WRs in the list.
   std::size_t size() const noexcept { return n_; }
+  /// True when no WR was added since the last clear or post.
   bool empty() const noexcept { return n_ == 0; }
+  /// True when Max WRs are in the list: add refuses more.
   bool full() const noexcept { return n_ == Max; }
+  /// Empties the list without posting it.
   void clear() noexcept { n_ = nsge_ = 0; }
 
   /// Adds one operation (rdmakit/operations.hpp), the same value queue_pair::post

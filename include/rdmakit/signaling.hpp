@@ -19,6 +19,7 @@ RDMAKIT_BEGIN_NAMESPACE
 
 /// Every send WR is signaled.
 struct signal_all {
+  /// The policy's name, as benchmark reports print it.
   static constexpr std::string_view name = "signal_all";
   /// Smallest send queue the policy works with.
   static constexpr std::uint32_t min_sq_depth = 1;
@@ -33,17 +34,24 @@ struct signal_all {
 template <std::uint32_t N>
 struct signal_every {
   static_assert(N >= 1, "signal_every<N> needs N >= 1");
+  /// The policy's name, as benchmark reports print it.
   static constexpr std::string_view name = "signal_every";
+  /// Every interval-th WR is signaled (N).
   static constexpr std::uint32_t interval = N;
+  /// The send queue must hold N WRs: a shorter one would fill before a signaled WR.
   static constexpr std::uint32_t min_sq_depth = N;
+  /// Signals when asked to, or when this WR is the N-th of the unsignaled run.
   static constexpr bool signal(bool wanted, std::uint32_t run) noexcept { return wanted || run + 1 >= N; }
 };
 
 /// The caller chooses with `send_flags::signaled`; the ledger still signals the WR
 /// that takes the last free SQ slot, so the queue cannot wedge.
 struct signal_manual {
+  /// The policy's name, as benchmark reports print it.
   static constexpr std::string_view name = "signal_manual";
+  /// Smallest send queue the policy works with.
   static constexpr std::uint32_t min_sq_depth = 1;
+  /// Signals exactly the WRs posted with send_flags::signaled.
   static constexpr bool signal(bool wanted, std::uint32_t) noexcept { return wanted; }
 };
 
