@@ -2,8 +2,7 @@
 // fetch-and-add (each returns the value it replaced), then reset with compare-and-swap.
 // Atomics are RC only; the counter is 8 bytes, 8-aligned, registered with remote_atomic,
 // and each old value lands in an 8-byte local buffer registered with local_write.
-#include <rdmakit/backends/mock.hpp>
-#include <rdmakit/rdmakit.hpp>
+#include "example_backend.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -12,13 +11,14 @@
 #include <set>
 
 using namespace rdmakit;
-using B = backends::mock;
+using rdmakit_examples::B;
 using connected_qp = queue_pair<B, rc, signal_all, qp_state::rts>;
 
-int main() try {
+int main(int argc, char** argv) try {
   constexpr int rounds = 100;
-  mock::fabric fab;
-  device<B> client_dev(fab, "mock0"), server_dev(fab, "mock1");
+  auto devices = rdmakit_examples::open_devices(argc, argv);  // mock0 and mock1, or one real device
+  auto& client_dev = devices.first;
+  auto& server_dev = devices.second;
   auto cpd = client_dev.create_pd();
   auto spd = server_dev.create_pd();
   auto ccq = client_dev.create_cq(64);

@@ -6,8 +6,7 @@
 //    refuses a send queue too small for the policy instead of letting it wedge.
 //  - spin_then_yield<Spins>: busy-polls, and after Spins empty polls yields the core to
 //    other threads between polls; gives up at the timeout.
-#include <rdmakit/backends/mock.hpp>
-#include <rdmakit/rdmakit.hpp>
+#include "example_backend.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -16,7 +15,7 @@
 #include <thread>
 
 using namespace rdmakit;
-using B = backends::mock;
+using rdmakit_examples::B;
 
 template <std::uint32_t Depth>
 struct signal_quarter {
@@ -51,10 +50,11 @@ struct spin_then_yield {
 static_assert(signaling<signal_quarter<32>>, "signal_quarter must satisfy rdmakit::signaling");
 static_assert(polling<spin_then_yield<64>>, "spin_then_yield must satisfy rdmakit::polling");
 
-int main() try {
+int main(int argc, char** argv) try {
   constexpr std::uint32_t depth = 32, writes = 64;
-  mock::fabric fab;
-  device<B> dev0(fab, "mock0"), dev1(fab, "mock1");
+  auto devices = rdmakit_examples::open_devices(argc, argv);  // mock0 and mock1, or one real device
+  auto& dev0 = devices.first;
+  auto& dev1 = devices.second;
   auto pd0 = dev0.create_pd();
   auto pd1 = dev1.create_pd();
   auto cq0 = dev0.create_cq<spin_then_yield<64>>(128);  // the custom polling policy

@@ -4,8 +4,7 @@
 // immediate ends the server, and every wait is bounded so nothing can hang.
 // Threads: each queue pair and its CQ are used by one thread at a time (the server's by
 // the server thread, the client's by main); different QPs/CQs on different threads is fine.
-#include <rdmakit/backends/mock.hpp>
-#include <rdmakit/rdmakit.hpp>
+#include "example_backend.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -15,14 +14,15 @@
 #include <thread>
 
 using namespace rdmakit;
-using B = backends::mock;
+using rdmakit_examples::B;
 using namespace std::chrono_literals;
 
-int main() try {
+int main(int argc, char** argv) try {
   constexpr int messages = 32, depth = 64;
   constexpr std::uint32_t stop = 0xffffffffu;  // the immediate that tells the server to quit
-  mock::fabric fab;
-  device<B> client_dev(fab, "mock0"), server_dev(fab, "mock1");
+  auto devices = rdmakit_examples::open_devices(argc, argv);  // mock0 and mock1, or one real device
+  auto& client_dev = devices.first;
+  auto& server_dev = devices.second;
   auto cpd = client_dev.create_pd();
   auto spd = server_dev.create_pd();
   auto client_cq = client_dev.create_cq(2 * depth);                   // busy_poll<> (the default)

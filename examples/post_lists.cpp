@@ -3,20 +3,20 @@
 // a completion on every 16th WR only. An unsignaled WR keeps its send-queue slot until
 // a later signaled WR's completion is polled, so the loop polls between lists; the queue
 // pair tracks those credits and refuses (sq_full) rather than overflow the queue.
-#include <rdmakit/backends/mock.hpp>
-#include <rdmakit/rdmakit.hpp>
+#include "example_backend.hpp"
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 
 using namespace rdmakit;
-using B = backends::mock;
+using rdmakit_examples::B;
 
-int main() try {
+int main(int argc, char** argv) try {
   constexpr std::uint32_t lists = 8, per_list = 32, size = 64, total = lists * per_list;
-  mock::fabric fab;
-  device<B> dev0(fab, "mock0"), dev1(fab, "mock1");
+  auto devices = rdmakit_examples::open_devices(argc, argv);  // mock0 and mock1, or one real device
+  auto& dev0 = devices.first;
+  auto& dev1 = devices.second;
   auto pd0 = dev0.create_pd();
   auto pd1 = dev1.create_pd();
   auto cq0 = dev0.create_cq(256);

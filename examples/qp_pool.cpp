@@ -2,8 +2,7 @@
 // one CQ at once (the CQ's size is checked for all of them first), connects them to a
 // peer pool in one call, and hands them out round-robin with pool.next(). Here four
 // RC QPs spread 16 RDMA WRITEs of a 4 KiB buffer over the four connections.
-#include <rdmakit/backends/mock.hpp>
-#include <rdmakit/rdmakit.hpp>
+#include "example_backend.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -11,12 +10,13 @@
 #include <map>
 
 using namespace rdmakit;
-using B = backends::mock;
+using rdmakit_examples::B;
 
-int main() try {
+int main(int argc, char** argv) try {
   constexpr std::size_t pool_size = 4, chunks = 16, chunk = 256;
-  mock::fabric fab;
-  device<B> dev0(fab, "mock0"), dev1(fab, "mock1");
+  auto devices = rdmakit_examples::open_devices(argc, argv);  // mock0 and mock1, or one real device
+  auto& dev0 = devices.first;
+  auto& dev1 = devices.second;
   auto pd0 = dev0.create_pd();
   auto pd1 = dev1.create_pd();
   auto cq0 = dev0.create_cq(pool_size * 32);  // each QP: 16 send + 16 receive entries

@@ -2,8 +2,7 @@
 // devices, every client QP on one CQ and every server QP on another. Each server QP
 // gets its own handler with cq.on(qp, handler); cq.dispatch_wait() polls the shared CQ
 // and routes each completion (by its QP number) to that QP's handler.
-#include <rdmakit/backends/mock.hpp>
-#include <rdmakit/rdmakit.hpp>
+#include "example_backend.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -12,7 +11,7 @@
 #include <vector>
 
 using namespace rdmakit;
-using B = backends::mock;
+using rdmakit_examples::B;
 using connected_qp = queue_pair<B, rc, signal_all, qp_state::rts>;
 
 // The text message k on connection i carries: "qp 07 msg 3" (fits in 16 bytes with its NUL).
@@ -20,11 +19,12 @@ std::string label(int i, int k) {
   return "qp " + std::string(i < 10 ? "0" : "") + std::to_string(i) + " msg " + std::to_string(k);
 }
 
-int main() try {
+int main(int argc, char** argv) try {
   constexpr int qps = 16, per_qp = 4, msg = 16;
   const qp_cap caps{8, 8};
-  mock::fabric fab;
-  device<B> dev0(fab, "mock0"), dev1(fab, "mock1");
+  auto devices = rdmakit_examples::open_devices(argc, argv);  // mock0 and mock1, or one real device
+  auto& dev0 = devices.first;
+  auto& dev1 = devices.second;
   auto pd0 = dev0.create_pd();
   auto pd1 = dev1.create_pd();
   // A shared CQ must hold every attached QP's send + receive depth: 16 × (8 + 8).

@@ -1,21 +1,22 @@
-// UD datagrams: two unreliable-datagram queue pairs on two mock devices, an address
-// handle for the receiver, and several SENDs each naming its destination.
+// UD datagrams: two unreliable-datagram queue pairs on two devices (mock0 and mock1, or
+// one real device), an address handle for the receiver, and several SENDs each naming
+// its destination.
 // On RoCE every UD receive starts with a 40-byte GRH (Global Routing Header) that the
 // HCA writes in front of the payload, so receive buffers reserve those 40 bytes and
 // the payload is read from completion::payload_offset().
-#include <rdmakit/backends/mock.hpp>
-#include <rdmakit/rdmakit.hpp>
+#include "example_backend.hpp"
 
 #include <cstdio>
 #include <cstring>
 #include <string>
 
 using namespace rdmakit;
-using B = backends::mock;
+using rdmakit_examples::B;
 
-int main() try {
-  mock::fabric fab;  // two RoCE devices: mock0 and mock1
-  device<B> dev0(fab, "mock0"), dev1(fab, "mock1");
+int main(int argc, char** argv) try {
+  auto devices = rdmakit_examples::open_devices(argc, argv);  // mock0 and mock1, or one real device
+  auto& dev0 = devices.first;
+  auto& dev1 = devices.second;
   auto pd0 = dev0.create_pd();
   auto pd1 = dev1.create_pd();
   auto cq0 = dev0.create_cq(64);

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# rxe.sh — the examples on real verbs: soft-RoCE (rxe0) in one guest run of
+# tests/rxe/run-in-vm.sh. Arguments: the example programs built for ibverbs
+# (`<name>-ibverbs`, run as `<name>-ibverbs rxe0`) and `walkthrough` (run as
+# `walkthrough ibverbs rxe0`). Exit status 0 only when every one returned 0.
+#
+#   examples/rxe.sh build/examples/walkthrough build/examples/*-ibverbs
+set -uo pipefail
+
+here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
+(($# >= 1)) || { sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2; exit 2; }
+if [[ ${RDMAKIT_RXE:-} != 1 ]]; then
+  exec "$here/../tests/rxe/run-in-vm.sh" --timeout "${RDMAKIT_RXE_EXAMPLES_TIMEOUT:-600}" -- "$here/rxe.sh" "$@"
+fi
+
+# ------------------------------------------------------------------ inside the guest
+dev=${RDMAKIT_DEVICE:-rxe0}
+failed=()
+for exe in "$@"; do
+  name=${exe##*/}
+  if [[ $name == walkthrough ]]; then args=(ibverbs "$dev"); else args=("$dev"); fi
+  echo "== $name ${args[*]}"
+  timeout 120 "$exe" "${args[@]}" >/tmp/rxe-example.out 2>&1
+  rc=$?
+  while IFS= read -r line || [[ -n $line ]]; do printf '    %s\n' "$line"; done </tmp/rxe-example.out
+  if ((rc == 0)); then echo "-- PASS $name"; else echo "-- FAIL $name (exit $rc)"; failed+=("$name"); fi
+done
+if ((${#failed[@]})); then
+  echo "examples on $dev: ${#failed[@]} of $# failed: ${failed[*]}"
+  exit 1
+fi
+echo "examples on $dev: all $# passed"
