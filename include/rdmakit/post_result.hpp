@@ -33,10 +33,10 @@ enum class post_rule : std::uint8_t {
 /// Outcome of a post (one WR or a list). `posted` counts the WRs of a list that
 /// reached the device; on failure the first one not posted is `posted` (its bad_wr).
 struct [[nodiscard]] post_result {
-  post_status status = post_status::ok;  ///<Why the post was refused (ok when it was not).
-  int err = 0;              ///< errno from the backend when status is backend_error
-  std::uint32_t posted = 0;  ///<WRs of the list that reached the device (all of them on success).
-  post_rule rule = post_rule::unknown;  ///< for backend_error EINVAL: the rule broken, when known
+  post_status status = post_status::ok;  ///< ok, or why the post was refused
+  int err = 0;                           ///< errno from the backend when status is backend_error
+  std::uint32_t posted = 0;              ///< WRs that reached the device (all on success)
+  post_rule rule = post_rule::unknown;   ///< for backend_error EINVAL: the rule broken, when known
 
   /// True when every WR was posted.
   constexpr bool ok() const noexcept { return status == post_status::ok; }

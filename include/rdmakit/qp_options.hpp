@@ -14,28 +14,28 @@ RDMAKIT_BEGIN_NAMESPACE
 
 /// Creation options (RESET→INIT and the local address).
 struct qp_options {
-  std::uint8_t port = 1;  ///<the local port (1-based) the queue pair uses
-  std::optional<int> gid_index{};  ///< unset: automatic (RoCEv2 IPv4-mapped first; index 0 on InfiniBand)
-  std::uint16_t pkey_index = 0;  ///<P_Key table entry; 0 is the default partition
+  std::uint8_t port = 1;              ///< the local port (1-based) the queue pair uses
+  std::optional<int> gid_index{};     ///< unset: automatic (RoCEv2 IPv4-mapped first; index 0 on InfiniBand)
+  std::uint16_t pkey_index = 0;       ///< P_Key table entry; 0 is the default partition
   std::uint32_t qkey = default_qkey;  ///< UD only
   /// What peers may do to this QP's memory (RC/UC; UC keeps only remote_write).
   access remote_access = access::remote_write | access::remote_read | access::remote_atomic;
   std::optional<std::uint32_t> psn{};  ///< first send PSN; default derived from the QP number
-  bool auto_inline = true;            ///< send data inline when it fits max_inline_data
+  bool auto_inline = true;             ///< send data inline when it fits max_inline_data
 };
 
 /// Connection defaults that work on rxe and real HCAs (RC uses all, UC the PSN/MTU/AV).
 struct connect_options {
-  std::optional<mtu> path_mtu{};      ///< cap; the result is min(port active MTU, peer MTU, this)
-  std::uint8_t timeout = 14;          ///< 4.096 µs · 2^14 ≈ 67 ms per try
-  std::uint8_t retry_cnt = 6;         ///< 7 means "forever" on rxe: 6 fails instead of hanging
-  std::uint8_t rnr_retry = 6;         ///< likewise; 7 would retry forever
-  std::uint8_t min_rnr_timer = 12;    ///< 0.64 ms
-  std::uint8_t max_rd_atomic = 16;    ///< clamped to the device's max_qp_init_rd_atom
+  std::optional<mtu> path_mtu{};         ///< cap; the result is min(port active MTU, peer MTU, this)
+  std::uint8_t timeout = 14;             ///< 4.096 µs · 2^14 ≈ 67 ms per try
+  std::uint8_t retry_cnt = 6;            ///< 7 means "forever" on rxe: 6 fails instead of hanging
+  std::uint8_t rnr_retry = 6;            ///< likewise; 7 would retry forever
+  std::uint8_t min_rnr_timer = 12;       ///< 0.64 ms
+  std::uint8_t max_rd_atomic = 16;       ///< clamped to the device's max_qp_init_rd_atom
   std::uint8_t max_dest_rd_atomic = 16;  ///< clamped to the device's max_qp_rd_atom
-  std::uint8_t hop_limit = 64;  ///<GRH hop limit (RoCE, or a routed InfiniBand path)
-  std::uint8_t sl = 0;  ///<service level: the lane the fabric maps it to (0 unless the fabric is set up for QoS)
-  bool force_grh = false;             ///< GRH on InfiniBand too (always on RoCE)
+  std::uint8_t hop_limit = 64;           ///< GRH hop limit (RoCE, or a routed InfiniBand path)
+  std::uint8_t sl = 0;                   ///< service level; 0 unless the fabric is set up for QoS
+  bool force_grh = false;                ///< GRH on InfiniBand too (always on RoCE)
 };
 
 /// Address handle options (protection_domain::create_ah).

@@ -24,18 +24,22 @@ constexpr E operator|(E a, E b) noexcept {
   using U = std::underlying_type_t<E>;
   return static_cast<E>(static_cast<U>(a) | static_cast<U>(b));
 }
+/// The bits set in both.
 template <detail::flag_enum E>
 constexpr E operator&(E a, E b) noexcept {
   using U = std::underlying_type_t<E>;
   return static_cast<E>(static_cast<U>(a) & static_cast<U>(b));
 }
+/// Every bit not set in `a`: `m & ~bit` clears a bit.
 template <detail::flag_enum E>
 constexpr E operator~(E a) noexcept {
   using U = std::underlying_type_t<E>;
   return static_cast<E>(~static_cast<U>(a));
 }
+/// Sets the bits of `b` in `a`.
 template <detail::flag_enum E>
 constexpr E& operator|=(E& a, E b) noexcept { return a = a | b; }
+/// Keeps only the bits of `a` that are set in `b`.
 template <detail::flag_enum E>
 constexpr E& operator&=(E& a, E b) noexcept { return a = a & b; }
 /// True when every bit of `wanted` is set in `have`.
@@ -46,6 +50,7 @@ template <detail::flag_enum E>
 constexpr bool has_any(E have, E wanted) noexcept {
   return static_cast<std::underlying_type_t<E>>(have & wanted) != 0;
 }
+/// The flags' integer value, e.g. for the native verbs' flag fields.
 template <detail::flag_enum E>
 constexpr auto to_underlying(E e) noexcept { return static_cast<std::underlying_type_t<E>>(e); }
 
@@ -177,7 +182,9 @@ constexpr bool mtu_from_bytes(std::uint32_t bytes, mtu& out) noexcept {
   return false;
 }
 
+/// A port's logical state (IBV_PORT_*); only active ports carry traffic.
 enum class port_state : std::uint32_t { nop = 0, down, init, armed, active, active_defer };
+/// What a port runs on (IBV_LINK_LAYER_*): InfiniBand addresses by LID, Ethernet (RoCE) by GID.
 enum class link_layer : std::uint8_t { unspecified = 0, infiniband, ethernet };
 /// GID types (IBV_GID_TYPE_*): IB, RoCE v1, RoCE v2.
 enum class gid_type : std::uint32_t { ib = 0, roce_v1, roce_v2 };
@@ -214,9 +221,10 @@ inline constexpr std::uint32_t default_qkey = 0x11111111u;
 
 /// A 128-bit GID in network byte order.
 struct gid {
-  std::array<std::uint8_t, 16> raw{};
+  std::array<std::uint8_t, 16> raw{};  ///< the 16 bytes, most significant first
 
   friend constexpr bool operator==(const gid&, const gid&) = default;
+  /// True for the all-zero GID: an empty GID table slot, or no GID on InfiniBand.
   constexpr bool is_zero() const noexcept {
     for (auto b : raw)
       if (b) return false;
@@ -228,7 +236,9 @@ struct gid {
       if (raw[i]) return false;
     return raw[10] == 0xff && raw[11] == 0xff;
   }
+  /// `fe80::/10`: a link-local GID (InfiniBand, RoCE v1 from the MAC).
   constexpr bool is_link_local() const noexcept { return raw[0] == 0xfe && (raw[1] & 0xc0) == 0x80; }
+  /// The IPv4-mapped GID of `a.b.c.d`, as RoCE v2 gives an interface's IPv4 address.
   static constexpr gid from_ipv4(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d) noexcept {
     gid g;
     g.raw[10] = g.raw[11] = 0xff;
@@ -247,95 +257,96 @@ struct gid {
 
 /// GRH part of an address vector.
 struct global_route {
-  gid dgid{};
-  std::uint32_t flow_label = 0;
-  std::uint8_t sgid_index = 0;
-  std::uint8_t hop_limit = 1;
-  std::uint8_t traffic_class = 0;
+  gid dgid{};                      ///< destination GID
+  std::uint32_t flow_label = 0;    ///< 20 bits; 0 lets the fabric pick the path
+  std::uint8_t sgid_index = 0;     ///< local GID table index to send from
+  std::uint8_t hop_limit = 1;      ///< routers decrement it; 1 stays in the subnet
+  std::uint8_t traffic_class = 0;  ///< DSCP/ECN on RoCE v2, traffic class on InfiniBand
 };
 
 /// Address vector (ibv_ah_attr).
 struct ah_attr {
-  global_route grh{};
-  std::uint16_t dlid = 0;
-  std::uint8_t sl = 0;
-  std::uint8_t src_path_bits = 0;
-  std::uint8_t static_rate = 0;
-  bool is_global = false;
-  std::uint8_t port_num = 1;
+  global_route grh{};              ///< used when is_global is set
+  std::uint16_t dlid = 0;          ///< destination LID (InfiniBand); unused on RoCE
+  std::uint8_t sl = 0;             ///< service level
+  std::uint8_t src_path_bits = 0;  ///< low LID bits of the source port (LMC); 0 normally
+  std::uint8_t static_rate = 0;    ///< injection rate limit (IBV_RATE_*); 0: no limit
+  bool is_global = false;          ///< whether packets carry a GRH (always on RoCE)
+  std::uint8_t port_num = 1;       ///< the local port the packets leave from
 };
 
 /// Queue capacities requested at create time; the create call writes back what it granted.
 struct qp_cap {
-  std::uint32_t max_send_wr = 0;
-  std::uint32_t max_recv_wr = 0;
-  std::uint32_t max_send_sge = 1;
-  std::uint32_t max_recv_sge = 1;
-  std::uint32_t max_inline_data = 0;
+  std::uint32_t max_send_wr = 0;  ///< send queue depth: send WRs outstanding at once
+  std::uint32_t max_recv_wr = 0;  ///< receive queue depth
+  std::uint32_t max_send_sge = 1;  ///< scatter/gather entries per send WR
+  std::uint32_t max_recv_sge = 1;  ///< scatter/gather entries per receive WR
+  std::uint32_t max_inline_data = 0;  ///< largest send whose data the WR itself carries (send_flags::inline_data)
 };
 
 /// Attributes for modify_qp (the ibv_qp_attr fields rdmakit uses). Only the fields
 /// named by the mask are read.
 struct qp_attr {
-  qp_state state = qp_state::reset;
-  qp_state cur_state = qp_state::reset;
-  mtu path_mtu = mtu::mtu_1024;
-  std::uint32_t qkey = 0;
-  std::uint32_t rq_psn = 0;
-  std::uint32_t sq_psn = 0;
-  std::uint32_t dest_qp_num = 0;
-  access access_flags = access::none;
-  ah_attr av{};
-  std::uint16_t pkey_index = 0;
-  bool en_sqd_async_notify = false;
-  std::uint8_t max_rd_atomic = 0;
-  std::uint8_t max_dest_rd_atomic = 0;
-  std::uint8_t min_rnr_timer = 0;
-  std::uint8_t port_num = 1;
-  std::uint8_t timeout = 0;
-  std::uint8_t retry_cnt = 0;
-  std::uint8_t rnr_retry = 0;
+  qp_state state = qp_state::reset;  ///< the state to move to (qp_attr_mask::state)
+  qp_state cur_state = qp_state::reset;  ///< the state the caller believes the QP is in (qp_attr_mask::cur_state)
+  mtu path_mtu = mtu::mtu_1024;  ///< RTR: largest packet payload on the path
+  std::uint32_t qkey = 0;  ///< UD: the Q_Key the QP accepts
+  std::uint32_t rq_psn = 0;  ///< RTR: the first PSN expected from the peer
+  std::uint32_t sq_psn = 0;  ///< RTS: the first PSN sent
+  std::uint32_t dest_qp_num = 0;  ///< RTR (RC, UC): the peer's queue pair number
+  access access_flags = access::none;  ///< what peers may do through this QP (remote_* bits)
+  ah_attr av{};  ///< RTR (RC, UC): the address vector of the peer
+  std::uint16_t pkey_index = 0;  ///< P_Key table entry
+  bool en_sqd_async_notify = false;  ///< SQD: raise an event when the send queue drained
+  std::uint8_t max_rd_atomic = 0;  ///< RTS (RC): READs/atomics outstanding as requester
+  std::uint8_t max_dest_rd_atomic = 0;  ///< RTR (RC): READs/atomics accepted outstanding as responder
+  std::uint8_t min_rnr_timer = 0;  ///< RTR (RC): the RNR NAK delay the peer is asked to wait
+  std::uint8_t port_num = 1;  ///< INIT: the local port
+  std::uint8_t timeout = 0;  ///< RTS (RC): ACK timeout, 4.096 µs · 2^timeout
+  std::uint8_t retry_cnt = 0;  ///< RTS (RC): retries after a timeout (7: forever)
+  std::uint8_t rnr_retry = 0;  ///< RTS (RC): retries after an RNR NAK (7: forever)
 };
 
 /// Device capabilities the library checks requests against.
 struct device_attr {
-  std::uint64_t max_mr_size = 0;
-  std::uint32_t max_qp = 0;
-  std::uint32_t max_qp_wr = 0;
-  std::uint32_t max_sge = 0;
-  std::uint32_t max_cq = 0;
-  std::uint32_t max_cqe = 0;
-  std::uint32_t max_mr = 0;
-  std::uint32_t max_pd = 0;
-  std::uint32_t max_ah = 0;
+  std::uint64_t max_mr_size = 0;          ///< largest region one registration may cover
+  std::uint32_t max_qp = 0;               ///< queue pairs the device supports
+  std::uint32_t max_qp_wr = 0;            ///< largest queue depth, send or receive
+  std::uint32_t max_sge = 0;              ///< scatter/gather entries per WR
+  std::uint32_t max_cq = 0;               ///< completion queues the device supports
+  std::uint32_t max_cqe = 0;              ///< largest CQ, in entries
+  std::uint32_t max_mr = 0;               ///< memory regions the device supports
+  std::uint32_t max_pd = 0;               ///< protection domains the device supports
+  std::uint32_t max_ah = 0;               ///< address handles the device supports
   std::uint32_t max_qp_rd_atom = 0;       ///< outstanding READ/atomic as responder
   std::uint32_t max_qp_init_rd_atom = 0;  ///< outstanding READ/atomic as requester
   std::uint32_t max_inline_data = 0;      ///< largest inline send the device grants (probed)
   bool atomics = false;                   ///< atomic_cap != IBV_ATOMIC_NONE
-  std::uint8_t phys_port_cnt = 0;
+  std::uint8_t phys_port_cnt = 0;         ///< number of physical ports (numbered from 1)
 };
 
+/// One port's attributes (ibv_port_attr, the fields rdmakit uses).
 struct port_attr {
-  port_state state = port_state::nop;
-  mtu max_mtu = mtu::mtu_1024;
-  mtu active_mtu = mtu::mtu_1024;
-  std::uint32_t gid_tbl_len = 0;
-  std::uint32_t max_msg_sz = 0;
-  std::uint16_t lid = 0;
-  link_layer layer = link_layer::unspecified;
+  port_state state = port_state::nop;          ///< only active ports carry traffic
+  mtu max_mtu = mtu::mtu_1024;                 ///< largest MTU the port supports
+  mtu active_mtu = mtu::mtu_1024;              ///< the MTU in use; connections use at most this
+  std::uint32_t gid_tbl_len = 0;               ///< entries in the port's GID table
+  std::uint32_t max_msg_sz = 0;                ///< largest message the port sends
+  std::uint16_t lid = 0;                       ///< the port's LID (InfiniBand; 0 on RoCE)
+  link_layer layer = link_layer::unspecified;  ///< InfiniBand or Ethernet (RoCE)
 };
 
 /// One GID table entry with its type. `valid` is false for an empty slot.
 struct gid_entry {
-  gid value{};
-  std::uint32_t index = 0;
-  gid_type type = gid_type::ib;
-  bool valid = false;
+  gid value{};                   ///< the GID
+  std::uint32_t index = 0;       ///< its index in the port's GID table (qp_options::gid_index)
+  gid_type type = gid_type::ib;  ///< IB, RoCE v1 or RoCE v2
+  bool valid = false;            ///< false for an empty slot
 };
 
 /// An asynchronous event, already acknowledged by the backend.
 struct async_event {
-  async_event_type type = async_event_type::cq_err;
+  async_event_type type = async_event_type::cq_err;  ///< what happened
   std::uint32_t qp_num = 0;    ///< for QP events
   std::uint8_t port_num = 0;   ///< for port events
   const void* object = nullptr;  ///< backend handle of the CQ/QP concerned (identity only)
@@ -343,21 +354,30 @@ struct async_event {
 
 /// One scatter/gather element; the same layout as ibv_sge.
 struct sge {
-  std::uint64_t addr = 0;
-  std::uint32_t length = 0;
-  std::uint32_t lkey = 0;
+  std::uint64_t addr = 0;    ///< the first byte
+  std::uint32_t length = 0;  ///< bytes from addr
+  std::uint32_t lkey = 0;    ///< local key of the region the bytes are in
 };
 
+/// The status in words ("remote access error"), as ibv_wc_status_str says it.
 const char* to_string(wc_status s) noexcept;
+/// The opcode's name ("RDMA_WRITE").
 const char* to_string(opcode o) noexcept;
+/// The completion opcode's name ("RECV_RDMA_WITH_IMM").
 const char* to_string(wc_opcode o) noexcept;
+/// The state's name ("RTS").
 const char* to_string(qp_state s) noexcept;
+/// The transport's name ("RC").
 const char* to_string(qp_type t) noexcept;
+/// The event's name ("QP_FATAL").
 const char* to_string(async_event_type t) noexcept;
+/// "InfiniBand", "Ethernet" or "unspecified".
 const char* to_string(link_layer l) noexcept;
+/// The port state's verbs name ("PORT_ACTIVE").
 const char* to_string(port_state s) noexcept;
 /// Names of the bits set in a mask, '|'-separated ("STATE|PKEY_INDEX").
 std::string to_string(qp_attr_mask m);
+/// Names of the rights set ("LOCAL_WRITE|REMOTE_READ"), "none" for none.
 std::string to_string(access a);
 
 RDMAKIT_END_NAMESPACE
