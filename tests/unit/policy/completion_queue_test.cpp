@@ -82,33 +82,37 @@ TEST_CASE("dispatch: completions of a QP without a handler go to the fallback (o
   CHECK_THROWS_AS(other.on(p.a, [](const completion<B>&) {}), usage_error);
 }
 
-TEST_CASE("drain polls until the CQ is empty, across batches") {
+namespace {
+
+// An RC pair whose writer polls its CQ in batches of 2, and a region to write to.
+struct writer {
   mock::fabric fab;
-  device<B> dx(fab, "mock0"), dy(fab, "mock1");
-  auto pdx = dx.create_pd();
-  auto pdy = dy.create_pd();
-  auto cqx = dx.create_cq<busy_poll<2>>(64);
-  auto cqy = dy.create_cq(64);
-  auto p = make_pair<rc>(pdx, cqx, pdy, cqy, qp_cap{8, 8});
-  auto src = pdx.allocate<rw_access>(64);
-  auto dst = pdy.allocate<rw_access>(64);
-  for (std::uint64_t i = 0; i < 7; ++i) REQUIRE(p.a.write(src.local(), dst.remote(), i).ok());
+  device<B> dx{fab, "mock0"}, dy{fab, "mock1"};
+  protection_domain<B> pdx = dx.create_pd(), pdy = dy.create_pd();
+  completion_queue<B, busy_poll<2>> cqx = dx.create_cq<busy_poll<2>>(64);
+  completion_queue<B> cqy = dy.create_cq(64);
+  qp_pair<rc> p = make_pair<rc>(pdx, cqx, pdy, cqy, qp_cap{8, 8});
+  memory_region<B, rw_access> src = pdx.allocate<rw_access>(64), dst = pdy.allocate<rw_access>(64);
+
+  void write(std::uint64_t n) {
+    for (std::uint64_t i = 0; i < n; ++i) REQUIRE(p.a.write(src.local(), dst.remote(), i).ok());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("drain polls until the CQ is empty, across batches") {
+  writer w;
+  w.write(7);
   std::vector<std::uint64_t> ids;
-  CHECK(cqx.drain([&](const completion<B>& c) { ids.push_back(c.wr_id()); }) == 7);
+  CHECK(w.cqx.drain([&](const completion<B>& c) { ids.push_back(c.wr_id()); }) == 7);
   CHECK(ids == std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5, 6});
 }
 
 TEST_CASE("wait_for: n completions within one timeout, else a timed-out result or the error") {
-  mock::fabric fab;
-  device<B> dx(fab, "mock0"), dy(fab, "mock1");
-  auto pdx = dx.create_pd();
-  auto pdy = dy.create_pd();
-  auto cqx = dx.create_cq<busy_poll<2>>(64);
-  auto cqy = dy.create_cq(64);
-  auto p = make_pair<rc>(pdx, cqx, pdy, cqy, qp_cap{8, 8});
-  auto src = pdx.allocate<rw_access>(64);
-  auto dst = pdy.allocate<rw_access>(64);
-  for (std::uint64_t i = 0; i < 5; ++i) REQUIRE(p.a.write(src.local(), dst.remote(), i).ok());
+  writer w;
+  auto& cqx = w.cqx;
+  w.write(5);
   int seen = 0;
   const wait_result all = cqx.wait_for(5, [&](const completion<B>&) { ++seen; });  // batches of 2
   CHECK(all.count() == 5);
