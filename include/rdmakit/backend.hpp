@@ -193,56 +193,115 @@ struct archetype_backend {
   struct wc {};
   static constexpr std::string_view name = "archetype";
 
+  /// Names of the devices this backend can open.
   static std::vector<std::string> device_names();
+  /// Opens the device `name` (empty: the first one); throws verbs_error.
   static context open_device(std::string_view);
+  /// Closes a device opened by open_device; a none handle is ignored.
   static void close_device(context) noexcept;
+  /// The device's name, as device_names() lists it.
   static std::string device_name(context);
+  /// The device's capabilities, which the typed layer checks requests against.
   static device_attr query_device(context);
+  /// The attributes of port `port` (1-based).
   static port_attr query_port(context, std::uint8_t);
+  /// Entry `index` of port `port`'s GID table; an empty slot is `valid = false`.
   static gid_entry query_gid(context, std::uint8_t, int);
+  /// Waits up to `timeout` for an asynchronous event, fills `out` and acknowledges it.
+  /// Returns 0, ETIMEDOUT or an errno.
   static int get_async_event(context, std::chrono::milliseconds, async_event&) noexcept;
+  /// Allocates a protection domain on the device.
   static pd alloc_pd(context);
+  /// Frees a protection domain; returns 0 or an errno (EBUSY while objects use it).
   static int dealloc_pd(pd) noexcept;
+  /// Registers `length` bytes at `addr` with the rights `flags`.
   static mr reg_mr(pd, void*, std::size_t, access);
+  /// Deregisters a region; returns 0 or an errno.
   static int dereg_mr(mr) noexcept;
+  /// The region's local key, which SGEs on it carry.
   static std::uint32_t mr_lkey(mr) noexcept;
+  /// The region's remote key, which peers' RDMA operations on it carry.
   static std::uint32_t mr_rkey(mr) noexcept;
+  /// Creates an address handle for UD sends to the address vector `attr`.
   static ah create_ah(pd, const ah_attr&);
+  /// Destroys an address handle; returns 0 or an errno.
   static int destroy_ah(ah) noexcept;
+  /// Creates a completion channel, which armed CQs notify.
   static channel create_comp_channel(context);
+  /// Destroys a completion channel; returns 0 or an errno (EBUSY while a CQ uses it).
   static int destroy_comp_channel(channel) noexcept;
+  /// Creates a CQ of at least `cqe` entries on completion vector `comp_vector`, notifying `ch`
+  /// (none: nobody sleeps on it).
   static cq create_cq(context, int, channel, int);
+  /// The entries create_cq granted (at least those asked for).
   static int cq_capacity(cq) noexcept;
+  /// Destroys a CQ; returns 0 or an errno (EBUSY while a QP uses it).
   static int destroy_cq(cq) noexcept;
+  /// Moves up to `n` completions into `out`; returns how many, or a negative value on failure.
   static int poll_cq(cq, int, wc*) noexcept;
+  /// Arms the CQ: its next completion (solicited only, if asked) raises an event on its
+  /// channel. Returns 0 or an errno.
   static int req_notify_cq(cq, bool) noexcept;
+  /// Waits up to `timeout` for a completion event on `ch` and stores its CQ in `out`.
+  /// Returns 0, ETIMEDOUT or an errno.
   static int get_cq_event(channel, std::chrono::milliseconds, cq&) noexcept;
+  /// Acknowledges `n` events of the CQ; all must be acknowledged before it is destroyed.
   static void ack_cq_events(cq, unsigned) noexcept;
+  /// Creates a queue pair of `type` on a send and a receive CQ. `caps` is what is asked and,
+  /// on return, what was granted; `sq_sig_all` signals every send WR.
   static qp create_qp(pd, cq, cq, qp_type, qp_cap&, bool);
+  /// Destroys a queue pair; returns 0 or an errno.
   static int destroy_qp(qp) noexcept;
+  /// The queue pair's number.
   static std::uint32_t qp_num(qp) noexcept;
+  /// Applies the attributes of `attr` that `mask` names (a state transition); throws verbs_error.
   static void modify_qp(qp, const qp_attr&, qp_attr_mask);
+  /// The state the device reports for the queue pair.
   static qp_state query_qp_state(qp);
+  /// Posts the send WR list starting at `wr`. Returns 0 or an errno; on failure `*bad_wr`
+  /// is the first WR not posted.
   static int post_send(qp, send_wr*, send_wr**) noexcept;
+  /// Posts the receive WR list starting at `wr`. Returns 0 or an errno; on failure `*bad_wr`
+  /// is the first WR not posted.
   static int post_recv(qp, recv_wr*, recv_wr**) noexcept;
+  /// Fills a scatter/gather entry: address, length, local key.
   static void set_sge(sge&, std::uint64_t, std::uint32_t, std::uint32_t) noexcept;
+  /// Sets what every send WR has (wr_id, opcode, flags, SGE list; next = null) and leaves
+  /// the opcode-specific fields alone.
   static void set_send(send_wr&, std::uint64_t, opcode, send_flags, sge*, int) noexcept;
+  /// Links `next` after `w` in a post list.
   static void set_next(send_wr&, send_wr*) noexcept;
+  /// Sets the immediate data (network byte order).
   static void set_imm(send_wr&, std::uint32_t) noexcept;
+  /// Sets the remote address and rkey of an RDMA WRITE or READ.
   static void set_rdma(send_wr&, std::uint64_t, std::uint32_t) noexcept;
+  /// Sets the remote address, rkey and operands of an atomic (compare or add, then swap).
   static void set_atomic(send_wr&, std::uint64_t, std::uint32_t, std::uint64_t, std::uint64_t) noexcept;
+  /// Sets a UD send's destination: address handle, remote QPN and Q_Key.
   static void set_ud(send_wr&, ah, std::uint32_t, std::uint32_t) noexcept;
+  /// Fills a receive WR: wr_id and SGE list; next = null.
   static void set_recv(recv_wr&, std::uint64_t, sge*, int) noexcept;
+  /// Links `next` after `w` in a receive list.
   static void set_next(recv_wr&, recv_wr*) noexcept;
+  /// What a refused send WR asked for, so the error can name the rule it broke.
   static send_wr_facts describe_send(const send_wr&) noexcept;
+  /// The wr_id of the WR that completed.
   static std::uint64_t get_wr_id(const wc&) noexcept;
+  /// The completion's status.
   static wc_status get_status(const wc&) noexcept;
+  /// What completed (meaningful on success only).
   static wc_opcode get_opcode(const wc&) noexcept;
+  /// Bytes transferred (on UD receives, including the 40-byte GRH).
   static std::uint32_t get_byte_len(const wc&) noexcept;
+  /// The number of the local queue pair the WR was posted on.
   static std::uint32_t get_qp_num(const wc&) noexcept;
+  /// The sending queue pair (UD receives).
   static std::uint32_t get_src_qp(const wc&) noexcept;
+  /// Whether the completion carries immediate data and a GRH.
   static wc_flags get_wc_flags(const wc&) noexcept;
+  /// The immediate data, network byte order.
   static std::uint32_t get_imm(const wc&) noexcept;
+  /// The device's own error code, for its vendor's documentation.
   static std::uint32_t get_vendor_err(const wc&) noexcept;
 };
 static_assert(models_verbs_backend<archetype_backend>());

@@ -57,17 +57,20 @@ struct ibverbs {
     return rdmakit::ibverbs::detail::open_device(dev_name);
   }
 
+  /// ibv_close_device: closes a device opened by open_device; a none handle is ignored.
   static void close_device(context ctx) noexcept {
     if (!ctx) return;
     ibv_close_device(ctx);
   }
 
+  /// ibv_get_device_name: the device's name, as device_names() lists it.
   static std::string device_name(context ctx) { return rdmakit::ibverbs::detail::ctx_name(ctx); }
 
   /// ibv_query_device, plus max_inline_data for RC QPs, probed on each call (the typed
   /// layer calls this once per device open and keeps the result).
   static device_attr query_device(context ctx) { return rdmakit::ibverbs::detail::query_device(ctx); }
 
+  /// ibv_query_port: the attributes of port `port` (1-based).
   static port_attr query_port(context ctx, std::uint8_t port) {
     return rdmakit::ibverbs::detail::query_port(ctx, port);
   }
@@ -86,17 +89,25 @@ struct ibverbs {
 
   // ------------------------------------------- protection domains, memory, AHs
 
+  /// ibv_alloc_pd: allocates a protection domain on the device.
   static pd alloc_pd(context ctx) { return rdmakit::ibverbs::detail::alloc_pd(ctx); }
+  /// ibv_dealloc_pd: frees a protection domain; returns 0 or an errno (EBUSY while objects use it).
   static int dealloc_pd(pd p) noexcept { return rdmakit::ibverbs::detail::rc_errno(ibv_dealloc_pd(p)); }
 
+  /// ibv_reg_mr: registers `length` bytes at `addr` with the rights `flags`.
   static mr reg_mr(pd p, void* addr, std::size_t length, access flags) {
     return rdmakit::ibverbs::detail::reg_mr(p, addr, length, flags);
   }
+  /// ibv_dereg_mr: deregisters a region; returns 0 or an errno.
   static int dereg_mr(mr m) noexcept { return rdmakit::ibverbs::detail::rc_errno(ibv_dereg_mr(m)); }
+  /// The region's local key, which SGEs on it carry.
   static std::uint32_t mr_lkey(mr m) noexcept { return m->lkey; }
+  /// The region's remote key, which peers' RDMA operations on it carry.
   static std::uint32_t mr_rkey(mr m) noexcept { return m->rkey; }
 
+  /// ibv_create_ah: creates an address handle for UD sends to the address vector `attr`.
   static ah create_ah(pd p, const ah_attr& attr) { return rdmakit::ibverbs::detail::create_ah(p, attr); }
+  /// ibv_destroy_ah: destroys an address handle; returns 0 or an errno.
   static int destroy_ah(ah a) noexcept { return rdmakit::ibverbs::detail::rc_errno(ibv_destroy_ah(a)); }
 
   // ------------------------------------------------ completion queues, channels
@@ -105,6 +116,7 @@ struct ibverbs {
   static channel create_comp_channel(context ctx) {
     return rdmakit::ibverbs::detail::create_comp_channel(ctx);
   }
+  /// ibv_destroy_comp_channel: destroys a completion channel; returns 0 or an errno (EBUSY while a CQ uses it).
   static int destroy_comp_channel(channel ch) noexcept {
     return rdmakit::ibverbs::detail::rc_errno(ibv_destroy_comp_channel(ch));
   }
@@ -114,10 +126,15 @@ struct ibverbs {
   static cq create_cq(context ctx, int cqe, channel ch, int comp_vector) {
     return rdmakit::ibverbs::detail::create_cq(ctx, cqe, ch, comp_vector);
   }
+  /// The entries create_cq granted (at least those asked for).
   static int cq_capacity(cq c) noexcept { return c->cqe; }
+  /// ibv_destroy_cq: destroys a CQ; returns 0 or an errno (EBUSY while a QP uses it).
   static int destroy_cq(cq c) noexcept { return rdmakit::ibverbs::detail::rc_errno(ibv_destroy_cq(c)); }
 
+  /// ibv_poll_cq: moves up to `n` completions into `out`; returns how many, or a negative value on failure.
   static int poll_cq(cq c, int n, wc* out) noexcept { return ibv_poll_cq(c, n, out); }
+  /// ibv_req_notify_cq: arms the CQ: its next completion (solicited only, if asked) raises an event on its
+  /// channel. Returns 0 or an errno.
   static int req_notify_cq(cq c, bool solicited_only) noexcept {
     return ibv_req_notify_cq(c, solicited_only ? 1 : 0);
   }
@@ -134,6 +151,7 @@ struct ibverbs {
       return 0;
     });
   }
+  /// ibv_ack_cq_events: acknowledges `n` events of the CQ; all must be acknowledged before it is destroyed.
   static void ack_cq_events(cq c, unsigned n) noexcept { ibv_ack_cq_events(c, n); }
 
   // ------------------------------------------------------------------ queue pairs
@@ -144,7 +162,9 @@ struct ibverbs {
   static qp create_qp(pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps, bool sq_sig_all) {
     return rdmakit::ibverbs::detail::create_qp(p, send_cq, recv_cq, type, caps, sq_sig_all);
   }
+  /// ibv_destroy_qp: destroys a queue pair; returns 0 or an errno.
   static int destroy_qp(qp q) noexcept { return rdmakit::ibverbs::detail::rc_errno(ibv_destroy_qp(q)); }
+  /// The queue pair's number.
   static std::uint32_t qp_num(qp q) noexcept { return q->qp_num; }
 
   /// Translates `attr` (the fields named by `mask`) and calls ibv_modify_qp. Failures
@@ -154,6 +174,7 @@ struct ibverbs {
     rdmakit::ibverbs::detail::modify_qp(q, attr, mask);
   }
 
+  /// ibv_query_qp: the state the device reports for the queue pair.
   static qp_state query_qp_state(qp q) { return rdmakit::ibverbs::detail::query_qp_state(q); }
 
   /// `bad_wr` may be null (then the first failing WR is not reported).
@@ -161,6 +182,8 @@ struct ibverbs {
     send_wr* ignored = nullptr;
     return ibv_post_send(q, wr, bad_wr ? bad_wr : &ignored);
   }
+  /// ibv_post_recv: posts the receive WR list starting at `wr`. Returns 0 or an errno; on failure `*bad_wr`
+  /// is the first WR not posted.
   static int post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept {
     recv_wr* ignored = nullptr;
     return ibv_post_recv(q, wr, bad_wr ? bad_wr : &ignored);
@@ -168,11 +191,14 @@ struct ibverbs {
 
   // ------------------------------------------- building native work requests
 
+  /// Fills a scatter/gather entry: address, length, local key.
   static void set_sge(sge& s, std::uint64_t addr, std::uint32_t length, std::uint32_t lkey) noexcept {
     s.addr = addr;
     s.length = length;
     s.lkey = lkey;
   }
+  /// Sets what every send WR has (wr_id, opcode, flags, SGE list; next = null) and leaves
+  /// the opcode-specific fields alone.
   static void set_send(send_wr& w, std::uint64_t wr_id, opcode op, send_flags fl, sge* list, int n) noexcept {
     w.wr_id = wr_id;
     w.next = nullptr;
@@ -181,12 +207,16 @@ struct ibverbs {
     w.opcode = static_cast<ibv_wr_opcode>(op);
     w.send_flags = to_underlying(fl);
   }
+  /// Links `next` after `w` in a post list.
   static void set_next(send_wr& w, send_wr* next) noexcept { w.next = next; }
+  /// Sets the immediate data (network byte order).
   static void set_imm(send_wr& w, std::uint32_t imm_be) noexcept { w.imm_data = imm_be; }
+  /// Sets the remote address and rkey of an RDMA WRITE or READ.
   static void set_rdma(send_wr& w, std::uint64_t raddr, std::uint32_t rkey) noexcept {
     w.wr.rdma.remote_addr = raddr;
     w.wr.rdma.rkey = rkey;
   }
+  /// Sets the remote address, rkey and operands of an atomic (compare or add, then swap).
   static void set_atomic(send_wr& w, std::uint64_t raddr, std::uint32_t rkey, std::uint64_t compare_add,
                          std::uint64_t swap) noexcept {
     w.wr.atomic.remote_addr = raddr;
@@ -194,18 +224,22 @@ struct ibverbs {
     w.wr.atomic.compare_add = compare_add;
     w.wr.atomic.swap = swap;
   }
+  /// Sets a UD send's destination: address handle, remote QPN and Q_Key.
   static void set_ud(send_wr& w, ah a, std::uint32_t remote_qpn, std::uint32_t qkey) noexcept {
     w.wr.ud.ah = a;
     w.wr.ud.remote_qpn = remote_qpn;
     w.wr.ud.remote_qkey = qkey;
   }
+  /// Fills a receive WR: wr_id and SGE list; next = null.
   static void set_recv(recv_wr& w, std::uint64_t wr_id, sge* list, int n) noexcept {
     w.wr_id = wr_id;
     w.next = nullptr;
     w.sg_list = list;
     w.num_sge = n;
   }
+  /// Links `next` after `w` in a receive list.
   static void set_next(recv_wr& w, recv_wr* next) noexcept { w.next = next; }
+  /// What a refused send WR asked for, so the error can name the rule it broke.
   static send_wr_facts describe_send(const send_wr& w) noexcept {
     send_wr_facts f{static_cast<opcode>(w.opcode), static_cast<send_flags>(w.send_flags), w.num_sge, 0, 0};
     for (int i = 0; i < w.num_sge && w.sg_list; ++i) f.length += w.sg_list[i].length;
@@ -218,17 +252,25 @@ struct ibverbs {
 
   // ------------------------------------------------------ reading completions
 
+  /// The wr_id of the WR that completed.
   static std::uint64_t get_wr_id(const wc& w) noexcept { return w.wr_id; }
+  /// The completion's status.
   static wc_status get_status(const wc& w) noexcept { return static_cast<wc_status>(w.status); }
+  /// What completed (meaningful on success only).
   static wc_opcode get_opcode(const wc& w) noexcept { return static_cast<wc_opcode>(w.opcode); }
+  /// Bytes transferred (on UD receives, including the 40-byte GRH).
   static std::uint32_t get_byte_len(const wc& w) noexcept { return w.byte_len; }
+  /// The number of the local queue pair the WR was posted on.
   static std::uint32_t get_qp_num(const wc& w) noexcept { return w.qp_num; }
+  /// The sending queue pair (UD receives).
   static std::uint32_t get_src_qp(const wc& w) noexcept { return w.src_qp; }
   /// GRH and WITH_IMM only (other IBV_WC_* bits, e.g. IP_CSUM_OK, are masked off).
   static wc_flags get_wc_flags(const wc& w) noexcept {
     return static_cast<wc_flags>(w.wc_flags & (IBV_WC_GRH | IBV_WC_WITH_IMM));
   }
+  /// The immediate data, network byte order.
   static std::uint32_t get_imm(const wc& w) noexcept { return w.imm_data; }
+  /// The device's own error code, for its vendor's documentation.
   static std::uint32_t get_vendor_err(const wc& w) noexcept { return w.vendor_err; }
 };
 

@@ -93,53 +93,97 @@ struct mock {
 
   // Devices. The name-only forms use rdmakit::mock::default_fabric() and nothing else;
   // a fabric you construct is used only when passed (device<mock> dev(fab, "mock0")).
+  /// Names of the devices this backend can open.
   static std::vector<std::string> device_names();
+  /// Names of the devices this backend can open.
   static std::vector<std::string> device_names(rdmakit::mock::fabric& fab);
+  /// Names of the devices this backend can open.
   static std::vector<std::string> device_names(std::shared_ptr<rdmakit::mock::detail::fabric_state> st);
   /// Opens a device by name; an empty name opens the first one.
   static context open_device(std::string_view name);
   /// Opens a device of `fab`.
   static context open_device(rdmakit::mock::fabric& fab, std::string_view name);
+  /// Opens the device `name` (empty: the first one); throws verbs_error.
   static context open_device(std::shared_ptr<rdmakit::mock::detail::fabric_state> st, std::string_view name);
+  /// Closes a device opened by open_device; a none handle is ignored.
   static void close_device(context ctx) noexcept;
+  /// The device's name, as device_names() lists it.
   static std::string device_name(context ctx);
+  /// The device's capabilities, which the typed layer checks requests against.
   static device_attr query_device(context ctx);
+  /// The attributes of port `port` (1-based).
   static port_attr query_port(context ctx, std::uint8_t port);
+  /// Entry `index` of port `port`'s GID table; an empty slot is `valid = false`.
   static gid_entry query_gid(context ctx, std::uint8_t port, int index);
+  /// Waits up to `timeout` for an asynchronous event, fills `out` and acknowledges it.
+  /// Returns 0, ETIMEDOUT or an errno.
   static int get_async_event(context ctx, std::chrono::milliseconds timeout, async_event& out) noexcept;
 
+  /// Allocates a protection domain on the device.
   static pd alloc_pd(context ctx);
+  /// Frees a protection domain; returns 0 or an errno (EBUSY while objects use it).
   static int dealloc_pd(pd p) noexcept;
+  /// Registers `length` bytes at `addr` with the rights `flags`.
   static mr reg_mr(pd p, void* addr, std::size_t length, access flags);
+  /// Deregisters a region; returns 0 or an errno.
   static int dereg_mr(mr m) noexcept;
+  /// The region's local key, which SGEs on it carry.
   static std::uint32_t mr_lkey(mr m) noexcept;
+  /// The region's remote key, which peers' RDMA operations on it carry.
   static std::uint32_t mr_rkey(mr m) noexcept;
+  /// Creates an address handle for UD sends to the address vector `attr`.
   static ah create_ah(pd p, const ah_attr& attr);
+  /// Destroys an address handle; returns 0 or an errno.
   static int destroy_ah(ah a) noexcept;
 
+  /// Creates a completion channel, which armed CQs notify.
   static channel create_comp_channel(context ctx);
+  /// Destroys a completion channel; returns 0 or an errno (EBUSY while a CQ uses it).
   static int destroy_comp_channel(channel ch) noexcept;
+  /// Creates a CQ of at least `cqe` entries on completion vector `comp_vector`, notifying `ch`
+  /// (none: nobody sleeps on it).
   static cq create_cq(context ctx, int cqe, channel ch, int comp_vector);
+  /// The entries create_cq granted (at least those asked for).
   static int cq_capacity(cq c) noexcept;
+  /// Destroys a CQ; returns 0 or an errno (EBUSY while a QP uses it).
   static int destroy_cq(cq c) noexcept;
+  /// Moves up to `n` completions into `out`; returns how many, or a negative value on failure.
   static int poll_cq(cq c, int n, wc* out) noexcept;
+  /// Arms the CQ: its next completion (solicited only, if asked) raises an event on its
+  /// channel. Returns 0 or an errno.
   static int req_notify_cq(cq c, bool solicited_only) noexcept;
+  /// Waits up to `timeout` for a completion event on `ch` and stores its CQ in `out`.
+  /// Returns 0, ETIMEDOUT or an errno.
   static int get_cq_event(channel ch, std::chrono::milliseconds timeout, cq& out) noexcept;
+  /// Acknowledges `n` events of the CQ; all must be acknowledged before it is destroyed.
   static void ack_cq_events(cq c, unsigned n) noexcept;
 
+  /// Creates a queue pair of `type` on a send and a receive CQ. `caps` is what is asked and,
+  /// on return, what was granted; `sq_sig_all` signals every send WR.
   static qp create_qp(pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps, bool sq_sig_all);
+  /// Destroys a queue pair; returns 0 or an errno.
   static int destroy_qp(qp q) noexcept;
+  /// The queue pair's number.
   static std::uint32_t qp_num(qp q) noexcept;
+  /// Applies the attributes of `attr` that `mask` names (a state transition); throws verbs_error.
   static void modify_qp(qp q, const qp_attr& attr, qp_attr_mask mask);
+  /// The state the device reports for the queue pair.
   static qp_state query_qp_state(qp q);
+  /// Posts the send WR list starting at `wr`. Returns 0 or an errno; on failure `*bad_wr`
+  /// is the first WR not posted.
   static int post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept;
+  /// Posts the receive WR list starting at `wr`. Returns 0 or an errno; on failure `*bad_wr`
+  /// is the first WR not posted.
   static int post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept;
 
+  /// Fills a scatter/gather entry: address, length, local key.
   static void set_sge(sge& s, std::uint64_t addr, std::uint32_t length, std::uint32_t lkey) noexcept {
     s.addr = addr;
     s.length = length;
     s.lkey = lkey;
   }
+  /// Sets what every send WR has (wr_id, opcode, flags, SGE list; next = null) and leaves
+  /// the opcode-specific fields alone.
   static void set_send(send_wr& w, std::uint64_t wr_id, opcode op, send_flags fl, sge* list, int n) noexcept {
     w.wr_id = wr_id;
     w.next = nullptr;
@@ -148,12 +192,16 @@ struct mock {
     w.op = op;
     w.flags = fl;
   }
+  /// Links `next` after `w` in a post list.
   static void set_next(send_wr& w, send_wr* next) noexcept { w.next = next; }
+  /// Sets the immediate data (network byte order).
   static void set_imm(send_wr& w, std::uint32_t imm_be) noexcept { w.imm_data = imm_be; }
+  /// Sets the remote address and rkey of an RDMA WRITE or READ.
   static void set_rdma(send_wr& w, std::uint64_t raddr, std::uint32_t rkey) noexcept {
     w.rdma.remote_addr = raddr;
     w.rdma.rkey = rkey;
   }
+  /// Sets the remote address, rkey and operands of an atomic (compare or add, then swap).
   static void set_atomic(send_wr& w, std::uint64_t raddr, std::uint32_t rkey, std::uint64_t compare_add,
                          std::uint64_t swap) noexcept {
     w.atomic.remote_addr = raddr;
@@ -161,18 +209,22 @@ struct mock {
     w.atomic.compare_add = compare_add;
     w.atomic.swap = swap;
   }
+  /// Sets a UD send's destination: address handle, remote QPN and Q_Key.
   static void set_ud(send_wr& w, ah a, std::uint32_t remote_qpn, std::uint32_t qkey) noexcept {
     w.ud.address = a;
     w.ud.remote_qpn = remote_qpn;
     w.ud.remote_qkey = qkey;
   }
+  /// Fills a receive WR: wr_id and SGE list; next = null.
   static void set_recv(recv_wr& w, std::uint64_t wr_id, sge* list, int n) noexcept {
     w.wr_id = wr_id;
     w.next = nullptr;
     w.sg_list = list;
     w.num_sge = n;
   }
+  /// Links `next` after `w` in a receive list.
   static void set_next(recv_wr& w, recv_wr* next) noexcept { w.next = next; }
+  /// What a refused send WR asked for, so the error can name the rule it broke.
   static send_wr_facts describe_send(const send_wr& w) noexcept {
     send_wr_facts f{w.op, w.flags, w.num_sge, 0, 0};
     for (int i = 0; i < w.num_sge && w.sg_list; ++i) f.length += w.sg_list[i].length;
@@ -183,14 +235,23 @@ struct mock {
     return f;
   }
 
+  /// The wr_id of the WR that completed.
   static std::uint64_t get_wr_id(const wc& w) noexcept { return w.wr_id; }
+  /// The completion's status.
   static wc_status get_status(const wc& w) noexcept { return w.status; }
+  /// What completed (meaningful on success only).
   static wc_opcode get_opcode(const wc& w) noexcept { return w.opcode; }
+  /// Bytes transferred (on UD receives, including the 40-byte GRH).
   static std::uint32_t get_byte_len(const wc& w) noexcept { return w.byte_len; }
+  /// The number of the local queue pair the WR was posted on.
   static std::uint32_t get_qp_num(const wc& w) noexcept { return w.qp_num; }
+  /// The sending queue pair (UD receives).
   static std::uint32_t get_src_qp(const wc& w) noexcept { return w.src_qp; }
+  /// Whether the completion carries immediate data and a GRH.
   static wc_flags get_wc_flags(const wc& w) noexcept { return w.flags; }
+  /// The immediate data, network byte order.
   static std::uint32_t get_imm(const wc& w) noexcept { return w.imm_data; }
+  /// The device's own error code, for its vendor's documentation.
   static std::uint32_t get_vendor_err(const wc& w) noexcept { return w.vendor_err; }
 };
 
