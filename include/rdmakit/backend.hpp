@@ -34,11 +34,11 @@ concept backend_handle = std::is_trivially_copyable_v<H> && std::default_initial
 /// refused it, so the error can name the broken rule (SGE count, inline size, atomic
 /// length or alignment) without the data path keeping a copy of the request.
 struct send_wr_facts {
-  opcode op = opcode::send;
-  send_flags flags = send_flags::none;
-  int num_sge = 0;
-  std::uint64_t length = 0;       ///< the SGE lengths added up
-  std::uint64_t remote_addr = 0;  ///< RDMA and atomic operations; 0 otherwise
+  opcode op = opcode::send;             ///< the WR's opcode
+  send_flags flags = send_flags::none;  ///< its flags (inline, signaled, fence...)
+  int num_sge = 0;                      ///< how many SGEs it carries
+  std::uint64_t length = 0;             ///< the SGE lengths added up
+  std::uint64_t remote_addr = 0;        ///< RDMA and atomic operations; 0 otherwise
 };
 
 /// The handle and native types: handles are trivially copyable, `H{}` is "none".
@@ -180,17 +180,25 @@ struct archetype_backend {
   struct channel_t;
   struct qp_t;
   struct ah_t;
+  /// A device handle (an opaque pointer, as ibv_context* is).
   using context = context_t*;
+  /// A protection domain handle.
   using pd = pd_t*;
+  /// A memory region handle.
   using mr = mr_t*;
+  /// A completion queue handle.
   using cq = cq_t*;
+  /// A completion channel handle.
   using channel = channel_t*;
+  /// A queue pair handle.
   using qp = qp_t*;
+  /// An address handle.
   using ah = ah_t*;
   struct sge {};
   struct send_wr {};
   struct recv_wr {};
   struct wc {};
+  /// The backend's name, as errors print it.
   static constexpr std::string_view name = "archetype";
 
   /// Names of the devices this backend can open.

@@ -34,12 +34,19 @@ inline qp_attr base_init_attr(const qp_options& o) noexcept {
 
 /// Reliable Connected: every opcode, acknowledged, in order.
 struct rc {
+  /// The verbs QP type created (IBV_QPT_*).
   static constexpr qp_type type = qp_type::rc;
+  /// The transport's name, as errors and benchmark reports print it.
   static constexpr std::string_view name = "RC";
+  /// Whether the queue pair is connected to one peer (RC, UC) or sends to any (UD).
   static constexpr bool connected = true;
+  /// Whether RDMA WRITE (op::write, op::write_imm) compiles on it.
   static constexpr bool supports_write = true;
+  /// Whether RDMA READ (op::read) compiles on it.
   static constexpr bool supports_read = true;
+  /// Whether atomics (op::fetch_add, op::compare_swap) compile on it.
   static constexpr bool supports_atomic = true;
+  /// Whether each send names its destination (op::ud_send) instead of going to the connected peer.
   static constexpr bool needs_ah = false;
   /// Bytes reserved at the start of every receive buffer (none on connected QPs).
   static constexpr std::uint32_t recv_offset = 0;
@@ -55,6 +62,7 @@ struct rc {
                                            qp_attr_mask::retry_cnt | qp_attr_mask::rnr_retry |
                                            qp_attr_mask::sq_psn | qp_attr_mask::max_qp_rd_atomic;
 
+  /// RESET→INIT attributes from the creation options: port, P_Key index, remote access.
   static qp_attr init_attr(const qp_options& o) noexcept {
     qp_attr a = detail::base_init_attr(o);
     a.access_flags = o.remote_access;
@@ -76,13 +84,21 @@ struct rc {
 
 /// Unreliable Connected: SEND and RDMA WRITE, no acknowledgements, no READ or atomics.
 struct uc {
+  /// The verbs QP type created (IBV_QPT_*).
   static constexpr qp_type type = qp_type::uc;
+  /// The transport's name, as errors and benchmark reports print it.
   static constexpr std::string_view name = "UC";
+  /// Whether the queue pair is connected to one peer (RC, UC) or sends to any (UD).
   static constexpr bool connected = true;
+  /// Whether RDMA WRITE (op::write, op::write_imm) compiles on it.
   static constexpr bool supports_write = true;
+  /// Whether RDMA READ (op::read) compiles on it.
   static constexpr bool supports_read = false;
+  /// Whether atomics (op::fetch_add, op::compare_swap) compile on it.
   static constexpr bool supports_atomic = false;
+  /// Whether each send names its destination (op::ud_send) instead of going to the connected peer.
   static constexpr bool needs_ah = false;
+  /// Bytes reserved at the start of every receive buffer (none on connected QPs).
   static constexpr std::uint32_t recv_offset = 0;
   /// RESET→INIT: PKEY_INDEX, PORT, ACCESS_FLAGS.
   static constexpr qp_attr_mask init_mask = detail::rc_uc_init_mask;
@@ -93,25 +109,37 @@ struct uc {
   /// RTR→RTS: SQ_PSN.
   static constexpr qp_attr_mask rts_mask = qp_attr_mask::state | qp_attr_mask::sq_psn;
 
+  /// RESET→INIT attributes from the creation options: port, P_Key index, remote access
+  /// (remote_write only: UC has no READ or atomics).
   static qp_attr init_attr(const qp_options& o) noexcept {
     qp_attr a = detail::base_init_attr(o);
     a.access_flags = o.remote_access & access::remote_write;  // UC has no READ or atomics
     return a;
   }
+  /// INIT→RTR beyond the path: nothing, UC has no responder resources.
   static void rtr_attr(qp_attr&, const connect_options&, const device_attr&) noexcept {}
+  /// RTR→RTS beyond the SQ PSN: nothing, UC has no retries or READs.
   static void rts_attr(qp_attr&, const connect_options&, const device_attr&) noexcept {}
 };
 
 /// Unreliable Datagram: SEND only, each send names an address handle, every receive
 /// starts with a 40-byte GRH area.
 struct ud {
+  /// The verbs QP type created (IBV_QPT_*).
   static constexpr qp_type type = qp_type::ud;
+  /// The transport's name, as errors and benchmark reports print it.
   static constexpr std::string_view name = "UD";
+  /// Whether the queue pair is connected to one peer (RC, UC) or sends to any (UD).
   static constexpr bool connected = false;
+  /// Whether RDMA WRITE (op::write, op::write_imm) compiles on it.
   static constexpr bool supports_write = false;
+  /// Whether RDMA READ (op::read) compiles on it.
   static constexpr bool supports_read = false;
+  /// Whether atomics (op::fetch_add, op::compare_swap) compile on it.
   static constexpr bool supports_atomic = false;
+  /// Whether each send names its destination (op::ud_send) instead of going to the connected peer.
   static constexpr bool needs_ah = true;
+  /// Bytes reserved at the start of every receive buffer: the GRH area, 40 bytes.
   static constexpr std::uint32_t recv_offset = grh_bytes;
   /// RESET→INIT: PKEY_INDEX, PORT, QKEY.
   static constexpr qp_attr_mask init_mask =
@@ -121,12 +149,15 @@ struct ud {
   /// RTR→RTS: SQ_PSN.
   static constexpr qp_attr_mask rts_mask = qp_attr_mask::state | qp_attr_mask::sq_psn;
 
+  /// RESET→INIT attributes from the creation options: port, P_Key index, Q_Key.
   static qp_attr init_attr(const qp_options& o) noexcept {
     qp_attr a = detail::base_init_attr(o);
     a.qkey = o.qkey;
     return a;
   }
+  /// INIT→RTR: nothing, a UD queue pair has no path or peer.
   static void rtr_attr(qp_attr&, const connect_options&, const device_attr&) noexcept {}
+  /// RTR→RTS beyond the SQ PSN: nothing, UD has no retries or READs.
   static void rts_attr(qp_attr&, const connect_options&, const device_attr&) noexcept {}
 };
 

@@ -31,18 +31,19 @@ namespace backends {
 
 /// The rdma-core backend. Satisfies verbs_backend; see the file comment.
 struct ibverbs {
-  using context = ibv_context*;
-  using pd = ibv_pd*;
-  using mr = ibv_mr*;
-  using cq = ibv_cq*;
-  using channel = ibv_comp_channel*;
-  using qp = ibv_qp*;
-  using ah = ibv_ah*;
-  using sge = ibv_sge;
-  using send_wr = ibv_send_wr;
-  using recv_wr = ibv_recv_wr;
-  using wc = ibv_wc;
+  using context = ibv_context*;       ///< an opened device
+  using pd = ibv_pd*;                 ///< a protection domain
+  using mr = ibv_mr*;                 ///< a memory region
+  using cq = ibv_cq*;                 ///< a completion queue
+  using channel = ibv_comp_channel*;  ///< a completion channel
+  using qp = ibv_qp*;                 ///< a queue pair
+  using ah = ibv_ah*;                 ///< an address handle
+  using sge = ibv_sge;                ///< a scatter/gather entry
+  using send_wr = ibv_send_wr;        ///< a send work request
+  using recv_wr = ibv_recv_wr;        ///< a receive work request
+  using wc = ibv_wc;                  ///< a work completion
 
+  /// The backend's name, as errors print it.
   static constexpr std::string_view name = "ibverbs";
 
   // ---------------------------------------------------------------- devices
@@ -116,7 +117,8 @@ struct ibverbs {
   static channel create_comp_channel(context ctx) {
     return rdmakit::ibverbs::detail::create_comp_channel(ctx);
   }
-  /// ibv_destroy_comp_channel: destroys a completion channel; returns 0 or an errno (EBUSY while a CQ uses it).
+  /// ibv_destroy_comp_channel: destroys a completion channel; returns 0 or an errno
+  /// (EBUSY while a CQ uses it).
   static int destroy_comp_channel(channel ch) noexcept {
     return rdmakit::ibverbs::detail::rc_errno(ibv_destroy_comp_channel(ch));
   }
@@ -131,10 +133,11 @@ struct ibverbs {
   /// ibv_destroy_cq: destroys a CQ; returns 0 or an errno (EBUSY while a QP uses it).
   static int destroy_cq(cq c) noexcept { return rdmakit::ibverbs::detail::rc_errno(ibv_destroy_cq(c)); }
 
-  /// ibv_poll_cq: moves up to `n` completions into `out`; returns how many, or a negative value on failure.
+  /// ibv_poll_cq: moves up to `n` completions into `out`; returns how many, or a
+  /// negative value on failure.
   static int poll_cq(cq c, int n, wc* out) noexcept { return ibv_poll_cq(c, n, out); }
-  /// ibv_req_notify_cq: arms the CQ: its next completion (solicited only, if asked) raises an event on its
-  /// channel. Returns 0 or an errno.
+  /// ibv_req_notify_cq: arms the CQ: its next completion (solicited only, if asked)
+  /// raises an event on its channel. Returns 0 or an errno.
   static int req_notify_cq(cq c, bool solicited_only) noexcept {
     return ibv_req_notify_cq(c, solicited_only ? 1 : 0);
   }
@@ -151,7 +154,8 @@ struct ibverbs {
       return 0;
     });
   }
-  /// ibv_ack_cq_events: acknowledges `n` events of the CQ; all must be acknowledged before it is destroyed.
+  /// ibv_ack_cq_events: acknowledges `n` events of the CQ; all must be acknowledged
+  /// before it is destroyed.
   static void ack_cq_events(cq c, unsigned n) noexcept { ibv_ack_cq_events(c, n); }
 
   // ------------------------------------------------------------------ queue pairs
@@ -182,8 +186,8 @@ struct ibverbs {
     send_wr* ignored = nullptr;
     return ibv_post_send(q, wr, bad_wr ? bad_wr : &ignored);
   }
-  /// ibv_post_recv: posts the receive WR list starting at `wr`. Returns 0 or an errno; on failure `*bad_wr`
-  /// is the first WR not posted.
+  /// ibv_post_recv: posts the receive WR list starting at `wr`. Returns 0 or an errno;
+  /// on failure `*bad_wr` is the first WR not posted.
   static int post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept {
     recv_wr* ignored = nullptr;
     return ibv_post_recv(q, wr, bad_wr ? bad_wr : &ignored);

@@ -28,35 +28,41 @@ class ah_obj;
 
 namespace backends {
 
+/// The mock backend: `device<backends::mock>` and the rest of the typed layer run on a
+/// simulated HCA (see the file comment). Satisfies verbs_backend. Handles point to the
+/// engine's objects (rdmakit::mock::detail); tests reach the fabric through mock::fabric.
 struct mock {
-  using context = rdmakit::mock::detail::context_obj*;
-  using pd = rdmakit::mock::detail::pd_obj*;
-  using mr = rdmakit::mock::detail::mr_obj*;
-  using cq = rdmakit::mock::detail::cq_obj*;
-  using channel = rdmakit::mock::detail::channel_obj*;
-  using qp = rdmakit::mock::detail::qp_obj*;
-  using ah = rdmakit::mock::detail::ah_obj*;
-  using sge = rdmakit::sge;
+  using context = rdmakit::mock::detail::context_obj*;  ///< an opened device
+  using pd = rdmakit::mock::detail::pd_obj*;            ///< a protection domain
+  using mr = rdmakit::mock::detail::mr_obj*;            ///< a memory region
+  using cq = rdmakit::mock::detail::cq_obj*;            ///< a completion queue
+  using channel = rdmakit::mock::detail::channel_obj*;  ///< a completion channel
+  using qp = rdmakit::mock::detail::qp_obj*;            ///< a queue pair
+  using ah = rdmakit::mock::detail::ah_obj*;            ///< an address handle
+  using sge = rdmakit::sge;                             ///< the same layout as ibv_sge
 
   /// Mirrors ibv_send_wr.
   struct send_wr {
-    std::uint64_t wr_id = 0;
-    send_wr* next = nullptr;
-    sge* sg_list = nullptr;
-    int num_sge = 0;
-    opcode op = opcode::send;
-    send_flags flags = send_flags::none;
-    std::uint32_t imm_data = 0;  // network byte order
+    std::uint64_t wr_id = 0;              ///< returned in the completion
+    send_wr* next = nullptr;              ///< the next WR of a post list, or null
+    sge* sg_list = nullptr;               ///< the local side
+    int num_sge = 0;                      ///< entries in sg_list
+    opcode op = opcode::send;             ///< what to do
+    send_flags flags = send_flags::none;  ///< signaled, inline, fence, solicited
+    std::uint32_t imm_data = 0;           ///< network byte order (the *_with_imm opcodes)
+    /// RDMA WRITE and READ: the remote address and its rkey.
     struct {
       std::uint64_t remote_addr = 0;
       std::uint32_t rkey = 0;
     } rdma;
+    /// Atomics: the remote address, the operands and the rkey.
     struct {
       std::uint64_t remote_addr = 0;
       std::uint64_t compare_add = 0;
       std::uint64_t swap = 0;
       std::uint32_t rkey = 0;
     } atomic;
+    /// UD sends: the address handle, the remote QPN and the Q_Key.
     struct {
       ah address = nullptr;
       std::uint32_t remote_qpn = 0;
@@ -66,44 +72,45 @@ struct mock {
 
   /// Mirrors ibv_recv_wr.
   struct recv_wr {
-    std::uint64_t wr_id = 0;
-    recv_wr* next = nullptr;
-    sge* sg_list = nullptr;
-    int num_sge = 0;
+    std::uint64_t wr_id = 0;  ///< returned in the completion
+    recv_wr* next = nullptr;  ///< the next WR of a list, or null
+    sge* sg_list = nullptr;   ///< where the message lands
+    int num_sge = 0;          ///< entries in sg_list
   };
 
   /// Mirrors ibv_wc.
   struct wc {
-    std::uint64_t wr_id = 0;
-    wc_status status = wc_status::success;
-    wc_opcode opcode = wc_opcode::send;
-    std::uint32_t vendor_err = 0;
-    std::uint32_t byte_len = 0;
-    std::uint32_t imm_data = 0;  // network byte order
-    std::uint32_t qp_num = 0;
-    std::uint32_t src_qp = 0;
-    wc_flags flags = wc_flags::none;
-    std::uint16_t pkey_index = 0;
-    std::uint16_t slid = 0;
-    std::uint8_t sl = 0;
-    std::uint8_t dlid_path_bits = 0;
+    std::uint64_t wr_id = 0;                ///< the wr_id of the WR that completed
+    wc_status status = wc_status::success;  ///< success, or why the WR failed
+    wc_opcode opcode = wc_opcode::send;     ///< what completed (on success)
+    std::uint32_t vendor_err = 0;           ///< the simulated device's own code
+    std::uint32_t byte_len = 0;             ///< bytes transferred (UD receives: GRH included)
+    std::uint32_t imm_data = 0;             ///< network byte order (wc_flags::with_imm)
+    std::uint32_t qp_num = 0;               ///< the local queue pair
+    std::uint32_t src_qp = 0;               ///< the sending queue pair (UD receives)
+    wc_flags flags = wc_flags::none;        ///< with_imm, grh
+    std::uint16_t pkey_index = 0;           ///< as in ibv_wc
+    std::uint16_t slid = 0;                 ///< the sender's LID (UD receives)
+    std::uint8_t sl = 0;                    ///< the sender's service level
+    std::uint8_t dlid_path_bits = 0;        ///< as in ibv_wc
   };
 
+  /// The backend's name, as errors print it.
   static constexpr std::string_view name = "mock";
 
   // Devices. The name-only forms use rdmakit::mock::default_fabric() and nothing else;
   // a fabric you construct is used only when passed (device<mock> dev(fab, "mock0")).
-  /// Names of the devices this backend can open.
+  /// Names of the devices of default_fabric().
   static std::vector<std::string> device_names();
-  /// Names of the devices this backend can open.
+  /// Names of the devices of `fab`.
   static std::vector<std::string> device_names(rdmakit::mock::fabric& fab);
-  /// Names of the devices this backend can open.
+  /// Names of the devices of the fabric whose state `st` is (fabric::shared_state()).
   static std::vector<std::string> device_names(std::shared_ptr<rdmakit::mock::detail::fabric_state> st);
   /// Opens a device by name; an empty name opens the first one.
   static context open_device(std::string_view name);
   /// Opens a device of `fab`.
   static context open_device(rdmakit::mock::fabric& fab, std::string_view name);
-  /// Opens the device `name` (empty: the first one); throws verbs_error.
+  /// Opens a device of the fabric whose state `st` is; the device keeps that state alive.
   static context open_device(std::shared_ptr<rdmakit::mock::detail::fabric_state> st, std::string_view name);
   /// Closes a device opened by open_device; a none handle is ignored.
   static void close_device(context ctx) noexcept;

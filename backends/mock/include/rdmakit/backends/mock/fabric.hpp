@@ -18,15 +18,17 @@ namespace detail {
 class fabric_state;
 }
 
+/// One port of a mock device: what query_port reports, its GID table, and whether it
+/// is plugged in. The defaults are an rxe port on a 1500-byte Ethernet interface.
 struct port_config {
-  link_layer layer = link_layer::ethernet;
-  mtu max_mtu = mtu::mtu_4096;
+  link_layer layer = link_layer::ethernet;  ///< ethernet: RoCE, addressed by GID; infiniband: by LID
+  mtu max_mtu = mtu::mtu_4096;              ///< the largest MTU the port supports
   mtu active_mtu = mtu::mtu_1024;  ///< rxe on a 1500-byte netdev reports 1024
   std::uint16_t lid = 0;           ///< InfiniBand only; 0 assigns one automatically
   /// GID table. Empty: like rxe on an IPv4 interface, index 0 is the link-local GID
   /// and index 1 the IPv4-mapped RoCEv2 GID (::ffff:10.0.0.<device number + 1>).
   std::vector<gid_entry> gids;
-  bool up = true;
+  bool up = true;  ///< false: the port starts unplugged (see fabric::set_port_up)
 };
 
 /// The defaults follow rxe's hard limits (32 SGEs, 512 bytes inline, 2^20 WRs, 32767 CQEs).
@@ -49,10 +51,12 @@ inline device_attr default_device_limits() {
   return a;
 }
 
+/// One mock device: its name, its ports and the limits query_device reports (and the
+/// mock enforces, as a real device would).
 struct device_config {
-  std::string name;
-  std::vector<port_config> ports{port_config{}};
-  device_attr limits = default_device_limits();
+  std::string name;                               ///< what device_names() lists and open_device takes
+  std::vector<port_config> ports{port_config{}};  ///< numbered from 1; one RoCE port by default
+  device_attr limits = default_device_limits();   ///< rxe's limits by default
 };
 
 /// When an unsignaled send WR gives its SQ slot back.
@@ -63,15 +67,18 @@ enum class slot_release {
   on_completion,
 };
 
+/// What a fabric is made of and how it behaves: devices, random seed, SQ slot release
+/// and wire latency.
 struct fabric_config {
   /// Empty: two RoCE devices, "mock0" (10.0.0.1) and "mock1" (10.0.0.2), one port each.
   std::vector<device_config> devices;
   std::uint64_t seed = 1;  ///< drives probabilistic faults; same seed, same run
-  slot_release slots = slot_release::on_signaled_poll;
+  slot_release slots = slot_release::on_signaled_poll;  ///< on_completion: behave as rxe does
   /// One-way wire latency on the simulated clock. 0: a post completes within the call.
   std::chrono::nanoseconds latency{0};
 };
 
+/// What a fault does to the messages it hits.
 enum class fault_kind {
   drop,       ///< the message is lost (UC/UD; RC: retransmitted, so only delays it)
   duplicate,  ///< the message arrives twice
@@ -81,11 +88,11 @@ enum class fault_kind {
 
 /// A fault applied to messages sent by one QP (or any QP when `src_qp_num` is 0).
 struct fault {
-  fault_kind kind = fault_kind::drop;
-  std::uint32_t src_qp_num = 0;
-  std::uint32_t count = 1;      ///< how many matching messages it hits; 0 = unlimited
-  double probability = 1.0;     ///< chance per matching message (uses the seed)
-  std::chrono::nanoseconds delay{0};
+  fault_kind kind = fault_kind::drop;  ///< what happens to the messages hit
+  std::uint32_t src_qp_num = 0;        ///< the sending QP whose messages it hits; 0: any QP
+  std::uint32_t count = 1;             ///< how many matching messages it hits; 0 = unlimited
+  double probability = 1.0;            ///< chance per matching message (uses the seed)
+  std::chrono::nanoseconds delay{0};   ///< fault_kind::delay: how much later the message arrives
 };
 
 /// A set of mock devices, their ports, a simulated clock and the faults injected into
@@ -103,6 +110,7 @@ struct fault {
 /// in any order relative to other fabrics and to the devices.
 class fabric {
  public:
+  /// Builds the devices of `config` (two RoCE devices by default) on a clock at zero.
   explicit fabric(fabric_config config = {});
   ~fabric();
   fabric(const fabric&) = delete;
@@ -114,7 +122,9 @@ class fabric {
   /// Moves the clock forward and runs everything that falls due.
   void advance(std::chrono::nanoseconds by);
 
+  /// Adds a fault; it applies to messages sent from now on, until its count runs out.
   void inject(const fault& f);
+  /// Removes every fault injected, spent or not.
   void clear_faults();
 
   /// Plugs or unplugs a port: an unplugged port drops every packet (RC peers see
@@ -128,6 +138,8 @@ class fabric {
   /// Messages put on the wire since the fabric was made (retransmissions included).
   std::uint64_t packets_sent() const;
 
+  /// The engine's state (rdmakit::mock::detail), for the mock's own verbs; tests use
+  /// the calls above.
   detail::fabric_state& state() noexcept { return *state_; }
   /// Shared with the contexts opened from this fabric.
   const std::shared_ptr<detail::fabric_state>& shared_state() const noexcept { return state_; }
