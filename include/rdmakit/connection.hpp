@@ -29,7 +29,8 @@
 
 RDMAKIT_BEGIN_NAMESPACE
 
-/// How exchange_connect and exchange_listener talk to the peer: record format and time limit.
+/// How the exchanges (exchange_client/_server, exchange_listener, connect_client/_server)
+/// talk to the peer: the record format and the time limits.
 struct exchange_options {
   /// The record both sides send; pingpong talks to rdma-core's ibv_*_pingpong.
   wire_format format = wire_format::rdmakit;

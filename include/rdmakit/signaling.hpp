@@ -51,7 +51,7 @@ struct signal_manual {
   static constexpr std::string_view name = "signal_manual";
   /// Smallest send queue the policy works with.
   static constexpr std::uint32_t min_sq_depth = 1;
-  /// Signals exactly the WRs posted with send_flags::signaled.
+  /// Signals the WRs posted with send_flags::signaled (the ledger adds the last-slot rule).
   static constexpr bool signal(bool wanted, std::uint32_t) noexcept { return wanted; }
 };
 

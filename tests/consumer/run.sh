@@ -68,11 +68,12 @@ check_bench() {
   done
   [ "$(grep -c "^write/" bench.log)" = 16 ] || fail "the grid did not run 16 benchmarks (bench.log)"
 }
-# A header-only install to $work/prefix: with examples, tests, benchmarks and tools off
-# there is nothing to compile. Checks what is installed; sets pcdir.
+# A header-only install to $work/prefix: with examples, tests, benchmarks, tools and docs
+# off there is nothing to compile. Checks what is installed; sets pcdir.
 install_rdmakit() {
   step rdmakit-setup meson setup rdmakit-build "$root" --prefix="$work/prefix" \
-    -Dexamples=disabled -Dtests=disabled -Dbenchmarks=disabled -Dtools=disabled -Dibverbs=$ibverbs_opt
+    -Dexamples=disabled -Dtests=disabled -Dbenchmarks=disabled -Dtools=disabled -Ddocs=disabled \
+    -Dibverbs=$ibverbs_opt
   [ "$(meson introspect --targets rdmakit-build)" = "[]" ] ||
     fail "a header-only configuration still has build targets: $(meson introspect --targets rdmakit-build)"
   step rdmakit-install meson install -C rdmakit-build
