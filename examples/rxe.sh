@@ -4,11 +4,14 @@
 # (`<name>-ibverbs`, run as `<name>-ibverbs rxe0`) and `walkthrough` (run as
 # `walkthrough ibverbs rxe0`). Exit status 0 only when every one returned 0.
 #
-#   examples/rxe.sh build/examples/walkthrough build/examples/*-ibverbs
+#   ninja -C build examples-ibverbs && meson test -C build --suite rxe rxe-examples
 set -uo pipefail
 
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 (($# >= 1)) || { sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2; exit 2; }
+for exe in "$@"; do
+  [[ -x $exe ]] || { echo "rxe.sh: $exe is not built: run \`ninja -C <build> examples-ibverbs\` first" >&2; exit 2; }
+done
 if [[ ${RDMAKIT_RXE:-} != 1 ]]; then
   exec "$here/../tests/rxe/run-in-vm.sh" --timeout "${RDMAKIT_RXE_EXAMPLES_TIMEOUT:-600}" -- "$here/rxe.sh" "$@"
 fi
