@@ -346,8 +346,8 @@ class loopback {
       : bytes_(bytes), opts_(o) {
     init_(a, dev_a);
     init_(b, dev_b);
-    auto qa = a.pd.template create_qp<T, S>(a.cq, o.caps);
-    auto qb = b.pd.template create_qp<T, S>(b.cq, o.caps);
+    auto qa = rdmakit::create_qp<T, S>(a.pd, a.cq, o.caps);
+    auto qb = rdmakit::create_qp<T, S>(b.pd, b.cq, o.caps);
     if constexpr (T::connected) {
       const endpoint ea = qa.local_endpoint(), eb = qb.local_endpoint();
       a.qp = std::move(qa).connect(eb, o.connect);
@@ -422,7 +422,7 @@ class loopback {
   void init_(side& s, const device<B>& dev) {
     s.pd = dev.create_pd();
     s.cq = dev.template create_cq<P>(static_cast<int>(opts_.caps.max_send_wr + opts_.caps.max_recv_wr));
-    s.buf = s.pd.template allocate<buffer_access>(bytes_ + T::recv_offset);
+    s.buf = rdmakit::allocate<buffer_access>(s.pd, bytes_ + T::recv_offset);
     s.msg = s.buf.local(0, bytes_);
     s.remote = s.buf.remote().sub(0, bytes_);
   }
