@@ -148,9 +148,10 @@ class completion_queue {
   /// Waits until at least `n` completions have been delivered to f, all within one
   /// `timeout`: the count delivered (it may pass n: a batch is delivered whole), a
   /// timed-out result when the deadline came first (f has seen the ones that did
-  /// come), or the error of a failed wait.
+  /// come), or the error of a failed wait (EINVAL for n below 1: nothing to wait for).
   template <class F>
   wait_result wait_for(int n, F&& f, std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+    if (RDMAKIT_UNLIKELY(n < 1)) return wait_result{-EINVAL};
     using clock = std::chrono::steady_clock;
     const auto deadline = clock::now() + timeout;
     int total = 0;

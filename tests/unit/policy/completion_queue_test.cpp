@@ -122,6 +122,7 @@ TEST_CASE("wait_for: n completions within one timeout, else a timed-out result o
   const wait_result none = cqx.wait_for(1, [&](const completion<B>&) { ++seen; }, std::chrono::milliseconds(30));
   CHECK(none.timed_out());
   CHECK(seen == 5);
+  CHECK(cqx.wait_for(0, [&](const completion<B>&) { ++seen; }).error() == EINVAL);
   CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(30));
 
   completion_queue<B, busy_poll<2>> moved_from = std::move(cqx);
