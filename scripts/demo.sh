@@ -2,11 +2,14 @@
 # Sets up (packages, build folder), builds, and runs the demo on the mock HCA: the
 # walkthrough example, then rdmakit-perf (perftest-like) write bandwidth and send
 # latency with both ends in this process. Arguments replace rdmakit-perf's.
+# BUILD_DIR picks the build folder (default: build-demo, a release build of these two
+# programs only: the numbers it prints are what a user's -O2 build gets).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${BUILD_DIR:-$root/build}
+build=${BUILD_DIR:-$root/build-demo}
 "$root/scripts/setup.sh"
-[ -f "$build/build.ninja" ] || meson setup "$build" "$root" >/dev/null
+[ -f "$build/build.ninja" ] || meson setup "$build" "$root" --buildtype=release -Dtests=disabled \
+  -Dbenchmarks=disabled -Ddocs=disabled >/dev/null
 ninja -C "$build" examples/walkthrough tools/rdmakit-perf >"$build/demo-build.log" 2>&1 || {
   tail -n 40 "$build/demo-build.log"
   exit 1
