@@ -259,6 +259,7 @@ struct null_backend {
     w.flags = fl;
   }
   static void set_next(send_wr& w, send_wr* next) noexcept { w.next = next; }
+  static void set_send_flags(send_wr& w, rdmakit::send_flags fl) noexcept { w.flags = fl; }
   static void set_imm(send_wr& w, std::uint32_t imm) noexcept { w.imm_data = imm; }
   static void set_rdma(send_wr& w, std::uint64_t raddr, std::uint32_t rkey) noexcept {
     w.remote_addr = raddr;

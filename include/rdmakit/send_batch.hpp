@@ -33,6 +33,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
  public:
   /// An empty list (its storage is left uninitialized until WRs are added).
   send_batch() noexcept {}
+  /// Not copyable or movable: its WRs point at its own SGEs and at each other, so a
+  /// batch lives where make_batch() made it (`auto b = qp.make_batch<32>();`).
+  send_batch(const send_batch&) = delete;  // a batch's WRs point into the batch itself
+  send_batch& operator=(const send_batch&) = delete;
   /// WRs in the list.
   std::size_t size() const noexcept { return n_; }
   /// True when no WR was added since the last clear or post.
@@ -40,7 +44,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   /// True when Max WRs are in the list: add refuses more.
   bool full() const noexcept { return n_ == Max; }
   /// Empties the list without posting it.
-  void clear() noexcept { n_ = nsge_ = 0; }
+  void clear() noexcept {
+    n_ = nsge_ = 0;
+    ids_ = 0;
+  }
 
   /// Adds one operation (rdmakit/operations.hpp), the same value queue_pair::post
   /// takes; false when the batch is full. Checked against the transport at compile time.
@@ -63,33 +70,39 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     return add(o, wr_id, flags);
   }
 
-  // After a partial post: forget the first k WRs (their SGEs stay until clear()).
+  // After a partial post: forget the first k WRs (their SGEs stay until clear()) and
+  // chain the rest again.
   void drop_front_(std::size_t k) noexcept {
     for (std::size_t i = k; i < n_; ++i) {
       wrs_[i - k] = wrs_[i];
       entries_[i - k] = entries_[i];
+      if (i > k) B::set_next(wrs_[i - k - 1], &wrs_[i - k]);
     }
     n_ -= k;
   }
 
+  // Builds the native WR here, chained to the previous one: post only sets the flags.
   template <class Op>
   bool add_(opcode op, std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags,
             const Op& o) noexcept {
     if (n_ == Max || nsge_ + sgl.size() > Max * SgePerWr) return false;
     detail::send_desc<B> d{};
-    d.wr_id = wr_id;
     d.op = op;
-    d.flags = flags;
-    d.num_sge = static_cast<int>(sgl.size());
-    d.total = 0;
-    const auto first = static_cast<std::uint32_t>(nsge_);
+    std::uint32_t total = 0;
+    auto* first = &sges_[nsge_];
     for (const auto& b : sgl) {
       B::set_sge(sges_[nsge_++], b.addr, b.length, b.lkey);
-      d.total += b.length;
+      total += b.length;
     }
     o.fill(d);
-    detail::set_op_fields<B, T>(wrs_[n_], d);  // the rest is set at post time
-    entries_[n_] = {wr_id, op, flags, d.num_sge, d.total, first};
+    auto& w = wrs_[n_];
+    B::set_send(w, wr_id, op, flags, first, static_cast<int>(sgl.size()));
+    detail::set_op_fields<B, T>(w, d);
+    if (n_) B::set_next(wrs_[n_ - 1], &w);
+    const bool may_inline = op == opcode::send || op == opcode::send_with_imm || op == opcode::rdma_write ||
+                            op == opcode::rdma_write_with_imm;
+    entries_[n_] = {flags, may_inline ? total : detail::batch_entry::never_inline};
+    ids_ |= wr_id;
     ++n_;
     return true;
   }
@@ -99,6 +112,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   detail::uninit_array<typename B::sge, Max * SgePerWr> sges_;
   std::size_t n_ = 0;
   std::size_t nsge_ = 0;
+  std::uint64_t ids_ = 0;  // every wr_id or-ed: one test for the reserved bit at post
 };
 
 
