@@ -297,21 +297,25 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     auto& l = *parts_.link;  // the closed link when empty: admits nothing
     if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refusal_(0, static_cast<std::uint32_t>(n));
     if (RDMAKIT_UNLIKELY(batch.ids_ & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
-    auto* w = batch.wrs_.data();
+    auto* w = batch.front_();
     auto plan = l.sq.start();
     const std::uint32_t inline_limit = parts_.inline_limit;
+    if constexpr (detail::bounded_run<S>) {
+      if (RDMAKIT_LIKELY(batch.plain_(inline_limit))) {  // only the signaled WRs change
+        detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [&](std::uint32_t i) {
+          B::set_send_flags(w[i], batch.entry_(i).flags | send_flags::signaled);
+        });
+        return post_planned_(batch, l, plan);
+      }
+    }
     for (std::size_t i = 0; i < n; ++i) {
-      const auto& e = batch.entries_[i];
+      const auto& e = batch.entry_(i);
       const bool sig = plan.template next<S>(has_any(e.flags, send_flags::signaled));
       send_flags fl = (e.flags & ~send_flags::signaled) | signaled_if_(sig);
       if (e.inline_bytes <= inline_limit) fl |= send_flags::inline_data;
       B::set_send_flags(w[i], fl);
     }
-    typename B::send_wr* bad = nullptr;
-    if (int e = B::post_send(parts_.qp, w, &bad); RDMAKIT_UNLIKELY(e != 0)) return partly_posted_(batch, e, bad);
-    l.sq.template apply<S>(plan);
-    batch.clear();
-    return {post_status::ok, 0, static_cast<std::uint32_t>(n)};
+    return post_planned_(batch, l, plan);
   }
 
  private:
@@ -345,17 +349,29 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     return static_cast<int>(sgl.size());
   }
 
+  template <std::size_t Max, std::size_t SgePerWr>
+  RDMAKIT_ALWAYS_INLINE post_result post_planned_(send_batch<B, T, Max, SgePerWr>& batch, detail::qp_link<B>& l,
+                                                  const detail::sq_credits::plan& plan) noexcept {
+    const auto n = static_cast<std::uint32_t>(batch.size());
+    typename B::send_wr* bad = nullptr;
+    if (int e = B::post_send(parts_.qp, batch.front_(), &bad); RDMAKIT_UNLIKELY(e != 0))
+      return partly_posted_(batch, e, bad);
+    l.sq.template apply<S>(plan);
+    batch.clear();
+    return {post_status::ok, 0, n};
+  }
+
   // The device refused WR k of a list: the ledger records the k before it (planned again
   // from the same counters, so with the same decisions) and the batch keeps the rest.
   template <std::size_t Max, std::size_t SgePerWr>
   RDMAKIT_NOINLINE post_result partly_posted_(send_batch<B, T, Max, SgePerWr>& batch, int e,
                                               typename B::send_wr* bad) noexcept {
-    auto* w = batch.wrs_.data();
+    auto* w = batch.front_();
     const std::size_t n = batch.size();
     const std::size_t k = bad ? static_cast<std::size_t>(bad - w) : 0;
     auto& l = *parts_.link;
     auto plan = l.sq.start();
-    for (std::size_t i = 0; i < k; ++i) (void)plan.template next<S>(has_any(batch.entries_[i].flags, send_flags::signaled));
+    for (std::size_t i = 0; i < k; ++i) (void)plan.template next<S>(has_any(batch.entry_(i).flags, send_flags::signaled));
     l.sq.template apply<S>(plan);
     const post_result r = refused_(e, static_cast<std::uint32_t>(k), k < n ? &w[k] : nullptr);
     batch.drop_front_(k);  // the batch keeps exactly the WRs that were not posted

@@ -157,6 +157,30 @@ class sq_credits {
   };
   plan start() const noexcept { return {held_, run_, depth_, tail_, pending_, mask_, ring_.get()}; }
 
+  /// Plans n WRs none of which asked to be signaled, under a bounded_run policy:
+  /// on_signaled(i) for each WR i the policy signals (every N-th: no test per WR).
+  template <signaling S, class F>
+  RDMAKIT_ALWAYS_INLINE static void plan_unasked(plan& p, std::uint32_t n, F&& on_signaled) noexcept {
+    static_assert(bounded_run<S>, "only policies whose own signals keep the SQ from wedging");
+    if constexpr (signals_every_wr<S>) {
+      for (std::uint32_t i = 0; i < n; ++i) on_signaled(i);
+      p.held += n;
+    } else if constexpr (requires { S::interval; }) {
+      constexpr std::uint32_t N = S::interval;
+      std::uint32_t i = N - 1 - p.run;  // the run is below N: the first signaled WR
+      for (; i < n; i += N) {
+        on_signaled(i);
+        p.ring[p.tail++ & p.mask] = N;  // it and the N - 1 unsignaled WRs before it
+        ++p.pending;
+      }
+      p.run = N - 1 - (i - n);  // WRs since the last signaled one
+      p.held += n;
+    } else {
+      for (std::uint32_t i = 0; i < n; ++i)
+        if (p.template next<S>(false)) on_signaled(i);
+    }
+  }
+
   /// Records the WRs a plan (from start(), with the same S) decided.
   template <signaling S>
   RDMAKIT_ALWAYS_INLINE void apply(const plan& p) noexcept {

@@ -48,7 +48,16 @@ void model_run(std::uint32_t depth, unsigned seed) {
       // A post list, planned then applied as queue_pair::post(batch) does.
       const auto n = 1 + rng() % credits.available();
       auto plan = credits.start();
-      for (std::uint32_t i = 0; i < n; ++i) REQUIRE(hca.post(plan.template next<S>(rng() % 5 == 0)));
+      bool unasked = false;
+      if constexpr (detail::bounded_run<S>) unasked = rng() % 2;
+      if (unasked) {  // no WR asked for a signal: the policy's own positions only
+        std::vector<bool> sig(n);
+        if constexpr (detail::bounded_run<S>)
+          detail::sq_credits::plan_unasked<S>(plan, n, [&](std::uint32_t i) { sig[i] = true; });
+        for (std::uint32_t i = 0; i < n; ++i) REQUIRE(hca.post(sig[i]));
+      } else {
+        for (std::uint32_t i = 0; i < n; ++i) REQUIRE(hca.post(plan.template next<S>(rng() % 5 == 0)));
+      }
       credits.template apply<S>(plan);
     } else if (hca.poll()) {
       credits.on_signaled_completion();
