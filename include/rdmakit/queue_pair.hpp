@@ -300,7 +300,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     auto* w = batch.front_();
     auto plan = l.sq.start();
     const std::uint32_t inline_limit = parts_.inline_limit;
-    if constexpr (detail::bounded_run<S>) {
+    if constexpr (detail::plans_unasked<S>) {
       if (RDMAKIT_LIKELY(batch.plain_(inline_limit))) {  // only the signaled WRs change
         detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [&](std::uint32_t i) {
           B::set_send_flags(w[i], batch.entry_(i).flags | send_flags::signaled);

@@ -98,6 +98,11 @@ inline constexpr bool signals_every_wr = [] {
     return false;
 }();
 
+/// Whether the ledger can plan a list whose WRs asked for no signal without a test per
+/// WR: the bounded_run policies, and signal_manual (only the last free slot).
+template <class S>
+inline constexpr bool plans_unasked = bounded_run<S> || std::is_same_v<S, signal_manual>;
+
 /// Send-queue credits under the strict slot rule. Not thread-safe: the thread that
 /// posts on a QP also polls its CQ (or synchronizes both).
 class sq_credits {
@@ -157,12 +162,23 @@ class sq_credits {
   };
   plan start() const noexcept { return {held_, run_, depth_, tail_, pending_, mask_, ring_.get()}; }
 
-  /// Plans n WRs none of which asked to be signaled, under a bounded_run policy:
-  /// on_signaled(i) for each WR i the policy signals (every N-th: no test per WR).
+  /// Plans n WRs none of which asked to be signaled (see plans_unasked<S>):
+  /// on_signaled(i) for each WR i that is signaled, without a test per WR.
   template <signaling S, class F>
   RDMAKIT_ALWAYS_INLINE static void plan_unasked(plan& p, std::uint32_t n, F&& on_signaled) noexcept {
-    static_assert(bounded_run<S>, "only policies whose own signals keep the SQ from wedging");
-    if constexpr (signals_every_wr<S>) {
+    static_assert(plans_unasked<S>);
+    if constexpr (std::is_same_v<S, signal_manual>) {
+      const std::uint32_t i = p.depth - 1 - p.held;  // the WR taking the last free slot
+      if (i < n) {
+        on_signaled(i);
+        p.ring[p.tail++ & p.mask] = p.run + i + 1;
+        ++p.pending;
+        p.run = n - 1 - i;
+      } else {
+        p.run += n;
+      }
+      p.held += n;
+    } else if constexpr (signals_every_wr<S>) {
       for (std::uint32_t i = 0; i < n; ++i) on_signaled(i);
       p.held += n;
     } else if constexpr (requires { S::interval; }) {

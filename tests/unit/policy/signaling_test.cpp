@@ -49,10 +49,10 @@ void model_run(std::uint32_t depth, unsigned seed) {
       const auto n = 1 + rng() % credits.available();
       auto plan = credits.start();
       bool unasked = false;
-      if constexpr (detail::bounded_run<S>) unasked = rng() % 2;
+      if constexpr (detail::plans_unasked<S>) unasked = rng() % 2;
       if (unasked) {  // no WR asked for a signal: the policy's own positions only
         std::vector<bool> sig(n);
-        if constexpr (detail::bounded_run<S>)
+        if constexpr (detail::plans_unasked<S>)
           detail::sq_credits::plan_unasked<S>(plan, n, [&](std::uint32_t i) { sig[i] = true; });
         for (std::uint32_t i = 0; i < n; ++i) REQUIRE(hca.post(sig[i]));
       } else {
