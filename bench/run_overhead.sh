@@ -109,7 +109,7 @@ awk -F, 'NR == FNR { ref[$1] = $2; next }
       k = order[i] " " vorder[j]; r = ref[vorder[j]]
       q = r == "" ? "" : t[order[i] " " r " median"]
       printf "%-8s %-30s %12.1f %10.1f %8s\n", order[i], vorder[j], t[k " median"], t[k " stddev"],
-             q > 0 ? sprintf("%.3f", t[k " median"] / q) : ""
+             (q > 0 ? sprintf("%.3f", t[k " median"] / q) : "")
     }
     print "(" unit " per iteration of 32 posts; ratio: cpu median / its raw reference)"
   }' FS=' ' "$work/picked" FS=, "$csv"
