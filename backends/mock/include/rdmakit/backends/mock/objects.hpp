@@ -3,6 +3,7 @@
 // Everything here is guarded by fabric_state::mu.
 #include <rdmakit/backends/mock/backend.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
+#include <rdmakit/backends/mock/ring.hpp>
 
 #include <chrono>
 #include <condition_variable>
@@ -15,6 +16,7 @@
 #include <queue>
 #include <random>
 #include <set>
+#include <tuple>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -95,7 +97,7 @@ class cq_obj {
   context_obj* ctx = nullptr;
   channel_obj* channel = nullptr;
   int capacity = 0;
-  std::deque<cq_entry> entries;
+  slot_ring<cq_entry> entries;
   bool armed = false;
   bool solicited_only = false;
   std::uint64_t events_delivered = 0;
@@ -131,6 +133,16 @@ struct send_wqe {
   std::uint32_t npkts = 1;
 };
 
+/// Resets a reused ring slot to a default object, keeping its vectors' capacity.
+template <class T, class... Vectors>
+void renew_keeping(T& slot, Vectors T::*... vs) {
+  auto kept = std::make_tuple(std::move(slot.*vs)...);
+  slot = T{};
+  std::apply([&](auto&... v) { ((v.clear(), 0), ...); }, kept);
+  std::apply([&](auto&... v) { ((slot.*vs = std::move(v)), ...); }, kept);
+}
+inline void renew(send_wqe& e) { renew_keeping(e, &send_wqe::sges, &send_wqe::inline_data); }
+
 struct recv_wqe {
   std::uint64_t wr_id = 0;
   std::vector<sge> sges;
@@ -158,7 +170,16 @@ struct message {
   std::uint64_t compare_add = 0;
   std::uint64_t swap = 0;
   std::uint32_t qkey = 0;
+  // Found by the sender, valid while fabric_state::qp_epoch is `epoch` (no QP destroyed
+  // since): the sending QP, the destination QP, and the (device, port) routed to.
+  std::uint64_t epoch = 0;
+  qp_obj* src_hint = nullptr;
+  qp_obj* dest_hint = nullptr;
+  bool routed = false;
+  std::uint32_t to_dev = 0;
+  std::uint8_t to_port = 0;
 };
+inline void renew(message& m) { renew_keeping(m, &message::payload); }
 
 /// The responder's answer to an RC request.
 struct response {
@@ -180,8 +201,12 @@ class qp_obj {
   qp_state state = qp_state::reset;
   qp_attr attr;  // current values of every attribute set so far
 
-  std::deque<send_wqe> sq;  // every WQE that still holds a slot, oldest first
+  slot_ring<send_wqe> sq;  // every WQE that still holds a slot, oldest first (seq consecutive)
   std::uint64_t next_seq = 1;
+  // Lower bounds (sequence numbers) that spare the data path a walk from the SQ's front:
+  // every WQE before issue_from is issued or done, every WQE before report_from reported.
+  std::uint64_t issue_from = 1;
+  std::uint64_t report_from = 1;
   std::deque<recv_wqe> rq;
 
   // Requester.
@@ -189,21 +214,41 @@ class qp_obj {
   int retries_left = 0;
   int rnr_left = 0;
   clock_ns deadline = 0;  // ack timeout or RNR back-off; 0 = none
+  std::size_t timed_slot = 0;  // 1 + its index in fabric_state::timed; 0 = not there
   bool rnr_wait = false;
   std::vector<message> held;  // messages held back by a reorder fault
+
+  // RC/UC: where attr.av leads (route()) and the destination QP, found once per
+  // modify_qp (route) or per qp_epoch (peer) instead of per message.
+  bool route_known = false, route_ok = false;
+  std::uint32_t route_dev = 0;
+  std::uint8_t route_port = 0;
+  qp_obj* peer = nullptr;
+  std::uint64_t peer_epoch = 0;
 
   // Responder.
   std::uint32_t expected_psn = 0;
   std::map<std::uint32_t, std::uint64_t> atomic_replay;  // psn -> original value
 };
 
+/// Where a response goes: the requester (with the message's hint), its WQE and PSN.
+struct reply_to {
+  std::uint32_t qpn = 0;
+  std::uint64_t seq = 0;
+  std::uint32_t psn = 0;
+  qp_obj* hint = nullptr;
+  std::uint64_t epoch = 0;
+};
+
+/// What travels on the wire: a request message to deliver, or a response.
 struct wire_event {
   clock_ns when = 0;
   std::uint64_t order = 0;
-  std::function<void()> run;
-  bool operator>(const wire_event& o) const {
-    return when != o.when ? when > o.when : order > o.order;
-  }
+  bool is_response = false;
+  message m;    // a request
+  reply_to to;  // a response: `r` to `to`
+  response r;
+  bool before(const wire_event& o) const { return when != o.when ? when < o.when : order < o.order; }
 };
 
 class fabric_state {
@@ -214,9 +259,17 @@ class fabric_state {
   std::vector<device_rt> devices;
   clock_ns now = 0;
   std::mt19937_64 rng;
-  std::priority_queue<wire_event, std::vector<wire_event>, std::greater<>> wire;
+  // The wire, in (when, order) order: events due at the simulated time they were sent
+  // (zero latency, no delay fault) queue in `wire_now`, already sorted; later ones in
+  // the heap `wire_later`. `current` holds the event being run, `outbox` the message
+  // being built; their buffers are reused.
+  slot_ring<wire_event> wire_now;
+  std::vector<wire_event> wire_later;
+  wire_event current;
+  message outbox;
   std::uint64_t order = 0;
-  std::set<qp_obj*> timed;  // QPs with a deadline
+  std::vector<qp_obj*> timed;  // QPs with a deadline (qp_obj::timed_slot)
+  std::uint64_t qp_epoch = 1;  // bumped when a QP is destroyed: message hints go stale
   std::vector<fault> faults;
   std::function<void(const void*)> arm_hook;
   std::uint64_t packets = 0;

@@ -33,8 +33,9 @@ inline int send_wr_error(const qp_obj* q, const rdmakit::backends::mock::send_wr
 
 // The send queue entry for an accepted WR: inline data is copied now (the caller may
 // reuse the buffer as soon as post_send returns), UD sends keep their address vector.
-inline send_wqe make_send_wqe(qp_obj* q, const rdmakit::backends::mock::send_wr& w, std::uint64_t total) {
-  send_wqe e;
+// `e` is a reused SQ slot: renew() resets it and keeps its vectors' capacity.
+inline void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::backends::mock::send_wr& w, std::uint64_t total) {
+  renew(e);
   e.seq = q->next_seq++;
   e.wr_id = w.wr_id;
   e.op = w.op;
@@ -44,7 +45,7 @@ inline send_wqe make_send_wqe(qp_obj* q, const rdmakit::backends::mock::send_wr&
   e.sges.assign(w.sg_list, w.sg_list + w.num_sge);
   if (has_all(w.flags, send_flags::inline_data)) {
     e.is_inline = true;
-    e.inline_data = gather(e.sges, e.length);
+    gather_into(e.sges, e.inline_data);
   }
   e.imm = w.imm_data;
   if (is_atomic(w.op)) {
@@ -61,7 +62,6 @@ inline send_wqe make_send_wqe(qp_obj* q, const rdmakit::backends::mock::send_wr&
     e.remote_qpn = w.ud.remote_qpn;
     e.remote_qkey = w.ud.remote_qkey;
   }
-  return e;
 }
 
 }  // namespace mock::detail
@@ -79,19 +79,12 @@ inline int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
   for (; w; w = w->next) {
     std::uint64_t total = 0;
     if ((err = mockd::send_wr_error(q, *w, total))) break;
-    q->sq.push_back(mockd::make_send_wqe(q, *w, total));
+    mockd::fill_send_wqe(q->sq.push_back(), q, *w, total);
   }
   if (bad_wr) *bad_wr = err ? w : nullptr;
   if (q->state == qp_state::err) {
     // Posting to a QP in ERR completes the WRs at once with flush errors.
-    for (auto& x : q->sq)
-      if (!x.reported) {
-        x.reported = true;
-        x.state = mockd::send_wqe::phase::done;
-        x.status = wc_status::wr_flush_err;
-        mockd::send_cqe(f, q, x, wc_status::wr_flush_err);
-      }
-    mockd::retire_front_on_completion(f, q);
+    mockd::flush_sends(f, q);
   } else {
     mockd::issue(f, q);
   }

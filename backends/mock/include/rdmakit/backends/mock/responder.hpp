@@ -13,13 +13,12 @@ namespace mock::detail {
 // The QP a request is for, if it can take it (route, ports up, its device and port,
 // transport, a receiving state); null drops the message.
 inline qp_obj* responder_for(fabric_state& f, const message& m) {
-  std::uint32_t dev = 0;
-  std::uint8_t port = 0;
-  if (!route(f, m.av, dev, port)) return nullptr;
+  std::uint32_t dev = m.to_dev;
+  std::uint8_t port = m.to_port;
+  if (!m.routed && !route(f, m.av, dev, port)) return nullptr;
   if (!f.devices[m.src_dev].ports[m.src_port - 1].up || !f.devices[dev].ports[port - 1].up) return nullptr;
-  auto it = f.qps.find(m.dest_qpn);
-  if (it == f.qps.end()) return nullptr;
-  qp_obj* d = it->second;
+  qp_obj* d = find_qp(f, m.dest_qpn, m.dest_hint, m.epoch);
+  if (!d) return nullptr;
   if (d->pd->ctx->dev != dev || d->attr.port_num != port || d->type != m.type) return nullptr;
   if (d->state != qp_state::rtr && d->state != qp_state::rts && d->state != qp_state::sqd) return nullptr;
   return d;

@@ -109,6 +109,15 @@ inline std::vector<std::uint8_t> gather(const std::vector<sge>& sges, std::uint3
   return out;
 }
 
+/// gather() into a reused buffer (no allocation once it is large enough).
+inline void gather_into(const std::vector<sge>& sges, std::vector<std::uint8_t>& out) {
+  out.clear();
+  for (const auto& s : sges) {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(s.addr);
+    if (s.length) out.insert(out.end(), p, p + s.length);
+  }
+}
+
 inline void scatter(const std::vector<sge>& sges, const std::uint8_t* data, std::size_t len) {
   std::size_t off = 0;
   for (const auto& s : sges) {
