@@ -28,20 +28,32 @@ inline bool pending(const fabric_state& f) {
   return !f.wire_now.empty() || !f.wire_later.empty() || !f.timed.empty();
 }
 
-// Moves the earliest wire event due by now into f.current; false when none is due.
-inline bool next_event(fabric_state& f) {
+inline void run_event(fabric_state& f, const wire_event& ev) {
+  if (ev.is_response)
+    on_response(f, ev.to, ev.r);
+  else
+    deliver(f, ev.m);
+}
+
+// Runs the earliest wire event due by now; false when none is due. Nothing runs the
+// wire re-entrantly (f.running).
+inline bool run_next_event(fabric_state& f) {
   const bool now_due = !f.wire_now.empty() && f.wire_now.front().when <= f.now;
   const bool later_due = !f.wire_later.empty() && f.wire_later.front().when <= f.now;
   if (later_due && (!now_due || f.wire_later.front().before(f.wire_now.front()))) {
     auto later = [](const wire_event& a, const wire_event& b) { return b.before(a); };
     std::pop_heap(f.wire_later.begin(), f.wire_later.end(), later);
-    std::swap(f.current, f.wire_later.back());
+    f.current = std::move(f.wire_later.back());  // the heap may grow while it runs
     f.wire_later.pop_back();
+    run_event(f, f.current);
     return true;
   }
   if (!now_due) return false;
-  std::swap(f.current, f.wire_now.front());  // the slot keeps f.current's old buffers
+  // Run in place: the slot stays intact while the run pushes more (slot_ring::push_back).
+  const wire_event& ev = f.wire_now.front();
   f.wire_now.pop_front();
+  run_event(f, ev);
+  f.wire_now.release_retired();
   return true;
 }
 
@@ -59,14 +71,7 @@ inline void run_due(fabric_state& f) {
   if (f.running) return;
   f.running = true;
   for (;;) {
-    if (next_event(f)) {
-      // Nothing runs the wire re-entrantly (f.running), so f.current stays put.
-      if (f.current.is_response)
-        on_response(f, f.current.to, f.current.r);
-      else
-        deliver(f, f.current.m);
-      continue;
-    }
+    if (run_next_event(f)) continue;
     qp_obj* due = f.timed.empty() ? nullptr : due_timer(f);
     if (!due) break;
     on_deadline(f, due);

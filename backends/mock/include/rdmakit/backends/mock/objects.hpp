@@ -16,7 +16,6 @@
 #include <queue>
 #include <random>
 #include <set>
-#include <tuple>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -133,16 +132,6 @@ struct send_wqe {
   std::uint32_t npkts = 1;
 };
 
-/// Resets a reused ring slot to a default object, keeping its vectors' capacity.
-template <class T, class... Vectors>
-void renew_keeping(T& slot, Vectors T::*... vs) {
-  auto kept = std::make_tuple(std::move(slot.*vs)...);
-  slot = T{};
-  std::apply([&](auto&... v) { ((v.clear(), 0), ...); }, kept);
-  std::apply([&](auto&... v) { ((slot.*vs = std::move(v)), ...); }, kept);
-}
-inline void renew(send_wqe& e) { renew_keeping(e, &send_wqe::sges, &send_wqe::inline_data); }
-
 struct recv_wqe {
   std::uint64_t wr_id = 0;
   std::vector<sge> sges;
@@ -179,7 +168,6 @@ struct message {
   std::uint32_t to_dev = 0;
   std::uint8_t to_port = 0;
 };
-inline void renew(message& m) { renew_keeping(m, &message::payload); }
 
 /// The responder's answer to an RC request.
 struct response {

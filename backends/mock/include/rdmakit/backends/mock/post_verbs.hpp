@@ -33,9 +33,9 @@ inline int send_wr_error(const qp_obj* q, const rdmakit::backends::mock::send_wr
 
 // The send queue entry for an accepted WR: inline data is copied now (the caller may
 // reuse the buffer as soon as post_send returns), UD sends keep their address vector.
-// `e` is a reused SQ slot: renew() resets it and keeps its vectors' capacity.
+// `e` is a reused SQ slot holding an old WQE: every field is set here (the vectors keep
+// their capacity), except the UD address fields, which only UD QPs read.
 inline void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::backends::mock::send_wr& w, std::uint64_t total) {
-  renew(e);
   e.seq = q->next_seq++;
   e.wr_id = w.wr_id;
   e.op = w.op;
@@ -43,25 +43,28 @@ inline void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::backends::mock:
   e.signaled = q->sq_sig_all || has_all(w.flags, send_flags::signaled);
   e.length = static_cast<std::uint32_t>(is_atomic(w.op) ? 8 : total);
   e.sges.assign(w.sg_list, w.sg_list + w.num_sge);
-  if (has_all(w.flags, send_flags::inline_data)) {
-    e.is_inline = true;
+  e.is_inline = has_all(w.flags, send_flags::inline_data);
+  if (e.is_inline)
     gather_into(e.sges, e.inline_data);
-  }
+  else
+    e.inline_data.clear();
   e.imm = w.imm_data;
-  if (is_atomic(w.op)) {
-    e.remote_addr = w.atomic.remote_addr;
-    e.rkey = w.atomic.rkey;
-    e.compare_add = w.atomic.compare_add;
-    e.swap = w.atomic.swap;
-  } else {
-    e.remote_addr = w.rdma.remote_addr;
-    e.rkey = w.rdma.rkey;
-  }
+  const bool atomic = is_atomic(w.op);
+  e.remote_addr = atomic ? w.atomic.remote_addr : w.rdma.remote_addr;
+  e.rkey = atomic ? w.atomic.rkey : w.rdma.rkey;
+  e.compare_add = atomic ? w.atomic.compare_add : 0;
+  e.swap = atomic ? w.atomic.swap : 0;
   if (q->type == qp_type::ud) {
     e.ud_av = w.ud.address->attr;
+    e.ud_port = 1;
     e.remote_qpn = w.ud.remote_qpn;
     e.remote_qkey = w.ud.remote_qkey;
   }
+  e.state = send_wqe::phase::queued;
+  e.status = wc_status::success;
+  e.reported = false;
+  e.psn = 0;
+  e.npkts = 1;
 }
 
 }  // namespace mock::detail

@@ -168,8 +168,11 @@ inline void issue(fabric_state& f, qp_obj* q) {
       w.status = wc_status::loc_len_err;
       break;
     }
-    message& m = f.outbox;
-    renew(m);
+    // Without faults (or messages they hold back) the message is built in its wire slot;
+    // otherwise in the outbox for transmit(). Both are reused: every field is set below.
+    const bool plain = f.faults.empty() && q->held.empty();
+    wire_event* slot = plain ? &schedule(f, f.now + static_cast<clock_ns>(f.cfg.latency.count()), false) : nullptr;
+    message& m = plain ? slot->m : f.outbox;
     m.src_qpn = q->qpn;
     m.src_dev = q->pd->ctx->dev;
     m.src_port = q->attr.port_num;
@@ -189,17 +192,22 @@ inline void issue(fabric_state& f, qp_obj* q) {
       m.av = w.ud_av;
       m.dest_qpn = w.remote_qpn;
       m.qkey = w.remote_qkey;
+      m.dest_hint = nullptr;
+      m.routed = false;
+      m.to_dev = 0;
+      m.to_port = 0;
     } else {
+      m.qkey = 0;
       address_from_qp(f, q, m);
     }
     const auto& sg = dev.ports[m.src_port - 1].gids;
-    if (m.av.grh.sgid_index < sg.size()) m.sgid = sg[m.av.grh.sgid_index].value;
-    if (carries_payload(w.op)) {
-      if (w.is_inline)
-        m.payload.assign(w.inline_data.begin(), w.inline_data.end());
-      else
-        gather_into(w.sges, m.payload);
-    }
+    m.sgid = m.av.grh.sgid_index < sg.size() ? sg[m.av.grh.sgid_index].value : gid{};
+    if (!carries_payload(w.op))
+      m.payload.clear();
+    else if (w.is_inline)
+      m.payload.assign(w.inline_data.begin(), w.inline_data.end());
+    else
+      gather_into(w.sges, m.payload);
     m.psn = q->next_psn;
     m.npkts = is_atomic(w.op) ? 1 : packets_for(w.length, mtu);
     q->next_psn = (q->next_psn + m.npkts) & psn_mask;
@@ -209,7 +217,12 @@ inline void issue(fabric_state& f, qp_obj* q) {
     if (is_read_or_atomic(w.op)) ++reads_in_flight;
     if (q->type != qp_type::rc) w.state = send_wqe::phase::done;  // UC/UD: complete once sent
     sent_any = true;
-    transmit(f, q, m);
+    if (plain) {
+      f.packets += m.npkts;
+      scheduled(f, *slot);
+    } else {
+      transmit(f, q, m);
+    }
   }
   q->issue_from = i < q->sq.size() ? q->sq[i].seq : q->next_seq;
   if (q->type == qp_type::rc && sent_any && q->deadline == 0) rearm_ack_timer(f, q);

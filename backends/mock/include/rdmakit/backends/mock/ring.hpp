@@ -24,11 +24,20 @@ class slot_ring {
   T& back() noexcept { return (*this)[size_ - 1]; }
 
   /// The slot after the last element, now part of the queue. It holds whatever a popped
-  /// element left there: the caller overwrites every field (see renew()).
+  /// element left there: the caller overwrites every field.
+  ///
+  /// One slot always stays free, so the element popped last is not overwritten before
+  /// the next pop; and when the ring grows, the old slots are kept until
+  /// release_retired(). Together: an element may be used in place after pop_front()
+  /// while more are pushed, until the next pop_front() or release_retired().
   T& push_back() {
-    if (size_ == slots_.size()) grow_();
+    if (size_ + 1 >= slots_.size()) grow_();
     ++size_;
     return back();
+  }
+  /// Frees the slots left behind by growing (see push_back).
+  void release_retired() noexcept {
+    if (!retired_.empty()) retired_ = std::vector<T>();
   }
   void pop_front() noexcept {
     head_ = (head_ + 1) & mask_();
@@ -80,10 +89,12 @@ class slot_ring {
     std::vector<T> bigger(slots_.empty() ? 8 : slots_.size() * 2);
     for (std::size_t i = 0; i < size_; ++i) bigger[i] = std::move((*this)[i]);
     slots_.swap(bigger);
+    if (retired_.empty()) retired_.swap(bigger);  // may hold the element just popped
     head_ = 0;
   }
 
   std::vector<T> slots_;
+  std::vector<T> retired_;
   std::size_t head_ = 0;
   std::size_t size_ = 0;
 };
