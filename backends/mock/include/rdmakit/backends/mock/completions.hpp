@@ -144,21 +144,23 @@ inline void to_error(fabric_state& f, qp_obj* q) {
 /// Reports finished send WQEs in SQ order; an error completion moves the QP to ERR.
 /// Starts at report_from: every WQE before it is reported already.
 inline void report_sends(fabric_state& f, qp_obj* q) {
-  // By sequence number, not by position: send_cqe may release slots at the front.
-  std::uint64_t seq = q->sq.empty() ? q->next_seq : q->sq.front().seq + sq_index(q, q->report_from);
-  for (; seq < q->next_seq; ++seq) {
-    send_wqe* wp = wqe_at(q, seq);
-    if (!wp) break;
-    send_wqe& w = *wp;
-    if (w.reported) continue;
+  std::size_t i = sq_index(q, q->report_from);
+  while (i < q->sq.size()) {
+    send_wqe& w = q->sq[i];
+    if (w.reported) {
+      ++i;
+      continue;
+    }
     if (w.state != send_wqe::phase::done) break;
     w.reported = true;
+    const std::uint64_t seq = w.seq;
     q->report_from = seq + 1;
     const bool error = w.status != wc_status::success;
     if (w.signaled || error) {
       send_cqe(f, q, w, w.status);
-    } else if (f.cfg.slots == slot_release::on_signaled_poll) {
-      // keeps its slot until a later signaled completion is polled
+      i = sq_index(q, seq + 1);  // a full CQ makes send_cqe release slots at the front
+    } else {
+      ++i;  // unsignaled (on_signaled_poll): keeps its slot until a later signaled completion is polled
     }
     if (error) {
       retire_front_on_completion(f, q);

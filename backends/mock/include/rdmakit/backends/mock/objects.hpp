@@ -70,6 +70,14 @@ class mr_obj {
   std::uint32_t rkey = 0;
 };
 
+/// The MR a QP last found for a key (lkey or rkey): valid while fabric_state::mr_epoch
+/// is `epoch` (no MR deregistered since; keys are never reused).
+struct key_cache {
+  std::uint32_t key = 0;
+  mr_obj* mr = nullptr;
+  std::uint64_t epoch = 0;
+};
+
 class ah_obj {
  public:
   pd_obj* pd = nullptr;
@@ -151,6 +159,11 @@ struct message {
   std::uint32_t npkts = 1;
   std::uint64_t wqe_seq = 0;
   std::vector<std::uint8_t> payload;
+  // A message delivered within the post that sends it (issue()) may borrow its bytes
+  // from the sender's registered buffer instead: then `view` points at `length` bytes.
+  const std::uint8_t* view = nullptr;
+  const std::uint8_t* bytes() const { return view ? view : payload.data(); }
+  std::size_t byte_count() const { return view ? length : payload.size(); }
   std::uint32_t length = 0;
   std::uint32_t imm = 0;
   bool solicited = false;
@@ -213,6 +226,8 @@ class qp_obj {
   std::uint8_t route_port = 0;
   qp_obj* peer = nullptr;
   std::uint64_t peer_epoch = 0;
+  key_cache lkeys;  // the requester's SGEs
+  key_cache rkeys;  // the responder's targets
 
   // Responder.
   std::uint32_t expected_psn = 0;
@@ -255,9 +270,11 @@ class fabric_state {
   std::vector<wire_event> wire_later;
   wire_event current;
   message outbox;
+  message direct;  // see issue()
   std::uint64_t order = 0;
   std::vector<qp_obj*> timed;  // QPs with a deadline (qp_obj::timed_slot)
-  std::uint64_t qp_epoch = 1;  // bumped when a QP is destroyed: message hints go stale
+  std::uint64_t qp_epoch = 1;
+  std::uint64_t mr_epoch = 1;  // bumped when an MR is deregistered: key caches go stale  // bumped when a QP is destroyed: message hints go stale
   std::vector<fault> faults;
   std::function<void(const void*)> arm_hook;
   std::uint64_t packets = 0;

@@ -133,8 +133,16 @@ inline void address_from_qp(fabric_state& f, qp_obj* q, message& m) {
 
 /// The requester side: sends every queued WQE it may (fence and rd_atomic limits),
 /// from issue_from on (every WQE before it is issued or done).
+///
+/// The direct case: a post that sends one message while nothing else is on the wire
+/// (no fault, no latency, not inside run_due) would have run_due deliver it right
+/// after this call, before anything else. It is delivered at the end of this call
+/// instead, without a wire slot, borrowing the bytes of a one-SGE WQE.
 inline void issue(fabric_state& f, qp_obj* q) {
   if (q->state != qp_state::rts || q->rnr_wait) return;
+  const bool may_direct = f.faults.empty() && q->held.empty() && f.cfg.latency.count() == 0 && !f.running &&
+                          f.wire_now.empty() && f.wire_later.empty();
+  bool direct = false;
   auto& dev = device_of(q);
   const std::uint32_t mtu = path_mtu_bytes(q);
   // Counted only when a READ, an atomic or a fence needs it: then as the full walk would.
@@ -157,7 +165,7 @@ inline void issue(fabric_state& f, qp_obj* q) {
     if (is_read_or_atomic(w.op) && reads_in_flight >= q->attr.max_rd_atomic) break;
     bool ok = true;
     if (!w.is_inline)
-      for (const auto& s : w.sges) ok = ok && local_sge_ok(f, q->pd, s, is_read_or_atomic(w.op));
+      for (const auto& s : w.sges) ok = ok && local_sge_ok(f, q->pd, s, is_read_or_atomic(w.op), &q->lkeys);
     if (!ok) {
       w.state = send_wqe::phase::done;
       w.status = wc_status::loc_prot_err;
@@ -168,11 +176,13 @@ inline void issue(fabric_state& f, qp_obj* q) {
       w.status = wc_status::loc_len_err;
       break;
     }
-    // Without faults (or messages they hold back) the message is built in its wire slot;
-    // otherwise in the outbox for transmit(). Both are reused: every field is set below.
-    const bool plain = f.faults.empty() && q->held.empty();
+    // Without faults (or messages they hold back) the message is built in its wire slot,
+    // or in f.direct (above); otherwise in the outbox for transmit(). All are reused:
+    // every field is set below.
+    direct = may_direct && !sent_any && i + 1 == q->sq.size();
+    const bool plain = !direct && f.faults.empty() && q->held.empty();
     wire_event* slot = plain ? &schedule(f, f.now + static_cast<clock_ns>(f.cfg.latency.count()), false) : nullptr;
-    message& m = plain ? slot->m : f.outbox;
+    message& m = direct ? f.direct : plain ? slot->m : f.outbox;
     m.src_qpn = q->qpn;
     m.src_dev = q->pd->ctx->dev;
     m.src_port = q->attr.port_num;
@@ -202,8 +212,11 @@ inline void issue(fabric_state& f, qp_obj* q) {
     }
     const auto& sg = dev.ports[m.src_port - 1].gids;
     m.sgid = m.av.grh.sgid_index < sg.size() ? sg[m.av.grh.sgid_index].value : gid{};
+    m.view = nullptr;
     if (!carries_payload(w.op))
       m.payload.clear();
+    else if (direct && !w.is_inline && w.sges.size() == 1)
+      m.view = reinterpret_cast<const std::uint8_t*>(w.sges[0].addr);
     else if (w.is_inline)
       m.payload.assign(w.inline_data.begin(), w.inline_data.end());
     else
@@ -217,7 +230,10 @@ inline void issue(fabric_state& f, qp_obj* q) {
     if (is_read_or_atomic(w.op)) ++reads_in_flight;
     if (q->type != qp_type::rc) w.state = send_wqe::phase::done;  // UC/UD: complete once sent
     sent_any = true;
-    if (plain) {
+    if (direct) {
+      f.packets += m.npkts;
+      ++f.order;  // the order its wire event would have taken
+    } else if (plain) {
       f.packets += m.npkts;
       scheduled(f, *slot);
     } else {
@@ -227,6 +243,11 @@ inline void issue(fabric_state& f, qp_obj* q) {
   q->issue_from = i < q->sq.size() ? q->sq[i].seq : q->next_seq;
   if (q->type == qp_type::rc && sent_any && q->deadline == 0) rearm_ack_timer(f, q);
   report_sends(f, q);
+  if (direct) {
+    f.running = true;  // as inside run_due
+    deliver(f, f.direct);
+    f.running = false;
+  }
 }
 
 }  // namespace mock::detail

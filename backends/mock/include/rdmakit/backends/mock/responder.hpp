@@ -105,12 +105,12 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     std::memcpy(grh + 8, m.sgid.raw.data(), 16);
     std::memcpy(grh + 24, m.av.grh.dgid.raw.data(), 16);
     std::vector<std::uint8_t> all(grh, grh + grh_bytes);
-    all.insert(all.end(), m.payload.begin(), m.payload.end());
+    all.insert(all.end(), m.bytes(), m.bytes() + m.byte_count());
     scatter(rw.sges, all.data(), all.size());
     e.wc.src_qp = m.src_qpn;
     e.wc.flags = wc_flags::grh;
   } else {
-    scatter(rw.sges, m.payload.data(), m.payload.size());
+    scatter(rw.sges, m.bytes(), m.byte_count());
   }
   e.wc.byte_len = static_cast<std::uint32_t>(need);
   if (m.op == opcode::send_with_imm) {
@@ -127,8 +127,8 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
   const bool imm = m.op == opcode::rdma_write_with_imm;
   if (!has_all(d->attr.access_flags, access::remote_write))
     return refuse(f, d, m, wc_status::rem_inv_req_err, async_event_type::qp_req_err);
-  mr_obj* target = m.length ? remote_mr_ok(f, d->pd, m.rkey, m.remote_addr, m.length, access::remote_write)
-                            : nullptr;
+  mr_obj* target =
+      m.length ? remote_mr_ok(f, d->pd, m.rkey, m.remote_addr, m.length, access::remote_write, &d->rkeys) : nullptr;
   if (m.length && !target) {
     if (m.type == qp_type::rc && imm && !d->rq.empty()) {  // the receive the immediate would have used
       cq_entry e;
@@ -141,7 +141,7 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
     return refuse(f, d, m, wc_status::rem_access_err, async_event_type::qp_access_err);
   }
   if (imm && d->rq.empty()) return receiver_not_ready(f, d, m);
-  if (m.length) std::memcpy(reinterpret_cast<void*>(m.remote_addr), m.payload.data(), m.length);
+  if (m.length) std::memcpy(reinterpret_cast<void*>(m.remote_addr), m.bytes(), m.length);
   if (imm) {
     cq_entry e;
     e.wc.wr_id = d->rq.front().wr_id;
