@@ -4,6 +4,7 @@
 #include <rdmakit/backends/mock/backend.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
 #include <rdmakit/backends/mock/ring.hpp>
+#include <rdmakit/backends/mock/sge_list.hpp>
 
 #include <chrono>
 #include <condition_variable>
@@ -119,7 +120,7 @@ struct send_wqe {
   opcode op = opcode::send;
   send_flags flags = send_flags::none;
   bool signaled = false;
-  std::vector<sge> sges;
+  sge_list sges;
   std::vector<std::uint8_t> inline_data;
   bool is_inline = false;
   std::uint32_t length = 0;
@@ -142,7 +143,7 @@ struct send_wqe {
 
 struct recv_wqe {
   std::uint64_t wr_id = 0;
-  std::vector<sge> sges;
+  sge_list sges;
 };
 
 /// A message on the wire (one per WQE transmission; packets are counted, not simulated).
@@ -266,7 +267,7 @@ class fabric_state {
   // (zero latency, no delay fault) queue in `wire_now`, already sorted; later ones in
   // the heap `wire_later`. `current` holds the event being run, `outbox` the message
   // being built; their buffers are reused.
-  slot_ring<wire_event> wire_now;
+  slot_ring<wire_event, true> wire_now;
   std::vector<wire_event> wire_later;
   wire_event current;
   message outbox;

@@ -42,7 +42,7 @@ inline void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::backends::mock:
   e.flags = w.flags;
   e.signaled = q->sq_sig_all || has_all(w.flags, send_flags::signaled);
   e.length = static_cast<std::uint32_t>(is_atomic(w.op) ? 8 : total);
-  e.sges.assign(w.sg_list, w.sg_list + w.num_sge);
+  e.sges.assign(w.sg_list, static_cast<std::size_t>(w.num_sge));
   e.is_inline = has_all(w.flags, send_flags::inline_data);
   if (e.is_inline)
     gather_into(e.sges, e.inline_data);
@@ -117,7 +117,7 @@ inline int mock::post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept {
     }
     mockd::recv_wqe r;
     r.wr_id = w->wr_id;
-    r.sges.assign(w->sg_list, w->sg_list + w->num_sge);
+    r.sges.assign(w->sg_list, static_cast<std::size_t>(w->num_sge));
     if (q->state == qp_state::err)
       mockd::flush_recv(f, q, r);
     else

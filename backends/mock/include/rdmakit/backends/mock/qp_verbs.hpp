@@ -40,6 +40,7 @@ inline mock::qp mock::create_qp(pd p, cq send_cq, cq recv_cq, qp_type type, qp_c
   q->caps = caps;  // granted exactly as asked
   q->sq_sig_all = sq_sig_all;
   q->qpn = f.next_qpn++;
+  q->sq.reserve(std::min<std::uint32_t>(caps.max_send_wr, 1024));  // a full SQ of a usual depth allocates no more
   f.qps[q->qpn] = q;
   ++send_cq->qps;
   ++recv_cq->qps;

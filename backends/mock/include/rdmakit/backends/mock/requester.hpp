@@ -140,6 +140,8 @@ inline void address_from_qp(fabric_state& f, qp_obj* q, message& m) {
 /// instead, without a wire slot, borrowing the bytes of a one-SGE WQE.
 inline void issue(fabric_state& f, qp_obj* q) {
   if (q->state != qp_state::rts || q->rnr_wait) return;
+  std::size_t i = sq_index(q, q->issue_from);
+  if (i == q->sq.size()) return report_sends(f, q);  // nothing queued (an ACK's call, usually)
   const bool may_direct = f.faults.empty() && q->held.empty() && f.cfg.latency.count() == 0 && !f.running &&
                           f.wire_now.empty() && f.wire_later.empty();
   bool direct = false;
@@ -149,7 +151,6 @@ inline void issue(fabric_state& f, qp_obj* q) {
   std::uint32_t reads_in_flight = 0;
   bool reads_counted = false;
   bool sent_any = false;
-  std::size_t i = sq_index(q, q->issue_from);
   for (; i < q->sq.size(); ++i) {
     send_wqe& w = q->sq[i];
     if (w.state != send_wqe::phase::queued) {
@@ -241,7 +242,9 @@ inline void issue(fabric_state& f, qp_obj* q) {
     }
   }
   q->issue_from = i < q->sq.size() ? q->sq[i].seq : q->next_seq;
-  if (q->type == qp_type::rc && sent_any && q->deadline == 0) rearm_ack_timer(f, q);
+  // rearm_ack_timer, knowing a WQE is in flight (the one just sent; not rnr_wait).
+  if (q->type == qp_type::rc && sent_any && q->deadline == 0)
+    if (const clock_ns t = ack_timeout_ns(q->attr.timeout)) set_timer(f, q, f.now + t);
   report_sends(f, q);
   if (direct) {
     f.running = true;  // as inside run_due

@@ -11,7 +11,8 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {
 
-template <class T>
+/// `InPlace`: an element may be used in place after pop_front() (see push_back).
+template <class T, bool InPlace = false>
 class slot_ring {
  public:
   std::size_t size() const noexcept { return size_; }
@@ -26,12 +27,12 @@ class slot_ring {
   /// The slot after the last element, now part of the queue. It holds whatever a popped
   /// element left there: the caller overwrites every field.
   ///
-  /// One slot always stays free, so the element popped last is not overwritten before
-  /// the next pop; and when the ring grows, the old slots are kept until
-  /// release_retired(). Together: an element may be used in place after pop_front()
-  /// while more are pushed, until the next pop_front() or release_retired().
+  /// InPlace: one slot always stays free, so the element popped last is not
+  /// overwritten before the next pop; and when the ring grows, the old slots are kept
+  /// until release_retired(). Together: an element may be used in place after
+  /// pop_front() while more are pushed, until the next pop_front() or release_retired().
   T& push_back() {
-    if (size_ + 1 >= slots_.size()) grow_();
+    if (size_ + (InPlace ? 1 : 0) >= slots_.size()) grow_();
     ++size_;
     return back();
   }
@@ -77,6 +78,11 @@ class slot_ring {
     R* r_;
     std::size_t i_;
   };
+  /// Room for `n` elements without growing.
+  void reserve(std::size_t n) {
+    while (slots_.size() < n + (InPlace ? 1 : 0)) grow_();
+  }
+
   iter<slot_ring, T> begin() { return {this, 0}; }
   iter<slot_ring, T> end() { return {this, size_}; }
   iter<const slot_ring, const T> begin() const { return {this, 0}; }
@@ -89,7 +95,7 @@ class slot_ring {
     std::vector<T> bigger(slots_.empty() ? 8 : slots_.size() * 2);
     for (std::size_t i = 0; i < size_; ++i) bigger[i] = std::move((*this)[i]);
     slots_.swap(bigger);
-    if (retired_.empty()) retired_.swap(bigger);  // may hold the element just popped
+    if (InPlace && retired_.empty()) retired_.swap(bigger);  // may hold the element just popped
     head_ = 0;
   }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <string>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -107,18 +108,9 @@ inline mr_obj* remote_mr_ok(fabric_state& f, pd_obj* pd, std::uint32_t rkey, std
   return m;
 }
 
-inline std::vector<std::uint8_t> gather(const std::vector<sge>& sges, std::uint32_t total) {
-  std::vector<std::uint8_t> out(total);
-  std::size_t off = 0;
-  for (const auto& s : sges) {
-    if (s.length) std::memcpy(out.data() + off, reinterpret_cast<const void*>(s.addr), s.length);
-    off += s.length;
-  }
-  return out;
-}
-
-/// gather() into a reused buffer (no allocation once it is large enough).
-inline void gather_into(const std::vector<sge>& sges, std::vector<std::uint8_t>& out) {
+/// The bytes the SGEs name, in order, into a reused buffer (no allocation once it is
+/// large enough).
+inline void gather_into(std::span<const sge> sges, std::vector<std::uint8_t>& out) {
   out.clear();
   for (const auto& s : sges) {
     const auto* p = reinterpret_cast<const std::uint8_t*>(s.addr);
@@ -126,7 +118,7 @@ inline void gather_into(const std::vector<sge>& sges, std::vector<std::uint8_t>&
   }
 }
 
-inline void scatter(const std::vector<sge>& sges, const std::uint8_t* data, std::size_t len) {
+inline void scatter(std::span<const sge> sges, const std::uint8_t* data, std::size_t len) {
   std::size_t off = 0;
   for (const auto& s : sges) {
     if (off >= len) break;
@@ -136,7 +128,7 @@ inline void scatter(const std::vector<sge>& sges, const std::uint8_t* data, std:
   }
 }
 
-inline std::uint64_t sge_total(const std::vector<sge>& sges) {
+inline std::uint64_t sge_total(std::span<const sge> sges) {
   std::uint64_t t = 0;
   for (const auto& s : sges) t += s.length;
   return t;
