@@ -68,7 +68,7 @@ inline qp_obj* due_timer(const fabric_state& f) {
 
 /// Runs every wire event and timer that is due at the current simulated time.
 inline void run_due(fabric_state& f) {
-  if (f.running) return;
+  if (f.running || !pending(f)) return;  // the usual end of a post: nothing on the wire
   f.running = true;
   for (;;) {
     if (run_next_event(f)) continue;
