@@ -54,9 +54,19 @@ TEST_CASE("fast path: slot_ring reuses popped slots and keeps the last popped on
   r.release_retired();
   CHECK(r.size() == 100);
   for (int i = 0; i < 100; ++i) CHECK(r[static_cast<std::size_t>(i)] == std::vector<int>{i});
+
+  // The same when the ring had grown before the pop as well (slots retired, not released).
+  for (int i = 100; i < 300; ++i) r.push_back() = {i};
+  const std::vector<int>& first = r.front();
+  r.pop_front();
+  for (int i = 0; i < 1000; ++i) r.push_back() = {i};
+  CHECK(first == std::vector<int>{0});
+  r.release_retired();
+  while (r.size() > 100) r.pop_front();
   r.remove_if([](const std::vector<int>& v) { return v[0] % 2 == 1; });
   CHECK(r.size() == 50);
-  CHECK(r.back() == std::vector<int>{98});
+  CHECK(r.front() == std::vector<int>{900});
+  CHECK(r.back() == std::vector<int>{998});
 }
 
 TEST_CASE("fast path: an MR deregistered between two WRITEs is refused (the rkey cache goes stale)") {

@@ -38,7 +38,7 @@ class slot_ring {
   }
   /// Frees the slots left behind by growing (see push_back).
   void release_retired() noexcept {
-    if (!retired_.empty()) retired_ = std::vector<T>();
+    if (!retired_.empty()) retired_.clear();
   }
   void pop_front() noexcept {
     head_ = (head_ + 1) & mask_();
@@ -95,12 +95,13 @@ class slot_ring {
     std::vector<T> bigger(slots_.empty() ? 8 : slots_.size() * 2);
     for (std::size_t i = 0; i < size_; ++i) bigger[i] = std::move((*this)[i]);
     slots_.swap(bigger);
-    if (InPlace && retired_.empty()) retired_.swap(bigger);  // may hold the element just popped
+    // Any of the old slot arrays may hold the element popped last: all are kept.
+    if (InPlace) retired_.push_back(std::move(bigger));
     head_ = 0;
   }
 
   std::vector<T> slots_;
-  std::vector<T> retired_;
+  std::vector<std::vector<T>> retired_;
   std::size_t head_ = 0;
   std::size_t size_ = 0;
 };
