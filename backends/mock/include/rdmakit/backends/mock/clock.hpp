@@ -17,31 +17,62 @@ namespace mock::detail {
 /// Earliest pending simulated time, or 0 when nothing is pending.
 inline clock_ns next_due(const fabric_state& f) {
   clock_ns t = 0;
-  if (!f.wire.empty()) t = f.wire.top().when;
+  if (!f.wire_now.empty()) t = f.wire_now.front().when;
+  if (!f.wire_later.empty() && (t == 0 || f.wire_later.front().when < t)) t = f.wire_later.front().when;
   for (auto* q : f.timed)
     if (q->deadline && (t == 0 || q->deadline < t)) t = q->deadline;
   return t;
 }
 
-inline bool pending(const fabric_state& f) { return !f.wire.empty() || !f.timed.empty(); }
+inline bool pending(const fabric_state& f) {
+  return !f.wire_now.empty() || !f.wire_later.empty() || !f.timed.empty();
+}
+
+inline void run_event(fabric_state& f, const wire_event& ev) {
+  if (ev.is_response)
+    on_response(f, ev.to, ev.r);
+  else
+    deliver(f, ev.m);
+}
+
+// Runs the earliest wire event due by now; false when none is due. Nothing runs the
+// wire re-entrantly (f.running).
+inline bool run_next_event(fabric_state& f) {
+  const bool now_due = !f.wire_now.empty() && f.wire_now.front().when <= f.now;
+  const bool later_due = !f.wire_later.empty() && f.wire_later.front().when <= f.now;
+  if (later_due && (!now_due || f.wire_later.front().before(f.wire_now.front()))) {
+    auto later = [](const wire_event& a, const wire_event& b) { return b.before(a); };
+    std::pop_heap(f.wire_later.begin(), f.wire_later.end(), later);
+    f.current = std::move(f.wire_later.back());  // the heap may grow while it runs
+    f.wire_later.pop_back();
+    run_event(f, f.current);
+    return true;
+  }
+  if (!now_due) return false;
+  // Run in place: the slot stays intact while the run pushes more (slot_ring::push_back).
+  const wire_event& ev = f.wire_now.front();
+  f.wire_now.pop_front();
+  run_event(f, ev);
+  f.wire_now.release_retired();
+  return true;
+}
+
+// The earliest QP whose deadline has passed, in address order (as a std::set of QPs
+// would list them: runs stay the same), or null.
+inline qp_obj* due_timer(const fabric_state& f) {
+  qp_obj* due = nullptr;
+  for (auto* q : f.timed)
+    if (q->deadline && q->deadline <= f.now && (!due || std::less<qp_obj*>{}(q, due))) due = q;
+  return due;
+}
 
 /// Runs every wire event and timer that is due at the current simulated time.
 inline void run_due(fabric_state& f) {
-  if (f.running) return;
+  if (f.running || !pending(f)) return;  // the usual end of a post: nothing on the wire
   f.running = true;
   for (;;) {
-    if (!f.wire.empty() && f.wire.top().when <= f.now) {
-      auto ev = f.wire.top();
-      f.wire.pop();
-      ev.run();
-      continue;
-    }
-    qp_obj* due = nullptr;
-    for (auto* q : f.timed)
-      if (q->deadline && q->deadline <= f.now) {
-        due = q;
-        break;
-      }
+    if (run_next_event(f)) continue;
+    qp_obj* due = f.timed.empty() ? nullptr : due_timer(f);
     if (!due) break;
     on_deadline(f, due);
   }
@@ -106,13 +137,13 @@ inline bool jump(fabric_state& f) {
 inline int take(fabric_state& f, cq_obj* cq, int n, backends::mock::wc* out) {
   int got = 0;
   while (got < n && !cq->entries.empty()) {
-    cq_entry e = cq->entries.front();
-    cq->entries.pop_front();
+    const cq_entry& e = cq->entries.front();
+    out[got++] = e.wc;
     if (e.release_upto) {
       auto it = f.qps.find(e.wc.qp_num);
       if (it != f.qps.end()) release_slots(f, it->second, e.release_upto);
     }
-    out[got++] = e.wc;
+    cq->entries.pop_front();
   }
   return got;
 }

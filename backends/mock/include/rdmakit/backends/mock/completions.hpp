@@ -28,7 +28,7 @@ inline bool push_cqe(fabric_state& f, cq_obj* cq, const cq_entry& e, bool solici
     f.cv.notify_all();
     return false;
   }
-  cq->entries.push_back(e);
+  cq->entries.push_back() = e;
   const bool error = e.wc.status != wc_status::success;
   if (cq->armed && (!cq->solicited_only || solicited || error)) {
     cq->armed = false;
@@ -76,15 +76,56 @@ inline void flush_recv(fabric_state& f, qp_obj* q, const recv_wqe& r) {
   recv_cqe(f, q, e, false);
 }
 
+// f.timed holds each QP with a deadline once; qp_obj::timed_slot makes both O(1).
+inline void untime(fabric_state& f, qp_obj* q) {
+  if (!q->timed_slot) return;
+  qp_obj* last = f.timed.back();
+  f.timed[q->timed_slot - 1] = last;
+  last->timed_slot = q->timed_slot;
+  f.timed.pop_back();
+  q->timed_slot = 0;
+}
+
 inline void disarm_timer(fabric_state& f, qp_obj* q) {
   q->deadline = 0;
   q->rnr_wait = false;
-  f.timed.erase(q);
+  untime(f, q);
 }
 
 inline void set_timer(fabric_state& f, qp_obj* q, clock_ns at) {
   q->deadline = at;
-  f.timed.insert(q);
+  if (q->timed_slot) return;
+  f.timed.push_back(q);
+  q->timed_slot = f.timed.size();
+}
+
+/// The WQE of sequence number `seq` (they are consecutive in the SQ), or null.
+inline send_wqe* wqe_at(qp_obj* q, std::uint64_t seq) {
+  if (q->sq.empty() || seq < q->sq.front().seq) return nullptr;
+  const std::uint64_t i = seq - q->sq.front().seq;
+  return i < q->sq.size() ? &q->sq[i] : nullptr;
+}
+
+/// The position of the first WQE at or after sequence number `seq` (lower bounds kept
+/// by the QP may point at WQEs already released).
+inline std::size_t sq_index(const qp_obj* q, std::uint64_t seq) {
+  if (q->sq.empty() || seq <= q->sq.front().seq) return 0;
+  const std::uint64_t i = seq - q->sq.front().seq;
+  return i < q->sq.size() ? static_cast<std::size_t>(i) : q->sq.size();
+}
+
+/// Completes every unreported send WQE with WR_FLUSH_ERR, in queue order. By sequence
+/// number: a full CQ makes send_cqe release slots at the front.
+inline void flush_sends(fabric_state& f, qp_obj* q) {
+  for (std::uint64_t seq = q->sq.empty() ? q->next_seq : q->sq.front().seq; seq < q->next_seq; ++seq) {
+    send_wqe* w = wqe_at(q, seq);
+    if (!w || w->reported) continue;
+    w->reported = true;
+    w->state = send_wqe::phase::done;
+    w->status = wc_status::wr_flush_err;
+    send_cqe(f, q, *w, wc_status::wr_flush_err);
+  }
+  retire_front_on_completion(f, q);
 }
 
 /// Moves a QP to ERR: every outstanding send WR and posted receive completes with
@@ -94,30 +135,32 @@ inline void to_error(fabric_state& f, qp_obj* q) {
   q->state = qp_state::err;
   disarm_timer(f, q);
   q->held.clear();
-  for (auto& w : q->sq) {
-    if (w.reported) continue;
-    w.reported = true;
-    w.state = send_wqe::phase::done;
-    w.status = wc_status::wr_flush_err;
-    send_cqe(f, q, w, wc_status::wr_flush_err);
-  }
-  retire_front_on_completion(f, q);
+  flush_sends(f, q);
   auto rq = std::move(q->rq);
   q->rq.clear();
   for (auto& r : rq) flush_recv(f, q, r);
 }
 
 /// Reports finished send WQEs in SQ order; an error completion moves the QP to ERR.
+/// Starts at report_from: every WQE before it is reported already.
 inline void report_sends(fabric_state& f, qp_obj* q) {
-  for (auto& w : q->sq) {
-    if (w.reported) continue;
+  std::size_t i = sq_index(q, q->report_from);
+  while (i < q->sq.size()) {
+    send_wqe& w = q->sq[i];
+    if (w.reported) {
+      ++i;
+      continue;
+    }
     if (w.state != send_wqe::phase::done) break;
     w.reported = true;
+    const std::uint64_t seq = w.seq;
+    q->report_from = seq + 1;
     const bool error = w.status != wc_status::success;
     if (w.signaled || error) {
       send_cqe(f, q, w, w.status);
-    } else if (f.cfg.slots == slot_release::on_signaled_poll) {
-      // keeps its slot until a later signaled completion is polled
+      i = sq_index(q, seq + 1);  // a full CQ makes send_cqe release slots at the front
+    } else {
+      ++i;  // unsignaled (on_signaled_poll): keeps its slot until a later signaled completion is polled
     }
     if (error) {
       retire_front_on_completion(f, q);

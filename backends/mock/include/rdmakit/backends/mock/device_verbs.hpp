@@ -181,6 +181,7 @@ inline int mock::dereg_mr(mr m) noexcept {
   std::lock_guard lk(f.mu);
   f.by_lkey.erase(m->lkey);
   f.by_rkey.erase(m->rkey);
+  ++f.mr_epoch;
   --m->pd->children;
   --f.devices[m->pd->ctx->dev].count.mr;
   delete m;

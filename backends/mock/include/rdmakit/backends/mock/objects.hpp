@@ -3,6 +3,8 @@
 // Everything here is guarded by fabric_state::mu.
 #include <rdmakit/backends/mock/backend.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
+#include <rdmakit/backends/mock/ring.hpp>
+#include <rdmakit/backends/mock/sge_list.hpp>
 
 #include <chrono>
 #include <condition_variable>
@@ -69,6 +71,14 @@ class mr_obj {
   std::uint32_t rkey = 0;
 };
 
+/// The MR a QP last found for a key (lkey or rkey): valid while fabric_state::mr_epoch
+/// is `epoch` (no MR deregistered since; keys are never reused).
+struct key_cache {
+  std::uint32_t key = 0;
+  mr_obj* mr = nullptr;
+  std::uint64_t epoch = 0;
+};
+
 class ah_obj {
  public:
   pd_obj* pd = nullptr;
@@ -95,7 +105,7 @@ class cq_obj {
   context_obj* ctx = nullptr;
   channel_obj* channel = nullptr;
   int capacity = 0;
-  std::deque<cq_entry> entries;
+  slot_ring<cq_entry> entries;
   bool armed = false;
   bool solicited_only = false;
   std::uint64_t events_delivered = 0;
@@ -110,7 +120,7 @@ struct send_wqe {
   opcode op = opcode::send;
   send_flags flags = send_flags::none;
   bool signaled = false;
-  std::vector<sge> sges;
+  sge_list sges;
   std::vector<std::uint8_t> inline_data;
   bool is_inline = false;
   std::uint32_t length = 0;
@@ -133,7 +143,7 @@ struct send_wqe {
 
 struct recv_wqe {
   std::uint64_t wr_id = 0;
-  std::vector<sge> sges;
+  sge_list sges;
 };
 
 /// A message on the wire (one per WQE transmission; packets are counted, not simulated).
@@ -150,6 +160,11 @@ struct message {
   std::uint32_t npkts = 1;
   std::uint64_t wqe_seq = 0;
   std::vector<std::uint8_t> payload;
+  // A message delivered within the post that sends it (issue()) may borrow its bytes
+  // from the sender's registered buffer instead: then `view` points at `length` bytes.
+  const std::uint8_t* view = nullptr;
+  const std::uint8_t* bytes() const { return view ? view : payload.data(); }
+  std::size_t byte_count() const { return view ? length : payload.size(); }
   std::uint32_t length = 0;
   std::uint32_t imm = 0;
   bool solicited = false;
@@ -158,6 +173,14 @@ struct message {
   std::uint64_t compare_add = 0;
   std::uint64_t swap = 0;
   std::uint32_t qkey = 0;
+  // Found by the sender, valid while fabric_state::qp_epoch is `epoch` (no QP destroyed
+  // since): the sending QP, the destination QP, and the (device, port) routed to.
+  std::uint64_t epoch = 0;
+  qp_obj* src_hint = nullptr;
+  qp_obj* dest_hint = nullptr;
+  bool routed = false;
+  std::uint32_t to_dev = 0;
+  std::uint8_t to_port = 0;
 };
 
 /// The responder's answer to an RC request.
@@ -180,8 +203,12 @@ class qp_obj {
   qp_state state = qp_state::reset;
   qp_attr attr;  // current values of every attribute set so far
 
-  std::deque<send_wqe> sq;  // every WQE that still holds a slot, oldest first
+  slot_ring<send_wqe> sq;  // every WQE that still holds a slot, oldest first (seq consecutive)
   std::uint64_t next_seq = 1;
+  // Lower bounds (sequence numbers) that spare the data path a walk from the SQ's front:
+  // every WQE before issue_from is issued or done, every WQE before report_from reported.
+  std::uint64_t issue_from = 1;
+  std::uint64_t report_from = 1;
   std::deque<recv_wqe> rq;
 
   // Requester.
@@ -189,21 +216,43 @@ class qp_obj {
   int retries_left = 0;
   int rnr_left = 0;
   clock_ns deadline = 0;  // ack timeout or RNR back-off; 0 = none
+  std::size_t timed_slot = 0;  // 1 + its index in fabric_state::timed; 0 = not there
   bool rnr_wait = false;
   std::vector<message> held;  // messages held back by a reorder fault
+
+  // RC/UC: where attr.av leads (route()) and the destination QP, found once per
+  // modify_qp (route) or per qp_epoch (peer) instead of per message.
+  bool route_known = false, route_ok = false;
+  std::uint32_t route_dev = 0;
+  std::uint8_t route_port = 0;
+  qp_obj* peer = nullptr;
+  std::uint64_t peer_epoch = 0;
+  key_cache lkeys;  // the requester's SGEs
+  key_cache rkeys;  // the responder's targets
 
   // Responder.
   std::uint32_t expected_psn = 0;
   std::map<std::uint32_t, std::uint64_t> atomic_replay;  // psn -> original value
 };
 
+/// Where a response goes: the requester (with the message's hint), its WQE and PSN.
+struct reply_to {
+  std::uint32_t qpn = 0;
+  std::uint64_t seq = 0;
+  std::uint32_t psn = 0;
+  qp_obj* hint = nullptr;
+  std::uint64_t epoch = 0;
+};
+
+/// What travels on the wire: a request message to deliver, or a response.
 struct wire_event {
   clock_ns when = 0;
   std::uint64_t order = 0;
-  std::function<void()> run;
-  bool operator>(const wire_event& o) const {
-    return when != o.when ? when > o.when : order > o.order;
-  }
+  bool is_response = false;
+  message m;    // a request
+  reply_to to;  // a response: `r` to `to`
+  response r;
+  bool before(const wire_event& o) const { return when != o.when ? when < o.when : order < o.order; }
 };
 
 class fabric_state {
@@ -214,9 +263,19 @@ class fabric_state {
   std::vector<device_rt> devices;
   clock_ns now = 0;
   std::mt19937_64 rng;
-  std::priority_queue<wire_event, std::vector<wire_event>, std::greater<>> wire;
+  // The wire, in (when, order) order: events due at the simulated time they were sent
+  // (zero latency, no delay fault) queue in `wire_now`, already sorted; later ones in
+  // the heap `wire_later`. `current` holds the event being run, `outbox` the message
+  // being built; their buffers are reused.
+  slot_ring<wire_event, true> wire_now;
+  std::vector<wire_event> wire_later;
+  wire_event current;
+  message outbox;
+  message direct;  // see issue()
   std::uint64_t order = 0;
-  std::set<qp_obj*> timed;  // QPs with a deadline
+  std::vector<qp_obj*> timed;  // QPs with a deadline (qp_obj::timed_slot)
+  std::uint64_t qp_epoch = 1;
+  std::uint64_t mr_epoch = 1;  // bumped when an MR is deregistered: key caches go stale  // bumped when a QP is destroyed: message hints go stale
   std::vector<fault> faults;
   std::function<void(const void*)> arm_hook;
   std::uint64_t packets = 0;

@@ -33,35 +33,38 @@ inline int send_wr_error(const qp_obj* q, const rdmakit::backends::mock::send_wr
 
 // The send queue entry for an accepted WR: inline data is copied now (the caller may
 // reuse the buffer as soon as post_send returns), UD sends keep their address vector.
-inline send_wqe make_send_wqe(qp_obj* q, const rdmakit::backends::mock::send_wr& w, std::uint64_t total) {
-  send_wqe e;
+// `e` is a reused SQ slot holding an old WQE: every field is set here (the vectors keep
+// their capacity), except the UD address fields, which only UD QPs read.
+inline void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::backends::mock::send_wr& w, std::uint64_t total) {
   e.seq = q->next_seq++;
   e.wr_id = w.wr_id;
   e.op = w.op;
   e.flags = w.flags;
   e.signaled = q->sq_sig_all || has_all(w.flags, send_flags::signaled);
   e.length = static_cast<std::uint32_t>(is_atomic(w.op) ? 8 : total);
-  e.sges.assign(w.sg_list, w.sg_list + w.num_sge);
-  if (has_all(w.flags, send_flags::inline_data)) {
-    e.is_inline = true;
-    e.inline_data = gather(e.sges, e.length);
-  }
+  e.sges.assign(w.sg_list, static_cast<std::size_t>(w.num_sge));
+  e.is_inline = has_all(w.flags, send_flags::inline_data);
+  if (e.is_inline)
+    gather_into(e.sges, e.inline_data);
+  else
+    e.inline_data.clear();
   e.imm = w.imm_data;
-  if (is_atomic(w.op)) {
-    e.remote_addr = w.atomic.remote_addr;
-    e.rkey = w.atomic.rkey;
-    e.compare_add = w.atomic.compare_add;
-    e.swap = w.atomic.swap;
-  } else {
-    e.remote_addr = w.rdma.remote_addr;
-    e.rkey = w.rdma.rkey;
-  }
+  const bool atomic = is_atomic(w.op);
+  e.remote_addr = atomic ? w.atomic.remote_addr : w.rdma.remote_addr;
+  e.rkey = atomic ? w.atomic.rkey : w.rdma.rkey;
+  e.compare_add = atomic ? w.atomic.compare_add : 0;
+  e.swap = atomic ? w.atomic.swap : 0;
   if (q->type == qp_type::ud) {
     e.ud_av = w.ud.address->attr;
+    e.ud_port = 1;
     e.remote_qpn = w.ud.remote_qpn;
     e.remote_qkey = w.ud.remote_qkey;
   }
-  return e;
+  e.state = send_wqe::phase::queued;
+  e.status = wc_status::success;
+  e.reported = false;
+  e.psn = 0;
+  e.npkts = 1;
 }
 
 }  // namespace mock::detail
@@ -79,19 +82,12 @@ inline int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
   for (; w; w = w->next) {
     std::uint64_t total = 0;
     if ((err = mockd::send_wr_error(q, *w, total))) break;
-    q->sq.push_back(mockd::make_send_wqe(q, *w, total));
+    mockd::fill_send_wqe(q->sq.push_back(), q, *w, total);
   }
   if (bad_wr) *bad_wr = err ? w : nullptr;
   if (q->state == qp_state::err) {
     // Posting to a QP in ERR completes the WRs at once with flush errors.
-    for (auto& x : q->sq)
-      if (!x.reported) {
-        x.reported = true;
-        x.state = mockd::send_wqe::phase::done;
-        x.status = wc_status::wr_flush_err;
-        mockd::send_cqe(f, q, x, wc_status::wr_flush_err);
-      }
-    mockd::retire_front_on_completion(f, q);
+    mockd::flush_sends(f, q);
   } else {
     mockd::issue(f, q);
   }
@@ -121,7 +117,7 @@ inline int mock::post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept {
     }
     mockd::recv_wqe r;
     r.wr_id = w->wr_id;
-    r.sges.assign(w->sg_list, w->sg_list + w->num_sge);
+    r.sges.assign(w->sg_list, static_cast<std::size_t>(w->num_sge));
     if (q->state == qp_state::err)
       mockd::flush_recv(f, q, r);
     else

@@ -40,6 +40,7 @@ inline mock::qp mock::create_qp(pd p, cq send_cq, cq recv_cq, qp_type type, qp_c
   q->caps = caps;  // granted exactly as asked
   q->sq_sig_all = sq_sig_all;
   q->qpn = f.next_qpn++;
+  q->sq.reserve(std::min<std::uint32_t>(caps.max_send_wr, 1024));  // a full SQ of a usual depth allocates no more
   f.qps[q->qpn] = q;
   ++send_cq->qps;
   ++recv_cq->qps;
@@ -53,12 +54,11 @@ inline int mock::destroy_qp(qp q) noexcept {
   std::lock_guard lk(f.mu);
   // Like providers that clean the CQ: completions of a destroyed QP are not returned.
   for (auto* c : {q->send_cq, q->recv_cq}) {
-    auto& e = c->entries;
-    e.erase(std::remove_if(e.begin(), e.end(), [&](const mockd::cq_entry& x) { return x.wc.qp_num == q->qpn; }),
-            e.end());
+    c->entries.remove_if([&](const mockd::cq_entry& x) { return x.wc.qp_num == q->qpn; });
   }
   mockd::disarm_timer(f, q);
   f.qps.erase(q->qpn);
+  ++f.qp_epoch;  // hints naming it (messages, peers) go stale
   --q->send_cq->qps;
   --q->recv_cq->qps;
   --q->pd->children;
@@ -112,6 +112,8 @@ inline void mock::modify_qp(qp q, const qp_attr& a, qp_attr_mask mask) {
   if (has_all(mask, m::timeout)) s.timeout = a.timeout;
   if (has_all(mask, m::retry_cnt)) s.retry_cnt = a.retry_cnt;
   if (has_all(mask, m::rnr_retry)) s.rnr_retry = a.rnr_retry;
+  q->route_known = false;  // the address or destination may have changed
+  q->peer_epoch = 0;
 
   switch (next) {
     case qp_state::reset:

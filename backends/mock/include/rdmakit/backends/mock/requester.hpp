@@ -12,37 +12,36 @@ namespace mock::detail {
 
 /// Go-back-N: every WQE from `from` on that was sent goes back to the queue.
 inline void rewind(qp_obj* q, send_wqe& from) {
-  bool on = false;
-  for (auto& w : q->sq) {
-    if (&w == &from) on = true;
-    if (on && w.state == send_wqe::phase::issued) w.state = send_wqe::phase::queued;
-  }
+  for (std::size_t i = sq_index(q, from.seq); i < q->sq.size(); ++i)
+    if (q->sq[i].state == send_wqe::phase::issued) q->sq[i].state = send_wqe::phase::queued;
+  q->issue_from = std::min(q->issue_from, from.seq);
   q->next_psn = from.psn;
 }
 
+// Reported WQEs are done, so the search starts at report_from.
 inline send_wqe* oldest_in_flight(qp_obj* q) {
-  for (auto& w : q->sq)
-    if (w.state == send_wqe::phase::issued) return &w;
+  for (std::size_t i = sq_index(q, q->report_from); i < q->sq.size(); ++i)
+    if (q->sq[i].state == send_wqe::phase::issued) return &q->sq[i];
   return nullptr;
 }
 
 inline void rearm_ack_timer(fabric_state& f, qp_obj* q) {
   if (q->rnr_wait) return;
   clock_ns t = ack_timeout_ns(q->attr.timeout);
-  if (oldest_in_flight(q) && t)
+  const bool in_flight = oldest_in_flight(q) != nullptr;
+  if (in_flight && t)
     set_timer(f, q, f.now + t);
-  else if (!oldest_in_flight(q))
+  else if (!in_flight)
     disarm_timer(f, q);
 }
 
-inline void on_response(fabric_state& f, std::uint32_t qpn, std::uint64_t seq, std::uint32_t psn, const response& r) {
-  auto it = f.qps.find(qpn);
-  if (it == f.qps.end()) return;
-  qp_obj* q = it->second;
+
+inline void on_response(fabric_state& f, const reply_to& to, const response& r) {
+  qp_obj* q = find_qp(f, to.qpn, to.hint, to.epoch);
+  if (!q) return;
   if (q->state != qp_state::rts && q->state != qp_state::sqd) return;
-  send_wqe* w = nullptr;
-  for (auto& x : q->sq)
-    if (x.seq == seq) w = &x;
+  const std::uint32_t psn = to.psn;
+  send_wqe* w = wqe_at(q, to.seq);
   if (!w || w->state != send_wqe::phase::issued || w->psn != psn) return;
   switch (r.what) {
     case response::kind::ack:
@@ -85,7 +84,7 @@ inline void on_response(fabric_state& f, std::uint32_t qpn, std::uint64_t seq, s
 
 inline void on_deadline(fabric_state& f, qp_obj* q) {
   q->deadline = 0;
-  f.timed.erase(q);
+  untime(f, q);
   if (q->state != qp_state::rts && q->state != qp_state::sqd) return;
   if (q->rnr_wait) {
     q->rnr_wait = false;
@@ -105,25 +104,69 @@ inline void on_deadline(fabric_state& f, qp_obj* q) {
   issue(f, q);
 }
 
-/// The requester side: sends every queued WQE it may (fence and rd_atomic limits).
+// Issued READs and atomics among the first `upto` WQEs (the rd_atomic limit and fences).
+inline std::uint32_t reads_issued_before(qp_obj* q, std::size_t upto) {
+  std::uint32_t n = 0;
+  for (std::size_t i = 0; i < upto; ++i)
+    n += q->sq[i].state == send_wqe::phase::issued && is_read_or_atomic(q->sq[i].op);
+  return n;
+}
+
+// Where RC/UC messages of `q` go, routed once per modify_qp and found once per qp_epoch.
+inline void address_from_qp(fabric_state& f, qp_obj* q, message& m) {
+  m.av = q->attr.av;
+  m.dest_qpn = q->attr.dest_qp_num;
+  if (!q->route_known) {
+    q->route_ok = route(f, q->attr.av, q->route_dev, q->route_port);
+    q->route_known = true;
+  }
+  m.routed = q->route_ok;
+  m.to_dev = q->route_dev;
+  m.to_port = q->route_port;
+  if (q->peer_epoch != f.qp_epoch) {
+    auto it = f.qps.find(q->attr.dest_qp_num);
+    q->peer = it == f.qps.end() ? nullptr : it->second;
+    q->peer_epoch = f.qp_epoch;
+  }
+  m.dest_hint = q->peer;
+}
+
+/// The requester side: sends every queued WQE it may (fence and rd_atomic limits),
+/// from issue_from on (every WQE before it is issued or done).
+///
+/// The direct case: a post that sends one message while nothing else is on the wire
+/// (no fault, no latency, not inside run_due) would have run_due deliver it right
+/// after this call, before anything else. It is delivered at the end of this call
+/// instead, without a wire slot, borrowing the bytes of a one-SGE WQE.
 inline void issue(fabric_state& f, qp_obj* q) {
   if (q->state != qp_state::rts || q->rnr_wait) return;
+  std::size_t i = sq_index(q, q->issue_from);
+  if (i == q->sq.size()) return report_sends(f, q);  // nothing queued (an ACK's call, usually)
+  const bool may_direct = f.faults.empty() && q->held.empty() && f.cfg.latency.count() == 0 && !f.running &&
+                          f.wire_now.empty() && f.wire_later.empty();
+  bool direct = false;
   auto& dev = device_of(q);
   const std::uint32_t mtu = path_mtu_bytes(q);
+  // Counted only when a READ, an atomic or a fence needs it: then as the full walk would.
   std::uint32_t reads_in_flight = 0;
-  bool earlier_reads_pending = false;
+  bool reads_counted = false;
   bool sent_any = false;
-  for (auto& w : q->sq) {
-    if (w.state == send_wqe::phase::issued && is_read_or_atomic(w.op)) {
-      ++reads_in_flight;
-      earlier_reads_pending = true;
+  for (; i < q->sq.size(); ++i) {
+    send_wqe& w = q->sq[i];
+    if (w.state != send_wqe::phase::queued) {
+      if (reads_counted && w.state == send_wqe::phase::issued && is_read_or_atomic(w.op)) ++reads_in_flight;
+      continue;
     }
-    if (w.state != send_wqe::phase::queued) continue;
-    if (has_all(w.flags, send_flags::fence) && earlier_reads_pending) break;
+    const bool fenced = has_all(w.flags, send_flags::fence);
+    if (!reads_counted && (fenced || is_read_or_atomic(w.op))) {
+      reads_in_flight = reads_issued_before(q, i);
+      reads_counted = true;
+    }
+    if (fenced && reads_in_flight > 0) break;
     if (is_read_or_atomic(w.op) && reads_in_flight >= q->attr.max_rd_atomic) break;
     bool ok = true;
     if (!w.is_inline)
-      for (const auto& s : w.sges) ok = ok && local_sge_ok(f, q->pd, s, is_read_or_atomic(w.op));
+      for (const auto& s : w.sges) ok = ok && local_sge_ok(f, q->pd, s, is_read_or_atomic(w.op), &q->lkeys);
     if (!ok) {
       w.state = send_wqe::phase::done;
       w.status = wc_status::loc_prot_err;
@@ -134,7 +177,13 @@ inline void issue(fabric_state& f, qp_obj* q) {
       w.status = wc_status::loc_len_err;
       break;
     }
-    message m;
+    // Without faults (or messages they hold back) the message is built in its wire slot,
+    // or in f.direct (above); otherwise in the outbox for transmit(). All are reused:
+    // every field is set below.
+    direct = may_direct && !sent_any && i + 1 == q->sq.size();
+    const bool plain = !direct && f.faults.empty() && q->held.empty();
+    wire_event* slot = plain ? &schedule(f, f.now + static_cast<clock_ns>(f.cfg.latency.count()), false) : nullptr;
+    message& m = direct ? f.direct : plain ? slot->m : f.outbox;
     m.src_qpn = q->qpn;
     m.src_dev = q->pd->ctx->dev;
     m.src_port = q->attr.port_num;
@@ -148,33 +197,60 @@ inline void issue(fabric_state& f, qp_obj* q) {
     m.rkey = w.rkey;
     m.compare_add = w.compare_add;
     m.swap = w.swap;
+    m.epoch = f.qp_epoch;
+    m.src_hint = q;
     if (q->type == qp_type::ud) {
       m.av = w.ud_av;
       m.dest_qpn = w.remote_qpn;
       m.qkey = w.remote_qkey;
+      m.dest_hint = nullptr;
+      m.routed = false;
+      m.to_dev = 0;
+      m.to_port = 0;
     } else {
-      m.av = q->attr.av;
-      m.dest_qpn = q->attr.dest_qp_num;
+      m.qkey = 0;
+      address_from_qp(f, q, m);
     }
     const auto& sg = dev.ports[m.src_port - 1].gids;
-    if (m.av.grh.sgid_index < sg.size()) m.sgid = sg[m.av.grh.sgid_index].value;
-    if (carries_payload(w.op)) m.payload = w.is_inline ? w.inline_data : gather(w.sges, w.length);
+    m.sgid = m.av.grh.sgid_index < sg.size() ? sg[m.av.grh.sgid_index].value : gid{};
+    m.view = nullptr;
+    if (!carries_payload(w.op))
+      m.payload.clear();
+    else if (direct && !w.is_inline && w.sges.size() == 1)
+      m.view = reinterpret_cast<const std::uint8_t*>(w.sges[0].addr);
+    else if (w.is_inline)
+      m.payload.assign(w.inline_data.begin(), w.inline_data.end());
+    else
+      gather_into(w.sges, m.payload);
     m.psn = q->next_psn;
     m.npkts = is_atomic(w.op) ? 1 : packets_for(w.length, mtu);
     q->next_psn = (q->next_psn + m.npkts) & psn_mask;
     w.psn = m.psn;
     w.npkts = m.npkts;
     w.state = send_wqe::phase::issued;
-    if (is_read_or_atomic(w.op)) {
-      ++reads_in_flight;
-      earlier_reads_pending = true;
-    }
+    if (is_read_or_atomic(w.op)) ++reads_in_flight;
     if (q->type != qp_type::rc) w.state = send_wqe::phase::done;  // UC/UD: complete once sent
     sent_any = true;
-    transmit(f, q, std::move(m));
+    if (direct) {
+      f.packets += m.npkts;
+      ++f.order;  // the order its wire event would have taken
+    } else if (plain) {
+      f.packets += m.npkts;
+      scheduled(f, *slot);
+    } else {
+      transmit(f, q, m);
+    }
   }
-  if (q->type == qp_type::rc && sent_any && q->deadline == 0) rearm_ack_timer(f, q);
+  q->issue_from = i < q->sq.size() ? q->sq[i].seq : q->next_seq;
+  // rearm_ack_timer, knowing a WQE is in flight (the one just sent; not rnr_wait).
+  if (q->type == qp_type::rc && sent_any && q->deadline == 0)
+    if (const clock_ns t = ack_timeout_ns(q->attr.timeout)) set_timer(f, q, f.now + t);
   report_sends(f, q);
+  if (direct) {
+    f.running = true;  // as inside run_due
+    deliver(f, f.direct);
+    f.running = false;
+  }
 }
 
 }  // namespace mock::detail

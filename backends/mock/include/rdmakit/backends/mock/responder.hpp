@@ -13,13 +13,12 @@ namespace mock::detail {
 // The QP a request is for, if it can take it (route, ports up, its device and port,
 // transport, a receiving state); null drops the message.
 inline qp_obj* responder_for(fabric_state& f, const message& m) {
-  std::uint32_t dev = 0;
-  std::uint8_t port = 0;
-  if (!route(f, m.av, dev, port)) return nullptr;
+  std::uint32_t dev = m.to_dev;
+  std::uint8_t port = m.to_port;
+  if (!m.routed && !route(f, m.av, dev, port)) return nullptr;
   if (!f.devices[m.src_dev].ports[m.src_port - 1].up || !f.devices[dev].ports[port - 1].up) return nullptr;
-  auto it = f.qps.find(m.dest_qpn);
-  if (it == f.qps.end()) return nullptr;
-  qp_obj* d = it->second;
+  qp_obj* d = find_qp(f, m.dest_qpn, m.dest_hint, m.epoch);
+  if (!d) return nullptr;
   if (d->pd->ctx->dev != dev || d->attr.port_num != port || d->type != m.type) return nullptr;
   if (d->state != qp_state::rtr && d->state != qp_state::rts && d->state != qp_state::sqd) return nullptr;
   return d;
@@ -106,12 +105,12 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     std::memcpy(grh + 8, m.sgid.raw.data(), 16);
     std::memcpy(grh + 24, m.av.grh.dgid.raw.data(), 16);
     std::vector<std::uint8_t> all(grh, grh + grh_bytes);
-    all.insert(all.end(), m.payload.begin(), m.payload.end());
+    all.insert(all.end(), m.bytes(), m.bytes() + m.byte_count());
     scatter(rw.sges, all.data(), all.size());
     e.wc.src_qp = m.src_qpn;
     e.wc.flags = wc_flags::grh;
   } else {
-    scatter(rw.sges, m.payload.data(), m.payload.size());
+    scatter(rw.sges, m.bytes(), m.byte_count());
   }
   e.wc.byte_len = static_cast<std::uint32_t>(need);
   if (m.op == opcode::send_with_imm) {
@@ -128,8 +127,8 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
   const bool imm = m.op == opcode::rdma_write_with_imm;
   if (!has_all(d->attr.access_flags, access::remote_write))
     return refuse(f, d, m, wc_status::rem_inv_req_err, async_event_type::qp_req_err);
-  mr_obj* target = m.length ? remote_mr_ok(f, d->pd, m.rkey, m.remote_addr, m.length, access::remote_write)
-                            : nullptr;
+  mr_obj* target =
+      m.length ? remote_mr_ok(f, d->pd, m.rkey, m.remote_addr, m.length, access::remote_write, &d->rkeys) : nullptr;
   if (m.length && !target) {
     if (m.type == qp_type::rc && imm && !d->rq.empty()) {  // the receive the immediate would have used
       cq_entry e;
@@ -142,7 +141,7 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
     return refuse(f, d, m, wc_status::rem_access_err, async_event_type::qp_access_err);
   }
   if (imm && d->rq.empty()) return receiver_not_ready(f, d, m);
-  if (m.length) std::memcpy(reinterpret_cast<void*>(m.remote_addr), m.payload.data(), m.length);
+  if (m.length) std::memcpy(reinterpret_cast<void*>(m.remote_addr), m.bytes(), m.length);
   if (imm) {
     cq_entry e;
     e.wc.wr_id = d->rq.front().wr_id;

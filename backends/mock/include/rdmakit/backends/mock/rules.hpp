@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <string>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -77,39 +78,47 @@ inline std::uint32_t packets_for(std::uint32_t length, std::uint32_t mtu) {
   return length == 0 ? 1 : (length + mtu - 1) / mtu;
 }
 
+/// The MR registered under `key` in `keys` (by_lkey or by_rkey), through the cache.
+inline mr_obj* find_mr(fabric_state& f, const std::unordered_map<std::uint32_t, mr_obj*>& keys, key_cache* cache,
+                       std::uint32_t key) {
+  if (cache && cache->epoch == f.mr_epoch && cache->key == key && cache->mr) return cache->mr;
+  auto it = keys.find(key);
+  if (it == keys.end()) return nullptr;
+  if (cache) *cache = {key, it->second, f.mr_epoch};
+  return it->second;
+}
+
 /// A local SGE is usable when its lkey names an MR of the QP's PD covering it (and
 /// granting LOCAL_WRITE when the HCA writes there).
-inline bool local_sge_ok(fabric_state& f, pd_obj* pd, const sge& s, bool hca_writes) {
+inline bool local_sge_ok(fabric_state& f, pd_obj* pd, const sge& s, bool hca_writes, key_cache* cache = nullptr) {
   if (s.length == 0) return true;
-  auto it = f.by_lkey.find(s.lkey);
-  if (it == f.by_lkey.end()) return false;
-  const mr_obj* m = it->second;
+  const mr_obj* m = find_mr(f, f.by_lkey, cache, s.lkey);
+  if (!m) return false;
   if (m->pd != pd) return false;
   if (s.addr < m->addr || s.addr + s.length > m->addr + m->length || s.addr + s.length < s.addr) return false;
   return !hca_writes || has_all(m->flags, access::local_write);
 }
 
 inline mr_obj* remote_mr_ok(fabric_state& f, pd_obj* pd, std::uint32_t rkey, std::uint64_t addr,
-                            std::uint64_t length, access needed) {
-  auto it = f.by_rkey.find(rkey);
-  if (it == f.by_rkey.end()) return nullptr;
-  mr_obj* m = it->second;
+                            std::uint64_t length, access needed, key_cache* cache = nullptr) {
+  mr_obj* m = find_mr(f, f.by_rkey, cache, rkey);
+  if (!m) return nullptr;
   if (m->pd != pd || !has_all(m->flags, needed)) return nullptr;
   if (addr < m->addr || addr + length > m->addr + m->length || addr + length < addr) return nullptr;
   return m;
 }
 
-inline std::vector<std::uint8_t> gather(const std::vector<sge>& sges, std::uint32_t total) {
-  std::vector<std::uint8_t> out(total);
-  std::size_t off = 0;
+/// The bytes the SGEs name, in order, into a reused buffer (no allocation once it is
+/// large enough).
+inline void gather_into(std::span<const sge> sges, std::vector<std::uint8_t>& out) {
+  out.clear();
   for (const auto& s : sges) {
-    if (s.length) std::memcpy(out.data() + off, reinterpret_cast<const void*>(s.addr), s.length);
-    off += s.length;
+    const auto* p = reinterpret_cast<const std::uint8_t*>(s.addr);
+    if (s.length) out.insert(out.end(), p, p + s.length);
   }
-  return out;
 }
 
-inline void scatter(const std::vector<sge>& sges, const std::uint8_t* data, std::size_t len) {
+inline void scatter(std::span<const sge> sges, const std::uint8_t* data, std::size_t len) {
   std::size_t off = 0;
   for (const auto& s : sges) {
     if (off >= len) break;
@@ -119,7 +128,7 @@ inline void scatter(const std::vector<sge>& sges, const std::uint8_t* data, std:
   }
 }
 
-inline std::uint64_t sge_total(const std::vector<sge>& sges) {
+inline std::uint64_t sge_total(std::span<const sge> sges) {
   std::uint64_t t = 0;
   for (const auto& s : sges) t += s.length;
   return t;

@@ -11,12 +11,44 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {
 
-inline void schedule(fabric_state& f, clock_ns when, std::function<void()> fn) {
-  f.wire.push(wire_event{when, f.order++, std::move(fn)});
+// A new event at `when` (the caller fills its message or response): into wire_now when
+// it is due now, which keeps that queue sorted by (when, order), else into the heap.
+inline wire_event& schedule(fabric_state& f, clock_ns when, bool is_response) {
+  const bool now = when == f.now && (f.wire_now.empty() || f.wire_now.back().when <= when);
+  wire_event& ev = now ? f.wire_now.push_back() : f.wire_later.emplace_back();
+  ev.when = when;
+  ev.order = f.order++;
+  ev.is_response = is_response;
+  return ev;
+}
+// Called once the event made by schedule() is filled in.
+inline void scheduled(fabric_state& f, const wire_event& ev) {
+  if (!f.wire_later.empty() && &ev == &f.wire_later.back())
+    std::push_heap(f.wire_later.begin(), f.wire_later.end(), [](const wire_event& a, const wire_event& b) {
+      return b.before(a);
+    });
+}
+
+// A message onto the wire at `at`: `m` is swapped in (the event's old buffers come back
+// to the caller for reuse), or copied when `keep` (it is sent again).
+inline void put_on_wire(fabric_state& f, clock_ns at, message& m, bool keep) {
+  wire_event& ev = schedule(f, at, false);
+  if (keep)
+    ev.m = m;
+  else
+    std::swap(ev.m, m);
+  scheduled(f, ev);
+}
+
+// The QP `qpn`, through the sender's hint while no QP was destroyed since.
+inline qp_obj* find_qp(fabric_state& f, std::uint32_t qpn, qp_obj* hint, std::uint64_t epoch) {
+  if (hint && epoch == f.qp_epoch) return hint;
+  auto it = f.qps.find(qpn);
+  return it == f.qps.end() ? nullptr : it->second;
 }
 
 inline void deliver(fabric_state& f, const message& m);
-inline void on_response(fabric_state& f, std::uint32_t qpn, std::uint64_t seq, std::uint32_t psn, const response& r);
+inline void on_response(fabric_state& f, const reply_to& to, const response& r);
 inline void issue(fabric_state& f, qp_obj* q);
 
 inline bool fault_hits(fabric_state& f, fault& ft, std::uint32_t src) {
@@ -27,8 +59,9 @@ inline bool fault_hits(fabric_state& f, fault& ft, std::uint32_t src) {
   return true;
 }
 
-/// Puts a message on the wire, applying injected faults.
-inline void transmit(fabric_state& f, qp_obj* q, message m) {
+/// Puts a message on the wire, applying injected faults. `m` may be left with any
+/// content (its buffer is reused by the next message).
+inline void transmit(fabric_state& f, qp_obj* q, message& m) {
   f.packets += m.npkts;
   clock_ns at = f.now + static_cast<clock_ns>(f.cfg.latency.count());
   bool drop = false, dup = false, hold = false;
@@ -50,24 +83,21 @@ inline void transmit(fabric_state& f, qp_obj* q, message m) {
   }
   if (drop) return;
   if (hold) {
-    q->held.push_back(std::move(m));
+    q->held.push_back(m);
     return;
   }
-  fabric_state* fp = &f;
-  schedule(f, at, [fp, m] { deliver(*fp, m); });
-  if (dup) schedule(f, at, [fp, m] { deliver(*fp, m); });
+  put_on_wire(f, at, m, dup);
+  if (dup) put_on_wire(f, at, m, false);
   // Messages held back by a reorder fault go right after this one.
-  for (auto& h : q->held) schedule(f, at, [fp, h] { deliver(*fp, h); });
+  for (auto& h : q->held) put_on_wire(f, at, h, false);
   q->held.clear();
 }
 
 inline void respond(fabric_state& f, const message& m, response r) {
-  fabric_state* fp = &f;
-  std::uint32_t qpn = m.src_qpn;
-  std::uint64_t seq = m.wqe_seq;
-  std::uint32_t psn = m.psn;
-  schedule(f, f.now + static_cast<clock_ns>(f.cfg.latency.count()),
-           [fp, qpn, seq, psn, r = std::move(r)] { on_response(*fp, qpn, seq, psn, r); });
+  wire_event& ev = schedule(f, f.now + static_cast<clock_ns>(f.cfg.latency.count()), true);
+  ev.to = reply_to{m.src_qpn, m.wqe_seq, m.psn, m.src_hint, m.epoch};
+  ev.r = std::move(r);
+  scheduled(f, ev);
 }
 
 inline response nak(wc_status s) {
