@@ -3,8 +3,8 @@
 // Everything here is guarded by fabric_state::mu.
 #include <rdmakit/backends/mock/backend.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
+#include <rdmakit/detail/chrono.hpp>
 
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
