@@ -3,6 +3,7 @@
 // Everything here is guarded by fabric_state::mu.
 #include <rdmakit/backends/mock/backend.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
+#include <rdmakit/backends/mock/random.hpp>
 #include <rdmakit/detail/chrono.hpp>
 
 #include <condition_variable>
@@ -13,7 +14,6 @@
 #include <map>
 #include <mutex>
 #include <queue>
-#include <random>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -213,7 +213,7 @@ class fabric_state {
   fabric_config cfg;
   std::vector<device_rt> devices;
   clock_ns now = 0;
-  std::mt19937_64 rng;
+  mt19937_64 rng;  // random.hpp: std::mt19937_64's numbers
   std::priority_queue<wire_event, std::vector<wire_event>, std::greater<>> wire;
   std::uint64_t order = 0;
   std::set<qp_obj*> timed;  // QPs with a deadline
