@@ -22,7 +22,6 @@
 #include <cstring>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -185,7 +184,7 @@ inline socket_fd connect(const std::string& host, std::uint16_t port, const dead
       last_err = err;
     }
     if (last_err == ECONNREFUSED && retry_refused && d.remaining_ms() > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50, d.remaining_ms())));
+      ::poll(nullptr, 0, std::min(50, d.remaining_ms()));  // a pause: poll(2) with no descriptors, no <thread>
       continue;
     }
     if (last_err == ECONNREFUSED)
