@@ -64,46 +64,52 @@ struct null_backend {
   using channel = channel_t*;
   using qp = qp_t*;
   using ah = ah_t*;
-  using sge = rdmakit::sge;
+  /// Laid out like ibv_sge. The native structs have no member initializers, as
+  /// libibverbs' C structs: a WR or completion array on the stack costs nothing to declare.
+  struct sge {
+    std::uint64_t addr;
+    std::uint32_t length;
+    std::uint32_t lkey;
+  };
 
   /// Laid out like ibv_send_wr (the fields rdmakit sets).
   struct send_wr {
-    std::uint64_t wr_id = 0;
-    send_wr* next = nullptr;
-    sge* sg_list = nullptr;
-    int num_sge = 0;
-    rdmakit::opcode op = rdmakit::opcode::send;
-    rdmakit::send_flags flags = rdmakit::send_flags::none;
-    std::uint32_t imm_data = 0;
-    std::uint64_t remote_addr = 0;
-    std::uint32_t rkey = 0;
-    std::uint64_t compare_add = 0;
-    std::uint64_t swap = 0;
-    ah address = nullptr;
-    std::uint32_t remote_qpn = 0;
-    std::uint32_t remote_qkey = 0;
+    std::uint64_t wr_id;
+    send_wr* next;
+    sge* sg_list;
+    int num_sge;
+    rdmakit::opcode op;
+    rdmakit::send_flags flags;
+    std::uint32_t imm_data;
+    std::uint64_t remote_addr;
+    std::uint32_t rkey;
+    std::uint64_t compare_add;
+    std::uint64_t swap;
+    ah address;
+    std::uint32_t remote_qpn;
+    std::uint32_t remote_qkey;
   };
   struct recv_wr {
-    std::uint64_t wr_id = 0;
-    recv_wr* next = nullptr;
-    sge* sg_list = nullptr;
-    int num_sge = 0;
+    std::uint64_t wr_id;
+    recv_wr* next;
+    sge* sg_list;
+    int num_sge;
   };
   /// Laid out like ibv_wc.
   struct wc {
-    std::uint64_t wr_id = 0;
-    rdmakit::wc_status status = rdmakit::wc_status::success;
-    rdmakit::wc_opcode opcode = rdmakit::wc_opcode::send;
-    std::uint32_t vendor_err = 0;
-    std::uint32_t byte_len = 0;
-    std::uint32_t imm_data = 0;
-    std::uint32_t qp_num = 0;
-    std::uint32_t src_qp = 0;
-    rdmakit::wc_flags flags = rdmakit::wc_flags::none;
-    std::uint16_t pkey_index = 0;
-    std::uint16_t slid = 0;
-    std::uint8_t sl = 0;
-    std::uint8_t dlid_path_bits = 0;
+    std::uint64_t wr_id;
+    rdmakit::wc_status status;
+    rdmakit::wc_opcode opcode;
+    std::uint32_t vendor_err;
+    std::uint32_t byte_len;
+    std::uint32_t imm_data;
+    std::uint32_t qp_num;
+    std::uint32_t src_qp;
+    rdmakit::wc_flags flags;
+    std::uint16_t pkey_index;
+    std::uint16_t slid;
+    std::uint8_t sl;
+    std::uint8_t dlid_path_bits;
   };
 
   static constexpr std::string_view name = "null";
@@ -259,6 +265,7 @@ struct null_backend {
     w.flags = fl;
   }
   static void set_next(send_wr& w, send_wr* next) noexcept { w.next = next; }
+  static void set_send_flags(send_wr& w, rdmakit::send_flags fl) noexcept { w.flags = fl; }
   static void set_imm(send_wr& w, std::uint32_t imm) noexcept { w.imm_data = imm; }
   static void set_rdma(send_wr& w, std::uint64_t raddr, std::uint32_t rkey) noexcept {
     w.remote_addr = raddr;

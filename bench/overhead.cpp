@@ -1,13 +1,21 @@
 // The cost of the policy layer over hand-written verbs calls.
 //
-// One loop, written twice: 64-byte RDMA WRITEs on RC, one WR per post_send, every 16th
-// signaled, a batch of 32 posts per iteration, then busy-poll until every signaled WR of
-// the batch has completed. `raw` builds the native WRs with B::set_* and keeps its own
-// selective-signaling counter, as a verbs program would; `policy` posts with
-// queue_pair::write (signal_every<16>) and reaps with completion_queue::wait
-// (busy_poll<16>). Two more pairs show other spellings: `policy_poll` reaps with
-// completion_queue::poll instead of wait; `raw_list` / `policy_batch` post the 32 WRs as
-// one chained list (one doorbell) instead of one by one.
+// One bandwidth loop, written by hand and on the policy layer: 64-byte RDMA WRITEs on
+// RC, 32 posts per iteration, reaping only when the send queue has no free slot, as
+// perftest's ib_write_bw does. Every signaling policy (signal_all, signal_every<16>,
+// signal_manual) × polling policy (busy_poll, event_driven, adaptive) × posting (one WR
+// per post_send, or the 32 chained in one post list).
+//
+// The hand-written loop (`raw`) is what a careful verbs programmer writes, as perftest
+// does: it counts the SQ slots its WRs hold and never posts into a full SQ (a post
+// into a full SQ fails with ENOMEM on a NIC), signals by its own counter (every WR;
+// every 16th; or, for `manual`, only the WR that takes the last free slot, so the SQ
+// can never fill with unsignaled WRs), checks post_send's return and every
+// completion's status, and frees the slots a signaled completion covers (1, 16 or the
+// SQ depth). It does not reserve a wr_id bit, route completions by QP or look at
+// event channels: on these backends a reap always finds a completion, so the polling
+// policies differ only in code that does not run, and one raw loop per signaling and
+// posting serves as the reference for all three polling policies.
 //
 // Both loops are templates over the backend, so the same code runs on the mock (whose
 // engine dominates the cost) and on bench/null_backend.hpp (whose post/poll do nearly
@@ -18,6 +26,9 @@
 //   overhead --variant=V --backend=B --iters=N
 //                                           exactly N iterations of one loop, no timing
 //                                           machinery (for callgrind; see run_overhead.sh)
+//   overhead --list                         the variant names
+// Variant names: raw/<signaling>/<posting> and policy/<signaling>/<polling>/<posting>,
+// signaling all|every16|manual, polling busy|event|adaptive, posting single|list.
 #include "null_backend.hpp"
 
 #include <rdmakit/backends/mock.hpp>
@@ -31,6 +42,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <vector>
 
 namespace {
 
@@ -39,24 +53,31 @@ using mock_backend = backends::mock;
 using null_backend = rdmakit_bench::null_backend;
 
 constexpr std::uint32_t sq_depth = 64;
-constexpr std::uint32_t batch = 32;       // posts per iteration
-constexpr std::uint32_t every = 16;       // one signaled WR per `every`
+constexpr std::uint32_t batch = 32;  // posts per iteration
+constexpr std::uint32_t every = 16;  // signal_every<every>
 constexpr std::uint32_t msg_bytes = 64;
 constexpr int poll_batch = 16;
-using sig_policy = signal_every<every>;
-using poll_policy = busy_poll<poll_batch>;
 constexpr auto rw = access::local_write | access::remote_write | access::remote_read;
+
+using signalings = std::tuple<signal_all, signal_every<every>, signal_manual>;
+using pollings = std::tuple<busy_poll<poll_batch>, event_driven<poll_batch>, adaptive<1024, poll_batch>>;
+
+template <class S>
+constexpr std::string_view signaling_key = std::is_same_v<S, signal_all> ? "all" : std::is_same_v<S, signal_manual> ? "manual" : "every16";
+template <class P>
+constexpr std::string_view polling_key = P::name == "busy_poll" ? "busy" : P::name == "event_driven" ? "event" : "adaptive";
+constexpr std::string_view posting_key(bool list) { return list ? "list" : "single"; }
 
 /// Two RC queue pairs connected to each other (a on the first device, b on the
 /// second, or both on the only one), a 4 KiB source region and a 4 KiB target.
-template <class B>
+template <class B, class S, class P>
 struct env {
   std::optional<mock::fabric> fab;
   device<B> dx, dy;
   protection_domain<B> pdx, pdy;
-  completion_queue<B, poll_policy> cqx, cqy;
+  completion_queue<B, P> cqx, cqy;
   memory_region<B, rw> src, dst;
-  queue_pair<B, rc, sig_policy, qp_state::rts> a, b;
+  queue_pair<B, rc, S, qp_state::rts> a, b;
 
   env() {
     if constexpr (std::is_same_v<B, mock_backend>) {
@@ -71,222 +92,215 @@ struct env {
     }
     pdx = dx.create_pd();
     pdy = dy.create_pd();
-    cqx = dx.template create_cq<poll_policy>(256);
-    cqy = dy.template create_cq<poll_policy>(256);
-    src = pdx.template allocate<rw>(4096);
-    dst = pdy.template allocate<rw>(4096);
-    const qp_cap caps{sq_depth, 4};
-    auto x = pdx.template create_qp<rc, sig_policy>(cqx, caps);
-    auto y = pdy.template create_qp<rc, sig_policy>(cqy, caps);
+    cqx = dx.template create_cq<P>(256);
+    cqy = dy.template create_cq<P>(256);
+    src = allocate<rw>(pdx, 4096);
+    dst = allocate<rw>(pdy, 4096);
+    const qp_cap caps{.max_send_wr = sq_depth, .max_recv_wr = 4};
+    auto x = create_qp<rc, S>(pdx, cqx, caps);
+    auto y = create_qp<rc, S>(pdy, cqy, caps);
     auto ex = x.local_endpoint();
     a = std::move(x).connect(y.local_endpoint());
     b = std::move(y).connect(ex);
   }
 };
 
-// ---- the hand-written loops ------------------------------------------------------------
+// ---- the hand-written loop ---------------------------------------------------------------
 
-template <class B>
+template <class B, class S, bool List>
 struct raw_loop {
-  static constexpr const char* name = "raw";
   typename B::qp qp;
   typename B::cq cq;
   std::uint64_t laddr;
   std::uint32_t lkey;
   std::uint64_t raddr;
   std::uint32_t rkey;
-  std::uint32_t unsignaled = 0;   // WRs since the last signaled one
-  std::uint32_t outstanding = 0;  // signaled WRs not polled yet
+  std::uint32_t held = 0;  // SQ slots held: posted WRs not covered by a polled completion
+  std::uint32_t run = 0;   // every16: WRs since the last signaled one
   std::uint64_t next_id = 0;
   std::uint64_t errors = 0;
 
-  explicit raw_loop(env<B>& e)
+  // The slots one signaled completion gives back (the WR and the unsignaled ones before it).
+  static constexpr std::uint32_t freed_per_completion =
+      std::is_same_v<S, signal_all> ? 1 : std::is_same_v<S, signal_manual> ? sq_depth : every;
+
+  template <class P>
+  explicit raw_loop(env<B, S, P>& e)
       : qp(e.a.native()), cq(e.cqx.native()), laddr(e.src.local().addr), lkey(e.src.lkey()),
         raddr(e.dst.remote().addr()), rkey(e.dst.remote().rkey()) {}
 
-  [[gnu::noinline]] void run_once() noexcept {
-    for (std::uint32_t i = 0; i < batch; ++i) {
-      typename B::sge s;
-      B::set_sge(s, laddr, msg_bytes, lkey);
-      const bool sig = ++unsignaled == every;
-      if (sig) unsignaled = 0;
-      typename B::send_wr w;
-      B::set_send(w, next_id++, opcode::rdma_write, sig ? send_flags::signaled : send_flags::none, &s, 1);
-      B::set_rdma(w, raddr, rkey);
-      typename B::send_wr* bad = nullptr;
-      if (B::post_send(qp, &w, &bad) != 0) {
-        ++errors;
-        continue;
-      }
-      outstanding += sig;
+  RDMAKIT_ALWAYS_INLINE bool signal_next(std::uint32_t in_flight) noexcept {
+    if constexpr (std::is_same_v<S, signal_all>) {
+      return true;
+    } else if constexpr (std::is_same_v<S, signal_manual>) {
+      return in_flight + 1 == sq_depth;  // the WR taking the last free slot
+    } else {
+      if (++run != every) return false;
+      run = 0;
+      return true;
     }
-    reap();
   }
 
-  RDMAKIT_ALWAYS_INLINE void reap() noexcept {
-    typename B::wc wcs[poll_batch];
-    while (outstanding != 0) {
-      int n = B::poll_cq(cq, poll_batch, wcs);
-      if (n < 0) {
+  RDMAKIT_ALWAYS_INLINE void build(typename B::send_wr& w, typename B::sge& s, std::uint32_t in_flight) noexcept {
+    B::set_sge(s, laddr, msg_bytes, lkey);
+    const bool sig = signal_next(in_flight);
+    B::set_send(w, next_id++, opcode::rdma_write, sig ? send_flags::signaled : send_flags::none, &s, 1);
+    B::set_rdma(w, raddr, rkey);
+  }
+
+  [[gnu::noinline]] void run_once() noexcept {
+    if constexpr (List) {
+      while (sq_depth - held < batch)
+        if (!reap()) return;
+      typename B::sge s[batch];
+      typename B::send_wr w[batch];
+      for (std::uint32_t i = 0; i < batch; ++i) {
+        build(w[i], s[i], held + i);
+        if (i) B::set_next(w[i - 1], &w[i]);
+      }
+      typename B::send_wr* bad = nullptr;
+      if (B::post_send(qp, w, &bad) != 0) {
         ++errors;
         return;
       }
-      for (int k = 0; k < n; ++k)
-        if (B::get_status(wcs[k]) != wc_status::success) ++errors;
-      outstanding -= static_cast<std::uint32_t>(n);
+      held += batch;
+    } else {
+      for (std::uint32_t i = 0; i < batch; ++i) {
+        while (held == sq_depth)
+          if (!reap()) return;
+        typename B::sge s;
+        typename B::send_wr w;
+        build(w, s, held);
+        typename B::send_wr* bad = nullptr;
+        if (B::post_send(qp, &w, &bad) != 0) {
+          ++errors;
+          return;
+        }
+        ++held;
+      }
     }
+  }
+
+  // One poll; false on a failed poll or completion.
+  RDMAKIT_ALWAYS_INLINE bool reap() noexcept {
+    typename B::wc wcs[poll_batch];
+    const int n = B::poll_cq(cq, poll_batch, wcs);
+    if (n < 0) return ++errors, false;
+    for (int k = 0; k < n; ++k)
+      if (B::get_status(wcs[k]) != wc_status::success) return ++errors, false;
+    held -= static_cast<std::uint32_t>(n) * freed_per_completion;
+    return true;
   }
 };
 
-/// The same, with the batch posted as one chained list (one post_send call).
-template <class B>
-struct raw_list_loop : raw_loop<B> {
-  static constexpr const char* name = "raw_list";
-  using raw_loop<B>::raw_loop;
+// ---- the policy-layer loop ----------------------------------------------------------------
 
-  [[gnu::noinline]] void run_once() noexcept {
-    typename B::sge s[batch];
-    typename B::send_wr w[batch];
-    std::uint32_t sigs = 0;
-    for (std::uint32_t i = 0; i < batch; ++i) {
-      B::set_sge(s[i], this->laddr, msg_bytes, this->lkey);
-      const bool sig = ++this->unsignaled == every;
-      if (sig) this->unsignaled = 0;
-      sigs += sig;
-      B::set_send(w[i], this->next_id++, opcode::rdma_write, sig ? send_flags::signaled : send_flags::none,
-                  &s[i], 1);
-      B::set_rdma(w[i], this->raddr, this->rkey);
-      if (i) B::set_next(w[i - 1], &w[i]);
-    }
-    typename B::send_wr* bad = nullptr;
-    if (B::post_send(this->qp, w, &bad) != 0)
-      ++this->errors;
-    else
-      this->outstanding += sigs;
-    this->reap();
-  }
-};
-
-// ---- the policy-layer loops -------------------------------------------------------------
-
-template <class B>
+template <class B, class S, class P, bool List>
 struct policy_loop {
-  static constexpr const char* name = "policy";
-  queue_pair<B, rc, sig_policy, qp_state::rts> qp;  // owned, as raw_loop holds its handles by value
-  completion_queue<B, poll_policy>& cq;
+  queue_pair<B, rc, S, qp_state::rts> qp;  // owned, as raw_loop holds its handles by value
+  completion_queue<B, P>& cq;
   local_buffer src;
   remote_region<access::remote_write | access::remote_read> dst;
   std::uint64_t next_id = 0;
   std::uint64_t errors = 0;
 
-  explicit policy_loop(env<B>& e)
+  explicit policy_loop(env<B, S, P>& e)
       : qp(std::move(e.a)), cq(e.cqx), src(e.src.local(0, msg_bytes)), dst(e.dst.remote().sub(0, msg_bytes)) {}
 
   [[gnu::noinline]] void run_once() noexcept {
-    for (std::uint32_t i = 0; i < batch; ++i)
-      if (!qp.write(src, dst, next_id++).ok()) ++errors;
-    reap();
-  }
-
-  RDMAKIT_ALWAYS_INLINE void reap() noexcept {
-    while (qp.send_credits() != sq_depth) {
-      const auto r = cq.wait([this](const completion<B>& c) {
-        if (!c.ok()) ++errors;
-      });
-      if (r.failed()) {
-        ++errors;
-        return;
+    if constexpr (List) {
+      auto list = decltype(qp)::template make_batch<batch>();
+      for (std::uint32_t i = 0; i < batch; ++i) (void)list.add(op::write{src, dst}, next_id++);
+      post_result r = qp.post(list);
+      while (r.status == post_status::sq_full && reap()) r = qp.post(list);
+      if (!r.ok()) ++errors;
+    } else {
+      for (std::uint32_t i = 0; i < batch; ++i) {
+        const std::uint64_t id = next_id++;
+        post_result r = qp.post(op::write{src, dst}, id);
+        while (r.status == post_status::sq_full && reap()) r = qp.post(op::write{src, dst}, id);
+        if (!r.ok()) return (void)++errors;
       }
     }
   }
-};
 
-/// Reaps with completion_queue::poll (one batch per call) instead of wait.
-template <class B>
-struct policy_poll_loop : policy_loop<B> {
-  static constexpr const char* name = "policy_poll";
-  using policy_loop<B>::policy_loop;
-
-  [[gnu::noinline]] void run_once() noexcept {
-    for (std::uint32_t i = 0; i < batch; ++i)
-      if (!this->qp.write(this->src, this->dst, this->next_id++).ok()) ++this->errors;
-    while (this->qp.send_credits() != sq_depth) {
-      int n = this->cq.poll([this](const completion<B>& c) {
-        if (!c.ok()) ++this->errors;
-      });
-      if (n < 0) {
-        ++this->errors;
-        return;
-      }
-    }
+  // One wait; false on a failed or timed-out wait, or a failed completion.
+  RDMAKIT_ALWAYS_INLINE bool reap() noexcept {
+    bool ok = true;
+    const auto r = cq.wait([&ok](const completion<B>& c) { ok &= c.ok(); });
+    if (!ok || r.failed() || r.timed_out()) return ++errors, false;
+    return true;
   }
 };
 
-/// Posts the batch as one send_batch (one post_send call), reaps with wait.
-template <class B>
-struct policy_batch_loop : policy_loop<B> {
-  static constexpr const char* name = "policy_batch";
-  using policy_loop<B>::policy_loop;
+// ---- the variants -------------------------------------------------------------------------
 
-  [[gnu::noinline]] void run_once() noexcept {
-    auto list = decltype(this->qp)::template make_batch<batch>();
-    for (std::uint32_t i = 0; i < batch; ++i) (void)list.write(this->src, this->dst, this->next_id++);
-    if (!this->qp.post(list).ok()) ++this->errors;
-    this->reap();
-  }
+// One loop on one backend: a driver run and a Google Benchmark function.
+struct runner {
+  std::uint64_t (*drive)(std::uint64_t iters);  // the failed posts and completions
+  void (*measure)(benchmark::State&);
 };
 
-// ---- Google Benchmark mode ---------------------------------------------------------------
+template <class B, class S, class P, class Loop>
+struct run {
+  // Exactly `iters` iterations, no timing machinery (callgrind).
+  static std::uint64_t drive(std::uint64_t iters) {
+    env<B, S, P> e;
+    Loop loop(e);
+    for (std::uint64_t i = 0; i < iters; ++i) loop.run_once();
+    return loop.errors;
+  }
+  static void measure(benchmark::State& state) {
+    env<B, S, P> e;
+    Loop loop(e);
+    for (auto _ : state) loop.run_once();
+    if (loop.errors) state.SkipWithError("a post or a completion failed");
+    const auto posts = static_cast<double>(state.iterations()) * batch;
+    state.SetItemsProcessed(static_cast<std::int64_t>(posts));
+    state.counters["ns/post"] = benchmark::Counter(posts, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  }
+  static constexpr runner get{&drive, &measure};
+};
 
-template <template <class> class Loop, class B>
-void bm_overhead(benchmark::State& state) {
-  env<B> e;
-  Loop<B> loop(e);
-  for (auto _ : state) loop.run_once();
-  if (loop.errors) state.SkipWithError("a post or a completion failed");
-  const auto posts = static_cast<double>(state.iterations()) * batch;
-  state.SetItemsProcessed(static_cast<std::int64_t>(posts));
-  state.counters["ns/post"] =
-      benchmark::Counter(posts, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+struct variant {
+  std::string name;       // raw/<signaling>/<posting> or policy/<signaling>/<polling>/<posting>
+  std::string reference;  // the raw variant a policy variant is compared with ("" for raw)
+  runner null, mock;
+};
+
+template <class S, bool List>
+void add_raw(std::vector<variant>& out) {
+  using P = busy_poll<poll_batch>;  // the raw loop polls by hand; the CQ's policy is unused
+  out.push_back({"raw/" + std::string(signaling_key<S>) + "/" + std::string(posting_key(List)), "",
+                 run<null_backend, S, P, raw_loop<null_backend, S, List>>::get,
+                 run<mock_backend, S, P, raw_loop<mock_backend, S, List>>::get});
 }
 
-template <template <class> class Loop>
-void register_variant() {
-  const std::string v = Loop<null_backend>::name;
-  benchmark::RegisterBenchmark(("overhead/null/" + v).c_str(), &bm_overhead<Loop, null_backend>);
-  benchmark::RegisterBenchmark(("overhead/mock/" + v).c_str(), &bm_overhead<Loop, mock_backend>);
+template <class S, class P, bool List>
+void add_policy(std::vector<variant>& out) {
+  const std::string sig(signaling_key<S>), post(posting_key(List));
+  out.push_back({"policy/" + sig + "/" + std::string(polling_key<P>) + "/" + post, "raw/" + sig + "/" + post,
+                 run<null_backend, S, P, policy_loop<null_backend, S, P, List>>::get,
+                 run<mock_backend, S, P, policy_loop<mock_backend, S, P, List>>::get});
 }
 
-// ---- driver mode: exactly N iterations ----------------------------------------------------
-
-template <template <class> class Loop, class B>
-int drive(std::uint64_t iters) {
-  env<B> e;
-  Loop<B> loop(e);
-  for (std::uint64_t i = 0; i < iters; ++i) loop.run_once();
-  std::printf("%s %s iters=%llu posts=%llu errors=%llu\n", Loop<B>::name, std::string(B::name).c_str(),
-              static_cast<unsigned long long>(iters), static_cast<unsigned long long>(iters * batch),
-              static_cast<unsigned long long>(loop.errors));
-  return loop.errors ? 1 : 0;
-}
-
-template <template <class> class Loop>
-int drive_backend(std::string_view backend, std::uint64_t iters) {
-  if (backend == "null") return drive<Loop, null_backend>(iters);
-  if (backend == "mock") return drive<Loop, mock_backend>(iters);
-  std::fprintf(stderr, "unknown backend '%.*s' (mock, null)\n", static_cast<int>(backend.size()), backend.data());
-  return 2;
-}
-
-int driver_main(std::string_view variant, std::string_view backend, std::uint64_t iters) {
-  if (variant == "raw") return drive_backend<raw_loop>(backend, iters);
-  if (variant == "policy") return drive_backend<policy_loop>(backend, iters);
-  if (variant == "policy_poll") return drive_backend<policy_poll_loop>(backend, iters);
-  if (variant == "raw_list") return drive_backend<raw_list_loop>(backend, iters);
-  if (variant == "policy_batch") return drive_backend<policy_batch_loop>(backend, iters);
-  std::fprintf(stderr, "unknown variant '%.*s' (raw, policy, policy_poll, raw_list, policy_batch)\n",
-               static_cast<int>(variant.size()), variant.data());
-  return 2;
+const std::vector<variant>& variants() {
+  static const std::vector<variant> all = [] {
+    std::vector<variant> v;
+    std::apply([&](auto... s) {
+      (([&]<class S>(S) {
+         for (bool list : {false, true}) list ? add_raw<S, true>(v) : add_raw<S, false>(v);
+         std::apply([&](auto... p) {
+           (([&]<class P>(P) {
+              add_policy<S, P, false>(v);
+              add_policy<S, P, true>(v);
+            }(p)), ...);
+         }, pollings{});
+       }(s)), ...);
+    }, signalings{});
+    return v;
+  }();
+  return all;
 }
 
 bool take(std::string_view arg, std::string_view key, std::string_view& out) {
@@ -295,31 +309,57 @@ bool take(std::string_view arg, std::string_view key, std::string_view& out) {
   return true;
 }
 
+// `name` one variant, or "all" (each in turn: the smoke test).
+int drive_main(std::string_view name, std::string_view backend, std::uint64_t iters) {
+  if (backend != "null" && backend != "mock") {
+    std::fprintf(stderr, "unknown backend '%.*s' (null, mock)\n", static_cast<int>(backend.size()), backend.data());
+    return 2;
+  }
+  int found = 0, failed = 0;
+  for (const auto& v : variants()) {
+    if (v.name != name && name != "all") continue;
+    ++found;
+    const std::uint64_t errors = (backend == "null" ? v.null : v.mock).drive(iters);
+    std::printf("%s %.*s iters=%llu posts=%llu errors=%llu\n", v.name.c_str(), static_cast<int>(backend.size()),
+                backend.data(), static_cast<unsigned long long>(iters), static_cast<unsigned long long>(iters * batch),
+                static_cast<unsigned long long>(errors));
+    failed += errors != 0;
+  }
+  if (found == 0) {
+    std::fprintf(stderr, "unknown variant '%.*s' (overhead --list names them)\n", static_cast<int>(name.size()),
+                 name.data());
+    return 2;
+  }
+  return failed ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string_view variant, backend = "null", iters_s;
+  std::string_view name, backend = "null", iters_s;
   bool driver = false;
   for (int i = 1; i < argc; ++i) {
-    std::string_view a = argv[i];
-    const bool v = take(a, "--variant=", variant);
+    const std::string_view a = argv[i];
+    if (a == "--list") {
+      for (const auto& v : variants()) std::printf("%s %s\n", v.name.c_str(), v.reference.c_str());
+      return 0;
+    }
+    const bool v = take(a, "--variant=", name);
     const bool b = take(a, "--backend=", backend);
     const bool n = take(a, "--iters=", iters_s);
     driver = driver || v || b || n;
   }
   if (driver) {
-    if (variant.empty() || iters_s.empty()) {
-      std::fprintf(stderr, "usage: %s --variant=raw|policy|policy_poll|raw_list|policy_batch "
-                           "--backend=null|mock --iters=N\n", argv[0]);
+    if (name.empty() || iters_s.empty()) {
+      std::fprintf(stderr, "usage: %s --variant=NAME|all --backend=null|mock --iters=N (--list: the names)\n", argv[0]);
       return 2;
     }
-    return driver_main(variant, backend, std::strtoull(std::string(iters_s).c_str(), nullptr, 10));
+    return drive_main(name, backend, std::strtoull(std::string(iters_s).c_str(), nullptr, 10));
   }
-  register_variant<raw_loop>();
-  register_variant<policy_loop>();
-  register_variant<policy_poll_loop>();
-  register_variant<raw_list_loop>();
-  register_variant<policy_batch_loop>();
+  for (const auto& v : variants()) {
+    benchmark::RegisterBenchmark(("overhead/null/" + v.name).c_str(), v.null.measure);
+    benchmark::RegisterBenchmark(("overhead/mock/" + v.name).c_str(), v.mock.measure);
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   benchmark::RunSpecifiedBenchmarks();

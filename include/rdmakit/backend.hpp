@@ -113,6 +113,7 @@ concept posting_backend =
       // lists set the opcode-specific fields first and rely on set_send keeping them.
       { B::set_send(swr, u64, op, fl, list, n) } noexcept;
       { B::set_next(swr, &swr) } noexcept;
+      { B::set_send_flags(swr, fl) } noexcept;              // replaces the flags only
       { B::set_imm(swr, u32) } noexcept;                    // immediate, network byte order
       { B::set_rdma(swr, u64, u32) } noexcept;              // remote addr, rkey
       { B::set_atomic(swr, u64, u32, u64, u64) } noexcept;  // remote addr, rkey, compare/add, swap
@@ -279,6 +280,8 @@ struct archetype_backend {
   static void set_send(send_wr&, std::uint64_t, opcode, send_flags, sge*, int) noexcept;
   /// Links `next` after `w` in a post list.
   static void set_next(send_wr&, send_wr*) noexcept;
+  /// Replaces the flags alone (a post list decides signaling and inline at post time).
+  static void set_send_flags(send_wr&, send_flags) noexcept;
   /// Sets the immediate data (network byte order).
   static void set_imm(send_wr&, std::uint32_t) noexcept;
   /// Sets the remote address and rkey of an RDMA WRITE or READ.

@@ -120,7 +120,7 @@ class completion_queue {
   /// owning QP's credit accounting. Returns the count, or -errno if poll_cq failed
   /// (-EBADF on an empty handle).
   template <class F>
-  int poll(F&& f) noexcept {
+  RDMAKIT_ALWAYS_INLINE int poll(F&& f) noexcept {
     return poll_impl_([&f](detail::qp_link<B>*, const completion<B>& c) { f(c); });
   }
 
@@ -222,7 +222,13 @@ class completion_queue {
     auto& b = *blk_;
     int n = B::poll_cq(b.cq, P::batch, wcs);
     for (int i = 0; i < n; ++i) {
-      detail::qp_link<B>* l = b.find(B::get_qp_num(wcs[i]));
+      const std::uint32_t qpn = B::get_qp_num(wcs[i]);
+      if (RDMAKIT_LIKELY(qpn == b.last_qpn)) {  // the QP of the previous completion: routed
+        b.last->account(wcs[i]);
+        g(b.last, completion<B>(wcs[i], b.last->recv_offset));
+        continue;
+      }
+      detail::qp_link<B>* l = b.find(qpn);
       if (RDMAKIT_LIKELY(l != nullptr)) {
         l->account(wcs[i]);
         g(l, completion<B>(wcs[i], l->recv_offset));
@@ -264,7 +270,7 @@ class completion_queue {
   struct ops {
     completion_queue* cq;
     F& f;
-    int poll() noexcept { return cq->poll(f); }
+    RDMAKIT_ALWAYS_INLINE int poll() noexcept { return cq->poll(f); }
     int arm() noexcept { return cq->arm_(); }
     int wait_event(std::chrono::milliseconds t) noexcept { return cq->wait_event_(t); }
   };
@@ -272,7 +278,7 @@ class completion_queue {
   struct dispatch_ops {
     completion_queue* cq;
     F& f;
-    int poll() noexcept { return cq->dispatch(f); }
+    RDMAKIT_ALWAYS_INLINE int poll() noexcept { return cq->dispatch(f); }
     int arm() noexcept { return cq->arm_(); }
     int wait_event(std::chrono::milliseconds t) noexcept { return cq->wait_event_(t); }
   };

@@ -294,34 +294,28 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     const std::size_t n = batch.size();
     if (n == 0) return {post_status::ok, 0, 0};
-    if (RDMAKIT_UNLIKELY(!parts_.link)) return {post_status::empty_handle, 0, 0};
-    auto& l = *parts_.link;
-    if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
-    if (RDMAKIT_UNLIKELY(l.sq.available() < n)) return {post_status::sq_full, 0, 0};
-    auto* w = batch.wrs_.data();
-    bool sig[Max];
-    std::uint64_t ids = 0;
+    auto& l = *parts_.link;  // the closed link when empty: admits nothing
+    if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refusal_(0, static_cast<std::uint32_t>(n));
+    if (RDMAKIT_UNLIKELY(batch.ids_ & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
+    auto* w = batch.front_();
     auto plan = l.sq.start();
+    const std::uint32_t inline_limit = parts_.inline_limit;
+    if constexpr (detail::plans_unasked<S>) {
+      if (RDMAKIT_LIKELY(batch.plain_(inline_limit))) {  // only the signaled WRs change
+        detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [&](std::uint32_t i) {
+          B::set_send_flags(w[i], batch.entry_(i).flags | send_flags::signaled);
+        });
+        return post_planned_(batch, l, plan);
+      }
+    }
     for (std::size_t i = 0; i < n; ++i) {
-      const auto& e = batch.entries_[i];
-      ids |= e.wr_id;
-      sig[i] = plan.template next<S>(has_any(e.flags, send_flags::signaled));
-      B::set_send(w[i], e.wr_id, e.op, final_flags_(e.op, e.flags, e.total, sig[i]),
-                  batch.sges_.data() + e.first_sge, e.num_sge);
-      if (i) B::set_next(w[i - 1], &w[i]);
+      const auto& e = batch.entry_(i);
+      const bool sig = plan.template next<S>(has_any(e.flags, send_flags::signaled));
+      send_flags fl = (e.flags & ~send_flags::signaled) | signaled_if_(sig);
+      if (e.inline_bytes <= inline_limit) fl |= send_flags::inline_data;
+      B::set_send_flags(w[i], fl);
     }
-    if (RDMAKIT_UNLIKELY(ids & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
-    typename B::send_wr* bad = nullptr;
-    int e = B::post_send(parts_.qp, w, &bad);
-    std::size_t k = e ? (bad ? static_cast<std::size_t>(bad - w) : 0) : n;
-    for (std::size_t i = 0; i < k; ++i) l.sq.commit(sig[i]);
-    if (e) {
-      const post_result r = refused_(e, static_cast<std::uint32_t>(k), k < n ? &w[k] : nullptr);
-      batch.drop_front_(k);  // the batch keeps exactly the WRs that were not posted
-      return r;
-    }
-    batch.clear();
-    return {post_status::ok, 0, static_cast<std::uint32_t>(n)};
+    return post_planned_(batch, l, plan);
   }
 
  private:
@@ -355,14 +349,48 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     return static_cast<int>(sgl.size());
   }
 
+  template <std::size_t Max, std::size_t SgePerWr>
+  RDMAKIT_ALWAYS_INLINE post_result post_planned_(send_batch<B, T, Max, SgePerWr>& batch, detail::qp_link<B>& l,
+                                                  const detail::sq_credits::plan& plan) noexcept {
+    const auto n = static_cast<std::uint32_t>(batch.size());
+    typename B::send_wr* bad = nullptr;
+    if (int e = B::post_send(parts_.qp, batch.front_(), &bad); RDMAKIT_UNLIKELY(e != 0))
+      return partly_posted_(batch, e, bad);
+    l.sq.template apply<S>(plan);
+    batch.clear();
+    return {post_status::ok, 0, n};
+  }
+
+  // The device refused WR k of a list: the ledger records the k before it (planned again
+  // from the same counters, so with the same decisions) and the batch keeps the rest.
+  template <std::size_t Max, std::size_t SgePerWr>
+  RDMAKIT_NOINLINE post_result partly_posted_(send_batch<B, T, Max, SgePerWr>& batch, int e,
+                                              typename B::send_wr* bad) noexcept {
+    auto* w = batch.front_();
+    const std::size_t n = batch.size();
+    const std::size_t k = bad ? static_cast<std::size_t>(bad - w) : 0;
+    auto& l = *parts_.link;
+    auto plan = l.sq.start();
+    for (std::size_t i = 0; i < k; ++i) (void)plan.template next<S>(has_any(batch.entry_(i).flags, send_flags::signaled));
+    l.sq.template apply<S>(plan);
+    const post_result r = refused_(e, static_cast<std::uint32_t>(k), k < n ? &w[k] : nullptr);
+    batch.drop_front_(k);  // the batch keeps exactly the WRs that were not posted
+    return r;
+  }
+
   RDMAKIT_NOINLINE post_result refused_(int e, std::uint32_t posted, const typename B::send_wr* wr) const noexcept {
     return detail::refused_send<B>(parts_.caps, e, posted, wr);
   }
 
+  // send_flags::signaled when sig, arithmetically: the decision is computed once.
+  static RDMAKIT_ALWAYS_INLINE send_flags signaled_if_(bool sig) noexcept {
+    return static_cast<send_flags>(static_cast<std::underlying_type_t<send_flags>>(sig) *
+                                   to_underlying(send_flags::signaled));
+  }
+
   RDMAKIT_ALWAYS_INLINE send_flags final_flags_(opcode op, send_flags requested, std::uint32_t total,
                                                 bool sig) const noexcept {
-    send_flags fl = requested & ~send_flags::signaled;
-    if (sig) fl |= send_flags::signaled;
+    send_flags fl = (requested & ~send_flags::signaled) | signaled_if_(sig);
     const bool may_inline = op == opcode::send || op == opcode::send_with_imm || op == opcode::rdma_write ||
                             op == opcode::rdma_write_with_imm;
     if (may_inline && total <= parts_.inline_limit) fl |= send_flags::inline_data;  // 0 bytes: harmless
@@ -375,12 +403,20 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     detail::set_op_fields<B, T>(w, d);
   }
 
+  // Why a post is refused before it reaches the device, in this order: an empty handle,
+  // a wr_id using bit 63, a QP in ERR, no SQ credit for `n` WRs. Off the data path.
+  RDMAKIT_NOINLINE post_result refusal_(std::uint64_t wr_id_bits, std::uint32_t n) const noexcept {
+    if (!parts_.link) return {post_status::empty_handle, 0, 0};
+    if (wr_id_bits & detail::recv_wr_bit) return {post_status::bad_wr_id, 0, 0};
+    if (parts_.link->error) return {post_status::qp_error, 0, 0};
+    if (!parts_.link->sq.admits(n)) return {post_status::sq_full, 0, 0};
+    return {post_status::ok, 0, 0};
+  }
+
   RDMAKIT_ALWAYS_INLINE post_result post_send_(const detail::send_desc<B>& d) noexcept {
-    if (RDMAKIT_UNLIKELY(!parts_.link)) return {post_status::empty_handle, 0, 0};
     auto& l = *parts_.link;
-    if (RDMAKIT_UNLIKELY(d.wr_id & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
-    if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
-    if (RDMAKIT_UNLIKELY(l.sq.available() == 0)) return {post_status::sq_full, 0, 0};
+    // One compare refuses a full SQ, a QP in ERR and an empty handle (closed ledgers).
+    if (RDMAKIT_UNLIKELY(l.sq.blocked() || (d.wr_id & detail::recv_wr_bit))) return refusal_(d.wr_id, 1);
     const bool sig = l.sq.template must_signal<S>(has_any(d.flags, send_flags::signaled));
     typename B::send_wr w;
     build_(w, d, d.sg, sig);
@@ -388,7 +424,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     // The refused WR is read back from memory (describe_send), not from the descriptor:
     // keeping the descriptor alive past the post cost ~40 instructions per post.
     if (int e = B::post_send(parts_.qp, &w, &bad); RDMAKIT_UNLIKELY(e != 0)) return refused_(e, 0, &w);
-    l.sq.commit(sig);
+    l.sq.template commit<S>(sig);
     return {post_status::ok, 0, 1};
   }
 

@@ -23,7 +23,8 @@ template <verbs_backend B, transport T, std::size_t Max, std::size_t SgePerWr = 
 class send_batch;
 
 /// A post list: several WRs posted with one doorbell by queue_pair::post. The
-/// operations check the transport at compile time like the queue pair's own.
+/// operations check the transport at compile time like the queue pair's own. Each WR
+/// has room for SgePerWr SGEs; its native WR is built when it is added.
 /// The operations are also member functions (`batch.write(src, dst, wr_id)`, ...:
 /// detail/operation_calls.hpp), each the same as `batch.add(op::write{src, dst}, wr_id)`.
 template <verbs_backend B, transport T, std::size_t Max, std::size_t SgePerWr>
@@ -33,14 +34,24 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
  public:
   /// An empty list (its storage is left uninitialized until WRs are added).
   send_batch() noexcept {}
+  /// Not copyable or movable: its WRs point at its own SGEs and at each other, so a
+  /// batch lives where make_batch() made it (`auto b = qp.make_batch<32>();`).
+  send_batch(const send_batch&) = delete;  // a batch's WRs point into the batch itself
+  send_batch& operator=(const send_batch&) = delete;
   /// WRs in the list.
-  std::size_t size() const noexcept { return n_; }
+  std::size_t size() const noexcept { return n_ - first_; }
   /// True when no WR was added since the last clear or post.
-  bool empty() const noexcept { return n_ == 0; }
-  /// True when Max WRs are in the list: add refuses more.
+  bool empty() const noexcept { return n_ == first_; }
+  /// True when add refuses more: Max WRs were added since the list was last emptied
+  /// (after a partial post, the WRs posted keep their room until then).
   bool full() const noexcept { return n_ == Max; }
   /// Empties the list without posting it.
-  void clear() noexcept { n_ = nsge_ = 0; }
+  void clear() noexcept {
+    n_ = first_ = 0;
+    ids_ = 0;
+    asked_signal_ = touched_ = false;
+    min_inline_bytes_ = detail::batch_entry::never_inline;
+  }
 
   /// Adds one operation (rdmakit/operations.hpp), the same value queue_pair::post
   /// takes; false when the batch is full. Checked against the transport at compile time.
@@ -63,33 +74,45 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     return add(o, wr_id, flags);
   }
 
-  // After a partial post: forget the first k WRs (their SGEs stay until clear()).
+  // After a partial post: the first k WRs are gone, the rest stay where they are (still
+  // chained), so nothing moves and no pointer into the batch changes.
   void drop_front_(std::size_t k) noexcept {
-    for (std::size_t i = k; i < n_; ++i) {
-      wrs_[i - k] = wrs_[i];
-      entries_[i - k] = entries_[i];
-    }
-    n_ -= k;
+    first_ += k;
+    touched_ = true;  // their flags were set by the refused post
   }
+  // True when post may set only the signaled WRs' flags: no WR asked for a signal or
+  // can go inline within `inline_limit`, and every flag is still as added.
+  bool plain_(std::uint32_t inline_limit) const noexcept {
+    return !asked_signal_ && !touched_ && min_inline_bytes_ > inline_limit;
+  }
+  typename B::send_wr* front_() noexcept { return &wrs_[first_]; }
+  const detail::batch_entry& entry_(std::size_t i) const noexcept { return entries_[first_ + i]; }
 
+  // Builds the native WR in place, chained to the previous one: post only sets the flags.
   template <class Op>
   bool add_(opcode op, std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags,
             const Op& o) noexcept {
-    if (n_ == Max || nsge_ + sgl.size() > Max * SgePerWr) return false;
+    if (n_ == Max || sgl.size() > SgePerWr) return false;
     detail::send_desc<B> d{};
-    d.wr_id = wr_id;
     d.op = op;
-    d.flags = flags;
-    d.num_sge = static_cast<int>(sgl.size());
-    d.total = 0;
-    const auto first = static_cast<std::uint32_t>(nsge_);
-    for (const auto& b : sgl) {
-      B::set_sge(sges_[nsge_++], b.addr, b.length, b.lkey);
-      d.total += b.length;
+    std::uint32_t total = 0;
+    typename B::sge* sg = &sges_[n_ * SgePerWr];
+    for (std::size_t i = 0; i < sgl.size(); ++i) {
+      B::set_sge(sg[i], sgl[i].addr, sgl[i].length, sgl[i].lkey);
+      total += sgl[i].length;
     }
     o.fill(d);
-    detail::set_op_fields<B, T>(wrs_[n_], d);  // the rest is set at post time
-    entries_[n_] = {wr_id, op, flags, d.num_sge, d.total, first};
+    auto& w = wrs_[n_];
+    B::set_send(w, wr_id, op, flags, sg, static_cast<int>(sgl.size()));
+    detail::set_op_fields<B, T>(w, d);
+    if (n_ != first_) B::set_next(wrs_[n_ - 1], &w);
+    const bool may_inline = op == opcode::send || op == opcode::send_with_imm || op == opcode::rdma_write ||
+                            op == opcode::rdma_write_with_imm;
+    const std::uint32_t inline_bytes = may_inline ? total : detail::batch_entry::never_inline;
+    entries_[n_] = {flags, inline_bytes};
+    if (inline_bytes < min_inline_bytes_) min_inline_bytes_ = inline_bytes;
+    asked_signal_ |= has_any(flags, send_flags::signaled);
+    ids_ |= wr_id;
     ++n_;
     return true;
   }
@@ -97,8 +120,12 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   detail::uninit_array<typename B::send_wr, Max> wrs_;
   std::array<detail::batch_entry, Max> entries_;
   detail::uninit_array<typename B::sge, Max * SgePerWr> sges_;
-  std::size_t n_ = 0;
-  std::size_t nsge_ = 0;
+  std::size_t n_ = 0;      // WRs added (those before first_ were posted)
+  std::size_t first_ = 0;  // the first WR not posted yet
+  std::uint64_t ids_ = 0;  // every wr_id or-ed: one test for the reserved bit at post
+  std::uint32_t min_inline_bytes_ = detail::batch_entry::never_inline;  // the smallest inline candidate
+  bool asked_signal_ = false;  // a WR was added with send_flags::signaled
+  bool touched_ = false;       // a partial post set the flags of the WRs left
 };
 
 

@@ -40,6 +40,12 @@ struct qp_link {
   qp_link& operator=(const qp_link&) = delete;
   ~qp_link() { reset_handler(); }
 
+  /// The QP went to ERR: posts are refused (qp_error) until it is reset.
+  void set_error() noexcept {
+    error = true;
+    sq.close();
+  }
+
   void reset_handler() noexcept {
     if (handler_free) handler_free(handler_ctx);
     handler = nullptr;
@@ -55,7 +61,7 @@ struct qp_link {
       else
         sq.on_signaled_completion();
     } else {
-      error = true;
+      set_error();
       // The root cause, not a flush it caused: with separate send and receive CQs the
       // flushed receives may be polled before the failed send.
       const wc_status st = B::get_status(w);
@@ -65,6 +71,43 @@ struct qp_link {
       if (recv && rq_held) --rq_held;
     }
   }
+};
+
+// Owns a queue pair's qp_link. Empty, it points at a shared closed link (no credit,
+// never attached to a CQ, never written): the post path reads the credits through it
+// without a separate test for an empty handle, and only the refusal looks closer.
+template <class B>
+class link_ptr {
+ public:
+  link_ptr() noexcept = default;
+  static link_ptr make() { return link_ptr(new qp_link<B>()); }
+  link_ptr(link_ptr&& o) noexcept : p_(std::exchange(o.p_, closed())) {}
+  link_ptr& operator=(link_ptr&& o) noexcept {
+    if (this != &o) {
+      reset();
+      p_ = std::exchange(o.p_, closed());
+    }
+    return *this;
+  }
+  ~link_ptr() { reset(); }
+
+  void reset() noexcept {
+    if (p_ != closed()) delete std::exchange(p_, closed());
+  }
+  explicit operator bool() const noexcept { return p_ != closed(); }
+  /// The link, or null when empty.
+  qp_link<B>* get() const noexcept { return p_ != closed() ? p_ : nullptr; }
+  /// The link, or the closed one when empty: only for reading the credits.
+  RDMAKIT_ALWAYS_INLINE qp_link<B>& operator*() const noexcept { return *p_; }
+  qp_link<B>* operator->() const noexcept { return p_; }
+
+ private:
+  explicit link_ptr(qp_link<B>* p) noexcept : p_(p) {}
+  static qp_link<B>* closed() noexcept {
+    static constinit qp_link<B> none;  // constant-initialized: no guard on the data path
+    return &none;
+  }
+  qp_link<B>* p_ = closed();
 };
 
 // Owned by the completion_queue handle and by every queue pair attached to it: the
@@ -82,6 +125,8 @@ struct cq_block {
   std::size_t retired = 0;     // how many of the routes are retired QPs
   std::vector<std::pair<std::uint32_t, qp_link<B>*>> routes;  // sorted by qp_num
   qp_link<B>* last = nullptr;
+  std::uint32_t last_qpn = no_qpn;  // last's qp_num, kept here: one compare per completion
+  static constexpr std::uint32_t no_qpn = ~std::uint32_t{0};  // QP numbers have 24 bits
   unsigned unacked = 0;
   bool armed = false;
   std::uint64_t unrouted = 0;
@@ -96,11 +141,8 @@ struct cq_block {
   }
 
   RDMAKIT_ALWAYS_INLINE qp_link<B>* find(std::uint32_t qpn) noexcept {
-    if (RDMAKIT_LIKELY(last && last->qp_num == qpn)) return last;
-    auto it = std::lower_bound(routes.begin(), routes.end(), qpn,
-                               [](const auto& r, std::uint32_t n) { return r.first < n; });
-    if (it == routes.end() || it->first != qpn) return nullptr;
-    return last = it->second;
+    if (RDMAKIT_LIKELY(qpn == last_qpn)) return last;
+    return find_slow_(qpn);
   }
 
   void attach(qp_link<B>* l, std::uint32_t entries) {
@@ -125,7 +167,19 @@ struct cq_block {
     pool -= std::min<std::uint64_t>(pool, entries);
     if (was_retired && retired) --retired;
     std::erase_if(routes, [l](const auto& r) { return r.second == l; });
-    if (last == l) last = nullptr;
+    if (last == l) {
+      last = nullptr;
+      last_qpn = no_qpn;
+    }
+  }
+
+ private:
+  RDMAKIT_NOINLINE qp_link<B>* find_slow_(std::uint32_t qpn) noexcept {
+    auto it = std::lower_bound(routes.begin(), routes.end(), qpn,
+                               [](const auto& r, std::uint32_t n) { return r.first < n; });
+    if (it == routes.end() || it->first != qpn) return nullptr;
+    last_qpn = qpn;
+    return last = it->second;
   }
 };
 

@@ -28,14 +28,12 @@ struct uninit_array {
   S& operator[](std::size_t i) noexcept { return v[i]; }
 };
 
-// What a post list remembers of each WR to finish it at post time.
+// What a post list keeps of each WR to decide its flags at post time: the flags asked
+// for, and the bytes inline data would take (none for opcodes that cannot go inline).
 struct batch_entry {
-  std::uint64_t wr_id;
-  opcode op;
   send_flags flags;
-  int num_sge;
-  std::uint32_t total;
-  std::uint32_t first_sge;
+  std::uint32_t inline_bytes;
+  static constexpr std::uint32_t never_inline = ~std::uint32_t{0};
 };
 
 // What a queue pair owns. It keeps its PD (and so its device) and its CQs alive: the
@@ -45,7 +43,7 @@ struct qp_parts {
   pd_ref<B> pd;
   std::shared_ptr<cq_block<B>> scq, rcq;
   typename B::qp qp{};
-  std::unique_ptr<qp_link<B>> link;
+  link_ptr<B> link;  // never null: empty, it is the closed link
   qp_cap asked{};     // as asked: the CQ entries reserved on send_cq / recv_cq, and the credits
   qp_options opts{};  // as created (port, Q_Key, access): reset() and a failed connect reuse them
   qp_cap caps{};      // as granted

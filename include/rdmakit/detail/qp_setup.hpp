@@ -159,13 +159,13 @@ qp_parts<B> create_parts(pd_ref<B> pd, std::shared_ptr<cq_block<B>> send_blk,
   p.caps = caps;
   p.qp = B::create_qp(pd->pd, scq->cq, rcq->cq, T::type, p.caps, false);
   p.inline_limit = o.auto_inline ? p.caps.max_inline_data : 0;
-  p.link = std::make_unique<qp_link<B>>();
+  p.link = link_ptr<B>::make();
   auto& l = *p.link;
   l.qp_num = B::qp_num(p.qp);
   l.recv_offset = T::recv_offset;
   // Credits follow what was asked: the device may grant more, but the CQs were
   // sized (and checked above) for the requested depths.
-  l.sq = sq_credits(caps.max_send_wr);
+  l.sq = sq_credits::for_policy<S>(caps.max_send_wr);
   l.rq_depth = caps.max_recv_wr;
   l.send_cq = scq;
   l.recv_cq = rcq;
@@ -224,7 +224,7 @@ void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts) {
       p.link->rq_held = 0;
     } catch (const verbs_error& back) {
       note = "; taking it back to INIT failed too (" + back.detail() + "): destroy this queue pair";
-      p.link->error = true;
+      p.link->set_error();
     }
     if (const auto* t = e.transition()) throw verbs_error(e.verb(), e.errno_value(), e.detail() + note, *t);
     throw verbs_error(e.verb(), e.errno_value(), e.detail() + note);

@@ -71,7 +71,8 @@ TEST_CASE("set_* write straight into the native work requests") {
   CHECK(sg[0].lkey == 0xabc);
 
   ibv_send_wr w{}, w2{};
-  B::set_send(w, 42, opcode::rdma_write_with_imm, send_flags::signaled | send_flags::inline_data, sg, 2);
+  B::set_send(w, 42, opcode::rdma_write_with_imm, send_flags::none, sg, 2);
+  B::set_send_flags(w, send_flags::signaled | send_flags::inline_data);  // the flags alone
   B::set_next(w, &w2);
   B::set_imm(w, htonl(7));
   B::set_rdma(w, 0xdead0000, 0x55);

@@ -32,19 +32,33 @@ struct strict_sq {
 
 template <class S>
 void model_run(std::uint32_t depth, unsigned seed) {
-  detail::sq_credits credits(depth);
+  detail::sq_credits credits = detail::sq_credits::for_policy<S>(depth);
   strict_sq hca{depth, {}, {}};
   std::mt19937 rng(seed);
   for (int step = 0; step < 20000; ++step) {
-    if (rng() % 3 != 0) {
-      if (credits.available() == 0) {
-        // Full: the newest WR must be signaled, so a poll can always make room.
-        REQUIRE(!hca.cqes.empty());
-        continue;
-      }
+    if (credits.available() == 0) {
+      // Full: a signaled WR is among those held, so a poll can always make room.
+      REQUIRE(!hca.cqes.empty());
+    }
+    if (rng() % 3 != 0 && credits.available() != 0) {
       bool sig = credits.must_signal<S>(rng() % 5 == 0);
       REQUIRE(hca.post(sig));  // never ENOMEM
-      credits.commit(sig);
+      credits.commit<S>(sig);
+    } else if (rng() % 4 == 0 && credits.available() != 0) {
+      // A post list, planned then applied as queue_pair::post(batch) does.
+      const auto n = 1 + rng() % credits.available();
+      auto plan = credits.start();
+      bool unasked = false;
+      if constexpr (detail::plans_unasked<S>) unasked = rng() % 2;
+      if (unasked) {  // no WR asked for a signal: the policy's own positions only
+        std::vector<bool> sig(n);
+        if constexpr (detail::plans_unasked<S>)
+          detail::sq_credits::plan_unasked<S>(plan, n, [&](std::uint32_t i) { sig[i] = true; });
+        for (std::uint32_t i = 0; i < n; ++i) REQUIRE(hca.post(sig[i]));
+      } else {
+        for (std::uint32_t i = 0; i < n; ++i) REQUIRE(hca.post(plan.template next<S>(rng() % 5 == 0)));
+      }
+      credits.template apply<S>(plan);
     } else if (hca.poll()) {
       credits.on_signaled_completion();
     }
@@ -66,30 +80,50 @@ TEST_CASE("sq_credits matches a strict HCA model and never overflows it") {
   }
 }
 
-TEST_CASE("signal_every<N> signals the N-th WR and the last free slot") {
-  detail::sq_credits c(6);
+TEST_CASE("signal_every<N> signals the N-th WR only: a full SQ always holds a signaled one") {
+  auto c = detail::sq_credits::for_policy<signal_every<4>>(6);
   std::vector<bool> sig;
   for (int i = 0; i < 6; ++i) {
     bool s = c.must_signal<signal_every<4>>(false);
-    c.commit(s);
+    c.commit<signal_every<4>>(s);
     sig.push_back(s);
   }
-  CHECK(sig == std::vector<bool>{false, false, false, true, false, true});
+  // No last-slot signal: at most 3 WRs in a row go unsignaled and the SQ holds 6.
+  CHECK(sig == std::vector<bool>{false, false, false, true, false, false});
   CHECK(c.available() == 0);
   c.on_signaled_completion();
   CHECK(c.available() == 4);
-  c.on_signaled_completion();
-  CHECK(c.available() == 6);
   c.on_signaled_completion();  // a spurious one changes nothing
+  CHECK(c.available() == 4);
+  for (int i = 0; i < 2; ++i) c.commit<signal_every<4>>(c.must_signal<signal_every<4>>(false));
+  CHECK(c.unsignaled_run() == 0);  // the 8th WR was signaled
+  c.on_signaled_completion();
   CHECK(c.available() == 6);
 }
 
+TEST_CASE("signal_all keeps no run: each completion frees one slot, a spurious one none") {
+  auto c = detail::sq_credits::for_policy<signal_all>(3);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(c.must_signal<signal_all>(false));
+    c.commit<signal_all>(true);
+  }
+  CHECK(c.available() == 0);
+  CHECK(c.pending_signaled() == 3);
+  c.on_signaled_completion();
+  CHECK(c.available() == 1);
+  c.on_signaled_completion();
+  c.on_signaled_completion();
+  c.on_signaled_completion();  // spurious
+  CHECK(c.available() == 3);
+  CHECK(c.pending_signaled() == 0);
+}
+
 TEST_CASE("signal_manual honours the caller and still closes the queue") {
-  detail::sq_credits c(3);
+  auto c = detail::sq_credits::for_policy<signal_manual>(3);
   CHECK_FALSE(c.must_signal<signal_manual>(false));
-  c.commit(false);
+  c.commit<signal_manual>(false);
   CHECK(c.must_signal<signal_manual>(true));
-  c.commit(true);
+  c.commit<signal_manual>(true);
   CHECK(c.must_signal<signal_manual>(false));  // last slot
   CHECK(signal_all::signal(false, 0));
   CHECK_FALSE(signal_every<16>::signal(false, 14));
@@ -267,13 +301,13 @@ static_assert(signaling<signal_every_other>);
 }  // namespace
 
 TEST_CASE("a signaling policy defined outside the library decides through the shared ledger") {
-  detail::sq_credits c(4);
+  auto c = detail::sq_credits::for_policy<signal_every_other>(4);
   CHECK_FALSE(c.must_signal<signal_every_other>(false));
-  c.commit(false);
+  c.commit<signal_every_other>(false);
   CHECK(c.must_signal<signal_every_other>(false));
-  c.commit(true);
+  c.commit<signal_every_other>(true);
   CHECK_FALSE(c.must_signal<signal_every_other>(false));
-  c.commit(false);
+  c.commit<signal_every_other>(false);
   CHECK(c.must_signal<signal_every_other>(false));  // run 1, and the last free slot
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");

@@ -213,6 +213,8 @@ struct ibverbs {
   }
   /// Links `next` after `w` in a post list.
   static void set_next(send_wr& w, send_wr* next) noexcept { w.next = next; }
+  /// Replaces the flags alone.
+  static void set_send_flags(send_wr& w, send_flags fl) noexcept { w.send_flags = to_underlying(fl); }
   /// Sets the immediate data (network byte order).
   static void set_imm(send_wr& w, std::uint32_t imm_be) noexcept { w.imm_data = imm_be; }
   /// Sets the remote address and rkey of an RDMA WRITE or READ.

@@ -1,0 +1,68 @@
+#include "fixture.hpp"
+
+#include <span>
+
+using namespace policy_test;
+
+// send_batch.hpp: the WRs are built in place when added; post sets only their flags.
+
+TEST_CASE("a post list signals the policy's positions across posts, and what the caller asks") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto p = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
+  auto batch = decltype(p.a)::make_batch<8>();
+  for (std::uint64_t i = 1; i <= 6; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
+  REQUIRE(p.a.post(batch).ok());  // 4 is the 4th WR
+  CHECK(batch.empty());
+  for (std::uint64_t i = 7; i <= 10; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
+  REQUIRE(p.a.post(batch).ok());  // the run continues across lists: 8 is the 8th
+  // 12 is the 12th; 13 is signaled because the caller asks (the general path).
+  for (std::uint64_t i = 11; i <= 12; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
+  REQUIRE(batch.add(op::write{src.local(0, 8), dst.remote()}, 13, send_flags::signaled));
+  REQUIRE(p.a.post(batch).ok());
+  std::vector<std::uint64_t> ids;
+  for (const auto& c : collect(x.cq, 4)) ids.push_back(c.wr_id);
+  CHECK(ids == std::vector<std::uint64_t>{4, 8, 12, 13});
+  CHECK(p.a.send_credits() == 16);
+}
+
+TEST_CASE("after a partial post the batch keeps the refused WRs in place until cleared") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 2, 2, 0});
+  auto batch = decltype(p.a)::make_batch<2, 3>();
+  const local_buffer three[3] = {src.local(0, 8), src.local(8, 8), src.local(16, 8)};
+  REQUIRE(batch.write(src.local(0, 8), dst.remote(), 1));
+  REQUIRE(batch.write(std::span<const local_buffer>(three), dst.remote(), 2));  // 3 SGEs: the QP takes 2
+  CHECK_FALSE(batch.write(src.local(0, 8), dst.remote(), 3));  // Max WRs added
+  const auto r = p.a.post(batch);
+  CHECK(r.status == post_status::backend_error);
+  CHECK(r.posted == 1);
+  CHECK(batch.size() == 1);  // the refused WR
+  CHECK(batch.full());       // the posted one keeps its room until the batch is emptied
+  CHECK(collect(x.cq, 1).size() == 1);
+  batch.clear();
+  REQUIRE(batch.write(src.local(0, 8), dst.remote(), 4));
+  REQUIRE(batch.write(src.local(8, 8), dst.remote(), 5));
+  REQUIRE(p.a.post(batch).ok());
+  std::vector<std::uint64_t> ids;
+  for (const auto& c : collect(x.cq, 2)) ids.push_back(c.wr_id);
+  CHECK(ids == std::vector<std::uint64_t>{4, 5});
+  CHECK(p.a.send_credits() == 16);
+}
+
+TEST_CASE("a WR with more SGEs than the batch has room for per WR is refused at add") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 2, 2, 0});
+  auto batch = decltype(p.a)::make_batch<4, 1>();
+  const local_buffer two[2] = {src.local(0, 8), src.local(8, 8)};
+  CHECK_FALSE(batch.write(std::span<const local_buffer>(two), dst.remote(), 1));
+  CHECK(batch.empty());
+}
