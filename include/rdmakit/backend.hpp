@@ -11,10 +11,10 @@
 ///  - Work requests, SGEs and completions are the backend's native types; the typed
 ///    layer fills them through the `set_*` functions and reads completions through
 ///    the `get_*` accessors, so a native backend posts with no translation copy.
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/types.hpp>
 
-#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <string>

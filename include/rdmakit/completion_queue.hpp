@@ -7,11 +7,11 @@
 /// handler. Handlers must not throw: polling is noexcept.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/completion.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/qp_link.hpp>
 #include <rdmakit/polling.hpp>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -14,13 +14,13 @@
 /// its `on_peer` callback, sends the acknowledgement; the server waits for it. When
 /// both calls return, both callbacks have run.
 #include <rdmakit/connection_info.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/exchange_error.hpp>
 #include <rdmakit/detail/tcp.hpp>
 #include <rdmakit/endpoint.hpp>
 #include <rdmakit/exchange_wire.hpp>
 #include <rdmakit/types.hpp>
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>

@@ -3,12 +3,12 @@
 /// protection domains and completion queues. Everything made from it keeps the device
 /// open (detail/device_state.hpp), so handles may be destroyed in any order.
 #include <rdmakit/completion_queue.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/detail/gid_choice.hpp>
 #include <rdmakit/protection_domain.hpp>
 
 #include <cerrno>
-#include <chrono>
 #include <concepts>
 #include <optional>
 #include <memory>

@@ -9,9 +9,9 @@
 /// The wait algorithms work on any `Ops` with poll()/arm()/wait_event(timeout), so
 /// they are tested on their own as well as through the completion queue.
 #include <rdmakit/config.hpp>
+#include <rdmakit/detail/chrono.hpp>
 
 #include <cerrno>
-#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <string_view>

@@ -1,7 +1,8 @@
 #pragma once
 /// Umbrella header: the whole backend-agnostic library. Add a backend header
 /// (<rdmakit/backends/mock.hpp> or <rdmakit/backends/ibverbs.hpp>) to use it. The
-/// endpoint exchange (connection.hpp) uses POSIX sockets.
+/// TCP endpoint exchange is not in here: it needs POSIX sockets and threads, and most
+/// translation units do not exchange anything; include <rdmakit/connection.hpp>.
 #include <rdmakit/config.hpp>  // first: below C++20, its #error is the one diagnostic
 #if RDMAKIT_HAS_CXX20
 #include <rdmakit/address_handle.hpp>
@@ -9,7 +10,6 @@
 #include <rdmakit/completion.hpp>
 #include <rdmakit/completion_queue.hpp>
 #include <rdmakit/config.hpp>
-#include <rdmakit/connection.hpp>
 #include <rdmakit/device.hpp>
 #include <rdmakit/endpoint.hpp>
 #include <rdmakit/error.hpp>

@@ -13,8 +13,10 @@
 #include <rdmakit/types.hpp>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
@@ -30,20 +32,20 @@ inline const char* gid_type_name(gid_type t) noexcept {
 
 /// One line per GID table entry ("  [1] 0000:...:ffff:0a00:0001 RoCEv2 (IPv4-mapped)"),
 /// runs of empty entries folded into one line ("  [2..1023] (empty)"), for error messages.
-template <verbs_backend B>
-std::string describe_gid_table(typename B::context ctx, std::uint8_t port, const port_attr& pa) {
+/// Not a template: a program with two backends compiles this text formatting once.
+RDMAKIT_NOINLINE inline std::string describe_gid_entries(const std::vector<gid_entry>& table) {
   std::string out;
-  std::uint32_t empty_from = 0;
+  std::size_t empty_from = 0;
   bool in_empty_run = false;
-  const auto close_run = [&](std::uint32_t end) {  // end: one past the run
+  const auto close_run = [&](std::size_t end) {  // end: one past the run
     if (!in_empty_run) return;
     out += "\n  [" + std::to_string(empty_from);
     if (end - empty_from > 1) out += ".." + std::to_string(end - 1);
     out += "] (empty)";
     in_empty_run = false;
   };
-  for (std::uint32_t i = 0; i < pa.gid_tbl_len; ++i) {
-    const gid_entry e = B::query_gid(ctx, port, static_cast<int>(i));
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    const gid_entry& e = table[i];
     if (!e.valid) {
       if (!in_empty_run) empty_from = i;
       in_empty_run = true;
@@ -57,22 +59,37 @@ std::string describe_gid_table(typename B::context ctx, std::uint8_t port, const
     if (e.value.is_ipv4_mapped()) out += " (IPv4-mapped)";
     else if (e.value.is_link_local()) out += " (link-local)";
   }
-  close_run(pa.gid_tbl_len);
-  if (pa.gid_tbl_len == 0) out += "\n  (the GID table is empty)";
+  close_run(table.size());
+  if (table.empty()) out += "\n  (the GID table is empty)";
   return out;
+}
+
+/// The GID table of `port` as describe_gid_entries writes it.
+template <verbs_backend B>
+std::string describe_gid_table(typename B::context ctx, std::uint8_t port, const port_attr& pa) {
+  std::vector<gid_entry> table;
+  table.reserve(pa.gid_tbl_len);
+  for (std::uint32_t i = 0; i < pa.gid_tbl_len; ++i) table.push_back(B::query_gid(ctx, port, static_cast<int>(i)));
+  return describe_gid_entries(table);
+}
+
+/// The verbs_error of a port without a usable GID: what is wrong, the table, what to do.
+[[noreturn]] RDMAKIT_NOINLINE inline void throw_no_usable_gid(const std::string& device, std::uint8_t port,
+                                                              link_layer layer, const char* why,
+                                                              const std::string& table) {
+  throw verbs_error("choose_gid", ENOENT,
+                    "no usable GID on " + device + " port " + std::to_string(port) + " (" + to_string(layer) +
+                        " link layer): " + why + ". GID table:" + table +
+                        "\nGive the port an IP address (RoCE GIDs are the netdev's addresses; "
+                        "see `rdma link` and `ip addr`), or pass a GID index explicitly.");
 }
 
 /// The GID index to use on `port` by the rule above.
 template <verbs_backend B>
 int choose_gid(typename B::context ctx, std::uint8_t port) {
   const port_attr pa = B::query_port(ctx, port);
-  const auto fail = [&](const std::string& why) -> int {
-    throw verbs_error("choose_gid", ENOENT,
-                      "no usable GID on " + B::device_name(ctx) + " port " + std::to_string(port) +
-                          " (" + to_string(pa.layer) + " link layer): " + why +
-                          ". GID table:" + describe_gid_table<B>(ctx, port, pa) +
-                          "\nGive the port an IP address (RoCE GIDs are the netdev's addresses; "
-                          "see `rdma link` and `ip addr`), or pass a GID index explicitly.");
+  const auto fail = [&](const char* why) -> int {
+    throw_no_usable_gid(B::device_name(ctx), port, pa.layer, why, describe_gid_table<B>(ctx, port, pa));
   };
 
   if (pa.layer != link_layer::ethernet) {

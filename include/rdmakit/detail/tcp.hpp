@@ -2,6 +2,7 @@
 // Blocking-style TCP with deadlines for the endpoint exchange: every socket is
 // non-blocking and every wait is a poll(2) bounded by a deadline, so a silent peer is
 // an exchange_error(timeout) and never a hang. Writes use MSG_NOSIGNAL (no SIGPIPE).
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/exchange_error.hpp>
 
 #include <arpa/inet.h>
@@ -15,14 +16,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -185,7 +184,7 @@ inline socket_fd connect(const std::string& host, std::uint16_t port, const dead
       last_err = err;
     }
     if (last_err == ECONNREFUSED && retry_refused && d.remaining_ms() > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50, d.remaining_ms())));
+      ::poll(nullptr, 0, std::min(50, d.remaining_ms()));  // a pause: poll(2) with no descriptors, no <thread>
       continue;
     }
     if (last_err == ECONNREFUSED)

@@ -11,6 +11,7 @@
 #include <rdmakit/backends/ibverbs/device_verbs.hpp>
 #include <rdmakit/backends/ibverbs/qp_verbs.hpp>
 #include <rdmakit/backends/ibverbs/support.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/gid_choice.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/types.hpp>
@@ -18,7 +19,6 @@
 #include <infiniband/verbs.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>

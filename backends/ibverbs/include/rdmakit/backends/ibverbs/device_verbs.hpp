@@ -7,13 +7,13 @@
 #include <rdmakit/backends/ibverbs/inline_probe.hpp>
 #include <rdmakit/backends/ibverbs/support.hpp>
 #include <rdmakit/backend.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/types.hpp>
 
 #include <infiniband/verbs.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>

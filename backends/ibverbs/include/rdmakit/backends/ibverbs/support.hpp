@@ -2,6 +2,7 @@
 // What the ibverbs backend's setup verbs share: errno handling, device names for
 // messages, non-blocking fds and a bounded wait on them, the raw device limits.
 #include <rdmakit/backends/ibverbs/convert.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/types.hpp>
 
@@ -11,7 +12,6 @@
 #include <poll.h>
 
 #include <cerrno>
-#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>

@@ -7,8 +7,8 @@
 /// seed, and safe when the two ends of a connection run on two threads.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
+#include <rdmakit/detail/chrono.hpp>
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>

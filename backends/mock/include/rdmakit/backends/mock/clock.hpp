@@ -3,8 +3,8 @@
 // taking completions, and wall-clock waits.
 #include <rdmakit/backends/mock/requester.hpp>
 #include <rdmakit/backends/mock/responder.hpp>
+#include <rdmakit/detail/chrono.hpp>
 
-#include <chrono>
 #include <mutex>
 
 #include <algorithm>

@@ -3,8 +3,8 @@
 // requests and completion events. Every call takes the fabric lock; a wait for an
 // event releases it between slices.
 #include <rdmakit/backends/mock/engine.hpp>
+#include <rdmakit/detail/chrono.hpp>
 
-#include <chrono>
 #include <thread>
 
 RDMAKIT_BEGIN_NAMESPACE

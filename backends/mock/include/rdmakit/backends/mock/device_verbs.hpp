@@ -3,8 +3,8 @@
 // PDs, MRs, AHs): argument checks with errors that say what to do, then the engine.
 // Every call takes the fabric lock.
 #include <rdmakit/backends/mock/engine.hpp>
+#include <rdmakit/detail/chrono.hpp>
 
-#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>

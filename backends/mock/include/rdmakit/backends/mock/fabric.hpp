@@ -1,9 +1,9 @@
 #pragma once
 /// Control plane of the mock HCA: the fabric of devices and ports, its simulated
 /// clock, and fault injection. Tests configure it; the data path never sees it.
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/types.hpp>
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -3,10 +3,11 @@
 // Everything here is guarded by fabric_state::mu.
 #include <rdmakit/backends/mock/backend.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
+#include <rdmakit/backends/mock/random.hpp>
 #include <rdmakit/backends/mock/ring.hpp>
 #include <rdmakit/backends/mock/sge_list.hpp>
+#include <rdmakit/detail/chrono.hpp>
 
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -14,8 +15,6 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <queue>
-#include <random>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -262,7 +261,7 @@ class fabric_state {
   fabric_config cfg;
   std::vector<device_rt> devices;
   clock_ns now = 0;
-  std::mt19937_64 rng;
+  mt19937_64 rng;  // random.hpp: std::mt19937_64's numbers
   // The wire, in (when, order) order: events due at the simulated time they were sent
   // (zero latency, no delay fault) queue in `wire_now`, already sorted; later ones in
   // the heap `wire_later`. `current` holds the event being run, `outbox` the message

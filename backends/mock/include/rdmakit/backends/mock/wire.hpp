@@ -54,8 +54,7 @@ inline void issue(fabric_state& f, qp_obj* q);
 inline bool fault_hits(fabric_state& f, fault& ft, std::uint32_t src) {
   if (ft.src_qp_num && ft.src_qp_num != src) return false;
   if (ft.count == 0 && ft.probability <= 0) return false;
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  if (ft.probability < 1.0 && u(f.rng) >= ft.probability) return false;
+  if (ft.probability < 1.0 && uniform_01(f.rng) >= ft.probability) return false;
   return true;
 }
 
