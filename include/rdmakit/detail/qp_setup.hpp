@@ -48,7 +48,9 @@ inline std::string cq_too_small(int capacity, std::uint64_t reserved, std::size_
 
 /// Refuses connect options and peer fields the IB spec cannot encode, before the QP is
 /// touched (a refused modify_qp would leave it half-way).
-inline void check_connect(const endpoint& peer, const connect_options& o) {
+// Out of line: inlined into a connect() whose options are a braced temporary, GCC -O2
+// warned that an unset path_mtu's payload "may be used uninitialized" (it is not read).
+RDMAKIT_NOINLINE inline void check_connect(const endpoint& peer, const connect_options& o) {
   auto field = [](const char* name, unsigned v, unsigned max, const char* what) {
     if (v > max)
       throw usage_error(std::string("connect(): ") + name + " = " + std::to_string(v) + " is out of range (0.." +
