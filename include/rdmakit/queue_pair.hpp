@@ -295,7 +295,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     const std::size_t n = batch.size();
     if (n == 0) return {post_status::ok, 0, 0};
     auto& l = *parts_.link;  // the closed link when empty: admits nothing
-    if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refusal_(0, static_cast<std::uint32_t>(n));
+    if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refusal_(0);
     if (RDMAKIT_UNLIKELY(batch.ids_ & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
     auto* w = batch.front_();
     auto plan = l.sq.start();
@@ -404,19 +404,18 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   }
 
   // Why a post is refused before it reaches the device, in this order: an empty handle,
-  // a wr_id using bit 63, a QP in ERR, no SQ credit for `n` WRs. Off the data path.
-  RDMAKIT_NOINLINE post_result refusal_(std::uint64_t wr_id_bits, std::uint32_t n) const noexcept {
+  // a wr_id using bit 63, a QP in ERR, too few SQ credits. Off the data path.
+  RDMAKIT_NOINLINE post_result refusal_(std::uint64_t wr_id_bits) const noexcept {
     if (!parts_.link) return {post_status::empty_handle, 0, 0};
     if (wr_id_bits & detail::recv_wr_bit) return {post_status::bad_wr_id, 0, 0};
     if (parts_.link->error) return {post_status::qp_error, 0, 0};
-    if (!parts_.link->sq.admits(n)) return {post_status::sq_full, 0, 0};
-    return {post_status::ok, 0, 0};
+    return {post_status::sq_full, 0, 0};  // what is left: fewer than n credits
   }
 
   RDMAKIT_ALWAYS_INLINE post_result post_send_(const detail::send_desc<B>& d) noexcept {
     auto& l = *parts_.link;
     // One compare refuses a full SQ, a QP in ERR and an empty handle (closed ledgers).
-    if (RDMAKIT_UNLIKELY(l.sq.blocked() || (d.wr_id & detail::recv_wr_bit))) return refusal_(d.wr_id, 1);
+    if (RDMAKIT_UNLIKELY(l.sq.blocked() || (d.wr_id & detail::recv_wr_bit))) return refusal_(d.wr_id);
     const bool sig = l.sq.template must_signal<S>(has_any(d.flags, send_flags::signaled));
     typename B::send_wr w;
     build_(w, d, d.sg, sig);
