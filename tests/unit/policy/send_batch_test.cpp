@@ -6,11 +6,17 @@ using namespace policy_test;
 
 // send_batch.hpp: the WRs are built in place when added; post sets only their flags.
 
-TEST_CASE("a post list signals the policy's positions across posts, and what the caller asks") {
+namespace {
+// Two sides of a fresh fabric and a 64-byte region on each.
+struct two_regions {
   mock::fabric fab;
-  side x(fab, "mock0"), y(fab, "mock1");
-  auto src = x.pd.allocate<rw_access>(64);
-  auto dst = y.pd.allocate<rw_access>(64);
+  side x{fab, "mock0"}, y{fab, "mock1"};
+  memory_region<B, rw_access> src = x.pd.allocate<rw_access>(64);
+  memory_region<B, rw_access> dst = y.pd.allocate<rw_access>(64);
+};
+}  // namespace
+
+TEST_CASE_FIXTURE(two_regions, "a post list signals the policy's positions across posts, and what the caller asks") {
   auto p = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
   auto batch = decltype(p.a)::make_batch<8>();
   for (std::uint64_t i = 1; i <= 6; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
@@ -28,11 +34,7 @@ TEST_CASE("a post list signals the policy's positions across posts, and what the
   CHECK(p.a.send_credits() == 16);
 }
 
-TEST_CASE("after a partial post the batch keeps the refused WRs in place until cleared") {
-  mock::fabric fab;
-  side x(fab, "mock0"), y(fab, "mock1");
-  auto src = x.pd.allocate<rw_access>(64);
-  auto dst = y.pd.allocate<rw_access>(64);
+TEST_CASE_FIXTURE(two_regions, "after a partial post the batch keeps the refused WRs in place until cleared") {
   auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 2, 2, 0});
   auto batch = decltype(p.a)::make_batch<2, 3>();
   const local_buffer three[3] = {src.local(0, 8), src.local(8, 8), src.local(16, 8)};
@@ -55,11 +57,7 @@ TEST_CASE("after a partial post the batch keeps the refused WRs in place until c
   CHECK(p.a.send_credits() == 16);
 }
 
-TEST_CASE("a WR with more SGEs than the batch has room for per WR is refused at add") {
-  mock::fabric fab;
-  side x(fab, "mock0"), y(fab, "mock1");
-  auto src = x.pd.allocate<rw_access>(64);
-  auto dst = y.pd.allocate<rw_access>(64);
+TEST_CASE_FIXTURE(two_regions, "a WR with more SGEs than the batch has room for per WR is refused at add") {
   auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 2, 2, 0});
   auto batch = decltype(p.a)::make_batch<4, 1>();
   const local_buffer two[2] = {src.local(0, 8), src.local(8, 8)};
