@@ -221,17 +221,17 @@ class completion_queue {
     typename B::wc wcs[P::batch];
     auto& b = *blk_;
     int n = B::poll_cq(b.cq, P::batch, wcs);
+    auto routed = [&](detail::qp_link<B>* l, const typename B::wc& w) {
+      l->account(w);
+      g(l, completion<B>(w, l->recv_offset));
+    };
     for (int i = 0; i < n; ++i) {
+      // The QP of the previous completion needs no null test: find()'s cache, unrolled.
       const std::uint32_t qpn = B::get_qp_num(wcs[i]);
-      if (RDMAKIT_LIKELY(qpn == b.last_qpn)) {  // the QP of the previous completion: routed
-        b.last->account(wcs[i]);
-        g(b.last, completion<B>(wcs[i], b.last->recv_offset));
-        continue;
-      }
-      detail::qp_link<B>* l = b.find(qpn);
-      if (RDMAKIT_LIKELY(l != nullptr)) {
-        l->account(wcs[i]);
-        g(l, completion<B>(wcs[i], l->recv_offset));
+      if (RDMAKIT_LIKELY(qpn == b.last_qpn)) {
+        routed(b.last, wcs[i]);
+      } else if (detail::qp_link<B>* l = b.find_route(qpn); RDMAKIT_LIKELY(l != nullptr)) {
+        routed(l, wcs[i]);
       } else {
         ++b.unrouted;
         g(l, completion<B>(wcs[i], 0));

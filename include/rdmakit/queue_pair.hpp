@@ -391,9 +391,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   RDMAKIT_ALWAYS_INLINE send_flags final_flags_(opcode op, send_flags requested, std::uint32_t total,
                                                 bool sig) const noexcept {
     send_flags fl = (requested & ~send_flags::signaled) | signaled_if_(sig);
-    const bool may_inline = op == opcode::send || op == opcode::send_with_imm || op == opcode::rdma_write ||
-                            op == opcode::rdma_write_with_imm;
-    if (may_inline && total <= parts_.inline_limit) fl |= send_flags::inline_data;  // 0 bytes: harmless
+    if (detail::may_inline(op) && total <= parts_.inline_limit) fl |= send_flags::inline_data;  // 0 bytes: harmless
     return fl;
   }
 

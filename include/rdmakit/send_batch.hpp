@@ -106,9 +106,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     B::set_send(w, wr_id, op, flags, sg, static_cast<int>(sgl.size()));
     detail::set_op_fields<B, T>(w, d);
     if (n_ != first_) B::set_next(wrs_[n_ - 1], &w);
-    const bool may_inline = op == opcode::send || op == opcode::send_with_imm || op == opcode::rdma_write ||
-                            op == opcode::rdma_write_with_imm;
-    const std::uint32_t inline_bytes = may_inline ? total : detail::batch_entry::never_inline;
+    const std::uint32_t inline_bytes = detail::may_inline(op) ? total : detail::batch_entry::never_inline;
     entries_[n_] = {flags, inline_bytes};
     if (inline_bytes < min_inline_bytes_) min_inline_bytes_ = inline_bytes;
     asked_signal_ |= has_any(flags, send_flags::signaled);

@@ -26,8 +26,7 @@ struct signal_all {
   /// Smallest send queue the policy works with.
   static constexpr std::uint32_t min_sq_depth = 1;
   /// Whether the next WR is signaled: `wanted` (send_flags::signaled) and the number of
-  /// unsignaled WRs posted since the last signaled one. The ledger adds its own rule
-  /// (the WR taking the last free slot is always signaled).
+  /// unsignaled WRs posted since the last signaled one.
   static constexpr bool signal(bool, std::uint32_t) noexcept { return true; }
   /// No WR is left unsignaled, so the ledger's last-slot rule can never apply.
   static constexpr bool bounded_run = true;
@@ -123,7 +122,7 @@ class sq_credits {
   RDMAKIT_ALWAYS_INLINE bool blocked() const noexcept { return held_ >= cap_; }
   /// True when at least n WRs may be posted (n >= 1).
   RDMAKIT_ALWAYS_INLINE bool admits(std::uint32_t n) const noexcept { return held_ + n <= cap_; }
-  /// Refuses every post from now on (the QP went to ERR) until clear().
+  /// Refuses every post from now on (the QP went to ERR; reset() makes a new ledger).
   void close() noexcept { cap_ = 0; }
   /// Unsignaled WRs posted since the last signaled one.
   std::uint32_t unsignaled_run() const noexcept { return run_; }
@@ -253,11 +252,6 @@ class sq_credits {
     --pending_;
   }
 
-  /// Forgets every outstanding WR (the QP was reset or destroyed) and reopens.
-  void clear() noexcept {
-    held_ = run_ = pending_ = head_ = tail_ = 0;
-    cap_ = depth_;
-  }
 
  private:
   // The policy's decision, and the last-slot rule where the policy needs it (`held`

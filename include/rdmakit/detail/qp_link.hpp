@@ -142,7 +142,16 @@ struct cq_block {
 
   RDMAKIT_ALWAYS_INLINE qp_link<B>* find(std::uint32_t qpn) noexcept {
     if (RDMAKIT_LIKELY(qpn == last_qpn)) return last;
-    return find_slow_(qpn);
+    return find_route(qpn);
+  }
+
+  /// find() past its one-entry cache: the routes, searched; null when none matches.
+  RDMAKIT_NOINLINE qp_link<B>* find_route(std::uint32_t qpn) noexcept {
+    auto it = std::lower_bound(routes.begin(), routes.end(), qpn,
+                               [](const auto& r, std::uint32_t n) { return r.first < n; });
+    if (it == routes.end() || it->first != qpn) return nullptr;
+    last_qpn = qpn;
+    return last = it->second;
   }
 
   void attach(qp_link<B>* l, std::uint32_t entries) {
@@ -171,15 +180,6 @@ struct cq_block {
       last = nullptr;
       last_qpn = no_qpn;
     }
-  }
-
- private:
-  RDMAKIT_NOINLINE qp_link<B>* find_slow_(std::uint32_t qpn) noexcept {
-    auto it = std::lower_bound(routes.begin(), routes.end(), qpn,
-                               [](const auto& r, std::uint32_t n) { return r.first < n; });
-    if (it == routes.end() || it->first != qpn) return nullptr;
-    last_qpn = qpn;
-    return last = it->second;
   }
 };
 

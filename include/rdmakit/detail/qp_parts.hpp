@@ -28,6 +28,12 @@ struct uninit_array {
   S& operator[](std::size_t i) noexcept { return v[i]; }
 };
 
+// Whether a WR of this opcode may carry its payload inline (SENDs and WRITEs).
+constexpr bool may_inline(opcode op) noexcept {
+  return op == opcode::send || op == opcode::send_with_imm || op == opcode::rdma_write ||
+         op == opcode::rdma_write_with_imm;
+}
+
 // What a post list keeps of each WR to decide its flags at post time: the flags asked
 // for, and the bytes inline data would take (none for opcodes that cannot go inline).
 struct batch_entry {
