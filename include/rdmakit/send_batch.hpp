@@ -19,7 +19,7 @@ RDMAKIT_BEGIN_NAMESPACE
 
 template <verbs_backend B, transport T, signaling S, qp_state State>
 class queue_pair;
-template <verbs_backend B, transport T, std::size_t Max, std::size_t SgePerWr = 1>
+template <verbs_backend B, transport T, std::size_t Max, std::size_t SgePerWr = 1, bool SignalEach = false>
 class send_batch;
 
 /// A post list: several WRs posted with one doorbell by queue_pair::post. The
@@ -27,8 +27,11 @@ class send_batch;
 /// has room for SgePerWr SGEs; its native WR is built when it is added.
 /// The operations are also member functions (`batch.write(src, dst, wr_id)`, ...:
 /// detail/operation_calls.hpp), each the same as `batch.add(op::write{src, dst}, wr_id)`.
-template <verbs_backend B, transport T, std::size_t Max, std::size_t SgePerWr>
-class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr>, B> {
+///
+/// SignalEach: the batch's WRs are built signaled, as make_batch() of a queue pair whose
+/// policy signals every WR (signal_all) makes them, so that post needs no pass over them.
+template <verbs_backend B, transport T, std::size_t Max, std::size_t SgePerWr, bool SignalEach>
+class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr, SignalEach>, B> {
   static_assert(Max >= 1 && SgePerWr >= 1, "send_batch needs Max >= 1 and SgePerWr >= 1");
 
  public:
@@ -107,7 +110,8 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     }
     o.fill(d);
     auto* w = wrs_.data() + n;
-    B::set_send(*w, wr_id, op, flags, sg, static_cast<int>(sgl.size()));
+    constexpr send_flags base = SignalEach ? send_flags::signaled : send_flags::none;
+    B::set_send(*w, wr_id, op, flags | base, sg, static_cast<int>(sgl.size()));
     detail::set_op_fields<B, T>(*w, d);
     B::set_next(*w, w + 1);  // one past the last slot at most: never followed (end_chain_)
     const std::uint32_t inline_bytes = detail::may_inline(op) ? total : detail::batch_entry::never_inline;
