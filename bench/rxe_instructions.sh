@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # rxe_instructions.sh — user-space instructions per 64 B RDMA WRITE on soft-RoCE (rxe),
-# counted with callgrind, for three programs with the same options (RC, 64 B inline,
-# a signaled WR every 16, SQ depth 128), post list 1 and 32, all in ONE guest run of
+# counted with callgrind, for three programs with the same options (RC, 64 B, not
+# inline (-I 0: perftest's choice on rxe), a signaled WR every 16, SQ depth 128), post list 1 and 32, all in ONE guest run of
 # tests/rxe/run-in-vm.sh:
 #   raw           bench/raw_verbs_write (plain libibverbs, two QPs of one process)
 #   ib_write_bw   perftest's client (sender) against its server, --use_old_post_send
@@ -20,7 +20,7 @@
 # one, measured on the same CQ right after the window); the helper never returns an
 # empty poll to the program, so no program runs an idle iteration of its loop.
 #
-# Environment: RXE_INSTR_WRS (WRs per run, default 4096, a multiple of 32),
+# Environment: RXE_INSTR_WRS (WRs per run, default 8192, a multiple of 32),
 # RXE_INSTR_LISTS ("1 32"), RXE_INSTR_OUT (results folder, kept; default
 # BUILD_DIR/rxe-instructions; not under /tmp), RXE_INSTR_TIMEOUT (harness, 1500 s),
 # RXE_INSTR_PROGRAMS ("raw perftest rdmakit"). Extra arguments after BUILD_DIR go to
@@ -35,7 +35,7 @@ raw=$build/bench/raw_verbs_write
 shim=$build/bench/librxe_window.so
 rk=$build/tools/rdmakit-perf
 out=${RXE_INSTR_OUT:-$build/rxe-instructions}
-wrs=${RXE_INSTR_WRS:-4096}
+wrs=${RXE_INSTR_WRS:-8192}
 lists=${RXE_INSTR_LISTS:-"1 32"}
 programs=${RXE_INSTR_PROGRAMS:-"raw perftest rdmakit"}
 
@@ -80,8 +80,8 @@ listening() {
 count() {
   local name=$1 l=$2 t0 rc; shift 3
   t0=$(date +%s)
-  LD_PRELOAD=$shim RXE_WIN_WRS=$wrs RXE_WIN_STATS=$out/$name.stats RXE_WIN_CALIB=1000 \
-    timeout 900 valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out/$name.cg" \
+  timeout 900 env LD_PRELOAD="$shim" RXE_WIN_WRS="$wrs" RXE_WIN_STATS="$out/$name.stats" RXE_WIN_CALIB=1000 \
+    valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out/$name.cg" \
     "$@" >"$out/$name.log" 2>&1
   rc=$?
   echo "  $name: exit $rc, $(($(date +%s) - t0)) s: $*"
@@ -108,16 +108,16 @@ run_one() {   # run_one PROGRAM L
   local p=$1 l=$2 name="$1.l$2" ok=1 src
   case $p in
     raw)
-      count "$name" "$l" -- "$raw" -d "$dev" -x "$gid" -s 64 -n "$wrs" -l "$l" -Q 16 -t 128 || ok=0 ;;
+      count "$name" "$l" -- "$raw" -d "$dev" -x "$gid" -s 64 -n "$wrs" -l "$l" -Q 16 -t 128 -I 0 || ok=0 ;;
     perftest)
-      local pt=(ib_write_bw -d "$dev" -x "$gid" -F -s 64 -n "$wrs" -l "$l" -Q 16 -t 128 --use_old_post_send)
+      local pt=(ib_write_bw -d "$dev" -x "$gid" -F -s 64 -n "$wrs" -l "$l" -Q 16 -t 128 -I 0 --use_old_post_send)
       if start_server "$name" "${pt[@]}"; then
         count "$name" "$l" -- "${pt[@]}" -p "$port" 127.0.0.1 || ok=0
         wait "$spid"; src=$?
         ((src == 0)) || { ok=0; echo "  $name: server exit $src"; sed 's/^/    /' "$out/$name.server.log"; }
       else ok=0; kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null; fi ;;
     rdmakit)
-      local rkc=("$rk" write_bw -d "$dev" -x "$gid" -s 64 -n "$wrs" -l "$l" -Q 16 -t 128 --no-progress --timeout 120000)
+      local rkc=("$rk" write_bw -d "$dev" -x "$gid" -s 64 -n "$wrs" -l "$l" -Q 16 -t 128 -I 0 --no-progress --timeout 120000)
       if start_server "$name" "${rkc[@]}"; then
         count "$name" "$l" -- "${rkc[@]}" -p "$port" 127.0.0.1 || ok=0
         wait "$spid"; src=$?
