@@ -6,12 +6,14 @@
 #   raw           bench/raw_verbs_write (plain libibverbs, two QPs of one process)
 #   ib_write_bw   perftest's client (sender) against its server, --use_old_post_send
 #   rdmakit-perf  tools/perf write_bw client (sender) against its own server
+#   rdmakit_write bench/rdmakit_write: raw's loop on rdmakit's policy layer (the library
+#                 without the tool)
 #
 #   bench/rxe_instructions.sh [BUILD_DIR]              (default: build)
 #
 # Builds nothing. Build first (a build with benchmarks and tools, libibverbs and
 # valgrind's headers installed):
-#   meson setup build && ninja -C build bench/raw_verbs_write bench/librxe_window.so tools/rdmakit-perf
+#   meson setup build && ninja -C build bench/raw_verbs_write bench/rdmakit_write bench/librxe_window.so tools/rdmakit-perf
 #
 # What is counted (bench/README.md, "Instructions per WRITE on rxe"): the sender's
 # instructions from its first ibv_post_send to the return of the poll that reaps its
@@ -23,7 +25,7 @@
 # Environment: RXE_INSTR_WRS (WRs per run, default 8192, a multiple of 32),
 # RXE_INSTR_LISTS ("1 32"), RXE_INSTR_OUT (results folder, kept; default
 # BUILD_DIR/rxe-instructions; not under /tmp), RXE_INSTR_TIMEOUT (harness, 1500 s),
-# RXE_INSTR_PROGRAMS ("raw perftest rdmakit"). Extra arguments after BUILD_DIR go to
+# RXE_INSTR_PROGRAMS ("raw perftest rdmakit rkloop"). Extra arguments after BUILD_DIR go to
 # run-in-vm.sh (e.g. --smp 1). Exit 0 only when every run completed and was counted.
 set -uo pipefail
 
@@ -34,14 +36,15 @@ build=$(cd -- "$build" 2>/dev/null && pwd -P) || { echo "rxe_instructions: no bu
 raw=$build/bench/raw_verbs_write
 shim=$build/bench/librxe_window.so
 rk=$build/tools/rdmakit-perf
+rkw=$build/bench/rdmakit_write
 out=${RXE_INSTR_OUT:-$build/rxe-instructions}
 wrs=${RXE_INSTR_WRS:-8192}
 lists=${RXE_INSTR_LISTS:-"1 32"}
-programs=${RXE_INSTR_PROGRAMS:-"raw perftest rdmakit"}
+programs=${RXE_INSTR_PROGRAMS:-"raw perftest rdmakit rkloop"}
 
 if [[ ${RDMAKIT_RXE:-} != 1 ]]; then
-  for f in "$raw" "$shim" "$rk"; do
-    [[ -e $f ]] || { echo "rxe_instructions: $f is missing; build it: ninja -C $build bench/raw_verbs_write bench/librxe_window.so tools/rdmakit-perf" >&2; exit 2; }
+  for f in "$raw" "$rkw" "$shim" "$rk"; do
+    [[ -e $f ]] || { echo "rxe_instructions: $f is missing; build it: ninja -C $build bench/raw_verbs_write bench/rdmakit_write bench/librxe_window.so tools/rdmakit-perf" >&2; exit 2; }
   done
   command -v valgrind >/dev/null || { echo "rxe_instructions: valgrind is not installed (apt-get install valgrind)" >&2; exit 2; }
   ((wrs % 32 == 0 && wrs > 0)) || { echo "rxe_instructions: RXE_INSTR_WRS must be a positive multiple of 32" >&2; exit 2; }
@@ -116,6 +119,8 @@ run_one() {   # run_one PROGRAM L
         wait "$spid"; src=$?
         ((src == 0)) || { ok=0; echo "  $name: server exit $src"; sed 's/^/    /' "$out/$name.server.log"; }
       else ok=0; kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null; fi ;;
+    rkloop)
+      count "$name" "$l" -- "$rkw" -d "$dev" -s 64 -n "$wrs" -l "$l" || ok=0 ;;
     rdmakit)
       local rkc=("$rk" write_bw -d "$dev" -x "$gid" -s 64 -n "$wrs" -l "$l" -Q 16 -t 128 -I 0 --no-progress --timeout 120000)
       if start_server "$name" "${rkc[@]}"; then
