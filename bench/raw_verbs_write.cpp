@@ -84,8 +84,9 @@ inline int reap(ibv_cq* cq, std::uint64_t& completed) {
 // When the list length is a multiple of the signaling interval and of `iters` (post list
 // 32, -Q 16), every list has the same signaled positions: the flags were set once and a
 // post only writes the wr_id of its signaled WRs (what a careful hand-written loop does;
-// perftest's list loop also leaves its WRs alone). Otherwise each WR's wr_id and flags
-// are written before the post.
+// perftest's list loop also leaves its WRs alone). With one WR per post, wr_id and flags
+// are written per post and a countdown says which WR is signaled. Other lists: each WR's
+// wr_id and flags are written before the post.
 __attribute__((noinline)) std::uint64_t write_loop(const run_state& s, const options& o) {
   const std::uint64_t n = o.iters;
   const std::uint32_t list = o.list, every = o.signal_every, depth = o.depth;
@@ -99,6 +100,25 @@ __attribute__((noinline)) std::uint64_t write_loop(const run_state& s, const opt
         ibv_send_wr* bad = nullptr;
         if (int rc = ibv_post_send(s.qp, s.wrs, &bad)) die("ibv_post_send", rc);
         posted += list;
+      }
+      if (reap(s.cq, completed) > 0) ++polls;
+    }
+    return polls;
+  }
+  if (list == 1) {
+    // One WR per post: a countdown to the next signaled WR (no division per WR).
+    ibv_send_wr& w = s.wrs[0];
+    std::uint32_t left = every;
+    while (completed < n) {
+      while (posted < n && posted - completed < depth) {
+        w.wr_id = posted;
+        bool signaled = --left == 0;
+        if (signaled) left = every;
+        signaled |= posted == n - 1;
+        w.send_flags = s.inline_flag | (signaled ? static_cast<unsigned>(IBV_SEND_SIGNALED) : 0u);
+        ibv_send_wr* bad = nullptr;
+        if (int rc = ibv_post_send(s.qp, &w, &bad)) die("ibv_post_send", rc);
+        ++posted;
       }
       if (reap(s.cq, completed) > 0) ++polls;
     }
