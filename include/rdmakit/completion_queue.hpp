@@ -220,7 +220,13 @@ class completion_queue {
     if (RDMAKIT_UNLIKELY(!blk_)) return -EBADF;
     typename B::wc wcs[P::batch];
     auto& b = *blk_;
-    int n = B::poll_cq(b.cq, P::batch, wcs);
+    const int n = B::poll_cq(b.cq, P::batch, wcs);
+    if (const int recvs = b.receives_if_all_of_last(wcs, n); RDMAKIT_LIKELY(recvs >= 0 && n > 0)) {
+      detail::qp_link<B>* l = b.last;
+      l->on_polled_batch(static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(recvs));
+      for (int i = 0; i < n; ++i) g(l, completion<B>(wcs[i], l->recv_offset));
+      return n;
+    }
     auto routed = [&](detail::qp_link<B>* l, const typename B::wc& w) {
       l->account(w);
       g(l, completion<B>(w, l->recv_offset));

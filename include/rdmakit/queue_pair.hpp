@@ -354,6 +354,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
                                                   const detail::sq_credits::plan& plan) noexcept {
     const auto n = static_cast<std::uint32_t>(batch.size());
     typename B::send_wr* bad = nullptr;
+    batch.end_chain_();
     if (int e = B::post_send(parts_.qp, batch.front_(), &bad); RDMAKIT_UNLIKELY(e != 0))
       return partly_posted_(batch, e, bad);
     l.sq.template apply<S>(plan);
