@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # rxe_instructions.sh — user-space instructions per 64 B RDMA WRITE on soft-RoCE (rxe),
-# counted with callgrind, for three programs with the same options (RC, 64 B, not
-# inline (-I 0: perftest's choice on rxe), a signaled WR every 16, SQ depth 128), post list 1 and 32, all in ONE guest run of
-# tests/rxe/run-in-vm.sh:
+# counted with callgrind, for four programs with the same options (RC, 64 B, not inline
+# (-I 0: perftest's choice on rxe), a signaled WR every 16, SQ depth 128), post list 1
+# and 32, all in ONE guest run of tests/rxe/run-in-vm.sh:
 #   raw           bench/raw_verbs_write (plain libibverbs, two QPs of one process)
 #   ib_write_bw   perftest's client (sender) against its server, --use_old_post_send
 #   rdmakit-perf  tools/perf write_bw client (sender) against its own server
@@ -30,9 +30,9 @@
 set -uo pipefail
 
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
-build=${1:-build}
+build_arg=${1:-build}
 (($#)) && shift
-build=$(cd -- "$build" 2>/dev/null && pwd -P) || { echo "rxe_instructions: no build folder ${build}" >&2; exit 2; }
+build=$(cd -- "$build_arg" 2>/dev/null && pwd -P) || { echo "rxe_instructions: no build folder $build_arg" >&2; exit 2; }
 raw=$build/bench/raw_verbs_write
 shim=$build/bench/librxe_window.so
 rk=$build/tools/rdmakit-perf
@@ -49,7 +49,13 @@ if [[ ${RDMAKIT_RXE:-} != 1 ]]; then
   command -v valgrind >/dev/null || { echo "rxe_instructions: valgrind is not installed (apt-get install valgrind)" >&2; exit 2; }
   ((wrs % 32 == 0 && wrs > 0)) || { echo "rxe_instructions: RXE_INSTR_WRS must be a positive multiple of 32" >&2; exit 2; }
   case $out in /tmp/*) echo "rxe_instructions: RXE_INSTR_OUT must not be under /tmp (the guest's /tmp is private)" >&2; exit 2 ;; esac
-  rm -rf -- "$out" && mkdir -p -- "$out" || exit 2
+  # The results folder is emptied before a run: only one this script made (it has the
+  # marker file), or a new or empty one.
+  if [[ -d $out && -n $(ls -A -- "$out") && ! -e $out/.rxe-instructions ]]; then
+    echo "rxe_instructions: $out exists and was not made by this script; choose another RXE_INSTR_OUT" >&2
+    exit 2
+  fi
+  rm -rf -- "$out" && mkdir -p -- "$out" && : >"$out/.rxe-instructions" || exit 2
   out=$(cd -- "$out" && pwd -P)
   start=$(date +%s)
   "$here/../tests/rxe/run-in-vm.sh" --timeout "${RXE_INSTR_TIMEOUT:-1500}" --out "$out" "$@" -- \
@@ -91,7 +97,7 @@ count() {
   return "$rc"
 }
 
-# with_server NAME SERVER_CMD... -- : starts the server on $port, waits until it listens.
+# start_server NAME SERVER_CMD... : starts the server on the next port, waits until it listens.
 spid=
 start_server() {
   local name=$1 i; shift
