@@ -67,6 +67,10 @@ struct qp_link {
         --rq_held;
       else
         sq.on_signaled_completion();
+    } else if (recv && recv_offset != 0 && B::get_status(w) == wc_status::loc_len_err) {
+      // UD (the only transport with a receive offset): a datagram too large for its
+      // receive costs that receive, not the QP, which stays in RTS (docs/semantics.md#ud).
+      --rq_held;
     } else {
       set_error();
       // The root cause, not a flush it caused: with separate send and receive CQs the
