@@ -13,7 +13,8 @@
 #
 # Builds nothing. Build first (a build with benchmarks and tools, libibverbs and
 # valgrind's headers installed):
-#   meson setup build && ninja -C build bench/raw_verbs_write bench/rdmakit_write bench/librxe_window.so tools/rdmakit-perf
+#   meson setup build-rxe -Dtests=disabled      (-O2 -g; not the README test command's -Og build)
+#   ninja -C build-rxe bench/raw_verbs_write bench/rdmakit_write bench/librxe_window.so tools/rdmakit-perf
 #
 # What is counted (bench/README.md, "Instructions per WRITE on rxe"): the sender's
 # instructions from its first ibv_post_send to the return of the poll that reaps its

@@ -396,8 +396,16 @@ class runner {
   /// Posts up to `n` WRs of the test's operation on QP j (sequence numbers from `seq`).
   /// `last_seq`: the WR that must be signaled so the run's end is seen.
   post_result post_ops(std::uint32_t j, std::uint64_t seq, std::uint32_t n, std::uint64_t last_seq) noexcept {
-    const local_buffer src = mr_.local(send_off(j), t_.op == op_kind::atomic ? 8 : o_.size);
-    const remote_t dst = remote_[j].sub(0, t_.op == op_kind::atomic ? 8 : o_.size);
+    return post_ops(j, seq, n, last_seq, src_of(j), dst_of(j));
+  }
+
+  // QP j's source and destination buffers (bw_client computes them once, not per post).
+  local_buffer src_of(std::uint32_t j) const { return mr_.local(send_off(j), t_.op == op_kind::atomic ? 8 : o_.size); }
+  remote_t dst_of(std::uint32_t j) const { return remote_[j].sub(0, t_.op == op_kind::atomic ? 8 : o_.size); }
+
+  // src and dst by value: copies the batch's stores cannot alias, so they stay in registers.
+  post_result post_ops(std::uint32_t j, std::uint64_t seq, std::uint32_t n, std::uint64_t last_seq,
+                       const local_buffer src, const remote_t dst) noexcept {
     auto flags_for = [&](std::uint64_t s) {
       bool want = s == last_seq;
       if constexpr (std::is_same_v<S, signal_manual>) want = want || (s + 1) % o_.cq_mod == 0;
@@ -483,6 +491,12 @@ class runner {
     const bool timed = o_.duration > 0;
     const std::uint64_t per_qp = timed ? seq_mask : o_.iters;
     std::vector<std::uint64_t> posted(q, 0), done(q, 0);
+    std::vector<local_buffer> srcs;
+    std::vector<remote_t> dsts;
+    for (std::uint32_t j = 0; j < q; ++j) {
+      srcs.push_back(src_of(j));
+      dsts.push_back(dst_of(j));
+    }
     std::uint64_t total = 0;
     auto on_wc = [&](const completion<B>& c) noexcept {
       if (!c.ok()) return record_failure(c);
@@ -507,7 +521,7 @@ class runner {
           while (posted[j] < per_qp) {
             const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(o_.post_list, per_qp - posted[j]));
             if (qps_[j].send_credits() < n) break;
-            auto r = post_ops(j, posted[j], n, per_qp - 1);
+            auto r = post_ops(j, posted[j], n, per_qp - 1, srcs[j], dsts[j]);
             if (!r) post_failed(r, posted[j]);
             posted[j] += n;
           }
