@@ -35,10 +35,15 @@ inline const char* errno_name(int e) noexcept {
   }
 }
 
+/// "Invalid argument (EINVAL)": strerror and the errno's name.
+std::string errno_message(int e);
+
+// The categories' members stay in the class: a virtual function defined later, even
+// inline, would make GCC emit the vtable in every translation unit.
 class verbs_category_impl final : public std::error_category {
  public:
   const char* name() const noexcept override { return "rdmakit.verbs"; }
-  std::string message(int e) const override;  // "Invalid argument (EINVAL)"
+  std::string message(int e) const override { return errno_message(e); }
   // errno values compare equal to std::errc, so `ec == std::errc::invalid_argument` works.
   std::error_condition default_error_condition(int e) const noexcept override {
     return std::generic_category().default_error_condition(e);
@@ -48,7 +53,7 @@ class verbs_category_impl final : public std::error_category {
 class wc_status_category_impl final : public std::error_category {
  public:
   const char* name() const noexcept override { return "rdmakit.wc_status"; }
-  std::string message(int e) const override;  // "remote access error"
+  std::string message(int e) const override { return to_string(static_cast<wc_status>(e)); }
 };
 }  // namespace detail
 

@@ -11,12 +11,8 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 
-RDMAKIT_DECL std::string verbs_category_impl::message(int e) const {
+RDMAKIT_DECL std::string errno_message(int e) {
   return std::string(std::strerror(e)) + " (" + errno_name(e) + ")";
-}
-
-RDMAKIT_DECL std::string wc_status_category_impl::message(int e) const {
-  return to_string(static_cast<wc_status>(e));
 }
 
 RDMAKIT_NOINLINE RDMAKIT_DECL void throw_empty(const char* type, const char* call) {
