@@ -10,6 +10,7 @@
 #if !defined(RDMAKIT_SEPARATE_COMPILATION)
 #error "<rdmakit/src.hpp> is for RDMAKIT_SEPARATE_COMPILATION builds; header-only builds include <rdmakit/rdmakit.hpp>"
 #endif
+#include <rdmakit/detail/completion_impl.hpp>
 #include <rdmakit/detail/error_impl.hpp>
 #include <rdmakit/detail/gid_choice_impl.hpp>
 #include <rdmakit/detail/qp_setup_impl.hpp>
