@@ -7,6 +7,7 @@
 #include <rdmakit/backend.hpp>
 
 #include <bit>
+#include <concepts>
 #include <cstdint>
 #include <string>
 #include <system_error>
@@ -122,6 +123,10 @@ class completion {
   typename B::wc wc_;
   std::uint32_t recv_offset_;
 };
+
+/// What completion_queue::poll, wait and drain call: anything callable with a completion.
+template <class F, class B>
+concept completion_handler = std::invocable<F&, const completion<B>&>;
 
 RDMAKIT_END_NAMESPACE
 

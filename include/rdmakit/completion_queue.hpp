@@ -119,13 +119,19 @@ class completion_queue {
   /// Polls one batch (up to P::batch) and calls f(completion<B>) for each, after the
   /// owning QP's credit accounting. Returns the count, or -errno if poll_cq failed
   /// (-EBADF on an empty handle).
-  template <class F>
+  template <completion_handler<B> F>
   RDMAKIT_ALWAYS_INLINE int poll(F&& f) noexcept {
     return poll_impl_([&f](detail::qp_link<B>*, const completion<B>& c) { f(c); });
   }
 
+  /// Polls one batch for the accounting only: the completions give their credits back
+  /// and are not delivered. A failed one still puts its queue pair in error (in_error(),
+  /// first_error(), posts refused with qp_error), so a loop that only needs its credits
+  /// back, such as a bandwidth loop of WRITEs, need not look at each completion.
+  RDMAKIT_ALWAYS_INLINE int poll() noexcept { return poll(ignore_completion{}); }
+
   /// Polls until the CQ is empty; returns the total count (or -errno).
-  template <class F>
+  template <completion_handler<B> F>
   int drain(F&& f) noexcept {
     int total = 0;
     for (;;) {
@@ -138,18 +144,24 @@ class completion_queue {
 
   /// Waits up to `timeout` for completions with the polling policy, then delivers one
   /// batch to f.
-  template <class F>
+  template <completion_handler<B> F>
   wait_result wait(F&& f, std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
     if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
     ops<F> o{this, f};
     return wait_result{P::wait(o, timeout)};
   }
 
+  /// Waits as wait(f, timeout), for the accounting only, as poll() does.
+  wait_result wait(std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+    ignore_completion none;
+    return wait(none, timeout);
+  }
+
   /// Waits until at least `n` completions have been delivered to f, all within one
   /// `timeout`: the count delivered (it may pass n: a batch is delivered whole), a
   /// timed-out result when the deadline came first (f has seen the ones that did
   /// come), or the error of a failed wait (EINVAL for n below 1: nothing to wait for).
-  template <class F>
+  template <completion_handler<B> F>
   wait_result wait_for(int n, F&& f, std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
     if (RDMAKIT_UNLIKELY(n < 1)) return wait_result{-EINVAL};
     using clock = std::chrono::steady_clock;
@@ -215,12 +227,22 @@ class completion_queue {
  private:
   friend struct detail::policy_access;
 
+  struct ignore_completion {
+    void operator()(const completion<B>&) const noexcept {}
+  };
+
   template <class G>
   RDMAKIT_ALWAYS_INLINE int poll_impl_(G&& g) noexcept {
     if (RDMAKIT_UNLIKELY(!blk_)) return -EBADF;
     typename B::wc wcs[P::batch];
     auto& b = *blk_;
-    int n = B::poll_cq(b.cq, P::batch, wcs);
+    const int n = B::poll_cq(b.cq, P::batch, wcs);
+    if (const int recvs = b.receives_if_all_of_last(wcs, n); RDMAKIT_LIKELY(recvs >= 0 && n > 0)) {
+      detail::qp_link<B>* l = b.last;
+      l->on_polled_batch(static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(recvs));
+      for (int i = 0; i < n; ++i) g(l, completion<B>(wcs[i], l->recv_offset));
+      return n;
+    }
     auto routed = [&](detail::qp_link<B>* l, const typename B::wc& w) {
       l->account(w);
       g(l, completion<B>(w, l->recv_offset));

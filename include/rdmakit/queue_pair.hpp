@@ -279,18 +279,19 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     }
   }
 
-  /// An empty post list for this queue pair (Max WRs, SgePerWr SGEs each).
+  /// An empty post list for this queue pair (Max WRs, SgePerWr SGEs each). Under a
+  /// policy that signals every WR its WRs are built signaled, so post sets no flag.
   template <std::size_t Max, std::size_t SgePerWr = 1>
-  static send_batch<B, T, Max, SgePerWr> make_batch() noexcept {
-    return send_batch<B, T, Max, SgePerWr>();
+  static send_batch<B, T, Max, SgePerWr, detail::signals_every_wr<S>> make_batch() noexcept {
+    return {};
   }
 
   /// Posts every WR of `batch` with one doorbell. All or nothing on credits; if the
   /// device refuses a WR, `posted` is the index of that WR (its bad_wr), the ones before
   /// it are posted and removed from the batch, which keeps the rest. The batch is
   /// cleared when all were posted.
-  template <std::size_t Max, std::size_t SgePerWr>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(send_batch<B, T, Max, SgePerWr>& batch) noexcept {
+  template <std::size_t Max, std::size_t SgePerWr, bool SignalEach>
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(send_batch<B, T, Max, SgePerWr, SignalEach>& batch) noexcept {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     const std::size_t n = batch.size();
     if (n == 0) return {post_status::ok, 0, 0};
@@ -301,9 +302,10 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     auto plan = l.sq.start();
     const std::uint32_t inline_limit = parts_.inline_limit;
     if constexpr (detail::plans_unasked<S>) {
-      if (RDMAKIT_LIKELY(batch.plain_(inline_limit))) {  // only the signaled WRs change
+      // Only the signaled WRs change (none when the batch was built for this policy).
+      if (RDMAKIT_LIKELY(SignalEach == detail::signals_every_wr<S> && batch.plain_(inline_limit))) {
         detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [&](std::uint32_t i) {
-          B::set_send_flags(w[i], batch.entry_(i).flags | send_flags::signaled);
+          if constexpr (!SignalEach) B::set_send_flags(w[i], batch.entry_(i).flags | send_flags::signaled);
         });
         return post_planned_(batch, l, plan);
       }
@@ -349,11 +351,12 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     return static_cast<int>(sgl.size());
   }
 
-  template <std::size_t Max, std::size_t SgePerWr>
-  RDMAKIT_ALWAYS_INLINE post_result post_planned_(send_batch<B, T, Max, SgePerWr>& batch, detail::qp_link<B>& l,
+  template <std::size_t Max, std::size_t SgePerWr, bool SignalEach>
+  RDMAKIT_ALWAYS_INLINE post_result post_planned_(send_batch<B, T, Max, SgePerWr, SignalEach>& batch, detail::qp_link<B>& l,
                                                   const detail::sq_credits::plan& plan) noexcept {
     const auto n = static_cast<std::uint32_t>(batch.size());
     typename B::send_wr* bad = nullptr;
+    batch.end_chain_();
     if (int e = B::post_send(parts_.qp, batch.front_(), &bad); RDMAKIT_UNLIKELY(e != 0))
       return partly_posted_(batch, e, bad);
     l.sq.template apply<S>(plan);
@@ -363,8 +366,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
 
   // The device refused WR k of a list: the ledger records the k before it (planned again
   // from the same counters, so with the same decisions) and the batch keeps the rest.
-  template <std::size_t Max, std::size_t SgePerWr>
-  RDMAKIT_NOINLINE post_result partly_posted_(send_batch<B, T, Max, SgePerWr>& batch, int e,
+  template <std::size_t Max, std::size_t SgePerWr, bool SignalEach>
+  RDMAKIT_NOINLINE post_result partly_posted_(send_batch<B, T, Max, SgePerWr, SignalEach>& batch, int e,
                                               typename B::send_wr* bad) noexcept {
     auto* w = batch.front_();
     const std::size_t n = batch.size();

@@ -19,7 +19,7 @@ RDMAKIT_BEGIN_NAMESPACE
 
 template <verbs_backend B, transport T, signaling S, qp_state State>
 class queue_pair;
-template <verbs_backend B, transport T, std::size_t Max, std::size_t SgePerWr = 1>
+template <verbs_backend B, transport T, std::size_t Max, std::size_t SgePerWr = 1, bool SignalEach = false>
 class send_batch;
 
 /// A post list: several WRs posted with one doorbell by queue_pair::post. The
@@ -27,8 +27,11 @@ class send_batch;
 /// has room for SgePerWr SGEs; its native WR is built when it is added.
 /// The operations are also member functions (`batch.write(src, dst, wr_id)`, ...:
 /// detail/operation_calls.hpp), each the same as `batch.add(op::write{src, dst}, wr_id)`.
-template <verbs_backend B, transport T, std::size_t Max, std::size_t SgePerWr>
-class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr>, B> {
+///
+/// SignalEach: the batch's WRs are built signaled, as make_batch() of a queue pair whose
+/// policy signals every WR (signal_all) makes them, so that post needs no pass over them.
+template <verbs_backend B, transport T, std::size_t Max, std::size_t SgePerWr, bool SignalEach>
+class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr, SignalEach>, B> {
   static_assert(Max >= 1 && SgePerWr >= 1, "send_batch needs Max >= 1 and SgePerWr >= 1");
 
  public:
@@ -77,6 +80,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // After a partial post: the first k WRs are gone, the rest stay where they are (still
   // chained), so nothing moves and no pointer into the batch changes.
   void drop_front_(std::size_t k) noexcept {
+    relink_();
     first_ += k;
     touched_ = true;  // their flags were set by the refused post
   }
@@ -88,32 +92,42 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   typename B::send_wr* front_() noexcept { return &wrs_[first_]; }
   const detail::batch_entry& entry_(std::size_t i) const noexcept { return entries_[first_ + i]; }
 
-  // Builds the native WR in place, chained to the previous one: post only sets the flags.
+  // Builds the native WR in place: post only sets the flags (and ends the chain). Each
+  // WR points ahead at the slot after it; the counters are read once into locals, as
+  // the WR's stores could otherwise alias them and force a reload after each.
   template <class Op>
   bool add_(opcode op, std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags,
             const Op& o) noexcept {
-    if (n_ == Max || sgl.size() > SgePerWr) return false;
+    const std::size_t n = n_;
+    if (n == Max || sgl.size() > SgePerWr) return false;
     detail::send_desc<B> d{};
     d.op = op;
     std::uint32_t total = 0;
-    typename B::sge* sg = &sges_[n_ * SgePerWr];
+    typename B::sge* sg = &sges_[n * SgePerWr];
     for (std::size_t i = 0; i < sgl.size(); ++i) {
       B::set_sge(sg[i], sgl[i].addr, sgl[i].length, sgl[i].lkey);
       total += sgl[i].length;
     }
     o.fill(d);
-    auto& w = wrs_[n_];
-    B::set_send(w, wr_id, op, flags, sg, static_cast<int>(sgl.size()));
-    detail::set_op_fields<B, T>(w, d);
-    if (n_ != first_) B::set_next(wrs_[n_ - 1], &w);
+    auto* w = wrs_.data() + n;
+    constexpr send_flags base = SignalEach ? send_flags::signaled : send_flags::none;
+    B::set_send(*w, wr_id, op, flags | base, sg, static_cast<int>(sgl.size()));
+    detail::set_op_fields<B, T>(*w, d);
+    B::set_next(*w, w + 1);  // one past the last slot at most: never followed (end_chain_)
     const std::uint32_t inline_bytes = detail::may_inline(op) ? total : detail::batch_entry::never_inline;
-    entries_[n_] = {flags, inline_bytes};
-    if (inline_bytes < min_inline_bytes_) min_inline_bytes_ = inline_bytes;
+    entries_[n] = {flags, inline_bytes};
+    const std::uint32_t min_inline = min_inline_bytes_;
+    min_inline_bytes_ = inline_bytes < min_inline ? inline_bytes : min_inline;
     asked_signal_ |= has_any(flags, send_flags::signaled);
     ids_ |= wr_id;
-    ++n_;
+    n_ = n + 1;
     return true;
   }
+
+  // The last WR ends the list while it is posted; relink() undoes it for WRs added after a
+  // partial post.
+  void end_chain_() noexcept { B::set_next(wrs_[n_ - 1], nullptr); }
+  void relink_() noexcept { B::set_next(wrs_[n_ - 1], wrs_.data() + n_); }
 
   detail::uninit_array<typename B::send_wr, Max> wrs_;
   std::array<detail::batch_entry, Max> entries_;

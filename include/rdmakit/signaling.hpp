@@ -239,6 +239,15 @@ class sq_credits {
     }
   }
 
+  /// k successful send completions were polled at once (see on_signaled_completion).
+  RDMAKIT_ALWAYS_INLINE void on_signaled_completions(std::uint32_t k) noexcept {
+    if (one_per_completion_) {
+      held_ -= k < held_ ? k : held_;  // spurious completions change nothing
+      return;
+    }
+    for (; k != 0; --k) on_signaled_completion();
+  }
+
   /// A successful send completion was polled: it is the oldest signaled WR (send
   /// completions arrive in SQ order), and it frees its slot and those of the
   /// unsignaled WRs before it.

@@ -323,6 +323,7 @@ struct device_attr {
   std::uint32_t max_inline_data = 0;      ///< largest inline send the device grants (probed)
   bool atomics = false;                   ///< atomic_cap != IBV_ATOMIC_NONE
   std::uint8_t phys_port_cnt = 0;         ///< number of physical ports (numbered from 1)
+  std::uint32_t num_comp_vectors = 1;     ///< completion vectors: create_cq's comp_vector is below it
 };
 
 /// One port's attributes (ibv_port_attr, the fields rdmakit uses).

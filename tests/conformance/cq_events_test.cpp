@@ -172,3 +172,40 @@ CONFORMANCE_CASE("cq: one CQ shared by several QPs, completions routed by qp_num
   CHECK(per[2] == std::vector<std::uint64_t>{0, 1, 2});
   CHECK(per[3] == std::vector<std::uint64_t>{100, 101, 102});
 }
+
+CONFORMANCE_CASE("cq: a solicited-only arm does not narrow a pending arm for the next completion") {
+  fixture<B> fx;
+  auto ch = fx.make_channel();
+  auto cq = fx.make_cq(16, ch);
+  auto a = fx.make_qp();
+  auto b = fx.make_qp({}, fx.make_cq(16), cq);
+  fx.connect(a, b);
+  auto& buf = fx.make_buffer(64);
+  REQUIRE(fx.post_recv(b, 1, {buf.sge(0, 64)}) == 0);
+  REQUIRE(B::req_notify_cq(cq, false) == 0);
+  REQUIRE(B::req_notify_cq(cq, true) == 0);  // IBA C11-31/C11-32: the arm stays "next"
+  REQUIRE(fx.post_send(a, 2, opcode::send, {buf.sge(0, 16)}) == 0);  // not solicited
+  typename B::cq got{};
+  REQUIRE(B::get_cq_event(ch, 5000ms, got) == 0);
+  CHECK(got == cq);
+  B::ack_cq_events(got, 1);
+  CHECK(fx.poll_one(cq).wr_id == 1);
+}
+
+CONFORMANCE_CASE("cq: arming a CQ that has no completion channel") {
+  fixture<B> fx;
+  const auto want = expected(ids::arm_without_channel, B::name);
+  auto cq = fx.make_cq(16);
+  CHECK(B::req_notify_cq(cq, false) == want.verb_errno);
+  CHECK(B::req_notify_cq(cq, true) == want.verb_errno);
+}
+
+CONFORMANCE_CASE("cq: comp_vector must be below the device's num_comp_vectors") {
+  fixture<B> fx;
+  const auto dev = B::query_device(fx.ctx);
+  REQUIRE(dev.num_comp_vectors >= 1);
+  CHECK(errno_of([&] { fx.make_cq_on_vector(16, static_cast<int>(dev.num_comp_vectors) - 1); }) == 0);
+  CHECK(errno_of([&] { fx.make_cq_on_vector(16, static_cast<int>(dev.num_comp_vectors)); }) == EINVAL);
+  CHECK(errno_of([&] { fx.make_cq_on_vector(16, 1000000); }) == EINVAL);
+  CHECK(errno_of([&] { fx.make_cq_on_vector(16, -1); }) == EINVAL);
+}

@@ -65,6 +65,8 @@ struct outcome {
   status_set resp{};       ///< the responder's completion (nothing() = none, receive stays posted)
   tri grh_flag = tri::either;  ///< IBV_WC_GRH on the receive completion
   bool exact_capacity = true;  ///< a queue is full at exactly the capacity create reported
+  int verb_errno = 0;          ///< what the verb under test returns, when it is not post_send
+  tri stays_rts = tri::either;  ///< the faulty WR's receiver QP is still in RTS afterwards
 };
 
 struct deviation_row {
@@ -91,6 +93,9 @@ inline constexpr std::string_view post_below_rts = "posting.send_below_rts";
 inline constexpr std::string_view queue_capacity = "posting.queue_full_at_reported_capacity";
 inline constexpr std::string_view post_in_err = "posting.post_to_qp_in_err";
 inline constexpr std::string_view atomic_len_over_8 = "opcode.atomic_local_length_over_8";
+inline constexpr std::string_view write_imm_bad_rkey = "fault.write_imm_bad_rkey.responder";
+inline constexpr std::string_view arm_without_channel = "cq.req_notify_without_channel";
+
 }  // namespace ids
 
 inline constexpr std::array deviation_table{
@@ -138,11 +143,15 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::ud_over_mtu, "ibverbs", {.req = {wc_status::success}, .resp = status_set::nothing()},
                   "rxe: SUCCESS and nothing is sent"},
     // UD receive smaller than payload + 40.
-    deviation_row{ids::ud_recv_too_small, "mock", {.req = {wc_status::success}, .resp = {wc_status::loc_len_err}},
-                  "spec §3: resp LOC_LEN_ERR"},
+    deviation_row{ids::ud_recv_too_small, "mock",
+                  {.req = {wc_status::success}, .resp = {wc_status::loc_len_err}, .stays_rts = tri::yes},
+                  "spec §7.1: resp LOC_LEN_ERR, the datagram is lost and the QP stays in RTS"},
     deviation_row{ids::ud_recv_too_small, "ibverbs",
-                  {.req = {wc_status::success}, .resp = status_set{wc_status::loc_qp_op_err} | status_set::nothing()},
-                  "rxe >= 6.10 drops it silently; older kernels LOC_QP_OP_ERR"},
+                  {.req = {wc_status::success},
+                   .resp = status_set{wc_status::loc_qp_op_err} | status_set::nothing(),
+                   .stays_rts = tri::either},
+                  "rxe >= 6.10 drops it silently and stays in RTS; 6.1 (observed) completes it LOC_QP_OP_ERR "
+                  "and moves the QP to ERR"},
     // Unsignaled WRs keep their SQ slot until a later signaled WR is polled.
     deviation_row{ids::slot_release, "mock", {.post_errno = ENOMEM},
                   "spec §6: hardware rule, the SQ is full after max_send_wr unsignaled WRs"},
@@ -170,6 +179,16 @@ inline constexpr std::array deviation_table{
                   "spec §3: local length != 8 is EINVAL at post"},
     deviation_row{ids::atomic_len_over_8, "ibverbs", {.post_errno = 0, .req = {wc_status::success}},
                   "rxe provider (observed): only a length below 8 is refused; 8 bytes are used"},
+    // RDMA WRITE with immediate and a bad rkey: the receive the immediate would have used.
+    deviation_row{ids::write_imm_bad_rkey, "mock", {.req = {wc_status::rem_access_err}, .resp = {wc_status::loc_access_err}},
+                  "spec §3 (ibv_poll_cq(3) IBV_WC_LOC_ACCESS_ERR): the responder's receive completes with a "
+                  "local access error, the requester gets the REM_ACCESS_ERR NAK"},
+    deviation_row{ids::write_imm_bad_rkey, "ibverbs", {.req = {wc_status::rem_access_err}, .resp = {wc_status::rem_access_err}},
+                  "rxe completes the responder's receive with the NAK's status, REM_ACCESS_ERR"},
+    // req_notify_cq on a CQ created without a completion channel: no event can ever come.
+    deviation_row{ids::arm_without_channel, "mock", {.verb_errno = EINVAL},
+                  "the mock refuses an arm that can never deliver an event, so the bug is loud"},
+    deviation_row{ids::arm_without_channel, "ibverbs", {.verb_errno = 0}, "rxe accepts it (and no event comes)"},
     // WRs posted after the QP is already in ERR.
     deviation_row{ids::post_in_err, "mock", {.req = {wc_status::wr_flush_err}, .resp = {wc_status::wr_flush_err}},
                   "they complete with WR_FLUSH_ERR, like WRs outstanding at the move to ERR"},

@@ -121,17 +121,18 @@ CONFORMANCE_CASE("faults: RDMA_WRITE with a bad rkey -> REM_ACCESS_ERR, responde
   CHECK(p.dst.u64(0) == 0);
 }
 
-CONFORMANCE_CASE("faults: RDMA_WRITE_WITH_IMM with a bad rkey -> the consumed receive gets REM_ACCESS_ERR") {
+CONFORMANCE_CASE("faults: RDMA_WRITE_WITH_IMM with a bad rkey -> REM_ACCESS_ERR; the consumed receive fails too") {
   fixture<B> fx;
   faulty_pair<B> p(fx);
+  const auto want = expected(ids::write_imm_bad_rkey, B::name);
   REQUIRE(fx.post_recv_list(p.b, {{800, {p.dst.sge(0, 64)}}, {801, {p.dst.sge(64, 64)}}}).rc == 0);
   p.run_requester({.op = opcode::rdma_write_with_imm, .sg = {p.src.sge(0, 64)}, .remote_addr = p.dst.addr(128),
                    .rkey = p.dst.rkey() ^ 0x77700, .imm_be = to_be32(9)},
-                  {wc_status::rem_access_err});
+                  want.req);
   auto rq = fx.poll(p.b.recv_cq, 2, "the consumed receive and a flush");
   REQUIRE(rq.size() == 2);
   CHECK(rq[0].wr_id == 800);
-  CHECK(rq[0].status == wc_status::rem_access_err);
+  CONF_CHECK_STATUS(want.resp, rq[0].status);
   CHECK(rq[0].qp_num == p.b.num);
   check_flushes({rq[1]}, {801}, p.b.num);
   CHECK(fx.wait_state(p.b, qp_state::err) == qp_state::err);

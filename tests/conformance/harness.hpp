@@ -292,8 +292,10 @@ class fixture {
     return ch;
   }
 
-  typename B::cq make_cq(int cqe, typename B::channel ch = {}) {
-    auto c = B::create_cq(ctx, cqe, ch, 0);
+  typename B::cq make_cq(int cqe, typename B::channel ch = {}) { return make_cq_on_vector(cqe, 0, ch); }
+
+  typename B::cq make_cq_on_vector(int cqe, int comp_vector, typename B::channel ch = {}) {
+    auto c = B::create_cq(ctx, cqe, ch, comp_vector);
     on_cleanup([c] { CHECK_MESSAGE(B::destroy_cq(c) == 0, "destroy_cq at teardown"); });
     return c;
   }

@@ -223,3 +223,15 @@ CONFORMANCE_CASE("posting: WRs posted to a QP in ERR complete with WR_FLUSH_ERR"
   check_side(a.recv_cq, want.resp, 2);
   CHECK(fx.drain(b.recv_cq, 3).empty());
 }
+
+CONFORMANCE_CASE("posting: post_recv on a QP in RESET is EINVAL") {
+  fixture<B> fx;
+  auto& buf = fx.make_buffer(64);
+  for (qp_type t : {qp_type::rc, qp_type::uc, qp_type::ud}) {
+    CAPTURE(t);
+    auto e = fx.make_qp({.type = t});
+    CHECK(fx.post_recv(e, 1, {buf.sge(0, 64)}) == EINVAL);
+    fx.to_init(e);
+    CHECK(fx.post_recv(e, 2, {buf.sge(0, 64)}) == 0);  // from INIT on, always
+  }
+}

@@ -53,6 +53,13 @@ struct qp_link {
     handler_free = nullptr;
   }
 
+  /// n successful completions of this QP, `recvs` of them receives (any order: each
+  /// send completion frees the oldest signaled WR's slots, as account() would).
+  RDMAKIT_ALWAYS_INLINE void on_polled_batch(std::uint32_t n, std::uint32_t recvs) noexcept {
+    rq_held -= recvs;
+    sq.on_signaled_completions(n - recvs);
+  }
+
   RDMAKIT_ALWAYS_INLINE void account(const typename B::wc& w) noexcept {
     const bool recv = (B::get_wr_id(w) & recv_wr_bit) != 0;
     if (RDMAKIT_LIKELY(B::get_status(w) == wc_status::success)) {
@@ -60,6 +67,10 @@ struct qp_link {
         --rq_held;
       else
         sq.on_signaled_completion();
+    } else if (recv && recv_offset != 0 && B::get_status(w) == wc_status::loc_len_err) {
+      // UD (the only transport with a receive offset): a datagram too large for its
+      // receive costs that receive, not the QP, which stays in RTS (docs/semantics.md#ud).
+      --rq_held;
     } else {
       set_error();
       // The root cause, not a flush it caused: with separate send and receive CQs the
@@ -143,6 +154,20 @@ struct cq_block {
   RDMAKIT_ALWAYS_INLINE qp_link<B>* find(std::uint32_t qpn) noexcept {
     if (RDMAKIT_LIKELY(qpn == last_qpn)) return last;
     return find_route(qpn);
+  }
+
+  /// The receive completions among wcs[0..n) when every one of them is a success of
+  /// the queue pair the previous completion was for (find()'s cache); -1 otherwise.
+  /// Branch-free over the batch: a bandwidth loop's polls then cost no routing or
+  /// per-completion accounting (on_polled_batch gives the credits back at once).
+  RDMAKIT_ALWAYS_INLINE int receives_if_all_of_last(const typename B::wc* wcs, int n) const noexcept {
+    std::uint64_t odd = 0;
+    std::uint32_t recvs = 0;
+    for (int i = 0; i < n; ++i) {
+      odd |= static_cast<std::uint64_t>(B::get_status(wcs[i])) | (B::get_qp_num(wcs[i]) ^ last_qpn);
+      recvs += static_cast<std::uint32_t>(B::get_wr_id(wcs[i]) >> 63);
+    }
+    return odd == 0 ? static_cast<int>(recvs) : -1;
   }
 
   /// find() past its one-entry cache: the routes, searched; null when none matches.

@@ -39,6 +39,30 @@ TEST_CASE("UD: an address handle names the destination; receives start with the 
   CHECK_FALSE(ah);
 }
 
+TEST_CASE("UD: a datagram too large for its receive costs that receive, not the queue pair") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto ah = x.pd.create_ah(p.b.local_endpoint());
+  auto tx = x.pd.allocate<access::local_write>(256);
+  auto rx = y.pd.allocate<access::local_write>(256);
+  REQUIRE(p.b.post_recv(rx.local(0, 40 + 10), 1).ok());  // room for 10 bytes
+  REQUIRE(p.a.send(ah.to(p.b.qp_num()), tx.local(0, 100), 2).ok());
+  auto got = collect(y.cq, 1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].status == wc_status::loc_len_err);
+  CHECK_FALSE(p.b.in_error());  // the device keeps the UD QP in RTS, and so does the layer
+  CHECK(p.b.posted_recvs() == 0);
+  REQUIRE(p.b.post_recv(rx.local(), 3).ok());
+  REQUIRE(p.a.send(ah.to(p.b.qp_num()), tx.local(0, 100), 4).ok());
+  got = collect(y.cq, 1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].status == wc_status::success);
+  CHECK(got[0].wr_id == 3);
+  auto back = y.pd.create_ah(p.a.local_endpoint());
+  CHECK(p.b.send(back.to(p.a.qp_num()), rx.local(0, 8), 5).ok());  // its sends are not refused
+}
+
 TEST_CASE("UD: send with immediate data reaches the peer with WITH_IMM") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");

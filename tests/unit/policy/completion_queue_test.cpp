@@ -64,6 +64,71 @@ TEST_CASE("a shared CQ routes every completion to its QP by qp_num") {
   CHECK(x.cq.unrouted() == 0);
 }
 
+TEST_CASE("a poll batch is credited at once only when all of it is the cached QP's successes") {
+  mock::fabric fab;
+  side x(fab, "mock0", 256), y(fab, "mock1", 256);
+  auto p1 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  auto p2 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto drain = [&] {
+    int got = 0;
+    for (int i = 0; i < 20; ++i) got += x.cq.drain([](const completion<B>& c) { CHECK(c.ok()); });
+    return got;
+  };
+  // p2's completion fills the CQ's one-entry route cache.
+  REQUIRE(p2.a.write(src.local(), dst.remote(), 1).ok());
+  REQUIRE(drain() == 1);
+
+  SUBCASE("a batch mixing two live QPs credits each its own") {
+    for (std::uint64_t id = 0; id < 2; ++id) REQUIRE(p1.a.write(src.local(), dst.remote(), id).ok());
+    for (std::uint64_t id = 0; id < 3; ++id) REQUIRE(p2.a.write(src.local(), dst.remote(), id).ok());
+    CHECK(drain() == 5);
+    CHECK(p1.a.send_credits() == 4);
+    CHECK(p2.a.send_credits() == 4);
+    CHECK(x.cq.unrouted() == 0);
+  }
+  SUBCASE("a failure among the cached QP's completions is accounted one by one") {
+    auto other_pd = x.dev.create_pd();
+    auto foreign = other_pd.allocate<rw_access>(64);  // LOC_PROT_ERR on this QP
+    REQUIRE(p2.a.write(src.local(), dst.remote(), 1).ok());
+    REQUIRE(p2.a.write(foreign.local(), dst.remote(), 2).ok());
+    int failed = 0;
+    for (int i = 0; i < 20; ++i) (void)x.cq.drain([&](const completion<B>& c) { failed += !c.ok(); });
+    CHECK(failed == 1);
+    CHECK(p2.a.in_error());
+    CHECK(p2.a.first_error() == wc_status::loc_prot_err);
+    CHECK(p2.a.write(src.local(), dst.remote(), 3).status == post_status::qp_error);
+    CHECK(p1.a.write(src.local(), dst.remote(), 4).ok());  // the other QP is untouched
+  }
+}
+
+TEST_CASE("poll() and wait() without a handler give the credits back; a failure still shows on the QP") {
+  mock::fabric fab;
+  side x(fab, "mock0", 64), y(fab, "mock1", 64);
+  auto p = make_pair<rc, signal_every<2>>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  for (std::uint64_t id = 0; id < 4; ++id) REQUIRE(p.a.write(src.local(), dst.remote(), id).ok());
+  CHECK(p.a.send_credits() == 0);
+  int got = 0;
+  for (int i = 0; i < 20 && got < 2; ++i) got += x.cq.poll();
+  CHECK(got == 2);  // the two signaled WRs
+  CHECK(p.a.send_credits() == 4);
+  CHECK(x.cq.poll() == 0);
+
+  auto other_pd = x.dev.create_pd();
+  auto foreign = other_pd.allocate<rw_access>(64);
+  REQUIRE(p.a.write(src.local(), dst.remote(), 5).ok());
+  REQUIRE(p.a.write(foreign.local(), dst.remote(), 6).ok());  // signaled: the 2nd of a run
+  const wait_result r = x.cq.wait(std::chrono::milliseconds{1000});
+  CHECK(r.count() == 1);
+  CHECK(p.a.in_error());
+  CHECK(p.a.first_error() == wc_status::loc_prot_err);
+  CHECK(p.a.write(src.local(), dst.remote(), 7).status == post_status::qp_error);
+  CHECK(completion_queue<B>{}.wait().error() == EBADF);
+}
+
 TEST_CASE("dispatch: completions of a QP without a handler go to the fallback (or are counted)") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");

@@ -64,3 +64,36 @@ TEST_CASE_FIXTURE(two_regions, "a WR with more SGEs than the batch has room for 
   CHECK_FALSE(batch.write(std::span<const local_buffer>(two), dst.remote(), 1));
   CHECK(batch.empty());
 }
+
+TEST_CASE_FIXTURE(two_regions, "a batch built for one signaling policy is signaled by the policy of the QP it is posted on") {
+  auto all = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
+  auto every = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
+  auto ids_of = [&](std::size_t n) {
+    std::vector<std::uint64_t> ids;
+    for (const auto& c : collect(x.cq, n + 1, 200)) ids.push_back(c.wr_id);  // n + 1: no extra one
+    return ids;
+  };
+  SUBCASE("signal_all's batch (built signaled) on a signal_every<4> QP") {
+    auto batch = decltype(all.a)::make_batch<8>();
+    for (std::uint64_t i = 1; i <= 8; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
+    REQUIRE(every.a.post(batch).ok());
+    CHECK(ids_of(2) == std::vector<std::uint64_t>{4, 8});
+    CHECK(every.a.send_credits() == 16);
+  }
+  SUBCASE("signal_every<4>'s batch on a signal_all QP") {
+    auto batch = decltype(every.a)::make_batch<8>();
+    for (std::uint64_t i = 1; i <= 3; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
+    REQUIRE(all.a.post(batch).ok());
+    CHECK(ids_of(3) == std::vector<std::uint64_t>{1, 2, 3});
+    CHECK(all.a.send_credits() == 16);
+  }
+  SUBCASE("signal_all's own batch: every WR completes, across posts") {
+    auto batch = decltype(all.a)::make_batch<4>();
+    for (int round = 0; round < 3; ++round) {
+      for (std::uint64_t i = 1; i <= 4; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
+      REQUIRE(all.a.post(batch).ok());
+    }
+    CHECK(ids_of(12).size() == 12);
+    CHECK(all.a.send_credits() == 16);
+  }
+}

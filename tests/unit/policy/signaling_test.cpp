@@ -118,6 +118,35 @@ TEST_CASE("signal_all keeps no run: each completion frees one slot, a spurious o
   CHECK(c.pending_signaled() == 0);
 }
 
+TEST_CASE("a batch of completions frees what the same completions one by one would") {
+  SUBCASE("signal_all: k slots, spurious ones none") {
+    auto c = detail::sq_credits::for_policy<signal_all>(4);
+    for (int i = 0; i < 3; ++i) c.commit<signal_all>(true);
+    c.on_signaled_completions(2);
+    CHECK(c.available() == 3);
+    c.on_signaled_completions(5);  // one real, four spurious
+    CHECK(c.available() == 4);
+  }
+  SUBCASE("signal_every<2>: each completion its run, oldest first") {
+    auto c = detail::sq_credits::for_policy<signal_every<2>>(8);
+    auto one = detail::sq_credits::for_policy<signal_every<2>>(8);
+    for (int i = 0; i < 7; ++i) {
+      const bool sig = c.must_signal<signal_every<2>>(false);
+      c.commit<signal_every<2>>(sig);
+      one.commit<signal_every<2>>(one.must_signal<signal_every<2>>(false));
+    }
+    REQUIRE(c.pending_signaled() == 3);
+    c.on_signaled_completions(2);
+    one.on_signaled_completion();
+    one.on_signaled_completion();
+    CHECK(c.available() == one.available());
+    CHECK(c.available() == 5);
+    c.on_signaled_completions(3);  // one real, two spurious
+    CHECK(c.available() == 7);     // the unsignaled 7th WR still holds its slot
+    CHECK(c.pending_signaled() == 0);
+  }
+}
+
 TEST_CASE("signal_manual honours the caller and still closes the queue") {
   auto c = detail::sq_credits::for_policy<signal_manual>(3);
   CHECK_FALSE(c.must_signal<signal_manual>(false));

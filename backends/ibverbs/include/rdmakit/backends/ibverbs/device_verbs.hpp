@@ -106,6 +106,7 @@ RDMAKIT_DECL device_attr query_device(ibv_context* ctx) {
   o.max_inline_data = probe_max_inline(ctx, IBV_QPT_RC);
   o.atomics = a.atomic_cap != IBV_ATOMIC_NONE;
   o.phys_port_cnt = a.phys_port_cnt;
+  o.num_comp_vectors = nonneg(ctx->num_comp_vectors);
   return o;
 }
 

@@ -41,7 +41,10 @@ RDMAKIT_DECL mock::cq mock::create_cq(context ctx, int cqe, channel ch, int comp
     mockd::fail("ibv_create_cq", EINVAL,
                 "cqe " + std::to_string(cqe) + " is outside 1.." + std::to_string(limits.max_cqe) +
                     " (the device's max_cqe)");
-  if (comp_vector < 0) mockd::fail("ibv_create_cq", EINVAL, "negative comp_vector");
+  if (comp_vector < 0 || static_cast<std::uint32_t>(comp_vector) >= limits.num_comp_vectors)
+    mockd::fail("ibv_create_cq", EINVAL,
+                "comp_vector=" + std::to_string(comp_vector) + " is outside 0.." +
+                    std::to_string(limits.num_comp_vectors - 1) + " (the device's num_comp_vectors)");
   if (ch && ch->ctx != ctx) mockd::fail("ibv_create_cq", EINVAL, "the completion channel belongs to another device");
   auto& dev = f.devices[ctx->dev];
   mockd::take_one(dev.count.cq, limits.max_cq, "ibv_create_cq", "completion queues", "max_cq", dev);
@@ -100,8 +103,10 @@ RDMAKIT_DECL int mock::req_notify_cq(cq c, bool solicited_only) noexcept {
   if (hook) hook(c);
   std::lock_guard lk(f.mu);
   if (!c->channel) return EINVAL;  // nothing to notify
+  // An arm for the next completion is not narrowed by a later solicited-only one before
+  // the event (IBA C11-31/C11-32): the event still comes on the next completion.
+  c->solicited_only = c->armed ? c->solicited_only && solicited_only : solicited_only;
   c->armed = true;
-  c->solicited_only = solicited_only;
   return 0;
 }
 

@@ -48,6 +48,7 @@ inline device_attr default_device_limits() {
   a.max_inline_data = 512;
   a.atomics = true;
   a.phys_port_cnt = 1;
+  a.num_comp_vectors = 1;  // rxe: one per CPU; one here, so an out-of-range vector is caught
   return a;
 }
 

@@ -95,6 +95,9 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
   if (!sges_ok || sge_total(rw.sges) < need) {
     e.wc.status = sges_ok ? wc_status::loc_len_err : wc_status::loc_prot_err;
     recv_cqe(f, d, e, false);
+    // A UD datagram that does not fit costs its receive, not the QP: the QP stays in RTS
+    // and later datagrams are delivered (docs/semantics.md#ud; rxe does the same).
+    if (ud && sges_ok) return;
     to_error(f, d);
     if (m.type == qp_type::rc) respond(f, m, nak(sges_ok ? wc_status::rem_inv_req_err : wc_status::rem_op_err));
     return;
@@ -134,7 +137,9 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
       cq_entry e;
       e.wc.wr_id = d->rq.front().wr_id;
       e.wc.qp_num = d->qpn;
-      e.wc.status = wc_status::rem_access_err;
+      // Local: the protection error is on this side's memory (ibv_poll_cq(3): "during the
+      // processing of a RDMA Write with Immediate ... the Remote Access Error NAK was sent").
+      e.wc.status = wc_status::loc_access_err;
       d->rq.pop_front();
       recv_cqe(f, d, e, false);
     }
