@@ -7,6 +7,10 @@
 #                           also measures that tree (e.g. `git worktree add /tmp/base main`),
 #                           alternating its runs with this tree's, and prints both columns:
 #                           on a shared, noisy machine only figures taken side by side compare.
+# Rows marked "separate" define RDMAKIT_SEPARATE_COMPILATION (README: Separate
+# compilation), so the backends' verbs and the core's cold text are only declared; the
+# last row is what that mode compiles once per program (<rdmakit/src.hpp> and the
+# backends' src.hpp). A baseline without that mode compiles those rows header-only.
 # A report, not a test: it always exits 0.
 here=$(cd "$(dirname "$0")/.." && pwd) || exit 0
 cxx=${1:-c++}
@@ -33,13 +37,18 @@ printf '#include <rdmakit/rdmakit.hpp>\n' >"$tmp/core.cpp"
 printf '#include <rdmakit/rdmakit.hpp>\n#include <rdmakit/backends/mock.hpp>\n' >"$tmp/mock.cpp"
 printf '#include <rdmakit/connection.hpp>\n' >"$tmp/connection.cpp"
 printf '#include <rdmakit/backends/ibverbs.hpp>\n' >"$tmp/ibverbs.cpp"
+printf '#include <rdmakit/src.hpp>\n#include <rdmakit/backends/mock/src.hpp>\n' >"$tmp/src.cpp"
+((ibverbs)) && printf '#include <rdmakit/backends/ibverbs/src.hpp>\n' >>"$tmp/src.cpp"
 
-# compile TREE FILE [-E]: the file against TREE's headers, as examples/meson.build does.
+# compile TREE FILE [-E]: the file against TREE's headers, as examples/meson.build does
+# (with RDMAKIT_SEPARATE_COMPILATION when $separate is 1).
+separate=0
 compile() {
   local tree=$1 file=$2
   shift 2
   local flags=(-std=c++20 -O2 -I "$tree/include" -I "$tree/backends/mock/include")
   ((ibverbs)) && flags+=(-I "$tree/backends/ibverbs/include" -DRDMAKIT_HAVE_IBVERBS=1)
+  ((separate)) && flags+=(-DRDMAKIT_SEPARATE_COMPILATION)
   [[ $file == walkthrough ]] && file=$tree/examples/walkthrough.cpp
   if [[ ${1:-} == -E ]]; then "$cxx" "${flags[@]}" -E "$file" 2>/dev/null
   else "$cxx" "${flags[@]}" -c "$file" -o "$tmp/out.o" 2>/dev/null; fi
@@ -71,13 +80,20 @@ if [[ -n $base_tree ]]; then
 else
   printf '| translation unit | CPU s | preprocessed lines | target s |\n|---|---:|---:|---:|\n'
 fi
-row() {  # row LABEL TARGET FILE
+row() {  # row LABEL TARGET FILE [separate]
+  separate=0
+  [[ ${4:-} == separate ]] && separate=1
   measure "$3"
   local lines_this
   lines_this=$(compile "$here" "$3" -E | wc -l)
   if [[ -n $base_tree ]]; then
-    printf '| %s | %s | %d | %s | %d | %s |\n' "$1" "$(minus "$best_base" "$empty_base")" \
-      "$(compile "$base_tree" "$3" -E | wc -l)" "$(minus "$best_this" "$empty_this")" "$lines_this" "$2"
+    local base_s=- base_lines=-  # a file the baseline cannot compile (a header it lacks): "-"
+    if [[ $best_base != fail ]]; then
+      base_s=$(minus "$best_base" "$empty_base")
+      base_lines=$(compile "$base_tree" "$3" -E | wc -l)
+    fi
+    printf '| %s | %s | %s | %s | %d | %s |\n' "$1" "$base_s" "$base_lines" \
+      "$(minus "$best_this" "$empty_this")" "$lines_this" "$2"
   else
     printf '| %s | %s | %d | %s |\n' "$1" "$(minus "$best_this" "$empty_this")" "$lines_this" "$2"
   fi
@@ -90,5 +106,14 @@ if ((ibverbs)); then
   row 'examples/walkthrough.cpp (mock + ibverbs)' '4' walkthrough
 else
   row 'examples/walkthrough.cpp (mock)' '4' walkthrough
+fi
+row 'separate: `<rdmakit/rdmakit.hpp>`' '0.6' "$tmp/core.cpp" separate
+row 'separate: + `<rdmakit/backends/mock.hpp>`' '1.2' "$tmp/mock.cpp" separate
+if ((ibverbs)); then
+  row 'separate: examples/walkthrough.cpp (mock + ibverbs)' '4' walkthrough separate
+  row 'separate: the src.hpp headers, once per program (core, mock, ibverbs)' '-' "$tmp/src.cpp" separate
+else
+  row 'separate: examples/walkthrough.cpp (mock)' '4' walkthrough separate
+  row 'separate: the src.hpp headers, once per program (core, mock)' '-' "$tmp/src.cpp" separate
 fi
 exit 0

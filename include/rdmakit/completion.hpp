@@ -62,6 +62,12 @@ inline const char* explain(wc_status s) noexcept {
   }
 }
 
+namespace detail {
+/// completion::status_message's text. Not a template: compiled once per program in
+/// separate builds, once per translation unit (not per backend) otherwise.
+std::string status_message(wc_status s, bool recv, std::uint64_t wr_id, std::uint32_t qp_num);
+}  // namespace detail
+
 /// One work completion, as polled from a completion queue.
 template <verbs_backend B>
 class completion {
@@ -109,15 +115,7 @@ class completion {
   /// status() as a std::error_code of wc_status_category().
   std::error_code error_code() const noexcept { return make_error_code(status()); }
   /// "REM_ACCESS_ERR ..." style text: status, what it means, QP and wr_id.
-  std::string status_message() const {
-    std::string s = to_string(status());
-    if (ok()) return s;
-    s += " on ";
-    s += is_recv() ? "receive" : "send";
-    s += " wr_id " + std::to_string(wr_id()) + " of QP " + std::to_string(qp_num()) + ": ";
-    s += explain(status());
-    return s;
-  }
+  std::string status_message() const { return detail::status_message(status(), is_recv(), wr_id(), qp_num()); }
   /// The backend's completion (ibv_wc on ibverbs), for fields rdmakit does not wrap.
   const typename B::wc& native() const noexcept { return wc_; }
 
@@ -131,3 +129,7 @@ template <class F, class B>
 concept completion_handler = std::invocable<F&, const completion<B>&>;
 
 RDMAKIT_END_NAMESPACE
+
+#if !defined(RDMAKIT_SEPARATE_COMPILATION)
+#include <rdmakit/detail/completion_impl.hpp>
+#endif

@@ -27,6 +27,18 @@
   }                           \
   }
 
+// Header-only by default: functions defined in headers are `inline`. With
+// RDMAKIT_SEPARATE_COMPILATION defined in every translation unit, the backends' verbs
+// and the core's non-template text are only declared, and compiled once where the
+// src.hpp headers are included (asio's model; see
+// README, "Separate compilation"). RDMAKIT_DECL marks those definitions; cold ones that
+// are RDMAKIT_NOINLINE are declared without it (GCC warns on noinline inline declarations).
+#if defined(RDMAKIT_SEPARATE_COMPILATION)
+#define RDMAKIT_DECL
+#else
+#define RDMAKIT_DECL inline
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
 #define RDMAKIT_LIKELY(x) __builtin_expect(!!(x), 1)
 #define RDMAKIT_UNLIKELY(x) __builtin_expect(!!(x), 0)

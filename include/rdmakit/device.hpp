@@ -18,6 +18,12 @@
 
 RDMAKIT_BEGIN_NAMESPACE
 
+namespace detail {
+/// Throws verbs_error(ENODEV) when `all` (the backend's device names) is empty or lacks
+/// `name` (empty: any device). Not a template: one copy whatever the backends.
+void check_device_name(const std::vector<std::string>& all, std::string_view name, std::string_view backend);
+}  // namespace detail
+
 /// An open device.
 template <verbs_backend B>
 class device {
@@ -58,21 +64,7 @@ class device {
  private:
   template <class Open>
   void open_(const std::vector<std::string>& all, Open&& open, std::string_view name) {
-    if (all.empty())
-      throw verbs_error("ibv_open_device", ENODEV,
-                        std::string("no RDMA device found by the ") + std::string(B::name) +
-                            " backend: load a driver (e.g. `rdma link add rxe0 type rxe netdev eth0`) "
-                            "or test with the mock backend");
-    if (!name.empty()) {
-      bool found = false;
-      for (const auto& n : all) found = found || n == name;
-      if (!found) {
-        std::string list;
-        for (const auto& n : all) list += (list.empty() ? "" : ", ") + n;
-        throw verbs_error("ibv_open_device", ENODEV,
-                          "no device named \"" + std::string(name) + "\"; available: " + list);
-      }
-    }
+    detail::check_device_name(all, name, B::name);
     auto st = std::make_shared<detail::device_state<B>>();
     st->ctx = open();  // closed by ~device_state if a query below throws
     st->name = B::device_name(st->ctx);
@@ -144,3 +136,7 @@ class device {
 };
 
 RDMAKIT_END_NAMESPACE
+
+#if !defined(RDMAKIT_SEPARATE_COMPILATION)
+#include <rdmakit/detail/device_impl.hpp>
+#endif

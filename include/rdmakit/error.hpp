@@ -35,12 +35,15 @@ inline const char* errno_name(int e) noexcept {
   }
 }
 
+/// "Invalid argument (EINVAL)": strerror and the errno's name.
+std::string errno_message(int e);
+
+// The categories' members stay in the class: a virtual function defined later, even
+// inline, would make GCC emit the vtable in every translation unit.
 class verbs_category_impl final : public std::error_category {
  public:
   const char* name() const noexcept override { return "rdmakit.verbs"; }
-  std::string message(int e) const override {
-    return std::string(std::strerror(e)) + " (" + errno_name(e) + ")";
-  }
+  std::string message(int e) const override { return errno_message(e); }
   // errno values compare equal to std::errc, so `ec == std::errc::invalid_argument` works.
   std::error_condition default_error_condition(int e) const noexcept override {
     return std::generic_category().default_error_condition(e);
@@ -94,14 +97,9 @@ struct qp_transition_failure {
 class verbs_error : public std::system_error {
  public:
   /// `verb` failed with errno `err`; `detail` says what was wrong and what to do.
-  verbs_error(std::string verb, int err, const std::string& detail = {})
-      : std::system_error(make_verbs_error_code(err), compose(verb, detail)), verb_(std::move(verb)), detail_(detail) {}
+  verbs_error(std::string verb, int err, const std::string& detail = {});
   /// The same, for a failed QP transition: `t` says which bits were missing or extra.
-  verbs_error(std::string verb, int err, const std::string& detail, const qp_transition_failure& t)
-      : verbs_error(std::move(verb), err, detail) {
-    transition_ = t;
-    has_transition_ = true;
-  }
+  verbs_error(std::string verb, int err, const std::string& detail, const qp_transition_failure& t);
   /// The failed transition, for errors of ibv_modify_qp raised by a queue pair.
   const qp_transition_failure* transition() const noexcept { return has_transition_ ? &transition_ : nullptr; }
   /// The call that failed, e.g. "ibv_modify_qp".
@@ -112,9 +110,7 @@ class verbs_error : public std::system_error {
   const std::string& detail() const noexcept { return detail_; }
 
  private:
-  static std::string compose(const std::string& verb, const std::string& detail) {
-    return detail.empty() ? verb : verb + ": " + detail;
-  }
+  static std::string compose(const std::string& verb, const std::string& detail);
   std::string verb_;
   std::string detail_;
   qp_transition_failure transition_{};
@@ -130,14 +126,14 @@ class usage_error : public std::logic_error {
 
 namespace detail {
 /// "queue_pair::post_recv(): this queue_pair is empty (moved from or default-constructed) ..."
-[[noreturn]] RDMAKIT_NOINLINE inline void throw_empty(const char* type, const char* call) {
-  throw usage_error(std::string(type) + "::" + call + "(): this " + type +
-                    " is empty (moved from or default-constructed): use the object the move or "
-                    "the factory returned");
-}
+[[noreturn]] void throw_empty(const char* type, const char* call);
 }  // namespace detail
 
 RDMAKIT_END_NAMESPACE
 
 template <>
 struct std::is_error_code_enum<rdmakit::wc_status> : std::true_type {};
+
+#if !defined(RDMAKIT_SEPARATE_COMPILATION)
+#include <rdmakit/detail/error_impl.hpp>
+#endif

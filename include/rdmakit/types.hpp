@@ -383,4 +383,6 @@ std::string to_string(access a);
 
 RDMAKIT_END_NAMESPACE
 
+#if !defined(RDMAKIT_SEPARATE_COMPILATION)
 #include <rdmakit/detail/types_impl.hpp>
+#endif

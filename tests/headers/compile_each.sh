@@ -12,7 +12,9 @@ for h in $(cd "$inc" && find rdmakit -name '*.hpp' | sort); do
   case " ${RDMAKIT_SKIP_HEADERS:-} " in *" $h "*) echo "skipped: $h"; continue ;; esac
   count=$((count + 1))
   printf '#include <%s>\n#include <%s>\n' "$h" "$h" >"$tmp/one.cpp"  # twice: include guards too
-  if ! out=$("$@" "$tmp/one.cpp" 2>&1); then
+  mode=  # a src.hpp is for separate-compilation builds only (it says so with #error otherwise)
+  case $h in */src.hpp) mode=-DRDMAKIT_SEPARATE_COMPILATION ;; esac
+  if ! out=$("$@" $mode "$tmp/one.cpp" 2>&1); then
     printf '%s\n' "$out" | head -20
     echo "FAIL: $h does not compile on its own"
     fail=1

@@ -33,36 +33,7 @@ inline const char* gid_type_name(gid_type t) noexcept {
 /// One line per GID table entry ("  [1] 0000:...:ffff:0a00:0001 RoCEv2 (IPv4-mapped)"),
 /// runs of empty entries folded into one line ("  [2..1023] (empty)"), for error messages.
 /// Not a template: a program with two backends compiles this text formatting once.
-RDMAKIT_NOINLINE inline std::string describe_gid_entries(const std::vector<gid_entry>& table) {
-  std::string out;
-  std::size_t empty_from = 0;
-  bool in_empty_run = false;
-  const auto close_run = [&](std::size_t end) {  // end: one past the run
-    if (!in_empty_run) return;
-    out += "\n  [" + std::to_string(empty_from);
-    if (end - empty_from > 1) out += ".." + std::to_string(end - 1);
-    out += "] (empty)";
-    in_empty_run = false;
-  };
-  for (std::size_t i = 0; i < table.size(); ++i) {
-    const gid_entry& e = table[i];
-    if (!e.valid) {
-      if (!in_empty_run) empty_from = i;
-      in_empty_run = true;
-      continue;
-    }
-    close_run(i);
-    out += "\n  [" + std::to_string(i) + "] ";
-    out += e.value.to_string();
-    out += ' ';
-    out += gid_type_name(e.type);
-    if (e.value.is_ipv4_mapped()) out += " (IPv4-mapped)";
-    else if (e.value.is_link_local()) out += " (link-local)";
-  }
-  close_run(table.size());
-  if (table.empty()) out += "\n  (the GID table is empty)";
-  return out;
-}
+std::string describe_gid_entries(const std::vector<gid_entry>& table);
 
 /// The GID table of `port` as describe_gid_entries writes it.
 template <verbs_backend B>
@@ -74,15 +45,8 @@ std::string describe_gid_table(typename B::context ctx, std::uint8_t port, const
 }
 
 /// The verbs_error of a port without a usable GID: what is wrong, the table, what to do.
-[[noreturn]] RDMAKIT_NOINLINE inline void throw_no_usable_gid(const std::string& device, std::uint8_t port,
-                                                              link_layer layer, const char* why,
-                                                              const std::string& table) {
-  throw verbs_error("choose_gid", ENOENT,
-                    "no usable GID on " + device + " port " + std::to_string(port) + " (" + to_string(layer) +
-                        " link layer): " + why + ". GID table:" + table +
-                        "\nGive the port an IP address (RoCE GIDs are the netdev's addresses; "
-                        "see `rdma link` and `ip addr`), or pass a GID index explicitly.");
-}
+[[noreturn]] void throw_no_usable_gid(const std::string& device, std::uint8_t port, link_layer layer,
+                                      const char* why, const std::string& table);
 
 /// The GID index to use on `port` by the rule above.
 template <verbs_backend B>
@@ -120,3 +84,7 @@ int choose_gid(typename B::context ctx, std::uint8_t port) {
 
 }  // namespace detail
 RDMAKIT_END_NAMESPACE
+
+#if !defined(RDMAKIT_SEPARATE_COMPILATION)
+#include <rdmakit/detail/gid_choice_impl.hpp>
+#endif

@@ -27,44 +27,16 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 
-inline std::string cq_too_small(int capacity, std::uint64_t reserved, std::size_t attached,
-                                std::string_view tname, std::uint32_t sends, std::uint32_t recvs,
-                                std::uint64_t need, std::uint32_t max_cqe) {
-  std::string s = "CQ of " + std::to_string(capacity) + " entries is too small for a" +
-                  (tname == "RC" ? "n " : " ") + std::string(tname) + " queue pair of " +
-                  std::to_string(sends) + " send + " + std::to_string(recvs) + " receive WRs";
-  if (attached)
-    s += " (" + std::to_string(reserved) + " entries already promised to " + std::to_string(attached) +
-         " attached queue pair" + (attached > 1 ? "s" : "") + ")";
-  if (need <= max_cqe)
-    s += ": create it with at least " + std::to_string(need) +
-         " entries (a CQ must hold the queue depths of every QP attached to it)";
-  else
-    s += ": it would need " + std::to_string(need) + " entries, above the device's max_cqe (" +
-         std::to_string(max_cqe) + "): give the queue pair separate send and receive CQs, attach fewer "
-         "queue pairs to this CQ, or lower max_send_wr/max_recv_wr";
-  return s;
-}
+/// Why a CQ cannot take a queue pair's WRs, and what to do (the text of check_cq_room).
+RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std::size_t attached,
+                                      std::string_view tname, std::uint32_t sends, std::uint32_t recvs,
+                                      std::uint64_t need, std::uint32_t max_cqe);
 
 /// Refuses connect options and peer fields the IB spec cannot encode, before the QP is
 /// touched (a refused modify_qp would leave it half-way).
 // Out of line: inlined into a connect() whose options are a braced temporary, GCC -O2
 // warned that an unset path_mtu's payload "may be used uninitialized" (it is not read).
-RDMAKIT_NOINLINE inline void check_connect(const endpoint& peer, const connect_options& o) {
-  auto field = [](const char* name, unsigned v, unsigned max, const char* what) {
-    if (v > max)
-      throw usage_error(std::string("connect(): ") + name + " = " + std::to_string(v) + " is out of range (0.." +
-                        std::to_string(max) + "): " + what);
-  };
-  field("connect_options::retry_cnt", o.retry_cnt, 7, "3 bits; 7 retries forever on some devices, 6 is the usual choice");
-  field("connect_options::rnr_retry", o.rnr_retry, 7, "3 bits; 7 means retry forever");
-  field("connect_options::timeout", o.timeout, 31, "5 bits: 4.096 µs · 2^timeout, 0 = infinite");
-  field("connect_options::min_rnr_timer", o.min_rnr_timer, 31, "5 bits: an IB RNR timer code");
-  field("connect_options::sl", o.sl, 15, "the service level has 4 bits");
-  field("endpoint::qpn (peer)", peer.qpn, 0xFFFFFF, "QP numbers have 24 bits: check the endpoint exchange");
-  if (o.path_mtu && mtu_bytes(*o.path_mtu) == 0)
-    throw usage_error("connect(): connect_options::path_mtu is not one of 256, 512, 1024, 2048, 4096");
-}
+void check_connect(const endpoint& peer, const connect_options& o);
 
 /// The address vector to reach `peer` from `port` (GRH on RoCE, or when forced).
 inline ah_attr make_av(const endpoint& peer, std::uint8_t port, const port_attr& pa, int gid_index,
@@ -282,3 +254,7 @@ RDMAKIT_NOINLINE post_result refused_send(const qp_cap& caps, int e, std::uint32
 }  // namespace detail
 
 RDMAKIT_END_NAMESPACE
+
+#if !defined(RDMAKIT_SEPARATE_COMPILATION)
+#include <rdmakit/detail/qp_setup_impl.hpp>
+#endif

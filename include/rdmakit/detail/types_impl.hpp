@@ -1,12 +1,13 @@
 #pragma once
-// Inline definitions for types.hpp (header-only library).
+// The definitions of types.hpp's text conversions: inline in header-only builds, compiled
+// once (<rdmakit/src.hpp>) with RDMAKIT_SEPARATE_COMPILATION.
 #include <rdmakit/types.hpp>
 
 #include <cstdio>
 
 RDMAKIT_BEGIN_NAMESPACE
 
-inline const char* to_string(wc_status s) noexcept {
+RDMAKIT_DECL const char* to_string(wc_status s) noexcept {
   switch (s) {
     case wc_status::success: return "success";
     case wc_status::loc_len_err: return "local length error";
@@ -34,7 +35,7 @@ inline const char* to_string(wc_status s) noexcept {
   return "unknown";
 }
 
-inline const char* to_string(opcode o) noexcept {
+RDMAKIT_DECL const char* to_string(opcode o) noexcept {
   switch (o) {
     case opcode::rdma_write: return "RDMA_WRITE";
     case opcode::rdma_write_with_imm: return "RDMA_WRITE_WITH_IMM";
@@ -47,7 +48,7 @@ inline const char* to_string(opcode o) noexcept {
   return "UNKNOWN";
 }
 
-inline const char* to_string(wc_opcode o) noexcept {
+RDMAKIT_DECL const char* to_string(wc_opcode o) noexcept {
   switch (o) {
     case wc_opcode::send: return "SEND";
     case wc_opcode::rdma_write: return "RDMA_WRITE";
@@ -60,7 +61,7 @@ inline const char* to_string(wc_opcode o) noexcept {
   return "UNKNOWN";
 }
 
-inline const char* to_string(qp_state s) noexcept {
+RDMAKIT_DECL const char* to_string(qp_state s) noexcept {
   switch (s) {
     case qp_state::reset: return "RESET";
     case qp_state::init: return "INIT";
@@ -73,7 +74,7 @@ inline const char* to_string(qp_state s) noexcept {
   return "UNKNOWN";
 }
 
-inline const char* to_string(qp_type t) noexcept {
+RDMAKIT_DECL const char* to_string(qp_type t) noexcept {
   switch (t) {
     case qp_type::rc: return "RC";
     case qp_type::uc: return "UC";
@@ -82,7 +83,7 @@ inline const char* to_string(qp_type t) noexcept {
   return "UNKNOWN";
 }
 
-inline const char* to_string(async_event_type t) noexcept {
+RDMAKIT_DECL const char* to_string(async_event_type t) noexcept {
   static constexpr const char* names[] = {
       "CQ_ERR",      "QP_FATAL",    "QP_REQ_ERR",  "QP_ACCESS_ERR",       "COMM_EST",
       "SQ_DRAINED",  "PATH_MIG",    "PATH_MIG_ERR", "DEVICE_FATAL",       "PORT_ACTIVE",
@@ -92,7 +93,7 @@ inline const char* to_string(async_event_type t) noexcept {
   return i < std::size(names) ? names[i] : "UNKNOWN";
 }
 
-inline const char* to_string(link_layer l) noexcept {
+RDMAKIT_DECL const char* to_string(link_layer l) noexcept {
   switch (l) {
     case link_layer::unspecified: return "unspecified";
     case link_layer::infiniband: return "InfiniBand";
@@ -101,7 +102,7 @@ inline const char* to_string(link_layer l) noexcept {
   return "unknown";
 }
 
-inline const char* to_string(port_state s) noexcept {
+RDMAKIT_DECL const char* to_string(port_state s) noexcept {
   switch (s) {
     case port_state::nop: return "PORT_NOP";
     case port_state::down: return "PORT_DOWN";
@@ -113,7 +114,7 @@ inline const char* to_string(port_state s) noexcept {
   return "unknown";
 }
 
-inline std::string to_string(qp_attr_mask m) {
+RDMAKIT_DECL std::string to_string(qp_attr_mask m) {
   static constexpr const char* names[] = {
       "STATE",        "CUR_STATE",   "EN_SQD_ASYNC_NOTIFY", "ACCESS_FLAGS",     "PKEY_INDEX",
       "PORT",         "QKEY",        "AV",                  "PATH_MTU",         "TIMEOUT",
@@ -130,7 +131,7 @@ inline std::string to_string(qp_attr_mask m) {
   return out.empty() ? "none" : out;
 }
 
-inline std::string to_string(access a) {
+RDMAKIT_DECL std::string to_string(access a) {
   static constexpr const char* names[] = {"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ",
                                           "REMOTE_ATOMIC"};
   std::string out;
@@ -143,7 +144,7 @@ inline std::string to_string(access a) {
   return out.empty() ? "none" : out;
 }
 
-inline std::string gid::to_string() const {
+RDMAKIT_DECL std::string gid::to_string() const {
   char buf[40];
   int n = 0;
   for (int i = 0; i < 16; i += 2)
@@ -152,7 +153,7 @@ inline std::string gid::to_string() const {
   return std::string(buf, static_cast<std::size_t>(n));
 }
 
-inline bool gid::parse(std::string_view text, gid& out) noexcept {
+RDMAKIT_DECL bool gid::parse(std::string_view text, gid& out) noexcept {
   auto hex = [](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;

@@ -6,11 +6,18 @@
 /// the errno, what was wrong and what to do (their bodies are in ibverbs/device_verbs.hpp
 /// and ibverbs/qp_verbs.hpp). The headers of this backend are the only rdmakit headers
 /// that include <infiniband/verbs.h>.
+///
+/// With RDMAKIT_SEPARATE_COMPILATION the setup verbs are only declared here
+/// (ibverbs/setup_verbs.hpp) and compiled once, where
+/// <rdmakit/backends/ibverbs/src.hpp> is included.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/backends/ibverbs/abi.hpp>
+#include <rdmakit/backends/ibverbs/setup_verbs.hpp>
+#include <rdmakit/backends/ibverbs/support.hpp>
+#if !defined(RDMAKIT_SEPARATE_COMPILATION)
 #include <rdmakit/backends/ibverbs/device_verbs.hpp>
 #include <rdmakit/backends/ibverbs/qp_verbs.hpp>
-#include <rdmakit/backends/ibverbs/support.hpp>
+#endif
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/gid_choice.hpp>
 #include <rdmakit/error.hpp>

@@ -9,5 +9,10 @@
 /// mock/engine.hpp (rules, completions, wire, responder, requester, clock, checks:
 /// one header each), mock/verbs.hpp
 /// (the verbs' definitions).
+///
+/// With RDMAKIT_SEPARATE_COMPILATION this header only declares the verbs: the engine is
+/// compiled once, in the translation unit that includes <rdmakit/backends/mock/src.hpp>.
 #include <rdmakit/backends/mock/backend.hpp>
+#if !defined(RDMAKIT_SEPARATE_COMPILATION)
 #include <rdmakit/backends/mock/verbs.hpp>
+#endif

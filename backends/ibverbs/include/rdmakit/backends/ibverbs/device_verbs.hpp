@@ -5,6 +5,7 @@
 // what was wrong and what to do.
 #include <rdmakit/backends/ibverbs/convert.hpp>
 #include <rdmakit/backends/ibverbs/inline_probe.hpp>
+#include <rdmakit/backends/ibverbs/setup_verbs.hpp>
 #include <rdmakit/backends/ibverbs/support.hpp>
 #include <rdmakit/backend.hpp>
 #include <rdmakit/detail/chrono.hpp>
@@ -23,7 +24,7 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace ibverbs::detail {
 
-inline std::vector<std::string> device_names() {
+RDMAKIT_DECL std::vector<std::string> device_names() {
   int n = 0;
   errno = 0;
   ibv_device** list = ibv_get_device_list(&n);
@@ -42,7 +43,7 @@ inline std::vector<std::string> device_names() {
   return out;
 }
 
-inline ibv_context* open_device(std::string_view dev_name) {
+RDMAKIT_DECL ibv_context* open_device(std::string_view dev_name) {
   int n = 0;
   errno = 0;
   ibv_device** list = ibv_get_device_list(&n);
@@ -88,7 +89,7 @@ inline ibv_context* open_device(std::string_view dev_name) {
   return ctx;
 }
 
-inline device_attr query_device(ibv_context* ctx) {
+RDMAKIT_DECL device_attr query_device(ibv_context* ctx) {
   const ibv_device_attr a = query_raw(ctx);
   device_attr o;
   o.max_mr_size = a.max_mr_size;
@@ -109,7 +110,7 @@ inline device_attr query_device(ibv_context* ctx) {
   return o;
 }
 
-inline port_attr query_port(ibv_context* ctx, std::uint8_t port) {
+RDMAKIT_DECL port_attr query_port(ibv_context* ctx, std::uint8_t port) {
   ibv_port_attr a;
   std::memset(&a, 0, sizeof a);
   if (int err = rc_errno(ibv_query_port(ctx, port, &a)))
@@ -127,7 +128,7 @@ inline port_attr query_port(ibv_context* ctx, std::uint8_t port) {
   return o;
 }
 
-inline gid_entry query_gid(ibv_context* ctx, std::uint8_t port, int index) {
+RDMAKIT_DECL gid_entry query_gid(ibv_context* ctx, std::uint8_t port, int index) {
   gid_entry o;
   o.index = static_cast<std::uint32_t>(index < 0 ? 0 : index);
   if (index < 0)
@@ -157,7 +158,7 @@ inline gid_entry query_gid(ibv_context* ctx, std::uint8_t port, int index) {
   return o;
 }
 
-inline int get_async_event(ibv_context* ctx, std::chrono::milliseconds timeout, async_event& out) noexcept {
+RDMAKIT_DECL int get_async_event(ibv_context* ctx, std::chrono::milliseconds timeout, async_event& out) noexcept {
   return wait_then(ctx->async_fd, timeout, [&]() noexcept -> int {
     ibv_async_event ev;
     errno = 0;
@@ -195,14 +196,14 @@ inline int get_async_event(ibv_context* ctx, std::chrono::milliseconds timeout, 
   });
 }
 
-inline ibv_pd* alloc_pd(ibv_context* ctx) {
+RDMAKIT_DECL ibv_pd* alloc_pd(ibv_context* ctx) {
   errno = 0;
   ibv_pd* p = ibv_alloc_pd(ctx);
   if (!p) throw verbs_error("ibv_alloc_pd", null_errno(), "on " + ctx_name(ctx));
   return p;
 }
 
-inline ibv_mr* reg_mr(ibv_pd* p, void* addr, std::size_t length, access flags) {
+RDMAKIT_DECL ibv_mr* reg_mr(ibv_pd* p, void* addr, std::size_t length, access flags) {
   errno = 0;
   ibv_mr* m = ibv_reg_mr(p, addr, length, static_cast<int>(to_underlying(flags)));
   if (m) return m;
@@ -222,7 +223,7 @@ inline ibv_mr* reg_mr(ibv_pd* p, void* addr, std::size_t length, access flags) {
   throw verbs_error("ibv_reg_mr", err, why);
 }
 
-inline ibv_ah* create_ah(ibv_pd* p, const ah_attr& attr) {
+RDMAKIT_DECL ibv_ah* create_ah(ibv_pd* p, const ah_attr& attr) {
   ibv_ah_attr a = to_ibv(attr);
   errno = 0;
   ibv_ah* h = ibv_create_ah(p, &a);
@@ -241,7 +242,7 @@ inline ibv_ah* create_ah(ibv_pd* p, const ah_attr& attr) {
   throw verbs_error("ibv_create_ah", err, why);
 }
 
-inline ibv_comp_channel* create_comp_channel(ibv_context* ctx) {
+RDMAKIT_DECL ibv_comp_channel* create_comp_channel(ibv_context* ctx) {
   errno = 0;
   ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
   if (!ch)
@@ -254,7 +255,7 @@ inline ibv_comp_channel* create_comp_channel(ibv_context* ctx) {
   return ch;
 }
 
-inline ibv_cq* create_cq(ibv_context* ctx, int cqe, ibv_comp_channel* ch, int comp_vector) {
+RDMAKIT_DECL ibv_cq* create_cq(ibv_context* ctx, int cqe, ibv_comp_channel* ch, int comp_vector) {
   const ibv_device_attr lim = query_raw(ctx);
   const std::string where = " on " + ctx_name(ctx);
   if (cqe < 1 || cqe > lim.max_cqe)

@@ -4,6 +4,7 @@
 // name the transition and the mask and say what the IB spec expects there.
 #include <rdmakit/backends/ibverbs/convert.hpp>
 #include <rdmakit/backends/ibverbs/inline_probe.hpp>
+#include <rdmakit/backends/ibverbs/setup_verbs.hpp>
 #include <rdmakit/backends/ibverbs/support.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/types.hpp>
@@ -18,8 +19,8 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace ibverbs::detail {
 
-inline ibv_qp* create_qp(ibv_pd* p, ibv_cq* send_cq, ibv_cq* recv_cq, qp_type type, qp_cap& caps,
-                         bool sq_sig_all) {
+RDMAKIT_DECL ibv_qp* create_qp(ibv_pd* p, ibv_cq* send_cq, ibv_cq* recv_cq, qp_type type, qp_cap& caps,
+                               bool sq_sig_all) {
   if (!p || !send_cq || !recv_cq)
     throw verbs_error("ibv_create_qp", EINVAL, "the PD, send CQ and receive CQ must all be given");
   ibv_context* ctx = p->context;
@@ -79,7 +80,7 @@ inline ibv_qp* create_qp(ibv_pd* p, ibv_cq* send_cq, ibv_cq* recv_cq, qp_type ty
   return q;
 }
 
-inline qp_state query_qp_state(ibv_qp* q) {
+RDMAKIT_DECL qp_state query_qp_state(ibv_qp* q) {
   ibv_qp_attr a;
   ibv_qp_init_attr ia;
   std::memset(&a, 0, sizeof a);
@@ -130,7 +131,7 @@ inline verbs_error modify_error(ibv_qp* q, const qp_attr& attr, qp_attr_mask mas
   return verbs_error("ibv_modify_qp", err, why);
 }
 
-inline void modify_qp(ibv_qp* q, const qp_attr& attr, qp_attr_mask mask) {
+RDMAKIT_DECL void modify_qp(ibv_qp* q, const qp_attr& attr, qp_attr_mask mask) {
   namespace d = rdmakit::ibverbs::detail;
   if (has_any(mask, unsupported_mask))
     throw verbs_error("ibv_modify_qp", EINVAL,

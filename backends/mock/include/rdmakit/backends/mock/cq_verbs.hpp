@@ -12,7 +12,7 @@ namespace backends {
 
 namespace mockd = rdmakit::mock::detail;
 
-inline mock::channel mock::create_comp_channel(context ctx) {
+RDMAKIT_DECL mock::channel mock::create_comp_channel(context ctx) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
   auto* ch = new mockd::channel_obj;
@@ -22,7 +22,7 @@ inline mock::channel mock::create_comp_channel(context ctx) {
   return ch;
 }
 
-inline int mock::destroy_comp_channel(channel ch) noexcept {
+RDMAKIT_DECL int mock::destroy_comp_channel(channel ch) noexcept {
   if (!ch) return EINVAL;
   auto& f = mockd::fab_of(ch);
   std::lock_guard lk(f.mu);
@@ -33,7 +33,7 @@ inline int mock::destroy_comp_channel(channel ch) noexcept {
   return 0;
 }
 
-inline mock::cq mock::create_cq(context ctx, int cqe, channel ch, int comp_vector) {
+RDMAKIT_DECL mock::cq mock::create_cq(context ctx, int cqe, channel ch, int comp_vector) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
   const auto& limits = f.devices[ctx->dev].cfg.limits;
@@ -58,9 +58,9 @@ inline mock::cq mock::create_cq(context ctx, int cqe, channel ch, int comp_vecto
   return c;
 }
 
-inline int mock::cq_capacity(cq c) noexcept { return c->capacity; }
+RDMAKIT_DECL int mock::cq_capacity(cq c) noexcept { return c->capacity; }
 
-inline int mock::destroy_cq(cq c) noexcept {
+RDMAKIT_DECL int mock::destroy_cq(cq c) noexcept {
   if (!c) return EINVAL;
   auto& f = mockd::fab_of(c);
   std::lock_guard lk(f.mu);
@@ -81,7 +81,7 @@ inline int mock::destroy_cq(cq c) noexcept {
   return 0;
 }
 
-inline int mock::poll_cq(cq c, int n, wc* out) noexcept {
+RDMAKIT_DECL int mock::poll_cq(cq c, int n, wc* out) noexcept {
   if (n < 0) return -EINVAL;
   auto& f = mockd::fab_of(c);
   std::lock_guard lk(f.mu);
@@ -92,7 +92,7 @@ inline int mock::poll_cq(cq c, int n, wc* out) noexcept {
   return got;
 }
 
-inline int mock::req_notify_cq(cq c, bool solicited_only) noexcept {
+RDMAKIT_DECL int mock::req_notify_cq(cq c, bool solicited_only) noexcept {
   auto& f = mockd::fab_of(c);
   std::function<void(const void*)> hook;
   {
@@ -110,7 +110,7 @@ inline int mock::req_notify_cq(cq c, bool solicited_only) noexcept {
   return 0;
 }
 
-inline int mock::get_cq_event(channel ch, std::chrono::milliseconds timeout, cq& out) noexcept {
+RDMAKIT_DECL int mock::get_cq_event(channel ch, std::chrono::milliseconds timeout, cq& out) noexcept {
   auto& f = mockd::fab_of(ch);
   std::unique_lock lk(f.mu);
   mockd::touch(f);
@@ -141,7 +141,7 @@ inline int mock::get_cq_event(channel ch, std::chrono::milliseconds timeout, cq&
   }
 }
 
-inline void mock::ack_cq_events(cq c, unsigned n) noexcept {
+RDMAKIT_DECL void mock::ack_cq_events(cq c, unsigned n) noexcept {
   auto& f = mockd::fab_of(c);
   std::lock_guard lk(f.mu);
   c->events_acked = std::min(c->events_delivered, c->events_acked + n);

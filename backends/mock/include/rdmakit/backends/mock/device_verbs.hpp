@@ -16,13 +16,13 @@ namespace backends {
 namespace mockd = rdmakit::mock::detail;
 
 // The name-only forms open from the process default fabric, never from one the caller made.
-inline std::vector<std::string> mock::device_names() { return device_names(rdmakit::mock::default_fabric()); }
+RDMAKIT_DECL std::vector<std::string> mock::device_names() { return device_names(rdmakit::mock::default_fabric()); }
 
-inline std::vector<std::string> mock::device_names(rdmakit::mock::fabric& fab) {
+RDMAKIT_DECL std::vector<std::string> mock::device_names(rdmakit::mock::fabric& fab) {
   return device_names(fab.shared_state());
 }
 
-inline std::vector<std::string> mock::device_names(std::shared_ptr<mockd::fabric_state> st) {
+RDMAKIT_DECL std::vector<std::string> mock::device_names(std::shared_ptr<mockd::fabric_state> st) {
   auto& f = *st;
   std::lock_guard lk(f.mu);
   std::vector<std::string> out;
@@ -30,15 +30,15 @@ inline std::vector<std::string> mock::device_names(std::shared_ptr<mockd::fabric
   return out;
 }
 
-inline mock::context mock::open_device(std::string_view name) {
+RDMAKIT_DECL mock::context mock::open_device(std::string_view name) {
   return open_device(rdmakit::mock::default_fabric(), name);
 }
 
-inline mock::context mock::open_device(rdmakit::mock::fabric& fab, std::string_view name) {
+RDMAKIT_DECL mock::context mock::open_device(rdmakit::mock::fabric& fab, std::string_view name) {
   return open_device(fab.shared_state(), name);
 }
 
-inline mock::context mock::open_device(std::shared_ptr<mockd::fabric_state> st, std::string_view name) {
+RDMAKIT_DECL mock::context mock::open_device(std::shared_ptr<mockd::fabric_state> st, std::string_view name) {
   auto& f = *st;
   std::lock_guard lk(f.mu);
   mockd::touch(f);
@@ -58,7 +58,7 @@ inline mock::context mock::open_device(std::shared_ptr<mockd::fabric_state> st, 
                            : "no mock device named '" + std::string(name) + "'; devices: " + names);
 }
 
-inline void mock::close_device(context ctx) noexcept {
+RDMAKIT_DECL void mock::close_device(context ctx) noexcept {
   if (!ctx) return;
   auto& f = mockd::fab_of(ctx);
   std::shared_ptr<mockd::fabric_state> last;  // released after the lock: it may free the fabric
@@ -71,19 +71,19 @@ inline void mock::close_device(context ctx) noexcept {
   }
 }
 
-inline std::string mock::device_name(context ctx) {
+RDMAKIT_DECL std::string mock::device_name(context ctx) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
   return f.devices[ctx->dev].cfg.name;
 }
 
-inline device_attr mock::query_device(context ctx) {
+RDMAKIT_DECL device_attr mock::query_device(context ctx) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
   return f.devices[ctx->dev].cfg.limits;
 }
 
-inline port_attr mock::query_port(context ctx, std::uint8_t port) {
+RDMAKIT_DECL port_attr mock::query_port(context ctx, std::uint8_t port) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
   const auto& p = mockd::port_checked(f, ctx, port, "ibv_query_port");
@@ -98,7 +98,7 @@ inline port_attr mock::query_port(context ctx, std::uint8_t port) {
   return a;
 }
 
-inline gid_entry mock::query_gid(context ctx, std::uint8_t port, int index) {
+RDMAKIT_DECL gid_entry mock::query_gid(context ctx, std::uint8_t port, int index) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
   const auto& p = mockd::port_checked(f, ctx, port, "ibv_query_gid");
@@ -109,7 +109,7 @@ inline gid_entry mock::query_gid(context ctx, std::uint8_t port, int index) {
   return p.gids[static_cast<std::size_t>(index)];
 }
 
-inline int mock::get_async_event(context ctx, std::chrono::milliseconds timeout, async_event& out) noexcept {
+RDMAKIT_DECL int mock::get_async_event(context ctx, std::chrono::milliseconds timeout, async_event& out) noexcept {
   auto& f = mockd::fab_of(ctx);
   std::unique_lock lk(f.mu);
   const auto until = mockd::deadline_after(timeout);
@@ -124,7 +124,7 @@ inline int mock::get_async_event(context ctx, std::chrono::milliseconds timeout,
   }
 }
 
-inline mock::pd mock::alloc_pd(context ctx) {
+RDMAKIT_DECL mock::pd mock::alloc_pd(context ctx) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
   auto& dev = f.devices[ctx->dev];
@@ -136,7 +136,7 @@ inline mock::pd mock::alloc_pd(context ctx) {
   return p;
 }
 
-inline int mock::dealloc_pd(pd p) noexcept {
+RDMAKIT_DECL int mock::dealloc_pd(pd p) noexcept {
   if (!p) return EINVAL;
   auto& f = mockd::fab_of(p);
   std::lock_guard lk(f.mu);
@@ -148,7 +148,7 @@ inline int mock::dealloc_pd(pd p) noexcept {
   return 0;
 }
 
-inline mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access flags) {
+RDMAKIT_DECL mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access flags) {
   auto& f = mockd::fab_of(p);
   std::lock_guard lk(f.mu);
   const auto& limits = f.devices[p->ctx->dev].cfg.limits;
@@ -175,7 +175,7 @@ inline mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access flags)
   return m;
 }
 
-inline int mock::dereg_mr(mr m) noexcept {
+RDMAKIT_DECL int mock::dereg_mr(mr m) noexcept {
   if (!m) return EINVAL;
   auto& f = mockd::fab_of(m->pd);
   std::lock_guard lk(f.mu);
@@ -188,10 +188,10 @@ inline int mock::dereg_mr(mr m) noexcept {
   return 0;
 }
 
-inline std::uint32_t mock::mr_lkey(mr m) noexcept { return m->lkey; }
-inline std::uint32_t mock::mr_rkey(mr m) noexcept { return m->rkey; }
+RDMAKIT_DECL std::uint32_t mock::mr_lkey(mr m) noexcept { return m->lkey; }
+RDMAKIT_DECL std::uint32_t mock::mr_rkey(mr m) noexcept { return m->rkey; }
 
-inline mock::ah mock::create_ah(pd p, const ah_attr& attr) {
+RDMAKIT_DECL mock::ah mock::create_ah(pd p, const ah_attr& attr) {
   auto& f = mockd::fab_of(p);
   std::lock_guard lk(f.mu);
   mockd::check_av(f, p->ctx, attr, "ibv_create_ah");
@@ -205,7 +205,7 @@ inline mock::ah mock::create_ah(pd p, const ah_attr& attr) {
   return a;
 }
 
-inline int mock::destroy_ah(ah a) noexcept {
+RDMAKIT_DECL int mock::destroy_ah(ah a) noexcept {
   if (!a) return EINVAL;
   auto& f = mockd::fab_of(a->pd);
   std::lock_guard lk(f.mu);

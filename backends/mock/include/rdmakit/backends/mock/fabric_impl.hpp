@@ -62,28 +62,28 @@ inline void build_devices(fabric_state& f) {
 
 namespace mock {
 
-inline fabric::fabric(fabric_config config) : state_(std::make_shared<detail::fabric_state>()) {
+RDMAKIT_DECL fabric::fabric(fabric_config config) : state_(std::make_shared<detail::fabric_state>()) {
   state_->cfg = std::move(config);
   state_->rng.seed(state_->cfg.seed);
   detail::build_devices(*state_);
 }
 
 // Devices opened from the fabric hold its state (context_obj::keep): nothing to do here.
-inline fabric::~fabric() = default;
+RDMAKIT_DECL fabric::~fabric() = default;
 
-inline fabric& default_fabric() {
+RDMAKIT_DECL fabric& default_fabric() {
   // Made once (thread-safe), never destroyed: devices and objects may outlive static
   // destruction, and no other fabric ever takes its place.
   static fabric* const the_default = new fabric();
   return *the_default;
 }
 
-inline std::chrono::nanoseconds fabric::now() const {
+RDMAKIT_DECL std::chrono::nanoseconds fabric::now() const {
   std::lock_guard lk(state_->mu);
   return std::chrono::nanoseconds(state_->now);
 }
 
-inline void fabric::advance(std::chrono::nanoseconds by) {
+RDMAKIT_DECL void fabric::advance(std::chrono::nanoseconds by) {
   std::lock_guard lk(state_->mu);
   const detail::clock_ns target = state_->now + static_cast<detail::clock_ns>(by.count());
   for (;;) {
@@ -96,17 +96,17 @@ inline void fabric::advance(std::chrono::nanoseconds by) {
   detail::run_due(*state_);
 }
 
-inline void fabric::inject(const fault& f) {
+RDMAKIT_DECL void fabric::inject(const fault& f) {
   std::lock_guard lk(state_->mu);
   state_->faults.push_back(f);
 }
 
-inline void fabric::clear_faults() {
+RDMAKIT_DECL void fabric::clear_faults() {
   std::lock_guard lk(state_->mu);
   state_->faults.clear();
 }
 
-inline void fabric::set_port_up(std::string_view device, std::uint8_t port, bool up) {
+RDMAKIT_DECL void fabric::set_port_up(std::string_view device, std::uint8_t port, bool up) {
   std::lock_guard lk(state_->mu);
   for (auto& d : state_->devices) {
     if (d.cfg.name != device) continue;
@@ -123,12 +123,12 @@ inline void fabric::set_port_up(std::string_view device, std::uint8_t port, bool
   throw verbs_error("mock::fabric::set_port_up", ENODEV, "no mock device named '" + std::string(device) + "'");
 }
 
-inline void fabric::set_arm_hook(std::function<void(const void*)> hook) {
+RDMAKIT_DECL void fabric::set_arm_hook(std::function<void(const void*)> hook) {
   std::lock_guard lk(state_->mu);
   state_->arm_hook = std::move(hook);
 }
 
-inline std::uint64_t fabric::packets_sent() const {
+RDMAKIT_DECL std::uint64_t fabric::packets_sent() const {
   std::lock_guard lk(state_->mu);
   return state_->packets;
 }

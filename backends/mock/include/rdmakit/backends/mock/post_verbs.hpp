@@ -73,7 +73,7 @@ namespace backends {
 
 namespace mockd = rdmakit::mock::detail;
 
-inline int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
+RDMAKIT_DECL int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
   auto& f = mockd::fab_of(q);
   std::lock_guard lk(f.mu);
   mockd::touch(f);
@@ -95,7 +95,7 @@ inline int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
   return err;
 }
 
-inline int mock::post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept {
+RDMAKIT_DECL int mock::post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept {
   auto& f = mockd::fab_of(q);
   std::lock_guard lk(f.mu);
   mockd::touch(f);

@@ -11,7 +11,7 @@ namespace backends {
 
 namespace mockd = rdmakit::mock::detail;
 
-inline mock::qp mock::create_qp(pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps, bool sq_sig_all) {
+RDMAKIT_DECL mock::qp mock::create_qp(pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps, bool sq_sig_all) {
   auto& f = mockd::fab_of(p);
   std::lock_guard lk(f.mu);
   mockd::touch(f);
@@ -48,7 +48,7 @@ inline mock::qp mock::create_qp(pd p, cq send_cq, cq recv_cq, qp_type type, qp_c
   return q;
 }
 
-inline int mock::destroy_qp(qp q) noexcept {
+RDMAKIT_DECL int mock::destroy_qp(qp q) noexcept {
   if (!q) return EINVAL;
   auto& f = mockd::fab_of(q);
   std::lock_guard lk(f.mu);
@@ -67,9 +67,9 @@ inline int mock::destroy_qp(qp q) noexcept {
   return 0;
 }
 
-inline std::uint32_t mock::qp_num(qp q) noexcept { return q->qpn; }
+RDMAKIT_DECL std::uint32_t mock::qp_num(qp q) noexcept { return q->qpn; }
 
-inline void mock::modify_qp(qp q, const qp_attr& a, qp_attr_mask mask) {
+RDMAKIT_DECL void mock::modify_qp(qp q, const qp_attr& a, qp_attr_mask mask) {
   using m = qp_attr_mask;
   auto& f = mockd::fab_of(q);
   std::lock_guard lk(f.mu);
@@ -147,7 +147,7 @@ inline void mock::modify_qp(qp q, const qp_attr& a, qp_attr_mask mask) {
   }
 }
 
-inline qp_state mock::query_qp_state(qp q) {
+RDMAKIT_DECL qp_state mock::query_qp_state(qp q) {
   auto& f = mockd::fab_of(q);
   std::lock_guard lk(f.mu);
   return q->state;

@@ -1,0 +1,10 @@
+#pragma once
+/// The mock backend's definitions, for separate compilation: in a program whose
+/// translation units all define RDMAKIT_SEPARATE_COMPILATION, include this header in
+/// exactly one of them (meson: the rdmakit_mock_separate_dep dependency does it).
+/// The verbs, the fabric and the engine are then compiled there only.
+#include <rdmakit/config.hpp>
+#if !defined(RDMAKIT_SEPARATE_COMPILATION)
+#error "<rdmakit/backends/mock/src.hpp> is for RDMAKIT_SEPARATE_COMPILATION builds; header-only builds include <rdmakit/backends/mock.hpp>"
+#endif
+#include <rdmakit/backends/mock/verbs.hpp>

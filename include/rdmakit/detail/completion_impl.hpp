@@ -1,0 +1,22 @@
+#pragma once
+// The text of completion::status_message: inline in header-only builds, compiled once
+// (<rdmakit/src.hpp>) with RDMAKIT_SEPARATE_COMPILATION.
+#include <rdmakit/completion.hpp>
+
+#include <cstdint>
+#include <string>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace detail {
+
+RDMAKIT_DECL std::string status_message(wc_status s, bool recv, std::uint64_t wr_id, std::uint32_t qp_num) {
+  std::string text = to_string(s);
+  if (s == wc_status::success) return text;
+  text += recv ? " on receive" : " on send";
+  text += " wr_id " + std::to_string(wr_id) + " of QP " + std::to_string(qp_num) + ": ";
+  text += explain(s);
+  return text;
+}
+
+}  // namespace detail
+RDMAKIT_END_NAMESPACE
