@@ -194,7 +194,7 @@ CONFORMANCE_CASE("cq: a solicited-only arm does not narrow a pending arm for the
 
 CONFORMANCE_CASE("cq: arming a CQ that has no completion channel") {
   fixture<B> fx;
-  const auto want = expected(ids::arm_without_channel, B::name);
+  const auto want = expected(ids::arm_without_channel, backend_traits<B>::profile());
   auto cq = fx.make_cq(16);
   CHECK(B::req_notify_cq(cq, false) == want.verb_errno);
   CHECK(B::req_notify_cq(cq, true) == want.verb_errno);

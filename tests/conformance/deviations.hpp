@@ -1,9 +1,10 @@
 #pragma once
-// The deviation table: every scenario whose outcome differs between backends reads
-// its expected outcome from here, by scenario id and backend name (B::name). The
-// "mock" rows are the spec (docs/semantics.md#rxe-differs); the "ibverbs" rows are what
-// soft-RoCE (rxe) does, the device the conformance suite runs on in CI. A scenario
-// that finds no row for its backend fails: nothing is skipped silently.
+// The deviation table: every scenario whose outcome differs between devices reads its
+// expected outcome from here, by scenario id and device profile. The "spec" rows are
+// the specification (docs/semantics.md#rxe-differs), what the mock does by default; the
+// "rxe" rows are what soft-RoCE does, the device the conformance suite runs on in CI,
+// and what the mock does as `device_profile::rxe` (RDMAKIT_MOCK_PROFILE=rxe). A
+// scenario that finds no row for its profile fails: nothing is skipped silently.
 #include <rdmakit/types.hpp>
 
 #include <doctest/doctest.h>
@@ -71,7 +72,7 @@ struct outcome {
 
 struct deviation_row {
   std::string_view scenario;
-  std::string_view backend;
+  std::string_view profile;  ///< "spec" or "rxe"
   outcome expect;
   std::string_view reason;
 };
@@ -100,110 +101,110 @@ inline constexpr std::string_view arm_without_channel = "cq.req_notify_without_c
 
 inline constexpr std::array deviation_table{
     // Receive buffer too small on RC.
-    deviation_row{ids::recv_too_small_rc, "mock",
+    deviation_row{ids::recv_too_small_rc, "spec",
                   {.req = {wc_status::rem_inv_req_err}, .resp = {wc_status::loc_len_err}},
                   "spec §3: resp LOC_LEN_ERR, req REM_INV_REQ_ERR"},
-    deviation_row{ids::recv_too_small_rc, "ibverbs",
+    deviation_row{ids::recv_too_small_rc, "rxe",
                   {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_qp_op_err}},
                   "rxe responder reports LOC_QP_OP_ERR and NAKs with REM_OP_ERR"},
     // Invalid receive SGE on RC: bad lkey, or an MR without LOCAL_WRITE.
-    deviation_row{ids::recv_bad_lkey_rc, "mock",
+    deviation_row{ids::recv_bad_lkey_rc, "spec",
                   {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_prot_err}},
                   "spec §3: resp LOC_PROT_ERR, req REM_OP_ERR"},
-    deviation_row{ids::recv_bad_lkey_rc, "ibverbs",
+    deviation_row{ids::recv_bad_lkey_rc, "rxe",
                   {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_qp_op_err}},
                   "rxe responder reports LOC_QP_OP_ERR"},
-    deviation_row{ids::recv_no_local_write_rc, "mock",
+    deviation_row{ids::recv_no_local_write_rc, "spec",
                   {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_prot_err}},
                   "spec §3: resp LOC_PROT_ERR, req REM_OP_ERR"},
-    deviation_row{ids::recv_no_local_write_rc, "ibverbs",
+    deviation_row{ids::recv_no_local_write_rc, "rxe",
                   {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_qp_op_err}},
                   "rxe responder reports LOC_QP_OP_ERR"},
     // Invalid local SGE on the send side.
-    deviation_row{ids::send_bad_lkey, "mock", {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing()},
+    deviation_row{ids::send_bad_lkey, "spec", {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing()},
                   "spec §3: req LOC_PROT_ERR"},
-    deviation_row{ids::send_bad_lkey, "ibverbs",
+    deviation_row{ids::send_bad_lkey, "rxe",
                   {.req = {wc_status::loc_qp_op_err, wc_status::wr_flush_err}, .resp = status_set::nothing()},
                   "rxe: LOC_QP_OP_ERR, or WR_FLUSH_ERR on newer kernels"},
-    deviation_row{ids::send_other_pd, "mock", {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing()},
+    deviation_row{ids::send_other_pd, "spec", {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing()},
                   "spec §3: req LOC_PROT_ERR"},
-    deviation_row{ids::send_other_pd, "ibverbs",
+    deviation_row{ids::send_other_pd, "rxe",
                   {.req = {wc_status::loc_qp_op_err, wc_status::wr_flush_err}, .resp = status_set::nothing()},
                   "rxe: LOC_QP_OP_ERR, or WR_FLUSH_ERR on newer kernels"},
-    deviation_row{ids::send_out_of_range, "mock",
+    deviation_row{ids::send_out_of_range, "spec",
                   {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing()}, "spec §3: req LOC_PROT_ERR"},
-    deviation_row{ids::send_out_of_range, "ibverbs",
+    deviation_row{ids::send_out_of_range, "rxe",
                   {.req = {wc_status::loc_prot_err, wc_status::loc_qp_op_err, wc_status::wr_flush_err},
                    .resp = status_set::nothing()},
                   "rxe: LOC_PROT_ERR observed (kernel 6.1: the lkey is valid, the range check fails); "
                   "LOC_QP_OP_ERR or WR_FLUSH_ERR as for other send-side SGE faults on other kernels"},
     // UD send larger than the path MTU.
-    deviation_row{ids::ud_over_mtu, "mock", {.req = {wc_status::loc_len_err}, .resp = status_set::nothing()},
+    deviation_row{ids::ud_over_mtu, "spec", {.req = {wc_status::loc_len_err}, .resp = status_set::nothing()},
                   "spec §3: an error completion (the mock reports LOC_LEN_ERR), nothing delivered"},
-    deviation_row{ids::ud_over_mtu, "ibverbs", {.req = {wc_status::success}, .resp = status_set::nothing()},
+    deviation_row{ids::ud_over_mtu, "rxe", {.req = {wc_status::success}, .resp = status_set::nothing()},
                   "rxe: SUCCESS and nothing is sent"},
     // UD receive smaller than payload + 40.
-    deviation_row{ids::ud_recv_too_small, "mock",
+    deviation_row{ids::ud_recv_too_small, "spec",
                   {.req = {wc_status::success}, .resp = {wc_status::loc_len_err}, .stays_rts = tri::yes},
                   "spec §7.1: resp LOC_LEN_ERR, the datagram is lost and the QP stays in RTS"},
-    deviation_row{ids::ud_recv_too_small, "ibverbs",
+    deviation_row{ids::ud_recv_too_small, "rxe",
                   {.req = {wc_status::success},
                    .resp = status_set{wc_status::loc_qp_op_err} | status_set::nothing(),
                    .stays_rts = tri::either},
                   "rxe >= 6.10 drops it silently and stays in RTS; 6.1 (observed) completes it LOC_QP_OP_ERR "
                   "and moves the QP to ERR"},
     // Unsignaled WRs keep their SQ slot until a later signaled WR is polled.
-    deviation_row{ids::slot_release, "mock", {.post_errno = ENOMEM},
+    deviation_row{ids::slot_release, "spec", {.post_errno = ENOMEM},
                   "spec §6: hardware rule, the SQ is full after max_send_wr unsignaled WRs"},
-    deviation_row{ids::slot_release, "ibverbs", {.post_errno = 0}, "rxe frees a slot as soon as the WR completes"},
+    deviation_row{ids::slot_release, "rxe", {.post_errno = 0}, "rxe frees a slot as soon as the WR completes"},
     // IBV_WC_GRH on RC/UC receive completions.
-    deviation_row{ids::grh_flag_rc_uc, "mock", {.grh_flag = tri::no}, "spec §3: GRH only when one was received (UD)"},
-    deviation_row{ids::grh_flag_rc_uc, "ibverbs", {.grh_flag = tri::yes}, "rxe sets IBV_WC_GRH on RC/UC too"},
+    deviation_row{ids::grh_flag_rc_uc, "spec", {.grh_flag = tri::no}, "spec §3: GRH only when one was received (UD)"},
+    deviation_row{ids::grh_flag_rc_uc, "rxe", {.grh_flag = tri::yes}, "rxe sets IBV_WC_GRH on RC/UC too"},
     // Opcode not valid for the transport (code that bypasses the typed layer).
-    deviation_row{ids::invalid_opcode, "mock", {.post_errno = EINVAL, .req = status_set::nothing()},
+    deviation_row{ids::invalid_opcode, "spec", {.post_errno = EINVAL, .req = status_set::nothing()},
                   "spec §2: the mock rejects it at post time"},
-    deviation_row{ids::invalid_opcode, "ibverbs",
+    deviation_row{ids::invalid_opcode, "rxe",
                   {.post_errno = 0, .req = {wc_status::loc_qp_op_err, wc_status::wr_flush_err}},
                   "rxe accepts it at post time, then the QP errors"},
     // post_send below RTS.
-    deviation_row{ids::post_below_rts, "mock", {.post_errno = EINVAL, .bad_wr_set = true}, "spec §4"},
-    deviation_row{ids::post_below_rts, "ibverbs", {.post_errno = EINVAL, .bad_wr_set = false},
+    deviation_row{ids::post_below_rts, "spec", {.post_errno = EINVAL, .bad_wr_set = true}, "spec §4"},
+    deviation_row{ids::post_below_rts, "rxe", {.post_errno = EINVAL, .bad_wr_set = false},
                   "rxe: the doorbell fails after the WQE sits in the ring; bad_wr may be NULL (unverified)"},
     // Where SQ/RQ posts start failing with ENOMEM.
-    deviation_row{ids::queue_capacity, "mock", {.exact_capacity = true},
+    deviation_row{ids::queue_capacity, "spec", {.exact_capacity = true},
                   "spec §4: ENOMEM once max_send_wr / max_recv_wr WRs are outstanding"},
-    deviation_row{ids::queue_capacity, "ibverbs", {.exact_capacity = false},
+    deviation_row{ids::queue_capacity, "rxe", {.exact_capacity = false},
                   "rxe (kernel 6.1, observed): create_qp reports the requested depth, the ring holds 2^k-1"},
     // An atomic whose local SGE is longer than 8 bytes.
-    deviation_row{ids::atomic_len_over_8, "mock", {.post_errno = EINVAL, .req = status_set::nothing()},
+    deviation_row{ids::atomic_len_over_8, "spec", {.post_errno = EINVAL, .req = status_set::nothing()},
                   "spec §3: local length != 8 is EINVAL at post"},
-    deviation_row{ids::atomic_len_over_8, "ibverbs", {.post_errno = 0, .req = {wc_status::success}},
+    deviation_row{ids::atomic_len_over_8, "rxe", {.post_errno = 0, .req = {wc_status::success}},
                   "rxe provider (observed): only a length below 8 is refused; 8 bytes are used"},
     // RDMA WRITE with immediate and a bad rkey: the receive the immediate would have used.
-    deviation_row{ids::write_imm_bad_rkey, "mock", {.req = {wc_status::rem_access_err}, .resp = {wc_status::loc_access_err}},
+    deviation_row{ids::write_imm_bad_rkey, "spec", {.req = {wc_status::rem_access_err}, .resp = {wc_status::loc_access_err}},
                   "spec §3 (ibv_poll_cq(3) IBV_WC_LOC_ACCESS_ERR): the responder's receive completes with a "
                   "local access error, the requester gets the REM_ACCESS_ERR NAK"},
-    deviation_row{ids::write_imm_bad_rkey, "ibverbs", {.req = {wc_status::rem_access_err}, .resp = {wc_status::rem_access_err}},
+    deviation_row{ids::write_imm_bad_rkey, "rxe", {.req = {wc_status::rem_access_err}, .resp = {wc_status::rem_access_err}},
                   "rxe completes the responder's receive with the NAK's status, REM_ACCESS_ERR"},
     // req_notify_cq on a CQ created without a completion channel: no event can ever come.
-    deviation_row{ids::arm_without_channel, "mock", {.verb_errno = EINVAL},
+    deviation_row{ids::arm_without_channel, "spec", {.verb_errno = EINVAL},
                   "the mock refuses an arm that can never deliver an event, so the bug is loud"},
-    deviation_row{ids::arm_without_channel, "ibverbs", {.verb_errno = 0}, "rxe accepts it (and no event comes)"},
+    deviation_row{ids::arm_without_channel, "rxe", {.verb_errno = 0}, "rxe accepts it (and no event comes)"},
     // WRs posted after the QP is already in ERR.
-    deviation_row{ids::post_in_err, "mock", {.req = {wc_status::wr_flush_err}, .resp = {wc_status::wr_flush_err}},
+    deviation_row{ids::post_in_err, "spec", {.req = {wc_status::wr_flush_err}, .resp = {wc_status::wr_flush_err}},
                   "they complete with WR_FLUSH_ERR, like WRs outstanding at the move to ERR"},
-    deviation_row{ids::post_in_err, "ibverbs",
+    deviation_row{ids::post_in_err, "rxe",
                   {.req = status_set{wc_status::wr_flush_err} | status_set::nothing(),
                    .resp = status_set{wc_status::wr_flush_err} | status_set::nothing()},
                   "rxe (kernel 6.1, observed): a send posted in ERR is flushed in one run, never completes in another; "
                   "a receive posted in ERR never completes"},
 };
 
-/// The row for a scenario on a backend; fails the scenario when there is none.
-inline outcome expected(std::string_view scenario, std::string_view backend) {
+/// The row for a scenario under a device profile; fails the scenario when there is none.
+inline outcome expected(std::string_view scenario, std::string_view profile) {
   for (const auto& r : deviation_table)
-    if (r.scenario == scenario && r.backend == backend) return r.expect;
-  FAIL("no deviation row for scenario " << std::string(scenario) << " on backend " << std::string(backend));
+    if (r.scenario == scenario && r.profile == profile) return r.expect;
+  FAIL("no deviation row for scenario " << std::string(scenario) << " under profile " << std::string(profile));
   return {};
 }
 

@@ -60,7 +60,7 @@ void check_responder_flushed(fixture<B>& fx, const endpoint<B>& b, std::vector<s
 CONFORMANCE_CASE("faults: send SGE with a bad lkey -> req error, QP ERR, rest flushed") {
   fixture<B> fx;
   faulty_pair<B> p(fx);
-  const auto want = expected(ids::send_bad_lkey, B::name);
+  const auto want = expected(ids::send_bad_lkey, backend_traits<B>::profile());
   REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 4096)}) == 0);
   p.run_requester({.sg = {{p.src.addr(0), 64, p.src.lkey() ^ 0x5a5a00}}, .flags = send_flags::none}, want.req);
   if (want.resp.is_nothing()) CHECK(fx.drain(p.b.recv_cq, 5).empty());
@@ -70,7 +70,7 @@ CONFORMANCE_CASE("faults: send SGE with a bad lkey -> req error, QP ERR, rest fl
 CONFORMANCE_CASE("faults: send SGE in an MR of another PD -> req error, QP ERR, rest flushed") {
   fixture<B> fx;
   faulty_pair<B> p(fx);
-  const auto want = expected(ids::send_other_pd, B::name);
+  const auto want = expected(ids::send_other_pd, backend_traits<B>::profile());
   auto other_pd = fx.make_pd();
   auto& foreign = fx.make_buffer(256, acc::local_write, other_pd);
   REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 4096)}) == 0);
@@ -81,7 +81,7 @@ CONFORMANCE_CASE("faults: send SGE in an MR of another PD -> req error, QP ERR, 
 CONFORMANCE_CASE("faults: send SGE beyond the MR's range -> req error, QP ERR, rest flushed") {
   fixture<B> fx;
   faulty_pair<B> p(fx);
-  const auto want = expected(ids::send_out_of_range, B::name);
+  const auto want = expected(ids::send_out_of_range, backend_traits<B>::profile());
   REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 4096)}) == 0);
   p.run_requester({.sg = {p.src.sge(4000, 200)}}, want.req);
   if (want.resp.is_nothing()) CHECK(fx.drain(p.b.recv_cq, 5).empty());
@@ -124,7 +124,7 @@ CONFORMANCE_CASE("faults: RDMA_WRITE with a bad rkey -> REM_ACCESS_ERR, responde
 CONFORMANCE_CASE("faults: RDMA_WRITE_WITH_IMM with a bad rkey -> REM_ACCESS_ERR; the consumed receive fails too") {
   fixture<B> fx;
   faulty_pair<B> p(fx);
-  const auto want = expected(ids::write_imm_bad_rkey, B::name);
+  const auto want = expected(ids::write_imm_bad_rkey, backend_traits<B>::profile());
   REQUIRE(fx.post_recv_list(p.b, {{800, {p.dst.sge(0, 64)}}, {801, {p.dst.sge(64, 64)}}}).rc == 0);
   p.run_requester({.op = opcode::rdma_write_with_imm, .sg = {p.src.sge(0, 64)}, .remote_addr = p.dst.addr(128),
                    .rkey = p.dst.rkey() ^ 0x77700, .imm_be = to_be32(9)},
@@ -241,7 +241,7 @@ CONFORMANCE_CASE("faults: max_dest_rd_atomic = 0 at the responder -> READ/atomic
 CONFORMANCE_CASE("faults: RC receive buffer too small -> both sides error, both QPs ERR") {
   fixture<B> fx;
   faulty_pair<B> p(fx);
-  const auto want = expected(ids::recv_too_small_rc, B::name);
+  const auto want = expected(ids::recv_too_small_rc, backend_traits<B>::profile());
   REQUIRE(fx.post_recv_list(p.b, {{800, {p.dst.sge(0, 32)}}, {801, {p.dst.sge(64, 4000)}}}).rc == 0);
   p.run_requester({.sg = {p.src.sge(0, 100)}}, want.req);
   auto rq = fx.poll(p.b.recv_cq, 2, "the failed receive and a flush");
@@ -255,7 +255,7 @@ CONFORMANCE_CASE("faults: RC receive buffer too small -> both sides error, both 
 CONFORMANCE_CASE("faults: RC receive SGE with a bad lkey -> resp error, req REM_OP_ERR") {
   fixture<B> fx;
   faulty_pair<B> p(fx);
-  const auto want = expected(ids::recv_bad_lkey_rc, B::name);
+  const auto want = expected(ids::recv_bad_lkey_rc, backend_traits<B>::profile());
   REQUIRE(fx.post_recv_list(p.b, {{800, {{p.dst.addr(0), 256, p.dst.lkey() ^ 0x4400}}}, {801, {p.dst.sge(256, 256)}}})
               .rc == 0);
   p.run_requester({.sg = {p.src.sge(0, 100)}}, want.req);
@@ -270,7 +270,7 @@ CONFORMANCE_CASE("faults: RC receive SGE with a bad lkey -> resp error, req REM_
 CONFORMANCE_CASE("faults: RC receive into an MR without LOCAL_WRITE -> resp error, req REM_OP_ERR") {
   fixture<B> fx;
   faulty_pair<B> p(fx);
-  const auto want = expected(ids::recv_no_local_write_rc, B::name);
+  const auto want = expected(ids::recv_no_local_write_rc, backend_traits<B>::profile());
   auto& ro = fx.make_buffer(256, acc::remote_read);
   REQUIRE(fx.post_recv_list(p.b, {{800, {ro.sge(0, 256)}}, {801, {p.dst.sge(0, 256)}}}).rc == 0);
   p.run_requester({.sg = {p.src.sge(0, 100)}}, want.req);

@@ -81,15 +81,34 @@ struct backend_traits<rdmakit::backends::ibverbs> {
   static void settle(scope&) { std::this_thread::sleep_for(30ms); }
   /// Empty polls that prove "nothing arrives".
   static constexpr int quiet_polls = 30;
+  /// The deviation table's rows this backend follows: the device, rxe in CI.
+  static std::string_view profile() { return "rxe"; }
 };
 #else
 using backend_under_test = rdmakit::backends::mock;
 
 template <>
 struct backend_traits<rdmakit::backends::mock> {
+  /// The device profile the mock runs as: RDMAKIT_MOCK_PROFILE=rxe, else spec. Its
+  /// name is also the deviation table's row the scenarios expect.
+  static std::string_view profile() {
+    const char* p = std::getenv("RDMAKIT_MOCK_PROFILE");
+    if (!p || std::string_view(p) == "spec") return "spec";
+    if (std::string_view(p) == "rxe") return "rxe";
+    FAIL("RDMAKIT_MOCK_PROFILE=" << p << " is not a device profile: use spec or rxe");
+    return "spec";
+  }
+  static rdmakit::mock::fabric_config profile_config() {
+    rdmakit::mock::fabric_config c;
+    c.profile = profile() == "rxe" ? rdmakit::mock::device_profile::rxe : rdmakit::mock::device_profile::spec;
+    return c;
+  }
   /// A fresh fabric per scenario, so no state leaks from one to the next.
   struct scope {
+    scope() : fabric(profile_config()) {}
+    /// A fabric of the caller's own configuration (the mock's unit tests).
     template <class... A>
+      requires(sizeof...(A) > 0)
     explicit scope(A&&... a) : fabric(std::forward<A>(a)...) {}
     rdmakit::mock::fabric fabric;
   };

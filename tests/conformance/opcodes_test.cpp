@@ -9,7 +9,7 @@ namespace {
 /// IBV_WC_GRH on RC/UC receives is a known rxe difference.
 template <class B>
 void check_rc_uc_grh_flag(const completion& c) {
-  const auto want = expected(ids::grh_flag_rc_uc, B::name).grh_flag;
+  const auto want = expected(ids::grh_flag_rc_uc, backend_traits<B>::profile()).grh_flag;
   const bool has = has_all(c.flags, wc_flags::grh);
   if (want == tri::yes) CHECK_MESSAGE(has, "IBV_WC_GRH expected on this backend");
   if (want == tri::no) CHECK_MESSAGE(!has, "IBV_WC_GRH not expected on this backend");
@@ -217,7 +217,7 @@ CONFORMANCE_CASE("opcodes: an atomic on an unaligned remote address or with leng
 
 CONFORMANCE_CASE("opcodes: an atomic with a local SGE longer than 8 bytes") {
   fixture<B> fx;
-  const auto want = expected(ids::atomic_len_over_8, B::name);
+  const auto want = expected(ids::atomic_len_over_8, backend_traits<B>::profile());
   auto [a, b] = fx.make_pair();
   auto& local = fx.make_buffer(64);
   auto& remote = fx.make_buffer(64);
@@ -235,7 +235,7 @@ CONFORMANCE_CASE("opcodes: an atomic with a local SGE longer than 8 bytes") {
 
 CONFORMANCE_CASE("opcodes: an opcode the transport lacks (UC READ/atomic, UD WRITE/READ)") {
   fixture<B> fx;
-  const auto want = expected(ids::invalid_opcode, B::name);
+  const auto want = expected(ids::invalid_opcode, backend_traits<B>::profile());
   auto& local = fx.make_buffer(64);
   auto& remote = fx.make_buffer(64);
   auto check_one = [&](const endpoint<B>& e, int rc) {

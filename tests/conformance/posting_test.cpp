@@ -30,7 +30,7 @@ CONFORMANCE_CASE("posting: create_qp and create_cq write back at least what was 
 
 CONFORMANCE_CASE("posting: SQ full -> ENOMEM, bad_wr is the first WR not posted, earlier ones were posted") {
   fixture<B> fx;
-  const auto want = expected(ids::queue_capacity, B::name);
+  const auto want = expected(ids::queue_capacity, backend_traits<B>::profile());
   link_opts la, lb;
   la.rnr_retry = 7;  // the first SEND waits in RNR, so nothing leaves the SQ meanwhile
   lb.min_rnr_timer = 1;
@@ -62,7 +62,7 @@ CONFORMANCE_CASE("posting: SQ full -> ENOMEM, bad_wr is the first WR not posted,
 
 CONFORMANCE_CASE("posting: RQ full -> ENOMEM, bad_wr is the first WR not posted") {
   fixture<B> fx;
-  const auto want = expected(ids::queue_capacity, B::name);
+  const auto want = expected(ids::queue_capacity, backend_traits<B>::profile());
   auto e = fx.make_qp({.caps = {4, 4, 1, 1, 0}});
   fx.to_init(e);
   const std::uint32_t cap = e.caps.max_recv_wr;
@@ -150,7 +150,7 @@ CONFORMANCE_CASE("posting: INLINE data is copied at post time and needs no lkey"
 
 CONFORMANCE_CASE("posting: post_send below RTS is EINVAL") {
   fixture<B> fx;
-  const auto want = expected(ids::post_below_rts, B::name);
+  const auto want = expected(ids::post_below_rts, backend_traits<B>::profile());
   auto& buf = fx.make_buffer(64);
   for (qp_type t : {qp_type::rc, qp_type::uc, qp_type::ud}) {
     CAPTURE(t);
@@ -202,7 +202,7 @@ CONFORMANCE_CASE("posting: post_recv is EINVAL in RESET and allowed from INIT on
 
 CONFORMANCE_CASE("posting: WRs posted to a QP in ERR complete with WR_FLUSH_ERR") {
   fixture<B> fx;
-  const auto want = expected(ids::post_in_err, B::name);
+  const auto want = expected(ids::post_in_err, backend_traits<B>::profile());
   auto pair = fx.make_pair();
   const auto &a = pair.first, &b = pair.second;
   auto& buf = fx.make_buffer(256);

@@ -95,7 +95,7 @@ CONFORMANCE_CASE("ud: a message of exactly the path MTU goes through") {
 CONFORMANCE_CASE("ud: a SEND larger than the path MTU") {
   fixture<B> fx;
   ud_pair<B> p(fx);
-  const auto want = expected(ids::ud_over_mtu, B::name);
+  const auto want = expected(ids::ud_over_mtu, backend_traits<B>::profile());
   const std::uint32_t mtu = mtu_bytes(fx.port.active_mtu);
   auto& src = fx.make_buffer(mtu + 1);
   auto& dst = fx.make_buffer(2 * mtu + grh_bytes);
@@ -110,7 +110,7 @@ CONFORMANCE_CASE("ud: a SEND larger than the path MTU") {
 CONFORMANCE_CASE("ud: a receive smaller than payload + 40 loses the datagram, not the QP") {
   fixture<B> fx;
   ud_pair<B> p(fx);
-  const auto want = expected(ids::ud_recv_too_small, B::name);
+  const auto want = expected(ids::ud_recv_too_small, backend_traits<B>::profile());
   auto& src = fx.make_buffer(256);
   auto& dst = fx.make_buffer(256);
   REQUIRE(fx.post_recv(p.b, 1, {dst.sge(0, 100 + grh_bytes - 1)}) == 0);

@@ -68,13 +68,25 @@ enum class slot_release {
   on_completion,
 };
 
-/// What a fabric is made of and how it behaves: devices, random seed, SQ slot release
-/// and wire latency.
+/// Which device the mock behaves as where devices differ (docs/semantics.md §13, the
+/// deviation table): the specification, or soft-RoCE as the CI guest's kernel runs it.
+enum class device_profile {
+  /// The specification (docs/semantics.md): the mock's default.
+  spec,
+  /// rxe (kernel 6.1): its error statuses, GRH flag on RC/UC, slot release on
+  /// completion, opcodes and atomic lengths checked late, arming without a channel.
+  rxe,
+};
+
+/// What a fabric is made of and how it behaves: devices, random seed, device profile,
+/// SQ slot release and wire latency.
 struct fabric_config {
   /// Empty: two RoCE devices, "mock0" (10.0.0.1) and "mock1" (10.0.0.2), one port each.
   std::vector<device_config> devices;
   std::uint64_t seed = 1;  ///< drives probabilistic faults; same seed, same run
   slot_release slots = slot_release::on_signaled_poll;  ///< on_completion: behave as rxe does
+  /// spec, or rxe (which also makes `slots` on_completion).
+  device_profile profile = device_profile::spec;
   /// One-way wire latency on the simulated clock. 0: a post completes within the call.
   std::chrono::nanoseconds latency{0};
 };

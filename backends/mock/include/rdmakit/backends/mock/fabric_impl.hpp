@@ -64,6 +64,7 @@ namespace mock {
 
 RDMAKIT_DECL fabric::fabric(fabric_config config) : state_(std::make_shared<detail::fabric_state>()) {
   state_->cfg = std::move(config);
+  if (state_->cfg.profile == device_profile::rxe) state_->cfg.slots = slot_release::on_completion;
   state_->rng.seed(state_->cfg.seed);
   detail::build_devices(*state_);
 }

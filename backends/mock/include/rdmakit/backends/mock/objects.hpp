@@ -259,6 +259,8 @@ class fabric_state {
   mutable std::mutex mu;
   std::condition_variable cv;  // completion and async events
   fabric_config cfg;
+  /// The mock behaves as rxe where the deviation table says rxe differs.
+  bool as_rxe() const noexcept { return cfg.profile == device_profile::rxe; }
   std::vector<device_rt> devices;
   clock_ns now = 0;
   mt19937_64 rng;  // random.hpp: std::mt19937_64's numbers

@@ -13,18 +13,22 @@ namespace mock::detail {
 // in RTS/SQD/ERR, ENOMEM for a full send queue), or 0; `total` gets its length. The
 // send queue counts every slot still held, unsignaled WRs waiting for a later
 // signaled completion included.
-inline int send_wr_error(const qp_obj* q, const rdmakit::backends::mock::send_wr& w, std::uint64_t& total) noexcept {
+// `as_rxe`: rxe's provider accepts an opcode the transport lacks (the WR fails later) and
+// an atomic SGE longer than 8 bytes (8 are used).
+inline int send_wr_error(const qp_obj* q, const rdmakit::backends::mock::send_wr& w, std::uint64_t& total,
+                         bool as_rxe) noexcept {
   if (q->state == qp_state::reset || q->state == qp_state::init || q->state == qp_state::rtr) return EINVAL;
   if (w.num_sge < 0 || static_cast<std::uint32_t>(w.num_sge) > q->caps.max_send_sge ||
-      (w.num_sge && !w.sg_list) || !opcode_allowed(q->type, w.op))
+      (w.num_sge && !w.sg_list) || (!as_rxe && !opcode_allowed(q->type, w.op)))
     return EINVAL;
   for (int i = 0; i < w.num_sge; ++i) total += w.sg_list[i].length;
   if (total > (1ull << 31)) return EINVAL;
   const bool inl = has_all(w.flags, send_flags::inline_data);
   if (inl && (total > q->caps.max_inline_data || is_read_or_atomic(w.op))) return EINVAL;
-  if (is_atomic(w.op) && (w.num_sge != 1 || w.sg_list[0].length != 8 || (w.atomic.remote_addr & 7) != 0))
+  if (is_atomic(w.op) && (w.num_sge != 1 || w.sg_list[0].length < 8 || (!as_rxe && w.sg_list[0].length != 8) ||
+                          (w.atomic.remote_addr & 7) != 0))
     return EINVAL;
-  if (is_read_or_atomic(w.op) && q->attr.max_rd_atomic == 0)
+  if (is_read_or_atomic(w.op) && q->attr.max_rd_atomic == 0 && opcode_allowed(q->type, w.op))
     return EINVAL;  // max_rd_atomic 0 can never issue it: refuse instead of stalling
   if (q->type == qp_type::ud && (!w.ud.address || w.ud.address->pd != q->pd)) return EINVAL;
   if (q->sq.size() >= q->caps.max_send_wr) return ENOMEM;
@@ -81,7 +85,7 @@ RDMAKIT_DECL int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
   send_wr* w = wr;
   for (; w; w = w->next) {
     std::uint64_t total = 0;
-    if ((err = mockd::send_wr_error(q, *w, total))) break;
+    if ((err = mockd::send_wr_error(q, *w, total, f.as_rxe()))) break;
     mockd::fill_send_wqe(q->sq.push_back(), q, *w, total);
   }
   if (bad_wr) *bad_wr = err ? w : nullptr;

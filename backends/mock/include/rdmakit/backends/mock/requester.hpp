@@ -157,6 +157,11 @@ inline void issue(fabric_state& f, qp_obj* q) {
       if (reads_counted && w.state == send_wqe::phase::issued && is_read_or_atomic(w.op)) ++reads_in_flight;
       continue;
     }
+    if (!opcode_allowed(q->type, w.op)) {  // accepted at post only by the rxe profile
+      w.state = send_wqe::phase::done;
+      w.status = wc_status::loc_qp_op_err;
+      break;
+    }
     const bool fenced = has_all(w.flags, send_flags::fence);
     if (!reads_counted && (fenced || is_read_or_atomic(w.op))) {
       reads_in_flight = reads_issued_before(q, i);
@@ -164,16 +169,21 @@ inline void issue(fabric_state& f, qp_obj* q) {
     }
     if (fenced && reads_in_flight > 0) break;
     if (is_read_or_atomic(w.op) && reads_in_flight >= q->attr.max_rd_atomic) break;
-    bool ok = true;
+    bool ok = true, keys_ok = true;
     if (!w.is_inline)
-      for (const auto& s : w.sges) ok = ok && local_sge_ok(f, q->pd, s, is_read_or_atomic(w.op), &q->lkeys);
+      for (const auto& s : w.sges) {
+        ok = ok && local_sge_ok(f, q->pd, s, is_read_or_atomic(w.op), &q->lkeys);
+        keys_ok = keys_ok && local_sge_key_ok(f, q->pd, s);
+      }
     if (!ok) {
       w.state = send_wqe::phase::done;
-      w.status = wc_status::loc_prot_err;
+      // rxe: an unknown lkey or another PD's MR is LOC_QP_OP_ERR, a bad range LOC_PROT_ERR.
+      w.status = f.as_rxe() && !keys_ok ? wc_status::loc_qp_op_err : wc_status::loc_prot_err;
       break;
     }
     if (q->type == qp_type::ud && w.length > mtu) {
       w.state = send_wqe::phase::done;
+      if (f.as_rxe()) continue;  // rxe: SUCCESS, and nothing is sent
       w.status = wc_status::loc_len_err;
       break;
     }

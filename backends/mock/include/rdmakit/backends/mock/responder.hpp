@@ -93,13 +93,15 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
   bool sges_ok = true;
   for (const auto& s : rw.sges) sges_ok = sges_ok && local_sge_ok(f, d->pd, s, true);
   if (!sges_ok || sge_total(rw.sges) < need) {
-    e.wc.status = sges_ok ? wc_status::loc_len_err : wc_status::loc_prot_err;
+    // rxe reports every receive-side fault as LOC_QP_OP_ERR and NAKs with REM_OP_ERR.
+    e.wc.status = f.as_rxe() ? wc_status::loc_qp_op_err : sges_ok ? wc_status::loc_len_err : wc_status::loc_prot_err;
     recv_cqe(f, d, e, false);
     // A UD datagram that does not fit costs its receive, not the QP: the QP stays in RTS
-    // and later datagrams are delivered (docs/semantics.md#ud; rxe does the same).
-    if (ud && sges_ok) return;
+    // and later datagrams are delivered (docs/semantics.md#ud; rxe 6.1 takes the QP down).
+    if (ud && sges_ok && !f.as_rxe()) return;
     to_error(f, d);
-    if (m.type == qp_type::rc) respond(f, m, nak(sges_ok ? wc_status::rem_inv_req_err : wc_status::rem_op_err));
+    if (m.type == qp_type::rc)
+      respond(f, m, nak(f.as_rxe() || !sges_ok ? wc_status::rem_op_err : wc_status::rem_inv_req_err));
     return;
   }
   if (ud) {
@@ -114,6 +116,7 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     e.wc.flags = wc_flags::grh;
   } else {
     scatter(rw.sges, m.bytes(), m.byte_count());
+    if (f.as_rxe()) e.wc.flags = wc_flags::grh;  // rxe flags RC/UC receives too
   }
   e.wc.byte_len = static_cast<std::uint32_t>(need);
   if (m.op == opcode::send_with_imm) {
@@ -139,7 +142,7 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
       e.wc.qp_num = d->qpn;
       // Local: the protection error is on this side's memory (ibv_poll_cq(3): "during the
       // processing of a RDMA Write with Immediate ... the Remote Access Error NAK was sent").
-      e.wc.status = wc_status::loc_access_err;
+      e.wc.status = f.as_rxe() ? wc_status::rem_access_err : wc_status::loc_access_err;
       d->rq.pop_front();
       recv_cqe(f, d, e, false);
     }
@@ -154,7 +157,7 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
     e.wc.qp_num = d->qpn;
     e.wc.opcode = wc_opcode::recv_rdma_with_imm;
     e.wc.byte_len = m.length;
-    e.wc.flags = wc_flags::with_imm;
+    e.wc.flags = f.as_rxe() ? wc_flags::with_imm | wc_flags::grh : wc_flags::with_imm;
     e.wc.imm_data = m.imm;
     recv_cqe(f, d, e, m.solicited);
   }

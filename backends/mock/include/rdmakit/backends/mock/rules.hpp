@@ -99,6 +99,13 @@ inline bool local_sge_ok(fabric_state& f, pd_obj* pd, const sge& s, bool hca_wri
   return !hca_writes || has_all(m->flags, access::local_write);
 }
 
+/// The SGE's lkey names a live MR of `pd` (its range and rights not looked at).
+inline bool local_sge_key_ok(fabric_state& f, pd_obj* pd, const sge& s) {
+  if (s.length == 0) return true;
+  const mr_obj* m = find_mr(f, f.by_lkey, nullptr, s.lkey);
+  return m && m->pd == pd;
+}
+
 inline mr_obj* remote_mr_ok(fabric_state& f, pd_obj* pd, std::uint32_t rkey, std::uint64_t addr,
                             std::uint64_t length, access needed, key_cache* cache = nullptr) {
   mr_obj* m = find_mr(f, f.by_rkey, cache, rkey);
