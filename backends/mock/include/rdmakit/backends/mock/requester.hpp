@@ -169,16 +169,16 @@ inline void issue(fabric_state& f, qp_obj* q) {
     }
     if (fenced && reads_in_flight > 0) break;
     if (is_read_or_atomic(w.op) && reads_in_flight >= q->attr.max_rd_atomic) break;
-    bool ok = true, keys_ok = true;
+    bool ok = true;
     if (!w.is_inline)
-      for (const auto& s : w.sges) {
-        ok = ok && local_sge_ok(f, q->pd, s, is_read_or_atomic(w.op), &q->lkeys);
-        keys_ok = keys_ok && local_sge_key_ok(f, q->pd, s);
-      }
+      for (const auto& s : w.sges) ok = ok && local_sge_ok(f, q->pd, s, is_read_or_atomic(w.op), &q->lkeys);
     if (!ok) {
       w.state = send_wqe::phase::done;
-      // rxe: an unknown lkey or another PD's MR is LOC_QP_OP_ERR, a bad range LOC_PROT_ERR.
-      w.status = f.as_rxe() && !keys_ok ? wc_status::loc_qp_op_err : wc_status::loc_prot_err;
+      w.status = wc_status::loc_prot_err;
+      // rxe: an unknown lkey or another PD's MR is LOC_QP_OP_ERR (a bad range stays LOC_PROT_ERR).
+      if (f.as_rxe())
+        for (const auto& s : w.sges)
+          if (!local_sge_key_ok(f, q->pd, s)) w.status = wc_status::loc_qp_op_err;
       break;
     }
     if (q->type == qp_type::ud && w.length > mtu) {
