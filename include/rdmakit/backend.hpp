@@ -157,6 +157,16 @@ template <class B>
 concept verbs_backend = device_backend<B> && memory_backend<B> && queue_backend<B> && posting_backend<B> &&
                         polling_backend<B> && event_backend<B>;
 
+/// Optional: completion channels and asynchronous events as file descriptors, so one
+/// thread can wait for many of them (and for sockets) with epoll. A descriptor is
+/// readable while get_cq_event / get_async_event would return an event at once. The
+/// event loop of <rdmakit/event_loop.hpp> needs it.
+template <class B>
+concept fd_event_backend = verbs_backend<B> && requires(typename B::channel ch, typename B::context ctx) {
+  { B::channel_fd(ch) } noexcept -> std::same_as<int>;
+  { B::async_fd(ctx) } noexcept -> std::same_as<int>;
+};
+
 /// Checks each part of verbs_backend for B with its own static_assert, so a backend
 /// that misses something is told which part: a model asserts
 /// `static_assert(models_verbs_backend<B>());` right after its definition.

@@ -208,12 +208,18 @@ class completion_queue {
   int dispatch() noexcept {
     return dispatch([this](const completion<B>&) { ++blk_->unrouted; });
   }
-  /// Waits with the policy, then dispatches one batch.
+  /// Waits with the policy, then dispatches one batch; completions of QPs without a
+  /// handler go to `fallback`.
+  template <completion_handler<B> F>
+  wait_result dispatch_wait(F&& fallback, std::chrono::milliseconds timeout) noexcept {
+    if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
+    dispatch_ops<F> o{this, fallback};
+    return wait_result{P::wait(o, timeout)};
+  }
+  /// As dispatch_wait(fallback, timeout), counting unhandled completions in unrouted().
   wait_result dispatch_wait(std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
     if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
-    auto f = [this](const completion<B>&) { ++blk_->unrouted; };
-    dispatch_ops<decltype(f)> o{this, f};
-    return wait_result{P::wait(o, timeout)};
+    return dispatch_wait([this](const completion<B>&) { ++blk_->unrouted; }, timeout);
   }
 
   /// Acknowledges the CQ events received so far (done automatically in batches).

@@ -22,6 +22,8 @@ namespace detail {
 /// Throws verbs_error(ENODEV) when `all` (the backend's device names) is empty or lacks
 /// `name` (empty: any device). Not a template: one copy whatever the backends.
 void check_device_name(const std::vector<std::string>& all, std::string_view name, std::string_view backend);
+template <class B>
+class device_events_core;
 }  // namespace detail
 
 /// An open device.
@@ -128,6 +130,8 @@ class device {
   }
 
  private:
+  friend class detail::device_events_core<B>;  // keeps the device open while it waits on it
+
   const detail::device_state<B>& state(const char* call) const {
     if (!st_) detail::throw_empty("device", call);
     return *st_;

@@ -164,6 +164,10 @@ struct ibverbs {
   /// ibv_ack_cq_events: acknowledges `n` events of the CQ; all must be acknowledged
   /// before it is destroyed.
   static void ack_cq_events(cq c, unsigned n) noexcept { ibv_ack_cq_events(c, n); }
+  /// The channel's file descriptor, readable while a CQ event is waiting (fd_event_backend).
+  static int channel_fd(channel ch) noexcept { return ch ? ch->fd : -1; }
+  /// The device's asynchronous event descriptor, readable while an event is waiting.
+  static int async_fd(context ctx) noexcept { return ctx ? ctx->async_fd : -1; }
 
   // ------------------------------------------------------------------ queue pairs
 
@@ -288,6 +292,7 @@ struct ibverbs {
 };
 
 static_assert(models_verbs_backend<ibverbs>());
+static_assert(fd_event_backend<ibverbs>);
 
 /// Automatic GID choice for a port of an ibverbs device (the rule is in
 /// rdmakit/detail/gid_choice.hpp: on RoCE an IPv4-mapped RoCEv2 GID first, then any

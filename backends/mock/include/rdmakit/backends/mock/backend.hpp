@@ -164,6 +164,14 @@ struct mock {
   static int get_cq_event(channel ch, std::chrono::milliseconds timeout, cq& out) noexcept;
   /// Acknowledges `n` events of the CQ; all must be acknowledged before it is destroyed.
   static void ack_cq_events(cq c, unsigned n) noexcept;
+  /// A descriptor readable while `ch` has a CQ event to take (for epoll; fd_event_backend).
+  static int channel_fd(channel ch) noexcept;
+  /// A descriptor readable while the device has an asynchronous event to take.
+  static int async_fd(context ctx) noexcept;
+  /// True while simulated work (the wire, retry and RNR timers) is pending, which a
+  /// get_cq_event with a zero timeout moves on: an event loop then polls instead of
+  /// sleeping, since nothing but a call into the mock advances simulated time.
+  static bool progress_pending(channel ch) noexcept;
 
   /// Creates a queue pair of `type` on a send and a receive CQ. `caps` is what is asked and,
   /// on return, what was granted; `sq_sig_all` signals every send WR.
@@ -265,6 +273,7 @@ struct mock {
 };
 
 static_assert(models_verbs_backend<mock>());
+static_assert(fd_event_backend<mock>);
 
 }  // namespace backends
 RDMAKIT_END_NAMESPACE

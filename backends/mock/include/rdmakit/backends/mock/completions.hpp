@@ -14,7 +14,7 @@ namespace mock::detail {
 
 inline void post_async(fabric_state& f, std::uint32_t dev, const async_event& ev) {
   for (auto* c : f.contexts)
-    if (c->dev == dev) c->async_q.push_back(ev);
+    if (c->dev == dev) c->push_async(ev);
   f.cv.notify_all();
 }
 
@@ -24,7 +24,7 @@ inline bool push_cqe(fabric_state& f, cq_obj* cq, const cq_entry& e, bool solici
     async_event ev;
     ev.type = async_event_type::cq_err;
     ev.object = cq;
-    cq->ctx->async_q.push_back(ev);
+    cq->ctx->push_async(ev);
     f.cv.notify_all();
     return false;
   }
@@ -34,6 +34,7 @@ inline bool push_cqe(fabric_state& f, cq_obj* cq, const cq_entry& e, bool solici
     cq->armed = false;
     if (cq->channel) {
       cq->channel->events.push_back(cq);
+      cq->channel->ready.sync(true);
       f.cv.notify_all();
     }
   }

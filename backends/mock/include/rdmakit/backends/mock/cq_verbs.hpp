@@ -69,11 +69,14 @@ RDMAKIT_DECL int mock::destroy_cq(cq c) noexcept {
   if (c->channel) {
     auto& ev = c->channel->events;
     ev.erase(std::remove(ev.begin(), ev.end(), c), ev.end());
+    c->channel->ready.sync(!ev.empty());
     --c->channel->cqs;
   }
-  for (auto* ctx : f.contexts)
+  for (auto* ctx : f.contexts) {
     for (auto it = ctx->async_q.begin(); it != ctx->async_q.end();)
       it = it->object == c ? ctx->async_q.erase(it) : it + 1;
+    ctx->async_ready.sync(!ctx->async_q.empty());
+  }
   --c->ctx->children;
   --f.devices[c->ctx->dev].count.cq;
   f.cqs.erase(c);
@@ -120,6 +123,7 @@ RDMAKIT_DECL int mock::get_cq_event(channel ch, std::chrono::milliseconds timeou
     if (!ch->events.empty()) {
       out = ch->events.front();
       ch->events.pop_front();
+      ch->ready.sync(!ch->events.empty());
       ++out->events_delivered;
       return 0;
     }
@@ -145,6 +149,15 @@ RDMAKIT_DECL void mock::ack_cq_events(cq c, unsigned n) noexcept {
   auto& f = mockd::fab_of(c);
   std::lock_guard lk(f.mu);
   c->events_acked = std::min(c->events_delivered, c->events_acked + n);
+}
+
+RDMAKIT_DECL int mock::channel_fd(channel ch) noexcept { return ch ? ch->ready.fd() : -1; }
+
+RDMAKIT_DECL bool mock::progress_pending(channel ch) noexcept {
+  if (!ch) return false;
+  auto& f = mockd::fab_of(ch);
+  std::lock_guard lk(f.mu);
+  return mockd::pending(f);
 }
 
 }  // namespace backends

@@ -118,11 +118,14 @@ RDMAKIT_DECL int mock::get_async_event(context ctx, std::chrono::milliseconds ti
     if (!ctx->async_q.empty()) {
       out = ctx->async_q.front();
       ctx->async_q.pop_front();
+      ctx->async_ready.sync(!ctx->async_q.empty());
       return 0;
     }
     if (!mockd::wait_until(f, lk, until) && ctx->async_q.empty()) return ETIMEDOUT;
   }
 }
+
+RDMAKIT_DECL int mock::async_fd(context ctx) noexcept { return ctx ? ctx->async_ready.fd() : -1; }
 
 RDMAKIT_DECL mock::pd mock::alloc_pd(context ctx) {
   auto& f = mockd::fab_of(ctx);

@@ -4,6 +4,7 @@
 #include <rdmakit/backends/mock/backend.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
 #include <rdmakit/backends/mock/random.hpp>
+#include <rdmakit/backends/mock/ready_fd.hpp>
 #include <rdmakit/backends/mock/ring.hpp>
 #include <rdmakit/backends/mock/sge_list.hpp>
 #include <rdmakit/detail/chrono.hpp>
@@ -51,7 +52,13 @@ class context_obj {
   std::shared_ptr<fabric_state> keep;  // the fabric object may go first
   std::uint32_t dev = 0;
   std::deque<async_event> async_q;
+  ready_fd async_ready;  // readable while async_q is not empty
   int children = 0;  // pds, cqs, channels
+
+  void push_async(const async_event& ev) {
+    async_q.push_back(ev);
+    async_ready.sync(true);
+  }
 };
 
 class pd_obj {
@@ -90,6 +97,7 @@ class channel_obj {
  public:
   context_obj* ctx = nullptr;
   std::deque<cq_obj*> events;
+  ready_fd ready;  // readable while events is not empty
   int cqs = 0;
 };
 

@@ -1,0 +1,242 @@
+#pragma once
+/// `async_completion_queue`: a completion queue read by an event_loop. The loop waits
+/// on its completion channel with epoll; when it is readable the CQ is drained (arm,
+/// re-poll, the event_driven algorithm of polling.hpp) and every completion goes, after
+/// its queue pair's credit accounting, to whoever awaits it: the coroutine that posted
+/// the WR through an async_queue_pair, or else `co_await cq.next()`.
+///
+///   rdmakit::event_loop loop;
+///   rdmakit::async_completion_queue cq(loop, dev.create_cq<rdmakit::event_driven<>>(256));
+///   auto qp = pd.create_qp<rdmakit::rc>(cq.queue(), caps);   // then async_queue_pair
+///
+/// Needs a backend whose channels are file descriptors (fd_event_backend: ibverbs, the
+/// mock) and a polling policy with a channel (event_driven, adaptive).
+#include <rdmakit/backend.hpp>
+#include <rdmakit/completion.hpp>
+#include <rdmakit/completion_queue.hpp>
+#include <rdmakit/error.hpp>
+#include <rdmakit/event_loop.hpp>
+#include <rdmakit/polling.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <coroutine>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+namespace detail {
+
+// Whether the backend has work that only a call into it moves on (the mock's simulated
+// time): then the loop polls it instead of sleeping.
+template <class B>
+concept has_progress_pending = requires(typename B::channel ch) {
+  { B::progress_pending(ch) } noexcept -> std::same_as<bool>;
+};
+
+// What waits in next(): a completion is handed over, or the wait ends without one.
+template <class B>
+class next_waiter {
+ public:
+  virtual void deliver(const completion<B>& c) noexcept = 0;
+
+ protected:
+  ~next_waiter() = default;
+};
+
+/// What an async_queue_pair needs from the completion queues it is attached to,
+/// whatever their polling policy.
+class async_cq_base {
+ public:
+  virtual loop_core& loop() noexcept = 0;
+  /// Completions of this queue pair number are dropped: an async_queue_pair went away
+  /// with work requests outstanding, so nobody awaits them any more.
+  virtual void forget_qp(std::uint32_t qpn) = 0;
+  /// A new queue pair with this number awaits its own completions again.
+  virtual void remember_qp(std::uint32_t qpn) noexcept = 0;
+
+ protected:
+  ~async_cq_base() = default;
+};
+
+/// The state an async_completion_queue shares with the queue pairs on it and with its
+/// awaiters: it lives while any of them does, and keeps the loop's state alive.
+template <class B, class P>
+class async_cq_core final : public async_cq_base {
+ public:
+  async_cq_core(std::shared_ptr<loop_core> loop, completion_queue<B, P> cq)
+      : loop_(std::move(loop)), cq_(std::move(cq)) {
+    if (!cq_) throw_empty("completion_queue", "(async_completion_queue)");
+    watch_.fd = B::channel_fd(cq_.native_channel());
+    watch_.ctx = this;
+    watch_.on_ready = [](void* self) noexcept { static_cast<async_cq_core*>(self)->drain_(); };
+    watch_.progress = [](void* self) noexcept { return static_cast<async_cq_core*>(self)->progress_(); };
+    loop_->watch(watch_);
+    // Arms the CQ, so the first completion raises an event (nothing is polled yet: no
+    // queue pair can be attached).
+    drain_();
+  }
+  async_cq_core(const async_cq_core&) = delete;
+  async_cq_core& operator=(const async_cq_core&) = delete;
+  ~async_cq_core() { loop_->unwatch(watch_); }
+
+  completion_queue<B, P>& queue() noexcept { return cq_; }
+  loop_core& loop() noexcept override { return *loop_; }
+  const std::shared_ptr<loop_core>& shared_loop() const noexcept { return loop_; }
+
+  void add_waiter(next_waiter<B>& w) { waiters_.push_back(&w); }
+  void remove_waiter(next_waiter<B>& w) noexcept { std::erase(waiters_, &w); }
+  /// A completion nobody awaited yet, oldest first (none: nothing).
+  std::optional<completion<B>> take_pending() {
+    if (pending_.empty()) return std::nullopt;
+    completion<B> c = pending_.front();
+    pending_.pop_front();
+    return c;
+  }
+  std::size_t pending() const noexcept { return pending_.size(); }
+
+  void forget_qp(std::uint32_t qpn) override { forgotten_.insert(qpn); }
+  void remember_qp(std::uint32_t qpn) noexcept override { forgotten_.erase(qpn); }
+
+ private:
+  // Drains the CQ and leaves it armed and empty, so the next completion wakes epoll. A
+  // long stream of completions is taken a few batches per turn (`again_`).
+  void drain_() noexcept {
+    auto fallback = [this](const completion<B>& c) { unawaited_(c); };
+    for (int round = 0; round < 8; ++round) {
+      const wait_result r = cq_.dispatch_wait(fallback, std::chrono::milliseconds{0});
+      if (r.failed()) {
+        again_ = false;
+        loop_->fail(std::make_exception_ptr(
+            verbs_error("ibv_poll_cq", r.error(), "draining a completion queue for the event loop")));
+        return;
+      }
+      if (r.count() == 0) {
+        again_ = false;
+        return;
+      }
+    }
+    again_ = true;
+  }
+
+  bool progress_() const noexcept {
+    if (again_) return true;
+    if constexpr (has_progress_pending<B>)
+      return B::progress_pending(const_cast<completion_queue<B, P>&>(cq_).native_channel());
+    return false;
+  }
+
+  void unawaited_(const completion<B>& c) noexcept {
+    if (!forgotten_.empty() && forgotten_.count(c.qp_num())) return;
+    if (!waiters_.empty()) {
+      next_waiter<B>* w = waiters_.front();
+      waiters_.pop_front();
+      w->deliver(c);
+      return;
+    }
+    try {
+      pending_.push_back(c);
+    } catch (...) {
+      loop_->fail(std::current_exception());
+    }
+  }
+
+  std::shared_ptr<loop_core> loop_;
+  completion_queue<B, P> cq_;
+  fd_watch watch_;
+  bool again_ = false;
+  std::deque<completion<B>> pending_;
+  std::deque<next_waiter<B>*> waiters_;
+  std::set<std::uint32_t> forgotten_;
+};
+
+}  // namespace detail
+
+/// A completion queue whose completions coroutines await on an event_loop.
+template <fd_event_backend B, polling P = event_driven<>>
+class async_completion_queue {
+  static_assert(P::needs_channel,
+                "async_completion_queue needs a completion channel to wait on: use event_driven<> or adaptive<> "
+                "as the completion queue's polling policy, not busy_poll");
+
+ public:
+  using backend = B;
+  using polling_policy = P;
+
+  /// Takes over `cq` (made on a device of backend B with a channel) and starts waiting
+  /// for its completions on `loop`. Throws usage_error for an empty CQ, verbs_error when
+  /// epoll refuses the channel.
+  async_completion_queue(event_loop& loop, completion_queue<B, P> cq)
+      : core_(std::make_shared<detail::async_cq_core<B, P>>(loop.core(), std::move(cq))) {}
+
+  /// The completion queue: create queue pairs on it (pd.create_qp<T>(acq.queue(), caps)).
+  completion_queue<B, P>& queue() const noexcept { return core_->queue(); }
+  /// Completions polled that nobody has awaited yet.
+  std::size_t pending() const noexcept { return core_->pending(); }
+
+  /// `co_await cq.next()`: the next completion that no async_queue_pair awaits (those
+  /// of queue pairs used directly, receives posted with post_recv), in polling order.
+  auto next() const noexcept { return next_awaiter(core_, std::nullopt); }
+  /// As next(), giving up after `timeout`: std::nullopt then.
+  auto next(std::chrono::steady_clock::duration timeout) const noexcept { return next_awaiter(core_, timeout); }
+
+  /// The shared state async_queue_pair attaches to.
+  const std::shared_ptr<detail::async_cq_core<B, P>>& core() const noexcept { return core_; }
+
+ private:
+  class next_awaiter final : detail::next_waiter<B> {
+   public:
+    next_awaiter(std::shared_ptr<detail::async_cq_core<B, P>> core,
+                 std::optional<std::chrono::steady_clock::duration> timeout) noexcept
+        : core_(std::move(core)), timeout_(timeout) {}
+    next_awaiter(next_awaiter&& o) noexcept : core_(std::move(o.core_)), timeout_(o.timeout_) {}
+    ~next_awaiter() {
+      if (waiting_) core_->remove_waiter(*this);
+    }
+
+    bool await_ready() {
+      got_ = core_->take_pending();
+      return got_.has_value();
+    }
+    void await_suspend(std::coroutine_handle<> h) {
+      resume_.bind(h);
+      timed_out_.bind([](void* self) noexcept { static_cast<next_awaiter*>(self)->on_timeout_(); }, this);
+      core_->add_waiter(*this);
+      waiting_ = true;
+      if (timeout_) timer_.arm(core_->loop(), std::chrono::steady_clock::now() + *timeout_, timed_out_);
+    }
+    /// The completion, or std::nullopt when the timeout passed first.
+    std::optional<completion<B>> await_resume() noexcept { return std::move(got_); }
+
+   private:
+    void deliver(const completion<B>& c) noexcept override {
+      waiting_ = false;
+      timer_.disarm();
+      got_.emplace(c);
+      core_->loop().post(resume_);
+    }
+    void on_timeout_() noexcept {
+      if (!waiting_) return;
+      waiting_ = false;
+      core_->remove_waiter(*this);
+      core_->loop().post(resume_);
+    }
+
+    std::shared_ptr<detail::async_cq_core<B, P>> core_;
+    std::optional<std::chrono::steady_clock::duration> timeout_;
+    std::optional<completion<B>> got_;
+    bool waiting_ = false;
+    detail::work_item resume_;
+    detail::work_item timed_out_;
+    detail::timer_node timer_;  // last: disarmed before the items it points to go away
+  };
+
+  std::shared_ptr<detail::async_cq_core<B, P>> core_;
+};
+
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,404 @@
+#pragma once
+/// `async_queue_pair`: a queue pair whose work requests coroutines await.
+///
+///   rdmakit::async_queue_pair aqp(cq, pd.create_qp<rdmakit::rc>(cq.queue(), caps));
+///   auto rts = std::move(aqp).connect(peer);
+///   rdmakit::wr_result r = co_await rts.write(src, dst);   // resumes with its completion
+///
+/// Each awaited WR is posted signaled, whatever the signaling policy, so its own
+/// completion resumes it, and the send-queue credit rule of the policy layer holds: a
+/// WR that finds no credit (or a full receive queue) waits for the queue pair's next
+/// completion and is posted then, in order. A refused post resumes at once with the
+/// refusal (wr_result::post()). A queue pair that goes to ERR flushes what it holds, so
+/// every awaiting coroutine resumes with its flush status; one whose async_queue_pair
+/// is destroyed resumes with wr_outcome::cancelled. `.within(timeout)` bounds a wait.
+///
+/// The typestate of queue_pair carries over: an INIT async_queue_pair awaits receives
+/// only; connect()/activate() return the RTS one, with sends, writes, reads, atomics.
+#include <rdmakit/async_completion_queue.hpp>
+#include <rdmakit/event_loop.hpp>
+#include <rdmakit/operations.hpp>
+#include <rdmakit/queue_pair.hpp>
+#include <rdmakit/wr_result.hpp>
+
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <variant>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+namespace detail {
+
+// The part of an awaiter its queue pair's state sees.
+template <class B>
+class wr_waiter {
+ public:
+  virtual void complete(const completion<B>& c) noexcept = 0;  // its WR completed
+  virtual void retry() noexcept = 0;                           // credits may be back: post again
+  virtual void cancel() noexcept = 0;                          // the queue pair goes away
+
+ protected:
+  ~wr_waiter() = default;
+};
+
+/// The queue pair of an async_queue_pair and its awaiters: which WR (by wr_id) each
+/// waits for, and who waits for credits. wr_ids are slot tokens: index and generation,
+/// so a completion that outlives its awaiter (timed out, destroyed) finds a free or
+/// reused slot and is dropped.
+template <class B, class T, class S>
+class async_qp_core {
+ public:
+  using init_qp = queue_pair<B, T, S, qp_state::init>;
+  using rts_qp = queue_pair<B, T, S, qp_state::rts>;
+
+  template <class PS, class PR, qp_state State>
+  async_qp_core(std::shared_ptr<async_cq_core<B, PS>> scq, std::shared_ptr<async_cq_core<B, PR>> rcq,
+                queue_pair<B, T, S, State>&& qp)
+      : loop_(scq->shared_loop()), scq_(scq), rcq_(rcq), qp_(std::move(qp)) {
+    auto& q = std::get<queue_pair<B, T, S, State>>(qp_);
+    auto* link = policy_access::link(q);
+    if (!link) throw_empty("queue_pair", "(async_queue_pair)");
+    if (link->send_cq != policy_access::block(scq->queue()) || link->recv_cq != policy_access::block(rcq->queue()))
+      throw usage_error("async_queue_pair: queue pair " + std::to_string(link->qp_num) +
+                        " was not created on these completion queues: create it on the async completion "
+                        "queues' queue() (send CQ first, then receive CQ)");
+    if (&scq->loop() != &rcq->loop())
+      throw usage_error("async_queue_pair: the send and receive completion queues belong to different event loops");
+    qpn_ = link->qp_num;
+    scq->remember_qp(qpn_);
+    rcq->remember_qp(qpn_);
+    wake_.bind([](void* self) noexcept { static_cast<async_qp_core*>(self)->wake_waiters_(); }, this);
+    // One handler per queue pair serves both CQs: dispatch calls the QP's handler.
+    scq->queue().on(q, [this](const completion<B>& c) { on_completion_(c); });
+  }
+  async_qp_core(const async_qp_core&) = delete;
+  async_qp_core& operator=(const async_qp_core&) = delete;
+
+  /// Every awaiter resumes with wr_outcome::cancelled; completions still to come for
+  /// this queue pair number are dropped by its CQs.
+  ~async_qp_core() {
+    bool outstanding = false;
+    for (auto& s : slots_) {
+      if (!s.used) continue;
+      outstanding = true;
+      if (s.waiter) std::exchange(s.waiter, nullptr)->cancel();
+    }
+    for (auto* w : std::exchange(credit_waiters_, {})) w->cancel();
+    if (outstanding) {
+      try {
+        scq_->forget_qp(qpn_);
+        rcq_->forget_qp(qpn_);
+      } catch (...) {  // out of memory: a stray completion reaches next() instead
+      }
+    }
+  }
+
+  loop_core& loop() noexcept { return *loop_; }
+  const std::shared_ptr<loop_core>& shared_loop() const noexcept { return loop_; }
+  template <class QP>
+  QP& get() noexcept {
+    return *std::get_if<QP>(&qp_);
+  }
+  auto& any() noexcept { return qp_; }
+
+  /// Connects (RC/UC) or activates (UD) the INIT queue pair held; on a throw it stays INIT.
+  template <class Step>
+  void to_rts(Step step) {
+    rts_qp r = step(std::get<init_qp>(qp_));
+    qp_.template emplace<rts_qp>(std::move(r));
+  }
+
+  /// A slot for `w`'s WR: its token is the wr_id to post with.
+  std::uint64_t acquire(wr_waiter<B>* w, std::uint32_t& index) {
+    if (free_.empty()) {
+      slots_.emplace_back();
+      free_.push_back(static_cast<std::uint32_t>(slots_.size() - 1));
+    }
+    index = free_.back();
+    free_.pop_back();
+    slot& s = slots_[index];
+    s.used = true;
+    s.waiter = w;
+    s.gen = (s.gen + 1) & 0x7fffffffu;  // bit 63 of a wr_id belongs to the policy layer
+    return (std::uint64_t{s.gen} << 32) | index;
+  }
+  /// Gives back a slot whose WR was not posted.
+  void release(std::uint32_t index) noexcept {
+    slots_[index].used = false;
+    slots_[index].waiter = nullptr;
+    free_.push_back(index);
+  }
+  /// The awaiter goes away before its WR completed: the slot stays taken until then.
+  void abandon(std::uint32_t index) noexcept { slots_[index].waiter = nullptr; }
+
+  void wait_credits(wr_waiter<B>& w) { credit_waiters_.push_back(&w); }
+  void stop_waiting(wr_waiter<B>& w) noexcept { std::erase(credit_waiters_, &w); }
+
+ private:
+  struct slot {
+    wr_waiter<B>* waiter = nullptr;
+    std::uint32_t gen = 0;
+    bool used = false;
+  };
+
+  void on_completion_(const completion<B>& c) noexcept {
+    const std::uint64_t token = c.wr_id();
+    const auto index = static_cast<std::uint32_t>(token);
+    if (index < slots_.size() && slots_[index].used && slots_[index].gen == static_cast<std::uint32_t>(token >> 32)) {
+      wr_waiter<B>* w = slots_[index].waiter;
+      slots_[index].used = false;
+      slots_[index].waiter = nullptr;
+      free_.push_back(index);  // capacity reserved by acquire: no allocation
+      if (w) w->complete(c);
+    }
+    if (!credit_waiters_.empty()) loop_->post(wake_);
+  }
+
+  // Posted on the loop, not called from the poll: the retries post WRs of their own.
+  void wake_waiters_() noexcept {
+    for (auto* w : std::exchange(credit_waiters_, {})) w->retry();
+  }
+
+  std::shared_ptr<loop_core> loop_;
+  std::shared_ptr<async_cq_base> scq_;
+  std::shared_ptr<async_cq_base> rcq_;
+  std::vector<slot> slots_;
+  std::vector<std::uint32_t> free_;
+  std::vector<wr_waiter<B>*> credit_waiters_;
+  work_item wake_;
+  std::uint32_t qpn_ = 0;
+  std::variant<init_qp, rts_qp> qp_;  // last: destroyed first, while the rest still stands
+};
+
+// One WR, posted when made (Post(core, wr_id) posts it), awaited later: a receive is
+// posted before the message it is for can arrive, and several WRs can be in flight
+// before the first is awaited. Not movable: its queue pair points at it until it ends.
+template <class B, class T, class S, class Post>
+class wr_awaiter final : wr_waiter<B> {
+  using core_type = async_qp_core<B, T, S>;
+
+ public:
+  wr_awaiter(core_type& core, Post post) : core_(&core), post_(std::move(post)), loop_(core.shared_loop()) {
+    timed_out_.bind([](void* self) noexcept { static_cast<wr_awaiter*>(self)->on_timeout_(); }, this);
+    (void)try_post_();
+  }
+  wr_awaiter(const wr_awaiter&) = delete;
+  wr_awaiter& operator=(const wr_awaiter&) = delete;
+  /// Not awaited, or destroyed with its coroutine: the WR's completion, when it comes,
+  /// is dropped (its credits still go back).
+  ~wr_awaiter() {
+    if (!core_) return;
+    if (state_ == state::posted) core_->abandon(slot_);
+    if (state_ == state::credits) core_->stop_waiting(*this);
+  }
+
+  /// Bounds the wait (from when it is awaited): after `timeout` the result is
+  /// wr_outcome::timed_out; the WR itself may still complete on the device, unseen.
+  /// `co_await qp.write(src, dst).within(100ms)`.
+  wr_awaiter& within(std::chrono::steady_clock::duration timeout) noexcept {
+    timeout_ = timeout;
+    return *this;
+  }
+  /// True once the WR has its result (awaiting it then does not suspend).
+  bool ready() const noexcept { return result_.has_value(); }
+
+  bool await_ready() const noexcept { return result_.has_value(); }
+  void await_suspend(std::coroutine_handle<> h) {
+    resume_.bind(h);
+    suspended_ = true;
+    if (timeout_) timer_.arm(*loop_, std::chrono::steady_clock::now() + *timeout_, timed_out_);
+  }
+  /// The result (moved out: await a WR once).
+  wr_result<B> await_resume() noexcept { return std::move(*result_); }
+
+ private:
+  enum class state : std::uint8_t { credits, posted, done };
+
+  // Posts the WR; false when it is finished already (refused).
+  bool try_post_() {
+    const std::uint64_t wr_id = core_->acquire(this, slot_);
+    const post_result r = post_(*core_, wr_id);
+    if (r.ok()) {
+      state_ = state::posted;
+      return true;
+    }
+    core_->release(slot_);
+    if (r.status == post_status::sq_full || r.status == post_status::rq_full) {
+      state_ = state::credits;
+      core_->wait_credits(*this);
+      return true;
+    }
+    finish_(wr_result<B>(r));
+    return false;
+  }
+  void finish_(wr_result<B> r) noexcept {
+    state_ = state::done;
+    timer_.disarm();
+    result_.emplace(std::move(r));
+    if (suspended_) loop_->post(resume_);
+  }
+
+  void complete(const completion<B>& c) noexcept override { finish_(wr_result<B>(c)); }
+  void retry() noexcept override {
+    try {
+      (void)try_post_();
+    } catch (...) {  // no memory for a slot: fail this WR, not the loop
+      finish_(wr_result<B>(post_result{post_status::backend_error, ENOMEM, 0}));
+    }
+  }
+  void cancel() noexcept override {
+    core_ = nullptr;
+    finish_(wr_result<B>(wr_outcome::cancelled));
+  }
+  void on_timeout_() noexcept {
+    if (state_ == state::posted) core_->abandon(slot_);
+    if (state_ == state::credits) core_->stop_waiting(*this);
+    core_ = nullptr;  // nothing more to hear from the queue pair
+    suspended_ = false;
+    finish_(wr_result<B>(wr_outcome::timed_out));
+    resume_.run();  // last: the coroutine may destroy this awaiter
+  }
+
+  core_type* core_;
+  Post post_;
+  std::shared_ptr<loop_core> loop_;
+  std::optional<std::chrono::steady_clock::duration> timeout_;
+  state state_ = state::done;
+  bool suspended_ = false;
+  std::uint32_t slot_ = 0;
+  std::optional<wr_result<B>> result_;
+  work_item resume_;
+  work_item timed_out_;
+  timer_node timer_;  // last: disarmed before the items it points to go away
+};
+
+}  // namespace detail
+
+/// A queue pair of transport T and signaling policy S whose work requests coroutines
+/// await, in state State (init or rts) as queue_pair is.
+template <fd_event_backend B, transport T, signaling S = signal_all, qp_state State = qp_state::init>
+class async_queue_pair {
+  using core_type = detail::async_qp_core<B, T, S>;
+
+ public:
+  using backend = B;
+  using queue_pair_type = queue_pair<B, T, S, State>;
+  static constexpr qp_state state = State;
+
+  /// Takes over `qp`, created on `cq.queue()` (both its send and receive CQ).
+  template <class P>
+  async_queue_pair(async_completion_queue<B, P>& cq, queue_pair_type qp)
+      : core_(std::make_unique<core_type>(cq.core(), cq.core(), std::move(qp))) {}
+  /// Takes over `qp`, created on `send_cq.queue()` and `recv_cq.queue()`.
+  template <class PS, class PR>
+  async_queue_pair(async_completion_queue<B, PS>& send_cq, async_completion_queue<B, PR>& recv_cq,
+                   queue_pair_type qp)
+      : core_(std::make_unique<core_type>(send_cq.core(), recv_cq.core(), std::move(qp))) {}
+
+  async_queue_pair(async_queue_pair&&) noexcept = default;
+  async_queue_pair& operator=(async_queue_pair&&) noexcept = default;
+  /// Coroutines still awaiting its WRs resume with wr_outcome::cancelled.
+  ~async_queue_pair() = default;
+
+  /// False once moved from.
+  explicit operator bool() const noexcept { return core_ != nullptr; }
+  /// The queue pair (read-only: posting goes through the awaitables).
+  const queue_pair_type& qp() const { return core_ref_("qp").template get<queue_pair_type>(); }
+  /// What the peer needs to connect to this QP.
+  endpoint local_endpoint() const { return qp().local_endpoint(); }
+  /// The queue pair's number.
+  std::uint32_t qp_num() const { return qp().qp_num(); }
+
+  /// INIT→RTS against `peer` (RC/UC), as queue_pair::connect; on a throw this object
+  /// is still a valid INIT async_queue_pair.
+  async_queue_pair<B, T, S, qp_state::rts> connect(const endpoint& peer, const connect_options& o = {}) && {
+    static_assert(State == qp_state::init, "connect(): this queue pair is already connected");
+    core_ref_("connect").to_rts([&](auto& qp) { return std::move(qp).connect(peer, o); });
+    return async_queue_pair<B, T, S, qp_state::rts>(std::move(core_));
+  }
+  /// INIT→RTS of a UD queue pair, as queue_pair::activate.
+  async_queue_pair<B, T, S, qp_state::rts> activate() && {
+    static_assert(State == qp_state::init, "activate(): this queue pair is already active");
+    core_ref_("activate").to_rts([](auto& qp) { return std::move(qp).activate(); });
+    return async_queue_pair<B, T, S, qp_state::rts>(std::move(core_));
+  }
+
+  /// `co_await aqp.recv(buf)`: posts a receive into `buf` and resumes with its completion.
+  auto recv(const local_buffer& buf) {
+    return awaiter_("recv", [buf](core_type& c, std::uint64_t id) {
+      return std::visit([&](auto& qp) { return qp.post_recv(buf, id); }, c.any());
+    });
+  }
+
+  /// `co_await aqp.post(op::write{src, dst})`: posts any operation of operations.hpp
+  /// signaled and resumes with its completion.
+  template <operation Op>
+  auto post(const Op& o, send_flags flags = send_flags::none) {
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    Op::rule::template check<T>();
+    return awaiter_("post", [o, flags](core_type& c, std::uint64_t id) {
+      return c.template get<queue_pair_type>().post(o, id, flags | send_flags::signaled);
+    });
+  }
+  /// SEND `buf` to the connected peer.
+  auto send(const local_buffer& buf, send_flags flags = send_flags::none) { return post(op::send<>{buf}, flags); }
+  /// SEND with immediate data (host order).
+  auto send_imm(const local_buffer& buf, std::uint32_t imm, send_flags flags = send_flags::none) {
+    return post(op::send_imm<>{buf, imm}, flags);
+  }
+  /// UD: SEND `buf` to `to`.
+  auto send(const ud_address<B>& to, const local_buffer& buf, send_flags flags = send_flags::none) {
+    return post(op::ud_send<B>{buf, to}, flags);
+  }
+  /// RDMA WRITE `src` to `dst`.
+  template <access A>
+  auto write(const local_buffer& src, const remote_region<A>& dst, send_flags flags = send_flags::none) {
+    return post(op::write<A>{src, dst}, flags);
+  }
+  /// RDMA WRITE with immediate data (consumes a receive at the peer).
+  template <access A>
+  auto write_imm(const local_buffer& src, const remote_region<A>& dst, std::uint32_t imm,
+                 send_flags flags = send_flags::none) {
+    return post(op::write_imm<A>{src, dst, imm}, flags);
+  }
+  /// RDMA READ from `src` into `dst`.
+  template <access A>
+  auto read(const local_buffer& dst, const remote_region<A>& src, send_flags flags = send_flags::none) {
+    return post(op::read<A>{dst, src}, flags);
+  }
+  /// Atomic fetch-and-add of `add` on the 8 bytes at `remote`; the old value lands in `result`.
+  template <access A>
+  auto fetch_add(const local_buffer& result, const remote_region<A>& remote, std::uint64_t add) {
+    return post(op::fetch_add<A>{result, remote, add});
+  }
+  /// Atomic compare-and-swap on the 8 bytes at `remote`; the old value lands in `result`.
+  template <access A>
+  auto compare_swap(const local_buffer& result, const remote_region<A>& remote, std::uint64_t compare,
+                    std::uint64_t swap) {
+    return post(op::compare_swap<A>{result, remote, compare, swap});
+  }
+
+ private:
+  template <fd_event_backend, transport, signaling, qp_state>
+  friend class async_queue_pair;
+  explicit async_queue_pair(std::unique_ptr<core_type> core) noexcept : core_(std::move(core)) {}
+
+  core_type& core_ref_(const char* call) const {
+    if (!core_) detail::throw_empty("async_queue_pair", call);
+    return *core_;
+  }
+  template <class Post>
+  detail::wr_awaiter<B, T, S, Post> awaiter_(const char* call, Post post) {
+    return {core_ref_(call), std::move(post)};
+  }
+
+  std::unique_ptr<core_type> core_;
+};
+
+RDMAKIT_END_NAMESPACE

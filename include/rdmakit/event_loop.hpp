@@ -1,0 +1,327 @@
+#pragma once
+/// `event_loop`: a minimal single-threaded executor for rdmakit's coroutines. It runs
+/// spawned `task<>`s, resumes the ones whose completions, events or timers are ready,
+/// and otherwise sleeps in epoll_wait on the descriptors registered with it (completion
+/// channels, asynchronous event descriptors): no busy loop. Everything that waits on it
+/// (async_completion_queue, async_queue_pair, device_events, sleep_for) is used from the
+/// loop's thread only.
+///
+/// Lifetimes: destroying the loop destroys the coroutines it still runs (their awaiters
+/// unhook themselves); objects registered with it keep its epoll state alive, so they
+/// may be destroyed after it.
+#include <rdmakit/config.hpp>
+#include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/work_queue.hpp>
+#include <rdmakit/error.hpp>
+#include <rdmakit/task.hpp>
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <coroutine>
+#include <cstddef>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+namespace detail {
+
+/// A descriptor the loop waits on, and what to do when it is readable. `progress`, when
+/// set, says the source has work to do without the descriptor (the mock's simulated
+/// time, a batch left for the next turn): the loop then polls instead of sleeping.
+struct fd_watch {
+  int fd = -1;
+  void* ctx = nullptr;
+  void (*on_ready)(void*) noexcept = nullptr;
+  bool (*progress)(void*) noexcept = nullptr;
+};
+
+class loop_core;
+
+/// A deadline in the loop: when it passes, the loop queues `item` (once). Disarmed by
+/// the owner when what it guards happened first, and when destroyed.
+class timer_node {
+ public:
+  timer_node() = default;
+  timer_node(const timer_node&) = delete;
+  timer_node& operator=(const timer_node&) = delete;
+  ~timer_node() { disarm(); }
+
+  void arm(loop_core& loop, std::chrono::steady_clock::time_point when, work_item& item);
+  void disarm() noexcept;
+  bool armed() const noexcept { return loop_ != nullptr; }
+
+ private:
+  friend class loop_core;
+  loop_core* loop_ = nullptr;
+  work_item* item_ = nullptr;
+  std::multimap<std::chrono::steady_clock::time_point, timer_node*>::iterator it_;
+};
+
+/// The loop's state, shared with what registers with it.
+class loop_core {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  loop_core() : epfd_(::epoll_create1(EPOLL_CLOEXEC)) {
+    if (epfd_ < 0) throw verbs_error("epoll_create1", errno, "creating the event loop's epoll instance");
+  }
+  loop_core(const loop_core&) = delete;
+  loop_core& operator=(const loop_core&) = delete;
+  ~loop_core() {
+    while (!timers_.empty()) timers_.begin()->second->disarm();
+    ::close(epfd_);
+  }
+
+  /// Queues `w` to run on the loop's next turn.
+  void post(work_item& w) noexcept { ready_.push_back(w); }
+
+  /// Starts waiting on `w.fd`; throws verbs_error when epoll refuses it.
+  void watch(fd_watch& w) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = &w;
+    if (w.fd < 0 || ::epoll_ctl(epfd_, EPOLL_CTL_ADD, w.fd, &ev) != 0)
+      throw verbs_error("epoll_ctl", w.fd < 0 ? EBADF : errno,
+                        "registering descriptor " + std::to_string(w.fd) + " with the event loop");
+    watches_.push_back(&w);
+  }
+  /// Stops waiting on `w` (before `w` goes away).
+  void unwatch(fd_watch& w) noexcept {
+    ::epoll_ctl(epfd_, EPOLL_CTL_DEL, w.fd, nullptr);
+    std::erase(watches_, &w);
+  }
+
+  /// Records the first failure of something the loop drives; run_ready() and wait() rethrow it.
+  void fail(std::exception_ptr e) noexcept {
+    if (!error_) error_ = std::move(e);
+  }
+
+  /// Runs what was ready when called; work it queues waits for the next call, so the
+  /// descriptors get a look in between. Rethrows what a task failed with.
+  void run_ready() {
+    rethrow_();
+    work_list now;
+    ready_.move_all_to(now);
+    while (work_item* w = now.pop_front()) w->run();
+    rethrow_();
+  }
+
+  /// Waits for descriptors (not at all when work is ready, `block` is false, or a source
+  /// has progress to make) and queues what they and the due timers wake. Throws what a
+  /// source failed with, and usage_error when blocking would wait for nothing that can
+  /// ever come (the caller blocks only while coroutines wait).
+  void wait(bool block) {
+    fire_due_timers_();
+    bool progress = false;
+    for (auto* w : watches_)
+      if (w->progress && w->progress(w->ctx)) progress = true;
+    int timeout_ms = 0;
+    if (block && ready_.empty() && !progress) {
+      if (!timers_.empty()) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(timers_.begin()->first - clock::now());
+        timeout_ms = left.count() <= 0 ? 0 : static_cast<int>(std::min<long long>(left.count(), 1 << 30));
+      } else if (watches_.empty()) {
+        throw usage_error(
+            "event_loop::run(): coroutines are waiting but nothing can wake them (no completion queue, "
+            "device events or timer is registered with this loop): await completions through an "
+            "async_completion_queue made on this loop");
+      } else {
+        timeout_ms = -1;
+      }
+    }
+    epoll_event evs[16];
+    const int n = ::epoll_wait(epfd_, evs, 16, timeout_ms);
+    if (n < 0 && errno != EINTR) throw verbs_error("epoll_wait", errno, "waiting in the event loop");
+    for (int i = 0; i < n; ++i) {
+      auto* w = static_cast<fd_watch*>(evs[i].data.ptr);
+      w->on_ready(w->ctx);
+    }
+    if (progress)  // a copy: a handler may register or unregister a source
+      for (auto* w : std::vector<fd_watch*>(watches_))
+        if (w->progress && w->progress(w->ctx)) w->on_ready(w->ctx);
+    fire_due_timers_();
+    rethrow_();
+  }
+
+ private:
+  friend class timer_node;
+
+  void fire_due_timers_() noexcept {
+    const auto now = clock::now();
+    while (!timers_.empty() && timers_.begin()->first <= now) {
+      timer_node* t = timers_.begin()->second;
+      timers_.erase(timers_.begin());
+      t->loop_ = nullptr;
+      ready_.push_back(*t->item_);
+    }
+  }
+  void rethrow_() {
+    if (error_) std::rethrow_exception(std::exchange(error_, {}));
+  }
+
+  int epfd_;
+  work_list ready_;
+  std::vector<fd_watch*> watches_;
+  std::multimap<clock::time_point, timer_node*> timers_;
+  std::exception_ptr error_;
+};
+
+inline void timer_node::arm(loop_core& loop, std::chrono::steady_clock::time_point when, work_item& item) {
+  disarm();
+  it_ = loop.timers_.emplace(when, this);
+  loop_ = &loop;
+  item_ = &item;
+}
+
+inline void timer_node::disarm() noexcept {
+  if (!loop_) return;
+  loop_->timers_.erase(it_);
+  loop_ = nullptr;
+}
+
+}  // namespace detail
+
+class event_loop;
+
+namespace detail {
+// A spawned task's driver: owned by the loop until the task finishes (then its frame
+// goes away by itself), destroyed with the loop otherwise.
+class root_task {
+ public:
+  class promise_type {
+   public:
+    promise_type(event_loop& loop, task<void>&) noexcept;
+    ~promise_type();
+    root_task get_return_object() noexcept { return {}; }
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept;
+
+   private:
+    event_loop& loop_;
+    work_item start_;
+  };
+};
+}  // namespace detail
+
+/// Runs coroutines on the calling thread; see the top of this header.
+class event_loop {
+ public:
+  event_loop() : core_(std::make_shared<detail::loop_core>()) {}
+  event_loop(const event_loop&) = delete;
+  event_loop& operator=(const event_loop&) = delete;
+  /// Destroys the tasks that have not finished (their awaiters unhook themselves).
+  ~event_loop() {
+    for (auto h : std::vector<std::coroutine_handle<>>(roots_)) h.destroy();
+  }
+
+  /// Starts `t` on the loop's next turn. The loop owns it until it finishes; an
+  /// exception escaping it is rethrown by run().
+  void spawn(task<void> t) {
+    if (!t) detail::throw_empty("task", "(event_loop::spawn)");
+    (void)drive_(*this, std::move(t));
+  }
+
+  /// Runs until every spawned task has finished. Rethrows the first exception that
+  /// escaped a task (the others keep their state: run() may be called again).
+  void run() {
+    run_until_([this] { return roots_.empty(); });
+  }
+
+  /// Spawns `t` and runs until it has finished (other tasks run meanwhile and may still
+  /// be unfinished); returns its value or rethrows its exception.
+  template <class T>
+  T run(task<T> t) {
+    if constexpr (std::is_void_v<T>) {
+      bool finished = false;
+      spawn(finish_(std::move(t), finished));
+      run_until_([&] { return finished; });
+    } else {
+      std::optional<T> out;
+      spawn(capture_(std::move(t), out));
+      run_until_([&] { return out.has_value(); });
+      return std::move(*out);
+    }
+  }
+
+  /// Runs one turn without sleeping: what is ready, what descriptors have (for loops
+  /// that interleave the loop with their own polling).
+  void poll() {
+    core_->run_ready();
+    core_->wait(false);
+  }
+
+  /// Spawned tasks that have not finished.
+  std::size_t tasks() const noexcept { return roots_.size(); }
+
+  /// `co_await loop.sleep_for(d)`: resumes after `d` (on a later turn of this loop).
+  auto sleep_for(std::chrono::steady_clock::duration d) noexcept {
+    class awaiter {
+     public:
+      awaiter(detail::loop_core& core, std::chrono::steady_clock::duration d) noexcept : core_(core), d_(d) {}
+      bool await_ready() const noexcept { return false; }
+      void await_suspend(std::coroutine_handle<> h) {
+        resume_.bind(h);
+        timer_.arm(core_, std::chrono::steady_clock::now() + d_, resume_);
+      }
+      void await_resume() const noexcept {}
+
+     private:
+      detail::loop_core& core_;
+      std::chrono::steady_clock::duration d_;
+      detail::work_item resume_;
+      detail::timer_node timer_;  // after resume_: disarmed before resume_ goes away
+    };
+    return awaiter(*core_, d);
+  }
+
+  /// The shared state that completion queues and event sources register with.
+  const std::shared_ptr<detail::loop_core>& core() const noexcept { return core_; }
+
+ private:
+  friend class detail::root_task::promise_type;
+
+  template <class Done>
+  void run_until_(Done done) {
+    for (;;) {
+      core_->run_ready();
+      if (done()) return;
+      core_->wait(true);
+    }
+  }
+
+  static detail::root_task drive_(event_loop&, task<void> t) { co_await std::move(t); }
+  template <class T>
+  static task<void> capture_(task<T> t, std::optional<T>& out) {
+    out.emplace(co_await std::move(t));
+  }
+  static task<void> finish_(task<void> t, bool& finished) {
+    co_await std::move(t);
+    finished = true;
+  }
+
+  std::shared_ptr<detail::loop_core> core_;
+  std::vector<std::coroutine_handle<>> roots_;
+};
+
+namespace detail {
+inline root_task::promise_type::promise_type(event_loop& loop, task<void>&) noexcept : loop_(loop) {
+  auto h = std::coroutine_handle<promise_type>::from_promise(*this);
+  start_.bind(h);
+  loop_.roots_.push_back(h);
+  loop_.core_->post(start_);
+}
+inline root_task::promise_type::~promise_type() { std::erase(loop_.roots_, std::coroutine_handle<promise_type>::from_promise(*this)); }
+inline void root_task::promise_type::unhandled_exception() noexcept { loop_.core_->fail(std::current_exception()); }
+}  // namespace detail
+
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,148 @@
+#pragma once
+/// `task<T>`: the coroutine type of rdmakit's asynchronous layer. Lazy (it starts when
+/// awaited or spawned on an event_loop), awaited once, and it owns its frame: destroying
+/// a task that has not finished destroys the coroutine, and with it every awaiter
+/// inside, each of which unhooks itself from the queue pair, completion queue or timer
+/// it waits on. An exception escaping the coroutine is rethrown where it is awaited.
+#include <rdmakit/config.hpp>
+#include <rdmakit/error.hpp>
+
+#include <coroutine>
+#include <exception>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+template <class T = void>
+class task;
+
+namespace detail {
+
+// What task's promises share: who to resume at the end, and the escaped exception.
+class task_promise_base {
+ public:
+  std::suspend_always initial_suspend() noexcept { return {}; }
+
+  struct final_awaiter {
+    bool await_ready() const noexcept { return false; }
+    template <class P>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) const noexcept {
+      // Symmetric transfer: a chain of tasks finishing one after another uses no stack.
+      auto next = h.promise().continuation_;
+      return next ? next : std::noop_coroutine();
+    }
+    void await_resume() const noexcept {}
+  };
+  final_awaiter final_suspend() noexcept { return {}; }
+  void unhandled_exception() noexcept { error_ = std::current_exception(); }
+
+  std::coroutine_handle<> continuation_;
+  std::exception_ptr error_;
+
+ protected:
+  void rethrow_if_failed() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+};
+
+template <class T>
+class task_promise : public task_promise_base {
+ public:
+  task<T> get_return_object() noexcept;
+  template <class U>
+    requires std::is_convertible_v<U&&, T>
+  void return_value(U&& v) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
+    value_.emplace(std::forward<U>(v));
+  }
+  T take() {
+    rethrow_if_failed();
+    return std::move(*value_);
+  }
+
+ private:
+  std::optional<T> value_;
+};
+
+template <>
+class task_promise<void> : public task_promise_base {
+ public:
+  task<void> get_return_object() noexcept;
+  void return_void() noexcept {}
+  void take() const { rethrow_if_failed(); }
+};
+
+}  // namespace detail
+
+/// A lazily started coroutine that produces a T (or nothing). Move-only; `co_await`
+/// it (once) from another coroutine, or hand it to event_loop::spawn / run.
+template <class T>
+class [[nodiscard]] task {
+ public:
+  using promise_type = detail::task_promise<T>;
+  using handle_type = std::coroutine_handle<promise_type>;
+
+  /// An empty task (nothing to await).
+  task() noexcept = default;
+  task(task&& o) noexcept : h_(std::exchange(o.h_, {})) {}
+  task& operator=(task&& o) noexcept {
+    if (this != &o) {
+      destroy_();
+      h_ = std::exchange(o.h_, {});
+    }
+    return *this;
+  }
+  task(const task&) = delete;
+  task& operator=(const task&) = delete;
+  /// Destroys the coroutine if it has not finished (its awaiters unhook themselves).
+  ~task() { destroy_(); }
+
+  /// False for an empty or moved-from task.
+  explicit operator bool() const noexcept { return static_cast<bool>(h_); }
+  /// True once the coroutine has run to its end (returned or thrown).
+  bool done() const noexcept { return h_ && h_.done(); }
+
+  /// Starts the task (or resumes nothing if it already finished) and resumes the awaiting
+  /// coroutine when it ends, with its value or its exception. An empty task throws
+  /// usage_error when awaited.
+  auto operator co_await() && noexcept {
+    struct awaiter {
+      handle_type h;
+      bool await_ready() const noexcept { return !h || h.done(); }
+      std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
+        h.promise().continuation_ = awaiting;
+        return h;
+      }
+      T await_resume() {
+        if (!h) detail::throw_empty("task", "co_await");
+        return h.promise().take();
+      }
+    };
+    return awaiter{h_};
+  }
+
+  /// The coroutine (event_loop drives spawned tasks through it).
+  handle_type handle() const noexcept { return h_; }
+
+ private:
+  friend class detail::task_promise<T>;
+  explicit task(handle_type h) noexcept : h_(h) {}
+  void destroy_() noexcept {
+    if (h_) std::exchange(h_, {}).destroy();
+  }
+
+  handle_type h_;
+};
+
+namespace detail {
+template <class T>
+task<T> task_promise<T>::get_return_object() noexcept {
+  return task<T>(std::coroutine_handle<task_promise<T>>::from_promise(*this));
+}
+inline task<void> task_promise<void>::get_return_object() noexcept {
+  return task<void>(std::coroutine_handle<task_promise<void>>::from_promise(*this));
+}
+}  // namespace detail
+
+RDMAKIT_END_NAMESPACE
