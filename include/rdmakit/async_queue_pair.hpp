@@ -21,6 +21,7 @@
 #include <rdmakit/queue_pair.hpp>
 #include <rdmakit/wr_result.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <coroutine>
 #include <cstdint>
@@ -137,6 +138,12 @@ class async_qp_core {
   /// The awaiter goes away before its WR completed: the slot stays taken until then.
   void abandon(std::uint32_t index) noexcept { slots_[index].waiter = nullptr; }
 
+  /// The awaiter of slot `index` moved to `w`.
+  void rebind(std::uint32_t index, wr_waiter<B>& w) noexcept { slots_[index].waiter = &w; }
+  void replace_waiter(wr_waiter<B>& from, wr_waiter<B>& to) noexcept {
+    std::replace(credit_waiters_.begin(), credit_waiters_.end(), &from, &to);
+  }
+
   void wait_credits(wr_waiter<B>& w) { credit_waiters_.push_back(&w); }
   void stop_waiting(wr_waiter<B>& w) noexcept { std::erase(credit_waiters_, &w); }
 
@@ -178,7 +185,8 @@ class async_qp_core {
 
 // One WR, posted when made (Post(core, wr_id) posts it), awaited later: a receive is
 // posted before the message it is for can arrive, and several WRs can be in flight
-// before the first is awaited. Not movable: its queue pair points at it until it ends.
+// before the first is awaited. Its queue pair points at it until it ends: a move (only
+// before it is awaited) tells the queue pair the new address.
 template <class B, class T, class S, class Post>
 class wr_awaiter final : wr_waiter<B> {
   using core_type = async_qp_core<B, T, S>;
@@ -188,8 +196,21 @@ class wr_awaiter final : wr_waiter<B> {
     timed_out_.bind([](void* self) noexcept { static_cast<wr_awaiter*>(self)->on_timeout_(); }, this);
     (void)try_post_();
   }
-  wr_awaiter(const wr_awaiter&) = delete;
-  wr_awaiter& operator=(const wr_awaiter&) = delete;
+  /// Moves the wait before it is awaited (GCC 12 moves a co_await operand that is not a
+  /// prvalue into the coroutine frame): the queue pair is told the new address.
+  wr_awaiter(wr_awaiter&& o) noexcept
+      : core_(std::exchange(o.core_, nullptr)),
+        post_(std::move(o.post_)),
+        loop_(o.loop_),
+        timeout_(o.timeout_),
+        state_(std::exchange(o.state_, state::done)),
+        slot_(o.slot_),
+        result_(std::move(o.result_)) {
+    timed_out_.bind([](void* self) noexcept { static_cast<wr_awaiter*>(self)->on_timeout_(); }, this);
+    if (core_ && state_ == state::posted) core_->rebind(slot_, *this);
+    if (core_ && state_ == state::credits) core_->replace_waiter(o, *this);
+  }
+  wr_awaiter& operator=(wr_awaiter&&) = delete;
   /// Not awaited, or destroyed with its coroutine: the WR's completion, when it comes,
   /// is dropped (its credits still go back).
   ~wr_awaiter() {
@@ -200,10 +221,11 @@ class wr_awaiter final : wr_waiter<B> {
 
   /// Bounds the wait (from when it is awaited): after `timeout` the result is
   /// wr_outcome::timed_out; the WR itself may still complete on the device, unseen.
-  /// `co_await qp.write(src, dst).within(100ms)`.
-  wr_awaiter& within(std::chrono::steady_clock::duration timeout) noexcept {
+  /// `co_await qp.write(src, dst).within(100ms)`; on a wait kept in a variable,
+  /// `co_await std::move(w).within(100ms)`.
+  wr_awaiter within(std::chrono::steady_clock::duration timeout) && noexcept {
     timeout_ = timeout;
-    return *this;
+    return std::move(*this);  // a prvalue: GCC 12 would copy an xvalue operand of co_await
   }
   /// True once the WR has its result (awaiting it then does not suspend).
   bool ready() const noexcept { return result_.has_value(); }

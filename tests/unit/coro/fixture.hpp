@@ -1,0 +1,56 @@
+#pragma once
+// Two mock devices on one fabric, each with an event loop's completion queue, and a pair
+// of async queue pairs connected to each other: the coroutine layer's tests start here.
+#include <rdmakit/async_completion_queue.hpp>
+#include <rdmakit/async_queue_pair.hpp>
+#include <rdmakit/backends/mock.hpp>
+#include <rdmakit/device_events.hpp>
+#include <rdmakit/event_loop.hpp>
+#include <rdmakit/rdmakit.hpp>
+#include <rdmakit/task.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+namespace coro_test {
+using namespace rdmakit;
+using namespace std::chrono_literals;
+using rdmakit::access;  // not POSIX access()
+using B = backends::mock;
+using acq = async_completion_queue<B, event_driven<>>;
+template <transport T = rc, signaling S = signal_all>
+using rts_qp = async_queue_pair<B, T, S, qp_state::rts>;
+inline constexpr rdmakit::access rw = access::local_write | access::remote_write | access::remote_read;
+
+struct side {
+  side(mock::fabric& fab, const char* name, event_loop& loop, int cq_entries = 256)
+      : dev(fab, name), pd(dev.create_pd()), cq(loop, dev.create_cq<event_driven<>>(cq_entries)) {}
+  device<B> dev;
+  protection_domain<B> pd;
+  acq cq;
+};
+
+/// Two sides and an RC pair between them (depth `depth` each way).
+template <transport T = rc, signaling S = signal_all>
+struct connected {
+  explicit connected(mock::fabric& fab, event_loop& loop, std::uint32_t depth = 16)
+      : a(fab, "mock0", loop), b(fab, "mock1", loop), qa(make_(a, b, depth)) {}
+  side a, b;
+  std::pair<rts_qp<T, S>, rts_qp<T, S>> qa;
+  rts_qp<T, S>& x() { return qa.first; }
+  rts_qp<T, S>& y() { return qa.second; }
+
+ private:
+  static std::pair<rts_qp<T, S>, rts_qp<T, S>> make_(side& a, side& b, std::uint32_t depth) {
+    async_queue_pair<B, T, S> ia(a.cq, a.pd.template create_qp<T, S>(a.cq.queue(), qp_cap{depth, depth}));
+    async_queue_pair<B, T, S> ib(b.cq, b.pd.template create_qp<T, S>(b.cq.queue(), qp_cap{depth, depth}));
+    const endpoint ea = ia.local_endpoint(), eb = ib.local_endpoint();
+    return {std::move(ia).connect(eb), std::move(ib).connect(ea)};
+  }
+};
+
+}  // namespace coro_test

@@ -1,0 +1,72 @@
+#include "fixture.hpp"
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+using namespace coro_test;
+
+namespace {
+struct tracked {
+  explicit tracked(int& alive) : alive_(alive) { ++alive_; }
+  ~tracked() { --alive_; }
+  int& alive_;
+};
+
+task<int> value(int v) { co_return v; }
+task<int> sum_of(int a, int b) { co_return co_await value(a) + co_await value(b); }
+task<std::string> fails() {
+  throw std::runtime_error("from the coroutine");
+  co_return "";
+}
+task<void> holds(int& alive, event_loop& loop) {
+  tracked t(alive);
+  co_await loop.sleep_for(1h);  // never reached in the test: the loop goes first
+}
+}  // namespace
+
+TEST_CASE("task: values pass through nested awaits") {
+  event_loop loop;
+  CHECK(loop.run(sum_of(2, 40)) == 42);
+}
+
+TEST_CASE("task: an exception escaping the coroutine is rethrown where it is awaited") {
+  event_loop loop;
+  auto outer = [](event_loop&) -> task<bool> {
+    try {
+      (void)co_await fails();
+    } catch (const std::runtime_error& e) {
+      co_return std::string(e.what()) == "from the coroutine";
+    }
+    co_return false;
+  };
+  CHECK(loop.run(outer(loop)));
+  CHECK_THROWS_WITH_AS(loop.run(fails()), "from the coroutine", std::runtime_error);
+}
+
+TEST_CASE("task: destroying an unstarted or unfinished task destroys its frame") {
+  int alive = 0;
+  {
+    event_loop loop;
+    auto t = holds(alive, loop);
+    CHECK(alive == 0);  // lazy: nothing ran
+    CHECK_FALSE(t.done());
+  }
+  CHECK(alive == 0);
+  {
+    event_loop loop;
+    loop.spawn(holds(alive, loop));
+    loop.poll();  // starts it: it sleeps
+    CHECK(alive == 1);
+    CHECK(loop.tasks() == 1);
+  }  // the loop destroys the unfinished task
+  CHECK(alive == 0);
+}
+
+TEST_CASE("task: an empty task is refused when awaited or spawned") {
+  event_loop loop;
+  task<int> empty;
+  CHECK_FALSE(empty);
+  CHECK_THROWS_AS(loop.run(std::move(empty)), usage_error);
+  CHECK_THROWS_AS(loop.spawn(task<void>{}), usage_error);
+}
