@@ -6,6 +6,7 @@
 #include "example_backend.hpp"
 
 #include <rdmakit/async_queue_pair.hpp>
+#include <rdmakit/event_loop.hpp>
 
 #include <chrono>
 #include <cstdio>

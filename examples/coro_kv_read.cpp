@@ -7,6 +7,7 @@
 #include "example_backend.hpp"
 
 #include <rdmakit/async_queue_pair.hpp>
+#include <rdmakit/event_loop.hpp>
 
 #include <array>
 #include <chrono>

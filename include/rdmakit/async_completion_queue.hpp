@@ -15,7 +15,8 @@
 #include <rdmakit/completion.hpp>
 #include <rdmakit/completion_queue.hpp>
 #include <rdmakit/error.hpp>
-#include <rdmakit/event_loop.hpp>
+#include <rdmakit/detail/scheduler.hpp>
+#include <rdmakit/task.hpp>
 #include <rdmakit/polling.hpp>
 
 #include <algorithm>
@@ -53,7 +54,7 @@ class next_waiter {
 /// whatever their polling policy.
 class async_cq_base {
  public:
-  virtual loop_core& loop() noexcept = 0;
+  virtual scheduler& loop() noexcept = 0;
   /// Completions of this queue pair number are dropped: an async_queue_pair went away
   /// with work requests outstanding, so nobody awaits them any more.
   virtual void forget_qp(std::uint32_t qpn) = 0;
@@ -69,7 +70,7 @@ class async_cq_base {
 template <class B, class P>
 class async_cq_core final : public async_cq_base {
  public:
-  async_cq_core(std::shared_ptr<loop_core> loop, completion_queue<B, P> cq)
+  async_cq_core(std::shared_ptr<scheduler> loop, completion_queue<B, P> cq)
       : loop_(std::move(loop)), cq_(std::move(cq)) {
     if (!cq_) throw_empty("completion_queue", "(async_completion_queue)");
     watch_.fd = B::channel_fd(cq_.native_channel());
@@ -86,8 +87,8 @@ class async_cq_core final : public async_cq_base {
   ~async_cq_core() { loop_->unwatch(watch_); }
 
   completion_queue<B, P>& queue() noexcept { return cq_; }
-  loop_core& loop() noexcept override { return *loop_; }
-  const std::shared_ptr<loop_core>& shared_loop() const noexcept { return loop_; }
+  scheduler& loop() noexcept override { return *loop_; }
+  const std::shared_ptr<scheduler>& shared_loop() const noexcept { return loop_; }
 
   void add_waiter(next_waiter<B>& w) { waiters_.push_back(&w); }
   void remove_waiter(next_waiter<B>& w) noexcept { std::erase(waiters_, &w); }
@@ -146,7 +147,7 @@ class async_cq_core final : public async_cq_base {
     }
   }
 
-  std::shared_ptr<loop_core> loop_;
+  std::shared_ptr<scheduler> loop_;
   completion_queue<B, P> cq_;
   fd_watch watch_;
   bool again_ = false;
@@ -171,7 +172,8 @@ class async_completion_queue {
   /// Takes over `cq` (made on a device of backend B with a channel) and starts waiting
   /// for its completions on `loop`. Throws usage_error for an empty CQ, verbs_error when
   /// epoll refuses the channel.
-  async_completion_queue(event_loop& loop, completion_queue<B, P> cq)
+  template <detail::has_scheduler Loop>
+  async_completion_queue(Loop& loop, completion_queue<B, P> cq)
       : core_(std::make_shared<detail::async_cq_core<B, P>>(loop.core(), std::move(cq))) {}
 
   /// The completion queue: create queue pairs on it (pd.create_qp<T>(acq.queue(), caps)).

@@ -16,7 +16,8 @@
 /// The typestate of queue_pair carries over: an INIT async_queue_pair awaits receives
 /// only; connect()/activate() return the RTS one, with sends, writes, reads, atomics.
 #include <rdmakit/async_completion_queue.hpp>
-#include <rdmakit/event_loop.hpp>
+#include <rdmakit/detail/scheduler.hpp>
+#include <rdmakit/task.hpp>
 #include <rdmakit/operations.hpp>
 #include <rdmakit/queue_pair.hpp>
 #include <rdmakit/wr_result.hpp>
@@ -100,8 +101,8 @@ class async_qp_core {
     }
   }
 
-  loop_core& loop() noexcept { return *loop_; }
-  const std::shared_ptr<loop_core>& shared_loop() const noexcept { return loop_; }
+  scheduler& loop() noexcept { return *loop_; }
+  const std::shared_ptr<scheduler>& shared_loop() const noexcept { return loop_; }
   template <class QP>
   QP& get() noexcept {
     return *std::get_if<QP>(&qp_);
@@ -172,7 +173,7 @@ class async_qp_core {
     for (auto* w : std::exchange(credit_waiters_, {})) w->retry();
   }
 
-  std::shared_ptr<loop_core> loop_;
+  std::shared_ptr<scheduler> loop_;
   std::shared_ptr<async_cq_base> scq_;
   std::shared_ptr<async_cq_base> rcq_;
   std::vector<slot> slots_;
@@ -289,7 +290,7 @@ class wr_awaiter final : wr_waiter<B> {
 
   core_type* core_;
   Post post_;
-  std::shared_ptr<loop_core> loop_;
+  std::shared_ptr<scheduler> loop_;
   std::optional<std::chrono::steady_clock::duration> timeout_;
   state state_ = state::done;
   bool suspended_ = false;

@@ -8,7 +8,8 @@
 #include <rdmakit/backend.hpp>
 #include <rdmakit/device.hpp>
 #include <rdmakit/error.hpp>
-#include <rdmakit/event_loop.hpp>
+#include <rdmakit/detail/scheduler.hpp>
+#include <rdmakit/task.hpp>
 #include <rdmakit/types.hpp>
 
 #include <chrono>
@@ -34,7 +35,7 @@ class event_waiter {
 template <class B>
 class device_events_core {
  public:
-  device_events_core(std::shared_ptr<loop_core> loop, const device<B>& dev) : loop_(std::move(loop)), dev_(dev.st_) {
+  device_events_core(std::shared_ptr<scheduler> loop, const device<B>& dev) : loop_(std::move(loop)), dev_(dev.st_) {
     if (!dev_) throw_empty("device", "(device_events)");
     watch_.fd = B::async_fd(dev_->ctx);
     watch_.ctx = this;
@@ -45,7 +46,7 @@ class device_events_core {
   device_events_core& operator=(const device_events_core&) = delete;
   ~device_events_core() { loop_->unwatch(watch_); }
 
-  loop_core& loop() noexcept { return *loop_; }
+  scheduler& loop() noexcept { return *loop_; }
   void add_waiter(event_waiter& w) { waiters_.push_back(&w); }
   void remove_waiter(event_waiter& w) noexcept { std::erase(waiters_, &w); }
   std::optional<async_event> take_pending() {
@@ -81,7 +82,7 @@ class device_events_core {
     }
   }
 
-  std::shared_ptr<loop_core> loop_;
+  std::shared_ptr<scheduler> loop_;
   device_ref<B> dev_;
   fd_watch watch_;
   std::deque<async_event> pending_;
@@ -95,7 +96,8 @@ class device_events_core {
 template <fd_event_backend B>
 class device_events {
  public:
-  device_events(event_loop& loop, const device<B>& dev)
+  template <detail::has_scheduler Loop>
+  device_events(Loop& loop, const device<B>& dev)
       : core_(std::make_shared<detail::device_events_core<B>>(loop.core(), dev)) {}
 
   /// `co_await events.next()`: the next asynchronous event.

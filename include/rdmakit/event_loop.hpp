@@ -11,6 +11,7 @@
 /// may be destroyed after it.
 #include <rdmakit/config.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/scheduler.hpp>
 #include <rdmakit/detail/work_queue.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/task.hpp>
@@ -33,40 +34,8 @@ RDMAKIT_BEGIN_NAMESPACE
 
 namespace detail {
 
-/// A descriptor the loop waits on, and what to do when it is readable. `progress`, when
-/// set, says the source has work to do without the descriptor (the mock's simulated
-/// time, a batch left for the next turn): the loop then polls instead of sleeping.
-struct fd_watch {
-  int fd = -1;
-  void* ctx = nullptr;
-  void (*on_ready)(void*) noexcept = nullptr;
-  bool (*progress)(void*) noexcept = nullptr;
-};
-
-class loop_core;
-
-/// A deadline in the loop: when it passes, the loop queues `item` (once). Disarmed by
-/// the owner when what it guards happened first, and when destroyed.
-class timer_node {
- public:
-  timer_node() = default;
-  timer_node(const timer_node&) = delete;
-  timer_node& operator=(const timer_node&) = delete;
-  ~timer_node() { disarm(); }
-
-  void arm(loop_core& loop, std::chrono::steady_clock::time_point when, work_item& item);
-  void disarm() noexcept;
-  bool armed() const noexcept { return loop_ != nullptr; }
-
- private:
-  friend class loop_core;
-  loop_core* loop_ = nullptr;
-  work_item* item_ = nullptr;
-  std::multimap<std::chrono::steady_clock::time_point, timer_node*>::iterator it_;
-};
-
-/// The loop's state, shared with what registers with it.
-class loop_core {
+/// The loop's state, shared with what registers with it: the epoll scheduler.
+class loop_core final : public scheduler {
  public:
   using clock = std::chrono::steady_clock;
 
@@ -81,10 +50,10 @@ class loop_core {
   }
 
   /// Queues `w` to run on the loop's next turn.
-  void post(work_item& w) noexcept { ready_.push_back(w); }
+  void post(work_item& w) noexcept override { ready_.push_back(w); }
 
   /// Starts waiting on `w.fd`; throws verbs_error when epoll refuses it.
-  void watch(fd_watch& w) {
+  void watch(fd_watch& w) override {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.ptr = &w;
@@ -94,13 +63,13 @@ class loop_core {
     watches_.push_back(&w);
   }
   /// Stops waiting on `w` (before `w` goes away).
-  void unwatch(fd_watch& w) noexcept {
+  void unwatch(fd_watch& w) noexcept override {
     ::epoll_ctl(epfd_, EPOLL_CTL_DEL, w.fd, nullptr);
     std::erase(watches_, &w);
   }
 
   /// Records the first failure of something the loop drives; run_ready() and wait() rethrow it.
-  void fail(std::exception_ptr e) noexcept {
+  void fail(std::exception_ptr e) noexcept override {
     if (!error_) error_ = std::move(e);
   }
 
@@ -126,7 +95,7 @@ class loop_core {
     int timeout_ms = 0;
     if (block && ready_.empty() && !progress) {
       if (!timers_.empty()) {
-        const auto left = std::chrono::ceil<std::chrono::milliseconds>(timers_.begin()->first - clock::now());
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(timers_.begin()->first.first - clock::now());
         timeout_ms = left.count() <= 0 ? 0 : static_cast<int>(std::min<long long>(left.count(), 1 << 30));
       } else if (watches_.empty()) {
         throw usage_error(
@@ -152,15 +121,17 @@ class loop_core {
   }
 
  private:
-  friend class timer_node;
+  using timer_key = std::pair<clock::time_point, std::uint64_t>;  // deadline, then arming order
+
+  void start_timer(timer_node& t) override { timers_.emplace(timer_key{t.when(), t.id()}, &t); }
+  void stop_timer(timer_node& t) noexcept override { timers_.erase(timer_key{t.when(), t.id()}); }
 
   void fire_due_timers_() noexcept {
     const auto now = clock::now();
-    while (!timers_.empty() && timers_.begin()->first <= now) {
+    while (!timers_.empty() && timers_.begin()->first.first <= now) {
       timer_node* t = timers_.begin()->second;
       timers_.erase(timers_.begin());
-      t->loop_ = nullptr;
-      ready_.push_back(*t->item_);
+      ready_.push_back(t->fired());
     }
   }
   void rethrow_() {
@@ -170,22 +141,9 @@ class loop_core {
   int epfd_;
   work_list ready_;
   std::vector<fd_watch*> watches_;
-  std::multimap<clock::time_point, timer_node*> timers_;
+  std::map<timer_key, timer_node*> timers_;
   std::exception_ptr error_;
 };
-
-inline void timer_node::arm(loop_core& loop, std::chrono::steady_clock::time_point when, work_item& item) {
-  disarm();
-  it_ = loop.timers_.emplace(when, this);
-  loop_ = &loop;
-  item_ = &item;
-}
-
-inline void timer_node::disarm() noexcept {
-  if (!loop_) return;
-  loop_->timers_.erase(it_);
-  loop_ = nullptr;
-}
 
 }  // namespace detail
 
@@ -284,8 +242,8 @@ class event_loop {
     return awaiter(*core_, d);
   }
 
-  /// The shared state that completion queues and event sources register with.
-  const std::shared_ptr<detail::loop_core>& core() const noexcept { return core_; }
+  /// The scheduler that completion queues and event sources register with.
+  std::shared_ptr<detail::scheduler> core() const noexcept { return core_; }
 
  private:
   friend class detail::root_task::promise_type;

@@ -1,0 +1,103 @@
+#pragma once
+// What the coroutine layer's awaitables need from whatever runs them: queue work, wait
+// on descriptors, run deadlines, report failures. rdmakit's own event_loop (epoll) and
+// the asio adapter (an io_context) implement it; completion queues, queue pairs and
+// device events are written once against it.
+#include <rdmakit/config.hpp>
+#include <rdmakit/detail/work_queue.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <concepts>
+#include <exception>
+#include <memory>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace detail {
+
+/// A descriptor to wait on, and what to do when it is readable. `progress`, when set,
+/// says the source has work to do without the descriptor (the mock's simulated time, a
+/// batch left for the next turn): the scheduler then polls it instead of sleeping.
+struct fd_watch {
+  int fd = -1;
+  void* ctx = nullptr;
+  void (*on_ready)(void*) noexcept = nullptr;
+  bool (*progress)(void*) noexcept = nullptr;
+};
+
+class scheduler;
+
+/// A deadline: when it passes, the scheduler queues `item` (once). Disarmed by its owner
+/// when what it guards happened first, and when destroyed.
+class timer_node {
+ public:
+  using clock = std::chrono::steady_clock;
+  timer_node() = default;
+  timer_node(const timer_node&) = delete;
+  timer_node& operator=(const timer_node&) = delete;
+  ~timer_node() { disarm(); }
+
+  inline void arm(scheduler& s, clock::time_point when, work_item& item);
+  inline void disarm() noexcept;
+  bool armed() const noexcept { return sched_ != nullptr; }
+  clock::time_point when() const noexcept { return when_; }
+  std::uint64_t id() const noexcept { return id_; }
+  /// Called by the scheduler when the deadline passed: queue the item, forget the scheduler.
+  work_item& fired() noexcept {
+    sched_ = nullptr;
+    return *item_;
+  }
+
+ private:
+  scheduler* sched_ = nullptr;
+  work_item* item_ = nullptr;
+  clock::time_point when_{};
+  std::uint64_t id_ = 0;
+};
+
+class scheduler {
+ public:
+  /// Queues `w` to run soon, on the scheduler's thread.
+  virtual void post(work_item& w) noexcept = 0;
+  /// Starts waiting on `w.fd` (throws when the descriptor is refused); `w` stays put until unwatch.
+  virtual void watch(fd_watch& w) = 0;
+  virtual void unwatch(fd_watch& w) noexcept = 0;
+  /// Records a failure of something it drives; the scheduler's run rethrows it.
+  virtual void fail(std::exception_ptr e) noexcept = 0;
+
+ protected:
+  friend class timer_node;
+  ~scheduler() = default;
+  /// Starts `t`'s deadline (t.when(), keyed by t.id()); calls t.fired() when it passes.
+  virtual void start_timer(timer_node& t) = 0;
+  virtual void stop_timer(timer_node& t) noexcept = 0;
+  std::uint64_t next_timer_id() noexcept { return ++timer_ids_; }
+
+ private:
+  std::uint64_t timer_ids_ = 0;
+};
+
+inline void timer_node::arm(scheduler& s, clock::time_point when, work_item& item) {
+  disarm();
+  when_ = when;
+  item_ = &item;
+  id_ = s.next_timer_id();
+  s.start_timer(*this);
+  sched_ = &s;
+}
+
+inline void timer_node::disarm() noexcept {
+  if (!sched_) return;
+  sched_->stop_timer(*this);
+  sched_ = nullptr;
+}
+
+/// What async_completion_queue, async_queue_pair and device_events can be made on: an
+/// event_loop, or the asio adapter's asio_context.
+template <class L>
+concept has_scheduler = requires(const L& l) {
+  { l.core() } -> std::convertible_to<std::shared_ptr<scheduler>>;
+};
+
+}  // namespace detail
+RDMAKIT_END_NAMESPACE
