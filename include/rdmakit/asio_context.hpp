@@ -1,0 +1,316 @@
+#pragma once
+/// The adapter for standalone asio (Debian libasio-dev; this header alone needs it):
+/// rdmakit's coroutines run on an application's own `asio::io_context`, next to its
+/// sockets and timers, with no thread or loop of their own. asio's reactor waits on the
+/// completion channels (asio::posix::stream_descriptor::async_wait); completions resume
+/// the coroutines that posted the work requests, through the io_context.
+///
+///   asio::io_context io;
+///   rdmakit::asio_context rdma(io);
+///   rdmakit::async_completion_queue cq(rdma, dev.create_cq<rdmakit::event_driven<>>(256));
+///   ... async_queue_pair on cq, as with event_loop ...
+///   asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+///     rdmakit::wr_result r = co_await rdmakit::asio_spawn(rdma, write_task(qp), asio::use_awaitable);
+///   }, asio::detached);
+///   io.run();
+///
+/// asio_spawn(ctx, task, token) starts an rdmakit::task on the io_context and completes
+/// `token` (any asio completion token: use_awaitable, detached, a callback) with
+/// (std::exception_ptr, T), so asio coroutines await RDMA work through rdmakit tasks.
+/// A failure of the RDMA side itself (a completion queue that cannot be polled) is
+/// thrown out of io_context::run(). Use the asio_context from the io_context's thread.
+#include <rdmakit/detail/scheduler.hpp>
+#include <rdmakit/error.hpp>
+#include <rdmakit/task.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <poll.h>
+
+#include <coroutine>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+namespace detail {
+
+// The scheduler on an io_context. Work items run from one handler posted per batch;
+// descriptors are waited on with stream_descriptor::async_wait (released, not closed,
+// when unwatched: they belong to the verbs objects); deadlines are steady_timers.
+class asio_scheduler final : public scheduler, public std::enable_shared_from_this<asio_scheduler> {
+ public:
+  explicit asio_scheduler(::asio::io_context& io) : io_(io) {}
+  asio_scheduler(const asio_scheduler&) = delete;
+  asio_scheduler& operator=(const asio_scheduler&) = delete;
+  ~asio_scheduler() {
+    for (auto& [w, entry] : watches_) entry->sd.release();
+  }
+
+  ::asio::io_context& io() noexcept { return io_; }
+
+  void post(work_item& w) noexcept override {
+    ready_.push_back(w);
+    schedule_drain_();
+  }
+
+  void watch(fd_watch& w) override {
+    auto entry = std::make_unique<watched>(io_, w);
+    std::error_code ec;
+    entry->sd.assign(w.fd, ec);
+    if (ec) throw verbs_error("asio::posix::stream_descriptor::assign", ec.value(),
+                              "registering descriptor " + std::to_string(w.fd) + " with the io_context");
+    watched& e = *entry;
+    watches_.emplace(&w, std::move(entry));
+    if (tasks_ > 0) arm_(e);
+    kick_progress_();
+  }
+  void unwatch(fd_watch& w) noexcept override {
+    auto it = watches_.find(&w);
+    if (it == watches_.end()) return;
+    std::error_code ignored;
+    it->second->sd.cancel(ignored);
+    it->second->sd.release();  // the descriptor belongs to the verbs object, not to asio
+    *it->second->alive = false;
+    watches_.erase(it);
+  }
+
+  void fail(std::exception_ptr e) noexcept override {
+    // Thrown out of io_context::run(), where the application handles asio's failures.
+    ::asio::post(io_, [e] { std::rethrow_exception(e); });
+  }
+
+ private:
+  struct watched {
+    watched(::asio::io_context& io, fd_watch& w) : sd(io), watch(&w) {}
+    ::asio::posix::stream_descriptor sd;
+    fd_watch* watch;
+    bool armed = false;
+    std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+  };
+
+  void start_timer(timer_node& t) override {
+    auto timer = std::make_shared<::asio::steady_timer>(io_, t.when());
+    timers_.emplace(t.id(), std::make_pair(&t, timer));
+    timer->async_wait([weak = weak_from_this(), id = t.id()](const std::error_code& ec) {
+      auto self = weak.lock();
+      if (ec || !self) return;
+      auto it = self->timers_.find(id);
+      if (it == self->timers_.end()) return;
+      timer_node* node = it->second.first;
+      self->timers_.erase(it);
+      self->post(node->fired());
+    });
+  }
+  void stop_timer(timer_node& t) noexcept override {
+    auto it = timers_.find(t.id());
+    if (it == timers_.end()) return;
+    it->second.second->cancel();
+    timers_.erase(it);
+  }
+
+  void schedule_drain_() noexcept {
+    if (drain_posted_) return;
+    drain_posted_ = true;
+    ::asio::post(io_, [weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->drain_();
+    });
+  }
+  void drain_() {
+    drain_posted_ = false;
+    work_list now;
+    ready_.move_all_to(now);
+    while (work_item* w = now.pop_front()) w->run();
+    kick_progress_();
+  }
+
+  // Waits are pending only while tasks started by asio_spawn run: then io_context::run()
+  // goes on while they wait for completions and returns when they are done, though the
+  // completion queues stay watched for their whole life. asio's reactor is edge-triggered:
+  // readiness that comes while no wait is pending is not reported again, so the source
+  // is drained whenever a wait starts on a descriptor that is readable already.
+  void arm_(watched& e) {
+    e.armed = true;
+    e.sd.async_wait(::asio::posix::stream_descriptor::wait_read,
+                    [this, weak = weak_from_this(), alive = e.alive, &e](const std::error_code& ec) {
+                      auto self = weak.lock();
+                      if (ec || !self || !*alive) return;  // cancelled: armed was cleared then
+                      e.armed = false;
+                      e.watch->on_ready(e.watch->ctx);
+                      if (*alive && tasks_ > 0) arm_(e);
+                      kick_progress_();
+                    });
+    pollfd p{e.watch->fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0)
+      ::asio::post(io_, [weak = weak_from_this(), alive = e.alive, w = e.watch] {
+        if (weak.lock() && *alive) w->on_ready(w->ctx);
+      });
+  }
+
+ public:
+  /// A task started: descriptors are waited on while any runs.
+  void task_started() {
+    if (tasks_++ > 0) return;
+    for (auto& [w, e] : watches_)
+      if (!e->armed) arm_(*e);
+  }
+  /// A task ended: with none left, the waits stop, so io_context::run() can return.
+  void task_finished() noexcept {
+    if (--tasks_ > 0) return;
+    for (auto& [w, e] : watches_) {
+      std::error_code ignored;
+      e->sd.cancel(ignored);
+      e->armed = false;
+    }
+  }
+
+ private:
+  // Sources with work that no descriptor announces (the mock's simulated time) are
+  // called again from a posted handler until they have none.
+  void kick_progress_() noexcept {
+    if (progress_posted_) return;
+    for (auto& [w, e] : watches_) {
+      if (!w->progress || !w->progress(w->ctx)) continue;
+      progress_posted_ = true;
+      ::asio::post(io_, [weak = weak_from_this()] {
+        auto self = weak.lock();
+        if (!self) return;
+        self->progress_posted_ = false;
+        std::vector<fd_watch*> busy;
+        for (auto& [w, e] : self->watches_)
+          if (w->progress && w->progress(w->ctx)) busy.push_back(w);
+        for (auto* w : busy)
+          if (self->watches_.count(w)) w->on_ready(w->ctx);
+        self->kick_progress_();
+      });
+      return;
+    }
+  }
+
+  ::asio::io_context& io_;
+  work_list ready_;
+  bool drain_posted_ = false;
+  bool progress_posted_ = false;
+  int tasks_ = 0;
+  std::map<fd_watch*, std::unique_ptr<watched>> watches_;
+  std::map<std::uint64_t, std::pair<timer_node*, std::shared_ptr<::asio::steady_timer>>> timers_;
+};
+
+// What asio_spawn completes its token with.
+template <class T>
+struct spawn_signature {
+  using type = void(std::exception_ptr, T);
+};
+template <>
+struct spawn_signature<void> {
+  using type = void(std::exception_ptr);
+};
+
+// Drives one task started by asio_spawn: owned by the context until it finishes.
+class asio_root {
+ public:
+  class promise_type {
+   public:
+    template <class Ctx, class... Args>
+    promise_type(Ctx& ctx, Args&...) : roots_(ctx.roots_), sched_(*ctx.sched_) {
+      auto h = std::coroutine_handle<promise_type>::from_promise(*this);
+      start_.bind(h);
+      roots_.push_back(h);
+      sched_.task_started();
+      sched_.post(start_);
+    }
+    ~promise_type() {
+      std::erase(roots_, std::coroutine_handle<promise_type>::from_promise(*this));
+      sched_.task_finished();
+    }
+    asio_root get_return_object() noexcept { return {}; }
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { sched_.fail(std::current_exception()); }
+
+   private:
+    std::vector<std::coroutine_handle<>>& roots_;
+    asio_scheduler& sched_;
+    work_item start_;
+  };
+};
+
+}  // namespace detail
+
+/// rdmakit's scheduler on an asio::io_context: make async completion queues, queue
+/// pairs and device events on it as on an event_loop. Destroying it destroys the tasks
+/// asio_spawn started that have not finished.
+class asio_context {
+ public:
+  explicit asio_context(::asio::io_context& io) : sched_(std::make_shared<detail::asio_scheduler>(io)) {}
+  asio_context(const asio_context&) = delete;
+  asio_context& operator=(const asio_context&) = delete;
+  ~asio_context() {
+    for (auto h : std::vector<std::coroutine_handle<>>(roots_)) h.destroy();
+  }
+
+  ::asio::io_context& io() const noexcept { return sched_->io(); }
+  /// Tasks started with asio_spawn that have not finished.
+  std::size_t tasks() const noexcept { return roots_.size(); }
+  /// The scheduler async objects register with.
+  std::shared_ptr<detail::scheduler> core() const noexcept { return sched_; }
+
+ private:
+  friend class detail::asio_root::promise_type;
+  template <class T, class Token>
+  friend auto asio_spawn(asio_context&, task<T>, Token&&);
+
+  template <class T, class Handler>
+  static detail::asio_root drive_(asio_context& ctx, task<T> t, Handler handler) {
+    std::exception_ptr error;
+    std::optional<std::conditional_t<std::is_void_v<T>, char, T>> value;
+    try {
+      if constexpr (std::is_void_v<T>) {
+        co_await std::move(t);
+        value.emplace();
+      } else {
+        value.emplace(co_await std::move(t));
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    // The handler's own executor (use_awaitable: its coroutine's), else the io_context.
+    auto ex = ::asio::get_associated_executor(handler, ctx.io().get_executor());
+    if constexpr (std::is_void_v<T>) {
+      ::asio::post(ex, [h = std::move(handler), error]() mutable { std::move(h)(error); });
+    } else {
+      ::asio::post(ex, [h = std::move(handler), error, v = value ? std::move(*value) : T{}]() mutable {
+        std::move(h)(error, std::move(v));
+      });
+    }
+  }
+
+  std::shared_ptr<detail::asio_scheduler> sched_;
+  std::vector<std::coroutine_handle<>> roots_;
+};
+
+/// Starts `t` on `ctx`'s io_context and completes `token` with (std::exception_ptr, T)
+/// (void tasks: (std::exception_ptr)). Non-void T must be default-constructible (the
+/// value passed alongside an exception).
+template <class T, class Token>
+auto asio_spawn(asio_context& ctx, task<T> t, Token&& token) {
+  if (!t) detail::throw_empty("task", "(asio_spawn)");
+  return ::asio::async_initiate<Token, typename detail::spawn_signature<T>::type>(
+      [&ctx](auto handler, task<T> t) { (void)asio_context::drive_<T>(ctx, std::move(t), std::move(handler)); },
+      token, std::move(t));
+}
+
+RDMAKIT_END_NAMESPACE

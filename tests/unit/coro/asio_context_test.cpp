@@ -1,0 +1,100 @@
+#include "fixture.hpp"
+
+#include <rdmakit/asio_context.hpp>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <cstring>
+#include <stdexcept>
+
+using namespace coro_test;
+
+namespace {
+// Two sides whose async objects run on an asio_context.
+struct asio_pair {
+  explicit asio_pair(mock::fabric& fab, asio_context& rdma)
+      : da(fab, "mock0"), db(fab, "mock1"), pa(da.create_pd()), pb(db.create_pd()),
+        ca(rdma, da.create_cq<event_driven<>>(64)), cb(rdma, db.create_cq<event_driven<>>(64)),
+        qa(make_(ca, pa, cb, pb)) {}
+  device<B> da, db;
+  protection_domain<B> pa, pb;
+  acq ca, cb;
+  std::pair<rts_qp<>, rts_qp<>> qa;
+
+ private:
+  static std::pair<rts_qp<>, rts_qp<>> make_(acq& ca, protection_domain<B>& pa, acq& cb, protection_domain<B>& pb) {
+    async_queue_pair<B, rc> x(ca, pa.create_qp<rc>(ca.queue(), qp_cap{16, 16}));
+    async_queue_pair<B, rc> y(cb, pb.create_qp<rc>(cb.queue(), qp_cap{16, 16}));
+    const endpoint ex = x.local_endpoint(), ey = y.local_endpoint();
+    return {std::move(x).connect(ey), std::move(y).connect(ex)};
+  }
+};
+
+task<int> write_then_read(rts_qp<>& qp, memory_region<B, rw>& local, remote_region<access::remote_write | access::remote_read> remote) {
+  std::memcpy(local.data(), "over asio", 9);
+  wr_result<B> w = co_await qp.write(local.local(0, 9), remote.sub(0, 9));
+  wr_result<B> r = co_await qp.read(local.local(64, 9), remote.sub(0, 9));
+  co_return w.ok() && r.ok() && std::memcmp(local.data() + 64, "over asio", 9) == 0 ? 9 : -1;
+}
+
+task<int> fails_after(rts_qp<>& qp, memory_region<B, rw>& local) {
+  (void)co_await qp.recv(local.local(0, 8)).within(1ms);
+  throw std::runtime_error("rdma task failed");
+}
+}  // namespace
+
+TEST_CASE("asio_context: an asio coroutine awaits RDMA work on its own io_context, beside an asio timer") {
+  mock::fabric fab;
+  ::asio::io_context io;
+  asio_context rdma(io);
+  asio_pair p(fab, rdma);
+  auto la = p.pa.allocate<rw>(4096);
+  auto lb = p.pb.allocate<rw>(4096);
+  int got = 0;
+  bool timer_fired = false;
+  bool caught = false;
+  auto app = [&]() -> ::asio::awaitable<void> {
+    ::asio::steady_timer t(io, 2ms);
+    got = co_await asio_spawn(rdma, write_then_read(p.qa.first, la, lb.remote()), ::asio::use_awaitable);
+    co_await t.async_wait(::asio::use_awaitable);
+    timer_fired = true;
+    try {
+      (void)co_await asio_spawn(rdma, fails_after(p.qa.first, la), ::asio::use_awaitable);
+    } catch (const std::runtime_error& e) {
+      caught = std::string(e.what()) == "rdma task failed";
+    }
+  };
+  ::asio::co_spawn(io, app(), ::asio::detached);
+  io.run();
+  CHECK(got == 9);
+  CHECK(timer_fired);
+  CHECK(caught);
+  CHECK(rdma.tasks() == 0);
+}
+
+TEST_CASE("asio_context: a plain callback as the completion token; destroying the context ends unfinished tasks") {
+  mock::fabric fab;
+  ::asio::io_context io;
+  int result = 0;
+  {
+    asio_context rdma(io);
+    asio_pair p(fab, rdma);
+    auto la = p.pa.allocate<rw>(4096);
+    auto lb = p.pb.allocate<rw>(4096);
+    asio_spawn(rdma, write_then_read(p.qa.first, la, lb.remote()),
+               [&](std::exception_ptr e, int v) { result = e ? -2 : v; });
+    io.run();
+    CHECK(result == 9);
+    // A task that waits for a receive nobody sends: the context goes first.
+    auto waits = [](rts_qp<>& qp, memory_region<B, rw>& m) -> task<void> { (void)co_await qp.recv(m.local(0, 8)); };
+    asio_spawn(rdma, waits(p.qa.second, lb), [](std::exception_ptr) {});
+    io.restart();
+    io.run_for(5ms);
+    CHECK(rdma.tasks() == 1);
+  }
+  io.restart();
+  io.run();  // nothing left that refers to the destroyed context
+}
