@@ -2,8 +2,9 @@
 // table of fixed-size slots for remote reads and never touches the data path again; the
 // client hashes a key to its slot and awaits the READ that fetches it (several READs in
 // flight at once, each resumed by its own completion). Reading past the table fails
-// with REM_ACCESS_ERR, which puts the queue pair in error: the next READ is refused
-// at once (not posted), and nothing waits forever.
+// with REM_ACCESS_ERR, which puts the queue pair in error: a receive still awaited is
+// flushed (its coroutine resumes with WR_FLUSH_ERR), the next READ is refused at once
+// (not posted), and nothing waits forever.
 #include "example_backend.hpp"
 
 #include <rdmakit/async_queue_pair.hpp>
@@ -57,14 +58,21 @@ task<int> lookups(connected_qp& qp, memory_region<B, access::local_write>& local
       ++found;
     }
   }
+  // A receive waits meanwhile (nothing will be sent): when the queue pair goes to ERR
+  // below, it is flushed, and its coroutine resumes with WR_FLUSH_ERR instead of hanging.
+  auto idle = qp.recv(local.local(0, slot_size));
   // Past the end of the table: the remote side refuses it, the QP goes to ERR.
   wr_result<B> bad = co_await qp.read(local.local(0, slot_size),
                                       remote_region<access::remote_read>::unchecked(
                                           table.addr() + slots * slot_size, table.rkey(), slot_size));
   std::printf("  read past the table: %s\n", to_string(bad.status()));
+  wr_result<B> flushed = co_await std::move(idle).within(5s);
+  std::printf("  the waiting receive: %s\n", to_string(flushed.status()));
   wr_result<B> after = co_await qp.read(local.local(0, slot_size), table.sub(0, slot_size));
   std::printf("  then: %s\n", after.message().c_str());
-  if (bad.status() != wc_status::rem_access_err || after.outcome() != wr_outcome::not_posted) co_return -1;
+  if (bad.status() != wc_status::rem_access_err || flushed.status() != wc_status::wr_flush_err ||
+      after.outcome() != wr_outcome::not_posted)
+    co_return -1;
   co_return found;
 }
 }  // namespace
