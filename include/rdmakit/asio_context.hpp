@@ -255,6 +255,8 @@ class asio_root {
 /// asio_spawn started that have not finished.
 class asio_context {
  public:
+  /// Runs rdmakit's coroutines on `io` (which must outlive this context and the async
+  /// objects made on it).
   explicit asio_context(::asio::io_context& io) : sched_(std::make_shared<detail::asio_scheduler>(io)) {}
   asio_context(const asio_context&) = delete;
   asio_context& operator=(const asio_context&) = delete;
@@ -262,6 +264,7 @@ class asio_context {
     for (auto h : std::vector<std::coroutine_handle<>>(roots_)) h.destroy();
   }
 
+  /// The io_context it runs on.
   ::asio::io_context& io() const noexcept { return sched_->io(); }
   /// Tasks started with asio_spawn that have not finished.
   std::size_t tasks() const noexcept { return roots_.size(); }

@@ -166,7 +166,9 @@ class async_completion_queue {
                 "as the completion queue's polling policy, not busy_poll");
 
  public:
+  /// The verbs backend.
   using backend = B;
+  /// The completion queue's polling policy (one with a completion channel).
   using polling_policy = P;
 
   /// Takes over `cq` (made on a device of backend B with a channel) and starts waiting

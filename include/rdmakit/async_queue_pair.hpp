@@ -5,8 +5,9 @@
 ///   auto rts = std::move(aqp).connect(peer);
 ///   rdmakit::wr_result r = co_await rts.write(src, dst);   // resumes with its completion
 ///
-/// Each awaited WR is posted signaled, whatever the signaling policy, so its own
-/// completion resumes it, and the send-queue credit rule of the policy layer holds: a
+/// Each WR is posted when its awaitable is made (a receive is in place before the
+/// message it is for can arrive; several WRs may be in flight before the first is
+/// awaited), and signaled, whatever the signaling policy, so its own completion resumes it, and the send-queue credit rule of the policy layer holds: a
 /// WR that finds no credit (or a full receive queue) waits for the queue pair's next
 /// completion and is posted then, in order. A refused post resumes at once with the
 /// refusal (wr_result::post()). A queue pair that goes to ERR flushes what it holds, so
@@ -310,8 +311,11 @@ class async_queue_pair {
   using core_type = detail::async_qp_core<B, T, S>;
 
  public:
+  /// The verbs backend.
   using backend = B;
+  /// The queue pair it holds.
   using queue_pair_type = queue_pair<B, T, S, State>;
+  /// The state in the type, as queue_pair's: init (receives only) or rts.
   static constexpr qp_state state = State;
 
   /// Takes over `qp`, created on `cq.queue()` (both its send and receive CQ).
@@ -324,7 +328,9 @@ class async_queue_pair {
                    queue_pair_type qp)
       : core_(std::make_unique<core_type>(send_cq.core(), recv_cq.core(), std::move(qp))) {}
 
+  /// Takes over `other`'s queue pair; awaiters keep waiting on it.
   async_queue_pair(async_queue_pair&&) noexcept = default;
+  /// Destroys the queue pair held (its awaiters resume cancelled), then takes over `other`'s.
   async_queue_pair& operator=(async_queue_pair&&) noexcept = default;
   /// Coroutines still awaiting its WRs resume with wr_outcome::cancelled.
   ~async_queue_pair() = default;

@@ -96,6 +96,7 @@ class device_events_core {
 template <fd_event_backend B>
 class device_events {
  public:
+  /// Waits on `dev`'s asynchronous events on `loop` (an event_loop or asio_context).
   template <detail::has_scheduler Loop>
   device_events(Loop& loop, const device<B>& dev)
       : core_(std::make_shared<detail::device_events_core<B>>(loop.core(), dev)) {}

@@ -80,12 +80,16 @@ class task_promise<void> : public task_promise_base {
 template <class T>
 class [[nodiscard]] task {
  public:
+  /// The coroutine promise (C++ looks it up here).
   using promise_type = detail::task_promise<T>;
+  /// The coroutine handle type.
   using handle_type = std::coroutine_handle<promise_type>;
 
   /// An empty task (nothing to await).
   task() noexcept = default;
+  /// Takes over `o`'s coroutine; `o` becomes empty.
   task(task&& o) noexcept : h_(std::exchange(o.h_, {})) {}
+  /// Destroys the coroutine held (if unfinished), then takes over `o`'s.
   task& operator=(task&& o) noexcept {
     if (this != &o) {
       destroy_();

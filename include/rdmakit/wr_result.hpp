@@ -34,6 +34,7 @@ constexpr const char* to_string(wr_outcome o) noexcept {
   return "?";
 }
 
+/// The result of one awaited work request (see the top of this header).
 template <verbs_backend B>
 class wr_result {
  public:
@@ -44,9 +45,11 @@ class wr_result {
   /// A wait that ended without a completion (timed_out or cancelled).
   explicit wr_result(wr_outcome o) noexcept : outcome_(o) {}
 
+  /// How the wait ended: completed, not_posted, timed_out or cancelled.
   wr_outcome outcome() const noexcept { return outcome_; }
   /// True when the work request completed successfully.
   bool ok() const noexcept { return completion_ && completion_->ok(); }
+  /// ok(): `if (co_await qp.write(...))`.
   explicit operator bool() const noexcept { return ok(); }
   /// The completion's status; WR_FLUSH_ERR when cancelled; GENERAL_ERR when the WR was
   /// not posted or timed out (outcome() and post() say more).
