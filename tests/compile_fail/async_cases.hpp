@@ -4,6 +4,7 @@
 #include "cases.hpp"
 
 #include <rdmakit/async_queue_pair.hpp>
+#include <rdmakit/event_loop.hpp>
 
 struct fd_archetype : rdmakit::archetype_backend {
   static int channel_fd(channel) noexcept;
