@@ -57,12 +57,12 @@ TEST_CASE("async_completion_queue: completions nobody awaits yet are kept, oldes
 TEST_CASE("async_completion_queue: simulated latency and retries (the mock's clock) advance without a busy wait") {
   mock::fabric_config cfg;
   cfg.latency = std::chrono::microseconds(50);
-  mock::fabric fab(cfg);
+  testbed bed(cfg);
   event_loop loop;
-  connected<> c(fab, loop);
+  connected<> c(bed, loop);
   auto ma = c.a.pd.allocate<rw>(4096);
   auto mb = c.b.pd.allocate<rw>(4096);
-  fab.inject(mock::fault{mock::fault_kind::drop, c.x().qp_num(), 2});  // RC retransmits
+  bed.fab.inject(mock::fault{mock::fault_kind::drop, c.x().qp_num(), 2});  // RC retransmits
   auto run = [&]() -> task<int> {
     int ok = 0;
     for (int i = 0; i < 4; ++i) ok += (co_await c.x().write(ma.local(0, 64), mb.remote().sub(0, 64))).ok();

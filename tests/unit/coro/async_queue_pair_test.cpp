@@ -6,9 +6,9 @@
 using namespace coro_test;
 
 TEST_CASE("async_queue_pair: SEND/RECV echo and RDMA READ, each awaited with its own completion") {
-  mock::fabric fab;
+  testbed bed;
   event_loop loop;
-  connected<> c(fab, loop);
+  connected<> c(bed, loop);
   auto ma = c.a.pd.allocate<rw>(4096);
   auto mb = c.b.pd.allocate<rw>(4096);
   std::memcpy(mb.data() + 2048, "remote value", 12);
@@ -49,9 +49,9 @@ TEST_CASE("async_queue_pair: SEND/RECV echo and RDMA READ, each awaited with its
 }
 
 TEST_CASE("async_queue_pair: WRs beyond the send queue's credits wait for them and all complete, in order") {
-  mock::fabric fab;
+  testbed bed;
   event_loop loop;
-  connected<rc, signal_every<2>> c(fab, loop, 4);  // 4 send credits; every awaited WR is signaled anyway
+  connected<rc, signal_every<2>> c(bed, loop, 4);  // 4 send credits; every awaited WR is signaled anyway
   auto ma = c.a.pd.allocate<rw>(4096);
   auto mb = c.b.pd.allocate<rw>(4096);
   auto writer = [&]() -> task<int> {
@@ -79,9 +79,9 @@ TEST_CASE("async_queue_pair: WRs beyond the send queue's credits wait for them a
 }
 
 TEST_CASE("async_queue_pair: a queue pair that goes to ERR resumes every awaiting coroutine with its flush status") {
-  mock::fabric fab;
+  testbed bed;
   event_loop loop;
-  connected<> c(fab, loop);
+  connected<> c(bed, loop);
   auto ma = c.a.pd.allocate<rw>(4096);
   auto mb = c.b.pd.allocate<rw>(4096);
   auto run = [&]() -> task<void> {
@@ -105,9 +105,9 @@ TEST_CASE("async_queue_pair: a queue pair that goes to ERR resumes every awaitin
 }
 
 TEST_CASE("async_queue_pair: destroyed while coroutines await it, they resume cancelled (WR_FLUSH_ERR), never hang") {
-  mock::fabric fab;
+  testbed bed;
   event_loop loop;
-  connected<> c(fab, loop);
+  connected<> c(bed, loop);
   auto ma = c.a.pd.allocate<rw>(4096);
   std::optional<rts_qp<>> victim(std::move(c.x()));
   auto waiter = [&]() -> task<wr_result<B>> { co_return co_await victim->recv(ma.local(0, 64)); };
@@ -127,9 +127,9 @@ TEST_CASE("async_queue_pair: destroyed while coroutines await it, they resume ca
 }
 
 TEST_CASE("async_queue_pair: within(timeout) ends the wait; the queue pair keeps working") {
-  mock::fabric fab;
+  testbed bed;
   event_loop loop;
-  connected<> c(fab, loop);
+  connected<> c(bed, loop);
   auto ma = c.a.pd.allocate<rw>(4096);
   auto mb = c.b.pd.allocate<rw>(4096);
   auto run = [&]() -> task<void> {
@@ -149,9 +149,9 @@ TEST_CASE("async_queue_pair: within(timeout) ends the wait; the queue pair keeps
 }
 
 TEST_CASE("async_queue_pair: an awaiter dropped without being awaited does not leave its completion behind") {
-  mock::fabric fab;
+  testbed bed;
   event_loop loop;
-  connected<> c(fab, loop);
+  connected<> c(bed, loop);
   auto ma = c.a.pd.allocate<rw>(4096);
   auto mb = c.b.pd.allocate<rw>(4096);
   auto run = [&]() -> task<void> {
@@ -164,9 +164,9 @@ TEST_CASE("async_queue_pair: an awaiter dropped without being awaited does not l
 }
 
 TEST_CASE("async_queue_pair: refuses a queue pair made on other completion queues") {
-  mock::fabric fab;
+  testbed bed;
   event_loop loop;
-  side a(fab, "mock0", loop);
+  side a(bed.open(0), loop);
   auto plain = a.dev.create_cq<event_driven<>>(64);
   acq other(loop, a.dev.create_cq<event_driven<>>(64));
   CHECK_THROWS_WITH_AS(async_queue_pair(other, a.pd.create_qp<rc>(plain, qp_cap{4, 4})),
@@ -174,9 +174,9 @@ TEST_CASE("async_queue_pair: refuses a queue pair made on other completion queue
 }
 
 TEST_CASE("async_queue_pair: UD datagrams awaited on both sides") {
-  mock::fabric fab;
+  testbed bed;
   event_loop loop;
-  side a(fab, "mock0", loop), b(fab, "mock1", loop);
+  side a(bed.open(0), loop), b(bed.open(1), loop);
   auto ua = std::move(async_queue_pair(a.cq, a.pd.create_qp<ud>(a.cq.queue(), qp_cap{8, 8}))).activate();
   auto ub = std::move(async_queue_pair(b.cq, b.pd.create_qp<ud>(b.cq.queue(), qp_cap{8, 8}))).activate();
   auto ma = a.pd.allocate<access::local_write>(4096);

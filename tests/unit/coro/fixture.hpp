@@ -1,9 +1,15 @@
 #pragma once
-// Two mock devices on one fabric, each with an event loop's completion queue, and a pair
-// of async queue pairs connected to each other: the coroutine layer's tests start here.
+// Two devices, each with an event loop's completion queue, and a pair of async queue
+// pairs connected to each other: the coroutine layer's tests start here. The mock's two
+// devices of one fabric by default; with RDMAKIT_CORO_IBVERBS (test_coro_ibverbs, run on
+// rxe in the guest) the device RDMAKIT_DEVICE names, opened twice, which loops back.
 #include <rdmakit/async_completion_queue.hpp>
 #include <rdmakit/async_queue_pair.hpp>
+#if RDMAKIT_CORO_IBVERBS
+#include <rdmakit/backends/ibverbs.hpp>
+#else
 #include <rdmakit/backends/mock.hpp>
+#endif
 #include <rdmakit/device_events.hpp>
 #include <rdmakit/event_loop.hpp>
 #include <rdmakit/rdmakit.hpp>
@@ -13,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
@@ -20,15 +27,35 @@ namespace coro_test {
 using namespace rdmakit;
 using namespace std::chrono_literals;
 using rdmakit::access;  // not POSIX access()
+#if RDMAKIT_CORO_IBVERBS
+using B = backends::ibverbs;
+#else
 using B = backends::mock;
+#endif
 using acq = async_completion_queue<B, event_driven<>>;
 template <transport T = rc, signaling S = signal_all>
 using rts_qp = async_queue_pair<B, T, S, qp_state::rts>;
 inline constexpr rdmakit::access rw = access::local_write | access::remote_write | access::remote_read;
 
+/// Where the two sides' devices come from.
+struct testbed {
+#if RDMAKIT_CORO_IBVERBS
+  device<B> open(int) const { return device<B>(std::getenv("RDMAKIT_DEVICE")); }
+#else
+  testbed() = default;
+  explicit testbed(mock::fabric_config cfg) : fab(std::move(cfg)) {}
+  mock::fabric fab;
+  device<B> open(int i) { return device<B>(fab, i == 0 ? "mock0" : "mock1"); }
+#endif
+};
+
 struct side {
+  side(device<B> d, event_loop& loop, int cq_entries = 256)
+      : dev(std::move(d)), pd(dev.create_pd()), cq(loop, dev.create_cq<event_driven<>>(cq_entries)) {}
+#if !RDMAKIT_CORO_IBVERBS
   side(mock::fabric& fab, const char* name, event_loop& loop, int cq_entries = 256)
-      : dev(fab, name), pd(dev.create_pd()), cq(loop, dev.create_cq<event_driven<>>(cq_entries)) {}
+      : side(device<B>(fab, name), loop, cq_entries) {}
+#endif
   device<B> dev;
   protection_domain<B> pd;
   acq cq;
@@ -37,8 +64,8 @@ struct side {
 /// Two sides and an RC pair between them (depth `depth` each way).
 template <transport T = rc, signaling S = signal_all>
 struct connected {
-  explicit connected(mock::fabric& fab, event_loop& loop, std::uint32_t depth = 16)
-      : a(fab, "mock0", loop), b(fab, "mock1", loop), qa(make_(a, b, depth)) {}
+  connected(testbed& bed, event_loop& loop, std::uint32_t depth = 16)
+      : a(bed.open(0), loop), b(bed.open(1), loop), qa(make_(a, b, depth)) {}
   side a, b;
   std::pair<rts_qp<T, S>, rts_qp<T, S>> qa;
   rts_qp<T, S>& x() { return qa.first; }
