@@ -15,6 +15,7 @@
 #include <rdmakit/completion.hpp>
 #include <rdmakit/completion_queue.hpp>
 #include <rdmakit/error.hpp>
+#include <rdmakit/detail/mailbox.hpp>
 #include <rdmakit/detail/scheduler.hpp>
 #include <rdmakit/task.hpp>
 #include <rdmakit/polling.hpp>
@@ -22,7 +23,6 @@
 #include <algorithm>
 #include <chrono>
 #include <coroutine>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <set>
@@ -38,16 +38,6 @@ namespace detail {
 template <class B>
 concept has_progress_pending = requires(typename B::channel ch) {
   { B::progress_pending(ch) } noexcept -> std::same_as<bool>;
-};
-
-// What waits in next(): a completion is handed over, or the wait ends without one.
-template <class B>
-class next_waiter {
- public:
-  virtual void deliver(const completion<B>& c) noexcept = 0;
-
- protected:
-  ~next_waiter() = default;
 };
 
 /// What an async_queue_pair needs from the completion queues it is attached to,
@@ -90,16 +80,8 @@ class async_cq_core final : public async_cq_base {
   scheduler& loop() noexcept override { return *loop_; }
   const std::shared_ptr<scheduler>& shared_loop() const noexcept { return loop_; }
 
-  void add_waiter(next_waiter<B>& w) { waiters_.push_back(&w); }
-  void remove_waiter(next_waiter<B>& w) noexcept { std::erase(waiters_, &w); }
-  /// A completion nobody awaited yet, oldest first (none: nothing).
-  std::optional<completion<B>> take_pending() {
-    if (pending_.empty()) return std::nullopt;
-    completion<B> c = pending_.front();
-    pending_.pop_front();
-    return c;
-  }
-  std::size_t pending() const noexcept { return pending_.size(); }
+  /// Completions no async_queue_pair awaits, for next().
+  detail::mailbox<completion<B>>& mailbox() noexcept { return unawaited_; }
 
   void forget_qp(std::uint32_t qpn) override { forgotten_.insert(qpn); }
   void remember_qp(std::uint32_t qpn) noexcept override { forgotten_.erase(qpn); }
@@ -108,7 +90,9 @@ class async_cq_core final : public async_cq_base {
   // Drains the CQ and leaves it armed and empty, so the next completion wakes epoll. A
   // long stream of completions is taken a few batches per turn (`again_`).
   void drain_() noexcept {
-    auto fallback = [this](const completion<B>& c) { unawaited_(c); };
+    auto fallback = [this](const completion<B>& c) {
+      if (forgotten_.empty() || !forgotten_.count(c.qp_num())) unawaited_.put(c, *loop_);
+    };
     for (int round = 0; round < 8; ++round) {
       const wait_result r = cq_.dispatch_wait(fallback, std::chrono::milliseconds{0});
       if (r.failed()) {
@@ -132,27 +116,11 @@ class async_cq_core final : public async_cq_base {
     return false;
   }
 
-  void unawaited_(const completion<B>& c) noexcept {
-    if (!forgotten_.empty() && forgotten_.count(c.qp_num())) return;
-    if (!waiters_.empty()) {
-      next_waiter<B>* w = waiters_.front();
-      waiters_.pop_front();
-      w->deliver(c);
-      return;
-    }
-    try {
-      pending_.push_back(c);
-    } catch (...) {
-      loop_->fail(std::current_exception());
-    }
-  }
-
   std::shared_ptr<scheduler> loop_;
   completion_queue<B, P> cq_;
   fd_watch watch_;
   bool again_ = false;
-  std::deque<completion<B>> pending_;
-  std::deque<next_waiter<B>*> waiters_;
+  detail::mailbox<completion<B>> unawaited_;
   std::set<std::uint32_t> forgotten_;
 };
 
@@ -181,7 +149,7 @@ class async_completion_queue {
   /// The completion queue: create queue pairs on it (pd.create_qp<T>(acq.queue(), caps)).
   completion_queue<B, P>& queue() const noexcept { return core_->queue(); }
   /// Completions polled that nobody has awaited yet.
-  std::size_t pending() const noexcept { return core_->pending(); }
+  std::size_t pending() const noexcept { return core_->mailbox().kept(); }
 
   /// `co_await cq.next()`: the next completion that no async_queue_pair awaits (those
   /// of queue pairs used directly, receives posted with post_recv), in polling order.
@@ -193,52 +161,7 @@ class async_completion_queue {
   const std::shared_ptr<detail::async_cq_core<B, P>>& core() const noexcept { return core_; }
 
  private:
-  class next_awaiter final : detail::next_waiter<B> {
-   public:
-    next_awaiter(std::shared_ptr<detail::async_cq_core<B, P>> core,
-                 std::optional<std::chrono::steady_clock::duration> timeout) noexcept
-        : core_(std::move(core)), timeout_(timeout) {}
-    next_awaiter(next_awaiter&& o) noexcept : core_(std::move(o.core_)), timeout_(o.timeout_) {}
-    ~next_awaiter() {
-      if (waiting_) core_->remove_waiter(*this);
-    }
-
-    bool await_ready() {
-      got_ = core_->take_pending();
-      return got_.has_value();
-    }
-    void await_suspend(std::coroutine_handle<> h) {
-      resume_.bind(h);
-      timed_out_.bind([](void* self) noexcept { static_cast<next_awaiter*>(self)->on_timeout_(); }, this);
-      core_->add_waiter(*this);
-      waiting_ = true;
-      if (timeout_) timer_.arm(core_->loop(), std::chrono::steady_clock::now() + *timeout_, timed_out_);
-    }
-    /// The completion, or std::nullopt when the timeout passed first.
-    std::optional<completion<B>> await_resume() noexcept { return std::move(got_); }
-
-   private:
-    void deliver(const completion<B>& c) noexcept override {
-      waiting_ = false;
-      timer_.disarm();
-      got_.emplace(c);
-      core_->loop().post(resume_);
-    }
-    void on_timeout_() noexcept {
-      if (!waiting_) return;
-      waiting_ = false;
-      core_->remove_waiter(*this);
-      core_->loop().post(resume_);
-    }
-
-    std::shared_ptr<detail::async_cq_core<B, P>> core_;
-    std::optional<std::chrono::steady_clock::duration> timeout_;
-    std::optional<completion<B>> got_;
-    bool waiting_ = false;
-    detail::work_item resume_;
-    detail::work_item timed_out_;
-    detail::timer_node timer_;  // last: disarmed before the items it points to go away
-  };
+  using next_awaiter = detail::mailbox_awaiter<completion<B>, detail::async_cq_core<B, P>>;
 
   std::shared_ptr<detail::async_cq_core<B, P>> core_;
 };

@@ -4,16 +4,28 @@
 
 using namespace coro_test;
 
-TEST_CASE("async_completion_queue: next() gets the completions of queue pairs used directly") {
-  mock::fabric fab;
+namespace {
+// Queue pairs used directly (not through async_queue_pair) on async completion queues.
+struct plain_pair {
+  using rts = queue_pair<B, rc, signal_all, qp_state::rts>;
+  plain_pair() : a(bed.open(0), loop), b(bed.open(1), loop), ma(a.pd.allocate<rw>(256)), mb(b.pd.allocate<rw>(256)) {
+    auto ia = a.pd.create_qp<rc>(a.cq.queue(), qp_cap{8, 8});
+    auto ib = b.pd.create_qp<rc>(b.cq.queue(), qp_cap{8, 8});
+    const endpoint ea = ia.local_endpoint(), eb = ib.local_endpoint();
+    qa = std::move(ia).connect(eb);
+    qb = std::move(ib).connect(ea);
+  }
+  testbed bed;
   event_loop loop;
-  side a(fab, "mock0", loop), b(fab, "mock1", loop);
-  auto qa0 = a.pd.create_qp<rc>(a.cq.queue(), qp_cap{8, 8});
-  auto qb0 = b.pd.create_qp<rc>(b.cq.queue(), qp_cap{8, 8});
-  auto qa = std::move(qa0).connect(qb0.local_endpoint());
-  auto qb = std::move(qb0).connect(qa.local_endpoint());
-  auto ma = a.pd.allocate<rw>(256);
-  auto mb = b.pd.allocate<rw>(256);
+  side a, b;
+  memory_region<B, rw> ma, mb;
+  rts qa, qb;
+};
+}  // namespace
+
+TEST_CASE("async_completion_queue: next() gets the completions of queue pairs used directly") {
+  plain_pair p;
+  auto& [bed, loop, a, b, ma, mb, qa, qb] = p;
   REQUIRE(qb.post_recv(mb.local(0, 64), 7).ok());
   auto run = [&]() -> task<void> {
     REQUIRE(qa.send_imm(ma.local(0, 16), 0xabcd, 3).ok());
@@ -32,15 +44,8 @@ TEST_CASE("async_completion_queue: next() gets the completions of queue pairs us
 }
 
 TEST_CASE("async_completion_queue: completions nobody awaits yet are kept, oldest first") {
-  mock::fabric fab;
-  event_loop loop;
-  side a(fab, "mock0", loop), b(fab, "mock1", loop);
-  auto qa0 = a.pd.create_qp<rc>(a.cq.queue(), qp_cap{8, 8});
-  auto qb0 = b.pd.create_qp<rc>(b.cq.queue(), qp_cap{8, 8});
-  auto qa = std::move(qa0).connect(qb0.local_endpoint());
-  auto qb = std::move(qb0).connect(qa.local_endpoint());
-  auto ma = a.pd.allocate<rw>(256);
-  auto mb = b.pd.allocate<rw>(256);
+  plain_pair p;
+  auto& [bed, loop, a, b, ma, mb, qa, qb] = p;
   for (std::uint64_t i = 1; i <= 3; ++i) REQUIRE(qa.write(ma.local(0, 8), mb.remote().sub(0, 8), i).ok());
   auto run = [&]() -> task<void> {
     co_await loop.sleep_for(1ms);  // the loop drains the CQ meanwhile

@@ -6,11 +6,8 @@
 using namespace coro_test;
 
 TEST_CASE("async_queue_pair: SEND/RECV echo and RDMA READ, each awaited with its own completion") {
-  testbed bed;
-  event_loop loop;
-  connected<> c(bed, loop);
-  auto ma = c.a.pd.allocate<rw>(4096);
-  auto mb = c.b.pd.allocate<rw>(4096);
+  rig<> r;
+  auto& [bed, loop, c, ma, mb] = r;
   std::memcpy(mb.data() + 2048, "remote value", 12);
 
   auto server = [&]() -> task<int> {
@@ -49,11 +46,8 @@ TEST_CASE("async_queue_pair: SEND/RECV echo and RDMA READ, each awaited with its
 }
 
 TEST_CASE("async_queue_pair: WRs beyond the send queue's credits wait for them and all complete, in order") {
-  testbed bed;
-  event_loop loop;
-  connected<rc, signal_every<2>> c(bed, loop, 4);  // 4 send credits; every awaited WR is signaled anyway
-  auto ma = c.a.pd.allocate<rw>(4096);
-  auto mb = c.b.pd.allocate<rw>(4096);
+  rig<rc, signal_every<2>> r(4);  // 4 send credits; every awaited WR is signaled anyway
+  auto& [bed, loop, c, ma, mb] = r;
   auto writer = [&]() -> task<int> {
     int ok = 0;
     // 8 writes made at once: 4 are posted, 4 wait for credits.
@@ -79,11 +73,8 @@ TEST_CASE("async_queue_pair: WRs beyond the send queue's credits wait for them a
 }
 
 TEST_CASE("async_queue_pair: a queue pair that goes to ERR resumes every awaiting coroutine with its flush status") {
-  testbed bed;
-  event_loop loop;
-  connected<> c(bed, loop);
-  auto ma = c.a.pd.allocate<rw>(4096);
-  auto mb = c.b.pd.allocate<rw>(4096);
+  rig<> r;
+  auto& [bed, loop, c, ma, mb] = r;
   auto run = [&]() -> task<void> {
     auto r1 = c.x().recv(ma.local(0, 64));
     auto r2 = c.x().recv(ma.local(64, 64));
@@ -105,10 +96,8 @@ TEST_CASE("async_queue_pair: a queue pair that goes to ERR resumes every awaitin
 }
 
 TEST_CASE("async_queue_pair: destroyed while coroutines await it, they resume cancelled (WR_FLUSH_ERR), never hang") {
-  testbed bed;
-  event_loop loop;
-  connected<> c(bed, loop);
-  auto ma = c.a.pd.allocate<rw>(4096);
+  rig<> r;
+  auto& [bed, loop, c, ma, mb] = r;
   std::optional<rts_qp<>> victim(std::move(c.x()));
   auto waiter = [&]() -> task<wr_result<B>> { co_return co_await victim->recv(ma.local(0, 64)); };
   auto killer = [&]() -> task<void> {
@@ -116,22 +105,19 @@ TEST_CASE("async_queue_pair: destroyed while coroutines await it, they resume ca
     victim.reset();
   };
   loop.spawn(killer());
-  wr_result<B> r = loop.run(waiter());
-  CHECK(r.outcome() == wr_outcome::cancelled);
-  CHECK(r.status() == wc_status::wr_flush_err);
-  CHECK_FALSE(r.ok());
-  CHECK_THROWS_AS((void)r.completion(), usage_error);
+  wr_result<B> got = loop.run(waiter());
+  CHECK(got.outcome() == wr_outcome::cancelled);
+  CHECK(got.status() == wc_status::wr_flush_err);
+  CHECK_FALSE(got.ok());
+  CHECK_THROWS_AS((void)got.completion(), usage_error);
   loop.run();
   // Its receive's flush, should the device report one, is dropped: next() never sees it.
   CHECK(c.a.cq.pending() == 0);
 }
 
 TEST_CASE("async_queue_pair: within(timeout) ends the wait; the queue pair keeps working") {
-  testbed bed;
-  event_loop loop;
-  connected<> c(bed, loop);
-  auto ma = c.a.pd.allocate<rw>(4096);
-  auto mb = c.b.pd.allocate<rw>(4096);
+  rig<> r;
+  auto& [bed, loop, c, ma, mb] = r;
   auto run = [&]() -> task<void> {
     wr_result<B> r = co_await c.y().recv(mb.local(0, 64)).within(20ms);
     CHECK(r.outcome() == wr_outcome::timed_out);
@@ -149,11 +135,8 @@ TEST_CASE("async_queue_pair: within(timeout) ends the wait; the queue pair keeps
 }
 
 TEST_CASE("async_queue_pair: an awaiter dropped without being awaited does not leave its completion behind") {
-  testbed bed;
-  event_loop loop;
-  connected<> c(bed, loop);
-  auto ma = c.a.pd.allocate<rw>(4096);
-  auto mb = c.b.pd.allocate<rw>(4096);
+  rig<> r;
+  auto& [bed, loop, c, ma, mb] = r;
   auto run = [&]() -> task<void> {
     { auto dropped = c.x().write(ma.local(0, 8), mb.remote().sub(0, 8)); }
     CHECK((co_await c.x().write(ma.local(8, 8), mb.remote().sub(8, 8))).ok());

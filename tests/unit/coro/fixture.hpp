@@ -80,4 +80,15 @@ struct connected {
   }
 };
 
+/// A testbed, a loop, a connected pair and a 4 KiB region on each side.
+template <transport T = rc, signaling S = signal_all>
+struct rig {
+  explicit rig(std::uint32_t depth = 16)
+      : c(bed, loop, depth), ma(c.a.pd.template allocate<rw>(4096)), mb(c.b.pd.template allocate<rw>(4096)) {}
+  testbed bed;
+  event_loop loop;
+  connected<T, S> c;
+  memory_region<B, rw> ma, mb;
+};
+
 }  // namespace coro_test

@@ -1,0 +1,111 @@
+#pragma once
+// Values that come from a source the scheduler watches (completions nobody else awaits,
+// asynchronous events) and the coroutines that await them, in order: a value goes to
+// the oldest waiter, or waits for one. `mailbox_awaiter` is `co_await source.next()`.
+#include <rdmakit/config.hpp>
+#include <rdmakit/detail/scheduler.hpp>
+
+#include <chrono>
+#include <coroutine>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <utility>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace detail {
+
+template <class T>
+class mailbox {
+ public:
+  class waiter {
+   public:
+    virtual void deliver(const T& v) noexcept = 0;
+
+   protected:
+    ~waiter() = default;
+  };
+
+  /// Hands `v` to the oldest waiter, or keeps it; a failure to keep it goes to `s`.
+  void put(const T& v, scheduler& s) noexcept {
+    if (!waiters_.empty()) {
+      waiter* w = waiters_.front();
+      waiters_.pop_front();
+      w->deliver(v);
+      return;
+    }
+    try {
+      kept_.push_back(v);
+    } catch (...) {
+      s.fail(std::current_exception());
+    }
+  }
+  /// The oldest value kept (none: nothing came that nobody took).
+  std::optional<T> take() {
+    if (kept_.empty()) return std::nullopt;
+    std::optional<T> v(std::move(kept_.front()));
+    kept_.pop_front();
+    return v;
+  }
+  std::size_t kept() const noexcept { return kept_.size(); }
+  void add(waiter& w) { waiters_.push_back(&w); }
+  void remove(waiter& w) noexcept { std::erase(waiters_, &w); }
+
+ private:
+  std::deque<T> kept_;
+  std::deque<waiter*> waiters_;
+};
+
+/// Awaits the next value of `Source`'s mailbox (Source has mailbox() and loop()), or
+/// std::nullopt once `timeout` passed. Keeps the source alive while it waits.
+template <class T, class Source>
+class mailbox_awaiter final : mailbox<T>::waiter {
+ public:
+  mailbox_awaiter(std::shared_ptr<Source> source, std::optional<std::chrono::steady_clock::duration> timeout) noexcept
+      : source_(std::move(source)), timeout_(timeout) {}
+  mailbox_awaiter(mailbox_awaiter&& o) noexcept : source_(std::move(o.source_)), timeout_(o.timeout_) {}
+  mailbox_awaiter& operator=(mailbox_awaiter&&) = delete;
+  ~mailbox_awaiter() {
+    if (waiting_) source_->mailbox().remove(*this);
+  }
+
+  bool await_ready() {
+    got_ = source_->mailbox().take();
+    return got_.has_value();
+  }
+  void await_suspend(std::coroutine_handle<> h) {
+    resume_.bind(h);
+    timed_out_.bind([](void* self) noexcept { static_cast<mailbox_awaiter*>(self)->on_timeout_(); }, this);
+    source_->mailbox().add(*this);
+    waiting_ = true;
+    if (timeout_) timer_.arm(source_->loop(), std::chrono::steady_clock::now() + *timeout_, timed_out_);
+  }
+  /// The value, or std::nullopt when the timeout passed first.
+  std::optional<T> await_resume() noexcept { return std::move(got_); }
+
+ private:
+  void deliver(const T& v) noexcept override {
+    waiting_ = false;
+    timer_.disarm();
+    got_.emplace(v);
+    source_->loop().post(resume_);
+  }
+  void on_timeout_() noexcept {
+    if (!waiting_) return;
+    waiting_ = false;
+    source_->mailbox().remove(*this);
+    resume_.run();  // last: the coroutine may destroy this awaiter
+  }
+
+  std::shared_ptr<Source> source_;
+  std::optional<std::chrono::steady_clock::duration> timeout_;
+  std::optional<T> got_;
+  bool waiting_ = false;
+  work_item resume_;
+  work_item timed_out_;
+  timer_node timer_;  // last: disarmed before the items it points to go away
+};
+
+}  // namespace detail
+RDMAKIT_END_NAMESPACE
