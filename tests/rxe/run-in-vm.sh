@@ -3,7 +3,14 @@
 # soft-RoCE device (rxe0), with the host's root file system visible read-only.
 #
 #   tests/rxe/run-in-vm.sh [--timeout SECONDS] [--out DIR] [--env NAME=VALUE]...
-#                          [--mtu BYTES] [--smp N] [--verbose] [--prepare-only] -- COMMAND [ARGS...]
+#                          [--mtu BYTES] [--smp N] [--verbose] [--prepare-only]
+#                          [--wire listen:PORT|connect:PORT --ip ADDR/PREFIX] -- COMMAND [ARGS...]
+#
+# By default rxe0 sits on a dummy netdev (one host: processes meet over loopback). With
+# --wire the guest gets a virtio-net NIC joined to one other guest's by a qemu socket
+# netdev on 127.0.0.1:PORT (one listens, the other connects), rxe0 sits on that NIC
+# (eth0) with address --ip, and RoCEv2 packets cross a link between two kernels
+# (tests/rxe/two-hosts.sh starts such a pair).
 #
 # COMMAND runs as root in the guest, chrooted into the host's root, in the
 # caller's current directory, with RDMAKIT_RXE=1, RDMAKIT_DEVICE=rxe0,
@@ -15,9 +22,8 @@
 set -uo pipefail
 
 readonly EX_USAGE=2 EX_BOOT=120 EX_RXE=121 EX_DIED=122 EX_TIMEOUT=124 EX_PREP=125
-readonly GUEST_IP=192.168.77.1/24
 # Modules for the initramfs (their dependencies are added automatically).
-readonly MODULES=(virtio_pci 9pnet_virtio 9p dummy crc32_generic rdma_rxe rdma_ucm)
+readonly MODULES=(virtio_pci 9pnet_virtio 9p dummy virtio_net crc32_generic rdma_rxe rdma_ucm)
 readonly PACKAGES=(qemu-system-x86 busybox-static kmod cpio rdma-core ibverbs-providers
                    ibverbs-utils perftest iproute2 xz-utils)
 
@@ -41,6 +47,8 @@ out_dir=
 verbose=0
 prepare_only=0
 extra_env=()
+wire=
+guest_ip=192.168.77.1/24
 while (($#)); do
   case $1 in
     --timeout) (($# >= 2)) || usage; timeout_s=$2; shift 2 ;;
@@ -51,6 +59,10 @@ while (($#)); do
     --smp=*) smp=${1#*=}; shift ;;
     --mtu) (($# >= 2)) || usage; netdev_mtu=$2; shift 2 ;;
     --mtu=*) netdev_mtu=${1#*=}; shift ;;
+    --wire) (($# >= 2)) || usage; wire=$2; shift 2 ;;
+    --wire=*) wire=${1#*=}; shift ;;
+    --ip) (($# >= 2)) || usage; guest_ip=$2; shift 2 ;;
+    --ip=*) guest_ip=${1#*=}; shift ;;
     --env) (($# >= 2)) || usage; extra_env+=("$2"); shift 2 ;;
     --env=*) extra_env+=("${1#*=}"); shift ;;
     -v|--verbose) verbose=1; shift ;;
@@ -141,7 +153,9 @@ mount -o bind /out "/host$OUT_PATH" || fatal "cannot bind the results share at $
 echo booted >/out/status
 stage booted
 
-# rxe over a dummy netdev; TCP between processes goes over 127.0.0.1.
+# rxe over a dummy netdev (TCP between processes goes over 127.0.0.1), or over the
+# virtio NIC that is wired to another guest.
+NETDEV=$(cat /out/.guest-netdev)
 rxe_fail() {
   {
     echo "rxe0 setup failed: $*"
@@ -154,12 +168,15 @@ rxe_fail() {
   halt
 }
 ip link set lo up || rxe_fail "lo up"
-[ -d /sys/class/net/dummy0 ] || ip link add dummy0 type dummy || rxe_fail "no dummy0"
-ip addr add "$(cat /out/.guest-ip)" dev dummy0 || rxe_fail "address on dummy0"
-ip link set dummy0 mtu "$(cat /out/.guest-mtu)" || rxe_fail "mtu on dummy0"
-ip link set dummy0 up || rxe_fail "dummy0 up"
-chroot /host rdma link add rxe0 type rxe netdev dummy0 >>/out/rxe.log 2>&1 \
-  || rxe_fail "rdma link add rxe0 type rxe netdev dummy0"
+if [ "$NETDEV" = dummy0 ]; then
+  [ -d /sys/class/net/dummy0 ] || ip link add dummy0 type dummy || rxe_fail "no dummy0"
+fi
+[ -d /sys/class/net/$NETDEV ] || rxe_fail "no $NETDEV"
+ip addr add "$(cat /out/.guest-ip)" dev $NETDEV || rxe_fail "address on $NETDEV"
+ip link set $NETDEV mtu "$(cat /out/.guest-mtu)" || rxe_fail "mtu on $NETDEV"
+ip link set $NETDEV up || rxe_fail "$NETDEV up"
+chroot /host rdma link add rxe0 type rxe netdev $NETDEV >>/out/rxe.log 2>&1 \
+  || rxe_fail "rdma link add rxe0 type rxe netdev $NETDEV"
 P=/sys/class/infiniband/rxe0/ports/1
 i=0
 until grep -q ACTIVE $P/state 2>/dev/null && [ -r $P/gids/1 ] \
@@ -332,7 +349,7 @@ prepare_cache
 if [[ -n $out_dir ]]; then
   mkdir -p -- "$out_dir" || die "$EX_USAGE" "cannot create $out_dir"
   out_dir=$(cd -- "$out_dir" && pwd -P)
-  rm -f -- "$out_dir"/{.rxe-session,.out-path,.guest-ip,.guest-mtu,.rxe-cmd.sh,stages,status,init-error,rxe.log,rc,stdout,stderr,console.log,qemu.log}
+  rm -f -- "$out_dir"/{.rxe-session,.out-path,.guest-ip,.guest-netdev,.guest-mtu,.rxe-cmd.sh,stages,status,init-error,rxe.log,rc,stdout,stderr,console.log,qemu.log}
   keep_out=1
 else
   out_dir=$(mktemp -d "${TMPDIR:-/tmp}/rdmakit-rxe.XXXXXX") || die "$EX_PREP" "mktemp failed"
@@ -362,7 +379,8 @@ cwd=$(pwd -P)
   printf 'exec'; printf ' %q' "$@"; printf '\n'
 } >"$out_dir/.rxe-cmd.sh"
 printf '%s' "$out_dir" >"$out_dir/.out-path"
-printf '%s' "$GUEST_IP" >"$out_dir/.guest-ip"
+printf '%s' "$guest_ip" >"$out_dir/.guest-ip"
+if [[ -n $wire ]]; then printf eth0 >"$out_dir/.guest-netdev"; else printf dummy0 >"$out_dir/.guest-netdev"; fi
 printf '%s' "$netdev_mtu" >"$out_dir/.guest-mtu"
 : >"$out_dir/stdout"; : >"$out_dir/stderr"; : >"$out_dir/console.log"
 date +%s >"$out_dir/.rxe-session"
@@ -384,9 +402,20 @@ if [[ ${RDMAKIT_RXE_FIRMWARE:-qboot} == qboot && -f /usr/share/qemu/qboot.rom ]]
   firmware=(-bios /usr/share/qemu/qboot.rom)
 fi
 
+# --wire: a virtio NIC on a socket netdev shared with the other guest (MAC from the address).
+nic=(-nic none)
+if [[ -n $wire ]]; then
+  [[ $wire =~ ^(listen|connect):([0-9]+)$ ]] || die "$EX_USAGE" "--wire takes listen:PORT or connect:PORT, not '$wire'"
+  [[ $guest_ip =~ ^[0-9]+\.[0-9]+\.[0-9]+\.([0-9]+)/[0-9]+$ ]] || die "$EX_USAGE" "--ip takes A.B.C.D/PREFIX, not '$guest_ip'"
+  mac=$(printf '52:54:00:77:00:%02x' "${BASH_REMATCH[1]}")
+  [[ $wire =~ ^(listen|connect):([0-9]+)$ ]]
+  nic=(-netdev "socket,id=wire,${BASH_REMATCH[1]}=127.0.0.1:${BASH_REMATCH[2]}"
+       -device "virtio-net-pci,netdev=wire,mac=$mac,host_mtu=$netdev_mtu")
+fi
+
 t_start=$(date +%s%N)
 timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 \
-  -machine q35 -cpu max -smp "$smp" -m 2048 -nographic -no-reboot -nic none "${firmware[@]}" \
+  -machine q35 -cpu max -smp "$smp" -m 2048 -nographic -no-reboot "${nic[@]}" "${firmware[@]}" \
   -kernel "$kernel" -initrd "$initrd" \
   -append "console=ttyS0 quiet loglevel=4 panic=-1 mitigations=off" \
   -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
@@ -437,7 +466,7 @@ case $status in
   rxe-failed)
     keep_out=1
     msg "rxe diagnostics (kept in $out_dir):"; sed 's/^/  | /' "$out_dir/rxe.log" >&2
-    die "$EX_RXE" "could not create rxe0 (rdma link add rxe0 type rxe netdev dummy0)" ;;
+    die "$EX_RXE" "could not create rxe0 (rdma link add rxe0 type rxe netdev $(cat "$out_dir/.guest-netdev"))" ;;
   *)
     show_console 40
     [[ -s $out_dir/init-error ]] && msg "guest init: $(cat "$out_dir/init-error")"
