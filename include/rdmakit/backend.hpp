@@ -157,6 +157,30 @@ template <class B>
 concept verbs_backend = device_backend<B> && memory_backend<B> && queue_backend<B> && posting_backend<B> &&
                         polling_backend<B> && event_backend<B>;
 
+/// Optional: memory windows (IBV_MW_*). A window is a handle of its own whose rkey
+/// grants a subset of a region's bytes and rights. Type 1 windows are bound by a verbs
+/// call that still takes a send-queue slot (`bind_mw`, completing as BIND_MW); type 2
+/// windows by a send WR (`set_bind_mw`), invalidated by a LOCAL_INV WR or by the peer's
+/// SEND_WITH_INV. The typed layer's memory_window needs this; other backends need not.
+template <class B>
+concept mw_backend =
+    verbs_backend<B> && detail::backend_handle<typename B::mw> &&
+    requires(typename B::pd pd, typename B::mw mw, typename B::mr mr, typename B::qp qp, typename B::send_wr& swr,
+             mw_type t, std::uint64_t u64, std::uint32_t u32, access acc, send_flags fl, const typename B::wc& w) {
+      { B::alloc_mw(pd, t) } -> std::same_as<typename B::mw>;
+      { B::dealloc_mw(mw) } noexcept -> std::same_as<int>;
+      { B::mw_rkey(mw) } noexcept -> std::same_as<std::uint32_t>;  // type 1: the rkey of the last bind call
+      // Type 1 bind (ibv_bind_mw): qp, mw, region, addr, length, rights, wr_id, flags. A
+      // zero length unbinds (the region is still needed). Returns 0 or an errno; the
+      // window's rkey changes at once.
+      { B::bind_mw(qp, mw, mr, u64, u64, acc, u64, fl) } noexcept -> std::same_as<int>;
+      // Type 2 bind WR (opcode bind_mw): mw, the rkey it gets, region, addr, length, rights.
+      { B::set_bind_mw(swr, mw, u32, mr, u64, u64, acc) } noexcept;
+      { B::set_invalidate(swr, u32) } noexcept;  // LOCAL_INV and SEND_WITH_INV: the rkey invalidated
+      // A receive with wc_flags::with_inv: the rkey the peer's SEND_WITH_INV invalidated.
+      { B::get_invalidated_rkey(w) } noexcept -> std::same_as<std::uint32_t>;
+    };
+
 /// Checks each part of verbs_backend for B with its own static_assert, so a backend
 /// that misses something is told which part: a model asserts
 /// `static_assert(models_verbs_backend<B>());` right after its definition.
