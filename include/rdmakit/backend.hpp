@@ -341,4 +341,26 @@ struct archetype_backend {
 };
 static_assert(models_verbs_backend<archetype_backend>());
 
+/// The archetype with memory windows: exactly what mw_backend adds, never run.
+struct archetype_mw_backend : archetype_backend {
+  struct mw_t;
+  /// A memory window handle.
+  using mw = mw_t*;
+  /// Allocates an unbound window of type `t`.
+  static mw alloc_mw(pd, mw_type);
+  /// Frees a window; returns 0 or an errno.
+  static int dealloc_mw(mw) noexcept;
+  /// The window's rkey (type 1: as the last bind call set it).
+  static std::uint32_t mw_rkey(mw) noexcept;
+  /// Type 1 bind: qp, window, region, addr, length, rights, wr_id, flags.
+  static int bind_mw(qp, mw, mr, std::uint64_t, std::uint64_t, access, std::uint64_t, send_flags) noexcept;
+  /// Fills a type 2 BIND_MW WR: window, new rkey, region, addr, length, rights.
+  static void set_bind_mw(send_wr&, mw, std::uint32_t, mr, std::uint64_t, std::uint64_t, access) noexcept;
+  /// The rkey a LOCAL_INV or SEND_WITH_INV invalidates.
+  static void set_invalidate(send_wr&, std::uint32_t) noexcept;
+  /// The rkey a received SEND_WITH_INV invalidated.
+  static std::uint32_t get_invalidated_rkey(const wc&) noexcept;
+};
+static_assert(mw_backend<archetype_mw_backend>);
+
 RDMAKIT_END_NAMESPACE

@@ -31,6 +31,7 @@ namespace detail {
 // reads, and post lists keep arrays of these without zeroing them.
 template <class B>
 struct send_desc {
+  using backend = B;
   std::uint64_t wr_id;
   opcode op;
   send_flags flags;
