@@ -274,3 +274,40 @@ CONFORMANCE_CASE("mw: a region with a bound window cannot be deregistered") {
   CHECK(B::dealloc_mw(w) == 0);
   if (refused != 0) CHECK(B::dereg_mr(mr) == 0);
 }
+
+CONFORMANCE_CASE("mw: LOCAL_INV of a type 1 window completes with LOC_QP_OP_ERR") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type1);
+  REQUIRE(B::bind_mw(b.qp, w, dst.mr, dst.addr(0), 4096, rw, 70, send_flags::signaled) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  REQUIRE(local_inv(fx, b, B::mw_rkey(w), 71) == 0);
+  CHECK(fx.poll_one(b.send_cq).status == wc_status::loc_qp_op_err);
+}
+
+CONFORMANCE_CASE("mw: a type 2 window is usable only through the queue pair that bound it") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto [a2, b2] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type2);
+  const std::uint32_t rkey = inc_rkey(B::mw_rkey(w));
+  REQUIRE(bind2(fx, b, w, rkey, dst, 0, 4096, rw, 70) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  CHECK(write_through(fx, a, src, dst.addr(0), rkey, 1) == wc_status::success);
+  CHECK(write_through(fx, a2, src, dst.addr(0), rkey, 2) == wc_status::rem_access_err);
+}
+
+CONFORMANCE_CASE("mw: binding a type 2 window on a queue pair of another PD completes with MW_BIND_ERR") {
+  fixture<B> fx;
+  auto pd2 = fx.make_pd();
+  auto a = fx.make_qp({});
+  auto b = fx.make_qp({}, {}, {}, pd2);
+  fx.connect(a, b);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type2);
+  REQUIRE(bind2(fx, b, w, inc_rkey(B::mw_rkey(w)), dst, 0, 4096, rw, 70) == 0);
+  CHECK(fx.poll_one(b.send_cq).status == wc_status::mw_bind_err);
+}

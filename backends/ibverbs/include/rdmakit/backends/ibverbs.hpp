@@ -138,6 +138,7 @@ struct ibverbs {
   /// Fills a type 2 BIND_MW WR (opcode bind_mw).
   static void set_bind_mw(send_wr& wr, mw w, std::uint32_t rkey, mr m, std::uint64_t addr, std::uint64_t length,
                           access rights) noexcept {
+    wr.imm_data = 0;  // rxe's provider refuses a BIND_MW whose imm_data is not 0
     wr.bind_mw.mw = w;
     wr.bind_mw.rkey = rkey;
     wr.bind_mw.bind_info.mr = m;
