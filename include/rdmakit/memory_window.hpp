@@ -77,13 +77,21 @@ send_inv(L, remote_region<A>) -> send_inv<A, L>;
 /// BIND_MW of a type 2 window (memory_window::bind posts it; not for direct use).
 template <class B>
 struct bind_window {
-  std::span<const local_buffer> local;  // empty: a bind moves no data
+  /// Empty: a bind moves no data.
+  std::span<const local_buffer> local;
+  /// The window, the region and the rights granted.
   detail::mw_bind_args<B> args;
+  /// The first byte granted.
   std::uint64_t addr;
+  /// Bytes granted from addr.
   std::uint64_t length;
+  /// The rkey the window gets (its key byte differs from the last one).
   std::uint32_t new_rkey;
+  /// The opcode the work request carries.
   static constexpr opcode code = opcode::bind_mw;
+  /// What the transport must offer; posting on one without it does not compile, with a sentence why.
   using rule = detail::window_rule;
+  /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
     d.raddr = addr;
@@ -95,10 +103,15 @@ struct bind_window {
 
 /// LOCAL_INV of a type 2 window (memory_window::invalidate posts it).
 struct invalidate_window {
-  std::span<const local_buffer> local;  // empty
+  /// Empty: an invalidation moves no data.
+  std::span<const local_buffer> local;
+  /// The rkey of the window invalidated.
   std::uint32_t rkey;
+  /// The opcode the work request carries.
   static constexpr opcode code = opcode::local_inv;
+  /// What the transport must offer; posting on one without it does not compile, with a sentence why.
   using rule = detail::window_rule;
+  /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
     d.rkey = rkey;
