@@ -311,8 +311,11 @@ struct null_backend {
       case opcode::rdma_read: return wc_opcode::rdma_read;
       case opcode::atomic_cmp_and_swp: return wc_opcode::comp_swap;
       case opcode::atomic_fetch_and_add: return wc_opcode::fetch_add;
+      case opcode::bind_mw: return wc_opcode::bind_mw;
+      case opcode::local_inv: return wc_opcode::local_inv;
       case opcode::send:
-      case opcode::send_with_imm: break;
+      case opcode::send_with_imm:
+      case opcode::send_with_inv: break;
     }
     return wc_opcode::send;
   }

@@ -166,6 +166,29 @@ concept fd_event_backend = verbs_backend<B> && requires(typename B::channel ch, 
   { B::channel_fd(ch) } noexcept -> std::same_as<int>;
   { B::async_fd(ctx) } noexcept -> std::same_as<int>;
 };
+/// Optional: memory windows (IBV_MW_*). A window is a handle of its own whose rkey
+/// grants a subset of a region's bytes and rights. Type 1 windows are bound by a verbs
+/// call that still takes a send-queue slot (`bind_mw`, completing as BIND_MW); type 2
+/// windows by a send WR (`set_bind_mw`), invalidated by a LOCAL_INV WR or by the peer's
+/// SEND_WITH_INV. The typed layer's memory_window needs this; other backends need not.
+template <class B>
+concept mw_backend =
+    verbs_backend<B> && detail::backend_handle<typename B::mw> &&
+    requires(typename B::pd pd, typename B::mw mw, typename B::mr mr, typename B::qp qp, typename B::send_wr& swr,
+             mw_type t, std::uint64_t u64, std::uint32_t u32, access acc, send_flags fl, const typename B::wc& w) {
+      { B::alloc_mw(pd, t) } -> std::same_as<typename B::mw>;
+      { B::dealloc_mw(mw) } noexcept -> std::same_as<int>;
+      { B::mw_rkey(mw) } noexcept -> std::same_as<std::uint32_t>;  // type 1: the rkey of the last bind call
+      // Type 1 bind (ibv_bind_mw): qp, mw, region, addr, length, rights, wr_id, flags. A
+      // zero length unbinds (the region is still needed). Returns 0 or an errno; the
+      // window's rkey changes at once.
+      { B::bind_mw(qp, mw, mr, u64, u64, acc, u64, fl) } noexcept -> std::same_as<int>;
+      // Type 2 bind WR (opcode bind_mw): mw, the rkey it gets, region, addr, length, rights.
+      { B::set_bind_mw(swr, mw, u32, mr, u64, u64, acc) } noexcept;
+      { B::set_invalidate(swr, u32) } noexcept;  // LOCAL_INV and SEND_WITH_INV: the rkey invalidated
+      // A receive with wc_flags::with_inv: the rkey the peer's SEND_WITH_INV invalidated.
+      { B::get_invalidated_rkey(w) } noexcept -> std::same_as<std::uint32_t>;
+    };
 
 /// Checks each part of verbs_backend for B with its own static_assert, so a backend
 /// that misses something is told which part: a model asserts
@@ -326,5 +349,27 @@ struct archetype_backend {
   static std::uint32_t get_vendor_err(const wc&) noexcept;
 };
 static_assert(models_verbs_backend<archetype_backend>());
+
+/// The archetype with memory windows: exactly what mw_backend adds, never run.
+struct archetype_mw_backend : archetype_backend {
+  struct mw_t;
+  /// A memory window handle.
+  using mw = mw_t*;
+  /// Allocates an unbound window of type `t`.
+  static mw alloc_mw(pd, mw_type);
+  /// Frees a window; returns 0 or an errno.
+  static int dealloc_mw(mw) noexcept;
+  /// The window's rkey (type 1: as the last bind call set it).
+  static std::uint32_t mw_rkey(mw) noexcept;
+  /// Type 1 bind: qp, window, region, addr, length, rights, wr_id, flags.
+  static int bind_mw(qp, mw, mr, std::uint64_t, std::uint64_t, access, std::uint64_t, send_flags) noexcept;
+  /// Fills a type 2 BIND_MW WR: window, new rkey, region, addr, length, rights.
+  static void set_bind_mw(send_wr&, mw, std::uint32_t, mr, std::uint64_t, std::uint64_t, access) noexcept;
+  /// The rkey a LOCAL_INV or SEND_WITH_INV invalidates.
+  static void set_invalidate(send_wr&, std::uint32_t) noexcept;
+  /// The rkey a received SEND_WITH_INV invalidated.
+  static std::uint32_t get_invalidated_rkey(const wc&) noexcept;
+};
+static_assert(mw_backend<archetype_mw_backend>);
 
 RDMAKIT_END_NAMESPACE

@@ -110,6 +110,13 @@ class completion {
   bool has_grh() const noexcept { return has_any(flags(), wc_flags::grh); }
   /// Immediate data in host byte order (as passed to send_imm/write_imm).
   std::uint32_t imm() const noexcept { return detail::net_to_host32(B::get_imm(wc_)); }
+  /// The rkey a received SEND_WITH_INV invalidated (memory_window.hpp). Meaningful only
+  /// on the receive of a SEND_WITH_INV (wc_flags::with_inv, where the device sets it).
+  std::uint32_t invalidated_rkey() const noexcept
+    requires mw_backend<B>
+  {
+    return B::get_invalidated_rkey(wc_);
+  }
   /// The device's own error code, for its vendor's documentation (0 on success).
   std::uint32_t vendor_err() const noexcept { return B::get_vendor_err(wc_); }
   /// status() as a std::error_code of wc_status_category().

@@ -58,6 +58,16 @@ struct policy_access {
   static auto* link(QP& qp) noexcept {
     return qp.parts_.link.get();
   }
+  // A verbs call that takes a send-queue slot as a post does (ibv_bind_mw: memory_window.hpp).
+  template <class QP, class Call>
+  static auto post_call(QP& qp, std::uint64_t wr_id, send_flags flags, Call&& call) noexcept {
+    return qp.post_call_(wr_id, flags, static_cast<Call&&>(call));
+  }
+  // The queue pair's protection domain (null when empty).
+  template <class QP>
+  static const auto& pd_of(const QP& qp) noexcept {
+    return qp.parts_.pd;
+  }
 };
 }  // namespace detail
 

@@ -99,6 +99,7 @@ class remote_region {
 };
 
 namespace detail {
+struct region_access;  // memory_window.hpp: a window shares the region's registration
 struct aligned_free {
   void operator()(std::byte* p) const noexcept { ::operator delete[](p, std::align_val_t{4096}); }
 };
@@ -109,11 +110,31 @@ inline aligned_bytes allocate_zeroed(std::size_t bytes) {
   std::memset(p, 0, bytes);
   return aligned_bytes(p);
 }
+
+// One registration: deregistered (and an owned buffer freed) when the last holder goes.
+// The region holds it, and so does a memory window bound to the region, so a peer
+// holding the window's rkey can never reach memory that was freed or registered anew.
+template <class B>
+struct mr_block {
+  pd_ref<B> pd;
+  typename B::mr mr{};
+  aligned_bytes owned;
+
+  mr_block() = default;
+  mr_block(const mr_block&) = delete;
+  mr_block& operator=(const mr_block&) = delete;
+  ~mr_block() {
+    if (mr != typename B::mr{}) B::dereg_mr(mr);
+  }
+};
+template <class B>
+using mr_ref = std::shared_ptr<const mr_block<B>>;
 }  // namespace detail
 
-/// A registered memory region with access rights `Access` (local_write, remote_*).
-/// Owns its buffer when made with protection_domain::allocate, else borrows it. It
-/// keeps its protection domain alive.
+/// A registered memory region with access rights `Access` (local_write, remote_*,
+/// mw_bind). Owns its buffer when made with protection_domain::allocate, else borrows
+/// it. It keeps its protection domain alive; a memory window bound to it keeps the
+/// registration (and an owned buffer) alive past the region's own destruction.
 template <verbs_backend B, access Access>
 class memory_region {
  public:
@@ -127,33 +148,30 @@ class memory_region {
   /// Registers `length` bytes at `addr` (borrowed: they must outlive the region).
   /// Prefer protection_domain::register_memory.
   memory_region(detail::pd_ref<B> pd, void* addr, std::size_t length)
-      : pd_(std::move(pd)), mr_(register_(*pd_, addr, length)), data_(static_cast<std::byte*>(addr)), size_(length) {}
+      : memory_region(std::move(pd), addr, length, detail::aligned_bytes{}) {}
 
   /// Allocates `length` zeroed, page-aligned bytes and registers them. Prefer
   /// protection_domain::allocate.
   static memory_region allocate(detail::pd_ref<B> pd, std::size_t length) {
     auto buf = detail::allocate_zeroed(length);
-    memory_region r(std::move(pd), buf.get(), length);
-    r.owned_ = std::move(buf);
-    return r;
+    void* addr = buf.get();
+    return memory_region(std::move(pd), addr, length, std::move(buf));
   }
 
   /// Takes over the registration (and the buffer, if owned); `o` becomes empty.
   memory_region(memory_region&& o) noexcept
-      : pd_(std::move(o.pd_)),
+      : blk_(std::move(o.blk_)),
         mr_(std::exchange(o.mr_, {})),
         data_(std::exchange(o.data_, nullptr)),
-        size_(std::exchange(o.size_, 0)),
-        owned_(std::move(o.owned_)) {}
+        size_(std::exchange(o.size_, 0)) {}
   /// Deregisters what this region holds, then takes over `o`'s; `o` becomes empty.
   memory_region& operator=(memory_region&& o) noexcept {
     if (this != &o) {
       release();
-      pd_ = std::move(o.pd_);
+      blk_ = std::move(o.blk_);
       mr_ = std::exchange(o.mr_, {});
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
-      owned_ = std::move(o.owned_);
     }
     return *this;
   }
@@ -202,29 +220,34 @@ class memory_region {
   }
 
  private:
-  static typename B::mr register_(const detail::pd_state<B>& pd, void* addr, std::size_t length) {
+  friend struct detail::region_access;
+
+  memory_region(detail::pd_ref<B> pd, void* addr, std::size_t length, detail::aligned_bytes owned)
+      : data_(static_cast<std::byte*>(addr)), size_(length) {
     if (!addr || length == 0)
       throw usage_error(
                         "register_memory(): cannot register " + std::to_string(length) +
                             " bytes at a null address: give a non-empty buffer");
-    return B::reg_mr(pd.pd, addr, length, Access);
+    auto blk = std::make_shared<detail::mr_block<B>>();
+    blk->pd = std::move(pd);
+    blk->mr = B::reg_mr(blk->pd->pd, addr, length, Access);
+    blk->owned = std::move(owned);
+    mr_ = blk->mr;
+    blk_ = std::move(blk);
   }
   typename B::mr native_(const char* call) const {
     if (RDMAKIT_UNLIKELY(mr_ == typename B::mr{})) detail::throw_empty("memory_region", call);
     return mr_;
   }
   void release() noexcept {
-    if (mr_ != typename B::mr{}) B::dereg_mr(mr_);
     mr_ = {};
-    owned_.reset();
-    pd_.reset();
+    blk_.reset();  // deregisters, unless a memory window still holds the registration
   }
 
-  detail::pd_ref<B> pd_;
-  typename B::mr mr_{};
+  detail::mr_ref<B> blk_;
+  typename B::mr mr_{};  // blk_->mr, here for the data path's lkey
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
-  detail::aligned_bytes owned_;
 };
 
 /// One registered region cut into `slots` slices of `slot_size` bytes. acquire() and

@@ -31,6 +31,7 @@ namespace detail {
 // reads, and post lists keep arrays of these without zeroing them.
 template <class B>
 struct send_desc {
+  using backend = B;
   std::uint64_t wr_id;
   opcode op;
   send_flags flags;
@@ -39,12 +40,21 @@ struct send_desc {
   std::uint32_t total;
   std::uint32_t imm;  // host order; imm opcodes
   std::uint64_t raddr;  // RDMA and atomics
-  std::uint32_t rkey;
-  std::uint64_t compare_add;  // atomics
+  std::uint32_t rkey;  // also BIND_MW's new rkey, and the rkey LOCAL_INV and SEND_WITH_INV invalidate
+  std::uint64_t compare_add;  // atomics; BIND_MW's length
   std::uint64_t swap;
   typename B::ah ah;  // UD
   std::uint32_t rqpn;
   std::uint32_t qkey;
+  const void* ext;  // BIND_MW: the operation (memory_window.hpp), alive while the WR is built
+};
+
+// What a BIND_MW operation gives set_op_fields through send_desc::ext.
+template <class B>
+struct mw_bind_args {
+  typename B::mw mw;
+  typename B::mr mr;
+  access rights;
 };
 
 // The opcode-specific fields of a native WR (immediate, remote address, atomic
@@ -62,6 +72,16 @@ RDMAKIT_ALWAYS_INLINE void set_op_fields(typename B::send_wr& w, const send_desc
     case opcode::atomic_cmp_and_swp:
     case opcode::atomic_fetch_and_add: B::set_atomic(w, d.raddr, d.rkey, d.compare_add, d.swap); break;
     case opcode::send: break;
+    case opcode::send_with_inv:
+    case opcode::local_inv:
+      if constexpr (mw_backend<B>) B::set_invalidate(w, d.rkey);
+      break;
+    case opcode::bind_mw:
+      if constexpr (mw_backend<B>) {
+        const auto* b = static_cast<const mw_bind_args<B>*>(d.ext);
+        B::set_bind_mw(w, b->mw, d.rkey, b->mr, d.raddr, d.compare_add, b->rights);
+      }
+      break;
   }
   if constexpr (T::needs_ah) B::set_ud(w, d.ah, d.rqpn, d.qkey);
 }

@@ -7,6 +7,7 @@
 #include <rdmakit/detail/gid_choice.hpp>
 #include <rdmakit/detail/qp_setup.hpp>
 #include <rdmakit/memory.hpp>
+#include <rdmakit/memory_window.hpp>
 #include <rdmakit/qp_pool.hpp>
 #include <rdmakit/queue_pair.hpp>
 
@@ -55,6 +56,15 @@ class protection_domain {
   template <access A>
   registered_pool<B, A> create_pool(std::size_t slot_size, std::size_t slots) const {
     return registered_pool<B, A>(ref("create_pool"), slot_size, slots);
+  }
+
+  /// An unbound memory window granting peers A (remote bits) once bound; type 2 unless
+  /// asked (memory_window.hpp). Backends with memory windows only (mw_backend).
+  template <access A, mw_type T = mw_type::type2>
+  memory_window<B, A, T> alloc_window() const
+    requires mw_backend<B>
+  {
+    return memory_window<B, A, T>(ref("alloc_window"));
   }
 
   /// A queue pair in INIT whose send and receive completions go to `cq`.
@@ -124,6 +134,12 @@ memory_region<B, A> register_memory(const protection_domain<B>& pd, std::span<st
 template <access A, verbs_backend B>
 registered_pool<B, A> create_pool(const protection_domain<B>& pd, std::size_t slot_size, std::size_t slots) {
   return pd.template create_pool<A>(slot_size, slots);
+}
+/// pd.alloc_window<A, T>().
+template <access A, mw_type T = mw_type::type2, verbs_backend B>
+  requires mw_backend<B>
+memory_window<B, A, T> alloc_window(const protection_domain<B>& pd) {
+  return pd.template alloc_window<A, T>();
 }
 /// pd.create_qp<T, S>(cq, caps, o).
 template <transport T, signaling S = signal_all, verbs_backend B, polling P>

@@ -428,6 +428,20 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     return {post_status::ok, 0, 1};
   }
 
+  // A verbs call that puts one WR on the send queue (ibv_bind_mw): the same refusals,
+  // signaling decision and credits as a post. `call(native qp, flags)` returns an errno.
+  template <class Call>
+  post_result post_call_(std::uint64_t wr_id, send_flags flags, Call&& call) noexcept {
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    auto& l = *parts_.link;  // the closed link when empty: admits nothing
+    if (RDMAKIT_UNLIKELY(l.sq.blocked() || (wr_id & detail::recv_wr_bit))) return refusal_(wr_id);
+    const bool sig = l.sq.template must_signal<S>(has_any(flags, send_flags::signaled));
+    if (int e = call(parts_.qp, (flags & ~send_flags::signaled) | signaled_if_(sig)); RDMAKIT_UNLIKELY(e != 0))
+      return {post_status::backend_error, e, 0};
+    l.sq.template commit<S>(sig);
+    return {post_status::ok, 0, 1};
+  }
+
   RDMAKIT_ALWAYS_INLINE post_result post_recv_(typename B::sge* s, int n, std::uint32_t total,
                                                std::uint64_t wr_id) noexcept {
     if (RDMAKIT_UNLIKELY(!parts_.link)) return {post_status::empty_handle, 0, 0};

@@ -14,6 +14,7 @@
 #include <rdmakit/endpoint.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/memory.hpp>
+#include <rdmakit/memory_window.hpp>
 #include <rdmakit/operations.hpp>
 #include <rdmakit/polling.hpp>
 #include <rdmakit/post_result.hpp>

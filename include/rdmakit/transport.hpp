@@ -191,6 +191,9 @@ constexpr bool allows(opcode op) noexcept {
     case opcode::rdma_read: return T::supports_read;
     case opcode::atomic_cmp_and_swp:
     case opcode::atomic_fetch_and_add: return T::supports_atomic;
+    case opcode::send_with_inv:
+    case opcode::bind_mw:
+    case opcode::local_inv: return bool(T::connected);  // memory windows: RC and UC
   }
   return false;
 }

@@ -62,6 +62,7 @@ enum class access : std::uint32_t {
   remote_write = 1u << 1,
   remote_read = 1u << 2,
   remote_atomic = 1u << 3,
+  mw_bind = 1u << 4,  ///< memory windows may be bound to the region (IBV_ACCESS_MW_BIND)
   rdmakit_flag_enum_marker = 0,
 };
 
@@ -80,6 +81,7 @@ enum class wc_flags : std::uint32_t {
   none = 0,
   grh = 1u << 0,
   with_imm = 1u << 1,
+  with_inv = 1u << 3,  ///< a SEND with invalidate: the completion names the rkey it invalidated
   rdmakit_flag_enum_marker = 0,
 };
 
@@ -92,7 +94,14 @@ enum class opcode : std::uint32_t {
   rdma_read = 4,
   atomic_cmp_and_swp = 5,
   atomic_fetch_and_add = 6,
+  local_inv = 7,      ///< invalidates a type 2 memory window (no data moves)
+  bind_mw = 8,        ///< binds a type 2 memory window to part of a region
+  send_with_inv = 9,  ///< SEND that also invalidates the peer's type 2 window named by an rkey
 };
+
+/// Memory window types (IBV_MW_TYPE_*): type 1 is bound by a verbs call, type 2 by a
+/// work request and only usable through the QP that bound it.
+enum class mw_type : std::uint32_t { type1 = 1, type2 = 2 };
 
 /// Completion opcodes (IBV_WC_*).
 enum class wc_opcode : std::uint32_t {
@@ -101,6 +110,8 @@ enum class wc_opcode : std::uint32_t {
   rdma_read = 2,
   comp_swap = 3,
   fetch_add = 4,
+  bind_mw = 5,
+  local_inv = 6,
   recv = 128,
   recv_rdma_with_imm = 129,
 };

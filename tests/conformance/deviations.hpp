@@ -68,6 +68,7 @@ struct outcome {
   bool exact_capacity = true;  ///< a queue is full at exactly the capacity create reported
   int verb_errno = 0;          ///< what the verb under test returns, when it is not post_send
   tri stays_rts = tri::either;  ///< the faulty WR's receiver QP is still in RTS afterwards
+  tri inv_flag = tri::either;   ///< IBV_WC_WITH_INV on a SEND_WITH_INV's receive completion
 };
 
 struct deviation_row {
@@ -96,6 +97,8 @@ inline constexpr std::string_view post_in_err = "posting.post_to_qp_in_err";
 inline constexpr std::string_view atomic_len_over_8 = "opcode.atomic_local_length_over_8";
 inline constexpr std::string_view write_imm_bad_rkey = "fault.write_imm_bad_rkey.responder";
 inline constexpr std::string_view arm_without_channel = "cq.req_notify_without_channel";
+inline constexpr std::string_view mw_out_of_window = "mw.access_outside_window";
+inline constexpr std::string_view recv_with_inv_flag = "mw.recv_with_inv_flag";
 
 }  // namespace ids
 
@@ -198,6 +201,17 @@ inline constexpr std::array deviation_table{
                    .resp = status_set{wc_status::wr_flush_err} | status_set::nothing()},
                   "rxe (kernel 6.1, observed): a send posted in ERR is flushed in one run, never completes in another; "
                   "a receive posted in ERR never completes"},
+    // A WRITE through a window's rkey to bytes of its region outside the window.
+    deviation_row{ids::mw_out_of_window, "spec", {.req = {wc_status::rem_access_err}},
+                  "spec §10.5: a window grants its own range only: REM_ACCESS_ERR"},
+    deviation_row{ids::mw_out_of_window, "rxe", {.req = {wc_status::success}},
+                  "rxe 6.1 checks the range against the window's region, not the window: the WRITE lands"},
+    // The receive of a SEND_WITH_INV.
+    deviation_row{ids::recv_with_inv_flag, "spec", {.inv_flag = tri::yes},
+                  "spec §10.5: wc_flags has WITH_INV, the completion names the rkey"},
+    deviation_row{ids::recv_with_inv_flag, "rxe", {.inv_flag = tri::no},
+                  "rxe 6.1 names the rkey but sets the kernel's IB_WC_WITH_INVALIDATE bit (1 << 2), which user "
+                  "space reads as IBV_WC_IP_CSUM_OK: no WITH_INV"},
 };
 
 /// The row for a scenario under a device profile; fails the scenario when there is none.

@@ -44,6 +44,9 @@ RDMAKIT_DECL const char* to_string(opcode o) noexcept {
     case opcode::rdma_read: return "RDMA_READ";
     case opcode::atomic_cmp_and_swp: return "ATOMIC_CMP_AND_SWP";
     case opcode::atomic_fetch_and_add: return "ATOMIC_FETCH_AND_ADD";
+    case opcode::local_inv: return "LOCAL_INV";
+    case opcode::bind_mw: return "BIND_MW";
+    case opcode::send_with_inv: return "SEND_WITH_INV";
   }
   return "UNKNOWN";
 }
@@ -55,6 +58,8 @@ RDMAKIT_DECL const char* to_string(wc_opcode o) noexcept {
     case wc_opcode::rdma_read: return "RDMA_READ";
     case wc_opcode::comp_swap: return "COMP_SWAP";
     case wc_opcode::fetch_add: return "FETCH_ADD";
+    case wc_opcode::bind_mw: return "BIND_MW";
+    case wc_opcode::local_inv: return "LOCAL_INV";
     case wc_opcode::recv: return "RECV";
     case wc_opcode::recv_rdma_with_imm: return "RECV_RDMA_WITH_IMM";
   }
@@ -133,7 +138,7 @@ RDMAKIT_DECL std::string to_string(qp_attr_mask m) {
 
 RDMAKIT_DECL std::string to_string(access a) {
   static constexpr const char* names[] = {"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ",
-                                          "REMOTE_ATOMIC"};
+                                          "REMOTE_ATOMIC", "MW_BIND"};
   std::string out;
   auto bits = to_underlying(a);
   for (std::uint32_t i = 0; i < 32; ++i) {

@@ -45,6 +45,7 @@ struct ibverbs {
   using channel = ibv_comp_channel*;  ///< a completion channel
   using qp = ibv_qp*;                 ///< a queue pair
   using ah = ibv_ah*;                 ///< an address handle
+  using mw = ibv_mw*;                 ///< a memory window
   using sge = ibv_sge;                ///< a scatter/gather entry
   using send_wr = ibv_send_wr;        ///< a send work request
   using recv_wr = ibv_recv_wr;        ///< a receive work request
@@ -112,6 +113,43 @@ struct ibverbs {
   static std::uint32_t mr_lkey(mr m) noexcept { return m->lkey; }
   /// The region's remote key, which peers' RDMA operations on it carry.
   static std::uint32_t mr_rkey(mr m) noexcept { return m->rkey; }
+
+  // Memory windows (mw_backend).
+  /// ibv_alloc_mw: allocates an unbound window of type `t` in the PD.
+  static mw alloc_mw(pd p, mw_type t) { return rdmakit::ibverbs::detail::alloc_mw(p, t); }
+  /// ibv_dealloc_mw: frees a window (a bound one stops granting access); returns 0 or an errno.
+  static int dealloc_mw(mw w) noexcept { return rdmakit::ibverbs::detail::rc_errno(ibv_dealloc_mw(w)); }
+  /// The window's rkey as libibverbs keeps it (type 1: updated by each ibv_bind_mw).
+  static std::uint32_t mw_rkey(mw w) noexcept { return w->rkey; }
+  /// ibv_bind_mw (type 1): a zero length unbinds. `m` is needed even then (providers
+  /// read its lkey): a null region is EINVAL here. Returns 0 or an errno.
+  static int bind_mw(qp q, mw w, mr m, std::uint64_t addr, std::uint64_t length, access rights, std::uint64_t wr_id,
+                     send_flags flags) noexcept {
+    if (!m) return EINVAL;
+    ibv_mw_bind b{};
+    b.wr_id = wr_id;
+    b.send_flags = to_underlying(flags);
+    b.bind_info.mr = m;
+    b.bind_info.addr = addr;
+    b.bind_info.length = length;
+    b.bind_info.mw_access_flags = to_underlying(rights);
+    return ibv_bind_mw(q, w, &b);
+  }
+  /// Fills a type 2 BIND_MW WR (opcode bind_mw).
+  static void set_bind_mw(send_wr& wr, mw w, std::uint32_t rkey, mr m, std::uint64_t addr, std::uint64_t length,
+                          access rights) noexcept {
+    wr.imm_data = 0;  // rxe's provider refuses a BIND_MW whose imm_data is not 0
+    wr.bind_mw.mw = w;
+    wr.bind_mw.rkey = rkey;
+    wr.bind_mw.bind_info.mr = m;
+    wr.bind_mw.bind_info.addr = addr;
+    wr.bind_mw.bind_info.length = length;
+    wr.bind_mw.bind_info.mw_access_flags = to_underlying(rights);
+  }
+  /// The rkey a LOCAL_INV or SEND_WITH_INV invalidates.
+  static void set_invalidate(send_wr& wr, std::uint32_t rkey) noexcept { wr.invalidate_rkey = rkey; }
+  /// The rkey a received SEND_WITH_INV invalidated (host order).
+  static std::uint32_t get_invalidated_rkey(const wc& w) noexcept { return w.invalidated_rkey; }
 
   /// ibv_create_ah: creates an address handle for UD sends to the address vector `attr`.
   static ah create_ah(pd p, const ah_attr& attr) { return rdmakit::ibverbs::detail::create_ah(p, attr); }
@@ -281,9 +319,9 @@ struct ibverbs {
   static std::uint32_t get_qp_num(const wc& w) noexcept { return w.qp_num; }
   /// The sending queue pair (UD receives).
   static std::uint32_t get_src_qp(const wc& w) noexcept { return w.src_qp; }
-  /// GRH and WITH_IMM only (other IBV_WC_* bits, e.g. IP_CSUM_OK, are masked off).
+  /// GRH, WITH_IMM and WITH_INV only (other IBV_WC_* bits, e.g. IP_CSUM_OK, are masked off).
   static wc_flags get_wc_flags(const wc& w) noexcept {
-    return static_cast<wc_flags>(w.wc_flags & (IBV_WC_GRH | IBV_WC_WITH_IMM));
+    return static_cast<wc_flags>(w.wc_flags & (IBV_WC_GRH | IBV_WC_WITH_IMM | IBV_WC_WITH_INV));
   }
   /// The immediate data, network byte order.
   static std::uint32_t get_imm(const wc& w) noexcept { return w.imm_data; }
@@ -293,6 +331,7 @@ struct ibverbs {
 
 static_assert(models_verbs_backend<ibverbs>());
 static_assert(fd_event_backend<ibverbs>);
+static_assert(mw_backend<ibverbs>);
 
 /// Automatic GID choice for a port of an ibverbs device (the rule is in
 /// rdmakit/detail/gid_choice.hpp: on RoCE an IPv4-mapped RoCEv2 GID first, then any

@@ -51,6 +51,8 @@ RDMAKIT_IBV_SAME(wc_opcode::rdma_write, IBV_WC_RDMA_WRITE);
 RDMAKIT_IBV_SAME(wc_opcode::rdma_read, IBV_WC_RDMA_READ);
 RDMAKIT_IBV_SAME(wc_opcode::comp_swap, IBV_WC_COMP_SWAP);
 RDMAKIT_IBV_SAME(wc_opcode::fetch_add, IBV_WC_FETCH_ADD);
+RDMAKIT_IBV_SAME(wc_opcode::bind_mw, IBV_WC_BIND_MW);
+RDMAKIT_IBV_SAME(wc_opcode::local_inv, IBV_WC_LOCAL_INV);
 RDMAKIT_IBV_SAME(wc_opcode::recv, IBV_WC_RECV);
 RDMAKIT_IBV_SAME(wc_opcode::recv_rdma_with_imm, IBV_WC_RECV_RDMA_WITH_IMM);
 
@@ -62,6 +64,11 @@ RDMAKIT_IBV_SAME(opcode::send_with_imm, IBV_WR_SEND_WITH_IMM);
 RDMAKIT_IBV_SAME(opcode::rdma_read, IBV_WR_RDMA_READ);
 RDMAKIT_IBV_SAME(opcode::atomic_cmp_and_swp, IBV_WR_ATOMIC_CMP_AND_SWP);
 RDMAKIT_IBV_SAME(opcode::atomic_fetch_and_add, IBV_WR_ATOMIC_FETCH_AND_ADD);
+RDMAKIT_IBV_SAME(opcode::local_inv, IBV_WR_LOCAL_INV);
+RDMAKIT_IBV_SAME(opcode::bind_mw, IBV_WR_BIND_MW);
+RDMAKIT_IBV_SAME(opcode::send_with_inv, IBV_WR_SEND_WITH_INV);
+RDMAKIT_IBV_SAME(mw_type::type1, IBV_MW_TYPE_1);
+RDMAKIT_IBV_SAME(mw_type::type2, IBV_MW_TYPE_2);
 
 // Send flags and completion flags.
 RDMAKIT_IBV_SAME(send_flags::fence, IBV_SEND_FENCE);
@@ -70,12 +77,14 @@ RDMAKIT_IBV_SAME(send_flags::solicited, IBV_SEND_SOLICITED);
 RDMAKIT_IBV_SAME(send_flags::inline_data, IBV_SEND_INLINE);
 RDMAKIT_IBV_SAME(wc_flags::grh, IBV_WC_GRH);
 RDMAKIT_IBV_SAME(wc_flags::with_imm, IBV_WC_WITH_IMM);
+RDMAKIT_IBV_SAME(wc_flags::with_inv, IBV_WC_WITH_INV);
 
 // Access flags.
 RDMAKIT_IBV_SAME(access::local_write, IBV_ACCESS_LOCAL_WRITE);
 RDMAKIT_IBV_SAME(access::remote_write, IBV_ACCESS_REMOTE_WRITE);
 RDMAKIT_IBV_SAME(access::remote_read, IBV_ACCESS_REMOTE_READ);
 RDMAKIT_IBV_SAME(access::remote_atomic, IBV_ACCESS_REMOTE_ATOMIC);
+RDMAKIT_IBV_SAME(access::mw_bind, IBV_ACCESS_MW_BIND);
 
 // QP states and types.
 RDMAKIT_IBV_SAME(qp_state::reset, IBV_QPS_RESET);

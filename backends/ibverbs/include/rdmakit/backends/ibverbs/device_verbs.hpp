@@ -203,6 +203,16 @@ RDMAKIT_DECL ibv_pd* alloc_pd(ibv_context* ctx) {
   return p;
 }
 
+RDMAKIT_DECL ibv_mw* alloc_mw(ibv_pd* p, mw_type type) {
+  errno = 0;
+  ibv_mw* w = ibv_alloc_mw(p, type == mw_type::type1 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2);
+  if (w) return w;
+  const int err = null_errno();
+  throw verbs_error("ibv_alloc_mw", err,
+                    std::string(type == mw_type::type1 ? "type 1" : "type 2") + " window on " + ctx_name(p->context) +
+                        (err == EOPNOTSUPP || err == ENOSYS ? ": the device has no memory windows of that type" : ""));
+}
+
 RDMAKIT_DECL ibv_mr* reg_mr(ibv_pd* p, void* addr, std::size_t length, access flags) {
   errno = 0;
   ibv_mr* m = ibv_reg_mr(p, addr, length, static_cast<int>(to_underlying(flags)));

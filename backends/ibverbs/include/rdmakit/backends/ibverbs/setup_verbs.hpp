@@ -28,6 +28,7 @@ RDMAKIT_DECL int get_async_event(ibv_context* ctx, std::chrono::milliseconds tim
 // PDs, MRs, AHs, completion channels, CQs (device_verbs.hpp).
 RDMAKIT_DECL ibv_pd* alloc_pd(ibv_context* ctx);
 RDMAKIT_DECL ibv_mr* reg_mr(ibv_pd* p, void* addr, std::size_t length, access flags);
+RDMAKIT_DECL ibv_mw* alloc_mw(ibv_pd* p, mw_type type);
 RDMAKIT_DECL ibv_ah* create_ah(ibv_pd* p, const ah_attr& attr);
 RDMAKIT_DECL ibv_comp_channel* create_comp_channel(ibv_context* ctx);
 RDMAKIT_DECL ibv_cq* create_cq(ibv_context* ctx, int cqe, ibv_comp_channel* ch, int comp_vector);

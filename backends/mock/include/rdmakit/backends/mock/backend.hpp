@@ -24,6 +24,7 @@ class cq_obj;
 class channel_obj;
 class qp_obj;
 class ah_obj;
+class mw_obj;
 }  // namespace mock::detail
 
 namespace backends {
@@ -39,6 +40,7 @@ struct mock {
   using channel = rdmakit::mock::detail::channel_obj*;  ///< a completion channel
   using qp = rdmakit::mock::detail::qp_obj*;            ///< a queue pair
   using ah = rdmakit::mock::detail::ah_obj*;            ///< an address handle
+  using mw = rdmakit::mock::detail::mw_obj*;            ///< a memory window
   using sge = rdmakit::sge;                             ///< the same layout as ibv_sge
 
   /// Mirrors ibv_send_wr.
@@ -50,6 +52,16 @@ struct mock {
     opcode op = opcode::send;             ///< what to do
     send_flags flags = send_flags::none;  ///< signaled, inline, fence, solicited
     std::uint32_t imm_data = 0;           ///< network byte order (the *_with_imm opcodes)
+    std::uint32_t invalidate_rkey = 0;    ///< LOCAL_INV, SEND_WITH_INV: the rkey invalidated
+    /// BIND_MW (type 2): the window, its new rkey, and the region part it grants.
+    struct {
+      mw window = nullptr;
+      std::uint32_t rkey = 0;
+      mr region = nullptr;
+      std::uint64_t addr = 0;
+      std::uint64_t length = 0;
+      access rights = access::none;
+    } bind_mw;
     /// RDMA WRITE and READ: the remote address and its rkey.
     struct {
       std::uint64_t remote_addr = 0;
@@ -85,7 +97,7 @@ struct mock {
     wc_opcode opcode = wc_opcode::send;     ///< what completed (on success)
     std::uint32_t vendor_err = 0;           ///< the simulated device's own code
     std::uint32_t byte_len = 0;             ///< bytes transferred (UD receives: GRH included)
-    std::uint32_t imm_data = 0;             ///< network byte order (wc_flags::with_imm)
+    std::uint32_t imm_data = 0;             ///< network byte order (wc_flags::with_imm); with_inv: the rkey, host order
     std::uint32_t qp_num = 0;               ///< the local queue pair
     std::uint32_t src_qp = 0;               ///< the sending queue pair (UD receives)
     wc_flags flags = wc_flags::none;        ///< with_imm, grh
@@ -140,6 +152,28 @@ struct mock {
   static std::uint32_t mr_rkey(mr m) noexcept;
   /// Creates an address handle for UD sends to the address vector `attr`.
   static ah create_ah(pd p, const ah_attr& attr);
+
+  // Memory windows (mw_backend).
+  /// Allocates a memory window of type `t` in the PD (unbound).
+  static mw alloc_mw(pd p, mw_type t);
+  /// Frees a window; a bound window stops granting access at once. Returns 0 or an errno.
+  static int dealloc_mw(mw w) noexcept;
+  /// The window's rkey (type 1: as set by the last bind_mw call).
+  static std::uint32_t mw_rkey(mw w) noexcept;
+  /// Type 1 bind: puts a BIND_MW WR on the send queue (as rxe and hardware do) and gives
+  /// the window its next rkey now; a zero length unbinds (with a region all the same: a
+  /// null one is EINVAL, as providers read its lkey). Returns 0 or an errno.
+  static int bind_mw(qp q, mw w, mr m, std::uint64_t addr, std::uint64_t length, access rights,
+                     std::uint64_t wr_id, send_flags flags) noexcept;
+  /// Fills a type 2 BIND_MW WR.
+  static void set_bind_mw(send_wr& wr, mw w, std::uint32_t rkey, mr m, std::uint64_t addr, std::uint64_t length,
+                          access rights) noexcept {
+    wr.bind_mw = {w, rkey, m, addr, length, rights};
+  }
+  /// The rkey a LOCAL_INV or SEND_WITH_INV invalidates.
+  static void set_invalidate(send_wr& wr, std::uint32_t rkey) noexcept { wr.invalidate_rkey = rkey; }
+  /// The rkey a received SEND_WITH_INV invalidated.
+  static std::uint32_t get_invalidated_rkey(const wc& w) noexcept { return w.imm_data; }
   /// Destroys an address handle; returns 0 or an errno.
   static int destroy_ah(ah a) noexcept;
 
@@ -274,6 +308,7 @@ struct mock {
 
 static_assert(models_verbs_backend<mock>());
 static_assert(fd_event_backend<mock>);
+static_assert(mw_backend<mock>);
 
 }  // namespace backends
 RDMAKIT_END_NAMESPACE

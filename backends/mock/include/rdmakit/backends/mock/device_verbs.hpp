@@ -182,6 +182,8 @@ RDMAKIT_DECL int mock::dereg_mr(mr m) noexcept {
   if (!m) return EINVAL;
   auto& f = mockd::fab_of(m->pd);
   std::lock_guard lk(f.mu);
+  for (auto& [i, w] : f.mws)
+    if (w->mr == m) return EINVAL;  // a window is bound to it (rxe 6.1 refuses as IBA 10.6.7.2.6 asks)
   f.by_lkey.erase(m->lkey);
   f.by_rkey.erase(m->rkey);
   ++f.mr_epoch;
@@ -193,6 +195,33 @@ RDMAKIT_DECL int mock::dereg_mr(mr m) noexcept {
 
 RDMAKIT_DECL std::uint32_t mock::mr_lkey(mr m) noexcept { return m->lkey; }
 RDMAKIT_DECL std::uint32_t mock::mr_rkey(mr m) noexcept { return m->rkey; }
+
+RDMAKIT_DECL mock::mw mock::alloc_mw(pd p, mw_type t) {
+  auto& f = mockd::fab_of(p);
+  std::lock_guard lk(f.mu);
+  if (t != mw_type::type1 && t != mw_type::type2) mockd::fail("ibv_alloc_mw", EINVAL, "unknown memory window type");
+  if (f.next_mw >= (1u << 22)) mockd::fail("ibv_alloc_mw", ENOMEM, "the mock ran out of window indexes");
+  auto* w = new mockd::mw_obj;
+  w->pd = p;
+  w->type = t;
+  w->rkey = w->user_rkey = 0x40000000u | (f.next_mw << 8);
+  ++f.next_mw;
+  f.mws[w->rkey >> 8] = w;
+  ++p->children;
+  return w;
+}
+
+RDMAKIT_DECL int mock::dealloc_mw(mw w) noexcept {
+  if (!w) return EINVAL;
+  auto& f = mockd::fab_of(w->pd);
+  std::lock_guard lk(f.mu);
+  f.mws.erase(w->rkey >> 8);
+  --w->pd->children;
+  delete w;
+  return 0;
+}
+
+RDMAKIT_DECL std::uint32_t mock::mw_rkey(mw w) noexcept { return w->user_rkey; }
 
 RDMAKIT_DECL mock::ah mock::create_ah(pd p, const ah_attr& attr) {
   auto& f = mockd::fab_of(p);

@@ -77,6 +77,23 @@ class mr_obj {
   std::uint32_t rkey = 0;
 };
 
+class qp_obj;
+
+/// A memory window. Bound: `mr` and `length` > 0; type 2 windows also name the QP that
+/// bound them, the only one peers may use them through.
+class mw_obj {
+ public:
+  pd_obj* pd = nullptr;
+  mw_type type = mw_type::type2;
+  std::uint32_t rkey = 0;  // (index << 8) | key byte; the key byte changes on each bind
+  std::uint32_t user_rkey = 0;  // what mw_rkey() says: type 1 binds change it when posted, as rxe's provider
+  mr_obj* mr = nullptr;
+  qp_obj* qp = nullptr;
+  std::uint64_t addr = 0;
+  std::uint64_t length = 0;
+  access rights = access::none;
+};
+
 /// The MR a QP last found for a key (lkey or rkey): valid while fabric_state::mr_epoch
 /// is `epoch` (no MR deregistered since; keys are never reused).
 struct key_cache {
@@ -131,11 +148,18 @@ struct send_wqe {
   std::vector<std::uint8_t> inline_data;
   bool is_inline = false;
   std::uint32_t length = 0;
-  std::uint32_t imm = 0;
+  std::uint32_t imm = 0;  // also the rkey a LOCAL_INV or SEND_WITH_INV invalidates
   std::uint64_t remote_addr = 0;
   std::uint32_t rkey = 0;
   std::uint64_t compare_add = 0;
   std::uint64_t swap = 0;
+  // BIND_MW: the window (by index: it may be freed before the WQE runs), the rkey it
+  // gets, and what it is bound to (the region by lkey, remote_addr, mw_length).
+  std::uint32_t mw_index = 0;
+  std::uint32_t mw_rkey = 0;
+  std::uint32_t mw_lkey = 0;
+  std::uint64_t mw_length = 0;
+  access mw_rights = access::none;
   ah_attr ud_av;
   std::uint32_t ud_port = 1;
   std::uint32_t remote_qpn = 0;
@@ -293,6 +317,8 @@ class fabric_state {
   std::unordered_map<std::uint32_t, qp_obj*> qps;
   std::unordered_map<std::uint32_t, mr_obj*> by_lkey;
   std::unordered_map<std::uint32_t, mr_obj*> by_rkey;
+  std::unordered_map<std::uint32_t, mw_obj*> mws;  // by rkey >> 8
+  std::uint32_t next_mw = 1;
   std::set<context_obj*> contexts;
   std::set<pd_obj*> pds;
   std::set<cq_obj*> cqs;
@@ -314,6 +340,7 @@ class fabric_state {
   ~fabric_state() {
     for (auto& [n, q] : qps) delete q;
     for (auto& [k, m] : by_lkey) delete m;
+    for (auto& [k, w] : mws) delete w;
     for (auto* a : ahs) delete a;
     for (auto* c : cqs) delete c;
     for (auto* c : channels) delete c;

@@ -31,6 +31,8 @@ inline int send_wr_error(const qp_obj* q, const rdmakit::backends::mock::send_wr
   if (is_read_or_atomic(w.op) && q->attr.max_rd_atomic == 0 && opcode_allowed(q->type, w.op))
     return EINVAL;  // max_rd_atomic 0 can never issue it: refuse instead of stalling
   if (q->type == qp_type::ud && (!w.ud.address || w.ud.address->pd != q->pd)) return EINVAL;
+  if (is_local_op(w.op) && (inl || w.num_sge != 0)) return EINVAL;  // no data: no SGEs, nothing inline
+  if (w.op == opcode::bind_mw && (!w.bind_mw.window || w.bind_mw.window->type != mw_type::type2)) return EINVAL;
   if (q->sq.size() >= q->caps.max_send_wr) return ENOMEM;
   return 0;
 }
@@ -52,9 +54,16 @@ inline void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::backends::mock:
     gather_into(e.sges, e.inline_data);
   else
     e.inline_data.clear();
-  e.imm = w.imm_data;
+  e.imm = w.op == opcode::local_inv || w.op == opcode::send_with_inv ? w.invalidate_rkey : w.imm_data;
+  if (w.op == opcode::bind_mw && w.bind_mw.window) {  // (type 1 binds fill these themselves)
+    e.mw_index = w.bind_mw.window->rkey >> 8;
+    e.mw_rkey = w.bind_mw.rkey;
+    e.mw_lkey = w.bind_mw.region ? w.bind_mw.region->lkey : 0;
+    e.mw_length = w.bind_mw.region ? w.bind_mw.length : 0;
+    e.mw_rights = w.bind_mw.rights;
+  }
   const bool atomic = is_atomic(w.op);
-  e.remote_addr = atomic ? w.atomic.remote_addr : w.rdma.remote_addr;
+  e.remote_addr = w.op == opcode::bind_mw ? w.bind_mw.addr : atomic ? w.atomic.remote_addr : w.rdma.remote_addr;
   e.rkey = atomic ? w.atomic.rkey : w.rdma.rkey;
   e.compare_add = atomic ? w.atomic.compare_add : 0;
   e.swap = atomic ? w.atomic.swap : 0;
@@ -130,6 +139,41 @@ RDMAKIT_DECL int mock::post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept {
   if (bad_wr) *bad_wr = err ? w : nullptr;
   mockd::run_due(f);
   return err;
+}
+
+// Type 1 bind: as rxe's provider, a BIND_MW WR on the send queue.
+RDMAKIT_DECL int mock::bind_mw(qp q, mw w, mr m, std::uint64_t addr, std::uint64_t length, access rights,
+                               std::uint64_t wr_id, send_flags flags) noexcept {
+  if (!q || !w || w->type != mw_type::type1) return EINVAL;
+  auto& f = mockd::fab_of(q);
+  std::lock_guard lk(f.mu);
+  mockd::touch(f);
+  // As rxe's provider: checked here, then posted as a BIND_MW WR with the next key byte.
+  if (!m) return EINVAL;  // also to unbind: providers read the region's lkey (a null one crashes them)
+  if (m && m->pd != w->pd) return EPERM;
+  send_wr wr;
+  wr.wr_id = wr_id;
+  wr.op = opcode::bind_mw;
+  wr.flags = flags & ~send_flags::inline_data;
+  if (q->state == qp_state::reset || q->state == qp_state::init || q->state == qp_state::rtr) return EINVAL;
+  if (q->sq.size() >= q->caps.max_send_wr) return ENOMEM;
+  const std::uint32_t next = (w->user_rkey & ~0xFFu) | ((w->user_rkey + 1) & 0xFFu);
+  auto& e = q->sq.push_back();
+  wr.bind_mw = {nullptr, next, m, addr, length, rights};
+  mockd::fill_send_wqe(e, q, wr, 0);
+  e.mw_index = w->rkey >> 8;
+  e.mw_rkey = next;
+  e.mw_lkey = m->lkey;
+  e.mw_length = length;
+  e.mw_rights = rights;
+  e.remote_addr = addr;
+  w->user_rkey = next;
+  if (q->state == qp_state::err)
+    mockd::flush_sends(f, q);
+  else
+    mockd::issue(f, q);
+  mockd::run_due(f);
+  return 0;
 }
 
 }  // namespace backends

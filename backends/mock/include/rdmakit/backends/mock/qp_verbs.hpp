@@ -57,6 +57,8 @@ RDMAKIT_DECL int mock::destroy_qp(qp q) noexcept {
     c->entries.remove_if([&](const mockd::cq_entry& x) { return x.wc.qp_num == q->qpn; });
   }
   mockd::disarm_timer(f, q);
+  for (auto& [i, w] : f.mws)
+    if (w->qp == q) w->qp = nullptr;  // its type 2 windows stay bound, usable through no QP
   f.qps.erase(q->qpn);
   ++f.qp_epoch;  // hints naming it (messages, peers) go stale
   --q->send_cq->qps;

@@ -29,7 +29,7 @@ inline qp_obj* responder_for(fabric_state& f, const message& m) {
 inline void answer_duplicate(fabric_state& f, qp_obj* d, const message& m) {
   response r;
   if (m.op == opcode::rdma_read) {
-    if (remote_mr_ok(f, d->pd, m.rkey, m.remote_addr, m.length, access::remote_read)) {
+    if (remote_mr_ok(f, d, m.rkey, m.remote_addr, m.length, access::remote_read)) {
       r.data.resize(m.length);
       if (m.length) std::memcpy(r.data.data(), reinterpret_cast<const void*>(m.remote_addr), m.length);
     }
@@ -123,6 +123,20 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     e.wc.flags |= wc_flags::with_imm;
     e.wc.imm_data = m.imm;
   }
+  if (m.op == opcode::send_with_inv) {
+    if (!invalidate_window(f, d->pd, m.imm)) {
+      // As rxe: the receive fails, the QP goes to ERR and the requester gets a NAK.
+      e.wc.status = wc_status::rem_inv_req_err;
+      recv_cqe(f, d, e, false);
+      to_error(f, d);
+      if (m.type == qp_type::rc) respond(f, m, nak(wc_status::rem_inv_req_err));
+      return;
+    }
+    // rxe 6.1 sets the kernel's WITH_INVALIDATE bit, which user space reads as
+    // IBV_WC_IP_CSUM_OK (deviations.hpp, mw.recv_with_inv_flag): no with_inv.
+    if (!f.as_rxe()) e.wc.flags |= wc_flags::with_inv;
+    e.wc.imm_data = m.imm;  // the rkey, host order (ibv_wc::invalidated_rkey)
+  }
   recv_cqe(f, d, e, m.solicited);
   if (ud) return;
   advance_psn(d, m);
@@ -134,7 +148,7 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
   if (!has_all(d->attr.access_flags, access::remote_write))
     return refuse(f, d, m, wc_status::rem_inv_req_err, async_event_type::qp_req_err);
   mr_obj* target =
-      m.length ? remote_mr_ok(f, d->pd, m.rkey, m.remote_addr, m.length, access::remote_write, &d->rkeys) : nullptr;
+      m.length ? remote_mr_ok(f, d, m.rkey, m.remote_addr, m.length, access::remote_write, &d->rkeys) : nullptr;
   if (m.length && !target) {
     if (m.type == qp_type::rc && imm && !d->rq.empty()) {  // the receive the immediate would have used
       cq_entry e;
@@ -168,7 +182,7 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
 inline void receive_read(fabric_state& f, qp_obj* d, const message& m) {
   if (!has_all(d->attr.access_flags, access::remote_read) || d->attr.max_dest_rd_atomic == 0)
     return refuse(f, d, m, wc_status::rem_inv_req_err, async_event_type::qp_req_err);
-  if (m.length && !remote_mr_ok(f, d->pd, m.rkey, m.remote_addr, m.length, access::remote_read))
+  if (m.length && !remote_mr_ok(f, d, m.rkey, m.remote_addr, m.length, access::remote_read))
     return refuse(f, d, m, wc_status::rem_access_err, async_event_type::qp_access_err);
   response r;
   r.data.resize(m.length);
@@ -180,7 +194,7 @@ inline void receive_read(fabric_state& f, qp_obj* d, const message& m) {
 inline void receive_atomic(fabric_state& f, qp_obj* d, const message& m) {
   if (!has_all(d->attr.access_flags, access::remote_atomic) || d->attr.max_dest_rd_atomic == 0)
     return refuse(f, d, m, wc_status::rem_inv_req_err, async_event_type::qp_req_err);
-  if (!remote_mr_ok(f, d->pd, m.rkey, m.remote_addr, 8, access::remote_atomic))
+  if (!remote_mr_ok(f, d, m.rkey, m.remote_addr, 8, access::remote_atomic))
     return refuse(f, d, m, wc_status::rem_access_err, async_event_type::qp_access_err);
   std::uint64_t old = 0;
   std::memcpy(&old, reinterpret_cast<const void*>(m.remote_addr), 8);
@@ -202,12 +216,15 @@ inline void deliver(fabric_state& f, const message& m) {
   if (!d || !in_sequence(f, d, m)) return;
   switch (m.op) {
     case opcode::send:
-    case opcode::send_with_imm: return receive_send(f, d, m);
+    case opcode::send_with_imm:
+    case opcode::send_with_inv: return receive_send(f, d, m);
     case opcode::rdma_write:
     case opcode::rdma_write_with_imm: return receive_write(f, d, m);
     case opcode::rdma_read: return receive_read(f, d, m);
     case opcode::atomic_cmp_and_swp:
     case opcode::atomic_fetch_and_add: return receive_atomic(f, d, m);
+    case opcode::bind_mw:
+    case opcode::local_inv: return;  // never sent
   }
 }
 

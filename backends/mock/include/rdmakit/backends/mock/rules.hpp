@@ -39,11 +39,16 @@ inline bool is_read_or_atomic(opcode op) {
 }
 inline bool is_atomic(opcode op) { return op == opcode::atomic_cmp_and_swp || op == opcode::atomic_fetch_and_add; }
 inline bool carries_payload(opcode op) { return !is_read_or_atomic(op); }
+/// BIND_MW and LOCAL_INV run in the send queue's order but send nothing.
+inline bool is_local_op(opcode op) { return op == opcode::bind_mw || op == opcode::local_inv; }
 
 inline wc_opcode completion_opcode(opcode op) {
   switch (op) {
     case opcode::send:
-    case opcode::send_with_imm: return wc_opcode::send;
+    case opcode::send_with_imm:
+    case opcode::send_with_inv: return wc_opcode::send;
+    case opcode::bind_mw: return wc_opcode::bind_mw;
+    case opcode::local_inv: return wc_opcode::local_inv;
     case opcode::rdma_write:
     case opcode::rdma_write_with_imm: return wc_opcode::rdma_write;
     case opcode::rdma_read: return wc_opcode::rdma_read;
@@ -57,6 +62,9 @@ inline bool opcode_allowed(qp_type t, opcode op) {
   switch (op) {
     case opcode::send:
     case opcode::send_with_imm: return true;
+    case opcode::send_with_inv:
+    case opcode::bind_mw:
+    case opcode::local_inv:
     case opcode::rdma_write:
     case opcode::rdma_write_with_imm: return t != qp_type::ud;
     case opcode::rdma_read:
@@ -106,8 +114,32 @@ inline bool local_sge_key_ok(fabric_state& f, pd_obj* pd, const sge& s) {
   return m && m->pd == pd;
 }
 
-inline mr_obj* remote_mr_ok(fabric_state& f, pd_obj* pd, std::uint32_t rkey, std::uint64_t addr,
+/// Window rkeys are 0x40000000 | index << 8 | key byte; region rkeys have bit 31 set.
+inline bool is_mw_key(std::uint32_t key) { return (key & 0xC0000000u) == 0x40000000u; }
+
+/// The bound window `rkey` names, or null (freed, rebound since, or invalidated).
+inline mw_obj* find_mw(fabric_state& f, std::uint32_t rkey) {
+  auto it = f.mws.find(rkey >> 8);
+  if (it == f.mws.end() || it->second->rkey != rkey || !it->second->mr || it->second->length == 0) return nullptr;
+  return it->second;
+}
+
+/// The region behind a remote access by `d` (the responder QP), checked: a region's rkey
+/// against the region, a window's against the window (its rights and range, its PD, and
+/// for type 2 the QP that bound it). The rxe profile checks a window's range against its
+/// region (rxe 6.1 does: deviations.hpp, mw_out_of_window).
+inline mr_obj* remote_mr_ok(fabric_state& f, const qp_obj* d, std::uint32_t rkey, std::uint64_t addr,
                             std::uint64_t length, access needed, key_cache* cache = nullptr) {
+  pd_obj* pd = d->pd;
+  if (is_mw_key(rkey)) {
+    mw_obj* w = find_mw(f, rkey);
+    if (!w || w->pd != pd || (w->type == mw_type::type2 && w->qp != d) || !has_all(w->rights, needed))
+      return nullptr;
+    const std::uint64_t lo = f.as_rxe() ? w->mr->addr : w->addr;
+    const std::uint64_t hi = f.as_rxe() ? w->mr->addr + w->mr->length : w->addr + w->length;
+    if (addr < lo || addr + length > hi || addr + length < addr) return nullptr;
+    return w->mr;
+  }
   mr_obj* m = find_mr(f, f.by_rkey, cache, rkey);
   if (!m) return nullptr;
   if (m->pd != pd || !has_all(m->flags, needed)) return nullptr;

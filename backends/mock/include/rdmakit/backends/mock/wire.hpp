@@ -3,6 +3,7 @@
 // duplicate, reorder, delay), responses and NAKs. The requester and responder are
 // declared here and defined in requester.hpp and responder.hpp.
 #include <rdmakit/backends/mock/completions.hpp>
+#include <rdmakit/backends/mock/windows.hpp>
 
 #include <algorithm>
 #include <cstring>

@@ -1,0 +1,284 @@
+#pragma once
+/// Memory windows: `memory_window<B, Access, Type>` grants peers `Access` (remote bits)
+/// on part of a registered region through its own rkey, which changes on every bind.
+/// `pd.alloc_window<access::remote_write>()` makes an unbound type 2 window;
+/// `win.bind(qp, region, offset, length, wr_id)` binds it (type 1: the verbs call,
+/// type 2: a BIND_MW WR; both take a send-queue slot and complete as BIND_MW);
+/// `win.remote()` is the `remote_region<Access>` a peer writes, reads or updates
+/// atomically exactly as a region's; `win.invalidate(qp, wr_id)` revokes it (type 2: a
+/// LOCAL_INV WR; type 1: a zero-length bind), as does the peer's `op::send_inv`.
+///
+/// The types rule out a window granting a right its region lacks: binding compiles only
+/// from a `memory_region<B, R>` whose R has access::mw_bind and every bit of Access. A
+/// window keeps its protection domain alive, and the registration of the last region
+/// it was bound to (a peer may still hold its rkey) until it is rebound elsewhere or
+/// destroyed. Needs a backend with memory windows (mw_backend: mock, ibverbs).
+#include <rdmakit/memory.hpp>
+#include <rdmakit/operations.hpp>
+#include <rdmakit/post_result.hpp>
+#include <rdmakit/queue_pair.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+namespace detail {
+struct region_access {
+  template <class B, access A>
+  static const mr_ref<B>& block(const memory_region<B, A>& r) noexcept {
+    return r.blk_;
+  }
+};
+
+// Memory-window WRs exist on connected queue pairs only (rxe and IBA: RC, UC).
+struct window_rule {
+  template <class T>
+  static constexpr bool allowed_on = bool(T::connected);
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(T::connected,
+                  "memory windows are bound and invalidated on RC or UC queue pairs (and SEND_WITH_INV is "
+                  "RC/UC only): UD has none");
+  }
+};
+
+// The next rkey of a window: the same index, the next key byte (ibv_inc_rkey).
+constexpr std::uint32_t next_rkey(std::uint32_t k) noexcept { return (k & ~0xFFu) | ((k + 1) & 0xFFu); }
+}  // namespace detail
+
+namespace op {
+
+/// SEND that also invalidates the peer's type 2 window whose descriptor is `window`
+/// (RC, UC). The peer's receive completion names the rkey (completion::invalidated_rkey).
+template <access A, detail::local_side L = local_buffer>
+struct send_inv {
+  /// The buffer or scatter/gather list sent.
+  L local;
+  /// The peer's window (its remote()), invalidated when the SEND arrives.
+  remote_region<A> window;
+  /// The opcode the work request carries.
+  static constexpr opcode code = opcode::send_with_inv;
+  /// What the transport must offer; posting on one without it does not compile, with a sentence why.
+  using rule = detail::window_rule;
+  /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
+  template <class D>
+  RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
+    static_assert(mw_backend<typename D::backend>, "send_inv: this backend has no memory windows (mw_backend)");
+    d.rkey = window.rkey();
+  }
+};
+template <access A, class L>
+send_inv(L, remote_region<A>) -> send_inv<A, L>;
+
+/// BIND_MW of a type 2 window (memory_window::bind posts it; not for direct use).
+template <class B>
+struct bind_window {
+  /// Empty: a bind moves no data.
+  std::span<const local_buffer> local;
+  /// The window, the region and the rights granted.
+  detail::mw_bind_args<B> args;
+  /// The first byte granted.
+  std::uint64_t addr;
+  /// Bytes granted from addr.
+  std::uint64_t length;
+  /// The rkey the window gets (its key byte differs from the last one).
+  std::uint32_t new_rkey;
+  /// The opcode the work request carries.
+  static constexpr opcode code = opcode::bind_mw;
+  /// What the transport must offer; posting on one without it does not compile, with a sentence why.
+  using rule = detail::window_rule;
+  /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
+  template <class D>
+  RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
+    d.raddr = addr;
+    d.compare_add = length;
+    d.rkey = new_rkey;
+    d.ext = &args;
+  }
+};
+
+/// LOCAL_INV of a type 2 window (memory_window::invalidate posts it).
+struct invalidate_window {
+  /// Empty: an invalidation moves no data.
+  std::span<const local_buffer> local;
+  /// The rkey of the window invalidated.
+  std::uint32_t rkey;
+  /// The opcode the work request carries.
+  static constexpr opcode code = opcode::local_inv;
+  /// What the transport must offer; posting on one without it does not compile, with a sentence why.
+  using rule = detail::window_rule;
+  /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
+  template <class D>
+  RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
+    d.rkey = rkey;
+  }
+};
+
+}  // namespace op
+
+/// A memory window of type `Type` granting peers `Access` (remote_write, remote_read,
+/// remote_atomic) on the part of a region it is bound to. See the file comment.
+template <verbs_backend B, access Access, mw_type Type = mw_type::type2>
+class memory_window {
+  static_assert(mw_backend<B>, "memory_window: this backend has no memory windows (see mw_backend in backend.hpp)");
+  static_assert(Access != access::none && (Access & ~remote_access_bits) == access::none,
+                "memory_window<B, Access>: Access is what peers may do through the window: one or more of "
+                "access::remote_write, remote_read, remote_atomic");
+
+ public:
+  /// The rights the window grants peers.
+  static constexpr access rights = Access;
+  /// Type 1 (bound by a verbs call) or type 2 (bound by a WR, usable through that QP only).
+  static constexpr mw_type type = Type;
+
+  /// An empty handle.
+  memory_window() = default;
+  /// Allocates an unbound window in the PD. Prefer protection_domain::alloc_window.
+  explicit memory_window(detail::pd_ref<B> pd)
+      : pd_(std::move(pd)), mw_(B::alloc_mw(pd_->pd, Type)), rkey_(B::mw_rkey(mw_)) {}
+  /// Takes over the window; `o` becomes empty.
+  memory_window(memory_window&& o) noexcept
+      : pd_(std::move(o.pd_)),
+        region_(std::move(o.region_)),
+        mw_(std::exchange(o.mw_, {})),
+        rkey_(std::exchange(o.rkey_, 0)),
+        addr_(std::exchange(o.addr_, 0)),
+        length_(std::exchange(o.length_, 0)) {}
+  /// Frees this window, then takes over `o`'s; `o` becomes empty.
+  memory_window& operator=(memory_window&& o) noexcept {
+    if (this != &o) {
+      release();
+      pd_ = std::move(o.pd_);
+      region_ = std::move(o.region_);
+      mw_ = std::exchange(o.mw_, {});
+      rkey_ = std::exchange(o.rkey_, 0);
+      addr_ = std::exchange(o.addr_, 0);
+      length_ = std::exchange(o.length_, 0);
+    }
+    return *this;
+  }
+  /// Frees the window (its rkey stops granting anything), then lets go of the region.
+  ~memory_window() { release(); }
+
+  /// False for an empty (default-constructed or moved-from) window.
+  explicit operator bool() const noexcept { return mw_ != typename B::mw{}; }
+  /// The rkey of the last bind posted (what peers must use); throws usage_error when empty.
+  std::uint32_t rkey() const {
+    native_("rkey");
+    return rkey_;
+  }
+  /// The backend's window (ibv_mw* on ibverbs), for calls rdmakit does not wrap.
+  typename B::mw native() const noexcept { return mw_; }
+
+  /// What a peer needs to access the bound range: use it in qp.write/read/atomics as a
+  /// region's remote(). Throws usage_error before the first bind.
+  remote_region<Access> remote() const {
+    native_("remote");
+    if (length_ == 0)
+      throw usage_error("memory_window::remote(): the window was never bound: bind(qp, region, offset, length, "
+                        "wr_id) first");
+    return remote_region<Access>::unchecked(addr_, rkey_, length_);
+  }
+
+  /// Binds the window to `length` bytes of `region` from `offset`: one WR on `qp`'s send
+  /// queue, completing as wc_opcode::bind_mw (MW_BIND_ERR if the device refuses). On
+  /// success remote() and rkey() describe the new binding at once; the old rkey is dead
+  /// once the WR has run. A type 2 window must be unbound (new or invalidated) and is then
+  /// usable only through `qp`. Throws usage_error for a range outside the region, a
+  /// region, window and queue pair of different PDs, or empty handles.
+  template <access R, transport T, signaling S>
+  [[nodiscard]] post_result bind(queue_pair<B, T, S, qp_state::rts>& qp, const memory_region<B, R>& region, std::size_t offset,
+                   std::size_t length, std::uint64_t wr_id, send_flags flags = send_flags::none) {
+    static_assert(has_all(R, access::mw_bind),
+                  "bind(): the region was registered without access::mw_bind; add it to the region's access flags");
+    static_assert(has_all(R, Access),
+                  "bind(): the window would grant a right its region lacks: register the region with every remote "
+                  "right the window grants");
+    detail::window_rule::check<T>();
+    native_("bind");
+    const auto& blk = detail::region_access::block(region);
+    if (!blk) detail::throw_empty("memory_region", "(memory_window::bind)");
+    check_pds_(qp, *blk);
+    if (length == 0 || offset > region.size() || length > region.size() - offset)
+      throw usage_error("memory_window::bind(): " + std::to_string(length) + " bytes from offset " +
+                        std::to_string(offset) + " do not fit the " + std::to_string(region.size()) +
+                        "-byte region (and a window grants at least one byte; invalidate() unbinds)");
+    const std::uint64_t addr = reinterpret_cast<std::uint64_t>(region.data()) + offset;
+    post_result r;
+    std::uint32_t next = 0;
+    if constexpr (Type == mw_type::type1) {
+      r = detail::policy_access::post_call(qp, wr_id, flags, [&](typename B::qp q, send_flags fl) noexcept {
+        return B::bind_mw(q, mw_, blk->mr, addr, length, Access, wr_id, fl);
+      });
+      next = B::mw_rkey(mw_);
+    } else {
+      next = detail::next_rkey(rkey_);
+      r = qp.post(op::bind_window<B>{{}, {mw_, blk->mr, Access}, addr, length, next}, wr_id, flags);
+    }
+    if (r.ok()) {
+      rkey_ = next;
+      addr_ = addr;
+      length_ = length;
+      region_ = blk;  // the registration stays while a peer may still use the window
+    }
+    return r;
+  }
+
+  /// Revokes the window: type 2 posts LOCAL_INV (wc_opcode::local_inv), type 1 a
+  /// zero-length bind (wc_opcode::bind_mw). Once the WR has run, accesses through the
+  /// rkey fail with REM_ACCESS_ERR at the peer. remote() keeps the last range, with an
+  /// rkey that no longer grants anything. Throws usage_error before the first bind.
+  template <transport T, signaling S>
+  [[nodiscard]] post_result invalidate(queue_pair<B, T, S, qp_state::rts>& qp, std::uint64_t wr_id,
+                         send_flags flags = send_flags::none) {
+    detail::window_rule::check<T>();
+    native_("invalidate");
+    if (!region_)
+      throw usage_error("memory_window::invalidate(): the window was never bound: there is nothing to revoke");
+    check_pds_(qp, *region_);
+    if constexpr (Type == mw_type::type1) {
+      const auto r = detail::policy_access::post_call(qp, wr_id, flags, [&](typename B::qp q, send_flags fl) noexcept {
+        return B::bind_mw(q, mw_, region_->mr, addr_, 0, access::none, wr_id, fl);
+      });
+      if (r.ok()) rkey_ = B::mw_rkey(mw_);
+      return r;
+    } else {
+      return qp.post(op::invalidate_window{{}, rkey_}, wr_id, flags);
+    }
+  }
+
+ private:
+  typename B::mw native_(const char* call) const {
+    if (RDMAKIT_UNLIKELY(mw_ == typename B::mw{})) detail::throw_empty("memory_window", call);
+    return mw_;
+  }
+  template <class QP>
+  void check_pds_(const QP& qp, const detail::mr_block<B>& region) const {
+    const auto& qpd = detail::policy_access::pd_of(qp);
+    if (!qpd) detail::throw_empty("queue_pair", "(memory_window)");
+    if (qpd != pd_ || region.pd != pd_)
+      throw usage_error("memory_window: the window, the region and the queue pair must belong to one protection "
+                        "domain (a device refuses the bind otherwise)");
+  }
+  void release() noexcept {
+    if (mw_ != typename B::mw{}) B::dealloc_mw(mw_);  // first: then the region may be deregistered
+    mw_ = {};
+    region_.reset();
+    pd_.reset();
+    rkey_ = 0;
+    addr_ = length_ = 0;
+  }
+
+  detail::pd_ref<B> pd_;
+  detail::mr_ref<B> region_;  // the last region bound to
+  typename B::mw mw_{};
+  std::uint32_t rkey_ = 0;
+  std::uint64_t addr_ = 0;
+  std::uint64_t length_ = 0;
+};
+
+RDMAKIT_END_NAMESPACE

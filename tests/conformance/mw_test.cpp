@@ -1,0 +1,313 @@
+// Memory windows (docs/semantics.md#memory-windows): type 1 bound by the verbs call, type 2
+// by a BIND_MW WR, invalidation (LOCAL_INV, the peer's SEND_WITH_INV, a zero-length type 1
+// bind), remote access through the window's rkey and what the responder refuses.
+#include "deviations.hpp"
+#include "harness.hpp"
+
+using namespace conf;
+
+namespace {
+
+constexpr acc region_rights =
+    acc::local_write | acc::remote_write | acc::remote_read | acc::remote_atomic | acc::mw_bind;
+constexpr acc rw = acc::remote_write | acc::remote_read;
+
+template <class B>
+typename B::mw make_mw(fixture<B>& fx, mw_type t) {
+  auto w = B::alloc_mw(fx.pd, t);
+  fx.on_cleanup([w] { CHECK_MESSAGE(B::dealloc_mw(w) == 0, "dealloc_mw at teardown"); });
+  return w;
+}
+
+// The next rkey of a window: the same index, the key byte plus one (ibv_inc_rkey).
+inline std::uint32_t inc_rkey(std::uint32_t k) { return (k & ~0xFFu) | ((k + 1) & 0xFFu); }
+
+// Posts a type 2 BIND_MW WR on `e` giving `w` the rkey `rkey`.
+template <class B>
+int bind2(fixture<B>& fx, const endpoint<B>& e, typename B::mw w, std::uint32_t rkey, const buffer<B>& buf,
+          std::size_t off, std::uint64_t len, acc rights, std::uint64_t wr_id) {
+  return fx.post_send(e, wr_id, opcode::bind_mw, {}, send_flags::signaled, [&](typename B::send_wr& wr) {
+    B::set_bind_mw(wr, w, rkey, buf.mr, buf.addr(off), len, rights);
+  });
+}
+
+template <class B>
+int local_inv(fixture<B>& fx, const endpoint<B>& e, std::uint32_t rkey, std::uint64_t wr_id) {
+  return fx.post_send(e, wr_id, opcode::local_inv, {}, send_flags::signaled,
+                      [&](typename B::send_wr& wr) { B::set_invalidate(wr, rkey); });
+}
+
+// A WRITE of 64 bytes from `src` to `raddr` through `rkey`, and its completion's status.
+template <class B>
+wc_status write_through(fixture<B>& fx, const endpoint<B>& a, const buffer<B>& src, std::uint64_t raddr,
+                        std::uint32_t rkey, std::uint64_t wr_id) {
+  REQUIRE(fx.post_rdma(a, wr_id, opcode::rdma_write, src.sge(0, 64), raddr, rkey) == 0);
+  auto c = fx.poll_one(a.send_cq, "the WRITE's completion");
+  CHECK(c.wr_id == wr_id);
+  return c.status;
+}
+
+}  // namespace
+
+CONFORMANCE_CASE("mw: type 1 bound by the verbs call grants WRITE and READ through its rkey") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(4096);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type1);
+  const std::uint32_t before = B::mw_rkey(w);
+  REQUIRE(B::bind_mw(b.qp, w, dst.mr, dst.addr(1024), 1024, rw, 70, send_flags::signaled) == 0);
+  auto bc = fx.poll_one(b.send_cq, "the bind's completion");
+  CHECK(bc.status == wc_status::success);
+  CHECK(bc.op == wc_opcode::bind_mw);
+  CHECK(bc.wr_id == 70);
+  const std::uint32_t rkey = B::mw_rkey(w);
+  CHECK(rkey != before);
+  CHECK(rkey != dst.rkey());
+  src.fill(3);
+  CHECK(write_through(fx, a, src, dst.addr(1024 + 128), rkey, 1) == wc_status::success);
+  CHECK(dst.holds(3, 1024 + 128, 64));
+  auto& back = fx.make_buffer(64);
+  REQUIRE(fx.post_rdma(a, 2, opcode::rdma_read, back.sge(0, 64), dst.addr(1024 + 128), rkey) == 0);
+  auto rc = fx.poll_one(a.send_cq, "the READ's completion");
+  CHECK(rc.status == wc_status::success);
+  CHECK(back.holds(3, 0, 64));
+}
+
+CONFORMANCE_CASE("mw: a rebind changes the rkey and the old rkey is refused with REM_ACCESS_ERR") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type1);
+  REQUIRE(B::bind_mw(b.qp, w, dst.mr, dst.addr(0), 1024, rw, 70, send_flags::signaled) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  const std::uint32_t first = B::mw_rkey(w);
+  REQUIRE(B::bind_mw(b.qp, w, dst.mr, dst.addr(0), 1024, rw, 71, send_flags::signaled) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  const std::uint32_t second = B::mw_rkey(w);
+  CHECK((second >> 8) == (first >> 8));
+  CHECK(second != first);
+  CHECK(write_through(fx, a, src, dst.addr(0), second, 1) == wc_status::success);
+  CHECK(write_through(fx, a, src, dst.addr(0), first, 2) == wc_status::rem_access_err);
+}
+
+CONFORMANCE_CASE("mw: an access outside the window but inside its region") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type1);
+  REQUIRE(B::bind_mw(b.qp, w, dst.mr, dst.addr(1024), 1024, rw, 70, send_flags::signaled) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  const auto want = expected(ids::mw_out_of_window, backend_traits<B>::profile());
+  src.fill(9);
+  CONF_CHECK_STATUS(want.req, write_through(fx, a, src, dst.addr(2048 + 64), B::mw_rkey(w), 1));
+  if (want.req.allows(wc_status::rem_access_err) && !want.req.allows(wc_status::success))
+    CHECK(dst.u64(2048 + 64) == 0);
+}
+
+CONFORMANCE_CASE("mw: a right the window lacks is refused with REM_ACCESS_ERR") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type1);
+  REQUIRE(B::bind_mw(b.qp, w, dst.mr, dst.addr(0), 4096, acc::remote_read, 70, send_flags::signaled) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  CHECK(write_through(fx, a, src, dst.addr(0), B::mw_rkey(w), 1) == wc_status::rem_access_err);
+  CHECK(dst.u64(0) == 0);
+}
+
+CONFORMANCE_CASE("mw: type 1 unbound by a zero-length bind refuses access with REM_ACCESS_ERR") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type1);
+  REQUIRE(B::bind_mw(b.qp, w, dst.mr, dst.addr(0), 4096, rw, 70, send_flags::signaled) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  CHECK(write_through(fx, a, src, dst.addr(0), B::mw_rkey(w), 1) == wc_status::success);
+  // The region is named even to unbind: providers read its lkey.
+  REQUIRE(B::bind_mw(b.qp, w, dst.mr, dst.addr(0), 0, acc::none, 71, send_flags::signaled) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  CHECK(write_through(fx, a, src, dst.addr(0), B::mw_rkey(w), 2) == wc_status::rem_access_err);
+}
+
+CONFORMANCE_CASE("mw: type 2 bound by a BIND_MW WR grants access through its new rkey") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type2);
+  const std::uint32_t rkey = inc_rkey(B::mw_rkey(w));
+  REQUIRE(bind2(fx, b, w, rkey, dst, 512, 512, rw | acc::remote_atomic, 70) == 0);
+  auto bc = fx.poll_one(b.send_cq, "the bind's completion");
+  CHECK(bc.status == wc_status::success);
+  CHECK(bc.op == wc_opcode::bind_mw);
+  src.fill(5);
+  CHECK(write_through(fx, a, src, dst.addr(512), rkey, 1) == wc_status::success);
+  CHECK(dst.holds(5, 512, 64));
+  auto& old = fx.make_buffer(8);
+  dst.set_u64(1016, 40);
+  REQUIRE(fx.post_atomic(a, 2, opcode::atomic_fetch_and_add, old.sge(0, 8), dst.addr(1016), rkey, 2) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  CHECK(old.u64(0) == 40);
+  CHECK(dst.u64(1016) == 42);
+}
+
+CONFORMANCE_CASE("mw: type 2 after LOCAL_INV refuses access with REM_ACCESS_ERR") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type2);
+  const std::uint32_t rkey = inc_rkey(B::mw_rkey(w));
+  REQUIRE(bind2(fx, b, w, rkey, dst, 0, 4096, rw, 70) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  CHECK(write_through(fx, a, src, dst.addr(0), rkey, 1) == wc_status::success);
+  REQUIRE(local_inv(fx, b, rkey, 71) == 0);
+  auto ic = fx.poll_one(b.send_cq, "the invalidation's completion");
+  CHECK(ic.status == wc_status::success);
+  CHECK(ic.op == wc_opcode::local_inv);
+  dst.clear();
+  CHECK(write_through(fx, a, src, dst.addr(0), rkey, 2) == wc_status::rem_access_err);
+  CHECK(dst.u64(0) == 0);
+}
+
+CONFORMANCE_CASE("mw: type 2 invalidated by the peer's SEND_WITH_INV") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto& inbox = fx.make_buffer(256);
+  auto w = make_mw(fx, mw_type::type2);
+  const std::uint32_t rkey = inc_rkey(B::mw_rkey(w));
+  REQUIRE(bind2(fx, b, w, rkey, dst, 0, 4096, rw, 70) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  REQUIRE(fx.post_recv(b, 80, {inbox.sge(0, 256)}) == 0);
+  src.fill(4);
+  REQUIRE(fx.post_send(a, 1, opcode::send_with_inv, {src.sge(0, 32)}, send_flags::signaled,
+                       [&](typename B::send_wr& wr) { B::set_invalidate(wr, rkey); }) == 0);
+  auto s = fx.poll_one(a.send_cq, "the SEND_WITH_INV's completion");
+  CHECK(s.status == wc_status::success);
+  CHECK(s.op == wc_opcode::send);
+  typename B::wc raw[1];
+  completion r;
+  for (int i = 0; i < 100000; ++i) {
+    if (B::poll_cq(b.recv_cq, 1, raw) == 1) {
+      r = to_completion<B>(raw[0]);
+      break;
+    }
+    fx.settle();
+  }
+  CHECK(r.wr_id == 80);
+  CHECK(r.status == wc_status::success);
+  CHECK(r.op == wc_opcode::recv);
+  CHECK(r.byte_len == 32);
+  const auto want = expected(ids::recv_with_inv_flag, backend_traits<B>::profile());
+  if (want.inv_flag == tri::yes) CHECK(has_all(r.flags, wc_flags::with_inv));
+  if (want.inv_flag == tri::no) CHECK_FALSE(has_all(r.flags, wc_flags::with_inv));
+  CHECK(B::get_invalidated_rkey(raw[0]) == rkey);
+  CHECK(inbox.holds(4, 0, 32));
+  CHECK(write_through(fx, a, src, dst.addr(0), rkey, 2) == wc_status::rem_access_err);
+}
+
+CONFORMANCE_CASE("mw: binding to a region registered without MW_BIND completes with MW_BIND_ERR") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& dst = fx.make_buffer(4096, region_rights & ~acc::mw_bind);
+  SUBCASE("type 1") {
+    auto w = make_mw(fx, mw_type::type1);
+    REQUIRE(B::bind_mw(b.qp, w, dst.mr, dst.addr(0), 4096, rw, 70, send_flags::signaled) == 0);
+    CHECK(fx.poll_one(b.send_cq).status == wc_status::mw_bind_err);
+  }
+  SUBCASE("type 2") {
+    auto w = make_mw(fx, mw_type::type2);
+    REQUIRE(bind2(fx, b, w, inc_rkey(B::mw_rkey(w)), dst, 0, 4096, rw, 70) == 0);
+    CHECK(fx.poll_one(b.send_cq).status == wc_status::mw_bind_err);
+  }
+}
+
+CONFORMANCE_CASE("mw: a writable window on a region without LOCAL_WRITE completes with MW_BIND_ERR") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& dst = fx.make_buffer(4096, acc::remote_read | acc::mw_bind);
+  auto w = make_mw(fx, mw_type::type2);
+  REQUIRE(bind2(fx, b, w, inc_rkey(B::mw_rkey(w)), dst, 0, 4096, acc::remote_write, 70) == 0);
+  CHECK(fx.poll_one(b.send_cq).status == wc_status::mw_bind_err);
+}
+
+CONFORMANCE_CASE("mw: a window bound past its region's end completes with MW_BIND_ERR") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type2);
+  REQUIRE(bind2(fx, b, w, inc_rkey(B::mw_rkey(w)), dst, 2048, 4096, rw, 70) == 0);
+  CHECK(fx.poll_one(b.send_cq).status == wc_status::mw_bind_err);
+}
+
+CONFORMANCE_CASE("mw: a deallocated window refuses access with REM_ACCESS_ERR") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = B::alloc_mw(fx.pd, mw_type::type2);
+  const std::uint32_t rkey = inc_rkey(B::mw_rkey(w));
+  REQUIRE(bind2(fx, b, w, rkey, dst, 0, 4096, rw, 70) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  REQUIRE(B::dealloc_mw(w) == 0);
+  CHECK(write_through(fx, a, src, dst.addr(0), rkey, 1) == wc_status::rem_access_err);
+}
+
+CONFORMANCE_CASE("mw: a region with a bound window cannot be deregistered") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  std::vector<std::uint64_t> mem(512);
+  auto mr = B::reg_mr(fx.pd, mem.data(), 4096, region_rights);
+  auto w = B::alloc_mw(fx.pd, mw_type::type1);
+  REQUIRE(B::bind_mw(b.qp, w, mr, reinterpret_cast<std::uintptr_t>(mem.data()), 4096, rw, 70,
+                     send_flags::signaled) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  const int refused = B::dereg_mr(mr);
+  CHECK(refused == EINVAL);
+  CHECK(B::dealloc_mw(w) == 0);
+  if (refused != 0) CHECK(B::dereg_mr(mr) == 0);
+}
+
+CONFORMANCE_CASE("mw: LOCAL_INV of a type 1 window completes with LOC_QP_OP_ERR") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type1);
+  REQUIRE(B::bind_mw(b.qp, w, dst.mr, dst.addr(0), 4096, rw, 70, send_flags::signaled) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  REQUIRE(local_inv(fx, b, B::mw_rkey(w), 71) == 0);
+  CHECK(fx.poll_one(b.send_cq).status == wc_status::loc_qp_op_err);
+}
+
+CONFORMANCE_CASE("mw: a type 2 window is usable only through the queue pair that bound it") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto [a2, b2] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type2);
+  const std::uint32_t rkey = inc_rkey(B::mw_rkey(w));
+  REQUIRE(bind2(fx, b, w, rkey, dst, 0, 4096, rw, 70) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  CHECK(write_through(fx, a, src, dst.addr(0), rkey, 1) == wc_status::success);
+  CHECK(write_through(fx, a2, src, dst.addr(0), rkey, 2) == wc_status::rem_access_err);
+}
+
+CONFORMANCE_CASE("mw: binding a type 2 window on a queue pair of another PD completes with MW_BIND_ERR") {
+  fixture<B> fx;
+  auto pd2 = fx.make_pd();
+  auto a = fx.make_qp({});
+  auto b = fx.make_qp({}, {}, {}, pd2);
+  fx.connect(a, b);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type2);
+  REQUIRE(bind2(fx, b, w, inc_rkey(B::mw_rkey(w)), dst, 0, 4096, rw, 70) == 0);
+  CHECK(fx.poll_one(b.send_cq).status == wc_status::mw_bind_err);
+}

@@ -1,0 +1,192 @@
+#include "fixture.hpp"
+
+#include <cstring>
+
+using namespace policy_test;
+
+namespace {
+constexpr auto window_region = all_access | access::mw_bind;
+
+// The first completion of `cq` (or a failed check).
+template <class CQ>
+seen one(CQ& cq) {
+  auto got = collect(cq, 1);
+  REQUIRE(got.size() == 1);
+  return got[0];
+}
+}  // namespace
+
+TEST_CASE("memory_window: rights, type and remote descriptor are in the type") {
+  mock::fabric fab;
+  side y(fab, "mock1");
+  auto w = y.pd.alloc_window<access::remote_read>();
+  static_assert(decltype(w)::rights == access::remote_read);
+  static_assert(decltype(w)::type == mw_type::type2);
+  static_assert(std::is_same_v<decltype(w.remote()), remote_region<access::remote_read>>);
+  auto w1 = alloc_window<access::remote_write, mw_type::type1>(y.pd);
+  static_assert(decltype(w1)::type == mw_type::type1);
+  CHECK(w);
+  CHECK(w.rkey() != w1.rkey());
+  CHECK_THROWS_AS((void)w.remote(), usage_error);  // never bound
+  memory_window<B, access::remote_read> empty;
+  CHECK_FALSE(empty);
+  CHECK_THROWS_AS((void)empty.rkey(), usage_error);
+}
+
+TEST_CASE("memory_window: type 2 bound by a WR grants WRITE, READ and atomics on its range only") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<all_access>(64);
+  auto region = y.pd.allocate<window_region>(4096);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto w = y.pd.alloc_window<access::remote_write | access::remote_read | access::remote_atomic>();
+  const auto before = w.rkey();
+  REQUIRE(w.bind(p.b, region, 1024, 512, 7).ok());
+  auto b = one(y.cq);
+  CHECK(b.status == wc_status::success);
+  CHECK(b.op == wc_opcode::bind_mw);
+  CHECK(b.wr_id == 7);
+  CHECK(w.rkey() != before);
+  CHECK(w.rkey() != region.rkey());
+  const auto r = w.remote();
+  CHECK(r.addr() == reinterpret_cast<std::uint64_t>(region.data()) + 1024);
+  CHECK(r.length() == 512);
+  CHECK(r.rkey() == w.rkey());
+  std::memcpy(src.data(), "windowed", 8);
+  REQUIRE(p.a.write(src.local(0, 8), r.sub(8, 8), 1).ok());
+  CHECK(one(x.cq).status == wc_status::success);
+  CHECK(std::memcmp(region.data() + 1024 + 8, "windowed", 8) == 0);
+  REQUIRE(p.a.read(src.local(16, 8), r.sub(8, 8), 2).ok());
+  CHECK(one(x.cq).status == wc_status::success);
+  CHECK(std::memcmp(src.data() + 16, "windowed", 8) == 0);
+  REQUIRE(p.a.post(op::fetch_add{src.local(32, 8), r.sub(64, 8), 5}, 3).ok());
+  CHECK(one(x.cq).status == wc_status::success);
+  std::uint64_t v = 0;
+  std::memcpy(&v, region.data() + 1024 + 64, 8);
+  CHECK(v == 5);
+  // Beyond the window (inside the region): the spec profile refuses it.
+  REQUIRE(p.a.write(src.local(0, 8), remote_region<access::remote_write>::unchecked(r.addr() + 512, r.rkey(), 8), 4)
+              .ok());
+  CHECK(one(x.cq).status == wc_status::rem_access_err);
+}
+
+TEST_CASE("memory_window: type 2 invalidated by LOCAL_INV refuses the peer with REM_ACCESS_ERR") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<all_access>(64);
+  auto region = y.pd.allocate<window_region>(256);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto w = y.pd.alloc_window<access::remote_write>();
+  REQUIRE(w.bind(p.b, region, 0, 256, 1).ok());
+  CHECK(one(y.cq).op == wc_opcode::bind_mw);
+  REQUIRE(w.invalidate(p.b, 2).ok());
+  auto inv = one(y.cq);
+  CHECK(inv.status == wc_status::success);
+  CHECK(inv.op == wc_opcode::local_inv);
+  REQUIRE(p.a.write(src.local(0, 8), w.remote(), 3).ok());
+  CHECK(one(x.cq).status == wc_status::rem_access_err);
+  // Bound again (a type 2 window is reusable once invalidated), with a new rkey.
+  const auto old = w.remote();
+  auto q = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  (void)collect(y.cq, 8, 50);  // the old pair's flushes
+  REQUIRE(w.bind(q.b, region, 0, 128, 4).ok());
+  CHECK(one(y.cq).status == wc_status::success);
+  CHECK(w.rkey() != old.rkey());
+  REQUIRE(q.a.write(src.local(0, 8), w.remote(), 5).ok());
+  CHECK(one(x.cq).status == wc_status::success);
+}
+
+TEST_CASE("memory_window: type 1 bound by the verbs call; invalidate is a zero-length bind") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<all_access>(64);
+  auto region = y.pd.allocate<window_region>(256);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto w = y.pd.alloc_window<access::remote_write, mw_type::type1>();
+  const auto credits = p.b.send_credits();
+  REQUIRE(w.bind(p.b, region, 64, 64, 1).ok());
+  CHECK(p.b.send_credits() <= credits);  // the bind took a send-queue slot
+  CHECK(one(y.cq).op == wc_opcode::bind_mw);
+  CHECK(p.b.send_credits() == credits);
+  REQUIRE(p.a.write(src.local(0, 8), w.remote(), 2).ok());
+  CHECK(one(x.cq).status == wc_status::success);
+  REQUIRE(w.invalidate(p.b, 3).ok());
+  auto inv = one(y.cq);
+  CHECK(inv.status == wc_status::success);
+  CHECK(inv.op == wc_opcode::bind_mw);
+  REQUIRE(p.a.write(src.local(0, 8), remote_region<access::remote_write>::unchecked(
+                                         w.remote().addr(), w.remote().rkey(), 8),
+                    4)
+              .ok());
+  CHECK(one(x.cq).status == wc_status::rem_access_err);
+}
+
+TEST_CASE("memory_window: the peer's send_inv invalidates a type 2 window") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<all_access>(64);
+  auto region = y.pd.allocate<window_region>(256);
+  auto inbox = y.pd.allocate<access::local_write>(64);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto w = y.pd.alloc_window<access::remote_write>();
+  REQUIRE(w.bind(p.b, region, 0, 256, 1).ok());
+  CHECK(one(y.cq).status == wc_status::success);
+  const auto peer_view = w.remote();  // what the peer would have received
+  REQUIRE(p.b.post_recv(inbox.local(), 10).ok());
+  REQUIRE(p.a.post(op::send_inv{src.local(0, 4), peer_view}, 2).ok());
+  CHECK(one(x.cq).status == wc_status::success);
+  std::uint32_t invalidated = 0;
+  bool flagged = false;
+  for (int i = 0; i < 1000 && !invalidated; ++i)
+    (void)y.cq.poll([&](const completion<B>& c) {
+      CHECK(c.status() == wc_status::success);
+      flagged = has_all(c.flags(), wc_flags::with_inv);
+      invalidated = c.invalidated_rkey();
+    });
+  CHECK(flagged);
+  CHECK(invalidated == peer_view.rkey());
+  REQUIRE(p.a.write(src.local(0, 8), peer_view, 3).ok());
+  CHECK(one(x.cq).status == wc_status::rem_access_err);
+}
+
+TEST_CASE("memory_window: a bound window keeps its region registered and its PD alive") {
+  mock::fabric fab;
+  side x(fab, "mock0");
+  auto src = x.pd.allocate<all_access>(64);
+  auto w = std::make_unique<memory_window<B, access::remote_write>>();
+  std::optional<qp_pair<rc>> p;
+  {
+    side y(fab, "mock1");
+    auto region = y.pd.allocate<window_region>(256);
+    p.emplace(make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0}));
+    *w = y.pd.alloc_window<access::remote_write>();
+    REQUIRE(w->bind(p->b, region, 0, 256, 1).ok());
+    CHECK(one(y.cq).status == wc_status::success);
+    // region, PD, CQ and device handles of side y go out of scope here.
+  }
+  std::memcpy(src.data(), "survives", 8);
+  REQUIRE(p->a.write(src.local(0, 8), w->remote(), 2).ok());
+  CHECK(one(x.cq).status == wc_status::success);  // the buffer is still registered and allocated
+  w.reset();                                       // frees the window, then the registration
+  p.reset();
+}
+
+TEST_CASE("memory_window: misuse is a usage_error naming the problem") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto region = y.pd.allocate<window_region>(256);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto w = y.pd.alloc_window<access::remote_read>();
+  CHECK_THROWS_AS((void)w.bind(p.b, region, 200, 100, 1), usage_error);  // past the region's end
+  CHECK_THROWS_AS((void)w.bind(p.b, region, 0, 0, 1), usage_error);      // empty
+  CHECK_THROWS_AS((void)w.bind(p.a, region, 0, 16, 1), usage_error);     // a queue pair of another PD
+  auto other = x.pd.allocate<window_region>(64);
+  auto wx = x.pd.alloc_window<access::remote_read>();
+  CHECK_THROWS_AS((void)wx.bind(p.a, region, 0, 16, 1), usage_error);  // a region of another PD
+  CHECK_THROWS_AS((void)w.invalidate(p.b, 1), usage_error);           // never bound
+  memory_window<B, access::remote_read> moved = std::move(w);
+  CHECK_FALSE(w);
+  CHECK_THROWS_AS((void)w.bind(p.b, region, 0, 16, 1), usage_error);  // moved from
+  CHECK(moved.bind(p.b, region, 0, 16, 1).ok());
+  CHECK(one(y.cq).status == wc_status::success);
+}
