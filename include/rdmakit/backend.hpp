@@ -171,6 +171,27 @@ consteval bool models_verbs_backend() {
   return verbs_backend<B>;
 }
 
+/// Shared receive queues (ibv_create_srq and friends). Optional: a backend without them
+/// still models verbs_backend, and only shared_receive_queue<B> asks for this.
+///  - create_srq(pd, attr): attr.max_wr/max_sge asked, written back as granted; a
+///    non-zero attr.limit is armed right after creation (as arm_srq_limit would).
+///  - destroy_srq returns EBUSY while a QP uses the SRQ.
+///  - arm_srq_limit(srq, limit) (ibv_modify_srq with IBV_SRQ_LIMIT) returns 0 or an errno.
+///  - create_qp_on_srq: as create_qp, receives come from the SRQ; caps.max_recv_* are
+///    ignored and written back as granted (0 on most devices).
+template <class B>
+concept srq_backend =
+    verbs_backend<B> && detail::backend_handle<typename B::srq> &&
+    requires(typename B::pd pd, typename B::cq cq, typename B::srq srq, typename B::recv_wr& rwr,
+             typename B::recv_wr** bad_rwr, qp_type t, qp_cap& caps, srq_attr& attr, std::uint32_t u32) {
+      { B::create_srq(pd, attr) } -> std::same_as<typename B::srq>;
+      { B::destroy_srq(srq) } noexcept -> std::same_as<int>;
+      { B::post_srq_recv(srq, &rwr, bad_rwr) } noexcept -> std::same_as<int>;
+      { B::arm_srq_limit(srq, u32) } noexcept -> std::same_as<int>;
+      { B::query_srq(srq) } -> std::same_as<srq_attr>;
+      { B::create_qp_on_srq(pd, cq, cq, srq, t, caps, true) } -> std::same_as<typename B::qp>;
+    };
+
 /// A backend that declares exactly what the concept asks and nothing more. Generic
 /// code instantiated with it proves it relies on the concept alone; it is never run.
 struct archetype_backend {

@@ -68,6 +68,7 @@ struct outcome {
   bool exact_capacity = true;  ///< a queue is full at exactly the capacity create reported
   int verb_errno = 0;          ///< what the verb under test returns, when it is not post_send
   tri stays_rts = tri::either;  ///< the faulty WR's receiver QP is still in RTS afterwards
+  tri async_event = tri::either;  ///< the scenario's asynchronous event is raised
 };
 
 struct deviation_row {
@@ -96,6 +97,7 @@ inline constexpr std::string_view post_in_err = "posting.post_to_qp_in_err";
 inline constexpr std::string_view atomic_len_over_8 = "opcode.atomic_local_length_over_8";
 inline constexpr std::string_view write_imm_bad_rkey = "fault.write_imm_bad_rkey.responder";
 inline constexpr std::string_view arm_without_channel = "cq.req_notify_without_channel";
+inline constexpr std::string_view srq_last_wqe_event = "srq.qp_to_err_last_wqe_reached";
 
 }  // namespace ids
 
@@ -198,6 +200,11 @@ inline constexpr std::array deviation_table{
                    .resp = status_set{wc_status::wr_flush_err} | status_set::nothing()},
                   "rxe (kernel 6.1, observed): a send posted in ERR is flushed in one run, never completes in another; "
                   "a receive posted in ERR never completes"},
+    // A QP on an SRQ moved to ERR: the Last WQE Reached event.
+    deviation_row{ids::srq_last_wqe_event, "spec", {.async_event = tri::yes},
+                  "IB spec (affiliated async events): QP_LAST_WQE_REACHED once the QP takes no more SRQ WQEs"},
+    deviation_row{ids::srq_last_wqe_event, "rxe", {.async_event = tri::no},
+                  "rxe (kernel 6.1, observed): no event when a QP on an SRQ is moved to ERR"},
 };
 
 /// The row for a scenario under a device profile; fails the scenario when there is none.

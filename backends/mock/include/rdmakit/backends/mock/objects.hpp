@@ -35,7 +35,7 @@ struct port_rt {
 
 // How many of each object a device has, against cfg.limits (max_pd, max_mr, ...).
 struct object_counts {
-  std::uint32_t pd = 0, mr = 0, cq = 0, qp = 0, ah = 0;
+  std::uint32_t pd = 0, mr = 0, cq = 0, qp = 0, ah = 0, srq = 0;
 };
 
 struct device_rt {
@@ -57,7 +57,7 @@ class context_obj {
 class pd_obj {
  public:
   context_obj* ctx = nullptr;
-  int children = 0;  // mrs, qps, ahs
+  int children = 0;  // mrs, qps, ahs, srqs
 };
 
 class mr_obj {
@@ -145,6 +145,15 @@ struct recv_wqe {
   sge_list sges;
 };
 
+/// A shared receive queue: every QP created on it takes its receives from `wqes`.
+class srq_obj {
+ public:
+  pd_obj* pd = nullptr;
+  srq_attr attr;  // granted max_wr, max_sge; limit: armed watermark (0: disarmed)
+  std::deque<recv_wqe> wqes;
+  int qps = 0;  // queue pairs created on it
+};
+
 /// A message on the wire (one per WQE transmission; packets are counted, not simulated).
 struct message {
   std::uint32_t src_qpn = 0;
@@ -209,6 +218,7 @@ class qp_obj {
   std::uint64_t issue_from = 1;
   std::uint64_t report_from = 1;
   std::deque<recv_wqe> rq;
+  srq_obj* srq = nullptr;  // receives come from here instead of rq (rq stays empty)
 
   // Requester.
   std::uint32_t next_psn = 0;
@@ -290,6 +300,7 @@ class fabric_state {
   std::set<cq_obj*> cqs;
   std::set<channel_obj*> channels;
   std::set<ah_obj*> ahs;
+  std::set<srq_obj*> srqs;
   bool running = false;  // guards against re-entering the event loop
   // Threads (engine.hpp, touch/jump): while a second thread has used the fabric in the
   // last second, simulated time follows the wall clock from (wall_base, sim_base).
@@ -307,6 +318,7 @@ class fabric_state {
     for (auto& [n, q] : qps) delete q;
     for (auto& [k, m] : by_lkey) delete m;
     for (auto* a : ahs) delete a;
+    for (auto* s : srqs) delete s;
     for (auto* c : cqs) delete c;
     for (auto* c : channels) delete c;
     for (auto* p : pds) delete p;
