@@ -172,13 +172,13 @@ consteval bool models_verbs_backend() {
 }
 
 /// Shared receive queues (ibv_create_srq and friends). Optional: a backend without them
-/// still models verbs_backend, and only shared_receive_queue<B> asks for this.
+/// still models verbs_backend, and only `shared_receive_queue<B>` asks for this.
 ///  - create_srq(pd, attr): attr.max_wr/max_sge asked, written back as granted; a
 ///    non-zero attr.limit is armed right after creation (as arm_srq_limit would).
 ///  - destroy_srq returns EBUSY while a QP uses the SRQ.
 ///  - arm_srq_limit(srq, limit) (ibv_modify_srq with IBV_SRQ_LIMIT) returns 0 or an errno.
-///  - create_qp_on_srq: as create_qp, receives come from the SRQ; caps.max_recv_* are
-///    ignored and written back as granted (0 on most devices).
+///  - create_qp_on_srq: as create_qp, receives come from the SRQ; the receive
+///    capacities of caps are ignored and written back as granted (0 on most devices).
 template <class B>
 concept srq_backend =
     verbs_backend<B> && detail::backend_handle<typename B::srq> &&
