@@ -202,6 +202,8 @@ static_assert(transport<rc> && transport<uc> && transport<ud>);
 /// no post_recv (it does not compile: receives go to the shared_receive_queue).
 template <transport T>
 struct on_srq : T {
+  /// The transport itself (what protection_domain::create_qp is asked for).
+  using base = T;
   /// Receives come from a shared_receive_queue.
   static constexpr bool shared_receives = true;
 };
