@@ -338,4 +338,25 @@ struct archetype_backend {
 };
 static_assert(models_verbs_backend<archetype_backend>());
 
+/// archetype_backend plus exactly what srq_backend asks: generic code over shared
+/// receive queues instantiated with it relies on the concept alone; it is never run.
+struct archetype_srq_backend : archetype_backend {
+  struct srq_t;
+  /// A shared receive queue handle.
+  using srq = srq_t*;
+  /// Creates an SRQ in the PD; `attr` is what is asked and, on return, what was granted.
+  static srq create_srq(pd, srq_attr&);
+  /// Destroys an SRQ; EBUSY while a QP uses it.
+  static int destroy_srq(srq) noexcept;
+  /// Posts a receive WR list to the SRQ; returns 0 or an errno, `*bad_wr` the first not posted.
+  static int post_srq_recv(srq, recv_wr*, recv_wr**) noexcept;
+  /// Arms the SRQ limit event (0 disarms); returns 0 or an errno.
+  static int arm_srq_limit(srq, std::uint32_t) noexcept;
+  /// The SRQ's granted max_wr, max_sge and its armed limit.
+  static srq_attr query_srq(srq);
+  /// Creates a queue pair whose receives come from the SRQ.
+  static qp create_qp_on_srq(pd, cq, cq, srq, qp_type, qp_cap&, bool);
+};
+static_assert(models_verbs_backend<archetype_srq_backend>() && srq_backend<archetype_srq_backend>);
+
 RDMAKIT_END_NAMESPACE
