@@ -82,6 +82,9 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
                            completion_queue<B, PR>& recv_cq, const qp_cap& caps, const qp_options& o = {})
     requires(State == qp_state::init)
   {
+    static_assert(!detail::shares_receives<T>,
+                  "an on_srq<T> queue pair takes its receives from a shared receive queue: create it on one, "
+                  "pd.create_qp<T>(cq, srq, caps)");
     auto scq = detail::policy_access::shared_block(send_cq);
     auto rcq = detail::policy_access::shared_block(recv_cq);
     if (!scq) detail::throw_empty("completion_queue", "(create_qp: send CQ)");

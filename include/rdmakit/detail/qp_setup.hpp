@@ -128,6 +128,9 @@ qp_parts<B> create_parts(pd_ref<B> pd, std::shared_ptr<cq_block<B>> send_blk,
   check_sq_depth<S>(caps);
   qp_cap room = caps;  // what the CQs must have room for
   if constexpr (shares_receives<T>) {
+    if (!srq)
+      throw usage_error(std::string("create_qp(): an on_srq<") + std::string(T::name) +
+                        "> queue pair needs its shared receive queue: pd.create_qp<T>(cq, srq, caps)");
     if (caps.max_recv_wr != 0 || caps.max_recv_sge > 1)
       throw usage_error("create_qp(): a queue pair on a shared receive queue has no receive queue of its own, "
                         "but max_recv_wr is " + std::to_string(caps.max_recv_wr) + " and max_recv_sge " +
