@@ -89,7 +89,10 @@ class protection_domain {
   /// A queue pair in INIT whose sends complete in `cq` and whose receives come from
   /// `srq` and complete in `cq` (transport `on_srq<T>`: it has no post_recv). caps.
   /// max_recv_wr must be 0.
+  // (The constraints keep overload resolution from instantiating shared_receive_queue
+  // for backends without SRQs when it tries the other create_qp overloads' arguments.)
   template <transport T, signaling S = signal_all, polling P>
+    requires srq_backend<B>
   queue_pair<B, on_srq<T>, S> create_qp(completion_queue<B, P>& cq, const shared_receive_queue<B>& srq,
                                         const qp_cap& caps, const qp_options& o = {}) const {
     return queue_pair<B, on_srq<T>, S>::create(ref("create_qp"), cq, cq, detail::policy_access::shared_block(srq),
@@ -97,6 +100,7 @@ class protection_domain {
   }
   /// As above with separate send and receive completion queues.
   template <transport T, signaling S = signal_all, polling PS, polling PR>
+    requires srq_backend<B>
   queue_pair<B, on_srq<T>, S> create_qp(completion_queue<B, PS>& send_cq, completion_queue<B, PR>& recv_cq,
                                         const shared_receive_queue<B>& srq, const qp_cap& caps,
                                         const qp_options& o = {}) const {
@@ -163,11 +167,13 @@ queue_pair<B, T, S> create_qp(const protection_domain<B>& pd, completion_queue<B
 }
 /// pd.create_srq(attr).
 template <verbs_backend B>
+  requires srq_backend<B>
 shared_receive_queue<B> create_srq(const protection_domain<B>& pd, const srq_attr& attr) {
   return pd.template create_srq<B>(attr);
 }
 /// pd.create_qp<T, S>(cq, srq, caps, o).
 template <transport T, signaling S = signal_all, verbs_backend B, polling P>
+  requires srq_backend<B>
 queue_pair<B, on_srq<T>, S> create_qp(const protection_domain<B>& pd, completion_queue<B, P>& cq,
                                       const shared_receive_queue<B>& srq, const qp_cap& caps,
                                       const qp_options& o = {}) {

@@ -69,7 +69,7 @@ class shared_receive_queue {
   /// Creates the SRQ in the PD. Prefer protection_domain::create_srq. Throws usage_error
   /// for a max_wr or max_sge of 0 or above the device's max_srq_wr / max_srq_sge, or a
   /// limit above max_wr; verbs_error when the device refuses.
-  shared_receive_queue(detail::pd_ref<B> pd, const srq_attr& attr) {
+  explicit shared_receive_queue(detail::pd_ref<B> pd, const srq_attr& attr) {
     check(pd->dev->attr, attr);
     st_ = std::make_shared<detail::srq_state<B>>(std::move(pd), attr);
   }

@@ -33,6 +33,10 @@ void f() {
   auto peer = remote_region<>::unchecked(0x1000, 42, 64);
   (void)live.write(r.local(), peer, 1);
   (void)r.rkey();
+
+  // With options, on a backend without SRQs: the SRQ overloads must stay out of the way.
+  auto with_opts = pd().create_qp<rc>(cq(), qp_cap{8, 8}, qp_options{});
+  auto free_opts = create_qp<rc>(pd(), cq(), qp_cap{8, 8}, qp_options{});
 }
 
 // Shared receive queues over the SRQ archetype: receives go to the SRQ, sends to the QP.
