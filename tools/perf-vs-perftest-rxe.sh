@@ -130,6 +130,8 @@ self "write_bw UC 4096 B -l 8 -Q 16" write_bw -c UC -s 4096 -l 8 -Q 16 -n "$bw_i
 self "send_bw UD 1024 B -e" send_bw -c UD -s 1024 -e -n "$bw_iters"
 self "send_lat -e 2 B" send_lat -s 2 -e -n "$lat_iters"
 self "read_bw 4096 B -q 2 -Q 10 (manual)" read_bw -s 4096 -q 2 -Q 10 -t 32 -n "$bw_iters"
+self "send_bw 4096 B -q 4 --use_srq" send_bw -s 4096 -q 4 --use_srq -n "$bw_iters"
+self "send_lat 2 B --use_srq" send_lat -s 2 --use_srq -n "$lat_iters"
 
 # ---- 2. side by side with perftest ----------------------------------------------------
 # Each comparison runs `rounds` times, alternating rdmakit-perf and perftest, and

@@ -204,6 +204,27 @@ consteval bool models_verbs_backend() {
   return verbs_backend<B>;
 }
 
+/// Shared receive queues (ibv_create_srq and friends). Optional: a backend without them
+/// still models verbs_backend, and only `shared_receive_queue<B>` asks for this.
+///  - create_srq(pd, attr): attr.max_wr/max_sge asked, written back as granted; a
+///    non-zero attr.limit is armed right after creation (as arm_srq_limit would).
+///  - destroy_srq returns EBUSY while a QP uses the SRQ.
+///  - arm_srq_limit(srq, limit) (ibv_modify_srq with IBV_SRQ_LIMIT) returns 0 or an errno.
+///  - create_qp_on_srq: as create_qp, receives come from the SRQ; the receive
+///    capacities of caps are ignored and written back as granted (0 on most devices).
+template <class B>
+concept srq_backend =
+    verbs_backend<B> && detail::backend_handle<typename B::srq> &&
+    requires(typename B::pd pd, typename B::cq cq, typename B::srq srq, typename B::recv_wr& rwr,
+             typename B::recv_wr** bad_rwr, qp_type t, qp_cap& caps, srq_attr& attr, std::uint32_t u32) {
+      { B::create_srq(pd, attr) } -> std::same_as<typename B::srq>;
+      { B::destroy_srq(srq) } noexcept -> std::same_as<int>;
+      { B::post_srq_recv(srq, &rwr, bad_rwr) } noexcept -> std::same_as<int>;
+      { B::arm_srq_limit(srq, u32) } noexcept -> std::same_as<int>;
+      { B::query_srq(srq) } -> std::same_as<srq_attr>;
+      { B::create_qp_on_srq(pd, cq, cq, srq, t, caps, true) } -> std::same_as<typename B::qp>;
+    };
+
 /// A backend that declares exactly what the concept asks and nothing more. Generic
 /// code instantiated with it proves it relies on the concept alone; it is never run.
 struct archetype_backend {
@@ -371,5 +392,25 @@ struct archetype_mw_backend : archetype_backend {
   static std::uint32_t get_invalidated_rkey(const wc&) noexcept;
 };
 static_assert(mw_backend<archetype_mw_backend>);
+/// archetype_backend plus exactly what srq_backend asks: generic code over shared
+/// receive queues instantiated with it relies on the concept alone; it is never run.
+struct archetype_srq_backend : archetype_backend {
+  struct srq_t;
+  /// A shared receive queue handle.
+  using srq = srq_t*;
+  /// Creates an SRQ in the PD; `attr` is what is asked and, on return, what was granted.
+  static srq create_srq(pd, srq_attr&);
+  /// Destroys an SRQ; EBUSY while a QP uses it.
+  static int destroy_srq(srq) noexcept;
+  /// Posts a receive WR list to the SRQ; returns 0 or an errno, `*bad_wr` the first not posted.
+  static int post_srq_recv(srq, recv_wr*, recv_wr**) noexcept;
+  /// Arms the SRQ limit event (0 disarms); returns 0 or an errno.
+  static int arm_srq_limit(srq, std::uint32_t) noexcept;
+  /// The SRQ's granted max_wr, max_sge and its armed limit.
+  static srq_attr query_srq(srq);
+  /// Creates a queue pair whose receives come from the SRQ.
+  static qp create_qp_on_srq(pd, cq, cq, srq, qp_type, qp_cap&, bool);
+};
+static_assert(models_verbs_backend<archetype_srq_backend>() && srq_backend<archetype_srq_backend>);
 
 RDMAKIT_END_NAMESPACE

@@ -54,6 +54,12 @@ struct policy_access {
   static auto shared_block(CQ& cq) noexcept {
     return cq.blk_;
   }
+  template <class SRQ>
+  static auto shared_block(const SRQ& srq) noexcept
+    requires requires { srq.st_; }
+  {
+    return srq.st_;
+  }
   template <class QP>
   static auto* link(QP& qp) noexcept {
     return qp.parts_.link.get();

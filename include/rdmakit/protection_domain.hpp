@@ -10,6 +10,7 @@
 #include <rdmakit/memory_window.hpp>
 #include <rdmakit/qp_pool.hpp>
 #include <rdmakit/queue_pair.hpp>
+#include <rdmakit/shared_receive_queue.hpp>
 
 #include <cstddef>
 #include <span>
@@ -89,6 +90,33 @@ class protection_domain {
                   "signaled, so the send queue must hold at least N WRs; raise max_send_wr or lower N");
     return queue_pair<B, T, S>::create(ref("create_qp"), cq, cq, qp_cap(caps), o);
   }
+  /// A shared receive queue of attr.max_wr receives of attr.max_sge SGEs, its limit
+  /// armed when attr.limit is not 0 (backends modelling srq_backend).
+  template <class SB = B>
+  shared_receive_queue<SB> create_srq(const srq_attr& attr) const {
+    return shared_receive_queue<SB>(ref("create_srq"), attr);
+  }
+  /// A queue pair in INIT whose sends complete in `cq` and whose receives come from
+  /// `srq` and complete in `cq` (transport `on_srq<T>`: it has no post_recv). caps.
+  /// max_recv_wr must be 0.
+  // (The constraints keep overload resolution from instantiating shared_receive_queue
+  // for backends without SRQs when it tries the other create_qp overloads' arguments.)
+  template <transport T, signaling S = signal_all, polling P>
+    requires srq_backend<B>
+  queue_pair<B, on_srq<T>, S> create_qp(completion_queue<B, P>& cq, const shared_receive_queue<B>& srq,
+                                        const qp_cap& caps, const qp_options& o = {}) const {
+    return queue_pair<B, on_srq<T>, S>::create(ref("create_qp"), cq, cq, detail::policy_access::shared_block(srq),
+                                               caps, o);
+  }
+  /// As above with separate send and receive completion queues.
+  template <transport T, signaling S = signal_all, polling PS, polling PR>
+    requires srq_backend<B>
+  queue_pair<B, on_srq<T>, S> create_qp(completion_queue<B, PS>& send_cq, completion_queue<B, PR>& recv_cq,
+                                        const shared_receive_queue<B>& srq, const qp_cap& caps,
+                                        const qp_options& o = {}) const {
+    return queue_pair<B, on_srq<T>, S>::create(ref("create_qp"), send_cq, recv_cq,
+                                               detail::policy_access::shared_block(srq), caps, o);
+  }
   /// `count` queue pairs in INIT sharing `cq`.
   template <transport T, signaling S = signal_all, polling P>
   qp_pool<B, T, S> create_qp_pool(completion_queue<B, P>& cq, std::size_t count, const qp_cap& caps,
@@ -152,6 +180,20 @@ template <transport T, signaling S = signal_all, verbs_backend B, polling PS, po
 queue_pair<B, T, S> create_qp(const protection_domain<B>& pd, completion_queue<B, PS>& send_cq,
                               completion_queue<B, PR>& recv_cq, const qp_cap& caps, const qp_options& o = {}) {
   return pd.template create_qp<T, S>(send_cq, recv_cq, caps, o);
+}
+/// pd.create_srq(attr).
+template <verbs_backend B>
+  requires srq_backend<B>
+shared_receive_queue<B> create_srq(const protection_domain<B>& pd, const srq_attr& attr) {
+  return pd.template create_srq<B>(attr);
+}
+/// pd.create_qp<T, S>(cq, srq, caps, o).
+template <transport T, signaling S = signal_all, verbs_backend B, polling P>
+  requires srq_backend<B>
+queue_pair<B, on_srq<T>, S> create_qp(const protection_domain<B>& pd, completion_queue<B, P>& cq,
+                                      const shared_receive_queue<B>& srq, const qp_cap& caps,
+                                      const qp_options& o = {}) {
+  return pd.template create_qp<T, S>(cq, srq, caps, o);
 }
 /// pd.create_qp_pool<T, S>(cq, count, caps, o).
 template <transport T, signaling S = signal_all, verbs_backend B, polling P>

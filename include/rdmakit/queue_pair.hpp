@@ -37,6 +37,10 @@
 #include <type_traits>
 #include <utility>
 
+#define RDMAKIT_DETAIL_SHARED_RECEIVES                                                          \
+  "this queue pair takes its receives from a shared receive queue (it was created with "     \
+  "pd.create_qp(cq, srq, caps)): post receives to the shared_receive_queue, srq.post_recv(buf, wr_id)"
+
 #define RDMAKIT_DETAIL_NEEDS_RTS                                                              \
   "this queue pair is not connected yet: sends, writes, reads and atomics need RTS; call " \
   "std::move(qp).connect(peer) (UD: std::move(qp).activate()) and post on the queue pair "  \
@@ -78,11 +82,31 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
                            completion_queue<B, PR>& recv_cq, const qp_cap& caps, const qp_options& o = {})
     requires(State == qp_state::init)
   {
+    static_assert(!detail::shares_receives<T>,
+                  "an on_srq<T> queue pair takes its receives from a shared receive queue: create it on one, "
+                  "pd.create_qp<T>(cq, srq, caps)");
     auto scq = detail::policy_access::shared_block(send_cq);
     auto rcq = detail::policy_access::shared_block(recv_cq);
     if (!scq) detail::throw_empty("completion_queue", "(create_qp: send CQ)");
     if (!rcq) detail::throw_empty("completion_queue", "(create_qp: receive CQ)");
     return create_on_(std::move(pd), std::move(scq), std::move(rcq), caps, o);
+  }
+
+  /// Creates the QP on the shared receive queue `srq` and moves it to INIT (transport
+  /// `on_srq<X>`). Prefer protection_domain::create_qp(cq, srq, caps). The queue pair
+  /// keeps the SRQ alive; the receive CQ reserves the SRQ's max_wr once for all its QPs.
+  template <polling PS, polling PR>
+  static queue_pair create(detail::pd_ref<B> pd, completion_queue<B, PS>& send_cq,
+                           completion_queue<B, PR>& recv_cq, std::shared_ptr<detail::srq_state<B>> srq,
+                           const qp_cap& caps, const qp_options& o = {})
+    requires(State == qp_state::init && detail::shares_receives<T>)
+  {
+    auto scq = detail::policy_access::shared_block(send_cq);
+    auto rcq = detail::policy_access::shared_block(recv_cq);
+    if (!scq) detail::throw_empty("completion_queue", "(create_qp: send CQ)");
+    if (!rcq) detail::throw_empty("completion_queue", "(create_qp: receive CQ)");
+    if (!srq) detail::throw_empty("shared_receive_queue", "(create_qp)");
+    return create_on_(std::move(pd), std::move(scq), std::move(rcq), caps, o, std::move(srq));
   }
 
   /// Any state → a fresh INIT queue pair on the same PD and CQs with the same
@@ -98,13 +122,14 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     auto pd = parts_.pd;
     auto scq = parts_.scq;
     auto rcq = parts_.rcq;
+    auto srq = parts_.srq;
     const qp_cap asked = parts_.asked;
     const qp_options o = parts_.opts;
     auto old = std::make_unique<detail::qp_parts<B>>(std::move(parts_));
     old->retired.reset();  // an older generation: its flushes have had a whole connection's time
     detail::retire(*old);  // first: the CQs' reservations go back before the new QP asks for them
     auto fresh = queue_pair<B, T, S, qp_state::init>::create_on_(std::move(pd), std::move(scq), std::move(rcq),
-                                                                 asked, o);
+                                                                 asked, o, std::move(srq));
     if (old->qp != typename B::qp{}) fresh.parts_.retired = std::move(old);
     return fresh;
   }
@@ -112,8 +137,9 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
  private:
   static queue_pair create_on_(detail::pd_ref<B> pd, std::shared_ptr<detail::cq_block<B>> send_blk,
                                std::shared_ptr<detail::cq_block<B>> recv_blk, const qp_cap& caps,
-                               const qp_options& o) {
-    return queue_pair(detail::create_parts<B, T, S>(std::move(pd), std::move(send_blk), std::move(recv_blk), caps, o));
+                               const qp_options& o, std::shared_ptr<detail::srq_state<B>> srq = {}) {
+    return queue_pair(detail::create_parts<B, T, S>(std::move(pd), std::move(send_blk), std::move(recv_blk), caps, o,
+                                                    std::move(srq)));
   }
 
  public:
@@ -200,12 +226,14 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
 
   /// Posts one receive into `buf` (UD: buf must also hold the 40-byte GRH first).
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post_recv(const local_buffer& buf, std::uint64_t wr_id) noexcept {
+    static_assert(!detail::shares_receives<T>, RDMAKIT_DETAIL_SHARED_RECEIVES);
     typename B::sge s;
     B::set_sge(s, buf.addr, buf.length, buf.lkey);
     return post_recv_(&s, 1, buf.length, wr_id);
   }
   /// Posts one receive scattered over `sgl`.
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post_recv(std::span<const local_buffer> sgl, std::uint64_t wr_id) noexcept {
+    static_assert(!detail::shares_receives<T>, RDMAKIT_DETAIL_SHARED_RECEIVES);
     typename B::sge s[detail::max_stack_sge];
     std::uint32_t total = 0;
     int n = to_sges_(sgl, s, total);
@@ -215,6 +243,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// Posts one receive per buffer with wr_ids first_wr_id, first_wr_id + 1, ...; one
   /// doorbell per 32 receives. `posted` says how many went in.
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post_recvs(std::span<const local_buffer> bufs, std::uint64_t first_wr_id) noexcept {
+    static_assert(!detail::shares_receives<T>, RDMAKIT_DETAIL_SHARED_RECEIVES);
     if (RDMAKIT_UNLIKELY(!parts_.link)) return {post_status::empty_handle, 0, 0};
     auto& l = *parts_.link;
     if (RDMAKIT_UNLIKELY(!bufs.empty() && ((first_wr_id | (first_wr_id + bufs.size() - 1)) & detail::recv_wr_bit)))

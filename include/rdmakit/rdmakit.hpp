@@ -21,6 +21,7 @@
 #include <rdmakit/protection_domain.hpp>
 #include <rdmakit/qp_pool.hpp>
 #include <rdmakit/queue_pair.hpp>
+#include <rdmakit/shared_receive_queue.hpp>
 #include <rdmakit/signaling.hpp>
 #include <rdmakit/transport.hpp>
 #include <rdmakit/types.hpp>

@@ -200,6 +200,25 @@ constexpr bool allows(opcode op) noexcept {
 
 static_assert(transport<rc> && transport<uc> && transport<ud>);
 
+/// Transport T on a shared receive queue: what protection_domain::create_qp(cq, srq, caps)
+/// makes. The same transport with no receive queue of its own, so its queue pairs have
+/// no post_recv (it does not compile: receives go to the shared_receive_queue).
+template <transport T>
+struct on_srq : T {
+  /// The transport itself (what protection_domain::create_qp is asked for).
+  using base = T;
+  /// Receives come from a shared_receive_queue.
+  static constexpr bool shared_receives = true;
+};
+
+namespace detail {
+/// Whether T's queue pairs take their receives from a shared receive queue.
+template <class T>
+inline constexpr bool shares_receives = requires { requires T::shared_receives; };
+}  // namespace detail
+
+static_assert(transport<on_srq<rc>> && detail::shares_receives<on_srq<ud>> && !detail::shares_receives<rc>);
+
 namespace detail {
 /// Each connection step applies exactly the spec's required attributes (plus STATE).
 template <transport T>

@@ -335,6 +335,19 @@ struct device_attr {
   bool atomics = false;                   ///< atomic_cap != IBV_ATOMIC_NONE
   std::uint8_t phys_port_cnt = 0;         ///< number of physical ports (numbered from 1)
   std::uint32_t num_comp_vectors = 1;     ///< completion vectors: create_cq's comp_vector is below it
+  std::uint32_t max_srq = 0;              ///< shared receive queues the device supports (0: none)
+  std::uint32_t max_srq_wr = 0;           ///< largest shared receive queue, in WRs
+  std::uint32_t max_srq_sge = 0;          ///< scatter/gather entries per shared receive WR
+};
+
+/// A shared receive queue's attributes (ibv_srq_attr): what create_srq asks for and
+/// grants, what query_srq reports.
+struct srq_attr {
+  std::uint32_t max_wr = 0;   ///< receives the SRQ holds at once
+  std::uint32_t max_sge = 1;  ///< scatter/gather entries per receive
+  /// The low watermark: when a receive taken leaves fewer than this posted, the device
+  /// raises SRQ_LIMIT_REACHED once and disarms it (0: not armed).
+  std::uint32_t limit = 0;
 };
 
 /// One port's attributes (ibv_port_attr, the fields rdmakit uses).
@@ -361,7 +374,7 @@ struct async_event {
   async_event_type type = async_event_type::cq_err;  ///< what happened
   std::uint32_t qp_num = 0;    ///< for QP events
   std::uint8_t port_num = 0;   ///< for port events
-  const void* object = nullptr;  ///< backend handle of the CQ/QP concerned (identity only)
+  const void* object = nullptr;  ///< backend handle of the CQ/QP/SRQ concerned (identity only)
 };
 
 /// One scatter/gather element; the same layout as ibv_sge.

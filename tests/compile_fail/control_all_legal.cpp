@@ -33,4 +33,28 @@ void f() {
   auto peer = remote_region<>::unchecked(0x1000, 42, 64);
   (void)live.write(r.local(), peer, 1);
   (void)r.rkey();
+
+  // With options, on a backend without SRQs: the SRQ overloads must stay out of the way.
+  auto with_opts = pd().create_qp<rc>(cq(), qp_cap{8, 8}, qp_options{});
+  auto free_opts = create_qp<rc>(pd(), cq(), qp_cap{8, 8}, qp_options{});
+}
+
+// Shared receive queues over the SRQ archetype: receives go to the SRQ, sends to the QP.
+using BS = rdmakit::archetype_srq_backend;
+protection_domain<BS>& srq_pd();
+completion_queue<BS>& srq_cq();
+void g() {
+  auto srq = srq_pd().create_srq({.max_wr = 64, .max_sge = 1, .limit = 8});
+  auto r = srq_pd().allocate<all_rights>(4096);
+  (void)srq.post_recv(r.local(), 1);
+  const local_buffer bufs[] = {r.local(0, 64), r.local(64, 64)};
+  (void)srq.post_recvs(bufs, 2);
+  srq.arm_limit(4);
+  (void)srq.limit();
+  auto q = srq_pd().create_qp<rc, signal_every<16>>(srq_cq(), srq, qp_cap{32, 0});
+  auto live = std::move(q).connect(endpoint{});
+  (void)live.send(r.local(), 3);
+  auto u = create_qp<ud>(srq_pd(), srq_cq(), srq, qp_cap{8, 0}).activate();
+  (void)u.qp_num();
+  auto fresh_q = std::move(live).reset();
 }

@@ -69,6 +69,7 @@ struct outcome {
   int verb_errno = 0;          ///< what the verb under test returns, when it is not post_send
   tri stays_rts = tri::either;  ///< the faulty WR's receiver QP is still in RTS afterwards
   tri inv_flag = tri::either;   ///< IBV_WC_WITH_INV on a SEND_WITH_INV's receive completion
+  tri async_event = tri::either;  ///< the scenario's asynchronous event is raised
 };
 
 struct deviation_row {
@@ -99,6 +100,7 @@ inline constexpr std::string_view write_imm_bad_rkey = "fault.write_imm_bad_rkey
 inline constexpr std::string_view arm_without_channel = "cq.req_notify_without_channel";
 inline constexpr std::string_view mw_out_of_window = "mw.access_outside_window";
 inline constexpr std::string_view recv_with_inv_flag = "mw.recv_with_inv_flag";
+inline constexpr std::string_view srq_last_wqe_event = "srq.qp_to_err_last_wqe_reached";
 
 }  // namespace ids
 
@@ -212,6 +214,11 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::recv_with_inv_flag, "rxe", {.inv_flag = tri::no},
                   "rxe 6.1 names the rkey but sets the kernel's IB_WC_WITH_INVALIDATE bit (1 << 2), which user "
                   "space reads as IBV_WC_IP_CSUM_OK: no WITH_INV"},
+    // A QP on an SRQ moved to ERR: the Last WQE Reached event.
+    deviation_row{ids::srq_last_wqe_event, "spec", {.async_event = tri::yes},
+                  "IB spec (affiliated async events): QP_LAST_WQE_REACHED once the QP takes no more SRQ WQEs"},
+    deviation_row{ids::srq_last_wqe_event, "rxe", {.async_event = tri::no},
+                  "rxe (kernel 6.1, observed): no event when a QP on an SRQ is moved to ERR"},
 };
 
 /// The row for a scenario under a device profile; fails the scenario when there is none.

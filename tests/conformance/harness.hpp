@@ -333,6 +333,43 @@ class fixture {
     return e;
   }
 
+  // --- shared receive queues (backends that model srq_backend) ---
+
+  /// An SRQ destroyed at teardown (after the QPs made on it later); `attr` gets the grant.
+  template <class S = B>
+    requires srq_backend<S>
+  typename S::srq make_srq(srq_attr& attr, typename B::pd in = {}) {
+    auto s = S::create_srq(in == typename B::pd{} ? pd : in, attr);
+    on_cleanup([s] { CHECK_MESSAGE(S::destroy_srq(s) == 0, "destroy_srq at teardown"); });
+    return s;
+  }
+  /// A QP in RESET whose receives come from `srq` (its CQs made unless given).
+  template <class S = B>
+    requires srq_backend<S>
+  endpoint<B> make_qp_on_srq(typename S::srq srq, const qp_opts& o = {}, typename B::cq send_cq = {},
+                             typename B::cq recv_cq = {}) {
+    endpoint<B> e;
+    e.type = o.type;
+    e.send_cq = send_cq != typename B::cq{} ? send_cq : make_cq(o.cqe);
+    e.recv_cq = recv_cq != typename B::cq{} ? recv_cq : make_cq(o.cqe);
+    e.caps = o.caps;
+    e.qp = S::create_qp_on_srq(pd, e.send_cq, e.recv_cq, srq, o.type, e.caps, o.sig_all);
+    e.num = B::qp_num(e.qp);
+    on_cleanup([q = e.qp] { CHECK_MESSAGE(B::destroy_qp(q) == 0, "destroy_qp at teardown"); });
+    return e;
+  }
+  /// Posts one receive to the SRQ.
+  template <class S = B>
+    requires srq_backend<S>
+  int post_srq_recv(typename S::srq srq, std::uint64_t wr_id, std::vector<rdmakit::sge> sg) {
+    std::vector<typename B::sge> s(sg.size());
+    for (std::size_t i = 0; i < sg.size(); ++i) B::set_sge(s[i], sg[i].addr, sg[i].length, sg[i].lkey);
+    typename B::recv_wr wr{};
+    B::set_recv(wr, wr_id, s.data(), static_cast<int>(s.size()));
+    typename B::recv_wr* bad = nullptr;
+    return S::post_srq_recv(srq, &wr, &bad);
+  }
+
   typename B::ah make_ah(const ah_attr& av, typename B::pd in = {}) {
     auto a = B::create_ah(in == typename B::pd{} ? pd : in, av);
     on_cleanup([a] { CHECK_MESSAGE(B::destroy_ah(a) == 0, "destroy_ah at teardown"); });

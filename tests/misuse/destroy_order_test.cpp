@@ -54,6 +54,58 @@ TEST_CASE("device, PD, CQ, QP, MR and AH destroyed in every one of the 720 order
   CHECK(runs == 720);
 }
 
+namespace {
+
+// One of everything on mock0 around a shared receive queue: an RC QP on the SRQ,
+// connected to a peer on mock1, that has taken one of the SRQ's two receives (its
+// completion left unpolled).
+struct srq_everything {
+  std::optional<device<B>> dev;
+  std::optional<protection_domain<B>> pd;
+  std::optional<completion_queue<B>> cq;
+  std::optional<shared_receive_queue<B>> srq;
+  std::optional<queue_pair<B, on_srq<rc>, signal_all, qp_state::rts>> qp;
+  std::optional<memory_region<B, rw_access>> mr;
+  queue_pair<B, rc, signal_all, qp_state::rts> peer_qp;
+
+  srq_everything(mock::fabric& fab, side& peer, const local_buffer& peer_tx) {
+    dev.emplace(fab, "mock0");
+    pd.emplace(dev->create_pd());
+    cq.emplace(dev->create_cq(64));
+    srq.emplace(pd->create_srq({.max_wr = 8, .max_sge = 1}));
+    mr.emplace(pd->allocate<rw_access>(256));
+    auto qi = pd->create_qp<rc>(*cq, *srq, qp_cap{8, 0});
+    auto pi = peer.pd.create_qp<rc>(peer.cq, qp_cap{8, 0});
+    const auto ep = qi.local_endpoint();
+    qp.emplace(std::move(qi).connect(pi.local_endpoint()));
+    peer_qp = std::move(pi).connect(ep);
+    REQUIRE(srq->post_recv(mr->local(0, 64), 1).ok());
+    REQUIRE(srq->post_recv(mr->local(64, 64), 2).ok());
+    REQUIRE(peer_qp.send(peer_tx, 3).ok());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("device, PD, CQ, SRQ, QP on it and MR destroyed in every one of the 720 orders") {
+  mock::fabric fab;
+  side peer(fab, "mock1");
+  auto tx = peer.pd.allocate<rw_access>(64);
+  std::array<int, 6> order{0, 1, 2, 3, 4, 5};
+  int runs = 0;
+  do {
+    srq_everything e(fab, peer, tx.local(0, 16));
+    REQUIRE(collect(peer.cq, 1).size() == 1);  // the SEND completed: the SRQ's receive took it
+    const std::array<std::function<void()>, 6> destroy{
+        [&] { e.dev.reset(); }, [&] { e.pd.reset(); }, [&] { e.cq.reset(); },
+        [&] { e.srq.reset(); }, [&] { e.qp.reset(); }, [&] { e.mr.reset(); }};
+    for (int i : order) destroy[static_cast<std::size_t>(i)]();
+    ++runs;
+  } while (std::next_permutation(order.begin(), order.end()));
+  CHECK(runs == 720);
+  CHECK(peer.cq.reserved() == 0);
+}
+
 TEST_CASE("a struct that declares its queue pair before its completion queue destroys cleanly") {
   mock::fabric fab;
   side y(fab, "mock1");

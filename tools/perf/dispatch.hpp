@@ -2,7 +2,7 @@
 // The instantiated configurations: the command line picks one of
 //   transport {rc, uc, ud} × signaling {signal_all, signal_every<16>, signal_every<64>,
 //   signal_manual} × polling {busy_poll<16>, event_driven<16>}
-// for the backend of the run. Each is a runner<B, T, S, P> (perf.hpp); compiled_in()
+// for the backend of the run, plus the --use_srq ones (on_srq<transport>, see srq_signaling). Each is a runner<B, T, S, P> (perf.hpp); compiled_in()
 // says which of them this build has.
 #include "perf.hpp"
 
@@ -22,9 +22,19 @@ namespace rdmakit_perf {
 /// runner costs ~25 s of compiler time) keeps only the ones the tool tests run: RC with
 /// every signaling policy, UC signal_every<16> busy and event-driven, UD signal_every<64>
 /// event-driven.
+/// --use_srq (transport on_srq<X>) has its own few runners: the send tests' defaults
+/// (signal_every<16> for send_lat, signal_every<64> for send_bw) with busy polling; a
+/// tested build leaves out UC.
+template <transport T, signaling S>
+constexpr bool srq_signaling() {
+  return std::is_same_v<S, signal_every<16>> || std::is_same_v<S, signal_every<64>>;
+}
+
 template <transport T, signaling S, polling P>
 constexpr bool compiled_in() {
-  if constexpr (!RDMAKIT_PERF_DISPATCH_TESTED) {
+  if constexpr (rdmakit::detail::shares_receives<T>) {
+    return srq_signaling<T, S>() && !P::needs_channel && (!RDMAKIT_PERF_DISPATCH_TESTED || T::type != qp_type::uc);
+  } else if constexpr (!RDMAKIT_PERF_DISPATCH_TESTED) {
     return true;
   } else if constexpr (T::type == qp_type::rc) {
     return !P::needs_channel;
@@ -39,6 +49,15 @@ template <verbs_backend B, transport T, signaling S, polling P>
 run_report run_runner(const perf_options& o, peer_link& link, device<B> dev) {
   if constexpr (compiled_in<T, S, P>()) {
     return runner<B, T, S, P>(o, link, std::move(dev)).run();
+  } else if constexpr (rdmakit::detail::shares_receives<T>) {
+    (void)o;
+    (void)link;
+    (void)dev;
+    if constexpr (srq_signaling<T, S>() && !P::needs_channel)
+      throw perf_failure("this rdmakit-perf was built with -Dperf_dispatch=tested and has no " + std::string(T::name) +
+                         " --use_srq runner: rebuild with -Dperf_dispatch=full (the default)");
+    throw perf_failure("--use_srq runs with busy polling and -Q 16 or 64 only (it has " + signaling_name<S>() + " / " +
+                       polling_name<P>() + "): drop -e, give -Q 16 or -Q 64");
   } else {
     (void)o;
     (void)link;
@@ -70,6 +89,13 @@ run_report run_with_signaling(const perf_options& o, peer_link& link, device<B> 
 /// named by o.device.
 template <verbs_backend B>
 run_report run_config(const perf_options& o, peer_link& link, device<B> dev) {
+  if (o.use_srq) {
+    switch (o.transport) {
+      case qp_type::rc: return run_with_signaling<B, on_srq<rc>>(o, link, std::move(dev));
+      case qp_type::uc: return run_with_signaling<B, on_srq<uc>>(o, link, std::move(dev));
+      case qp_type::ud: return run_with_signaling<B, on_srq<ud>>(o, link, std::move(dev));
+    }
+  }
   switch (o.transport) {
     case qp_type::rc: return run_with_signaling<B, rc>(o, link, std::move(dev));
     case qp_type::uc: return run_with_signaling<B, uc>(o, link, std::move(dev));

@@ -47,6 +47,8 @@ void usage(const char* argv0, std::FILE* to) {
                "  -I, --inline_size=<bytes> send inline when the message fits (default 220 write/send, 0 else)\n"
                "  -e, --events              sleep on CQ events (event_driven) instead of busy polling\n"
                "  -q, --qp=<n>              number of QPs (bw tests; default 1)\n"
+               "      --use_srq             send tests: the QPs take their receives from one shared receive\n"
+               "                            queue of -r receives (busy polling, -Q 16 or 64)\n"
                "  -c, --connection=<RC|UC|UD>, --transport=<rc|uc|ud>   transport (default RC)\n"
                "  -A, --atomic_type=<FETCH_AND_ADD|CMP_AND_SWAP>       atomic operation\n"
                "  -d, --ib-dev=<dev>        RDMA device (default: none = mock loopback in this process)\n"
@@ -100,7 +102,7 @@ int fail(const char* argv0, const std::string& msg) {
 }
 
 int parse(int argc, char** argv, cli& c) {
-  enum { o_json = 1000, o_mock, o_timeout, o_accept, o_signal, o_transport, o_noprog };
+  enum { o_json = 1000, o_mock, o_timeout, o_accept, o_signal, o_transport, o_noprog, o_srq };
   static const option longs[] = {
       {"size", required_argument, nullptr, 's'},        {"iters", required_argument, nullptr, 'n'},
       {"duration", required_argument, nullptr, 'D'},    {"tx-depth", required_argument, nullptr, 't'},
@@ -114,6 +116,7 @@ int parse(int argc, char** argv, cli& c) {
       {"json", no_argument, nullptr, o_json},           {"mock", no_argument, nullptr, o_mock},
       {"timeout", required_argument, nullptr, o_timeout}, {"accept-timeout", required_argument, nullptr, o_accept},
       {"signal", required_argument, nullptr, o_signal}, {"no-progress", no_argument, nullptr, o_noprog},
+      {"use_srq", no_argument, nullptr, o_srq},         {"use-srq", no_argument, nullptr, o_srq},
       {"help", no_argument, nullptr, 'h'},              {nullptr, 0, nullptr, 0}};
   const char* me = argv[0];
   auto bad = [&](const char* what, const char* arg) {
@@ -225,6 +228,7 @@ int parse(int argc, char** argv, cli& c) {
         else return bad("signaling (auto or manual)", optarg);
         break;
       case o_noprog: c.o.progress = false; break;
+      case o_srq: c.o.use_srq = true; break;
       case 'h': c.help = true; return 0;
       default: return bad("option", argv[optind - 1]);
     }
@@ -273,6 +277,10 @@ int parse(int argc, char** argv, cli& c) {
   if (t->op == op_kind::write && o.transport == qp_type::ud)
     return fail(me, std::string(t->name) + " needs RDMA WRITE, which UD does not have (RC and UC do): use "
                                            "--transport rc or uc");
+
+  if (o.use_srq && t->op != op_kind::send)
+    return fail(me, std::string(t->name) + ": --use_srq is for the send tests (send_bw, send_lat), the only ones "
+                                           "that post receives");
 
   // Test-specific limits.
   if (!t->bw) {

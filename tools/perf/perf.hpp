@@ -25,6 +25,7 @@
 #include <thread>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace rdmakit_perf {
@@ -76,6 +77,7 @@ struct perf_options {
   std::uint32_t post_list = 1;
   std::uint32_t inline_size = 0;
   bool events = false;
+  bool use_srq = false;      ///< send tests: the QPs take their receives from one SRQ of rx_depth
   std::uint32_t num_qps = 1;
   qp_type transport = qp_type::rc;
   bool cmp_swap = false;      ///< atomics: compare-and-swap instead of fetch-and-add
@@ -251,6 +253,8 @@ class runner {
   using cq_t = completion_queue<B, P>;
   using remote_t = remote_region<remote_access_bits>;
   static constexpr std::uint64_t seq_mask = (std::uint64_t{1} << 48) - 1;
+  // --use_srq: T is on_srq<X>, every QP takes its receives from srq_ (wr_id 0, slot 0).
+  static constexpr bool srq_ = rdmakit::detail::shares_receives<T>;
 
  public:
   /// `dev`: the device to run on, or empty to open the one o.device names.
@@ -261,6 +265,7 @@ class runner {
     setup();
     run_report rep;
     rep.transport = T::type == qp_type::rc ? "rc" : T::type == qp_type::uc ? "uc" : "ud";
+    if constexpr (srq_) rep.transport += "+srq";
     rep.signaling = signaling_name<S>();
     rep.polling = polling_name<P>();
     rep.post_list = t_.bw ? o_.post_list : 1;
@@ -307,19 +312,35 @@ class runner {
     inline_ = std::min(inline_, dev_.attr().max_inline_data);
     sq_depth_ = t_.bw ? o_.tx_depth : std::max(o_.tx_depth, o_.cq_mod);
     const std::uint32_t rq = receives() ? o_.rx_depth : 1;
-    cq_ = dev_.template create_cq<P>(static_cast<int>(o_.num_qps * (sq_depth_ + rq)));
     qp_options qo;
     qo.port = o_.ib_port;
     qo.gid_index = o_.gid_index;
-    qp_cap caps{sq_depth_, rq, 1, 1, inline_};
     std::vector<init_qp> init;
-    for (std::uint32_t j = 0; j < o_.num_qps; ++j) init.push_back(pd_.template create_qp<T, S>(cq_, caps, qo));
-    if (receives()) {
+    if constexpr (srq_) {
+      // One SRQ of rx_depth receives for all QPs: the CQ holds it once.
+      cq_ = dev_.template create_cq<P>(static_cast<int>(o_.num_qps * sq_depth_ + rq));
+      srq_q_ = pd_.create_srq({.max_wr = rq, .max_sge = 1});
+      const qp_cap caps{sq_depth_, 0, 1, 0, inline_};
+      for (std::uint32_t j = 0; j < o_.num_qps; ++j)
+        init.push_back(pd_.template create_qp<typename T::base, S>(cq_, srq_q_, caps, qo));
+      if (receives()) {
+        rbufs_.assign(o_.rx_depth, mr_.local(recv_off(0), slot_));
+        auto r = srq_q_.post_recvs(rbufs_, 0);
+        if (!r) throw perf_failure("couldn't post " + std::to_string(o_.rx_depth) + " receives to the SRQ: " + r.message());
+      }
+    } else {
+      cq_ = dev_.template create_cq<P>(static_cast<int>(o_.num_qps * (sq_depth_ + rq)));
+      const qp_cap caps{sq_depth_, rq, 1, 1, inline_};
+      for (std::uint32_t j = 0; j < o_.num_qps; ++j) init.push_back(pd_.template create_qp<T, S>(cq_, caps, qo));
+    }
+    if (!srq_ && receives()) {
       rbufs_.assign(o_.rx_depth, local_buffer{});
       for (std::uint32_t j = 0; j < o_.num_qps; ++j) {
         std::fill(rbufs_.begin(), rbufs_.end(), mr_.local(recv_off(j), slot_));
-        auto r = init[j].post_recvs(rbufs_, j);
-        if (!r) throw perf_failure("couldn't post " + std::to_string(o_.rx_depth) + " receives: " + r.message());
+        if constexpr (!srq_) {
+          auto r = init[j].post_recvs(rbufs_, j);
+          if (!r) throw perf_failure("couldn't post " + std::to_string(o_.rx_depth) + " receives: " + r.message());
+        }
       }
     }
 
@@ -597,7 +618,11 @@ class runner {
     if (!c.ok()) return record_failure(c);
     if (!c.is_recv()) return;
     ++recvd;
-    auto r = qps_[0].post_recv(mr_.local(recv_off(0), slot_), 0);
+    post_result r;
+    if constexpr (srq_)
+      r = srq_q_.post_recv(mr_.local(recv_off(0), slot_), 0);
+    else
+      r = qps_[0].post_recv(mr_.local(recv_off(0), slot_), 0);
     if (!r && failure_.empty()) failure_ = std::string("couldn't repost a receive: ") + r.message();
   }
 
@@ -739,7 +764,11 @@ class runner {
       for (std::uint32_t j = 0; j < q; ++j) {
         if (consumed[j] == 0) continue;
         std::fill_n(rbufs_.begin(), consumed[j], mr_.local(recv_off(j), slot_));
-        auto r = qps_[j].post_recvs(std::span(rbufs_.data(), consumed[j]), j);
+        post_result r;
+        if constexpr (srq_)
+          r = srq_q_.post_recvs(std::span(rbufs_.data(), consumed[j]), j);  // all receives are wr_id 0: j is 0
+        else
+          r = qps_[j].post_recvs(std::span(rbufs_.data(), consumed[j]), j);
         if (!r) throw perf_failure(std::string("couldn't repost receives: ") + r.message());
         consumed[j] = 0;
       }
@@ -807,6 +836,7 @@ class runner {
   protection_domain<B> pd_;
   region_t mr_;
   cq_t cq_;
+  std::conditional_t<srq_, shared_receive_queue<B>, std::monostate> srq_q_;
   std::vector<address_handle<B>> ahs_;
   std::vector<live_qp> qps_;
   std::vector<std::uint32_t> peer_qpn_;

@@ -27,6 +27,9 @@ struct qp_link {
   sq_credits sq;
   std::uint32_t rq_depth = 0;
   std::uint32_t rq_held = 0;
+  // 1, or 0 on a shared receive queue: its receives are not this QP's to count (a
+  // factor, so the batch path stays branch-free).
+  std::uint32_t rq_own = 1;
   bool error = false;
   wc_status first_error = wc_status::success;
   cq_block<B>* send_cq = nullptr;
@@ -56,7 +59,7 @@ struct qp_link {
   /// n successful completions of this QP, `recvs` of them receives (any order: each
   /// send completion frees the oldest signaled WR's slots, as account() would).
   RDMAKIT_ALWAYS_INLINE void on_polled_batch(std::uint32_t n, std::uint32_t recvs) noexcept {
-    rq_held -= recvs;
+    rq_held -= recvs * rq_own;
     sq.on_signaled_completions(n - recvs);
   }
 
@@ -64,13 +67,13 @@ struct qp_link {
     const bool recv = (B::get_wr_id(w) & recv_wr_bit) != 0;
     if (RDMAKIT_LIKELY(B::get_status(w) == wc_status::success)) {
       if (recv)
-        --rq_held;
+        rq_held -= rq_own;
       else
         sq.on_signaled_completion();
     } else if (recv && recv_offset != 0 && B::get_status(w) == wc_status::loc_len_err) {
       // UD (the only transport with a receive offset): a datagram too large for its
       // receive costs that receive, not the QP, which stays in RTS (docs/semantics.md#ud).
-      --rq_held;
+      rq_held -= rq_own;
     } else {
       set_error();
       // The root cause, not a flush it caused: with separate send and receive CQs the
@@ -141,6 +144,14 @@ struct cq_block {
   unsigned unacked = 0;
   bool armed = false;
   std::uint64_t unrouted = 0;
+  // Shared receive queues whose QPs complete receives here: each one's max_wr is
+  // reserved once, however many of its QPs are attached.
+  struct srq_use {
+    const void* id;
+    std::uint32_t max_wr;
+    std::uint32_t qps;
+  };
+  std::vector<srq_use> srqs;
 
   cq_block() = default;
   cq_block(const cq_block&) = delete;
@@ -194,6 +205,32 @@ struct cq_block {
     reserved -= std::min<std::uint64_t>(reserved, entries);
     flushing += flushes;
     ++retired;
+  }
+
+  /// The entries a QP of SRQ `id` adds here: its max_wr for the first one, then none.
+  std::uint32_t srq_entries(const void* id, std::uint32_t max_wr) const noexcept {
+    for (const auto& s : srqs)
+      if (s.id == id) return 0;
+    return max_wr;
+  }
+  void attach_srq(const void* id, std::uint32_t max_wr) {
+    for (auto& s : srqs)
+      if (s.id == id) {
+        ++s.qps;
+        return;
+      }
+    srqs.push_back({id, max_wr, 1});
+    reserved += max_wr;
+  }
+  void detach_srq(const void* id) noexcept {
+    for (auto it = srqs.begin(); it != srqs.end(); ++it)
+      if (it->id == id) {
+        if (--it->qps == 0) {
+          reserved -= std::min<std::uint64_t>(reserved, it->max_wr);
+          srqs.erase(it);
+        }
+        return;
+      }
   }
 
   void detach(qp_link<B>* l, std::uint32_t entries, bool was_retired) noexcept {

@@ -42,12 +42,22 @@ struct batch_entry {
   static constexpr std::uint32_t never_inline = ~std::uint32_t{0};
 };
 
-// What a queue pair owns. It keeps its PD (and so its device) and its CQs alive: the
-// native QP is destroyed before any of them, whatever order the handles go in.
+// A shared receive queue's control block (shared_receive_queue.hpp; defined only for
+// backends that have SRQs: elsewhere the pointer below is always null).
+template <class B>
+struct srq_state;
+
+// What a queue pair owns. It keeps its PD (and so its device), its CQs and its shared
+// receive queue alive: the native QP is destroyed before any of them, whatever order
+// the handles go in.
 template <class B>
 struct qp_parts {
   pd_ref<B> pd;
   std::shared_ptr<cq_block<B>> scq, rcq;
+  std::shared_ptr<srq_state<B>> srq;  // null unless the QP takes its receives from one
+  // srq.get() as the receive CQ knows it (kept apart: converting srq_state<B>* would
+  // instantiate srq_state for backends without SRQs).
+  const void* srq_id = nullptr;
   typename B::qp qp{};
   link_ptr<B> link;  // never null: empty, it is the closed link
   qp_cap asked{};     // as asked: the CQ entries reserved on send_cq / recv_cq, and the credits
@@ -75,6 +85,8 @@ struct qp_parts {
       pd = std::move(o.pd);
       scq = std::move(o.scq);
       rcq = std::move(o.rcq);
+      srq = std::move(o.srq);
+      srq_id = std::exchange(o.srq_id, nullptr);
       qp = std::exchange(o.qp, {});
       link = std::move(o.link);
       asked = o.asked;
@@ -104,9 +116,12 @@ struct qp_parts {
         if (link->send_cq) link->send_cq->detach(link.get(), asked.max_send_wr, is_retired);
         if (link->recv_cq) link->recv_cq->detach(link.get(), asked.max_recv_wr, is_retired);
       }
+      if (srq_id && link->recv_cq) link->recv_cq->detach_srq(srq_id);
       link.reset();
     }
     retired.reset();
+    srq.reset();  // after the QP: the SRQ may be destroyed now
+    srq_id = nullptr;
     scq.reset();  // after the QP: the CQs may be destroyed now, then the PD
     rcq.reset();
     pd.reset();

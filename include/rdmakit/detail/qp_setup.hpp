@@ -17,6 +17,7 @@
 #include <rdmakit/transport.hpp>
 #include <rdmakit/types.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <memory>
@@ -114,15 +115,30 @@ void modify_step(qp_parts<B>& p, const qp_attr& a, qp_attr_mask m, qp_state from
   }
 }
 
-// Creates the native QP on checked CQs, attaches it to them and takes it to INIT.
+// Creates the native QP on checked CQs, attaches it to them and takes it to INIT. With
+// `srq` (transport on_srq<X> only) the receives come from it: the receive CQ reserves
+// the SRQ's max_wr once for all its QPs.
 template <class B, class T, class S>
 qp_parts<B> create_parts(pd_ref<B> pd, std::shared_ptr<cq_block<B>> send_blk,
-                         std::shared_ptr<cq_block<B>> recv_blk, const qp_cap& caps, const qp_options& o) {
+                         std::shared_ptr<cq_block<B>> recv_blk, const qp_cap& caps, const qp_options& o,
+                         std::shared_ptr<srq_state<B>> srq = {}) {
   cq_block<B>* scq = send_blk.get();
   cq_block<B>* rcq = recv_blk.get();
   const device_state<B>& dev = *pd->dev;
   check_sq_depth<S>(caps);
-  check_cq_room(*scq, *rcq, caps, T::name, dev.attr.max_cqe);
+  qp_cap room = caps;  // what the CQs must have room for
+  if constexpr (shares_receives<T>) {
+    if (!srq)
+      throw usage_error(std::string("create_qp(): an on_srq<") + std::string(T::name) +
+                        "> queue pair needs its shared receive queue: pd.create_qp<T>(cq, srq, caps)");
+    if (caps.max_recv_wr != 0 || caps.max_recv_sge > 1)
+      throw usage_error("create_qp(): a queue pair on a shared receive queue has no receive queue of its own, "
+                        "but max_recv_wr is " + std::to_string(caps.max_recv_wr) + " and max_recv_sge " +
+                        std::to_string(caps.max_recv_sge) + ": set max_recv_wr to 0 (the SRQ's max_wr and "
+                        "max_sge apply)");
+    room.max_recv_wr = rcq->srq_entries(srq.get(), srq->attr.max_wr);
+  }
+  check_cq_room(*scq, *rcq, room, T::name, dev.attr.max_cqe);
 
   qp_parts<B> p;
   p.pd = pd;
@@ -131,7 +147,14 @@ qp_parts<B> create_parts(pd_ref<B> pd, std::shared_ptr<cq_block<B>> send_blk,
   p.asked = caps;
   p.opts = o;
   p.caps = caps;
-  p.qp = B::create_qp(pd->pd, scq->cq, rcq->cq, T::type, p.caps, false);
+  if constexpr (shares_receives<T>) {
+    p.asked.max_recv_wr = 0;
+    p.qp = B::create_qp_on_srq(pd->pd, scq->cq, rcq->cq, srq->srq, T::type, p.caps, false);
+    srq->recv_offset = std::max(srq->recv_offset, T::recv_offset);  // a UD QP: receives need the GRH area
+    p.srq = std::move(srq);
+  } else {
+    p.qp = B::create_qp(pd->pd, scq->cq, rcq->cq, T::type, p.caps, false);
+  }
   p.inline_limit = o.auto_inline ? p.caps.max_inline_data : 0;
   p.link = link_ptr<B>::make();
   auto& l = *p.link;
@@ -140,14 +163,19 @@ qp_parts<B> create_parts(pd_ref<B> pd, std::shared_ptr<cq_block<B>> send_blk,
   // Credits follow what was asked: the device may grant more, but the CQs were
   // sized (and checked above) for the requested depths.
   l.sq = sq_credits::for_policy<S>(caps.max_send_wr);
-  l.rq_depth = caps.max_recv_wr;
+  l.rq_depth = p.asked.max_recv_wr;
   l.send_cq = scq;
   l.recv_cq = rcq;
   if (scq == rcq) {
-    scq->attach(&l, caps.max_send_wr + caps.max_recv_wr);
+    scq->attach(&l, p.asked.max_send_wr + p.asked.max_recv_wr);
   } else {
-    scq->attach(&l, caps.max_send_wr);
-    rcq->attach(&l, caps.max_recv_wr);
+    scq->attach(&l, p.asked.max_send_wr);
+    rcq->attach(&l, p.asked.max_recv_wr);
+  }
+  if constexpr (shares_receives<T>) {
+    l.rq_own = 0;
+    rcq->attach_srq(p.srq.get(), p.srq->attr.max_wr);
+    p.srq_id = p.srq.get();  // from now on release() gives the CQ's share back
   }
 
   const port_attr pa = dev.port(o.port);

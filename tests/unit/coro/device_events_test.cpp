@@ -37,3 +37,28 @@ TEST_CASE("device_events: keeps the device open; events outlive no one") {
   };
   loop.run(run());
 }
+
+TEST_CASE("device_events: a shared receive queue's limit event wakes the loop") {
+  mock::fabric fab;
+  event_loop loop;
+  side a(fab, "mock0", loop), b(fab, "mock1", loop);
+  device_events<B> events(loop, b.dev);
+  auto srq = b.pd.create_srq({.max_wr = 8});
+  auto qa0 = a.pd.create_qp<rc>(a.cq.queue(), qp_cap{8, 8});
+  auto qb0 = b.pd.create_qp<rc>(b.cq.queue(), srq, qp_cap{8, 0});
+  auto qa = std::move(qa0).connect(qb0.local_endpoint());
+  auto qb = std::move(qb0).connect(qa.local_endpoint());
+  auto ma = a.pd.allocate<rw>(256);
+  auto mb = b.pd.allocate<rw>(256);
+  for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(srq.post_recv(mb.local(i * 64, 64), i).ok());
+  srq.arm_limit(3);
+  auto run = [&]() -> task<void> {
+    REQUIRE(qa.send(ma.local(0, 8), 1).ok());
+    REQUIRE(qa.send(ma.local(0, 8), 2).ok());  // 2 receives left: below the limit of 3
+    std::optional<async_event> ev = co_await events.next(1s);
+    REQUIRE(ev);
+    CHECK(ev->type == async_event_type::srq_limit_reached);
+    CHECK(srq.raised(*ev));
+  };
+  loop.run(run());
+}

@@ -17,6 +17,7 @@
 #if !defined(RDMAKIT_SEPARATE_COMPILATION)
 #include <rdmakit/backends/ibverbs/device_verbs.hpp>
 #include <rdmakit/backends/ibverbs/qp_verbs.hpp>
+#include <rdmakit/backends/ibverbs/srq_verbs.hpp>
 #endif
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/gid_choice.hpp>
@@ -46,6 +47,7 @@ struct ibverbs {
   using qp = ibv_qp*;                 ///< a queue pair
   using ah = ibv_ah*;                 ///< an address handle
   using mw = ibv_mw*;                 ///< a memory window
+  using srq = ibv_srq*;               ///< a shared receive queue
   using sge = ibv_sge;                ///< a scatter/gather entry
   using send_wr = ibv_send_wr;        ///< a send work request
   using recv_wr = ibv_recv_wr;        ///< a receive work request
@@ -213,7 +215,7 @@ struct ibverbs {
   /// writes the granted caps back. A refused inline size is explained by probing the
   /// limit for this QP type then, on the failure path only.
   static qp create_qp(pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps, bool sq_sig_all) {
-    return rdmakit::ibverbs::detail::create_qp(p, send_cq, recv_cq, type, caps, sq_sig_all);
+    return rdmakit::ibverbs::detail::create_qp(p, send_cq, recv_cq, nullptr, type, caps, sq_sig_all);
   }
   /// ibv_destroy_qp: destroys a queue pair; returns 0 or an errno.
   static int destroy_qp(qp q) noexcept { return rdmakit::ibverbs::detail::rc_errno(ibv_destroy_qp(q)); }
@@ -240,6 +242,33 @@ struct ibverbs {
   static int post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept {
     recv_wr* ignored = nullptr;
     return ibv_post_recv(q, wr, bad_wr ? bad_wr : &ignored);
+  }
+
+  // ------------------------------------------------------ shared receive queues
+
+  /// ibv_create_srq, checked against max_srq_wr/max_srq_sge first; writes the granted
+  /// max_wr/max_sge back and arms attr.limit (ibv_modify_srq) when it is not 0.
+  static srq create_srq(pd p, srq_attr& attr) { return rdmakit::ibverbs::detail::create_srq(p, attr); }
+  /// ibv_destroy_srq: returns 0 or an errno (EBUSY while a QP uses it).
+  static int destroy_srq(srq s) noexcept { return rdmakit::ibverbs::detail::rc_errno(ibv_destroy_srq(s)); }
+  /// ibv_post_srq_recv: posts the receive WR list starting at `wr`. Returns 0 or an
+  /// errno; on failure `*bad_wr` is the first WR not posted.
+  static int post_srq_recv(srq s, recv_wr* wr, recv_wr** bad_wr) noexcept {
+    recv_wr* ignored = nullptr;
+    return ibv_post_srq_recv(s, wr, bad_wr ? bad_wr : &ignored);
+  }
+  /// ibv_modify_srq with IBV_SRQ_LIMIT: arms the limit event (0 disarms).
+  static int arm_srq_limit(srq s, std::uint32_t limit) noexcept {
+    ibv_srq_attr a;
+    std::memset(&a, 0, sizeof a);
+    a.srq_limit = limit;
+    return rdmakit::ibverbs::detail::rc_errno(ibv_modify_srq(s, &a, IBV_SRQ_LIMIT));
+  }
+  /// ibv_query_srq: max_wr, max_sge and the armed limit (0 once the event fired).
+  static srq_attr query_srq(srq s) { return rdmakit::ibverbs::detail::query_srq(s); }
+  /// create_qp whose receives come from `s`: caps.max_recv_* are written back as granted.
+  static qp create_qp_on_srq(pd p, cq send_cq, cq recv_cq, srq s, qp_type type, qp_cap& caps, bool sq_sig_all) {
+    return rdmakit::ibverbs::detail::create_qp(p, send_cq, recv_cq, s, type, caps, sq_sig_all);
   }
 
   // ------------------------------------------- building native work requests
@@ -332,6 +361,7 @@ struct ibverbs {
 static_assert(models_verbs_backend<ibverbs>());
 static_assert(fd_event_backend<ibverbs>);
 static_assert(mw_backend<ibverbs>);
+static_assert(srq_backend<ibverbs>);
 
 /// Automatic GID choice for a port of an ibverbs device (the rule is in
 /// rdmakit/detail/gid_choice.hpp: on RoCE an IPv4-mapped RoCEv2 GID first, then any

@@ -107,6 +107,9 @@ RDMAKIT_DECL device_attr query_device(ibv_context* ctx) {
   o.atomics = a.atomic_cap != IBV_ATOMIC_NONE;
   o.phys_port_cnt = a.phys_port_cnt;
   o.num_comp_vectors = nonneg(ctx->num_comp_vectors);
+  o.max_srq = nonneg(a.max_srq);
+  o.max_srq_wr = nonneg(a.max_srq_wr);
+  o.max_srq_sge = nonneg(a.max_srq_sge);
   return o;
 }
 

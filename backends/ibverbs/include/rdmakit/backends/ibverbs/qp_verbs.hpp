@@ -19,13 +19,13 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace ibverbs::detail {
 
-RDMAKIT_DECL ibv_qp* create_qp(ibv_pd* p, ibv_cq* send_cq, ibv_cq* recv_cq, qp_type type, qp_cap& caps,
-                               bool sq_sig_all) {
+RDMAKIT_DECL ibv_qp* create_qp(ibv_pd* p, ibv_cq* send_cq, ibv_cq* recv_cq, ibv_srq* srq, qp_type type,
+                               qp_cap& caps, bool sq_sig_all) {
   if (!p || !send_cq || !recv_cq)
     throw verbs_error("ibv_create_qp", EINVAL, "the PD, send CQ and receive CQ must all be given");
   ibv_context* ctx = p->context;
   const ibv_device_attr lim = query_raw(ctx);
-  const std::string what = std::string(to_string(type)) + " QP on " + ctx_name(ctx);
+  const std::string what = std::string(to_string(type)) + " QP on " + ctx_name(ctx) + (srq ? " (on an SRQ)" : "");
   auto over = [&](const char* field, std::uint32_t asked, const char* limit, long long max) {
     if (static_cast<long long>(asked) > max)
       throw verbs_error("ibv_create_qp", EINVAL,
@@ -33,6 +33,10 @@ RDMAKIT_DECL ibv_qp* create_qp(ibv_pd* p, ibv_cq* send_cq, ibv_cq* recv_cq, qp_t
                             limit + "=" + std::to_string(max) + "; ask for at most that");
   };
   over("max_send_wr", caps.max_send_wr, "max_qp_wr", lim.max_qp_wr);
+  if (srq) {  // receives come from the SRQ: the QP has no receive queue of its own
+    caps.max_recv_wr = 0;
+    caps.max_recv_sge = 0;
+  }
   over("max_recv_wr", caps.max_recv_wr, "max_qp_wr", lim.max_qp_wr);
   over("max_send_sge", caps.max_send_sge, "max_sge", lim.max_sge);
   over("max_recv_sge", caps.max_recv_sge, "max_sge", lim.max_sge);
@@ -41,6 +45,7 @@ RDMAKIT_DECL ibv_qp* create_qp(ibv_pd* p, ibv_cq* send_cq, ibv_cq* recv_cq, qp_t
   std::memset(&ia, 0, sizeof ia);
   ia.send_cq = send_cq;
   ia.recv_cq = recv_cq;
+  ia.srq = srq;
   ia.qp_type = static_cast<ibv_qp_type>(type);
   ia.sq_sig_all = sq_sig_all ? 1 : 0;
   ia.cap.max_send_wr = caps.max_send_wr;

@@ -33,10 +33,13 @@ RDMAKIT_DECL ibv_ah* create_ah(ibv_pd* p, const ah_attr& attr);
 RDMAKIT_DECL ibv_comp_channel* create_comp_channel(ibv_context* ctx);
 RDMAKIT_DECL ibv_cq* create_cq(ibv_context* ctx, int cqe, ibv_comp_channel* ch, int comp_vector);
 // Queue pairs (qp_verbs.hpp).
-RDMAKIT_DECL ibv_qp* create_qp(ibv_pd* p, ibv_cq* send_cq, ibv_cq* recv_cq, qp_type type, qp_cap& caps,
-                               bool sq_sig_all);
+RDMAKIT_DECL ibv_qp* create_qp(ibv_pd* p, ibv_cq* send_cq, ibv_cq* recv_cq, ibv_srq* srq, qp_type type,
+                               qp_cap& caps, bool sq_sig_all);
 RDMAKIT_DECL qp_state query_qp_state(ibv_qp* q);
 RDMAKIT_DECL void modify_qp(ibv_qp* q, const qp_attr& attr, qp_attr_mask mask);
+// Shared receive queues (srq_verbs.hpp).
+RDMAKIT_DECL ibv_srq* create_srq(ibv_pd* p, srq_attr& attr);
+RDMAKIT_DECL srq_attr query_srq(ibv_srq* s);
 
 }  // namespace ibverbs::detail
 RDMAKIT_END_NAMESPACE

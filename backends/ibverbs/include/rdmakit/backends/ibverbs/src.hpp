@@ -8,3 +8,4 @@
 #endif
 #include <rdmakit/backends/ibverbs/device_verbs.hpp>
 #include <rdmakit/backends/ibverbs/qp_verbs.hpp>
+#include <rdmakit/backends/ibverbs/srq_verbs.hpp>

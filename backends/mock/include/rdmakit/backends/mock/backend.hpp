@@ -25,6 +25,7 @@ class channel_obj;
 class qp_obj;
 class ah_obj;
 class mw_obj;
+class srq_obj;
 }  // namespace mock::detail
 
 namespace backends {
@@ -41,6 +42,7 @@ struct mock {
   using qp = rdmakit::mock::detail::qp_obj*;            ///< a queue pair
   using ah = rdmakit::mock::detail::ah_obj*;            ///< an address handle
   using mw = rdmakit::mock::detail::mw_obj*;            ///< a memory window
+  using srq = rdmakit::mock::detail::srq_obj*;          ///< a shared receive queue
   using sge = rdmakit::sge;                             ///< the same layout as ibv_sge
 
   /// Mirrors ibv_send_wr.
@@ -225,6 +227,22 @@ struct mock {
   /// is the first WR not posted.
   static int post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept;
 
+  // Shared receive queues (srq_backend).
+  /// Creates an SRQ of attr.max_wr receives of attr.max_sge SGEs (granted as asked) and
+  /// arms attr.limit when it is not 0.
+  static srq create_srq(pd p, srq_attr& attr);
+  /// Destroys an SRQ; EBUSY while a queue pair uses it.
+  static int destroy_srq(srq s) noexcept;
+  /// Posts the receive WR list starting at `wr` to the SRQ. Returns 0 or an errno (ENOMEM:
+  /// full); on failure `*bad_wr` is the first WR not posted.
+  static int post_srq_recv(srq s, recv_wr* wr, recv_wr** bad_wr) noexcept;
+  /// Arms the limit event (0 disarms). EINVAL above max_wr.
+  static int arm_srq_limit(srq s, std::uint32_t limit) noexcept;
+  /// The SRQ's max_wr, max_sge and armed limit (0 once the event fired).
+  static srq_attr query_srq(srq s);
+  /// create_qp whose receives come from `s` (its receive capacities granted as 0).
+  static qp create_qp_on_srq(pd p, cq send_cq, cq recv_cq, srq s, qp_type type, qp_cap& caps, bool sq_sig_all);
+
   /// Fills a scatter/gather entry: address, length, local key.
   static void set_sge(sge& s, std::uint64_t addr, std::uint32_t length, std::uint32_t lkey) noexcept {
     s.addr = addr;
@@ -309,6 +327,7 @@ struct mock {
 static_assert(models_verbs_backend<mock>());
 static_assert(fd_event_backend<mock>);
 static_assert(mw_backend<mock>);
+static_assert(srq_backend<mock>);
 
 }  // namespace backends
 RDMAKIT_END_NAMESPACE

@@ -130,7 +130,8 @@ inline void flush_sends(fabric_state& f, qp_obj* q) {
 }
 
 /// Moves a QP to ERR: every outstanding send WR and posted receive completes with
-/// WR_FLUSH_ERR, in queue order, signaled or not.
+/// WR_FLUSH_ERR, in queue order, signaled or not; a QP on an SRQ raises
+/// QP_LAST_WQE_REACHED instead of flushing the SRQ's receives.
 inline void to_error(fabric_state& f, qp_obj* q) {
   if (q->state == qp_state::err) return;
   q->state = qp_state::err;
@@ -140,6 +141,16 @@ inline void to_error(fabric_state& f, qp_obj* q) {
   auto rq = std::move(q->rq);
   q->rq.clear();
   for (auto& r : rq) flush_recv(f, q, r);
+  if (q->srq && !f.as_rxe()) {
+    // The SRQ's receives are not the QP's to flush: the QP says it will take no more
+    // (rxe 6.1 raises nothing).
+    async_event ev;
+    ev.type = async_event_type::qp_last_wqe_reached;
+    ev.qp_num = q->qpn;
+    ev.object = q;
+    q->pd->ctx->push_async(ev);
+    f.cv.notify_all();
+  }
 }
 
 /// Reports finished send WQEs in SQ order; an error completion moves the QP to ERR.

@@ -31,7 +31,8 @@ struct port_config {
   bool up = true;  ///< false: the port starts unplugged (see fabric::set_port_up)
 };
 
-/// The defaults follow rxe's hard limits (32 SGEs, 512 bytes inline, 2^20 WRs, 32767 CQEs).
+/// The defaults follow rxe's hard limits (32 SGEs, 512 bytes inline, 2^20 WRs, 32767 CQEs,
+/// SRQs of 2^14 WRs and 27 SGEs).
 inline device_attr default_device_limits() {
   device_attr a;
   a.max_mr_size = ~std::uint64_t{0};
@@ -49,6 +50,9 @@ inline device_attr default_device_limits() {
   a.atomics = true;
   a.phys_port_cnt = 1;
   a.num_comp_vectors = 1;  // rxe: one per CPU; one here, so an out-of-range vector is caught
+  a.max_srq = 1u << 12;    // rxe: RXE_MAX_SRQ, RXE_MAX_SRQ_WR, RXE_MAX_SRQ_SGE
+  a.max_srq_wr = 1u << 14;
+  a.max_srq_sge = 27;
   return a;
 }
 

@@ -36,7 +36,7 @@ struct port_rt {
 
 // How many of each object a device has, against cfg.limits (max_pd, max_mr, ...).
 struct object_counts {
-  std::uint32_t pd = 0, mr = 0, cq = 0, qp = 0, ah = 0;
+  std::uint32_t pd = 0, mr = 0, cq = 0, qp = 0, ah = 0, srq = 0;
 };
 
 struct device_rt {
@@ -51,7 +51,7 @@ class context_obj {
   fabric_state* fab = nullptr;
   std::shared_ptr<fabric_state> keep;  // the fabric object may go first
   std::uint32_t dev = 0;
-  std::deque<async_event> async_q;
+  std::deque<async_event> async_q;  // add with push_async: async_ready must follow it
   ready_fd async_ready;  // readable while async_q is not empty
   int children = 0;  // pds, cqs, channels
 
@@ -64,7 +64,7 @@ class context_obj {
 class pd_obj {
  public:
   context_obj* ctx = nullptr;
-  int children = 0;  // mrs, qps, ahs
+  int children = 0;  // mrs, qps, ahs, srqs
 };
 
 class mr_obj {
@@ -177,6 +177,15 @@ struct recv_wqe {
   sge_list sges;
 };
 
+/// A shared receive queue: every QP created on it takes its receives from `wqes`.
+class srq_obj {
+ public:
+  pd_obj* pd = nullptr;
+  srq_attr attr;  // granted max_wr, max_sge; limit: armed watermark (0: disarmed)
+  std::deque<recv_wqe> wqes;
+  int qps = 0;  // queue pairs created on it
+};
+
 /// A message on the wire (one per WQE transmission; packets are counted, not simulated).
 struct message {
   std::uint32_t src_qpn = 0;
@@ -241,6 +250,7 @@ class qp_obj {
   std::uint64_t issue_from = 1;
   std::uint64_t report_from = 1;
   std::deque<recv_wqe> rq;
+  srq_obj* srq = nullptr;  // receives come from here instead of rq (rq stays empty)
 
   // Requester.
   std::uint32_t next_psn = 0;
@@ -324,6 +334,7 @@ class fabric_state {
   std::set<cq_obj*> cqs;
   std::set<channel_obj*> channels;
   std::set<ah_obj*> ahs;
+  std::set<srq_obj*> srqs;
   bool running = false;  // guards against re-entering the event loop
   // Threads (engine.hpp, touch/jump): while a second thread has used the fabric in the
   // last second, simulated time follows the wall clock from (wall_base, sim_base).
@@ -342,6 +353,7 @@ class fabric_state {
     for (auto& [k, m] : by_lkey) delete m;
     for (auto& [k, w] : mws) delete w;
     for (auto* a : ahs) delete a;
+    for (auto* s : srqs) delete s;
     for (auto* c : cqs) delete c;
     for (auto* c : channels) delete c;
     for (auto* p : pds) delete p;

@@ -115,7 +115,7 @@ RDMAKIT_DECL int mock::post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept {
   int err = 0;
   recv_wr* w = wr;
   for (; w; w = w->next) {
-    if (q->state == qp_state::reset) {
+    if (q->state == qp_state::reset || q->srq) {  // a QP on an SRQ has no receive queue of its own
       err = EINVAL;
       break;
     }

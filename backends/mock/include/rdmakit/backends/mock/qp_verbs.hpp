@@ -12,6 +12,12 @@ namespace backends {
 namespace mockd = rdmakit::mock::detail;
 
 RDMAKIT_DECL mock::qp mock::create_qp(pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps, bool sq_sig_all) {
+  return create_qp_on_srq(p, send_cq, recv_cq, nullptr, type, caps, sq_sig_all);
+}
+
+// create_qp with `s` null; on an SRQ the receive capacities are ignored and granted as 0.
+RDMAKIT_DECL mock::qp mock::create_qp_on_srq(pd p, cq send_cq, cq recv_cq, srq s, qp_type type, qp_cap& caps,
+                                             bool sq_sig_all) {
   auto& f = mockd::fab_of(p);
   std::lock_guard lk(f.mu);
   mockd::touch(f);
@@ -19,6 +25,11 @@ RDMAKIT_DECL mock::qp mock::create_qp(pd p, cq send_cq, cq recv_cq, qp_type type
   auto bad = [&](const std::string& what) { mockd::fail("ibv_create_qp", EINVAL, what); };
   if (!send_cq || !recv_cq) bad("a QP needs a send CQ and a receive CQ");
   if (send_cq->ctx != p->ctx || recv_cq->ctx != p->ctx) bad("the CQs belong to another device than the PD");
+  if (s && s->pd->ctx != p->ctx) bad("the SRQ belongs to another device than the PD");
+  if (s) {
+    caps.max_recv_wr = 0;
+    caps.max_recv_sge = 0;
+  }
   if (type != qp_type::rc && type != qp_type::uc && type != qp_type::ud) bad("unknown QP type");
   auto limit = [&](std::uint32_t v, std::uint32_t max, const char* name, const char* dev_name) {
     if (v > max)
@@ -39,6 +50,8 @@ RDMAKIT_DECL mock::qp mock::create_qp(pd p, cq send_cq, cq recv_cq, qp_type type
   q->type = type;
   q->caps = caps;  // granted exactly as asked
   q->sq_sig_all = sq_sig_all;
+  q->srq = s;
+  if (s) ++s->qps;
   q->qpn = f.next_qpn++;
   q->sq.reserve(std::min<std::uint32_t>(caps.max_send_wr, 1024));  // a full SQ of a usual depth allocates no more
   f.qps[q->qpn] = q;
@@ -63,6 +76,7 @@ RDMAKIT_DECL int mock::destroy_qp(qp q) noexcept {
   ++f.qp_epoch;  // hints naming it (messages, peers) go stale
   --q->send_cq->qps;
   --q->recv_cq->qps;
+  if (q->srq) --q->srq->qps;
   --q->pd->children;
   --f.devices[q->pd->ctx->dev].count.qp;
   delete q;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <string>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -80,18 +81,38 @@ inline void refuse(fabric_state& f, qp_obj* d, const message& m, wc_status nak_s
   responder_error(f, d, ev);
 }
 
+// Where the QP's receives come from: its shared receive queue, or its own.
+inline std::deque<recv_wqe>& receives(qp_obj* d) { return d->srq ? d->srq->wqes : d->rq; }
+
+// Takes the oldest receive. On an SRQ whose armed limit this crosses (fewer WRs left than
+// the limit), SRQ_LIMIT_REACHED is raised once and the limit disarmed.
+inline recv_wqe take_receive(fabric_state& f, qp_obj* d) {
+  auto& q = receives(d);
+  recv_wqe r = std::move(q.front());
+  q.pop_front();
+  if (srq_obj* s = d->srq; s && s->attr.limit && s->wqes.size() < s->attr.limit) {
+    s->attr.limit = 0;
+    async_event ev;
+    ev.type = async_event_type::srq_limit_reached;
+    ev.object = s;
+    s->pd->ctx->push_async(ev);
+    f.cv.notify_all();
+  }
+  return r;
+}
+
 inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
   const bool ud = m.type == qp_type::ud;
-  if (d->rq.empty()) return receiver_not_ready(f, d, m);
-  recv_wqe rw = std::move(d->rq.front());
-  d->rq.pop_front();
+  if (receives(d).empty()) return receiver_not_ready(f, d, m);
+  recv_wqe rw = take_receive(f, d);
   const std::uint64_t need = std::uint64_t{m.length} + (ud ? grh_bytes : 0);
   cq_entry e;
   e.wc.wr_id = rw.wr_id;
   e.wc.qp_num = d->qpn;
   e.wc.opcode = wc_opcode::recv;
   bool sges_ok = true;
-  for (const auto& s : rw.sges) sges_ok = sges_ok && local_sge_ok(f, d->pd, s, true);
+  pd_obj* pd = d->srq ? d->srq->pd : d->pd;  // an SRQ's receives are checked against its own PD
+  for (const auto& s : rw.sges) sges_ok = sges_ok && local_sge_ok(f, pd, s, true);
   if (!sges_ok || sge_total(rw.sges) < need) {
     // rxe reports every receive-side fault as LOC_QP_OP_ERR and NAKs with REM_OP_ERR.
     e.wc.status = f.as_rxe() ? wc_status::loc_qp_op_err : sges_ok ? wc_status::loc_len_err : wc_status::loc_prot_err;
@@ -150,24 +171,22 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
   mr_obj* target =
       m.length ? remote_mr_ok(f, d, m.rkey, m.remote_addr, m.length, access::remote_write, &d->rkeys) : nullptr;
   if (m.length && !target) {
-    if (m.type == qp_type::rc && imm && !d->rq.empty()) {  // the receive the immediate would have used
+    if (m.type == qp_type::rc && imm && !receives(d).empty()) {  // the receive the immediate would have used
       cq_entry e;
-      e.wc.wr_id = d->rq.front().wr_id;
+      e.wc.wr_id = take_receive(f, d).wr_id;
       e.wc.qp_num = d->qpn;
       // Local: the protection error is on this side's memory (ibv_poll_cq(3): "during the
       // processing of a RDMA Write with Immediate ... the Remote Access Error NAK was sent").
       e.wc.status = f.as_rxe() ? wc_status::rem_access_err : wc_status::loc_access_err;
-      d->rq.pop_front();
       recv_cqe(f, d, e, false);
     }
     return refuse(f, d, m, wc_status::rem_access_err, async_event_type::qp_access_err);
   }
-  if (imm && d->rq.empty()) return receiver_not_ready(f, d, m);
+  if (imm && receives(d).empty()) return receiver_not_ready(f, d, m);
   if (m.length) std::memcpy(reinterpret_cast<void*>(m.remote_addr), m.bytes(), m.length);
   if (imm) {
     cq_entry e;
-    e.wc.wr_id = d->rq.front().wr_id;
-    d->rq.pop_front();
+    e.wc.wr_id = take_receive(f, d).wr_id;
     e.wc.qp_num = d->qpn;
     e.wc.opcode = wc_opcode::recv_rdma_with_imm;
     e.wc.byte_len = m.length;

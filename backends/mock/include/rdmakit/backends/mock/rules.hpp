@@ -19,6 +19,7 @@ inline fabric_state& fab_of(pd_obj* p) { return *p->ctx->fab; }
 inline fabric_state& fab_of(qp_obj* q) { return *q->pd->ctx->fab; }
 inline fabric_state& fab_of(cq_obj* c) { return *c->ctx->fab; }
 inline fabric_state& fab_of(channel_obj* c) { return *c->ctx->fab; }
+inline fabric_state& fab_of(srq_obj* s) { return *s->pd->ctx->fab; }
 
 inline device_rt& device_of(qp_obj* q) { return fab_of(q).devices[q->pd->ctx->dev]; }
 

@@ -1,0 +1,236 @@
+#include "fixture.hpp"
+
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+
+using namespace policy_test;
+
+namespace {
+// Receiver `y` with an SRQ and two RC queue pairs on it; sender `x` with one queue pair
+// connected to each.
+struct srq_setup {
+  explicit srq_setup(mock::fabric& fab, srq_attr attr = {.max_wr = 16, .max_sge = 1})
+      : x(fab, "mock0"), y(fab, "mock1"), srq(y.pd.create_srq(attr)) {
+    auto a1i = x.pd.create_qp<rc>(x.cq, qp_cap{8, 0});
+    auto a2i = x.pd.create_qp<rc>(x.cq, qp_cap{8, 0});
+    auto b1i = y.pd.create_qp<rc>(y.cq, srq, qp_cap{8, 0});
+    auto b2i = y.pd.create_qp<rc>(y.cq, srq, qp_cap{8, 0});
+    const auto e1 = a1i.local_endpoint(), e2 = a2i.local_endpoint();
+    a1 = std::move(a1i).connect(b1i.local_endpoint());
+    a2 = std::move(a2i).connect(b2i.local_endpoint());
+    b1 = std::move(b1i).connect(e1);
+    b2 = std::move(b2i).connect(e2);
+  }
+  side x, y;
+  shared_receive_queue<B> srq;
+  queue_pair<B, rc, signal_all, qp_state::rts> a1, a2;
+  queue_pair<B, on_srq<rc>, signal_all, qp_state::rts> b1, b2;
+};
+}  // namespace
+
+TEST_CASE("shared_receive_queue: two RC queue pairs take receives from one SRQ; completions reach each QP's handler") {
+  mock::fabric fab;
+  srq_setup s(fab);
+  static_assert(std::is_same_v<decltype(s.y.pd.create_qp<rc>(s.y.cq, s.srq, qp_cap{})),
+                               queue_pair<B, on_srq<rc>, signal_all, qp_state::init>>);
+  CHECK(s.srq.caps().max_wr == 16);
+  CHECK(s.b1.caps().max_recv_wr == 0);
+  auto src = s.x.pd.allocate<rw_access>(256);
+  auto dst = s.y.pd.allocate<rw_access>(4 * 64);
+  for (std::uint64_t k = 0; k < 4; ++k) REQUIRE(s.srq.post_recv(dst.local(64 * k, 64), 100 + k).ok());
+  std::map<std::uint32_t, std::vector<std::uint64_t>> by_qp;
+  s.y.cq.on(s.b1, [&](const completion<B>& c) { by_qp[s.b1.qp_num()].push_back(c.wr_id()); });
+  s.y.cq.on(s.b2, [&](const completion<B>& c) { by_qp[s.b2.qp_num()].push_back(c.wr_id()); });
+  std::memcpy(src.data(), "one", 4);
+  REQUIRE(s.a1.send(src.local(0, 4), 1).ok());
+  std::memcpy(src.data() + 64, "two", 4);
+  REQUIRE(s.a2.send(src.local(64, 4), 2).ok());
+  REQUIRE(s.a1.send(src.local(0, 4), 3).ok());
+  CHECK(collect(s.x.cq, 3).size() == 3);
+  for (int i = 0; i < 100 && by_qp[s.b1.qp_num()].size() + by_qp[s.b2.qp_num()].size() < 3; ++i)
+    (void)s.y.cq.dispatch();
+  CHECK(by_qp[s.b1.qp_num()] == std::vector<std::uint64_t>{100, 102});
+  CHECK(by_qp[s.b2.qp_num()] == std::vector<std::uint64_t>{101});
+  CHECK(std::memcmp(dst.data() + 64, "two", 4) == 0);
+  CHECK(s.y.cq.unrouted() == 0);
+  CHECK(s.b1.posted_recvs() == 0);  // the SRQ's receives are not the QP's
+  CHECK_FALSE(s.b1.in_error());
+}
+
+TEST_CASE("shared_receive_queue: a receive CQ reserves the SRQ's max_wr once, not once per queue pair") {
+  mock::fabric fab;
+  side y(fab, "mock0");
+  auto cq = y.dev.create_cq(64);
+  auto srq = y.pd.create_srq({.max_wr = 32, .max_sge = 1});
+  std::vector<queue_pair<B, on_srq<rc>>> qps;
+  for (int i = 0; i < 4; ++i) qps.push_back(y.pd.create_qp<rc>(cq, srq, qp_cap{8, 0}));  // 32 + 4 × 8 = 64
+  CHECK(cq.reserved() == 64);
+  CHECK_THROWS_WITH_AS((void)y.pd.create_qp<rc>(cq, srq, qp_cap{8, 0}), doctest::Contains("create_qp()"),
+                       usage_error);
+  qps.pop_back();
+  CHECK(cq.reserved() == 56);
+  qps.clear();
+  CHECK(cq.reserved() == 0);  // the last QP gave the SRQ's share back
+  // A second SRQ on the same CQ is counted on its own.
+  auto other = y.pd.create_srq({.max_wr = 24, .max_sge = 1});
+  auto q1 = y.pd.create_qp<rc>(cq, srq, qp_cap{4, 0});
+  auto q2 = y.pd.create_qp<rc>(cq, other, qp_cap{4, 0});
+  CHECK(cq.reserved() == 32 + 24 + 8);
+}
+
+TEST_CASE("shared_receive_queue: setup misuse is a clear error") {
+  mock::fabric fab;
+  side y(fab, "mock0");
+  CHECK_THROWS_WITH_AS((void)y.pd.create_srq({.max_wr = 0}), doctest::Contains("max_wr 0 is outside 1..16384"),
+                       usage_error);
+  CHECK_THROWS_WITH_AS((void)y.pd.create_srq({.max_wr = 8, .max_sge = 28}), doctest::Contains("max_srq_sge"),
+                       usage_error);
+  CHECK_THROWS_WITH_AS((void)y.pd.create_srq({.max_wr = 8, .max_sge = 1, .limit = 9}),
+                       doctest::Contains("limit 9 is above max_wr 8"), usage_error);
+  auto srq = y.pd.create_srq({.max_wr = 8, .max_sge = 1});
+  CHECK_THROWS_WITH_AS((void)y.pd.create_qp<rc>(y.cq, srq, qp_cap{8, 8}),
+                       doctest::Contains("no receive queue of its own"), usage_error);
+  CHECK_THROWS_WITH_AS(srq.arm_limit(9), doctest::Contains("above the SRQ's max_wr 8"), usage_error);
+  shared_receive_queue<B> empty;
+  CHECK_FALSE(empty);
+  CHECK_THROWS_AS((void)y.pd.create_qp<rc>(y.cq, empty, qp_cap{8, 0}), usage_error);
+  CHECK_THROWS_AS(empty.arm_limit(1), usage_error);
+  auto buf = y.pd.allocate<rw_access>(64);
+  CHECK(empty.post_recv(buf.local(), 1).status == post_status::empty_handle);
+}
+
+TEST_CASE("shared_receive_queue: posting statuses: bad wr_id, rq_full at max_wr, SGEs above max_sge, post_recvs") {
+  mock::fabric fab;
+  side y(fab, "mock0");
+  auto srq = y.pd.create_srq({.max_wr = 4, .max_sge = 1});
+  auto buf = y.pd.allocate<rw_access>(6 * 64);
+  CHECK(srq.post_recv(buf.local(0, 64), std::uint64_t{1} << 63).status == post_status::bad_wr_id);
+  std::vector<local_buffer> bufs;
+  for (std::uint32_t k = 0; k < 3; ++k) bufs.push_back(buf.local(64 * k, 64));
+  auto r = srq.post_recvs(bufs, 10);
+  CHECK(r.ok());
+  CHECK(r.posted == 3);
+  CHECK(srq.post_recv(buf.local(192, 64), 13).ok());
+  auto full = srq.post_recv(buf.local(256, 64), 14);
+  CHECK(full.status == post_status::rq_full);
+  const local_buffer two[] = {buf.local(256, 32), buf.local(288, 32)};
+  auto sg = srq.post_recv(std::span<const local_buffer>(two), 15);  // two SGEs, max_sge 1
+  CHECK(sg.status == post_status::backend_error);
+  CHECK(sg.err == EINVAL);
+  CHECK(sg.rule == post_rule::sge_count);
+}
+
+TEST_CASE("shared_receive_queue: the limit event, told apart with raised(); limit() 0 once it fired") {
+  mock::fabric fab;
+  srq_setup s(fab, {.max_wr = 16, .max_sge = 1, .limit = 2});
+  CHECK(s.srq.limit() == 2);
+  auto src = s.x.pd.allocate<rw_access>(64);
+  auto dst = s.y.pd.allocate<rw_access>(4 * 64);
+  for (std::uint64_t k = 0; k < 3; ++k) REQUIRE(s.srq.post_recv(dst.local(64 * k, 64), k).ok());
+  REQUIRE(s.a1.send(src.local(0, 8), 1).ok());  // 2 left
+  CHECK_FALSE(s.y.dev.next_event());
+  REQUIRE(s.a2.send(src.local(0, 8), 2).ok());  // 1 left: below 2
+  auto ev = s.y.dev.next_event();
+  REQUIRE(ev);
+  CHECK(ev->type == async_event_type::srq_limit_reached);
+  CHECK(s.srq.raised(*ev));
+  CHECK(s.srq.limit() == 0);
+  s.srq.arm_limit(1);
+  CHECK(s.srq.limit() == 1);
+  REQUIRE(s.a1.send(src.local(0, 8), 3).ok());  // 0 left: below 1
+  ev = s.y.dev.next_event();
+  REQUIRE(ev);
+  CHECK(s.srq.raised(*ev));
+  CHECK(collect(s.y.cq, 3).size() == 3);
+}
+
+TEST_CASE("shared_receive_queue: queue pairs keep the SRQ (and its PD) alive when the handles go first") {
+  mock::fabric fab;
+  side x(fab, "mock0");
+  device<B> dev(fab, "mock1");
+  auto cq = dev.create_cq(64);
+  std::optional<protection_domain<B>> pd(dev.create_pd());
+  std::optional<shared_receive_queue<B>> srq(pd->create_srq({.max_wr = 8, .max_sge = 1}));
+  auto dst = pd->allocate<rw_access>(64);
+  auto bi = pd->create_qp<rc>(cq, *srq, qp_cap{4, 0});
+  REQUIRE(srq->post_recv(dst.local(), 7).ok());
+  auto ai = x.pd.create_qp<rc>(x.cq, qp_cap{4, 0});
+  const auto ea = ai.local_endpoint();
+  auto a = std::move(ai).connect(bi.local_endpoint());
+  auto b = std::move(bi).connect(ea);
+  srq.reset();  // the handle goes; the QP still takes the receive already posted
+  pd.reset();
+  auto src = x.pd.allocate<rw_access>(64);
+  std::memcpy(src.data(), "kept", 5);
+  REQUIRE(a.send(src.local(0, 5), 1).ok());
+  auto got = collect(cq, 1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].status == wc_status::success);
+  CHECK(got[0].wr_id == 7);
+  CHECK(got[0].qp_num == b.qp_num());
+  CHECK(std::memcmp(dst.data(), "kept", 5) == 0);
+  // An SRQ made from a temporary PD handle keeps the PD; a moved-from handle is empty.
+  auto srq2 = dev.create_pd().create_srq({.max_wr = 4, .max_sge = 1});
+  auto moved = std::move(srq2);
+  CHECK(moved);
+  CHECK(moved.caps().max_wr == 4);
+  CHECK_FALSE(srq2);
+  CHECK_THROWS_AS((void)srq2.caps(), usage_error);
+}
+
+TEST_CASE("shared_receive_queue: UD queue pairs on an SRQ: receives must hold the GRH; the payload follows it") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto srq = y.pd.create_srq({.max_wr = 8, .max_sge = 1});
+  auto buf = y.pd.allocate<rw_access>(256);
+  REQUIRE(srq.post_recv(buf.local(0, 16), 1).ok());  // no UD QP yet: nothing to check against
+  auto b = y.pd.create_qp<ud>(y.cq, srq, qp_cap{4, 0}).activate();
+  CHECK(srq.post_recv(buf.local(0, 16), 2).status == post_status::recv_too_small);
+  static_assert(std::is_same_v<decltype(b), queue_pair<B, on_srq<ud>, signal_all, qp_state::rts>>);
+  auto a = x.pd.create_qp<ud>(x.cq, qp_cap{4, 4}).activate();
+  auto ah = x.pd.create_ah(b.local_endpoint());
+  auto src = x.pd.allocate<rw_access>(64);
+  std::memcpy(src.data(), "datagram", 9);
+  // The 16-byte receive posted first takes the first datagram and fails, the next one fits.
+  REQUIRE(srq.post_recv(buf.local(64, 128), 3).ok());
+  REQUIRE(a.send(ah.to(b.qp_num()), src.local(0, 9), 10).ok());
+  REQUIRE(a.send(ah.to(b.qp_num()), src.local(0, 9), 11).ok());
+  CHECK(collect(x.cq, 2).size() == 2);
+  std::vector<seen> got = collect(y.cq, 2);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].wr_id == 1);
+  CHECK(got[0].status == wc_status::loc_len_err);
+  CHECK(got[1].wr_id == 3);
+  CHECK(got[1].status == wc_status::success);
+  CHECK(got[1].payload_offset == grh_bytes);
+  CHECK(std::memcmp(buf.data() + 64 + grh_bytes, "datagram", 9) == 0);
+  CHECK_FALSE(b.in_error());  // a datagram too large costs its receive, not the QP
+}
+
+TEST_CASE("shared_receive_queue: reset() of a queue pair on an SRQ gives a fresh one on the same SRQ, reserved once") {
+  mock::fabric fab;
+  srq_setup s(fab);
+  const auto reserved = s.y.cq.reserved();
+  CHECK(reserved == 16 + 8 + 8);
+  auto src = s.x.pd.allocate<rw_access>(64);
+  auto dst = s.y.pd.allocate<rw_access>(2 * 64);
+  REQUIRE(s.a1.write(src.local(0, 8), remote_region<>::unchecked(0x1000, 0xdead, 8), 1).ok());  // b1 goes to ERR
+  (void)collect(s.x.cq, 1);
+  (void)collect(s.y.cq, 1);
+  auto fresh = std::move(s.b1).reset();
+  static_assert(std::is_same_v<decltype(fresh), queue_pair<B, on_srq<rc>, signal_all, qp_state::init>>);
+  CHECK(s.y.cq.reserved() == reserved);
+  auto fresh_a = std::move(s.a1).reset();
+  const auto ea = fresh_a.local_endpoint();
+  auto a = std::move(fresh_a).connect(fresh.local_endpoint());
+  auto b = std::move(fresh).connect(ea);
+  REQUIRE(s.srq.post_recv(dst.local(0, 64), 5).ok());
+  REQUIRE(a.send(src.local(0, 8), 2).ok());
+  auto got = collect(s.y.cq, 1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].status == wc_status::success);
+  CHECK(got[0].qp_num == b.qp_num());
+  CHECK(got[0].wr_id == 5);
+}
