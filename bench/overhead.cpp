@@ -66,7 +66,21 @@ template <class S>
 constexpr std::string_view signaling_key = std::is_same_v<S, signal_all> ? "all" : std::is_same_v<S, signal_manual> ? "manual" : "every16";
 template <class P>
 constexpr std::string_view polling_key = P::name == "busy_poll" ? "busy" : P::name == "event_driven" ? "event" : "adaptive";
-constexpr std::string_view posting_key(bool list) { return list ? "list" : "single"; }
+/// How a loop posts: one WR per post_send built each time (`single`), the 32 chained
+/// and built each time (`list`), or built once and posted again and again with only
+/// the flags whose signaling changes rewritten, as perftest posts: one WR
+/// (`prepared`: the policy layer's queue_pair::prepare) or the list of 32
+/// (`prepared_list`: a send_batch with reuse()).
+enum class posting { single, list, prepared, prepared_list };
+constexpr std::string_view posting_key(posting p) {
+  switch (p) {
+    case posting::single: return "single";
+    case posting::list: return "list";
+    case posting::prepared: return "prepared";
+    case posting::prepared_list: return "prepared_list";
+  }
+  return "";
+}
 
 /// Two RC queue pairs connected to each other (a on the first device, b on the
 /// second, or both on the only one), a 4 KiB source region and a 4 KiB target.
@@ -107,8 +121,9 @@ struct env {
 
 // ---- the hand-written loop ---------------------------------------------------------------
 
-template <class B, class S, bool List>
+template <class B, class S, posting Post>
 struct raw_loop {
+  static constexpr bool List = Post == posting::list;
   typename B::qp qp;
   typename B::cq cq;
   std::uint64_t laddr;
@@ -124,10 +139,36 @@ struct raw_loop {
   static constexpr std::uint32_t freed_per_completion =
       std::is_same_v<S, signal_all> ? 1 : std::is_same_v<S, signal_manual> ? sq_depth : every;
 
+  // posting::prepared: the one WR, built at construction (wr_id 0, as perftest's WRs
+  // carry their QP's index); a post rewrites only its flags.
+  typename B::sge prepared_sge;
+  typename B::send_wr prepared_wr;
+  // posting::prepared_list: the 32 WRs chained at construction (wr_ids 0..31), signaled
+  // where the policy puts its signals when they never move (all: every WR; every16:
+  // WRs 15 and 31, as 32 is a multiple of 16 and every list starts a run); manual's
+  // last-slot WR moves with the credits, so a post rewrites the flags of the WR that
+  // had it and of the one that takes it.
+  typename B::sge list_sges[batch];
+  typename B::send_wr list_wrs[batch];
+  std::uint32_t list_signaled = batch;  // manual: the WR signaled last time (batch: none)
+  static_assert(batch % every == 0, "the prepared list keeps its every16 signals in place");
+
   template <class P>
   explicit raw_loop(env<B, S, P>& e)
       : qp(e.a.native()), cq(e.cqx.native()), laddr(e.src.local().addr), lkey(e.src.lkey()),
-        raddr(e.dst.remote().addr()), rkey(e.dst.remote().rkey()) {}
+        raddr(e.dst.remote().addr()), rkey(e.dst.remote().rkey()) {
+    B::set_sge(prepared_sge, laddr, msg_bytes, lkey);
+    B::set_send(prepared_wr, 0, opcode::rdma_write, send_flags::none, &prepared_sge, 1);
+    B::set_rdma(prepared_wr, raddr, rkey);
+    for (std::uint32_t i = 0; i < batch; ++i) {
+      B::set_sge(list_sges[i], laddr, msg_bytes, lkey);
+      const bool sig = std::is_same_v<S, signal_all> || (!std::is_same_v<S, signal_manual> && i % every == every - 1);
+      B::set_send(list_wrs[i], i, opcode::rdma_write, sig ? send_flags::signaled : send_flags::none, &list_sges[i], 1);
+      B::set_rdma(list_wrs[i], raddr, rkey);
+      if (i) B::set_next(list_wrs[i - 1], &list_wrs[i]);
+    }
+  }
+  raw_loop(const raw_loop&) = delete;  // prepared_wr points at prepared_sge
 
   RDMAKIT_ALWAYS_INLINE bool signal_next(std::uint32_t in_flight) noexcept {
     if constexpr (std::is_same_v<S, signal_all>) {
@@ -149,7 +190,37 @@ struct raw_loop {
   }
 
   [[gnu::noinline]] void run_once() noexcept {
-    if constexpr (List) {
+    if constexpr (Post == posting::prepared_list) {
+      while (sq_depth - held < batch)
+        if (!reap()) return;
+      if constexpr (std::is_same_v<S, signal_manual>) {
+        const std::uint32_t last_slot = sq_depth - 1 - held;  // the WR taking the last free slot
+        const std::uint32_t now = last_slot < batch ? last_slot : batch;
+        if (now != list_signaled) {
+          if (list_signaled < batch) B::set_send_flags(list_wrs[list_signaled], send_flags::none);
+          if (now < batch) B::set_send_flags(list_wrs[now], send_flags::signaled);
+          list_signaled = now;
+        }
+      }
+      typename B::send_wr* bad = nullptr;
+      if (B::post_send(qp, list_wrs, &bad) != 0) {
+        ++errors;
+        return;
+      }
+      held += batch;
+    } else if constexpr (Post == posting::prepared) {
+      for (std::uint32_t i = 0; i < batch; ++i) {
+        while (held == sq_depth)
+          if (!reap()) return;
+        B::set_send_flags(prepared_wr, signal_next(held) ? send_flags::signaled : send_flags::none);
+        typename B::send_wr* bad = nullptr;
+        if (B::post_send(qp, &prepared_wr, &bad) != 0) {
+          ++errors;
+          return;
+        }
+        ++held;
+      }
+    } else if constexpr (List) {
       while (sq_depth - held < batch)
         if (!reap()) return;
       typename B::sge s[batch];
@@ -195,20 +266,38 @@ struct raw_loop {
 
 // ---- the policy-layer loop ----------------------------------------------------------------
 
-template <class B, class S, class P, bool List>
+template <class B, class S, class P, posting Post>
 struct policy_loop {
+  static constexpr bool List = Post == posting::list;
   queue_pair<B, rc, S, qp_state::rts> qp;  // owned, as raw_loop holds its handles by value
   completion_queue<B, P>& cq;
   local_buffer src;
   remote_region<access::remote_write | access::remote_read> dst;
   std::uint64_t next_id = 0;
   std::uint64_t errors = 0;
+  prepared_send<B, rc> prepared;  // posting::prepared: built once, wr_id 0 as the raw loop's
+  // posting::prepared_list: 32 WRs added once (wr_ids 0..31) and posted again and again.
+  decltype(decltype(qp)::template make_batch<batch>()) list;
 
   explicit policy_loop(env<B, S, P>& e)
-      : qp(std::move(e.a)), cq(e.cqx), src(e.src.local(0, msg_bytes)), dst(e.dst.remote().sub(0, msg_bytes)) {}
+      : qp(std::move(e.a)), cq(e.cqx), src(e.src.local(0, msg_bytes)), dst(e.dst.remote().sub(0, msg_bytes)),
+        prepared(qp.prepare(op::write{src, dst}, 0)), list(decltype(qp)::template make_batch<batch>()) {
+    list.reuse();
+    for (std::uint32_t i = 0; i < batch; ++i) (void)list.add(op::write{src, dst}, i);
+  }
 
   [[gnu::noinline]] void run_once() noexcept {
-    if constexpr (List) {
+    if constexpr (Post == posting::prepared_list) {
+      post_result r = qp.post(list);
+      while (r.status == post_status::sq_full && reap()) r = qp.post(list);
+      if (!r.ok()) ++errors;
+    } else if constexpr (Post == posting::prepared) {
+      for (std::uint32_t i = 0; i < batch; ++i) {
+        post_result r = qp.post(prepared);
+        while (r.status == post_status::sq_full && reap()) r = qp.post(prepared);
+        if (!r.ok()) return (void)++errors;
+      }
+    } else if constexpr (List) {
       auto list = decltype(qp)::template make_batch<batch>();
       for (std::uint32_t i = 0; i < batch; ++i) (void)list.add(op::write{src, dst}, next_id++);
       post_result r = qp.post(list);
@@ -269,7 +358,7 @@ struct variant {
   runner null, mock;
 };
 
-template <class S, bool List>
+template <class S, posting List>
 void add_raw(std::vector<variant>& out) {
   using P = busy_poll<poll_batch>;  // the raw loop polls by hand; the CQ's policy is unused
   out.push_back({"raw/" + std::string(signaling_key<S>) + "/" + std::string(posting_key(List)), "",
@@ -277,7 +366,7 @@ void add_raw(std::vector<variant>& out) {
                  run<mock_backend, S, P, raw_loop<mock_backend, S, List>>::get});
 }
 
-template <class S, class P, bool List>
+template <class S, class P, posting List>
 void add_policy(std::vector<variant>& out) {
   const std::string sig(signaling_key<S>), post(posting_key(List));
   out.push_back({"policy/" + sig + "/" + std::string(polling_key<P>) + "/" + post, "raw/" + sig + "/" + post,
@@ -290,11 +379,16 @@ const std::vector<variant>& variants() {
     std::vector<variant> v;
     std::apply([&](auto... s) {
       (([&]<class S>(S) {
-         for (bool list : {false, true}) list ? add_raw<S, true>(v) : add_raw<S, false>(v);
+         add_raw<S, posting::single>(v);
+         add_raw<S, posting::list>(v);
+         add_raw<S, posting::prepared>(v);
+         add_raw<S, posting::prepared_list>(v);
          std::apply([&](auto... p) {
            (([&]<class P>(P) {
-              add_policy<S, P, false>(v);
-              add_policy<S, P, true>(v);
+              add_policy<S, P, posting::single>(v);
+              add_policy<S, P, posting::list>(v);
+              add_policy<S, P, posting::prepared>(v);
+              add_policy<S, P, posting::prepared_list>(v);
             }(p)), ...);
          }, pollings{});
        }(s)), ...);

@@ -166,6 +166,12 @@ concept fd_event_backend = verbs_backend<B> && requires(typename B::channel ch, 
   { B::channel_fd(ch) } noexcept -> std::same_as<int>;
   { B::async_fd(ctx) } noexcept -> std::same_as<int>;
 };
+/// Optional: rewriting the wr_id of a WR already built, so a prepared send
+/// (<rdmakit/prepared_send.hpp>) can be posted with a new wr_id without being rebuilt.
+template <class B>
+concept wr_id_backend = verbs_backend<B> && requires(typename B::send_wr& w, std::uint64_t id) {
+  { B::set_wr_id(w, id) } noexcept;
+};
 /// Optional: memory windows (IBV_MW_*). A window is a handle of its own whose rkey
 /// grants a subset of a region's bytes and rights. Type 1 windows are bound by a verbs
 /// call that still takes a send-queue slot (`bind_mw`, completing as BIND_MW); type 2

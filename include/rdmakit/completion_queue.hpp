@@ -161,14 +161,18 @@ class completion_queue {
   /// Waits up to `timeout` for completions with the polling policy, then delivers one
   /// batch to f.
   template <completion_handler<B> F>
-  wait_result wait(F&& f, std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+  RDMAKIT_ALWAYS_INLINE wait_result wait(F&& f,
+                                         std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
     if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
     ops<F> o{this, f};
+    // The policy's own first step, inlined: completions already there end the wait.
+    if constexpr (detail::polls_first<P>)
+      if (const int n = o.poll(); RDMAKIT_LIKELY(n != 0)) return wait_result{n};
     return wait_result{P::wait(o, timeout)};
   }
 
   /// Waits as wait(f, timeout), for the accounting only, as poll() does.
-  wait_result wait(std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+  RDMAKIT_ALWAYS_INLINE wait_result wait(std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
     ignore_completion none;
     return wait(none, timeout);
   }
@@ -259,12 +263,21 @@ class completion_queue {
     typename B::wc wcs[P::batch];
     auto& b = *blk_;
     const int n = B::poll_cq(b.cq, P::batch, wcs);
-    if (const int recvs = b.receives_if_all_of_last(wcs, n); RDMAKIT_LIKELY(recvs >= 0 && n > 0)) {
+    if (RDMAKIT_UNLIKELY(n <= 0)) return n;
+    if (const int recvs = b.receives_if_all_of_last(wcs, n); RDMAKIT_LIKELY(recvs >= 0)) {
       detail::qp_link<B>* l = b.last;
       l->on_polled_batch(static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(recvs));
       for (int i = 0; i < n; ++i) g(l, completion<B>(wcs[i], l->recv_offset));
       return n;
     }
+    return poll_routed_(wcs, n, g);
+  }
+
+  // A batch with a failure, a receive or more than one QP: each completion routed and
+  // accounted on its own. Out of line, so the inlined poll stays small.
+  template <class G>
+  RDMAKIT_NOINLINE int poll_routed_(const typename B::wc* wcs, int n, G& g) noexcept {
+    auto& b = *blk_;
     auto routed = [&](detail::qp_link<B>* l, const typename B::wc& w) {
       l->account(w);
       g(l, completion<B>(w, l->recv_offset));

@@ -53,6 +53,8 @@ struct busy_poll {
   static constexpr bool needs_channel = false;
   /// CQ events acknowledged together; busy_poll gets none.
   static constexpr unsigned ack_batch = 1;
+  /// wait() starts with a poll and returns what it finds (completion_queue inlines that step).
+  static constexpr bool polls_first = true;
 
   /// Polls until completions arrive or `timeout` passes (checking the clock every 64 empty polls).
   /// Returns the count, 0 on a timeout, or -errno.
@@ -80,6 +82,8 @@ struct event_driven {
   static constexpr bool needs_channel = true;
   /// CQ events acknowledged with one call (AckBatch): acks take a lock in rdma-core.
   static constexpr unsigned ack_batch = AckBatch;
+  /// wait() starts with a poll and returns what it finds (completion_queue inlines that step).
+  static constexpr bool polls_first = true;
 
   /// Drains the CQ, then arms it and sleeps on the channel until completions or `timeout`.
   /// Returns the count, 0 on a timeout, or -errno.
@@ -103,6 +107,8 @@ struct adaptive {
   static constexpr bool needs_channel = true;
   /// CQ events acknowledged with one call (AckBatch).
   static constexpr unsigned ack_batch = AckBatch;
+  /// wait() starts with a poll and returns what it finds (completion_queue inlines that step).
+  static constexpr bool polls_first = true;
 
   /// Polls up to Spin times, then waits as event_driven does.
   /// Returns the count, 0 on a timeout, or -errno.
@@ -135,6 +141,19 @@ concept polling = requires(detail::wait_ops_archetype& ops, std::chrono::millise
   { P::wait(ops, timeout) } noexcept -> std::same_as<int>;
   requires P::batch >= 1 && P::ack_batch >= 1;
 };
+
+namespace detail {
+/// Whether P's wait() begins with one poll and returns at once when it finds
+/// completions (`static constexpr bool polls_first = true`): then completion_queue::wait
+/// inlines that poll and calls P::wait only when the CQ was empty.
+template <class P>
+inline constexpr bool polls_first = [] {
+  if constexpr (requires { P::polls_first; })
+    return static_cast<bool>(P::polls_first);
+  else
+    return false;
+}();
+}  // namespace detail
 
 static_assert(polling<busy_poll<>>);
 static_assert(polling<event_driven<>>);

@@ -22,6 +22,7 @@
 #include <rdmakit/operations.hpp>
 #include <rdmakit/qp_options.hpp>
 #include <rdmakit/post_result.hpp>
+#include <rdmakit/prepared_send.hpp>
 #include <rdmakit/send_batch.hpp>
 #include <rdmakit/signaling.hpp>
 #include <rdmakit/transport.hpp>
@@ -308,6 +309,62 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     }
   }
 
+  /// Builds `o` once into a WR that `post(w)` posts again and again
+  /// (rdmakit/prepared_send.hpp): the SGEs, the opcode's fields and the inline decision
+  /// are done here, so a post only sets the flags the signaling policy decides. A setup
+  /// call: throws usage_error when the queue pair is empty, when the wr_id uses bit 63 or
+  /// when the operation has more than Sges SGEs.
+  template <std::size_t Sges = 1, operation Op>
+  prepared_send<B, T, Sges> prepare(const Op& o, std::uint64_t wr_id, send_flags flags = send_flags::none) const {
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    static_assert(Op::code != opcode::bind_mw && Op::code != opcode::local_inv,
+                  "BIND_MW and LOCAL_INV are posted once each: qp.post(op, wr_id), not prepared");
+    Op::rule::template check<T>();
+    link_("prepare");
+    if (wr_id & detail::recv_wr_bit)
+      throw usage_error("queue_pair::prepare(): the wr_id uses bit 63, which rdmakit keeps to tell receives from "
+                        "sends; use wr_ids below 2^63");
+    std::span<const local_buffer> sgl;
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(o.local)>, local_buffer>)
+      sgl = {&o.local, 1};
+    else
+      sgl = o.local;
+    if (sgl.size() > Sges)
+      throw usage_error("queue_pair::prepare(): the operation has " + std::to_string(sgl.size()) +
+                        " SGEs and the prepared send holds " + std::to_string(Sges) +
+                        ": use qp.prepare<" + std::to_string(sgl.size()) + ">(op, wr_id)");
+    return prepared_send<B, T, Sges>(o, sgl, wr_id, flags, parts_.inline_limit);
+  }
+
+  /// Posts the prepared WR `w` once more, with its wr_id: the same credits, signaling
+  /// and refusals as post(op, wr_id). Allocation-free and noexcept.
+  template <std::size_t Sges>
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(prepared_send<B, T, Sges>& w) noexcept {
+    static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
+    auto& l = *parts_.link;  // the closed link when empty: admits nothing
+    if (RDMAKIT_UNLIKELY(l.sq.blocked())) return refusal_(0);
+    const bool sig = l.sq.template must_signal<S>(w.wanted_);
+    B::set_send_flags(w.wr_, w.base_ | signaled_if_(sig));
+    l.sq.template commit<S>(sig);  // before the call, undone if the device refuses
+    typename B::send_wr* bad = nullptr;
+    if (int e = B::post_send(parts_.qp, &w.wr_, &bad); RDMAKIT_UNLIKELY(e != 0)) {
+      l.sq.template uncommit<S>();
+      return refused_(e, 0, &w.wr_);
+    }
+    return {post_status::ok, 0, 1};
+  }
+
+  /// Posts the prepared WR `w` with a new wr_id (kept for the posts after it).
+  template <std::size_t Sges>
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(prepared_send<B, T, Sges>& w, std::uint64_t wr_id) noexcept
+    requires wr_id_backend<B>
+  {
+    if (RDMAKIT_UNLIKELY(wr_id & detail::recv_wr_bit)) return refusal_(wr_id);
+    B::set_wr_id(w.wr_, wr_id);
+    w.wr_id_ = wr_id;
+    return post(w);
+  }
+
   /// An empty post list for this queue pair (Max WRs, SgePerWr SGEs each). Under a
   /// policy that signals every WR its WRs are built signaled, so post sets no flag.
   template <std::size_t Max, std::size_t SgePerWr = 1>
@@ -333,19 +390,29 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if constexpr (detail::plans_unasked<S>) {
       // Only the signaled WRs change (none when the batch was built for this policy).
       if (RDMAKIT_LIKELY(SignalEach == detail::signals_every_wr<S> && batch.plain_(inline_limit))) {
-        detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [&](std::uint32_t i) {
-          if constexpr (!SignalEach) B::set_send_flags(w[i], batch.entry_(i).flags | send_flags::signaled);
-        });
+        if constexpr (SignalEach) {
+          detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [](std::uint32_t) {});
+        } else {
+          // Only the WRs whose signaling changed are written: none when a reused list
+          // is signaled where it was last time.
+          typename std::remove_reference_t<decltype(batch)>::signal_bits now{};
+          detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n),
+                                              [&](std::uint32_t i) { batch.mark_(now, i); });
+          batch.apply_signals_(now);
+        }
         return post_planned_(batch, l, plan);
       }
     }
+    typename std::remove_reference_t<decltype(batch)>::signal_bits now{};
     for (std::size_t i = 0; i < n; ++i) {
       const auto& e = batch.entry_(i);
       const bool sig = plan.template next<S>(has_any(e.flags, send_flags::signaled));
       send_flags fl = (e.flags & ~send_flags::signaled) | signaled_if_(sig);
       if (e.inline_bytes <= inline_limit) fl |= send_flags::inline_data;
       B::set_send_flags(w[i], fl);
+      if (sig) batch.mark_(now, i);
     }
+    batch.signaled_ = now;
     return post_planned_(batch, l, plan);
   }
 
@@ -389,7 +456,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (int e = B::post_send(parts_.qp, batch.front_(), &bad); RDMAKIT_UNLIKELY(e != 0))
       return partly_posted_(batch, e, bad);
     l.sq.template apply<S>(plan);
-    batch.clear();
+    if (!batch.reuse_) batch.clear();
     return {post_status::ok, 0, n};
   }
 
@@ -449,11 +516,14 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     const bool sig = l.sq.template must_signal<S>(has_any(d.flags, send_flags::signaled));
     typename B::send_wr w;
     build_(w, d, d.sg, sig);
+    l.sq.template commit<S>(sig);  // before the call, undone if the device refuses
     typename B::send_wr* bad = nullptr;
     // The refused WR is read back from memory (describe_send), not from the descriptor:
     // keeping the descriptor alive past the post cost ~40 instructions per post.
-    if (int e = B::post_send(parts_.qp, &w, &bad); RDMAKIT_UNLIKELY(e != 0)) return refused_(e, 0, &w);
-    l.sq.template commit<S>(sig);
+    if (int e = B::post_send(parts_.qp, &w, &bad); RDMAKIT_UNLIKELY(e != 0)) {
+      l.sq.template uncommit<S>();
+      return refused_(e, 0, &w);
+    }
     return {post_status::ok, 0, 1};
   }
 

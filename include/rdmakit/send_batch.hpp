@@ -54,7 +54,22 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     ids_ = 0;
     asked_signal_ = touched_ = false;
     min_inline_bytes_ = detail::batch_entry::never_inline;
+    signaled_ = {};
   }
+
+  /// Keeps the WRs after a post: every later queue_pair::post(batch) posts the same WRs
+  /// again, with the same wr_ids, rewriting only the send flags whose signaling
+  /// changed (the perftest way: a list built once). Without it a post empties the
+  /// batch. After a partial post the batch holds the WRs that were not posted, as it
+  /// would without reuse; clear() empties it (reuse stays on). Not for UD: its WRs name address
+  /// handles the batch does not own.
+  void reuse() noexcept {
+    static_assert(!T::needs_ah,
+                  "a UD post list cannot be reused: its WRs name address handles the batch does not own");
+    reuse_ = true;
+  }
+  /// True when post() leaves the WRs in the batch (reuse()).
+  bool reused() const noexcept { return reuse_; }
 
   /// Adds one operation (rdmakit/operations.hpp), the same value queue_pair::post
   /// takes; false when the batch is full. Checked against the transport at compile time.
@@ -71,6 +86,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   template <verbs_backend, transport, signaling, qp_state>
   friend class queue_pair;
   friend class detail::operation_calls<send_batch, B>;
+
+  // One bit per WR slot: which are signaled (signaled_, and a post's plan).
+  static constexpr std::size_t signal_words = (Max + 63) / 64;
+  using signal_bits = std::array<std::uint64_t, signal_words>;
 
   template <class Op>
   bool submit_(const Op& o, std::uint64_t wr_id, send_flags flags) noexcept {
@@ -90,6 +109,24 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     return !asked_signal_ && !touched_ && min_inline_bytes_ > inline_limit;
   }
   typename B::send_wr* front_() noexcept { return &wrs_[first_]; }
+
+  // Bit i of `now`: WR i of the list (from first_) is signaled by this post.
+  RDMAKIT_ALWAYS_INLINE void mark_(signal_bits& now, std::size_t i) const noexcept {
+    const std::size_t k = first_ + i;
+    now[k / 64] |= std::uint64_t{1} << (k % 64);
+  }
+  // Rewrites the flags of the WRs whose signaling differs from their last post (or from
+  // how add() built them): a reused list signaled at the same places costs no store.
+  RDMAKIT_ALWAYS_INLINE void apply_signals_(const signal_bits& now) noexcept {
+    for (std::size_t w = 0; w < signal_words; ++w) {
+      for (std::uint64_t diff = signaled_[w] ^ now[w]; diff != 0; diff &= diff - 1) {
+        const std::size_t k = w * 64 + static_cast<std::size_t>(__builtin_ctzll(diff));
+        const bool on = (now[w] >> (k % 64)) & 1;
+        B::set_send_flags(wrs_[k], entries_[k].flags | (on ? send_flags::signaled : send_flags::none));
+      }
+      signaled_[w] = now[w];
+    }
+  }
   const detail::batch_entry& entry_(std::size_t i) const noexcept { return entries_[first_ + i]; }
 
   // Builds the native WR in place: post only sets the flags (and ends the chain). Each
@@ -132,6 +169,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   detail::uninit_array<typename B::send_wr, Max> wrs_;
   std::array<detail::batch_entry, Max> entries_;
   detail::uninit_array<typename B::sge, Max * SgePerWr> sges_;
+  // Which WR slots are built with send_flags::signaled set (for the flags post sets):
+  // a post rewrites only the slots whose bit changes.
+  signal_bits signaled_{};
+  bool reuse_ = false;     // post() keeps the WRs (reuse())
   std::size_t n_ = 0;      // WRs added (those before first_ were posted)
   std::size_t first_ = 0;  // the first WR not posted yet
   std::uint64_t ids_ = 0;  // every wr_id or-ed: one test for the reserved bit at post

@@ -239,6 +239,22 @@ class sq_credits {
     }
   }
 
+  /// Takes back the WR commit<S>(signaled) recorded last: the device refused it. The
+  /// post path records a WR before the device call (counters loaded before it stay in
+  /// registers; read after it, they would be loaded again) and undoes it on refusal.
+  template <signaling S>
+  RDMAKIT_NOINLINE void uncommit() noexcept {
+    --held_;
+    if constexpr (!signals_every_wr<S>) {
+      if (run_ == 0) {  // commit() zeroes the run after a signaled WR only
+        --pending_;
+        run_ = ring_[--tail_ & mask_] - 1;
+      } else {
+        --run_;
+      }
+    }
+  }
+
   /// k successful send completions were polled at once (see on_signaled_completion).
   RDMAKIT_ALWAYS_INLINE void on_signaled_completions(std::uint32_t k) noexcept {
     if (one_per_completion_) {

@@ -56,6 +56,12 @@ struct qp_link {
     handler_free = nullptr;
   }
 
+  /// Whether a completion on `cq` may be one of this QP's receives: its receives go
+  /// there and some are posted (or come from a shared receive queue, not counted here).
+  bool may_receive_on(const cq_block<B>* cq) const noexcept {
+    return recv_cq == cq && (rq_held != 0 || rq_own == 0);
+  }
+
   /// n successful completions of this QP, `recvs` of them receives (any order: each
   /// send completion frees the oldest signaled WR's slots, as account() would).
   RDMAKIT_ALWAYS_INLINE void on_polled_batch(std::uint32_t n, std::uint32_t recvs) noexcept {
@@ -108,7 +114,7 @@ class link_ptr {
   void reset() noexcept {
     if (p_ != closed()) delete std::exchange(p_, closed());
   }
-  explicit operator bool() const noexcept { return p_ != closed(); }
+  RDMAKIT_ALWAYS_INLINE explicit operator bool() const noexcept { return p_ != closed(); }
   /// The link, or null when empty.
   qp_link<B>* get() const noexcept { return p_ != closed() ? p_ : nullptr; }
   /// The link, or the closed one when empty: only for reading the credits.
@@ -117,7 +123,7 @@ class link_ptr {
 
  private:
   explicit link_ptr(qp_link<B>* p) noexcept : p_(p) {}
-  static qp_link<B>* closed() noexcept {
+  RDMAKIT_ALWAYS_INLINE static qp_link<B>* closed() noexcept {
     static constinit qp_link<B> none;  // constant-initialized: no guard on the data path
     return &none;
   }
@@ -140,6 +146,10 @@ struct cq_block {
   std::vector<std::pair<std::uint32_t, qp_link<B>*>> routes;  // sorted by qp_num
   qp_link<B>* last = nullptr;
   std::uint32_t last_qpn = no_qpn;  // last's qp_num, kept here: one compare per completion
+  // True while exactly one QP was ever attached and it was never retired or detached:
+  // every completion polled here is then `last`'s (no other QP can have left any).
+  bool sole = false;
+  bool had_others = false;  // a second QP, a detach or a retire was seen: never sole again
   static constexpr std::uint32_t no_qpn = ~std::uint32_t{0};  // QP numbers have 24 bits
   unsigned unacked = 0;
   bool armed = false;
@@ -172,6 +182,12 @@ struct cq_block {
   /// Branch-free over the batch: a bandwidth loop's polls then cost no routing or
   /// per-completion accounting (on_polled_batch gives the credits back at once).
   RDMAKIT_ALWAYS_INLINE int receives_if_all_of_last(const typename B::wc* wcs, int n) const noexcept {
+    if (sole && !last->may_receive_on(this)) {
+      // One QP, no receive of it can be here: only the statuses need a look.
+      std::uint32_t failed = 0;
+      for (int i = 0; i < n; ++i) failed |= static_cast<std::uint32_t>(B::get_status(wcs[i]));
+      return failed == 0 ? 0 : -1;
+    }
     std::uint64_t odd = 0;
     std::uint32_t recvs = 0;
     for (int i = 0; i < n; ++i) {
@@ -195,6 +211,12 @@ struct cq_block {
     auto it = std::lower_bound(routes.begin(), routes.end(), l->qp_num,
                                [](const auto& r, std::uint32_t n) { return r.first < n; });
     if (it == routes.end() || it->first != l->qp_num) routes.insert(it, {l->qp_num, l});
+    had_others = had_others || routes.size() > 1;
+    sole = !had_others;
+    if (sole) {
+      last = l;
+      last_qpn = l->qp_num;
+    }
   }
 
   /// Live queue pairs attached (retired ones excluded).
@@ -205,6 +227,8 @@ struct cq_block {
     reserved -= std::min<std::uint64_t>(reserved, entries);
     flushing += flushes;
     ++retired;
+    sole = false;
+    had_others = true;
   }
 
   /// The entries a QP of SRQ `id` adds here: its max_wr for the first one, then none.
@@ -238,6 +262,8 @@ struct cq_block {
     pool -= std::min<std::uint64_t>(pool, entries);
     if (was_retired && retired) --retired;
     std::erase_if(routes, [l](const auto& r) { return r.second == l; });
+    sole = false;
+    had_others = true;
     if (last == l) {
       last = nullptr;
       last_qpn = no_qpn;

@@ -205,3 +205,33 @@ TEST_CASE("completion queue: bad sizes are setup errors; handles move") {
   CHECK(moved);
   CHECK_FALSE(cq);
 }
+
+TEST_CASE("a CQ serving one queue pair tells its receives from its sends, with receives posted or not") {
+  mock::fabric fab;
+  side x(fab, "mock0", 64), y(fab, "mock1", 64);
+  auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});  // x.cq serves p.a alone
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto reap = [&] {
+    std::vector<seen> got;
+    for (int i = 0; i < 20; ++i) (void)x.cq.poll([&](const completion<B>& c) { got.push_back(copy(c)); });
+    return got;
+  };
+  // Sends only: the batch needs no look at the wr_ids.
+  for (std::uint64_t id = 0; id < 4; ++id) REQUIRE(p.a.write(src.local(), dst.remote(), id).ok());
+  CHECK(reap().size() == 4);
+  CHECK(p.a.send_credits() == 4);
+  // Receives posted: the peer's SENDs and this QP's own WRITEs complete in one batch.
+  REQUIRE(p.a.post_recv(src.local(0, 16), 100).ok());
+  REQUIRE(p.a.post_recv(src.local(16, 16), 101).ok());
+  REQUIRE(p.b.send(dst.local(0, 8), 7).ok());
+  REQUIRE(p.b.send(dst.local(0, 8), 8).ok());
+  REQUIRE(p.a.write(src.local(), dst.remote(), 9).ok());
+  const auto got = reap();
+  REQUIRE(got.size() == 3);
+  int recvs = 0;
+  for (const auto& c : got) recvs += c.recv;
+  CHECK(recvs == 2);
+  CHECK(p.a.posted_recvs() == 0);
+  CHECK(p.a.send_credits() == 4);
+}

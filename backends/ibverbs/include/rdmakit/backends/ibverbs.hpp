@@ -293,6 +293,8 @@ struct ibverbs {
   static void set_next(send_wr& w, send_wr* next) noexcept { w.next = next; }
   /// Replaces the flags alone.
   static void set_send_flags(send_wr& w, send_flags fl) noexcept { w.send_flags = to_underlying(fl); }
+  /// Replaces the wr_id alone.
+  static void set_wr_id(send_wr& w, std::uint64_t wr_id) noexcept { w.wr_id = wr_id; }
   /// Sets the immediate data (network byte order).
   static void set_imm(send_wr& w, std::uint32_t imm_be) noexcept { w.imm_data = imm_be; }
   /// Sets the remote address and rkey of an RDMA WRITE or READ.
@@ -361,6 +363,7 @@ struct ibverbs {
 static_assert(models_verbs_backend<ibverbs>());
 static_assert(fd_event_backend<ibverbs>);
 static_assert(mw_backend<ibverbs>);
+static_assert(wr_id_backend<ibverbs>);
 static_assert(srq_backend<ibverbs>);
 
 /// Automatic GID choice for a port of an ibverbs device (the rule is in

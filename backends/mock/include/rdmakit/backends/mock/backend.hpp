@@ -263,6 +263,8 @@ struct mock {
   static void set_next(send_wr& w, send_wr* next) noexcept { w.next = next; }
   /// Replaces the flags alone.
   static void set_send_flags(send_wr& w, send_flags fl) noexcept { w.flags = fl; }
+  /// Replaces the wr_id alone.
+  static void set_wr_id(send_wr& w, std::uint64_t wr_id) noexcept { w.wr_id = wr_id; }
   /// Sets the immediate data (network byte order).
   static void set_imm(send_wr& w, std::uint32_t imm_be) noexcept { w.imm_data = imm_be; }
   /// Sets the remote address and rkey of an RDMA WRITE or READ.
@@ -327,6 +329,7 @@ struct mock {
 static_assert(models_verbs_backend<mock>());
 static_assert(fd_event_backend<mock>);
 static_assert(mw_backend<mock>);
+static_assert(wr_id_backend<mock>);
 static_assert(srq_backend<mock>);
 
 }  // namespace backends
