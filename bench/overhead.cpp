@@ -288,9 +288,10 @@ struct policy_loop {
 
   [[gnu::noinline]] void run_once() noexcept {
     if constexpr (Post == posting::prepared_list) {
-      post_result r = qp.post(list);
-      while (r.status == post_status::sq_full && reap()) r = qp.post(list);
-      if (!r.ok()) ++errors;
+      // As the raw loop: wait for the credits of a whole list, then post it.
+      while (qp.send_credits() < batch)
+        if (!reap()) return;
+      if (!qp.post(list).ok()) ++errors;
     } else if constexpr (Post == posting::prepared) {
       for (std::uint32_t i = 0; i < batch; ++i) {
         post_result r = qp.post(prepared);

@@ -5,10 +5,14 @@
 // credits, `qp.write` or a `send_batch`). Against raw_verbs_write it measures the
 // library; against rdmakit-perf, what the tool adds around the library.
 //
-//   rdmakit_write [-d DEV] [-s BYTES] [-n WRS] [-l LIST]      (-Q is 16, -t 128)
+//   rdmakit_write [-d DEV] [-s BYTES] [-n WRS] [-l LIST] [-P]      (-Q is 16, -t 128)
 //
 // Defaults: -d $RDMAKIT_DEVICE (else the first device), -s 64, -n 8192, -l 1. No inline
-// data (as the other programs on rxe). Exit 0 when every WR completed successfully.
+// data (as the other programs on rxe). -P posts as raw_verbs_write and perftest do: the
+// WR (or the list) is built once, `qp.prepare` (or a `send_batch` with `reuse()`), and
+// each post rewrites only the flags the policy changes; the wr_ids then repeat, so the
+// loop counts its completions from the credits instead. Exit 0 when every WR completed
+// successfully.
 #include <rdmakit/backends/ibverbs.hpp>
 #include <rdmakit/rdmakit.hpp>
 
@@ -37,6 +41,7 @@ struct options {
   std::uint32_t size = 64;
   std::uint64_t iters = 8192;
   std::uint32_t list = 1;
+  bool prepared = false;
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -78,6 +83,32 @@ __attribute__((noinline)) std::uint64_t write_loop(live_qp& qp, completion_queue
   return waits;
 }
 
+// -P: the WR or the list built once. Every 16th WR is signaled by the policy, and
+// -n is a multiple of 16 and of the list, so the last WR is signaled too; the run is
+// over when every credit is back.
+__attribute__((noinline)) std::uint64_t prepared_loop(live_qp& qp, completion_queue<B, P>& cq, const local_buffer src,
+                                                      const remote_t dst, const options& o) {
+  const std::uint64_t n = o.iters;
+  const std::uint32_t list = o.list;
+  std::uint64_t posted = 0, waits = 0;
+  const std::uint32_t depth = qp.send_credits();
+  auto one = qp.prepare(op::write{src, dst}, 0);
+  auto batch = live_qp::make_batch<max_list>();
+  batch.reuse();
+  for (std::uint32_t k = 0; k < list; ++k) (void)batch.write(src, dst, k);
+  while (posted < n || qp.send_credits() < depth) {
+    while (posted < n && qp.send_credits() >= list) {
+      const post_result r = list == 1 ? qp.post(one) : qp.post(batch);
+      if (!r) die(std::string("couldn't post: ") + r.message());
+      posted += list;
+    }
+    const wait_result w = cq.wait(std::chrono::milliseconds(60'000));
+    if (w.failed() || w.timed_out() || qp.in_error()) die("a completion failed, or none came");
+    ++waits;
+  }
+  return waits;
+}
+
 std::uint64_t number(const char* s, const char* opt) {
   char* end = nullptr;
   const unsigned long long v = std::strtoull(s, &end, 10);
@@ -93,8 +124,12 @@ int main(int argc, char** argv) try {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
-      std::printf("rdmakit_write [-d DEV] [-s BYTES] [-n WRS] [-l LIST]\n");
+      std::printf("rdmakit_write [-d DEV] [-s BYTES] [-n WRS] [-l LIST] [-P]\n");
       return 0;
+    }
+    if (a == "-P") {
+      o.prepared = true;
+      continue;
     }
     if (i + 1 >= argc) die(a + " wants a value");
     const char* v = argv[++i];
@@ -105,6 +140,8 @@ int main(int argc, char** argv) try {
     else die("unknown option " + a);
   }
   if (o.list < 1 || o.list > max_list || o.iters < 1) die("need 1 <= -l <= 64 and -n >= 1");
+  if (o.prepared && (o.iters % 16 != 0 || o.iters % o.list != 0 || (o.list > 1 && o.list % 16 != 0)))
+    die("-P needs -n a multiple of 16 and of -l, and -l 1 or a multiple of 16 (every list ends on a signal)");
 
   device<B> dev(o.device.empty() ? B::device_names().at(0) : o.device);
   auto pd = dev.create_pd();
@@ -121,11 +158,12 @@ int main(int argc, char** argv) try {
   const local_buffer src = mr.local(0, o.size);
   const remote_t dst = mr.remote().sub(slot, o.size);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::uint64_t waits = write_loop(a, cq, src, dst, o);
+  const std::uint64_t waits = o.prepared ? prepared_loop(a, cq, src, dst, o) : write_loop(a, cq, src, dst, o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("rdmakit_write: %s, RC, %u B, %llu WRs, post list %u, signal_every<16>, busy_poll<16>, SQ %u: "
+  std::printf("rdmakit_write: %s, RC, %u B, %llu WRs, post list %u%s, signal_every<16>, busy_poll<16>, SQ %u: "
               "%llu waits, %.3f Mpps\n",
-              dev.name().c_str(), o.size, static_cast<unsigned long long>(o.iters), o.list, sq_depth,
+              dev.name().c_str(), o.size, static_cast<unsigned long long>(o.iters), o.list,
+              o.prepared ? " (prepared)" : "", sq_depth,
               static_cast<unsigned long long>(waits), secs > 0 ? static_cast<double>(o.iters) / secs / 1e6 : 0.0);
   return 0;
 } catch (const std::exception& e) {

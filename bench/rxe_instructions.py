@@ -130,10 +130,12 @@ def table(results, wrs):
             if len(p) >= 13:
                 rows[(p[0], p[1])] = p
     lists = sorted({l for _, l in rows}, key=int)
-    label = {"raw": "raw", "perftest": "ib_write_bw", "rdmakit": "rdmakit-perf", "rkloop": "rdmakit_write"}
+    label = {"raw": "raw", "perftest": "ib_write_bw", "rdmakit": "rdmakit-perf", "rkloop": "rdmakit_write",
+             "rkprep": "rdmakit_write -P"}
     print("Instructions per 64 B RDMA WRITE (sender, user space, %s WRs per run, empty polls excluded)" % wrs)
-    print("%-9s %8s %12s %13s %14s %12s %20s %13s" % ("post list", "raw", "ib_write_bw", "rdmakit-perf", "rdmakit_write",
-                                                     "rdmakit/raw", "rdmakit_write/raw", "raw/perftest"))
+    print("%-9s %8s %12s %13s %14s %17s %12s %20s %23s %13s" % (
+        "post list", "raw", "ib_write_bw", "rdmakit-perf", "rdmakit_write", "rdmakit_write -P", "rdmakit/raw",
+        "rdmakit_write/raw", "rdmakit_write -P/raw", "raw/perftest"))
 
     def v(p, l):
         r = rows.get((p, l))
@@ -146,20 +148,20 @@ def table(results, wrs):
         return "%.3f" % (a / b) if a is not None and b else "-"
 
     for l in lists:
-        r, pt, rk, rw = v("raw", l), v("perftest", l), v("rdmakit", l), v("rkloop", l)
-        print("%-9s %8s %12s %13s %14s %12s %20s %13s" % (l, fmt(r), fmt(pt), fmt(rk), fmt(rw), ratio(rk, r),
-                                                         ratio(rw, r), ratio(r, pt)))
+        r, pt, rk, rw, rp = v("raw", l), v("perftest", l), v("rdmakit", l), v("rkloop", l), v("rkprep", l)
+        print("%-9s %8s %12s %13s %14s %17s %12s %20s %23s %13s" % (
+            l, fmt(r), fmt(pt), fmt(rk), fmt(rw), fmt(rp), ratio(rk, r), ratio(rw, r), ratio(rp, r), ratio(r, pt)))
     print()
     print("Per WR by object, and the run's counts (posts = ibv_post_send calls, polls = polls with")
     print("completions, empty = the provider's empty polls subtracted at e instructions each):")
-    print("%-14s %4s %9s %9s %9s %9s %9s %9s %7s %6s %6s %7s %6s" % (
+    print("%-17s %4s %9s %9s %9s %9s %9s %9s %7s %6s %6s %7s %6s" % (
         "program", "list", "total", "program", "ibverbs", "provider", "libc", "other", "posts", "polls", "cqes",
         "empty", "e"))
     for l in lists:
-        for p in ("raw", "perftest", "rdmakit", "rkloop"):
+        for p in ("raw", "perftest", "rdmakit", "rkloop", "rkprep"):
             r = rows.get((p, l))
             if r:
-                print("%-14s %4s %9s %9s %9s %9s %9s %9s %7s %6s %6s %7s %6s" % ((label[p], l) + tuple(r[2:13])))
+                print("%-17s %4s %9s %9s %9s %9s %9s %9s %7s %6s %6s %7s %6s" % ((label[p], l) + tuple(r[2:13])))
 
 
 def main():

@@ -8,6 +8,7 @@
 #   rdmakit-perf  tools/perf write_bw client (sender) against its own server
 #   rdmakit_write bench/rdmakit_write: raw's loop on rdmakit's policy layer (the library
 #                 without the tool)
+#   rdmakit_write -P  the same with the WR (or list) prepared once, as raw and perftest post
 #
 #   bench/rxe_instructions.sh [BUILD_DIR]              (default: build)
 #
@@ -26,7 +27,7 @@
 # Environment: RXE_INSTR_WRS (WRs per run, default 8192, a multiple of 32),
 # RXE_INSTR_LISTS ("1 32"), RXE_INSTR_OUT (results folder, kept; default
 # BUILD_DIR/rxe-instructions; not under /tmp), RXE_INSTR_TIMEOUT (harness, 1500 s),
-# RXE_INSTR_PROGRAMS ("raw perftest rdmakit rkloop"). Extra arguments after BUILD_DIR go to
+# RXE_INSTR_PROGRAMS ("raw perftest rdmakit rkloop rkprep"). Extra arguments after BUILD_DIR go to
 # run-in-vm.sh (e.g. --smp 1). Exit 0 only when every run completed and was counted.
 set -uo pipefail
 
@@ -41,7 +42,7 @@ rkw=$build/bench/rdmakit_write
 out=${RXE_INSTR_OUT:-$build/rxe-instructions}
 wrs=${RXE_INSTR_WRS:-8192}
 lists=${RXE_INSTR_LISTS:-"1 32"}
-programs=${RXE_INSTR_PROGRAMS:-"raw perftest rdmakit rkloop"}
+programs=${RXE_INSTR_PROGRAMS:-"raw perftest rdmakit rkloop rkprep"}
 
 if [[ ${RDMAKIT_RXE:-} != 1 ]]; then
   for f in "$raw" "$rkw" "$shim" "$rk"; do
@@ -128,6 +129,8 @@ run_one() {   # run_one PROGRAM L
       else ok=0; kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null; fi ;;
     rkloop)
       count "$name" "$l" -- "$rkw" -d "$dev" -s 64 -n "$wrs" -l "$l" || ok=0 ;;
+    rkprep)
+      count "$name" "$l" -- "$rkw" -d "$dev" -s 64 -n "$wrs" -l "$l" -P || ok=0 ;;
     rdmakit)
       local rkc=("$rk" write_bw -d "$dev" -x "$gid" -s 64 -n "$wrs" -l "$l" -Q 16 -t 128 -I 0 --no-progress --timeout 120000)
       if start_server "$name" "${rkc[@]}"; then

@@ -342,7 +342,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(prepared_send<B, T, Sges>& w) noexcept {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     auto& l = *parts_.link;  // the closed link when empty: admits nothing
-    if (RDMAKIT_UNLIKELY(l.sq.blocked())) return refusal_(0);
+    if (RDMAKIT_UNLIKELY(l.sq.blocked())) return refused_credits_(l, 0);
     const bool sig = l.sq.template must_signal<S>(w.wanted_);
     B::set_send_flags(w.wr_, w.base_ | signaled_if_(sig));
     l.sq.template commit<S>(sig);  // before the call, undone if the device refuses
@@ -382,7 +382,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     const std::size_t n = batch.size();
     if (n == 0) return {post_status::ok, 0, 0};
     auto& l = *parts_.link;  // the closed link when empty: admits nothing
-    if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refusal_(0);
+    if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_credits_(l, 0);
     if (RDMAKIT_UNLIKELY(batch.ids_ & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
     auto* w = batch.front_();
     auto plan = l.sq.start();
@@ -500,6 +500,15 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     detail::set_op_fields<B, T>(w, d);
   }
 
+  // The usual refusal, sq_full (a live QP, not in ERR, a valid wr_id), answered here:
+  // a bandwidth loop meets it once per reap. The others are found out of line.
+  RDMAKIT_ALWAYS_INLINE post_result refused_credits_(const detail::qp_link<B>& l,
+                                                     std::uint64_t wr_id_bits) const noexcept {
+    if (RDMAKIT_LIKELY(!l.error && !(wr_id_bits & detail::recv_wr_bit) && parts_.link))
+      return {post_status::sq_full, 0, 0};
+    return refusal_(wr_id_bits);
+  }
+
   // Why a post is refused before it reaches the device, in this order: an empty handle,
   // a wr_id using bit 63, a QP in ERR, too few SQ credits. Off the data path.
   RDMAKIT_NOINLINE post_result refusal_(std::uint64_t wr_id_bits) const noexcept {
@@ -512,7 +521,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   RDMAKIT_ALWAYS_INLINE post_result post_send_(const detail::send_desc<B>& d) noexcept {
     auto& l = *parts_.link;
     // One compare refuses a full SQ, a QP in ERR and an empty handle (closed ledgers).
-    if (RDMAKIT_UNLIKELY(l.sq.blocked() || (d.wr_id & detail::recv_wr_bit))) return refusal_(d.wr_id);
+    if (RDMAKIT_UNLIKELY(l.sq.blocked() || (d.wr_id & detail::recv_wr_bit))) return refused_credits_(l, d.wr_id);
     const bool sig = l.sq.template must_signal<S>(has_any(d.flags, send_flags::signaled));
     typename B::send_wr w;
     build_(w, d, d.sg, sig);
