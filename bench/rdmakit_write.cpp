@@ -97,10 +97,13 @@ __attribute__((noinline)) std::uint64_t prepared_loop(live_qp& qp, completion_qu
   batch.reuse();
   for (std::uint32_t k = 0; k < list; ++k) (void)batch.write(src, dst, k);
   while (posted < n || qp.send_credits() < depth) {
-    while (posted < n && qp.send_credits() >= list) {
-      const post_result r = list == 1 ? qp.post(one) : qp.post(batch);
-      if (!r) die(std::string("couldn't post: ") + r.message());
-      posted += list;
+    // Post until the ledger runs out of credits: sq_full is its "reap now".
+    if (list == 1) {
+      for (post_result r; posted < n && (r = qp.post(one)).status != post_status::sq_full; ++posted)
+        if (!r) die(std::string("couldn't post: ") + r.message());
+    } else {
+      for (post_result r; posted < n && (r = qp.post(batch)).status != post_status::sq_full; posted += list)
+        if (!r) die(std::string("couldn't post a list: ") + r.message());
     }
     const wait_result w = cq.wait(std::chrono::milliseconds(60'000));
     if (w.failed() || w.timed_out() || qp.in_error()) die("a completion failed, or none came");

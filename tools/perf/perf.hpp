@@ -435,8 +435,17 @@ class runner {
     auto id = [&](std::uint64_t s) { return std::uint64_t{j} << 48 | (s & seq_mask); };
     if (n == 1) return post_one(j, src, dst, id(seq), flags_for(seq));
     auto batch = live_qp::template make_batch<max_post_list>();
-    for (std::uint32_t k = 0; k < n; ++k) {
-      const std::uint64_t s = seq + k;
+    add_ops(batch, j, src, dst, n, [&](std::uint32_t k) { return id(seq + k); },
+            [&](std::uint32_t k) { return flags_for(seq + k); });
+    return qps_[j].post(batch);
+  }
+
+  // Adds n WRs of the test's operation to `batch`: WR k with wr_id id(k) and flags fl(k).
+  template <class Batch, class Id, class Flags>
+  void add_ops(Batch& batch, std::uint32_t j, const local_buffer src, const remote_t dst, std::uint32_t n, Id id,
+               Flags fl) noexcept {
+    auto flags_for = fl;
+    for (std::uint32_t s = 0; s < n; ++s) {
       switch (t_.op) {
         case op_kind::write:
           if constexpr (T::supports_write) (void)batch.write(src, dst, id(s), flags_for(s));
@@ -460,7 +469,37 @@ class runner {
           break;
       }
     }
-    return qps_[j].post(batch);
+  }
+
+  // Posting as perftest posts (bw tests): QP j's WR, or its list of post_list WRs, built
+  // once and posted again and again. Only where the policy decides every signal (not
+  // signal_manual, whose -Q signals are asked per WR) and the WRs name no address handle
+  // (not UD).
+  static constexpr bool prepares = !std::is_same_v<S, signal_manual> && !T::needs_ah;
+  using prepared_t = std::conditional_t<prepares, prepared_send<B, T>, char>;  // (UD: never made)
+  using list_t = decltype(live_qp::template make_batch<max_post_list>());
+
+  prepared_t prepare_one(std::uint32_t j, const local_buffer src, const remote_t dst) const {
+    auto& qp = qps_[j];
+    const std::uint64_t id = std::uint64_t{j} << 48;
+    switch (t_.op) {
+      case op_kind::write:
+        if constexpr (T::supports_write) return qp.prepare(op::write{src, dst}, id);
+        break;
+      case op_kind::read:
+        if constexpr (T::supports_read) return qp.prepare(op::read{src, dst}, id);
+        break;
+      case op_kind::atomic:
+        if constexpr (T::supports_atomic) {
+          if (o_.cmp_swap) return qp.prepare(op::compare_swap{src, dst, 0, 0}, id);
+          return qp.prepare(op::fetch_add{src, dst, 1}, id);
+        }
+        break;
+      case op_kind::send:
+        if constexpr (!T::needs_ah) return qp.prepare(op::send<>{src}, id);
+        break;
+    }
+    throw perf_failure("internal: no operation to prepare for this test");
   }
 
   post_result post_one(std::uint32_t j, const local_buffer& src, const remote_t& dst, std::uint64_t wr_id,
@@ -518,16 +557,33 @@ class runner {
       srcs.push_back(src_of(j));
       dsts.push_back(dst_of(j));
     }
+    // Progress is counted from the credits (a WR is done when the ledger gave its slot
+    // back: posted - held), not from wr_ids, so prepared WRs may repeat theirs.
+    std::vector<std::uint32_t> depth(q);
+    for (std::uint32_t j = 0; j < q; ++j) depth[j] = qps_[j].send_credits();
+    std::vector<std::unique_ptr<prepared_t>> one(q);
+    std::vector<std::unique_ptr<list_t>> list(q);
+    if constexpr (prepares) {
+      for (std::uint32_t j = 0; j < q; ++j) {
+        if (o_.post_list == 1) {
+          one[j].reset(new prepared_t(prepare_one(j, srcs[j], dsts[j])));
+        } else {
+          list[j].reset(new list_t(live_qp::template make_batch<max_post_list>()));
+          list[j]->reuse();
+          add_ops(*list[j], j, srcs[j], dsts[j], o_.post_list, [j](std::uint32_t) { return std::uint64_t{j} << 48; },
+                  [](std::uint32_t) { return send_flags::none; });
+        }
+      }
+    }
     std::uint64_t total = 0;
     auto on_wc = [&](const completion<B>& c) noexcept {
-      if (!c.ok()) return record_failure(c);
-      if (c.is_recv()) return;
-      const std::uint64_t id = c.wr_id();
-      const auto j = static_cast<std::uint32_t>(id >> 48);
-      const std::uint64_t s = (id & seq_mask) + 1;
-      if (j < q && s > done[j]) {
-        total += s - done[j];
-        done[j] = s;
+      if (!c.ok()) record_failure(c);
+    };
+    auto count_done = [&] {
+      total = 0;
+      for (std::uint32_t j = 0; j < q; ++j) {
+        done[j] = posted[j] - (depth[j] - qps_[j].send_credits());
+        total += done[j];
       }
     };
     bw_marks marks;
@@ -542,7 +598,17 @@ class runner {
           while (posted[j] < per_qp) {
             const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(o_.post_list, per_qp - posted[j]));
             if (qps_[j].send_credits() < n) break;
-            auto r = post_ops(j, posted[j], n, per_qp - 1, srcs[j], dsts[j]);
+            // The prepared WR or list, except for a shorter last list and the run's last WR,
+            // which is posted signaled so that its end is seen.
+            post_result r;
+            if constexpr (prepares) {
+              if (n == o_.post_list && posted[j] + n < per_qp)
+                r = n == 1 ? qps_[j].post(*one[j]) : qps_[j].post(*list[j]);
+              else
+                r = post_ops(j, posted[j], n, per_qp - 1, srcs[j], dsts[j]);
+            } else {
+              r = post_ops(j, posted[j], n, per_qp - 1, srcs[j], dsts[j]);
+            }
             if (!r) post_failed(r, posted[j]);
             posted[j] += n;
           }
@@ -550,6 +616,7 @@ class runner {
       }
       if (!timed && total == per_qp * q) break;
       pump(on_wc, "waiting for send completions");
+      count_done();
       const auto now = clock_type::now();
       marks.add(now, total);
       pm.tick(now, total);

@@ -41,7 +41,17 @@ inline int send_wr_error(const qp_obj* q, const rdmakit::backends::mock::send_wr
 // reuse the buffer as soon as post_send returns), UD sends keep their address vector.
 // `e` is a reused SQ slot holding an old WQE: every field is set here (the vectors keep
 // their capacity), except the UD address fields, which only UD QPs read.
-inline void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::backends::mock::send_wr& w, std::uint64_t total) {
+// A BIND_MW WR's own fields (type 1 binds fill these themselves). Out of line: rare.
+RDMAKIT_NOINLINE inline void fill_bind_fields(send_wqe& e, const rdmakit::backends::mock::send_wr& w) {
+  e.mw_index = w.bind_mw.window->rkey >> 8;
+  e.mw_rkey = w.bind_mw.rkey;
+  e.mw_lkey = w.bind_mw.region ? w.bind_mw.region->lkey : 0;
+  e.mw_length = w.bind_mw.region ? w.bind_mw.length : 0;
+  e.mw_rights = w.bind_mw.rights;
+}
+
+RDMAKIT_ALWAYS_INLINE void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::backends::mock::send_wr& w,
+                                                std::uint64_t total) {
   e.seq = q->next_seq++;
   e.wr_id = w.wr_id;
   e.op = w.op;
@@ -55,13 +65,7 @@ inline void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::backends::mock:
   else
     e.inline_data.clear();
   e.imm = w.op == opcode::local_inv || w.op == opcode::send_with_inv ? w.invalidate_rkey : w.imm_data;
-  if (w.op == opcode::bind_mw && w.bind_mw.window) {  // (type 1 binds fill these themselves)
-    e.mw_index = w.bind_mw.window->rkey >> 8;
-    e.mw_rkey = w.bind_mw.rkey;
-    e.mw_lkey = w.bind_mw.region ? w.bind_mw.region->lkey : 0;
-    e.mw_length = w.bind_mw.region ? w.bind_mw.length : 0;
-    e.mw_rights = w.bind_mw.rights;
-  }
+  if (RDMAKIT_UNLIKELY(w.op == opcode::bind_mw && w.bind_mw.window)) fill_bind_fields(e, w);
   const bool atomic = is_atomic(w.op);
   e.remote_addr = w.op == opcode::bind_mw ? w.bind_mw.addr : atomic ? w.atomic.remote_addr : w.rdma.remote_addr;
   e.rkey = atomic ? w.atomic.rkey : w.rdma.rkey;

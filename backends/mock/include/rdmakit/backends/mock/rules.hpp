@@ -129,18 +129,23 @@ inline mw_obj* find_mw(fabric_state& f, std::uint32_t rkey) {
 /// against the region, a window's against the window (its rights and range, its PD, and
 /// for type 2 the QP that bound it). The rxe profile checks a window's range against its
 /// region (rxe 6.1 does: deviations.hpp, mw_out_of_window).
+// A window's rkey: out of line, so the region path below stays small enough to inline
+// into the responder (it is every WRITE's and READ's).
+RDMAKIT_NOINLINE inline mr_obj* remote_mw_ok(fabric_state& f, const qp_obj* d, std::uint32_t rkey,
+                                             std::uint64_t addr, std::uint64_t length, access needed) {
+  mw_obj* w = find_mw(f, rkey);
+  if (!w || w->pd != d->pd || (w->type == mw_type::type2 && w->qp != d) || !has_all(w->rights, needed))
+    return nullptr;
+  const std::uint64_t lo = f.as_rxe() ? w->mr->addr : w->addr;
+  const std::uint64_t hi = f.as_rxe() ? w->mr->addr + w->mr->length : w->addr + w->length;
+  if (addr < lo || addr + length > hi || addr + length < addr) return nullptr;
+  return w->mr;
+}
+
 inline mr_obj* remote_mr_ok(fabric_state& f, const qp_obj* d, std::uint32_t rkey, std::uint64_t addr,
                             std::uint64_t length, access needed, key_cache* cache = nullptr) {
   pd_obj* pd = d->pd;
-  if (is_mw_key(rkey)) {
-    mw_obj* w = find_mw(f, rkey);
-    if (!w || w->pd != pd || (w->type == mw_type::type2 && w->qp != d) || !has_all(w->rights, needed))
-      return nullptr;
-    const std::uint64_t lo = f.as_rxe() ? w->mr->addr : w->addr;
-    const std::uint64_t hi = f.as_rxe() ? w->mr->addr + w->mr->length : w->addr + w->length;
-    if (addr < lo || addr + length > hi || addr + length < addr) return nullptr;
-    return w->mr;
-  }
+  if (RDMAKIT_UNLIKELY(is_mw_key(rkey))) return remote_mw_ok(f, d, rkey, addr, length, needed);
   mr_obj* m = find_mr(f, f.by_rkey, cache, rkey);
   if (!m) return nullptr;
   if (m->pd != pd || !has_all(m->flags, needed)) return nullptr;
