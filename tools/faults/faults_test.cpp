@@ -1,0 +1,82 @@
+// rdmakit-faults' scenario on the mock under the rxe profile, with the fault rates
+// tests/rxe/netem.sh puts on the real link (docs/faults.md compares the two).
+#include "faults_mock.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace rdmakit;
+using namespace rdmakit_tools;
+
+namespace {
+
+faults_options opts(fault_op op = fault_op::send, std::uint32_t size = 4096) {
+  faults_options o;
+  o.op = op;
+  o.count = 200;
+  o.size = size;
+  o.grace = std::chrono::milliseconds{20};  // the mock delivers within the post or the poll
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("faults: payload check tells intact, partial and misplaced messages apart") {
+  std::vector<std::byte> m(4096);
+  fill_message(m.data(), 7, 4096);
+  CHECK(check_message(m.data(), 4096) == std::optional<std::uint32_t>(7));
+  m[2000] = std::byte{0};  // a lost middle packet leaves the old bytes
+  CHECK(!check_message(m.data(), 4096));
+  fill_message(m.data(), 7, 4096);
+  CHECK(!check_message(m.data(), 1024));  // a message of another size
+}
+
+TEST_CASE("faults: RC delivers every message exactly once, in order, at 0, 1 and 10 % loss") {
+  for (double p : {0.0, 0.01, 0.10})
+    for (fault_op op : {fault_op::send, fault_op::write_imm}) {
+      CAPTURE(p);
+      CAPTURE(to_string(op));
+      const auto r = run_faults_on_mock<rc>(opts(op), {.loss = p, .seed = 1});
+      CHECK(r.client.posted == 200);
+      CHECK(r.client.completions("success") == 200);
+      CHECK(r.server.exactly_once_in_order(200));
+    }
+}
+
+TEST_CASE("faults: RC at 100 % loss ends in RETRY_EXC_ERR, the rest flushed") {
+  const auto r = run_faults_on_mock<rc>(opts(), {.loss = 1.0, .seed = 1});
+  CHECK(r.client.first_error == "retry_exc_err");
+  CHECK(r.client.completions("success") == 0);
+  CHECK(r.client.completions("retry_exc_err") == 1);
+  CHECK(r.client.completions("wr_flush_err") == r.client.posted - 1);
+  CHECK(r.server.delivered == 0);
+  CHECK(r.server.partial == 0);
+}
+
+TEST_CASE("faults: UC loses whole messages, never completes a partial one") {
+  for (double p : {0.01, 0.10, 1.0})
+    for (fault_op op : {fault_op::send, fault_op::write_imm}) {
+      CAPTURE(p);
+      CAPTURE(to_string(op));
+      const auto r = run_faults_on_mock<uc>(opts(op), {.loss = p, .seed = 1});
+      CHECK(r.client.completions("success") == 200);  // UC sends complete locally
+      CHECK(r.server.partial == 0);
+      CHECK(r.server.duplicates == 0);
+      CHECK(r.server.in_order);
+      CHECK(r.server.delivered + r.server.missing == 200);
+      if (p == 1.0) CHECK(r.server.delivered == 0);
+      else CHECK(r.server.missing > 0);
+    }
+}
+
+TEST_CASE("faults: UD drops datagrams, nothing else") {
+  for (double p : {0.01, 0.10, 1.0}) {
+    CAPTURE(p);
+    const auto r = run_faults_on_mock<ud>(opts(fault_op::send, 1024), {.loss = p, .seed = 1});
+    CHECK(r.client.completions("success") == 200);
+    CHECK(r.server.partial == 0);
+    CHECK(r.server.duplicates == 0);
+    CHECK(r.server.delivered + r.server.missing == 200);
+    if (p == 1.0) CHECK(r.server.delivered == 0);
+    else CHECK(r.server.missing > 0);
+  }
+}
