@@ -80,3 +80,15 @@ TEST_CASE("faults: UD drops datagrams, nothing else") {
     else CHECK(r.server.missing > 0);
   }
 }
+
+TEST_CASE("faults: loss is per packet, so a 4-packet UC message is lost about 4 times as often as a 1-packet one") {
+  // 10 % per packet: a 4096-byte message at path MTU 1024 survives with 0.9^4 = 66 %,
+  // as on a link with netem (docs/faults.md); one per message would lose only 10 %.
+  const auto four = run_faults_on_mock<uc>(opts(fault_op::send, 4096), {.loss = 0.10, .seed = 1});
+  const auto one = run_faults_on_mock<uc>(opts(fault_op::send, 1024), {.loss = 0.10, .seed = 1});
+  CHECK(four.server.missing > 45);  // expected 69 of 200 (sd ~7)
+  CHECK(four.server.missing < 95);
+  CHECK(one.server.missing > 8);    // expected 20 (sd ~4)
+  CHECK(one.server.missing < 35);
+  CHECK(four.server.partial == 0);
+}
