@@ -108,6 +108,10 @@ step uc-loss-1 loss_1% "$whole" "$ok_all" -- -T uc -n $n
 step uc-loss-10 loss_10% "$whole" "$ok_all" -- -T uc -n $n
 step uc-loss-10-write_imm loss_10% "$whole" "$ok_all" -- -T uc -o write_imm -n $n
 step uc-loss-10-write loss_10% "delivered=" "$ok_all" -- -T uc -o write -n $n
+# One packet a message (1024 bytes at MTU 1024): what rxe's UC does without a message
+# in progress when a packet goes missing.
+step uc-loss-10-1pkt loss_10% "$whole" "$ok_all" -- -T uc -s 1024 -n $n
+step uc-loss-10-write_imm-1pkt loss_10% "$whole" "$ok_all" -- -T uc -o write_imm -s 1024 -n $n
 step uc-loss-100 loss_100% "delivered=0 " "$ok_all" -- -T uc -n $n
 step ud-loss-1 loss_1% "$whole" "$ok_all" -- -T ud -n $n
 step ud-loss-10 loss_10% "$whole" "$ok_all" -- -T ud -n $n
@@ -115,6 +119,7 @@ step ud-loss-100 loss_100% "delivered=0 " "$ok_all" -- -T ud -n $n
 step rc-dup-1 duplicate_1% "$intact" "$ok_or_retry" -- -T rc -n $n
 step rc-dup-10 duplicate_10% "$intact" "$ok_or_retry" -- -T rc -n $n
 step uc-dup-10 duplicate_10% "delivered=" "$ok_all" -- -T uc -n $n
+step uc-dup-10-1pkt duplicate_10% "delivered=" "$ok_all" -- -T uc -s 1024 -n $n
 step ud-dup-10 duplicate_10% "delivered=" "$ok_all" -- -T ud -n $n
 step rc-reorder-10 delay_2ms_reorder_10% "$intact" "$ok_or_retry" -- -T rc -n $n
 step uc-reorder-10 delay_2ms_reorder_10% "delivered=" "$ok_all" -- -T uc -n $n
