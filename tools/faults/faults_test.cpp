@@ -15,6 +15,9 @@ faults_options opts(fault_op op = fault_op::send, std::uint32_t size = 4096) {
   o.count = 200;
   o.size = size;
   o.grace = std::chrono::milliseconds{20};  // the mock delivers within the post or the poll
+  // RC: the mock's clock follows the wall clock while two threads share a fabric, so a
+  // 1 ms ACK timeout (not rdmakit-faults' 17 ms) keeps the retransmissions fast.
+  o.timeout = 8;
   return o;
 }
 
