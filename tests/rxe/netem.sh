@@ -59,19 +59,23 @@ netem() {   # netem SPEC...: on eth0's RoCEv2 packets only; "none" removes it
 }
 
 # step NAME NETEM_SPEC SERVER_EXPECT CLIENT_EXPECT -- ARGS... : server on a, client on b
-# (after b applied NETEM_SPEC, words joined by _); each side's line must match its
-# extended regular expression.
+# (after b applied NETEM_SPEC, words joined by _; both:SPEC: a too, so ACKs meet it as
+# well); each side's line must match its extended regular expression.
 step() {
-  local name=$1 spec=$2 want_srv=$3 want_cli=$4 out rc want; shift 5
+  local name=$1 spec=$2 want_srv=$3 want_cli=$4 out rc want both=0; shift 5
+  [[ $spec == both:* ]] && both=1
   port=$((port + 1))
   out=$(mktemp /tmp/netem.XXXXXX)
   if [[ $role == a ]]; then
+    # shellcheck disable=SC2046
+    ((both)) && { netem $(tr _ ' ' <<<"${spec#both:}") || echo "netem $spec: tc failed"; }
     timeout 60 "$faults" -d "$dev" -g 1 -p "$port" "$@" >"$out" 2>&1
     rc=$?
+    ((both)) && netem none
     want=$want_srv
   else
     # shellcheck disable=SC2046
-    netem $(tr _ ' ' <<<"$spec") || echo "netem $spec: tc failed"
+    netem $(tr _ ' ' <<<"${spec#both:}") || echo "netem $spec: tc failed"
     timeout 60 "$faults" -d "$dev" -g 1 -p "$port" "$@" "$peer" >"$out" 2>&1
     rc=$?
     netem none
@@ -101,6 +105,7 @@ step rc-loss-0 none "$once" "$ok_all" -- -T rc -n $n
 step rc-loss-1 loss_1% "$once" "$ok_all" -- -T rc -n $n
 step rc-loss-10 loss_10% "$once" "$ok_all" -- -T rc -n $n
 step rc-loss-10-write_imm loss_10% "$once" "$ok_all" -- -T rc -o write_imm -n $n
+step rc-loss-10-acks-too both:loss_10% "$once" "$ok_all" -- -T rc -n $n
 step rc-loss-100 loss_100% "delivered=0 " "first_error=retry_exc_err" -- -T rc -n $n
 step uc-loss-0 none "$whole" "$ok_all" -- -T uc -n $n
 step uc-loss-0-write_imm none "$whole" "$ok_all" -- -T uc -o write_imm -n $n

@@ -95,3 +95,19 @@ TEST_CASE("faults: loss is per packet, so a 4-packet UC message is lost about 4 
   CHECK(one.server.missing < 35);
   CHECK(four.server.partial == 0);
 }
+
+TEST_CASE("faults: RC under 10 % duplication or reordering delivers every message exactly once, in order") {
+  const auto dup = run_faults_on_mock<rc>(opts(), {.dup = 0.10, .seed = 1});
+  CHECK(dup.client.completions("success") == 200);
+  CHECK(dup.server.exactly_once_in_order(200));
+  const auto reorder = run_faults_on_mock<rc>(opts(), {.reorder = 0.10, .seed = 1});
+  CHECK(reorder.client.completions("success") == 200);
+  CHECK(reorder.server.exactly_once_in_order(200));
+}
+
+TEST_CASE("faults: a duplicated 1-packet UC message is delivered twice, as rxe does") {
+  const auto r = run_faults_on_mock<uc>(opts(fault_op::send, 1024), {.dup = 0.10, .seed = 1});
+  CHECK(r.server.duplicates > 5);
+  CHECK(r.server.partial == 0);
+  CHECK(r.server.delivered + r.server.missing == 200);
+}
