@@ -23,7 +23,9 @@ set -uo pipefail
 
 readonly EX_USAGE=2 EX_BOOT=120 EX_RXE=121 EX_DIED=122 EX_TIMEOUT=124 EX_PREP=125
 # Modules for the initramfs (their dependencies are added automatically).
-readonly MODULES=(virtio_pci 9pnet_virtio 9p dummy virtio_net crc32_generic rdma_rxe rdma_ucm)
+# sch_prio, sch_netem and cls_u32: netem.sh puts faults on the RoCE packets of the link.
+readonly MODULES=(virtio_pci 9pnet_virtio 9p dummy virtio_net crc32_generic rdma_rxe rdma_ucm
+                 sch_prio sch_netem cls_u32)
 readonly PACKAGES=(qemu-system-x86 busybox-static kmod cpio rdma-core ibverbs-providers
                    ibverbs-utils perftest iproute2 xz-utils)
 

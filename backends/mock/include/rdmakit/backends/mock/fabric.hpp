@@ -108,7 +108,9 @@ struct fault {
   fault_kind kind = fault_kind::drop;  ///< what happens to the messages hit
   std::uint32_t src_qp_num = 0;        ///< the sending QP whose messages it hits; 0: any QP
   std::uint32_t count = 1;             ///< how many matching messages it hits; 0 = unlimited
-  double probability = 1.0;            ///< chance per matching message (uses the seed)
+  /// Chance per matching message (uses the seed); drop: per packet, so a message of n
+  /// packets is lost with 1 - (1-p)^n, as on a lossy link.
+  double probability = 1.0;
   std::chrono::nanoseconds delay{0};   ///< fault_kind::delay: how much later the message arrives
 };
 

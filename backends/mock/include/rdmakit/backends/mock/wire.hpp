@@ -52,11 +52,17 @@ inline void deliver(fabric_state& f, const message& m);
 inline void on_response(fabric_state& f, const reply_to& to, const response& r);
 inline void issue(fabric_state& f, qp_obj* q);
 
-inline bool fault_hits(fabric_state& f, fault& ft, std::uint32_t src) {
+// Whether fault `ft` hits a message of `npkts` packets from QP `src`. A drop's
+// probability is per packet, as on a lossy link: a message is lost when any of its
+// packets is (1 - (1-p)^npkts). The other kinds are drawn once per message.
+inline bool fault_hits(fabric_state& f, fault& ft, std::uint32_t src, std::uint32_t npkts) {
   if (ft.src_qp_num && ft.src_qp_num != src) return false;
   if (ft.count == 0 && ft.probability <= 0) return false;
-  if (ft.probability < 1.0 && uniform_01(f.rng) >= ft.probability) return false;
-  return true;
+  if (ft.probability >= 1.0) return true;
+  const std::uint32_t draws = ft.kind == fault_kind::drop && npkts > 1 ? npkts : 1;
+  for (std::uint32_t i = 0; i < draws; ++i)
+    if (uniform_01(f.rng) < ft.probability) return true;
+  return false;
 }
 
 /// Puts a message on the wire, applying injected faults. `m` may be left with any
@@ -66,7 +72,7 @@ inline void transmit(fabric_state& f, qp_obj* q, message& m) {
   clock_ns at = f.now + static_cast<clock_ns>(f.cfg.latency.count());
   bool drop = false, dup = false, hold = false;
   for (auto it = f.faults.begin(); it != f.faults.end();) {
-    if (!fault_hits(f, *it, q->qpn)) {
+    if (!fault_hits(f, *it, q->qpn, m.npkts)) {
       ++it;
       continue;
     }

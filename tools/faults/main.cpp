@@ -1,0 +1,237 @@
+// rdmakit-faults: send N messages over RC/UC/UD under faults, report what arrived.
+//
+//   rdmakit-faults [options]            mock: both ends in this process, faults injected
+//   rdmakit-faults -d DEV [options]     server on a device: wait for a client
+//   rdmakit-faults -d DEV [options] H   client: connect to the server at H
+//
+// On a device the faults come from the link (tests/rxe/netem.sh puts netem on it); on
+// the mock from the fabric: --loss/--dup/--reorder are per-message probabilities with
+// --seed, under the rxe device profile (--profile spec for the specification).
+// Output: one line per side, `faults side=server|client transport=... key=value ...`.
+#include "../common/cli.hpp"
+#include "faults_mock.hpp"
+
+#include <rdmakit/backends/mock.hpp>
+#if RDMAKIT_HAVE_IBVERBS
+#include <rdmakit/backends/ibverbs.hpp>
+#endif
+
+#include <getopt.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+using namespace rdmakit;
+using namespace rdmakit_tools;
+
+namespace {
+
+struct cli {
+  faults_options fo;
+  qp_type transport = qp_type::rc;
+  std::uint16_t port = 18700;
+  std::string host;
+  double loss = 0, dup = 0, reorder = 0;
+  std::uint64_t seed = 1;
+  bool spec_profile = false;
+  std::chrono::milliseconds xtimeout{60'000};
+};
+
+void usage(std::FILE* to) {
+  std::fprintf(to,
+               "Usage: rdmakit-faults [options] [host]\n"
+               "  -T, --transport=rc|uc|ud   transport (default rc)\n"
+               "  -o, --op=send|write_imm|write  what carries the messages (default send; UD: send)\n"
+               "  -n, --count=N              messages (default 200)\n"
+               "  -s, --size=BYTES           message size (default 4096; UD 1024)\n"
+               "  -w, --window=N             sends outstanding at most (default 16)\n"
+               "  -m, --mtu=BYTES            path MTU (default 1024)\n"
+               "  -t, --timeout=EXP          RC local ACK timeout exponent (default 12: 17 ms)\n"
+               "  -R, --retry=N              RC retry count (default 6)\n"
+               "  -d, --ib-dev=DEV           device (none, or mock: both ends here on the mock)\n"
+               "  -g, --gid-idx=N            GID index\n"
+               "  -p, --port=PORT            TCP port of the exchange (default 18700)\n"
+               "Mock only:\n"
+               "  --loss=P --dup=P --reorder=P  per-message fault probabilities (0..1)\n"
+               "  --seed=N                   fabric seed (default 1)\n"
+               "  --profile=rxe|spec         device profile (default rxe)\n");
+}
+
+bool parse_prob(const char* s, double& p) {
+  char* end = nullptr;
+  p = std::strtod(s, &end);
+  return end && *end == 0 && p >= 0 && p <= 1;
+}
+
+int parse(int argc, char** argv, cli& c, bool& help) {
+  enum { o_loss = 1000, o_dup, o_reorder, o_seed, o_profile };
+  static const option longs[] = {
+      {"transport", required_argument, nullptr, 'T'}, {"op", required_argument, nullptr, 'o'},
+      {"count", required_argument, nullptr, 'n'},     {"size", required_argument, nullptr, 's'},
+      {"window", required_argument, nullptr, 'w'},    {"mtu", required_argument, nullptr, 'm'},
+      {"timeout", required_argument, nullptr, 't'},   {"retry", required_argument, nullptr, 'R'},
+      {"ib-dev", required_argument, nullptr, 'd'},    {"gid-idx", required_argument, nullptr, 'g'},
+      {"port", required_argument, nullptr, 'p'},      {"loss", required_argument, nullptr, o_loss},
+      {"dup", required_argument, nullptr, o_dup},     {"reorder", required_argument, nullptr, o_reorder},
+      {"seed", required_argument, nullptr, o_seed},   {"profile", required_argument, nullptr, o_profile},
+      {"help", no_argument, nullptr, 'h'},            {nullptr, 0, nullptr, 0}};
+  auto bad = [&](const char* what, const char* arg) {
+    std::fprintf(stderr, "rdmakit-faults: invalid %s \"%s\"\n", what, arg);
+    return 2;
+  };
+  bool size_given = false;
+  unsigned long long v = 0;
+  int ch;
+  while ((ch = getopt_long(argc, argv, "T:o:n:s:w:m:t:R:d:g:p:h", longs, nullptr)) != -1) {
+    switch (ch) {
+      case 'T':
+        if (!std::strcmp(optarg, "rc")) c.transport = qp_type::rc;
+        else if (!std::strcmp(optarg, "uc")) c.transport = qp_type::uc;
+        else if (!std::strcmp(optarg, "ud")) c.transport = qp_type::ud;
+        else return bad("transport (rc, uc or ud)", optarg);
+        break;
+      case 'o':
+        if (!std::strcmp(optarg, "send")) c.fo.op = fault_op::send;
+        else if (!std::strcmp(optarg, "write_imm")) c.fo.op = fault_op::write_imm;
+        else if (!std::strcmp(optarg, "write")) c.fo.op = fault_op::write;
+        else return bad("op (send, write_imm or write)", optarg);
+        break;
+      case 'n':
+        if (!parse_uint(optarg, 100000, v) || v < 1) return bad("count", optarg);
+        c.fo.count = static_cast<std::uint32_t>(v);
+        break;
+      case 's':
+        if (!parse_uint(optarg, 1u << 20, v) || v < 8) return bad("size (at least 8)", optarg);
+        c.fo.size = static_cast<std::uint32_t>(v);
+        size_given = true;
+        break;
+      case 'w':
+        if (!parse_uint(optarg, 1024, v) || v < 1) return bad("window", optarg);
+        c.fo.window = static_cast<std::uint32_t>(v);
+        break;
+      case 'm':
+        if (!parse_uint(optarg, 4096, v) || !mtu_from_bytes(static_cast<std::uint32_t>(v), c.fo.path_mtu))
+          return bad("MTU", optarg);
+        break;
+      case 't':
+        if (!parse_uint(optarg, 31, v)) return bad("timeout exponent", optarg);
+        c.fo.timeout = static_cast<std::uint8_t>(v);
+        break;
+      case 'R':
+        if (!parse_uint(optarg, 7, v)) return bad("retry count", optarg);
+        c.fo.retry_cnt = static_cast<std::uint8_t>(v);
+        break;
+      case 'd': c.fo.device = optarg; break;
+      case 'g':
+        if (!parse_uint(optarg, 0xffff, v)) return bad("GID index", optarg);
+        c.fo.gid_index = static_cast<int>(v);
+        break;
+      case 'p':
+        if (!parse_uint(optarg, 65535, v)) return bad("port", optarg);
+        c.port = static_cast<std::uint16_t>(v);
+        break;
+      case o_loss: if (!parse_prob(optarg, c.loss)) return bad("probability", optarg); break;
+      case o_dup: if (!parse_prob(optarg, c.dup)) return bad("probability", optarg); break;
+      case o_reorder: if (!parse_prob(optarg, c.reorder)) return bad("probability", optarg); break;
+      case o_seed:
+        if (!parse_uint(optarg, ~0ull, v)) return bad("seed", optarg);
+        c.seed = v;
+        break;
+      case o_profile:
+        if (!std::strcmp(optarg, "spec")) c.spec_profile = true;
+        else if (std::strcmp(optarg, "rxe")) return bad("profile (rxe or spec)", optarg);
+        break;
+      case 'h': help = true; return 0;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (optind == argc - 1) c.host = argv[optind];
+  else if (optind < argc) { usage(stderr); return 2; }
+  if (!size_given && c.transport == qp_type::ud) c.fo.size = 1024;
+  c.fo.server = c.host.empty();
+  return 0;
+}
+
+const char* name(qp_type t) { return t == qp_type::rc ? "rc" : t == qp_type::uc ? "uc" : "ud"; }
+
+#if RDMAKIT_HAVE_IBVERBS
+template <verbs_backend B, polling P>
+faults_report dispatch(const faults_options& o, qp_type t, const exchange_fn& ex, device<B> dev = {}) {
+  switch (t) {
+    case qp_type::rc: return run_faults<B, rc, P>(o, ex, std::move(dev));
+    case qp_type::uc: return run_faults<B, uc, P>(o, ex, std::move(dev));
+    case qp_type::ud: break;
+  }
+  return run_faults<B, ud, P>(o, ex, std::move(dev));
+}
+#endif
+
+int run_mock(const cli& c) {
+  if (!c.host.empty()) {
+    std::fprintf(stderr, "rdmakit-faults: a host was given without -d; give -d <device> to talk to %s\n",
+                 c.host.c_str());
+    return 2;
+  }
+  mock_faults f{c.loss, c.dup, c.reorder, c.seed,
+                c.spec_profile ? mock::device_profile::spec : mock::device_profile::rxe};
+  faults_pair r;
+  switch (c.transport) {
+    case qp_type::rc: r = run_faults_on_mock<rc>(c.fo, f); break;
+    case qp_type::uc: r = run_faults_on_mock<uc>(c.fo, f); break;
+    case qp_type::ud: r = run_faults_on_mock<ud>(c.fo, f); break;
+  }
+  faults_options o = c.fo;
+  o.server = false;
+  std::printf("%s\n", r.client.line(name(c.transport), o).c_str());
+  o.server = true;
+  std::printf("%s\n", r.server.line(name(c.transport), o).c_str());
+  return 0;
+}
+
+#if RDMAKIT_HAVE_IBVERBS
+int run_device(const cli& c) {
+  exchange_options xo;
+  xo.timeout = c.xtimeout;
+  xo.accept_timeout = std::chrono::milliseconds{120'000};
+  faults_report rep;
+  if (c.fo.server) {
+    exchange_listener listener(c.port);
+    rep = dispatch<backends::ibverbs, busy_poll<>>(c.fo, c.transport,
+                                                   [&](const connection_info& local, const on_peer_fn& cb) {
+                                                     return listener.exchange(local, xo, cb);
+                                                   });
+  } else {
+    xo.retry_refused = true;
+    rep = dispatch<backends::ibverbs, busy_poll<>>(c.fo, c.transport,
+                                                   [&](const connection_info& local, const on_peer_fn& cb) {
+                                                     return exchange_client(c.host, c.port, local, xo, cb);
+                                                   });
+  }
+  std::printf("%s\n", rep.line(name(c.transport), c.fo).c_str());
+  return 0;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  cli c;
+  bool help = false;
+  if (int rc = parse(argc, argv, c, help)) return rc;
+  if (help) {
+    usage(stdout);
+    return 0;
+  }
+  if (c.fo.device.empty() || c.fo.device == "mock") return run_mock(c);
+#if RDMAKIT_HAVE_IBVERBS
+  return run_device(c);
+#else
+  std::fprintf(stderr, "rdmakit-faults: built without libibverbs: only the mock (no -d)\n");
+  return 1;
+#endif
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "rdmakit-faults: %s\n", e.what());
+  return 1;
+}
