@@ -189,6 +189,14 @@ struct cm_id_block final : cm_qp_owner<B> {
     if (established && !disconnect_sent && !disconnected) B::cm_disconnect(id);
     disconnect_sent = true;
   }
+  // DISCONNECTED came: answer the peer's request (the IB CM's DREP; without it the
+  // peer only sees its own DISCONNECTED after the CM's timeout), which also moves
+  // this side's QP to ERR.
+  void on_disconnected() noexcept {
+    disconnected = true;
+    if (!disconnect_sent) B::cm_disconnect(id);
+    disconnect_sent = true;
+  }
 };
 
 inline void check_cm_timeout(const cm_options& o) {
@@ -249,7 +257,7 @@ cm_event_of<B> cm_expect(cm_id_block<B>& blk, cm_event_type want, std::chrono::m
       case cm_event_type::connect_error:
         throw cm_error(cm_errc::connect, step + ": " + got, ev.type, ev.status);
       case cm_event_type::disconnected:
-        blk.disconnected = true;
+        blk.on_disconnected();
         if (want != cm_event_type::disconnected)
           throw cm_error(cm_errc::disconnected, step + ": " + got + ": the peer disconnected during setup", ev.type,
                          ev.status);
@@ -359,8 +367,9 @@ class cm_connection {
   /// Disconnects (rdma_disconnect): the queue pair goes to ERR, its outstanding WRs
   /// flush, both sides get DISCONNECTED. Idempotent.
   void disconnect() { id("disconnect").disconnect(); }
-  /// Waits up to `timeout` for DISCONNECTED (the peer's disconnect, or this side's):
-  /// true once it came.
+  /// Waits up to `timeout` for DISCONNECTED (the peer's disconnect, or the answer to
+  /// this side's): true once it came. A peer's disconnect is answered at once (this
+  /// side's QP goes to ERR too), as librdmacm applications do.
   bool wait_disconnected(std::chrono::milliseconds timeout) {
     auto& b = id("wait_disconnected");
     if (b.disconnected) return true;
@@ -371,7 +380,7 @@ class cm_connection {
       if (left.count() <= 0) return false;
       auto ev = detail::cm_wait<B>(b.chan->ch, left, "cm_connection::wait_disconnected");
       if (ev.type == cm_event_type::disconnected) {
-        b.disconnected = true;
+        b.on_disconnected();
         return true;
       }
     }
