@@ -84,6 +84,11 @@ struct policy_access {
   static auto device_ref(const D& d) noexcept {
     return d.st_;
   }
+  // What a queue pair owns, to hand over to another state's type (connection manager).
+  template <class QP>
+  static auto& parts(QP& qp) noexcept {
+    return qp.parts_;
+  }
   // A queue pair of type QP over parts set up elsewhere (the connection manager's).
   template <class QP, class Parts>
   static QP adopt(Parts&& p) noexcept {

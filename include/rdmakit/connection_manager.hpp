@@ -313,6 +313,28 @@ qp_parts<B> cm_make_parts(const std::shared_ptr<cm_id_block<B>>& blk, const prot
   return create_parts<B, T, S>(std::move(pref), std::move(scq), std::move(rcq), caps, qo, {}, make);
 }
 
+// The default of the `prepare` hooks: nothing to do before the peer may send.
+struct cm_no_prepare {
+  template <class QP>
+  void operator()(QP&) const noexcept {}
+};
+
+// Creates the QP, lets `prepare` post receives on it (INIT), runs `handshake` (connect
+// or accept, then ESTABLISHED), and returns the RTS queue pair.
+template <class B, class T, class S, polling PS, polling PR, class Prepare, class Handshake>
+queue_pair<B, T, S, qp_state::rts> cm_bring_up(const std::shared_ptr<cm_id_block<B>>& blk,
+                                               const protection_domain<B>& pd, completion_queue<B, PS>& send_cq,
+                                               completion_queue<B, PR>& recv_cq, const qp_cap& caps,
+                                               const cm_options& o, const char* call, Prepare& prepare,
+                                               Handshake&& handshake) {
+  auto init = policy_access::adopt<queue_pair<B, T, S, qp_state::init>>(
+      cm_make_parts<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, call));
+  prepare(init);
+  handshake();
+  blk->established = true;
+  return policy_access::adopt<queue_pair<B, T, S, qp_state::rts>>(std::move(policy_access::parts(init)));
+}
+
 inline cm_conn_param cm_param(const cm_options& o, std::span<const std::byte> data, const char* call) {
   if (data.size() > cm_private_data_max)
     throw usage_error(std::string(call) + ": " + std::to_string(data.size()) + " bytes of private data, but a CM " +
@@ -390,10 +412,10 @@ class cm_connection {
 
  private:
   friend class cm_request<B>;
-  template <transport T2, signaling S2, cm_backend B2, polling PS, polling PR>
+  template <transport T2, signaling S2, cm_backend B2, polling PS, polling PR, class Prepare>
   friend cm_connection<B2, T2, S2> cm_connect(const protection_domain<B2>&, completion_queue<B2, PS>&,
                                               completion_queue<B2, PR>&, const qp_cap&, const cm_address&,
-                                              std::span<const std::byte>, const cm_options&);
+                                              std::span<const std::byte>, const cm_options&, Prepare);
 
   cm_connection(std::shared_ptr<detail::cm_id_block<B>> id, queue_pair_type qp, std::vector<std::byte> peer) noexcept
       : id_(std::move(id)), qp_(std::move(qp)), peer_(std::move(peer)) {}
@@ -434,26 +456,30 @@ class cm_request {
   std::optional<region_descriptor> peer_region() const { return cm_region_from(data_); }
 
   /// Creates the queue pair on the request's id (on `pd`, which must be on the device
-  /// the request came in on), accepts with `reply` as private data and waits for
-  /// ESTABLISHED. Throws cm_error (timeout, the peer gone) or verbs_error (the QP).
-  template <transport T, signaling S = signal_all, polling P>
+  /// the request came in on), calls `prepare(qp)` with it in INIT (post the receives
+  /// the peer's first sends need there: it may send as soon as it is ESTABLISHED),
+  /// accepts with `reply` as private data and waits for ESTABLISHED. Throws cm_error
+  /// (timeout, the peer gone) or verbs_error (the QP).
+  template <transport T, signaling S = signal_all, polling P, class Prepare = detail::cm_no_prepare>
   cm_connection<B, T, S> accept(const protection_domain<B>& pd, completion_queue<B, P>& cq, const qp_cap& caps,
-                                std::span<const std::byte> reply = {}, const cm_options& o = {}) && {
-    return std::move(*this).template accept<T, S>(pd, cq, cq, caps, reply, o);
+                                std::span<const std::byte> reply = {}, const cm_options& o = {},
+                                Prepare prepare = {}) && {
+    return std::move(*this).template accept<T, S>(pd, cq, cq, caps, reply, o, prepare);
   }
   /// As above, with separate send and receive CQs.
-  template <transport T, signaling S = signal_all, polling PS, polling PR>
+  template <transport T, signaling S = signal_all, polling PS, polling PR,
+            class Prepare = detail::cm_no_prepare>
   cm_connection<B, T, S> accept(const protection_domain<B>& pd, completion_queue<B, PS>& send_cq,
                                 completion_queue<B, PR>& recv_cq, const qp_cap& caps,
-                                std::span<const std::byte> reply = {}, const cm_options& o = {}) && {
+                                std::span<const std::byte> reply = {}, const cm_options& o = {},
+                                Prepare prepare = {}) && {
     detail::check_cm_timeout(o);
     const auto param = detail::cm_param(o, reply, "cm_request::accept");
     auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
-    auto parts = detail::cm_make_parts<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, "cm_request::accept");
-    B::cm_accept(blk->id, param);
-    detail::cm_expect<B>(*blk, cm_event_type::established, o.timeout, "cm_request::accept");
-    blk->established = true;
-    auto qp = detail::policy_access::adopt<queue_pair<B, T, S, qp_state::rts>>(std::move(parts));
+    auto qp = detail::cm_bring_up<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, "cm_request::accept", prepare, [&] {
+      B::cm_accept(blk->id, param);
+      detail::cm_expect<B>(*blk, cm_event_type::established, o.timeout, "cm_request::accept");
+    });
     return cm_connection<B, T, S>(std::move(blk), std::move(qp), std::move(data_));
   }
 
@@ -548,12 +574,15 @@ class cm_listener {
 
 /// Connects to a listener at `to`: resolves the address and route, creates the queue
 /// pair on the CM id (on `pd`, which must be on the device the CM chooses for `to`),
-/// sends the request with `data` as private data and waits for ESTABLISHED. Throws
-/// cm_error (address, route, rejected, unreachable, timeout) or verbs_error.
-template <transport T, signaling S = signal_all, cm_backend B, polling PS, polling PR>
+/// calls `prepare(qp)` with it in INIT (post receives there), sends the request with
+/// `data` as private data and waits for ESTABLISHED. Throws cm_error (address, route,
+/// rejected, unreachable, timeout) or verbs_error.
+template <transport T, signaling S = signal_all, cm_backend B, polling PS, polling PR,
+          class Prepare = detail::cm_no_prepare>
 cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_queue<B, PS>& send_cq,
                                   completion_queue<B, PR>& recv_cq, const qp_cap& caps, const cm_address& to,
-                                  std::span<const std::byte> data = {}, const cm_options& o = {}) {
+                                  std::span<const std::byte> data = {}, const cm_options& o = {},
+                                  Prepare prepare = {}) {
   detail::check_cm_timeout(o);
   const auto param = detail::cm_param(o, data, "cm_connect");
   auto pref = detail::policy_access::pd_ref(pd, "cm_connect");
@@ -564,20 +593,20 @@ cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_que
   detail::cm_expect<B>(*blk, cm_event_type::addr_resolved, o.timeout, where + " (address resolution)");
   B::cm_resolve_route(blk->id, o.timeout);
   detail::cm_expect<B>(*blk, cm_event_type::route_resolved, o.timeout, where + " (route resolution)");
-  auto parts = detail::cm_make_parts<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, "cm_connect");
-  B::cm_connect(blk->id, param);
-  auto ev = detail::cm_expect<B>(*blk, cm_event_type::established, o.timeout, where);
-  blk->established = true;
-  auto qp = detail::policy_access::adopt<queue_pair<B, T, S, qp_state::rts>>(std::move(parts));
+  detail::cm_event_of<B> ev;
+  auto qp = detail::cm_bring_up<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, "cm_connect", prepare, [&] {
+    B::cm_connect(blk->id, param);
+    ev = detail::cm_expect<B>(*blk, cm_event_type::established, o.timeout, where);
+  });
   return cm_connection<B, T, S>(std::move(blk), std::move(qp), detail::cm_data_of(ev.data.data(), ev.data_len));
 }
 
 /// cm_connect with one CQ for sends and receives.
-template <transport T, signaling S = signal_all, cm_backend B, polling P>
+template <transport T, signaling S = signal_all, cm_backend B, polling P, class Prepare = detail::cm_no_prepare>
 cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_queue<B, P>& cq, const qp_cap& caps,
                                   const cm_address& to, std::span<const std::byte> data = {},
-                                  const cm_options& o = {}) {
-  return cm_connect<T, S>(pd, cq, cq, caps, to, data, o);
+                                  const cm_options& o = {}, Prepare prepare = {}) {
+  return cm_connect<T, S>(pd, cq, cq, caps, to, data, o, prepare);
 }
 
 RDMAKIT_END_NAMESPACE

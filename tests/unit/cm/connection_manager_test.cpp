@@ -19,6 +19,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -141,6 +142,28 @@ TEST_CASE("cm: connect and accept carry private data both ways; a WRITE uses the
   CHECK(r.wr_id == 9);
   CHECK(std::string(cli.buf.data() + 1000) == "pong");
   CHECK(c.qp().port() >= 1);
+}
+
+TEST_CASE("cm: receives posted in the prepare hook (INIT) take the peer's first sends") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] {
+    return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps, {}, {}, [&](auto& qp) {
+      static_assert(std::remove_cvref_t<decltype(qp)>::state == qp_state::init);
+      REQUIRE(qp.post_recv(srv.mr.local(0, 64), 11));
+    });
+  });
+  bool prepared = false;
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, {}, [&](auto&) { prepared = true; });
+  CHECK(prepared);
+  std::memcpy(cli.buf.data(), "first", 6);
+  REQUIRE(c.qp().send(cli.mr.local(0, 6), 1));  // may go before the server's accept returns
+  auto s = server.get();
+  CHECK(s.qp().posted_recvs() <= 1);
+  auto r = wait_one(srv.cq);
+  CHECK(r.wr_id == 11);
+  CHECK(std::string(srv.buf.data()) == "first");
 }
 
 TEST_CASE("cm: a reject reaches the client with the server's private data") {
