@@ -28,6 +28,7 @@
 #include <rdmakit/qp_options.hpp>
 #include <rdmakit/queue_pair.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -396,15 +397,15 @@ class cm_connection {
     auto& b = id("wait_disconnected");
     if (b.disconnected) return true;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return false;
+    for (;;) {  // at least one look, so a timeout of 0 polls
+      const auto left = std::max(std::chrono::milliseconds{0}, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                   deadline - std::chrono::steady_clock::now()));
       auto ev = detail::cm_wait<B>(b.chan->ch, left, "cm_connection::wait_disconnected");
       if (ev.type == cm_event_type::disconnected) {
         b.on_disconnected();
         return true;
       }
+      if (ev.type == cm_event_type::none && std::chrono::steady_clock::now() >= deadline) return false;
     }
   }
   /// A descriptor readable while a CM event for this connection is queued (for epoll).
