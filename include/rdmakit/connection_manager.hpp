@@ -409,7 +409,7 @@ class cm_connection {
     }
   }
   /// A descriptor readable while a CM event for this connection is queued (for epoll).
-  int event_fd() const { return B::cm_channel_fd(const_cast<cm_connection*>(this)->id("event_fd").chan->ch); }
+  int event_fd() const { return B::cm_channel_fd(id("event_fd").chan->ch); }
 
  private:
   friend class cm_request<B>;
@@ -421,7 +421,7 @@ class cm_connection {
   cm_connection(std::shared_ptr<detail::cm_id_block<B>> id, queue_pair_type qp, std::vector<std::byte> peer) noexcept
       : id_(std::move(id)), qp_(std::move(qp)), peer_(std::move(peer)) {}
 
-  detail::cm_id_block<B>& id(const char* call) {
+  detail::cm_id_block<B>& id(const char* call) const {
     if (!id_) detail::throw_empty("cm_connection", call);
     return *id_;
   }

@@ -286,6 +286,32 @@ TEST_CASE("cm: destroying in any order is safe: listener first, connection befor
   CHECK(bool(qp));
 }
 
+TEST_CASE("cm: a listener destroyed with a request queued refuses it") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  auto l = std::make_unique<cm_listener<B>>(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  const int fd = l->event_fd();
+  auto client = std::async(std::launch::async, [&, to = l->address()]() -> std::error_code {
+    cm_options o;
+    o.timeout = 3s;
+    try {
+      (void)cm_connect<rc>(cli.pd, cli.cq, caps, to, {}, o);
+    } catch (const cm_error& e) {
+      return e.code();
+    }
+    return {};
+  });
+  pollfd p{fd, POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 3000) == 1);  // the request is queued
+  l.reset();
+  const auto code = client.get();
+#if RDMAKIT_CM_RDMACM
+  CHECK((code == cm_errc::rejected || code == cm_errc::unreachable || code == cm_errc::timeout));
+#else
+  CHECK(code == cm_errc::rejected);
+#endif
+}
+
 TEST_CASE("cm: the listener's fd is readable exactly while a request is queued") {
   testbed tb;
   side srv(tb.open(0)), cli(tb.open(1));

@@ -164,7 +164,26 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
   }
   if (id->state == ph::listening) {
     f.cm_listeners.erase({id->local_ip, id->local_port});
-    for (auto* other : f.cm_ids)  // requests nobody took: their senders are refused
+    // Requests still queued (nobody took them) go with the listener, as the kernel
+    // destroys their ids: their senders are refused.
+    auto& q = id->ch->events;
+    for (auto it = q.begin(); it != q.end();) {
+      if (it->type == cm_event_type::connect_request && it->listen_id == id) {
+        mockd::cm_id_obj* child = it->id;
+        if (auto* p = child->peer; p && p->state == ph::requested) {
+          p->state = ph::done;
+          p->peer = nullptr;
+          mockd::cm_push(f, p, cm_event_type::rejected, 28);
+        }
+        it = q.erase(it);
+        --child->ch->ids;
+        f.cm_ids.erase(child);
+        delete child;
+      } else {
+        ++it;
+      }
+    }
+    for (auto* other : f.cm_ids)  // requests taken: they no longer name it
       if (other->listener == id) other->listener = nullptr;
   }
   mockd::cm_forget_events(id);
