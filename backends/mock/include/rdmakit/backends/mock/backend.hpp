@@ -274,7 +274,7 @@ struct mock {
   static std::uint16_t cm_bound_port(cm_id id);
   /// The id's local port and GIDs.
   static cm_route cm_query_route(cm_id id);
-  /// The id's QP, in INIT (remote read and write allowed, as the kernel's CM does).
+  /// The id's QP, in INIT (no remote access yet: connect/accept grant it, as the kernel's CM does).
   static qp cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps);
   /// Destroys the id's QP.
   static int cm_destroy_qp(cm_id id) noexcept;

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {
@@ -34,6 +35,32 @@ inline void cm_push(fabric_state& f, cm_id_obj* id, cm_event_type t, int status 
   id->ch->events.push_back(std::move(r));
   id->ch->ready.sync(true);
   f.cv.notify_all();
+}
+
+// A REJECTED owed to a requester. librdmacm moves the requester's QP to ERR when it
+// reads REJECTED (so the receives it posted flush); the mock does it before queuing
+// the event, outside the fabric lock (modify_qp takes it): `lk` is released meanwhile.
+struct cm_reject_owed {
+  cm_id_obj* id = nullptr;
+  int status = 0;
+  std::vector<std::byte> data;
+};
+inline void cm_deliver_rejects(fabric_state& f, std::unique_lock<std::mutex>& lk, std::vector<cm_reject_owed>& owed) {
+  for (auto& r : owed) {
+    qp_obj* q = r.id->qp;
+    lk.unlock();
+    if (q) {
+      try {
+        qp_attr a;
+        a.state = qp_state::err;
+        backends::mock::modify_qp(q, a, qp_attr_mask::state);
+      } catch (...) {
+      }
+    }
+    lk.lock();
+    if (f.cm_ids.count(r.id)) cm_push(f, r.id, cm_event_type::rejected, r.status, r.data.data(), r.data.size());
+  }
+  owed.clear();
 }
 
 inline void cm_forget_events(cm_id_obj* id) {
@@ -98,6 +125,13 @@ inline void cm_to_rts(fabric_state& f, cm_id_obj* self, cm_id_obj* peer, const c
   b.max_rd_atomic = mine.initiator_depth;
   const auto rtr = rdmakit::detail::rule_for(qp_state::init, qp_state::rtr, q->type).required;
   const auto rts = rdmakit::detail::rule_for(qp_state::rtr, qp_state::rts, q->type).required;
+  // INIT→INIT first, as librdmacm does: the kernel CM grants remote writes, and reads
+  // and atomics when this side accepts incoming ones (responder_resources > 0).
+  qp_attr i;
+  i.state = qp_state::init;
+  i.access_flags = access::remote_write;
+  if (mine.responder_resources) i.access_flags = i.access_flags | access::remote_read | access::remote_atomic;
+  backends::mock::modify_qp(q, i, qp_attr_mask::state | qp_attr_mask::access_flags);
   backends::mock::modify_qp(q, a, rtr | qp_attr_mask::state);
   backends::mock::modify_qp(q, b, rts | qp_attr_mask::state);
 }
@@ -147,16 +181,17 @@ RDMAKIT_DECL mock::cm_id mock::cm_create_id(cm_channel c) {
 RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
   if (!id) return EINVAL;
   auto& f = mockd::fab_of(id);
-  std::lock_guard lk(f.mu);
+  std::unique_lock lk(f.mu);
   if (id->qp) return EBUSY;  // librdmacm leaks it; the typed layer always destroys the QP first
   using ph = mockd::cm_id_obj::phase;
+  std::vector<mockd::cm_reject_owed> owed;
   if (auto* p = id->peer) {
     if (id->state == ph::established && p->state == ph::established) {
       p->state = ph::done;
       mockd::cm_push(f, p, cm_event_type::disconnected);
     } else if (id->state == ph::received && p->state == ph::requested) {
       p->state = ph::done;
-      mockd::cm_push(f, p, cm_event_type::rejected, 28);
+      owed.push_back({p, 28, {}});
     } else if (id->state == ph::requested && p->state == ph::received) {
       p->state = ph::done;  // the passive side's accept will find nobody
     }
@@ -173,7 +208,7 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
         if (auto* p = child->peer; p && p->state == ph::requested) {
           p->state = ph::done;
           p->peer = nullptr;
-          mockd::cm_push(f, p, cm_event_type::rejected, 28);
+          owed.push_back({p, 28, {}});
         }
         it = q.erase(it);
         --child->ch->ids;
@@ -190,6 +225,7 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
   --id->ch->ids;
   f.cm_ids.erase(id);
   delete id;
+  mockd::cm_deliver_rejects(f, lk, owed);
   return 0;
 }
 
@@ -319,7 +355,7 @@ RDMAKIT_DECL mock::qp mock::cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq,
     a.state = qp_state::init;
     a.port_num = port;
     a.pkey_index = 0;
-    a.access_flags = access::remote_read | access::remote_write;
+    a.access_flags = access::none;  // as the kernel's CM before a connection: set at connect/accept
     modify_qp(q, a, qp_attr_mask::state | qp_attr_mask::pkey_index | qp_attr_mask::port | qp_attr_mask::access_flags);
   } catch (...) {
     destroy_qp(q);
@@ -345,7 +381,7 @@ RDMAKIT_DECL int mock::cm_destroy_qp(cm_id id) noexcept {
 RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
   if (!id) mockd::fail("rdma_connect", EINVAL, "no id");
   auto& f = mockd::fab_of(id);
-  std::lock_guard lk(f.mu);
+  std::unique_lock lk(f.mu);
   using ph = mockd::cm_id_obj::phase;
   if (id->state != ph::route) mockd::fail("rdma_connect", EINVAL, "resolve the route first (ROUTE_RESOLVED)");
   if (!id->qp) mockd::fail("rdma_connect", EINVAL, "create the QP on the id first (rdma_create_qp)");
@@ -355,7 +391,8 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
   if (it == f.cm_listeners.end()) it = f.cm_listeners.find({0, id->remote_port});
   if (it == f.cm_listeners.end()) {  // the peer's CM answers with REJ "invalid service ID"
     id->state = ph::done;
-    mockd::cm_push(f, id, cm_event_type::rejected, 8);
+    std::vector<mockd::cm_reject_owed> owed{{id, 8, {}}};
+    mockd::cm_deliver_rejects(f, lk, owed);
     return;
   }
   mockd::cm_id_obj* l = it->second;
@@ -415,13 +452,20 @@ RDMAKIT_DECL void mock::cm_accept(cm_id id, const cm_conn_param& prm) {
 RDMAKIT_DECL int mock::cm_reject(cm_id id, const void* data, std::uint8_t len) noexcept {
   if (!id) return EINVAL;
   auto& f = mockd::fab_of(id);
-  std::lock_guard lk(f.mu);
+  std::unique_lock lk(f.mu);
   using ph = mockd::cm_id_obj::phase;
   if (id->state != ph::received) return EINVAL;
   id->state = ph::done;
   if (auto* p = id->peer; p && p->state == ph::requested) {
     p->state = ph::done;
-    mockd::cm_push(f, p, cm_event_type::rejected, 28, data, len > 148 ? 148 : len);
+    const auto* b = static_cast<const std::byte*>(data);
+    std::vector<mockd::cm_reject_owed> owed{{p, 28, data ? std::vector<std::byte>(b, b + (len > 148 ? 148 : len))
+                                                         : std::vector<std::byte>{}}};
+    try {
+      mockd::cm_deliver_rejects(f, lk, owed);
+    } catch (...) {
+      return ENOMEM;
+    }
   }
   return 0;
 }
