@@ -90,8 +90,8 @@ perf_pair() {
   fi
 }
 if [[ -n $perf ]]; then
-  perf_pair "rdmakit-perf write_bw -R" write_bw -n 2000
-  perf_pair "rdmakit-perf send_lat -R" send_lat -n 1000
+  perf_pair "rdmakit-perf write_bw -R" write_bw -n 500 -s 4096
+  perf_pair "rdmakit-perf send_lat -R" send_lat -n 200
 fi
 echo "rping-rxe: $((SECONDS - start)) s in the guest"
 if ((${#failed[@]})); then
