@@ -60,30 +60,30 @@ inline constexpr std::size_t cm_private_data_max = 196;
 /// One event, copied out of the backend's (which is acknowledged at once).
 template <class Id>
 struct basic_cm_event {
-  cm_event_type type = cm_event_type::none;
+  cm_event_type type = cm_event_type::none;  ///< what happened
   Id id{};         ///< the id the event is about (connect_request: the new id)
   Id listen_id{};  ///< connect_request: the listening id
   int status = 0;  ///< 0, a negative errno, or (rejected) the CM's reject reason
   std::uint8_t data_len = 0;  ///< bytes of private data (real devices pad to the message's size)
-  std::array<std::byte, cm_private_data_max> data{};
+  std::array<std::byte, cm_private_data_max> data{};  ///< the private data (data_len bytes)
 };
 
 /// What connect/accept ask of the CM: private data, RDMA READ depths and RC retries.
 struct cm_conn_param {
-  const void* private_data = nullptr;
-  std::uint8_t private_data_len = 0;
+  const void* private_data = nullptr;  ///< sent with the request or answer (may be null)
+  std::uint8_t private_data_len = 0;   ///< its length
   std::uint8_t responder_resources = 1;  ///< incoming READs/atomics in flight
   std::uint8_t initiator_depth = 1;      ///< outgoing READs/atomics in flight
-  std::uint8_t retry_count = 7;
-  std::uint8_t rnr_retry_count = 7;
+  std::uint8_t retry_count = 7;          ///< RC transport retries
+  std::uint8_t rnr_retry_count = 7;      ///< RC RNR retries (7: for ever)
 };
 
 /// Where the CM routed an id: local port and GIDs of both ends (after route resolution
 /// on the active side, on the new id of a connect request on the passive side).
 struct cm_route {
-  std::uint8_t port = 0;
-  gid sgid{};
-  gid dgid{};
+  std::uint8_t port = 0;  ///< the local port (1-based)
+  gid sgid{};             ///< this side's GID
+  gid dgid{};             ///< the peer's GID
 };
 
 /// The connection-manager verbs (librdmacm's names in parentheses):

@@ -87,6 +87,7 @@ inline std::error_code make_error_code(cm_errc e) noexcept { return {static_cast
 /// step failed and what to do; `event()`, `status()` and `private_data()` are the CM's.
 class cm_error : public std::system_error {
  public:
+  /// `kind` of failure; `what` says which step and what to do; the CM's event, status and private data.
   cm_error(cm_errc kind, const std::string& what, cm_event_type ev = cm_event_type::none, int status = 0,
            std::vector<std::byte> data = {})
       : std::system_error(make_error_code(kind), what), event_(ev), status_(status), data_(std::move(data)) {}
@@ -363,6 +364,7 @@ class cm_connection {
 
   /// An empty connection.
   cm_connection() = default;
+  /// Takes over `other`'s connection; `other` becomes empty.
   cm_connection(cm_connection&&) noexcept = default;
   /// Disconnects the connection held, then takes over `other`'s.
   cm_connection& operator=(cm_connection&& o) noexcept {
@@ -438,7 +440,9 @@ class cm_request {
  public:
   /// An empty request.
   cm_request() = default;
+  /// Takes over `other`'s request; `other` becomes empty.
   cm_request(cm_request&&) noexcept = default;
+  /// Rejects the request held, then takes over `o`'s.
   cm_request& operator=(cm_request&& o) noexcept {
     if (this != &o) {
       drop_();
@@ -531,7 +535,9 @@ class cm_listener {
     addr_.port = B::cm_bound_port(blk->id);
     id_ = std::move(blk);
   }
+  /// Takes over `other`'s listener; `other` becomes empty.
   cm_listener(cm_listener&&) noexcept = default;
+  /// Stops listening, then takes over `other`'s listener.
   cm_listener& operator=(cm_listener&&) noexcept = default;
 
   /// False when empty.
