@@ -516,7 +516,7 @@ RDMAKIT_DECL int mock::cm_get_event(cm_channel c, std::chrono::milliseconds time
   out.listen_id = r.listen_id;
   out.status = r.status;
   out.data_len = static_cast<std::uint8_t>(std::min(r.data.size(), out.data.size()));
-  std::memcpy(out.data.data(), r.data.data(), out.data_len);
+  if (out.data_len) std::memcpy(out.data.data(), r.data.data(), out.data_len);
   return 0;
 }
 
