@@ -74,6 +74,26 @@ struct policy_access {
   static const auto& pd_of(const QP& qp) noexcept {
     return qp.parts_.pd;
   }
+  // A protection domain's control block (throws usage_error when empty).
+  template <class PD>
+  static auto pd_ref(const PD& pd, const char* call) {
+    return pd.ref(call);
+  }
+  // A device's control block (null when empty).
+  template <class D>
+  static auto device_ref(const D& d) noexcept {
+    return d.st_;
+  }
+  // What a queue pair owns, to hand over to another state's type (connection manager).
+  template <class QP>
+  static auto& parts(QP& qp) noexcept {
+    return qp.parts_;
+  }
+  // A queue pair of type QP over parts set up elsewhere (the connection manager's).
+  template <class QP, class Parts>
+  static QP adopt(Parts&& p) noexcept {
+    return QP(static_cast<Parts&&>(p));
+  }
 };
 }  // namespace detail
 

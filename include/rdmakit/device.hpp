@@ -131,6 +131,7 @@ class device {
 
  private:
   friend class detail::device_events_core<B>;  // keeps the device open while it waits on it
+  friend struct detail::policy_access;         // the connection manager keeps it open too
 
   const detail::device_state<B>& state(const char* call) const {
     if (!st_) detail::throw_empty("device", call);

@@ -137,6 +137,7 @@ class protection_domain {
   }
 
  private:
+  friend struct detail::policy_access;
   detail::pd_ref<B> ref(const char* call) const {
     if (!st_) detail::throw_empty("protection_domain", call);
     return st_;

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -45,9 +46,33 @@ constexpr bool compiled_in() {
   }
 }
 
+/// A backend rdmakit-perf uses only for -R (backends::rdmacm; the mock runs -R on its
+/// full set of runners).
+template <class B>
+constexpr bool cm_only() {
+  return B::name == std::string_view("rdmacm");
+}
+
+/// -R on librdmacm (backends::rdmacm) has its own few runners: RC, busy polling, -Q 1,
+/// 16 or 64 (each runner costs ~25 s of compiler time, and -R is for interoperability).
+template <verbs_backend B, transport T, signaling S, polling P>
+constexpr bool backend_compiled_in() {
+  if constexpr (cm_only<B>()) {
+    return T::type == qp_type::rc && !rdmakit::detail::shares_receives<T> && !P::needs_channel &&
+           !std::is_same_v<S, signal_manual>;
+  }
+  return compiled_in<T, S, P>();
+}
+
 template <verbs_backend B, transport T, signaling S, polling P>
 run_report run_runner(const perf_options& o, peer_link& link, device<B> dev) {
-  if constexpr (compiled_in<T, S, P>()) {
+  if constexpr (cm_only<B>() && !backend_compiled_in<B, T, S, P>()) {
+    (void)o;
+    (void)link;
+    (void)dev;
+    throw perf_failure("-R runs RC with busy polling and -Q 1, 16 or 64 (it has " + std::string(T::name) + " / " +
+                       signaling_name<S>() + " / " + polling_name<P>() + "): drop -e and -c, give -Q 1, 16 or 64");
+  } else if constexpr (compiled_in<T, S, P>()) {
     return runner<B, T, S, P>(o, link, std::move(dev)).run();
   } else if constexpr (rdmakit::detail::shares_receives<T>) {
     (void)o;

@@ -56,6 +56,9 @@ void usage(const char* argv0, std::FILE* to) {
                "  -x, --gid-index=<index>   GID index (default: automatic, RoCEv2 IPv4-mapped first)\n"
                "  -m, --mtu=<bytes>         path MTU cap (default: the port's active MTU)\n"
                "  -p, --port=<port>         TCP port of the exchange (default 18515; mock: ephemeral)\n"
+               "  -R, --rdma_cm             connect through the RDMA connection manager (librdmacm; the mock's\n"
+               "                            on the mock) instead of the TCP exchange: RC or UC, no --use_srq,\n"
+               "                            the client's <host> is the server's IP address, -p its CM port\n"
                "\n"
                "rdmakit options:\n"
                "      --signal=auto|manual  auto (default): the policy from -Q as above; manual:\n"
@@ -117,6 +120,7 @@ int parse(int argc, char** argv, cli& c) {
       {"timeout", required_argument, nullptr, o_timeout}, {"accept-timeout", required_argument, nullptr, o_accept},
       {"signal", required_argument, nullptr, o_signal}, {"no-progress", no_argument, nullptr, o_noprog},
       {"use_srq", no_argument, nullptr, o_srq},         {"use-srq", no_argument, nullptr, o_srq},
+      {"rdma_cm", no_argument, nullptr, 'R'},           {"rdma-cm", no_argument, nullptr, 'R'},
       {"help", no_argument, nullptr, 'h'},              {nullptr, 0, nullptr, 0}};
   const char* me = argv[0];
   auto bad = [&](const char* what, const char* arg) {
@@ -127,7 +131,7 @@ int parse(int argc, char** argv, cli& c) {
   bool manual = false;
   unsigned long long v = 0;
   int ch;
-  while ((ch = getopt_long(argc, argv, "s:n:D:t:r:Q:l:I:eq:c:A:d:i:x:m:p:h", longs, nullptr)) != -1) {
+  while ((ch = getopt_long(argc, argv, "s:n:D:t:r:Q:l:I:eq:c:A:d:i:x:m:p:Rh", longs, nullptr)) != -1) {
     switch (ch) {
       case 's':
         if (!parse_uint(optarg, 1u << 30, v) || v < 1) return bad("size", optarg);
@@ -229,6 +233,7 @@ int parse(int argc, char** argv, cli& c) {
         break;
       case o_noprog: c.o.progress = false; break;
       case o_srq: c.o.use_srq = true; break;
+      case 'R': c.o.rdma_cm = true; break;
       case 'h': c.help = true; return 0;
       default: return bad("option", argv[optind - 1]);
     }
@@ -278,6 +283,9 @@ int parse(int argc, char** argv, cli& c) {
     return fail(me, std::string(t->name) + " needs RDMA WRITE, which UD does not have (RC and UC do): use "
                                            "--transport rc or uc");
 
+  if (o.rdma_cm && o.transport == qp_type::ud)
+    return fail(me, "-R: the connection manager connects RC and UC queue pairs, not UD: use --transport rc or uc");
+  if (o.rdma_cm && o.use_srq) return fail(me, "-R and --use_srq together are not supported: drop one");
   if (o.use_srq && t->op != op_kind::send)
     return fail(me, std::string(t->name) + ": --use_srq is for the send tests (send_bw, send_lat), the only ones "
                                            "that post receives");
@@ -331,7 +339,9 @@ int main(int argc, char** argv) try {
     usage(argv[0], stdout);
     return 0;
   }
+  c.o.cm_port = c.e.port;
   if (c.mock) return run_mock_loopback(c.o, c.e);
+  if (c.o.rdma_cm) return run_device_cm(c.o, c.e);
   return run_device(c.o, c.e);
 } catch (const std::exception& e) {
   std::fprintf(stderr, "rdmakit-perf: %s\n", e.what());

@@ -6,6 +6,7 @@
 #include "../common/loopback.hpp"
 
 #include <rdmakit/connection.hpp>
+#include <rdmakit/connection_manager.hpp>
 #include <rdmakit/rdmakit.hpp>
 
 #include <algorithm>
@@ -84,6 +85,9 @@ struct perf_options {
   signal_choice signal = signal_choice::every64;
   bool json = false;
   bool server = true;
+  bool rdma_cm = false;      ///< -R: connect through the connection manager, not the TCP exchange
+  std::uint32_t cm_ipv4 = 0;  ///< -R: the server's address (client), the one listened on (server; 0: all)
+  std::uint16_t cm_port = 18515;
   bool yield_when_idle = false;  ///< both ends share the CPU (mock loopback): yield in spin loops
   bool progress = true;
   std::chrono::milliseconds timeout{10'000};          ///< exchange, and longest wait for a completion
@@ -122,6 +126,18 @@ struct run_report {
 class perf_failure : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+/// What a runner keeps for -R: named only for backends with a connection manager.
+template <bool CM, class B, class T, class S>
+struct cm_members {
+  using listener = std::monostate;
+  using connections = std::monostate;
+};
+template <class B, class T, class S>
+struct cm_members<true, B, T, S> {
+  using listener = cm_listener<B>;
+  using connections = std::vector<cm_connection<B, T, S>>;
 };
 
 /// Exchanges our record for the peer's, calling the callback with the peer's record
@@ -255,6 +271,11 @@ class runner {
   static constexpr std::uint64_t seq_mask = (std::uint64_t{1} << 48) - 1;
   // --use_srq: T is on_srq<X>, every QP takes its receives from srq_ (wr_id 0, slot 0).
   static constexpr bool srq_ = rdmakit::detail::shares_receives<T>;
+  // -R: backends with a connection manager, for RC and UC without an SRQ.
+  static constexpr bool cm_able_ = [] {
+    if constexpr (cm_backend<B>) return T::connected && !srq_;
+    return false;
+  }();
 
  public:
   /// `dev`: the device to run on, or empty to open the one o.device names.
@@ -331,6 +352,9 @@ class runner {
     } else {
       cq_ = dev_.template create_cq<P>(static_cast<int>(o_.num_qps * (sq_depth_ + rq)));
       const qp_cap caps{sq_depth_, rq, 1, 1, inline_};
+      if constexpr (cm_able_) {
+        if (o_.rdma_cm) return setup_cm(caps);
+      }
       for (std::uint32_t j = 0; j < o_.num_qps; ++j) init.push_back(pd_.template create_qp<T, S>(cq_, caps, qo));
     }
     if (!srq_ && receives()) {
@@ -364,6 +388,78 @@ class runner {
       if (remote_.back().length() < o_.size)
         throw perf_failure("the peer's buffer holds " + std::to_string(remote_.back().length()) + " bytes, this side uses -s " +
                            std::to_string(o_.size) + ": give both sides the same -s");
+    }
+  }
+
+  // ---- -R: the connection manager instead of the TCP exchange ------------------------
+
+  // Each QP is made on its CM id and connected by it (receives posted while it is in
+  // INIT); its region rides in the private data. The end-of-run handshake becomes the
+  // client's disconnect, which the server waits for.
+  void setup_cm(const qp_cap& caps) {
+    if constexpr (cm_able_) {
+      cm_options co;
+      co.timeout = o_.timeout;
+      co.responder_resources = 16;
+      co.initiator_depth = 16;
+      co.auto_inline = inline_ > 0;
+      const cm_address addr{o_.cm_ipv4, o_.cm_port};
+      auto prepare_for = [this](std::uint32_t j) {
+        return [this, j](auto& qp) {
+          if (!receives()) return;
+          rbufs_.assign(o_.rx_depth, mr_.local(recv_off(j), slot_));
+          auto r = qp.post_recvs(rbufs_, j);
+          if (!r) throw perf_failure("couldn't post " + std::to_string(o_.rx_depth) + " receives: " + r.message());
+        };
+      };
+      if (o_.server) listener_ = cm_listener<B>(dev_, addr);
+      for (std::uint32_t j = 0; j < o_.num_qps; ++j) {
+        const auto mine = cm_region_data(mr_.remote().sub(recv_off(j), slot_));
+        if (o_.server) {
+          auto req = listener_.next_request(j == 0 ? o_.accept_timeout : o_.timeout);
+          conns_.push_back(std::move(req).template accept<T, S>(pd_, cq_, caps, mine, co, prepare_for(j)));
+        } else {
+          // The client's receives go in after ESTABLISHED (its server sends only when
+          // spoken to): a refused attempt's receives would flush into the CQ (librdmacm
+          // moves a rejected QP to ERR) and look like a failure of this run.
+          conns_.push_back(connect_retrying(addr, caps, mine, co, [](auto&) {}));
+          prepare_for(j)(conns_.back().qp());
+        }
+        qps_.push_back(std::move(conns_.back().qp()));
+        peer_qpn_.push_back(0);
+        const auto region = conns_.back().peer_region();
+        if (!region) throw perf_failure("the peer sent no memory region: is it rdmakit-perf -R running the same test?");
+        remote_.push_back(region->template as<remote_access_bits>());
+        if (remote_.back().length() < o_.size)
+          throw perf_failure("the peer's buffer holds " + std::to_string(remote_.back().length()) +
+                             " bytes, this side uses -s " + std::to_string(o_.size) + ": give both sides the same -s");
+      }
+      link_.finish = [this](const connection_info&, const on_peer_fn&) {
+        if (!o_.server) {
+          for (auto& c : conns_) c.disconnect();
+        } else if (!conns_[0].wait_disconnected(o_.accept_timeout)) {
+          throw perf_failure("the client did not disconnect within " + std::to_string(o_.accept_timeout.count()) + " ms");
+        }
+        return connection_info{};
+      };
+    } else {
+      (void)caps;
+    }
+  }
+
+  // A client started before its server is refused (nobody listens yet): try again
+  // until the timeout, as the TCP exchange's client does.
+  template <class Prepare>
+  auto connect_retrying(const cm_address& addr, const qp_cap& caps, const std::vector<std::byte>& mine,
+                        const cm_options& co, Prepare prepare) {
+    const auto until = clock_type::now() + o_.timeout;
+    for (;;) {
+      try {
+        return cm_connect<T, S>(pd_, cq_, caps, addr, mine, co, prepare);
+      } catch (const cm_error& e) {
+        if (e.code() != cm_errc::rejected || e.status() != 8 || clock_type::now() >= until) throw;
+        std::this_thread::sleep_for(std::chrono::milliseconds{50});
+      }
     }
   }
 
@@ -405,6 +501,9 @@ class runner {
   }
 
   void record_failure(const completion<B>& c) noexcept {
+    // -R: a flush on the server is the client's disconnect (the end of the run), which
+    // the finish watch reports.
+    if (cm_able_ && o_.rdma_cm && o_.server && c.status() == wc_status::wr_flush_err) return;
     if (failure_.empty()) {
       try {
         failure_ = "completion failed: " + c.status_message();
@@ -905,6 +1004,9 @@ class runner {
   cq_t cq_;
   std::conditional_t<srq_, shared_receive_queue<B>, std::monostate> srq_q_;
   std::vector<address_handle<B>> ahs_;
+  typename cm_members<cm_able_, B, T, S>::listener listener_;
+  // -R: each connection's CM id (its queue pair is in qps_); destroyed after them.
+  typename cm_members<cm_able_, B, T, S>::connections conns_;
   std::vector<live_qp> qps_;
   std::vector<std::uint32_t> peer_qpn_;
   std::vector<remote_t> remote_;

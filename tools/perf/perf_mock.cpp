@@ -37,12 +37,18 @@ int run_mock_loopback(const perf_options& o, const endpoint_options& e) {
     so.device = is_server ? "mock0" : "mock1";
     so.yield_when_idle = true;
     so.progress = o.progress && !is_server;
+    if (o.rdma_cm) {  // -R: the mock's connection manager; mock0 is 10.0.0.1
+      so.cm_ipv4 = is_server ? 0 : 0x0A000001;
+      so.cm_port = e.port;
+    }
     peer_link link{ex, ex, is_server ? "client" : "the server on 127.0.0.1"};
     (is_server ? server : client) = run_config<backends::mock>(so, link, device<backends::mock>(fab, so.device));
   });
   const std::string where = "127.0.0.1:" + std::to_string(lb.port);
   if (lb.ok()) {
-    if (!o.json) std::printf("mock loopback: client mock1 -> server mock0, exchange over %s\n", where.c_str());
+    if (!o.json)
+      std::printf("mock loopback: client mock1 -> server mock0, %s\n",
+                  o.rdma_cm ? "connected through the mock's connection manager (-R)" : ("exchange over " + where).c_str());
     if (!server.note.empty()) client.note = server.note;
     print_report(client, o, "mock", "client");
     return 0;

@@ -40,4 +40,7 @@ int run_mock_loopback(const perf_options& o, const endpoint_options& e);
 /// One side on a real device through libibverbs (server without a host).
 int run_device(const perf_options& o, const endpoint_options& e);
 
+/// -R: one side on a real device, connected through librdmacm (server without a host).
+int run_device_cm(const perf_options& o, const endpoint_options& e);
+
 }  // namespace rdmakit_perf

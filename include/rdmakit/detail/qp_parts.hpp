@@ -47,6 +47,15 @@ struct batch_entry {
 template <class B>
 struct srq_state;
 
+// Who destroys a queue pair the connection manager created (connection_manager.hpp):
+// its id, which must forget the QP before the id's next CM call, and which the QP
+// keeps alive. Null for every other queue pair.
+template <class B>
+struct cm_qp_owner {
+  virtual void destroy_qp(typename B::qp q) noexcept = 0;
+  virtual ~cm_qp_owner() = default;
+};
+
 // What a queue pair owns. It keeps its PD (and so its device), its CQs and its shared
 // receive queue alive: the native QP is destroyed before any of them, whatever order
 // the handles go in.
@@ -58,6 +67,7 @@ struct qp_parts {
   // srq.get() as the receive CQ knows it (kept apart: converting srq_state<B>* would
   // instantiate srq_state for backends without SRQs).
   const void* srq_id = nullptr;
+  std::shared_ptr<cm_qp_owner<B>> cm;  // null unless the connection manager made the QP
   typename B::qp qp{};
   link_ptr<B> link;  // never null: empty, it is the closed link
   qp_cap asked{};     // as asked: the CQ entries reserved on send_cq / recv_cq, and the credits
@@ -87,6 +97,7 @@ struct qp_parts {
       rcq = std::move(o.rcq);
       srq = std::move(o.srq);
       srq_id = std::exchange(o.srq_id, nullptr);
+      cm = std::move(o.cm);
       qp = std::exchange(o.qp, {});
       link = std::move(o.link);
       asked = o.asked;
@@ -106,7 +117,12 @@ struct qp_parts {
   ~qp_parts() { release(); }
 
   void release() noexcept {
-    if (qp != typename B::qp{}) B::destroy_qp(qp);
+    if (qp != typename B::qp{}) {
+      if (cm)
+        cm->destroy_qp(qp);
+      else
+        B::destroy_qp(qp);
+    }
     qp = {};
     if (link) {
       if (link->send_cq == link->recv_cq) {
@@ -120,6 +136,7 @@ struct qp_parts {
       link.reset();
     }
     retired.reset();
+    cm.reset();  // after the QP: the id may be destroyed now
     srq.reset();  // after the QP: the SRQ may be destroyed now
     srq_id = nullptr;
     scq.reset();  // after the QP: the CQs may be destroyed now, then the PD

@@ -19,10 +19,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -117,11 +119,14 @@ void modify_step(qp_parts<B>& p, const qp_attr& a, qp_attr_mask m, qp_state from
 
 // Creates the native QP on checked CQs, attaches it to them and takes it to INIT. With
 // `srq` (transport on_srq<X> only) the receives come from it: the receive CQ reserves
-// the SRQ's max_wr once for all its QPs.
-template <class B, class T, class S>
+// the SRQ's max_wr once for all its QPs. With `make_qp` (the connection manager) the
+// QP is made by `make_qp(parts, pd, send cq, recv cq)`, which sets parts.qp (INIT
+// already) and parts.cm; o.port and o.gid_index are then the CM's choice.
+template <class B, class T, class S, class MakeQp = std::nullptr_t>
 qp_parts<B> create_parts(pd_ref<B> pd, std::shared_ptr<cq_block<B>> send_blk,
                          std::shared_ptr<cq_block<B>> recv_blk, const qp_cap& caps, const qp_options& o,
-                         std::shared_ptr<srq_state<B>> srq = {}) {
+                         std::shared_ptr<srq_state<B>> srq = {}, MakeQp make_qp = nullptr) {
+  constexpr bool by_cm = !std::is_null_pointer_v<MakeQp>;
   cq_block<B>* scq = send_blk.get();
   cq_block<B>* rcq = recv_blk.get();
   const device_state<B>& dev = *pd->dev;
@@ -152,6 +157,8 @@ qp_parts<B> create_parts(pd_ref<B> pd, std::shared_ptr<cq_block<B>> send_blk,
     p.qp = B::create_qp_on_srq(pd->pd, scq->cq, rcq->cq, srq->srq, T::type, p.caps, false);
     srq->recv_offset = std::max(srq->recv_offset, T::recv_offset);  // a UD QP: receives need the GRH area
     p.srq = std::move(srq);
+  } else if constexpr (by_cm) {
+    make_qp(p, pd->pd, scq->cq, rcq->cq);
   } else {
     p.qp = B::create_qp(pd->pd, scq->cq, rcq->cq, T::type, p.caps, false);
   }
@@ -185,7 +192,7 @@ qp_parts<B> create_parts(pd_ref<B> pd, std::shared_ptr<cq_block<B>> send_blk,
   p.lid = pa.lid;
   p.active_mtu = pa.active_mtu;
   p.psn = (o.psn ? *o.psn : l.qp_num * 0x9E3779B1u) & psn_mask;
-  modify_step<B, T>(p, T::init_attr(o), T::init_mask, qp_state::reset, "RESET→INIT");
+  if constexpr (!by_cm) modify_step<B, T>(p, T::init_attr(o), T::init_mask, qp_state::reset, "RESET→INIT");
   return p;
 }
 

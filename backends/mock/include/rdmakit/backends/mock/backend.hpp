@@ -6,6 +6,7 @@
 /// Progress is driven by post and poll calls on a simulated clock, deterministic for a
 /// seed, and safe when the two ends of a connection run on two threads.
 #include <rdmakit/backend.hpp>
+#include <rdmakit/cm_backend.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
 #include <rdmakit/detail/chrono.hpp>
 
@@ -26,6 +27,8 @@ class qp_obj;
 class ah_obj;
 class mw_obj;
 class srq_obj;
+class cm_channel_obj;
+class cm_id_obj;
 }  // namespace mock::detail
 
 namespace backends {
@@ -43,6 +46,8 @@ struct mock {
   using ah = rdmakit::mock::detail::ah_obj*;            ///< an address handle
   using mw = rdmakit::mock::detail::mw_obj*;            ///< a memory window
   using srq = rdmakit::mock::detail::srq_obj*;          ///< a shared receive queue
+  using cm_channel = rdmakit::mock::detail::cm_channel_obj*;  ///< a connection-manager event channel
+  using cm_id = rdmakit::mock::detail::cm_id_obj*;            ///< a connection-manager id
   using sge = rdmakit::sge;                             ///< the same layout as ibv_sge
 
   /// Mirrors ibv_send_wr.
@@ -243,6 +248,48 @@ struct mock {
   /// create_qp whose receives come from `s` (its receive capacities granted as 0).
   static qp create_qp_on_srq(pd p, cq send_cq, cq recv_cq, srq s, qp_type type, qp_cap& caps, bool sq_sig_all);
 
+  // The connection manager (cm_backend; mock/cm_verbs.hpp). Addresses are the IPv4
+  // addresses of the ports' IPv4-mapped GIDs (mock0 10.0.0.1, mock1 10.0.0.2 by
+  // default); events follow librdmacm's sequence and come at once (no wire latency).
+  /// An event channel on the fabric of `ctx`.
+  static cm_channel cm_create_channel(context ctx);
+  /// Destroys an event channel; EBUSY while ids use it.
+  static int cm_destroy_channel(cm_channel ch) noexcept;
+  /// Readable exactly while the channel has an event queued.
+  static int cm_channel_fd(cm_channel ch) noexcept;
+  /// A new id whose events go to `ch`.
+  static cm_id cm_create_id(cm_channel ch);
+  /// Destroys an id (its QP must be gone): a connected peer gets DISCONNECTED, an
+  /// unanswered request's sender REJECTED.
+  static int cm_destroy_id(cm_id id) noexcept;
+  /// Moves the id and its queued events to `ch`.
+  static void cm_migrate_id(cm_id id, cm_channel ch);
+  /// ADDR_RESOLVED if a port of the fabric has the address, else ADDR_ERROR.
+  static void cm_resolve_addr(cm_id id, const cm_address& to, std::chrono::milliseconds timeout);
+  /// ROUTE_RESOLVED (after ADDR_RESOLVED).
+  static void cm_resolve_route(cm_id id, std::chrono::milliseconds timeout);
+  /// Binds (0.0.0.0: any port of the fabric; port 0: one is picked) and listens.
+  static void cm_listen(cm_id id, const cm_address& addr, int backlog);
+  /// The port the id is bound to.
+  static std::uint16_t cm_bound_port(cm_id id);
+  /// The id's local port and GIDs.
+  static cm_route cm_query_route(cm_id id);
+  /// The id's QP, in INIT (no remote access yet: connect/accept grant it, as the kernel's CM does).
+  static qp cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps);
+  /// Destroys the id's QP.
+  static int cm_destroy_qp(cm_id id) noexcept;
+  /// Sends the request: CONNECT_REQUEST to the listener, or REJECTED (status 8) if none.
+  static void cm_connect(cm_id id, const cm_conn_param& p);
+  /// Accepts: both QPs go to RTS, both ids get ESTABLISHED.
+  static void cm_accept(cm_id id, const cm_conn_param& p);
+  /// Rejects: the requester gets REJECTED (status 28) with the private data.
+  static int cm_reject(cm_id id, const void* data, std::uint8_t len) noexcept;
+  /// Disconnects: this id's QP goes to ERR, both ids get DISCONNECTED.
+  static int cm_disconnect(cm_id id) noexcept;
+  /// Waits (wall clock) for the next event, copies and removes it.
+  static int cm_get_event(cm_channel ch, std::chrono::milliseconds timeout,
+                          basic_cm_event<cm_id>& out) noexcept;
+
   /// Fills a scatter/gather entry: address, length, local key.
   static void set_sge(sge& s, std::uint64_t addr, std::uint32_t length, std::uint32_t lkey) noexcept {
     s.addr = addr;
@@ -331,6 +378,7 @@ static_assert(fd_event_backend<mock>);
 static_assert(mw_backend<mock>);
 static_assert(wr_id_backend<mock>);
 static_assert(srq_backend<mock>);
+static_assert(cm_backend<mock>);
 
 }  // namespace backends
 RDMAKIT_END_NAMESPACE

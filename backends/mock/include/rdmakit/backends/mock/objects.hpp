@@ -276,6 +276,46 @@ class qp_obj {
   std::map<std::uint32_t, std::uint64_t> atomic_replay;  // psn -> original value
 };
 
+class cm_id_obj;
+
+/// A connection-manager event as queued (cm_get_event copies it out).
+struct cm_event_rec {
+  cm_event_type type = cm_event_type::none;
+  cm_id_obj* id = nullptr;
+  cm_id_obj* listen_id = nullptr;
+  int status = 0;
+  std::vector<std::byte> data;
+};
+
+/// A connection-manager event channel: readable exactly while `events` is not empty.
+class cm_channel_obj {
+ public:
+  fabric_state* fab = nullptr;
+  std::shared_ptr<fabric_state> keep;
+  std::uint32_t dev = 0;  // the device of the context it was made from: ids resolve from it
+  std::deque<cm_event_rec> events;
+  ready_fd ready;
+  int ids = 0;
+};
+
+/// A connection-manager id: an address (device, port, IPv4) once resolved or bound,
+/// the QP created on it, and the peer id once a request connects the two.
+class cm_id_obj {
+ public:
+  enum class phase { idle, addr, route, listening, requested, received, established, done };
+  cm_channel_obj* ch = nullptr;
+  phase state = phase::idle;
+  std::uint32_t dev = 0;
+  std::uint8_t port = 0;
+  int gid_index = 0;
+  std::uint32_t local_ip = 0, remote_ip = 0;
+  std::uint16_t local_port = 0, remote_port = 0;
+  qp_obj* qp = nullptr;
+  cm_id_obj* peer = nullptr;      // requested/received/established: the other side
+  cm_id_obj* listener = nullptr;  // received: the listening id the request came to
+  cm_conn_param param{};          // requested: what the active side asked for
+};
+
 /// Where a response goes: the requester (with the message's hint), its WQE and PSN.
 struct reply_to {
   std::uint32_t qpn = 0;
@@ -335,6 +375,11 @@ class fabric_state {
   std::set<channel_obj*> channels;
   std::set<ah_obj*> ahs;
   std::set<srq_obj*> srqs;
+  // The connection manager (cm_verbs.hpp): channels, ids, listeners by (IPv4, port).
+  std::set<cm_channel_obj*> cm_channels;
+  std::set<cm_id_obj*> cm_ids;
+  std::map<std::pair<std::uint32_t, std::uint16_t>, cm_id_obj*> cm_listeners;
+  std::uint16_t next_cm_port = 40000;
   bool running = false;  // guards against re-entering the event loop
   // Threads (engine.hpp, touch/jump): while a second thread has used the fabric in the
   // last second, simulated time follows the wall clock from (wall_base, sim_base).
@@ -357,6 +402,8 @@ class fabric_state {
     for (auto* c : cqs) delete c;
     for (auto* c : channels) delete c;
     for (auto* p : pds) delete p;
+    for (auto* i : cm_ids) delete i;
+    for (auto* c : cm_channels) delete c;
     for (auto* c : contexts) delete c;
   }
 };

@@ -2,6 +2,7 @@
 // The verbs of backends::mock, one header per group: devices and memory, completions,
 // queue pairs, posting, shared receive queues. Each checks its arguments with errors that say what to do,
 // then drives the engine under the fabric lock.
+#include <rdmakit/backends/mock/cm_verbs.hpp>
 #include <rdmakit/backends/mock/cq_verbs.hpp>
 #include <rdmakit/backends/mock/device_verbs.hpp>
 #include <rdmakit/backends/mock/post_verbs.hpp>

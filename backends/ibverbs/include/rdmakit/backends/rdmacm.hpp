@@ -1,0 +1,283 @@
+#pragma once
+/// backends::rdmacm: the ibverbs backend plus librdmacm's connection manager (the
+/// cm_backend concept), for <rdmakit/connection_manager.hpp>. Everything else is
+/// backends::ibverbs. Link librdmacm (meson: the rdmakit_rdmacm_dep dependency;
+/// pkg-config librdmacm).
+///
+/// Its devices are librdmacm's: rdma_create_qp refuses a PD on another ibv_context
+/// than the id's, so `device<backends::rdmacm>(name)` borrows the context librdmacm
+/// opened for that device (rdma_get_devices) instead of opening one of its own, and
+/// closing it gives the borrow back (rdma_free_devices).
+#include <rdmakit/backends/ibverbs.hpp>
+#include <rdmakit/cm_backend.hpp>
+
+#include <rdma/rdma_cma.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace backends {
+
+/// ibverbs with librdmacm's connection manager. Satisfies verbs_backend and cm_backend.
+struct rdmacm : ibverbs {
+  using cm_channel = rdma_event_channel*;  ///< an event channel
+  using cm_id = rdma_cm_id*;               ///< a connection-manager id
+
+  /// The backend's name, as errors print it.
+  static constexpr std::string_view name = "rdmacm";
+
+  /// librdmacm's context of device `dev_name` (empty: the first), borrowed until close_device.
+  static context open_device(std::string_view dev_name) {
+    int n = 0;
+    errno = 0;
+    ibv_context** list = rdma_get_devices(&n);
+    if (!list) throw verbs_error("rdma_get_devices", errno ? errno : ENODEV, "listing the devices librdmacm knows");
+    ibv_context* found = nullptr;
+    std::string present;
+    for (int i = 0; i < n; ++i) {
+      const std::string dn = ibv_get_device_name(list[i]->device);
+      present += (present.empty() ? "" : ", ") + dn;
+      if (!found && (dev_name.empty() || dn == dev_name)) found = list[i];
+    }
+    if (!found) {
+      rdma_free_devices(list);
+      throw verbs_error("rdma_get_devices", ENODEV,
+                        "librdmacm has no device named '" + std::string(dev_name) + "' (it has: " +
+                            (present.empty() ? std::string("none; is rdma_ucm loaded?") : present) + ")");
+    }
+    if (int e = rdmakit::ibverbs::detail::set_nonblocking(found->async_fd)) {
+      rdma_free_devices(list);
+      throw verbs_error("fcntl", e, "making the async event fd of " + std::string(dev_name) + " non-blocking");
+    }
+    std::lock_guard lk(borrows_mu());
+    borrows().emplace_back(found, list);
+    return found;
+  }
+  /// Gives the borrowed context back to librdmacm.
+  static void close_device(context ctx) noexcept {
+    ibv_context** list = nullptr;
+    {
+      std::lock_guard lk(borrows_mu());
+      auto& b = borrows();
+      auto it = std::find_if(b.begin(), b.end(), [&](const auto& e) { return e.first == ctx; });
+      if (it == b.end()) return;
+      list = it->second;
+      b.erase(it);
+    }
+    rdma_free_devices(list);
+  }
+
+  /// rdma_create_event_channel (non-blocking); `ctx` is not needed by librdmacm.
+  static cm_channel cm_create_channel(context) {
+    errno = 0;
+    rdma_event_channel* c = rdma_create_event_channel();
+    if (!c)
+      throw verbs_error("rdma_create_event_channel", errno ? errno : ENODEV,
+                        "opening /dev/infiniband/rdma_cm: is the rdma_ucm module loaded?");
+    if (int e = rdmakit::ibverbs::detail::set_nonblocking(c->fd)) {
+      rdma_destroy_event_channel(c);
+      throw verbs_error("fcntl", e, "making the CM event channel non-blocking");
+    }
+    return c;
+  }
+  /// rdma_destroy_event_channel.
+  static int cm_destroy_channel(cm_channel c) noexcept {
+    rdma_destroy_event_channel(c);
+    return 0;
+  }
+  /// The channel's descriptor (readable while an event is queued).
+  static int cm_channel_fd(cm_channel c) noexcept { return c ? c->fd : -1; }
+  /// rdma_create_id with RDMA_PS_TCP (reliable connected QPs).
+  static cm_id cm_create_id(cm_channel c) {
+    rdma_cm_id* id = nullptr;
+    if (rdma_create_id(c, &id, nullptr, RDMA_PS_TCP)) throw verbs_error("rdma_create_id", errno, "");
+    return id;
+  }
+  /// rdma_destroy_id.
+  static int cm_destroy_id(cm_id id) noexcept { return rdma_destroy_id(id) ? errno : 0; }
+  /// rdma_migrate_id.
+  static void cm_migrate_id(cm_id id, cm_channel c) {
+    if (rdma_migrate_id(id, c)) throw verbs_error("rdma_migrate_id", errno, "moving a new id to its own channel");
+  }
+  /// rdma_resolve_addr to `to`.
+  static void cm_resolve_addr(cm_id id, const cm_address& to, std::chrono::milliseconds timeout) {
+    sockaddr_in a = sin(to);
+    if (rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&a), ms(timeout)))
+      throw verbs_error("rdma_resolve_addr", errno, "resolving " + to.to_string());
+  }
+  /// rdma_resolve_route.
+  static void cm_resolve_route(cm_id id, std::chrono::milliseconds timeout) {
+    if (rdma_resolve_route(id, ms(timeout))) throw verbs_error("rdma_resolve_route", errno, "");
+  }
+  /// rdma_bind_addr, then rdma_listen.
+  static void cm_listen(cm_id id, const cm_address& addr, int backlog) {
+    sockaddr_in a = sin(addr);
+    if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&a)))
+      throw verbs_error("rdma_bind_addr", errno,
+                        "binding " + addr.to_string() +
+                            (errno == EADDRINUSE ? ": the port is in use" : errno == EADDRNOTAVAIL || errno == ENODEV
+                                                                               ? ": no RDMA device has that address"
+                                                                               : ""));
+    if (rdma_listen(id, backlog)) throw verbs_error("rdma_listen", errno, "listening on " + addr.to_string());
+  }
+  /// rdma_get_src_port, in host order.
+  static std::uint16_t cm_bound_port(cm_id id) { return ntohs(rdma_get_src_port(id)); }
+  /// The id's port and GIDs (RoCE v2: the IPv4-mapped GIDs of both addresses).
+  static cm_route cm_query_route(cm_id id) {
+    cm_route r;
+    r.port = id->port_num;
+    auto as_gid = [](const sockaddr* s, const ibv_gid& fallback) {
+      gid g;
+      if (s && s->sa_family == AF_INET) {
+        const std::uint32_t v = ntohl(reinterpret_cast<const sockaddr_in*>(s)->sin_addr.s_addr);
+        return gid::from_ipv4(static_cast<std::uint8_t>(v >> 24), static_cast<std::uint8_t>(v >> 16),
+                              static_cast<std::uint8_t>(v >> 8), static_cast<std::uint8_t>(v));
+      }
+      std::memcpy(g.raw.data(), fallback.raw, 16);
+      return g;
+    };
+    r.sgid = as_gid(rdma_get_local_addr(id), id->route.addr.addr.ibaddr.sgid);
+    r.dgid = as_gid(rdma_get_peer_addr(id), id->route.addr.addr.ibaddr.dgid);
+    return r;
+  }
+  /// rdma_create_qp: the QP in INIT on the id's device; `caps` written back as granted.
+  static qp cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps) {
+    ibv_qp_init_attr ia;
+    std::memset(&ia, 0, sizeof ia);
+    ia.send_cq = send_cq;
+    ia.recv_cq = recv_cq;
+    ia.qp_type = static_cast<ibv_qp_type>(type);
+    ia.cap.max_send_wr = caps.max_send_wr;
+    ia.cap.max_recv_wr = caps.max_recv_wr;
+    ia.cap.max_send_sge = caps.max_send_sge;
+    ia.cap.max_recv_sge = caps.max_recv_sge;
+    ia.cap.max_inline_data = caps.max_inline_data;
+    errno = 0;
+    if (rdma_create_qp(id, p, &ia)) {
+      const int e = errno ? errno : EINVAL;
+      throw verbs_error("rdma_create_qp", e,
+                        e == EINVAL && id->verbs && p && id->verbs != p->context
+                            ? std::string("the PD is on another ibv_context than the CM id")
+                            : std::string("creating the QP on the CM id"));
+    }
+    caps.max_send_wr = ia.cap.max_send_wr;
+    caps.max_recv_wr = ia.cap.max_recv_wr;
+    caps.max_send_sge = ia.cap.max_send_sge;
+    caps.max_recv_sge = ia.cap.max_recv_sge;
+    caps.max_inline_data = ia.cap.max_inline_data;
+    return id->qp;
+  }
+  /// rdma_destroy_qp (the id forgets the QP).
+  static int cm_destroy_qp(cm_id id) noexcept {
+    rdma_destroy_qp(id);
+    return 0;
+  }
+  /// rdma_connect.
+  static void cm_connect(cm_id id, const cm_conn_param& p) {
+    rdma_conn_param c = param(p);
+    if (rdma_connect(id, &c)) throw verbs_error("rdma_connect", errno, "");
+  }
+  /// rdma_accept.
+  static void cm_accept(cm_id id, const cm_conn_param& p) {
+    rdma_conn_param c = param(p);
+    if (rdma_accept(id, &c)) throw verbs_error("rdma_accept", errno, "");
+  }
+  /// rdma_reject.
+  static int cm_reject(cm_id id, const void* data, std::uint8_t len) noexcept {
+    return rdma_reject(id, data, len) ? errno : 0;
+  }
+  /// rdma_disconnect.
+  static int cm_disconnect(cm_id id) noexcept { return rdma_disconnect(id) ? errno : 0; }
+  /// poll(2) on the channel up to `timeout`, then rdma_get_cm_event, copy, rdma_ack_cm_event.
+  static int cm_get_event(cm_channel c, std::chrono::milliseconds timeout, basic_cm_event<cm_id>& out) noexcept {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      rdma_cm_event* e = nullptr;
+      if (rdma_get_cm_event(c, &e) == 0) {
+        copy(*e, out);
+        rdma_ack_cm_event(e);
+        return 0;
+      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return errno;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return ETIMEDOUT;
+      pollfd pfd{c->fd, POLLIN, 0};
+      const int r = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(left.count() + 1, 1 << 30)));
+      if (r < 0 && errno != EINTR) return errno;
+    }
+  }
+
+ private:
+  static std::mutex& borrows_mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<std::pair<ibv_context*, ibv_context**>>& borrows() {
+    static std::vector<std::pair<ibv_context*, ibv_context**>> b;
+    return b;
+  }
+  static int ms(std::chrono::milliseconds t) { return static_cast<int>(std::clamp<long long>(t.count(), 1, 1 << 30)); }
+  static sockaddr_in sin(const cm_address& a) {
+    sockaddr_in s;
+    std::memset(&s, 0, sizeof s);
+    s.sin_family = AF_INET;
+    s.sin_addr.s_addr = htonl(a.ipv4);
+    s.sin_port = htons(a.port);
+    return s;
+  }
+  static rdma_conn_param param(const cm_conn_param& p) {
+    rdma_conn_param c;
+    std::memset(&c, 0, sizeof c);
+    c.private_data = p.private_data;
+    c.private_data_len = p.private_data_len;
+    c.responder_resources = p.responder_resources;
+    c.initiator_depth = p.initiator_depth;
+    c.retry_count = p.retry_count;
+    c.rnr_retry_count = p.rnr_retry_count;
+    return c;
+  }
+  static cm_event_type type_of(rdma_cm_event_type t) noexcept {
+    switch (t) {
+      case RDMA_CM_EVENT_ADDR_RESOLVED: return cm_event_type::addr_resolved;
+      case RDMA_CM_EVENT_ADDR_ERROR: return cm_event_type::addr_error;
+      case RDMA_CM_EVENT_ROUTE_RESOLVED: return cm_event_type::route_resolved;
+      case RDMA_CM_EVENT_ROUTE_ERROR: return cm_event_type::route_error;
+      case RDMA_CM_EVENT_CONNECT_REQUEST: return cm_event_type::connect_request;
+      case RDMA_CM_EVENT_CONNECT_ERROR: return cm_event_type::connect_error;
+      case RDMA_CM_EVENT_UNREACHABLE: return cm_event_type::unreachable;
+      case RDMA_CM_EVENT_REJECTED: return cm_event_type::rejected;
+      case RDMA_CM_EVENT_ESTABLISHED: return cm_event_type::established;
+      case RDMA_CM_EVENT_DISCONNECTED: return cm_event_type::disconnected;
+      case RDMA_CM_EVENT_DEVICE_REMOVAL: return cm_event_type::device_removal;
+      case RDMA_CM_EVENT_TIMEWAIT_EXIT: return cm_event_type::timewait_exit;
+      default: return cm_event_type::other;
+    }
+  }
+  static void copy(const rdma_cm_event& e, basic_cm_event<cm_id>& out) noexcept {
+    out.type = type_of(e.event);
+    out.id = e.id;
+    out.listen_id = e.listen_id;
+    out.status = out.type == cm_event_type::other ? static_cast<int>(e.event) : e.status;
+    const std::size_t n = std::min<std::size_t>(e.param.conn.private_data_len, out.data.size());
+    out.data_len = static_cast<std::uint8_t>(e.param.conn.private_data ? n : 0);
+    if (out.data_len) std::memcpy(out.data.data(), e.param.conn.private_data, out.data_len);
+  }
+};
+
+static_assert(models_verbs_backend<rdmacm>());
+static_assert(cm_backend<rdmacm>);
+
+}  // namespace backends
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,524 @@
+#pragma once
+// The connection manager of backends::mock: librdmacm's event sequence over the mock
+// fabric. An address is the IPv4 address of a port's IPv4-mapped GID. Each step's
+// event is queued at once on the id's channel (whose ready_fd is readable while one is
+// queued); the QPs are moved to RTR/RTS by accept and to ERR by disconnect through the
+// mock's own modify_qp, outside the fabric lock (which modify_qp takes).
+#include <rdmakit/backends/mock/engine.hpp>
+#include <rdmakit/detail/qp_transitions.hpp>
+
+#include <algorithm>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace mock::detail {
+
+inline fabric_state& fab_of(cm_channel_obj* c) { return *c->fab; }
+inline fabric_state& fab_of(cm_id_obj* i) { return *i->ch->fab; }
+
+// Under f.mu: queue an event on the id's channel.
+inline void cm_push(fabric_state& f, cm_id_obj* id, cm_event_type t, int status = 0, const void* data = nullptr,
+                    std::size_t len = 0, cm_id_obj* listen_id = nullptr) {
+  cm_event_rec r;
+  r.type = t;
+  r.id = id;
+  r.listen_id = listen_id;
+  r.status = status;
+  if (data && len) r.data.assign(static_cast<const std::byte*>(data), static_cast<const std::byte*>(data) + len);
+  id->ch->events.push_back(std::move(r));
+  id->ch->ready.sync(true);
+  f.cv.notify_all();
+}
+
+// A REJECTED owed to a requester. librdmacm moves the requester's QP to ERR when it
+// reads REJECTED (so the receives it posted flush); the mock does it before queuing
+// the event, outside the fabric lock (modify_qp takes it): `lk` is released meanwhile.
+struct cm_reject_owed {
+  cm_id_obj* id = nullptr;
+  int status = 0;
+  std::vector<std::byte> data;
+};
+inline void cm_deliver_rejects(fabric_state& f, std::unique_lock<std::mutex>& lk, std::vector<cm_reject_owed>& owed) {
+  for (auto& r : owed) {
+    qp_obj* q = r.id->qp;
+    lk.unlock();
+    if (q) {
+      try {
+        qp_attr a;
+        a.state = qp_state::err;
+        backends::mock::modify_qp(q, a, qp_attr_mask::state);
+      } catch (...) {
+      }
+    }
+    lk.lock();
+    if (f.cm_ids.count(r.id)) cm_push(f, r.id, cm_event_type::rejected, r.status, r.data.data(), r.data.size());
+  }
+  owed.clear();
+}
+
+inline void cm_forget_events(cm_id_obj* id) {
+  auto& q = id->ch->events;
+  for (auto it = q.begin(); it != q.end();) it = (it->id == id) ? q.erase(it) : it + 1;
+  id->ch->ready.sync(!q.empty());
+}
+
+// The (device, port, GID index) whose IPv4-mapped GID is `ip`; false when none.
+inline bool cm_find_address(const fabric_state& f, std::uint32_t ip, std::uint32_t& dev, std::uint8_t& port,
+                            int& index) {
+  const gid want = gid::from_ipv4(static_cast<std::uint8_t>(ip >> 24), static_cast<std::uint8_t>(ip >> 16),
+                                  static_cast<std::uint8_t>(ip >> 8), static_cast<std::uint8_t>(ip));
+  for (std::uint32_t d = 0; d < f.devices.size(); ++d)
+    for (std::size_t p = 0; p < f.devices[d].ports.size(); ++p) {
+      const auto& gids = f.devices[d].ports[p].gids;
+      for (std::size_t i = 0; i < gids.size(); ++i)
+        if (gids[i].valid && gids[i].value == want) {
+          dev = d;
+          port = static_cast<std::uint8_t>(p + 1);
+          index = static_cast<int>(i);
+          return true;
+        }
+    }
+  return false;
+}
+
+inline gid cm_gid_of(const fabric_state& f, const cm_id_obj* id) {
+  const auto& gids = f.devices[id->dev].ports[id->port - 1].gids;
+  return id->gid_index < static_cast<int>(gids.size()) ? gids[static_cast<std::size_t>(id->gid_index)].value : gid{};
+}
+
+// The INIT→RTR→RTS attributes connecting `self`'s QP to `peer`'s (what rdma_init_qp_attr
+// gives: the path from the route, the peer's QPN and PSN, the READ depths asked).
+inline void cm_to_rts(fabric_state& f, cm_id_obj* self, cm_id_obj* peer, const cm_conn_param& mine,
+                      const cm_conn_param& theirs) {
+  qp_obj* q = self->qp;
+  qp_obj* pq = peer->qp;
+  const auto& pa = f.devices[self->dev].ports[self->port - 1];
+  const auto& pb = f.devices[peer->dev].ports[peer->port - 1];
+  qp_attr a;
+  a.state = qp_state::rtr;
+  a.path_mtu = std::min(pa.cfg.active_mtu, pb.cfg.active_mtu);
+  a.dest_qp_num = pq->qpn;
+  a.rq_psn = (pq->qpn * 0x9E3779B1u) & psn_mask;
+  a.av.port_num = self->port;
+  a.av.dlid = pb.lid;
+  if (pa.cfg.layer == link_layer::ethernet) {
+    a.av.is_global = true;
+    a.av.grh.dgid = cm_gid_of(f, peer);
+    a.av.grh.sgid_index = static_cast<std::uint8_t>(self->gid_index);
+    a.av.grh.hop_limit = 64;
+  }
+  a.max_dest_rd_atomic = mine.responder_resources;
+  a.min_rnr_timer = 12;
+  qp_attr b;
+  b.state = qp_state::rts;
+  b.sq_psn = (q->qpn * 0x9E3779B1u) & psn_mask;
+  b.timeout = 14;
+  b.retry_cnt = theirs.retry_count < mine.retry_count ? theirs.retry_count : mine.retry_count;
+  b.rnr_retry = mine.rnr_retry_count;
+  b.max_rd_atomic = mine.initiator_depth;
+  const auto rtr = rdmakit::detail::rule_for(qp_state::init, qp_state::rtr, q->type).required;
+  const auto rts = rdmakit::detail::rule_for(qp_state::rtr, qp_state::rts, q->type).required;
+  // INIT→INIT first, as librdmacm does: the kernel CM grants remote writes, and reads
+  // and atomics when this side accepts incoming ones (responder_resources > 0).
+  qp_attr i;
+  i.state = qp_state::init;
+  i.access_flags = access::remote_write;
+  if (mine.responder_resources) i.access_flags = i.access_flags | access::remote_read | access::remote_atomic;
+  backends::mock::modify_qp(q, i, qp_attr_mask::state | qp_attr_mask::access_flags);
+  backends::mock::modify_qp(q, a, rtr | qp_attr_mask::state);
+  backends::mock::modify_qp(q, b, rts | qp_attr_mask::state);
+}
+
+}  // namespace mock::detail
+
+namespace backends {
+
+namespace mockd = rdmakit::mock::detail;
+
+RDMAKIT_DECL mock::cm_channel mock::cm_create_channel(context ctx) {
+  if (!ctx) mockd::fail("rdma_create_event_channel", EINVAL, "no device: open a mock device first");
+  auto& f = mockd::fab_of(ctx);
+  std::lock_guard lk(f.mu);
+  auto* c = new mockd::cm_channel_obj;
+  c->fab = &f;
+  c->keep = ctx->keep;
+  c->dev = ctx->dev;
+  f.cm_channels.insert(c);
+  return c;
+}
+
+RDMAKIT_DECL int mock::cm_destroy_channel(cm_channel c) noexcept {
+  if (!c) return EINVAL;
+  auto keep = c->keep;  // the fabric may go with the last of its objects
+  auto& f = *c->fab;
+  std::lock_guard lk(f.mu);
+  if (c->ids) return EBUSY;
+  f.cm_channels.erase(c);
+  delete c;
+  return 0;
+}
+
+RDMAKIT_DECL int mock::cm_channel_fd(cm_channel c) noexcept { return c ? c->ready.fd() : -1; }
+
+RDMAKIT_DECL mock::cm_id mock::cm_create_id(cm_channel c) {
+  if (!c) mockd::fail("rdma_create_id", EINVAL, "no event channel");
+  auto& f = *c->fab;
+  std::lock_guard lk(f.mu);
+  auto* id = new mockd::cm_id_obj;
+  id->ch = c;
+  ++c->ids;
+  f.cm_ids.insert(id);
+  return id;
+}
+
+RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
+  if (!id) return EINVAL;
+  auto& f = mockd::fab_of(id);
+  std::unique_lock lk(f.mu);
+  if (id->qp) return EBUSY;  // librdmacm leaks it; the typed layer always destroys the QP first
+  using ph = mockd::cm_id_obj::phase;
+  std::vector<mockd::cm_reject_owed> owed;
+  if (auto* p = id->peer) {
+    if (id->state == ph::established && p->state == ph::established) {
+      p->state = ph::done;
+      mockd::cm_push(f, p, cm_event_type::disconnected);
+    } else if (id->state == ph::received && p->state == ph::requested) {
+      p->state = ph::done;
+      owed.push_back({p, 28, {}});
+    } else if (id->state == ph::requested && p->state == ph::received) {
+      p->state = ph::done;  // the passive side's accept will find nobody
+    }
+    if (p->peer == id) p->peer = nullptr;
+  }
+  if (id->state == ph::listening) {
+    f.cm_listeners.erase({id->local_ip, id->local_port});
+    // Requests still queued (nobody took them) go with the listener, as the kernel
+    // destroys their ids: their senders are refused.
+    auto& q = id->ch->events;
+    for (auto it = q.begin(); it != q.end();) {
+      if (it->type == cm_event_type::connect_request && it->listen_id == id) {
+        mockd::cm_id_obj* child = it->id;
+        if (auto* p = child->peer; p && p->state == ph::requested) {
+          p->state = ph::done;
+          p->peer = nullptr;
+          owed.push_back({p, 28, {}});
+        }
+        it = q.erase(it);
+        --child->ch->ids;
+        f.cm_ids.erase(child);
+        delete child;
+      } else {
+        ++it;
+      }
+    }
+    for (auto* other : f.cm_ids)  // requests taken: they no longer name it
+      if (other->listener == id) other->listener = nullptr;
+  }
+  mockd::cm_forget_events(id);
+  --id->ch->ids;
+  f.cm_ids.erase(id);
+  delete id;
+  mockd::cm_deliver_rejects(f, lk, owed);
+  return 0;
+}
+
+RDMAKIT_DECL void mock::cm_migrate_id(cm_id id, cm_channel c) {
+  if (!id || !c) mockd::fail("rdma_migrate_id", EINVAL, "no id or channel");
+  auto& f = mockd::fab_of(id);
+  std::lock_guard lk(f.mu);
+  auto& from = id->ch->events;
+  for (auto it = from.begin(); it != from.end();) {
+    if (it->id == id) {
+      c->events.push_back(std::move(*it));
+      it = from.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  id->ch->ready.sync(!from.empty());
+  c->ready.sync(!c->events.empty());
+  --id->ch->ids;
+  id->ch = c;
+  ++c->ids;
+}
+
+RDMAKIT_DECL void mock::cm_resolve_addr(cm_id id, const cm_address& to, std::chrono::milliseconds) {
+  if (!id) mockd::fail("rdma_resolve_addr", EINVAL, "no id");
+  auto& f = mockd::fab_of(id);
+  std::lock_guard lk(f.mu);
+  using ph = mockd::cm_id_obj::phase;
+  if (id->state != ph::idle) mockd::fail("rdma_resolve_addr", EINVAL, "the id is already resolved, bound or connected");
+  std::uint32_t dev = 0;
+  std::uint8_t port = 0;
+  int index = 0;
+  if (!mockd::cm_find_address(f, to.ipv4, dev, port, index)) {
+    mockd::cm_push(f, id, cm_event_type::addr_error, -EHOSTUNREACH);
+    return;
+  }
+  // The source is the channel's device (the one the caller opened), on its first port
+  // with an IPv4 address: two mock devices stand for two hosts on one subnet.
+  id->dev = id->ch->dev;
+  id->port = 1;
+  id->gid_index = 0;
+  const auto& ports = f.devices[id->dev].ports;
+  bool found = false;
+  for (std::size_t p = 0; p < ports.size() && !found; ++p)
+    for (std::size_t i = 0; i < ports[p].gids.size() && !found; ++i)
+      if (ports[p].gids[i].valid && ports[p].gids[i].value.is_ipv4_mapped()) {
+        id->port = static_cast<std::uint8_t>(p + 1);
+        id->gid_index = static_cast<int>(i);
+        found = true;
+      }
+  (void)dev;
+  (void)port;
+  (void)index;
+  const gid g = mockd::cm_gid_of(f, id);
+  id->local_ip = (std::uint32_t{g.raw[12]} << 24) | (std::uint32_t{g.raw[13]} << 16) |
+                 (std::uint32_t{g.raw[14]} << 8) | g.raw[15];
+  id->local_port = f.next_cm_port++;
+  id->remote_ip = to.ipv4;
+  id->remote_port = to.port;
+  id->state = ph::addr;
+  mockd::cm_push(f, id, cm_event_type::addr_resolved);
+}
+
+RDMAKIT_DECL void mock::cm_resolve_route(cm_id id, std::chrono::milliseconds) {
+  if (!id) mockd::fail("rdma_resolve_route", EINVAL, "no id");
+  auto& f = mockd::fab_of(id);
+  std::lock_guard lk(f.mu);
+  if (id->state != mockd::cm_id_obj::phase::addr)
+    mockd::fail("rdma_resolve_route", EINVAL, "resolve the address first (ADDR_RESOLVED)");
+  id->state = mockd::cm_id_obj::phase::route;
+  mockd::cm_push(f, id, cm_event_type::route_resolved);
+}
+
+RDMAKIT_DECL void mock::cm_listen(cm_id id, const cm_address& addr, int) {
+  if (!id) mockd::fail("rdma_listen", EINVAL, "no id");
+  auto& f = mockd::fab_of(id);
+  std::lock_guard lk(f.mu);
+  if (id->state != mockd::cm_id_obj::phase::idle)
+    mockd::fail("rdma_bind_addr", EINVAL, "the id is already resolved, bound or connected");
+  if (addr.ipv4 != 0 && !mockd::cm_find_address(f, addr.ipv4, id->dev, id->port, id->gid_index))
+    mockd::fail("rdma_bind_addr", EADDRNOTAVAIL,
+                addr.to_string() + " is not the address of any port of the fabric (mock0 is 10.0.0.1, mock1 10.0.0.2)");
+  std::uint16_t port = addr.port ? addr.port : f.next_cm_port++;
+  for (const auto& [key, l] : f.cm_listeners)
+    if (key.second == port && (key.first == 0 || addr.ipv4 == 0 || key.first == addr.ipv4))
+      mockd::fail("rdma_bind_addr", EADDRINUSE, "port " + std::to_string(port) + " is already listened on");
+  id->local_ip = addr.ipv4;
+  id->local_port = port;
+  id->state = mockd::cm_id_obj::phase::listening;
+  f.cm_listeners[{addr.ipv4, port}] = id;
+}
+
+RDMAKIT_DECL std::uint16_t mock::cm_bound_port(cm_id id) {
+  auto& f = mockd::fab_of(id);
+  std::lock_guard lk(f.mu);
+  return id->local_port;
+}
+
+RDMAKIT_DECL cm_route mock::cm_query_route(cm_id id) {
+  auto& f = mockd::fab_of(id);
+  std::lock_guard lk(f.mu);
+  if (!id->port) mockd::fail("rdma_cm_id route", EINVAL, "the id has no route yet (resolve it, or take a request)");
+  cm_route r;
+  r.port = id->port;
+  r.sgid = mockd::cm_gid_of(f, id);
+  if (id->peer) r.dgid = mockd::cm_gid_of(f, id->peer);
+  return r;
+}
+
+RDMAKIT_DECL mock::qp mock::cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps) {
+  if (!id || !p) mockd::fail("rdma_create_qp", EINVAL, "no id or PD");
+  std::uint8_t port = 0;
+  {
+    auto& f = mockd::fab_of(id);
+    std::lock_guard lk(f.mu);
+    if (id->qp) mockd::fail("rdma_create_qp", EINVAL, "the id already has a QP");
+    if (!id->port) mockd::fail("rdma_create_qp", EINVAL, "the id has no route yet (resolve it, or take a request)");
+    if (p->ctx->fab != &f || p->ctx->dev != id->dev)
+      mockd::fail("rdma_create_qp", EINVAL,
+                  "the PD is on " + f.devices[p->ctx->dev].cfg.name + " but the id's route is on " +
+                      f.devices[id->dev].cfg.name);
+    port = id->port;
+  }
+  qp q = create_qp(p, send_cq, recv_cq, type, caps, false);
+  try {
+    qp_attr a;
+    a.state = qp_state::init;
+    a.port_num = port;
+    a.pkey_index = 0;
+    a.access_flags = access::none;  // as the kernel's CM before a connection: set at connect/accept
+    modify_qp(q, a, qp_attr_mask::state | qp_attr_mask::pkey_index | qp_attr_mask::port | qp_attr_mask::access_flags);
+  } catch (...) {
+    destroy_qp(q);
+    throw;
+  }
+  auto& f = mockd::fab_of(id);
+  std::lock_guard lk(f.mu);
+  id->qp = q;
+  return q;
+}
+
+RDMAKIT_DECL int mock::cm_destroy_qp(cm_id id) noexcept {
+  if (!id) return EINVAL;
+  qp q = nullptr;
+  {
+    auto& f = mockd::fab_of(id);
+    std::lock_guard lk(f.mu);
+    q = std::exchange(id->qp, nullptr);
+  }
+  return q ? destroy_qp(q) : 0;
+}
+
+RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
+  if (!id) mockd::fail("rdma_connect", EINVAL, "no id");
+  auto& f = mockd::fab_of(id);
+  std::unique_lock lk(f.mu);
+  using ph = mockd::cm_id_obj::phase;
+  if (id->state != ph::route) mockd::fail("rdma_connect", EINVAL, "resolve the route first (ROUTE_RESOLVED)");
+  if (!id->qp) mockd::fail("rdma_connect", EINVAL, "create the QP on the id first (rdma_create_qp)");
+  if (prm.private_data_len > 56)
+    mockd::fail("rdma_connect", EINVAL, "a connect request carries at most 56 bytes of private data");
+  auto it = f.cm_listeners.find({id->remote_ip, id->remote_port});
+  if (it == f.cm_listeners.end()) it = f.cm_listeners.find({0, id->remote_port});
+  if (it == f.cm_listeners.end()) {  // the peer's CM answers with REJ "invalid service ID"
+    id->state = ph::done;
+    std::vector<mockd::cm_reject_owed> owed{{id, 8, {}}};
+    mockd::cm_deliver_rejects(f, lk, owed);
+    return;
+  }
+  mockd::cm_id_obj* l = it->second;
+  auto* child = new mockd::cm_id_obj;
+  child->ch = l->ch;
+  ++l->ch->ids;
+  f.cm_ids.insert(child);
+  std::uint8_t port = 0;
+  int index = 0;
+  mockd::cm_find_address(f, id->remote_ip, child->dev, port, index);
+  child->port = port;
+  child->gid_index = index;
+  child->local_ip = id->remote_ip;
+  child->local_port = id->remote_port;
+  child->remote_ip = id->local_ip;
+  child->remote_port = id->local_port;
+  child->state = ph::received;
+  child->peer = id;
+  child->listener = l;
+  id->peer = child;
+  id->state = ph::requested;
+  id->param = prm;
+  id->param.private_data = nullptr;
+  mockd::cm_push(f, child, cm_event_type::connect_request, 0, prm.private_data, prm.private_data_len, l);
+}
+
+RDMAKIT_DECL void mock::cm_accept(cm_id id, const cm_conn_param& prm) {
+  if (!id) mockd::fail("rdma_accept", EINVAL, "no id");
+  auto& f = mockd::fab_of(id);
+  using ph = mockd::cm_id_obj::phase;
+  mockd::cm_id_obj* peer = nullptr;
+  cm_conn_param theirs;
+  {
+    std::lock_guard lk(f.mu);
+    if (id->state != ph::received) mockd::fail("rdma_accept", EINVAL, "the id has no connect request to accept");
+    if (!id->qp) mockd::fail("rdma_accept", EINVAL, "create the QP on the id first (rdma_create_qp)");
+    if (prm.private_data_len > 196)
+      mockd::fail("rdma_accept", EINVAL, "an accept carries at most 196 bytes of private data");
+    peer = id->peer;
+    if (!peer || peer->state != ph::requested || !peer->qp) {
+      id->state = ph::done;  // the requester gave up: as a real CM, the accept times out
+      return;
+    }
+    theirs = peer->param;
+  }
+  // The QPs' own transitions take the lock; the ids stay alive meanwhile (the typed
+  // layer destroys an id only from its owner's thread, never during its peer's accept).
+  mockd::cm_to_rts(f, id, peer, prm, theirs);
+  mockd::cm_to_rts(f, peer, id, theirs, prm);
+  std::lock_guard lk(f.mu);
+  id->state = ph::established;
+  peer->state = ph::established;
+  mockd::cm_push(f, peer, cm_event_type::established, 0, prm.private_data, prm.private_data_len);
+  mockd::cm_push(f, id, cm_event_type::established);
+}
+
+RDMAKIT_DECL int mock::cm_reject(cm_id id, const void* data, std::uint8_t len) noexcept {
+  if (!id) return EINVAL;
+  auto& f = mockd::fab_of(id);
+  std::unique_lock lk(f.mu);
+  using ph = mockd::cm_id_obj::phase;
+  if (id->state != ph::received) return EINVAL;
+  id->state = ph::done;
+  if (auto* p = id->peer; p && p->state == ph::requested) {
+    p->state = ph::done;
+    const auto* b = static_cast<const std::byte*>(data);
+    std::vector<mockd::cm_reject_owed> owed{{p, 28, data ? std::vector<std::byte>(b, b + (len > 148 ? 148 : len))
+                                                         : std::vector<std::byte>{}}};
+    try {
+      mockd::cm_deliver_rejects(f, lk, owed);
+    } catch (...) {
+      return ENOMEM;
+    }
+  }
+  return 0;
+}
+
+RDMAKIT_DECL int mock::cm_disconnect(cm_id id) noexcept {
+  if (!id) return EINVAL;
+  auto& f = mockd::fab_of(id);
+  using ph = mockd::cm_id_obj::phase;
+  qp q = nullptr;
+  {
+    std::lock_guard lk(f.mu);
+    if (id->state != ph::established && id->state != ph::done) return EINVAL;
+    q = id->qp;
+    if (id->state == ph::established) {
+      id->state = ph::done;
+      mockd::cm_push(f, id, cm_event_type::disconnected);
+      if (auto* p = id->peer; p && p->state == ph::established) {
+        p->state = ph::done;
+        mockd::cm_push(f, p, cm_event_type::disconnected);
+      }
+    }
+  }
+  if (q) {
+    try {
+      qp_attr a;
+      a.state = qp_state::err;
+      modify_qp(q, a, qp_attr_mask::state);
+    } catch (...) {
+      return EINVAL;
+    }
+  }
+  return 0;
+}
+
+RDMAKIT_DECL int mock::cm_get_event(cm_channel c, std::chrono::milliseconds timeout,
+                                    basic_cm_event<cm_id>& out) noexcept {
+  if (!c) return EINVAL;
+  auto& f = *c->fab;
+  std::unique_lock lk(f.mu);
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (c->events.empty())
+    if (f.cv.wait_until(lk, until) == std::cv_status::timeout && c->events.empty()) return ETIMEDOUT;
+  auto r = std::move(c->events.front());
+  c->events.pop_front();
+  c->ready.sync(!c->events.empty());
+  out.type = r.type;
+  out.id = r.id;
+  out.listen_id = r.listen_id;
+  out.status = r.status;
+  out.data_len = static_cast<std::uint8_t>(std::min(r.data.size(), out.data.size()));
+  if (out.data_len) std::memcpy(out.data.data(), r.data.data(), out.data_len);
+  return 0;
+}
+
+}  // namespace backends
+RDMAKIT_END_NAMESPACE

@@ -1,0 +1,622 @@
+#pragma once
+/// Connection setup through a connection manager (librdmacm's rdma_cm, or the mock's),
+/// the alternative to the TCP exchange of connection.hpp: the CM resolves the peer's
+/// IP address to a device, port and GID, carries a connect request and its answer with
+/// private data, and moves the queue pair it created to RTR and RTS. What comes out is
+/// the library's usual `queue_pair<B, T, S, qp_state::rts>`: the data path, signaling
+/// and credit ledger are the same as after connect(peer).
+///
+///     // passive side
+///     cm_listener<B> l(dev, cm_address::parse("10.0.0.1", 7471));
+///     auto req = l.next_request(5s);                  // the peer's private data: req.private_data()
+///     auto c = std::move(req).accept<rc>(pd, cq, caps, cm_region_data(mr.remote()));
+///     // active side
+///     auto c = cm_connect<rc>(pd, cq, caps, cm_address::parse("10.0.0.1", 7471));
+///     auto dst = c.peer_region()->as<access::remote_write>();  // from the accept's private data
+///     c.qp().write(src, dst, 1);
+///
+/// Every wait is bounded (cm_options::timeout); every failure is a cm_error saying which
+/// step failed and what to do (rejected, with the peer's private data; unreachable;
+/// address or route errors). Objects keep what they depend on alive: a queue pair keeps
+/// its CM id (and its channel, device, PD and CQs); any order of destruction is safe.
+/// Destroying a connection disconnects it (its queue pair, if moved out, goes to ERR).
+#include <rdmakit/cm_backend.hpp>
+#include <rdmakit/completion_queue.hpp>
+#include <rdmakit/connection_info.hpp>
+#include <rdmakit/device.hpp>
+#include <rdmakit/protection_domain.hpp>
+#include <rdmakit/qp_options.hpp>
+#include <rdmakit/queue_pair.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+RDMAKIT_BEGIN_NAMESPACE
+
+/// Why connection setup through the CM failed. Compare with `e.code() == cm_errc::rejected`.
+enum class cm_errc {
+  timeout = 1,   ///< no event within cm_options::timeout (a peer that never answers)
+  rejected,      ///< the peer rejected (cm_error::private_data: its reason), or nobody listens
+  unreachable,   ///< the peer's CM did not answer the CM's retries
+  address,       ///< the address could not be resolved to an RDMA device, or bound
+  route,         ///< no route to the address
+  connect,       ///< another connect failure (CONNECT_ERROR, an unexpected event)
+  disconnected,  ///< the peer went away during setup
+  system,        ///< the event channel failed (see the message for the errno)
+};
+
+namespace detail {
+class cm_category_impl final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "rdmakit.cm"; }
+  std::string message(int e) const override {
+    switch (static_cast<cm_errc>(e)) {
+      case cm_errc::timeout: return "timed out";
+      case cm_errc::rejected: return "rejected";
+      case cm_errc::unreachable: return "peer unreachable";
+      case cm_errc::address: return "address error";
+      case cm_errc::route: return "route error";
+      case cm_errc::connect: return "connect error";
+      case cm_errc::disconnected: return "disconnected during setup";
+      case cm_errc::system: return "event channel error";
+    }
+    return "unknown connection manager error";
+  }
+};
+}  // namespace detail
+
+/// The error category of cm_errc.
+inline const std::error_category& cm_category() noexcept {
+  static const detail::cm_category_impl c;
+  return c;
+}
+/// Makes `e` comparable with cm_error::code().
+inline std::error_code make_error_code(cm_errc e) noexcept { return {static_cast<int>(e), cm_category()}; }
+
+/// Thrown by connection setup through the CM: code() is a cm_errc, what() says which
+/// step failed and what to do; `event()`, `status()` and `private_data()` are the CM's.
+class cm_error : public std::system_error {
+ public:
+  /// `kind` of failure; `what` says which step and what to do; the CM's event, status and private data.
+  cm_error(cm_errc kind, const std::string& what, cm_event_type ev = cm_event_type::none, int status = 0,
+           std::vector<std::byte> data = {})
+      : std::system_error(make_error_code(kind), what), event_(ev), status_(status), data_(std::move(data)) {}
+  /// What failed, as a cm_errc.
+  cm_errc kind() const noexcept { return static_cast<cm_errc>(code().value()); }
+  /// The event that ended the step (none on a timeout).
+  cm_event_type event() const noexcept { return event_; }
+  /// The event's status: the reject reason, or a negative errno.
+  int status() const noexcept { return status_; }
+  /// A reject's private data (the peer's reason), as received.
+  const std::vector<std::byte>& private_data() const noexcept { return data_; }
+
+ private:
+  cm_event_type event_;
+  int status_;
+  std::vector<std::byte> data_;
+};
+
+/// How connection setup runs: the bound on each wait, and what connect/accept ask.
+struct cm_options {
+  /// Bound on each step (address, route, the peer's answer, ESTABLISHED). Positive.
+  std::chrono::milliseconds timeout{5000};
+  std::uint8_t responder_resources = 1;  ///< RDMA READs/atomics the peer may have in flight here
+  std::uint8_t initiator_depth = 1;      ///< RDMA READs/atomics this side may have in flight
+  std::uint8_t retry_count = 7;          ///< RC transport retries
+  std::uint8_t rnr_retry_count = 7;      ///< RC RNR retries (7: forever)
+  bool auto_inline = true;               ///< as qp_options::auto_inline
+};
+
+/// Private data carrying a region descriptor (28 bytes: fits every CM message), so a
+/// peer can RDMA into the region right after ESTABLISHED.
+inline std::vector<std::byte> cm_region_data(const region_descriptor& r) {
+  std::vector<std::byte> d(28);
+  auto put = [&](std::size_t at, std::uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) d[at + static_cast<std::size_t>(i)] = std::byte(v >> (8 * (n - 1 - i)));
+  };
+  put(0, 0x524b434d, 4);  // "RKCM"
+  d[4] = std::byte{1};     // version
+  d[5] = std::byte(static_cast<std::uint8_t>(to_underlying(r.rights) & 0xff));
+  d[6] = std::byte(static_cast<std::uint8_t>((to_underlying(r.rights) >> 8) & 0xff));
+  put(8, r.addr, 8);
+  put(16, r.rkey, 4);
+  put(20, r.length, 8);
+  return d;
+}
+
+/// The region descriptor in private data made by cm_region_data; nullopt when the data
+/// is something else (padding after the 28 bytes is ignored).
+inline std::optional<region_descriptor> cm_region_from(std::span<const std::byte> d) {
+  if (d.size() < 28) return std::nullopt;
+  auto get = [&](std::size_t at, int n) {
+    std::uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v = (v << 8) | std::to_integer<std::uint64_t>(d[at + static_cast<std::size_t>(i)]);
+    return v;
+  };
+  if (get(0, 4) != 0x524b434d || d[4] != std::byte{1}) return std::nullopt;
+  const auto rights = static_cast<access>(get(5, 1) | (get(6, 1) << 8));
+  return region_descriptor(get(8, 8), static_cast<std::uint32_t>(get(16, 4)), get(20, 8), rights);
+}
+
+template <cm_backend B>
+class cm_listener;
+template <cm_backend B>
+class cm_request;
+template <cm_backend B, transport T, signaling S>
+class cm_connection;
+
+namespace detail {
+
+// An event channel; ids keep it alive (librdmacm: the channel must outlive its ids).
+template <class B>
+struct cm_channel_block {
+  device_ref<B> dev;
+  typename B::cm_channel ch{};
+  explicit cm_channel_block(device_ref<B> d) : dev(std::move(d)), ch(B::cm_create_channel(dev->ctx)) {}
+  cm_channel_block(const cm_channel_block&) = delete;
+  cm_channel_block& operator=(const cm_channel_block&) = delete;
+  ~cm_channel_block() {
+    if (ch != typename B::cm_channel{}) B::cm_destroy_channel(ch);
+  }
+};
+
+// A CM id: owned by its listener, request or connection, and by the queue pair made
+// on it (qp_parts::cm), which destroys the QP through it so the CM forgets the QP.
+template <class B>
+struct cm_id_block final : cm_qp_owner<B> {
+  std::shared_ptr<cm_channel_block<B>> chan;
+  typename B::cm_id id{};
+  bool established = false;
+  bool disconnected = false;  // DISCONNECTED seen
+  bool disconnect_sent = false;
+
+  cm_id_block(std::shared_ptr<cm_channel_block<B>> c, typename B::cm_id i) : chan(std::move(c)), id(i) {}
+  cm_id_block(const cm_id_block&) = delete;
+  cm_id_block& operator=(const cm_id_block&) = delete;
+  ~cm_id_block() override {
+    if (id != typename B::cm_id{}) B::cm_destroy_id(id);
+  }
+  void destroy_qp(typename B::qp) noexcept override { B::cm_destroy_qp(id); }
+  void disconnect() noexcept {
+    if (established && !disconnect_sent && !disconnected) B::cm_disconnect(id);
+    disconnect_sent = true;
+  }
+  // DISCONNECTED came: answer the peer's request (the IB CM's DREP; without it the
+  // peer only sees its own DISCONNECTED after the CM's timeout), which also moves
+  // this side's QP to ERR.
+  void on_disconnected() noexcept {
+    disconnected = true;
+    if (!disconnect_sent) B::cm_disconnect(id);
+    disconnect_sent = true;
+  }
+};
+
+inline void check_cm_timeout(const cm_options& o) {
+  if (o.timeout.count() <= 0)
+    throw usage_error("cm_options::timeout must be positive (got " + std::to_string(o.timeout.count()) +
+                      " ms): give the longest wait for each connection step in milliseconds");
+}
+
+template <class B>
+using cm_event_of = basic_cm_event<typename B::cm_id>;
+
+// The next event of `ch` within `timeout`; none on timeout, cm_error on a channel error.
+template <class B>
+cm_event_of<B> cm_wait(typename B::cm_channel ch, std::chrono::milliseconds timeout, const std::string& step) {
+  cm_event_of<B> ev;
+  const int e = B::cm_get_event(ch, timeout, ev);
+  if (e == ETIMEDOUT || e == EAGAIN) return cm_event_of<B>{};
+  if (e != 0)
+    throw cm_error(cm_errc::system, step + ": reading the CM event channel failed: " +
+                                        std::generic_category().message(e));
+  return ev;
+}
+
+inline std::vector<std::byte> cm_data_of(const std::byte* d, std::size_t n) { return {d, d + n}; }
+
+// Waits for `want` on the id's channel; any failure event is a cm_error naming `step`.
+template <class B>
+cm_event_of<B> cm_expect(cm_id_block<B>& blk, cm_event_type want, std::chrono::milliseconds timeout,
+                         const std::string& step) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      throw cm_error(cm_errc::timeout, step + ": no " + std::string(to_string(want)) + " within " +
+                                           std::to_string(timeout.count()) +
+                                           " ms: is the peer running and answering? (raise cm_options::timeout)");
+    auto ev = cm_wait<B>(blk.chan->ch, left, step);
+    const auto data = [&] { return cm_data_of(ev.data.data(), ev.data_len); };
+    const std::string got = std::string(to_string(ev.type)) + " (status " + std::to_string(ev.status) + ")";
+    switch (ev.type) {
+      case cm_event_type::none: continue;  // the deadline check above decides
+      case cm_event_type::addr_error:
+        throw cm_error(cm_errc::address, step + ": " + got +
+                                             ": no RDMA device is reachable at that IP address (is the address "
+                                             "on an interface an RDMA device sits on?)",
+                       ev.type, ev.status);
+      case cm_event_type::route_error:
+        throw cm_error(cm_errc::route, step + ": " + got + ": no route to the peer", ev.type, ev.status);
+      case cm_event_type::rejected:
+        throw cm_error(cm_errc::rejected,
+                       step + ": " + got +
+                           (ev.status == 8 ? ": nobody listens on that address and port (start the server first)"
+                                           : ": the peer rejected the connection (its private data says why)"),
+                       ev.type, ev.status, data());
+      case cm_event_type::unreachable:
+        throw cm_error(cm_errc::unreachable, step + ": " + got + ": the peer's connection manager did not answer",
+                       ev.type, ev.status);
+      case cm_event_type::connect_error:
+        throw cm_error(cm_errc::connect, step + ": " + got, ev.type, ev.status);
+      case cm_event_type::disconnected:
+        blk.on_disconnected();
+        if (want != cm_event_type::disconnected)
+          throw cm_error(cm_errc::disconnected, step + ": " + got + ": the peer disconnected during setup", ev.type,
+                         ev.status);
+        return ev;
+      case cm_event_type::device_removal:
+        throw cm_error(cm_errc::connect, step + ": " + got + ": the RDMA device went away", ev.type, ev.status);
+      default:
+        if (ev.type == want) return ev;
+        continue;  // TIMEWAIT_EXIT and the like say nothing about this step
+    }
+  }
+}
+
+// The GID table index of the CM's source GID on its port (the automatic choice if absent).
+template <class B>
+int cm_gid_index(typename B::context ctx, const cm_route& r) {
+  const port_attr pa = B::query_port(ctx, r.port);
+  for (std::uint32_t i = 0; i < pa.gid_tbl_len; ++i) {
+    const gid_entry e = B::query_gid(ctx, r.port, static_cast<int>(i));
+    if (e.valid && e.value == r.sgid) return static_cast<int>(i);
+  }
+  return choose_gid<B>(ctx, r.port);
+}
+
+// Creates the QP on the id (INIT) with the library's capacity checks and CQ accounting.
+template <class B, class T, class S, polling PS, polling PR>
+qp_parts<B> cm_make_parts(const std::shared_ptr<cm_id_block<B>>& blk, const protection_domain<B>& pd,
+                          completion_queue<B, PS>& send_cq, completion_queue<B, PR>& recv_cq, const qp_cap& caps,
+                          const cm_options& o, const char* call) {
+  static_assert(T::connected, "the connection manager connects RC and UC queue pairs (UD: use address handles)");
+  static_assert(!shares_receives<T>, "connection_manager: queue pairs on a shared receive queue are not supported yet");
+  auto pref = policy_access::pd_ref(pd, call);
+  auto scq = policy_access::shared_block(send_cq);
+  auto rcq = policy_access::shared_block(recv_cq);
+  if (!scq) throw_empty("completion_queue", call);
+  if (!rcq) throw_empty("completion_queue", call);
+  const cm_route r = B::cm_query_route(blk->id);
+  qp_options qo;
+  qo.port = r.port;
+  qo.gid_index = cm_gid_index<B>(pref->dev->ctx, r);
+  qo.auto_inline = o.auto_inline;
+  auto make = [&](qp_parts<B>& p, typename B::pd native_pd, typename B::cq s, typename B::cq rc) {
+    try {
+      p.qp = B::cm_create_qp(blk->id, native_pd, s, rc, T::type, p.caps);
+    } catch (const verbs_error& e) {
+      if (e.errno_value() != EINVAL) throw;
+      throw verbs_error(e.verb(), e.errno_value(),
+                        e.detail() + " (the PD must be on the device the connection manager chose for this address: "
+                                     "open it with the CM's device, e.g. device<backends::rdmacm>(name))");
+    }
+    p.cm = blk;
+  };
+  return create_parts<B, T, S>(std::move(pref), std::move(scq), std::move(rcq), caps, qo, {}, make);
+}
+
+// The default of the `prepare` hooks: nothing to do before the peer may send.
+struct cm_no_prepare {
+  template <class QP>
+  void operator()(QP&) const noexcept {}
+};
+
+// Creates the QP, lets `prepare` post receives on it (INIT), runs `handshake` (connect
+// or accept, then ESTABLISHED), and returns the RTS queue pair.
+template <class B, class T, class S, polling PS, polling PR, class Prepare, class Handshake>
+queue_pair<B, T, S, qp_state::rts> cm_bring_up(const std::shared_ptr<cm_id_block<B>>& blk,
+                                               const protection_domain<B>& pd, completion_queue<B, PS>& send_cq,
+                                               completion_queue<B, PR>& recv_cq, const qp_cap& caps,
+                                               const cm_options& o, const char* call, Prepare& prepare,
+                                               Handshake&& handshake) {
+  auto init = policy_access::adopt<queue_pair<B, T, S, qp_state::init>>(
+      cm_make_parts<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, call));
+  prepare(init);
+  handshake();
+  blk->established = true;
+  return policy_access::adopt<queue_pair<B, T, S, qp_state::rts>>(std::move(policy_access::parts(init)));
+}
+
+inline cm_conn_param cm_param(const cm_options& o, std::span<const std::byte> data, const char* call) {
+  if (data.size() > cm_private_data_max)
+    throw usage_error(std::string(call) + ": " + std::to_string(data.size()) + " bytes of private data, but a CM " +
+                      "message carries at most " + std::to_string(cm_private_data_max) +
+                      " (a connect request 56): send less");
+  cm_conn_param p;
+  p.private_data = data.empty() ? nullptr : data.data();
+  p.private_data_len = static_cast<std::uint8_t>(data.size());
+  p.responder_resources = o.responder_resources;
+  p.initiator_depth = o.initiator_depth;
+  p.retry_count = o.retry_count;
+  p.rnr_retry_count = o.rnr_retry_count;
+  return p;
+}
+
+}  // namespace detail
+
+/// A connected queue pair set up by the CM, with the private data the peer sent and
+/// the CM id that disconnects it. Move-only; destroying it disconnects.
+template <cm_backend B, transport T, signaling S = signal_all>
+class cm_connection {
+ public:
+  /// The queue pair's type: RTS, ready for sends.
+  using queue_pair_type = queue_pair<B, T, S, qp_state::rts>;
+
+  /// An empty connection.
+  cm_connection() = default;
+  /// Takes over `other`'s connection; `other` becomes empty.
+  cm_connection(cm_connection&&) noexcept = default;
+  /// Disconnects the connection held, then takes over `other`'s.
+  cm_connection& operator=(cm_connection&& o) noexcept {
+    if (this != &o) {
+      if (id_) id_->disconnect();
+      id_ = std::move(o.id_);
+      qp_ = std::move(o.qp_);
+      peer_ = std::move(o.peer_);
+    }
+    return *this;
+  }
+  ~cm_connection() {
+    if (id_) id_->disconnect();
+  }
+
+  /// False when empty (default or moved from).
+  explicit operator bool() const noexcept { return id_ != nullptr; }
+  /// The RTS queue pair (may be moved out: it keeps the CM id alive).
+  queue_pair_type& qp() noexcept { return qp_; }
+  /// The private data the peer sent with its request or answer (real devices pad it
+  /// to the message's size with zeros).
+  std::span<const std::byte> peer_data() const noexcept { return peer_; }
+  /// The region the peer sent with cm_region_data, if it sent one.
+  std::optional<region_descriptor> peer_region() const { return cm_region_from(peer_); }
+  /// Disconnects (rdma_disconnect): the queue pair goes to ERR, its outstanding WRs
+  /// flush, both sides get DISCONNECTED. Idempotent.
+  void disconnect() { id("disconnect").disconnect(); }
+  /// Waits up to `timeout` for DISCONNECTED (the peer's disconnect, or the answer to
+  /// this side's): true once it came. A peer's disconnect is answered at once (this
+  /// side's QP goes to ERR too), as librdmacm applications do.
+  bool wait_disconnected(std::chrono::milliseconds timeout) {
+    auto& b = id("wait_disconnected");
+    if (b.disconnected) return true;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {  // at least one look, so a timeout of 0 polls
+      const auto left = std::max(std::chrono::milliseconds{0}, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                   deadline - std::chrono::steady_clock::now()));
+      auto ev = detail::cm_wait<B>(b.chan->ch, left, "cm_connection::wait_disconnected");
+      if (ev.type == cm_event_type::disconnected) {
+        b.on_disconnected();
+        return true;
+      }
+      if (ev.type == cm_event_type::none && std::chrono::steady_clock::now() >= deadline) return false;
+    }
+  }
+  /// A descriptor readable while a CM event for this connection is queued (for epoll).
+  int event_fd() const { return B::cm_channel_fd(id("event_fd").chan->ch); }
+
+ private:
+  friend class cm_request<B>;
+  template <transport T2, signaling S2, cm_backend B2, polling PS, polling PR, class Prepare>
+  friend cm_connection<B2, T2, S2> cm_connect(const protection_domain<B2>&, completion_queue<B2, PS>&,
+                                              completion_queue<B2, PR>&, const qp_cap&, const cm_address&,
+                                              std::span<const std::byte>, const cm_options&, Prepare);
+
+  cm_connection(std::shared_ptr<detail::cm_id_block<B>> id, queue_pair_type qp, std::vector<std::byte> peer) noexcept
+      : id_(std::move(id)), qp_(std::move(qp)), peer_(std::move(peer)) {}
+
+  detail::cm_id_block<B>& id(const char* call) const {
+    if (!id_) detail::throw_empty("cm_connection", call);
+    return *id_;
+  }
+
+  std::shared_ptr<detail::cm_id_block<B>> id_;
+  queue_pair_type qp_;
+  std::vector<std::byte> peer_;
+};
+
+/// A peer's connect request, from cm_listener::next_request: read its private data,
+/// then accept (which makes the queue pair) or reject. Dropped unanswered, it is rejected.
+template <cm_backend B>
+class cm_request {
+ public:
+  /// An empty request.
+  cm_request() = default;
+  /// Takes over `other`'s request; `other` becomes empty.
+  cm_request(cm_request&&) noexcept = default;
+  /// Rejects the request held, then takes over `o`'s.
+  cm_request& operator=(cm_request&& o) noexcept {
+    if (this != &o) {
+      drop_();
+      id_ = std::move(o.id_);
+      data_ = std::move(o.data_);
+    }
+    return *this;
+  }
+  ~cm_request() { drop_(); }
+
+  /// False when empty (default, moved from, accepted or rejected).
+  explicit operator bool() const noexcept { return id_ != nullptr; }
+  /// The private data of the request (real devices pad it to 56 bytes).
+  std::span<const std::byte> private_data() const noexcept { return data_; }
+  /// The region the peer sent with cm_region_data, if it sent one.
+  std::optional<region_descriptor> peer_region() const { return cm_region_from(data_); }
+
+  /// Creates the queue pair on the request's id (on `pd`, which must be on the device
+  /// the request came in on), calls `prepare(qp)` with it in INIT (post the receives
+  /// the peer's first sends need there: it may send as soon as it is ESTABLISHED),
+  /// accepts with `reply` as private data and waits for ESTABLISHED. Throws cm_error
+  /// (timeout, the peer gone) or verbs_error (the QP).
+  template <transport T, signaling S = signal_all, polling P, class Prepare = detail::cm_no_prepare>
+  cm_connection<B, T, S> accept(const protection_domain<B>& pd, completion_queue<B, P>& cq, const qp_cap& caps,
+                                std::span<const std::byte> reply = {}, const cm_options& o = {},
+                                Prepare prepare = {}) && {
+    return std::move(*this).template accept<T, S>(pd, cq, cq, caps, reply, o, prepare);
+  }
+  /// As above, with separate send and receive CQs.
+  template <transport T, signaling S = signal_all, polling PS, polling PR,
+            class Prepare = detail::cm_no_prepare>
+  cm_connection<B, T, S> accept(const protection_domain<B>& pd, completion_queue<B, PS>& send_cq,
+                                completion_queue<B, PR>& recv_cq, const qp_cap& caps,
+                                std::span<const std::byte> reply = {}, const cm_options& o = {},
+                                Prepare prepare = {}) && {
+    detail::check_cm_timeout(o);
+    const auto param = detail::cm_param(o, reply, "cm_request::accept");
+    auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
+    auto qp = detail::cm_bring_up<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, "cm_request::accept", prepare, [&] {
+      B::cm_accept(blk->id, param);
+      detail::cm_expect<B>(*blk, cm_event_type::established, o.timeout, "cm_request::accept");
+    });
+    return cm_connection<B, T, S>(std::move(blk), std::move(qp), std::move(data_));
+  }
+
+  /// Rejects the request; the peer's cm_connect throws cm_error(rejected) with `reason`
+  /// as its private_data().
+  void reject(std::span<const std::byte> reason = {}) && {
+    if (reason.size() > cm_private_data_max)
+      throw usage_error("cm_request::reject: " + std::to_string(reason.size()) +
+                        " bytes of private data, but a reject carries at most 148: send less");
+    auto blk = take_("reject");
+    if (int e = B::cm_reject(blk->id, reason.empty() ? nullptr : reason.data(), static_cast<std::uint8_t>(reason.size())))
+      throw verbs_error("rdma_reject", e, "rejecting a connect request");
+  }
+
+ private:
+  friend class cm_listener<B>;
+  cm_request(std::shared_ptr<detail::cm_id_block<B>> id, std::vector<std::byte> d) noexcept
+      : id_(std::move(id)), data_(std::move(d)) {}
+  std::shared_ptr<detail::cm_id_block<B>> take_(const char* call) {
+    if (!id_) detail::throw_empty("cm_request", call);
+    return std::move(id_);
+  }
+  void drop_() noexcept {
+    if (id_) B::cm_reject(id_->id, nullptr, 0);
+    id_.reset();
+  }
+  std::shared_ptr<detail::cm_id_block<B>> id_;
+  std::vector<std::byte> data_;
+};
+
+/// Listens for connect requests on an address (0.0.0.0: every address; port 0: one the
+/// system picks). Each request gets its own event channel (rdma_migrate_id), so its
+/// connection's events never mix with the listener's.
+template <cm_backend B>
+class cm_listener {
+ public:
+  /// An empty listener.
+  cm_listener() = default;
+  /// Binds and listens on `addr` with the device `dev` (the mock: its fabric; librdmacm
+  /// binds to whichever device has the address). Throws verbs_error when the address
+  /// cannot be bound (in use, not local).
+  cm_listener(const device<B>& dev, const cm_address& addr, int backlog = 16) {
+    auto dref = dev_ref_(dev);
+    auto chan = std::make_shared<detail::cm_channel_block<B>>(std::move(dref));
+    auto blk = std::make_shared<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
+    B::cm_listen(blk->id, addr, backlog);
+    addr_ = addr;
+    addr_.port = B::cm_bound_port(blk->id);
+    id_ = std::move(blk);
+  }
+  /// Takes over `other`'s listener; `other` becomes empty.
+  cm_listener(cm_listener&&) noexcept = default;
+  /// Stops listening, then takes over `other`'s listener.
+  cm_listener& operator=(cm_listener&&) noexcept = default;
+
+  /// False when empty.
+  explicit operator bool() const noexcept { return id_ != nullptr; }
+  /// The address listened on, with the port actually bound.
+  const cm_address& address() const noexcept { return addr_; }
+  /// A descriptor readable while a connect request is queued (for epoll).
+  int event_fd() const {
+    if (!id_) detail::throw_empty("cm_listener", "event_fd");
+    return B::cm_channel_fd(id_->chan->ch);
+  }
+
+  /// The next connect request, waiting up to `timeout`; cm_error(timeout) if none came.
+  cm_request<B> next_request(std::chrono::milliseconds timeout) {
+    if (!id_) detail::throw_empty("cm_listener", "next_request");
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0)
+        throw cm_error(cm_errc::timeout, "cm_listener::next_request: no connect request on " + addr_.to_string() +
+                                             " within " + std::to_string(timeout.count()) + " ms");
+      auto ev = detail::cm_wait<B>(id_->chan->ch, left, "cm_listener::next_request");
+      if (ev.type != cm_event_type::connect_request) continue;
+      // The new id moves to a channel of its own, kept alive by it.
+      auto chan = std::make_shared<detail::cm_channel_block<B>>(id_->chan->dev);
+      auto blk = std::make_shared<detail::cm_id_block<B>>(chan, ev.id);
+      B::cm_migrate_id(ev.id, chan->ch);
+      return cm_request<B>(std::move(blk), detail::cm_data_of(ev.data.data(), ev.data_len));
+    }
+  }
+
+ private:
+  static detail::device_ref<B> dev_ref_(const device<B>& dev) {
+    if (!dev) detail::throw_empty("device", "cm_listener");
+    return detail::policy_access::device_ref(dev);
+  }
+  std::shared_ptr<detail::cm_id_block<B>> id_;
+  cm_address addr_{};
+};
+
+/// Connects to a listener at `to`: resolves the address and route, creates the queue
+/// pair on the CM id (on `pd`, which must be on the device the CM chooses for `to`),
+/// calls `prepare(qp)` with it in INIT (post receives there), sends the request with
+/// `data` as private data and waits for ESTABLISHED. Throws cm_error (address, route,
+/// rejected, unreachable, timeout) or verbs_error.
+template <transport T, signaling S = signal_all, cm_backend B, polling PS, polling PR,
+          class Prepare = detail::cm_no_prepare>
+cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_queue<B, PS>& send_cq,
+                                  completion_queue<B, PR>& recv_cq, const qp_cap& caps, const cm_address& to,
+                                  std::span<const std::byte> data = {}, const cm_options& o = {},
+                                  Prepare prepare = {}) {
+  detail::check_cm_timeout(o);
+  const auto param = detail::cm_param(o, data, "cm_connect");
+  auto pref = detail::policy_access::pd_ref(pd, "cm_connect");
+  auto chan = std::make_shared<detail::cm_channel_block<B>>(pref->dev);
+  auto blk = std::make_shared<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
+  const std::string where = "cm_connect to " + to.to_string();
+  B::cm_resolve_addr(blk->id, to, o.timeout);
+  detail::cm_expect<B>(*blk, cm_event_type::addr_resolved, o.timeout, where + " (address resolution)");
+  B::cm_resolve_route(blk->id, o.timeout);
+  detail::cm_expect<B>(*blk, cm_event_type::route_resolved, o.timeout, where + " (route resolution)");
+  detail::cm_event_of<B> ev;
+  auto qp = detail::cm_bring_up<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, "cm_connect", prepare, [&] {
+    B::cm_connect(blk->id, param);
+    ev = detail::cm_expect<B>(*blk, cm_event_type::established, o.timeout, where);
+  });
+  return cm_connection<B, T, S>(std::move(blk), std::move(qp), detail::cm_data_of(ev.data.data(), ev.data_len));
+}
+
+/// cm_connect with one CQ for sends and receives.
+template <transport T, signaling S = signal_all, cm_backend B, polling P, class Prepare = detail::cm_no_prepare>
+cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_queue<B, P>& cq, const qp_cap& caps,
+                                  const cm_address& to, std::span<const std::byte> data = {},
+                                  const cm_options& o = {}, Prepare prepare = {}) {
+  return cm_connect<T, S>(pd, cq, cq, caps, to, data, o, prepare);
+}
+
+RDMAKIT_END_NAMESPACE
+
+template <>
+struct std::is_error_code_enum<rdmakit::cm_errc> : std::true_type {};

@@ -1,0 +1,469 @@
+// Connection setup through the connection manager (connection_manager.hpp): the mock's
+// CM by default; with RDMAKIT_CM_RDMACM (test_cm_rdmacm, run on rxe0 in the guest by
+// tests/rxe) librdmacm, both sides on the device RDMAKIT_DEVICE names, at the address
+// RDMAKIT_CM_ADDR (the guest's rxe0 sits on 192.168.77.1).
+#include <rdmakit/connection_manager.hpp>
+#if RDMAKIT_CM_RDMACM
+#include <rdmakit/backends/rdmacm.hpp>
+#else
+#include <rdmakit/backends/mock.hpp>
+#endif
+#include <rdmakit/rdmakit.hpp>
+
+#include <doctest/doctest.h>
+#include <poll.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#ifndef RDMAKIT_CM_RDMACM
+#define RDMAKIT_CM_RDMACM 0
+#endif
+
+namespace {
+using namespace rdmakit;
+using namespace std::chrono_literals;
+using rdmakit::access;
+#if RDMAKIT_CM_RDMACM
+using B = backends::rdmacm;
+#else
+using B = backends::mock;
+#endif
+constexpr access rw = access::local_write | access::remote_write | access::remote_read | access::remote_atomic;
+
+struct testbed {
+#if RDMAKIT_CM_RDMACM
+  device<B> open(int) { return device<B>(std::getenv("RDMAKIT_DEVICE")); }
+  std::string ip() const {
+    const char* a = std::getenv("RDMAKIT_CM_ADDR");
+    return a && *a ? a : "192.168.77.1";
+  }
+  std::string nobody() const { return "192.168.77.99"; }  // on rxe0's subnet, no host: ARP times out
+#else
+  static mock::fabric_config config() {  // RDMAKIT_MOCK_PROFILE=rxe: behave as rxe does
+    mock::fabric_config c;
+    const char* p = std::getenv("RDMAKIT_MOCK_PROFILE");
+    if (p && std::string(p) == "rxe") c.profile = mock::device_profile::rxe;
+    return c;
+  }
+  mock::fabric fab{config()};
+  device<B> open(int i) { return device<B>(fab, i == 0 ? "mock0" : "mock1"); }
+  std::string ip() const { return "10.0.0.1"; }  // mock0's address
+  std::string nobody() const { return "10.9.9.9"; }
+#endif
+};
+
+// Each port number once per process, so no test meets a previous one's listener.
+std::uint16_t next_port() {
+  static std::uint16_t p = static_cast<std::uint16_t>(20000 + (std::chrono::steady_clock::now().time_since_epoch().count() % 20000));
+  return ++p;
+}
+
+struct side {
+  explicit side(device<B> d) : dev(std::move(d)), pd(dev.create_pd()), cq(dev.create_cq(64)),
+                               buf(4096), mr(pd.register_memory<rw>(buf.data(), buf.size())) {}
+  device<B> dev;
+  protection_domain<B> pd;
+  completion_queue<B> cq;
+  std::vector<char> buf;
+  memory_region<B, rw> mr;
+};
+
+const qp_cap caps{16, 16, 1, 1, 0};
+
+std::vector<std::byte> bytes(std::string_view s) {
+  std::vector<std::byte> v(s.size());
+  std::memcpy(v.data(), s.data(), s.size());
+  return v;
+}
+std::string text(std::span<const std::byte> d, std::size_t n) {
+  return std::string(reinterpret_cast<const char*>(d.data()), std::min(n, d.size()));
+}
+
+bool readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1;
+}
+
+struct done {
+  wc_status status = wc_status::general_err;
+  std::uint64_t wr_id = 0;
+};
+
+// The next completion of `cq` (busy-polled, at most 5 s).
+done wait_one(completion_queue<B>& cq) {
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  done d;
+  while (std::chrono::steady_clock::now() < until) {
+    if (cq.poll([&](const completion<B>& c) {
+          d.status = c.status();
+          d.wr_id = c.wr_id();
+        }) > 0)
+      return d;
+    std::this_thread::yield();
+  }
+  FAIL("no completion within 5 s");
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("cm: connect and accept carry private data both ways; a WRITE uses the region from it") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  CHECK(l.address().port != 0);
+  auto server = std::async(std::launch::async, [&] {
+    auto req = l.next_request(5s);
+    CHECK(text(req.private_data(), 5) == "hello");
+    return std::move(req).accept<rc>(srv.pd, srv.cq, caps, cm_region_data(srv.mr.remote()));
+  });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), bytes("hello"));
+  auto s = server.get();
+  REQUIRE(c);
+  REQUIRE(s);
+  auto dst = c.peer_region();
+  REQUIRE(dst);
+  CHECK(dst->addr == srv.mr.remote().addr());
+  std::memcpy(cli.buf.data(), "written by the client", 22);
+  REQUIRE(c.qp().write(cli.mr.local(0, 22), dst->as<access::remote_write>().sub(100, 22), 7));
+  auto w = wait_one(cli.cq);
+  CHECK(w.status == wc_status::success);
+  CHECK(w.wr_id == 7);
+  CHECK(std::string(srv.buf.data() + 100) == "written by the client");
+  // A SEND the other way: the server's queue pair is the library's usual RTS type.
+  REQUIRE(c.qp().post_recv(cli.mr.local(1000, 64), 9));
+  std::memcpy(srv.buf.data(), "pong", 5);
+  REQUIRE(s.qp().send(srv.mr.local(0, 5), 3));
+  CHECK(wait_one(srv.cq).status == wc_status::success);
+  auto r = wait_one(cli.cq);
+  CHECK(r.wr_id == 9);
+  CHECK(std::string(cli.buf.data() + 1000) == "pong");
+  CHECK(c.qp().port() >= 1);
+}
+
+TEST_CASE("cm: receives posted in the prepare hook (INIT) take the peer's first sends") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] {
+    return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps, {}, {}, [&](auto& qp) {
+      static_assert(std::remove_cvref_t<decltype(qp)>::state == qp_state::init);
+      REQUIRE(qp.post_recv(srv.mr.local(0, 64), 11));
+    });
+  });
+  bool prepared = false;
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, {}, [&](auto&) { prepared = true; });
+  CHECK(prepared);
+  std::memcpy(cli.buf.data(), "first", 6);
+  REQUIRE(c.qp().send(cli.mr.local(0, 6), 1));  // may go before the server's accept returns
+  auto s = server.get();
+  CHECK(s.qp().posted_recvs() <= 1);
+  auto r = wait_one(srv.cq);
+  CHECK(r.wr_id == 11);
+  CHECK(std::string(srv.buf.data()) == "first");
+}
+
+TEST_CASE("cm: READs and atomics work: the CM grants them to a side with responder resources") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] {
+    return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps, cm_region_data(srv.mr.remote()));
+  });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+  auto s = server.get();
+  std::memcpy(srv.buf.data() + 64, "remote bytes", 13);
+  const auto peer = c.peer_region();
+  REQUIRE(peer);
+  REQUIRE(c.qp().read(cli.mr.local(0, 13), peer->as<access::remote_read>().sub(64, 13), 5));
+  CHECK(wait_one(cli.cq).status == wc_status::success);
+  CHECK(std::string(cli.buf.data()) == "remote bytes");
+  if (srv.dev.attr().atomics) {
+    std::uint64_t v = 40;
+    std::memcpy(srv.buf.data() + 128, &v, 8);
+    REQUIRE(c.qp().fetch_add(cli.mr.local(256, 8), peer->as<access::remote_atomic>().sub(128, 8), 2, 6));
+    CHECK(wait_one(cli.cq).status == wc_status::success);
+    std::memcpy(&v, srv.buf.data() + 128, 8);
+    CHECK(v == 42);
+  }
+}
+
+TEST_CASE("cm: a ping-pong of inline SENDs (rdmakit-perf send_lat's pattern)") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  const qp_cap pc{16, 64, 1, 1, 220};
+  srv.cq = srv.dev.create_cq(128);
+  cli.cq = cli.dev.create_cq(128);
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto post_all = [](auto& qp, side& sd) {
+    for (int i = 0; i < 32; ++i) REQUIRE(qp.post_recv(sd.mr.local(2048, 64), 100));
+  };
+  auto server = std::async(std::launch::async, [&] {
+    return l.next_request(5s).accept<rc>(srv.pd, srv.cq, pc, {}, {}, [&](auto& qp) { post_all(qp, srv); });
+  });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, pc, l.address(), {}, {}, [&](auto& qp) { post_all(qp, cli); });
+  auto s = server.get();
+  auto next_recv = [](completion_queue<B>& cq, std::string& log) {
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (std::chrono::steady_clock::now() < until) {
+      bool got = false;
+      cq.poll([&](const completion<B>& w) {
+        if (!w.ok()) log += std::string(to_string(w.status())) + (w.is_recv() ? " recv; " : " send; ");
+        if (w.is_recv() && w.ok()) got = true;
+      });
+      if (got) return true;
+      if (!log.empty()) return false;
+      std::this_thread::yield();
+    }
+    log += "timeout; ";
+    return false;
+  };
+  std::string clog, slog;
+  for (int i = 0; i < 20; ++i) {
+    INFO("round " << i << " client: " << clog << " server: " << slog);
+    REQUIRE(c.qp().send(cli.mr.local(0, 2), 1));
+    REQUIRE(next_recv(srv.cq, slog));
+    REQUIRE(s.qp().post_recv(srv.mr.local(2048, 64), 100));
+    REQUIRE(s.qp().send(srv.mr.local(0, 2), 2));
+    REQUIRE(next_recv(cli.cq, clog));
+    REQUIRE(c.qp().post_recv(cli.mr.local(2048, 64), 100));
+  }
+}
+
+TEST_CASE("cm: a reject reaches the client with the server's private data") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] { std::move(l.next_request(5s)).reject(bytes("busy")); });
+  try {
+    (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), bytes("let me in"));
+    FAIL("connected despite the reject");
+  } catch (const cm_error& e) {
+    CHECK(e.code() == cm_errc::rejected);
+    CHECK(e.event() == cm_event_type::rejected);
+    CHECK(text(e.private_data(), 4) == "busy");
+    CHECK(std::string(e.what()).find("rejected") != std::string::npos);
+  }
+  server.get();
+}
+
+TEST_CASE("cm: a rejected connect: its QP went to ERR (librdmacm does), the receives of its prepare hook flush") {
+  testbed tb;
+  side cli(tb.open(1));
+  std::uint32_t qpn = 0;
+  CHECK_THROWS_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, cm_address::parse(tb.ip(), next_port()), {}, {},
+                                       [&](auto& qp) {
+                                         qpn = qp.qp_num();
+                                         REQUIRE(qp.post_recv(cli.mr.local(0, 64), 5));
+                                       }),
+                  cm_error);
+  // The completion names the failed queue pair: a caller sharing the CQ skips it.
+  std::uint32_t seen = 0;
+  wc_status st = wc_status::success;
+  // rxe flushes asynchronously: up to 2 s there; the mock's CQ is final at once.
+  const auto until = std::chrono::steady_clock::now() + (RDMAKIT_CM_RDMACM ? 2s : 0s);
+  do {
+    cli.cq.poll([&](const completion<B>& c) {
+      seen = c.qp_num();
+      st = c.status();
+    });
+  } while (!seen && std::chrono::steady_clock::now() < until);
+#if RDMAKIT_CM_RDMACM
+  // rxe keeps the flushes of a destroyed QP in the CQ: they name the failed queue pair,
+  // so a caller sharing the CQ can skip them.
+  CHECK(seen == qpn);
+  CHECK(st == wc_status::wr_flush_err);
+#else
+  // The mock cleans a destroyed QP's completions out of its CQs (as mlx5 does).
+  CHECK(seen == 0);
+  (void)qpn;
+  (void)st;
+#endif
+}
+
+TEST_CASE("cm: a request dropped unanswered is rejected") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] { auto req = l.next_request(5s); });
+  try {
+    (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+    FAIL("connected to a dropped request");
+  } catch (const cm_error& e) {
+    CHECK(e.code() == cm_errc::rejected);
+  }
+  server.get();
+}
+
+TEST_CASE("cm: connecting to a port nobody listens on is refused") {
+  testbed tb;
+  side cli(tb.open(1));
+  try {
+    (void)cm_connect<rc>(cli.pd, cli.cq, caps, cm_address::parse(tb.ip(), next_port()));
+    FAIL("connected to nobody");
+  } catch (const cm_error& e) {
+    INFO(e.what());
+    CHECK(e.code() == cm_errc::rejected);  // the peer's CM answers: REJ, "invalid service ID"
+    CHECK(e.status() == 8);
+  }
+}
+
+TEST_CASE("cm: an address no device answers for is an address error") {
+  testbed tb;
+  side cli(tb.open(1));
+  cm_options o;
+  o.timeout = 1500ms;
+  try {
+    (void)cm_connect<rc>(cli.pd, cli.cq, caps, cm_address::parse(tb.nobody(), 7471), {}, o);
+    FAIL("resolved an address nobody has");
+  } catch (const cm_error& e) {
+    INFO(e.what());
+#if RDMAKIT_CM_RDMACM
+    // rxe0 sits on a dummy netdev (no ARP): the address resolves and the request goes
+    // unanswered, until the CM gives up (UNREACHABLE) or our timeout comes first.
+    CHECK((e.code() == cm_errc::timeout || e.code() == cm_errc::unreachable));
+#else
+    CHECK(e.code() == cm_errc::address);  // no port of the fabric has it: ADDR_ERROR
+#endif
+  }
+}
+
+TEST_CASE("cm: a server that never answers is a timeout naming the step") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  cm_options o;
+  o.timeout = 300ms;
+  try {
+    (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+    FAIL("connected without an accept");
+  } catch (const cm_error& e) {
+    CHECK(e.code() == cm_errc::timeout);
+    CHECK(std::string(e.what()).find("ESTABLISHED") != std::string::npos);
+  }
+  CHECK(readable(l.event_fd()));  // the request is still queued
+}
+
+TEST_CASE("cm: a disconnect is seen by both sides, and the queue pairs stop") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+  auto s = server.get();
+  CHECK_FALSE(readable(s.event_fd()));
+  c.disconnect();
+  c.disconnect();  // idempotent
+  CHECK(s.wait_disconnected(5s));
+  CHECK(c.wait_disconnected(5s));
+  // The client's QP is in ERR: a WRITE flushes (or is refused), never lands.
+  std::memcpy(cli.buf.data(), "late", 5);
+  auto dst = srv.mr.remote();
+  auto p = c.qp().write(cli.mr.local(0, 5), dst.sub(200, 5), 1);
+  if (p) CHECK(wait_one(cli.cq).status != wc_status::success);
+  CHECK(srv.buf[200] == 0);
+}
+
+TEST_CASE("cm: destroying in any order is safe: listener first, connection before its moved-out queue pair") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  auto l = std::make_unique<cm_listener<B>>(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] { return l->next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l->address());
+  auto s = server.get();
+  l.reset();  // the accepted connection keeps its own id and channel
+  auto qp = std::move(c.qp());
+  { auto gone = std::move(c); }  // disconnects; the queue pair keeps the id alive
+  CHECK(s.wait_disconnected(5s));
+  CHECK(qp.qp_num() != 0);
+  { auto gone = std::move(s); }
+  // Device, PD and CQ handles go before the queue pair: it keeps them.
+  {
+    auto d = std::move(cli);
+  }
+  CHECK(bool(qp));
+}
+
+TEST_CASE("cm: a listener destroyed with a request queued refuses it") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  auto l = std::make_unique<cm_listener<B>>(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  const int fd = l->event_fd();
+  auto client = std::async(std::launch::async, [&, to = l->address()]() -> std::error_code {
+    cm_options o;
+    o.timeout = 3s;
+    try {
+      (void)cm_connect<rc>(cli.pd, cli.cq, caps, to, {}, o);
+    } catch (const cm_error& e) {
+      return e.code();
+    }
+    return {};
+  });
+  pollfd p{fd, POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 3000) == 1);  // the request is queued
+  l.reset();
+  const auto code = client.get();
+#if RDMAKIT_CM_RDMACM
+  CHECK((code == cm_errc::rejected || code == cm_errc::unreachable || code == cm_errc::timeout));
+#else
+  CHECK(code == cm_errc::rejected);
+#endif
+}
+
+TEST_CASE("cm: the listener's fd is readable exactly while a request is queued") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  CHECK_FALSE(readable(l.event_fd()));
+  auto client = std::async(std::launch::async, [&] {
+    cm_options o;
+    o.timeout = 3s;
+    try {
+      (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+    } catch (const cm_error&) {
+    }
+  });
+  pollfd p{l.event_fd(), POLLIN, 0};
+  CHECK(::poll(&p, 1, 3000) == 1);
+  std::move(l.next_request(1s)).reject();
+  CHECK_FALSE(readable(l.event_fd()));
+  client.get();
+}
+
+TEST_CASE("cm: misuse is a usage_error naming what to do") {
+  testbed tb;
+  side cli(tb.open(1));
+  cm_options o;
+  o.timeout = 0ms;
+  CHECK_THROWS_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, cm_address::parse(tb.ip(), 1), {}, o), usage_error);
+  std::vector<std::byte> big(cm_private_data_max + 1);
+  CHECK_THROWS_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, cm_address::parse(tb.ip(), 1), big), usage_error);
+  CHECK_THROWS_AS(cm_address::parse("10.0.0", 1), usage_error);
+  CHECK_THROWS_AS(cm_address::parse("10.0.0.256", 1), usage_error);
+  CHECK(cm_address::parse("10.0.0.1", 5).ipv4 == 0x0A000001u);
+  cm_connection<B, rc> empty;
+  CHECK_THROWS_AS(empty.disconnect(), usage_error);
+  cm_request<B> none;
+  CHECK_THROWS_AS(std::move(none).reject(), usage_error);
+  cm_listener<B> nl;
+  CHECK_THROWS_AS((void)nl.next_request(1ms), usage_error);
+  CHECK(cm_region_from(bytes("not a region, just some bytes")) == std::nullopt);
+}
+
+#if !RDMAKIT_CM_RDMACM
+TEST_CASE("cm (mock): binding an address no port has, or a port in use, is refused") {
+  testbed tb;
+  auto dev = tb.open(0);
+  CHECK_THROWS_AS(cm_listener<B>(dev, cm_address::parse("10.9.9.9", 1000)), verbs_error);
+  cm_listener<B> a(dev, cm_address::parse("0.0.0.0", 0));
+  CHECK(a.address().port != 0);
+  CHECK_THROWS_AS(cm_listener<B>(dev, cm_address::parse("10.0.0.1", a.address().port)), verbs_error);
+}
+#endif

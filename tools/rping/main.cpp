@@ -1,0 +1,213 @@
+// rdmakit-rping: rdma-core's rping (rdmacm-utils) on rdmakit's connection manager, with
+// its options and wire protocol, so either end can be rping itself.
+//
+//   rdmakit-rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]
+//   rdmakit-rping -c [-vVd] [-S size] [-C count] -a addr [-p port]
+//
+// With --mock both ends run in this process on a mock fabric (server on mock0,
+// 10.0.0.1; client on mock1), on two threads: the protocol without a device.
+#include "../common/cli.hpp"
+#include "rping.hpp"
+
+#include <rdmakit/backends/mock.hpp>
+#if RDMAKIT_HAVE_RDMACM
+#include <rdmakit/backends/rdmacm.hpp>
+#endif
+
+#include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <future>
+#include <string>
+
+using namespace rdmakit;
+using namespace rdmakit_tools;
+
+namespace {
+
+void usage(const char* argv0, std::FILE* to) {
+  std::fprintf(to,
+               "%s -s [-vVd] [-S size] [-C count] [-a addr] [-p port]\n"
+               "%s -c [-vVd] [-S size] [-C count] -a addr [-p port]\n"
+               "\t-c\t\tclient side\n"
+               "\t-s\t\tserver side\n"
+               "\t-v\t\tdisplay ping data to stdout\n"
+               "\t-V\t\tvalidate ping data\n"
+               "\t-d\t\tdebug printfs\n"
+               "\t-S size \tping data size (%u to %u, default 64)\n"
+               "\t-C count\tping count times (default: until interrupted)\n"
+               "\t-a addr\t\taddress (IPv4 or a host name)\n"
+               "\t-p port\t\tport (default 7174)\n"
+               "rdmakit options:\n"
+               "\t--mock\t\tboth ends in this process on a mock fabric (needs -C)\n"
+               "\t--ib-dev=dev\tthe RDMA device (default: the one the address is on)\n"
+               "\t--timeout=ms\tbound on each wait (default 10000)\n"
+               "\t-h, --help\tthis text\n"
+               "Not supported (rping options): -I (source address), -P (persistent server),\n"
+               "\t-q (self-created QP: rdmakit's QPs are always the CM's)\n",
+               argv0, argv0, rping_min_size, rping_max_size);
+}
+
+bool resolve_ipv4(const char* host, std::uint32_t& out) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host, nullptr, &hints, &res) != 0 || !res) return false;
+  out = ntohl(reinterpret_cast<const sockaddr_in*>(res->ai_addr)->sin_addr.s_addr);
+  freeaddrinfo(res);
+  return true;
+}
+
+#if RDMAKIT_HAVE_RDMACM
+// The device librdmacm puts `a` on (bound on a server, resolved on a client); empty
+// when the address names none in particular (0.0.0.0): then the first device.
+std::string device_for(const cm_address& a, bool server) {
+  using B = backends::rdmacm;
+  if (server && a.ipv4 == 0) return {};
+  auto ch = B::cm_create_channel(nullptr);
+  auto id = B::cm_create_id(ch);
+  std::string name;
+  try {
+    if (server) {
+      sockaddr_in s{};
+      s.sin_family = AF_INET;
+      s.sin_addr.s_addr = htonl(a.ipv4);
+      if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&s)))
+        throw verbs_error("rdma_bind_addr", errno, "binding " + a.to_string());
+    } else {
+      B::cm_resolve_addr(id, a, std::chrono::milliseconds{2000});
+      basic_cm_event<B::cm_id> ev;
+      if (B::cm_get_event(ch, std::chrono::milliseconds{3000}, ev) != 0 || ev.type != cm_event_type::addr_resolved)
+        throw cm_error(cm_errc::address, "resolving " + a.to_string() + ": " + std::string(to_string(ev.type)));
+    }
+    if (id->verbs) name = ibv_get_device_name(id->verbs->device);
+  } catch (...) {
+    B::cm_destroy_id(id);
+    B::cm_destroy_channel(ch);
+    throw;
+  }
+  B::cm_destroy_id(id);
+  B::cm_destroy_channel(ch);
+  return name;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  rping_options o;
+  int role = -1;  // rping: -s or -c must be given
+  bool mock = false;
+  bool have_addr = false;
+  std::uint16_t port = 7174;
+  std::string ib_dev;
+  static const option longs[] = {{"mock", no_argument, nullptr, 'M'},
+                                 {"ib-dev", required_argument, nullptr, 'D'},
+                                 {"timeout", required_argument, nullptr, 'T'},
+                                 {"help", no_argument, nullptr, 'h'},
+                                 {nullptr, 0, nullptr, 0}};
+  int op;
+  unsigned long long v = 0;
+  while ((op = getopt_long(argc, argv, "a:I:Pp:C:S:t:scvVdqh", longs, nullptr)) != -1) {
+    switch (op) {
+      case 'a':
+        if (!resolve_ipv4(optarg, o.addr.ipv4)) {
+          std::fprintf(stderr, "rdmakit-rping: '%s' is not an IPv4 address or a host name with one\n", optarg);
+          return 1;
+        }
+        have_addr = true;
+        break;
+      case 'p':
+        if (!parse_uint(optarg, 65535, v)) {
+          std::fprintf(stderr, "rdmakit-rping: invalid port '%s'\n", optarg);
+          return 1;
+        }
+        port = static_cast<std::uint16_t>(v);
+        break;
+      case 's': role = 1; break;
+      case 'c': role = 0; break;
+      case 'S':
+        if (!parse_uint(optarg, rping_max_size, v) || v < rping_min_size) {
+          std::fprintf(stderr, "Invalid size %s (valid range is %u to %u)\n", optarg, rping_min_size, rping_max_size);
+          return 1;
+        }
+        o.size = static_cast<std::uint32_t>(v);
+        break;
+      case 'C':
+        if (!parse_uint(optarg, 0x7fffffff, v)) {
+          std::fprintf(stderr, "Invalid count %s\n", optarg);
+          return 1;
+        }
+        o.count = static_cast<int>(v);
+        break;
+      case 'v': o.verbose = true; break;
+      case 'V': o.validate = true; break;
+      case 'd': o.debug = true; break;
+      case 'M': mock = true; break;
+      case 'D': ib_dev = optarg; break;
+      case 'T':
+        if (!parse_uint(optarg, 1u << 30, v) || v == 0) {
+          std::fprintf(stderr, "rdmakit-rping: invalid --timeout '%s' (milliseconds, > 0)\n", optarg);
+          return 1;
+        }
+        o.timeout = std::chrono::milliseconds{v};
+        break;
+      case 'h': usage(argv[0], stdout); return 0;
+      case 'I': case 'P': case 'q': case 't':
+        std::fprintf(stderr, "rdmakit-rping: -%c is not supported (see --help)\n", op);
+        return 1;
+      default: usage(argv[0], stderr); return 1;
+    }
+  }
+  o.addr.port = port;
+  try {
+    if (mock) {
+      if (o.count == 0) {
+        std::fprintf(stderr, "rdmakit-rping: --mock needs -C count\n");
+        return 1;
+      }
+      mock::fabric fab;
+      using B = backends::mock;
+      rping_side<B> srv(device<B>(fab, "mock0"), o);
+      rping_side<B> cli(device<B>(fab, "mock1"), o);
+      cm_listener<B> l(device<B>(fab, "mock0"), cm_address::parse("10.0.0.1", port));
+      auto server = std::async(std::launch::async, [&] { srv.serve(l); });
+      const bool ok = cli.ping(l.address());
+      server.get();
+      return ok ? 0 : 1;
+    }
+    if (role < 0) {
+      usage(argv[0], stderr);
+      return 1;
+    }
+#if RDMAKIT_HAVE_RDMACM
+    using B = backends::rdmacm;
+    o.server = role == 1;
+    if (!o.server && !have_addr) {
+      std::fprintf(stderr, "rdmakit-rping: the client needs -a addr\n");
+      return 1;
+    }
+    if (ib_dev.empty()) ib_dev = device_for(o.addr, o.server);
+    rping_side<B> side(device<B>(ib_dev), o);
+    if (o.server) {
+      device<B> dev(ib_dev);
+      cm_listener<B> l(dev, o.addr);
+      side.serve(l);
+      return 0;
+    }
+    return side.ping(o.addr) ? 0 : 1;
+#else
+    std::fprintf(stderr, "rdmakit-rping: built without librdmacm: only --mock works\n");
+    return 1;
+#endif
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rdmakit-rping: %s\n", e.what());
+    return 1;
+  }
+}
