@@ -59,6 +59,14 @@ std::vector<seen> collect(CQ& cq, std::size_t n, int max_polls = 10000) {
 
 namespace policy_test {
 
+/// Two sides of a fresh fabric and a 64-byte region on each (src on x, dst on y).
+struct two_regions {
+  mock::fabric fab;
+  side x{fab, "mock0"}, y{fab, "mock1"};
+  memory_region<B, rw_access> src = x.pd.allocate<rw_access>(64);
+  memory_region<B, rw_access> dst = y.pd.allocate<rw_access>(64);
+};
+
 /// Two connected (RC/UC) or active (UD) queue pairs, a on side x and b on side y.
 template <class T, class S = signal_all>
 struct qp_pair {

@@ -10,13 +10,6 @@ using namespace policy_test;
 // with the queue pair's credits, signaling policy and refusals.
 
 namespace {
-struct prepared_regions {
-  mock::fabric fab;
-  side x{fab, "mock0"}, y{fab, "mock1"};
-  memory_region<B, rw_access> src = x.pd.allocate<rw_access>(64);
-  memory_region<B, rw_access> dst = y.pd.allocate<rw_access>(64);
-};
-
 std::vector<std::uint64_t> wr_ids_of(const std::vector<seen>& cs) {
   std::vector<std::uint64_t> ids;
   for (const auto& c : cs) ids.push_back(c.wr_id);
@@ -24,7 +17,7 @@ std::vector<std::uint64_t> wr_ids_of(const std::vector<seen>& cs) {
 }
 }  // namespace
 
-TEST_CASE_FIXTURE(prepared_regions, "a prepared WRITE posted again and again lands each time and keeps the policy's signals") {
+TEST_CASE_FIXTURE(two_regions, "a prepared WRITE posted again and again lands each time and keeps the policy's signals") {
   auto p = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto w = p.a.prepare(op::write{src.local(0, 16), dst.remote().sub(16, 16)}, 5);
   CHECK(w.wr_id() == 5);
@@ -41,7 +34,7 @@ TEST_CASE_FIXTURE(prepared_regions, "a prepared WRITE posted again and again lan
   CHECK(static_cast<unsigned char>(dst.data()[32]) == 0);
 }
 
-TEST_CASE_FIXTURE(prepared_regions, "post(w, wr_id) gives the prepared WR a new wr_id, refused when it uses bit 63") {
+TEST_CASE_FIXTURE(two_regions, "post(w, wr_id) gives the prepared WR a new wr_id, refused when it uses bit 63") {
   auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto w = p.a.prepare(op::write{src.local(0, 8), dst.remote()}, 1);
   REQUIRE(p.a.post(w).ok());
@@ -52,7 +45,7 @@ TEST_CASE_FIXTURE(prepared_regions, "post(w, wr_id) gives the prepared WR a new 
   CHECK(wr_ids_of(collect(x.cq, 4, 200)) == std::vector<std::uint64_t>{1, 2, 2});
 }
 
-TEST_CASE_FIXTURE(prepared_regions, "a prepared send asked signaled is signaled on every post") {
+TEST_CASE_FIXTURE(two_regions, "a prepared send asked signaled is signaled on every post") {
   auto p = make_pair<rc, signal_manual>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto quiet = p.a.prepare(op::write{src.local(0, 8), dst.remote()}, 1);
   auto loud = p.a.prepare(op::write{src.local(0, 8), dst.remote()}, 2, send_flags::signaled);
@@ -64,7 +57,7 @@ TEST_CASE_FIXTURE(prepared_regions, "a prepared send asked signaled is signaled 
   CHECK(p.a.send_credits() == 8);
 }
 
-TEST_CASE_FIXTURE(prepared_regions, "a small send is prepared inline when the queue pair takes it, and the data is read at post") {
+TEST_CASE_FIXTURE(two_regions, "a small send is prepared inline when the queue pair takes it, and the data is read at post") {
   auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 64});
   auto w = p.a.prepare(op::write{src.local(0, 8), dst.remote()}, 1);
   CHECK(w.is_inline());
@@ -74,7 +67,7 @@ TEST_CASE_FIXTURE(prepared_regions, "a small send is prepared inline when the qu
   CHECK(std::memcmp(dst.data(), "prepared", 8) == 0);
 }
 
-TEST_CASE_FIXTURE(prepared_regions, "a prepared WR the device refuses leaves the credits and the signaling run as they were") {
+TEST_CASE_FIXTURE(two_regions, "a prepared WR the device refuses leaves the credits and the signaling run as they were") {
   // Prepared inline on a queue pair that takes 64 inline bytes, posted on one that takes none.
   auto wide = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 64});
   auto narrow = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
@@ -94,7 +87,7 @@ TEST_CASE_FIXTURE(prepared_regions, "a prepared WR the device refuses leaves the
   CHECK(narrow.a.send_credits() == 8);
 }
 
-TEST_CASE_FIXTURE(prepared_regions, "a prepared WR on an empty or failed queue pair is refused with the reason") {
+TEST_CASE_FIXTURE(two_regions, "a prepared WR on an empty or failed queue pair is refused with the reason") {
   auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto w = p.a.prepare(op::write{src.local(0, 8), dst.remote()}, 1);
   auto other_pd = x.dev.create_pd();
@@ -107,7 +100,7 @@ TEST_CASE_FIXTURE(prepared_regions, "a prepared WR on an empty or failed queue p
   CHECK(p.a.post(w).status == post_status::empty_handle);
 }
 
-TEST_CASE_FIXTURE(prepared_regions, "prepare is a setup call: bad input is a usage_error naming it") {
+TEST_CASE_FIXTURE(two_regions, "prepare is a setup call: bad input is a usage_error naming it") {
   auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 2, 2, 0});
   CHECK_THROWS_WITH_AS((void)p.a.prepare(op::write{src.local(0, 8), dst.remote()}, std::uint64_t{1} << 63),
                        doctest::Contains("bit 63"), usage_error);

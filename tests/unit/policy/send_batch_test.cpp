@@ -6,16 +6,6 @@ using namespace policy_test;
 
 // send_batch.hpp: the WRs are built in place when added; post sets only their flags.
 
-namespace {
-// Two sides of a fresh fabric and a 64-byte region on each.
-struct two_regions {
-  mock::fabric fab;
-  side x{fab, "mock0"}, y{fab, "mock1"};
-  memory_region<B, rw_access> src = x.pd.allocate<rw_access>(64);
-  memory_region<B, rw_access> dst = y.pd.allocate<rw_access>(64);
-};
-}  // namespace
-
 TEST_CASE_FIXTURE(two_regions, "a post list signals the policy's positions across posts, and what the caller asks") {
   auto p = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
   auto batch = decltype(p.a)::make_batch<8>();
