@@ -172,7 +172,8 @@ inline constexpr std::array deviation_table{
                   {.post_errno = 0, .req = {wc_status::loc_qp_op_err, wc_status::wr_flush_err}},
                   "rxe accepts it at post time, then the QP errors"},
     // post_send below RTS.
-    deviation_row{ids::post_below_rts, "spec", {.post_errno = EINVAL, .bad_wr_set = true}, "spec §4"},
+    deviation_row{ids::post_below_rts, "spec", {.post_errno = EINVAL, .bad_wr_set = true},
+                  "spec §4: EINVAL, bad_wr names the first WR"},
     deviation_row{ids::post_below_rts, "rxe", {.post_errno = EINVAL, .bad_wr_set = false},
                   "rxe: the doorbell fails after the WQE sits in the ring; bad_wr may be NULL (unverified)"},
     // Where SQ/RQ posts start failing with ENOMEM.
