@@ -42,7 +42,8 @@ int run_device(const perf_options& o, const endpoint_options& e) {
 }
 #else
 int run_device(const perf_options&, const endpoint_options&) {
-  std::fprintf(stderr, "rdmakit-perf: built without libibverbs: only the mock loopback (no -d) is available\n");
+  std::fprintf(stderr, "rdmakit-perf: built without libibverbs (or as a sanitizer build, which leaves devices out): "
+                       "only the mock loopback (no -d) is available\n");
   return 1;
 }
 #endif
