@@ -130,14 +130,18 @@ struct raw_loop {
   std::uint32_t lkey;
   std::uint64_t raddr;
   std::uint32_t rkey;
+  // The SQ depth the device granted, read at setup as perftest reads its -t (tx_depth):
+  // a runtime value, as it is for the policy layer.
+  std::uint32_t depth;
   std::uint32_t held = 0;  // SQ slots held: posted WRs not covered by a polled completion
   std::uint32_t run = 0;   // every16: WRs since the last signaled one
   std::uint64_t next_id = 0;
   std::uint64_t errors = 0;
 
   // The slots one signaled completion gives back (the WR and the unsignaled ones before it).
-  static constexpr std::uint32_t freed_per_completion =
-      std::is_same_v<S, signal_all> ? 1 : std::is_same_v<S, signal_manual> ? sq_depth : every;
+  std::uint32_t freed_per_completion() const noexcept {
+    return std::is_same_v<S, signal_all> ? 1 : std::is_same_v<S, signal_manual> ? depth : every;
+  }
 
   // posting::prepared: the one WR, built at construction (wr_id 0, as perftest's WRs
   // carry their QP's index); a post rewrites only its flags.
@@ -156,7 +160,7 @@ struct raw_loop {
   template <class P>
   explicit raw_loop(env<B, S, P>& e)
       : qp(e.a.native()), cq(e.cqx.native()), laddr(e.src.local().addr), lkey(e.src.lkey()),
-        raddr(e.dst.remote().addr()), rkey(e.dst.remote().rkey()) {
+        raddr(e.dst.remote().addr()), rkey(e.dst.remote().rkey()), depth(e.a.caps().max_send_wr) {
     B::set_sge(prepared_sge, laddr, msg_bytes, lkey);
     B::set_send(prepared_wr, 0, opcode::rdma_write, send_flags::none, &prepared_sge, 1);
     B::set_rdma(prepared_wr, raddr, rkey);
@@ -174,7 +178,7 @@ struct raw_loop {
     if constexpr (std::is_same_v<S, signal_all>) {
       return true;
     } else if constexpr (std::is_same_v<S, signal_manual>) {
-      return in_flight + 1 == sq_depth;  // the WR taking the last free slot
+      return in_flight + 1 == depth;  // the WR taking the last free slot
     } else {
       if (++run != every) return false;
       run = 0;
@@ -191,10 +195,10 @@ struct raw_loop {
 
   [[gnu::noinline]] void run_once() noexcept {
     if constexpr (Post == posting::prepared_list) {
-      while (sq_depth - held < batch)
+      while (depth - held < batch)
         if (!reap()) return;
       if constexpr (std::is_same_v<S, signal_manual>) {
-        const std::uint32_t last_slot = sq_depth - 1 - held;  // the WR taking the last free slot
+        const std::uint32_t last_slot = depth - 1 - held;  // the WR taking the last free slot
         const std::uint32_t now = last_slot < batch ? last_slot : batch;
         if (now != list_signaled) {
           if (list_signaled < batch) B::set_send_flags(list_wrs[list_signaled], send_flags::none);
@@ -210,7 +214,7 @@ struct raw_loop {
       held += batch;
     } else if constexpr (Post == posting::prepared) {
       for (std::uint32_t i = 0; i < batch; ++i) {
-        while (held == sq_depth)
+        while (held == depth)
           if (!reap()) return;
         B::set_send_flags(prepared_wr, signal_next(held) ? send_flags::signaled : send_flags::none);
         typename B::send_wr* bad = nullptr;
@@ -221,7 +225,7 @@ struct raw_loop {
         ++held;
       }
     } else if constexpr (List) {
-      while (sq_depth - held < batch)
+      while (depth - held < batch)
         if (!reap()) return;
       typename B::sge s[batch];
       typename B::send_wr w[batch];
@@ -237,7 +241,7 @@ struct raw_loop {
       held += batch;
     } else {
       for (std::uint32_t i = 0; i < batch; ++i) {
-        while (held == sq_depth)
+        while (held == depth)
           if (!reap()) return;
         typename B::sge s;
         typename B::send_wr w;
@@ -259,7 +263,7 @@ struct raw_loop {
     if (n < 0) return ++errors, false;
     for (int k = 0; k < n; ++k)
       if (B::get_status(wcs[k]) != wc_status::success) return ++errors, false;
-    held -= static_cast<std::uint32_t>(n) * freed_per_completion;
+    held -= static_cast<std::uint32_t>(n) * freed_per_completion();
     return true;
   }
 };
