@@ -36,6 +36,7 @@ enum class two_node_kind {
   rnr_recv_later,  ///< SEND, rnr_retry 7, the receive posted after the SEND: success
   peer_destroyed,  ///< the responder's QP is destroyed first: RETRY_EXC_ERR
   peer_in_err,     ///< the responder's QP is moved to ERR first: RETRY_EXC_ERR
+  peer_in_reset,   ///< the responder's QP is moved to RESET first: RETRY_EXC_ERR
   bad_rkey,        ///< the requester uses a wrong rkey: REM_ACCESS_ERR, responder ERR
 };
 
@@ -74,6 +75,7 @@ inline std::vector<two_node_scenario> two_node_scenarios() {
   v.push_back({"rc.rnr.recv_posted_later", qp_type::rc, k::rnr_recv_later, o::send, two_node_small});
   v.push_back({"rc.retry.peer_destroyed", qp_type::rc, k::peer_destroyed, o::send, two_node_small});
   v.push_back({"rc.retry.peer_in_err", qp_type::rc, k::peer_in_err, o::send, two_node_small});
+  v.push_back({"rc.retry.peer_in_reset", qp_type::rc, k::peer_in_reset, o::send, two_node_small});
   v.push_back({"rc.bad_rkey.write", qp_type::rc, k::bad_rkey, o::write, two_node_small});
   v.push_back({"rc.bad_rkey.write_imm", qp_type::rc, k::bad_rkey, o::write_imm, two_node_small});
   v.push_back({"rc.bad_rkey.read", qp_type::rc, k::bad_rkey, o::read, two_node_small});
@@ -153,7 +155,7 @@ std::vector<completion<B>> collect(CQ& cq, std::size_t n, std::chrono::milliseco
 ///   data            post, check completion | step 2     step 2 | check receive, memory
 ///   rnr_no_retry    post, RNR_RETRY_EXC_ERR | step 2    step 2 | nothing arrived
 ///   rnr_recv_later  post | step 2 | success             step 2 | 100 ms, post receive, check
-///   peer_*          step 2 | post, RETRY_EXC_ERR        destroy or ERR | step 2
+///   peer_*          step 2 | post, RETRY_EXC_ERR        destroy, ERR or RESET | step 2
 ///   bad_rkey        post, REM_ACCESS_ERR | step 2       step 2 | receives failed or flushed
 template <verbs_backend B, transport T, polling P>
 two_node_result run_two_node_scenario(const two_node_scenario& sc, std::uint32_t index, const two_node_options& o,
@@ -182,9 +184,10 @@ two_node_result run_two_node_scenario(const two_node_scenario& sc, std::uint32_t
   };
   auto step = [&] { sync(endpoint{}, std::nullopt, {}); };
 
-  // Outlives the scenario's objects: a QP left in ERR must stay until the peer has its
-  // completion (the verdict step), or the scenario would test a destroyed QP instead.
+  // Outlive the scenario's objects: a QP left in ERR or RESET must stay until the peer has
+  // its completion (the verdict step), or the scenario would test a destroyed QP instead.
   std::optional<queue_pair<B, T, signal_all, qp_state::init>> keep_until_verdict;
+  std::optional<queue_pair<B, T, signal_all, qp_state::rts>> keep_in_reset;
   try {
     auto pd = dev.create_pd();
     const std::uint32_t cap = sc.size + 64;
@@ -209,7 +212,8 @@ two_node_result run_two_node_scenario(const two_node_scenario& sc, std::uint32_t
     co.path_mtu = mtu::mtu_1024;
     if (sc.kind == k::rnr_no_retry) co.rnr_retry = 0;
     if (sc.kind == k::rnr_recv_later) co.rnr_retry = 7;  // retried until the receive is there
-    if (sc.kind == k::peer_destroyed || sc.kind == k::peer_in_err) {
+    const bool peer_gone = sc.kind == k::peer_destroyed || sc.kind == k::peer_in_err || sc.kind == k::peer_in_reset;
+    if (peer_gone) {
       co.timeout = 12;  // 17 ms per try, two tries: the scenario ends in well under a second
       co.retry_cnt = 1;
     }
@@ -257,6 +261,14 @@ two_node_result run_two_node_scenario(const two_node_scenario& sc, std::uint32_t
       if (sc.kind == k::peer_destroyed) live.reset();
       if (sc.kind == k::peer_in_err) {
         keep_until_verdict.emplace(std::move(*live).reset());  // the old QP is kept, in ERR, with it
+        live.reset();
+      }
+      if (sc.kind == k::peer_in_reset) {
+        // The typed layer has no way back to RESET (reset() makes a new QP): the backend's own call.
+        qp_attr a;
+        a.state = qp_state::reset;
+        B::modify_qp(live->native(), a, qp_attr_mask::state);
+        keep_in_reset.emplace(std::move(*live));
         live.reset();
       }
       step();
@@ -341,8 +353,7 @@ two_node_result run_two_node_scenario(const two_node_scenario& sc, std::uint32_t
       // ---------------------------------------------------------------- requester
       for (std::uint32_t i = 0; i < sc.size; ++i) m[i] = sc.op == o_::read ? std::byte{0} : two_node_byte(seed, i);
       const connection_info peer = sync(my_ep, std::nullopt, bring_up);
-      const bool peer_gone = sc.kind == k::peer_destroyed || sc.kind == k::peer_in_err;
-      if (peer_gone) step();  // the responder's QP is destroyed or in ERR now
+      if (peer_gone) step();  // the responder's QP is destroyed, in ERR or in RESET now
       const region_descriptor& d = *peer.region;
       const std::uint32_t rkey = sc.kind == k::bad_rkey ? d.rkey ^ 0x77700u : d.rkey;
       const auto rw = remote_region<rights>::unchecked(d.addr, rkey, d.length);

@@ -31,10 +31,10 @@ void all_pass(mock::device_profile p) {
 TEST_CASE("two-node: the scenario list covers every opcode of each transport, RNR, retry and a bad rkey") {
   std::set<std::string> names;
   for (const auto& s : two_node_scenarios()) CHECK(names.insert(s.name).second);
-  CHECK(names.size() == 29);
+  CHECK(names.size() == 30);
   for (const char* n : {"rc.send", "rc.send_imm", "rc.write", "rc.write_imm", "rc.read", "rc.cmp_swap", "rc.fetch_add",
                         "rc.send.multi_packet", "rc.read.multi_packet", "rc.rnr.no_retry", "rc.rnr.recv_posted_later",
-                        "rc.retry.peer_destroyed", "rc.retry.peer_in_err", "rc.bad_rkey.write", "uc.send",
+                        "rc.retry.peer_destroyed", "rc.retry.peer_in_err", "rc.retry.peer_in_reset", "rc.bad_rkey.write", "uc.send",
                         "uc.write_imm.multi_packet", "ud.send", "ud.send_imm"})
     CHECK_MESSAGE(names.count(n) == 1, n);
   CHECK(two_node_large > 1024 * 9);  // ten packets at the path MTU the scenarios connect with
