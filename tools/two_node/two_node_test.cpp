@@ -26,6 +26,23 @@ void all_pass(mock::device_profile p) {
   }
 }
 
+/// Each side with its own options (profile included) on one mock fabric, spec profile.
+two_node_pair run_sides(const two_node_options& server, const two_node_options& client,
+                        std::chrono::milliseconds exchange_timeout = std::chrono::milliseconds{60'000}) {
+  mock::fabric fab(mock::fabric_config{});
+  exchange_options xo;
+  xo.timeout = exchange_timeout;
+  two_node_pair out;
+  const auto lb = run_loopback(0, xo, [&](bool is_server, const exchange_fn& ex) {
+    two_node_options mine = is_server ? server : client;
+    mine.server = is_server;
+    (is_server ? out.server : out.client) = run_two_node<backends::mock, yielding_poll<>>(
+        mine, ex, device<backends::mock>(fab, is_server ? "mock0" : "mock1"), [](const two_node_result&) {});
+  });
+  REQUIRE(lb.ok());
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("two-node: the scenario list covers every opcode of each transport, RNR, retry and a bad rkey") {
@@ -65,22 +82,22 @@ TEST_CASE("two-node: a wrong expectation in the deviation table's profile is rep
   // No rows for this profile: the scenarios that read the table fail, naming the row.
   two_node_options o;
   o.only = "rc.send_imm";
-  const auto r = [&] {
-    mock::fabric_config cfg;
-    mock::fabric fab(cfg);
-    exchange_options xo;
-    two_node_pair out;
-    const auto lb = run_loopback(0, xo, [&](bool is_server, const exchange_fn& ex) {
-      two_node_options mine = o;
-      mine.server = is_server;
-      mine.profile = "no-such-profile";
-      (is_server ? out.server : out.client) = run_two_node<backends::mock, yielding_poll<>>(
-          mine, ex, device<backends::mock>(fab, is_server ? "mock0" : "mock1"), [](const two_node_result&) {});
-    });
-    REQUIRE(lb.ok());
-    return out;
-  }();
+  o.profile = "no-such-profile";
+  const auto r = run_sides(o, o);
   REQUIRE(r.server.size() == 2);
   CHECK(!r.server[0].pass);
   CHECK(r.server[0].detail.find("no deviation row recv.grh_flag.rc_uc") != std::string::npos);
+}
+
+TEST_CASE("two-node: sides that run different scenarios stop at the first one, neither hangs") {
+  two_node_options server, client;
+  server.only = "rc.write";
+  client.only = "rc.send";
+  const auto r = run_sides(server, client, std::chrono::milliseconds{2'000});
+  REQUIRE(r.server.size() == 1);
+  REQUIRE(r.client.size() == 1);
+  CHECK(!r.server[0].pass);
+  CHECK(r.server[0].detail.find("stopped: the peer is at step") != std::string::npos);
+  CHECK(!r.client[0].pass);
+  CHECK(r.client[0].detail.find("stopped:") != std::string::npos);
 }
