@@ -5,16 +5,17 @@
 #   tests/rxe/wire.sh BUILD_DIR       # from the host: boots the two guests
 #
 # Host a runs the servers, host b the clients, in the same order, one port per step.
-# Steps: rdmakit-pingpong and ibv_rc_pingpong in both directions, UC one way, UD both,
-# rdmakit-perf write_bw against itself, and ib_write_bw against itself beside it
-# (rdmakit-perf speaks its own exchange, not perftest's). Exit status 0 only when every
-# step passed on both hosts.
+# Steps: rdmakit-two-node (the two-node conformance scenarios: every RC/UC/UD opcode,
+# multi-packet messages, RNR, retry, a bad rkey; one PASS/FAIL line each), rdmakit-pingpong
+# and ibv_rc_pingpong in both directions, UC one way, UD both, rdmakit-perf write_bw against
+# itself, and ib_write_bw against itself beside it (rdmakit-perf speaks its own exchange,
+# not perftest's). Exit status 0 only when every step passed on both hosts.
 set -uo pipefail
 
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 (($# == 1)) || { sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2; exit 2; }
 build=$(cd -- "$1" && pwd -P) || exit 2
-for exe in tools/rdmakit-pingpong tools/rdmakit-perf; do
+for exe in tools/rdmakit-pingpong tools/rdmakit-perf tools/rdmakit-two-node; do
   [[ -x $build/$exe ]] || { echo "wire.sh: $build/$exe is not built" >&2; exit 2; }
 done
 if [[ ${RDMAKIT_RXE:-} != 1 ]]; then
@@ -62,6 +63,7 @@ step() {
 }
 
 g=(-d "$dev" -g 1)
+step "two-node conformance scenarios (host a responder, host b requester)" -- "$t/rdmakit-two-node" "${g[@]}" -- "$t/rdmakit-two-node" "${g[@]}"
 step "rc: rdmakit server, ibv_rc_pingpong client" -- "$t/rdmakit-pingpong" -T rc "${g[@]}" -n 200 -- ibv_rc_pingpong "${g[@]}" -n 200
 step "rc: ibv_rc_pingpong server, rdmakit client" -- ibv_rc_pingpong "${g[@]}" -n 200 -- "$t/rdmakit-pingpong" -T rc "${g[@]}" -n 200
 step "uc: rdmakit server, ibv_uc_pingpong client" -- "$t/rdmakit-pingpong" -T uc "${g[@]}" -n 200 -- ibv_uc_pingpong "${g[@]}" -n 200

@@ -1,0 +1,173 @@
+// rdmakit-two-node: the two-node conformance scenarios (tools/two_node/two_node.hpp),
+// one queue pair end per host: every opcode of RC, UC and UD, multi-packet messages,
+// RNR, transport retries and a bad rkey, checked on both sides.
+//
+//   rdmakit-two-node [options]              mock: both roles in this process
+//   rdmakit-two-node -d DEV [options]       server (responder): wait for the client
+//   rdmakit-two-node -d DEV [options] HOST  client (requester): connect to the server
+//
+// One line per scenario, `PASS name` or `FAIL name: why`, the same on both sides (a
+// scenario passes only when both sides passed); exit status 1 when any failed.
+#include "../common/cli.hpp"
+#include "two_node_mock.hpp"
+
+#include <rdmakit/backends/mock.hpp>
+#if RDMAKIT_HAVE_IBVERBS
+#include <rdmakit/backends/ibverbs.hpp>
+#endif
+
+#include <getopt.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+using namespace rdmakit;
+using namespace rdmakit_tools;
+
+namespace {
+
+struct cli {
+  two_node_options o;
+  std::uint16_t port = 18800;
+  std::string host;
+  bool spec_profile = false;
+  bool list = false;
+};
+
+void usage(std::FILE* to) {
+  std::fprintf(to,
+               "Usage: rdmakit-two-node [options] [host]\n"
+               "  -d, --ib-dev=DEV      device (none, or mock: both roles here on the mock)\n"
+               "  -i, --ib-port=PORT    device port (default 1)\n"
+               "  -g, --gid-idx=N       GID index\n"
+               "  -p, --port=PORT       TCP port of the exchange (default 18800)\n"
+               "  -s, --only=TEXT       only the scenarios whose name contains TEXT (give both sides the same)\n"
+               "  -w, --wait=MS         longest wait for a completion (default 10000)\n"
+               "  -l, --list            print the scenario names and exit\n"
+               "  --profile=rxe|spec    the deviation table's rows to expect (default rxe); on the mock\n"
+               "                        also the device profile it runs as\n");
+}
+
+int parse(int argc, char** argv, cli& c, bool& help) {
+  enum { o_profile = 1000 };
+  static const option longs[] = {
+      {"ib-dev", required_argument, nullptr, 'd'}, {"ib-port", required_argument, nullptr, 'i'},
+      {"gid-idx", required_argument, nullptr, 'g'}, {"port", required_argument, nullptr, 'p'},
+      {"only", required_argument, nullptr, 's'},   {"wait", required_argument, nullptr, 'w'},
+      {"list", no_argument, nullptr, 'l'},         {"profile", required_argument, nullptr, o_profile},
+      {"help", no_argument, nullptr, 'h'},         {nullptr, 0, nullptr, 0}};
+  auto bad = [&](const char* what, const char* arg) {
+    std::fprintf(stderr, "rdmakit-two-node: invalid %s \"%s\"\n", what, arg);
+    return 2;
+  };
+  unsigned long long v = 0;
+  int ch;
+  while ((ch = getopt_long(argc, argv, "d:i:g:p:s:w:lh", longs, nullptr)) != -1) {
+    switch (ch) {
+      case 'd': c.o.device = optarg; break;
+      case 'i':
+        if (!parse_uint(optarg, 255, v) || v < 1) return bad("device port", optarg);
+        c.o.ib_port = static_cast<std::uint8_t>(v);
+        break;
+      case 'g':
+        if (!parse_uint(optarg, 0xffff, v)) return bad("GID index", optarg);
+        c.o.gid_index = static_cast<int>(v);
+        break;
+      case 'p':
+        if (!parse_uint(optarg, 65535, v)) return bad("port", optarg);
+        c.port = static_cast<std::uint16_t>(v);
+        break;
+      case 's': c.o.only = optarg; break;
+      case 'w':
+        if (!parse_uint(optarg, 600'000, v) || v < 1) return bad("wait", optarg);
+        c.o.wait = std::chrono::milliseconds{v};
+        break;
+      case 'l': c.list = true; break;
+      case o_profile:
+        if (!std::strcmp(optarg, "spec")) c.spec_profile = true;
+        else if (std::strcmp(optarg, "rxe")) return bad("profile (rxe or spec)", optarg);
+        break;
+      case 'h': help = true; return 0;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (optind == argc - 1) c.host = argv[optind];
+  else if (optind < argc) { usage(stderr); return 2; }
+  c.o.server = c.host.empty();
+  return 0;
+}
+
+int summary(const std::vector<two_node_result>& rs, const char* who) {
+  std::size_t failed = 0;
+  for (const auto& r : rs) failed += !r.pass;
+  std::printf("two-node (%s): %zu scenarios, %zu passed, %zu failed\n", who, rs.size(), rs.size() - failed, failed);
+  return failed || rs.empty() ? 1 : 0;
+}
+
+int run_mock(const cli& c) {
+  if (!c.host.empty()) {
+    std::fprintf(stderr, "rdmakit-two-node: a host was given without -d; give -d <device> to talk to %s\n",
+                 c.host.c_str());
+    return 2;
+  }
+  const auto p = c.spec_profile ? mock::device_profile::spec : mock::device_profile::rxe;
+  const auto r = run_two_node_on_mock(c.o, p);
+  for (const auto& x : r.server) std::printf("%s\n", x.line().c_str());
+  // The two sides agree on PASS/FAIL; the client's reasons complete the server's.
+  for (std::size_t i = 0; i < r.client.size(); ++i)
+    if (!r.client[i].pass) std::printf("  client: %s\n", r.client[i].line().c_str());
+  return summary(r.server, c.spec_profile ? "mock, spec profile" : "mock, rxe profile");
+}
+
+#if RDMAKIT_HAVE_IBVERBS
+int run_device(cli c) {
+  c.o.profile = c.spec_profile ? "spec" : "rxe";
+  exchange_options xo;
+  xo.timeout = std::chrono::milliseconds{60'000};
+  xo.accept_timeout = std::chrono::milliseconds{120'000};
+  auto print = [](const two_node_result& r) {
+    std::printf("%s\n", r.line().c_str());
+    std::fflush(stdout);
+  };
+  std::vector<two_node_result> rs;
+  if (c.o.server) {
+    exchange_listener listener(c.port);
+    rs = run_two_node<backends::ibverbs, busy_poll<>>(
+        c.o, [&](const connection_info& l, const on_peer_fn& cb) { return listener.exchange(l, xo, cb); }, {}, print);
+  } else {
+    xo.retry_refused = true;
+    rs = run_two_node<backends::ibverbs, busy_poll<>>(
+        c.o, [&](const connection_info& l, const on_peer_fn& cb) { return exchange_client(c.host, c.port, l, xo, cb); },
+        {}, print);
+  }
+  return summary(rs, c.o.server ? "server" : "client");
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  cli c;
+  bool help = false;
+  if (int rc = parse(argc, argv, c, help)) return rc;
+  if (help) {
+    usage(stdout);
+    return 0;
+  }
+  if (c.list) {
+    for (const auto& s : two_node_scenarios())
+      if (c.o.only.empty() || s.name.find(c.o.only) != std::string::npos) std::printf("%s\n", s.name.c_str());
+    return 0;
+  }
+  if (c.o.device.empty() || c.o.device == "mock") return run_mock(c);
+#if RDMAKIT_HAVE_IBVERBS
+  return run_device(c);
+#else
+  std::fprintf(stderr, "rdmakit-two-node: built without libibverbs: only the mock (no -d)\n");
+  return 1;
+#endif
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "rdmakit-two-node: %s\n", e.what());
+  return 1;
+}
