@@ -9,6 +9,7 @@
 // --seed, under the rxe device profile (--profile spec for the specification).
 // Output: one line per side, `faults side=server|client transport=... key=value ...`.
 #include "../common/cli.hpp"
+#include "../common/device_peer.hpp"
 #include "faults_mock.hpp"
 
 #include <rdmakit/backends/mock.hpp>
@@ -195,20 +196,8 @@ int run_device(const cli& c) {
   exchange_options xo;
   xo.timeout = c.xtimeout;
   xo.accept_timeout = std::chrono::milliseconds{120'000};
-  faults_report rep;
-  if (c.fo.server) {
-    exchange_listener listener(c.port);
-    rep = dispatch<backends::ibverbs, busy_poll<>>(c.fo, c.transport,
-                                                   [&](const connection_info& local, const on_peer_fn& cb) {
-                                                     return listener.exchange(local, xo, cb);
-                                                   });
-  } else {
-    xo.retry_refused = true;
-    rep = dispatch<backends::ibverbs, busy_poll<>>(c.fo, c.transport,
-                                                   [&](const connection_info& local, const on_peer_fn& cb) {
-                                                     return exchange_client(c.host, c.port, local, xo, cb);
-                                                   });
-  }
+  device_peer peer(c.host, c.port, xo);
+  const faults_report rep = dispatch<backends::ibverbs, busy_poll<>>(c.fo, c.transport, peer.exchange());
   std::printf("%s\n", rep.line(name(c.transport), c.fo).c_str());
   return 0;
 }

@@ -9,6 +9,7 @@
 // Without -d (or with -d mock) both ends run in this process on a mock fabric of their
 // own (devices opened from it explicitly), on two threads, exchanging their records over TCP on 127.0.0.1 (an ephemeral port unless -p).
 #include "../common/cli.hpp"
+#include "../common/device_peer.hpp"
 #include "pingpong.hpp"
 
 #include <rdmakit/backends/mock.hpp>
@@ -250,21 +251,8 @@ int run_mock_loopback(const cli& c) {
 template <verbs_backend B>
 int run_device(const cli& c) {
   printer out;
-  if (c.pp.server) {
-    exchange_listener listener(c.port);  // listening before "local address" is printed
-    return dispatch<B, busy_poll<>>(c.pp, c.transport,
-                       [&](const connection_info& local, const on_peer_fn& cb) {
-                         return listener.exchange(local, c.xo, cb);
-                       },
-                       out);
-  }
-  exchange_options xo = c.xo;
-  xo.retry_refused = true;
-  return dispatch<B, busy_poll<>>(c.pp, c.transport,
-                     [&](const connection_info& local, const on_peer_fn& cb) {
-                       return exchange_client(c.host, c.port, local, xo, cb);
-                     },
-                     out);
+  device_peer peer(c.host, c.port, c.xo);  // a server listens before "local address" is printed
+  return dispatch<B, busy_poll<>>(c.pp, c.transport, peer.exchange(), out);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // One line per scenario, `PASS name` or `FAIL name: why`, the same on both sides (a
 // scenario passes only when both sides passed); exit status 1 when any failed.
 #include "../common/cli.hpp"
+#include "../common/device_peer.hpp"
 #include "two_node_mock.hpp"
 
 #include <rdmakit/backends/mock.hpp>
@@ -130,17 +131,8 @@ int run_device(cli c) {
     std::printf("%s\n", r.line().c_str());
     std::fflush(stdout);
   };
-  std::vector<two_node_result> rs;
-  if (c.o.server) {
-    exchange_listener listener(c.port);
-    rs = run_two_node<backends::ibverbs, busy_poll<>>(
-        c.o, [&](const connection_info& l, const on_peer_fn& cb) { return listener.exchange(l, xo, cb); }, {}, print);
-  } else {
-    xo.retry_refused = true;
-    rs = run_two_node<backends::ibverbs, busy_poll<>>(
-        c.o, [&](const connection_info& l, const on_peer_fn& cb) { return exchange_client(c.host, c.port, l, xo, cb); },
-        {}, print);
-  }
+  device_peer peer(c.host, c.port, xo);
+  const auto rs = run_two_node<backends::ibverbs, busy_poll<>>(c.o, peer.exchange(), {}, print);
   return summary(rs, c.o.server ? "server" : "client");
 }
 #endif

@@ -1,0 +1,45 @@
+#pragma once
+// The exchange one side of a tool uses on a real device: the server listens on a port,
+// the client connects to host:port. Shared by the tools that run one side per process.
+#include "loopback.hpp"
+
+#include <rdmakit/connection.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace rdmakit_tools {
+
+/// A server (no host) listens on `port` from construction on, so a tool can print its
+/// address knowing the client can connect; a client connects to host:port and retries
+/// while the server is not listening yet. The exchange must not outlive this object.
+class device_peer {
+ public:
+  device_peer(std::string host, std::uint16_t port, rdmakit::exchange_options xo)
+      : host_(std::move(host)), port_(port), xo_(xo) {
+    if (host_.empty()) listener_.emplace(port);
+    else xo_.retry_refused = true;
+  }
+  device_peer(const device_peer&) = delete;  // exchange() points at this object
+  device_peer& operator=(const device_peer&) = delete;
+
+  bool server() const noexcept { return listener_.has_value(); }
+  exchange_fn exchange() {
+    if (listener_)
+      return [this](const rdmakit::connection_info& l, const rdmakit::on_peer_fn& cb) {
+        return listener_->exchange(l, xo_, cb);
+      };
+    return [this](const rdmakit::connection_info& l, const rdmakit::on_peer_fn& cb) {
+      return rdmakit::exchange_client(host_, port_, l, xo_, cb);
+    };
+  }
+
+ private:
+  std::string host_;
+  std::uint16_t port_;
+  rdmakit::exchange_options xo_;
+  std::optional<rdmakit::exchange_listener> listener_;
+};
+
+}  // namespace rdmakit_tools
