@@ -93,7 +93,9 @@ struct cm_route {
 ///  - cm_create_id(ch) (rdma_create_id, RDMA_PS_TCP); cm_migrate_id moves an id and its
 ///    queued events to another channel.
 ///  - cm_resolve_addr / cm_resolve_route / cm_listen start the step; its result comes as
-///    an event. cm_listen binds and listens; cm_bound_port says which port it got.
+///    an event. cm_resolve_addr binds to `src` first when its address is not 0.0.0.0
+///    (rdma_resolve_addr's src: a source address no device has throws verbs_error
+///    EADDRNOTAVAIL). cm_listen binds and listens; cm_bound_port says which port it got.
 ///  - cm_create_qp (rdma_create_qp): the QP on the id's device, in INIT; the CM moves it
 ///    to RTR and RTS during connect/accept and to ERR on disconnect; cm_destroy_qp.
 ///  - cm_connect / cm_accept / cm_reject / cm_disconnect.
@@ -112,7 +114,7 @@ concept cm_backend =
       { B::cm_create_id(ch) } -> std::same_as<typename B::cm_id>;
       { B::cm_destroy_id(id) } noexcept -> std::same_as<int>;
       { B::cm_migrate_id(id, ch) };
-      { B::cm_resolve_addr(id, addr, ms) };
+      { B::cm_resolve_addr(id, addr, addr, ms) };
       { B::cm_resolve_route(id, ms) };
       { B::cm_listen(id, addr, n) };
       { B::cm_bound_port(id) } -> std::same_as<std::uint16_t>;
@@ -147,8 +149,9 @@ struct archetype_cm_backend : archetype_backend {
   static int cm_destroy_id(cm_id) noexcept;
   /// Moves the id (and its queued events) to another channel.
   static void cm_migrate_id(cm_id, cm_channel);
-  /// Starts resolving the destination address: ADDR_RESOLVED or ADDR_ERROR follows.
-  static void cm_resolve_addr(cm_id, const cm_address&, std::chrono::milliseconds);
+  /// Binds to the source (0.0.0.0: none), starts resolving the destination address:
+  /// ADDR_RESOLVED or ADDR_ERROR follows.
+  static void cm_resolve_addr(cm_id, const cm_address& src, const cm_address& to, std::chrono::milliseconds);
   /// Starts resolving the route: ROUTE_RESOLVED or ROUTE_ERROR follows.
   static void cm_resolve_route(cm_id, std::chrono::milliseconds);
   /// Binds the id to the address and listens (backlog): CONNECT_REQUESTs follow.

@@ -115,6 +115,9 @@ struct cm_options {
   std::uint8_t retry_count = 7;          ///< RC transport retries
   std::uint8_t rnr_retry_count = 7;      ///< RC RNR retries (7: forever)
   bool auto_inline = true;               ///< as qp_options::auto_inline
+  /// cm_connect: the local address to connect from (rdma_resolve_addr's source, rping's
+  /// -I); 0.0.0.0, the default: the CM picks the one routing to the peer. Port 0: any.
+  cm_address source{};
 };
 
 /// Private data carrying a region descriptor (28 bytes: fits every CM message), so a
@@ -412,6 +415,10 @@ class cm_connection {
   }
   /// A descriptor readable while a CM event for this connection is queued (for epoll).
   int event_fd() const { return B::cm_channel_fd(id("event_fd").chan->ch); }
+  /// Where the CM routed the connection: the local port, this side's GID and the
+  /// peer's (on RoCE the IPv4-mapped GIDs of the two addresses: with
+  /// cm_options::source, sgid is the source's).
+  cm_route route() const { return B::cm_query_route(id("route").id); }
 
  private:
   friend class cm_request<B>;
@@ -596,7 +603,15 @@ cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_que
   auto chan = std::make_shared<detail::cm_channel_block<B>>(pref->dev);
   auto blk = std::make_shared<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
   const std::string where = "cm_connect to " + to.to_string();
-  B::cm_resolve_addr(blk->id, to, o.timeout);
+  try {
+    B::cm_resolve_addr(blk->id, o.source, to, o.timeout);
+  } catch (const verbs_error& e) {
+    if (o.source.ipv4 == 0 || (e.errno_value() != EADDRNOTAVAIL && e.errno_value() != ENODEV)) throw;
+    throw cm_error(cm_errc::address, where + ": the source address " + detail::cm_ipv4_string(o.source.ipv4) +
+                                         " (cm_options::source) is not the address of any RDMA device here: " +
+                                         e.what(),
+                   cm_event_type::addr_error, -e.errno_value());
+  }
   detail::cm_expect<B>(*blk, cm_event_type::addr_resolved, o.timeout, where + " (address resolution)");
   B::cm_resolve_route(blk->id, o.timeout);
   detail::cm_expect<B>(*blk, cm_event_type::route_resolved, o.timeout, where + " (route resolution)");

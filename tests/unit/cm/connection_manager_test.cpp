@@ -45,6 +45,7 @@ struct testbed {
     return a && *a ? a : "192.168.77.1";
   }
   std::string nobody() const { return "192.168.77.99"; }  // on rxe0's subnet, no host: ARP times out
+  std::string client_ip() const { return ip(); }          // one device: the client's address is the server's
 #else
   static mock::fabric_config config() {  // RDMAKIT_MOCK_PROFILE=rxe: behave as rxe does
     mock::fabric_config c;
@@ -56,6 +57,7 @@ struct testbed {
   device<B> open(int i) { return device<B>(fab, i == 0 ? "mock0" : "mock1"); }
   std::string ip() const { return "10.0.0.1"; }  // mock0's address
   std::string nobody() const { return "10.9.9.9"; }
+  std::string client_ip() const { return "10.0.0.2"; }  // mock1's address
 #endif
 };
 
@@ -84,6 +86,11 @@ std::vector<std::byte> bytes(std::string_view s) {
 }
 std::string text(std::span<const std::byte> d, std::size_t n) {
   return std::string(reinterpret_cast<const char*>(d.data()), std::min(n, d.size()));
+}
+
+gid gid_of(const cm_address& a) {
+  return gid::from_ipv4(static_cast<std::uint8_t>(a.ipv4 >> 24), static_cast<std::uint8_t>(a.ipv4 >> 16),
+                        static_cast<std::uint8_t>(a.ipv4 >> 8), static_cast<std::uint8_t>(a.ipv4));
 }
 
 bool readable(int fd) {
@@ -315,6 +322,64 @@ TEST_CASE("cm: connecting to a port nobody listens on is refused") {
   }
 }
 
+TEST_CASE("cm: a source address (rping -I) is the connection's local address on both sides") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+  cm_options o;
+  o.source = cm_address::parse(tb.client_ip(), 0);
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+  auto s = server.get();
+  REQUIRE(c);
+  REQUIRE(s);
+  CHECK(c.route().sgid == gid_of(o.source));
+  CHECK(c.route().dgid == gid_of(l.address()));
+  CHECK(s.route().dgid == gid_of(o.source));
+  std::memcpy(cli.buf.data(), "from the source", 16);
+  REQUIRE(s.qp().post_recv(srv.mr.local(0, 64), 1));
+  REQUIRE(c.qp().send(cli.mr.local(0, 16), 2));
+  CHECK(wait_one(cli.cq).status == wc_status::success);
+  CHECK(wait_one(srv.cq).status == wc_status::success);
+  CHECK(std::string(srv.buf.data()) == "from the source");
+}
+
+TEST_CASE("cm: one listener serves two clients one after the other (rping -P)") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+    auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+    auto s = server.get();
+    REQUIRE(s.qp().post_recv(srv.mr.local(0, 64), 10 + static_cast<std::uint64_t>(round)));
+    REQUIRE(c.qp().send(cli.mr.local(0, 8), 20));
+    CHECK(wait_one(cli.cq).status == wc_status::success);
+    auto r = wait_one(srv.cq);
+    CHECK(r.status == wc_status::success);
+    CHECK(r.wr_id == 10 + static_cast<std::uint64_t>(round));
+    c.disconnect();
+    CHECK(s.wait_disconnected(5s));
+  }
+}
+
+TEST_CASE("cm: a source address no device has is an address error naming it") {
+  testbed tb;
+  side cli(tb.open(1));
+  cm_options o;
+  o.timeout = 1500ms;
+  o.source = cm_address::parse(tb.nobody(), 0);
+  try {
+    (void)cm_connect<rc>(cli.pd, cli.cq, caps, cm_address::parse(tb.ip(), next_port()), {}, o);
+    FAIL("connected from an address nobody has");
+  } catch (const cm_error& e) {
+    INFO(e.what());
+    CHECK(e.code() == cm_errc::address);
+    CHECK(std::string(e.what()).find(tb.nobody()) != std::string::npos);
+  }
+}
+
 TEST_CASE("cm: an address no device answers for is an address error") {
   testbed tb;
   side cli(tb.open(1));
@@ -465,5 +530,42 @@ TEST_CASE("cm (mock): binding an address no port has, or a port in use, is refus
   cm_listener<B> a(dev, cm_address::parse("0.0.0.0", 0));
   CHECK(a.address().port != 0);
   CHECK_THROWS_AS(cm_listener<B>(dev, cm_address::parse("10.0.0.1", a.address().port)), verbs_error);
+}
+#endif
+
+#if !RDMAKIT_CM_RDMACM
+TEST_CASE("cm (mock): with two addresses on a port, the source picks which one the connection uses") {
+  mock::fabric_config cfg = testbed::config();
+  cfg.devices.resize(2);
+  cfg.devices[0].name = "mock0";
+  cfg.devices[1].name = "mock1";
+  cfg.devices[1].ports[0].gids = {gid_entry{gid::from_ipv4(10, 0, 0, 2), 1, gid_type::roce_v2, true},
+                                  gid_entry{gid::from_ipv4(10, 0, 0, 12), 2, gid_type::roce_v2, true}};
+  mock::fabric fab(cfg);
+  side srv(device<B>(fab, "mock0")), cli(device<B>(fab, "mock1"));
+  cm_listener<B> l(srv.dev, cm_address::parse("10.0.0.1", next_port()));
+  for (const char* from : {"0.0.0.0", "10.0.0.12"}) {
+    auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+    cm_options o;
+    o.source = cm_address::parse(from, 0);
+    auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+    auto s = server.get();
+    const auto want = o.source.ipv4 ? gid_of(o.source) : gid::from_ipv4(10, 0, 0, 2);  // default: the first
+    CHECK(c.route().sgid == want);
+    CHECK(s.route().dgid == want);
+    CHECK(c.qp().port() == 1);
+  }
+  // An address of another device binds there: the PD (mock1's) does not fit, and says so.
+  cm_options o;
+  o.source = cm_address::parse("10.0.0.1", 0);
+  auto server = std::async(std::launch::async, [&] {
+    try {
+      (void)l.next_request(300ms);
+    } catch (const cm_error&) {
+    }
+  });
+  CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o),
+                       doctest::Contains("the PD is on mock1 but the id's route is on mock0"), verbs_error);
+  server.get();
 }
 #endif

@@ -111,11 +111,20 @@ struct rdmacm : ibverbs {
   static void cm_migrate_id(cm_id id, cm_channel c) {
     if (rdma_migrate_id(id, c)) throw verbs_error("rdma_migrate_id", errno, "moving a new id to its own channel");
   }
-  /// rdma_resolve_addr to `to`.
-  static void cm_resolve_addr(cm_id id, const cm_address& to, std::chrono::milliseconds timeout) {
+  /// rdma_resolve_addr from `src` (0.0.0.0: librdmacm picks the source) to `to`.
+  static void cm_resolve_addr(cm_id id, const cm_address& src, const cm_address& to,
+                              std::chrono::milliseconds timeout) {
+    sockaddr_in s = sin(src);
     sockaddr_in a = sin(to);
-    if (rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&a), ms(timeout)))
-      throw verbs_error("rdma_resolve_addr", errno, "resolving " + to.to_string());
+    if (rdma_resolve_addr(id, src.ipv4 != 0 ? reinterpret_cast<sockaddr*>(&s) : nullptr,
+                          reinterpret_cast<sockaddr*>(&a), ms(timeout))) {
+      const int e = errno;
+      throw verbs_error("rdma_resolve_addr", e,
+                        "resolving " + to.to_string() +
+                            (src.ipv4 != 0 ? " from the source address " + rdmakit::detail::cm_ipv4_string(src.ipv4) +
+                                                 (e == EADDRNOTAVAIL || e == ENODEV ? ": no RDMA device has it" : "")
+                                           : std::string()));
+    }
   }
   /// rdma_resolve_route.
   static void cm_resolve_route(cm_id id, std::chrono::milliseconds timeout) {

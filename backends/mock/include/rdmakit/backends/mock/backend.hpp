@@ -264,8 +264,10 @@ struct mock {
   static int cm_destroy_id(cm_id id) noexcept;
   /// Moves the id and its queued events to `ch`.
   static void cm_migrate_id(cm_id id, cm_channel ch);
-  /// ADDR_RESOLVED if a port of the fabric has the address, else ADDR_ERROR.
-  static void cm_resolve_addr(cm_id id, const cm_address& to, std::chrono::milliseconds timeout);
+  /// Binds to `src` unless it is 0.0.0.0 (the port with that address, on any device of
+  /// the fabric; EADDRNOTAVAIL if none), else to the channel's device. Then
+  /// ADDR_RESOLVED if a port of the fabric has the address `to`, else ADDR_ERROR.
+  static void cm_resolve_addr(cm_id id, const cm_address& src, const cm_address& to, std::chrono::milliseconds timeout);
   /// ROUTE_RESOLVED (after ADDR_RESOLVED).
   static void cm_resolve_route(cm_id id, std::chrono::milliseconds timeout);
   /// Binds (0.0.0.0: any port of the fabric; port 0: one is picked) and listens.

@@ -249,40 +249,54 @@ RDMAKIT_DECL void mock::cm_migrate_id(cm_id id, cm_channel c) {
   ++c->ids;
 }
 
-RDMAKIT_DECL void mock::cm_resolve_addr(cm_id id, const cm_address& to, std::chrono::milliseconds) {
+RDMAKIT_DECL void mock::cm_resolve_addr(cm_id id, const cm_address& src, const cm_address& to,
+                                        std::chrono::milliseconds) {
   if (!id) mockd::fail("rdma_resolve_addr", EINVAL, "no id");
   auto& f = mockd::fab_of(id);
   std::lock_guard lk(f.mu);
   using ph = mockd::cm_id_obj::phase;
   if (id->state != ph::idle) mockd::fail("rdma_resolve_addr", EINVAL, "the id is already resolved, bound or connected");
+  // A source address binds first (rdma_bind_addr), so one no port has fails at once.
+  if (src.ipv4 != 0) {
+    std::uint32_t dev = 0;
+    std::uint8_t port = 0;
+    int index = 0;
+    if (!mockd::cm_find_address(f, src.ipv4, dev, port, index))
+      mockd::fail("rdma_resolve_addr", EADDRNOTAVAIL,
+                  "binding the source address " + rdmakit::detail::cm_ipv4_string(src.ipv4) +
+                      ": no port of the fabric has it (mock0 is 10.0.0.1, mock1 10.0.0.2)");
+    id->dev = dev;
+    id->port = port;
+    id->gid_index = index;
+  }
   std::uint32_t dev = 0;
   std::uint8_t port = 0;
   int index = 0;
   if (!mockd::cm_find_address(f, to.ipv4, dev, port, index)) {
+    if (src.ipv4 != 0) id->port = 0;  // unbound again: resolution failed
     mockd::cm_push(f, id, cm_event_type::addr_error, -EHOSTUNREACH);
     return;
   }
-  // The source is the channel's device (the one the caller opened), on its first port
-  // with an IPv4 address: two mock devices stand for two hosts on one subnet.
-  id->dev = id->ch->dev;
-  id->port = 1;
-  id->gid_index = 0;
-  const auto& ports = f.devices[id->dev].ports;
-  bool found = false;
-  for (std::size_t p = 0; p < ports.size() && !found; ++p)
-    for (std::size_t i = 0; i < ports[p].gids.size() && !found; ++i)
-      if (ports[p].gids[i].valid && ports[p].gids[i].value.is_ipv4_mapped()) {
-        id->port = static_cast<std::uint8_t>(p + 1);
-        id->gid_index = static_cast<int>(i);
-        found = true;
-      }
-  (void)dev;
-  (void)port;
-  (void)index;
+  if (src.ipv4 == 0) {
+    // The source is the channel's device (the one the caller opened), on its first port
+    // with an IPv4 address: two mock devices stand for two hosts on one subnet.
+    id->dev = id->ch->dev;
+    id->port = 1;
+    id->gid_index = 0;
+    const auto& ports = f.devices[id->dev].ports;
+    bool found = false;
+    for (std::size_t p = 0; p < ports.size() && !found; ++p)
+      for (std::size_t i = 0; i < ports[p].gids.size() && !found; ++i)
+        if (ports[p].gids[i].valid && ports[p].gids[i].value.is_ipv4_mapped()) {
+          id->port = static_cast<std::uint8_t>(p + 1);
+          id->gid_index = static_cast<int>(i);
+          found = true;
+        }
+  }
   const gid g = mockd::cm_gid_of(f, id);
   id->local_ip = (std::uint32_t{g.raw[12]} << 24) | (std::uint32_t{g.raw[13]} << 16) |
                  (std::uint32_t{g.raw[14]} << 8) | g.raw[15];
-  id->local_port = f.next_cm_port++;
+  id->local_port = src.ipv4 != 0 && src.port != 0 ? src.port : f.next_cm_port++;
   id->remote_ip = to.ipv4;
   id->remote_port = to.port;
   id->state = ph::addr;
