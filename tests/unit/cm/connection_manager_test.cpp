@@ -569,3 +569,59 @@ TEST_CASE("cm (mock): with two addresses on a port, the source picks which one t
   server.get();
 }
 #endif
+
+#if !RDMAKIT_CM_RDMACM
+// A connect request nobody receives: on a real fabric the CM retries, then gives up with
+// UNREACHABLE; the mock's CM does so when a port at either end is unplugged.
+TEST_CASE("cm (mock): a connect across an unplugged port is UNREACHABLE after the CM's retry time") {
+  mock::fabric_config cfg = testbed::config();
+  cfg.cm_retry_time = 100ms;
+  mock::fabric fab(cfg);
+  side srv(device<B>(fab, "mock0")), cli(device<B>(fab, "mock1"));
+  cm_listener<B> l(srv.dev, cm_address::parse("10.0.0.1", next_port()));
+  for (const char* unplugged : {"mock0", "mock1"}) {  // the server's port, then the client's own
+    CAPTURE(unplugged);
+    fab.set_port_up(unplugged, 1, false);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+      FAIL("connected across an unplugged port");
+    } catch (const cm_error& e) {
+      INFO(e.what());
+      CHECK(e.code() == cm_errc::unreachable);
+      CHECK(e.event() == cm_event_type::unreachable);
+      CHECK(e.status() == -ETIMEDOUT);
+      CHECK(std::string(e.what()).find("RDMA_CM_EVENT_UNREACHABLE") != std::string::npos);
+    }
+    const auto took = std::chrono::steady_clock::now() - t0;
+    CHECK(took >= 100ms);
+    CHECK(took < 3s);
+    CHECK_FALSE(readable(l.event_fd()));  // the request never arrived
+    fab.set_port_up(unplugged, 1, true);
+  }
+  // Plugged in again, the same listener is reached.
+  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+  CHECK(server.get());
+  CHECK(c);
+}
+
+TEST_CASE("cm (mock): a timeout shorter than the CM's retry time ends first; the UNREACHABLE is dropped with its id") {
+  mock::fabric_config cfg = testbed::config();
+  cfg.cm_retry_time = 2s;
+  mock::fabric fab(cfg);
+  side srv(device<B>(fab, "mock0")), cli(device<B>(fab, "mock1"));
+  cm_listener<B> l(srv.dev, cm_address::parse("10.0.0.1", next_port()));
+  fab.set_port_up("mock0", 1, false);
+  cm_options o;
+  o.timeout = 100ms;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+    FAIL("connected across an unplugged port");
+  } catch (const cm_error& e) {
+    CHECK(e.code() == cm_errc::timeout);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 1500ms);
+}
+#endif

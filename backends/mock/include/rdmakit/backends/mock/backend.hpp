@@ -280,7 +280,9 @@ struct mock {
   static qp cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps);
   /// Destroys the id's QP.
   static int cm_destroy_qp(cm_id id) noexcept;
-  /// Sends the request: CONNECT_REQUEST to the listener, or REJECTED (status 8) if none.
+  /// Sends the request: CONNECT_REQUEST to the listener, or REJECTED (status 8) if none;
+  /// with a port unplugged at either end, UNREACHABLE (-ETIMEDOUT) after
+  /// fabric_config::cm_retry_time, the QP in ERR.
   static void cm_connect(cm_id id, const cm_conn_param& p);
   /// Accepts: both QPs go to RTS, both ids get ESTABLISHED.
   static void cm_accept(cm_id id, const cm_conn_param& p);

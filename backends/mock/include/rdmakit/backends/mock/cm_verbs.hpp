@@ -44,6 +44,7 @@ struct cm_reject_owed {
   cm_id_obj* id = nullptr;
   int status = 0;
   std::vector<std::byte> data;
+  cm_event_type type = cm_event_type::rejected;  // or UNREACHABLE, which librdmacm handles alike
 };
 inline void cm_deliver_rejects(fabric_state& f, std::unique_lock<std::mutex>& lk, std::vector<cm_reject_owed>& owed) {
   for (auto& r : owed) {
@@ -58,15 +59,21 @@ inline void cm_deliver_rejects(fabric_state& f, std::unique_lock<std::mutex>& lk
       }
     }
     lk.lock();
-    if (f.cm_ids.count(r.id)) cm_push(f, r.id, cm_event_type::rejected, r.status, r.data.data(), r.data.size());
+    if (f.cm_ids.count(r.id)) cm_push(f, r.id, r.type, r.status, r.data.data(), r.data.size());
   }
   owed.clear();
 }
 
 inline void cm_forget_events(cm_id_obj* id) {
-  auto& q = id->ch->events;
-  for (auto it = q.begin(); it != q.end();) it = (it->id == id) ? q.erase(it) : it + 1;
-  id->ch->ready.sync(!q.empty());
+  for (auto* q : {&id->ch->events, &id->ch->later})
+    for (auto it = q->begin(); it != q->end();) it = (it->id == id) ? q->erase(it) : it + 1;
+  id->ch->ready.sync(!id->ch->events.empty());
+}
+
+// True when the port is plugged in (an unplugged one drops every packet, CM MADs too).
+inline bool cm_port_up(const fabric_state& f, std::uint32_t dev, std::uint8_t port) {
+  return port >= 1 && dev < f.devices.size() && port <= f.devices[dev].ports.size() &&
+         f.devices[dev].ports[port - 1].up;
 }
 
 // The (device, port, GID index) whose IPv4-mapped GID is `ip`; false when none.
@@ -242,6 +249,15 @@ RDMAKIT_DECL void mock::cm_migrate_id(cm_id id, cm_channel c) {
       ++it;
     }
   }
+  auto& later = id->ch->later;
+  for (auto it = later.begin(); it != later.end();) {
+    if (it->id == id) {
+      c->later.push_back(std::move(*it));
+      it = later.erase(it);
+    } else {
+      ++it;
+    }
+  }
   id->ch->ready.sync(!from.empty());
   c->ready.sync(!c->events.empty());
   --id->ch->ids;
@@ -401,6 +417,23 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
   if (!id->qp) mockd::fail("rdma_connect", EINVAL, "create the QP on the id first (rdma_create_qp)");
   if (prm.private_data_len > 56)
     mockd::fail("rdma_connect", EINVAL, "a connect request carries at most 56 bytes of private data");
+  std::uint32_t to_dev = 0;
+  std::uint8_t to_port = 0;
+  int to_index = 0;
+  const bool to_found = mockd::cm_find_address(f, id->remote_ip, to_dev, to_port, to_index);
+  if (!mockd::cm_port_up(f, id->dev, id->port) || (to_found && !mockd::cm_port_up(f, to_dev, to_port))) {
+    // The REQ is lost on an unplugged port, and so is every retry: after the CM's
+    // retry time, UNREACHABLE (ETIMEDOUT), and librdmacm moves the QP to ERR.
+    id->state = ph::done;
+    mockd::cm_event_rec r;
+    r.type = cm_event_type::unreachable;
+    r.id = id;
+    r.status = -ETIMEDOUT;
+    r.due = std::chrono::steady_clock::now() + f.cfg.cm_retry_time;
+    id->ch->later.push_back(std::move(r));
+    f.cv.notify_all();
+    return;
+  }
   auto it = f.cm_listeners.find({id->remote_ip, id->remote_port});
   if (it == f.cm_listeners.end()) it = f.cm_listeners.find({0, id->remote_port});
   if (it == f.cm_listeners.end()) {  // the peer's CM answers with REJ "invalid service ID"
@@ -520,8 +553,24 @@ RDMAKIT_DECL int mock::cm_get_event(cm_channel c, std::chrono::milliseconds time
   auto& f = *c->fab;
   std::unique_lock lk(f.mu);
   const auto until = std::chrono::steady_clock::now() + timeout;
-  while (c->events.empty())
-    if (f.cv.wait_until(lk, until) == std::cv_status::timeout && c->events.empty()) return ETIMEDOUT;
+  while (c->events.empty()) {
+    // An UNREACHABLE whose retry time is over: its QP goes to ERR, then it is queued.
+    auto due = std::min_element(c->later.begin(), c->later.end(),
+                                [](const auto& a, const auto& b) { return a.due < b.due; });
+    const auto now = std::chrono::steady_clock::now();
+    if (due != c->later.end() && due->due <= now) {
+      std::vector<mockd::cm_reject_owed> owed{{due->id, due->status, {}, due->type}};
+      c->later.erase(due);
+      try {
+        mockd::cm_deliver_rejects(f, lk, owed);
+      } catch (...) {
+        return ENOMEM;
+      }
+      continue;
+    }
+    if (now >= until) return ETIMEDOUT;
+    f.cv.wait_until(lk, due != c->later.end() ? std::min(until, due->due) : until);
+  }
   auto r = std::move(c->events.front());
   c->events.pop_front();
   c->ready.sync(!c->events.empty());

@@ -285,15 +285,19 @@ struct cm_event_rec {
   cm_id_obj* listen_id = nullptr;
   int status = 0;
   std::vector<std::byte> data;
+  std::chrono::steady_clock::time_point due{};  // `later`: when the CM gives up retrying
 };
 
 /// A connection-manager event channel: readable exactly while `events` is not empty.
+/// `later` holds the UNREACHABLEs owed once the CM's retries run out (wall clock):
+/// cm_get_event queues each when it falls due.
 class cm_channel_obj {
  public:
   fabric_state* fab = nullptr;
   std::shared_ptr<fabric_state> keep;
   std::uint32_t dev = 0;  // the device of the context it was made from: ids resolve from it
   std::deque<cm_event_rec> events;
+  std::deque<cm_event_rec> later;
   ready_fd ready;
   int ids = 0;
 };
