@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # rping-rxe.sh — rdmakit-rping against rdma-core's rping (rdmacm-utils) on soft-RoCE,
 # both ways (rping -s with rdmakit-rping -c -I, then rdmakit-rping -s with rping -c -I:
-# the client connects from a source address), rdmakit-rping against itself, and
-# rping -c twice against one persistent rdmakit-rping -s -P (killed at the end), all
-# inside ONE guest run of tests/rxe/run-in-vm.sh.
+# the client connects from a source address), rping -s with rdmakit-rping -c -q (its
+# own QP, moved with the CM's attributes), rdmakit-rping against itself, and rping -c,
+# then rping -c -q, against one persistent rdmakit-rping -s -P -q (killed at the end),
+# all inside ONE guest run of tests/rxe/run-in-vm.sh.
 #
 #   tools/rping-rxe.sh PATH/TO/rdmakit-rping [PATH/TO/rdmakit-perf] [run-in-vm.sh options]
 #
@@ -56,13 +57,15 @@ connect() {
   done
 }
 
-# pair NAME SERVER CLIENT [CLIENT ARGS...]: SERVER -s and CLIENT -c (each a program path) on $ip:$port.
+# pair NAME SERVER CLIENT [CLIENT ARGS...]: SERVER -s (with the array srv_args) and
+# CLIENT -c (each a program path) on $ip:$port.
+srv_args=()
 pair() {
   local name=$1 srv=$2 cli=$3 spid src crc pings t0=$SECONDS
   shift 3
   port=$((port + 1))
   echo "== $name ($ip port $port)"
-  timeout 60 "$srv" -s -v -a "$ip" -p "$port" >"$logs/server" 2>&1 &
+  timeout 60 "$srv" -s "${srv_args[@]}" -v -a "$ip" -p "$port" >"$logs/server" 2>&1 &
   spid=$!
   connect "$cli" "$logs/client" "$spid" "$@"
   wait "$spid"
@@ -81,20 +84,26 @@ pair() {
 start=$SECONDS
 pair "rping -s / rdmakit-rping -c -I $ip" "$(command -v rping)" "$bin" -I "$ip"
 pair "rdmakit-rping -s / rping -c -I $ip" "$bin" "$(command -v rping)" -I "$ip"
+pair "rping -s / rdmakit-rping -c -q" "$(command -v rping)" "$bin" -q
 pair "rdmakit-rping -s / rdmakit-rping -c" "$bin" "$bin"
 
-# persistent: rdmakit-rping -s -P serves rping -c twice in a row, still runs, is killed.
+# persistent: rdmakit-rping -s -P -q serves rping -c, then rping -c -q, in a row, still
+# runs, and is killed.
 persistent() {
-  local name="rdmakit-rping -s -P / rping -c twice" spid crc pings k t0=$SECONDS
+  local name="rdmakit-rping -s -P -q / rping -c, rping -c -q" spid crc pings k t0=$SECONDS
   port=$((port + 1))
   echo "== $name ($ip port $port)"
-  timeout 60 "$bin" -s -P -a "$ip" -p "$port" >"$logs/server" 2>&1 &
+  timeout 60 "$bin" -s -P -q -a "$ip" -p "$port" >"$logs/server" 2>&1 &
   spid=$!
   local bad=0
   for k in 1 2; do
-    connect "$(command -v rping)" "$logs/client$k" "$spid"
+    if ((k == 1)); then
+      connect "$(command -v rping)" "$logs/client$k" "$spid"
+    else
+      connect "$(command -v rping)" "$logs/client$k" "$spid" -q
+    fi
     pings=$(grep -c '^ping data: rdma-ping-' "$logs/client$k")
-    echo "  client $k (rping) exit $crc, $pings/$count pings ($((SECONDS - t0)) s)"
+    echo "  client $k (rping$( ((k == 2)) && echo " -q")) exit $crc, $pings/$count pings ($((SECONDS - t0)) s)"
     ((crc == 0 && pings == count)) || bad=1
   done
   if kill -0 "$spid" 2>/dev/null; then

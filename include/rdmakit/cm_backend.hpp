@@ -40,6 +40,8 @@ enum class cm_event_type : std::uint8_t {
   route_resolved,   ///< resolve_route found the path
   route_error,      ///< resolve_route failed
   connect_request,  ///< a listener: a peer asks to connect (the event's id is the new one)
+  connect_response,  ///< the peer accepted a connect whose QP the application made (qp_num):
+                     ///< move the QP to RTS (cm_init_qp_attr), then cm_establish
   connect_error,    ///< the connection could not be set up
   unreachable,      ///< the peer did not answer (timeout of the CM's own retries)
   rejected,         ///< the peer, or its CM (nobody listening), refused; status is the reason
@@ -76,6 +78,9 @@ struct cm_conn_param {
   std::uint8_t initiator_depth = 1;      ///< outgoing READs/atomics in flight
   std::uint8_t retry_count = 7;          ///< RC transport retries
   std::uint8_t rnr_retry_count = 7;      ///< RC RNR retries (7: for ever)
+  /// 0: the QP is the CM's (cm_create_qp). Else the number of a QP the application made
+  /// and moves itself (cm_user_qp_backend): the active side then gets CONNECT_RESPONSE.
+  std::uint32_t qp_num = 0;
 };
 
 /// Where the CM routed an id: local port and GIDs of both ends (after route resolution
@@ -128,6 +133,19 @@ concept cm_backend =
       { B::cm_get_event(ch, ms, ev) } noexcept -> std::same_as<int>;
     };
 
+/// The optional `cm_user_qp_backend` concept: connections whose queue pair the
+/// application created itself (rping -q), not on the CM id. The CM still computes the
+/// attributes of each transition (cm_init_qp_attr: rdma_init_qp_attr, for INIT, RTR and
+/// RTS); connect and accept carry the QP's number (cm_conn_param::qp_num); the active
+/// side answers CONNECT_RESPONSE with cm_establish (rdma_establish), which sends the
+/// RTU that brings the passive side ESTABLISHED. Both throw verbs_error naming the call.
+template <class B>
+concept cm_user_qp_backend =
+    cm_backend<B> && requires(typename B::cm_id id, qp_state st, qp_attr& a, qp_attr_mask& m) {
+      { B::cm_init_qp_attr(id, st, a, m) };
+      { B::cm_establish(id) };
+    };
+
 /// archetype_backend plus exactly what cm_backend asks: generic code over the
 /// connection manager instantiated with it relies on the concept alone; never run.
 struct archetype_cm_backend : archetype_backend {
@@ -176,6 +194,15 @@ struct archetype_cm_backend : archetype_backend {
   static int cm_get_event(cm_channel, std::chrono::milliseconds, basic_cm_event<cm_id>&) noexcept;
 };
 static_assert(models_verbs_backend<archetype_cm_backend>() && cm_backend<archetype_cm_backend>);
+
+/// archetype_cm_backend plus exactly what cm_user_qp_backend asks; never run.
+struct archetype_cm_user_qp_backend : archetype_cm_backend {
+  /// The attributes of the id's connection for INIT, RTR or RTS.
+  static void cm_init_qp_attr(cm_id, qp_state, qp_attr&, qp_attr_mask&);
+  /// Answers CONNECT_RESPONSE.
+  static void cm_establish(cm_id);
+};
+static_assert(cm_user_qp_backend<archetype_cm_user_qp_backend> && !cm_user_qp_backend<archetype_cm_backend>);
 
 namespace detail {
 
@@ -226,6 +253,7 @@ inline std::string_view to_string(cm_event_type t) noexcept {
     case cm_event_type::route_resolved: return "RDMA_CM_EVENT_ROUTE_RESOLVED";
     case cm_event_type::route_error: return "RDMA_CM_EVENT_ROUTE_ERROR";
     case cm_event_type::connect_request: return "RDMA_CM_EVENT_CONNECT_REQUEST";
+    case cm_event_type::connect_response: return "RDMA_CM_EVENT_CONNECT_RESPONSE";
     case cm_event_type::connect_error: return "RDMA_CM_EVENT_CONNECT_ERROR";
     case cm_event_type::unreachable: return "RDMA_CM_EVENT_UNREACHABLE";
     case cm_event_type::rejected: return "RDMA_CM_EVENT_REJECTED";

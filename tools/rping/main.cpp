@@ -1,8 +1,8 @@
 // rdmakit-rping: rdma-core's rping (rdmacm-utils) on rdmakit's connection manager, with
 // its options and wire protocol, so either end can be rping itself.
 //
-//   rdmakit-rping -s [-vVdP] [-S size] [-C count] [-a addr] [-p port]
-//   rdmakit-rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]
+//   rdmakit-rping -s [-vVdPq] [-S size] [-C count] [-a addr] [-p port]
+//   rdmakit-rping -c [-vVdq] [-S size] [-C count] [-I addr] -a addr [-p port]
 //
 // With --mock both ends run in this process on a mock fabric (server on mock0,
 // 10.0.0.1; client on mock1, 10.0.0.2), on two threads: the protocol without a device.
@@ -35,13 +35,14 @@ namespace {
 
 void usage(const char* argv0, std::FILE* to) {
   std::fprintf(to,
-               "%s -s [-vVdP] [-S size] [-C count] [-a addr] [-p port]\n"
-               "%s -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]\n"
+               "%s -s [-vVdPq] [-S size] [-C count] [-a addr] [-p port]\n"
+               "%s -c [-vVdq] [-S size] [-C count] [-I addr] -a addr [-p port]\n"
                "\t-c\t\tclient side\n"
                "\t-I addr\t\tsource address to connect from (client; the server ignores it, as rping)\n"
                "\t-s\t\tserver side\n"
                "\t-P\t\tpersistent server: serves clients one after another until killed\n"
                "\t\t\t(rping -P serves them concurrently; here the next waits until the previous is done)\n"
+               "\t-q\t\tself-created QP: made here, moved INIT->RTR->RTS with the CM's attributes\n"
                "\t-v\t\tdisplay ping data to stdout\n"
                "\t-V\t\tvalidate ping data\n"
                "\t-d\t\tdebug printfs\n"
@@ -53,8 +54,7 @@ void usage(const char* argv0, std::FILE* to) {
                "\t--mock\t\tboth ends in this process on a mock fabric (needs -C; with -P: two clients in a row)\n"
                "\t--ib-dev=dev\tthe RDMA device (default: the one the address is on)\n"
                "\t--timeout=ms\tbound on each wait (default 10000)\n"
-               "\t-h, --help\tthis text\n"
-               "Not supported (rping options): -q (self-created QP: rdmakit's QPs are always the CM's)\n",
+               "\t-h, --help\tthis text\n",
                argv0, argv0, rping_min_size, rping_max_size);
 }
 
@@ -170,7 +170,8 @@ int main(int argc, char** argv) {
         o.timeout = std::chrono::milliseconds{v};
         break;
       case 'h': usage(argv[0], stdout); return 0;
-      case 'q': case 't':
+      case 'q': o.self_qp = true; break;
+      case 't':
         std::fprintf(stderr, "rdmakit-rping: -%c is not supported (see --help)\n", op);
         return 1;
       default: usage(argv[0], stderr); return 1;

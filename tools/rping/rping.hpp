@@ -32,6 +32,7 @@ struct rping_options {
   rdmakit::cm_address addr{};  ///< -a (and -p): listened on, or connected to
   rdmakit::cm_address source{};  ///< -I: the client's source address (0.0.0.0: the CM picks)
   bool persistent = false;       ///< -P: the server serves one client after another until killed
+  bool self_qp = false;          ///< -q: the QP is made here (pd.create_qp) and moved with the CM's attributes
   int count = 0;               ///< -C: pings (client; 0: until interrupted)
   std::uint32_t size = 64;     ///< -S: ping data size (rping's range: 24 .. 65535)
   bool verbose = false;        ///< -v: print the ping data
@@ -136,7 +137,13 @@ class rping_side {
  private:
   void serve_one(rdmakit::cm_request<B> req) {
     say("connect request");
-    conn_ = std::move(req).template accept<rdmakit::rc>(pd_, cq_, caps(), {}, cm_opts(), [&](auto& qp) { repost(qp); });
+    if (o_.self_qp) {  // -q: the QP is ours; the CM only says how to move it
+      auto qp = own_qp();
+      conn_ = std::move(req).accept(std::move(qp), {}, cm_opts());
+    } else {
+      conn_ = std::move(req).template accept<rdmakit::rc>(pd_, cq_, caps(), {}, cm_opts(),
+                                                          [&](auto& qp) { repost(qp); });
+    }
     say("established");
     for (;;) {
       if (!wait_recv()) return;  // the client disconnected: done
@@ -174,7 +181,10 @@ class rping_side {
   /// Client: connects to `to`, pings `count` times (0: for ever), disconnects. Returns
   /// false on a data mismatch (-V).
   bool ping(const rdmakit::cm_address& to) {
-    conn_ = rdmakit::cm_connect<rdmakit::rc>(pd_, cq_, caps(), to, {}, cm_opts(), [&](auto& qp) { repost(qp); });
+    if (o_.self_qp)
+      conn_ = rdmakit::cm_connect(own_qp(), to, {}, cm_opts());
+    else
+      conn_ = rdmakit::cm_connect<rdmakit::rc>(pd_, cq_, caps(), to, {}, cm_opts(), [&](auto& qp) { repost(qp); });
     say("established");
     unsigned char start = 65;
     for (int n = 0; o_.count == 0 || n < o_.count; ++n) {
@@ -219,6 +229,12 @@ class rping_side {
   [[noreturn]] static void fail(const std::string& what) { throw std::runtime_error(what); }
   static void check(const rdmakit::post_result& r, const char* what) {
     if (!r) fail(std::string("posting the ") + what + " failed: " + std::string(rdmakit::to_string(r.status)));
+  }
+  // -q: a QP made on the PD (INIT), its receive posted, for the CM to connect.
+  rdmakit::queue_pair<B, rdmakit::rc> own_qp() {
+    auto qp = pd_.template create_qp<rdmakit::rc>(cq_, caps());
+    repost(qp);
+    return qp;
   }
   template <class QP>
   void repost(QP& qp) {

@@ -364,6 +364,78 @@ TEST_CASE("cm: one listener serves two clients one after the other (rping -P)") 
   }
 }
 
+// rping -q: the application creates the queue pair itself (pd.create_qp, INIT) and
+// the CM only computes its attributes (rdma_init_qp_attr). Every pairing with a
+// queue pair the CM made: the wire cannot tell them apart.
+TEST_CASE("cm: a queue pair the application made (rping -q) connects, on either side or both") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  struct mode {
+    bool srv_own, cli_own;
+  };
+  for (const mode m : {mode{false, true}, mode{true, false}, mode{true, true}}) {
+    CAPTURE(m.srv_own);
+    CAPTURE(m.cli_own);
+    auto server = std::async(std::launch::async, [&] {
+      auto req = l.next_request(5s);
+      CHECK(text(req.private_data(), 5) == "hello");
+      if (!m.srv_own)
+        return std::move(req).accept<rc>(srv.pd, srv.cq, caps, cm_region_data(srv.mr.remote()), {},
+                                         [&](auto& qp) { REQUIRE(qp.post_recv(srv.mr.local(2000, 64), 11)); });
+      auto qp = srv.pd.create_qp<rc>(srv.cq, caps);
+      REQUIRE(qp.post_recv(srv.mr.local(2000, 64), 11));
+      return std::move(req).accept(std::move(qp), cm_region_data(srv.mr.remote()));
+    });
+    cm_connection<B, rc> c;
+    if (m.cli_own) {
+      auto qp = cli.pd.create_qp<rc>(cli.cq, caps);
+      REQUIRE(qp.post_recv(cli.mr.local(1000, 64), 9));
+      c = cm_connect(std::move(qp), l.address(), bytes("hello"));
+    } else {
+      c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), bytes("hello"), {},
+                         [&](auto& qp) { REQUIRE(qp.post_recv(cli.mr.local(1000, 64), 9)); });
+    }
+    auto s = server.get();
+    REQUIRE(c);
+    REQUIRE(s);
+    CHECK(c.qp().port() == c.route().port);
+    // A WRITE into the region the accept's private data named, then SENDs both ways.
+    auto dst = c.peer_region();
+    REQUIRE(dst);
+    std::memcpy(cli.buf.data(), "written", 8);
+    REQUIRE(c.qp().write(cli.mr.local(0, 8), dst->as<access::remote_write>().sub(100, 8), 7));
+    CHECK(wait_one(cli.cq).status == wc_status::success);
+    CHECK(std::string(srv.buf.data() + 100) == "written");
+    REQUIRE(c.qp().send(cli.mr.local(0, 8), 8));
+    CHECK(wait_one(cli.cq).status == wc_status::success);
+    auto r = wait_one(srv.cq);
+    CHECK(r.status == wc_status::success);
+    CHECK(r.wr_id == 11);
+    std::memcpy(srv.buf.data(), "pong", 5);
+    REQUIRE(s.qp().send(srv.mr.local(0, 5), 3));
+    CHECK(wait_one(srv.cq).status == wc_status::success);
+    r = wait_one(cli.cq);
+    CHECK(r.wr_id == 9);
+    CHECK(std::string(cli.buf.data() + 1000) == "pong");
+    // Disconnecting moves the application's queue pair to ERR too (the CM does not):
+    // the receive it still has posted flushes.
+    REQUIRE(s.qp().post_recv(srv.mr.local(2000, 64), 12));
+    c.disconnect();
+    CHECK(s.wait_disconnected(5s));
+    r = wait_one(srv.cq);
+    CHECK(r.wr_id == 12);
+    CHECK(r.status == wc_status::wr_flush_err);
+  }
+}
+
+TEST_CASE("cm: an empty queue pair for a self-made connection is a usage_error") {
+  testbed tb;
+  side cli(tb.open(1));
+  queue_pair<B, rc> empty;
+  CHECK_THROWS_AS((void)cm_connect(std::move(empty), cm_address::parse(tb.ip(), next_port())), usage_error);
+}
+
 TEST_CASE("cm: a source address no device has is an address error naming it") {
   testbed tb;
   side cli(tb.open(1));
@@ -623,5 +695,18 @@ TEST_CASE("cm (mock): a timeout shorter than the CM's retry time ends first; the
     CHECK(e.code() == cm_errc::timeout);
   }
   CHECK(std::chrono::steady_clock::now() - t0 < 1500ms);
+}
+#endif
+
+#if !RDMAKIT_CM_RDMACM
+TEST_CASE("cm (mock): a self-made queue pair on another device than the CM's route is refused by rdma_connect") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto qp = srv.pd.create_qp<rc>(srv.cq, caps);  // mock0's, but the client resolves from mock1
+  cm_options o;
+  o.source = cm_address::parse("10.0.0.2", 0);
+  CHECK_THROWS_WITH_AS((void)cm_connect(std::move(qp), l.address(), {}, o),
+                       doctest::Contains("is not a queue pair on mock1"), verbs_error);
 }
 #endif

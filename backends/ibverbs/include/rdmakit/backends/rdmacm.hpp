@@ -203,6 +203,22 @@ struct rdmacm : ibverbs {
     rdma_conn_param c = param(p);
     if (rdma_accept(id, &c)) throw verbs_error("rdma_accept", errno, "");
   }
+  /// rdma_init_qp_attr: the attributes of the id's connection for `state` (INIT, RTR,
+  /// RTS), for a QP the application made (cm_user_qp_backend).
+  static void cm_init_qp_attr(cm_id id, qp_state state, qp_attr& attr, qp_attr_mask& mask) {
+    ibv_qp_attr a;
+    std::memset(&a, 0, sizeof a);
+    a.qp_state = static_cast<ibv_qp_state>(state);
+    int m = 0;
+    if (rdma_init_qp_attr(id, &a, &m))
+      throw verbs_error("rdma_init_qp_attr", errno, std::string("the attributes for ") + to_string(state));
+    attr = rdmakit::ibverbs::detail::from_ibv(a);
+    mask = static_cast<qp_attr_mask>(m);
+  }
+  /// rdma_establish: answers CONNECT_RESPONSE (the RTU).
+  static void cm_establish(cm_id id) {
+    if (rdma_establish(id)) throw verbs_error("rdma_establish", errno, "");
+  }
   /// rdma_reject.
   static int cm_reject(cm_id id, const void* data, std::uint8_t len) noexcept {
     return rdma_reject(id, data, len) ? errno : 0;
@@ -255,6 +271,7 @@ struct rdmacm : ibverbs {
     c.initiator_depth = p.initiator_depth;
     c.retry_count = p.retry_count;
     c.rnr_retry_count = p.rnr_retry_count;
+    c.qp_num = p.qp_num;
     return c;
   }
   static cm_event_type type_of(rdma_cm_event_type t) noexcept {
@@ -264,6 +281,7 @@ struct rdmacm : ibverbs {
       case RDMA_CM_EVENT_ROUTE_RESOLVED: return cm_event_type::route_resolved;
       case RDMA_CM_EVENT_ROUTE_ERROR: return cm_event_type::route_error;
       case RDMA_CM_EVENT_CONNECT_REQUEST: return cm_event_type::connect_request;
+      case RDMA_CM_EVENT_CONNECT_RESPONSE: return cm_event_type::connect_response;
       case RDMA_CM_EVENT_CONNECT_ERROR: return cm_event_type::connect_error;
       case RDMA_CM_EVENT_UNREACHABLE: return cm_event_type::unreachable;
       case RDMA_CM_EVENT_REJECTED: return cm_event_type::rejected;
@@ -287,6 +305,7 @@ struct rdmacm : ibverbs {
 
 static_assert(models_verbs_backend<rdmacm>());
 static_assert(cm_backend<rdmacm>);
+static_assert(cm_user_qp_backend<rdmacm>);
 
 }  // namespace backends
 RDMAKIT_END_NAMESPACE

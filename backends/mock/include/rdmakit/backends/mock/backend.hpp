@@ -286,6 +286,11 @@ struct mock {
   static void cm_connect(cm_id id, const cm_conn_param& p);
   /// Accepts: both QPs go to RTS, both ids get ESTABLISHED.
   static void cm_accept(cm_id id, const cm_conn_param& p);
+  /// rdma_init_qp_attr: the attributes of the id's connection for INIT, RTR or RTS
+  /// (cm_user_qp_backend: a QP the application made).
+  static void cm_init_qp_attr(cm_id id, qp_state state, qp_attr& attr, qp_attr_mask& mask);
+  /// rdma_establish: answers CONNECT_RESPONSE; the passive side gets ESTABLISHED.
+  static void cm_establish(cm_id id);
   /// Rejects: the requester gets REJECTED (status 28) with the private data.
   static int cm_reject(cm_id id, const void* data, std::uint8_t len) noexcept;
   /// Disconnects: this id's QP goes to ERR, both ids get DISCONNECTED.
@@ -383,6 +388,7 @@ static_assert(mw_backend<mock>);
 static_assert(wr_id_backend<mock>);
 static_assert(srq_backend<mock>);
 static_assert(cm_backend<mock>);
+static_assert(cm_user_qp_backend<mock>);
 
 }  // namespace backends
 RDMAKIT_END_NAMESPACE

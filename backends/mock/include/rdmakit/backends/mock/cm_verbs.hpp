@@ -100,47 +100,80 @@ inline gid cm_gid_of(const fabric_state& f, const cm_id_obj* id) {
   return id->gid_index < static_cast<int>(gids.size()) ? gids[static_cast<std::size_t>(id->gid_index)].value : gid{};
 }
 
-// The INIT→RTR→RTS attributes connecting `self`'s QP to `peer`'s (what rdma_init_qp_attr
-// gives: the path from the route, the peer's QPN and PSN, the READ depths asked).
+// The attributes rdma_init_qp_attr gives `self`'s QP for `state`, connected to `peer`:
+// INIT the port and the remote rights (writes always; reads and atomics when this side
+// accepts incoming ones, responder_resources > 0), RTR the path from the route, the
+// peer's QPN and PSN and the READ depth granted, RTS this side's PSN, retries and depth.
+inline void cm_qp_attrs(const fabric_state& f, const cm_id_obj* self, const cm_id_obj* peer,
+                        const cm_conn_param& mine, const cm_conn_param& theirs, qp_state state, qp_type type,
+                        qp_attr& a, qp_attr_mask& m) {
+  a = qp_attr{};
+  a.state = state;
+  if (state == qp_state::init) {
+    a.port_num = self->port;
+    a.pkey_index = 0;
+    a.access_flags = access::remote_write;
+    if (mine.responder_resources) a.access_flags = a.access_flags | access::remote_read | access::remote_atomic;
+    m = qp_attr_mask::state | qp_attr_mask::pkey_index | qp_attr_mask::port | qp_attr_mask::access_flags;
+    return;
+  }
+  const auto& pa = f.devices[self->dev].ports[self->port - 1];
+  const auto& pb = f.devices[peer->dev].ports[peer->port - 1];
+  if (state == qp_state::rtr) {
+    a.path_mtu = std::min(pa.cfg.active_mtu, pb.cfg.active_mtu);
+    a.dest_qp_num = peer->qpn;
+    a.rq_psn = peer->psn;
+    a.av.port_num = self->port;
+    a.av.dlid = pb.lid;
+    if (pa.cfg.layer == link_layer::ethernet) {
+      a.av.is_global = true;
+      a.av.grh.dgid = cm_gid_of(f, peer);
+      a.av.grh.sgid_index = static_cast<std::uint8_t>(self->gid_index);
+      a.av.grh.hop_limit = 64;
+    }
+    a.max_dest_rd_atomic = mine.responder_resources;
+    a.min_rnr_timer = 12;
+    m = rdmakit::detail::rule_for(qp_state::init, qp_state::rtr, type).required | qp_attr_mask::state;
+    return;
+  }
+  a.sq_psn = self->psn;
+  a.timeout = 14;
+  a.retry_cnt = theirs.retry_count < mine.retry_count ? theirs.retry_count : mine.retry_count;
+  a.rnr_retry = mine.rnr_retry_count;
+  a.max_rd_atomic = mine.initiator_depth;
+  m = rdmakit::detail::rule_for(qp_state::rtr, qp_state::rts, type).required | qp_attr_mask::state;
+}
+
+// Moves `self`'s QP (the CM's) INIT→INIT→RTR→RTS, as librdmacm does during connect/accept.
 inline void cm_to_rts(fabric_state& f, cm_id_obj* self, cm_id_obj* peer, const cm_conn_param& mine,
                       const cm_conn_param& theirs) {
   qp_obj* q = self->qp;
-  qp_obj* pq = peer->qp;
-  const auto& pa = f.devices[self->dev].ports[self->port - 1];
-  const auto& pb = f.devices[peer->dev].ports[peer->port - 1];
-  qp_attr a;
-  a.state = qp_state::rtr;
-  a.path_mtu = std::min(pa.cfg.active_mtu, pb.cfg.active_mtu);
-  a.dest_qp_num = pq->qpn;
-  a.rq_psn = (pq->qpn * 0x9E3779B1u) & psn_mask;
-  a.av.port_num = self->port;
-  a.av.dlid = pb.lid;
-  if (pa.cfg.layer == link_layer::ethernet) {
-    a.av.is_global = true;
-    a.av.grh.dgid = cm_gid_of(f, peer);
-    a.av.grh.sgid_index = static_cast<std::uint8_t>(self->gid_index);
-    a.av.grh.hop_limit = 64;
+  for (qp_state st : {qp_state::init, qp_state::rtr, qp_state::rts}) {
+    qp_attr a;
+    qp_attr_mask m{};
+    {
+      std::lock_guard lk(f.mu);
+      cm_qp_attrs(f, self, peer, mine, theirs, st, q->type, a, m);
+    }
+    backends::mock::modify_qp(q, a, m);
   }
-  a.max_dest_rd_atomic = mine.responder_resources;
-  a.min_rnr_timer = 12;
-  qp_attr b;
-  b.state = qp_state::rts;
-  b.sq_psn = (q->qpn * 0x9E3779B1u) & psn_mask;
-  b.timeout = 14;
-  b.retry_cnt = theirs.retry_count < mine.retry_count ? theirs.retry_count : mine.retry_count;
-  b.rnr_retry = mine.rnr_retry_count;
-  b.max_rd_atomic = mine.initiator_depth;
-  const auto rtr = rdmakit::detail::rule_for(qp_state::init, qp_state::rtr, q->type).required;
-  const auto rts = rdmakit::detail::rule_for(qp_state::rtr, qp_state::rts, q->type).required;
-  // INIT→INIT first, as librdmacm does: the kernel CM grants remote writes, and reads
-  // and atomics when this side accepts incoming ones (responder_resources > 0).
-  qp_attr i;
-  i.state = qp_state::init;
-  i.access_flags = access::remote_write;
-  if (mine.responder_resources) i.access_flags = i.access_flags | access::remote_read | access::remote_atomic;
-  backends::mock::modify_qp(q, i, qp_attr_mask::state | qp_attr_mask::access_flags);
-  backends::mock::modify_qp(q, a, rtr | qp_attr_mask::state);
-  backends::mock::modify_qp(q, b, rts | qp_attr_mask::state);
+}
+
+// What the passive side's CM grants before it answers: the request's depths, crossed.
+inline cm_conn_param cm_offered(const cm_conn_param& req) {
+  cm_conn_param p = req;
+  p.responder_resources = req.initiator_depth;
+  p.initiator_depth = req.responder_resources;
+  return p;
+}
+
+// Under f.mu: `qpn` is a QP of the application on the id's device (qp_num of connect/accept).
+inline void cm_check_user_qp(const fabric_state& f, const cm_id_obj* id, std::uint32_t qpn, const char* verb) {
+  auto it = f.qps.find(qpn);
+  if (it == f.qps.end() || it->second->pd->ctx->dev != id->dev)
+    fail(verb, EINVAL,
+         "qp_num " + std::to_string(qpn) + " is not a queue pair on " + f.devices[id->dev].cfg.name +
+             ", the device of the id's route: create the QP there, or let the CM create it (rdma_create_qp)");
 }
 
 }  // namespace mock::detail
@@ -193,7 +226,7 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
   using ph = mockd::cm_id_obj::phase;
   std::vector<mockd::cm_reject_owed> owed;
   if (auto* p = id->peer) {
-    if (id->state == ph::established && p->state == ph::established) {
+    if ((id->state == ph::established || id->state == ph::responded) && p->state == ph::established) {
       p->state = ph::done;
       mockd::cm_push(f, p, cm_event_type::disconnected);
     } else if (id->state == ph::received && p->state == ph::requested) {
@@ -394,6 +427,7 @@ RDMAKIT_DECL mock::qp mock::cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq,
   auto& f = mockd::fab_of(id);
   std::lock_guard lk(f.mu);
   id->qp = q;
+  id->qpn = q->qpn;
   return q;
 }
 
@@ -414,7 +448,12 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
   std::unique_lock lk(f.mu);
   using ph = mockd::cm_id_obj::phase;
   if (id->state != ph::route) mockd::fail("rdma_connect", EINVAL, "resolve the route first (ROUTE_RESOLVED)");
-  if (!id->qp) mockd::fail("rdma_connect", EINVAL, "create the QP on the id first (rdma_create_qp)");
+  if (!id->qp && !prm.qp_num)
+    mockd::fail("rdma_connect", EINVAL,
+                "create the QP on the id first (rdma_create_qp), or give your own QP's number (qp_num)");
+  if (!id->qp) mockd::cm_check_user_qp(f, id, prm.qp_num, "rdma_connect");
+  id->qpn = id->qp ? id->qp->qpn : prm.qp_num;
+  id->psn = (f.next_cm_psn++ * 0x9E3779B1u) & psn_mask;
   if (prm.private_data_len > 56)
     mockd::fail("rdma_connect", EINVAL, "a connect request carries at most 56 bytes of private data");
   std::uint32_t to_dev = 0;
@@ -457,6 +496,8 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
   child->remote_ip = id->local_ip;
   child->remote_port = id->local_port;
   child->state = ph::received;
+  child->passive = true;
+  child->psn = (f.next_cm_psn++ * 0x9E3779B1u) & psn_mask;
   child->peer = id;
   child->listener = l;
   id->peer = child;
@@ -475,25 +516,77 @@ RDMAKIT_DECL void mock::cm_accept(cm_id id, const cm_conn_param& prm) {
   {
     std::lock_guard lk(f.mu);
     if (id->state != ph::received) mockd::fail("rdma_accept", EINVAL, "the id has no connect request to accept");
-    if (!id->qp) mockd::fail("rdma_accept", EINVAL, "create the QP on the id first (rdma_create_qp)");
+    if (!id->qp && !prm.qp_num)
+      mockd::fail("rdma_accept", EINVAL,
+                  "create the QP on the id first (rdma_create_qp), or give your own QP's number (qp_num)");
+    if (!id->qp) mockd::cm_check_user_qp(f, id, prm.qp_num, "rdma_accept");
     if (prm.private_data_len > 196)
       mockd::fail("rdma_accept", EINVAL, "an accept carries at most 196 bytes of private data");
+    id->qpn = id->qp ? id->qp->qpn : prm.qp_num;
     peer = id->peer;
-    if (!peer || peer->state != ph::requested || !peer->qp) {
+    if (!peer || peer->state != ph::requested || (!peer->qp && !f.qps.count(peer->qpn))) {
       id->state = ph::done;  // the requester gave up: as a real CM, the accept times out
       return;
     }
     theirs = peer->param;
+    id->answer = prm;
+    peer->answer = prm;
+    id->answer.private_data = peer->answer.private_data = nullptr;
   }
-  // The QPs' own transitions take the lock; the ids stay alive meanwhile (the typed
-  // layer destroys an id only from its owner's thread, never during its peer's accept).
-  mockd::cm_to_rts(f, id, peer, prm, theirs);
-  mockd::cm_to_rts(f, peer, id, theirs, prm);
+  // The CM's own QPs move here (an application's QP is moved by the application, with
+  // cm_init_qp_attr). The QPs' own transitions take the lock; the ids stay alive
+  // meanwhile (the typed layer destroys an id only from its owner's thread, never during
+  // its peer's accept).
+  if (id->qp) mockd::cm_to_rts(f, id, peer, prm, theirs);
+  if (peer->qp) mockd::cm_to_rts(f, peer, id, theirs, prm);
   std::lock_guard lk(f.mu);
   id->state = ph::established;
-  peer->state = ph::established;
-  mockd::cm_push(f, peer, cm_event_type::established, 0, prm.private_data, prm.private_data_len);
-  mockd::cm_push(f, id, cm_event_type::established);
+  if (peer->qp) {
+    peer->state = ph::established;
+    mockd::cm_push(f, peer, cm_event_type::established, 0, prm.private_data, prm.private_data_len);
+    mockd::cm_push(f, id, cm_event_type::established);
+  } else {
+    // librdmacm: an active side without a CM QP gets CONNECT_RESPONSE, moves its QP and
+    // calls rdma_establish (the RTU), which brings the passive side its ESTABLISHED.
+    peer->state = ph::responded;
+    mockd::cm_push(f, peer, cm_event_type::connect_response, 0, prm.private_data, prm.private_data_len);
+  }
+}
+
+RDMAKIT_DECL void mock::cm_init_qp_attr(cm_id id, qp_state state, qp_attr& attr, qp_attr_mask& mask) {
+  if (!id) mockd::fail("rdma_init_qp_attr", EINVAL, "no id");
+  auto& f = mockd::fab_of(id);
+  std::lock_guard lk(f.mu);
+  using ph = mockd::cm_id_obj::phase;
+  if (state != qp_state::init && state != qp_state::rtr && state != qp_state::rts)
+    mockd::fail("rdma_init_qp_attr", EINVAL, "the CM gives attributes for INIT, RTR and RTS only");
+  if (!id->port) mockd::fail("rdma_init_qp_attr", EINVAL, "the id has no route yet (resolve it, or take a request)");
+  const bool passive = id->passive && (id->state == ph::received || id->state == ph::established);
+  const bool active = !id->passive && (id->state == ph::responded || id->state == ph::established);
+  if (state != qp_state::init && (!id->peer || (!passive && !active)))
+    mockd::fail("rdma_init_qp_attr", EINVAL,
+                "RTR and RTS need the peer: on the passive side a connect request, on the active side "
+                "CONNECT_RESPONSE");
+  cm_conn_param mine, theirs;
+  if (id->peer && passive) {
+    theirs = id->peer->param;
+    mine = id->state == ph::received ? mockd::cm_offered(theirs) : id->answer;
+  } else if (id->peer && active) {
+    mine = id->param;
+    theirs = id->answer;
+  }
+  mockd::cm_qp_attrs(f, id, id->peer, mine, theirs, state, qp_type::rc, attr, mask);
+}
+
+RDMAKIT_DECL void mock::cm_establish(cm_id id) {
+  if (!id) mockd::fail("rdma_establish", EINVAL, "no id");
+  auto& f = mockd::fab_of(id);
+  std::lock_guard lk(f.mu);
+  using ph = mockd::cm_id_obj::phase;
+  if (id->state != ph::responded)
+    mockd::fail("rdma_establish", EINVAL, "the id has no CONNECT_RESPONSE to answer (connect with qp_num first)");
+  id->state = ph::established;
+  if (auto* p = id->peer; p && p->state == ph::established) mockd::cm_push(f, p, cm_event_type::established);
 }
 
 RDMAKIT_DECL int mock::cm_reject(cm_id id, const void* data, std::uint8_t len) noexcept {
@@ -524,9 +617,9 @@ RDMAKIT_DECL int mock::cm_disconnect(cm_id id) noexcept {
   qp q = nullptr;
   {
     std::lock_guard lk(f.mu);
-    if (id->state != ph::established && id->state != ph::done) return EINVAL;
+    if (id->state != ph::established && id->state != ph::responded && id->state != ph::done) return EINVAL;
     q = id->qp;
-    if (id->state == ph::established) {
+    if (id->state == ph::established || id->state == ph::responded) {
       id->state = ph::done;
       mockd::cm_push(f, id, cm_event_type::disconnected);
       if (auto* p = id->peer; p && p->state == ph::established) {
