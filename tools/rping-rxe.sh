@@ -2,7 +2,8 @@
 # rping-rxe.sh — rdmakit-rping against rdma-core's rping (rdmacm-utils) on soft-RoCE,
 # both ways (rping -s with rdmakit-rping -c -I, then rdmakit-rping -s with rping -c -I:
 # the client connects from a source address), rping -s with rdmakit-rping -c -q (its
-# own QP, moved with the CM's attributes), rdmakit-rping against itself, and rping -c,
+# own QP, moved with the CM's attributes), rdmakit-rping against itself over IPv6
+# (link-local), and rping -c,
 # then rping -c -q, against one persistent rdmakit-rping -s -P -q (killed at the end),
 # all inside ONE guest run of tests/rxe/run-in-vm.sh.
 #
@@ -85,7 +86,11 @@ start=$SECONDS
 pair "rping -s / rdmakit-rping -c -I $ip" "$(command -v rping)" "$bin" -I "$ip"
 pair "rdmakit-rping -s / rping -c -I $ip" "$bin" "$(command -v rping)" -I "$ip"
 pair "rping -s / rdmakit-rping -c -q" "$(command -v rping)" "$bin" -q
-pair "rdmakit-rping -s / rdmakit-rping -c" "$bin" "$bin"
+# Against itself over IPv6: the link-local address of rxe0's netdev (its GID 0).
+ip4=$ip
+ip=$(ip -6 -o addr show scope link | awk '$2 != "lo" {sub("/.*", "", $4); print $4 "%" $2; exit}')
+pair "rdmakit-rping -s / rdmakit-rping -c over IPv6" "$bin" "$bin"
+ip=$ip4
 
 # persistent: rdmakit-rping -s -P -q serves rping -c, then rping -c -q, in a row, still
 # runs, and is killed.

@@ -12,6 +12,10 @@
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/types.hpp>
 
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -20,15 +24,24 @@
 
 RDMAKIT_BEGIN_NAMESPACE
 
-/// An IPv4 address and port (host byte order), what the connection manager resolves.
+/// An IP address and port (host byte order), what the connection manager resolves:
+/// IPv4, or IPv6 when `is_ipv6` (then `ipv4` is unused).
 struct cm_address {
   std::uint32_t ipv4 = 0;  ///< e.g. 0x0A000001 is 10.0.0.1; 0 on a listener: every address
   std::uint16_t port = 0;  ///< 0 on a listener: the system picks one (see cm_listener::address)
+  bool is_ipv6 = false;    ///< true: the address is `ipv6`
+  std::array<std::uint8_t, 16> ipv6{};  ///< the IPv6 address, network byte order (:: : every address)
+  std::uint32_t scope_id = 0;  ///< IPv6 link-local (fe80::…%dummy0): the interface's index
 
-  /// "a.b.c.d" and a port; throws usage_error when `text` is not a dotted IPv4 address.
+  /// "a.b.c.d", or an IPv6 address ("fe80::1%dummy0", "[::1]"), and a port; throws
+  /// usage_error when `text` is neither.
   static cm_address parse(std::string_view text, std::uint16_t port);
-  /// "a.b.c.d:port".
+  /// "a.b.c.d:port" or "[v6]:port".
   std::string to_string() const;
+  /// The unspecified address (0.0.0.0 or ::): a listener's "every address", or no source.
+  bool is_any() const noexcept;
+  /// The IPv4 address an IPv4-mapped IPv6 one (::ffff:a.b.c.d) stands for; false otherwise.
+  bool mapped_ipv4(std::uint32_t& out) const noexcept;
   friend constexpr bool operator==(const cm_address&, const cm_address&) = default;
 };
 
@@ -213,11 +226,55 @@ inline std::string cm_ipv4_string(std::uint32_t a) {
 
 }  // namespace detail
 
-inline std::string cm_address::to_string() const { return detail::cm_ipv4_string(ipv4) + ":" + std::to_string(port); }
+inline std::string cm_address::to_string() const {
+  if (!is_ipv6) return detail::cm_ipv4_string(ipv4) + ":" + std::to_string(port);
+  char buf[INET6_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET6, ipv6.data(), buf, sizeof buf);
+  std::string s = "[" + std::string(buf);
+  if (scope_id) s += "%" + std::to_string(scope_id);
+  return s + "]:" + std::to_string(port);
+}
+
+inline bool cm_address::is_any() const noexcept {
+  if (!is_ipv6) return ipv4 == 0;
+  for (auto b : ipv6)
+    if (b) return false;
+  return true;
+}
+
+inline bool cm_address::mapped_ipv4(std::uint32_t& out) const noexcept {
+  if (!is_ipv6) return false;
+  for (int i = 0; i < 10; ++i)
+    if (ipv6[static_cast<std::size_t>(i)]) return false;
+  if (ipv6[10] != 0xff || ipv6[11] != 0xff) return false;
+  out = (std::uint32_t{ipv6[12]} << 24) | (std::uint32_t{ipv6[13]} << 16) | (std::uint32_t{ipv6[14]} << 8) | ipv6[15];
+  return true;
+}
 
 inline cm_address cm_address::parse(std::string_view text, std::uint16_t p) {
   cm_address a;
   a.port = p;
+  if (text.find(':') != std::string_view::npos) {  // IPv6, maybe [bracketed], maybe %scope
+    std::string t(text);
+    if (t.size() >= 2 && t.front() == '[' && t.back() == ']') t = t.substr(1, t.size() - 2);
+    std::string scope;
+    if (auto pct = t.find('%'); pct != std::string::npos) {
+      scope = t.substr(pct + 1);
+      t.resize(pct);
+    }
+    if (::inet_pton(AF_INET6, t.c_str(), a.ipv6.data()) != 1)
+      throw usage_error("cm_address: '" + std::string(text) +
+                        "' is not an IPv6 address (e.g. fe80::1%dummy0, ::1): give the address of the RDMA "
+                        "device's network interface");
+    if (!scope.empty()) {
+      a.scope_id = scope.find_first_not_of("0123456789") == std::string::npos ? static_cast<std::uint32_t>(std::stoul(scope))
+                                                                              : ::if_nametoindex(scope.c_str());
+      if (a.scope_id == 0)
+        throw usage_error("cm_address: '" + std::string(text) + "': no network interface named '" + scope + "'");
+    }
+    a.is_ipv6 = true;
+    return a;
+  }
   int parts = 0;
   std::uint32_t v = 0, cur = 0;
   bool digit = false;
@@ -239,8 +296,8 @@ inline cm_address cm_address::parse(std::string_view text, std::uint16_t p) {
   }
   if (parts != 4)
     throw usage_error("cm_address: '" + std::string(text) +
-                      "' is not a dotted IPv4 address (a.b.c.d): the connection manager takes the IP address of the "
-                      "RDMA device's network interface");
+                      "' is not a dotted IPv4 address (a.b.c.d) or an IPv6 one: the connection manager takes the IP "
+                      "address of the RDMA device's network interface");
   a.ipv4 = v;
   return a;
 }

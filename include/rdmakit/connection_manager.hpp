@@ -373,14 +373,29 @@ void cm_resolve(cm_id_block<B>& blk, const cm_address& to, const cm_options& o, 
   try {
     B::cm_resolve_addr(blk.id, o.source, to, o.timeout);
   } catch (const verbs_error& e) {
-    if (o.source.ipv4 == 0 || (e.errno_value() != EADDRNOTAVAIL && e.errno_value() != ENODEV)) throw;
-    throw cm_error(cm_errc::address, where + ": the source address " + detail::cm_ipv4_string(o.source.ipv4) +
-                                         " (cm_options::source) is not the address of any RDMA device here: " +
-                                         e.what(),
-                   cm_event_type::addr_error, -e.errno_value());
+    const int err = e.errno_value();
+    if (!o.source.is_any() && (err == EADDRNOTAVAIL || err == ENODEV))
+      throw cm_error(cm_errc::address, where + ": the source address " + o.source.to_string() +
+                                           " (cm_options::source) is not the address of any RDMA device here: " +
+                                           e.what(),
+                     cm_event_type::addr_error, -err);
+    if (err == EADDRNOTAVAIL || err == ENODEV || err == ENETUNREACH || err == EHOSTUNREACH || err == EAFNOSUPPORT)
+      throw cm_error(cm_errc::address, where + ": no RDMA device serves that address (" +
+                                           (to.is_ipv6 ? "IPv6: is an RDMA device's interface on that subnet?" :
+                                                         "no route to it") + "): " + e.what(),
+                     cm_event_type::addr_error, -err);
+    throw;
   }
   cm_expect<B>(blk, cm_event_type::addr_resolved, o.timeout, where + " (address resolution)");
-  B::cm_resolve_route(blk.id, o.timeout);
+  try {
+    B::cm_resolve_route(blk.id, o.timeout);
+  } catch (const verbs_error& e) {
+    if (e.errno_value() != ENODEV && e.errno_value() != ENETUNREACH) throw;
+    throw cm_error(cm_errc::route, where + " (route resolution): no RDMA device on the route (a loopback address "
+                                           "such as 127.0.0.1 or ::1 has none: use the address of the RDMA device's "
+                                           "interface): " + e.what(),
+                   cm_event_type::route_error, -e.errno_value());
+  }
   cm_expect<B>(blk, cm_event_type::route_resolved, o.timeout, where + " (route resolution)");
 }
 

@@ -48,7 +48,7 @@ void usage(const char* argv0, std::FILE* to) {
                "\t-d\t\tdebug printfs\n"
                "\t-S size \tping data size (%u to %u, default 64)\n"
                "\t-C count\tping count times (default: until interrupted)\n"
-               "\t-a addr\t\taddress (IPv4 or a host name)\n"
+               "\t-a addr\t\taddress (IPv4, IPv6 or a host name; server: -a ::0 binds every IPv6 address)\n"
                "\t-p port\t\tport (default 7174)\n"
                "rdmakit options:\n"
                "\t--mock\t\tboth ends in this process on a mock fabric (needs -C; with -P: two clients in a row)\n"
@@ -58,14 +58,27 @@ void usage(const char* argv0, std::FILE* to) {
                argv0, argv0, rping_min_size, rping_max_size);
 }
 
-bool resolve_ipv4(const char* host, std::uint32_t& out) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
+// rping's get_addr: an IPv4 or IPv6 address, or a host name with one (the first).
+bool resolve_address(const char* host, cm_address& out) {
   addrinfo* res = nullptr;
-  if (getaddrinfo(host, nullptr, &hints, &res) != 0 || !res) return false;
-  out = ntohl(reinterpret_cast<const sockaddr_in*>(res->ai_addr)->sin_addr.s_addr);
+  if (getaddrinfo(host, nullptr, nullptr, &res) != 0 || !res) return false;
+  const std::uint16_t port = out.port;
+  bool ok = true;
+  if (res->ai_family == AF_INET) {
+    out = cm_address{};
+    out.ipv4 = ntohl(reinterpret_cast<const sockaddr_in*>(res->ai_addr)->sin_addr.s_addr);
+  } else if (res->ai_family == AF_INET6) {
+    const auto* s6 = reinterpret_cast<const sockaddr_in6*>(res->ai_addr);
+    out = cm_address{};
+    out.is_ipv6 = true;
+    std::memcpy(out.ipv6.data(), &s6->sin6_addr, 16);
+    out.scope_id = s6->sin6_scope_id;
+  } else {
+    ok = false;
+  }
+  out.port = port;
   freeaddrinfo(res);
-  return true;
+  return ok;
 }
 
 #if RDMAKIT_HAVE_RDMACM
@@ -73,15 +86,13 @@ bool resolve_ipv4(const char* host, std::uint32_t& out) {
 // when the address names none in particular (0.0.0.0): then the first device.
 std::string device_for(const cm_address& a, const cm_address& source, bool server) {
   using B = backends::rdmacm;
-  if (server && a.ipv4 == 0) return {};
+  if (server && a.is_any()) return {};
   auto ch = B::cm_create_channel(nullptr);
   auto id = B::cm_create_id(ch);
   std::string name;
   try {
     if (server) {
-      sockaddr_in s{};
-      s.sin_family = AF_INET;
-      s.sin_addr.s_addr = htonl(a.ipv4);
+      sockaddr_storage s = B::sockaddr_of(a);
       if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&s)))
         throw verbs_error("rdma_bind_addr", errno, "binding " + a.to_string());
     } else {
@@ -121,15 +132,15 @@ int main(int argc, char** argv) {
   while ((op = getopt_long(argc, argv, "a:I:Pp:C:S:t:scvVdqh", longs, nullptr)) != -1) {
     switch (op) {
       case 'a':
-        if (!resolve_ipv4(optarg, o.addr.ipv4)) {
-          std::fprintf(stderr, "rdmakit-rping: '%s' is not an IPv4 address or a host name with one\n", optarg);
+        if (!resolve_address(optarg, o.addr)) {
+          std::fprintf(stderr, "rdmakit-rping: '%s' is not an IPv4 or IPv6 address or a host name with one\n", optarg);
           return 1;
         }
         have_addr = true;
         break;
       case 'I':
-        if (!resolve_ipv4(optarg, o.source.ipv4)) {
-          std::fprintf(stderr, "rdmakit-rping: -I '%s' is not an IPv4 address or a host name with one\n", optarg);
+        if (!resolve_address(optarg, o.source)) {
+          std::fprintf(stderr, "rdmakit-rping: -I '%s' is not an IPv4 or IPv6 address or a host name with one\n", optarg);
           return 1;
         }
         break;
@@ -204,12 +215,14 @@ int main(int argc, char** argv) {
         }
         return ok ? 0 : 1;
       }
+      // -a: the client connects there (the server listens on 10.0.0.1 whatever -a says).
+      const cm_address to = have_addr ? o.addr : l.address();
       rping_side<B> cli(device<B>(fab, "mock1"), o);
       std::atomic<bool> stop{false};  // the client failed before connecting: the server stops waiting
       auto server = std::async(std::launch::async, [&] { srv.serve(l, [&] { return stop.load(); }); });
       bool ok = false;
       try {
-        ok = cli.ping(l.address());
+        ok = cli.ping(to);
       } catch (...) {
         stop = true;
         server.wait();

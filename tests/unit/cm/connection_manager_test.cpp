@@ -436,6 +436,45 @@ TEST_CASE("cm: an empty queue pair for a self-made connection is a usage_error")
   CHECK_THROWS_AS((void)cm_connect(std::move(empty), cm_address::parse(tb.ip(), next_port())), usage_error);
 }
 
+TEST_CASE("cm: cm_address parses IPv4 and IPv6 (rping -a ::1)") {
+  const auto v4 = cm_address::parse("10.0.0.1", 7);
+  CHECK_FALSE(v4.is_ipv6);
+  CHECK(v4.to_string() == "10.0.0.1:7");
+  CHECK(cm_address::parse("0.0.0.0", 0).is_any());
+  const auto lo = cm_address::parse("::1", 7174);
+  CHECK(lo.is_ipv6);
+  CHECK(lo.ipv6[15] == 1);
+  CHECK(lo.to_string() == "[::1]:7174");
+  CHECK_FALSE(lo.is_any());
+  CHECK(cm_address::parse("::", 0).is_any());
+  const auto ll = cm_address::parse("[fe80::2%1]", 5);
+  CHECK(ll.scope_id == 1);
+  CHECK(ll.ipv6[0] == 0xfe);
+  CHECK(ll.to_string() == "[fe80::2%1]:5");
+  std::uint32_t v = 0;
+  CHECK(cm_address::parse("::ffff:10.0.0.1", 1).mapped_ipv4(v));
+  CHECK(v == 0x0A000001u);
+  CHECK_FALSE(lo.mapped_ipv4(v));
+  CHECK_THROWS_WITH_AS(cm_address::parse("fe80::zz", 1), doctest::Contains("is not an IPv6 address"), usage_error);
+  CHECK_THROWS_WITH_AS(cm_address::parse("fe80::1%no-such-if0", 1), doctest::Contains("no network interface"),
+                       usage_error);
+  CHECK_THROWS_AS(cm_address::parse("10.0.0", 1), usage_error);
+}
+
+TEST_CASE("cm: an IPv6 address no RDMA device serves is an address error") {
+  testbed tb;
+  side cli(tb.open(1));
+  cm_options o;
+  o.timeout = 1500ms;
+  try {
+    (void)cm_connect<rc>(cli.pd, cli.cq, caps, cm_address::parse("2001:db8::1", next_port()), {}, o);
+    FAIL("resolved an IPv6 address nobody has");
+  } catch (const cm_error& e) {
+    INFO(e.what());
+    CHECK(e.code() == cm_errc::address);
+  }
+}
+
 TEST_CASE("cm: a source address no device has is an address error naming it") {
   testbed tb;
   side cli(tb.open(1));
@@ -708,5 +747,24 @@ TEST_CASE("cm (mock): a self-made queue pair on another device than the CM's rou
   o.source = cm_address::parse("10.0.0.2", 0);
   CHECK_THROWS_WITH_AS((void)cm_connect(std::move(qp), l.address(), {}, o),
                        doctest::Contains("is not a queue pair on mock1"), verbs_error);
+}
+#endif
+
+#if !RDMAKIT_CM_RDMACM
+TEST_CASE("cm (mock): an IPv4-mapped IPv6 address is the IPv4 one; the mock's CM serves no other IPv6") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse("::", next_port()));  // every address, as 0.0.0.0
+  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, cm_address::parse("::ffff:10.0.0.1", l.address().port));
+  auto s = server.get();
+  CHECK(s);
+  CHECK(c.route().dgid == gid::from_ipv4(10, 0, 0, 1));
+  CHECK_THROWS_WITH_AS(cm_listener<B>(srv.dev, cm_address::parse("fe80::1", 1)),
+                       doctest::Contains("serves IPv4 addresses"), verbs_error);
+  cm_options o;
+  o.source = cm_address::parse("fe80::1", 0);
+  CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o),
+                       doctest::Contains("serves IPv4 addresses"), cm_error);
 }
 #endif

@@ -79,6 +79,25 @@ struct rdmacm : ibverbs {
     rdma_free_devices(list);
   }
 
+  /// `a` as librdmacm takes it: a sockaddr_in, or a sockaddr_in6 for an IPv6 address.
+  static sockaddr_storage sockaddr_of(const cm_address& a) noexcept {
+    sockaddr_storage ss;
+    std::memset(&ss, 0, sizeof ss);
+    if (a.is_ipv6) {
+      auto* s6 = reinterpret_cast<sockaddr_in6*>(&ss);
+      s6->sin6_family = AF_INET6;
+      std::memcpy(&s6->sin6_addr, a.ipv6.data(), 16);
+      s6->sin6_port = htons(a.port);
+      s6->sin6_scope_id = a.scope_id;
+    } else {
+      auto* s4 = reinterpret_cast<sockaddr_in*>(&ss);
+      s4->sin_family = AF_INET;
+      s4->sin_addr.s_addr = htonl(a.ipv4);
+      s4->sin_port = htons(a.port);
+    }
+    return ss;
+  }
+
   /// rdma_create_event_channel (non-blocking); `ctx` is not needed by librdmacm.
   static cm_channel cm_create_channel(context) {
     errno = 0;
@@ -111,17 +130,17 @@ struct rdmacm : ibverbs {
   static void cm_migrate_id(cm_id id, cm_channel c) {
     if (rdma_migrate_id(id, c)) throw verbs_error("rdma_migrate_id", errno, "moving a new id to its own channel");
   }
-  /// rdma_resolve_addr from `src` (0.0.0.0: librdmacm picks the source) to `to`.
+  /// rdma_resolve_addr from `src` (0.0.0.0 or ::: librdmacm picks the source) to `to`.
   static void cm_resolve_addr(cm_id id, const cm_address& src, const cm_address& to,
                               std::chrono::milliseconds timeout) {
-    sockaddr_in s = sin(src);
-    sockaddr_in a = sin(to);
-    if (rdma_resolve_addr(id, src.ipv4 != 0 ? reinterpret_cast<sockaddr*>(&s) : nullptr,
-                          reinterpret_cast<sockaddr*>(&a), ms(timeout))) {
+    sockaddr_storage s = sockaddr_of(src);
+    sockaddr_storage a = sockaddr_of(to);
+    if (rdma_resolve_addr(id, src.is_any() ? nullptr : reinterpret_cast<sockaddr*>(&s), reinterpret_cast<sockaddr*>(&a),
+                          ms(timeout))) {
       const int e = errno;
       throw verbs_error("rdma_resolve_addr", e,
                         "resolving " + to.to_string() +
-                            (src.ipv4 != 0 ? " from the source address " + rdmakit::detail::cm_ipv4_string(src.ipv4) +
+                            (!src.is_any() ? " from the source address " + src.to_string() +
                                                  (e == EADDRNOTAVAIL || e == ENODEV ? ": no RDMA device has it" : "")
                                            : std::string()));
     }
@@ -132,7 +151,7 @@ struct rdmacm : ibverbs {
   }
   /// rdma_bind_addr, then rdma_listen.
   static void cm_listen(cm_id id, const cm_address& addr, int backlog) {
-    sockaddr_in a = sin(addr);
+    sockaddr_storage a = sockaddr_of(addr);
     if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&a)))
       throw verbs_error("rdma_bind_addr", errno,
                         "binding " + addr.to_string() +
@@ -153,6 +172,10 @@ struct rdmacm : ibverbs {
         const std::uint32_t v = ntohl(reinterpret_cast<const sockaddr_in*>(s)->sin_addr.s_addr);
         return gid::from_ipv4(static_cast<std::uint8_t>(v >> 24), static_cast<std::uint8_t>(v >> 16),
                               static_cast<std::uint8_t>(v >> 8), static_cast<std::uint8_t>(v));
+      }
+      if (s && s->sa_family == AF_INET6) {  // RoCE v2: the GID is the IPv6 address
+        std::memcpy(g.raw.data(), &reinterpret_cast<const sockaddr_in6*>(s)->sin6_addr, 16);
+        return g;
       }
       std::memcpy(g.raw.data(), fallback.raw, 16);
       return g;
@@ -254,14 +277,6 @@ struct rdmacm : ibverbs {
     return b;
   }
   static int ms(std::chrono::milliseconds t) { return static_cast<int>(std::clamp<long long>(t.count(), 1, 1 << 30)); }
-  static sockaddr_in sin(const cm_address& a) {
-    sockaddr_in s;
-    std::memset(&s, 0, sizeof s);
-    s.sin_family = AF_INET;
-    s.sin_addr.s_addr = htonl(a.ipv4);
-    s.sin_port = htons(a.port);
-    return s;
-  }
   static rdma_conn_param param(const cm_conn_param& p) {
     rdma_conn_param c;
     std::memset(&c, 0, sizeof c);

@@ -95,6 +95,17 @@ inline bool cm_find_address(const fabric_state& f, std::uint32_t ip, std::uint32
   return false;
 }
 
+// The IPv4 address the mock's CM uses for `a`: IPv4, or IPv6 that is :: or IPv4-mapped
+// (::ffff:a.b.c.d). False for other IPv6 addresses: the mock's CM does not serve them.
+inline bool cm_ipv4_of(const cm_address& a, std::uint32_t& out) noexcept {
+  if (!a.is_ipv6) {
+    out = a.ipv4;
+    return true;
+  }
+  out = 0;
+  return a.is_any() || a.mapped_ipv4(out);
+}
+
 inline gid cm_gid_of(const fabric_state& f, const cm_id_obj* id) {
   const auto& gids = f.devices[id->dev].ports[id->port - 1].gids;
   return id->gid_index < static_cast<int>(gids.size()) ? gids[static_cast<std::size_t>(id->gid_index)].value : gid{};
@@ -306,13 +317,18 @@ RDMAKIT_DECL void mock::cm_resolve_addr(cm_id id, const cm_address& src, const c
   using ph = mockd::cm_id_obj::phase;
   if (id->state != ph::idle) mockd::fail("rdma_resolve_addr", EINVAL, "the id is already resolved, bound or connected");
   // A source address binds first (rdma_bind_addr), so one no port has fails at once.
-  if (src.ipv4 != 0) {
+  std::uint32_t src_ip = 0, to_ip = 0;
+  if (!mockd::cm_ipv4_of(src, src_ip))
+    mockd::fail("rdma_resolve_addr", EADDRNOTAVAIL,
+                "binding the source address " + src.to_string() +
+                    ": the mock's CM serves IPv4 addresses (and IPv4-mapped IPv6 ones, ::ffff:a.b.c.d) only");
+  if (src_ip != 0) {
     std::uint32_t dev = 0;
     std::uint8_t port = 0;
     int index = 0;
-    if (!mockd::cm_find_address(f, src.ipv4, dev, port, index))
+    if (!mockd::cm_find_address(f, src_ip, dev, port, index))
       mockd::fail("rdma_resolve_addr", EADDRNOTAVAIL,
-                  "binding the source address " + rdmakit::detail::cm_ipv4_string(src.ipv4) +
+                  "binding the source address " + rdmakit::detail::cm_ipv4_string(src_ip) +
                       ": no port of the fabric has it (mock0 is 10.0.0.1, mock1 10.0.0.2)");
     id->dev = dev;
     id->port = port;
@@ -321,12 +337,13 @@ RDMAKIT_DECL void mock::cm_resolve_addr(cm_id id, const cm_address& src, const c
   std::uint32_t dev = 0;
   std::uint8_t port = 0;
   int index = 0;
-  if (!mockd::cm_find_address(f, to.ipv4, dev, port, index)) {
-    if (src.ipv4 != 0) id->port = 0;  // unbound again: resolution failed
+  // An IPv6 destination other than an IPv4-mapped one has no device here: ADDR_ERROR.
+  if (!mockd::cm_ipv4_of(to, to_ip) || !mockd::cm_find_address(f, to_ip, dev, port, index)) {
+    if (src_ip != 0) id->port = 0;  // unbound again: resolution failed
     mockd::cm_push(f, id, cm_event_type::addr_error, -EHOSTUNREACH);
     return;
   }
-  if (src.ipv4 == 0) {
+  if (src_ip == 0) {
     // The source is the channel's device (the one the caller opened), on its first port
     // with an IPv4 address: two mock devices stand for two hosts on one subnet.
     id->dev = id->ch->dev;
@@ -345,8 +362,8 @@ RDMAKIT_DECL void mock::cm_resolve_addr(cm_id id, const cm_address& src, const c
   const gid g = mockd::cm_gid_of(f, id);
   id->local_ip = (std::uint32_t{g.raw[12]} << 24) | (std::uint32_t{g.raw[13]} << 16) |
                  (std::uint32_t{g.raw[14]} << 8) | g.raw[15];
-  id->local_port = src.ipv4 != 0 && src.port != 0 ? src.port : f.next_cm_port++;
-  id->remote_ip = to.ipv4;
+  id->local_port = src_ip != 0 && src.port != 0 ? src.port : f.next_cm_port++;
+  id->remote_ip = to_ip;
   id->remote_port = to.port;
   id->state = ph::addr;
   mockd::cm_push(f, id, cm_event_type::addr_resolved);
@@ -368,17 +385,21 @@ RDMAKIT_DECL void mock::cm_listen(cm_id id, const cm_address& addr, int) {
   std::lock_guard lk(f.mu);
   if (id->state != mockd::cm_id_obj::phase::idle)
     mockd::fail("rdma_bind_addr", EINVAL, "the id is already resolved, bound or connected");
-  if (addr.ipv4 != 0 && !mockd::cm_find_address(f, addr.ipv4, id->dev, id->port, id->gid_index))
+  std::uint32_t ip = 0;
+  if (!mockd::cm_ipv4_of(addr, ip))
+    mockd::fail("rdma_bind_addr", EADDRNOTAVAIL,
+                addr.to_string() + ": the mock's CM serves IPv4 addresses (and IPv4-mapped IPv6 ones) only");
+  if (ip != 0 && !mockd::cm_find_address(f, ip, id->dev, id->port, id->gid_index))
     mockd::fail("rdma_bind_addr", EADDRNOTAVAIL,
                 addr.to_string() + " is not the address of any port of the fabric (mock0 is 10.0.0.1, mock1 10.0.0.2)");
   std::uint16_t port = addr.port ? addr.port : f.next_cm_port++;
   for (const auto& [key, l] : f.cm_listeners)
-    if (key.second == port && (key.first == 0 || addr.ipv4 == 0 || key.first == addr.ipv4))
+    if (key.second == port && (key.first == 0 || ip == 0 || key.first == ip))
       mockd::fail("rdma_bind_addr", EADDRINUSE, "port " + std::to_string(port) + " is already listened on");
-  id->local_ip = addr.ipv4;
+  id->local_ip = ip;
   id->local_port = port;
   id->state = mockd::cm_id_obj::phase::listening;
-  f.cm_listeners[{addr.ipv4, port}] = id;
+  f.cm_listeners[{ip, port}] = id;
 }
 
 RDMAKIT_DECL std::uint16_t mock::cm_bound_port(cm_id id) {
