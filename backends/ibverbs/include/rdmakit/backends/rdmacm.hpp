@@ -186,16 +186,7 @@ struct rdmacm : ibverbs {
   }
   /// rdma_create_qp: the QP in INIT on the id's device; `caps` written back as granted.
   static qp cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps) {
-    ibv_qp_init_attr ia;
-    std::memset(&ia, 0, sizeof ia);
-    ia.send_cq = send_cq;
-    ia.recv_cq = recv_cq;
-    ia.qp_type = static_cast<ibv_qp_type>(type);
-    ia.cap.max_send_wr = caps.max_send_wr;
-    ia.cap.max_recv_wr = caps.max_recv_wr;
-    ia.cap.max_send_sge = caps.max_send_sge;
-    ia.cap.max_recv_sge = caps.max_recv_sge;
-    ia.cap.max_inline_data = caps.max_inline_data;
+    ibv_qp_init_attr ia = rdmakit::ibverbs::detail::init_attr(send_cq, recv_cq, nullptr, type, false, caps);
     errno = 0;
     if (rdma_create_qp(id, p, &ia)) {
       const int e = errno ? errno : EINVAL;
@@ -204,11 +195,7 @@ struct rdmacm : ibverbs {
                             ? std::string("the PD is on another ibv_context than the CM id")
                             : std::string("creating the QP on the CM id"));
     }
-    caps.max_send_wr = ia.cap.max_send_wr;
-    caps.max_recv_wr = ia.cap.max_recv_wr;
-    caps.max_send_sge = ia.cap.max_send_sge;
-    caps.max_recv_sge = ia.cap.max_recv_sge;
-    caps.max_inline_data = ia.cap.max_inline_data;
+    caps = rdmakit::ibverbs::detail::from_ibv(ia.cap);
     return id->qp;
   }
   /// rdma_destroy_qp (the id forgets the QP).

@@ -68,6 +68,36 @@ inline ibv_qp_attr to_ibv(const qp_attr& a) noexcept {
   return o;
 }
 
+inline ibv_qp_cap to_ibv(const qp_cap& c) noexcept {
+  ibv_qp_cap o;
+  std::memset(&o, 0, sizeof o);
+  o.max_send_wr = c.max_send_wr;
+  o.max_recv_wr = c.max_recv_wr;
+  o.max_send_sge = c.max_send_sge;
+  o.max_recv_sge = c.max_recv_sge;
+  o.max_inline_data = c.max_inline_data;
+  return o;
+}
+
+/// The capacities a provider granted (ibv_create_qp, rdma_create_qp write them back).
+inline qp_cap from_ibv(const ibv_qp_cap& c) noexcept {
+  return qp_cap{c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data};
+}
+
+/// ibv_qp_init_attr for a QP on these CQs (and SRQ) with these capacities.
+inline ibv_qp_init_attr init_attr(ibv_cq* send_cq, ibv_cq* recv_cq, ibv_srq* srq, qp_type type, bool sq_sig_all,
+                                  const qp_cap& caps) noexcept {
+  ibv_qp_init_attr ia;
+  std::memset(&ia, 0, sizeof ia);
+  ia.send_cq = send_cq;
+  ia.recv_cq = recv_cq;
+  ia.srq = srq;
+  ia.qp_type = static_cast<ibv_qp_type>(type);
+  ia.sq_sig_all = sq_sig_all ? 1 : 0;
+  ia.cap = to_ibv(caps);
+  return ia;
+}
+
 inline ah_attr from_ibv(const ibv_ah_attr& a) noexcept {
   ah_attr o;
   std::memcpy(o.grh.dgid.raw.data(), a.grh.dgid.raw, sizeof a.grh.dgid.raw);
