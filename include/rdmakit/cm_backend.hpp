@@ -13,12 +13,13 @@
 #include <rdmakit/types.hpp>
 
 #include <arpa/inet.h>
-#include <net/if.h>
+#include <netdb.h>
 #include <netinet/in.h>
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -257,21 +258,24 @@ inline cm_address cm_address::parse(std::string_view text, std::uint16_t p) {
   if (text.find(':') != std::string_view::npos) {  // IPv6, maybe [bracketed], maybe %scope
     std::string t(text);
     if (t.size() >= 2 && t.front() == '[' && t.back() == ']') t = t.substr(1, t.size() - 2);
-    std::string scope;
-    if (auto pct = t.find('%'); pct != std::string::npos) {
-      scope = t.substr(pct + 1);
-      t.resize(pct);
-    }
-    if (::inet_pton(AF_INET6, t.c_str(), a.ipv6.data()) != 1)
+    const auto pct = t.find('%');
+    // getaddrinfo, numeric only: it also turns a %scope (a name or an index) into the index.
+    addrinfo hints{};
+    hints.ai_family = AF_INET6;
+    hints.ai_flags = AI_NUMERICHOST;
+    addrinfo* res = nullptr;
+    if (::getaddrinfo(t.c_str(), nullptr, &hints, &res) != 0 || !res) {
+      if (pct != std::string::npos && ::inet_pton(AF_INET6, t.substr(0, pct).c_str(), a.ipv6.data()) == 1)
+        throw usage_error("cm_address: '" + std::string(text) + "': no network interface named '" +
+                          t.substr(pct + 1) + "'");
       throw usage_error("cm_address: '" + std::string(text) +
                         "' is not an IPv6 address (e.g. fe80::1%dummy0, ::1): give the address of the RDMA "
                         "device's network interface");
-    if (!scope.empty()) {
-      a.scope_id = scope.find_first_not_of("0123456789") == std::string::npos ? static_cast<std::uint32_t>(std::stoul(scope))
-                                                                              : ::if_nametoindex(scope.c_str());
-      if (a.scope_id == 0)
-        throw usage_error("cm_address: '" + std::string(text) + "': no network interface named '" + scope + "'");
     }
+    const auto* s6 = reinterpret_cast<const sockaddr_in6*>(res->ai_addr);
+    std::memcpy(a.ipv6.data(), &s6->sin6_addr, 16);
+    a.scope_id = s6->sin6_scope_id;
+    ::freeaddrinfo(res);
     a.is_ipv6 = true;
     return a;
   }
