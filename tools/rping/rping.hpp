@@ -93,18 +93,10 @@ class rping_side {
   /// false if it never came.
   template <class Stop>
   bool serve(rdmakit::cm_listener<B>& l, Stop stop) {
-    while (!stop()) {
-      rdmakit::cm_request<B> req;
-      try {
-        req = l.next_request(200ms);
-      } catch (const rdmakit::cm_error& e) {
-        if (e.code() == rdmakit::cm_errc::timeout) continue;
-        throw;
-      }
-      serve_one(std::move(req));
-      return true;
-    }
-    return false;
+    auto req = next_request(l, stop);
+    if (!req) return false;
+    serve_one(std::move(req));
+    return true;
   }
 
   /// Server -P: serves clients one after another (rping -P runs a thread per client;
@@ -115,14 +107,9 @@ class rping_side {
   template <class Stop>
   int serve_persistent(rdmakit::cm_listener<B>& l, Stop stop) {
     int served = 0;
-    while (!stop()) {
-      rdmakit::cm_request<B> req;
-      try {
-        req = l.next_request(200ms);
-      } catch (const rdmakit::cm_error& e) {
-        if (e.code() == rdmakit::cm_errc::timeout) continue;
-        throw;
-      }
+    for (;;) {
+      auto req = next_request(l, stop);
+      if (!req) return served;
       try {
         serve_one(std::move(req));
         ++served;
@@ -131,7 +118,6 @@ class rping_side {
       }
       end_connection();
     }
-    return served;
   }
 
  private:
@@ -167,6 +153,20 @@ class rping_side {
       wait_for(4);
       go_ahead();
     }
+  }
+
+  // The next connect request, waited for in 200 ms slices until `stop()` says so
+  // (then an empty request).
+  template <class Stop>
+  static rdmakit::cm_request<B> next_request(rdmakit::cm_listener<B>& l, Stop& stop) {
+    while (!stop()) {
+      try {
+        return l.next_request(200ms);
+      } catch (const rdmakit::cm_error& e) {
+        if (e.code() != rdmakit::cm_errc::timeout) throw;
+      }
+    }
+    return {};
   }
 
   // Drops the connection and the completions its queue pair left (rxe keeps a

@@ -69,14 +69,7 @@ inline ibv_qp_attr to_ibv(const qp_attr& a) noexcept {
 }
 
 inline ibv_qp_cap to_ibv(const qp_cap& c) noexcept {
-  ibv_qp_cap o;
-  std::memset(&o, 0, sizeof o);
-  o.max_send_wr = c.max_send_wr;
-  o.max_recv_wr = c.max_recv_wr;
-  o.max_send_sge = c.max_send_sge;
-  o.max_recv_sge = c.max_recv_sge;
-  o.max_inline_data = c.max_inline_data;
-  return o;
+  return ibv_qp_cap{c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data};
 }
 
 /// The capacities a provider granted (ibv_create_qp, rdma_create_qp write them back).
