@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # rping-rxe.sh — rdmakit-rping against rdma-core's rping (rdmacm-utils) on soft-RoCE,
-# both ways (rping -s with rdmakit-rping -c, then rdmakit-rping -s with rping -c), plus
-# rdmakit-rping against itself, all inside ONE guest run of tests/rxe/run-in-vm.sh.
+# both ways (rping -s with rdmakit-rping -c -I, then rdmakit-rping -s with rping -c -I:
+# the client connects from a source address), rping -s with rdmakit-rping -c -q (its
+# own QP, moved with the CM's attributes), rdmakit-rping against itself over IPv6
+# (link-local), and rping -c,
+# then rping -c -q, against one persistent rdmakit-rping -s -P -q (killed at the end),
+# all inside ONE guest run of tests/rxe/run-in-vm.sh.
 #
 #   tools/rping-rxe.sh PATH/TO/rdmakit-rping [PATH/TO/rdmakit-perf] [run-in-vm.sh options]
 #
@@ -39,25 +43,37 @@ port=7174
 failed=()
 indent() { sed 's/^/    /'; }
 
-# pair NAME SERVER CLIENT: SERVER -s and CLIENT -c (each a program path) on $ip:$port.
-pair() {
-  local name=$1 srv=$2 cli=$3 spid src crc i pings
-  port=$((port + 1))
-  echo "== $name ($ip port $port)"
-  timeout 60 "$srv" -s -v -a "$ip" -p "$port" >"$logs/server" 2>&1 &
-  spid=$!
-  for ((i = 0; i < 50; i++)); do   # until the server listens (a refused client exits at once)
+# connect CLIENT LOG SPID [ARGS...]: CLIENT -c on $ip:$port, retried while the server
+# (pid SPID) is not listening yet (a refused client exits at once); sets crc.
+connect() {
+  local cli=$1 log=$2 spid=$3 i
+  shift 3
+  for ((i = 0; i < 50; i++)); do
     sleep 0.1
-    timeout 60 "$cli" -c -v -V -C "$count" -a "$ip" -p "$port" >"$logs/client" 2>&1
+    timeout 60 "$cli" -c -v -V -C "$count" "$@" -a "$ip" -p "$port" >"$log" 2>&1
     crc=$?
     ((crc == 0)) && break
-    grep -qi "rejected" "$logs/client" || break
+    grep -qi "rejected" "$log" || break
     kill -0 "$spid" 2>/dev/null || break
   done
+}
+
+# pair NAME SERVER CLIENT [CLIENT ARGS...]: SERVER -s (with the array srv_args) and
+# CLIENT -c (each a program path) on $ip:$port.
+srv_args=()
+pair() {
+  local name=$1 srv=$2 cli=$3 spid src crc pings t0=$SECONDS
+  shift 3
+  port=$((port + 1))
+  echo "== $name ($ip port $port)"
+  timeout 60 "$srv" -s "${srv_args[@]}" -v -a "$ip" -p "$port" >"$logs/server" 2>&1 &
+  spid=$!
+  connect "$cli" "$logs/client" "$spid" "$@"
   wait "$spid"
   src=$?
   pings=$(grep -c '^ping data: rdma-ping-' "$logs/client")
-  echo "  server ($(basename "$srv")) exit $src; client ($(basename "$cli")) exit $crc, $pings/$count pings"
+  echo "  server ($(basename "$srv")) exit $src; client ($(basename "$cli")) exit $crc, $pings/$count pings" \
+    "($((SECONDS - t0)) s)"
   echo "  server output:"; head -n 3 "$logs/server" | indent
   echo "  client output:"; head -n 3 "$logs/client" | indent
   if ((src != 0 || crc != 0 || pings != count)); then
@@ -67,12 +83,52 @@ pair() {
 }
 
 start=$SECONDS
-pair "rping -s / rdmakit-rping -c" "$(command -v rping)" "$bin"
-pair "rdmakit-rping -s / rping -c" "$bin" "$(command -v rping)"
-pair "rdmakit-rping -s / rdmakit-rping -c" "$bin" "$bin"
+pair "rping -s / rdmakit-rping -c -I $ip" "$(command -v rping)" "$bin" -I "$ip"
+pair "rdmakit-rping -s / rping -c -I $ip" "$bin" "$(command -v rping)" -I "$ip"
+pair "rping -s / rdmakit-rping -c -q" "$(command -v rping)" "$bin" -q
+# Against itself over IPv6: the link-local address of rxe0's netdev (its GID 0).
+ip4=$ip
+ip=$(ip -6 -o addr show scope link | awk '$2 != "lo" {sub("/.*", "", $4); print $4 "%" $2; exit}')
+pair "rdmakit-rping -s / rdmakit-rping -c over IPv6" "$bin" "$bin"
+ip=$ip4
+
+# persistent: rdmakit-rping -s -P -q serves rping -c, then rping -c -q, in a row, still
+# runs, and is killed.
+persistent() {
+  local name="rdmakit-rping -s -P -q / rping -c, rping -c -q" spid crc pings k t0=$SECONDS
+  port=$((port + 1))
+  echo "== $name ($ip port $port)"
+  timeout 60 "$bin" -s -P -q -a "$ip" -p "$port" >"$logs/server" 2>&1 &
+  spid=$!
+  local bad=0
+  for k in 1 2; do
+    if ((k == 1)); then
+      connect "$(command -v rping)" "$logs/client$k" "$spid"
+    else
+      connect "$(command -v rping)" "$logs/client$k" "$spid" -q
+    fi
+    pings=$(grep -c '^ping data: rdma-ping-' "$logs/client$k")
+    echo "  client $k (rping$( ((k == 2)) && echo " -q")) exit $crc, $pings/$count pings ($((SECONDS - t0)) s)"
+    ((crc == 0 && pings == count)) || bad=1
+  done
+  if kill -0 "$spid" 2>/dev/null; then
+    kill "$spid"
+  else
+    echo "  the persistent server exited after its clients"
+    bad=1
+  fi
+  wait "$spid" 2>/dev/null
+  echo "  server killed ($((SECONDS - t0)) s)"
+  if ((bad)); then
+    failed+=("$name")
+    echo "  FAILED"; echo "  server:"; indent <"$logs/server"
+    for k in 1 2; do echo "  client $k:"; indent <"$logs/client$k"; done
+  fi
+}
+persistent
 # perf_pair NAME TEST ARGS...: rdmakit-perf TEST -R server and client on rxe0.
 perf_pair() {
-  local name=$1 spid src crc; shift
+  local name=$1 spid src crc t0=$SECONDS; shift
   port=$((port + 1))
   echo "== $name ($ip port $port)"
   timeout 60 "$perf" "$@" -R -d rxe0 -p "$port" --no-progress >"$logs/server" 2>&1 &
@@ -82,7 +138,7 @@ perf_pair() {
   crc=$?
   wait "$spid"
   src=$?
-  echo "  server exit $src; client exit $crc"
+  echo "  server exit $src; client exit $crc ($((SECONDS - t0)) s)"
   tail -n 3 "$logs/client" | indent
   if ((src != 0 || crc != 0)); then
     failed+=("$name")

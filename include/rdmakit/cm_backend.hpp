@@ -12,23 +12,37 @@
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/types.hpp>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
 RDMAKIT_BEGIN_NAMESPACE
 
-/// An IPv4 address and port (host byte order), what the connection manager resolves.
+/// An IP address and port (host byte order), what the connection manager resolves:
+/// IPv4, or IPv6 when `is_ipv6` (then `ipv4` is unused).
 struct cm_address {
   std::uint32_t ipv4 = 0;  ///< e.g. 0x0A000001 is 10.0.0.1; 0 on a listener: every address
   std::uint16_t port = 0;  ///< 0 on a listener: the system picks one (see cm_listener::address)
+  bool is_ipv6 = false;    ///< true: the address is `ipv6`
+  std::array<std::uint8_t, 16> ipv6{};  ///< the IPv6 address, network byte order (:: : every address)
+  std::uint32_t scope_id = 0;  ///< IPv6 link-local (fe80::…%dummy0): the interface's index
 
-  /// "a.b.c.d" and a port; throws usage_error when `text` is not a dotted IPv4 address.
+  /// "a.b.c.d", or an IPv6 address ("fe80::1%dummy0", "[::1]"), and a port; throws
+  /// usage_error when `text` is neither.
   static cm_address parse(std::string_view text, std::uint16_t port);
-  /// "a.b.c.d:port".
+  /// "a.b.c.d:port" or "[v6]:port".
   std::string to_string() const;
+  /// The unspecified address (0.0.0.0 or ::): a listener's "every address", or no source.
+  bool is_any() const noexcept;
+  /// The IPv4 address an IPv4-mapped IPv6 one (::ffff:a.b.c.d) stands for; false otherwise.
+  bool mapped_ipv4(std::uint32_t& out) const noexcept;
   friend constexpr bool operator==(const cm_address&, const cm_address&) = default;
 };
 
@@ -40,6 +54,8 @@ enum class cm_event_type : std::uint8_t {
   route_resolved,   ///< resolve_route found the path
   route_error,      ///< resolve_route failed
   connect_request,  ///< a listener: a peer asks to connect (the event's id is the new one)
+  connect_response,  ///< the peer accepted a connect whose QP the application made (qp_num):
+                     ///< move the QP to RTS (cm_init_qp_attr), then cm_establish
   connect_error,    ///< the connection could not be set up
   unreachable,      ///< the peer did not answer (timeout of the CM's own retries)
   rejected,         ///< the peer, or its CM (nobody listening), refused; status is the reason
@@ -76,6 +92,9 @@ struct cm_conn_param {
   std::uint8_t initiator_depth = 1;      ///< outgoing READs/atomics in flight
   std::uint8_t retry_count = 7;          ///< RC transport retries
   std::uint8_t rnr_retry_count = 7;      ///< RC RNR retries (7: for ever)
+  /// 0: the QP is the CM's (cm_create_qp). Else the number of a QP the application made
+  /// and moves itself (cm_user_qp_backend): the active side then gets CONNECT_RESPONSE.
+  std::uint32_t qp_num = 0;
 };
 
 /// Where the CM routed an id: local port and GIDs of both ends (after route resolution
@@ -93,7 +112,9 @@ struct cm_route {
 ///  - cm_create_id(ch) (rdma_create_id, RDMA_PS_TCP); cm_migrate_id moves an id and its
 ///    queued events to another channel.
 ///  - cm_resolve_addr / cm_resolve_route / cm_listen start the step; its result comes as
-///    an event. cm_listen binds and listens; cm_bound_port says which port it got.
+///    an event. cm_resolve_addr binds to `src` first when its address is not 0.0.0.0
+///    (rdma_resolve_addr's src: a source address no device has throws verbs_error
+///    EADDRNOTAVAIL). cm_listen binds and listens; cm_bound_port says which port it got.
 ///  - cm_create_qp (rdma_create_qp): the QP on the id's device, in INIT; the CM moves it
 ///    to RTR and RTS during connect/accept and to ERR on disconnect; cm_destroy_qp.
 ///  - cm_connect / cm_accept / cm_reject / cm_disconnect.
@@ -112,7 +133,7 @@ concept cm_backend =
       { B::cm_create_id(ch) } -> std::same_as<typename B::cm_id>;
       { B::cm_destroy_id(id) } noexcept -> std::same_as<int>;
       { B::cm_migrate_id(id, ch) };
-      { B::cm_resolve_addr(id, addr, ms) };
+      { B::cm_resolve_addr(id, addr, addr, ms) };
       { B::cm_resolve_route(id, ms) };
       { B::cm_listen(id, addr, n) };
       { B::cm_bound_port(id) } -> std::same_as<std::uint16_t>;
@@ -124,6 +145,19 @@ concept cm_backend =
       { B::cm_reject(id, data, len) } noexcept -> std::same_as<int>;
       { B::cm_disconnect(id) } noexcept -> std::same_as<int>;
       { B::cm_get_event(ch, ms, ev) } noexcept -> std::same_as<int>;
+    };
+
+/// The optional `cm_user_qp_backend` concept: connections whose queue pair the
+/// application created itself (rping -q), not on the CM id. The CM still computes the
+/// attributes of each transition (cm_init_qp_attr: rdma_init_qp_attr, for INIT, RTR and
+/// RTS); connect and accept carry the QP's number (cm_conn_param::qp_num); the active
+/// side answers CONNECT_RESPONSE with cm_establish (rdma_establish), which sends the
+/// RTU that brings the passive side ESTABLISHED. Both throw verbs_error naming the call.
+template <class B>
+concept cm_user_qp_backend =
+    cm_backend<B> && requires(typename B::cm_id id, qp_state st, qp_attr& a, qp_attr_mask& m) {
+      { B::cm_init_qp_attr(id, st, a, m) };
+      { B::cm_establish(id) };
     };
 
 /// archetype_backend plus exactly what cm_backend asks: generic code over the
@@ -147,8 +181,9 @@ struct archetype_cm_backend : archetype_backend {
   static int cm_destroy_id(cm_id) noexcept;
   /// Moves the id (and its queued events) to another channel.
   static void cm_migrate_id(cm_id, cm_channel);
-  /// Starts resolving the destination address: ADDR_RESOLVED or ADDR_ERROR follows.
-  static void cm_resolve_addr(cm_id, const cm_address&, std::chrono::milliseconds);
+  /// Binds to the source (0.0.0.0: none), starts resolving the destination address:
+  /// ADDR_RESOLVED or ADDR_ERROR follows.
+  static void cm_resolve_addr(cm_id, const cm_address& src, const cm_address& to, std::chrono::milliseconds);
   /// Starts resolving the route: ROUTE_RESOLVED or ROUTE_ERROR follows.
   static void cm_resolve_route(cm_id, std::chrono::milliseconds);
   /// Binds the id to the address and listens (backlog): CONNECT_REQUESTs follow.
@@ -174,6 +209,15 @@ struct archetype_cm_backend : archetype_backend {
 };
 static_assert(models_verbs_backend<archetype_cm_backend>() && cm_backend<archetype_cm_backend>);
 
+/// archetype_cm_backend plus exactly what cm_user_qp_backend asks; never run.
+struct archetype_cm_user_qp_backend : archetype_cm_backend {
+  /// The attributes of the id's connection for INIT, RTR or RTS.
+  static void cm_init_qp_attr(cm_id, qp_state, qp_attr&, qp_attr_mask&);
+  /// Answers CONNECT_RESPONSE.
+  static void cm_establish(cm_id);
+};
+static_assert(cm_user_qp_backend<archetype_cm_user_qp_backend> && !cm_user_qp_backend<archetype_cm_backend>);
+
 namespace detail {
 
 inline std::string cm_ipv4_string(std::uint32_t a) {
@@ -183,11 +227,58 @@ inline std::string cm_ipv4_string(std::uint32_t a) {
 
 }  // namespace detail
 
-inline std::string cm_address::to_string() const { return detail::cm_ipv4_string(ipv4) + ":" + std::to_string(port); }
+inline std::string cm_address::to_string() const {
+  if (!is_ipv6) return detail::cm_ipv4_string(ipv4) + ":" + std::to_string(port);
+  char buf[INET6_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET6, ipv6.data(), buf, sizeof buf);
+  std::string s = "[" + std::string(buf);
+  if (scope_id) s += "%" + std::to_string(scope_id);
+  return s + "]:" + std::to_string(port);
+}
+
+inline bool cm_address::is_any() const noexcept {
+  if (!is_ipv6) return ipv4 == 0;
+  for (auto b : ipv6)
+    if (b) return false;
+  return true;
+}
+
+inline bool cm_address::mapped_ipv4(std::uint32_t& out) const noexcept {
+  if (!is_ipv6) return false;
+  for (int i = 0; i < 10; ++i)
+    if (ipv6[static_cast<std::size_t>(i)]) return false;
+  if (ipv6[10] != 0xff || ipv6[11] != 0xff) return false;
+  out = (std::uint32_t{ipv6[12]} << 24) | (std::uint32_t{ipv6[13]} << 16) | (std::uint32_t{ipv6[14]} << 8) | ipv6[15];
+  return true;
+}
 
 inline cm_address cm_address::parse(std::string_view text, std::uint16_t p) {
   cm_address a;
   a.port = p;
+  if (text.find(':') != std::string_view::npos) {  // IPv6, maybe [bracketed], maybe %scope
+    std::string t(text);
+    if (t.size() >= 2 && t.front() == '[' && t.back() == ']') t = t.substr(1, t.size() - 2);
+    const auto pct = t.find('%');
+    // getaddrinfo, numeric only: it also turns a %scope (a name or an index) into the index.
+    addrinfo hints{};
+    hints.ai_family = AF_INET6;
+    hints.ai_flags = AI_NUMERICHOST;
+    addrinfo* res = nullptr;
+    if (::getaddrinfo(t.c_str(), nullptr, &hints, &res) != 0 || !res) {
+      if (pct != std::string::npos && ::inet_pton(AF_INET6, t.substr(0, pct).c_str(), a.ipv6.data()) == 1)
+        throw usage_error("cm_address: '" + std::string(text) + "': no network interface named '" +
+                          t.substr(pct + 1) + "'");
+      throw usage_error("cm_address: '" + std::string(text) +
+                        "' is not an IPv6 address (e.g. fe80::1%dummy0, ::1): give the address of the RDMA "
+                        "device's network interface");
+    }
+    const auto* s6 = reinterpret_cast<const sockaddr_in6*>(res->ai_addr);
+    std::memcpy(a.ipv6.data(), &s6->sin6_addr, 16);
+    a.scope_id = s6->sin6_scope_id;
+    ::freeaddrinfo(res);
+    a.is_ipv6 = true;
+    return a;
+  }
   int parts = 0;
   std::uint32_t v = 0, cur = 0;
   bool digit = false;
@@ -209,8 +300,8 @@ inline cm_address cm_address::parse(std::string_view text, std::uint16_t p) {
   }
   if (parts != 4)
     throw usage_error("cm_address: '" + std::string(text) +
-                      "' is not a dotted IPv4 address (a.b.c.d): the connection manager takes the IP address of the "
-                      "RDMA device's network interface");
+                      "' is not a dotted IPv4 address (a.b.c.d) or an IPv6 one: the connection manager takes the IP "
+                      "address of the RDMA device's network interface");
   a.ipv4 = v;
   return a;
 }
@@ -223,6 +314,7 @@ inline std::string_view to_string(cm_event_type t) noexcept {
     case cm_event_type::route_resolved: return "RDMA_CM_EVENT_ROUTE_RESOLVED";
     case cm_event_type::route_error: return "RDMA_CM_EVENT_ROUTE_ERROR";
     case cm_event_type::connect_request: return "RDMA_CM_EVENT_CONNECT_REQUEST";
+    case cm_event_type::connect_response: return "RDMA_CM_EVENT_CONNECT_RESPONSE";
     case cm_event_type::connect_error: return "RDMA_CM_EVENT_CONNECT_ERROR";
     case cm_event_type::unreachable: return "RDMA_CM_EVENT_UNREACHABLE";
     case cm_event_type::rejected: return "RDMA_CM_EVENT_REJECTED";

@@ -115,6 +115,9 @@ struct cm_options {
   std::uint8_t retry_count = 7;          ///< RC transport retries
   std::uint8_t rnr_retry_count = 7;      ///< RC RNR retries (7: forever)
   bool auto_inline = true;               ///< as qp_options::auto_inline
+  /// cm_connect: the local address to connect from (rdma_resolve_addr's source, rping's
+  /// -I); 0.0.0.0, the default: the CM picks the one routing to the peer. Port 0: any.
+  cm_address source{};
 };
 
 /// Private data carrying a region descriptor (28 bytes: fits every CM message), so a
@@ -180,15 +183,29 @@ struct cm_id_block final : cm_qp_owner<B> {
   bool disconnected = false;  // DISCONNECTED seen
   bool disconnect_sent = false;
 
+  // A QP the application made (cm_user_qp_backend), not the CM's: the CM neither
+  // destroys it nor moves it to ERR on a disconnect, so this does. Null once destroyed.
+  typename B::qp user_qp{};
+
   cm_id_block(std::shared_ptr<cm_channel_block<B>> c, typename B::cm_id i) : chan(std::move(c)), id(i) {}
   cm_id_block(const cm_id_block&) = delete;
   cm_id_block& operator=(const cm_id_block&) = delete;
   ~cm_id_block() override {
     if (id != typename B::cm_id{}) B::cm_destroy_id(id);
   }
-  void destroy_qp(typename B::qp) noexcept override { B::cm_destroy_qp(id); }
+  void destroy_qp(typename B::qp q) noexcept override {
+    if (q != typename B::qp{} && q == user_qp) {
+      user_qp = {};
+      B::destroy_qp(q);
+    } else {
+      B::cm_destroy_qp(id);
+    }
+  }
   void disconnect() noexcept {
-    if (established && !disconnect_sent && !disconnected) B::cm_disconnect(id);
+    if (established && !disconnect_sent && !disconnected) {
+      user_qp_to_err();
+      B::cm_disconnect(id);
+    }
     disconnect_sent = true;
   }
   // DISCONNECTED came: answer the peer's request (the IB CM's DREP; without it the
@@ -196,8 +213,21 @@ struct cm_id_block final : cm_qp_owner<B> {
   // this side's QP to ERR.
   void on_disconnected() noexcept {
     disconnected = true;
-    if (!disconnect_sent) B::cm_disconnect(id);
+    if (!disconnect_sent) {
+      user_qp_to_err();
+      B::cm_disconnect(id);
+    }
     disconnect_sent = true;
+  }
+  // rping -q does the same before rdma_disconnect: its outstanding WRs flush.
+  void user_qp_to_err() noexcept {
+    if (user_qp == typename B::qp{}) return;
+    try {
+      qp_attr a;
+      a.state = qp_state::err;
+      B::modify_qp(user_qp, a, qp_attr_mask::state);
+    } catch (...) {  // already in ERR, or the device went away: nothing to flush
+    }
   }
 };
 
@@ -337,6 +367,77 @@ queue_pair<B, T, S, qp_state::rts> cm_bring_up(const std::shared_ptr<cm_id_block
   return policy_access::adopt<queue_pair<B, T, S, qp_state::rts>>(std::move(policy_access::parts(init)));
 }
 
+// Address and route resolution of an active id, from cm_options::source if given.
+template <class B>
+void cm_resolve(cm_id_block<B>& blk, const cm_address& to, const cm_options& o, const std::string& where) {
+  try {
+    B::cm_resolve_addr(blk.id, o.source, to, o.timeout);
+  } catch (const verbs_error& e) {
+    const int err = e.errno_value();
+    if (!o.source.is_any() && (err == EADDRNOTAVAIL || err == ENODEV))
+      throw cm_error(cm_errc::address, where + ": the source address " + o.source.to_string() +
+                                           " (cm_options::source) is not the address of any RDMA device here: " +
+                                           e.what(),
+                     cm_event_type::addr_error, -err);
+    if (err == EADDRNOTAVAIL || err == ENODEV || err == ENETUNREACH || err == EHOSTUNREACH || err == EAFNOSUPPORT)
+      throw cm_error(cm_errc::address, where + ": no RDMA device serves that address (" +
+                                           (to.is_ipv6 ? "IPv6: is an RDMA device's interface on that subnet?" :
+                                                         "no route to it") + "): " + e.what(),
+                     cm_event_type::addr_error, -err);
+    throw;
+  }
+  cm_expect<B>(blk, cm_event_type::addr_resolved, o.timeout, where + " (address resolution)");
+  try {
+    B::cm_resolve_route(blk.id, o.timeout);
+  } catch (const verbs_error& e) {
+    if (e.errno_value() != ENODEV && e.errno_value() != ENETUNREACH) throw;
+    throw cm_error(cm_errc::route, where + " (route resolution): no RDMA device on the route (a loopback address "
+                                           "such as 127.0.0.1 or ::1 has none: use the address of the RDMA device's "
+                                           "interface): " + e.what(),
+                   cm_event_type::route_error, -e.errno_value());
+  }
+  cm_expect<B>(blk, cm_event_type::route_resolved, o.timeout, where + " (route resolution)");
+}
+
+// Takes over a queue pair the application made (cm_user_qp_backend) for the id `blk`:
+// the QP keeps the id alive, and the id moves the QP to ERR on a disconnect.
+template <class B, class T, class S>
+queue_pair<B, T, S, qp_state::init> cm_adopt_user_qp(queue_pair<B, T, S, qp_state::init>&& qp,
+                                                     const std::shared_ptr<cm_id_block<B>>& blk, const char* call) {
+  static_assert(T::connected, "the connection manager connects RC and UC queue pairs (UD: use address handles)");
+  static_assert(!shares_receives<T>, "connection_manager: queue pairs on a shared receive queue are not supported yet");
+  auto mine = policy_access::adopt<queue_pair<B, T, S, qp_state::init>>(std::move(policy_access::parts(qp)));
+  auto& p = policy_access::parts(mine);
+  if (p.qp == typename B::qp{}) throw_empty("queue_pair", call);
+  if (p.cm)
+    throw usage_error(std::string(call) + ": the queue pair already belongs to a connection manager id: pass a queue " +
+                      "pair made with pd.create_qp (or its reset())");
+  blk->user_qp = p.qp;
+  p.cm = blk;
+  return mine;
+}
+
+// Moves a queue pair the application made INIT→INIT→RTR→RTS with the attributes the
+// CM computes for the id's connection (rdma_init_qp_attr), as rping -q does.
+template <class B, class T, class S>
+void cm_user_to_rts(cm_id_block<B>& blk, queue_pair<B, T, S, qp_state::init>& qp) {
+  auto& p = policy_access::parts(qp);
+  qp_state from = qp_state::init;
+  for (const qp_state st : {qp_state::init, qp_state::rtr, qp_state::rts}) {
+    qp_attr a;
+    qp_attr_mask m = qp_attr_mask::none;
+    B::cm_init_qp_attr(blk.id, st, a, m);
+    modify_step<B, T>(p, a, m, from,
+                      st == qp_state::init ? "INIT→INIT (the CM's port and rights)"
+                      : st == qp_state::rtr ? "INIT→RTR (the CM's path)"
+                                            : "RTR→RTS (the CM's PSN and retries)");
+    if (st == qp_state::init && has_all(m, qp_attr_mask::port)) p.opts.port = a.port_num;
+    if (st == qp_state::rtr && a.av.is_global) p.gid_index = a.av.grh.sgid_index;
+    if (st == qp_state::rts) p.psn = a.sq_psn;
+    from = st;
+  }
+}
+
 inline cm_conn_param cm_param(const cm_options& o, std::span<const std::byte> data, const char* call) {
   if (data.size() > cm_private_data_max)
     throw usage_error(std::string(call) + ": " + std::to_string(data.size()) + " bytes of private data, but a CM " +
@@ -412,6 +513,10 @@ class cm_connection {
   }
   /// A descriptor readable while a CM event for this connection is queued (for epoll).
   int event_fd() const { return B::cm_channel_fd(id("event_fd").chan->ch); }
+  /// Where the CM routed the connection: the local port, this side's GID and the
+  /// peer's (on RoCE the IPv4-mapped GIDs of the two addresses: with
+  /// cm_options::source, sgid is the source's).
+  cm_route route() const { return B::cm_query_route(id("route").id); }
 
  private:
   friend class cm_request<B>;
@@ -419,6 +524,10 @@ class cm_connection {
   friend cm_connection<B2, T2, S2> cm_connect(const protection_domain<B2>&, completion_queue<B2, PS>&,
                                               completion_queue<B2, PR>&, const qp_cap&, const cm_address&,
                                               std::span<const std::byte>, const cm_options&, Prepare);
+  template <cm_backend B2, transport T2, signaling S2>
+    requires cm_user_qp_backend<B2>
+  friend cm_connection<B2, T2, S2> cm_connect(queue_pair<B2, T2, S2, qp_state::init>&&, const cm_address&,
+                                              std::span<const std::byte>, const cm_options&);
 
   cm_connection(std::shared_ptr<detail::cm_id_block<B>> id, queue_pair_type qp, std::vector<std::byte> peer) noexcept
       : id_(std::move(id)), qp_(std::move(qp)), peer_(std::move(peer)) {}
@@ -486,6 +595,30 @@ class cm_request {
       detail::cm_expect<B>(*blk, cm_event_type::established, o.timeout, "cm_request::accept");
     });
     return cm_connection<B, T, S>(std::move(blk), std::move(qp), std::move(data_));
+  }
+
+  /// Accepts with a queue pair the application made (rping -q; the backend must model
+  /// cm_user_qp_backend): `qp` in INIT, on a PD of the device the request came in on,
+  /// its first receives posted. The QP moves INIT→RTR→RTS with the CM's attributes
+  /// (rdma_init_qp_attr) before the accept goes out, then ESTABLISHED is awaited. The
+  /// connection owns the QP from here; on a failure it is destroyed.
+  template <transport T, signaling S>
+    requires cm_user_qp_backend<B>
+  cm_connection<B, T, S> accept(queue_pair<B, T, S, qp_state::init>&& qp, std::span<const std::byte> reply = {},
+                                const cm_options& o = {}) && {
+    detail::check_cm_timeout(o);
+    auto param = detail::cm_param(o, reply, "cm_request::accept");
+    if (!id_) detail::throw_empty("cm_request", "accept");
+    auto mine = detail::cm_adopt_user_qp(std::move(qp), id_, "cm_request::accept");
+    auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
+    detail::cm_user_to_rts(*blk, mine);
+    param.qp_num = mine.qp_num();
+    B::cm_accept(blk->id, param);
+    detail::cm_expect<B>(*blk, cm_event_type::established, o.timeout, "cm_request::accept");
+    blk->established = true;
+    auto rts = detail::policy_access::adopt<queue_pair<B, T, S, qp_state::rts>>(
+        std::move(detail::policy_access::parts(mine)));
+    return cm_connection<B, T, S>(std::move(blk), std::move(rts), std::move(data_));
   }
 
   /// Rejects the request; the peer's cm_connect throws cm_error(rejected) with `reason`
@@ -596,16 +729,43 @@ cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_que
   auto chan = std::make_shared<detail::cm_channel_block<B>>(pref->dev);
   auto blk = std::make_shared<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
   const std::string where = "cm_connect to " + to.to_string();
-  B::cm_resolve_addr(blk->id, to, o.timeout);
-  detail::cm_expect<B>(*blk, cm_event_type::addr_resolved, o.timeout, where + " (address resolution)");
-  B::cm_resolve_route(blk->id, o.timeout);
-  detail::cm_expect<B>(*blk, cm_event_type::route_resolved, o.timeout, where + " (route resolution)");
+  detail::cm_resolve<B>(*blk, to, o, where);
   detail::cm_event_of<B> ev;
   auto qp = detail::cm_bring_up<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, "cm_connect", prepare, [&] {
     B::cm_connect(blk->id, param);
     ev = detail::cm_expect<B>(*blk, cm_event_type::established, o.timeout, where);
   });
   return cm_connection<B, T, S>(std::move(blk), std::move(qp), detail::cm_data_of(ev.data.data(), ev.data_len));
+}
+
+
+/// cm_connect with a queue pair the application made (rping -q; the backend must model
+/// cm_user_qp_backend): `qp` in INIT, on a PD of the device the CM chooses for `to`,
+/// its first receives posted. The request carries its number; when the peer's answer
+/// comes (CONNECT_RESPONSE) the QP moves INIT→RTR→RTS with the CM's attributes
+/// (rdma_init_qp_attr) and the RTU goes out (rdma_establish). The connection owns the
+/// QP from here; on a failure it is destroyed. Throws as the other cm_connect.
+template <cm_backend B, transport T, signaling S>
+  requires cm_user_qp_backend<B>
+cm_connection<B, T, S> cm_connect(queue_pair<B, T, S, qp_state::init>&& qp, const cm_address& to,
+                                  std::span<const std::byte> data = {}, const cm_options& o = {}) {
+  detail::check_cm_timeout(o);
+  auto param = detail::cm_param(o, data, "cm_connect");
+  if (!qp) detail::throw_empty("queue_pair", "cm_connect");
+  auto chan = std::make_shared<detail::cm_channel_block<B>>(detail::policy_access::parts(qp).pd->dev);
+  auto blk = std::make_shared<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
+  auto mine = detail::cm_adopt_user_qp(std::move(qp), blk, "cm_connect");
+  const std::string where = "cm_connect to " + to.to_string();
+  detail::cm_resolve<B>(*blk, to, o, where);
+  param.qp_num = mine.qp_num();
+  B::cm_connect(blk->id, param);
+  const auto ev = detail::cm_expect<B>(*blk, cm_event_type::connect_response, o.timeout, where);
+  detail::cm_user_to_rts(*blk, mine);
+  B::cm_establish(blk->id);
+  blk->established = true;
+  auto rts =
+      detail::policy_access::adopt<queue_pair<B, T, S, qp_state::rts>>(std::move(detail::policy_access::parts(mine)));
+  return cm_connection<B, T, S>(std::move(blk), std::move(rts), detail::cm_data_of(ev.data.data(), ev.data_len));
 }
 
 /// cm_connect with one CQ for sends and receives.

@@ -1,11 +1,12 @@
 // rdmakit-rping: rdma-core's rping (rdmacm-utils) on rdmakit's connection manager, with
 // its options and wire protocol, so either end can be rping itself.
 //
-//   rdmakit-rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]
-//   rdmakit-rping -c [-vVd] [-S size] [-C count] -a addr [-p port]
+//   rdmakit-rping -s [-vVdPq] [-S size] [-C count] [-a addr] [-p port]
+//   rdmakit-rping -c [-vVdq] [-S size] [-C count] [-I addr] -a addr [-p port]
 //
 // With --mock both ends run in this process on a mock fabric (server on mock0,
-// 10.0.0.1; client on mock1), on two threads: the protocol without a device.
+// 10.0.0.1; client on mock1, 10.0.0.2), on two threads: the protocol without a device.
+// --mock -P: a persistent server and two clients one after the other.
 #include "../common/cli.hpp"
 #include "rping.hpp"
 
@@ -19,6 +20,7 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,55 +35,68 @@ namespace {
 
 void usage(const char* argv0, std::FILE* to) {
   std::fprintf(to,
-               "%s -s [-vVd] [-S size] [-C count] [-a addr] [-p port]\n"
-               "%s -c [-vVd] [-S size] [-C count] -a addr [-p port]\n"
+               "%s -s [-vVdPq] [-S size] [-C count] [-a addr] [-p port]\n"
+               "%s -c [-vVdq] [-S size] [-C count] [-I addr] -a addr [-p port]\n"
                "\t-c\t\tclient side\n"
+               "\t-I addr\t\tsource address to connect from (client; the server ignores it, as rping)\n"
                "\t-s\t\tserver side\n"
+               "\t-P\t\tpersistent server: serves clients one after another until killed\n"
+               "\t\t\t(rping -P serves them concurrently; here the next waits until the previous is done)\n"
+               "\t-q\t\tself-created QP: made here, moved INIT->RTR->RTS with the CM's attributes\n"
                "\t-v\t\tdisplay ping data to stdout\n"
                "\t-V\t\tvalidate ping data\n"
                "\t-d\t\tdebug printfs\n"
                "\t-S size \tping data size (%u to %u, default 64)\n"
                "\t-C count\tping count times (default: until interrupted)\n"
-               "\t-a addr\t\taddress (IPv4 or a host name)\n"
+               "\t-a addr\t\taddress (IPv4, IPv6 or a host name; server: -a ::0 binds every IPv6 address)\n"
                "\t-p port\t\tport (default 7174)\n"
                "rdmakit options:\n"
-               "\t--mock\t\tboth ends in this process on a mock fabric (needs -C)\n"
+               "\t--mock\t\tboth ends in this process on a mock fabric (needs -C; with -P: two clients in a row)\n"
                "\t--ib-dev=dev\tthe RDMA device (default: the one the address is on)\n"
                "\t--timeout=ms\tbound on each wait (default 10000)\n"
-               "\t-h, --help\tthis text\n"
-               "Not supported (rping options): -I (source address), -P (persistent server),\n"
-               "\t-q (self-created QP: rdmakit's QPs are always the CM's)\n",
+               "\t-h, --help\tthis text\n",
                argv0, argv0, rping_min_size, rping_max_size);
 }
 
-bool resolve_ipv4(const char* host, std::uint32_t& out) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
+// rping's get_addr: an IPv4 or IPv6 address, or a host name with one (the first).
+bool resolve_address(const char* host, cm_address& out) {
   addrinfo* res = nullptr;
-  if (getaddrinfo(host, nullptr, &hints, &res) != 0 || !res) return false;
-  out = ntohl(reinterpret_cast<const sockaddr_in*>(res->ai_addr)->sin_addr.s_addr);
+  if (getaddrinfo(host, nullptr, nullptr, &res) != 0 || !res) return false;
+  const std::uint16_t port = out.port;
+  bool ok = true;
+  if (res->ai_family == AF_INET) {
+    out = cm_address{};
+    out.ipv4 = ntohl(reinterpret_cast<const sockaddr_in*>(res->ai_addr)->sin_addr.s_addr);
+  } else if (res->ai_family == AF_INET6) {
+    const auto* s6 = reinterpret_cast<const sockaddr_in6*>(res->ai_addr);
+    out = cm_address{};
+    out.is_ipv6 = true;
+    std::memcpy(out.ipv6.data(), &s6->sin6_addr, 16);
+    out.scope_id = s6->sin6_scope_id;
+  } else {
+    ok = false;
+  }
+  out.port = port;
   freeaddrinfo(res);
-  return true;
+  return ok;
 }
 
 #if RDMAKIT_HAVE_RDMACM
 // The device librdmacm puts `a` on (bound on a server, resolved on a client); empty
 // when the address names none in particular (0.0.0.0): then the first device.
-std::string device_for(const cm_address& a, bool server) {
+std::string device_for(const cm_address& a, const cm_address& source, bool server) {
   using B = backends::rdmacm;
-  if (server && a.ipv4 == 0) return {};
+  if (server && a.is_any()) return {};
   auto ch = B::cm_create_channel(nullptr);
   auto id = B::cm_create_id(ch);
   std::string name;
   try {
     if (server) {
-      sockaddr_in s{};
-      s.sin_family = AF_INET;
-      s.sin_addr.s_addr = htonl(a.ipv4);
+      sockaddr_storage s = B::sockaddr_of(a);
       if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&s)))
         throw verbs_error("rdma_bind_addr", errno, "binding " + a.to_string());
     } else {
-      B::cm_resolve_addr(id, a, std::chrono::milliseconds{2000});
+      B::cm_resolve_addr(id, source, a, std::chrono::milliseconds{2000});
       basic_cm_event<B::cm_id> ev;
       if (B::cm_get_event(ch, std::chrono::milliseconds{3000}, ev) != 0 || ev.type != cm_event_type::addr_resolved)
         throw cm_error(cm_errc::address, "resolving " + a.to_string() + ": " + std::string(to_string(ev.type)));
@@ -117,12 +132,19 @@ int main(int argc, char** argv) {
   while ((op = getopt_long(argc, argv, "a:I:Pp:C:S:t:scvVdqh", longs, nullptr)) != -1) {
     switch (op) {
       case 'a':
-        if (!resolve_ipv4(optarg, o.addr.ipv4)) {
-          std::fprintf(stderr, "rdmakit-rping: '%s' is not an IPv4 address or a host name with one\n", optarg);
+        if (!resolve_address(optarg, o.addr)) {
+          std::fprintf(stderr, "rdmakit-rping: '%s' is not an IPv4 or IPv6 address or a host name with one\n", optarg);
           return 1;
         }
         have_addr = true;
         break;
+      case 'I':
+        if (!resolve_address(optarg, o.source)) {
+          std::fprintf(stderr, "rdmakit-rping: -I '%s' is not an IPv4 or IPv6 address or a host name with one\n", optarg);
+          return 1;
+        }
+        break;
+      case 'P': o.persistent = true; break;
       case 'p':
         if (!parse_uint(optarg, 65535, v)) {
           std::fprintf(stderr, "rdmakit-rping: invalid port '%s'\n", optarg);
@@ -159,7 +181,8 @@ int main(int argc, char** argv) {
         o.timeout = std::chrono::milliseconds{v};
         break;
       case 'h': usage(argv[0], stdout); return 0;
-      case 'I': case 'P': case 'q': case 't':
+      case 'q': o.self_qp = true; break;
+      case 't':
         std::fprintf(stderr, "rdmakit-rping: -%c is not supported (see --help)\n", op);
         return 1;
       default: usage(argv[0], stderr); return 1;
@@ -175,10 +198,36 @@ int main(int argc, char** argv) {
       mock::fabric fab;
       using B = backends::mock;
       rping_side<B> srv(device<B>(fab, "mock0"), o);
-      rping_side<B> cli(device<B>(fab, "mock1"), o);
       cm_listener<B> l(device<B>(fab, "mock0"), cm_address::parse("10.0.0.1", port));
-      auto server = std::async(std::launch::async, [&] { srv.serve(l); });
-      const bool ok = cli.ping(l.address());
+      if (o.persistent) {  // two clients in a row against one persistent server
+        std::atomic<bool> stop{false};
+        auto server = std::async(std::launch::async, [&] { return srv.serve_persistent(l, [&] { return stop.load(); }); });
+        bool ok = true;
+        for (int i = 0; i < 2 && ok; ++i) {
+          rping_side<B> cli(device<B>(fab, "mock1"), o);
+          ok = cli.ping(l.address());
+        }
+        stop = true;
+        const int served = server.get();
+        if (ok && served != 2) {
+          std::fprintf(stderr, "rdmakit-rping: the persistent server served %d clients, not 2\n", served);
+          return 1;
+        }
+        return ok ? 0 : 1;
+      }
+      // -a: the client connects there (the server listens on 10.0.0.1 whatever -a says).
+      const cm_address to = have_addr ? o.addr : l.address();
+      rping_side<B> cli(device<B>(fab, "mock1"), o);
+      std::atomic<bool> stop{false};  // the client failed before connecting: the server stops waiting
+      auto server = std::async(std::launch::async, [&] { srv.serve(l, [&] { return stop.load(); }); });
+      bool ok = false;
+      try {
+        ok = cli.ping(to);
+      } catch (...) {
+        stop = true;
+        server.wait();
+        throw;
+      }
       server.get();
       return ok ? 0 : 1;
     }
@@ -193,11 +242,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rdmakit-rping: the client needs -a addr\n");
       return 1;
     }
-    if (ib_dev.empty()) ib_dev = device_for(o.addr, o.server);
+    if (ib_dev.empty()) ib_dev = device_for(o.addr, o.source, o.server);
     rping_side<B> side(device<B>(ib_dev), o);
     if (o.server) {
       device<B> dev(ib_dev);
       cm_listener<B> l(dev, o.addr);
+      if (o.persistent) {
+        side.serve_persistent(l, [] { return false; });  // until killed, as rping -P
+        return 0;
+      }
       side.serve(l);
       return 0;
     }

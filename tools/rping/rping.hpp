@@ -6,7 +6,8 @@
 // size, big-endian), the server RDMA READs it and answers with a 16-byte SEND (go
 // ahead); the client advertises its "rdma" buffer, the server RDMA WRITEs what it read
 // into it (strlen + 1 bytes) and answers again; the client compares the two buffers.
-// The server serves until the client disconnects. Both sides keep one receive posted.
+// The server serves until the client disconnects (-P: then waits for the next client,
+// one at a time). Both sides keep one receive posted.
 #include <rdmakit/connection_manager.hpp>
 #include <rdmakit/rdmakit.hpp>
 
@@ -29,6 +30,9 @@ using namespace std::chrono_literals;
 struct rping_options {
   bool server = false;
   rdmakit::cm_address addr{};  ///< -a (and -p): listened on, or connected to
+  rdmakit::cm_address source{};  ///< -I: the client's source address (0.0.0.0: the CM picks)
+  bool persistent = false;       ///< -P: the server serves one client after another until killed
+  bool self_qp = false;          ///< -q: the QP is made here (pd.create_qp) and moved with the CM's attributes
   int count = 0;               ///< -C: pings (client; 0: until interrupted)
   std::uint32_t size = 64;     ///< -S: ping data size (rping's range: 24 .. 65535)
   bool verbose = false;        ///< -v: print the ping data
@@ -83,11 +87,49 @@ class rping_side {
       : o_(o), dev_(std::move(dev)), pd_(dev_.create_pd()), cq_(dev_.create_cq(32)), mem_(16 + 16 + 2 * (o.size + 1)),
         mr_(pd_.template register_memory<rw>(mem_.data(), mem_.size())) {}
 
-  /// Server: waits for a client, then serves its pings until it disconnects.
-  void serve(rdmakit::cm_listener<B>& l) {
-    auto req = l.next_request(120s);
+  /// Server: waits for a client (at most 120 s), then serves its pings until it disconnects.
+  void serve(rdmakit::cm_listener<B>& l) { serve_one(l.next_request(120s)); }
+  /// As above, waiting for the client until `stop()` returns true (checked every 200 ms);
+  /// false if it never came.
+  template <class Stop>
+  bool serve(rdmakit::cm_listener<B>& l, Stop stop) {
+    auto req = next_request(l, stop);
+    if (!req) return false;
+    serve_one(std::move(req));
+    return true;
+  }
+
+  /// Server -P: serves clients one after another (rping -P runs a thread per client;
+  /// here the next client waits in the listen backlog until the previous one is done),
+  /// until `stop()` returns true (checked at least every 200 ms between clients). A
+  /// client that fails is reported on stderr and the server goes on. Returns the
+  /// number of clients served to the end.
+  template <class Stop>
+  int serve_persistent(rdmakit::cm_listener<B>& l, Stop stop) {
+    int served = 0;
+    for (;;) {
+      auto req = next_request(l, stop);
+      if (!req) return served;
+      try {
+        serve_one(std::move(req));
+        ++served;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rdmakit-rping: a client failed: %s; waiting for the next one\n", e.what());
+      }
+      end_connection();
+    }
+  }
+
+ private:
+  void serve_one(rdmakit::cm_request<B> req) {
     say("connect request");
-    conn_ = std::move(req).template accept<rdmakit::rc>(pd_, cq_, caps(), {}, cm_opts(), [&](auto& qp) { repost(qp); });
+    if (o_.self_qp) {  // -q: the QP is ours; the CM only says how to move it
+      auto qp = own_qp();
+      conn_ = std::move(req).accept(std::move(qp), {}, cm_opts());
+    } else {
+      conn_ = std::move(req).template accept<rdmakit::rc>(pd_, cq_, caps(), {}, cm_opts(),
+                                                          [&](auto& qp) { repost(qp); });
+    }
     say("established");
     for (;;) {
       if (!wait_recv()) return;  // the client disconnected: done
@@ -113,10 +155,36 @@ class rping_side {
     }
   }
 
+  // The next connect request, waited for in 200 ms slices until `stop()` says so
+  // (then an empty request).
+  template <class Stop>
+  static rdmakit::cm_request<B> next_request(rdmakit::cm_listener<B>& l, Stop& stop) {
+    while (!stop()) {
+      try {
+        return l.next_request(200ms);
+      } catch (const rdmakit::cm_error& e) {
+        if (e.code() != rdmakit::cm_errc::timeout) throw;
+      }
+    }
+    return {};
+  }
+
+  // Drops the connection and the completions its queue pair left (rxe keeps a
+  // destroyed QP's flushed completions on the CQ), so the next client starts clean.
+  void end_connection() {
+    conn_ = {};
+    while (cq_.poll([](const rdmakit::completion<B>&) {}) > 0) {
+    }
+  }
+
+ public:
   /// Client: connects to `to`, pings `count` times (0: for ever), disconnects. Returns
   /// false on a data mismatch (-V).
   bool ping(const rdmakit::cm_address& to) {
-    conn_ = rdmakit::cm_connect<rdmakit::rc>(pd_, cq_, caps(), to, {}, cm_opts(), [&](auto& qp) { repost(qp); });
+    if (o_.self_qp)
+      conn_ = rdmakit::cm_connect(own_qp(), to, {}, cm_opts());
+    else
+      conn_ = rdmakit::cm_connect<rdmakit::rc>(pd_, cq_, caps(), to, {}, cm_opts(), [&](auto& qp) { repost(qp); });
     say("established");
     unsigned char start = 65;
     for (int n = 0; o_.count == 0 || n < o_.count; ++n) {
@@ -152,6 +220,7 @@ class rping_side {
   rdmakit::cm_options cm_opts() const {
     rdmakit::cm_options c;
     c.timeout = o_.timeout;
+    c.source = o_.source;
     return c;
   }
   void say(const std::string& s) const {
@@ -160,6 +229,12 @@ class rping_side {
   [[noreturn]] static void fail(const std::string& what) { throw std::runtime_error(what); }
   static void check(const rdmakit::post_result& r, const char* what) {
     if (!r) fail(std::string("posting the ") + what + " failed: " + std::string(rdmakit::to_string(r.status)));
+  }
+  // -q: a QP made on the PD (INIT), its receive posted, for the CM to connect.
+  rdmakit::queue_pair<B, rdmakit::rc> own_qp() {
+    auto qp = pd_.template create_qp<rdmakit::rc>(cq_, caps());
+    repost(qp);
+    return qp;
   }
   template <class QP>
   void repost(QP& qp) {

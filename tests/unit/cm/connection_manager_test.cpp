@@ -45,6 +45,7 @@ struct testbed {
     return a && *a ? a : "192.168.77.1";
   }
   std::string nobody() const { return "192.168.77.99"; }  // on rxe0's subnet, no host: ARP times out
+  std::string client_ip() const { return ip(); }          // one device: the client's address is the server's
 #else
   static mock::fabric_config config() {  // RDMAKIT_MOCK_PROFILE=rxe: behave as rxe does
     mock::fabric_config c;
@@ -56,6 +57,7 @@ struct testbed {
   device<B> open(int i) { return device<B>(fab, i == 0 ? "mock0" : "mock1"); }
   std::string ip() const { return "10.0.0.1"; }  // mock0's address
   std::string nobody() const { return "10.9.9.9"; }
+  std::string client_ip() const { return "10.0.0.2"; }  // mock1's address
 #endif
 };
 
@@ -84,6 +86,11 @@ std::vector<std::byte> bytes(std::string_view s) {
 }
 std::string text(std::span<const std::byte> d, std::size_t n) {
   return std::string(reinterpret_cast<const char*>(d.data()), std::min(n, d.size()));
+}
+
+gid gid_of(const cm_address& a) {
+  return gid::from_ipv4(static_cast<std::uint8_t>(a.ipv4 >> 24), static_cast<std::uint8_t>(a.ipv4 >> 16),
+                        static_cast<std::uint8_t>(a.ipv4 >> 8), static_cast<std::uint8_t>(a.ipv4));
 }
 
 bool readable(int fd) {
@@ -315,6 +322,175 @@ TEST_CASE("cm: connecting to a port nobody listens on is refused") {
   }
 }
 
+TEST_CASE("cm: a source address (rping -I) is the connection's local address on both sides") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+  cm_options o;
+  o.source = cm_address::parse(tb.client_ip(), 0);
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+  auto s = server.get();
+  REQUIRE(c);
+  REQUIRE(s);
+  CHECK(c.route().sgid == gid_of(o.source));
+  CHECK(c.route().dgid == gid_of(l.address()));
+  CHECK(s.route().dgid == gid_of(o.source));
+  std::memcpy(cli.buf.data(), "from the source", 16);
+  REQUIRE(s.qp().post_recv(srv.mr.local(0, 64), 1));
+  REQUIRE(c.qp().send(cli.mr.local(0, 16), 2));
+  CHECK(wait_one(cli.cq).status == wc_status::success);
+  CHECK(wait_one(srv.cq).status == wc_status::success);
+  CHECK(std::string(srv.buf.data()) == "from the source");
+}
+
+TEST_CASE("cm: one listener serves two clients one after the other (rping -P)") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+    auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+    auto s = server.get();
+    REQUIRE(s.qp().post_recv(srv.mr.local(0, 64), 10 + static_cast<std::uint64_t>(round)));
+    REQUIRE(c.qp().send(cli.mr.local(0, 8), 20));
+    CHECK(wait_one(cli.cq).status == wc_status::success);
+    auto r = wait_one(srv.cq);
+    CHECK(r.status == wc_status::success);
+    CHECK(r.wr_id == 10 + static_cast<std::uint64_t>(round));
+    c.disconnect();
+    CHECK(s.wait_disconnected(5s));
+  }
+}
+
+// rping -q: the application creates the queue pair itself (pd.create_qp, INIT) and
+// the CM only computes its attributes (rdma_init_qp_attr). Every pairing with a
+// queue pair the CM made: the wire cannot tell them apart.
+TEST_CASE("cm: a queue pair the application made (rping -q) connects, on either side or both") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  struct mode {
+    bool srv_own, cli_own;
+  };
+  for (const mode m : {mode{false, true}, mode{true, false}, mode{true, true}}) {
+    CAPTURE(m.srv_own);
+    CAPTURE(m.cli_own);
+    auto server = std::async(std::launch::async, [&] {
+      auto req = l.next_request(5s);
+      CHECK(text(req.private_data(), 5) == "hello");
+      if (!m.srv_own)
+        return std::move(req).accept<rc>(srv.pd, srv.cq, caps, cm_region_data(srv.mr.remote()), {},
+                                         [&](auto& qp) { REQUIRE(qp.post_recv(srv.mr.local(2000, 64), 11)); });
+      auto qp = srv.pd.create_qp<rc>(srv.cq, caps);
+      REQUIRE(qp.post_recv(srv.mr.local(2000, 64), 11));
+      return std::move(req).accept(std::move(qp), cm_region_data(srv.mr.remote()));
+    });
+    cm_connection<B, rc> c;
+    if (m.cli_own) {
+      auto qp = cli.pd.create_qp<rc>(cli.cq, caps);
+      REQUIRE(qp.post_recv(cli.mr.local(1000, 64), 9));
+      c = cm_connect(std::move(qp), l.address(), bytes("hello"));
+    } else {
+      c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), bytes("hello"), {},
+                         [&](auto& qp) { REQUIRE(qp.post_recv(cli.mr.local(1000, 64), 9)); });
+    }
+    auto s = server.get();
+    REQUIRE(c);
+    REQUIRE(s);
+    CHECK(c.qp().port() == c.route().port);
+    // A WRITE into the region the accept's private data named, then SENDs both ways.
+    auto dst = c.peer_region();
+    REQUIRE(dst);
+    std::memcpy(cli.buf.data(), "written", 8);
+    REQUIRE(c.qp().write(cli.mr.local(0, 8), dst->as<access::remote_write>().sub(100, 8), 7));
+    CHECK(wait_one(cli.cq).status == wc_status::success);
+    CHECK(std::string(srv.buf.data() + 100) == "written");
+    REQUIRE(c.qp().send(cli.mr.local(0, 8), 8));
+    CHECK(wait_one(cli.cq).status == wc_status::success);
+    auto r = wait_one(srv.cq);
+    CHECK(r.status == wc_status::success);
+    CHECK(r.wr_id == 11);
+    std::memcpy(srv.buf.data(), "pong", 5);
+    REQUIRE(s.qp().send(srv.mr.local(0, 5), 3));
+    CHECK(wait_one(srv.cq).status == wc_status::success);
+    r = wait_one(cli.cq);
+    CHECK(r.wr_id == 9);
+    CHECK(std::string(cli.buf.data() + 1000) == "pong");
+    // Disconnecting moves the application's queue pair to ERR too (the CM does not):
+    // the receive it still has posted flushes.
+    REQUIRE(s.qp().post_recv(srv.mr.local(2000, 64), 12));
+    c.disconnect();
+    CHECK(s.wait_disconnected(5s));
+    r = wait_one(srv.cq);
+    CHECK(r.wr_id == 12);
+    CHECK(r.status == wc_status::wr_flush_err);
+  }
+}
+
+TEST_CASE("cm: an empty queue pair for a self-made connection is a usage_error") {
+  testbed tb;
+  side cli(tb.open(1));
+  queue_pair<B, rc> empty;
+  CHECK_THROWS_AS((void)cm_connect(std::move(empty), cm_address::parse(tb.ip(), next_port())), usage_error);
+}
+
+TEST_CASE("cm: cm_address parses IPv4 and IPv6 (rping -a ::1)") {
+  const auto v4 = cm_address::parse("10.0.0.1", 7);
+  CHECK_FALSE(v4.is_ipv6);
+  CHECK(v4.to_string() == "10.0.0.1:7");
+  CHECK(cm_address::parse("0.0.0.0", 0).is_any());
+  const auto lo = cm_address::parse("::1", 7174);
+  CHECK(lo.is_ipv6);
+  CHECK(lo.ipv6[15] == 1);
+  CHECK(lo.to_string() == "[::1]:7174");
+  CHECK_FALSE(lo.is_any());
+  CHECK(cm_address::parse("::", 0).is_any());
+  const auto ll = cm_address::parse("[fe80::2%1]", 5);
+  CHECK(ll.scope_id == 1);
+  CHECK(ll.ipv6[0] == 0xfe);
+  CHECK(ll.to_string() == "[fe80::2%1]:5");
+  std::uint32_t v = 0;
+  CHECK(cm_address::parse("::ffff:10.0.0.1", 1).mapped_ipv4(v));
+  CHECK(v == 0x0A000001u);
+  CHECK_FALSE(lo.mapped_ipv4(v));
+  CHECK_THROWS_WITH_AS(cm_address::parse("fe80::zz", 1), doctest::Contains("is not an IPv6 address"), usage_error);
+  CHECK_THROWS_WITH_AS(cm_address::parse("fe80::1%no-such-if0", 1), doctest::Contains("no network interface"),
+                       usage_error);
+  CHECK_THROWS_AS(cm_address::parse("10.0.0", 1), usage_error);
+}
+
+TEST_CASE("cm: an IPv6 address no RDMA device serves is an address error") {
+  testbed tb;
+  side cli(tb.open(1));
+  cm_options o;
+  o.timeout = 1500ms;
+  try {
+    (void)cm_connect<rc>(cli.pd, cli.cq, caps, cm_address::parse("2001:db8::1", next_port()), {}, o);
+    FAIL("resolved an IPv6 address nobody has");
+  } catch (const cm_error& e) {
+    INFO(e.what());
+    CHECK(e.code() == cm_errc::address);
+  }
+}
+
+TEST_CASE("cm: a source address no device has is an address error naming it") {
+  testbed tb;
+  side cli(tb.open(1));
+  cm_options o;
+  o.timeout = 1500ms;
+  o.source = cm_address::parse(tb.nobody(), 0);
+  try {
+    (void)cm_connect<rc>(cli.pd, cli.cq, caps, cm_address::parse(tb.ip(), next_port()), {}, o);
+    FAIL("connected from an address nobody has");
+  } catch (const cm_error& e) {
+    INFO(e.what());
+    CHECK(e.code() == cm_errc::address);
+    CHECK(std::string(e.what()).find(tb.nobody()) != std::string::npos);
+  }
+}
+
 TEST_CASE("cm: an address no device answers for is an address error") {
   testbed tb;
   side cli(tb.open(1));
@@ -465,5 +641,130 @@ TEST_CASE("cm (mock): binding an address no port has, or a port in use, is refus
   cm_listener<B> a(dev, cm_address::parse("0.0.0.0", 0));
   CHECK(a.address().port != 0);
   CHECK_THROWS_AS(cm_listener<B>(dev, cm_address::parse("10.0.0.1", a.address().port)), verbs_error);
+}
+#endif
+
+#if !RDMAKIT_CM_RDMACM
+TEST_CASE("cm (mock): with two addresses on a port, the source picks which one the connection uses") {
+  mock::fabric_config cfg = testbed::config();
+  cfg.devices.resize(2);
+  cfg.devices[0].name = "mock0";
+  cfg.devices[1].name = "mock1";
+  cfg.devices[1].ports[0].gids = {gid_entry{gid::from_ipv4(10, 0, 0, 2), 1, gid_type::roce_v2, true},
+                                  gid_entry{gid::from_ipv4(10, 0, 0, 12), 2, gid_type::roce_v2, true}};
+  mock::fabric fab(cfg);
+  side srv(device<B>(fab, "mock0")), cli(device<B>(fab, "mock1"));
+  cm_listener<B> l(srv.dev, cm_address::parse("10.0.0.1", next_port()));
+  for (const char* from : {"0.0.0.0", "10.0.0.12"}) {
+    auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+    cm_options o;
+    o.source = cm_address::parse(from, 0);
+    auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+    auto s = server.get();
+    const auto want = o.source.ipv4 ? gid_of(o.source) : gid::from_ipv4(10, 0, 0, 2);  // default: the first
+    CHECK(c.route().sgid == want);
+    CHECK(s.route().dgid == want);
+    CHECK(c.qp().port() == 1);
+  }
+  // An address of another device binds there: the PD (mock1's) does not fit, and says so.
+  cm_options o;
+  o.source = cm_address::parse("10.0.0.1", 0);
+  auto server = std::async(std::launch::async, [&] {
+    try {
+      (void)l.next_request(300ms);
+    } catch (const cm_error&) {
+    }
+  });
+  CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o),
+                       doctest::Contains("the PD is on mock1 but the id's route is on mock0"), verbs_error);
+  server.get();
+}
+#endif
+
+#if !RDMAKIT_CM_RDMACM
+// A connect request nobody receives: on a real fabric the CM retries, then gives up with
+// UNREACHABLE; the mock's CM does so when a port at either end is unplugged.
+TEST_CASE("cm (mock): a connect across an unplugged port is UNREACHABLE after the CM's retry time") {
+  mock::fabric_config cfg = testbed::config();
+  cfg.cm_retry_time = 100ms;
+  mock::fabric fab(cfg);
+  side srv(device<B>(fab, "mock0")), cli(device<B>(fab, "mock1"));
+  cm_listener<B> l(srv.dev, cm_address::parse("10.0.0.1", next_port()));
+  for (const char* unplugged : {"mock0", "mock1"}) {  // the server's port, then the client's own
+    CAPTURE(unplugged);
+    fab.set_port_up(unplugged, 1, false);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+      FAIL("connected across an unplugged port");
+    } catch (const cm_error& e) {
+      INFO(e.what());
+      CHECK(e.code() == cm_errc::unreachable);
+      CHECK(e.event() == cm_event_type::unreachable);
+      CHECK(e.status() == -ETIMEDOUT);
+      CHECK(std::string(e.what()).find("RDMA_CM_EVENT_UNREACHABLE") != std::string::npos);
+    }
+    const auto took = std::chrono::steady_clock::now() - t0;
+    CHECK(took >= 100ms);
+    CHECK(took < 3s);
+    CHECK_FALSE(readable(l.event_fd()));  // the request never arrived
+    fab.set_port_up(unplugged, 1, true);
+  }
+  // Plugged in again, the same listener is reached.
+  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+  CHECK(server.get());
+  CHECK(c);
+}
+
+TEST_CASE("cm (mock): a timeout shorter than the CM's retry time ends first; the UNREACHABLE is dropped with its id") {
+  mock::fabric_config cfg = testbed::config();
+  cfg.cm_retry_time = 2s;
+  mock::fabric fab(cfg);
+  side srv(device<B>(fab, "mock0")), cli(device<B>(fab, "mock1"));
+  cm_listener<B> l(srv.dev, cm_address::parse("10.0.0.1", next_port()));
+  fab.set_port_up("mock0", 1, false);
+  cm_options o;
+  o.timeout = 100ms;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+    FAIL("connected across an unplugged port");
+  } catch (const cm_error& e) {
+    CHECK(e.code() == cm_errc::timeout);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 1500ms);
+}
+#endif
+
+#if !RDMAKIT_CM_RDMACM
+TEST_CASE("cm (mock): a self-made queue pair on another device than the CM's route is refused by rdma_connect") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto qp = srv.pd.create_qp<rc>(srv.cq, caps);  // mock0's, but the client resolves from mock1
+  cm_options o;
+  o.source = cm_address::parse("10.0.0.2", 0);
+  CHECK_THROWS_WITH_AS((void)cm_connect(std::move(qp), l.address(), {}, o),
+                       doctest::Contains("is not a queue pair on mock1"), verbs_error);
+}
+#endif
+
+#if !RDMAKIT_CM_RDMACM
+TEST_CASE("cm (mock): an IPv4-mapped IPv6 address is the IPv4 one; the mock's CM serves no other IPv6") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse("::", next_port()));  // every address, as 0.0.0.0
+  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, cm_address::parse("::ffff:10.0.0.1", l.address().port));
+  auto s = server.get();
+  CHECK(s);
+  CHECK(c.route().dgid == gid::from_ipv4(10, 0, 0, 1));
+  CHECK_THROWS_WITH_AS(cm_listener<B>(srv.dev, cm_address::parse("fe80::1", 1)),
+                       doctest::Contains("serves IPv4 addresses"), verbs_error);
+  cm_options o;
+  o.source = cm_address::parse("fe80::1", 0);
+  CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o),
+                       doctest::Contains("serves IPv4 addresses"), cm_error);
 }
 #endif

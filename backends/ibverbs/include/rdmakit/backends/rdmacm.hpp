@@ -79,6 +79,25 @@ struct rdmacm : ibverbs {
     rdma_free_devices(list);
   }
 
+  /// `a` as librdmacm takes it: a sockaddr_in, or a sockaddr_in6 for an IPv6 address.
+  static sockaddr_storage sockaddr_of(const cm_address& a) noexcept {
+    sockaddr_storage ss;
+    std::memset(&ss, 0, sizeof ss);
+    if (a.is_ipv6) {
+      auto* s6 = reinterpret_cast<sockaddr_in6*>(&ss);
+      s6->sin6_family = AF_INET6;
+      std::memcpy(&s6->sin6_addr, a.ipv6.data(), 16);
+      s6->sin6_port = htons(a.port);
+      s6->sin6_scope_id = a.scope_id;
+    } else {
+      auto* s4 = reinterpret_cast<sockaddr_in*>(&ss);
+      s4->sin_family = AF_INET;
+      s4->sin_addr.s_addr = htonl(a.ipv4);
+      s4->sin_port = htons(a.port);
+    }
+    return ss;
+  }
+
   /// rdma_create_event_channel (non-blocking); `ctx` is not needed by librdmacm.
   static cm_channel cm_create_channel(context) {
     errno = 0;
@@ -111,11 +130,20 @@ struct rdmacm : ibverbs {
   static void cm_migrate_id(cm_id id, cm_channel c) {
     if (rdma_migrate_id(id, c)) throw verbs_error("rdma_migrate_id", errno, "moving a new id to its own channel");
   }
-  /// rdma_resolve_addr to `to`.
-  static void cm_resolve_addr(cm_id id, const cm_address& to, std::chrono::milliseconds timeout) {
-    sockaddr_in a = sin(to);
-    if (rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&a), ms(timeout)))
-      throw verbs_error("rdma_resolve_addr", errno, "resolving " + to.to_string());
+  /// rdma_resolve_addr from `src` (0.0.0.0 or ::: librdmacm picks the source) to `to`.
+  static void cm_resolve_addr(cm_id id, const cm_address& src, const cm_address& to,
+                              std::chrono::milliseconds timeout) {
+    sockaddr_storage s = sockaddr_of(src);
+    sockaddr_storage a = sockaddr_of(to);
+    if (rdma_resolve_addr(id, src.is_any() ? nullptr : reinterpret_cast<sockaddr*>(&s), reinterpret_cast<sockaddr*>(&a),
+                          ms(timeout))) {
+      const int e = errno;
+      throw verbs_error("rdma_resolve_addr", e,
+                        "resolving " + to.to_string() +
+                            (!src.is_any() ? " from the source address " + src.to_string() +
+                                                 (e == EADDRNOTAVAIL || e == ENODEV ? ": no RDMA device has it" : "")
+                                           : std::string()));
+    }
   }
   /// rdma_resolve_route.
   static void cm_resolve_route(cm_id id, std::chrono::milliseconds timeout) {
@@ -123,7 +151,7 @@ struct rdmacm : ibverbs {
   }
   /// rdma_bind_addr, then rdma_listen.
   static void cm_listen(cm_id id, const cm_address& addr, int backlog) {
-    sockaddr_in a = sin(addr);
+    sockaddr_storage a = sockaddr_of(addr);
     if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&a)))
       throw verbs_error("rdma_bind_addr", errno,
                         "binding " + addr.to_string() +
@@ -145,6 +173,10 @@ struct rdmacm : ibverbs {
         return gid::from_ipv4(static_cast<std::uint8_t>(v >> 24), static_cast<std::uint8_t>(v >> 16),
                               static_cast<std::uint8_t>(v >> 8), static_cast<std::uint8_t>(v));
       }
+      if (s && s->sa_family == AF_INET6) {  // RoCE v2: the GID is the IPv6 address
+        std::memcpy(g.raw.data(), &reinterpret_cast<const sockaddr_in6*>(s)->sin6_addr, 16);
+        return g;
+      }
       std::memcpy(g.raw.data(), fallback.raw, 16);
       return g;
     };
@@ -154,16 +186,7 @@ struct rdmacm : ibverbs {
   }
   /// rdma_create_qp: the QP in INIT on the id's device; `caps` written back as granted.
   static qp cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps) {
-    ibv_qp_init_attr ia;
-    std::memset(&ia, 0, sizeof ia);
-    ia.send_cq = send_cq;
-    ia.recv_cq = recv_cq;
-    ia.qp_type = static_cast<ibv_qp_type>(type);
-    ia.cap.max_send_wr = caps.max_send_wr;
-    ia.cap.max_recv_wr = caps.max_recv_wr;
-    ia.cap.max_send_sge = caps.max_send_sge;
-    ia.cap.max_recv_sge = caps.max_recv_sge;
-    ia.cap.max_inline_data = caps.max_inline_data;
+    ibv_qp_init_attr ia = rdmakit::ibverbs::detail::init_attr(send_cq, recv_cq, nullptr, type, false, caps);
     errno = 0;
     if (rdma_create_qp(id, p, &ia)) {
       const int e = errno ? errno : EINVAL;
@@ -172,11 +195,7 @@ struct rdmacm : ibverbs {
                             ? std::string("the PD is on another ibv_context than the CM id")
                             : std::string("creating the QP on the CM id"));
     }
-    caps.max_send_wr = ia.cap.max_send_wr;
-    caps.max_recv_wr = ia.cap.max_recv_wr;
-    caps.max_send_sge = ia.cap.max_send_sge;
-    caps.max_recv_sge = ia.cap.max_recv_sge;
-    caps.max_inline_data = ia.cap.max_inline_data;
+    caps = rdmakit::ibverbs::detail::from_ibv(ia.cap);
     return id->qp;
   }
   /// rdma_destroy_qp (the id forgets the QP).
@@ -193,6 +212,22 @@ struct rdmacm : ibverbs {
   static void cm_accept(cm_id id, const cm_conn_param& p) {
     rdma_conn_param c = param(p);
     if (rdma_accept(id, &c)) throw verbs_error("rdma_accept", errno, "");
+  }
+  /// rdma_init_qp_attr: the attributes of the id's connection for `state` (INIT, RTR,
+  /// RTS), for a QP the application made (cm_user_qp_backend).
+  static void cm_init_qp_attr(cm_id id, qp_state state, qp_attr& attr, qp_attr_mask& mask) {
+    ibv_qp_attr a;
+    std::memset(&a, 0, sizeof a);
+    a.qp_state = static_cast<ibv_qp_state>(state);
+    int m = 0;
+    if (rdma_init_qp_attr(id, &a, &m))
+      throw verbs_error("rdma_init_qp_attr", errno, std::string("the attributes for ") + to_string(state));
+    attr = rdmakit::ibverbs::detail::from_ibv(a);
+    mask = static_cast<qp_attr_mask>(m);
+  }
+  /// rdma_establish: answers CONNECT_RESPONSE (the RTU).
+  static void cm_establish(cm_id id) {
+    if (rdma_establish(id)) throw verbs_error("rdma_establish", errno, "");
   }
   /// rdma_reject.
   static int cm_reject(cm_id id, const void* data, std::uint8_t len) noexcept {
@@ -229,14 +264,6 @@ struct rdmacm : ibverbs {
     return b;
   }
   static int ms(std::chrono::milliseconds t) { return static_cast<int>(std::clamp<long long>(t.count(), 1, 1 << 30)); }
-  static sockaddr_in sin(const cm_address& a) {
-    sockaddr_in s;
-    std::memset(&s, 0, sizeof s);
-    s.sin_family = AF_INET;
-    s.sin_addr.s_addr = htonl(a.ipv4);
-    s.sin_port = htons(a.port);
-    return s;
-  }
   static rdma_conn_param param(const cm_conn_param& p) {
     rdma_conn_param c;
     std::memset(&c, 0, sizeof c);
@@ -246,6 +273,7 @@ struct rdmacm : ibverbs {
     c.initiator_depth = p.initiator_depth;
     c.retry_count = p.retry_count;
     c.rnr_retry_count = p.rnr_retry_count;
+    c.qp_num = p.qp_num;
     return c;
   }
   static cm_event_type type_of(rdma_cm_event_type t) noexcept {
@@ -255,6 +283,7 @@ struct rdmacm : ibverbs {
       case RDMA_CM_EVENT_ROUTE_RESOLVED: return cm_event_type::route_resolved;
       case RDMA_CM_EVENT_ROUTE_ERROR: return cm_event_type::route_error;
       case RDMA_CM_EVENT_CONNECT_REQUEST: return cm_event_type::connect_request;
+      case RDMA_CM_EVENT_CONNECT_RESPONSE: return cm_event_type::connect_response;
       case RDMA_CM_EVENT_CONNECT_ERROR: return cm_event_type::connect_error;
       case RDMA_CM_EVENT_UNREACHABLE: return cm_event_type::unreachable;
       case RDMA_CM_EVENT_REJECTED: return cm_event_type::rejected;
@@ -278,6 +307,7 @@ struct rdmacm : ibverbs {
 
 static_assert(models_verbs_backend<rdmacm>());
 static_assert(cm_backend<rdmacm>);
+static_assert(cm_user_qp_backend<rdmacm>);
 
 }  // namespace backends
 RDMAKIT_END_NAMESPACE

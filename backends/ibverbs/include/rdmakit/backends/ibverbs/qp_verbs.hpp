@@ -41,18 +41,7 @@ RDMAKIT_DECL ibv_qp* create_qp(ibv_pd* p, ibv_cq* send_cq, ibv_cq* recv_cq, ibv_
   over("max_send_sge", caps.max_send_sge, "max_sge", lim.max_sge);
   over("max_recv_sge", caps.max_recv_sge, "max_sge", lim.max_sge);
 
-  ibv_qp_init_attr ia;
-  std::memset(&ia, 0, sizeof ia);
-  ia.send_cq = send_cq;
-  ia.recv_cq = recv_cq;
-  ia.srq = srq;
-  ia.qp_type = static_cast<ibv_qp_type>(type);
-  ia.sq_sig_all = sq_sig_all ? 1 : 0;
-  ia.cap.max_send_wr = caps.max_send_wr;
-  ia.cap.max_recv_wr = caps.max_recv_wr;
-  ia.cap.max_send_sge = caps.max_send_sge;
-  ia.cap.max_recv_sge = caps.max_recv_sge;
-  ia.cap.max_inline_data = caps.max_inline_data;
+  ibv_qp_init_attr ia = init_attr(send_cq, recv_cq, srq, type, sq_sig_all, caps);
   errno = 0;
   ibv_qp* q = ibv_create_qp(p, &ia);
   if (!q) {
@@ -77,11 +66,7 @@ RDMAKIT_DECL ibv_qp* create_qp(ibv_pd* p, ibv_cq* send_cq, ibv_cq* recv_cq, ibv_
       why += ": the device does not support this QP type";
     throw verbs_error("ibv_create_qp", err, why);
   }
-  caps.max_send_wr = ia.cap.max_send_wr;
-  caps.max_recv_wr = ia.cap.max_recv_wr;
-  caps.max_send_sge = ia.cap.max_send_sge;
-  caps.max_recv_sge = ia.cap.max_recv_sge;
-  caps.max_inline_data = ia.cap.max_inline_data;
+  caps = from_ibv(ia.cap);
   return q;
 }
 

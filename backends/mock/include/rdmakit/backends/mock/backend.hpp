@@ -264,8 +264,10 @@ struct mock {
   static int cm_destroy_id(cm_id id) noexcept;
   /// Moves the id and its queued events to `ch`.
   static void cm_migrate_id(cm_id id, cm_channel ch);
-  /// ADDR_RESOLVED if a port of the fabric has the address, else ADDR_ERROR.
-  static void cm_resolve_addr(cm_id id, const cm_address& to, std::chrono::milliseconds timeout);
+  /// Binds to `src` unless it is 0.0.0.0 (the port with that address, on any device of
+  /// the fabric; EADDRNOTAVAIL if none), else to the channel's device. Then
+  /// ADDR_RESOLVED if a port of the fabric has the address `to`, else ADDR_ERROR.
+  static void cm_resolve_addr(cm_id id, const cm_address& src, const cm_address& to, std::chrono::milliseconds timeout);
   /// ROUTE_RESOLVED (after ADDR_RESOLVED).
   static void cm_resolve_route(cm_id id, std::chrono::milliseconds timeout);
   /// Binds (0.0.0.0: any port of the fabric; port 0: one is picked) and listens.
@@ -278,10 +280,17 @@ struct mock {
   static qp cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps);
   /// Destroys the id's QP.
   static int cm_destroy_qp(cm_id id) noexcept;
-  /// Sends the request: CONNECT_REQUEST to the listener, or REJECTED (status 8) if none.
+  /// Sends the request: CONNECT_REQUEST to the listener, or REJECTED (status 8) if none;
+  /// with a port unplugged at either end, UNREACHABLE (-ETIMEDOUT) after
+  /// fabric_config::cm_retry_time, the QP in ERR.
   static void cm_connect(cm_id id, const cm_conn_param& p);
   /// Accepts: both QPs go to RTS, both ids get ESTABLISHED.
   static void cm_accept(cm_id id, const cm_conn_param& p);
+  /// rdma_init_qp_attr: the attributes of the id's connection for INIT, RTR or RTS
+  /// (cm_user_qp_backend: a QP the application made).
+  static void cm_init_qp_attr(cm_id id, qp_state state, qp_attr& attr, qp_attr_mask& mask);
+  /// rdma_establish: answers CONNECT_RESPONSE; the passive side gets ESTABLISHED.
+  static void cm_establish(cm_id id);
   /// Rejects: the requester gets REJECTED (status 28) with the private data.
   static int cm_reject(cm_id id, const void* data, std::uint8_t len) noexcept;
   /// Disconnects: this id's QP goes to ERR, both ids get DISCONNECTED.
@@ -379,6 +388,7 @@ static_assert(mw_backend<mock>);
 static_assert(wr_id_backend<mock>);
 static_assert(srq_backend<mock>);
 static_assert(cm_backend<mock>);
+static_assert(cm_user_qp_backend<mock>);
 
 }  // namespace backends
 RDMAKIT_END_NAMESPACE

@@ -44,6 +44,7 @@ struct cm_reject_owed {
   cm_id_obj* id = nullptr;
   int status = 0;
   std::vector<std::byte> data;
+  cm_event_type type = cm_event_type::rejected;  // or UNREACHABLE, which librdmacm handles alike
 };
 inline void cm_deliver_rejects(fabric_state& f, std::unique_lock<std::mutex>& lk, std::vector<cm_reject_owed>& owed) {
   for (auto& r : owed) {
@@ -58,15 +59,21 @@ inline void cm_deliver_rejects(fabric_state& f, std::unique_lock<std::mutex>& lk
       }
     }
     lk.lock();
-    if (f.cm_ids.count(r.id)) cm_push(f, r.id, cm_event_type::rejected, r.status, r.data.data(), r.data.size());
+    if (f.cm_ids.count(r.id)) cm_push(f, r.id, r.type, r.status, r.data.data(), r.data.size());
   }
   owed.clear();
 }
 
 inline void cm_forget_events(cm_id_obj* id) {
-  auto& q = id->ch->events;
-  for (auto it = q.begin(); it != q.end();) it = (it->id == id) ? q.erase(it) : it + 1;
-  id->ch->ready.sync(!q.empty());
+  for (auto* q : {&id->ch->events, &id->ch->later})
+    for (auto it = q->begin(); it != q->end();) it = (it->id == id) ? q->erase(it) : it + 1;
+  id->ch->ready.sync(!id->ch->events.empty());
+}
+
+// True when the port is plugged in (an unplugged one drops every packet, CM MADs too).
+inline bool cm_port_up(const fabric_state& f, std::uint32_t dev, std::uint8_t port) {
+  return port >= 1 && dev < f.devices.size() && port <= f.devices[dev].ports.size() &&
+         f.devices[dev].ports[port - 1].up;
 }
 
 // The (device, port, GID index) whose IPv4-mapped GID is `ip`; false when none.
@@ -88,52 +95,96 @@ inline bool cm_find_address(const fabric_state& f, std::uint32_t ip, std::uint32
   return false;
 }
 
+// The IPv4 address the mock's CM uses for `a`: IPv4, or IPv6 that is :: or IPv4-mapped
+// (::ffff:a.b.c.d). False for other IPv6 addresses: the mock's CM does not serve them.
+inline bool cm_ipv4_of(const cm_address& a, std::uint32_t& out) noexcept {
+  if (!a.is_ipv6) {
+    out = a.ipv4;
+    return true;
+  }
+  out = 0;
+  return a.is_any() || a.mapped_ipv4(out);
+}
+
 inline gid cm_gid_of(const fabric_state& f, const cm_id_obj* id) {
   const auto& gids = f.devices[id->dev].ports[id->port - 1].gids;
   return id->gid_index < static_cast<int>(gids.size()) ? gids[static_cast<std::size_t>(id->gid_index)].value : gid{};
 }
 
-// The INIT→RTR→RTS attributes connecting `self`'s QP to `peer`'s (what rdma_init_qp_attr
-// gives: the path from the route, the peer's QPN and PSN, the READ depths asked).
+// The attributes rdma_init_qp_attr gives `self`'s QP for `state`, connected to `peer`:
+// INIT the port and the remote rights (writes always; reads and atomics when this side
+// accepts incoming ones, responder_resources > 0), RTR the path from the route, the
+// peer's QPN and PSN and the READ depth granted, RTS this side's PSN, retries and depth.
+inline void cm_qp_attrs(const fabric_state& f, const cm_id_obj* self, const cm_id_obj* peer,
+                        const cm_conn_param& mine, const cm_conn_param& theirs, qp_state state, qp_type type,
+                        qp_attr& a, qp_attr_mask& m) {
+  a = qp_attr{};
+  a.state = state;
+  if (state == qp_state::init) {
+    a.port_num = self->port;
+    a.pkey_index = 0;
+    a.access_flags = access::remote_write;
+    if (mine.responder_resources) a.access_flags = a.access_flags | access::remote_read | access::remote_atomic;
+    m = qp_attr_mask::state | qp_attr_mask::pkey_index | qp_attr_mask::port | qp_attr_mask::access_flags;
+    return;
+  }
+  const auto& pa = f.devices[self->dev].ports[self->port - 1];
+  const auto& pb = f.devices[peer->dev].ports[peer->port - 1];
+  if (state == qp_state::rtr) {
+    a.path_mtu = std::min(pa.cfg.active_mtu, pb.cfg.active_mtu);
+    a.dest_qp_num = peer->qpn;
+    a.rq_psn = peer->psn;
+    a.av.port_num = self->port;
+    a.av.dlid = pb.lid;
+    if (pa.cfg.layer == link_layer::ethernet) {
+      a.av.is_global = true;
+      a.av.grh.dgid = cm_gid_of(f, peer);
+      a.av.grh.sgid_index = static_cast<std::uint8_t>(self->gid_index);
+      a.av.grh.hop_limit = 64;
+    }
+    a.max_dest_rd_atomic = mine.responder_resources;
+    a.min_rnr_timer = 12;
+    m = rdmakit::detail::rule_for(qp_state::init, qp_state::rtr, type).required | qp_attr_mask::state;
+    return;
+  }
+  a.sq_psn = self->psn;
+  a.timeout = 14;
+  a.retry_cnt = theirs.retry_count < mine.retry_count ? theirs.retry_count : mine.retry_count;
+  a.rnr_retry = mine.rnr_retry_count;
+  a.max_rd_atomic = mine.initiator_depth;
+  m = rdmakit::detail::rule_for(qp_state::rtr, qp_state::rts, type).required | qp_attr_mask::state;
+}
+
+// Moves `self`'s QP (the CM's) INIT→INIT→RTR→RTS, as librdmacm does during connect/accept.
 inline void cm_to_rts(fabric_state& f, cm_id_obj* self, cm_id_obj* peer, const cm_conn_param& mine,
                       const cm_conn_param& theirs) {
   qp_obj* q = self->qp;
-  qp_obj* pq = peer->qp;
-  const auto& pa = f.devices[self->dev].ports[self->port - 1];
-  const auto& pb = f.devices[peer->dev].ports[peer->port - 1];
-  qp_attr a;
-  a.state = qp_state::rtr;
-  a.path_mtu = std::min(pa.cfg.active_mtu, pb.cfg.active_mtu);
-  a.dest_qp_num = pq->qpn;
-  a.rq_psn = (pq->qpn * 0x9E3779B1u) & psn_mask;
-  a.av.port_num = self->port;
-  a.av.dlid = pb.lid;
-  if (pa.cfg.layer == link_layer::ethernet) {
-    a.av.is_global = true;
-    a.av.grh.dgid = cm_gid_of(f, peer);
-    a.av.grh.sgid_index = static_cast<std::uint8_t>(self->gid_index);
-    a.av.grh.hop_limit = 64;
+  for (qp_state st : {qp_state::init, qp_state::rtr, qp_state::rts}) {
+    qp_attr a;
+    qp_attr_mask m{};
+    {
+      std::lock_guard lk(f.mu);
+      cm_qp_attrs(f, self, peer, mine, theirs, st, q->type, a, m);
+    }
+    backends::mock::modify_qp(q, a, m);
   }
-  a.max_dest_rd_atomic = mine.responder_resources;
-  a.min_rnr_timer = 12;
-  qp_attr b;
-  b.state = qp_state::rts;
-  b.sq_psn = (q->qpn * 0x9E3779B1u) & psn_mask;
-  b.timeout = 14;
-  b.retry_cnt = theirs.retry_count < mine.retry_count ? theirs.retry_count : mine.retry_count;
-  b.rnr_retry = mine.rnr_retry_count;
-  b.max_rd_atomic = mine.initiator_depth;
-  const auto rtr = rdmakit::detail::rule_for(qp_state::init, qp_state::rtr, q->type).required;
-  const auto rts = rdmakit::detail::rule_for(qp_state::rtr, qp_state::rts, q->type).required;
-  // INIT→INIT first, as librdmacm does: the kernel CM grants remote writes, and reads
-  // and atomics when this side accepts incoming ones (responder_resources > 0).
-  qp_attr i;
-  i.state = qp_state::init;
-  i.access_flags = access::remote_write;
-  if (mine.responder_resources) i.access_flags = i.access_flags | access::remote_read | access::remote_atomic;
-  backends::mock::modify_qp(q, i, qp_attr_mask::state | qp_attr_mask::access_flags);
-  backends::mock::modify_qp(q, a, rtr | qp_attr_mask::state);
-  backends::mock::modify_qp(q, b, rts | qp_attr_mask::state);
+}
+
+// What the passive side's CM grants before it answers: the request's depths, crossed.
+inline cm_conn_param cm_offered(const cm_conn_param& req) {
+  cm_conn_param p = req;
+  p.responder_resources = req.initiator_depth;
+  p.initiator_depth = req.responder_resources;
+  return p;
+}
+
+// Under f.mu: `qpn` is a QP of the application on the id's device (qp_num of connect/accept).
+inline void cm_check_user_qp(const fabric_state& f, const cm_id_obj* id, std::uint32_t qpn, const char* verb) {
+  auto it = f.qps.find(qpn);
+  if (it == f.qps.end() || it->second->pd->ctx->dev != id->dev)
+    fail(verb, EINVAL,
+         "qp_num " + std::to_string(qpn) + " is not a queue pair on " + f.devices[id->dev].cfg.name +
+             ", the device of the id's route: create the QP there, or let the CM create it (rdma_create_qp)");
 }
 
 }  // namespace mock::detail
@@ -186,7 +237,7 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
   using ph = mockd::cm_id_obj::phase;
   std::vector<mockd::cm_reject_owed> owed;
   if (auto* p = id->peer) {
-    if (id->state == ph::established && p->state == ph::established) {
+    if ((id->state == ph::established || id->state == ph::responded) && p->state == ph::established) {
       p->state = ph::done;
       mockd::cm_push(f, p, cm_event_type::disconnected);
     } else if (id->state == ph::received && p->state == ph::requested) {
@@ -242,6 +293,15 @@ RDMAKIT_DECL void mock::cm_migrate_id(cm_id id, cm_channel c) {
       ++it;
     }
   }
+  auto& later = id->ch->later;
+  for (auto it = later.begin(); it != later.end();) {
+    if (it->id == id) {
+      c->later.push_back(std::move(*it));
+      it = later.erase(it);
+    } else {
+      ++it;
+    }
+  }
   id->ch->ready.sync(!from.empty());
   c->ready.sync(!c->events.empty());
   --id->ch->ids;
@@ -249,41 +309,61 @@ RDMAKIT_DECL void mock::cm_migrate_id(cm_id id, cm_channel c) {
   ++c->ids;
 }
 
-RDMAKIT_DECL void mock::cm_resolve_addr(cm_id id, const cm_address& to, std::chrono::milliseconds) {
+RDMAKIT_DECL void mock::cm_resolve_addr(cm_id id, const cm_address& src, const cm_address& to,
+                                        std::chrono::milliseconds) {
   if (!id) mockd::fail("rdma_resolve_addr", EINVAL, "no id");
   auto& f = mockd::fab_of(id);
   std::lock_guard lk(f.mu);
   using ph = mockd::cm_id_obj::phase;
   if (id->state != ph::idle) mockd::fail("rdma_resolve_addr", EINVAL, "the id is already resolved, bound or connected");
+  // A source address binds first (rdma_bind_addr), so one no port has fails at once.
+  std::uint32_t src_ip = 0, to_ip = 0;
+  if (!mockd::cm_ipv4_of(src, src_ip))
+    mockd::fail("rdma_resolve_addr", EADDRNOTAVAIL,
+                "binding the source address " + src.to_string() +
+                    ": the mock's CM serves IPv4 addresses (and IPv4-mapped IPv6 ones, ::ffff:a.b.c.d) only");
+  if (src_ip != 0) {
+    std::uint32_t dev = 0;
+    std::uint8_t port = 0;
+    int index = 0;
+    if (!mockd::cm_find_address(f, src_ip, dev, port, index))
+      mockd::fail("rdma_resolve_addr", EADDRNOTAVAIL,
+                  "binding the source address " + rdmakit::detail::cm_ipv4_string(src_ip) +
+                      ": no port of the fabric has it (mock0 is 10.0.0.1, mock1 10.0.0.2)");
+    id->dev = dev;
+    id->port = port;
+    id->gid_index = index;
+  }
   std::uint32_t dev = 0;
   std::uint8_t port = 0;
   int index = 0;
-  if (!mockd::cm_find_address(f, to.ipv4, dev, port, index)) {
+  // An IPv6 destination other than an IPv4-mapped one has no device here: ADDR_ERROR.
+  if (!mockd::cm_ipv4_of(to, to_ip) || !mockd::cm_find_address(f, to_ip, dev, port, index)) {
+    if (src_ip != 0) id->port = 0;  // unbound again: resolution failed
     mockd::cm_push(f, id, cm_event_type::addr_error, -EHOSTUNREACH);
     return;
   }
-  // The source is the channel's device (the one the caller opened), on its first port
-  // with an IPv4 address: two mock devices stand for two hosts on one subnet.
-  id->dev = id->ch->dev;
-  id->port = 1;
-  id->gid_index = 0;
-  const auto& ports = f.devices[id->dev].ports;
-  bool found = false;
-  for (std::size_t p = 0; p < ports.size() && !found; ++p)
-    for (std::size_t i = 0; i < ports[p].gids.size() && !found; ++i)
-      if (ports[p].gids[i].valid && ports[p].gids[i].value.is_ipv4_mapped()) {
-        id->port = static_cast<std::uint8_t>(p + 1);
-        id->gid_index = static_cast<int>(i);
-        found = true;
-      }
-  (void)dev;
-  (void)port;
-  (void)index;
+  if (src_ip == 0) {
+    // The source is the channel's device (the one the caller opened), on its first port
+    // with an IPv4 address: two mock devices stand for two hosts on one subnet.
+    id->dev = id->ch->dev;
+    id->port = 1;
+    id->gid_index = 0;
+    const auto& ports = f.devices[id->dev].ports;
+    bool found = false;
+    for (std::size_t p = 0; p < ports.size() && !found; ++p)
+      for (std::size_t i = 0; i < ports[p].gids.size() && !found; ++i)
+        if (ports[p].gids[i].valid && ports[p].gids[i].value.is_ipv4_mapped()) {
+          id->port = static_cast<std::uint8_t>(p + 1);
+          id->gid_index = static_cast<int>(i);
+          found = true;
+        }
+  }
   const gid g = mockd::cm_gid_of(f, id);
   id->local_ip = (std::uint32_t{g.raw[12]} << 24) | (std::uint32_t{g.raw[13]} << 16) |
                  (std::uint32_t{g.raw[14]} << 8) | g.raw[15];
-  id->local_port = f.next_cm_port++;
-  id->remote_ip = to.ipv4;
+  id->local_port = src_ip != 0 && src.port != 0 ? src.port : f.next_cm_port++;
+  id->remote_ip = to_ip;
   id->remote_port = to.port;
   id->state = ph::addr;
   mockd::cm_push(f, id, cm_event_type::addr_resolved);
@@ -305,17 +385,21 @@ RDMAKIT_DECL void mock::cm_listen(cm_id id, const cm_address& addr, int) {
   std::lock_guard lk(f.mu);
   if (id->state != mockd::cm_id_obj::phase::idle)
     mockd::fail("rdma_bind_addr", EINVAL, "the id is already resolved, bound or connected");
-  if (addr.ipv4 != 0 && !mockd::cm_find_address(f, addr.ipv4, id->dev, id->port, id->gid_index))
+  std::uint32_t ip = 0;
+  if (!mockd::cm_ipv4_of(addr, ip))
+    mockd::fail("rdma_bind_addr", EADDRNOTAVAIL,
+                addr.to_string() + ": the mock's CM serves IPv4 addresses (and IPv4-mapped IPv6 ones) only");
+  if (ip != 0 && !mockd::cm_find_address(f, ip, id->dev, id->port, id->gid_index))
     mockd::fail("rdma_bind_addr", EADDRNOTAVAIL,
                 addr.to_string() + " is not the address of any port of the fabric (mock0 is 10.0.0.1, mock1 10.0.0.2)");
   std::uint16_t port = addr.port ? addr.port : f.next_cm_port++;
   for (const auto& [key, l] : f.cm_listeners)
-    if (key.second == port && (key.first == 0 || addr.ipv4 == 0 || key.first == addr.ipv4))
+    if (key.second == port && (key.first == 0 || ip == 0 || key.first == ip))
       mockd::fail("rdma_bind_addr", EADDRINUSE, "port " + std::to_string(port) + " is already listened on");
-  id->local_ip = addr.ipv4;
+  id->local_ip = ip;
   id->local_port = port;
   id->state = mockd::cm_id_obj::phase::listening;
-  f.cm_listeners[{addr.ipv4, port}] = id;
+  f.cm_listeners[{ip, port}] = id;
 }
 
 RDMAKIT_DECL std::uint16_t mock::cm_bound_port(cm_id id) {
@@ -364,6 +448,7 @@ RDMAKIT_DECL mock::qp mock::cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq,
   auto& f = mockd::fab_of(id);
   std::lock_guard lk(f.mu);
   id->qp = q;
+  id->qpn = q->qpn;
   return q;
 }
 
@@ -384,9 +469,31 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
   std::unique_lock lk(f.mu);
   using ph = mockd::cm_id_obj::phase;
   if (id->state != ph::route) mockd::fail("rdma_connect", EINVAL, "resolve the route first (ROUTE_RESOLVED)");
-  if (!id->qp) mockd::fail("rdma_connect", EINVAL, "create the QP on the id first (rdma_create_qp)");
+  if (!id->qp && !prm.qp_num)
+    mockd::fail("rdma_connect", EINVAL,
+                "create the QP on the id first (rdma_create_qp), or give your own QP's number (qp_num)");
+  if (!id->qp) mockd::cm_check_user_qp(f, id, prm.qp_num, "rdma_connect");
+  id->qpn = id->qp ? id->qp->qpn : prm.qp_num;
+  id->psn = (f.next_cm_psn++ * 0x9E3779B1u) & psn_mask;
   if (prm.private_data_len > 56)
     mockd::fail("rdma_connect", EINVAL, "a connect request carries at most 56 bytes of private data");
+  std::uint32_t to_dev = 0;
+  std::uint8_t to_port = 0;
+  int to_index = 0;
+  const bool to_found = mockd::cm_find_address(f, id->remote_ip, to_dev, to_port, to_index);
+  if (!mockd::cm_port_up(f, id->dev, id->port) || (to_found && !mockd::cm_port_up(f, to_dev, to_port))) {
+    // The REQ is lost on an unplugged port, and so is every retry: after the CM's
+    // retry time, UNREACHABLE (ETIMEDOUT), and librdmacm moves the QP to ERR.
+    id->state = ph::done;
+    mockd::cm_event_rec r;
+    r.type = cm_event_type::unreachable;
+    r.id = id;
+    r.status = -ETIMEDOUT;
+    r.due = std::chrono::steady_clock::now() + f.cfg.cm_retry_time;
+    id->ch->later.push_back(std::move(r));
+    f.cv.notify_all();
+    return;
+  }
   auto it = f.cm_listeners.find({id->remote_ip, id->remote_port});
   if (it == f.cm_listeners.end()) it = f.cm_listeners.find({0, id->remote_port});
   if (it == f.cm_listeners.end()) {  // the peer's CM answers with REJ "invalid service ID"
@@ -410,6 +517,8 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
   child->remote_ip = id->local_ip;
   child->remote_port = id->local_port;
   child->state = ph::received;
+  child->passive = true;
+  child->psn = (f.next_cm_psn++ * 0x9E3779B1u) & psn_mask;
   child->peer = id;
   child->listener = l;
   id->peer = child;
@@ -428,25 +537,77 @@ RDMAKIT_DECL void mock::cm_accept(cm_id id, const cm_conn_param& prm) {
   {
     std::lock_guard lk(f.mu);
     if (id->state != ph::received) mockd::fail("rdma_accept", EINVAL, "the id has no connect request to accept");
-    if (!id->qp) mockd::fail("rdma_accept", EINVAL, "create the QP on the id first (rdma_create_qp)");
+    if (!id->qp && !prm.qp_num)
+      mockd::fail("rdma_accept", EINVAL,
+                  "create the QP on the id first (rdma_create_qp), or give your own QP's number (qp_num)");
+    if (!id->qp) mockd::cm_check_user_qp(f, id, prm.qp_num, "rdma_accept");
     if (prm.private_data_len > 196)
       mockd::fail("rdma_accept", EINVAL, "an accept carries at most 196 bytes of private data");
+    id->qpn = id->qp ? id->qp->qpn : prm.qp_num;
     peer = id->peer;
-    if (!peer || peer->state != ph::requested || !peer->qp) {
+    if (!peer || peer->state != ph::requested || (!peer->qp && !f.qps.count(peer->qpn))) {
       id->state = ph::done;  // the requester gave up: as a real CM, the accept times out
       return;
     }
     theirs = peer->param;
+    id->answer = prm;
+    peer->answer = prm;
+    id->answer.private_data = peer->answer.private_data = nullptr;
   }
-  // The QPs' own transitions take the lock; the ids stay alive meanwhile (the typed
-  // layer destroys an id only from its owner's thread, never during its peer's accept).
-  mockd::cm_to_rts(f, id, peer, prm, theirs);
-  mockd::cm_to_rts(f, peer, id, theirs, prm);
+  // The CM's own QPs move here (an application's QP is moved by the application, with
+  // cm_init_qp_attr). The QPs' own transitions take the lock; the ids stay alive
+  // meanwhile (the typed layer destroys an id only from its owner's thread, never during
+  // its peer's accept).
+  if (id->qp) mockd::cm_to_rts(f, id, peer, prm, theirs);
+  if (peer->qp) mockd::cm_to_rts(f, peer, id, theirs, prm);
   std::lock_guard lk(f.mu);
   id->state = ph::established;
-  peer->state = ph::established;
-  mockd::cm_push(f, peer, cm_event_type::established, 0, prm.private_data, prm.private_data_len);
-  mockd::cm_push(f, id, cm_event_type::established);
+  if (peer->qp) {
+    peer->state = ph::established;
+    mockd::cm_push(f, peer, cm_event_type::established, 0, prm.private_data, prm.private_data_len);
+    mockd::cm_push(f, id, cm_event_type::established);
+  } else {
+    // librdmacm: an active side without a CM QP gets CONNECT_RESPONSE, moves its QP and
+    // calls rdma_establish (the RTU), which brings the passive side its ESTABLISHED.
+    peer->state = ph::responded;
+    mockd::cm_push(f, peer, cm_event_type::connect_response, 0, prm.private_data, prm.private_data_len);
+  }
+}
+
+RDMAKIT_DECL void mock::cm_init_qp_attr(cm_id id, qp_state state, qp_attr& attr, qp_attr_mask& mask) {
+  if (!id) mockd::fail("rdma_init_qp_attr", EINVAL, "no id");
+  auto& f = mockd::fab_of(id);
+  std::lock_guard lk(f.mu);
+  using ph = mockd::cm_id_obj::phase;
+  if (state != qp_state::init && state != qp_state::rtr && state != qp_state::rts)
+    mockd::fail("rdma_init_qp_attr", EINVAL, "the CM gives attributes for INIT, RTR and RTS only");
+  if (!id->port) mockd::fail("rdma_init_qp_attr", EINVAL, "the id has no route yet (resolve it, or take a request)");
+  const bool passive = id->passive && (id->state == ph::received || id->state == ph::established);
+  const bool active = !id->passive && (id->state == ph::responded || id->state == ph::established);
+  if (state != qp_state::init && (!id->peer || (!passive && !active)))
+    mockd::fail("rdma_init_qp_attr", EINVAL,
+                "RTR and RTS need the peer: on the passive side a connect request, on the active side "
+                "CONNECT_RESPONSE");
+  cm_conn_param mine, theirs;
+  if (id->peer && passive) {
+    theirs = id->peer->param;
+    mine = id->state == ph::received ? mockd::cm_offered(theirs) : id->answer;
+  } else if (id->peer && active) {
+    mine = id->param;
+    theirs = id->answer;
+  }
+  mockd::cm_qp_attrs(f, id, id->peer, mine, theirs, state, qp_type::rc, attr, mask);
+}
+
+RDMAKIT_DECL void mock::cm_establish(cm_id id) {
+  if (!id) mockd::fail("rdma_establish", EINVAL, "no id");
+  auto& f = mockd::fab_of(id);
+  std::lock_guard lk(f.mu);
+  using ph = mockd::cm_id_obj::phase;
+  if (id->state != ph::responded)
+    mockd::fail("rdma_establish", EINVAL, "the id has no CONNECT_RESPONSE to answer (connect with qp_num first)");
+  id->state = ph::established;
+  if (auto* p = id->peer; p && p->state == ph::established) mockd::cm_push(f, p, cm_event_type::established);
 }
 
 RDMAKIT_DECL int mock::cm_reject(cm_id id, const void* data, std::uint8_t len) noexcept {
@@ -477,9 +638,9 @@ RDMAKIT_DECL int mock::cm_disconnect(cm_id id) noexcept {
   qp q = nullptr;
   {
     std::lock_guard lk(f.mu);
-    if (id->state != ph::established && id->state != ph::done) return EINVAL;
+    if (id->state != ph::established && id->state != ph::responded && id->state != ph::done) return EINVAL;
     q = id->qp;
-    if (id->state == ph::established) {
+    if (id->state == ph::established || id->state == ph::responded) {
       id->state = ph::done;
       mockd::cm_push(f, id, cm_event_type::disconnected);
       if (auto* p = id->peer; p && p->state == ph::established) {
@@ -506,8 +667,24 @@ RDMAKIT_DECL int mock::cm_get_event(cm_channel c, std::chrono::milliseconds time
   auto& f = *c->fab;
   std::unique_lock lk(f.mu);
   const auto until = std::chrono::steady_clock::now() + timeout;
-  while (c->events.empty())
-    if (f.cv.wait_until(lk, until) == std::cv_status::timeout && c->events.empty()) return ETIMEDOUT;
+  while (c->events.empty()) {
+    // An UNREACHABLE whose retry time is over: its QP goes to ERR, then it is queued.
+    auto due = std::min_element(c->later.begin(), c->later.end(),
+                                [](const auto& a, const auto& b) { return a.due < b.due; });
+    const auto now = std::chrono::steady_clock::now();
+    if (due != c->later.end() && due->due <= now) {
+      std::vector<mockd::cm_reject_owed> owed{{due->id, due->status, {}, due->type}};
+      c->later.erase(due);
+      try {
+        mockd::cm_deliver_rejects(f, lk, owed);
+      } catch (...) {
+        return ENOMEM;
+      }
+      continue;
+    }
+    if (now >= until) return ETIMEDOUT;
+    f.cv.wait_until(lk, due != c->later.end() ? std::min(until, due->due) : until);
+  }
   auto r = std::move(c->events.front());
   c->events.pop_front();
   c->ready.sync(!c->events.empty());

@@ -93,6 +93,10 @@ struct fabric_config {
   device_profile profile = device_profile::spec;
   /// One-way wire latency on the simulated clock. 0: a post completes within the call.
   std::chrono::nanoseconds latency{0};
+  /// How long the connection manager retries a connect request that nobody receives (a
+  /// port unplugged at either end, see fabric::set_port_up) before it gives up with
+  /// UNREACHABLE; wall clock, as the CM's events are. librdmacm's takes about a minute.
+  std::chrono::milliseconds cm_retry_time{200};
 };
 
 /// What a fault does to the messages it hits.

@@ -285,15 +285,19 @@ struct cm_event_rec {
   cm_id_obj* listen_id = nullptr;
   int status = 0;
   std::vector<std::byte> data;
+  std::chrono::steady_clock::time_point due{};  // `later`: when the CM gives up retrying
 };
 
 /// A connection-manager event channel: readable exactly while `events` is not empty.
+/// `later` holds the UNREACHABLEs owed once the CM's retries run out (wall clock):
+/// cm_get_event queues each when it falls due.
 class cm_channel_obj {
  public:
   fabric_state* fab = nullptr;
   std::shared_ptr<fabric_state> keep;
   std::uint32_t dev = 0;  // the device of the context it was made from: ids resolve from it
   std::deque<cm_event_rec> events;
+  std::deque<cm_event_rec> later;
   ready_fd ready;
   int ids = 0;
 };
@@ -302,7 +306,9 @@ class cm_channel_obj {
 /// the QP created on it, and the peer id once a request connects the two.
 class cm_id_obj {
  public:
-  enum class phase { idle, addr, route, listening, requested, received, established, done };
+  // responded: the active side of a QP the application made got CONNECT_RESPONSE and
+  // has yet to call cm_establish.
+  enum class phase { idle, addr, route, listening, requested, received, responded, established, done };
   cm_channel_obj* ch = nullptr;
   phase state = phase::idle;
   std::uint32_t dev = 0;
@@ -314,6 +320,10 @@ class cm_id_obj {
   cm_id_obj* peer = nullptr;      // requested/received/established: the other side
   cm_id_obj* listener = nullptr;  // received: the listening id the request came to
   cm_conn_param param{};          // requested: what the active side asked for
+  cm_conn_param answer{};         // after an accept: what the passive side answered
+  std::uint32_t qpn = 0;          // the QP's number: the CM's (qp) or the application's (qp_num)
+  std::uint32_t psn = 0;          // the starting PSN this side's CM chose (sent in the REQ or REP)
+  bool passive = false;           // made by a connect request (the listener's side)
 };
 
 /// Where a response goes: the requester (with the message's hint), its WQE and PSN.
@@ -380,6 +390,7 @@ class fabric_state {
   std::set<cm_id_obj*> cm_ids;
   std::map<std::pair<std::uint32_t, std::uint16_t>, cm_id_obj*> cm_listeners;
   std::uint16_t next_cm_port = 40000;
+  std::uint32_t next_cm_psn = 1;
   bool running = false;  // guards against re-entering the event loop
   // Threads (engine.hpp, touch/jump): while a second thread has used the fabric in the
   // last second, simulated time follows the wall clock from (wall_base, sim_base).
