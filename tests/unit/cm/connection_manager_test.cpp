@@ -283,10 +283,16 @@ TEST_CASE("cm: a rejected connect: its QP went to ERR (librdmacm does), the rece
     });
   } while (!seen && std::chrono::steady_clock::now() < until);
 #if RDMAKIT_CM_RDMACM
-  // rxe keeps the flushes of a destroyed QP in the CQ: they name the failed queue pair,
-  // so a caller sharing the CQ can skip them.
-  CHECK(seen == qpn);
-  CHECK(st == wc_status::wr_flush_err);
+  // rxe (6.1) keeps the flushes of a destroyed QP in the CQ when its flush ran before the
+  // destroy, and has none when the destroy came first (observed in about one run of
+  // five: the ERR transition flushes from a task): what comes names the failed queue
+  // pair and is a flush, so a caller sharing the CQ can skip it.
+  if (seen != 0) {
+    CHECK(seen == qpn);
+    CHECK(st == wc_status::wr_flush_err);
+  } else {
+    MESSAGE("rxe destroyed the queue pair before flushing its receive: no completion");
+  }
 #else
   // The mock cleans a destroyed QP's completions out of its CQs (as mlx5 does).
   CHECK(seen == 0);
