@@ -135,7 +135,9 @@ struct raw_loop {
   std::uint32_t depth;
   std::uint32_t held = 0;  // SQ slots held: posted WRs not covered by a polled completion
   std::uint32_t run = 0;   // every16: WRs since the last signaled one
-  std::uint64_t next_id = 0;
+  // wr_ids count posts in 32 bits (a ring slot, an index), in both loops: the layer's
+  // test of the wr_id bit it keeps is then decided at compile time (see bench/README).
+  std::uint32_t next_id = 0;
   std::uint64_t errors = 0;
 
   // The slots one signaled completion gives back (the WR and the unsignaled ones before it).
@@ -277,9 +279,10 @@ struct policy_loop {
   completion_queue<B, P>& cq;
   local_buffer src;
   remote_region<access::remote_write | access::remote_read> dst;
-  std::uint64_t next_id = 0;
+  std::uint32_t next_id = 0;  // as the raw loop's
   std::uint64_t errors = 0;
-  prepared_send<B, rc> prepared;  // posting::prepared: built once, wr_id 0 as the raw loop's
+  // posting::prepared: built once, wr_id 0 as the raw loop's.
+  typename queue_pair<B, rc, S, qp_state::rts>::template prepared_type<> prepared;
   // posting::prepared_list: 32 WRs added once (wr_ids 0..31) and posted again and again.
   decltype(decltype(qp)::template make_batch<batch>()) list;
 
@@ -310,7 +313,7 @@ struct policy_loop {
       if (!r.ok()) ++errors;
     } else {
       for (std::uint32_t i = 0; i < batch; ++i) {
-        const std::uint64_t id = next_id++;
+        const std::uint32_t id = next_id++;
         post_result r = qp.post(op::write{src, dst}, id);
         while (r.status == post_status::sq_full && reap()) r = qp.post(op::write{src, dst}, id);
         if (!r.ok()) return (void)++errors;

@@ -36,9 +36,11 @@ class queue_pair;
 
 /// One send-queue WR built once by `queue_pair::prepare` and posted any number of
 /// times by `queue_pair::post(w)` (rdmakit/prepared_send.hpp). Up to Sges SGEs.
+/// SignalEach: the WR is built signaled, as prepare() of a queue pair whose policy
+/// signals every WR (signal_all) makes it, so that posting it there writes no flag.
 /// Neither copyable nor movable: the WR points at its own SGEs. It lives where
 /// prepare() made it (`auto w = qp.prepare(...)`, or a member initialized from it).
-template <verbs_backend B, transport T, std::size_t Sges = 1>
+template <verbs_backend B, transport T, std::size_t Sges = 1, bool SignalEach = false>
 class prepared_send {
   static_assert(Sges >= 1, "prepared_send needs Sges >= 1");
   static_assert(!T::needs_ah,
@@ -75,7 +77,8 @@ class prepared_send {
     }
     base_ = flags & ~send_flags::signaled;
     if (detail::may_inline(Op::code) && total <= inline_limit) base_ |= send_flags::inline_data;
-    B::set_send(wr_, wr_id, Op::code, base_, sges_, static_cast<int>(sgl.size()));
+    constexpr send_flags built = SignalEach ? send_flags::signaled : send_flags::none;
+    B::set_send(wr_, wr_id, Op::code, base_ | built, sges_, static_cast<int>(sgl.size()));
     detail::set_op_fields<B, T>(wr_, d);
   }
 

@@ -155,7 +155,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     link_("caps");
     return parts_.caps;
   }
-  /// Send WRs that can be posted now without waiting for completions.
+  /// Send WRs that can be posted now without waiting for completions (none in error).
   std::uint32_t send_credits() const { return link_("send_credits").sq.available(); }
   /// Unsignaled WRs since the last signaled one.
   std::uint32_t unsignaled_run() const { return link_("unsignaled_run").sq.unsignaled_run(); }
@@ -309,13 +309,17 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     }
   }
 
+  /// What prepare<Sges>() returns: it is posted on queue pairs of this type.
+  template <std::size_t Sges = 1>
+  using prepared_type = prepared_send<B, T, Sges, detail::signals_every_wr<S>>;
+
   /// Builds `o` once into a WR that `post(w)` posts again and again
   /// (rdmakit/prepared_send.hpp): the SGEs, the opcode's fields and the inline decision
   /// are done here, so a post only sets the flags the signaling policy decides. A setup
   /// call: throws usage_error when the queue pair is empty, when the wr_id uses bit 63 or
   /// when the operation has more than Sges SGEs.
   template <std::size_t Sges = 1, operation Op>
-  prepared_send<B, T, Sges> prepare(const Op& o, std::uint64_t wr_id, send_flags flags = send_flags::none) const {
+  prepared_type<Sges> prepare(const Op& o, std::uint64_t wr_id, send_flags flags = send_flags::none) const {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     static_assert(Op::code != opcode::bind_mw && Op::code != opcode::local_inv,
                   "BIND_MW and LOCAL_INV are posted once each: qp.post(op, wr_id), not prepared");
@@ -333,19 +337,39 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       throw usage_error("queue_pair::prepare(): the operation has " + std::to_string(sgl.size()) +
                         " SGEs and the prepared send holds " + std::to_string(Sges) +
                         ": use qp.prepare<" + std::to_string(sgl.size()) + ">(op, wr_id)");
-    return prepared_send<B, T, Sges>(o, sgl, wr_id, flags, parts_.inline_limit);
+    return prepared_type<Sges>(o, sgl, wr_id, flags, parts_.inline_limit);
   }
 
   /// Posts the prepared WR `w` once more, with its wr_id: the same credits, signaling
   /// and refusals as post(op, wr_id). Allocation-free and noexcept.
-  template <std::size_t Sges>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(prepared_send<B, T, Sges>& w) noexcept {
+  template <std::size_t Sges, bool SignalEach>
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(prepared_send<B, T, Sges, SignalEach>& w) noexcept {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     auto& l = *parts_.link;  // the closed link when empty: admits nothing
     if (RDMAKIT_UNLIKELY(l.sq.blocked())) return refused_credits_(l, 0);
     const bool sig = l.sq.template must_signal<S>(w.wanted_);
-    B::set_send_flags(w.wr_, w.base_ | signaled_if_(sig));
-    l.sq.template commit<S>(sig);  // before the call, undone if the device refuses
+    static_assert(SignalEach == detail::signals_every_wr<S>,
+                  "this prepared send was prepared on a queue pair whose signaling policy signals every WR (or "
+                  "on one whose policy does not) and this one's differs: prepare it on a queue pair with this "
+                  "queue pair's signaling policy");
+    // Built signaled for a policy that signals every WR, it is posted as it is. Under
+    // signal_every<N>, one branch on the decision (a WR in N is signaled): computed
+    // branch-free, the flags cost GCC 3 more instructions per post (and the branch
+    // costs signal_manual 1 more).
+    if constexpr (!SignalEach) {
+      if constexpr (!detail::branch_on_signal<S>) {
+        B::set_send_flags(w.wr_, w.base_ | signaled_if_(sig));
+        l.sq.template commit<S>(sig);  // before the call, undone if the device refuses
+      } else if (RDMAKIT_UNLIKELY(sig)) {
+        B::set_send_flags(w.wr_, w.base_ | send_flags::signaled);
+        l.sq.template commit<S>(true);  // before the call, undone if the device refuses
+      } else {
+        B::set_send_flags(w.wr_, w.base_);
+        l.sq.template commit<S>(false);
+      }
+    } else {
+      l.sq.template commit<S>(sig);
+    }
     typename B::send_wr* bad = nullptr;
     if (int e = B::post_send(parts_.qp, &w.wr_, &bad); RDMAKIT_UNLIKELY(e != 0)) {
       l.sq.template uncommit<S>();
@@ -355,8 +379,9 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   }
 
   /// Posts the prepared WR `w` with a new wr_id (kept for the posts after it).
-  template <std::size_t Sges>
-  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(prepared_send<B, T, Sges>& w, std::uint64_t wr_id) noexcept
+  template <std::size_t Sges, bool SignalEach>
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(prepared_send<B, T, Sges, SignalEach>& w,
+                                                       std::uint64_t wr_id) noexcept
     requires wr_id_backend<B>
   {
     if (RDMAKIT_UNLIKELY(wr_id & detail::recv_wr_bit)) return refusal_(wr_id);
@@ -383,7 +408,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (n == 0) return {post_status::ok, 0, 0};
     auto& l = *parts_.link;  // the closed link when empty: admits nothing
     if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_credits_(l, 0);
-    if (RDMAKIT_UNLIKELY(batch.ids_ & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
+    if (RDMAKIT_UNLIKELY(batch.bad_id_)) return {post_status::bad_wr_id, 0, 0};
     auto* w = batch.front_();
     auto plan = l.sq.start();
     const std::uint32_t inline_limit = parts_.inline_limit;
@@ -504,8 +529,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   // a bandwidth loop meets it once per reap. The others are found out of line.
   RDMAKIT_ALWAYS_INLINE post_result refused_credits_(const detail::qp_link<B>& l,
                                                      std::uint64_t wr_id_bits) const noexcept {
-    if (RDMAKIT_LIKELY(!l.error && !(wr_id_bits & detail::recv_wr_bit) && parts_.link))
-      return {post_status::sq_full, 0, 0};
+    // The closed link of an empty handle is in error too: refusal_ tells them apart.
+    if (RDMAKIT_LIKELY(!l.error && !(wr_id_bits & detail::recv_wr_bit))) return {post_status::sq_full, 0, 0};
     return refusal_(wr_id_bits);
   }
 
@@ -524,8 +549,19 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (RDMAKIT_UNLIKELY(l.sq.blocked() || (d.wr_id & detail::recv_wr_bit))) return refused_credits_(l, d.wr_id);
     const bool sig = l.sq.template must_signal<S>(has_any(d.flags, send_flags::signaled));
     typename B::send_wr w;
-    build_(w, d, d.sg, sig);
-    l.sq.template commit<S>(sig);  // before the call, undone if the device refuses
+    if constexpr (detail::signals_every_wr<S>) {
+      build_(w, d, d.sg, true);
+      l.sq.template commit<S>(true);  // before the call, undone if the device refuses
+    } else if (!detail::branch_on_signal<S>) {
+      build_(w, d, d.sg, sig);
+      l.sq.template commit<S>(sig);
+    } else if (RDMAKIT_UNLIKELY(sig)) {  // one branch on the decision, as post(prepared)
+      build_(w, d, d.sg, true);
+      l.sq.template commit<S>(true);
+    } else {
+      build_(w, d, d.sg, false);
+      l.sq.template commit<S>(false);
+    }
     typename B::send_wr* bad = nullptr;
     // The refused WR is read back from memory (describe_send), not from the descriptor:
     // keeping the descriptor alive past the post cost ~40 instructions per post.

@@ -51,9 +51,8 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   /// Empties the list without posting it.
   void clear() noexcept {
     n_ = first_ = 0;
-    ids_ = 0;
+    bad_id_ = false;
     asked_signal_ = touched_ = false;
-    min_inline_bytes_ = detail::batch_entry::never_inline;
     signaled_ = {};
   }
 
@@ -106,7 +105,14 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // True when post may set only the signaled WRs' flags: no WR asked for a signal or
   // can go inline within `inline_limit`, and every flag is still as added.
   bool plain_(std::uint32_t inline_limit) const noexcept {
-    return !asked_signal_ && !touched_ && min_inline_bytes_ > inline_limit;
+    return !asked_signal_ && !touched_ && (inline_limit == 0 || !inline_candidate_(inline_limit));
+  }
+  // Whether a WR could go inline within `inline_limit` (> 0): looked up at post, not
+  // tracked by add, which a queue pair without inline data then never pays for.
+  bool inline_candidate_(std::uint32_t inline_limit) const noexcept {
+    for (std::size_t i = first_; i < n_; ++i)
+      if (entries_[i].inline_bytes <= inline_limit) return true;
+    return false;
   }
   typename B::send_wr* front_() noexcept { return &wrs_[first_]; }
 
@@ -153,10 +159,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     B::set_next(*w, w + 1);  // one past the last slot at most: never followed (end_chain_)
     const std::uint32_t inline_bytes = detail::may_inline(op) ? total : detail::batch_entry::never_inline;
     entries_[n] = {flags, inline_bytes};
-    const std::uint32_t min_inline = min_inline_bytes_;
-    min_inline_bytes_ = inline_bytes < min_inline ? inline_bytes : min_inline;
     asked_signal_ |= has_any(flags, send_flags::signaled);
-    ids_ |= wr_id;
+    // Tested here, not or-ed into a mask for post: a wr_id whose type or range keeps
+    // bit 63 clear (a 32-bit index) then costs nothing.
+    if (RDMAKIT_UNLIKELY(wr_id & detail::recv_wr_bit)) bad_id_ = true;
     n_ = n + 1;
     return true;
   }
@@ -175,8 +181,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   bool reuse_ = false;     // post() keeps the WRs (reuse())
   std::size_t n_ = 0;      // WRs added (those before first_ were posted)
   std::size_t first_ = 0;  // the first WR not posted yet
-  std::uint64_t ids_ = 0;  // every wr_id or-ed: one test for the reserved bit at post
-  std::uint32_t min_inline_bytes_ = detail::batch_entry::never_inline;  // the smallest inline candidate
+  bool bad_id_ = false;    // a wr_id used bit 63: post refuses the list (bad_wr_id)
   bool asked_signal_ = false;  // a WR was added with send_flags::signaled
   bool touched_ = false;       // a partial post set the flags of the WRs left
 };

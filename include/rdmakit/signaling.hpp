@@ -32,8 +32,8 @@ struct signal_all {
   static constexpr bool bounded_run = true;
 };
 
-/// Selective signaling: every N-th send WR is signaled (and any WR posted with
-/// `send_flags::signaled`).
+/// Selective signaling: every N-th send WR is signaled, by its position on the queue
+/// pair (the N-th, the 2N-th, ...), and any WR posted with `send_flags::signaled`.
 template <std::uint32_t N>
 struct signal_every {
   static_assert(N >= 1, "signal_every<N> needs N >= 1");
@@ -43,8 +43,13 @@ struct signal_every {
   static constexpr std::uint32_t interval = N;
   /// The send queue must hold N WRs: a shorter one would fill before a signaled WR.
   static constexpr std::uint32_t min_sq_depth = N;
-  /// Signals when asked to, or when this WR is the N-th of the unsignaled run.
-  static constexpr bool signal(bool wanted, std::uint32_t run) noexcept { return wanted || run + 1 >= N; }
+  /// Signals when asked to, or when the WR's position (1 for the queue pair's first
+  /// WR) is a multiple of N. By position rather than by the run since the last signal:
+  /// for a power of two it is one bit test, and a run of WRs asked signaled does not
+  /// move the policy's own signals (a reused post list finds them where they were).
+  static constexpr bool signal_at(bool wanted, std::uint64_t position) noexcept {
+    return wanted || position % N == 0;
+  }
   /// At most N - 1 WRs in a row go unsignaled and the SQ holds at least N: a full SQ
   /// always holds a signaled WR, so the ledger's last-slot rule is never needed.
   static constexpr bool bounded_run = true;
@@ -62,13 +67,17 @@ struct signal_manual {
 };
 
 /// A signaling policy: one of the three above, or a type with the same facts and a
-/// `signal` decision.
+/// decision: `signal(wanted, run)` from the unsignaled WRs since the last signaled one,
+/// or `signal_at(wanted, position)` from the WR's position on the queue pair.
 template <class S>
-concept signaling = requires(bool wanted, std::uint32_t run) {
+concept signaling = requires {
   { S::name } -> std::convertible_to<std::string_view>;
   { S::min_sq_depth } -> std::convertible_to<std::uint32_t>;
+} && (requires(bool wanted, std::uint32_t run) {
   { S::signal(wanted, run) } noexcept -> std::same_as<bool>;
-};
+} || requires(bool wanted, std::uint64_t position) {
+  { S::signal_at(wanted, position) } noexcept -> std::same_as<bool>;
+});
 
 static_assert(signaling<signal_all> && signaling<signal_every<16>> && signaling<signal_manual>);
 
@@ -97,6 +106,12 @@ inline constexpr bool signals_every_wr = [] {
     return false;
 }();
 
+/// Whether a post branches on the signaling decision rather than computing the flags
+/// from it: where signaled WRs are one in N (signal_every<N>). Measured per policy on
+/// bench/overhead: either form costs the other policies 1 to 3 instructions per post.
+template <class S>
+inline constexpr bool branch_on_signal = !signals_every_wr<S> && requires { S::interval; };
+
 /// Whether the ledger can plan a list whose WRs asked for no signal without a test per
 /// WR: the bounded_run policies, and signal_manual (only the last free slot).
 template <class S>
@@ -104,11 +119,19 @@ inline constexpr bool plans_unasked = bounded_run<S> || std::is_same_v<S, signal
 
 /// Send-queue credits under the strict slot rule. Not thread-safe: the thread that
 /// posts on a QP also polls its CQ (or synchronizes both).
+///
+/// The ledger counts positions, not slots: `posted_` WRs were ever posted, the first
+/// `freed()` of them have given their slots back, and `limit_` is freed() + depth (or
+/// freed() once closed: cap_ is 0), so one compare of posted_ with limit_ refuses a full
+/// SQ, a closed ledger and an empty handle. A signaled WR records its position ("mark") in a
+/// ring; its completion frees every slot up to that mark, so a batch of k completions
+/// is one load of the k-th mark, whatever the runs between them. The counters are 64
+/// bits: they never wrap.
 class sq_credits {
  public:
   sq_credits() = default;
   /// The ledger of a queue pair with signaling policy S and `depth` SQ slots. Under a
-  /// policy that signals every WR each completion frees one slot: no ring of runs.
+  /// policy that signals every WR each completion frees one slot: no ring of marks.
   template <signaling S>
   static sq_credits for_policy(std::uint32_t depth) {
     return sq_credits(depth, signals_every_wr<S>);
@@ -116,58 +139,62 @@ class sq_credits {
 
   std::uint32_t depth() const noexcept { return depth_; }
   /// Slots held by posted WRs that the device has not given back yet.
-  std::uint32_t held() const noexcept { return held_; }
-  std::uint32_t available() const noexcept { return depth_ - held_; }
+  std::uint32_t held() const noexcept { return static_cast<std::uint32_t>(posted_ - freed()); }
+  /// Slots a post may take now: none once the ledger is closed.
+  RDMAKIT_ALWAYS_INLINE std::uint32_t available() const noexcept {
+    return posted_ < limit_ ? static_cast<std::uint32_t>(limit_ - posted_) : 0;
+  }
   /// True when no WR may be posted: the SQ is full, or the ledger was closed.
-  RDMAKIT_ALWAYS_INLINE bool blocked() const noexcept { return held_ >= cap_; }
+  RDMAKIT_ALWAYS_INLINE bool blocked() const noexcept { return posted_ >= limit_; }
   /// True when at least n WRs may be posted (n >= 1).
-  RDMAKIT_ALWAYS_INLINE bool admits(std::uint32_t n) const noexcept { return held_ + n <= cap_; }
+  RDMAKIT_ALWAYS_INLINE bool admits(std::uint32_t n) const noexcept { return posted_ + n <= limit_; }
   /// Refuses every post from now on (the QP went to ERR; reset() makes a new ledger).
-  void close() noexcept { cap_ = 0; }
+  void close() noexcept {
+    limit_ = freed();
+    cap_ = 0;
+  }
   /// Unsignaled WRs posted since the last signaled one.
-  std::uint32_t unsignaled_run() const noexcept { return run_; }
+  std::uint32_t unsignaled_run() const noexcept {
+    return one_per_completion_ ? 0 : static_cast<std::uint32_t>(posted_ - last_mark_);
+  }
   /// Signaled WRs whose completion has not been polled yet.
-  std::uint32_t pending_signaled() const noexcept { return one_per_completion_ ? held_ : pending_; }
+  std::uint32_t pending_signaled() const noexcept {
+    return one_per_completion_ ? held() : static_cast<std::uint32_t>(tail_ - head_);
+  }
 
   /// A copy of the counters to plan a list of WRs before posting it; apply() commits
-  /// it. Signaled WRs are recorded in the ring past its tail, which only apply() moves:
+  /// it. Signaled WRs' marks go in the ring past its tail, which only apply() moves:
   /// the ring holds `depth` entries and a plan never takes more slots than are free.
   struct plan {
-    std::uint32_t held;
-    std::uint32_t run;
-    std::uint32_t depth;
-    std::uint32_t tail;
-    std::uint32_t pending;
-    std::uint32_t mask;
-    std::uint32_t* ring;
+    std::uint64_t posted;
+    std::uint64_t last_mark;
+    std::uint64_t limit;
+    std::uint64_t tail;
+    std::uint64_t mask;
+    std::uint64_t* ring;
     template <signaling S>
     RDMAKIT_ALWAYS_INLINE bool next(bool wanted) noexcept {
       if constexpr (signals_every_wr<S>) {
-        ++held;
+        ++posted;
         return true;
       } else {
-        const bool sig = decide<S>(wanted, run, held + 1, depth);
+        const bool sig = decide<S>(wanted, posted, last_mark, limit);
         record(sig);
         return sig;
       }
     }
     // One more WR, signaled or not (a policy that does not signal every WR).
     RDMAKIT_ALWAYS_INLINE void record(bool sig) noexcept {
-      ++held;
-      if (sig) {
-        push(run + 1);
-        run = 0;
-      } else {
-        ++run;
-      }
+      ++posted;
+      if (sig) push(posted);
     }
-    // A signaled WR whose completion will free `slots` slots.
-    RDMAKIT_ALWAYS_INLINE void push(std::uint32_t slots) noexcept {
-      ring[tail++ & mask] = slots;
-      ++pending;
+    // A signaled WR at position `mark` (its completion frees the slots up to it).
+    RDMAKIT_ALWAYS_INLINE void push(std::uint64_t mark) noexcept {
+      ring[tail++ & mask] = mark;
+      last_mark = mark;
     }
   };
-  plan start() const noexcept { return {held_, run_, depth_, tail_, pending_, mask_, ring_.get()}; }
+  plan start() const noexcept { return {posted_, last_mark_, limit_, tail_, mask_, ring_.get()}; }
 
   /// Plans n WRs none of which asked to be signaled (see plans_unasked<S>):
   /// on_signaled(i) for each WR i that is signaled, without a test per WR.
@@ -175,27 +202,23 @@ class sq_credits {
   RDMAKIT_ALWAYS_INLINE static void plan_unasked(plan& p, std::uint32_t n, F&& on_signaled) noexcept {
     static_assert(plans_unasked<S>);
     if constexpr (std::is_same_v<S, signal_manual>) {
-      const std::uint32_t i = p.depth - 1 - p.held;  // the WR taking the last free slot
+      const std::uint64_t i = p.limit - 1 - p.posted;  // the WR taking the last free slot
       if (i < n) {
-        on_signaled(i);
-        p.push(p.run + i + 1);
-        p.run = n - 1 - i;
-      } else {
-        p.run += n;
+        on_signaled(static_cast<std::uint32_t>(i));
+        p.push(p.posted + i + 1);
       }
-      p.held += n;
+      p.posted += n;
     } else if constexpr (signals_every_wr<S>) {
       for (std::uint32_t i = 0; i < n; ++i) on_signaled(i);
-      p.held += n;
-    } else if constexpr (requires { S::interval; }) {
+      p.posted += n;
+    } else if constexpr (requires { S::interval; S::signal_at(false, 1); }) {
       constexpr std::uint32_t N = S::interval;
-      std::uint32_t i = N - 1 - p.run;  // the run is below N: the first signaled WR
-      for (; i < n; i += N) {
-        on_signaled(i);
-        p.push(N);  // it and the N - 1 unsignaled WRs before it
+      // The WRs at positions that are multiples of N (signal_every's signal_at).
+      for (std::uint64_t i = N - 1 - p.posted % N; i < n; i += N) {
+        on_signaled(static_cast<std::uint32_t>(i));
+        p.push(p.posted + i + 1);
       }
-      p.run = N - 1 - (i - n);  // WRs since the last signaled one
-      p.held += n;
+      p.posted += n;
     } else {
       for (std::uint32_t i = 0; i < n; ++i)
         if (p.template next<S>(false)) on_signaled(i);
@@ -205,11 +228,10 @@ class sq_credits {
   /// Records the WRs a plan (from start(), with the same S) decided.
   template <signaling S>
   RDMAKIT_ALWAYS_INLINE void apply(const plan& p) noexcept {
-    held_ = p.held;
+    posted_ = p.posted;
     if constexpr (!signals_every_wr<S>) {
-      run_ = p.run;
+      last_mark_ = p.last_mark;
       tail_ = p.tail;
-      pending_ = p.pending;
     }
   }
 
@@ -219,22 +241,17 @@ class sq_credits {
     if constexpr (signals_every_wr<S>)
       return true;
     else
-      return decide<S>(wanted, run_, held_ + 1, depth_);
+      return decide<S>(wanted, posted_, last_mark_, limit_);
   }
 
   /// Records one posted WR, signaled or not, under policy S.
   template <signaling S>
   RDMAKIT_ALWAYS_INLINE void commit(bool signaled) noexcept {
-    ++held_;  // for signals_every_wr<S>, for_policy<S> made the ledger one-per-completion
+    ++posted_;  // for signals_every_wr<S>, for_policy<S> made the ledger one-per-completion
     if constexpr (!signals_every_wr<S>) {
-      // The plan's record() on the ledger's own fields: built through a plan, this path
-      // cost 7 more instructions per post (four stores back instead of two).
       if (signaled) {
-        ring_[tail_++ & mask_] = run_ + 1;
-        ++pending_;
-        run_ = 0;
-      } else {
-        ++run_;
+        ring_[tail_++ & mask_] = posted_;
+        last_mark_ = posted_;
       }
     }
   }
@@ -244,74 +261,79 @@ class sq_credits {
   /// registers; read after it, they would be loaded again) and undoes it on refusal.
   template <signaling S>
   RDMAKIT_NOINLINE void uncommit() noexcept {
-    --held_;
     if constexpr (!signals_every_wr<S>) {
-      if (run_ == 0) {  // commit() zeroes the run after a signaled WR only
-        --pending_;
-        run_ = ring_[--tail_ & mask_] - 1;
-      } else {
-        --run_;
+      if (last_mark_ == posted_) {  // it was signaled: the mark before it comes back
+        --tail_;
+        // The previous signaled WR's mark: still in the ring, or completed (freed()).
+        last_mark_ = tail_ != head_ ? ring_[(tail_ - 1) & mask_] : freed();
       }
     }
+    --posted_;
   }
 
-  /// k successful send completions were polled at once (see on_signaled_completion).
+  /// k successful send completions were polled at once: the k oldest signaled WRs
+  /// (send completions arrive in SQ order), freeing the slots up to the k-th one's
+  /// mark. Completions beyond those pending (spurious) change nothing.
   RDMAKIT_ALWAYS_INLINE void on_signaled_completions(std::uint32_t k) noexcept {
     if (one_per_completion_) {
-      held_ -= k < held_ ? k : held_;  // spurious completions change nothing
-      return;
+      const std::uint64_t limit = limit_ + k, most = posted_ + cap_;  // most: every WR freed
+      limit_ = limit < most ? limit : most;
+    } else {
+      const std::uint64_t pending = tail_ - head_;
+      if (RDMAKIT_UNLIKELY(k > pending)) k = static_cast<std::uint32_t>(pending);
+      if (RDMAKIT_UNLIKELY(k == 0)) return;
+      head_ += k;
+      limit_ = ring_[(head_ - 1) & mask_] + cap_;
     }
-    for (; k != 0; --k) on_signaled_completion();
   }
 
-  /// A successful send completion was polled: it is the oldest signaled WR (send
-  /// completions arrive in SQ order), and it frees its slot and those of the
-  /// unsignaled WRs before it.
-  RDMAKIT_ALWAYS_INLINE void on_signaled_completion() noexcept {
-    if (one_per_completion_) {
-      held_ -= held_ != 0;  // a spurious completion changes nothing
-      return;
-    }
-    if (RDMAKIT_UNLIKELY(pending_ == 0)) return;
-    held_ -= ring_[head_++ & mask_];
-    --pending_;
-  }
-
+  /// A successful send completion was polled: the oldest signaled WR's.
+  RDMAKIT_ALWAYS_INLINE void on_signaled_completion() noexcept { on_signaled_completions(1); }
 
  private:
-  // The policy's decision, and the last-slot rule where the policy needs it (`held`
-  // counts the WR being decided).
+  // The policy's decision, and the last-slot rule where the policy needs it: the WR
+  // being decided is the one at position posted + 1, the last free slot when that is
+  // the limit (never reached closed: a closed ledger admits nothing).
   template <signaling S>
-  RDMAKIT_ALWAYS_INLINE static bool decide(bool wanted, std::uint32_t run, std::uint32_t held,
-                                           std::uint32_t depth) noexcept {
-    if constexpr (bounded_run<S>)
-      return S::signal(wanted, run);
+  RDMAKIT_ALWAYS_INLINE static bool decide(bool wanted, std::uint64_t posted, std::uint64_t last_mark,
+                                           std::uint64_t limit) noexcept {
+    bool sig;
+    if constexpr (requires { S::signal_at(wanted, posted + 1); })
+      sig = S::signal_at(wanted, posted + 1);
     else
-      return S::signal(wanted, run) || held >= depth;
+      sig = S::signal(wanted, static_cast<std::uint32_t>(posted - last_mark));
+    if constexpr (bounded_run<S>)
+      return sig;
+    else
+      return sig || posted + 1 >= limit;
   }
 
   sq_credits(std::uint32_t depth, bool one_per_completion)
-      : depth_(depth), cap_(depth), mask_(ring_size(depth) - 1), one_per_completion_(one_per_completion) {
-    if (!one_per_completion) ring_ = std::make_unique<std::uint32_t[]>(mask_ + 1);
+      : limit_(depth), depth_(depth), cap_(depth), mask_(ring_size(depth) - 1),
+        one_per_completion_(one_per_completion) {
+    if (!one_per_completion) ring_ = std::make_unique<std::uint64_t[]>(mask_ + 1);
   }
 
   // A power of two at least `depth` (pending signaled WRs never exceed the depth).
-  static std::uint32_t ring_size(std::uint32_t depth) noexcept {
-    std::uint32_t n = 1;
+  static std::uint64_t ring_size(std::uint32_t depth) noexcept {
+    std::uint64_t n = 1;
     while (n < depth) n <<= 1;
     return n;
   }
 
+  // WRs whose slots came back: the position up to which completions freed them.
+  std::uint64_t freed() const noexcept { return limit_ - cap_; }
+
+  std::uint64_t posted_ = 0;     // WRs ever recorded
+  std::uint64_t limit_ = 0;      // freed() + cap_: posted_ may not reach it
+  std::uint64_t last_mark_ = 0;  // position of the last signaled WR (0: none yet)
+  std::uint64_t head_ = 0;       // ring: completed marks
+  std::uint64_t tail_ = 0;       // ring: recorded marks
   std::uint32_t depth_ = 0;
-  std::uint32_t cap_ = 0;  // depth_, or 0 once closed: one compare refuses both
-  std::uint32_t mask_ = 0;
-  std::uint32_t held_ = 0;
-  std::uint32_t run_ = 0;
-  std::uint32_t pending_ = 0;
-  std::uint32_t head_ = 0;
-  std::uint32_t tail_ = 0;
+  std::uint32_t cap_ = 0;  // depth_, or 0 once closed
+  std::uint64_t mask_ = 0;
   bool one_per_completion_ = false;
-  std::unique_ptr<std::uint32_t[]> ring_;  // slots freed by each pending signaled WR, oldest first
+  std::unique_ptr<std::uint64_t[]> ring_;  // marks of the pending signaled WRs, oldest first
   // head_/tail_ run freely; the ring index is their low bits.
 };
 

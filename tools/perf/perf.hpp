@@ -575,7 +575,7 @@ class runner {
   // signal_manual, whose -Q signals are asked per WR) and the WRs name no address handle
   // (not UD).
   static constexpr bool prepares = !std::is_same_v<S, signal_manual> && !T::needs_ah;
-  using prepared_t = std::conditional_t<prepares, prepared_send<B, T>, char>;  // (UD: never made)
+  using prepared_t = std::conditional_t<prepares, typename live_qp::template prepared_type<>, char>;  // (UD: never made)
   using list_t = decltype(live_qp::template make_batch<max_post_list>());
 
   prepared_t prepare_one(std::uint32_t j, const local_buffer src, const remote_t dst) const {

@@ -39,6 +39,10 @@ struct qp_link {
   void (*handler_free)(void*) = nullptr;
 
   qp_link() = default;
+  /// The closed link (closed_link<B>): in error, so the inline refusal path tells a
+  /// full SQ from every other refusal with one test.
+  struct closed_t {};
+  constexpr explicit qp_link(closed_t) noexcept : error(true) {}
   qp_link(const qp_link&) = delete;
   qp_link& operator=(const qp_link&) = delete;
   ~qp_link() { reset_handler(); }
@@ -65,7 +69,7 @@ struct qp_link {
   /// n successful completions of this QP, `recvs` of them receives (any order: each
   /// send completion frees the oldest signaled WR's slots, as account() would).
   RDMAKIT_ALWAYS_INLINE void on_polled_batch(std::uint32_t n, std::uint32_t recvs) noexcept {
-    rq_held -= recvs * rq_own;
+    if (recvs != 0) rq_held -= recvs * rq_own;  // a sender's polls find none
     sq.on_signaled_completions(n - recvs);
   }
 
@@ -93,8 +97,13 @@ struct qp_link {
   }
 };
 
-// Owns a queue pair's qp_link. Empty, it points at a shared closed link (no credit,
-// never attached to a CQ, never written): the post path reads the credits through it
+// The link every empty link_ptr points at: constant-initialized at namespace scope,
+// so using it costs no guard (a function-local static with a destructor would test one).
+template <class B>
+inline constinit qp_link<B> closed_link{typename qp_link<B>::closed_t{}};
+
+// Owns a queue pair's qp_link. Empty, it points at a shared closed link (no credit, in
+// error, never attached to a CQ, never written): the post path reads the credits through it
 // without a separate test for an empty handle, and only the refusal looks closer.
 template <class B>
 class link_ptr {
@@ -123,10 +132,7 @@ class link_ptr {
 
  private:
   explicit link_ptr(qp_link<B>* p) noexcept : p_(p) {}
-  RDMAKIT_ALWAYS_INLINE static qp_link<B>* closed() noexcept {
-    static constinit qp_link<B> none;  // constant-initialized: no guard on the data path
-    return &none;
-  }
+  RDMAKIT_ALWAYS_INLINE static qp_link<B>* closed() noexcept { return &closed_link<B>; }
   qp_link<B>* p_ = closed();
 };
 

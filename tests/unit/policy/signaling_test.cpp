@@ -59,6 +59,16 @@ void model_run(std::uint32_t depth, unsigned seed) {
         for (std::uint32_t i = 0; i < n; ++i) REQUIRE(hca.post(plan.template next<S>(rng() % 5 == 0)));
       }
       credits.template apply<S>(plan);
+    } else if (rng() % 5 == 0 && credits.available() != 0) {
+      // A post the device refuses: committed, then taken back (queue_pair's post path).
+      const auto held = credits.held(), run = credits.unsignaled_run(), pending = credits.pending_signaled();
+      const bool next = credits.must_signal<S>(false);
+      credits.commit<S>(credits.must_signal<S>(rng() % 2 == 0));
+      credits.uncommit<S>();
+      REQUIRE(credits.held() == held);
+      REQUIRE(credits.unsignaled_run() == run);
+      REQUIRE(credits.pending_signaled() == pending);
+      REQUIRE(credits.must_signal<S>(false) == next);
     } else if (hca.poll()) {
       credits.on_signaled_completion();
     }
@@ -155,9 +165,12 @@ TEST_CASE("signal_manual honours the caller and still closes the queue") {
   c.commit<signal_manual>(true);
   CHECK(c.must_signal<signal_manual>(false));  // last slot
   CHECK(signal_all::signal(false, 0));
-  CHECK_FALSE(signal_every<16>::signal(false, 14));
-  CHECK(signal_every<16>::signal(false, 15));
-  CHECK(signal_every<16>::signal(true, 0));
+  CHECK_FALSE(signal_every<16>::signal_at(false, 15));
+  CHECK(signal_every<16>::signal_at(false, 16));
+  CHECK(signal_every<16>::signal_at(false, 32));
+  CHECK(signal_every<16>::signal_at(true, 1));
+  CHECK_FALSE(signal_every<3>::signal_at(false, 4));
+  CHECK(signal_every<3>::signal_at(false, 6));
   CHECK_FALSE(signal_manual::signal(false, 1000));
   CHECK(signal_every<16>::min_sq_depth == 16);
   static_assert(signaling<signal_all> && signaling<signal_every<2>> && signaling<signal_manual>);
