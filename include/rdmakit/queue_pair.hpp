@@ -418,8 +418,17 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
         if constexpr (SignalEach) {
           detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [](std::uint32_t) {});
         } else {
-          // Only the WRs whose signaling changed are written: none when a reused list
-          // is signaled where it was last time.
+          if constexpr (detail::keyed_signals<S>) {
+            const std::uint64_t key = detail::sq_credits::signal_key<S>(plan, static_cast<std::uint32_t>(n));
+            if (batch.reuse_ && key == batch.signal_key_) {
+              // A reused list whose signals fall where they did last time: its flags
+              // are right, only the ledger records the signaled WRs.
+              detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [](std::uint32_t) {});
+              return post_planned_(batch, l, plan);
+            }
+            batch.signal_key_ = key;  // the flags written next are this key's
+          }
+          // Only the WRs whose signaling changed are written.
           typename std::remove_reference_t<decltype(batch)>::signal_bits now{};
           detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n),
                                               [&](std::uint32_t i) { batch.mark_(now, i); });
@@ -429,6 +438,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       }
     }
     typename std::remove_reference_t<decltype(batch)>::signal_bits now{};
+    batch.signal_key_ = batch.no_signal_key;  // flags written one by one below
     for (std::size_t i = 0; i < n; ++i) {
       const auto& e = batch.entry_(i);
       const bool sig = plan.template next<S>(has_any(e.flags, send_flags::signaled));

@@ -54,6 +54,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     bad_id_ = false;
     asked_signal_ = touched_ = false;
     signaled_ = {};
+    signal_key_ = no_signal_key;
   }
 
   /// Keeps the WRs after a post: every later queue_pair::post(batch) posts the same WRs
@@ -101,6 +102,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     relink_();
     first_ += k;
     touched_ = true;  // their flags were set by the refused post
+    signal_key_ = no_signal_key;
   }
   // True when post may set only the signaled WRs' flags: no WR asked for a signal or
   // can go inline within `inline_limit`, and every flag is still as added.
@@ -178,6 +180,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // Which WR slots are built with send_flags::signaled set (for the flags post sets):
   // a post rewrites only the slots whose bit changes.
   signal_bits signaled_{};
+  // Where the policy put the signals at the last post (sq_credits::signal_key): a
+  // post finding the same key leaves every flag as it is.
+  static constexpr std::uint64_t no_signal_key = ~std::uint64_t{0};
+  std::uint64_t signal_key_ = no_signal_key;
   bool reuse_ = false;     // post() keeps the WRs (reuse())
   std::size_t n_ = 0;      // WRs added (those before first_ were posted)
   std::size_t first_ = 0;  // the first WR not posted yet

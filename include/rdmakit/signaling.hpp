@@ -117,6 +117,12 @@ inline constexpr bool branch_on_signal = !signals_every_wr<S> && requires { S::i
 template <class S>
 inline constexpr bool plans_unasked = bounded_run<S> || std::is_same_v<S, signal_manual>;
 
+/// Whether where plan_unasked<S> puts the signals in a list is a function of a small
+/// key (sq_credits::signal_key): signal_every<N>, by position. (signal_manual's is too,
+/// the last-slot index, but computing it costs what the bitmask it saves costs.)
+template <class S>
+inline constexpr bool keyed_signals = requires { S::interval; S::signal_at(false, 1); };
+
 /// Send-queue credits under the strict slot rule. Not thread-safe: the thread that
 /// posts on a QP also polls its CQ (or synchronizes both).
 ///
@@ -223,6 +229,15 @@ class sq_credits {
       for (std::uint32_t i = 0; i < n; ++i)
         if (p.template next<S>(false)) on_signaled(i);
     }
+  }
+
+  /// Which WRs of a list of n that asked for no signal plan_unasked<S> signals, as a
+  /// number: two lists of n with the same key are signaled at the same indices (the
+  /// position modulo N).
+  template <signaling S>
+  RDMAKIT_ALWAYS_INLINE static std::uint64_t signal_key(const plan& p, std::uint32_t n) noexcept {
+    static_assert(keyed_signals<S>);
+    return (p.posted % S::interval) << 32 | n;
   }
 
   /// Records the WRs a plan (from start(), with the same S) decided.

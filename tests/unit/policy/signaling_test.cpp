@@ -73,6 +73,7 @@ void model_run(std::uint32_t depth, unsigned seed) {
       credits.on_signaled_completion();
     }
     REQUIRE(credits.held() == hca.held.size());
+    REQUIRE(credits.pending_signaled() == hca.cqes.size());
     if constexpr (requires { S::interval; }) REQUIRE(credits.unsignaled_run() < S::interval);
   }
 }
