@@ -3,6 +3,7 @@
 // Everything here is guarded by fabric_state::mu.
 #include <rdmakit/backends/mock/backend.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
+#include <rdmakit/backends/mock/object_set.hpp>
 #include <rdmakit/backends/mock/random.hpp>
 #include <rdmakit/backends/mock/ready_fd.hpp>
 #include <rdmakit/backends/mock/ring.hpp>
@@ -16,7 +17,6 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -379,15 +379,15 @@ class fabric_state {
   std::unordered_map<std::uint32_t, mr_obj*> by_rkey;
   std::unordered_map<std::uint32_t, mw_obj*> mws;  // by rkey >> 8
   std::uint32_t next_mw = 1;
-  std::set<context_obj*> contexts;
-  std::set<pd_obj*> pds;
-  std::set<cq_obj*> cqs;
-  std::set<channel_obj*> channels;
-  std::set<ah_obj*> ahs;
-  std::set<srq_obj*> srqs;
+  object_set<context_obj> contexts;
+  object_set<pd_obj> pds;
+  object_set<cq_obj> cqs;
+  object_set<channel_obj> channels;
+  object_set<ah_obj> ahs;
+  object_set<srq_obj> srqs;
   // The connection manager (cm_verbs.hpp): channels, ids, listeners by (IPv4, port).
-  std::set<cm_channel_obj*> cm_channels;
-  std::set<cm_id_obj*> cm_ids;
+  object_set<cm_channel_obj> cm_channels;
+  object_set<cm_id_obj> cm_ids;
   std::map<std::pair<std::uint32_t, std::uint16_t>, cm_id_obj*> cm_listeners;
   std::uint16_t next_cm_port = 40000;
   std::uint32_t next_cm_psn = 1;
