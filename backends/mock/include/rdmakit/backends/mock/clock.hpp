@@ -3,11 +3,11 @@
 // taking completions, and wall-clock waits.
 #include <rdmakit/backends/mock/requester.hpp>
 #include <rdmakit/backends/mock/responder.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/chrono.hpp>
 
 #include <mutex>
 
-#include <algorithm>
 #include <cstring>
 #include <string>
 

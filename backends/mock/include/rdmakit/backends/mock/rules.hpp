@@ -2,9 +2,9 @@
 // The mock HCA's small rules: timer codes, opcodes per transport, MTU and packet
 // counts, local and remote key checks, gather/scatter, routing by address vector.
 #include <rdmakit/backends/mock/objects.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/qp_transitions.hpp>
 
-#include <algorithm>
 #include <cstring>
 #include <span>
 #include <string>
