@@ -5,6 +5,7 @@
 #include <rdmakit/backends/mock/responder.hpp>
 #include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/thread.hpp>
 
 #include <mutex>
 
@@ -162,7 +163,7 @@ inline bool wait_until(fabric_state& f, std::unique_lock<std::mutex>& lk, std::c
     f.cv.wait(lk);
     return true;
   }
-  return f.cv.wait_until(lk, until) != std::cv_status::timeout;
+  return f.cv.wait_until(lk, until);
 }
 
 }  // namespace mock::detail

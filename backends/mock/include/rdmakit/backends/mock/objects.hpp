@@ -2,6 +2,7 @@
 // Internal state of the mock HCA: the fabric, its devices, and the verbs objects.
 // Everything here is guarded by fabric_state::mu.
 #include <rdmakit/backends/mock/backend.hpp>
+#include <rdmakit/backends/mock/condvar.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
 #include <rdmakit/backends/mock/object_set.hpp>
 #include <rdmakit/backends/mock/random.hpp>
@@ -9,15 +10,14 @@
 #include <rdmakit/backends/mock/ring.hpp>
 #include <rdmakit/backends/mock/sge_list.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/thread.hpp>
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -349,7 +349,7 @@ struct wire_event {
 class fabric_state {
  public:
   mutable std::mutex mu;
-  std::condition_variable cv;  // completion and async events
+  condvar cv;  // completion and async events
   fabric_config cfg;
   /// The mock behaves as rxe where the deviation table says rxe differs.
   bool as_rxe() const noexcept { return cfg.profile == device_profile::rxe; }
