@@ -10,12 +10,12 @@
 #include <rdmakit/backends/mock/ring.hpp>
 #include <rdmakit/backends/mock/sge_list.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/function.hpp>
 #include <rdmakit/detail/thread.hpp>
 
 #include <cstdint>
 #include <memory>
 #include <deque>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <unordered_map>
