@@ -4,6 +4,7 @@
 #include <rdmakit/backends/mock/backend.hpp>
 #include <rdmakit/backends/mock/condvar.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
+#include <rdmakit/backends/mock/object_map.hpp>
 #include <rdmakit/backends/mock/object_set.hpp>
 #include <rdmakit/backends/mock/random.hpp>
 #include <rdmakit/backends/mock/ready_fd.hpp>
@@ -18,7 +19,6 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -374,10 +374,10 @@ class fabric_state {
   std::uint64_t packets = 0;
   std::uint32_t next_qpn = 0x11;
   std::uint32_t next_key = 0x100;
-  std::unordered_map<std::uint32_t, qp_obj*> qps;
-  std::unordered_map<std::uint32_t, mr_obj*> by_lkey;
-  std::unordered_map<std::uint32_t, mr_obj*> by_rkey;
-  std::unordered_map<std::uint32_t, mw_obj*> mws;  // by rkey >> 8
+  object_map<qp_obj> qps;
+  object_map<mr_obj> by_lkey;
+  object_map<mr_obj> by_rkey;
+  object_map<mw_obj> mws;  // by rkey >> 8
   std::uint32_t next_mw = 1;
   object_set<context_obj> contexts;
   object_set<pd_obj> pds;
