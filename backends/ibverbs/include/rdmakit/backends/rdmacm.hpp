@@ -10,6 +10,7 @@
 /// closing it gives the borrow back (rdma_free_devices).
 #include <rdmakit/backends/ibverbs.hpp>
 #include <rdmakit/cm_backend.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 
 #include <rdma/rdma_cma.h>
 
@@ -17,7 +18,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
