@@ -15,13 +15,13 @@
 #include <rdmakit/completion.hpp>
 #include <rdmakit/completion_queue.hpp>
 #include <rdmakit/detail/algorithm.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/detail/mailbox.hpp>
 #include <rdmakit/detail/scheduler.hpp>
 #include <rdmakit/task.hpp>
 #include <rdmakit/polling.hpp>
 
-#include <chrono>
 #include <coroutine>
 #include <memory>
 #include <optional>

@@ -18,13 +18,13 @@
 /// only; connect()/activate() return the RTS one, with sends, writes, reads, atomics.
 #include <rdmakit/async_completion_queue.hpp>
 #include <rdmakit/detail/algorithm.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/scheduler.hpp>
 #include <rdmakit/task.hpp>
 #include <rdmakit/operations.hpp>
 #include <rdmakit/queue_pair.hpp>
 #include <rdmakit/wr_result.hpp>
 
-#include <chrono>
 #include <coroutine>
 #include <cstdint>
 #include <deque>

@@ -11,6 +11,7 @@
 #include <rdmakit/backends/ibverbs.hpp>
 #include <rdmakit/cm_backend.hpp>
 #include <rdmakit/detail/algorithm.hpp>
+#include <rdmakit/detail/chrono.hpp>
 
 #include <rdma/rdma_cma.h>
 
@@ -19,7 +20,6 @@
 #include <poll.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <string>
