@@ -14,14 +14,14 @@
 #include <rdmakit/backend.hpp>
 #include <rdmakit/completion.hpp>
 #include <rdmakit/completion_queue.hpp>
+#include <rdmakit/detail/algorithm.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/detail/mailbox.hpp>
 #include <rdmakit/detail/scheduler.hpp>
 #include <rdmakit/task.hpp>
 #include <rdmakit/polling.hpp>
 
-#include <algorithm>
-#include <chrono>
 #include <coroutine>
 #include <memory>
 #include <optional>

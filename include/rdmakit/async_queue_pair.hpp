@@ -17,14 +17,14 @@
 /// The typestate of queue_pair carries over: an INIT async_queue_pair awaits receives
 /// only; connect()/activate() return the RTS one, with sends, writes, reads, atomics.
 #include <rdmakit/async_completion_queue.hpp>
+#include <rdmakit/detail/algorithm.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/scheduler.hpp>
 #include <rdmakit/task.hpp>
 #include <rdmakit/operations.hpp>
 #include <rdmakit/queue_pair.hpp>
 #include <rdmakit/wr_result.hpp>
 
-#include <algorithm>
-#include <chrono>
 #include <coroutine>
 #include <cstdint>
 #include <deque>

@@ -15,6 +15,7 @@
 #include <rdmakit/address_handle.hpp>
 #include <rdmakit/completion.hpp>
 #include <rdmakit/completion_queue.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/device.hpp>
 #include <rdmakit/memory.hpp>
 #include <rdmakit/operations.hpp>
@@ -27,7 +28,6 @@
 
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>

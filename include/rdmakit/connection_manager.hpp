@@ -23,14 +23,14 @@
 #include <rdmakit/cm_backend.hpp>
 #include <rdmakit/completion_queue.hpp>
 #include <rdmakit/connection_info.hpp>
+#include <rdmakit/detail/algorithm.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/device.hpp>
 #include <rdmakit/protection_domain.hpp>
 #include <rdmakit/qp_options.hpp>
 #include <rdmakit/queue_pair.hpp>
 
-#include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>

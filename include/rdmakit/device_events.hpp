@@ -6,6 +6,7 @@
 ///   rdmakit::device_events events(loop, dev);
 ///   std::optional<rdmakit::async_event> ev = co_await events.next(1s);
 #include <rdmakit/backend.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/device.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/detail/mailbox.hpp>
@@ -13,7 +14,6 @@
 #include <rdmakit/task.hpp>
 #include <rdmakit/types.hpp>
 
-#include <chrono>
 #include <coroutine>
 #include <memory>
 #include <optional>

@@ -12,6 +12,7 @@
 /// one thread (or synchronized by the caller).
 #include <rdmakit/address_handle.hpp>
 #include <rdmakit/completion_queue.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/detail/operation_calls.hpp>
 #include <rdmakit/detail/qp_link.hpp>
@@ -27,7 +28,6 @@
 #include <rdmakit/signaling.hpp>
 #include <rdmakit/transport.hpp>
 
-#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>

@@ -11,6 +11,7 @@
 /// allocation-free and returns a status. The backend must model srq_backend.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/completion.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/detail/qp_parts.hpp>
 #include <rdmakit/error.hpp>
@@ -18,7 +19,6 @@
 #include <rdmakit/post_result.hpp>
 #include <rdmakit/types.hpp>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <memory>

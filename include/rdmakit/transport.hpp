@@ -6,11 +6,10 @@
 /// and the behaviour queue_pair asks of it: the RESET→INIT attributes and its own
 /// fields of INIT→RTR and RTR→RTS. A new transport is a new type with the same members;
 /// queue_pair never names rc, uc or ud.
+#include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/qp_transitions.hpp>
 #include <rdmakit/qp_options.hpp>
 #include <rdmakit/types.hpp>
-
-#include <algorithm>
 
 #include <concepts>
 #include <cstdint>

@@ -3,9 +3,9 @@
 // asynchronous events) and the coroutines that await them, in order: a value goes to
 // the oldest waiter, or waits for one. `mailbox_awaiter` is `co_await source.next()`.
 #include <rdmakit/config.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/scheduler.hpp>
 
-#include <chrono>
 #include <coroutine>
 #include <deque>
 #include <exception>

@@ -4,10 +4,10 @@
 // Both live on the heap so the RAII handles stay movable while pointers stay valid.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/completion.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/signaling.hpp>
 
-#include <algorithm>
 #include <cassert>
 #include <cstdint>
 #include <string>

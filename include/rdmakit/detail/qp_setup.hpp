@@ -4,6 +4,7 @@
 // vector, each modify_qp step with its explanation on refusal, the rollback of a
 // refused RTR→RTS, the retirement of a replaced QP, and the diagnosis of a refused post.
 #include <rdmakit/backend.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/detail/gid_choice.hpp>
 #include <rdmakit/detail/qp_link.hpp>
@@ -17,7 +18,6 @@
 #include <rdmakit/transport.hpp>
 #include <rdmakit/types.hpp>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>

@@ -4,9 +4,9 @@
 // the asio adapter (an io_context) implement it; completion queues, queue pairs and
 // device events are written once against it.
 #include <rdmakit/config.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/work_queue.hpp>
 
-#include <chrono>
 #include <cstdint>
 #include <concepts>
 #include <exception>

@@ -2,6 +2,7 @@
 // Blocking-style TCP with deadlines for the endpoint exchange: every socket is
 // non-blocking and every wait is a poll(2) bounded by a deadline, so a silent peer is
 // an exchange_error(timeout) and never a hang. Writes use MSG_NOSIGNAL (no SIGPIPE).
+#include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/exchange_error.hpp>
 
@@ -14,7 +15,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstddef>

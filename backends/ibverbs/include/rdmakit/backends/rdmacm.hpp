@@ -10,6 +10,8 @@
 /// closing it gives the borrow back (rdma_free_devices).
 #include <rdmakit/backends/ibverbs.hpp>
 #include <rdmakit/cm_backend.hpp>
+#include <rdmakit/detail/algorithm.hpp>
+#include <rdmakit/detail/chrono.hpp>
 
 #include <rdma/rdma_cma.h>
 
@@ -17,9 +19,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <string>

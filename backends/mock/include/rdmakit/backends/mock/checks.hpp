@@ -1,9 +1,9 @@
 #pragma once
 // Argument checks of the verbs, with errors that say what to do.
 #include <rdmakit/backends/mock/rules.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/error.hpp>
 
-#include <algorithm>
 #include <cstring>
 #include <string>
 

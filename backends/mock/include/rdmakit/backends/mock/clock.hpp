@@ -3,11 +3,12 @@
 // taking completions, and wall-clock waits.
 #include <rdmakit/backends/mock/requester.hpp>
 #include <rdmakit/backends/mock/responder.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/thread.hpp>
 
 #include <mutex>
 
-#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -162,7 +163,7 @@ inline bool wait_until(fabric_state& f, std::unique_lock<std::mutex>& lk, std::c
     f.cv.wait(lk);
     return true;
   }
-  return f.cv.wait_until(lk, until) != std::cv_status::timeout;
+  return f.cv.wait_until(lk, until);
 }
 
 }  // namespace mock::detail

@@ -5,12 +5,11 @@
 // queued); the QPs are moved to RTR/RTS by accept and to ERR by disconnect through the
 // mock's own modify_qp, outside the fabric lock (which modify_qp takes).
 #include <rdmakit/backends/mock/engine.hpp>
+#include <rdmakit/detail/algorithm.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/qp_transitions.hpp>
 
-#include <algorithm>
-
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <string>

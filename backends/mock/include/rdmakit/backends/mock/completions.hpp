@@ -2,8 +2,8 @@
 // Asynchronous events, completion entries (send, receive, flush), SQ slot release,
 // the ACK timer, and moving a QP to ERR.
 #include <rdmakit/backends/mock/rules.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 
-#include <algorithm>
 #include <cstring>
 #include <string>
 

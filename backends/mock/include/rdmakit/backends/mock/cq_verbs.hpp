@@ -4,8 +4,7 @@
 // event releases it between slices.
 #include <rdmakit/backends/mock/engine.hpp>
 #include <rdmakit/detail/chrono.hpp>
-
-#include <thread>
+#include <rdmakit/detail/thread.hpp>
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace backends {

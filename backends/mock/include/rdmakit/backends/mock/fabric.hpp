@@ -2,10 +2,10 @@
 /// Control plane of the mock HCA: the fabric of devices and ports, its simulated
 /// clock, and fault injection. Tests configure it; the data path never sees it.
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/function.hpp>
 #include <rdmakit/types.hpp>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>

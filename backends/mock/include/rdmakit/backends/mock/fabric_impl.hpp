@@ -3,8 +3,8 @@
 // process default fabric, the clock controls and fault injection.
 #include <rdmakit/backends/mock/clock.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 
-#include <algorithm>
 #include <cstring>
 #include <string>
 

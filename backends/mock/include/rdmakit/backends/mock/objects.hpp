@@ -2,23 +2,23 @@
 // Internal state of the mock HCA: the fabric, its devices, and the verbs objects.
 // Everything here is guarded by fabric_state::mu.
 #include <rdmakit/backends/mock/backend.hpp>
+#include <rdmakit/backends/mock/condvar.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
+#include <rdmakit/backends/mock/object_map.hpp>
+#include <rdmakit/backends/mock/object_set.hpp>
 #include <rdmakit/backends/mock/random.hpp>
 #include <rdmakit/backends/mock/ready_fd.hpp>
 #include <rdmakit/backends/mock/ring.hpp>
 #include <rdmakit/backends/mock/sge_list.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/function.hpp>
+#include <rdmakit/detail/thread.hpp>
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <deque>
-#include <functional>
 #include <map>
 #include <mutex>
-#include <set>
-#include <thread>
-#include <unordered_map>
 #include <vector>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -349,7 +349,7 @@ struct wire_event {
 class fabric_state {
  public:
   mutable std::mutex mu;
-  std::condition_variable cv;  // completion and async events
+  condvar cv;  // completion and async events
   fabric_config cfg;
   /// The mock behaves as rxe where the deviation table says rxe differs.
   bool as_rxe() const noexcept { return cfg.profile == device_profile::rxe; }
@@ -374,20 +374,20 @@ class fabric_state {
   std::uint64_t packets = 0;
   std::uint32_t next_qpn = 0x11;
   std::uint32_t next_key = 0x100;
-  std::unordered_map<std::uint32_t, qp_obj*> qps;
-  std::unordered_map<std::uint32_t, mr_obj*> by_lkey;
-  std::unordered_map<std::uint32_t, mr_obj*> by_rkey;
-  std::unordered_map<std::uint32_t, mw_obj*> mws;  // by rkey >> 8
+  object_map<qp_obj> qps;
+  object_map<mr_obj> by_lkey;
+  object_map<mr_obj> by_rkey;
+  object_map<mw_obj> mws;  // by rkey >> 8
   std::uint32_t next_mw = 1;
-  std::set<context_obj*> contexts;
-  std::set<pd_obj*> pds;
-  std::set<cq_obj*> cqs;
-  std::set<channel_obj*> channels;
-  std::set<ah_obj*> ahs;
-  std::set<srq_obj*> srqs;
+  object_set<context_obj> contexts;
+  object_set<pd_obj> pds;
+  object_set<cq_obj> cqs;
+  object_set<channel_obj> channels;
+  object_set<ah_obj> ahs;
+  object_set<srq_obj> srqs;
   // The connection manager (cm_verbs.hpp): channels, ids, listeners by (IPv4, port).
-  std::set<cm_channel_obj*> cm_channels;
-  std::set<cm_id_obj*> cm_ids;
+  object_set<cm_channel_obj> cm_channels;
+  object_set<cm_id_obj> cm_ids;
   std::map<std::pair<std::uint32_t, std::uint16_t>, cm_id_obj*> cm_listeners;
   std::uint16_t next_cm_port = 40000;
   std::uint32_t next_cm_psn = 1;

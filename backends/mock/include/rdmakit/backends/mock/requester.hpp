@@ -2,8 +2,8 @@
 // The requester: issuing send WQEs as messages, responses and ACKs, go-back-N
 // retransmission, the retry and RNR budgets.
 #include <rdmakit/backends/mock/wire.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 
-#include <algorithm>
 #include <cstring>
 #include <string>
 

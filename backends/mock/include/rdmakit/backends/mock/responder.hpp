@@ -2,8 +2,8 @@
 // The responder: checks one request message (PSN, transport rules, keys and rights)
 // and executes it (SEND into a receive, WRITE, READ and atomic responses).
 #include <rdmakit/backends/mock/wire.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 
-#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <string>

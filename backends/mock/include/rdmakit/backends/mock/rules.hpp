@@ -2,9 +2,9 @@
 // The mock HCA's small rules: timer codes, opcodes per transport, MTU and packet
 // counts, local and remote key checks, gather/scatter, routing by address vector.
 #include <rdmakit/backends/mock/objects.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/qp_transitions.hpp>
 
-#include <algorithm>
 #include <cstring>
 #include <span>
 #include <string>
@@ -88,7 +88,7 @@ inline std::uint32_t packets_for(std::uint32_t length, std::uint32_t mtu) {
 }
 
 /// The MR registered under `key` in `keys` (by_lkey or by_rkey), through the cache.
-inline mr_obj* find_mr(fabric_state& f, const std::unordered_map<std::uint32_t, mr_obj*>& keys, key_cache* cache,
+inline mr_obj* find_mr(fabric_state& f, const object_map<mr_obj>& keys, key_cache* cache,
                        std::uint32_t key) {
   if (cache && cache->epoch == f.mr_epoch && cache->key == key && cache->mr) return cache->mr;
   auto it = keys.find(key);

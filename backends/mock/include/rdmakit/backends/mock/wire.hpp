@@ -4,8 +4,8 @@
 // declared here and defined in requester.hpp and responder.hpp.
 #include <rdmakit/backends/mock/completions.hpp>
 #include <rdmakit/backends/mock/windows.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 
-#include <algorithm>
 #include <cstring>
 #include <string>
 
