@@ -98,12 +98,22 @@ __attribute__((noinline)) std::uint64_t prepared_loop(live_qp& qp, completion_qu
   for (std::uint32_t k = 0; k < list; ++k) (void)batch.write(src, dst, k);
   while (posted < n || qp.send_credits() < depth) {
     // Post until the ledger runs out of credits: sq_full is its "reap now".
+    // Each result is read where it is made: one kept across iterations made GCC carry
+    // it packed in registers through the loop, +15 instructions per post.
     if (list == 1) {
-      for (post_result r; posted < n && (r = qp.post(one)).status != post_status::sq_full; ++posted)
+      while (posted < n) {
+        const post_result r = qp.post(one);
+        if (r.status == post_status::sq_full) break;
         if (!r) die(std::string("couldn't post: ") + r.message());
+        ++posted;
+      }
     } else {
-      for (post_result r; posted < n && (r = qp.post(batch)).status != post_status::sq_full; posted += list)
+      while (posted < n) {
+        const post_result r = qp.post(batch);
+        if (r.status == post_status::sq_full) break;
         if (!r) die(std::string("couldn't post a list: ") + r.message());
+        posted += list;
+      }
     }
     const wait_result w = cq.wait(std::chrono::milliseconds(60'000));
     if (w.failed() || w.timed_out() || qp.in_error()) die("a completion failed, or none came");

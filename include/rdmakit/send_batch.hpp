@@ -52,6 +52,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   void clear() noexcept {
     n_ = first_ = 0;
     bad_id_ = false;
+    min_inline_n_ = ~std::size_t{0};
     asked_signal_ = touched_ = false;
     signaled_ = {};
     signal_key_ = no_signal_key;
@@ -74,7 +75,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   /// Adds one operation (rdmakit/operations.hpp), the same value queue_pair::post
   /// takes; false when the batch is full. Checked against the transport at compile time.
   template <operation Op>
-  bool add(const Op& o, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
+  RDMAKIT_ALWAYS_INLINE bool add(const Op& o, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
     Op::rule::template check<T>();
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(o.local)>, local_buffer>)
       return add_(Op::code, {&o.local, 1}, wr_id, flags, o);
@@ -92,7 +93,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   using signal_bits = std::array<std::uint64_t, signal_words>;
 
   template <class Op>
-  bool submit_(const Op& o, std::uint64_t wr_id, send_flags flags) noexcept {
+  RDMAKIT_ALWAYS_INLINE bool submit_(const Op& o, std::uint64_t wr_id, send_flags flags) noexcept {
     return add(o, wr_id, flags);
   }
 
@@ -106,15 +107,20 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   }
   // True when post may set only the signaled WRs' flags: no WR asked for a signal or
   // can go inline within `inline_limit`, and every flag is still as added.
-  bool plain_(std::uint32_t inline_limit) const noexcept {
-    return !asked_signal_ && !touched_ && (inline_limit == 0 || !inline_candidate_(inline_limit));
+  bool plain_(std::uint32_t inline_limit) noexcept {
+    return !asked_signal_ && !touched_ && (inline_limit == 0 || min_inline_bytes_() > inline_limit);
   }
-  // Whether a WR could go inline within `inline_limit` (> 0): looked up at post, not
-  // tracked by add, which a queue pair without inline data then never pays for.
-  bool inline_candidate_(std::uint32_t inline_limit) const noexcept {
-    for (std::size_t i = first_; i < n_; ++i)
-      if (entries_[i].inline_bytes <= inline_limit) return true;
-    return false;
+  // The smallest inline candidate: found at post (add does not track it, so a queue
+  // pair without inline data never pays for it) and kept until a WR is added, so a
+  // reused list looks once.
+  std::uint32_t min_inline_bytes_() noexcept {
+    if (RDMAKIT_UNLIKELY(min_inline_n_ != n_)) {
+      std::uint32_t m = detail::batch_entry::never_inline;
+      for (std::size_t i = first_; i < n_; ++i) m = entries_[i].inline_bytes < m ? entries_[i].inline_bytes : m;
+      min_inline_ = m;
+      min_inline_n_ = n_;
+    }
+    return min_inline_;
   }
   typename B::send_wr* front_() noexcept { return &wrs_[first_]; }
 
@@ -141,7 +147,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // WR points ahead at the slot after it; the counters are read once into locals, as
   // the WR's stores could otherwise alias them and force a reload after each.
   template <class Op>
-  bool add_(opcode op, std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags,
+  RDMAKIT_ALWAYS_INLINE bool add_(opcode op, std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags,
             const Op& o) noexcept {
     const std::size_t n = n_;
     if (n == Max || sgl.size() > SgePerWr) return false;
@@ -188,6 +194,8 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   std::size_t n_ = 0;      // WRs added (those before first_ were posted)
   std::size_t first_ = 0;  // the first WR not posted yet
   bool bad_id_ = false;    // a wr_id used bit 63: post refuses the list (bad_wr_id)
+  std::uint32_t min_inline_ = 0;             // min_inline_bytes_() of the first min_inline_n_ WRs
+  std::size_t min_inline_n_ = ~std::size_t{0};  // n_ when it was found (none yet)
   bool asked_signal_ = false;  // a WR was added with send_flags::signaled
   bool touched_ = false;       // a partial post set the flags of the WRs left
 };

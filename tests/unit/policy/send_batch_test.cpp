@@ -118,6 +118,27 @@ TEST_CASE_FIXTURE(two_regions, "a reused post list posts the same WRs again, sig
   CHECK(p.a.send_credits() == 16);
 }
 
+TEST_CASE_FIXTURE(two_regions, "a reused list under signal_every keeps its flags while its signals stay, rewrites them when a post moves them") {
+  auto p = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
+  auto batch = decltype(p.a)::make_batch<4>();
+  batch.reuse();
+  for (std::uint64_t i = 1; i <= 4; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
+  auto signaled_by = [&](auto&& post) {
+    REQUIRE(post());
+    std::vector<std::uint64_t> ids;
+    for (const auto& c : collect(x.cq, 2, 200)) ids.push_back(c.wr_id);
+    return ids;
+  };
+  auto list = [&] { return p.a.post(batch).ok(); };
+  CHECK(signaled_by(list) == std::vector<std::uint64_t>{4});  // positions 1-4
+  CHECK(signaled_by(list) == std::vector<std::uint64_t>{4});  // 5-8: the same places, flags kept
+  // One more WR (position 9) moves the list's signal to its 3rd WR (position 12).
+  REQUIRE(p.a.write(src.local(0, 8), dst.remote(), 9).ok());
+  CHECK(signaled_by(list) == std::vector<std::uint64_t>{3});  // 10-13
+  CHECK(signaled_by(list) == std::vector<std::uint64_t>{3});  // 14-17
+  CHECK(p.a.unsignaled_run() == 1);
+}
+
 TEST_CASE_FIXTURE(two_regions, "a reused post list under signal_manual moves its one signal with the credits") {
   auto p = make_pair<rc, signal_manual>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto batch = decltype(p.a)::make_batch<4>();
