@@ -559,12 +559,9 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (RDMAKIT_UNLIKELY(l.sq.blocked() || (d.wr_id & detail::recv_wr_bit))) return refused_credits_(l, d.wr_id);
     const bool sig = l.sq.template must_signal<S>(has_any(d.flags, send_flags::signaled));
     typename B::send_wr w;
-    if constexpr (detail::signals_every_wr<S>) {
-      build_(w, d, d.sg, true);
-      l.sq.template commit<S>(true);  // before the call, undone if the device refuses
-    } else if (!detail::branch_on_signal<S>) {
+    if constexpr (!detail::branch_on_signal<S>) {  // (signal_all: sig is the constant true)
       build_(w, d, d.sg, sig);
-      l.sq.template commit<S>(sig);
+      l.sq.template commit<S>(sig);  // before the call, undone if the device refuses
     } else if (RDMAKIT_UNLIKELY(sig)) {  // one branch on the decision, as post(prepared)
       build_(w, d, d.sg, true);
       l.sq.template commit<S>(true);

@@ -37,6 +37,7 @@ TEST_CASE("walkthrough: 1 MiB over RC, then a wrong rkey gives REM_ACCESS_ERR") 
   (void)a.cq.wait([&](const completion<B>& c) { msg = c.status_message(); CHECK(c.status() == wc_status::rem_access_err); });
   CHECK(msg.find("remote key") != std::string::npos);
   CHECK(qa.in_error());
+  CHECK(qa.send_credits() == 0);  // in ERR nothing may be posted, whatever slots came back
   CHECK(qa.send(mra.local(), 4).status == post_status::qp_error);
 }
 
