@@ -13,7 +13,6 @@
 
 #include <cerrno>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -116,7 +115,7 @@ class completion_queue {
       throw usage_error(
                         "create_cq(): a completion queue needs at least 1 entry (asked for " +
                             std::to_string(entries) + ")");
-    auto blk = std::make_shared<detail::cq_block<B>>();  // ~cq_block undoes what is made below
+    auto blk = detail::make_shared_owner<detail::cq_block<B>>();  // ~cq_block undoes what is made below
     blk->dev = std::move(dev);
     if constexpr (P::needs_channel) blk->channel = B::create_comp_channel(blk->dev->ctx);
     blk->cq = B::create_cq(blk->dev->ctx, entries, blk->channel, comp_vector);
@@ -360,7 +359,7 @@ class completion_queue {
     int wait_event(std::chrono::milliseconds t) noexcept { return cq->wait_event_(t); }
   };
 
-  std::shared_ptr<detail::cq_block<B>> blk_;
+  detail::shared_owner<detail::cq_block<B>> blk_;
 };
 
 

@@ -316,7 +316,7 @@ int cm_gid_index(typename B::context ctx, const cm_route& r) {
 
 // Creates the QP on the id (INIT) with the library's capacity checks and CQ accounting.
 template <class B, class T, class S, polling PS, polling PR>
-qp_parts<B> cm_make_parts(const std::shared_ptr<cm_id_block<B>>& blk, const protection_domain<B>& pd,
+qp_parts<B> cm_make_parts(const shared_owner<cm_id_block<B>>& blk, const protection_domain<B>& pd,
                           completion_queue<B, PS>& send_cq, completion_queue<B, PR>& recv_cq, const qp_cap& caps,
                           const cm_options& o, const char* call) {
   static_assert(T::connected, "the connection manager connects RC and UC queue pairs (UD: use address handles)");
@@ -354,7 +354,7 @@ struct cm_no_prepare {
 // Creates the QP, lets `prepare` post receives on it (INIT), runs `handshake` (connect
 // or accept, then ESTABLISHED), and returns the RTS queue pair.
 template <class B, class T, class S, polling PS, polling PR, class Prepare, class Handshake>
-queue_pair<B, T, S, qp_state::rts> cm_bring_up(const std::shared_ptr<cm_id_block<B>>& blk,
+queue_pair<B, T, S, qp_state::rts> cm_bring_up(const shared_owner<cm_id_block<B>>& blk,
                                                const protection_domain<B>& pd, completion_queue<B, PS>& send_cq,
                                                completion_queue<B, PR>& recv_cq, const qp_cap& caps,
                                                const cm_options& o, const char* call, Prepare& prepare,
@@ -403,7 +403,7 @@ void cm_resolve(cm_id_block<B>& blk, const cm_address& to, const cm_options& o, 
 // the QP keeps the id alive, and the id moves the QP to ERR on a disconnect.
 template <class B, class T, class S>
 queue_pair<B, T, S, qp_state::init> cm_adopt_user_qp(queue_pair<B, T, S, qp_state::init>&& qp,
-                                                     const std::shared_ptr<cm_id_block<B>>& blk, const char* call) {
+                                                     const shared_owner<cm_id_block<B>>& blk, const char* call) {
   static_assert(T::connected, "the connection manager connects RC and UC queue pairs (UD: use address handles)");
   static_assert(!shares_receives<T>, "connection_manager: queue pairs on a shared receive queue are not supported yet");
   auto mine = policy_access::adopt<queue_pair<B, T, S, qp_state::init>>(std::move(policy_access::parts(qp)));
@@ -529,7 +529,7 @@ class cm_connection {
   friend cm_connection<B2, T2, S2> cm_connect(queue_pair<B2, T2, S2, qp_state::init>&&, const cm_address&,
                                               std::span<const std::byte>, const cm_options&);
 
-  cm_connection(std::shared_ptr<detail::cm_id_block<B>> id, queue_pair_type qp, std::vector<std::byte> peer) noexcept
+  cm_connection(detail::shared_owner<detail::cm_id_block<B>> id, queue_pair_type qp, std::vector<std::byte> peer) noexcept
       : id_(std::move(id)), qp_(std::move(qp)), peer_(std::move(peer)) {}
 
   detail::cm_id_block<B>& id(const char* call) const {
@@ -537,7 +537,7 @@ class cm_connection {
     return *id_;
   }
 
-  std::shared_ptr<detail::cm_id_block<B>> id_;
+  detail::shared_owner<detail::cm_id_block<B>> id_;
   queue_pair_type qp_;
   std::vector<std::byte> peer_;
 };
@@ -634,9 +634,9 @@ class cm_request {
 
  private:
   friend class cm_listener<B>;
-  cm_request(std::shared_ptr<detail::cm_id_block<B>> id, std::vector<std::byte> d) noexcept
+  cm_request(detail::shared_owner<detail::cm_id_block<B>> id, std::vector<std::byte> d) noexcept
       : id_(std::move(id)), data_(std::move(d)) {}
-  std::shared_ptr<detail::cm_id_block<B>> take_(const char* call) {
+  detail::shared_owner<detail::cm_id_block<B>> take_(const char* call) {
     if (!id_) detail::throw_empty("cm_request", call);
     return std::move(id_);
   }
@@ -644,7 +644,7 @@ class cm_request {
     if (id_) B::cm_reject(id_->id, nullptr, 0);
     id_.reset();
   }
-  std::shared_ptr<detail::cm_id_block<B>> id_;
+  detail::shared_owner<detail::cm_id_block<B>> id_;
   std::vector<std::byte> data_;
 };
 
@@ -662,7 +662,7 @@ class cm_listener {
   cm_listener(const device<B>& dev, const cm_address& addr, int backlog = 16) {
     auto dref = dev_ref_(dev);
     auto chan = std::make_shared<detail::cm_channel_block<B>>(std::move(dref));
-    auto blk = std::make_shared<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
+    auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
     B::cm_listen(blk->id, addr, backlog);
     addr_ = addr;
     addr_.port = B::cm_bound_port(blk->id);
@@ -697,7 +697,7 @@ class cm_listener {
       if (ev.type != cm_event_type::connect_request) continue;
       // The new id moves to a channel of its own, kept alive by it.
       auto chan = std::make_shared<detail::cm_channel_block<B>>(id_->chan->dev);
-      auto blk = std::make_shared<detail::cm_id_block<B>>(chan, ev.id);
+      auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, ev.id);
       B::cm_migrate_id(ev.id, chan->ch);
       return cm_request<B>(std::move(blk), detail::cm_data_of(ev.data.data(), ev.data_len));
     }
@@ -708,7 +708,7 @@ class cm_listener {
     if (!dev) detail::throw_empty("device", "cm_listener");
     return detail::policy_access::device_ref(dev);
   }
-  std::shared_ptr<detail::cm_id_block<B>> id_;
+  detail::shared_owner<detail::cm_id_block<B>> id_;
   cm_address addr_{};
 };
 
@@ -727,7 +727,7 @@ cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_que
   const auto param = detail::cm_param(o, data, "cm_connect");
   auto pref = detail::policy_access::pd_ref(pd, "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(pref->dev);
-  auto blk = std::make_shared<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
+  auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
   const std::string where = "cm_connect to " + to.to_string();
   detail::cm_resolve<B>(*blk, to, o, where);
   detail::cm_event_of<B> ev;
@@ -753,7 +753,7 @@ cm_connection<B, T, S> cm_connect(queue_pair<B, T, S, qp_state::init>&& qp, cons
   auto param = detail::cm_param(o, data, "cm_connect");
   if (!qp) detail::throw_empty("queue_pair", "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(detail::policy_access::parts(qp).pd->dev);
-  auto blk = std::make_shared<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
+  auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
   auto mine = detail::cm_adopt_user_qp(std::move(qp), blk, "cm_connect");
   const std::string where = "cm_connect to " + to.to_string();
   detail::cm_resolve<B>(*blk, to, o, where);

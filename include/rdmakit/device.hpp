@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <concepts>
 #include <optional>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,7 +66,7 @@ class device {
   template <class Open>
   void open_(const std::vector<std::string>& all, Open&& open, std::string_view name) {
     detail::check_device_name(all, name, B::name);
-    auto st = std::make_shared<detail::device_state<B>>();
+    auto st = detail::make_shared_owner<detail::device_state<B>>();
     st->ctx = open();  // closed by ~device_state if a query below throws
     st->name = B::device_name(st->ctx);
     st->attr = B::query_device(st->ctx);
@@ -137,7 +136,7 @@ class device {
     if (!st_) detail::throw_empty("device", call);
     return *st_;
   }
-  std::shared_ptr<const detail::device_state<B>> st_;
+  detail::shared_owner<const detail::device_state<B>> st_;
 };
 
 RDMAKIT_END_NAMESPACE

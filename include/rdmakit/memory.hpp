@@ -7,13 +7,13 @@
 /// device: no registration per message).
 #include <rdmakit/backend.hpp>
 #include <rdmakit/detail/device_state.hpp>
+#include <rdmakit/detail/owning_ptr.hpp>
 #include <rdmakit/error.hpp>
 
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <new>
 #include <span>
 #include <string>
@@ -103,7 +103,7 @@ struct region_access;  // memory_window.hpp: a window shares the region's regist
 struct aligned_free {
   void operator()(std::byte* p) const noexcept { ::operator delete[](p, std::align_val_t{4096}); }
 };
-using aligned_bytes = std::unique_ptr<std::byte[], aligned_free>;
+using aligned_bytes = unique_owner<std::byte[], aligned_free>;
 
 inline aligned_bytes allocate_zeroed(std::size_t bytes) {
   auto* p = static_cast<std::byte*>(::operator new[](bytes ? bytes : 1, std::align_val_t{4096}));
@@ -128,7 +128,7 @@ struct mr_block {
   }
 };
 template <class B>
-using mr_ref = std::shared_ptr<const mr_block<B>>;
+using mr_ref = shared_owner<const mr_block<B>>;
 }  // namespace detail
 
 /// A registered memory region with access rights `Access` (local_write, remote_*,
@@ -228,7 +228,7 @@ class memory_region {
       throw usage_error(
                         "register_memory(): cannot register " + std::to_string(length) +
                             " bytes at a null address: give a non-empty buffer");
-    auto blk = std::make_shared<detail::mr_block<B>>();
+    auto blk = detail::make_shared_owner<detail::mr_block<B>>();
     blk->pd = std::move(pd);
     blk->mr = B::reg_mr(blk->pd->pd, addr, length, Access);
     blk->owned = std::move(owned);
@@ -340,7 +340,7 @@ class registered_pool {
       throw usage_error(
                         "create_pool(): a registered pool needs slot_size > 0, 0 < slots < 2^32 and at most 1 TiB in all (got " +
                             std::to_string(slot_size) + " × " + std::to_string(slots) + ")");
-    auto st = std::make_unique<state>();
+    auto st = detail::make_unique_owner<state>();
     st->slot_size = (slot_size + 63) / 64 * 64;
     st->slots = slots;
     st->region = memory_region<B, Access>::allocate(std::move(pd), st->slot_size * slots);

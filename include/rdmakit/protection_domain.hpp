@@ -25,7 +25,7 @@ class protection_domain {
  public:
   protection_domain() = default;
   /// Allocates a PD on the device. Prefer device::create_pd.
-  explicit protection_domain(detail::device_ref<B> dev) : st_(std::make_shared<const detail::pd_state<B>>(std::move(dev))) {}
+  explicit protection_domain(detail::device_ref<B> dev) : st_(detail::make_shared_owner<const detail::pd_state<B>>(std::move(dev))) {}
   /// Takes over the PD; regions and queue pairs made from it keep it alive anyway.
   protection_domain(protection_domain&&) noexcept = default;
   /// Releases this handle's share, then takes over `other`'s; children keep the old PD alive.

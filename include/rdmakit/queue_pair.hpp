@@ -31,7 +31,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -98,7 +97,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// keeps the SRQ alive; the receive CQ reserves the SRQ's max_wr once for all its QPs.
   template <polling PS, polling PR>
   static queue_pair create(detail::pd_ref<B> pd, completion_queue<B, PS>& send_cq,
-                           completion_queue<B, PR>& recv_cq, std::shared_ptr<detail::srq_state<B>> srq,
+                           completion_queue<B, PR>& recv_cq, detail::shared_owner<detail::srq_state<B>> srq,
                            const qp_cap& caps, const qp_options& o = {})
     requires(State == qp_state::init && detail::shares_receives<T>)
   {
@@ -126,7 +125,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     auto srq = parts_.srq;
     const qp_cap asked = parts_.asked;
     const qp_options o = parts_.opts;
-    auto old = std::make_unique<detail::qp_parts<B>>(std::move(parts_));
+    auto old = detail::make_unique_owner<detail::qp_parts<B>>(std::move(parts_));
     old->retired.reset();  // an older generation: its flushes have had a whole connection's time
     detail::retire(*old);  // first: the CQs' reservations go back before the new QP asks for them
     auto fresh = queue_pair<B, T, S, qp_state::init>::create_on_(std::move(pd), std::move(scq), std::move(rcq),
@@ -136,9 +135,9 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   }
 
  private:
-  static queue_pair create_on_(detail::pd_ref<B> pd, std::shared_ptr<detail::cq_block<B>> send_blk,
-                               std::shared_ptr<detail::cq_block<B>> recv_blk, const qp_cap& caps,
-                               const qp_options& o, std::shared_ptr<detail::srq_state<B>> srq = {}) {
+  static queue_pair create_on_(detail::pd_ref<B> pd, detail::shared_owner<detail::cq_block<B>> send_blk,
+                               detail::shared_owner<detail::cq_block<B>> recv_blk, const qp_cap& caps,
+                               const qp_options& o, detail::shared_owner<detail::srq_state<B>> srq = {}) {
     return queue_pair(detail::create_parts<B, T, S>(std::move(pd), std::move(send_blk), std::move(recv_blk), caps, o,
                                                     std::move(srq)));
   }

@@ -21,7 +21,6 @@
 
 #include <cerrno>
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -71,7 +70,7 @@ class shared_receive_queue {
   /// limit above max_wr; verbs_error when the device refuses.
   explicit shared_receive_queue(detail::pd_ref<B> pd, const srq_attr& attr) {
     check(pd->dev->attr, attr);
-    st_ = std::make_shared<detail::srq_state<B>>(std::move(pd), attr);
+    st_ = detail::make_shared_owner<detail::srq_state<B>>(std::move(pd), attr);
   }
   /// Takes over the SRQ; queue pairs on it keep it alive anyway.
   shared_receive_queue(shared_receive_queue&&) noexcept = default;
@@ -198,7 +197,7 @@ class shared_receive_queue {
     return {post_status::ok, 0, 1};
   }
 
-  std::shared_ptr<detail::srq_state<B>> st_;
+  detail::shared_owner<detail::srq_state<B>> st_;
 };
 
 RDMAKIT_END_NAMESPACE

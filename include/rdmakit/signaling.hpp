@@ -10,10 +10,10 @@
 /// (`signal_manual`, your own) the ledger signals the WR that takes the last free slot.
 /// Such a policy may therefore signal a WR you did not ask for; handlers see its completion.
 #include <rdmakit/config.hpp>
+#include <rdmakit/detail/owning_ptr.hpp>
 
 #include <concepts>
 #include <cstdint>
-#include <memory>
 #include <string_view>
 #include <type_traits>
 
@@ -326,7 +326,7 @@ class sq_credits {
   sq_credits(std::uint32_t depth, bool one_per_completion)
       : limit_(depth), depth_(depth), cap_(depth), mask_(ring_size(depth) - 1),
         one_per_completion_(one_per_completion) {
-    if (!one_per_completion) ring_ = std::make_unique<std::uint64_t[]>(mask_ + 1);
+    if (!one_per_completion) ring_ = make_unique_owner<std::uint64_t[]>(mask_ + 1);
   }
 
   // A power of two at least `depth` (pending signaled WRs never exceed the depth).
@@ -348,7 +348,7 @@ class sq_credits {
   std::uint32_t cap_ = 0;  // depth_, or 0 once closed
   std::uint64_t mask_ = 0;
   bool one_per_completion_ = false;
-  std::unique_ptr<std::uint64_t[]> ring_;  // marks of the pending signaled WRs, oldest first
+  unique_owner<std::uint64_t[]> ring_;  // marks of the pending signaled WRs, oldest first
   // head_/tail_ run freely; the ring index is their low bits.
 };
 

@@ -4,11 +4,11 @@
 // device, a region, address handle or queue pair holds its PD, a queue pair holds its
 // completion queues. The native object is destroyed when the last owner goes, so no
 // order of destruction or move can reach a destroyed parent. Setup shares ownership
-// (shared_ptr copies); the data path only follows raw pointers held by live objects.
+// (shared_owner copies); the data path only follows raw pointers held by live objects.
 #include <rdmakit/backend.hpp>
+#include <rdmakit/detail/owning_ptr.hpp>
 
 #include <cstdint>
-#include <memory>
 #include <string>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -38,10 +38,10 @@ struct device_state {
 
 template <class B>
 struct pd_state {
-  std::shared_ptr<const device_state<B>> dev;
+  shared_owner<const device_state<B>> dev;
   typename B::pd pd{};
 
-  explicit pd_state(std::shared_ptr<const device_state<B>> d) : dev(std::move(d)), pd(B::alloc_pd(dev->ctx)) {}
+  explicit pd_state(shared_owner<const device_state<B>> d) : dev(std::move(d)), pd(B::alloc_pd(dev->ctx)) {}
   pd_state(const pd_state&) = delete;
   pd_state& operator=(const pd_state&) = delete;
   ~pd_state() {
@@ -50,9 +50,9 @@ struct pd_state {
 };
 
 template <class B>
-using device_ref = std::shared_ptr<const device_state<B>>;
+using device_ref = shared_owner<const device_state<B>>;
 template <class B>
-using pd_ref = std::shared_ptr<const pd_state<B>>;
+using pd_ref = shared_owner<const pd_state<B>>;
 
 }  // namespace detail
 RDMAKIT_END_NAMESPACE

@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <utility>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -62,12 +61,12 @@ struct cm_qp_owner {
 template <class B>
 struct qp_parts {
   pd_ref<B> pd;
-  std::shared_ptr<cq_block<B>> scq, rcq;
-  std::shared_ptr<srq_state<B>> srq;  // null unless the QP takes its receives from one
+  shared_owner<cq_block<B>> scq, rcq;
+  shared_owner<srq_state<B>> srq;  // null unless the QP takes its receives from one
   // srq.get() as the receive CQ knows it (kept apart: converting srq_state<B>* would
   // instantiate srq_state for backends without SRQs).
   const void* srq_id = nullptr;
-  std::shared_ptr<cm_qp_owner<B>> cm;  // null unless the connection manager made the QP
+  shared_owner<cm_qp_owner<B>> cm;  // null unless the connection manager made the QP
   typename B::qp qp{};
   link_ptr<B> link;  // never null: empty, it is the closed link
   qp_cap asked{};     // as asked: the CQ entries reserved on send_cq / recv_cq, and the credits
@@ -82,7 +81,7 @@ struct qp_parts {
   // The QP that reset() replaced, in ERR: it stays attached to the CQs so the flushes
   // of its outstanding WRs reach the pollers with their wr_ids, routed and accounted,
   // until the next reset() or this QP's destruction. At most one is kept.
-  std::unique_ptr<qp_parts> retired;
+  unique_owner<qp_parts> retired;
   bool is_retired = false;
 
   const device_state<B>& dev() const noexcept { return *pd->dev; }

@@ -21,7 +21,6 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -123,9 +122,9 @@ void modify_step(qp_parts<B>& p, const qp_attr& a, qp_attr_mask m, qp_state from
 // QP is made by `make_qp(parts, pd, send cq, recv cq)`, which sets parts.qp (INIT
 // already) and parts.cm; o.port and o.gid_index are then the CM's choice.
 template <class B, class T, class S, class MakeQp = std::nullptr_t>
-qp_parts<B> create_parts(pd_ref<B> pd, std::shared_ptr<cq_block<B>> send_blk,
-                         std::shared_ptr<cq_block<B>> recv_blk, const qp_cap& caps, const qp_options& o,
-                         std::shared_ptr<srq_state<B>> srq = {}, MakeQp make_qp = nullptr) {
+qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
+                         shared_owner<cq_block<B>> recv_blk, const qp_cap& caps, const qp_options& o,
+                         shared_owner<srq_state<B>> srq = {}, MakeQp make_qp = nullptr) {
   constexpr bool by_cm = !std::is_null_pointer_v<MakeQp>;
   cq_block<B>* scq = send_blk.get();
   cq_block<B>* rcq = recv_blk.get();
