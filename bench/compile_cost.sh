@@ -11,6 +11,8 @@
 # compilation), so the backends' verbs and the core's cold text are only declared; the
 # last row is what that mode compiles once per program (<rdmakit/src.hpp> and the
 # backends' src.hpp). A baseline without that mode compiles those rows header-only.
+# "GCC MB" is GCC's allocations (-ftime-report's TOTAL; "-" with other compilers): unlike the
+# time, the same at any load, so it shows a change the noise would hide.
 # A report, not a test: it always exits 0.
 here=$(cd "$(dirname "$0")/.." && pwd) || exit 0
 cxx=${1:-c++}
@@ -51,6 +53,9 @@ compile() {
   ((separate)) && flags+=(-DRDMAKIT_SEPARATE_COMPILATION)
   [[ $file == walkthrough ]] && file=$tree/examples/walkthrough.cpp
   if [[ ${1:-} == -E ]]; then "$cxx" "${flags[@]}" -E "$file" 2>/dev/null
+  elif [[ ${1:-} == -ftime-report ]]; then  # GCC's allocations (the TOTAL line), or "-"
+    "$cxx" "${flags[@]}" -ftime-report -c "$file" -o "$tmp/out.o" 2>&1 >/dev/null |
+      awk '/^ *TOTAL/ { v = $NF } END { print (v == "" ? "-" : v) }'
   else "$cxx" "${flags[@]}" -c "$file" -o "$tmp/out.o" 2>/dev/null; fi
 }
 user_time() {  # user CPU seconds of one compilation, or "fail"
@@ -76,26 +81,28 @@ printf '%s, -O2; user CPU s, min of %d runs, above an empty file (%ss)\n\n' \
   "$("$cxx" --version | head -n1)" "$k" "$empty_this"
 if [[ -n $base_tree ]]; then
   printf 'baseline: %s\n\n' "$base_tree"
-  printf '| translation unit | baseline s | lines | this tree s | lines | target s |\n|---|---:|---:|---:|---:|---:|\n'
+  printf '| translation unit | baseline s | lines | GCC MB | this tree s | lines | GCC MB | target s |\n|---|---:|---:|---:|---:|---:|---:|---:|\n'
 else
-  printf '| translation unit | CPU s | preprocessed lines | target s |\n|---|---:|---:|---:|\n'
+  printf '| translation unit | CPU s | preprocessed lines | GCC MB | target s |\n|---|---:|---:|---:|---:|\n'
 fi
 row() {  # row LABEL TARGET FILE [separate]
   separate=0
   [[ ${4:-} == separate ]] && separate=1
   measure "$3"
-  local lines_this
+  local lines_this mb_this
   lines_this=$(compile "$here" "$3" -E | wc -l)
+  mb_this=$(compile "$here" "$3" -ftime-report)
   if [[ -n $base_tree ]]; then
-    local base_s=- base_lines=-  # a file the baseline cannot compile (a header it lacks): "-"
+    local base_s=- base_lines=- base_mb=-  # a file the baseline cannot compile (a header it lacks): "-"
     if [[ $best_base != fail ]]; then
       base_s=$(minus "$best_base" "$empty_base")
       base_lines=$(compile "$base_tree" "$3" -E | wc -l)
+      base_mb=$(compile "$base_tree" "$3" -ftime-report)
     fi
-    printf '| %s | %s | %s | %s | %d | %s |\n' "$1" "$base_s" "$base_lines" \
-      "$(minus "$best_this" "$empty_this")" "$lines_this" "$2"
+    printf '| %s | %s | %s | %s | %s | %d | %s | %s |\n' "$1" "$base_s" "$base_lines" "$base_mb" \
+      "$(minus "$best_this" "$empty_this")" "$lines_this" "$mb_this" "$2"
   else
-    printf '| %s | %s | %d | %s |\n' "$1" "$(minus "$best_this" "$empty_this")" "$lines_this" "$2"
+    printf '| %s | %s | %d | %s | %s |\n' "$1" "$(minus "$best_this" "$empty_this")" "$lines_this" "$mb_this" "$2"
   fi
 }
 row '`<rdmakit/rdmakit.hpp>`' '0.6' "$tmp/core.cpp"

@@ -8,6 +8,7 @@
 #endif
 
 #include <cstdio>
+#include <memory>
 
 namespace rdmakit_perf {
 

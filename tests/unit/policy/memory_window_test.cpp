@@ -1,6 +1,7 @@
 #include "fixture.hpp"
 
 #include <cstring>
+#include <memory>
 
 using namespace policy_test;
 

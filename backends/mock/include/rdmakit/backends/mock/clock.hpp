@@ -91,10 +91,10 @@ inline constexpr auto paced_window = std::chrono::seconds(1);
 
 /// Notes the calling thread; called by the verbs threads meet in (under the lock).
 inline void touch(fabric_state& f) {
-  const auto id = std::this_thread::get_id();
+  const void* id = rdmakit::detail::this_thread_tag();
   if (id == f.last_thread) return;
   const auto wall = std::chrono::steady_clock::now();
-  if (f.last_thread != std::thread::id{}) {
+  if (f.last_thread != nullptr) {
     if (!f.paced) {
       f.paced = true;
       f.wall_base = wall;

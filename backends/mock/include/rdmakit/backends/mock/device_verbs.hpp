@@ -5,7 +5,6 @@
 #include <rdmakit/backends/mock/engine.hpp>
 #include <rdmakit/detail/chrono.hpp>
 
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,7 +21,7 @@ RDMAKIT_DECL std::vector<std::string> mock::device_names(rdmakit::mock::fabric& 
   return device_names(fab.shared_state());
 }
 
-RDMAKIT_DECL std::vector<std::string> mock::device_names(std::shared_ptr<mockd::fabric_state> st) {
+RDMAKIT_DECL std::vector<std::string> mock::device_names(rdmakit::detail::shared_owner<mockd::fabric_state> st) {
   auto& f = *st;
   std::lock_guard lk(f.mu);
   std::vector<std::string> out;
@@ -38,7 +37,7 @@ RDMAKIT_DECL mock::context mock::open_device(rdmakit::mock::fabric& fab, std::st
   return open_device(fab.shared_state(), name);
 }
 
-RDMAKIT_DECL mock::context mock::open_device(std::shared_ptr<mockd::fabric_state> st, std::string_view name) {
+RDMAKIT_DECL mock::context mock::open_device(rdmakit::detail::shared_owner<mockd::fabric_state> st, std::string_view name) {
   auto& f = *st;
   std::lock_guard lk(f.mu);
   mockd::touch(f);
@@ -61,7 +60,7 @@ RDMAKIT_DECL mock::context mock::open_device(std::shared_ptr<mockd::fabric_state
 RDMAKIT_DECL void mock::close_device(context ctx) noexcept {
   if (!ctx) return;
   auto& f = mockd::fab_of(ctx);
-  std::shared_ptr<mockd::fabric_state> last;  // released after the lock: it may free the fabric
+  rdmakit::detail::shared_owner<mockd::fabric_state> last;  // released after the lock: it may free the fabric
   {
     std::lock_guard lk(f.mu);
     if (ctx->children) return;  // objects still use it: the fabric releases it when it goes

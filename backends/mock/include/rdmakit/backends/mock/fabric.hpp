@@ -3,10 +3,10 @@
 /// clock, and fault injection. Tests configure it; the data path never sees it.
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/function.hpp>
+#include <rdmakit/detail/owning_ptr.hpp>
 #include <rdmakit/types.hpp>
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -165,10 +165,10 @@ class fabric {
   /// the calls above.
   detail::fabric_state& state() noexcept { return *state_; }
   /// Shared with the contexts opened from this fabric.
-  const std::shared_ptr<detail::fabric_state>& shared_state() const noexcept { return state_; }
+  const rdmakit::detail::shared_owner<detail::fabric_state>& shared_state() const noexcept { return state_; }
 
  private:
-  std::shared_ptr<detail::fabric_state> state_;
+  rdmakit::detail::shared_owner<detail::fabric_state> state_;
 };
 
 /// The process default fabric (the default configuration: "mock0" and "mock1"), made on

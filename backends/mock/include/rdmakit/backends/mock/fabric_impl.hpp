@@ -62,7 +62,7 @@ inline void build_devices(fabric_state& f) {
 
 namespace mock {
 
-RDMAKIT_DECL fabric::fabric(fabric_config config) : state_(std::make_shared<detail::fabric_state>()) {
+RDMAKIT_DECL fabric::fabric(fabric_config config) : state_(rdmakit::detail::make_shared_owner<detail::fabric_state>()) {
   state_->cfg = std::move(config);
   if (state_->cfg.profile == device_profile::rxe) state_->cfg.slots = slot_release::on_completion;
   state_->rng.seed(state_->cfg.seed);

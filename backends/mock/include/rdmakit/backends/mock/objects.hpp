@@ -15,7 +15,6 @@
 #include <rdmakit/detail/thread.hpp>
 
 #include <cstdint>
-#include <memory>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -49,7 +48,7 @@ struct device_rt {
 class context_obj {
  public:
   fabric_state* fab = nullptr;
-  std::shared_ptr<fabric_state> keep;  // the fabric object may go first
+  rdmakit::detail::shared_owner<fabric_state> keep;  // the fabric object may go first
   std::uint32_t dev = 0;
   std::deque<async_event> async_q;  // add with push_async: async_ready must follow it
   ready_fd async_ready;  // readable while async_q is not empty
@@ -294,7 +293,7 @@ struct cm_event_rec {
 class cm_channel_obj {
  public:
   fabric_state* fab = nullptr;
-  std::shared_ptr<fabric_state> keep;
+  rdmakit::detail::shared_owner<fabric_state> keep;
   std::uint32_t dev = 0;  // the device of the context it was made from: ids resolve from it
   std::deque<cm_event_rec> events;
   std::deque<cm_event_rec> later;
@@ -394,7 +393,7 @@ class fabric_state {
   bool running = false;  // guards against re-entering the event loop
   // Threads (engine.hpp, touch/jump): while a second thread has used the fabric in the
   // last second, simulated time follows the wall clock from (wall_base, sim_base).
-  std::thread::id last_thread{};
+  const void* last_thread = nullptr;  // detail::this_thread_tag() of the last caller
   std::chrono::steady_clock::time_point last_switch{};
   bool paced = false;
   std::chrono::steady_clock::time_point wall_base{};
