@@ -694,23 +694,40 @@ class runner {
     for (;;) {
       if (posting) {
         for (std::uint32_t j = 0; j < q; ++j) {
-          while (posted[j] < per_qp) {
-            const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(o_.post_list, per_qp - posted[j]));
-            if (qps_[j].send_credits() < n) break;
-            // The prepared WR or list, except for a shorter last list and the run's last WR,
-            // which is posted signaled so that its end is seen.
-            post_result r;
-            if constexpr (prepares) {
-              if (n == o_.post_list && posted[j] + n < per_qp)
-                r = n == 1 ? qps_[j].post(*one[j]) : qps_[j].post(*list[j]);
-              else
-                r = post_ops(j, posted[j], n, per_qp - 1, srcs[j], dsts[j]);
+          auto& qp = qps_[j];
+          std::uint64_t p = posted[j];  // in a register for the loops below
+          if constexpr (prepares) {
+            // The prepared WR or list, posted until the SQ refuses it for credits, except
+            // for a shorter last list and the run's last WR (below).
+            const std::uint64_t prepared_end = per_qp - std::min<std::uint64_t>(per_qp, o_.post_list);
+            if (o_.post_list == 1) {
+              for (auto& w = *one[j]; p < prepared_end; ++p) {
+                const post_result r = qp.post(w);
+                if (RDMAKIT_UNLIKELY(!r)) {
+                  if (r.status == post_status::sq_full) break;
+                  post_failed(r, p);
+                }
+              }
             } else {
-              r = post_ops(j, posted[j], n, per_qp - 1, srcs[j], dsts[j]);
+              for (auto& l = *list[j]; p < prepared_end; p += o_.post_list) {
+                const post_result r = qp.post(l);
+                if (RDMAKIT_UNLIKELY(!r)) {
+                  if (r.status == post_status::sq_full) break;
+                  post_failed(r, p);
+                }
+              }
             }
-            if (!r) post_failed(r, posted[j]);
-            posted[j] += n;
           }
+          // Built on each post: every WR without a prepared one, the last list (which may
+          // be shorter) and the run's last WR, posted signaled so that its end is seen.
+          while (p < per_qp) {
+            const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(o_.post_list, per_qp - p));
+            if (qp.send_credits() < n) break;
+            const post_result r = post_ops(j, p, n, per_qp - 1, srcs[j], dsts[j]);
+            if (!r) post_failed(r, p);
+            p += n;
+          }
+          posted[j] = p;
         }
       }
       if (!timed && total == per_qp * q) break;
