@@ -165,7 +165,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// Unsignaled WRs since the last signaled one.
   std::uint32_t unsignaled_run() const { return link_("unsignaled_run").sq.unsignaled_run(); }
   /// Receives posted and not completed yet.
-  std::uint32_t posted_recvs() const { return link_("posted_recvs").rq_held; }
+  std::uint32_t posted_recvs() const { return link_("posted_recvs").rq.held; }
   /// True once a completion of this QP failed (the QP is in ERR; posts return qp_error).
   bool in_error() const { return link_("in_error").error; }
   /// The status that put the queue pair in error: the root cause, a flush only when
@@ -255,7 +255,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (RDMAKIT_UNLIKELY(!bufs.empty() && ((first_wr_id | (first_wr_id + bufs.size() - 1)) & detail::recv_wr_bit)))
       return {post_status::bad_wr_id, 0, 0};
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
-    if (RDMAKIT_UNLIKELY(l.rq_depth - l.rq_held < bufs.size())) return {post_status::rq_full, 0, 0};
+    if (RDMAKIT_UNLIKELY(l.rq_depth - l.rq.held < bufs.size())) return {post_status::rq_full, 0, 0};
     if constexpr (T::recv_offset != 0)
       for (const auto& b : bufs)
         if (RDMAKIT_UNLIKELY(b.length < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
@@ -274,7 +274,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       typename B::recv_wr* bad = nullptr;
       int e = B::post_recv(parts_.qp, w, &bad);
       std::uint32_t k = e ? (bad ? static_cast<std::uint32_t>(bad - w) : 0u) : static_cast<std::uint32_t>(n);
-      l.rq_held += k;
+      l.rq.held += k;
       done += k;
       if (e) return {post_status::backend_error, e, done};
     }
@@ -613,7 +613,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if constexpr (T::recv_offset != 0)
       if (RDMAKIT_UNLIKELY(total < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
-    if (RDMAKIT_UNLIKELY(l.rq_held >= l.rq_depth)) return {post_status::rq_full, 0, 0};
+    if (RDMAKIT_UNLIKELY(l.rq.held >= l.rq_depth)) return {post_status::rq_full, 0, 0};
     typename B::recv_wr w;
     B::set_recv(w, wr_id | detail::recv_wr_bit, s, n);
     typename B::recv_wr* bad = nullptr;
@@ -621,7 +621,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       return {post_status::backend_error, e, 0,
               e == EINVAL && static_cast<std::uint32_t>(n) > parts_.caps.max_recv_sge ? post_rule::sge_count
                                                                                        : post_rule::unknown};
-    ++l.rq_held;
+    ++l.rq.held;
     return {post_status::ok, 0, 1};
   }
 

@@ -10,6 +10,8 @@
 #include <rdmakit/transport.hpp>
 
 #include <array>
+#include <bit>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -167,7 +169,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     detail::set_op_fields<B, T>(*w, d);
     B::set_next(*w, w + 1);  // one past the last slot at most: never followed (post ends the chain)
     const std::uint32_t inline_bytes = detail::may_inline(op) ? total : detail::batch_entry::never_inline;
-    entries_[n] = {flags, inline_bytes};
+    // One 8-byte store, not two: the entry as a word (a loop of adds keeps it in a register).
+    static_assert(sizeof(detail::batch_entry) == sizeof(std::uint64_t));
+    const auto packed = std::bit_cast<std::uint64_t>(detail::batch_entry{flags, inline_bytes});
+    std::memcpy(&entries_[n], &packed, sizeof packed);
     odd_ |= static_cast<std::uint8_t>(to_underlying(flags) & odd_asked_signal);  // the signaled bit
     // Tested here, not or-ed into a mask for post: a wr_id whose type or range keeps
     // bit 63 clear (a 32-bit index) then costs nothing.
