@@ -157,7 +157,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     detail::send_desc<B> d{};
     d.op = op;
     std::uint32_t total = 0;
-    typename B::sge* sg = &sges_[n * SgePerWr];
+    typename B::sge* sg = sges_.data() + n * SgePerWr;
     for (std::size_t i = 0; i < sgl.size(); ++i) {
       B::set_sge(sg[i], sgl[i].addr, sgl[i].length, sgl[i].lkey);
       total += sgl[i].length;
