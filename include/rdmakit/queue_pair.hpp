@@ -413,13 +413,14 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (n == 0) return {post_status::ok, 0, 0};
     auto& l = *parts_.link;  // the closed link when empty: admits nothing
     if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_credits_(l, 0);
-    if (RDMAKIT_UNLIKELY(batch.bad_id_())) return {post_status::bad_wr_id, 0, 0};
+    const bool odd = batch.odd_ != 0;  // one test for the refusal and the plain path
+    if (RDMAKIT_UNLIKELY(odd) && batch.bad_id_()) return {post_status::bad_wr_id, 0, 0};
     auto* w = batch.front_();
     auto plan = l.sq.start();
     const std::uint32_t inline_limit = parts_.inline_limit;
     if constexpr (detail::plans_unasked<S>) {
       // Only the signaled WRs change (none when the batch was built for this policy).
-      if (RDMAKIT_LIKELY(SignalEach == detail::signals_every_wr<S> && batch.plain_(inline_limit))) {
+      if (RDMAKIT_LIKELY(SignalEach == detail::signals_every_wr<S> && !odd && batch.inline_free_(inline_limit))) {
         if constexpr (SignalEach) {
           detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [](std::uint32_t) {});
         } else {
@@ -430,7 +431,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
               // are right, only the ledger records the signaled WRs. (Only a reused
               // list keeps a key: a post empties any other.)
               detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [](std::uint32_t) {});
-              return post_planned_(batch, l, plan, w, n);
+              return post_planned_<false>(batch, l, plan, w, n);  // its chain still ends where it did
             }
             batch.signal_key_ = key;  // the flags written next are this key's
           } else {
@@ -494,12 +495,12 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
 
   // w and n: the batch's first WR and size, read before the plan (whose ring stores the
   // compiler cannot tell from the batch's fields).
-  template <std::size_t Max, std::size_t SgePerWr, bool SignalEach>
+  template <bool EndChain = true, std::size_t Max, std::size_t SgePerWr, bool SignalEach>
   RDMAKIT_ALWAYS_INLINE post_result post_planned_(send_batch<B, T, Max, SgePerWr, SignalEach>& batch, detail::qp_link<B>& l,
                                                   const detail::sq_credits::plan& plan, typename B::send_wr* w,
                                                   std::size_t n) noexcept {
     typename B::send_wr* bad = nullptr;
-    B::set_next(w[n - 1], nullptr);  // the last WR ends the list while it is posted (end_chain_)
+    if constexpr (EndChain) B::set_next(w[n - 1], nullptr);  // the last WR ends the list while it is posted
     if (int e = B::post_send(parts_.qp, w, &bad); RDMAKIT_UNLIKELY(e != 0))
       return partly_posted_(batch, e, bad);
     l.sq.template apply<S>(plan);

@@ -106,10 +106,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     odd_ |= odd_touched;  // their flags were set by the refused post
     signal_key_ = no_signal_key;
   }
-  // True when post may set only the signaled WRs' flags: no WR asked for a signal or
-  // can go inline within `inline_limit`, and every flag is still as added.
-  bool plain_(std::uint32_t inline_limit) noexcept {
-    return odd_ == 0 && (inline_limit == 0 || min_inline_bytes_() > inline_limit);
+  // Post may set only the signaled WRs' flags when odd_ is 0 (no WR asked for a signal,
+  // every flag is still as added) and no WR can go inline within `inline_limit`.
+  bool inline_free_(std::uint32_t inline_limit) noexcept {
+    return inline_limit == 0 || min_inline_bytes_() > inline_limit;
   }
   // A wr_id used bit 63: post refuses the list (bad_wr_id).
   bool bad_id_() const noexcept { return (odd_ & odd_bad_id) != 0; }
