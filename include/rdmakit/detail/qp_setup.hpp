@@ -180,7 +180,7 @@ qp_parts<B> create_parts(pd_ref<B> pd, std::shared_ptr<cq_block<B>> send_blk,
     rcq->attach(&l, p.asked.max_recv_wr);
   }
   if constexpr (shares_receives<T>) {
-    l.rq.own = 0;
+    l.rq.shared = 1;
     rcq->attach_srq(p.srq.get(), p.srq->attr.max_wr);
     p.srq_id = p.srq.get();  // from now on release() gives the CQ's share back
   }
