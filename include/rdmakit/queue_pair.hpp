@@ -500,7 +500,15 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
                                                   const detail::sq_credits::plan& plan, typename B::send_wr* w,
                                                   std::size_t n) noexcept {
     typename B::send_wr* bad = nullptr;
-    if constexpr (EndChain) B::set_next(w[n - 1], nullptr);  // the last WR ends the list while it is posted
+    if constexpr (EndChain) {
+      typename B::send_wr* last = w + (n - 1);
+      if (batch.reuse_ && batch.ended_ != last) {
+        // WRs were added after the last post, which ended the chain before them.
+        if (batch.ended_) B::set_next(*batch.ended_, batch.ended_ + 1);
+        batch.ended_ = last;
+      }
+      B::set_next(*last, nullptr);  // the last WR ends the list while it is posted
+    }
     if (int e = B::post_send(parts_.qp, w, &bad); RDMAKIT_UNLIKELY(e != 0))
       return partly_posted_(batch, e, bad);
     l.sq.template apply<S>(plan);

@@ -53,6 +53,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   /// Empties the list without posting it.
   void clear() noexcept {
     n_ = first_ = 0;
+    ended_ = nullptr;
     odd_ = 0;
     min_inline_n_ = ~std::size_t{0};
     signaled_ = {};
@@ -183,7 +184,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
 
   // The last WR ends the list while it is posted (queue_pair::post); relink() undoes it
   // for WRs added after a partial post.
-  void relink_() noexcept { B::set_next(wrs_[n_ - 1], wrs_.data() + n_); }
+  void relink_() noexcept {
+    B::set_next(wrs_[n_ - 1], wrs_.data() + n_);
+    ended_ = nullptr;
+  }
 
   detail::uninit_array<typename B::send_wr, Max> wrs_;
   std::array<detail::batch_entry, Max> entries_;
@@ -199,6 +203,9 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   bool reuse_ = false;     // post() keeps the WRs (reuse())
   std::size_t n_ = 0;      // WRs added (those before first_ were posted)
   std::size_t first_ = 0;  // the first WR not posted yet
+  // The WR a reused list's last post ended the chain at (null: none). A WR added since
+  // follows it, so the next post links it again (queue_pair::post_planned_).
+  typename B::send_wr* ended_ = nullptr;
   std::uint32_t min_inline_ = 0;             // min_inline_bytes_() of the first min_inline_n_ WRs
   std::size_t min_inline_n_ = ~std::size_t{0};  // n_ when it was found (none yet)
   // Why post cannot take the plain path, one bit each, so that it tests them at once:

@@ -201,3 +201,27 @@ TEST_CASE_FIXTURE(two_regions, "a reused list posted on queue pairs of different
     CHECK(all.a.send_credits() == 16);
   }
 }
+
+TEST_CASE_FIXTURE(two_regions, "WRs added to a reused list after a post are posted with it") {
+  // The post ended the chain at the list's last WR: a WR added after it must be reached.
+  auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
+  auto batch = decltype(p.a)::make_batch<4>();
+  batch.reuse();
+  auto posted_ids = [&](std::size_t n) {
+    REQUIRE(p.a.post(batch).ok());
+    std::vector<std::uint64_t> ids;
+    for (const auto& c : collect(x.cq, n + 1, 200)) ids.push_back(c.wr_id);
+    return ids;
+  };
+  REQUIRE(batch.write(src.local(0, 8), dst.remote(), 1));
+  REQUIRE(batch.write(src.local(0, 8), dst.remote(), 2));
+  CHECK(posted_ids(2) == std::vector<std::uint64_t>{1, 2});
+  REQUIRE(batch.write(src.local(0, 8), dst.remote(), 3));
+  CHECK(posted_ids(3) == std::vector<std::uint64_t>{1, 2, 3});
+  CHECK(posted_ids(3) == std::vector<std::uint64_t>{1, 2, 3});
+  CHECK(p.a.send_credits() == 16);
+  REQUIRE(batch.write(src.local(0, 8), dst.remote(), 4));
+  CHECK(!batch.write(src.local(0, 8), dst.remote(), 5));  // full: Max WRs since it was last emptied
+  CHECK(posted_ids(4) == std::vector<std::uint64_t>{1, 2, 3, 4});
+  CHECK(p.a.send_credits() == 16);
+}
