@@ -183,11 +183,10 @@ class completion_queue {
   RDMAKIT_ALWAYS_INLINE wait_result wait(F&& f,
                                          std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
     if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
-    ops<F> o{this, f};
     // The policy's own first step, inlined: completions already there end the wait.
     if constexpr (detail::polls_first<P>)
-      if (const int n = o.poll(); RDMAKIT_LIKELY(n != 0)) return wait_result{n};
-    return wait_result{P::wait(o, timeout)};
+      if (const int n = poll(f); RDMAKIT_LIKELY(n != 0)) return wait_result{n};
+    return wait_slow_(f, timeout);
   }
 
   /// Waits as wait(f, timeout), for the accounting only, as poll() does.
@@ -275,6 +274,14 @@ class completion_queue {
   struct ignore_completion {
     void operator()(const completion<B>&) const noexcept {}
   };
+
+  // The policy's wait, past the inlined first poll: the ops it is handed are made here,
+  // so the inlined path stores none of them.
+  template <class F>
+  RDMAKIT_NOINLINE wait_result wait_slow_(F& f, std::chrono::milliseconds timeout) noexcept {
+    ops<F> o{this, f};
+    return wait_result{P::wait(o, timeout)};
+  }
 
   template <class G>
   RDMAKIT_ALWAYS_INLINE int poll_impl_(G&& g) noexcept {

@@ -155,11 +155,16 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     return parts_.caps;
   }
   /// Send WRs that can be posted now without waiting for completions (none in error).
-  std::uint32_t send_credits() const { return link_("send_credits").sq.available(); }
+  std::uint32_t send_credits() const {
+    // The closed link of an empty handle admits nothing: only then is the handle tested.
+    const auto& sq = parts_.link->sq;
+    if (RDMAKIT_UNLIKELY(sq.blocked())) return link_("send_credits"), 0;
+    return sq.available();
+  }
   /// Unsignaled WRs since the last signaled one.
   std::uint32_t unsignaled_run() const { return link_("unsignaled_run").sq.unsignaled_run(); }
   /// Receives posted and not completed yet.
-  std::uint32_t posted_recvs() const { return link_("posted_recvs").rq_held; }
+  std::uint32_t posted_recvs() const { return link_("posted_recvs").rq.held; }
   /// True once a completion of this QP failed (the QP is in ERR; posts return qp_error).
   bool in_error() const { return link_("in_error").error; }
   /// The status that put the queue pair in error: the root cause, a flush only when
@@ -249,7 +254,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (RDMAKIT_UNLIKELY(!bufs.empty() && ((first_wr_id | (first_wr_id + bufs.size() - 1)) & detail::recv_wr_bit)))
       return {post_status::bad_wr_id, 0, 0};
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
-    if (RDMAKIT_UNLIKELY(l.rq_depth - l.rq_held < bufs.size())) return {post_status::rq_full, 0, 0};
+    if (RDMAKIT_UNLIKELY(l.rq_depth - l.rq.held < bufs.size())) return {post_status::rq_full, 0, 0};
     if constexpr (T::recv_offset != 0)
       for (const auto& b : bufs)
         if (RDMAKIT_UNLIKELY(b.length < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
@@ -268,7 +273,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       typename B::recv_wr* bad = nullptr;
       int e = B::post_recv(parts_.qp, w, &bad);
       std::uint32_t k = e ? (bad ? static_cast<std::uint32_t>(bad - w) : 0u) : static_cast<std::uint32_t>(n);
-      l.rq_held += k;
+      l.rq.held += k;
       done += k;
       if (e) return {post_status::backend_error, e, done};
     }
@@ -407,25 +412,29 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (n == 0) return {post_status::ok, 0, 0};
     auto& l = *parts_.link;  // the closed link when empty: admits nothing
     if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_credits_(l, 0);
-    if (RDMAKIT_UNLIKELY(batch.bad_id_)) return {post_status::bad_wr_id, 0, 0};
+    const bool odd = batch.odd_ != 0;  // one test for the refusal and the plain path
+    if (RDMAKIT_UNLIKELY(odd) && batch.bad_id_()) return {post_status::bad_wr_id, 0, 0};
     auto* w = batch.front_();
     auto plan = l.sq.start();
     const std::uint32_t inline_limit = parts_.inline_limit;
     if constexpr (detail::plans_unasked<S>) {
       // Only the signaled WRs change (none when the batch was built for this policy).
-      if (RDMAKIT_LIKELY(SignalEach == detail::signals_every_wr<S> && batch.plain_(inline_limit))) {
+      if (RDMAKIT_LIKELY(SignalEach == detail::signals_every_wr<S> && !odd && batch.inline_free_(inline_limit))) {
         if constexpr (SignalEach) {
           detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [](std::uint32_t) {});
         } else {
-          if constexpr (detail::keyed_signals<S>) {
+          if constexpr (detail::keyed_signals<S> && Max <= ~std::uint32_t{0}) {
             const std::uint64_t key = detail::sq_credits::signal_key<S>(plan, static_cast<std::uint32_t>(n));
-            if (batch.reuse_ && key == batch.signal_key_) {
+            if (key == batch.signal_key_) {
               // A reused list whose signals fall where they did last time: its flags
-              // are right, only the ledger records the signaled WRs.
+              // are right, only the ledger records the signaled WRs. (Only a reused
+              // list keeps a key: a post empties any other.)
               detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [](std::uint32_t) {});
-              return post_planned_(batch, l, plan);
+              return post_planned_<false>(batch, l, plan, w, n);  // its chain still ends where it did
             }
             batch.signal_key_ = key;  // the flags written next are this key's
+          } else {
+            batch.signal_key_ = batch.no_signal_key;  // flags written by no key
           }
           // Only the WRs whose signaling changed are written.
           typename std::remove_reference_t<decltype(batch)>::signal_bits now{};
@@ -433,11 +442,13 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
                                               [&](std::uint32_t i) { batch.mark_(now, i); });
           batch.apply_signals_(now);
         }
-        return post_planned_(batch, l, plan);
+        return post_planned_(batch, l, plan, w, n);
       }
     }
     typename std::remove_reference_t<decltype(batch)>::signal_bits now{};
     batch.signal_key_ = batch.no_signal_key;  // flags written one by one below
+    // A list built signaled (SignalEach) no longer is: the next post writes its flags too.
+    if constexpr (SignalEach) batch.odd_ |= batch.odd_touched;
     for (std::size_t i = 0; i < n; ++i) {
       const auto& e = batch.entry_(i);
       const bool sig = plan.template next<S>(has_any(e.flags, send_flags::signaled));
@@ -447,7 +458,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       if (sig) batch.mark_(now, i);
     }
     batch.signaled_ = now;
-    return post_planned_(batch, l, plan);
+    return post_planned_(batch, l, plan, w, n);
   }
 
  private:
@@ -481,17 +492,27 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     return static_cast<int>(sgl.size());
   }
 
-  template <std::size_t Max, std::size_t SgePerWr, bool SignalEach>
+  // w and n: the batch's first WR and size, read before the plan (whose ring stores the
+  // compiler cannot tell from the batch's fields).
+  template <bool EndChain = true, std::size_t Max, std::size_t SgePerWr, bool SignalEach>
   RDMAKIT_ALWAYS_INLINE post_result post_planned_(send_batch<B, T, Max, SgePerWr, SignalEach>& batch, detail::qp_link<B>& l,
-                                                  const detail::sq_credits::plan& plan) noexcept {
-    const auto n = static_cast<std::uint32_t>(batch.size());
+                                                  const detail::sq_credits::plan& plan, typename B::send_wr* w,
+                                                  std::size_t n) noexcept {
     typename B::send_wr* bad = nullptr;
-    batch.end_chain_();
-    if (int e = B::post_send(parts_.qp, batch.front_(), &bad); RDMAKIT_UNLIKELY(e != 0))
+    if constexpr (EndChain) {
+      typename B::send_wr* last = w + (n - 1);
+      if (batch.reuse_ && batch.ended_ != last) {
+        // WRs were added after the last post, which ended the chain before them.
+        if (batch.ended_) B::set_next(*batch.ended_, batch.ended_ + 1);
+        batch.ended_ = last;
+      }
+      B::set_next(*last, nullptr);  // the last WR ends the list while it is posted
+    }
+    if (int e = B::post_send(parts_.qp, w, &bad); RDMAKIT_UNLIKELY(e != 0))
       return partly_posted_(batch, e, bad);
     l.sq.template apply<S>(plan);
     if (!batch.reuse_) batch.clear();
-    return {post_status::ok, 0, n};
+    return {post_status::ok, 0, static_cast<std::uint32_t>(n)};
   }
 
   // The device refused WR k of a list: the ledger records the k before it (planned again
@@ -600,7 +621,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if constexpr (T::recv_offset != 0)
       if (RDMAKIT_UNLIKELY(total < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
-    if (RDMAKIT_UNLIKELY(l.rq_held >= l.rq_depth)) return {post_status::rq_full, 0, 0};
+    if (RDMAKIT_UNLIKELY(l.rq.held >= l.rq_depth)) return {post_status::rq_full, 0, 0};
     typename B::recv_wr w;
     B::set_recv(w, wr_id | detail::recv_wr_bit, s, n);
     typename B::recv_wr* bad = nullptr;
@@ -608,7 +629,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       return {post_status::backend_error, e, 0,
               e == EINVAL && static_cast<std::uint32_t>(n) > parts_.caps.max_recv_sge ? post_rule::sge_count
                                                                                        : post_rule::unknown};
-    ++l.rq_held;
+    ++l.rq.held;
     return {post_status::ok, 0, 1};
   }
 

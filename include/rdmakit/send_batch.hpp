@@ -10,6 +10,8 @@
 #include <rdmakit/transport.hpp>
 
 #include <array>
+#include <bit>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -51,9 +53,9 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   /// Empties the list without posting it.
   void clear() noexcept {
     n_ = first_ = 0;
-    bad_id_ = false;
+    ended_ = nullptr;
+    odd_ = 0;
     min_inline_n_ = ~std::size_t{0};
-    asked_signal_ = touched_ = false;
     signaled_ = {};
     signal_key_ = no_signal_key;
   }
@@ -102,14 +104,16 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   void drop_front_(std::size_t k) noexcept {
     relink_();
     first_ += k;
-    touched_ = true;  // their flags were set by the refused post
+    odd_ |= odd_touched;  // their flags were set by the refused post
     signal_key_ = no_signal_key;
   }
-  // True when post may set only the signaled WRs' flags: no WR asked for a signal or
-  // can go inline within `inline_limit`, and every flag is still as added.
-  bool plain_(std::uint32_t inline_limit) noexcept {
-    return !asked_signal_ && !touched_ && (inline_limit == 0 || min_inline_bytes_() > inline_limit);
+  // Post may set only the signaled WRs' flags when odd_ is 0 (no WR asked for a signal,
+  // every flag is still as added) and no WR can go inline within `inline_limit`.
+  bool inline_free_(std::uint32_t inline_limit) noexcept {
+    return inline_limit == 0 || min_inline_bytes_() > inline_limit;
   }
+  // A wr_id used bit 63: post refuses the list (bad_wr_id).
+  bool bad_id_() const noexcept { return (odd_ & odd_bad_id) != 0; }
   // The smallest inline candidate: found at post (add does not track it, so a queue
   // pair without inline data never pays for it) and kept until a WR is added, so a
   // reused list looks once.
@@ -154,7 +158,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     detail::send_desc<B> d{};
     d.op = op;
     std::uint32_t total = 0;
-    typename B::sge* sg = &sges_[n * SgePerWr];
+    typename B::sge* sg = sges_.data() + n * SgePerWr;
     for (std::size_t i = 0; i < sgl.size(); ++i) {
       B::set_sge(sg[i], sgl[i].addr, sgl[i].length, sgl[i].lkey);
       total += sgl[i].length;
@@ -164,21 +168,26 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     constexpr send_flags base = SignalEach ? send_flags::signaled : send_flags::none;
     B::set_send(*w, wr_id, op, flags | base, sg, static_cast<int>(sgl.size()));
     detail::set_op_fields<B, T>(*w, d);
-    B::set_next(*w, w + 1);  // one past the last slot at most: never followed (end_chain_)
+    B::set_next(*w, w + 1);  // one past the last slot at most: never followed (post ends the chain)
     const std::uint32_t inline_bytes = detail::may_inline(op) ? total : detail::batch_entry::never_inline;
-    entries_[n] = {flags, inline_bytes};
-    asked_signal_ |= has_any(flags, send_flags::signaled);
+    // One 8-byte store, not two: the entry as a word (a loop of adds keeps it in a register).
+    static_assert(sizeof(detail::batch_entry) == sizeof(std::uint64_t));
+    const auto packed = std::bit_cast<std::uint64_t>(detail::batch_entry{flags, inline_bytes});
+    std::memcpy(&entries_[n], &packed, sizeof packed);
+    odd_ |= static_cast<std::uint8_t>(to_underlying(flags) & odd_asked_signal);  // the signaled bit
     // Tested here, not or-ed into a mask for post: a wr_id whose type or range keeps
     // bit 63 clear (a 32-bit index) then costs nothing.
-    if (RDMAKIT_UNLIKELY(wr_id & detail::recv_wr_bit)) bad_id_ = true;
+    if (RDMAKIT_UNLIKELY(wr_id & detail::recv_wr_bit)) odd_ |= odd_bad_id;
     n_ = n + 1;
     return true;
   }
 
-  // The last WR ends the list while it is posted; relink() undoes it for WRs added after a
-  // partial post.
-  void end_chain_() noexcept { B::set_next(wrs_[n_ - 1], nullptr); }
-  void relink_() noexcept { B::set_next(wrs_[n_ - 1], wrs_.data() + n_); }
+  // The last WR ends the list while it is posted (queue_pair::post); relink() undoes it
+  // for WRs added after a partial post.
+  void relink_() noexcept {
+    B::set_next(wrs_[n_ - 1], wrs_.data() + n_);
+    ended_ = nullptr;
+  }
 
   detail::uninit_array<typename B::send_wr, Max> wrs_;
   std::array<detail::batch_entry, Max> entries_;
@@ -187,17 +196,26 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // a post rewrites only the slots whose bit changes.
   signal_bits signaled_{};
   // Where the policy put the signals at the last post (sq_credits::signal_key): a
-  // post finding the same key leaves every flag as it is.
+  // post finding the same key leaves every flag as it is. no_signal_key whenever the
+  // flags were last written otherwise (clear, a partial post, a post of no key).
   static constexpr std::uint64_t no_signal_key = ~std::uint64_t{0};
   std::uint64_t signal_key_ = no_signal_key;
   bool reuse_ = false;     // post() keeps the WRs (reuse())
   std::size_t n_ = 0;      // WRs added (those before first_ were posted)
   std::size_t first_ = 0;  // the first WR not posted yet
-  bool bad_id_ = false;    // a wr_id used bit 63: post refuses the list (bad_wr_id)
+  // The WR a reused list's last post ended the chain at (null: none). A WR added since
+  // follows it, so the next post links it again (queue_pair::post_planned_).
+  typename B::send_wr* ended_ = nullptr;
   std::uint32_t min_inline_ = 0;             // min_inline_bytes_() of the first min_inline_n_ WRs
   std::size_t min_inline_n_ = ~std::size_t{0};  // n_ when it was found (none yet)
-  bool asked_signal_ = false;  // a WR was added with send_flags::signaled
-  bool touched_ = false;       // a partial post set the flags of the WRs left
+  // Why post cannot take the plain path, one bit each, so that it tests them at once:
+  // a wr_id used bit 63 (bad_wr_id); a WR was added with send_flags::signaled; the flags
+  // are not as add() built them and not as signaled_ says (a partial post set those of
+  // the WRs left, or a list built signaled, SignalEach, was posted under another policy).
+  static constexpr std::uint8_t odd_bad_id = 1, odd_touched = 4;
+  static constexpr std::uint8_t odd_asked_signal = static_cast<std::uint8_t>(to_underlying(send_flags::signaled));
+  static_assert(odd_asked_signal != odd_bad_id && odd_asked_signal != odd_touched);
+  std::uint8_t odd_ = 0;
 };
 
 

@@ -106,6 +106,14 @@ inline constexpr bool signals_every_wr = [] {
     return false;
 }();
 
+/// Whether S decides from the unsignaled run (`signal(wanted, run)`) and may use it:
+/// only then does the ledger keep the last signaled WR's position at hand (last_mark_);
+/// for the others it is found in the ring when asked (unsignaled_run()). signal_manual's
+/// decision ignores the run.
+template <class S>
+inline constexpr bool tracks_run =
+    !signals_every_wr<S> && !std::is_same_v<S, signal_manual> && !requires { S::signal_at(false, 1); };
+
 /// Whether a post branches on the signaling decision rather than computing the flags
 /// from it: where signaled WRs are one in N (signal_every<N>). Measured per policy on
 /// bench/overhead: either form costs the other policies 1 to 3 instructions per post.
@@ -118,10 +126,16 @@ template <class S>
 inline constexpr bool plans_unasked = bounded_run<S> || std::is_same_v<S, signal_manual>;
 
 /// Whether where plan_unasked<S> puts the signals in a list is a function of a small
-/// key (sq_credits::signal_key): signal_every<N>, by position. (signal_manual's is too,
-/// the last-slot index, but computing it costs what the bitmask it saves costs.)
+/// key (sq_credits::signal_key): signal_every<N>, by position, for the N the key can
+/// name (below 65536; a send queue is never that deep). (signal_manual's is too, the
+/// last-slot index, but computing it costs what the bitmask it saves costs.)
 template <class S>
-inline constexpr bool keyed_signals = requires { S::interval; S::signal_at(false, 1); };
+inline constexpr bool keyed_signals = [] {
+  if constexpr (requires { S::interval; S::signal_at(false, 1); })
+    return S::interval < 65536;
+  else
+    return false;
+}();
 
 /// Send-queue credits under the strict slot rule. Not thread-safe: the thread that
 /// posts on a QP also polls its CQ (or synchronizes both).
@@ -161,7 +175,7 @@ class sq_credits {
   }
   /// Unsignaled WRs posted since the last signaled one.
   std::uint32_t unsignaled_run() const noexcept {
-    return one_per_completion_ ? 0 : static_cast<std::uint32_t>(posted_ - last_mark_);
+    return one_per_completion_ ? 0 : static_cast<std::uint32_t>(posted_ - last_mark());
   }
   /// Signaled WRs whose completion has not been polled yet.
   std::uint32_t pending_signaled() const noexcept {
@@ -173,7 +187,7 @@ class sq_credits {
   /// the ring holds `depth` entries and a plan never takes more slots than are free.
   struct plan {
     std::uint64_t posted;
-    std::uint64_t last_mark;
+    std::uint64_t last_mark;  // kept under tracks_run<S> only (see last_mark_)
     std::uint64_t limit;
     std::uint64_t tail;
     std::uint64_t mask;
@@ -218,13 +232,15 @@ class sq_credits {
       for (std::uint32_t i = 0; i < n; ++i) on_signaled(i);
       p.posted += n;
     } else if constexpr (requires { S::interval; S::signal_at(false, 1); }) {
-      constexpr std::uint32_t N = S::interval;
-      // The WRs at positions that are multiples of N (signal_every's signal_at).
-      for (std::uint64_t i = N - 1 - p.posted % N; i < n; i += N) {
-        on_signaled(static_cast<std::uint32_t>(i));
-        p.push(p.posted + i + 1);
+      constexpr std::uint64_t N = S::interval;
+      // The WRs at positions that are multiples of N (signal_every's signal_at), found
+      // by their marks: the first multiple of N past posted, up to posted + n.
+      const std::uint64_t first = p.posted, end = first + n;
+      for (std::uint64_t m = first - first % N + N; m <= end; m += N) {
+        on_signaled(static_cast<std::uint32_t>(m - first - 1));
+        p.push(m);
       }
-      p.posted += n;
+      p.posted = end;
     } else {
       for (std::uint32_t i = 0; i < n; ++i)
         if (p.template next<S>(false)) on_signaled(i);
@@ -232,22 +248,22 @@ class sq_credits {
   }
 
   /// Which WRs of a list of n that asked for no signal plan_unasked<S> signals, as a
-  /// number: two lists of n with the same key are signaled at the same indices (the
-  /// position modulo N).
+  /// number: two lists of n with the same key are signaled at the same indices. It
+  /// names N as well as the position modulo N (r < N: N(N - 1)/2 + r is unique to the
+  /// pair), so a list posted under signal_every<4> and then <2> is not taken for the same.
   template <signaling S>
   RDMAKIT_ALWAYS_INLINE static std::uint64_t signal_key(const plan& p, std::uint32_t n) noexcept {
     static_assert(keyed_signals<S>);
-    return (p.posted % S::interval) << 32 | n;
+    constexpr std::uint64_t N = S::interval, base = N * (N - 1) / 2;  // below 2^31 (keyed_signals)
+    return (base + p.posted % N) << 32 | n;
   }
 
   /// Records the WRs a plan (from start(), with the same S) decided.
   template <signaling S>
   RDMAKIT_ALWAYS_INLINE void apply(const plan& p) noexcept {
     posted_ = p.posted;
-    if constexpr (!signals_every_wr<S>) {
-      last_mark_ = p.last_mark;
-      tail_ = p.tail;
-    }
+    if constexpr (!signals_every_wr<S>) tail_ = p.tail;
+    if constexpr (tracks_run<S>) last_mark_ = p.last_mark;
   }
 
   /// Whether the next WR must be signaled under policy S (`wanted`: the caller asked).
@@ -266,7 +282,7 @@ class sq_credits {
     if constexpr (!signals_every_wr<S>) {
       if (signaled) {
         ring_[tail_++ & mask_] = posted_;
-        last_mark_ = posted_;
+        if constexpr (tracks_run<S>) last_mark_ = posted_;
       }
     }
   }
@@ -277,10 +293,9 @@ class sq_credits {
   template <signaling S>
   RDMAKIT_NOINLINE void uncommit() noexcept {
     if constexpr (!signals_every_wr<S>) {
-      if (last_mark_ == posted_) {  // it was signaled: the mark before it comes back
+      if (last_mark() == posted_) {  // it was signaled: the mark before it comes back
         --tail_;
-        // The previous signaled WR's mark: still in the ring, or completed (freed()).
-        last_mark_ = tail_ != head_ ? ring_[(tail_ - 1) & mask_] : freed();
+        if constexpr (tracks_run<S>) last_mark_ = last_mark();
       }
     }
     --posted_;
@@ -338,10 +353,15 @@ class sq_credits {
 
   // WRs whose slots came back: the position up to which completions freed them.
   std::uint64_t freed() const noexcept { return limit_ - cap_; }
+  // The last signaled WR's position (0: none yet): the newest mark in the ring, or, with
+  // none pending, the last one completed (freed()). Not for one_per_completion_ ledgers.
+  std::uint64_t last_mark() const noexcept { return tail_ != head_ ? ring_[(tail_ - 1) & mask_] : freed(); }
 
   std::uint64_t posted_ = 0;     // WRs ever recorded
   std::uint64_t limit_ = 0;      // freed() + cap_: posted_ may not reach it
-  std::uint64_t last_mark_ = 0;  // position of the last signaled WR (0: none yet)
+  // last_mark(), kept at hand under tracks_run<S> (a decision from the run reads it on
+  // every post); stale under the other policies, which never read it.
+  std::uint64_t last_mark_ = 0;
   std::uint64_t head_ = 0;       // ring: completed marks
   std::uint64_t tail_ = 0;       // ring: recorded marks
   std::uint32_t depth_ = 0;

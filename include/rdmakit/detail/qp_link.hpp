@@ -8,6 +8,7 @@
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/signaling.hpp>
 
+#include <bit>
 #include <cassert>
 #include <cstdint>
 #include <string>
@@ -26,10 +27,16 @@ struct qp_link {
   std::uint32_t recv_offset = 0;
   sq_credits sq;
   std::uint32_t rq_depth = 0;
-  std::uint32_t rq_held = 0;
-  // 1, or 0 on a shared receive queue: its receives are not this QP's to count (a
-  // factor, so the batch path stays branch-free).
-  std::uint32_t rq_own = 1;
+  // The receives posted and not completed, and whether they are counted here, side by
+  // side: may_receive_on reads both with one load.
+  struct rq_count {
+    std::uint32_t held = 0;
+    // 1 on a shared receive queue: its receives are not this QP's to count.
+    std::uint32_t shared = 0;
+    // 1, or 0 on a shared receive queue (a factor, so the batch path stays branch-free).
+    std::uint32_t own() const noexcept { return shared ^ 1; }
+  };
+  rq_count rq;
   bool error = false;
   wc_status first_error = wc_status::success;
   cq_block<B>* send_cq = nullptr;
@@ -63,13 +70,13 @@ struct qp_link {
   /// Whether a completion on `cq` may be one of this QP's receives: its receives go
   /// there and some are posted (or come from a shared receive queue, not counted here).
   bool may_receive_on(const cq_block<B>* cq) const noexcept {
-    return recv_cq == cq && (rq_held != 0 || rq_own == 0);
+    return recv_cq == cq && std::bit_cast<std::uint64_t>(rq) != 0;  // a receive held, or a shared queue
   }
 
   /// n successful completions of this QP, `recvs` of them receives (any order: each
   /// send completion frees the oldest signaled WR's slots, as account() would).
   RDMAKIT_ALWAYS_INLINE void on_polled_batch(std::uint32_t n, std::uint32_t recvs) noexcept {
-    if (recvs != 0) rq_held -= recvs * rq_own;  // a sender's polls find none
+    if (recvs != 0) rq.held -= recvs * rq.own();  // a sender's polls find none
     sq.on_signaled_completions(n - recvs);
   }
 
@@ -77,13 +84,13 @@ struct qp_link {
     const bool recv = (B::get_wr_id(w) & recv_wr_bit) != 0;
     if (RDMAKIT_LIKELY(B::get_status(w) == wc_status::success)) {
       if (recv)
-        rq_held -= rq_own;
+        rq.held -= rq.own();
       else
         sq.on_signaled_completion();
     } else if (recv && recv_offset != 0 && B::get_status(w) == wc_status::loc_len_err) {
       // UD (the only transport with a receive offset): a datagram too large for its
       // receive costs that receive, not the QP, which stays in RTS (docs/semantics.md#ud).
-      rq_held -= rq_own;
+      rq.held -= rq.own();
     } else {
       set_error();
       // The root cause, not a flush it caused: with separate send and receive CQs the
@@ -92,7 +99,7 @@ struct qp_link {
       if (first_error == wc_status::success ||
           (first_error == wc_status::wr_flush_err && st != wc_status::wr_flush_err))
         first_error = st;
-      if (recv && rq_held) --rq_held;
+      if (recv && rq.held) --rq.held;
     }
   }
 };

@@ -179,7 +179,7 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
     rcq->attach(&l, p.asked.max_recv_wr);
   }
   if constexpr (shares_receives<T>) {
-    l.rq_own = 0;
+    l.rq.shared = 1;
     rcq->attach_srq(p.srq.get(), p.srq->attr.max_wr);
     p.srq_id = p.srq.get();  // from now on release() gives the CQ's share back
   }
@@ -220,7 +220,7 @@ void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts) {
   try {
     modify_step<B, T>(p, rts, T::rts_mask, qp_state::rtr, "RTR→RTS");
   } catch (const verbs_error& e) {
-    const std::uint32_t dropped = p.link->rq_held;
+    const std::uint32_t dropped = p.link->rq.held;
     std::string note = "; the queue pair was reset to INIT";
     if (dropped) note += " and its " + std::to_string(dropped) + " posted receive(s) dropped: post them again";
     note += " before retrying connect";
@@ -229,7 +229,7 @@ void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts) {
       r.state = qp_state::reset;
       B::modify_qp(p.qp, r, qp_attr_mask::state);
       B::modify_qp(p.qp, T::init_attr(p.opts), T::init_mask);
-      p.link->rq_held = 0;
+      p.link->rq.held = 0;
     } catch (const verbs_error& back) {
       note = "; taking it back to INIT failed too (" + back.detail() + "): destroy this queue pair";
       p.link->set_error();
@@ -245,7 +245,7 @@ void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts) {
 template <class B>
 void retire(qp_parts<B>& p) noexcept {
   auto& l = *p.link;
-  const std::uint32_t sends = l.sq.held(), recvs = l.rq_held;
+  const std::uint32_t sends = l.sq.held(), recvs = l.rq.held;
   if (sends + recvs == 0) return p.release();
   try {
     qp_attr err;

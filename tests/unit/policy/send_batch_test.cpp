@@ -158,3 +158,70 @@ TEST_CASE_FIXTURE(two_regions, "a reused post list under signal_manual moves its
   CHECK(ids == std::vector<std::uint64_t>{4});
   CHECK(p.a.send_credits() == 8);
 }
+
+TEST_CASE_FIXTURE(two_regions, "a reused list posted on queue pairs of different policies is signaled by each one's") {
+  // The flags a reused list keeps are those of the policy it was last posted under: a
+  // queue pair of another policy finds the same position and length, not the same flags.
+  auto every4 = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
+  auto every2 = make_pair<rc, signal_every<2>>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
+  auto manual = make_pair<rc, signal_manual>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
+  auto all = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
+  auto signaled_by = [&](auto& qp, auto& batch) {
+    REQUIRE(qp.post(batch).ok());
+    std::vector<std::uint64_t> ids;
+    for (const auto& c : collect(x.cq, 5, 200)) ids.push_back(c.wr_id);
+    return ids;
+  };
+  SUBCASE("signal_every<4>, then signal_every<2> at the same position") {
+    auto batch = decltype(every4.a)::make_batch<4>();
+    batch.reuse();
+    for (std::uint64_t i = 1; i <= 4; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
+    CHECK(signaled_by(every4.a, batch) == std::vector<std::uint64_t>{4});
+    CHECK(signaled_by(every2.a, batch) == std::vector<std::uint64_t>{2, 4});
+    CHECK(every2.a.send_credits() == 16);
+    CHECK(signaled_by(every4.a, batch) == std::vector<std::uint64_t>{4});
+    CHECK(every4.a.send_credits() == 16);
+  }
+  SUBCASE("signal_every<4>, signal_manual, then signal_every<4> at the same position") {
+    auto batch = decltype(every4.a)::make_batch<4>();
+    batch.reuse();
+    for (std::uint64_t i = 1; i <= 4; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
+    CHECK(signaled_by(every4.a, batch) == std::vector<std::uint64_t>{4});
+    CHECK(signaled_by(manual.a, batch).empty());  // 4 of 16 slots: no last-slot signal
+    CHECK(signaled_by(every4.a, batch) == std::vector<std::uint64_t>{4});
+    CHECK(every4.a.send_credits() == 16);
+  }
+  SUBCASE("signal_all's list (built signaled), on signal_every<4>, then on signal_all") {
+    auto batch = decltype(all.a)::make_batch<4>();
+    batch.reuse();
+    for (std::uint64_t i = 1; i <= 4; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
+    CHECK(signaled_by(all.a, batch) == std::vector<std::uint64_t>{1, 2, 3, 4});
+    CHECK(signaled_by(every4.a, batch) == std::vector<std::uint64_t>{4});
+    CHECK(signaled_by(all.a, batch) == std::vector<std::uint64_t>{1, 2, 3, 4});
+    CHECK(all.a.send_credits() == 16);
+  }
+}
+
+TEST_CASE_FIXTURE(two_regions, "WRs added to a reused list after a post are posted with it") {
+  // The post ended the chain at the list's last WR: a WR added after it must be reached.
+  auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
+  auto batch = decltype(p.a)::make_batch<4>();
+  batch.reuse();
+  auto posted_ids = [&](std::size_t n) {
+    REQUIRE(p.a.post(batch).ok());
+    std::vector<std::uint64_t> ids;
+    for (const auto& c : collect(x.cq, n + 1, 200)) ids.push_back(c.wr_id);
+    return ids;
+  };
+  REQUIRE(batch.write(src.local(0, 8), dst.remote(), 1));
+  REQUIRE(batch.write(src.local(0, 8), dst.remote(), 2));
+  CHECK(posted_ids(2) == std::vector<std::uint64_t>{1, 2});
+  REQUIRE(batch.write(src.local(0, 8), dst.remote(), 3));
+  CHECK(posted_ids(3) == std::vector<std::uint64_t>{1, 2, 3});
+  CHECK(posted_ids(3) == std::vector<std::uint64_t>{1, 2, 3});
+  CHECK(p.a.send_credits() == 16);
+  REQUIRE(batch.write(src.local(0, 8), dst.remote(), 4));
+  CHECK(!batch.write(src.local(0, 8), dst.remote(), 5));  // full: Max WRs since it was last emptied
+  CHECK(posted_ids(4) == std::vector<std::uint64_t>{1, 2, 3, 4});
+  CHECK(p.a.send_credits() == 16);
+}

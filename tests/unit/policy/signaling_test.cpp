@@ -30,6 +30,13 @@ struct strict_sq {
   }
 };
 
+// A policy of the unsignaled run (signal(wanted, run)): the ledger keeps the run for it.
+struct signal_every_third_run {
+  static constexpr std::string_view name = "every_third_run";
+  static constexpr std::uint32_t min_sq_depth = 3;
+  static constexpr bool signal(bool wanted, std::uint32_t run) noexcept { return wanted || run >= 2; }
+};
+
 template <class S>
 void model_run(std::uint32_t depth, unsigned seed) {
   detail::sq_credits credits = detail::sq_credits::for_policy<S>(depth);
@@ -74,6 +81,9 @@ void model_run(std::uint32_t depth, unsigned seed) {
     }
     REQUIRE(credits.held() == hca.held.size());
     REQUIRE(credits.pending_signaled() == hca.cqes.size());
+    std::uint32_t run = 0;  // the model's unsignaled WRs after the last signaled one
+    for (auto it = hca.held.rbegin(); it != hca.held.rend() && !*it; ++it) ++run;
+    REQUIRE(credits.unsignaled_run() == run);
     if constexpr (requires { S::interval; }) REQUIRE(credits.unsignaled_run() < S::interval);
   }
 }
@@ -88,6 +98,7 @@ TEST_CASE("sq_credits matches a strict HCA model and never overflows it") {
     model_run<signal_every<5>>(7, seed);  // depth not a multiple of N
     model_run<signal_manual>(6, seed);
     model_run<signal_manual>(1, seed);
+    model_run<signal_every_third_run>(6, seed);  // a policy of the run since the last signal
   }
 }
 
