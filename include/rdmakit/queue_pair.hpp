@@ -158,7 +158,10 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   std::uint32_t send_credits() const {
     // The closed link of an empty handle admits nothing: only then is the handle tested.
     const auto& sq = parts_.link->sq;
-    if (RDMAKIT_UNLIKELY(sq.blocked())) return link_("send_credits"), 0;
+    if (RDMAKIT_UNLIKELY(sq.blocked())) {
+      (void)link_("send_credits");  // throws for an empty handle
+      return 0;
+    }
     return sq.available();
   }
   /// Unsignaled WRs since the last signaled one.
