@@ -22,6 +22,7 @@ def objects(path):
     per = {}
     ob = "?"
     skip_next = False
+    npos = 1  # position columns before the costs: "line", or "instr line" (--dump-instr=yes)
     with open(path, errors="replace") as f:
         for line in f:
             if not line or line == "\n":
@@ -32,10 +33,12 @@ def objects(path):
                     skip_next = False
                     continue
                 parts = line.split()
-                if len(parts) >= 2:
-                    per[ob] = per.get(ob, 0) + int(parts[1])
+                if len(parts) > npos:
+                    per[ob] = per.get(ob, 0) + int(parts[npos])
                 continue
-            if line.startswith("ob="):
+            if line.startswith("positions:"):
+                npos = len(line.split()) - 1
+            elif line.startswith("ob="):
                 ob = _name(names, line[3:].strip())
             elif line.startswith("cob="):
                 _name(names, line[4:].strip())

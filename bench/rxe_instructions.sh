@@ -27,7 +27,8 @@
 # Environment: RXE_INSTR_WRS (WRs per run, default 8192, a multiple of 32),
 # RXE_INSTR_LISTS ("1 32"), RXE_INSTR_OUT (results folder, kept; default
 # BUILD_DIR/rxe-instructions; not under /tmp), RXE_INSTR_TIMEOUT (harness, 1500 s),
-# RXE_INSTR_PROGRAMS ("raw perftest rdmakit rkloop rkprep"). Extra arguments after BUILD_DIR go to
+# RXE_INSTR_PROGRAMS ("raw perftest rdmakit rkloop rkprep"), RXE_INSTR_DUMP_INSTR=1 (dumps per
+# instruction, for `callgrind_annotate --auto=yes` on OUT/NAME.cg.1). Extra arguments after BUILD_DIR go to
 # run-in-vm.sh (e.g. --smp 1). Exit 0 only when every run completed and was counted.
 set -uo pipefail
 
@@ -62,6 +63,7 @@ if [[ ${RDMAKIT_RXE:-} != 1 ]]; then
   start=$(date +%s)
   "$here/../tests/rxe/run-in-vm.sh" --timeout "${RXE_INSTR_TIMEOUT:-1500}" --out "$out" "$@" -- \
     env RXE_INSTR_WRS="$wrs" RXE_INSTR_LISTS="$lists" RXE_INSTR_PROGRAMS="$programs" RXE_INSTR_OUT="$out" \
+    RXE_INSTR_DUMP_INSTR="${RXE_INSTR_DUMP_INSTR:-0}" \
     "$here/rxe_instructions.sh" "$build"
   rc=$?
   echo "rxe_instructions: guest run took $(($(date +%s) - start)) s (exit $rc); callgrind files in $out"
@@ -73,6 +75,8 @@ dev=${RDMAKIT_DEVICE:-rxe0}
 gid=${RDMAKIT_GID_INDEX:-1}
 res=$out/results
 : >"$res"
+dump_instr=no
+[[ ${RXE_INSTR_DUMP_INSTR:-0} == 1 ]] && dump_instr=yes
 failed=()
 port=19600
 
@@ -92,7 +96,7 @@ count() {
   local name=$1 l=$2 t0 rc; shift 3
   t0=$(date +%s)
   timeout 900 env LD_PRELOAD="$shim" RXE_WIN_WRS="$wrs" RXE_WIN_STATS="$out/$name.stats" RXE_WIN_CALIB=1000 \
-    valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out/$name.cg" \
+    valgrind --tool=callgrind --collect-atstart=no --dump-instr="$dump_instr" --callgrind-out-file="$out/$name.cg" \
     "$@" >"$out/$name.log" 2>&1
   rc=$?
   echo "  $name: exit $rc, $(($(date +%s) - t0)) s: $*"

@@ -196,9 +196,15 @@ struct cq_block {
   /// per-completion accounting (on_polled_batch gives the credits back at once).
   RDMAKIT_ALWAYS_INLINE int receives_if_all_of_last(const typename B::wc* wcs, int n) const noexcept {
     if (sole && !last->may_receive_on(this)) {
-      // One QP, no receive of it can be here: only the statuses need a look.
+      // One QP, no receive of it can be here: only the statuses need a look. Four at a
+      // time (a full batch is a multiple of four): GCC does not unroll at -O2, and one
+      // compare and branch per four completions saves two instructions per completion.
       std::uint32_t failed = 0;
-      for (int i = 0; i < n; ++i) failed |= static_cast<std::uint32_t>(B::get_status(wcs[i]));
+      int i = 0;
+      for (; i + 4 <= n; i += 4)
+        failed |= status_bits_(wcs[i]) | status_bits_(wcs[i + 1]) | status_bits_(wcs[i + 2]) |
+                  status_bits_(wcs[i + 3]);
+      for (; i < n; ++i) failed |= status_bits_(wcs[i]);
       return failed == 0 ? 0 : -1;
     }
     std::uint64_t odd = 0;
@@ -208,6 +214,10 @@ struct cq_block {
       recvs += static_cast<std::uint32_t>(B::get_wr_id(wcs[i]) >> 63);
     }
     return odd == 0 ? static_cast<int>(recvs) : -1;
+  }
+
+  static RDMAKIT_ALWAYS_INLINE std::uint32_t status_bits_(const typename B::wc& w) noexcept {
+    return static_cast<std::uint32_t>(B::get_status(w));  // 0: success
   }
 
   /// find() past its one-entry cache: the routes, searched; null when none matches.

@@ -103,6 +103,28 @@ TEST_CASE("a poll batch is credited at once only when all of it is the cached QP
   }
 }
 
+TEST_CASE("a sole QP's batch is checked whole: a failure in its last completion is seen at any batch size") {
+  // The sole-QP path reads the statuses four at a time, then the rest one by one: a
+  // failure only in the batch's last completion exercises every tail length.
+  for (int n = 1; n <= 9; ++n) {
+    CAPTURE(n);
+    mock::fabric fab;
+    side x(fab, "mock0", 64), y(fab, "mock1", 64);
+    auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 4});
+    auto src = x.pd.allocate<rw_access>(64);
+    auto dst = y.pd.allocate<rw_access>(64);
+    auto other_pd = x.dev.create_pd();
+    auto foreign = other_pd.allocate<rw_access>(64);  // LOC_PROT_ERR on this QP
+    for (int i = 0; i + 1 < n; ++i) REQUIRE(p.a.write(src.local(), dst.remote(), i).ok());
+    REQUIRE(p.a.write(foreign.local(), dst.remote(), n).ok());
+    int got = 0;
+    for (int i = 0; i < 100 && got == 0; ++i) got = x.cq.poll();
+    REQUIRE(got == n);  // one batch
+    CHECK(p.a.in_error());
+    CHECK(p.a.first_error() == wc_status::loc_prot_err);
+  }
+}
+
 TEST_CASE("poll() and wait() without a handler give the credits back; a failure still shows on the QP") {
   mock::fabric fab;
   side x(fab, "mock0", 64), y(fab, "mock1", 64);
