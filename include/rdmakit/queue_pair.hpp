@@ -369,7 +369,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
         l.sq.template commit<S>(sig);  // before the call, undone if the device refuses
       } else if (RDMAKIT_UNLIKELY(sig)) {
         B::set_send_flags(w.wr_, w.base_ | send_flags::signaled);
-        l.sq.template commit<S>(true);  // before the call, undone if the device refuses
+        l.sq.template commit<S>(true, w.wanted_);  // before the call, undone if the device refuses
       } else {
         B::set_send_flags(w.wr_, w.base_);
         l.sq.template commit<S>(false);
@@ -587,7 +587,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       l.sq.template commit<S>(sig);  // before the call, undone if the device refuses
     } else if (RDMAKIT_UNLIKELY(sig)) {  // one branch on the decision, as post(prepared)
       build_(w, d, d.sg, true);
-      l.sq.template commit<S>(true);
+      l.sq.template commit<S>(true, has_any(d.flags, send_flags::signaled));
     } else {
       build_(w, d, d.sg, false);
       l.sq.template commit<S>(false);
@@ -612,7 +612,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     const bool sig = l.sq.template must_signal<S>(has_any(flags, send_flags::signaled));
     if (int e = call(parts_.qp, (flags & ~send_flags::signaled) | signaled_if_(sig)); RDMAKIT_UNLIKELY(e != 0))
       return {post_status::backend_error, e, 0};
-    l.sq.template commit<S>(sig);
+    l.sq.template commit<S>(sig, has_any(flags, send_flags::signaled));
     return {post_status::ok, 0, 1};
   }
 

@@ -12,6 +12,7 @@
 #include <rdmakit/config.hpp>
 #include <rdmakit/detail/owning_ptr.hpp>
 
+#include <bit>
 #include <concepts>
 #include <cstdint>
 #include <string_view>
@@ -137,6 +138,15 @@ inline constexpr bool keyed_signals = [] {
     return false;
 }();
 
+/// Whether the ledger finds S's own signals by their positions instead of recording
+/// them: signal_every<N> for N a power of two above 1, whose signaled WRs are those at
+/// positions N, 2N, ... plus any WR asked signaled. Only the asked ones at other
+/// positions go in the ring, so a post list of N's multiples records nothing.
+template <class S>
+inline constexpr bool regular_marks = false;
+template <std::uint32_t N>
+inline constexpr bool regular_marks<signal_every<N>> = N > 1 && (N & (N - 1)) == 0;
+
 /// Send-queue credits under the strict slot rule. Not thread-safe: the thread that
 /// posts on a QP also polls its CQ (or synchronizes both).
 ///
@@ -145,8 +155,10 @@ inline constexpr bool keyed_signals = [] {
 /// freed() once closed: cap_ is 0), so one compare of posted_ with limit_ refuses a full
 /// SQ, a closed ledger and an empty handle. A signaled WR records its position ("mark") in a
 /// ring; its completion frees every slot up to that mark, so a batch of k completions
-/// is one load of the k-th mark, whatever the runs between them. The counters are 64
-/// bits: they never wrap.
+/// is one load of the k-th mark, whatever the runs between them. Under regular_marks<S>
+/// the marks at multiples of N are not recorded: with none other pending, k completions
+/// free up to the k-th multiple of N past freed(). The counters are 64 bits: they never
+/// wrap.
 class sq_credits {
  public:
   sq_credits() = default;
@@ -154,7 +166,10 @@ class sq_credits {
   /// policy that signals every WR each completion frees one slot: no ring of marks.
   template <signaling S>
   static sq_credits for_policy(std::uint32_t depth) {
-    return sq_credits(depth, signals_every_wr<S>);
+    if constexpr (regular_marks<S>)
+      return sq_credits(depth, false, S::interval - 1, static_cast<std::uint8_t>(std::countr_zero(S::interval)));
+    else
+      return sq_credits(depth, signals_every_wr<S>, 0, 0);
   }
 
   std::uint32_t depth() const noexcept { return depth_; }
@@ -179,7 +194,9 @@ class sq_credits {
   }
   /// Signaled WRs whose completion has not been polled yet.
   std::uint32_t pending_signaled() const noexcept {
-    return one_per_completion_ ? held() : static_cast<std::uint32_t>(tail_ - head_);
+    if (one_per_completion_) return held();
+    const std::uint64_t regular = (posted_ >> every_shift_) - (freed() >> every_shift_);  // multiples of N
+    return static_cast<std::uint32_t>(tail_ - head_ + (every_mask_ ? regular : 0));
   }
 
   /// A copy of the counters to plan a list of WRs before posting it; apply() commits
@@ -199,14 +216,16 @@ class sq_credits {
         return true;
       } else {
         const bool sig = decide<S>(wanted, posted, last_mark, limit);
-        record(sig);
+        record<S>(sig, wanted);
         return sig;
       }
     }
-    // One more WR, signaled or not (a policy that does not signal every WR).
-    RDMAKIT_ALWAYS_INLINE void record(bool sig) noexcept {
+    // One more WR, signaled or not (a policy that does not signal every WR); `asked`:
+    // the caller asked for the signal (only such a WR can have an irregular mark).
+    template <signaling S>
+    RDMAKIT_ALWAYS_INLINE void record(bool sig, bool asked) noexcept {
       ++posted;
-      if (sig) push(posted);
+      if (sig && !is_regular_mark<S>(posted, asked)) push(posted);
     }
     // A signaled WR at position `mark` (its completion frees the slots up to it).
     RDMAKIT_ALWAYS_INLINE void push(std::uint64_t mark) noexcept {
@@ -238,7 +257,7 @@ class sq_credits {
       const std::uint64_t first = p.posted, end = first + n;
       for (std::uint64_t m = first - first % N + N; m <= end; m += N) {
         on_signaled(static_cast<std::uint32_t>(m - first - 1));
-        p.push(m);
+        if constexpr (!regular_marks<S>) p.push(m);
       }
       p.posted = end;
     } else {
@@ -275,11 +294,17 @@ class sq_credits {
       return decide<S>(wanted, posted_, last_mark_, limit_);
   }
 
-  /// Records one posted WR, signaled or not, under policy S.
+  /// Records one posted WR, signaled or not, under policy S. `asked`: the caller asked
+  /// for the signal (false: the policy chose it, so under regular_marks<S> it is at a
+  /// multiple of N and needs no test).
   template <signaling S>
-  RDMAKIT_ALWAYS_INLINE void commit(bool signaled) noexcept {
+  RDMAKIT_ALWAYS_INLINE void commit(bool signaled, bool asked = true) noexcept {
     ++posted_;  // for signals_every_wr<S>, for_policy<S> made the ledger one-per-completion
-    if constexpr (!signals_every_wr<S>) {
+    if constexpr (regular_marks<S>) {
+      // Out of line: inlined, GCC computes the position test of the decision before it
+      // (2 more instructions on every post, bench/README).
+      if (signaled && asked) push_asked_();
+    } else if constexpr (!signals_every_wr<S>) {
       if (signaled) {
         ring_[tail_++ & mask_] = posted_;
         if constexpr (tracks_run<S>) last_mark_ = posted_;
@@ -293,9 +318,9 @@ class sq_credits {
   template <signaling S>
   RDMAKIT_NOINLINE void uncommit() noexcept {
     if constexpr (!signals_every_wr<S>) {
-      if (last_mark() == posted_) {  // it was signaled: the mark before it comes back
+      if (tail_ != head_ && ring_[(tail_ - 1) & mask_] == posted_) {  // its mark is the ring's newest
         --tail_;
-        if constexpr (tracks_run<S>) last_mark_ = last_mark();
+        if constexpr (tracks_run<S>) last_mark_ = last_mark();  // (never regular_marks<S>)
       }
     }
     --posted_;
@@ -308,12 +333,21 @@ class sq_credits {
     if (one_per_completion_) {
       const std::uint64_t limit = limit_ + k, most = posted_ + cap_;  // most: every WR freed
       limit_ = limit < most ? limit : most;
-    } else {
+    } else if (every_mask_ == 0) {
       const std::uint64_t pending = tail_ - head_;
       if (RDMAKIT_UNLIKELY(k > pending)) k = static_cast<std::uint32_t>(pending);
       if (RDMAKIT_UNLIKELY(k == 0)) return;
       head_ += k;
       limit_ = ring_[(head_ - 1) & mask_] + cap_;
+    } else if (RDMAKIT_LIKELY(tail_ == head_)) {
+      // Only multiples of N pending: the k-th one past freed(), at most the last posted.
+      const std::uint64_t freed = limit_ - cap_, last = posted_ & ~every_mask_;
+      std::uint64_t mark = (freed & ~every_mask_) + (std::uint64_t{k} << every_shift_);
+      if (RDMAKIT_UNLIKELY(mark > last)) mark = last;
+      if (RDMAKIT_UNLIKELY(mark <= freed)) return;  // none pending: spurious
+      limit_ = mark + cap_;
+    } else {
+      complete_merged_(k);
     }
   }
 
@@ -338,10 +372,44 @@ class sq_credits {
       return sig || posted + 1 >= limit;
   }
 
-  sq_credits(std::uint32_t depth, bool one_per_completion)
-      : limit_(depth), depth_(depth), cap_(depth), mask_(ring_size(depth) - 1),
-        one_per_completion_(one_per_completion) {
+  sq_credits(std::uint32_t depth, bool one_per_completion, std::uint64_t every_mask, std::uint8_t every_shift)
+      : limit_(depth), depth_(depth), cap_(depth), mask_(ring_size(depth) - 1), every_mask_(every_mask),
+        every_shift_(every_shift), one_per_completion_(one_per_completion) {
     if (!one_per_completion) ring_ = make_unique_owner<std::uint64_t[]>(mask_ + 1);
+  }
+
+  // Whether a signaled WR at `position` needs no mark in the ring (regular_marks<S>):
+  // a signal the policy chose (not asked) is at a multiple of N.
+  template <signaling S>
+  static RDMAKIT_ALWAYS_INLINE bool is_regular_mark(std::uint64_t position, bool asked) noexcept {
+    if constexpr (regular_marks<S>)
+      return !asked || position % S::interval == 0;
+    else
+      return false;
+  }
+
+  // A WR asked signaled under regular_marks<S>: its mark goes in the ring unless it is
+  // at a multiple of N, where it is found anyway.
+  RDMAKIT_NOINLINE void push_asked_() noexcept {
+    if (posted_ & every_mask_) ring_[tail_++ & mask_] = posted_;
+  }
+
+  // k completions with marks of asked WRs pending among the multiples of N: taken one by
+  // one, oldest first (send completions arrive in SQ order). Out of line: only a run
+  // that asks for signals at other positions comes here.
+  RDMAKIT_NOINLINE void complete_merged_(std::uint32_t k) noexcept {
+    std::uint64_t freed = limit_ - cap_;
+    const std::uint64_t last = posted_ & ~every_mask_;
+    for (; k != 0; --k) {
+      const std::uint64_t regular = (freed | every_mask_) + 1;  // the next multiple of N
+      if (tail_ != head_ && ring_[head_ & mask_] < regular)
+        freed = ring_[head_++ & mask_];
+      else if (regular <= last)
+        freed = regular;
+      else
+        break;  // spurious: none pending
+    }
+    limit_ = freed + cap_;
   }
 
   // A power of two at least `depth` (pending signaled WRs never exceed the depth).
@@ -353,9 +421,15 @@ class sq_credits {
 
   // WRs whose slots came back: the position up to which completions freed them.
   std::uint64_t freed() const noexcept { return limit_ - cap_; }
-  // The last signaled WR's position (0: none yet): the newest mark in the ring, or, with
-  // none pending, the last one completed (freed()). Not for one_per_completion_ ledgers.
-  std::uint64_t last_mark() const noexcept { return tail_ != head_ ? ring_[(tail_ - 1) & mask_] : freed(); }
+  // The last signaled WR's position (0: none yet): the newest pending mark (in the ring,
+  // or under regular_marks the last multiple of N posted), or, with none pending, the last
+  // one completed (freed()). Not for one_per_completion_ ledgers.
+  std::uint64_t last_mark() const noexcept {
+    std::uint64_t m = tail_ != head_ ? ring_[(tail_ - 1) & mask_] : 0;
+    if (every_mask_ && (posted_ & ~every_mask_) > m) m = posted_ & ~every_mask_;  // the last multiple of N
+    const std::uint64_t f = freed();
+    return m > f ? m : f;
+  }
 
   std::uint64_t posted_ = 0;     // WRs ever recorded
   std::uint64_t limit_ = 0;      // freed() + cap_: posted_ may not reach it
@@ -367,6 +441,8 @@ class sq_credits {
   std::uint32_t depth_ = 0;
   std::uint32_t cap_ = 0;  // depth_, or 0 once closed
   std::uint64_t mask_ = 0;
+  std::uint64_t every_mask_ = 0;  // regular_marks<S>: N - 1 (0: every mark is in the ring)
+  std::uint8_t every_shift_ = 0;  // log2(N)
   bool one_per_completion_ = false;
   unique_owner<std::uint64_t[]> ring_;  // marks of the pending signaled WRs, oldest first
   // head_/tail_ run freely; the ring index is their low bits.
