@@ -44,9 +44,13 @@
 #define RDMAKIT_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define RDMAKIT_ALWAYS_INLINE inline __attribute__((always_inline))
 #define RDMAKIT_NOINLINE __attribute__((noinline, cold))
+// The value may have changed, as far as the optimizer knows: a branch whose body uses it
+// stays a branch (GCC turns `if (c) x |= k;` into arithmetic on c, whichever way c goes).
+#define RDMAKIT_OPAQUE(x) __asm__("" : "+r"(x))
 #else
 #define RDMAKIT_LIKELY(x) (x)
 #define RDMAKIT_UNLIKELY(x) (x)
 #define RDMAKIT_ALWAYS_INLINE inline
 #define RDMAKIT_NOINLINE
+#define RDMAKIT_OPAQUE(x) ((void)(x))
 #endif

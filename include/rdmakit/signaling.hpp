@@ -49,7 +49,9 @@ struct signal_every {
   /// for a power of two it is one bit test, and a run of WRs asked signaled does not
   /// move the policy's own signals (a reused post list finds them where they were).
   static constexpr bool signal_at(bool wanted, std::uint64_t position) noexcept {
-    return wanted || position % N == 0;
+    // Hinted: a WR in N is the policy's, asked signals are rare (GCC then keeps the
+    // unsignaled post on the straight path, with no jump back).
+    return RDMAKIT_UNLIKELY(wanted) || RDMAKIT_UNLIKELY(position % N == 0);
   }
   /// At most N - 1 WRs in a row go unsignaled and the SQ holds at least N: a full SQ
   /// always holds a signaled WR, so the ledger's last-slot rule is never needed.
@@ -119,7 +121,7 @@ inline constexpr bool tracks_run =
 /// from it: where signaled WRs are one in N (signal_every<N>). Measured per policy on
 /// bench/overhead: either form costs the other policies 1 to 3 instructions per post.
 template <class S>
-inline constexpr bool branch_on_signal = !signals_every_wr<S> && requires { S::interval; };
+inline constexpr bool branch_on_signal = !signals_every_wr<S> && (requires { S::interval; } || std::is_same_v<S, signal_manual>);
 
 /// Whether the ledger can plan a list whose WRs asked for no signal without a test per
 /// WR: the bounded_run policies, and signal_manual (only the last free slot).
@@ -369,7 +371,7 @@ class sq_credits {
     if constexpr (bounded_run<S>)
       return sig;
     else
-      return sig || posted + 1 >= limit;
+      return sig || RDMAKIT_UNLIKELY(posted + 1 >= limit);  // the last free slot: one post in the SQ depth
   }
 
   sq_credits(std::uint32_t depth, bool one_per_completion, std::uint64_t every_mask, std::uint8_t every_shift)
