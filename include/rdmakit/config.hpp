@@ -46,7 +46,7 @@
 #define RDMAKIT_NOINLINE __attribute__((noinline, cold))
 // The value may have changed, as far as the optimizer knows: a branch whose body uses it
 // stays a branch (GCC turns `if (c) x |= k;` into arithmetic on c, whichever way c goes).
-#define RDMAKIT_OPAQUE(x) __asm__("" : "+r"(x))
+#define RDMAKIT_OPAQUE(x) __asm__ volatile("" : "+r"(x))
 #else
 #define RDMAKIT_LIKELY(x) (x)
 #define RDMAKIT_UNLIKELY(x) (x)

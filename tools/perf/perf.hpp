@@ -197,8 +197,39 @@ inline lat_result lat_stats(std::vector<double>& us, std::uint32_t bytes) {
 /// Throughput marks: (time, operations completed so far).
 struct bw_marks {
   std::vector<std::pair<clock_type::time_point, std::uint64_t>> v;
-  void add(clock_type::time_point t, std::uint64_t ops) {
+  RDMAKIT_ALWAYS_INLINE void add(clock_type::time_point t, std::uint64_t ops) {  // once per poll
     if (v.empty() || ops != v.back().second) v.emplace_back(t, ops);
+  }
+};
+
+/// The bandwidth client's marks, one per poll, timed by a cheap counter: the x86
+/// time-stamp counter (as perftest's get_cycles; one instruction, where
+/// steady_clock::now() costs about 20 through the vDSO or libc), the steady clock's
+/// nanoseconds elsewhere. to_time() maps them onto the steady clock, linearly between
+/// two readings of both at the run's start and end.
+struct tick_marks {
+  static RDMAKIT_ALWAYS_INLINE std::uint64_t ticks() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_ia32_rdtsc();
+#else
+    return static_cast<std::uint64_t>(clock_type::now().time_since_epoch().count());
+#endif
+  }
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> v;  // (ticks, operations completed so far)
+  RDMAKIT_ALWAYS_INLINE void add(std::uint64_t t, std::uint64_t ops) {
+    if (v.empty() || ops != v.back().second) v.emplace_back(t, ops);
+  }
+  bw_marks to_time(clock_type::time_point t0, std::uint64_t k0, clock_type::time_point t1, std::uint64_t k1) const {
+    bw_marks m;
+    m.v.reserve(v.size());
+    const double ns_per_tick =
+        k1 > k0 ? static_cast<double>(std::chrono::nanoseconds(t1 - t0).count()) / static_cast<double>(k1 - k0) : 0;
+    for (const auto& [k, ops] : v) {
+      // Signed: a mark read on another core whose counter lags a little is not 2^64 ticks late.
+      const auto ns = static_cast<std::int64_t>(static_cast<double>(static_cast<std::int64_t>(k - k0)) * ns_per_tick);
+      m.add(t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::nanoseconds(ns)), ops);
+    }
+    return m;
   }
 };
 
@@ -240,6 +271,7 @@ class progress_meter {
   progress_meter(const char* test, bool enabled, clock_type::time_point start, std::uint64_t total, double duration)
       : test_(test), enabled_(enabled), start_(start), next_(start + std::chrono::seconds(2)), total_(total),
         duration_(duration) {}
+  bool enabled() const noexcept { return enabled_; }
   void tick(clock_type::time_point now, std::uint64_t done) {
     if (!enabled_ || now < next_) return;
     next_ = now + std::chrono::seconds(1);
@@ -501,12 +533,8 @@ class runner {
                                                        " does not retransmit)"));
   }
 
-  /// After a wait whose completions were only counted: a queue pair in error had a
-  /// failed completion (the first failure's status is kept on the queue pair).
-  RDMAKIT_ALWAYS_INLINE void check_qp_errors() {
-    for (std::size_t j = 0; j < qps_.size(); ++j)
-      if (RDMAKIT_UNLIKELY(qps_[j].in_error())) qp_failed(j);
-  }
+  /// After a wait whose completions were only counted: queue pair j is in error, so one
+  /// of its completions failed (the first failure's status is kept on the queue pair).
   [[noreturn]] RDMAKIT_NOINLINE void qp_failed(std::size_t j) {
     throw perf_failure("completion failed: " + std::string(to_string(qps_[j].first_error())) + " on QP " +
                        std::to_string(j) + " (its first failed completion; the rest were flushed)");
@@ -693,22 +721,28 @@ class runner {
     std::uint64_t total = 0;
     // Completions are only counted for their credits, as the raw loop does: the CQ checks
     // every status itself and puts a queue pair whose WR failed in error (first_error()),
-    // which is looked at after each wait. Looking at each completion here cost 0.6
+    // which count_done looks at after each wait. Looking at each completion here cost 0.6
     // instructions per WR on rxe (bench/README, "Instructions per WRITE on rxe").
     auto credits_only = [](const completion<B>&) noexcept {};
+    // After each wait: what the credits say is done, and whether a queue pair failed.
     auto count_done = [&] {
       total = 0;
       for (std::uint32_t j = 0; j < q; ++j) {
-        done[j] = posted[j] - (depth[j] - qps_[j].send_credits());
+        auto& qp = qps_[j];
+        if (RDMAKIT_UNLIKELY(qp.in_error())) qp_failed(j);
+        done[j] = posted[j] - (depth[j] - qp.send_credits());
         total += done[j];
       }
     };
-    bw_marks marks;
+    tick_marks marks;
     marks.v.reserve(timed ? 1 << 16 : static_cast<std::size_t>(std::min<std::uint64_t>(o_.iters * q, 1 << 22)));
     const auto start = clock_type::now();
+    const std::uint64_t start_ticks = tick_marks::ticks();
     const auto deadline = start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o_.duration));
     progress_meter pm(t_.name, o_.progress, start, per_qp * q, o_.duration);
     bool posting = true;
+    // The prepared WR (or list) is posted up to here; the rest is built (below).
+    const std::uint64_t prepared_end = per_qp - std::min<std::uint64_t>(per_qp, o_.post_list);
     for (;;) {
       if (posting) {
         for (std::uint32_t j = 0; j < q; ++j) {
@@ -717,7 +751,6 @@ class runner {
           if constexpr (prepares) {
             // The prepared WR or list, posted until the SQ refuses it for credits, except
             // for a shorter last list and the run's last WR (below).
-            const std::uint64_t prepared_end = per_qp - std::min<std::uint64_t>(per_qp, o_.post_list);
             if (o_.post_list == 1)
               p = post_until_full(qp, *one[j], p, prepared_end, 1);
             else
@@ -741,14 +774,17 @@ class runner {
       }
       if (!timed && total == per_qp * q) break;
       pump(credits_only, "waiting for send completions");
-      check_qp_errors();
       count_done();
-      const auto now = clock_type::now();
-      marks.add(now, total);
-      pm.tick(now, total);
-      if (timed && now >= deadline) break;
+      marks.add(tick_marks::ticks(), total);
+      if (timed || pm.enabled()) {  // the steady clock only where a deadline or the meter needs it
+        const auto now = clock_type::now();
+        pm.tick(now, total);
+        if (timed && now >= deadline) break;
+      }
     }
-    return bw_stats(marks, start, t_.op == op_kind::atomic ? 8 : o_.size,
+    const auto end = clock_type::now();
+    const std::uint64_t end_ticks = tick_marks::ticks();
+    return bw_stats(marks.to_time(start, start_ticks, end, end_ticks), start, t_.op == op_kind::atomic ? 8 : o_.size,
                     std::max<std::uint64_t>(std::uint64_t{q} * o_.tx_depth, total / 20));
   }
 
