@@ -118,10 +118,12 @@ inline constexpr bool tracks_run =
     !signals_every_wr<S> && !std::is_same_v<S, signal_manual> && !requires { S::signal_at(false, 1); };
 
 /// Whether a post branches on the signaling decision rather than computing the flags
-/// from it: where signaled WRs are one in N (signal_every<N>). Measured per policy on
+/// from it: where signaled WRs are few (one in N under signal_every<N>; under
+/// signal_manual the asked ones and the last free slot). Measured per policy on
 /// bench/overhead: either form costs the other policies 1 to 3 instructions per post.
 template <class S>
-inline constexpr bool branch_on_signal = !signals_every_wr<S> && (requires { S::interval; } || std::is_same_v<S, signal_manual>);
+inline constexpr bool branch_on_signal =
+    !signals_every_wr<S> && (requires { S::interval; } || std::is_same_v<S, signal_manual>);
 
 /// Whether the ledger can plan a list whose WRs asked for no signal without a test per
 /// WR: the bounded_run policies, and signal_manual (only the last free slot).
