@@ -12,7 +12,6 @@
 #include <rdmakit/config.hpp>
 #include <rdmakit/detail/owning_ptr.hpp>
 
-#include <bit>
 #include <concepts>
 #include <cstdint>
 #include <string_view>
@@ -171,9 +170,9 @@ class sq_credits {
   template <signaling S>
   static sq_credits for_policy(std::uint32_t depth) {
     if constexpr (regular_marks<S>)
-      return sq_credits(depth, false, S::interval - 1, static_cast<std::uint8_t>(std::countr_zero(S::interval)));
+      return sq_credits(depth, false, S::interval - 1);
     else
-      return sq_credits(depth, signals_every_wr<S>, 0, 0);
+      return sq_credits(depth, signals_every_wr<S>, 0);
   }
 
   std::uint32_t depth() const noexcept { return depth_; }
@@ -199,8 +198,9 @@ class sq_credits {
   /// Signaled WRs whose completion has not been polled yet.
   std::uint32_t pending_signaled() const noexcept {
     if (one_per_completion_) return held();
-    const std::uint64_t regular = (posted_ >> every_shift_) - (freed() >> every_shift_);  // multiples of N
-    return static_cast<std::uint32_t>(tail_ - head_ + (every_mask_ ? regular : 0));
+    std::uint64_t pending = tail_ - head_;
+    if (every_mask_) pending += posted_ / (every_mask_ + 1) - freed() / (every_mask_ + 1);  // multiples of N
+    return static_cast<std::uint32_t>(pending);
   }
 
   /// A copy of the counters to plan a list of WRs before posting it; apply() commits
@@ -346,7 +346,7 @@ class sq_credits {
     } else if (RDMAKIT_LIKELY(tail_ == head_)) {
       // Only multiples of N pending: the k-th one past freed(), at most the last posted.
       const std::uint64_t freed = limit_ - cap_, last = posted_ & ~every_mask_;
-      std::uint64_t mark = (freed & ~every_mask_) + (std::uint64_t{k} << every_shift_);
+      std::uint64_t mark = (freed & ~every_mask_) + std::uint64_t{k} * (every_mask_ + 1);
       if (RDMAKIT_UNLIKELY(mark > last)) mark = last;
       if (RDMAKIT_UNLIKELY(mark <= freed)) return;  // none pending: spurious
       limit_ = mark + cap_;
@@ -376,9 +376,9 @@ class sq_credits {
       return sig || RDMAKIT_UNLIKELY(posted + 1 >= limit);  // the last free slot: one post in the SQ depth
   }
 
-  sq_credits(std::uint32_t depth, bool one_per_completion, std::uint64_t every_mask, std::uint8_t every_shift)
+  sq_credits(std::uint32_t depth, bool one_per_completion, std::uint64_t every_mask)
       : limit_(depth), depth_(depth), cap_(depth), mask_(ring_size(depth) - 1), every_mask_(every_mask),
-        every_shift_(every_shift), one_per_completion_(one_per_completion) {
+        one_per_completion_(one_per_completion) {
     if (!one_per_completion) ring_ = make_unique_owner<std::uint64_t[]>(mask_ + 1);
   }
 
@@ -446,7 +446,6 @@ class sq_credits {
   std::uint32_t cap_ = 0;  // depth_, or 0 once closed
   std::uint64_t mask_ = 0;
   std::uint64_t every_mask_ = 0;  // regular_marks<S>: N - 1 (0: every mark is in the ring)
-  std::uint8_t every_shift_ = 0;  // log2(N)
   bool one_per_completion_ = false;
   unique_owner<std::uint64_t[]> ring_;  // marks of the pending signaled WRs, oldest first
   // head_/tail_ run freely; the ring index is their low bits.

@@ -194,30 +194,28 @@ inline lat_result lat_stats(std::vector<double>& us, std::uint32_t bytes) {
   return r;
 }
 
-/// Throughput marks: (time, operations completed so far).
-struct bw_marks {
-  std::vector<std::pair<clock_type::time_point, std::uint64_t>> v;
-  RDMAKIT_ALWAYS_INLINE void add(clock_type::time_point t, std::uint64_t ops) {  // once per poll
+/// Throughput marks: (when, operations completed so far), one per poll that made progress.
+template <class Stamp>
+struct marks_at {
+  std::vector<std::pair<Stamp, std::uint64_t>> v;
+  RDMAKIT_ALWAYS_INLINE void add(Stamp t, std::uint64_t ops) {
     if (v.empty() || ops != v.back().second) v.emplace_back(t, ops);
   }
 };
+using bw_marks = marks_at<clock_type::time_point>;
 
 /// The bandwidth client's marks, one per poll, timed by a cheap counter: the x86
 /// time-stamp counter (as perftest's get_cycles; one instruction, where
 /// steady_clock::now() costs about 20 through the vDSO or libc), the steady clock's
 /// nanoseconds elsewhere. to_time() maps them onto the steady clock, linearly between
 /// two readings of both at the run's start and end.
-struct tick_marks {
+struct tick_marks : marks_at<std::uint64_t> {
   static RDMAKIT_ALWAYS_INLINE std::uint64_t ticks() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
     return __builtin_ia32_rdtsc();
 #else
     return static_cast<std::uint64_t>(clock_type::now().time_since_epoch().count());
 #endif
-  }
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> v;  // (ticks, operations completed so far)
-  RDMAKIT_ALWAYS_INLINE void add(std::uint64_t t, std::uint64_t ops) {
-    if (v.empty() || ops != v.back().second) v.emplace_back(t, ops);
   }
   bw_marks to_time(clock_type::time_point t0, std::uint64_t k0, clock_type::time_point t1, std::uint64_t k1) const {
     bw_marks m;
@@ -755,14 +753,11 @@ class runner {
               p = post_until_full(qp, *one[j], p, prepared_end, 1);
             else
               p = post_until_full(qp, *list[j], p, prepared_end, o_.post_list);
-            if (p < prepared_end) {  // the SQ is full: the built posts below would find no credit
-              posted[j] = p;
-              continue;
-            }
           }
           // Built on each post: every WR without a prepared one, the last list (which may
           // be shorter) and the run's last WR, posted signaled so that its end is seen.
-          while (p < per_qp) {
+          // Not tried when the prepared posts stopped early: the SQ is full.
+          while (p < per_qp && (!prepares || p >= prepared_end)) {
             const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(o_.post_list, per_qp - p));
             if (qp.send_credits() < n) break;
             const post_result r = post_ops(j, p, n, per_qp - 1, srcs[j], dsts[j]);
