@@ -4,13 +4,39 @@
 // tool says what a side does; this runs both and keeps what each one threw.
 #include <rdmakit/connection.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 namespace rdmakit_tools {
+
+/// What a side says when it stopped because the other side failed.
+inline std::string peer_failed_message(bool is_server) {
+  return std::string("stopped: the ") + (is_server ? "client" : "server") + " failed";
+}
+
+/// Connects to 127.0.0.1:`port` and hangs up: a server blocked in accepting its client
+/// gets a connection whose exchange fails at once. Best effort (nothing listening: no-op).
+inline void wake_listener(std::uint16_t port) noexcept {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  (void)::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a);
+  ::close(fd);
+}
 
 /// One exchange of records with the peer (the tools call it per queue pair).
 using exchange_fn =
@@ -18,6 +44,7 @@ using exchange_fn =
 
 struct loopback_side {
   std::string error;  ///< what the side threw; empty when it returned
+  bool first = false;  ///< it failed before the other side did (or alone)
   bool ok() const noexcept { return error.empty(); }
 };
 
@@ -27,27 +54,58 @@ struct loopback_result {
   bool ok() const noexcept { return server.ok() && client.ok(); }
 };
 
+/// What a side that takes a third argument learns of the run (see run_loopback).
+struct loopback_control {
+  const std::atomic<bool>* peer_failed;  ///< set once the other side failed
+  std::uint16_t port;                    ///< the server's
+  /// Makes the server's exchange waiting for a connection fail now (wake_listener).
+  void wake_server() const noexcept { wake_listener(port); }
+};
+
 /// Listens on 127.0.0.1:`port` (0: an ephemeral port), then runs `run_side(is_server,
 /// exchange)` for the server and the client on two threads and waits for both. The
 /// client retries a refused connection (its server may not be listening yet).
+///
+/// A side that fails must not leave the other waiting for it until a timeout (a server
+/// waits for its client's last exchange as long as the run lasts): `peer_failed` is set
+/// and a server waiting for a connection is given one that closes at once, so its
+/// exchange fails now; an exchange started after that fails too. A side that also
+/// takes a loopback_control (`run_side(is_server, exchange, control)`) can stop its
+/// own waits on `peer_failed`.
 template <class RunSide>
 loopback_result run_loopback(std::uint16_t port, rdmakit::exchange_options xo, RunSide run_side) {
   rdmakit::exchange_listener listener(port, "127.0.0.1");
   xo.retry_refused = true;
   loopback_result r;
   r.port = listener.port();
+  std::atomic<bool> peer_failed{false};
+  auto check_peer = [&](bool is_server) {
+    if (peer_failed.load(std::memory_order_acquire)) throw std::runtime_error(peer_failed_message(is_server));
+  };
   const exchange_fn serve = [&](const rdmakit::connection_info& local, const rdmakit::on_peer_fn& cb) {
-    return listener.exchange(local, xo, cb);
+    check_peer(true);
+    try {
+      return listener.exchange(local, xo, cb);
+    } catch (const rdmakit::exchange_error&) {
+      check_peer(true);  // the failed client's wake-up call, not a fault of the exchange
+      throw;
+    }
   };
   const exchange_fn connect = [&](const rdmakit::connection_info& local, const rdmakit::on_peer_fn& cb) {
+    check_peer(false);
     return rdmakit::exchange_client("127.0.0.1", r.port, local, xo, cb);
   };
   auto side = [&](loopback_side& out, bool is_server) {
     try {
-      run_side(is_server, is_server ? serve : connect);
+      if constexpr (std::is_invocable_v<RunSide&, bool, const exchange_fn&, const loopback_control&>)
+        run_side(is_server, is_server ? serve : connect, loopback_control{&peer_failed, r.port});
+      else
+        run_side(is_server, is_server ? serve : connect);
     } catch (const std::exception& e) {
       out.error = e.what();
       if (out.error.empty()) out.error = "an exception without a message";
+      out.first = !peer_failed.exchange(true, std::memory_order_acq_rel);
+      if (!is_server) wake_listener(r.port);
     }
   };
   std::thread server([&] { side(r.server, true); });

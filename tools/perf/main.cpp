@@ -68,6 +68,8 @@ void usage(const char* argv0, std::FILE* to) {
                "      --timeout=<ms>        exchange deadline and longest wait for a completion (10000)\n"
                "      --accept-timeout=<ms> how long a server waits for its client (600000)\n"
                "      --no-progress         no progress lines on stderr\n"
+               "      --mock-wrong-rkey     mock loopback: the client names an rkey the server never gave, so its\n"
+               "                            WRs fail (shows how a failed completion is reported)\n"
                "  -h, --help                this text\n",
                argv0, argv0, max_post_list);
 }
@@ -105,7 +107,7 @@ int fail(const char* argv0, const std::string& msg) {
 }
 
 int parse(int argc, char** argv, cli& c) {
-  enum { o_json = 1000, o_mock, o_timeout, o_accept, o_signal, o_transport, o_noprog, o_srq };
+  enum { o_json = 1000, o_mock, o_timeout, o_accept, o_signal, o_transport, o_noprog, o_srq, o_wrong_rkey };
   static const option longs[] = {
       {"size", required_argument, nullptr, 's'},        {"iters", required_argument, nullptr, 'n'},
       {"duration", required_argument, nullptr, 'D'},    {"tx-depth", required_argument, nullptr, 't'},
@@ -121,6 +123,7 @@ int parse(int argc, char** argv, cli& c) {
       {"signal", required_argument, nullptr, o_signal}, {"no-progress", no_argument, nullptr, o_noprog},
       {"use_srq", no_argument, nullptr, o_srq},         {"use-srq", no_argument, nullptr, o_srq},
       {"rdma_cm", no_argument, nullptr, 'R'},           {"rdma-cm", no_argument, nullptr, 'R'},
+      {"mock-wrong-rkey", no_argument, nullptr, o_wrong_rkey},
       {"help", no_argument, nullptr, 'h'},              {nullptr, 0, nullptr, 0}};
   const char* me = argv[0];
   auto bad = [&](const char* what, const char* arg) {
@@ -233,6 +236,7 @@ int parse(int argc, char** argv, cli& c) {
         break;
       case o_noprog: c.o.progress = false; break;
       case o_srq: c.o.use_srq = true; break;
+      case o_wrong_rkey: c.o.mock_wrong_rkey = true; break;
       case 'R': c.o.rdma_cm = true; break;
       case 'h': c.help = true; return 0;
       default: return bad("option", argv[optind - 1]);
@@ -327,6 +331,9 @@ int parse(int argc, char** argv, cli& c) {
                       "on it; without -d both ends run in this process on the mock fabric");
     c.mock = true;
   }
+  if (o.mock_wrong_rkey && !c.mock)
+    return fail(me, "--mock-wrong-rkey makes the mock loopback's client fail; on a device (-d " + o.device +
+                        ") leave it out");
   return 0;
 }
 

@@ -89,6 +89,9 @@ struct perf_options {
   std::uint32_t cm_ipv4 = 0;  ///< -R: the server's address (client), the one listened on (server; 0: all)
   std::uint16_t cm_port = 18515;
   bool yield_when_idle = false;  ///< both ends share the CPU (mock loopback): yield in spin loops
+  bool mock_wrong_rkey = false;  ///< --mock-wrong-rkey: the client names a wrong rkey (its WRs fail)
+  /// Mock loopback: set when the other side failed; this side's waits stop on it.
+  const std::atomic<bool>* peer_failed = nullptr;
   bool progress = true;
   std::chrono::milliseconds timeout{10'000};          ///< exchange, and longest wait for a completion
   std::chrono::milliseconds accept_timeout{600'000};  ///< server waiting for the client
@@ -147,6 +150,9 @@ struct peer_link {
   exchange_fn exchange;  ///< one call per queue pair
   exchange_fn finish;    ///< client: "done"; server: waits for it
   std::string peer;      ///< for messages: "host:port"
+  /// Server: makes a `finish` waiting on another thread return now (by throwing), so a
+  /// server that failed can join that thread instead of leaving it behind.
+  std::function<void()> cancel_finish;
 };
 
 template <class S>
@@ -414,11 +420,21 @@ class runner {
       peer_qpn_.push_back(peer.ep.qpn);
       if (!peer.region)
         throw perf_failure("the peer sent no memory region: is it rdmakit-perf running the same test?");
-      remote_.push_back(peer.region->template as<remote_access_bits>());
-      if (remote_.back().length() < o_.size)
-        throw perf_failure("the peer's buffer holds " + std::to_string(remote_.back().length()) + " bytes, this side uses -s " +
-                           std::to_string(o_.size) + ": give both sides the same -s");
+      take_peer_region(*peer.region);
     }
+  }
+
+  // The region the peer gave for the next QP (TCP exchange or -R's private data).
+  template <class Region>
+  void take_peer_region(const Region& given) {
+    remote_t r = given.template as<remote_access_bits>();
+    if (r.length() < o_.size)
+      throw perf_failure("the peer's buffer holds " + std::to_string(r.length()) + " bytes, this side uses -s " +
+                         std::to_string(o_.size) + ": give both sides the same -s");
+    // --mock-wrong-rkey: a key the peer never gave, so the client's WRs fail at the
+    // server's HCA and the run shows how a failed completion is reported.
+    if (o_.mock_wrong_rkey && !o_.server) r = remote_t::unchecked(r.addr(), ~r.rkey(), r.length());
+    remote_.push_back(r);
   }
 
   // ---- -R: the connection manager instead of the TCP exchange ------------------------
@@ -459,19 +475,24 @@ class runner {
         peer_qpn_.push_back(0);
         const auto region = conns_.back().peer_region();
         if (!region) throw perf_failure("the peer sent no memory region: is it rdmakit-perf -R running the same test?");
-        remote_.push_back(region->template as<remote_access_bits>());
-        if (remote_.back().length() < o_.size)
-          throw perf_failure("the peer's buffer holds " + std::to_string(remote_.back().length()) +
-                             " bytes, this side uses -s " + std::to_string(o_.size) + ": give both sides the same -s");
+        take_peer_region(*region);
       }
       link_.finish = [this](const connection_info&, const on_peer_fn&) {
         if (!o_.server) {
           for (auto& c : conns_) c.disconnect();
-        } else if (!conns_[0].wait_disconnected(o_.accept_timeout)) {
-          throw perf_failure("the client did not disconnect within " + std::to_string(o_.accept_timeout.count()) + " ms");
+          return connection_info{};
+        }
+        // In steps, so that cancel_finish is seen within one.
+        const auto until = clock_type::now() + o_.accept_timeout;
+        while (!conns_[0].wait_disconnected(std::chrono::milliseconds{100})) {
+          if (finish_cancelled_.load(std::memory_order_acquire)) throw perf_failure("stopped waiting for the client");
+          if (clock_type::now() >= until)
+            throw perf_failure("the client did not disconnect within " + std::to_string(o_.accept_timeout.count()) +
+                               " ms");
         }
         return connection_info{};
       };
+      link_.cancel_finish = [this] { finish_cancelled_.store(true, std::memory_order_release); };
     } else {
       (void)caps;
     }
@@ -507,7 +528,10 @@ class runner {
       for (unsigned i = 1;; ++i) {
         if (int n = cq_.poll(f); n != 0) return n;
         std::this_thread::yield();
-        if (i % 16 == 0 && clock_type::now() >= deadline) return 0;
+        if (i % 16 == 0) {
+          check_peer();
+          if (clock_type::now() >= deadline) return 0;
+        }
       }
     }
   }
@@ -536,6 +560,12 @@ class runner {
   [[noreturn]] RDMAKIT_NOINLINE void qp_failed(std::size_t j) {
     throw perf_failure("completion failed: " + std::string(to_string(qps_[j].first_error())) + " on QP " +
                        std::to_string(j) + " (its first failed completion; the rest were flushed)");
+  }
+
+  // Mock loopback: the other side failed, so what this side waits for will not come.
+  void check_peer() const {
+    if (o_.peer_failed && o_.peer_failed->load(std::memory_order_acquire))
+      throw perf_failure(rdmakit_tools::peer_failed_message(o_.server));
   }
 
   void check_failure() {
@@ -877,6 +907,7 @@ class runner {
         (void)cq_.poll(f);
         check_failure();
         if (stop && stop->load(std::memory_order_acquire)) return false;
+        check_peer();
         if (i % 4096 == 0) {
           const auto now = clock_type::now();
           if (now - last_progress > o_.timeout)
@@ -964,9 +995,10 @@ class runner {
       else
         write_lat_server(rep, w.st->done);
     } catch (...) {
-      // Waiting for the client's handshake could take the whole accept timeout: leave
-      // the watcher blocked in accept and report the error now (the process ends).
-      w.th.detach();
+      // The watcher may wait for the client's handshake as long as the accept timeout:
+      // wake it, then join it (left running, it would outlive this runner and link_).
+      link_.cancel_finish();
+      w.join();
       throw;
     }
     w.join();
@@ -1084,6 +1116,7 @@ class runner {
   std::vector<live_qp> qps_;
   std::vector<std::uint32_t> peer_qpn_;
   std::vector<remote_t> remote_;
+  std::atomic<bool> finish_cancelled_{false};  // -R server: link_.cancel_finish was called
   std::vector<local_buffer> rbufs_;
   std::uint32_t slot_ = 0, inline_ = 0, sq_depth_ = 0;
   std::string failure_;

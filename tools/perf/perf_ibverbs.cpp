@@ -28,6 +28,7 @@ int run_device(const perf_options& o, const endpoint_options& e) {
       return listener->exchange(l, xo, cb);
     };
     link.finish = link.exchange;
+    link.cancel_finish = [listener] { rdmakit_tools::wake_listener(listener->port()); };
     perf_options so = o;
     so.server = true;
     run_report r = run_config<backends::ibverbs>(so, link);

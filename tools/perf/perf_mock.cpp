@@ -31,8 +31,10 @@ int run_mock_loopback(const perf_options& o, const endpoint_options& e) {
   xo.accept_timeout = o.accept_timeout;
   run_report server, client;
   const std::uint16_t port = e.port_given ? e.port : 0;
-  const auto lb = rdmakit_tools::run_loopback(port, xo, [&](bool is_server, const exchange_fn& ex) {
+  const auto lb = rdmakit_tools::run_loopback(port, xo, [&](bool is_server, const exchange_fn& ex,
+                                                             const rdmakit_tools::loopback_control& ctl) {
     perf_options so = o;
+    so.peer_failed = ctl.peer_failed;
     so.server = is_server;
     so.device = is_server ? "mock0" : "mock1";
     so.yield_when_idle = true;
@@ -41,7 +43,7 @@ int run_mock_loopback(const perf_options& o, const endpoint_options& e) {
       so.cm_ipv4 = is_server ? 0 : 0x0A000001;
       so.cm_port = e.port;
     }
-    peer_link link{ex, ex, is_server ? "client" : "the server on 127.0.0.1"};
+    peer_link link{ex, ex, is_server ? "client" : "the server on 127.0.0.1", [ctl] { ctl.wake_server(); }};
     (is_server ? server : client) = run_config<backends::mock>(so, link, device<backends::mock>(fab, so.device));
   });
   const std::string where = "127.0.0.1:" + std::to_string(lb.port);
@@ -53,8 +55,17 @@ int run_mock_loopback(const perf_options& o, const endpoint_options& e) {
     print_report(client, o, "mock", "client");
     return 0;
   }
-  if (!lb.server.ok()) std::fprintf(stderr, "rdmakit-perf: server (mock0): %s\n", lb.server.error.c_str());
-  if (!lb.client.ok()) std::fprintf(stderr, "rdmakit-perf: client (mock1): %s\n", lb.client.error.c_str());
+  // The side that failed first, then the other (which may only have stopped for it).
+  auto report = [](const rdmakit_tools::loopback_side& side, const char* name) {
+    if (!side.ok()) std::fprintf(stderr, "rdmakit-perf: %s: %s\n", name, side.error.c_str());
+  };
+  if (lb.client.first) {
+    report(lb.client, "client (mock1)");
+    report(lb.server, "server (mock0)");
+  } else {
+    report(lb.server, "server (mock0)");
+    report(lb.client, "client (mock1)");
+  }
   return 1;
 }
 
