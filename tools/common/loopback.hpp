@@ -52,6 +52,14 @@ struct loopback_result {
   std::uint16_t port = 0;  ///< where the server listened
   loopback_side server, client;
   bool ok() const noexcept { return server.ok() && client.ok(); }
+  /// "client: <error>" or "server: <error>", of the side that failed first (the other
+  /// may only have stopped for it); empty when both returned.
+  std::string failure() const {
+    if (ok()) return {};
+    return client_failed_first() ? "client: " + client.error : "server: " + server.error;
+  }
+  /// The client failed, and the server did not fail before it.
+  bool client_failed_first() const noexcept { return !client.ok() && (client.first || server.ok()); }
 };
 
 /// What a side that takes a third argument learns of the run (see run_loopback).

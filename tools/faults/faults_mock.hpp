@@ -36,8 +36,7 @@ faults_pair run_faults_on_mock(faults_options o, const mock_faults& f) {
     (is_server ? out.server : out.client) = run_faults<backends::mock, T, yielding_poll<>>(
         mine, ex, device<backends::mock>(fab, is_server ? "mock0" : "mock1"));
   });
-  if (!lb.server.ok()) throw std::runtime_error("server: " + lb.server.error);
-  if (!lb.client.ok()) throw std::runtime_error("client: " + lb.client.error);
+  if (!lb.ok()) throw std::runtime_error(lb.failure());
   return out;
 }
 

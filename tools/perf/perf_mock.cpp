@@ -56,15 +56,11 @@ int run_mock_loopback(const perf_options& o, const endpoint_options& e) {
     return 0;
   }
   // The side that failed first, then the other (which may only have stopped for it).
-  auto report = [](const rdmakit_tools::loopback_side& side, const char* name) {
-    if (!side.ok()) std::fprintf(stderr, "rdmakit-perf: %s: %s\n", name, side.error.c_str());
-  };
-  if (lb.client.first) {
-    report(lb.client, "client (mock1)");
-    report(lb.server, "server (mock0)");
-  } else {
-    report(lb.server, "server (mock0)");
-    report(lb.client, "client (mock1)");
+  const bool client_first = lb.client_failed_first();
+  for (const bool client : {client_first, !client_first}) {
+    const auto& side = client ? lb.client : lb.server;
+    if (!side.ok()) std::fprintf(stderr, "rdmakit-perf: %s: %s\n", client ? "client (mock1)" : "server (mock0)",
+                                 side.error.c_str());
   }
   return 1;
 }

@@ -31,8 +31,7 @@ inline two_node_pair run_two_node_on_mock(two_node_options o, mock::device_profi
     (is_server ? out.server : out.client) = run_two_node<backends::mock, yielding_poll<>>(
         mine, ex, device<backends::mock>(fab, is_server ? "mock0" : "mock1"), [](const two_node_result&) {});
   });
-  if (!lb.server.ok()) throw std::runtime_error("server: " + lb.server.error);
-  if (!lb.client.ok()) throw std::runtime_error("client: " + lb.client.error);
+  if (!lb.ok()) throw std::runtime_error(lb.failure());
   return out;
 }
 

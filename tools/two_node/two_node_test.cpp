@@ -39,6 +39,7 @@ two_node_pair run_sides(const two_node_options& server, const two_node_options& 
     (is_server ? out.server : out.client) = run_two_node<backends::mock, yielding_poll<>>(
         mine, ex, device<backends::mock>(fab, is_server ? "mock0" : "mock1"), [](const two_node_result&) {});
   });
+  INFO(lb.failure());
   REQUIRE(lb.ok());
   return out;
 }
