@@ -415,6 +415,24 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (n == 0) return {post_status::ok, 0, 0};
     auto& l = *parts_.link;  // the closed link when empty: admits nothing
     if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_credits_(l, 0);
+    // Where S puts the signals of a list of n, as a number (signal_key): computed once.
+    constexpr bool keyed = detail::keyed_signals<S> && !SignalEach && Max <= ~std::uint32_t{0};
+    [[maybe_unused]] std::uint64_t key = 0;
+    if constexpr (keyed) key = l.sq.template signal_key<S>(static_cast<std::uint32_t>(n));
+    if constexpr (keyed && detail::regular_marks<S>) {
+      // A reused list posted again with its signals where they fell last time, on a
+      // queue pair with the same inline limit: its flags and chain are as that post left
+      // them, and what it checked (no WR asked for a signal or used bit 63, none can go
+      // inline) still holds, since add, clear and a partial post drop the key. Its
+      // signals are at multiples of N: the ledger records the count alone.
+      if (RDMAKIT_LIKELY(batch.signal_key_ == key && batch.keyed_inline_limit_ == parts_.inline_limit)) {
+        typename B::send_wr* bad = nullptr;
+        if (int e = B::post_send(parts_.qp, batch.front_(), &bad); RDMAKIT_UNLIKELY(e != 0))
+          return partly_posted_(batch, e, bad);
+        l.sq.template commit_unasked<S>(static_cast<std::uint32_t>(n));
+        return {post_status::ok, 0, static_cast<std::uint32_t>(n)};
+      }
+    }
     const bool odd = batch.odd_ != 0;  // one test for the refusal and the plain path
     if (RDMAKIT_UNLIKELY(odd) && batch.bad_id_()) return {post_status::bad_wr_id, 0, 0};
     auto* w = batch.front_();
@@ -426,16 +444,19 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
         if constexpr (SignalEach) {
           detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [](std::uint32_t) {});
         } else {
-          if constexpr (detail::keyed_signals<S> && Max <= ~std::uint32_t{0}) {
-            const std::uint64_t key = detail::sq_credits::signal_key<S>(plan, static_cast<std::uint32_t>(n));
-            if (key == batch.signal_key_) {
+          if constexpr (keyed) {
+            // (Under regular_marks<S> a match was posted above, unless the inline limit
+            // differs: the flags written below are then the same.)
+            if (!detail::regular_marks<S> && key == batch.signal_key_) {
               // A reused list whose signals fall where they did last time: its flags
               // are right, only the ledger records the signaled WRs. (Only a reused
               // list keeps a key: a post empties any other.)
+              batch.keyed_inline_limit_ = inline_limit;
               detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [](std::uint32_t) {});
               return post_planned_<false>(batch, l, plan, w, n);  // its chain still ends where it did
             }
             batch.signal_key_ = key;  // the flags written next are this key's
+            batch.keyed_inline_limit_ = inline_limit;
           } else {
             batch.signal_key_ = batch.no_signal_key;  // flags written by no key
           }
@@ -452,15 +473,22 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     batch.signal_key_ = batch.no_signal_key;  // flags written one by one below
     // A list built signaled (SignalEach) no longer is: the next post writes its flags too.
     if constexpr (SignalEach) batch.odd_ |= batch.odd_touched;
+    bool went_inline = false;
     for (std::size_t i = 0; i < n; ++i) {
       const auto& e = batch.entry_(i);
       const bool sig = plan.template next<S>(has_any(e.flags, send_flags::signaled));
       send_flags fl = (e.flags & ~send_flags::signaled) | signaled_if_(sig);
-      if (e.inline_bytes <= inline_limit) fl |= send_flags::inline_data;
+      if (e.inline_bytes <= inline_limit) {
+        fl |= send_flags::inline_data;
+        went_inline = true;
+      }
       B::set_send_flags(w[i], fl);
       if (sig) batch.mark_(now, i);
     }
     batch.signaled_ = now;
+    // Inline flags are not add()'s: a reused list posted next on a queue pair that takes
+    // less inline data has every flag written again.
+    if (went_inline) batch.odd_ |= batch.odd_touched;
     return post_planned_(batch, l, plan, w, n);
   }
 

@@ -275,10 +275,24 @@ class sq_credits {
   /// names N as well as the position modulo N (r < N: N(N - 1)/2 + r is unique to the
   /// pair), so a list posted under signal_every<4> and then <2> is not taken for the same.
   template <signaling S>
-  RDMAKIT_ALWAYS_INLINE static std::uint64_t signal_key(const plan& p, std::uint32_t n) noexcept {
+  RDMAKIT_ALWAYS_INLINE static std::uint64_t signal_key(std::uint64_t posted, std::uint32_t n) noexcept {
     static_assert(keyed_signals<S>);
     constexpr std::uint64_t N = S::interval, base = N * (N - 1) / 2;  // below 2^31 (keyed_signals)
-    return (base + p.posted % N) << 32 | n;
+    return (base + posted % N) << 32 | n;
+  }
+  /// The key of a list of n posted next.
+  template <signaling S>
+  RDMAKIT_ALWAYS_INLINE std::uint64_t signal_key(std::uint32_t n) const noexcept {
+    return signal_key<S>(posted_, n);
+  }
+
+  /// Records n WRs that asked for no signal under regular_marks<S>: their signals are at
+  /// multiples of N, found by position, so nothing but the count is kept (plan_unasked
+  /// and apply, without the plan).
+  template <signaling S>
+  RDMAKIT_ALWAYS_INLINE void commit_unasked(std::uint32_t n) noexcept {
+    static_assert(regular_marks<S>);
+    posted_ += n;
   }
 
   /// Records the WRs a plan (from start(), with the same S) decided.

@@ -1,5 +1,6 @@
 #include "fixture.hpp"
 
+#include <cstring>
 #include <span>
 
 using namespace policy_test;
@@ -200,6 +201,36 @@ TEST_CASE_FIXTURE(two_regions, "a reused list posted on queue pairs of different
     CHECK(signaled_by(all.a, batch) == std::vector<std::uint64_t>{1, 2, 3, 4});
     CHECK(all.a.send_credits() == 16);
   }
+}
+
+TEST_CASE_FIXTURE(two_regions, "a reused list goes inline on a queue pair that takes it, and back without on one that does not") {
+  // The same key (position modulo N, length) on a queue pair with inline data: posted as
+  // it was, the WRs would name src's lkey, which the other PD does not know. Back on the
+  // first queue pair, which takes no inline data, the inline flags must go.
+  auto narrow = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
+  auto pd2 = x.dev.create_pd();
+  auto wide = make_pair<rc, signal_every<4>>(pd2, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 64});
+  auto batch = decltype(narrow.a)::make_batch<4>();
+  batch.reuse();
+  for (std::uint64_t i = 1; i <= 4; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote().sub(8 * i, 8), i));
+  std::memcpy(src.data(), "reused!", 8);
+  auto posted = [&](auto& qp) {
+    REQUIRE(qp.post(batch).ok());
+    return collect(x.cq, 2, 200);
+  };
+  auto on_narrow = posted(narrow.a);
+  REQUIRE(on_narrow.size() == 1);
+  CHECK(on_narrow[0].status == wc_status::success);
+  for (int twice = 0; twice < 2; ++twice) {  // the second post finds the key it left
+    auto on_wide = posted(wide.a);
+    REQUIRE(on_wide.size() == 1);
+    CHECK(on_wide[0].wr_id == 4);
+    CHECK(on_wide[0].status == wc_status::success);
+  }
+  CHECK(std::memcmp(dst.data() + 32, "reused!", 8) == 0);
+  CHECK(wide.a.send_credits() == 16);
+  REQUIRE(narrow.a.post(batch).ok());  // and as before on the narrow one
+  CHECK(collect(x.cq, 2, 200).at(0).status == wc_status::success);
 }
 
 TEST_CASE_FIXTURE(two_regions, "WRs added to a reused list after a post are posted with it") {
