@@ -200,8 +200,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // flags were last written otherwise (clear, a partial post, a post of no key).
   static constexpr std::uint64_t no_signal_key = ~std::uint64_t{0};
   std::uint64_t signal_key_ = no_signal_key;
-  std::uint32_t keyed_inline_limit_ = 0;  // the queue pair's inline limit when signal_key_ was set
   bool reuse_ = false;     // post() keeps the WRs (reuse())
+  // The queue pair's inline limit when signal_key_ was set: read only when that key
+  // matches, so left unset until then (one store less per batch made).
+  std::uint32_t keyed_inline_limit_;
   std::size_t n_ = 0;      // WRs added (those before first_ were posted)
   std::size_t first_ = 0;  // the first WR not posted yet
   // The WR a reused list's last post ended the chain at (null: none). A WR added since
