@@ -997,7 +997,7 @@ class runner {
     } catch (...) {
       // The watcher may wait for the client's handshake as long as the accept timeout:
       // wake it, then join it (left running, it would outlive this runner and link_).
-      link_.cancel_finish();
+      if (link_.cancel_finish) link_.cancel_finish();  // (without one, join waits for the timeout)
       w.join();
       throw;
     }
