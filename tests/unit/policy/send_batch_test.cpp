@@ -1,6 +1,7 @@
 #include "fixture.hpp"
 
 #include <cstring>
+#include <random>
 #include <span>
 
 using namespace policy_test;
@@ -231,6 +232,66 @@ TEST_CASE_FIXTURE(two_regions, "a reused list goes inline on a queue pair that t
   CHECK(wide.a.send_credits() == 16);
   REQUIRE(narrow.a.post(batch).ok());  // and as before on the narrow one
   CHECK(collect(x.cq, 2, 200).at(0).status == wc_status::success);
+}
+
+TEST_CASE_FIXTURE(two_regions, "a reused list is signaled and credited as the same WRs posted one by one") {
+  // Differential: the same WRs go to `lst` as a reused list (keyed posts, the fast path
+  // when the signals fall as before, partial lists after adds and clears) and to `one`
+  // one post at a time. Every poll must find the same wr_ids, credits and run on both.
+  auto cq2 = x.dev.create_cq(1024);
+  auto lst = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{32, 32});
+  auto one = make_pair<rc, signal_every<4>>(x.pd, cq2, y.pd, y.cq, qp_cap{32, 32});
+  auto batch = decltype(lst.a)::make_batch<8>();
+  batch.reuse();
+  struct wr_spec {
+    std::uint64_t id;
+    send_flags flags;
+  };
+  std::vector<wr_spec> in_list;
+  std::uint64_t next_id = 1;
+  std::mt19937 rng(12);
+  auto add = [&] {
+    const wr_spec w{next_id++, rng() % 5 == 0 ? send_flags::signaled : send_flags::none};
+    REQUIRE(batch.add(op::write{src.local(0, 8), dst.remote()}, w.id, w.flags));
+    in_list.push_back(w);
+  };
+  auto compare_polls = [&] {
+    std::vector<std::uint64_t> a, b;
+    for (const auto& c : collect(x.cq, 1000, 3)) a.push_back(c.wr_id);
+    for (const auto& c : collect(cq2, 1000, 3)) b.push_back(c.wr_id);
+    CHECK(a == b);
+    CHECK(lst.a.send_credits() == one.a.send_credits());
+    CHECK(lst.a.unsignaled_run() == one.a.unsignaled_run());
+  };
+  for (int i = 0; i < 4; ++i) add();
+  int list_posts = 0;
+  for (int step = 0; step < 3000; ++step) {
+    const unsigned what = rng() % 10;
+    if (what < 5) {  // the list, when both have the credits for it
+      if (in_list.empty() || lst.a.send_credits() < in_list.size()) {
+        compare_polls();
+        continue;
+      }
+      REQUIRE(lst.a.post(batch).ok());
+      for (const auto& w : in_list) REQUIRE(one.a.post(op::write{src.local(0, 8), dst.remote()}, w.id, w.flags).ok());
+      ++list_posts;
+    } else if (what == 5) {
+      if (!batch.full()) add();
+    } else if (what == 6) {
+      batch.clear();
+      in_list.clear();
+      for (unsigned k = 1 + rng() % 8; k > 0; --k) add();
+    } else if (what == 7) {  // one WR on both, which moves the list's signals
+      if (lst.a.send_credits() == 0) continue;
+      const std::uint64_t id = next_id++;
+      REQUIRE(lst.a.post(op::write{src.local(0, 8), dst.remote()}, id).ok());
+      REQUIRE(one.a.post(op::write{src.local(0, 8), dst.remote()}, id).ok());
+    } else {
+      compare_polls();
+    }
+  }
+  compare_polls();
+  CHECK(list_posts > 500);
 }
 
 TEST_CASE_FIXTURE(two_regions, "WRs added to a reused list after a post are posted with it") {
