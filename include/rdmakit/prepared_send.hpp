@@ -75,8 +75,8 @@ class prepared_send {
       B::set_sge(sges_[i], sgl[i].addr, sgl[i].length, sgl[i].lkey);
       total += sgl[i].length;
     }
-    base_ = flags & ~send_flags::signaled;
-    if (detail::may_inline(Op::code) && total <= inline_limit) base_ |= send_flags::inline_data;
+    base_ = detail::device_flags(flags);
+    if (detail::may_auto_inline(Op::code, flags) && total <= inline_limit) base_ |= send_flags::inline_data;
     constexpr send_flags built = SignalEach ? send_flags::signaled : send_flags::none;
     B::set_send(wr_, wr_id, Op::code, base_ | built, sges_, static_cast<int>(sgl.size()));
     detail::set_op_fields<B, T>(wr_, d);

@@ -575,11 +575,12 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
 
   RDMAKIT_ALWAYS_INLINE send_flags final_flags_(opcode op, send_flags requested, std::uint32_t total,
                                                 bool sig) const noexcept {
-    send_flags fl = (requested & ~send_flags::signaled) | signaled_if_(sig);
+    send_flags fl = detail::device_flags(requested) | signaled_if_(sig);
     // A branch, not a select: it goes the same way for every post of a queue pair's
     // message size, costs a post that does not go inline 2 instructions where the
     // select cost 4 to 5 (bench/README), and one that does 4. 0 bytes: harmless.
-    if (detail::may_inline(op) && RDMAKIT_UNLIKELY(total <= parts_.inline_limit)) {
+    // A constant send_flags::no_auto_inline removes it.
+    if (detail::may_auto_inline(op, requested) && RDMAKIT_UNLIKELY(total <= parts_.inline_limit)) {
       fl |= send_flags::inline_data;
       RDMAKIT_OPAQUE(fl);
     }
@@ -644,7 +645,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     auto& l = *parts_.link;  // the closed link when empty: admits nothing
     if (RDMAKIT_UNLIKELY(l.sq.blocked() || (wr_id & detail::recv_wr_bit))) return refusal_(wr_id);
     const bool sig = l.sq.template must_signal<S>(has_any(flags, send_flags::signaled));
-    if (int e = call(parts_.qp, (flags & ~send_flags::signaled) | signaled_if_(sig)); RDMAKIT_UNLIKELY(e != 0))
+    if (int e = call(parts_.qp, detail::device_flags(flags) | signaled_if_(sig)); RDMAKIT_UNLIKELY(e != 0))
       return {post_status::backend_error, e, 0};
     l.sq.template commit<S>(sig, has_any(flags, send_flags::signaled));
     return {post_status::ok, 0, 1};

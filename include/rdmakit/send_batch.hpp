@@ -166,13 +166,15 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     o.fill(d);
     auto* w = wrs_.data() + n;
     constexpr send_flags base = SignalEach ? send_flags::signaled : send_flags::none;
-    B::set_send(*w, wr_id, op, flags | base, sg, static_cast<int>(sgl.size()));
+    const send_flags kept = flags & ~send_flags::no_auto_inline;  // rdmakit's own flag stays here
+    B::set_send(*w, wr_id, op, kept | base, sg, static_cast<int>(sgl.size()));
     detail::set_op_fields<B, T>(*w, d);
     B::set_next(*w, w + 1);  // one past the last slot at most: never followed (post ends the chain)
-    const std::uint32_t inline_bytes = detail::may_inline(op) ? total : detail::batch_entry::never_inline;
+    const std::uint32_t inline_bytes =
+        detail::may_auto_inline(op, flags) ? total : detail::batch_entry::never_inline;
     // One 8-byte store, not two: the entry as a word (a loop of adds keeps it in a register).
     static_assert(sizeof(detail::batch_entry) == sizeof(std::uint64_t));
-    const auto packed = std::bit_cast<std::uint64_t>(detail::batch_entry{flags, inline_bytes});
+    const auto packed = std::bit_cast<std::uint64_t>(detail::batch_entry{kept, inline_bytes});
     std::memcpy(&entries_[n], &packed, sizeof packed);
     odd_ |= static_cast<std::uint8_t>(to_underlying(flags) & odd_asked_signal);  // the signaled bit
     // Tested here, not or-ed into a mask for post: a wr_id whose type or range keeps

@@ -73,6 +73,10 @@ enum class send_flags : std::uint32_t {
   signaled = 1u << 1,
   solicited = 1u << 2,
   inline_data = 1u << 3,
+  /// rdmakit's own, never given to the device: the WR does not go inline unless it also
+  /// asks inline_data (qp_options::auto_inline off for this post). Passed as a constant,
+  /// it takes the post's inline test out at compile time (docs/signaling.md).
+  no_auto_inline = 1u << 31,
   rdmakit_flag_enum_marker = 0,
 };
 

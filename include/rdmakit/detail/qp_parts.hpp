@@ -32,6 +32,16 @@ constexpr bool may_inline(opcode op) noexcept {
   return op == opcode::send || op == opcode::send_with_imm || op == opcode::rdma_write ||
          op == opcode::rdma_write_with_imm;
 }
+// Whether the layer may put a WR inline on its own: an opcode that can, and no
+// send_flags::no_auto_inline (a constant flag decides it at compile time).
+constexpr bool may_auto_inline(opcode op, send_flags requested) noexcept {
+  return may_inline(op) && !has_any(requested, send_flags::no_auto_inline);
+}
+// The flags the device sees: the asked ones without rdmakit's own (no_auto_inline) and
+// without signaled, which the signaling policy decides.
+constexpr send_flags device_flags(send_flags requested) noexcept {
+  return requested & ~(send_flags::signaled | send_flags::no_auto_inline);
+}
 
 // What a post list keeps of each WR to decide its flags at post time: the flags asked
 // for, and the bytes inline data would take (none for opcodes that cannot go inline).

@@ -41,7 +41,8 @@ struct seen {
   bool has_imm;
   std::uint32_t payload_offset;
 };
-inline seen copy(const completion<B>& c) {
+template <class Bk>
+seen copy(const completion<Bk>& c) {
   return {c.wr_id(), c.status(), c.opcode(), c.byte_len(), c.qp_num(), c.is_recv(), c.imm(), c.has_imm(),
           c.payload_offset()};
 }
@@ -51,13 +52,24 @@ template <class CQ>
 std::vector<seen> collect(CQ& cq, std::size_t n, int max_polls = 10000) {
   std::vector<seen> out;
   for (int i = 0; i < max_polls && out.size() < n; ++i)
-    (void)cq.poll([&](const completion<B>& c) { out.push_back(copy(c)); });
+    (void)cq.poll([&](const auto& c) { out.push_back(copy(c)); });
   return out;
 }
 
 }  // namespace policy_test
 
 namespace policy_test {
+
+/// The mock, recording the union of the send flags of every WR it was given: what
+/// reached the device (rdmakit's own flags must not).
+struct flag_recording : backends::mock {
+  static inline send_flags seen = send_flags::none;
+  static int post_send(qp q, send_wr* wr, send_wr** bad) noexcept {
+    for (const send_wr* w = wr; w; w = w->next) seen = seen | w->flags;
+    return backends::mock::post_send(q, wr, bad);
+  }
+};
+static_assert(verbs_backend<flag_recording>);
 
 /// Two sides of a fresh fabric and a 64-byte region on each (src on x, dst on y).
 struct two_regions {
@@ -68,16 +80,16 @@ struct two_regions {
 };
 
 /// Two connected (RC/UC) or active (UD) queue pairs, a on side x and b on side y.
-template <class T, class S = signal_all>
+template <class T, class S = signal_all, class Bk = B>
 struct qp_pair {
-  queue_pair<B, T, S, qp_state::rts> a;
-  queue_pair<B, T, S, qp_state::rts> b;
+  queue_pair<Bk, T, S, qp_state::rts> a;
+  queue_pair<Bk, T, S, qp_state::rts> b;
 };
 
-template <class T, class S = signal_all, class PX, class PY>
-qp_pair<T, S> make_pair(const protection_domain<B>& pdx, completion_queue<B, PX>& cqx,
-                        const protection_domain<B>& pdy, completion_queue<B, PY>& cqy, const qp_cap& caps,
-                        const connect_options& co = {}) {
+template <class T, class S = signal_all, class Bk, class PX, class PY>
+qp_pair<T, S, Bk> make_pair(const protection_domain<Bk>& pdx, completion_queue<Bk, PX>& cqx,
+                            const protection_domain<Bk>& pdy, completion_queue<Bk, PY>& cqy, const qp_cap& caps,
+                            const connect_options& co = {}) {
   auto x = pdx.template create_qp<T, S>(cqx, caps);
   auto y = pdy.template create_qp<T, S>(cqy, caps);
   if constexpr (T::connected) {

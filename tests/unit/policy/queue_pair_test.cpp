@@ -193,6 +193,28 @@ TEST_CASE("small sends go inline: the buffer needs no lkey and may be reused at 
   CHECK(s[1].status == wc_status::loc_prot_err);
 }
 
+TEST_CASE("send_flags::no_auto_inline: a WR that fits max_inline_data is read from its buffer, and the flag stays in rdmakit") {
+  using R = flag_recording;
+  mock::fabric fab;
+  basic_side<R> x(fab, "mock0"), y(fab, "mock1");
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 64});
+  auto dst = y.pd.allocate<rw_access>(256);
+  char stack_buf[32] = "not registered anywhere";
+  const local_buffer unregistered{reinterpret_cast<std::uint64_t>(stack_buf), 24, 0};
+  R::seen = send_flags::none;
+  REQUIRE(p.a.write(unregistered, dst.remote(), 1).ok());  // inline on its own: no lkey read
+  REQUIRE(p.a.write(unregistered, dst.remote(), 2, send_flags::no_auto_inline | send_flags::inline_data).ok());
+  // Not inline: the device reads the buffer through lkey 0, which no region has.
+  REQUIRE(p.a.write(unregistered, dst.remote(), 3, send_flags::no_auto_inline).ok());
+  const auto r = collect(x.cq, 3);
+  REQUIRE(r.size() == 3);
+  CHECK(r[0].status == wc_status::success);
+  CHECK(r[1].status == wc_status::success);  // asked inline explicitly: it is
+  CHECK(r[2].status == wc_status::loc_prot_err);
+  CHECK(has_any(R::seen, send_flags::inline_data));
+  CHECK_FALSE(has_any(R::seen, send_flags::no_auto_inline));
+}
+
 TEST_CASE("scatter/gather lists on send, receive and READ") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");
