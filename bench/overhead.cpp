@@ -300,7 +300,7 @@ struct policy_loop {
   [[gnu::noinline]] void run_once() noexcept {
     if constexpr (Post == posting::prepared_list) {
       // As the raw loop: wait for the credits of a whole list, then post it.
-      while (qp.send_credits() < batch)
+      while (!qp.can_post(batch))
         if (!reap()) return;
       if (!qp.post(list).ok()) ++errors;
     } else if constexpr (Post == posting::prepared) {
@@ -310,11 +310,12 @@ struct policy_loop {
         if (!r.ok()) return (void)++errors;
       }
     } else if constexpr (List) {
+      // As the raw loop: wait for the credits of a whole list, then build and post it.
+      while (!qp.can_post(batch))
+        if (!reap()) return;
       auto list = decltype(qp)::template make_batch<batch>();
       for (std::uint32_t i = 0; i < batch; ++i) (void)list.add(op::write{src, dst}, next_id++, flags);
-      post_result r = qp.post(list);
-      while (r.status == post_status::sq_full && reap()) r = qp.post(list);
-      if (!r.ok()) ++errors;
+      if (!qp.post(list).ok()) ++errors;
     } else {
       for (std::uint32_t i = 0; i < batch; ++i) {
         const std::uint32_t id = next_id++;

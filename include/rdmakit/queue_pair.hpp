@@ -164,6 +164,14 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     }
     return sq.available();
   }
+  /// True when n send WRs can be posted now without waiting for completions: one
+  /// compare, for a loop that reaps until a whole list fits (false in error; throws
+  /// usage_error when empty).
+  bool can_post(std::uint32_t n = 1) const {
+    if (RDMAKIT_LIKELY(parts_.link->sq.admits(n))) return true;
+    (void)link_("can_post");  // the closed link of an empty handle admits nothing: throws
+    return false;
+  }
   /// Unsignaled WRs since the last signaled one.
   std::uint32_t unsignaled_run() const { return link_("unsignaled_run").sq.unsignaled_run(); }
   /// Receives posted and not completed yet.
@@ -427,7 +435,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       // signals are at multiples of N: the ledger records the count alone.
       if (RDMAKIT_LIKELY(batch.signal_key_ == key && batch.keyed_inline_limit_ == parts_.inline_limit)) {
         typename B::send_wr* bad = nullptr;
-        if (int e = B::post_send(parts_.qp, batch.front_(), &bad); RDMAKIT_UNLIKELY(e != 0))
+        if (int e = B::post_send(parts_.qp, &batch.front_()->wr, &bad); RDMAKIT_UNLIKELY(e != 0))
           return partly_posted_(batch, e, bad);
         l.sq.template commit_unasked<S>(static_cast<std::uint32_t>(n));
         return {post_status::ok, 0, static_cast<std::uint32_t>(n)};
@@ -444,6 +452,14 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
         if constexpr (SignalEach) {
           detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [](std::uint32_t) {});
         } else {
+          if (!batch.reuse_) {
+            // A list posted once: its flags are add()'s (no bit of signaled_ is set), and
+            // the post empties it: the signaled WRs are written, no bit or key is kept.
+            detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [&](std::uint32_t i) {
+              B::set_send_flags(w[i].wr, w[i].entry.flags | send_flags::signaled);
+            });
+            return post_planned_(batch, l, plan, w, n);
+          }
           if constexpr (keyed) {
             // (Under regular_marks<S> a match was posted above, unless the inline limit
             // differs: the flags written below are then the same.)
@@ -475,14 +491,14 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if constexpr (SignalEach) batch.odd_ |= batch.odd_touched;
     bool went_inline = false;
     for (std::size_t i = 0; i < n; ++i) {
-      const auto& e = batch.entry_(i);
+      const auto& e = w[i].entry;
       const bool sig = plan.template next<S>(has_any(e.flags, send_flags::signaled));
       send_flags fl = (e.flags & ~send_flags::signaled) | signaled_if_(sig);
       if (e.inline_bytes <= inline_limit) {
         fl |= send_flags::inline_data;
         went_inline = true;
       }
-      B::set_send_flags(w[i], fl);
+      B::set_send_flags(w[i].wr, fl);
       if (sig) batch.mark_(now, i);
     }
     batch.signaled_ = now;
@@ -523,23 +539,24 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     return static_cast<int>(sgl.size());
   }
 
-  // w and n: the batch's first WR and size, read before the plan (whose ring stores the
-  // compiler cannot tell from the batch's fields).
+  // w and n: the batch's first slot and size, read before the plan (whose ring stores
+  // the compiler cannot tell from the batch's fields).
   template <bool EndChain = true, std::size_t Max, std::size_t SgePerWr, bool SignalEach>
   RDMAKIT_ALWAYS_INLINE post_result post_planned_(send_batch<B, T, Max, SgePerWr, SignalEach>& batch, detail::qp_link<B>& l,
-                                                  const detail::sq_credits::plan& plan, typename B::send_wr* w,
+                                                  const detail::sq_credits::plan& plan,
+                                                  typename send_batch<B, T, Max, SgePerWr, SignalEach>::slot_* w,
                                                   std::size_t n) noexcept {
     typename B::send_wr* bad = nullptr;
     if constexpr (EndChain) {
-      typename B::send_wr* last = w + (n - 1);
+      auto* last = w + (n - 1);
       if (batch.reuse_ && batch.ended_ != last) {
         // WRs were added after the last post, which ended the chain before them.
-        if (batch.ended_) B::set_next(*batch.ended_, batch.ended_ + 1);
+        if (batch.ended_) B::set_next(batch.ended_->wr, &batch.ended_[1].wr);
         batch.ended_ = last;
       }
-      B::set_next(*last, nullptr);  // the last WR ends the list while it is posted
+      B::set_next(last->wr, nullptr);  // the last WR ends the list while it is posted
     }
-    if (int e = B::post_send(parts_.qp, w, &bad); RDMAKIT_UNLIKELY(e != 0))
+    if (int e = B::post_send(parts_.qp, &w->wr, &bad); RDMAKIT_UNLIKELY(e != 0))
       return partly_posted_(batch, e, bad);
     l.sq.template apply<S>(plan);
     if (!batch.reuse_) batch.clear();
@@ -553,12 +570,12 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
                                               typename B::send_wr* bad) noexcept {
     auto* w = batch.front_();
     const std::size_t n = batch.size();
-    const std::size_t k = bad ? static_cast<std::size_t>(bad - w) : 0;
+    const std::size_t k = bad ? batch.index_from_front_(bad) : 0;
     auto& l = *parts_.link;
     auto plan = l.sq.start();
     for (std::size_t i = 0; i < k; ++i) (void)plan.template next<S>(has_any(batch.entry_(i).flags, send_flags::signaled));
     l.sq.template apply<S>(plan);
-    const post_result r = refused_(e, static_cast<std::uint32_t>(k), k < n ? &w[k] : nullptr);
+    const post_result r = refused_(e, static_cast<std::uint32_t>(k), k < n ? &w[k].wr : nullptr);
     batch.drop_front_(k);  // the batch keeps exactly the WRs that were not posted
     return r;
   }

@@ -120,13 +120,31 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   std::uint32_t min_inline_bytes_() noexcept {
     if (RDMAKIT_UNLIKELY(min_inline_n_ != n_)) {
       std::uint32_t m = detail::batch_entry::never_inline;
-      for (std::size_t i = first_; i < n_; ++i) m = entries_[i].inline_bytes < m ? entries_[i].inline_bytes : m;
+      for (std::size_t i = first_; i < n_; ++i) m = slots_[i].entry.inline_bytes < m ? slots_[i].entry.inline_bytes : m;
       min_inline_ = m;
       min_inline_n_ = n_;
     }
     return min_inline_;
   }
-  typename B::send_wr* front_() noexcept { return &wrs_[first_]; }
+  // Where one WR lives: the native WR first (a pointer to it is a pointer to its slot),
+  // its SGEs and what post decides its flags by. One base address for the three: an
+  // add computes one product, not one per array.
+  struct slot_ {
+    typename B::send_wr wr;
+    typename B::sge sg[SgePerWr];
+    detail::batch_entry entry;
+  };
+  static_assert(std::is_standard_layout_v<slot_>, "a slot's address is its WR's");
+  // The slot of the first WR not posted; a list's WRs are front_()[0 .. size()).
+  slot_* front_() noexcept { return slots_.data() + first_; }
+  // The WR a post's bad_wr names, as an index from front_().
+  std::size_t index_from_front_(const typename B::send_wr* wr) const noexcept {
+    return static_cast<std::size_t>(reinterpret_cast<const slot_*>(wr) - (slots_.data() + first_));
+  }
+  // The address of the WR in slot k (k == Max: one past the last, never followed).
+  typename B::send_wr* wr_address_(std::size_t k) noexcept {
+    return reinterpret_cast<typename B::send_wr*>(slots_.data() + k);
+  }
 
   // Bit i of `now`: WR i of the list (from first_) is signaled by this post.
   RDMAKIT_ALWAYS_INLINE void mark_(signal_bits& now, std::size_t i) const noexcept {
@@ -140,12 +158,12 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
       for (std::uint64_t diff = signaled_[w] ^ now[w]; diff != 0; diff &= diff - 1) {
         const std::size_t k = w * 64 + static_cast<std::size_t>(__builtin_ctzll(diff));
         const bool on = (now[w] >> (k % 64)) & 1;
-        B::set_send_flags(wrs_[k], entries_[k].flags | (on ? send_flags::signaled : send_flags::none));
+        B::set_send_flags(slots_[k].wr, slots_[k].entry.flags | (on ? send_flags::signaled : send_flags::none));
       }
       signaled_[w] = now[w];
     }
   }
-  const detail::batch_entry& entry_(std::size_t i) const noexcept { return entries_[first_ + i]; }
+  const detail::batch_entry& entry_(std::size_t i) noexcept { return slots_[first_ + i].entry; }
 
   // Builds the native WR in place: post only sets the flags (and ends the chain). Each
   // WR points ahead at the slot after it; the counters are read once into locals, as
@@ -158,24 +176,24 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     detail::send_desc<B> d{};
     d.op = op;
     std::uint32_t total = 0;
-    typename B::sge* sg = sges_.data() + n * SgePerWr;
+    slot_& slot = slots_[n];
+    typename B::sge* sg = slot.sg;
     for (std::size_t i = 0; i < sgl.size(); ++i) {
       B::set_sge(sg[i], sgl[i].addr, sgl[i].length, sgl[i].lkey);
       total += sgl[i].length;
     }
     o.fill(d);
-    auto* w = wrs_.data() + n;
+    auto* w = &slot.wr;
     constexpr send_flags base = SignalEach ? send_flags::signaled : send_flags::none;
     const send_flags kept = flags & ~send_flags::no_auto_inline;  // rdmakit's own flag stays here
     B::set_send(*w, wr_id, op, kept | base, sg, static_cast<int>(sgl.size()));
     detail::set_op_fields<B, T>(*w, d);
-    B::set_next(*w, w + 1);  // one past the last slot at most: never followed (post ends the chain)
+    B::set_next(*w, wr_address_(n + 1));  // one past the last slot at most: never followed (post ends the chain)
     const std::uint32_t inline_bytes =
         detail::may_auto_inline(op, flags) ? total : detail::batch_entry::never_inline;
     // One 8-byte store, not two: the entry as a word (a loop of adds keeps it in a register).
     static_assert(sizeof(detail::batch_entry) == sizeof(std::uint64_t));
-    const auto packed = std::bit_cast<std::uint64_t>(detail::batch_entry{kept, inline_bytes});
-    std::memcpy(&entries_[n], &packed, sizeof packed);
+    slot.entry = detail::batch_entry{kept, inline_bytes};
     odd_ |= static_cast<std::uint8_t>(to_underlying(flags) & odd_asked_signal);  // the signaled bit
     // Tested here, not or-ed into a mask for post: a wr_id whose type or range keeps
     // bit 63 clear (a 32-bit index) then costs nothing.
@@ -187,13 +205,11 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // The last WR ends the list while it is posted (queue_pair::post); relink() undoes it
   // for WRs added after a partial post.
   void relink_() noexcept {
-    B::set_next(wrs_[n_ - 1], wrs_.data() + n_);
+    B::set_next(slots_[n_ - 1].wr, wr_address_(n_));
     ended_ = nullptr;
   }
 
-  detail::uninit_array<typename B::send_wr, Max> wrs_;
-  std::array<detail::batch_entry, Max> entries_;
-  detail::uninit_array<typename B::sge, Max * SgePerWr> sges_;
+  detail::uninit_array<slot_, Max> slots_;
   // Which WR slots are built with send_flags::signaled set (for the flags post sets):
   // a post rewrites only the slots whose bit changes.
   signal_bits signaled_{};
@@ -210,7 +226,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   std::size_t first_ = 0;  // the first WR not posted yet
   // The WR a reused list's last post ended the chain at (null: none). A WR added since
   // follows it, so the next post links it again (queue_pair::post_planned_).
-  typename B::send_wr* ended_ = nullptr;
+  slot_* ended_ = nullptr;
   std::uint32_t min_inline_ = 0;             // min_inline_bytes_() of the first min_inline_n_ WRs
   std::size_t min_inline_n_ = ~std::size_t{0};  // n_ when it was found (none yet)
   // Why post cannot take the plain path, one bit each, so that it tests them at once:

@@ -18,6 +18,7 @@ TEST_CASE("moved-from queue pair: posts return empty_handle, accessors and conne
   CHECK(qp.post_recvs(bufs, 1).status == post_status::empty_handle);
   CHECK_THROWS_AS((void)qp.qp_num(), usage_error);
   CHECK_THROWS_AS((void)qp.send_credits(), usage_error);
+  CHECK_THROWS_AS((void)qp.can_post(), usage_error);
   CHECK_THROWS_AS((void)qp.posted_recvs(), usage_error);
   CHECK_THROWS_AS((void)qp.local_endpoint(), usage_error);
   CHECK_THROWS_AS((void)qp.query_state(), usage_error);

@@ -24,6 +24,7 @@ struct uninit_array {
   };
   uninit_array() noexcept {}
   S* data() noexcept { return v; }
+  const S* data() const noexcept { return v; }
   S& operator[](std::size_t i) noexcept { return v[i]; }
 };
 

@@ -215,6 +215,29 @@ TEST_CASE("send_flags::no_auto_inline: a WR that fits max_inline_data is read fr
   CHECK_FALSE(has_any(R::seen, send_flags::no_auto_inline));
 }
 
+TEST_CASE("can_post(n): true while n more WRs fit the send queue, false when it is full or in ERR") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto p = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  CHECK(p.a.can_post());
+  CHECK(p.a.can_post(8));
+  CHECK_FALSE(p.a.can_post(9));
+  for (std::uint64_t i = 0; i < 6; ++i) REQUIRE(p.a.write(src.local(0, 8), dst.remote(), i).ok());
+  CHECK(p.a.can_post(2));
+  CHECK_FALSE(p.a.can_post(3));
+  for (std::uint64_t i = 6; i < 8; ++i) REQUIRE(p.a.write(src.local(0, 8), dst.remote(), i).ok());
+  CHECK_FALSE(p.a.can_post());
+  REQUIRE(collect(x.cq, 2).size() == 2);  // WRs 3 and 7 give back all eight slots
+  CHECK(p.a.can_post(8));
+  auto wrong = remote_region<>::unchecked(dst.remote().addr(), dst.remote().rkey() ^ 1, 64);
+  for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(p.a.write(src.local(0, 8), wrong, 10 + i).ok());
+  REQUIRE_FALSE(collect(x.cq, 4).empty());
+  REQUIRE(p.a.in_error());
+  CHECK_FALSE(p.a.can_post());  // in ERR nothing may be posted
+}
+
 TEST_CASE("scatter/gather lists on send, receive and READ") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");
