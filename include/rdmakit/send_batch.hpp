@@ -38,7 +38,9 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
 
  public:
   /// An empty list (its storage is left uninitialized until WRs are added).
-  send_batch() noexcept {}
+  send_batch() noexcept {
+    if constexpr (!SignalEach) signal_key_ = no_signal_key;  // (a list built signaled is never keyed)
+  }
   /// Not copyable or movable: its WRs point at its own SGEs and at each other, so a
   /// batch lives where make_batch() made it (`auto b = qp.make_batch<32>();`).
   send_batch(const send_batch&) = delete;  // a batch's WRs point into the batch itself
@@ -55,6 +57,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     n_ = first_ = 0;
     ended_ = nullptr;
     odd_ = 0;
+    inline_candidates_ = false;
     min_inline_n_ = ~std::size_t{0};
     signaled_ = {};
     signal_key_ = no_signal_key;
@@ -69,6 +72,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   void reuse() noexcept {
     static_assert(!T::needs_ah,
                   "a UD post list cannot be reused: its WRs name address handles the batch does not own");
+    if (!reuse_) {  // what only a reused list reads starts here (a list made and posted once skips it)
+      signaled_ = {};
+      ended_ = nullptr;
+    }
     reuse_ = true;
   }
   /// True when post() leaves the WRs in the batch (reuse()).
@@ -110,7 +117,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // Post may set only the signaled WRs' flags when odd_ is 0 (no WR asked for a signal,
   // every flag is still as added) and no WR can go inline within `inline_limit`.
   bool inline_free_(std::uint32_t inline_limit) noexcept {
-    return inline_limit == 0 || min_inline_bytes_() > inline_limit;
+    return !inline_candidates_ || inline_limit == 0 || min_inline_bytes_() > inline_limit;
   }
   // A wr_id used bit 63: post refuses the list (bad_wr_id).
   bool bad_id_() const noexcept { return (odd_ & odd_bad_id) != 0; }
@@ -189,12 +196,13 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     B::set_send(*w, wr_id, op, kept | base, sg, static_cast<int>(sgl.size()));
     detail::set_op_fields<B, T>(*w, d);
     B::set_next(*w, wr_address_(n + 1));  // one past the last slot at most: never followed (post ends the chain)
-    const std::uint32_t inline_bytes =
-        detail::may_auto_inline(op, flags) ? total : detail::batch_entry::never_inline;
+    const bool candidate = detail::may_auto_inline(op, flags);  // a constant for a constant flag
+    const std::uint32_t inline_bytes = candidate ? total : detail::batch_entry::never_inline;
+    if (candidate) inline_candidates_ = true;
     // One 8-byte store, not two: the entry as a word (a loop of adds keeps it in a register).
     static_assert(sizeof(detail::batch_entry) == sizeof(std::uint64_t));
     slot.entry = detail::batch_entry{kept, inline_bytes};
-    odd_ |= static_cast<std::uint8_t>(to_underlying(flags) & odd_asked_signal);  // the signaled bit
+    odd_ |= static_cast<std::uint16_t>(to_underlying(flags) & odd_asked_signal);  // the signaled bit
     // Tested here, not or-ed into a mask for post: a wr_id whose type or range keeps
     // bit 63 clear (a 32-bit index) then costs nothing.
     if (RDMAKIT_UNLIKELY(wr_id & detail::recv_wr_bit)) odd_ |= odd_bad_id;
@@ -211,32 +219,39 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
 
   detail::uninit_array<slot_, Max> slots_;
   // Which WR slots are built with send_flags::signaled set (for the flags post sets):
-  // a post rewrites only the slots whose bit changes.
-  signal_bits signaled_{};
+  // a post rewrites only the slots whose bit changes. Set by reuse(): only a reused
+  // list reads it.
+  signal_bits signaled_;
   // Where the policy put the signals at the last post (sq_credits::signal_key): a
   // post finding the same key leaves every flag as it is. no_signal_key whenever the
   // flags were last written otherwise (clear, a partial post, a post of no key).
   static constexpr std::uint64_t no_signal_key = ~std::uint64_t{0};
-  std::uint64_t signal_key_ = no_signal_key;
-  bool reuse_ = false;     // post() keeps the WRs (reuse())
+  std::uint64_t signal_key_;
   // The queue pair's inline limit when signal_key_ was set: read only when that key
   // matches, so left unset until then (one store less per batch made).
   std::uint32_t keyed_inline_limit_;
   std::size_t n_ = 0;      // WRs added (those before first_ were posted)
   std::size_t first_ = 0;  // the first WR not posted yet
   // The WR a reused list's last post ended the chain at (null: none). A WR added since
-  // follows it, so the next post links it again (queue_pair::post_planned_).
-  slot_* ended_ = nullptr;
-  std::uint32_t min_inline_ = 0;             // min_inline_bytes_() of the first min_inline_n_ WRs
+  // follows it, so the next post links it again (queue_pair::post_planned_). Set by
+  // reuse(): only a reused list reads it.
+  slot_* ended_;
+  std::uint32_t min_inline_;                    // min_inline_bytes_() of the first min_inline_n_ WRs
   std::size_t min_inline_n_ = ~std::size_t{0};  // n_ when it was found (none yet)
   // Why post cannot take the plain path, one bit each, so that it tests them at once:
   // a wr_id used bit 63 (bad_wr_id); a WR was added with send_flags::signaled; the flags
   // are not as add() built them and not as signaled_ says (a partial post set those of
   // the WRs left, or a list built signaled, SignalEach, was posted under another policy).
-  static constexpr std::uint8_t odd_bad_id = 1, odd_touched = 4;
-  static constexpr std::uint8_t odd_asked_signal = static_cast<std::uint8_t>(to_underlying(send_flags::signaled));
+  static constexpr std::uint16_t odd_bad_id = 1, odd_touched = 4;
+  static constexpr std::uint16_t odd_asked_signal = static_cast<std::uint16_t>(to_underlying(send_flags::signaled));
   static_assert(odd_asked_signal != odd_bad_id && odd_asked_signal != odd_touched);
-  std::uint8_t odd_ = 0;
+  // (Not a char type, whose stores the compiler takes as touching any field; two bytes
+  // so that a new batch's odd_, reuse_ and inline_candidates_ are one store.)
+  std::uint16_t odd_ = 0;
+  bool reuse_ = false;  // post() keeps the WRs (reuse())
+  // A WR may go inline on its own (added without send_flags::no_auto_inline): only then
+  // does post look at the queue pair's inline limit.
+  bool inline_candidates_ = false;
 };
 
 
