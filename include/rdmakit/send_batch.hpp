@@ -230,6 +230,9 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // The queue pair's inline limit when signal_key_ was set: read only when that key
   // matches, so left unset until then (one store less per batch made).
   std::uint32_t keyed_inline_limit_;
+  // The list's first slot when signal_key_ was set (front_() as long as the key holds:
+  // only clear and a partial post move it, and both drop the key).
+  slot_* keyed_front_;
   std::size_t n_ = 0;      // WRs added (those before first_ were posted)
   std::size_t first_ = 0;  // the first WR not posted yet
   // The WR a reused list's last post ended the chain at (null: none). A WR added since

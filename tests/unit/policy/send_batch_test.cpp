@@ -26,6 +26,35 @@ TEST_CASE_FIXTURE(two_regions, "a post list signals the policy's positions acros
   CHECK(p.a.send_credits() == 16);
 }
 
+TEST_CASE_FIXTURE(two_regions, "an empty post list posts nothing, whatever the credits, the state and the policy") {
+  auto check_empty_posts = [&](auto& qp) {
+    auto batch = std::remove_reference_t<decltype(qp)>::template make_batch<4>();
+    auto r = qp.post(batch);
+    CHECK(r.ok());
+    CHECK(r.posted == 0);
+    batch.reuse();
+    for (std::uint64_t i = 1; i <= 4; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
+    batch.clear();  // a reused list emptied: still nothing to post
+    r = qp.post(batch);
+    CHECK(r.ok());
+    CHECK(r.posted == 0);
+  };
+  auto every = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  auto all = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  auto manual = make_pair<rc, signal_manual>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  check_empty_posts(every.a);
+  check_empty_posts(all.a);
+  check_empty_posts(manual.a);
+  for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(every.a.write(src.local(0, 8), dst.remote(), i).ok());
+  REQUIRE_FALSE(every.a.can_post());
+  check_empty_posts(every.a);  // a full send queue
+  decltype(every.a) moved = std::move(every.a);
+  check_empty_posts(every.a);  // an empty handle
+  CHECK(every.a.post(op::write{src.local(0, 8), dst.remote()}, 9).status == post_status::empty_handle);
+  CHECK(collect(x.cq, 1).size() == 1);
+  CHECK(moved.send_credits() == 4);
+}
+
 TEST_CASE_FIXTURE(two_regions, "after a partial post the batch keeps the refused WRs in place until cleared") {
   auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 2, 2, 0});
   auto batch = decltype(p.a)::make_batch<2, 3>();
