@@ -102,4 +102,17 @@ qp_pair<T, S, Bk> make_pair(const protection_domain<Bk>& pdx, completion_queue<B
   }
 }
 
+/// Two connected RC queue pairs of the flag-recording mock that take 64 inline bytes, a
+/// target region and a buffer no region covers (lkey 0): a WR that reads it through its
+/// lkey completes with LOC_PROT_ERR, one that went inline does not.
+struct inline_pair {
+  mock::fabric fab;
+  basic_side<flag_recording> x{fab, "mock0"}, y{fab, "mock1"};
+  qp_pair<rc, signal_all, flag_recording> p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 64});
+  memory_region<flag_recording, rw_access> dst = y.pd.allocate<rw_access>(64);
+  char stack_buf[16] = "unregistered";
+  local_buffer unregistered{reinterpret_cast<std::uint64_t>(stack_buf), 12, 0};
+  inline_pair() { flag_recording::seen = send_flags::none; }
+};
+
 }  // namespace policy_test

@@ -67,26 +67,18 @@ TEST_CASE_FIXTURE(two_regions, "a small send is prepared inline when the queue p
   CHECK(std::memcmp(dst.data(), "prepared", 8) == 0);
 }
 
-TEST_CASE("a WR prepared with send_flags::no_auto_inline is not inline, and the flag stays in rdmakit") {
-  using R = flag_recording;
-  mock::fabric fab;
-  basic_side<R> x(fab, "mock0"), y(fab, "mock1");
-  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 64});
-  auto dst = y.pd.allocate<rw_access>(64);
-  char stack_buf[16] = "unregistered";
-  const local_buffer unregistered{reinterpret_cast<std::uint64_t>(stack_buf), 12, 0};
+TEST_CASE_FIXTURE(inline_pair, "a WR prepared with send_flags::no_auto_inline is not inline, and the flag stays in rdmakit") {
   auto asked = p.a.prepare(op::write{unregistered, dst.remote()}, 1, send_flags::no_auto_inline | send_flags::inline_data);
   auto plain = p.a.prepare(op::write{unregistered, dst.remote()}, 2, send_flags::no_auto_inline);
   CHECK(asked.is_inline());
   CHECK_FALSE(plain.is_inline());
-  R::seen = send_flags::none;
   REQUIRE(p.a.post(asked).ok());
   REQUIRE(p.a.post(plain).ok());  // read through lkey 0, which no region has
   const auto r = collect(x.cq, 2);
   REQUIRE(r.size() == 2);
   CHECK(r[0].status == wc_status::success);
   CHECK(r[1].status == wc_status::loc_prot_err);
-  CHECK_FALSE(has_any(R::seen, send_flags::no_auto_inline));
+  CHECK_FALSE(has_any(flag_recording::seen, send_flags::no_auto_inline));
 }
 
 TEST_CASE_FIXTURE(two_regions, "a prepared WR the device refuses leaves the credits and the signaling run as they were") {

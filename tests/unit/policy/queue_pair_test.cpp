@@ -193,15 +193,7 @@ TEST_CASE("small sends go inline: the buffer needs no lkey and may be reused at 
   CHECK(s[1].status == wc_status::loc_prot_err);
 }
 
-TEST_CASE("send_flags::no_auto_inline: a WR that fits max_inline_data is read from its buffer, and the flag stays in rdmakit") {
-  using R = flag_recording;
-  mock::fabric fab;
-  basic_side<R> x(fab, "mock0"), y(fab, "mock1");
-  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 64});
-  auto dst = y.pd.allocate<rw_access>(256);
-  char stack_buf[32] = "not registered anywhere";
-  const local_buffer unregistered{reinterpret_cast<std::uint64_t>(stack_buf), 24, 0};
-  R::seen = send_flags::none;
+TEST_CASE_FIXTURE(inline_pair, "send_flags::no_auto_inline: a WR that fits max_inline_data is read from its buffer, and the flag stays in rdmakit") {
   REQUIRE(p.a.write(unregistered, dst.remote(), 1).ok());  // inline on its own: no lkey read
   REQUIRE(p.a.write(unregistered, dst.remote(), 2, send_flags::no_auto_inline | send_flags::inline_data).ok());
   // Not inline: the device reads the buffer through lkey 0, which no region has.
@@ -211,8 +203,8 @@ TEST_CASE("send_flags::no_auto_inline: a WR that fits max_inline_data is read fr
   CHECK(r[0].status == wc_status::success);
   CHECK(r[1].status == wc_status::success);  // asked inline explicitly: it is
   CHECK(r[2].status == wc_status::loc_prot_err);
-  CHECK(has_any(R::seen, send_flags::inline_data));
-  CHECK_FALSE(has_any(R::seen, send_flags::no_auto_inline));
+  CHECK(has_any(flag_recording::seen, send_flags::inline_data));
+  CHECK_FALSE(has_any(flag_recording::seen, send_flags::no_auto_inline));
 }
 
 TEST_CASE("can_post(n): true while n more WRs fit the send queue, false when it is full or in ERR") {

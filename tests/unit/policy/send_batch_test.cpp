@@ -263,27 +263,19 @@ TEST_CASE_FIXTURE(two_regions, "a reused list goes inline on a queue pair that t
   CHECK(collect(x.cq, 2, 200).at(0).status == wc_status::success);
 }
 
-TEST_CASE("a list's WRs added with send_flags::no_auto_inline are not inline, and the flag stays in rdmakit") {
-  using R = flag_recording;
-  mock::fabric fab;
-  basic_side<R> x(fab, "mock0"), y(fab, "mock1");
-  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 64});
-  auto dst = y.pd.allocate<rw_access>(64);
-  char stack_buf[16] = "unregistered";
-  const local_buffer unregistered{reinterpret_cast<std::uint64_t>(stack_buf), 12, 0};
+TEST_CASE_FIXTURE(inline_pair, "a list's WRs added with send_flags::no_auto_inline are not inline, and the flag stays in rdmakit") {
   auto batch = decltype(p.a)::make_batch<3>();
   REQUIRE(batch.write(unregistered, dst.remote(), 1));  // inline on its own: no lkey read
   REQUIRE(batch.write(unregistered, dst.remote(), 2, send_flags::no_auto_inline | send_flags::inline_data));
   REQUIRE(batch.write(unregistered, dst.remote(), 3, send_flags::no_auto_inline));  // read through lkey 0
-  R::seen = send_flags::none;
   REQUIRE(p.a.post(batch).ok());
   const auto r = collect(x.cq, 3);
   REQUIRE(r.size() == 3);
   CHECK(r[0].status == wc_status::success);
   CHECK(r[1].status == wc_status::success);
   CHECK(r[2].status == wc_status::loc_prot_err);
-  CHECK(has_any(R::seen, send_flags::inline_data));
-  CHECK_FALSE(has_any(R::seen, send_flags::no_auto_inline));
+  CHECK(has_any(flag_recording::seen, send_flags::inline_data));
+  CHECK_FALSE(has_any(flag_recording::seen, send_flags::no_auto_inline));
 }
 
 TEST_CASE_FIXTURE(two_regions, "a reused list is signaled and credited as the same WRs posted one by one") {
