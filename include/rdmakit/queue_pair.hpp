@@ -440,7 +440,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       // signals are at multiples of N: the ledger records the count alone.
       if (RDMAKIT_LIKELY(batch.signal_key_ == key && batch.keyed_inline_limit_ == parts_.inline_limit)) {
         typename B::send_wr* bad = nullptr;
-        if (int e = B::post_send(parts_.qp, &batch.keyed_front_->wr, &bad); RDMAKIT_UNLIKELY(e != 0))
+        if (int e = B::post_send(parts_.qp, &batch.keyed_front_()->wr, &bad); RDMAKIT_UNLIKELY(e != 0))
           return partly_posted_(batch, e, bad);
         l.sq.template commit_unasked<S>(static_cast<std::uint32_t>(n));
         return {post_status::ok, 0, static_cast<std::uint32_t>(n)};
@@ -477,9 +477,11 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
               detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [](std::uint32_t) {});
               return post_planned_<false>(batch, l, plan, w, n);  // its chain still ends where it did
             }
-            batch.signal_key_ = key;  // the flags written next are this key's
+            // The flags written next are this key's. (Only a list from its first slot is
+            // keyed: the fast path posts from there without a product. Here that is
+            // always so, as a partial post leaves a list odd until it is cleared.)
+            batch.signal_key_ = batch.first_ == 0 ? key : batch.no_signal_key;
             batch.keyed_inline_limit_ = inline_limit;
-            batch.keyed_front_ = w;
           } else {
             batch.signal_key_ = batch.no_signal_key;  // flags written by no key
           }

@@ -142,6 +142,8 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   static_assert(std::is_standard_layout_v<slot_>, "a slot's address is its WR's");
   // The slot of the first WR not posted; a list's WRs are front_()[0 .. size()).
   slot_* front_() noexcept { return slots_.data() + first_; }
+  // front_() of a list with a key: only a list posted from its first slot gets one.
+  slot_* keyed_front_() noexcept { return slots_.data(); }
   // The WR a post's bad_wr names, as an index from front_().
   std::size_t index_from_front_(const typename B::send_wr* wr) const noexcept {
     return static_cast<std::size_t>(reinterpret_cast<const slot_*>(wr) - (slots_.data() + first_));
@@ -229,9 +231,6 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // The queue pair's inline limit when signal_key_ was set: read only when that key
   // matches, so left unset until then (one store less per batch made).
   std::uint32_t keyed_inline_limit_;
-  // The list's first slot when signal_key_ was set (front_() as long as the key holds:
-  // only clear and a partial post move it, and both drop the key).
-  slot_* keyed_front_;
   std::size_t n_ = 0;      // WRs added (those before first_ were posted)
   std::size_t first_ = 0;  // the first WR not posted yet
   // The WR a reused list's last post ended the chain at (null: none). A WR added since

@@ -47,6 +47,13 @@ seen copy(const completion<Bk>& c) {
           c.payload_offset()};
 }
 
+/// The wr_ids of `cs`, in order.
+inline std::vector<std::uint64_t> wr_ids_of(const std::vector<seen>& cs) {
+  std::vector<std::uint64_t> ids;
+  for (const auto& c : cs) ids.push_back(c.wr_id);
+  return ids;
+}
+
 /// Polls `cq` until `n` completions were seen (or a simulated-time-free spin limit).
 template <class CQ>
 std::vector<seen> collect(CQ& cq, std::size_t n, int max_polls = 10000) {

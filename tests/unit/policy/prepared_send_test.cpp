@@ -9,14 +9,6 @@ using namespace policy_test;
 // prepared_send.hpp: a WR built once by queue_pair::prepare and posted again and again
 // with the queue pair's credits, signaling policy and refusals.
 
-namespace {
-std::vector<std::uint64_t> wr_ids_of(const std::vector<seen>& cs) {
-  std::vector<std::uint64_t> ids;
-  for (const auto& c : cs) ids.push_back(c.wr_id);
-  return ids;
-}
-}  // namespace
-
 TEST_CASE_FIXTURE(two_regions, "a prepared WRITE posted again and again lands each time and keeps the policy's signals") {
   auto p = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto w = p.a.prepare(op::write{src.local(0, 16), dst.remote().sub(16, 16)}, 5);

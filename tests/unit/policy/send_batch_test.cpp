@@ -338,6 +338,35 @@ TEST_CASE_FIXTURE(two_regions, "a reused list is signaled and credited as the sa
   CHECK(list_posts > 500);
 }
 
+TEST_CASE_FIXTURE(two_regions, "a reused list partly posted goes on from the WR refused, and later posts start there too") {
+  // The device of `narrow` refuses WR 3 (two SGEs, it takes one): WRs 1 and 2 are posted,
+  // the list keeps 3..8 where they are. Posted on `wide`, each post must start at WR 3
+  // (not at the list's first slot, where a keyed post starts) and signal where the
+  // policy puts the signals.
+  auto narrow = make_pair<rc, signal_every<2>>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1});
+  auto cq2 = x.dev.create_cq(64);
+  auto wide = make_pair<rc, signal_every<2>>(x.pd, cq2, y.pd, y.cq, qp_cap{16, 16, 2, 2});
+  auto batch = decltype(narrow.a)::make_batch<8, 2>();
+  batch.reuse();
+  const local_buffer two[2] = {src.local(0, 8), src.local(8, 8)};
+  for (std::uint64_t i = 1; i <= 8; ++i) {
+    if (i == 3)
+      REQUIRE(batch.write(std::span<const local_buffer>(two), dst.remote(), i));
+    else
+      REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
+  }
+  const auto r = narrow.a.post(batch);
+  REQUIRE(r.status == post_status::backend_error);
+  CHECK(r.posted == 2);
+  CHECK(batch.size() == 6);
+  CHECK(wr_ids_of(collect(x.cq, 2, 200)) == std::vector<std::uint64_t>{2});
+  for (int round = 0; round < 3; ++round) {  // the first post keys the list, the others take the fast path
+    REQUIRE(wide.a.post(batch).ok());
+    CHECK(wr_ids_of(collect(cq2, 4, 200)) == std::vector<std::uint64_t>{4, 6, 8});
+    CHECK(wide.a.send_credits() == 16);
+  }
+}
+
 TEST_CASE_FIXTURE(two_regions, "WRs added to a reused list after a post are posted with it") {
   // The post ended the chain at the list's last WR: a WR added after it must be reached.
   auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
