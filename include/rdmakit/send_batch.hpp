@@ -55,7 +55,6 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     n_ = first_ = 0;
     ended_ = nullptr;
     odd_ = 0;
-    inline_candidates_ = false;
     min_inline_n_ = ~std::size_t{0};
     signaled_ = {};
     signal_key_ = no_signal_key;
@@ -115,7 +114,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // Post may set only the signaled WRs' flags when odd_ is 0 (no WR asked for a signal,
   // every flag is still as added) and no WR can go inline within `inline_limit`.
   bool inline_free_(std::uint32_t inline_limit) noexcept {
-    return !inline_candidates_ || inline_limit == 0 || min_inline_bytes_() > inline_limit;
+    return inline_limit == 0 || min_inline_bytes_() > inline_limit;
   }
   // A wr_id used bit 63: post refuses the list (bad_wr_id).
   bool bad_id_() const noexcept { return (odd_ & odd_bad_id) != 0; }
@@ -196,9 +195,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     B::set_send(*w, wr_id, op, kept | base, sg, static_cast<int>(sgl.size()));
     detail::set_op_fields<B, T>(*w, d);
     B::set_next(*w, wr_address_(n + 1));  // one past the last slot at most: never followed (post ends the chain)
-    const bool candidate = detail::may_auto_inline(op, flags);  // a constant for a constant flag
-    const std::uint32_t inline_bytes = candidate ? total : detail::batch_entry::never_inline;
-    if (candidate) inline_candidates_ = true;
+    // (No "any candidate" flag for post: its store on every add cost more than the
+    // inline limit's test it saved a post of WRs that cannot go inline.)
+    const std::uint32_t inline_bytes =
+        detail::may_auto_inline(op, flags) ? total : detail::batch_entry::never_inline;
     // One 8-byte store (GCC merges the two fields). Not memcpy: a char access, which the
     // compiler takes as touching any field (bench/README, round s31: 0.3 per WR more).
     static_assert(sizeof(detail::batch_entry) == sizeof(std::uint64_t));
@@ -247,12 +247,9 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   static constexpr std::uint16_t odd_asked_signal = static_cast<std::uint16_t>(to_underlying(send_flags::signaled));
   static_assert(odd_asked_signal != odd_bad_id && odd_asked_signal != odd_touched);
   // (Not a char type, whose stores the compiler takes as touching any field; two bytes
-  // so that a new batch's odd_, reuse_ and inline_candidates_ are one store.)
+  // so that a new batch's odd_ and reuse_ are one store.)
   std::uint16_t odd_ = 0;
   bool reuse_ = false;  // post() keeps the WRs (reuse())
-  // A WR may go inline on its own (added without send_flags::no_auto_inline): only then
-  // does post look at the queue pair's inline limit.
-  bool inline_candidates_ = false;
 };
 
 
