@@ -419,34 +419,33 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   template <std::size_t Max, std::size_t SgePerWr, bool SignalEach>
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(send_batch<B, T, Max, SgePerWr, SignalEach>& batch) noexcept {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
-    const std::size_t n = batch.size();
-    // Where S puts the signals of a list of n, as a number (signal_key): computed once.
-    constexpr bool keyed = detail::keyed_signals<S> && !SignalEach && Max <= ~std::uint32_t{0};
-    // A reused list may go straight to the device (below). An empty list posts nothing,
-    // whatever the credits: with the fast path that is tested after it, which no key
-    // lets an empty list take (a key names n >= 1).
+    // Where S puts the signals of the list, as a number (signal_key): computed once.
+    constexpr bool keyed =
+        detail::keyed_signals<S> && !SignalEach && std::remove_reference_t<decltype(batch)>::keyable;
     constexpr bool fast_path = keyed && detail::regular_marks<S>;
-    if (!fast_path && n == 0) return {post_status::ok, 0, 0};
     auto& l = *parts_.link;  // the closed link when empty: admits nothing
-    if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n))))
-      return fast_path && n == 0 ? post_result{post_status::ok, 0, 0} : refused_credits_(l, 0);
     [[maybe_unused]] std::uint64_t key = 0;
-    if constexpr (keyed) key = l.sq.template signal_key<S>(static_cast<std::uint32_t>(n));
+    if constexpr (keyed) key = l.sq.template signal_key<S>(batch.key_size_());
     if constexpr (fast_path) {
       // A reused list posted again with its signals where they fell last time, on a
       // queue pair with the same inline limit: its flags and chain are as that post left
       // them, and what it checked (no WR asked for a signal or used bit 63, none can go
       // inline) still holds, since add, clear and a partial post drop the key. Its
-      // signals are at multiples of N: the ledger records the count alone.
+      // signals are at multiples of N: the ledger records the count alone. (No key
+      // names an empty list.)
       if (RDMAKIT_LIKELY(batch.signal_key_ == key && batch.keyed_inline_limit_ == parts_.inline_limit)) {
+        const std::uint32_t n = batch.keyed_n_;
+        if (RDMAKIT_UNLIKELY(!l.sq.admits(n))) return refused_credits_(l, 0);
         typename B::send_wr* bad = nullptr;
         if (int e = B::post_send(parts_.qp, &batch.keyed_front_()->wr, &bad); RDMAKIT_UNLIKELY(e != 0))
           return partly_posted_(batch, e, bad);
-        l.sq.template commit_unasked<S>(static_cast<std::uint32_t>(n));
-        return {post_status::ok, 0, static_cast<std::uint32_t>(n)};
+        l.sq.template commit_unasked<S>(n);
+        return {post_status::ok, 0, n};
       }
     }
-    if (fast_path && n == 0) return {post_status::ok, 0, 0};
+    const std::size_t n = batch.size();
+    if (n == 0) return {post_status::ok, 0, 0};  // whatever the credits
+    if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_credits_(l, 0);
     const bool odd = batch.odd_ != 0;  // one test for the refusal and the plain path
     if (RDMAKIT_UNLIKELY(odd) && batch.bad_id_()) return {post_status::bad_wr_id, 0, 0};
     auto* w = batch.front_();
@@ -482,6 +481,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
             // always so, as a partial post leaves a list odd until it is cleared.)
             batch.signal_key_ = batch.first_ == 0 ? key : batch.no_signal_key;
             batch.keyed_inline_limit_ = inline_limit;
+            batch.keyed_n_ = static_cast<std::uint32_t>(n);
           } else {
             batch.signal_key_ = batch.no_signal_key;  // flags written by no key
           }

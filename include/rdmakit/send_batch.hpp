@@ -44,18 +44,18 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   send_batch(const send_batch&) = delete;  // a batch's WRs point into the batch itself
   send_batch& operator=(const send_batch&) = delete;
   /// WRs in the list.
-  std::size_t size() const noexcept { return n_ - first_; }
+  std::size_t size() const noexcept { return end_ / sizeof(slot_) - first_; }
   /// True when no WR was added since the last clear or post.
-  bool empty() const noexcept { return n_ == first_; }
+  bool empty() const noexcept { return end_ == first_ * sizeof(slot_); }
   /// True when add refuses more: Max WRs were added since the list was last emptied
   /// (after a partial post, the WRs posted keep their room until then).
-  bool full() const noexcept { return n_ == Max; }
+  bool full() const noexcept { return end_ == Max * sizeof(slot_); }
   /// Empties the list without posting it.
   void clear() noexcept {
-    n_ = first_ = 0;
+    end_ = first_ = 0;
     ended_ = nullptr;
     odd_ = 0;
-    min_inline_n_ = ~std::size_t{0};
+    min_inline_end_ = ~std::size_t{0};
     signaled_ = {};
     signal_key_ = no_signal_key;
   }
@@ -122,11 +122,11 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // pair without inline data never pays for it) and kept until a WR is added, so a
   // reused list looks once.
   std::uint32_t min_inline_bytes_() noexcept {
-    if (RDMAKIT_UNLIKELY(min_inline_n_ != n_)) {
+    if (RDMAKIT_UNLIKELY(min_inline_end_ != end_)) {
       std::uint32_t m = detail::batch_entry::never_inline;
-      for (std::size_t i = first_; i < n_; ++i) m = slots_[i].entry.inline_bytes < m ? slots_[i].entry.inline_bytes : m;
+      for (const slot_* s = front_(); s != slot_at_(end_); ++s) m = s->entry.inline_bytes < m ? s->entry.inline_bytes : m;
       min_inline_ = m;
-      min_inline_n_ = n_;
+      min_inline_end_ = end_;
     }
     return min_inline_;
   }
@@ -147,10 +147,14 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   std::size_t index_from_front_(const typename B::send_wr* wr) const noexcept {
     return static_cast<std::size_t>(reinterpret_cast<const slot_*>(wr) - (slots_.data() + first_));
   }
-  // The address of the WR in slot k (k == Max: one past the last, never followed).
-  typename B::send_wr* wr_address_(std::size_t k) noexcept {
-    return reinterpret_cast<typename B::send_wr*>(slots_.data() + k);
+  // The slot `offset` bytes from the first (one past the last slot: never followed).
+  slot_* slot_at_(std::size_t offset) noexcept {
+    return reinterpret_cast<slot_*>(reinterpret_cast<char*>(slots_.data()) + offset);
   }
+  // The list's size as its signal key names it (queue_pair::post): end_, as only a list
+  // from its first slot is keyed. Its count is then keyed_n_: no division.
+  std::uint32_t key_size_() const noexcept { return static_cast<std::uint32_t>(end_); }
+  static constexpr bool keyable = Max * sizeof(slot_) <= ~std::uint32_t{0};
 
   // Bit i of `now`: WR i of the list (from first_) is signaled by this post.
   RDMAKIT_ALWAYS_INLINE void mark_(signal_bits& now, std::size_t i) const noexcept {
@@ -177,12 +181,12 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   template <class Op>
   RDMAKIT_ALWAYS_INLINE bool add_(opcode op, std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags,
             const Op& o) noexcept {
-    const std::size_t n = n_;
-    if (n == Max || sgl.size() > SgePerWr) return false;
+    const std::size_t end = end_;
+    if (end == Max * sizeof(slot_) || sgl.size() > SgePerWr) return false;
     detail::send_desc<B> d{};
     d.op = op;
     std::uint32_t total = 0;
-    slot_& slot = slots_[n];
+    slot_& slot = *slot_at_(end);
     typename B::sge* sg = slot.sg;
     for (std::size_t i = 0; i < sgl.size(); ++i) {
       B::set_sge(sg[i], sgl[i].addr, sgl[i].length, sgl[i].lkey);
@@ -194,7 +198,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     const send_flags kept = flags & ~send_flags::no_auto_inline;  // rdmakit's own flag stays here
     B::set_send(*w, wr_id, op, kept | base, sg, static_cast<int>(sgl.size()));
     detail::set_op_fields<B, T>(*w, d);
-    B::set_next(*w, wr_address_(n + 1));  // one past the last slot at most: never followed (post ends the chain)
+    B::set_next(*w, &(&slot)[1].wr);  // one past the last slot at most: never followed (post ends the chain)
     // (No "any candidate" flag for post: its store on every add cost more than the
     // inline limit's test it saved a post of WRs that cannot go inline.)
     const std::uint32_t inline_bytes =
@@ -207,14 +211,15 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     // Tested here, not or-ed into a mask for post: a wr_id whose type or range keeps
     // bit 63 clear (a 32-bit index) then costs nothing.
     if (RDMAKIT_UNLIKELY(wr_id & detail::recv_wr_bit)) odd_ |= odd_bad_id;
-    n_ = n + 1;
+    end_ = end + sizeof(slot_);
     return true;
   }
 
   // The last WR ends the list while it is posted (queue_pair::post); relink() undoes it
   // for WRs added after a partial post.
   void relink_() noexcept {
-    B::set_next(slots_[n_ - 1].wr, wr_address_(n_));
+    slot_* const end = slot_at_(end_);
+    B::set_next(end[-1].wr, &end->wr);
     ended_ = nullptr;
   }
 
@@ -231,14 +236,18 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // The queue pair's inline limit when signal_key_ was set: read only when that key
   // matches, so left unset until then (one store less per batch made).
   std::uint32_t keyed_inline_limit_;
-  std::size_t n_ = 0;      // WRs added (those before first_ were posted)
+  std::uint32_t keyed_n_;  // size() when signal_key_ was set (also read only when it matches)
+  // One past the last WR added, in bytes from the first slot: an offset, not a count,
+  // so that an add finds its slot without a product (3 instructions per WR added);
+  // size() divides once per post instead (a keyed list's post reads keyed_n_).
+  std::size_t end_ = 0;
   std::size_t first_ = 0;  // the first WR not posted yet
   // The WR a reused list's last post ended the chain at (null: none). A WR added since
   // follows it, so the next post links it again (queue_pair::post_planned_). Set by
   // reuse(): only a reused list reads it.
   slot_* ended_;
-  std::uint32_t min_inline_;                    // min_inline_bytes_() of the first min_inline_n_ WRs
-  std::size_t min_inline_n_ = ~std::size_t{0};  // n_ when it was found (none yet)
+  std::uint32_t min_inline_;                      // min_inline_bytes_() of the WRs before min_inline_end_
+  std::size_t min_inline_end_ = ~std::size_t{0};  // end_ when it was found (none yet)
   // Why post cannot take the plain path, one bit each, so that it tests them at once:
   // a wr_id used bit 63 (bad_wr_id); a WR was added with send_flags::signaled; the flags
   // are not as add() built them and not as signaled_ says (a partial post set those of
