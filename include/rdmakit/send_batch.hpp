@@ -151,6 +151,8 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   slot_* slot_at_(std::size_t offset) noexcept {
     return reinterpret_cast<slot_*>(reinterpret_cast<char*>(slots_.data()) + offset);
   }
+  // The WR at slot s, by address (s may be one past the last slot: never followed).
+  static typename B::send_wr* wr_address_(slot_* s) noexcept { return reinterpret_cast<typename B::send_wr*>(s); }
   // The list's size as its signal key names it (queue_pair::post): end_, as only a list
   // from its first slot is keyed. Its count is then keyed_n_: no division.
   std::uint32_t key_size_() const noexcept { return static_cast<std::uint32_t>(end_); }
@@ -198,7 +200,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     const send_flags kept = flags & ~send_flags::no_auto_inline;  // rdmakit's own flag stays here
     B::set_send(*w, wr_id, op, kept | base, sg, static_cast<int>(sgl.size()));
     detail::set_op_fields<B, T>(*w, d);
-    B::set_next(*w, &(&slot)[1].wr);  // one past the last slot at most: never followed (post ends the chain)
+    B::set_next(*w, wr_address_(&slot + 1));  // one past the last slot at most: never followed (post ends the chain)
     // (No "any candidate" flag for post: its store on every add cost more than the
     // inline limit's test it saved a post of WRs that cannot go inline.)
     const std::uint32_t inline_bytes =
@@ -219,7 +221,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // for WRs added after a partial post.
   void relink_() noexcept {
     slot_* const end = slot_at_(end_);
-    B::set_next(end[-1].wr, &end->wr);
+    B::set_next(end[-1].wr, wr_address_(end));
     ended_ = nullptr;
   }
 
