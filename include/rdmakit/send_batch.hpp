@@ -112,24 +112,26 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     signal_key_ = no_signal_key;
   }
   // Post may set only the signaled WRs' flags when odd_ is 0 (no WR asked for a signal,
-  // every flag is still as added) and no WR can go inline within `inline_limit`.
+  // every flag is still as added) and no WR can go inline within `inline_limit`. The
+  // smallest inline candidate is found here (add does not track it, so a queue pair
+  // without inline data never pays for it) and kept until a WR is added, so a reused
+  // list looks once.
   bool inline_free_(std::uint32_t inline_limit) noexcept {
-    return inline_limit == 0 || min_inline_bytes_() > inline_limit;
-  }
-  // A wr_id used bit 63: post refuses the list (bad_wr_id).
-  bool bad_id_() const noexcept { return (odd_ & odd_bad_id) != 0; }
-  // The smallest inline candidate: found at post (add does not track it, so a queue
-  // pair without inline data never pays for it) and kept until a WR is added, so a
-  // reused list looks once.
-  std::uint32_t min_inline_bytes_() noexcept {
+    if (inline_limit == 0) return true;
     if (RDMAKIT_UNLIKELY(min_inline_end_ != end_)) {
+      // A first WR that goes inline settles it without the scan: small messages on a
+      // queue pair that takes inline data, whose every flag post then writes anyway.
+      // (Nothing is kept: the smallest candidate is not known.)
+      if (front_()->entry.inline_bytes <= inline_limit) return false;
       std::uint32_t m = detail::batch_entry::never_inline;
       for (const slot_* s = front_(); s != slot_at_(end_); ++s) m = s->entry.inline_bytes < m ? s->entry.inline_bytes : m;
       min_inline_ = m;
       min_inline_end_ = end_;
     }
-    return min_inline_;
+    return min_inline_ > inline_limit;
   }
+  // A wr_id used bit 63: post refuses the list (bad_wr_id).
+  bool bad_id_() const noexcept { return (odd_ & odd_bad_id) != 0; }
   // Where one WR lives: the native WR first (a pointer to it is a pointer to its slot),
   // its SGEs and what post decides its flags by. One base address for the three: an
   // add computes one product, not one per array.
@@ -248,7 +250,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // follows it, so the next post links it again (queue_pair::post_planned_). Set by
   // reuse(): only a reused list reads it.
   slot_* ended_;
-  std::uint32_t min_inline_;                      // min_inline_bytes_() of the WRs before min_inline_end_
+  std::uint32_t min_inline_;                      // the smallest inline candidate before min_inline_end_
   std::size_t min_inline_end_ = ~std::size_t{0};  // end_ when it was found (none yet)
   // Why post cannot take the plain path, one bit each, so that it tests them at once:
   // a wr_id used bit 63 (bad_wr_id); a WR was added with send_flags::signaled; the flags
