@@ -453,7 +453,11 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     const std::uint32_t inline_limit = parts_.inline_limit;
     if constexpr (detail::plans_unasked<S>) {
       // Only the signaled WRs change (none when the batch was built for this policy).
-      if (RDMAKIT_LIKELY(SignalEach == detail::signals_every_wr<S> && !odd && batch.inline_free_(inline_limit))) {
+      const bool plain = SignalEach == detail::signals_every_wr<S> && !odd;
+      const bool inline_free = plain && batch.inline_free_(inline_limit);
+      // A list posted once whose WRs may go inline needs their flags, not the general path.
+      if (RDMAKIT_UNLIKELY(plain && !inline_free && !batch.reuse_)) return post_inline_once_(batch, l, plan, w, n);
+      if (RDMAKIT_LIKELY(inline_free)) {
         if constexpr (SignalEach) {
           detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [](std::uint32_t) {});
         } else {
@@ -514,6 +518,16 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     // Inline flags are not add()'s: a reused list posted next on a queue pair that takes
     // less inline data has every flag written again.
     if (went_inline) batch.odd_ |= batch.odd_touched;
+    if constexpr (keyed) {
+      // Every flag is now this key's on this inline limit: unless a WR asked for a signal
+      // (a signal the key does not place), the next post of the same key on a queue pair
+      // of the same limit takes the fast path, with its WRs' inline flags as they are.
+      if (batch.reuse_ && batch.first_ == 0 && !(batch.odd_ & batch.odd_asked_signal)) {
+        batch.signal_key_ = key;
+        batch.keyed_inline_limit_ = inline_limit;
+        batch.keyed_n_ = static_cast<std::uint32_t>(n);
+      }
+    }
     return post_planned_(batch, l, plan, w, n);
   }
 
@@ -570,6 +584,28 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     l.sq.template apply<S>(plan);
     if (!batch.reuse_) batch.clear();
     return {post_status::ok, 0, static_cast<std::uint32_t>(n)};
+  }
+
+  // A list posted once, none of whose WRs asked for a signal, whose WRs may go inline:
+  // one pass adds the inline flag to those that fit (every flag is add()'s until then),
+  // and the plan writes the signaled ones, with their inline flag. The general path's
+  // decision per WR is not needed: the plan finds the signaled WRs by position.
+  template <std::size_t Max, std::size_t SgePerWr, bool SignalEach>
+  RDMAKIT_ALWAYS_INLINE post_result post_inline_once_(send_batch<B, T, Max, SgePerWr, SignalEach>& batch,
+                                                      detail::qp_link<B>& l, detail::sq_credits::plan& plan,
+                                                      typename send_batch<B, T, Max, SgePerWr, SignalEach>::slot_* w,
+                                                      std::size_t n) noexcept {
+    const std::uint32_t inline_limit = parts_.inline_limit;
+    constexpr send_flags base = SignalEach ? send_flags::signaled : send_flags::none;  // as add() built them
+    auto inline_if = [inline_limit](const detail::batch_entry& e) {
+      return e.inline_bytes <= inline_limit ? send_flags::inline_data : send_flags::none;
+    };
+    for (std::size_t i = 0; i < n; ++i)
+      if (w[i].entry.inline_bytes <= inline_limit) B::set_send_flags(w[i].wr, w[i].entry.flags | base | send_flags::inline_data);
+    detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [&](std::uint32_t i) {
+      if constexpr (!SignalEach) B::set_send_flags(w[i].wr, w[i].entry.flags | send_flags::signaled | inline_if(w[i].entry));
+    });
+    return post_planned_(batch, l, plan, w, n);
   }
 
   // The device refused WR k of a list: the ledger records the k before it (planned again

@@ -278,6 +278,42 @@ TEST_CASE_FIXTURE(inline_pair, "a list's WRs added with send_flags::no_auto_inli
   CHECK_FALSE(has_any(flag_recording::seen, send_flags::no_auto_inline));
 }
 
+TEST_CASE_FIXTURE(inline_pair, "a list posted once goes inline where its WRs fit, signaled where the policy says") {
+  // Eight WRs alternating 100 registered bytes (too big for inline) and 12 unregistered
+  // ones (they fit the 64 inline bytes, and are read through lkey 0 unless inline), the
+  // signaled WRs among the small ones.
+  // A WR left without its inline flag fails with LOC_PROT_ERR; a signal out of place
+  // shows in the wr_ids that complete.
+  auto big = x.pd.allocate<rw_access>(128);
+  auto sink = y.pd.allocate<rw_access>(8 * 128);
+  std::memcpy(stack_buf, "fits inline", 12);
+  auto posted_once = [&](auto& qp) {
+    auto batch = std::remove_reference_t<decltype(qp)>::template make_batch<8>();
+    for (std::uint64_t i = 1; i <= 8; ++i) {
+      const bool small = i % 2 == 0;
+      REQUIRE(batch.write(small ? unregistered : big.local(0, 100), sink.remote().sub(128 * (i - 1), small ? 12 : 100), i));
+    }
+    REQUIRE(qp.post(batch).ok());
+    CHECK(batch.empty());
+    const auto r = collect(x.cq, 8, 200);
+    for (const auto& c : r) CHECK_MESSAGE(c.status == wc_status::success, "wr_id " << c.wr_id);
+    CHECK(std::memcmp(sink.data() + 128 * 7, "fits inline", 12) == 0);  // the last WR's bytes
+    return wr_ids_of(r);
+  };
+  const qp_cap caps{8, 8, 1, 1, 64};
+  SUBCASE("signal_all") {
+    CHECK(posted_once(p.a) == std::vector<std::uint64_t>{1, 2, 3, 4, 5, 6, 7, 8});
+  }
+  SUBCASE("signal_every<4>") {
+    auto q = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, caps);
+    CHECK(posted_once(q.a) == std::vector<std::uint64_t>{4, 8});
+  }
+  SUBCASE("signal_manual: the WR that takes the last free slot") {
+    auto q = make_pair<rc, signal_manual>(x.pd, x.cq, y.pd, y.cq, caps);
+    CHECK(posted_once(q.a) == std::vector<std::uint64_t>{8});
+  }
+}
+
 TEST_CASE_FIXTURE(two_regions, "a reused list is signaled and credited as the same WRs posted one by one") {
   // Differential: the same WRs go to `lst` as a reused list (keyed posts, the fast path
   // when the signals fall as before, partial lists after adds and clears) and to `one`
