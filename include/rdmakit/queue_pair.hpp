@@ -502,22 +502,20 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     batch.signal_key_ = batch.no_signal_key;  // flags written one by one below
     // A list built signaled (SignalEach) no longer is: the next post writes its flags too.
     if constexpr (SignalEach) batch.odd_ |= batch.odd_touched;
-    bool went_inline = false;
     for (std::size_t i = 0; i < n; ++i) {
       const auto& e = w[i].entry;
       const bool sig = plan.template next<S>(has_any(e.flags, send_flags::signaled));
       send_flags fl = (e.flags & ~send_flags::signaled) | signaled_if_(sig);
-      if (e.inline_bytes <= inline_limit) {
-        fl |= send_flags::inline_data;
-        went_inline = true;
-      }
+      if (e.inline_bytes <= inline_limit) fl |= send_flags::inline_data;
       B::set_send_flags(w[i].wr, fl);
       if (sig) batch.mark_(now, i);
     }
     batch.signaled_ = now;
     // Inline flags are not add()'s: a reused list posted next on a queue pair that takes
-    // less inline data has every flag written again.
-    if (went_inline) batch.odd_ |= batch.odd_touched;
+    // less inline data has every flag written again. (Marked for any queue pair that
+    // takes inline data, not for each WR that went inline: a flag kept in the loop cost
+    // a stack store per WR.)
+    if (inline_limit != 0) batch.odd_ |= batch.odd_touched;
     if constexpr (keyed) {
       // Every flag is now this key's on this inline limit: unless a WR asked for a signal
       // (a signal the key does not place), the next post of the same key on a queue pair
