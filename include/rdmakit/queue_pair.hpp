@@ -483,9 +483,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
             // The flags written next are this key's. (Only a list from its first slot is
             // keyed: the fast path posts from there without a product. Here that is
             // always so, as a partial post leaves a list odd until it is cleared.)
-            batch.signal_key_ = batch.first_ == 0 ? key : batch.no_signal_key;
-            batch.keyed_inline_limit_ = inline_limit;
-            batch.keyed_n_ = static_cast<std::uint32_t>(n);
+            batch.set_key_(batch.first_ == 0 ? key : batch.no_signal_key, inline_limit, n);
           } else {
             batch.signal_key_ = batch.no_signal_key;  // flags written by no key
           }
@@ -520,11 +518,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       // Every flag is now this key's on this inline limit: unless a WR asked for a signal
       // (a signal the key does not place), the next post of the same key on a queue pair
       // of the same limit takes the fast path, with its WRs' inline flags as they are.
-      if (batch.reuse_ && batch.first_ == 0 && !(batch.odd_ & batch.odd_asked_signal)) {
-        batch.signal_key_ = key;
-        batch.keyed_inline_limit_ = inline_limit;
-        batch.keyed_n_ = static_cast<std::uint32_t>(n);
-      }
+      if (batch.reuse_ && batch.first_ == 0 && !(batch.odd_ & batch.odd_asked_signal))
+        batch.set_key_(key, inline_limit, n);
     }
     return post_planned_(batch, l, plan, w, n);
   }
@@ -595,13 +590,13 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
                                                       std::size_t n) noexcept {
     const std::uint32_t inline_limit = parts_.inline_limit;
     constexpr send_flags base = SignalEach ? send_flags::signaled : send_flags::none;  // as add() built them
-    auto inline_if = [inline_limit](const detail::batch_entry& e) {
-      return e.inline_bytes <= inline_limit ? send_flags::inline_data : send_flags::none;
-    };
+    auto fits = [inline_limit](const detail::batch_entry& e) { return e.inline_bytes <= inline_limit; };
     for (std::size_t i = 0; i < n; ++i)
-      if (w[i].entry.inline_bytes <= inline_limit) B::set_send_flags(w[i].wr, w[i].entry.flags | base | send_flags::inline_data);
+      if (fits(w[i].entry)) B::set_send_flags(w[i].wr, w[i].entry.flags | base | send_flags::inline_data);
     detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n), [&](std::uint32_t i) {
-      if constexpr (!SignalEach) B::set_send_flags(w[i].wr, w[i].entry.flags | send_flags::signaled | inline_if(w[i].entry));
+      const auto& e = w[i].entry;
+      if constexpr (!SignalEach)
+        B::set_send_flags(w[i].wr, e.flags | send_flags::signaled | (fits(e) ? send_flags::inline_data : send_flags::none));
     });
     return post_planned_(batch, l, plan, w, n);
   }

@@ -159,6 +159,13 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // from its first slot is keyed. Its count is then keyed_n_: no division.
   std::uint32_t key_size_() const noexcept { return static_cast<std::uint32_t>(end_); }
   static constexpr bool keyable = Max * sizeof(slot_) <= ~std::uint32_t{0};
+  // Records that every flag is now as `key` places the signals on a queue pair of
+  // `inline_limit` (the fast path's test), for a list of n WRs from its first slot.
+  void set_key_(std::uint64_t key, std::uint32_t inline_limit, std::size_t n) noexcept {
+    signal_key_ = key;
+    keyed_inline_limit_ = inline_limit;
+    keyed_n_ = static_cast<std::uint32_t>(n);
+  }
 
   // Bit i of `now`: WR i of the list (from first_) is signaled by this post.
   RDMAKIT_ALWAYS_INLINE void mark_(signal_bits& now, std::size_t i) const noexcept {
@@ -259,8 +266,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   static constexpr std::uint16_t odd_bad_id = 1, odd_touched = 4;
   static constexpr std::uint16_t odd_asked_signal = static_cast<std::uint16_t>(to_underlying(send_flags::signaled));
   static_assert(odd_asked_signal != odd_bad_id && odd_asked_signal != odd_touched);
-  // (Not a char type, whose stores the compiler takes as touching any field; two bytes
-  // so that a new batch's odd_ and reuse_ are one store.)
+  // (Not a char type, whose stores the compiler takes as touching any field.)
   std::uint16_t odd_ = 0;
   bool reuse_ = false;  // post() keeps the WRs (reuse())
 };
