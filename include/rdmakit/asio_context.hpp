@@ -71,7 +71,7 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     std::error_code ec;
     entry->sd.assign(w.fd, ec);
     if (ec) throw verbs_error("asio::posix::stream_descriptor::assign", ec.value(),
-                              "registering descriptor " + std::to_string(w.fd) + " with the io_context");
+                              detail::cat("registering descriptor ", w.fd, " with the io_context"));
     watched& e = *entry;
     watches_.emplace(&w, std::move(entry));
     if (tasks_ > 0) arm_(e);

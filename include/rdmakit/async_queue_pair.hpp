@@ -68,9 +68,9 @@ class async_qp_core {
     auto* link = policy_access::link(q);
     if (!link) throw_empty("queue_pair", "(async_queue_pair)");
     if (link->send_cq != policy_access::block(scq->queue()) || link->recv_cq != policy_access::block(rcq->queue()))
-      throw usage_error("async_queue_pair: queue pair " + std::to_string(link->qp_num) +
-                        " was not created on these completion queues: create it on the async completion "
-                        "queues' queue() (send CQ first, then receive CQ)");
+      throw usage_error(detail::cat("async_queue_pair: queue pair ", link->qp_num,
+                                    " was not created on these completion queues: create it on the async completion "
+                                    "queues' queue() (send CQ first, then receive CQ)"));
     if (&scq->loop() != &rcq->loop())
       throw usage_error("async_queue_pair: the send and receive completion queues belong to different event loops");
     qpn_ = link->qp_num;

@@ -10,6 +10,7 @@
 /// verbs_error naming the call, get_event and the destroy calls are noexcept.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/text.hpp>
 #include <rdmakit/types.hpp>
 
 #include <arpa/inet.h>
@@ -221,19 +222,19 @@ static_assert(cm_user_qp_backend<archetype_cm_user_qp_backend> && !cm_user_qp_ba
 namespace detail {
 
 inline std::string cm_ipv4_string(std::uint32_t a) {
-  return std::to_string(a >> 24) + "." + std::to_string((a >> 16) & 0xff) + "." + std::to_string((a >> 8) & 0xff) +
-         "." + std::to_string(a & 0xff);
+  return cat(a >> 24, ".", (a >> 16) & 0xff, ".", (a >> 8) & 0xff, ".", a & 0xff);
 }
 
 }  // namespace detail
 
 inline std::string cm_address::to_string() const {
-  if (!is_ipv6) return detail::cm_ipv4_string(ipv4) + ":" + std::to_string(port);
+  if (!is_ipv6) return detail::cat(detail::cm_ipv4_string(ipv4), ":", port);
   char buf[INET6_ADDRSTRLEN] = {};
   ::inet_ntop(AF_INET6, ipv6.data(), buf, sizeof buf);
-  std::string s = "[" + std::string(buf);
-  if (scope_id) s += "%" + std::to_string(scope_id);
-  return s + "]:" + std::to_string(port);
+  std::string s = detail::cat("[", buf);
+  if (scope_id) detail::append(s, "%", scope_id);
+  detail::append(s, "]:", port);
+  return s;
 }
 
 inline bool cm_address::is_any() const noexcept {
@@ -266,11 +267,11 @@ inline cm_address cm_address::parse(std::string_view text, std::uint16_t p) {
     addrinfo* res = nullptr;
     if (::getaddrinfo(t.c_str(), nullptr, &hints, &res) != 0 || !res) {
       if (pct != std::string::npos && ::inet_pton(AF_INET6, t.substr(0, pct).c_str(), a.ipv6.data()) == 1)
-        throw usage_error("cm_address: '" + std::string(text) + "': no network interface named '" +
-                          t.substr(pct + 1) + "'");
-      throw usage_error("cm_address: '" + std::string(text) +
-                        "' is not an IPv6 address (e.g. fe80::1%dummy0, ::1): give the address of the RDMA "
-                        "device's network interface");
+        throw usage_error(detail::cat("cm_address: '", text, "': no network interface named '",
+                                      std::string_view(t).substr(pct + 1), "'"));
+      throw usage_error(detail::cat("cm_address: '", text,
+                                    "' is not an IPv6 address (e.g. fe80::1%dummy0, ::1): give the address of the "
+                                    "RDMA device's network interface"));
     }
     const auto* s6 = reinterpret_cast<const sockaddr_in6*>(res->ai_addr);
     std::memcpy(a.ipv6.data(), &s6->sin6_addr, 16);
@@ -299,9 +300,9 @@ inline cm_address cm_address::parse(std::string_view text, std::uint16_t p) {
     }
   }
   if (parts != 4)
-    throw usage_error("cm_address: '" + std::string(text) +
-                      "' is not a dotted IPv4 address (a.b.c.d) or an IPv6 one: the connection manager takes the IP "
-                      "address of the RDMA device's network interface");
+    throw usage_error(detail::cat("cm_address: '", text,
+                                  "' is not a dotted IPv4 address (a.b.c.d) or an IPv6 one: the connection manager "
+                                  "takes the IP address of the RDMA device's network interface"));
   a.ipv4 = v;
   return a;
 }

@@ -113,8 +113,7 @@ class completion_queue {
   completion_queue(detail::device_ref<B> dev, int entries, int comp_vector = 0) {
     if (entries <= 0)
       throw usage_error(
-                        "create_cq(): a completion queue needs at least 1 entry (asked for " +
-                            std::to_string(entries) + ")");
+          detail::cat("create_cq(): a completion queue needs at least 1 entry (asked for ", entries, ")"));
     auto blk = detail::make_shared_owner<detail::cq_block<B>>();  // ~cq_block undoes what is made below
     blk->dev = std::move(dev);
     if constexpr (P::needs_channel) blk->channel = B::create_comp_channel(blk->dev->ctx);
@@ -223,8 +222,7 @@ class completion_queue {
     auto* link = detail::policy_access::link(qp);
     if (!link) detail::throw_empty("queue_pair", "(completion_queue::on)");
     if (link->send_cq != blk_.get() && link->recv_cq != blk_.get())
-      throw usage_error(
-                        "completion_queue::on(): QP " + std::to_string(link->qp_num) + " is not attached to this CQ");
+      throw usage_error(detail::cat("completion_queue::on(): QP ", link->qp_num, " is not attached to this CQ"));
     link->reset_handler();
     link->handler_ctx = new F(std::move(handler));
     link->handler = [](void* ctx, const completion<B>& c) { (*static_cast<F*>(ctx))(c); };

@@ -55,14 +55,15 @@ namespace detail {
 inline void check_timeouts(const exchange_options& o) {
   if (o.timeout.count() <= 0)
     throw exchange_error(exchange_errc::invalid_argument,
-                         "exchange_options::timeout must be positive (got " + std::to_string(o.timeout.count()) +
-                             " ms): give the longest wait in milliseconds, or milliseconds::max() for no limit");
+                         detail::cat("exchange_options::timeout must be positive (got ", o.timeout.count(),
+                                     " ms): give the longest wait in milliseconds, or milliseconds::max() for no "
+                                     "limit"));
   if (o.accept_timeout.count() < 0)
     throw exchange_error(exchange_errc::invalid_argument,
-                         "exchange_options::accept_timeout must be positive, or 0 to use timeout (got " +
-                             std::to_string(o.accept_timeout.count()) +
-                             " ms): give the longest wait for a client in milliseconds, or milliseconds::max() "
-                             "for no limit");
+                         detail::cat("exchange_options::accept_timeout must be positive, or 0 to use timeout (got ",
+                                     o.accept_timeout.count(),
+                                     " ms): give the longest wait for a client in milliseconds, or milliseconds::max() "
+                                     "for no limit"));
 }
 
 inline void send_record(int fd, const connection_info& local, const exchange_options& o,

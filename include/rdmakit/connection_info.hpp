@@ -39,8 +39,8 @@ struct region_descriptor {
   remote_region<A> as() const {
     if (!has_all(rights, A))
       throw exchange_error(exchange_errc::invalid_argument,
-                           "the peer's region grants " + to_string(rights) + " but " + to_string(A) +
-                               " is needed: register it with those rights on the peer");
+                           detail::cat("the peer's region grants ", to_string(rights), " but ", to_string(A),
+                                       " is needed: register it with those rights on the peer"));
     return remote_region<A>::unchecked(addr, rkey, length);
   }
 

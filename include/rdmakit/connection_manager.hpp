@@ -25,6 +25,7 @@
 #include <rdmakit/connection_info.hpp>
 #include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/text.hpp>
 #include <rdmakit/device.hpp>
 #include <rdmakit/protection_domain.hpp>
 #include <rdmakit/qp_options.hpp>
@@ -233,8 +234,8 @@ struct cm_id_block final : cm_qp_owner<B> {
 
 inline void check_cm_timeout(const cm_options& o) {
   if (o.timeout.count() <= 0)
-    throw usage_error("cm_options::timeout must be positive (got " + std::to_string(o.timeout.count()) +
-                      " ms): give the longest wait for each connection step in milliseconds");
+    throw usage_error(cat("cm_options::timeout must be positive (got ", o.timeout.count(),
+                          " ms): give the longest wait for each connection step in milliseconds"));
 }
 
 template <class B>
@@ -247,8 +248,8 @@ cm_event_of<B> cm_wait(typename B::cm_channel ch, std::chrono::milliseconds time
   const int e = B::cm_get_event(ch, timeout, ev);
   if (e == ETIMEDOUT || e == EAGAIN) return cm_event_of<B>{};
   if (e != 0)
-    throw cm_error(cm_errc::system, step + ": reading the CM event channel failed: " +
-                                        std::generic_category().message(e));
+    throw cm_error(cm_errc::system,
+                   cat(step, ": reading the CM event channel failed: ", std::generic_category().message(e)));
   return ev;
 }
 
@@ -262,40 +263,40 @@ cm_event_of<B> cm_expect(cm_id_block<B>& blk, cm_event_type want, std::chrono::m
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0)
-      throw cm_error(cm_errc::timeout, step + ": no " + std::string(to_string(want)) + " within " +
-                                           std::to_string(timeout.count()) +
-                                           " ms: is the peer running and answering? (raise cm_options::timeout)");
+      throw cm_error(cm_errc::timeout, cat(step, ": no ", to_string(want), " within ", timeout.count(),
+                                           " ms: is the peer running and answering? (raise cm_options::timeout)"));
     auto ev = cm_wait<B>(blk.chan->ch, left, step);
     const auto data = [&] { return cm_data_of(ev.data.data(), ev.data_len); };
-    const std::string got = std::string(to_string(ev.type)) + " (status " + std::to_string(ev.status) + ")";
+    const std::string got = cat(to_string(ev.type), " (status ", ev.status, ")");
     switch (ev.type) {
       case cm_event_type::none: continue;  // the deadline check above decides
       case cm_event_type::addr_error:
-        throw cm_error(cm_errc::address, step + ": " + got +
-                                             ": no RDMA device is reachable at that IP address (is the address "
-                                             "on an interface an RDMA device sits on?)",
+        throw cm_error(cm_errc::address,
+                       cat(step, ": ", got,
+                           ": no RDMA device is reachable at that IP address (is the address "
+                           "on an interface an RDMA device sits on?)"),
                        ev.type, ev.status);
       case cm_event_type::route_error:
-        throw cm_error(cm_errc::route, step + ": " + got + ": no route to the peer", ev.type, ev.status);
+        throw cm_error(cm_errc::route, cat(step, ": ", got, ": no route to the peer"), ev.type, ev.status);
       case cm_event_type::rejected:
         throw cm_error(cm_errc::rejected,
-                       step + ": " + got +
-                           (ev.status == 8 ? ": nobody listens on that address and port (start the server first)"
-                                           : ": the peer rejected the connection (its private data says why)"),
+                       cat(step, ": ", got,
+                           ev.status == 8 ? ": nobody listens on that address and port (start the server first)"
+                                          : ": the peer rejected the connection (its private data says why)"),
                        ev.type, ev.status, data());
       case cm_event_type::unreachable:
-        throw cm_error(cm_errc::unreachable, step + ": " + got + ": the peer's connection manager did not answer",
+        throw cm_error(cm_errc::unreachable, cat(step, ": ", got, ": the peer's connection manager did not answer"),
                        ev.type, ev.status);
       case cm_event_type::connect_error:
-        throw cm_error(cm_errc::connect, step + ": " + got, ev.type, ev.status);
+        throw cm_error(cm_errc::connect, cat(step, ": ", got), ev.type, ev.status);
       case cm_event_type::disconnected:
         blk.on_disconnected();
         if (want != cm_event_type::disconnected)
-          throw cm_error(cm_errc::disconnected, step + ": " + got + ": the peer disconnected during setup", ev.type,
+          throw cm_error(cm_errc::disconnected, cat(step, ": ", got, ": the peer disconnected during setup"), ev.type,
                          ev.status);
         return ev;
       case cm_event_type::device_removal:
-        throw cm_error(cm_errc::connect, step + ": " + got + ": the RDMA device went away", ev.type, ev.status);
+        throw cm_error(cm_errc::connect, cat(step, ": ", got, ": the RDMA device went away"), ev.type, ev.status);
       default:
         if (ev.type == want) return ev;
         continue;  // TIMEWAIT_EXIT and the like say nothing about this step
@@ -337,8 +338,8 @@ qp_parts<B> cm_make_parts(const shared_owner<cm_id_block<B>>& blk, const protect
     } catch (const verbs_error& e) {
       if (e.errno_value() != EINVAL) throw;
       throw verbs_error(e.verb(), e.errno_value(),
-                        e.detail() + " (the PD must be on the device the connection manager chose for this address: "
-                                     "open it with the CM's device, e.g. device<backends::rdmacm>(name))");
+                        cat(e.detail(), " (the PD must be on the device the connection manager chose for this address: "
+                                        "open it with the CM's device, e.g. device<backends::rdmacm>(name))"));
     }
     p.cm = blk;
   };
@@ -375,28 +376,30 @@ void cm_resolve(cm_id_block<B>& blk, const cm_address& to, const cm_options& o, 
   } catch (const verbs_error& e) {
     const int err = e.errno_value();
     if (!o.source.is_any() && (err == EADDRNOTAVAIL || err == ENODEV))
-      throw cm_error(cm_errc::address, where + ": the source address " + o.source.to_string() +
-                                           " (cm_options::source) is not the address of any RDMA device here: " +
-                                           e.what(),
+      throw cm_error(cm_errc::address,
+                     cat(where, ": the source address ", o.source.to_string(),
+                         " (cm_options::source) is not the address of any RDMA device here: ", e.what()),
                      cm_event_type::addr_error, -err);
     if (err == EADDRNOTAVAIL || err == ENODEV || err == ENETUNREACH || err == EHOSTUNREACH || err == EAFNOSUPPORT)
-      throw cm_error(cm_errc::address, where + ": no RDMA device serves that address (" +
-                                           (to.is_ipv6 ? "IPv6: is an RDMA device's interface on that subnet?" :
-                                                         "no route to it") + "): " + e.what(),
+      throw cm_error(cm_errc::address,
+                     cat(where, ": no RDMA device serves that address (",
+                         to.is_ipv6 ? "IPv6: is an RDMA device's interface on that subnet?" : "no route to it", "): ",
+                         e.what()),
                      cm_event_type::addr_error, -err);
     throw;
   }
-  cm_expect<B>(blk, cm_event_type::addr_resolved, o.timeout, where + " (address resolution)");
+  cm_expect<B>(blk, cm_event_type::addr_resolved, o.timeout, cat(where, " (address resolution)"));
   try {
     B::cm_resolve_route(blk.id, o.timeout);
   } catch (const verbs_error& e) {
     if (e.errno_value() != ENODEV && e.errno_value() != ENETUNREACH) throw;
-    throw cm_error(cm_errc::route, where + " (route resolution): no RDMA device on the route (a loopback address "
-                                           "such as 127.0.0.1 or ::1 has none: use the address of the RDMA device's "
-                                           "interface): " + e.what(),
+    throw cm_error(cm_errc::route,
+                   cat(where, " (route resolution): no RDMA device on the route (a loopback address "
+                              "such as 127.0.0.1 or ::1 has none: use the address of the RDMA device's "
+                              "interface): ", e.what()),
                    cm_event_type::route_error, -e.errno_value());
   }
-  cm_expect<B>(blk, cm_event_type::route_resolved, o.timeout, where + " (route resolution)");
+  cm_expect<B>(blk, cm_event_type::route_resolved, o.timeout, cat(where, " (route resolution)"));
 }
 
 // Takes over a queue pair the application made (cm_user_qp_backend) for the id `blk`:
@@ -410,8 +413,8 @@ queue_pair<B, T, S, qp_state::init> cm_adopt_user_qp(queue_pair<B, T, S, qp_stat
   auto& p = policy_access::parts(mine);
   if (p.qp == typename B::qp{}) throw_empty("queue_pair", call);
   if (p.cm)
-    throw usage_error(std::string(call) + ": the queue pair already belongs to a connection manager id: pass a queue " +
-                      "pair made with pd.create_qp (or its reset())");
+    throw usage_error(cat(call, ": the queue pair already belongs to a connection manager id: pass a queue "
+                                "pair made with pd.create_qp (or its reset())"));
   blk->user_qp = p.qp;
   p.cm = blk;
   return mine;
@@ -440,9 +443,8 @@ void cm_user_to_rts(cm_id_block<B>& blk, queue_pair<B, T, S, qp_state::init>& qp
 
 inline cm_conn_param cm_param(const cm_options& o, std::span<const std::byte> data, const char* call) {
   if (data.size() > cm_private_data_max)
-    throw usage_error(std::string(call) + ": " + std::to_string(data.size()) + " bytes of private data, but a CM " +
-                      "message carries at most " + std::to_string(cm_private_data_max) +
-                      " (a connect request 56): send less");
+    throw usage_error(cat(call, ": ", data.size(), " bytes of private data, but a CM message carries at most ",
+                          cm_private_data_max, " (a connect request 56): send less"));
   cm_conn_param p;
   p.private_data = data.empty() ? nullptr : data.data();
   p.private_data_len = static_cast<std::uint8_t>(data.size());
@@ -625,8 +627,8 @@ class cm_request {
   /// as its private_data().
   void reject(std::span<const std::byte> reason = {}) && {
     if (reason.size() > cm_private_data_max)
-      throw usage_error("cm_request::reject: " + std::to_string(reason.size()) +
-                        " bytes of private data, but a reject carries at most 148: send less");
+      throw usage_error(detail::cat("cm_request::reject: ", reason.size(),
+                                    " bytes of private data, but a reject carries at most 148: send less"));
     auto blk = take_("reject");
     if (int e = B::cm_reject(blk->id, reason.empty() ? nullptr : reason.data(), static_cast<std::uint8_t>(reason.size())))
       throw verbs_error("rdma_reject", e, "rejecting a connect request");
@@ -691,8 +693,8 @@ class cm_listener {
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0)
-        throw cm_error(cm_errc::timeout, "cm_listener::next_request: no connect request on " + addr_.to_string() +
-                                             " within " + std::to_string(timeout.count()) + " ms");
+        throw cm_error(cm_errc::timeout, detail::cat("cm_listener::next_request: no connect request on ",
+                                                     addr_.to_string(), " within ", timeout.count(), " ms"));
       auto ev = detail::cm_wait<B>(id_->chan->ch, left, "cm_listener::next_request");
       if (ev.type != cm_event_type::connect_request) continue;
       // The new id moves to a channel of its own, kept alive by it.
@@ -728,7 +730,7 @@ cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_que
   auto pref = detail::policy_access::pd_ref(pd, "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(pref->dev);
   auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
-  const std::string where = "cm_connect to " + to.to_string();
+  const std::string where = detail::cat("cm_connect to ", to.to_string());
   detail::cm_resolve<B>(*blk, to, o, where);
   detail::cm_event_of<B> ev;
   auto qp = detail::cm_bring_up<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, "cm_connect", prepare, [&] {
@@ -755,7 +757,7 @@ cm_connection<B, T, S> cm_connect(queue_pair<B, T, S, qp_state::init>&& qp, cons
   auto chan = std::make_shared<detail::cm_channel_block<B>>(detail::policy_access::parts(qp).pd->dev);
   auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
   auto mine = detail::cm_adopt_user_qp(std::move(qp), blk, "cm_connect");
-  const std::string where = "cm_connect to " + to.to_string();
+  const std::string where = detail::cat("cm_connect to ", to.to_string());
   detail::cm_resolve<B>(*blk, to, o, where);
   param.qp_num = mine.qp_num();
   B::cm_connect(blk->id, param);

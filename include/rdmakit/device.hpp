@@ -112,7 +112,7 @@ class device {
     const int e = B::get_async_event(state("next_event").ctx, timeout, ev);
     if (e == 0) return ev;
     if (e == ETIMEDOUT || e == EAGAIN) return std::nullopt;
-    throw verbs_error("ibv_get_async_event", e, "reading the asynchronous events of " + st_->name);
+    throw verbs_error("ibv_get_async_event", e, detail::cat("reading the asynchronous events of ", st_->name));
   }
 
   /// A new protection domain (it keeps this device open).

@@ -1,6 +1,7 @@
 #pragma once
 /// Errors: setup verbs throw `verbs_error` (verb name + errno as std::error_code);
 /// the data path returns statuses. `wc_status` converts to std::error_code too.
+#include <rdmakit/detail/text.hpp>
 #include <rdmakit/types.hpp>
 
 #include <cerrno>
@@ -97,9 +98,9 @@ struct qp_transition_failure {
 class verbs_error : public std::system_error {
  public:
   /// `verb` failed with errno `err`; `detail` says what was wrong and what to do.
-  verbs_error(std::string verb, int err, const std::string& detail = {});
+  verbs_error(std::string_view verb, int err, std::string_view detail = {});
   /// The same, for a failed QP transition: `t` says which bits were missing or extra.
-  verbs_error(std::string verb, int err, const std::string& detail, const qp_transition_failure& t);
+  verbs_error(std::string_view verb, int err, std::string_view detail, const qp_transition_failure& t);
   /// The failed transition, for errors of ibv_modify_qp raised by a queue pair.
   const qp_transition_failure* transition() const noexcept { return has_transition_ ? &transition_ : nullptr; }
   /// The call that failed, e.g. "ibv_modify_qp".
@@ -110,7 +111,7 @@ class verbs_error : public std::system_error {
   const std::string& detail() const noexcept { return detail_; }
 
  private:
-  static std::string compose(const std::string& verb, const std::string& detail);
+  static std::string compose(std::string_view verb, std::string_view detail);
   std::string verb_;
   std::string detail_;
   qp_transition_failure transition_{};

@@ -59,7 +59,7 @@ class loop_core final : public scheduler {
     ev.data.ptr = &w;
     if (w.fd < 0 || ::epoll_ctl(epfd_, EPOLL_CTL_ADD, w.fd, &ev) != 0)
       throw verbs_error("epoll_ctl", w.fd < 0 ? EBADF : errno,
-                        "registering descriptor " + std::to_string(w.fd) + " with the event loop");
+                        detail::cat("registering descriptor ", w.fd, " with the event loop"));
     watches_.push_back(&w);
   }
   /// Stops waiting on `w` (before `w` goes away).

@@ -24,6 +24,7 @@
 ///   equal to ours) and no remote region.
 #include <rdmakit/connection_info.hpp>
 #include <rdmakit/detail/exchange_error.hpp>
+#include <rdmakit/detail/text.hpp>
 #include <rdmakit/endpoint.hpp>
 #include <rdmakit/types.hpp>
 
@@ -49,6 +50,10 @@ inline constexpr std::size_t pingpong_record_size = sizeof "0000:000000:000000:0
 inline constexpr std::string_view pingpong_ack{"done", 5};
 
 namespace detail {
+// Messages are built with the core joiner: `cat("byte ", i)` (an unqualified detail:: here is wire::detail).
+using ::rdmakit::detail::append;
+using ::rdmakit::detail::cat;
+
 inline int hex_value(char c) noexcept {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -79,11 +84,11 @@ inline std::string excerpt(std::string_view bytes, std::size_t max = 60) {
     }
   }
   if (bytes.size() > max) out += "...";
-  return out + "\"";
+  out += "\"";
+  return out;
 }
 [[noreturn]] inline void malformed(const std::string& what, std::string_view bytes = {}) {
-  throw exchange_error(exchange_errc::malformed,
-                       what + (bytes.empty() ? std::string() : " in " + excerpt(bytes)));
+  throw exchange_error(exchange_errc::malformed, bytes.empty() ? what : cat(what, " in ", excerpt(bytes)));
 }
 /// Parses "0x<hex>" or "<decimal>" into at most `max`.
 inline bool parse_number(std::string_view s, std::uint64_t max, std::uint64_t& out) noexcept {
@@ -129,8 +134,8 @@ inline bool looks_like_pingpong(std::string_view bytes) noexcept {
 inline std::string format_pingpong(const endpoint& ep) {
   if (ep.qpn > 0xFFFFFFu || ep.psn > 0xFFFFFFu)
     throw exchange_error(exchange_errc::invalid_argument,
-                         "QPN " + std::to_string(ep.qpn) + " / PSN " + std::to_string(ep.psn) +
-                             " do not fit the 6 hex digits of an ibv_*_pingpong record (24 bits)");
+                         detail::cat("QPN ", ep.qpn, " / PSN ", ep.psn,
+                                     " do not fit the 6 hex digits of an ibv_*_pingpong record (24 bits)"));
   char head[20];
   std::snprintf(head, sizeof head, "%04x:%06x:%06x:", static_cast<unsigned>(ep.lid), static_cast<unsigned>(ep.qpn),
                 static_cast<unsigned>(ep.psn));
@@ -146,8 +151,8 @@ inline endpoint parse_pingpong(std::string_view rec, mtu assumed_mtu = mtu::mtu_
                          "the peer speaks the rdmakit wire format, not the ibv_*_pingpong one: use "
                          "wire_format::rdmakit on this side (rdmakit-pingpong: drop --wire pingpong)");
   if (rec.size() < text)
-    detail::malformed("ibv_*_pingpong record of " + std::to_string(rec.size()) + " characters instead of " +
-                          std::to_string(text) + " (LLLL:QQQQQQ:PPPPPP:<32 hex GID>)",
+    detail::malformed(detail::cat("ibv_*_pingpong record of ", rec.size(), " characters instead of ", text,
+                                  " (LLLL:QQQQQQ:PPPPPP:<32 hex GID>)"),
                       rec);
   const std::string_view tail = rec.substr(text);
   rec = rec.substr(0, text);
@@ -156,14 +161,12 @@ inline endpoint parse_pingpong(std::string_view rec, mtu assumed_mtu = mtu::mtu_
     for (std::size_t i = pos; i < pos + len; ++i) {
       int h = detail::hex_value(rec[i]);
       if (h < 0)
-        detail::malformed(std::string("ibv_*_pingpong record: ") + name + " is not " + std::to_string(len) +
-                              " hex digits (byte " + std::to_string(i) + ")",
+        detail::malformed(detail::cat("ibv_*_pingpong record: ", name, " is not ", len, " hex digits (byte ", i, ")"),
                           rec);
       v = v << 4 | static_cast<std::uint32_t>(h);
     }
     if (pos + len < text && rec[pos + len] != ':')
-      detail::malformed("ibv_*_pingpong record: expected ':' after the " + std::string(name) + " at byte " +
-                            std::to_string(pos + len),
+      detail::malformed(detail::cat("ibv_*_pingpong record: expected ':' after the ", name, " at byte ", pos + len),
                         rec);
     return v;
   };
@@ -173,16 +176,14 @@ inline endpoint parse_pingpong(std::string_view rec, mtu assumed_mtu = mtu::mtu_
   ep.psn = field(12, 6, "PSN");
   for (std::size_t i = 0; i < 32; ++i)
     if (detail::hex_value(rec[19 + i]) < 0)
-      detail::malformed("ibv_*_pingpong record: the GID is not 32 hex digits (byte " + std::to_string(19 + i) + ")",
-                        rec);
+      detail::malformed(detail::cat("ibv_*_pingpong record: the GID is not 32 hex digits (byte ", 19 + i, ")"), rec);
   for (std::size_t i = 0; i < 16; ++i)
     ep.gid.raw[i] = static_cast<std::uint8_t>(detail::hex_value(rec[19 + 2 * i]) << 4 |
                                               detail::hex_value(rec[20 + 2 * i]));
   if (!tail.empty() && tail != std::string_view("", 1))
     throw exchange_error(exchange_errc::too_large,
-                         "ibv_*_pingpong record followed by " + std::to_string(tail.size()) +
-                             " more bytes (it has " + std::to_string(text) + " characters and a NUL): " +
-                             detail::excerpt(tail));
+                         detail::cat("ibv_*_pingpong record followed by ", tail.size(), " more bytes (it has ", text,
+                                     " characters and a NUL): ", detail::excerpt(tail)));
   ep.mtu = assumed_mtu;
   return ep;
 }
@@ -223,7 +224,7 @@ inline std::string encode(const connection_info& info) {
 
 /// Validates a frame header and returns its payload length. Throws exchange_error.
 inline std::size_t parse_header(std::string_view h) {
-  if (h.size() != header_size) detail::malformed("rdmakit frame header of " + std::to_string(h.size()) + " bytes", h);
+  if (h.size() != header_size) detail::malformed(detail::cat("rdmakit frame header of ", h.size(), " bytes"), h);
   if (h.substr(0, 8) != "rdmakit/") {
     if (detail::looks_like_pingpong(h))
       throw exchange_error(exchange_errc::wrong_format,
@@ -238,25 +239,26 @@ inline std::size_t parse_header(std::string_view h) {
     detail::malformed("rdmakit frame header is not \"rdmakit/VV LLLL\\n\"", h);
   // Not parse_number: that would also take "0x53" (hex) for a payload length.
   if (!detail::parse_digits(h.substr(11, 4), len))
-    detail::malformed("rdmakit frame header: the payload length LLLL must be four decimal digits (0000 to " +
-                          std::to_string(max_payload) + ")",
-                      h);
+    detail::malformed(
+        detail::cat("rdmakit frame header: the payload length LLLL must be four decimal digits (0000 to ", max_payload,
+                    ")"),
+        h);
   if (ver != static_cast<std::uint64_t>(version))
     throw exchange_error(exchange_errc::version_mismatch,
-                         "the peer speaks rdmakit wire format version " + std::to_string(ver) +
-                             ", this build speaks version " + std::to_string(version) +
-                             ": build both sides from the same rdmakit release");
+                         detail::cat("the peer speaks rdmakit wire format version ", ver,
+                                     ", this build speaks version ", version,
+                                     ": build both sides from the same rdmakit release"));
   if (len > max_payload)
-    throw exchange_error(exchange_errc::too_large, "the peer announced a " + std::to_string(len) +
-                                                       "-byte record; rdmakit records are at most " +
-                                                       std::to_string(max_payload) + " bytes");
+    throw exchange_error(exchange_errc::too_large, detail::cat("the peer announced a ", len,
+                                                               "-byte record; rdmakit records are at most ",
+                                                               max_payload, " bytes"));
   return static_cast<std::size_t>(len);
 }
 
 /// Parses an rdmakit payload (the part after the header). Throws exchange_error.
 inline connection_info decode_payload(std::string_view payload) {
   if (payload.size() > max_payload)
-    throw exchange_error(exchange_errc::too_large, "rdmakit record of " + std::to_string(payload.size()) + " bytes");
+    throw exchange_error(exchange_errc::too_large, detail::cat("rdmakit record of ", payload.size(), " bytes"));
   if (payload.empty() || payload.back() != '\n')
     detail::malformed("rdmakit record does not end with a newline (truncated?)", payload);
   enum { k_lid, k_qpn, k_psn, k_gid, k_mtu, k_addr, k_rkey, k_len, k_access, k_qkey, k_count };
@@ -281,12 +283,12 @@ inline connection_info decode_payload(std::string_view payload) {
           detail::malformed("rdmakit record key is not [a-z0-9_]+", line);
       continue;  // a key from a newer v1 peer
     }
-    if (seen[k]) detail::malformed("rdmakit record repeats \"" + std::string(key) + "\"", payload);
+    if (seen[k]) detail::malformed(detail::cat("rdmakit record repeats \"", key, "\""), payload);
     seen[k] = true;
     std::uint64_t v = 0;
     auto number = [&](std::uint64_t max) {
       if (!detail::parse_number(value, max, v))
-        detail::malformed("rdmakit record: bad or out-of-range " + std::string(key), line);
+        detail::malformed(detail::cat("rdmakit record: bad or out-of-range ", key), line);
       return v;
     };
     switch (k) {
@@ -317,7 +319,7 @@ inline connection_info decode_payload(std::string_view payload) {
     }
   }
   for (int k = k_lid; k <= k_mtu; ++k)
-    if (!seen[k]) detail::malformed("rdmakit record lacks \"" + std::string(names[k]) + "\"", payload);
+    if (!seen[k]) detail::malformed(detail::cat("rdmakit record lacks \"", names[k], "\""), payload);
   const int regions = seen[k_addr] + seen[k_rkey] + seen[k_len] + seen[k_access];
   if (regions != 0 && regions != 4)
     detail::malformed("rdmakit record: addr, rkey, len and access go together", payload);

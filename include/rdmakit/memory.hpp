@@ -226,8 +226,8 @@ class memory_region {
       : data_(static_cast<std::byte*>(addr)), size_(length) {
     if (!addr || length == 0)
       throw usage_error(
-                        "register_memory(): cannot register " + std::to_string(length) +
-                            " bytes at a null address: give a non-empty buffer");
+          detail::cat("register_memory(): cannot register ", length,
+                      " bytes at a null address: give a non-empty buffer"));
     auto blk = detail::make_shared_owner<detail::mr_block<B>>();
     blk->pd = std::move(pd);
     blk->mr = B::reg_mr(blk->pd->pd, addr, length, Access);
@@ -337,9 +337,9 @@ class registered_pool {
   /// Prefer protection_domain::create_pool.
   registered_pool(detail::pd_ref<B> pd, std::size_t slot_size, std::size_t slots) {
     if (slot_size == 0 || slots == 0 || slots > 0xFFFFFFFFu || slot_size > (std::size_t{1} << 40) / slots)
-      throw usage_error(
-                        "create_pool(): a registered pool needs slot_size > 0, 0 < slots < 2^32 and at most 1 TiB in all (got " +
-                            std::to_string(slot_size) + " × " + std::to_string(slots) + ")");
+      throw usage_error(detail::cat(
+          "create_pool(): a registered pool needs slot_size > 0, 0 < slots < 2^32 and at most 1 TiB in all (got ",
+          slot_size, " × ", slots, ")"));
     auto st = detail::make_unique_owner<state>();
     st->slot_size = (slot_size + 63) / 64 * 64;
     st->slots = slots;

@@ -204,9 +204,9 @@ class memory_window {
     if (!blk) detail::throw_empty("memory_region", "(memory_window::bind)");
     check_pds_(qp, *blk);
     if (length == 0 || offset > region.size() || length > region.size() - offset)
-      throw usage_error("memory_window::bind(): " + std::to_string(length) + " bytes from offset " +
-                        std::to_string(offset) + " do not fit the " + std::to_string(region.size()) +
-                        "-byte region (and a window grants at least one byte; invalidate() unbinds)");
+      throw usage_error(detail::cat("memory_window::bind(): ", length, " bytes from offset ", offset,
+                                    " do not fit the ", region.size(),
+                                    "-byte region (and a window grants at least one byte; invalidate() unbinds)"));
     const std::uint64_t addr = reinterpret_cast<std::uint64_t>(region.data()) + offset;
     post_result r;
     std::uint32_t next = 0;

@@ -32,10 +32,9 @@ class qp_pool {
     std::uint64_t per = std::uint64_t{caps.max_send_wr} + caps.max_recv_wr;
     std::uint64_t need = blk->reserved + per * count;
     if (need > static_cast<std::uint64_t>(blk->capacity))
-      throw usage_error("create_qp_pool(): CQ of " + std::to_string(blk->capacity) + " entries is too small for a pool of " +
-                            std::to_string(count) + " " + std::string(T::name) + " queue pairs of " +
-                            std::to_string(caps.max_send_wr) + " send + " + std::to_string(caps.max_recv_wr) +
-                            " receive WRs each: create it with at least " + std::to_string(need) + " entries");
+      throw usage_error(detail::cat("create_qp_pool(): CQ of ", blk->capacity, " entries is too small for a pool of ",
+                                    count, " ", T::name, " queue pairs of ", caps.max_send_wr, " send + ",
+                                    caps.max_recv_wr, " receive WRs each: create it with at least ", need, " entries"));
     qp_pool p;
     p.qps_.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
@@ -99,8 +98,8 @@ class qp_pool {
   qp_pool<B, T, S, qp_state::rts> connect(std::span<const endpoint> peers, const connect_options& o = {}) && {
     static_assert(State == qp_state::init, "connect(): this pool is already connected");
     if (peers.size() != qps_.size())
-      throw usage_error("qp_pool::connect(): a pool of " + std::to_string(qps_.size()) +
-                        " queue pairs needs as many peer endpoints, got " + std::to_string(peers.size()));
+      throw usage_error(detail::cat("qp_pool::connect(): a pool of ", qps_.size(),
+                                    " queue pairs needs as many peer endpoints, got ", peers.size()));
     for (const auto& p : peers) detail::check_connect(p, o);
     qp_pool<B, T, S, qp_state::rts> out;
     out.qps_.reserve(qps_.size());
@@ -112,8 +111,8 @@ class qp_pool {
         qps_.clear();
         cursor_ = 0;
         throw verbs_error(e.verb(), e.errno_value(),
-                          "qp_pool::connect(): queue pair " + std::to_string(i) + " of " + std::to_string(n) +
-                              ": " + e.detail() + "; the pool's queue pairs were destroyed: create a new pool");
+                          detail::cat("qp_pool::connect(): queue pair ", i, " of ", n, ": ", e.detail(),
+                                      "; the pool's queue pairs were destroyed: create a new pool"));
       }
     }
     qps_.clear();

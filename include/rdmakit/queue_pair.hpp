@@ -349,9 +349,9 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     else
       sgl = o.local;
     if (sgl.size() > Sges)
-      throw usage_error("queue_pair::prepare(): the operation has " + std::to_string(sgl.size()) +
-                        " SGEs and the prepared send holds " + std::to_string(Sges) +
-                        ": use qp.prepare<" + std::to_string(sgl.size()) + ">(op, wr_id)");
+      throw usage_error(detail::cat("queue_pair::prepare(): the operation has ", sgl.size(),
+                                    " SGEs and the prepared send holds ", Sges, ": use qp.prepare<", sgl.size(),
+                                    ">(op, wr_id)"));
     return prepared_type<Sges>(o, sgl, wr_id, flags, parts_.inline_limit);
   }
 

@@ -99,11 +99,12 @@ class shared_receive_queue {
   void arm_limit(std::uint32_t limit) {
     const auto& s = state("arm_limit");
     if (limit > s.attr.max_wr)
-      throw usage_error("shared_receive_queue::arm_limit(): limit " + std::to_string(limit) +
-                        " is above the SRQ's max_wr " + std::to_string(s.attr.max_wr) +
-                        ": the event fires when fewer than `limit` receives are posted, so ask for at most max_wr");
+      throw usage_error(detail::cat("shared_receive_queue::arm_limit(): limit ", limit, " is above the SRQ's max_wr ",
+                                    s.attr.max_wr,
+                                    ": the event fires when fewer than `limit` receives are posted, so ask for at most "
+                                    "max_wr"));
     if (int e = B::arm_srq_limit(s.srq, limit))
-      throw verbs_error("ibv_modify_srq", e, "arming the SRQ limit " + std::to_string(limit));
+      throw verbs_error("ibv_modify_srq", e, detail::cat("arming the SRQ limit ", limit));
   }
   /// The limit armed now; 0 once the event fired (or when never armed).
   std::uint32_t limit() const { return B::query_srq(state("limit").srq).limit; }
@@ -162,15 +163,14 @@ class shared_receive_queue {
   static void check(const device_attr& dev, const srq_attr& a) {
     auto range = [](const char* field, std::uint32_t v, const char* limit, std::uint32_t max) {
       if (v == 0 || v > max)
-        throw usage_error(std::string("create_srq(): ") + field + " " + std::to_string(v) + " is outside 1.." +
-                          std::to_string(max) + " (the device's " + limit +
-                          (max == 0 ? "; the device has no shared receive queues)" : ")"));
+        throw usage_error(detail::cat("create_srq(): ", field, " ", v, " is outside 1..", max, " (the device's ", limit,
+                                      max == 0 ? "; the device has no shared receive queues)" : ")"));
     };
     range("max_wr", a.max_wr, "max_srq_wr", dev.max_srq_wr);
     range("max_sge", a.max_sge, "max_srq_sge", dev.max_srq_sge);
     if (a.limit > a.max_wr)
-      throw usage_error("create_srq(): limit " + std::to_string(a.limit) + " is above max_wr " +
-                        std::to_string(a.max_wr) + ": the event fires when fewer than `limit` receives are posted");
+      throw usage_error(detail::cat("create_srq(): limit ", a.limit, " is above max_wr ", a.max_wr,
+                                    ": the event fires when fewer than `limit` receives are posted"));
   }
 
   const detail::srq_state<B>& state(const char* call) const {

@@ -16,4 +16,5 @@
 #include <rdmakit/detail/error_impl.hpp>
 #include <rdmakit/detail/gid_choice_impl.hpp>
 #include <rdmakit/detail/qp_setup_impl.hpp>
+#include <rdmakit/detail/text_impl.hpp>
 #include <rdmakit/detail/types_impl.hpp>

@@ -60,8 +60,8 @@ class wr_result {
   /// The completion (outcome() == completed); throws usage_error otherwise.
   const rdmakit::completion<B>& completion() const {
     if (!completion_)
-      throw usage_error(std::string("wr_result::completion(): the work request did not complete (") +
-                        to_string(outcome_) + "): check outcome() first");
+      throw usage_error(detail::cat("wr_result::completion(): the work request did not complete (",
+                                    to_string(outcome_), "): check outcome() first"));
     return *completion_;
   }
   /// Why the post was refused (outcome() == not_posted; a default post_result otherwise).
@@ -69,7 +69,7 @@ class wr_result {
   /// One line: the completion's status message, or what happened instead.
   std::string message() const {
     if (completion_) return completion_->status_message();
-    if (outcome_ == wr_outcome::not_posted) return std::string("not posted: ") + post_.message();
+    if (outcome_ == wr_outcome::not_posted) return detail::cat("not posted: ", post_.message());
     return to_string(outcome_);
   }
 

@@ -13,8 +13,7 @@ RDMAKIT_DECL std::string status_message(wc_status s, bool recv, std::uint64_t wr
   std::string text = to_string(s);
   if (s == wc_status::success) return text;
   text += recv ? " on receive" : " on send";
-  text += " wr_id " + std::to_string(wr_id) + " of QP " + std::to_string(qp_num) + ": ";
-  text += explain(s);
+  append(text, " wr_id ", wr_id, " of QP ", qp_num, ": ", explain(s));
   return text;
 }
 

@@ -16,15 +16,15 @@ RDMAKIT_DECL void check_device_name(const std::vector<std::string>& all, std::st
                                     std::string_view backend) {
   if (all.empty())
     throw verbs_error("ibv_open_device", ENODEV,
-                      "no RDMA device found by the " + std::string(backend) +
+                      cat("no RDMA device found by the ", backend,
                           " backend: load a driver (e.g. `rdma link add rxe0 type rxe netdev eth0`) "
-                          "or test with the mock backend");
+                          "or test with the mock backend"));
   if (name.empty()) return;
   for (const auto& n : all)
     if (n == name) return;
   std::string list;
-  for (const auto& n : all) list += (list.empty() ? "" : ", ") + n;
-  throw verbs_error("ibv_open_device", ENODEV, "no device named \"" + std::string(name) + "\"; available: " + list);
+  for (const auto& n : all) append(list, list.empty() ? "" : ", ", n);
+  throw verbs_error("ibv_open_device", ENODEV, cat("no device named \"", name, "\"; available: ", list));
 }
 
 }  // namespace detail

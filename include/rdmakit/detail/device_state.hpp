@@ -29,9 +29,7 @@ struct device_state {
 
   port_attr port(std::uint8_t n) const {
     if (n == 0 || n > attr.phys_port_cnt)
-      throw usage_error(
-                        "port(): device " + name + " has no port " + std::to_string(n) + " (ports are 1.." +
-                            std::to_string(attr.phys_port_cnt) + ")");
+      throw usage_error(cat("port(): device ", name, " has no port ", n, " (ports are 1..", attr.phys_port_cnt, ")"));
     return B::query_port(ctx, n);
   }
 };

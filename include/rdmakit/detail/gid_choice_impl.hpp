@@ -18,8 +18,8 @@ RDMAKIT_NOINLINE RDMAKIT_DECL std::string describe_gid_entries(const std::vector
   bool in_empty_run = false;
   const auto close_run = [&](std::size_t end) {  // end: one past the run
     if (!in_empty_run) return;
-    out += "\n  [" + std::to_string(empty_from);
-    if (end - empty_from > 1) out += ".." + std::to_string(end - 1);
+    append(out, "\n  [", empty_from);
+    if (end - empty_from > 1) append(out, "..", end - 1);
     out += "] (empty)";
     in_empty_run = false;
   };
@@ -31,10 +31,7 @@ RDMAKIT_NOINLINE RDMAKIT_DECL std::string describe_gid_entries(const std::vector
       continue;
     }
     close_run(i);
-    out += "\n  [" + std::to_string(i) + "] ";
-    out += e.value.to_string();
-    out += ' ';
-    out += gid_type_name(e.type);
+    append(out, "\n  [", i, "] ", e.value.to_string(), " ", gid_type_name(e.type));
     if (e.value.is_ipv4_mapped()) out += " (IPv4-mapped)";
     else if (e.value.is_link_local()) out += " (link-local)";
   }
@@ -47,10 +44,10 @@ RDMAKIT_NOINLINE RDMAKIT_DECL void throw_no_usable_gid(const std::string& device
                                                        link_layer layer, const char* why,
                                                        const std::string& table) {
   throw verbs_error("choose_gid", ENOENT,
-                    "no usable GID on " + device + " port " + std::to_string(port) + " (" + to_string(layer) +
-                        " link layer): " + why + ". GID table:" + table +
+                    cat("no usable GID on ", device, " port ", port, " (", to_string(layer),
+                        " link layer): ", why, ". GID table:", table,
                         "\nGive the port an IP address (RoCE GIDs are the netdev's addresses; "
-                        "see `rdma link` and `ip addr`), or pass a GID index explicitly.");
+                        "see `rdma link` and `ip addr`), or pass a GID index explicitly."));
 }
 
 }  // namespace detail

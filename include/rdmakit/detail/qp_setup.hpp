@@ -50,10 +50,9 @@ inline ah_attr make_av(const endpoint& peer, std::uint8_t port, const port_attr&
   av.sl = sl;
   if (pa.layer == link_layer::ethernet || force_grh) {
     if (peer.gid.is_zero())
-      throw usage_error(
-                        "port " + std::to_string(port) + " of " + dev_name +
+      throw usage_error(cat("port ", port, " of ", dev_name,
                             " is RoCE (Ethernet), which needs a GRH, but the peer endpoint has "
-                            "no GID: send the peer's local_endpoint().gid along with its QPN");
+                            "no GID: send the peer's local_endpoint().gid along with its QPN"));
     av.is_global = true;
     av.grh.dgid = peer.gid;
     av.grh.sgid_index = static_cast<std::uint8_t>(gid_index);
@@ -68,15 +67,15 @@ inline ah_attr make_av(const endpoint& peer, std::uint8_t port, const port_attr&
 template <signaling S>
 void check_sq_depth(const qp_cap& caps) {
   if (caps.max_send_wr == 0 || caps.max_send_wr >= S::min_sq_depth) return;
-  const std::string depth = std::to_string(S::min_sq_depth);
+  constexpr std::uint32_t depth = S::min_sq_depth;
   std::string why;
   if constexpr (requires { S::interval; })
-    why = std::string(S::name) + "<" + depth + "> signals every " + depth + "th WR";
+    why = cat(S::name, "<", depth, "> signals every ", depth, "th WR");
   else
-    why = "the signaling policy " + std::string(S::name) + " needs min_sq_depth = " + depth + " slots";
-  throw usage_error("create_qp(): " + why + ", so the send queue must hold at least " + depth +
-                    " WRs, but max_send_wr is " + std::to_string(caps.max_send_wr) +
-                    ": raise max_send_wr or choose a policy that needs fewer");
+    why = cat("the signaling policy ", S::name, " needs min_sq_depth = ", depth, " slots");
+  throw usage_error(cat("create_qp(): ", why, ", so the send queue must hold at least ", depth,
+                        " WRs, but max_send_wr is ", caps.max_send_wr,
+                        ": raise max_send_wr or choose a policy that needs fewer"));
 }
 
 // Refuses CQs that cannot hold a completion for every WR the new QP may have out.
@@ -86,8 +85,8 @@ void check_cq_room(const cq_block<B>& scq, const cq_block<B>& rcq, const qp_cap&
   auto refuse = [&](const char* which, const cq_block<B>& cq, std::uint32_t sends, std::uint32_t recvs) {
     const std::uint64_t need = cq.reserved + sends + recvs;
     if (need > static_cast<std::uint64_t>(cq.capacity))
-      throw usage_error(std::string("create_qp(): ") + which +
-                        cq_too_small(cq.capacity, cq.reserved, cq.live(), tname, sends, recvs, need, max_cqe));
+      throw usage_error(cat("create_qp(): ", which,
+                            cq_too_small(cq.capacity, cq.reserved, cq.live(), tname, sends, recvs, need, max_cqe)));
   };
   if (&scq == &rcq) return refuse("", scq, caps.max_send_wr, caps.max_recv_wr);
   refuse("send ", scq, caps.max_send_wr, 0);
@@ -110,8 +109,8 @@ void modify_step(qp_parts<B>& p, const qp_attr& a, qp_attr_mask m, qp_state from
     t.missing = rule.required & ~m;
     t.extra = m & ~(rule.required | rule.optional | qp_attr_mask::state);
     throw verbs_error(e.verb(), e.errno_value(),
-                      std::string(step) + " of " + std::string(T::name) + " QP " + std::to_string(t.qp_num) +
-                          " with mask " + to_string(m) + " failed: " + e.detail(),
+                      cat(step, " of ", T::name, " QP ", t.qp_num, " with mask ", to_string(m), " failed: ",
+                          e.detail()),
                       t);
   }
 }
@@ -133,13 +132,12 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
   qp_cap room = caps;  // what the CQs must have room for
   if constexpr (shares_receives<T>) {
     if (!srq)
-      throw usage_error(std::string("create_qp(): an on_srq<") + std::string(T::name) +
-                        "> queue pair needs its shared receive queue: pd.create_qp<T>(cq, srq, caps)");
+      throw usage_error(cat("create_qp(): an on_srq<", T::name,
+                            "> queue pair needs its shared receive queue: pd.create_qp<T>(cq, srq, caps)"));
     if (caps.max_recv_wr != 0 || caps.max_recv_sge > 1)
-      throw usage_error("create_qp(): a queue pair on a shared receive queue has no receive queue of its own, "
-                        "but max_recv_wr is " + std::to_string(caps.max_recv_wr) + " and max_recv_sge " +
-                        std::to_string(caps.max_recv_sge) + ": set max_recv_wr to 0 (the SRQ's max_wr and "
-                        "max_sge apply)");
+      throw usage_error(cat("create_qp(): a queue pair on a shared receive queue has no receive queue of its own, "
+                            "but max_recv_wr is ", caps.max_recv_wr, " and max_recv_sge ", caps.max_recv_sge,
+                            ": set max_recv_wr to 0 (the SRQ's max_wr and max_sge apply)"));
     room.max_recv_wr = rcq->srq_entries(srq.get(), srq->attr.max_wr);
   }
   check_cq_room(*scq, *rcq, room, T::name, dev.attr.max_cqe);
@@ -222,7 +220,7 @@ void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts) {
   } catch (const verbs_error& e) {
     const std::uint32_t dropped = p.link->rq.held;
     std::string note = "; the queue pair was reset to INIT";
-    if (dropped) note += " and its " + std::to_string(dropped) + " posted receive(s) dropped: post them again";
+    if (dropped) append(note, " and its ", dropped, " posted receive(s) dropped: post them again");
     note += " before retrying connect";
     try {
       qp_attr r;
@@ -231,11 +229,11 @@ void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts) {
       B::modify_qp(p.qp, T::init_attr(p.opts), T::init_mask);
       p.link->rq.held = 0;
     } catch (const verbs_error& back) {
-      note = "; taking it back to INIT failed too (" + back.detail() + "): destroy this queue pair";
+      note = cat("; taking it back to INIT failed too (", back.detail(), "): destroy this queue pair");
       p.link->set_error();
     }
-    if (const auto* t = e.transition()) throw verbs_error(e.verb(), e.errno_value(), e.detail() + note, *t);
-    throw verbs_error(e.verb(), e.errno_value(), e.detail() + note);
+    if (const auto* t = e.transition()) throw verbs_error(e.verb(), e.errno_value(), cat(e.detail(), note), *t);
+    throw verbs_error(e.verb(), e.errno_value(), cat(e.detail(), note));
   }
 }
 

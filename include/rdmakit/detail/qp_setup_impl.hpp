@@ -13,27 +13,25 @@ namespace detail {
 RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std::size_t attached,
                                       std::string_view tname, std::uint32_t sends, std::uint32_t recvs,
                                       std::uint64_t need, std::uint32_t max_cqe) {
-  std::string s = "CQ of " + std::to_string(capacity) + " entries is too small for a" +
-                  (tname == "RC" ? "n " : " ") + std::string(tname) + " queue pair of " +
-                  std::to_string(sends) + " send + " + std::to_string(recvs) + " receive WRs";
+  std::string s = cat("CQ of ", capacity, " entries is too small for a", tname == "RC" ? "n " : " ", tname,
+                      " queue pair of ", sends, " send + ", recvs, " receive WRs");
   if (attached)
-    s += " (" + std::to_string(reserved) + " entries already promised to " + std::to_string(attached) +
-         " attached queue pair" + (attached > 1 ? "s" : "") + ")";
+    append(s, " (", reserved, " entries already promised to ", attached, " attached queue pair",
+           attached > 1 ? "s" : "", ")");
   if (need <= max_cqe)
-    s += ": create it with at least " + std::to_string(need) +
-         " entries (a CQ must hold the queue depths of every QP attached to it)";
+    append(s, ": create it with at least ", need,
+           " entries (a CQ must hold the queue depths of every QP attached to it)");
   else
-    s += ": it would need " + std::to_string(need) + " entries, above the device's max_cqe (" +
-         std::to_string(max_cqe) + "): give the queue pair separate send and receive CQs, attach fewer "
-         "queue pairs to this CQ, or lower max_send_wr/max_recv_wr";
+    append(s, ": it would need ", need, " entries, above the device's max_cqe (", max_cqe,
+           "): give the queue pair separate send and receive CQs, attach fewer "
+           "queue pairs to this CQ, or lower max_send_wr/max_recv_wr");
   return s;
 }
 
 RDMAKIT_NOINLINE RDMAKIT_DECL void check_connect(const endpoint& peer, const connect_options& o) {
   auto field = [](const char* name, unsigned v, unsigned max, const char* what) {
     if (v > max)
-      throw usage_error(std::string("connect(): ") + name + " = " + std::to_string(v) + " is out of range (0.." +
-                        std::to_string(max) + "): " + what);
+      throw usage_error(cat("connect(): ", name, " = ", v, " is out of range (0..", max, "): ", what));
   };
   field("connect_options::retry_cnt", o.retry_cnt, 7, "3 bits; 7 retries forever on some devices, 6 is the usual choice");
   field("connect_options::rnr_retry", o.rnr_retry, 7, "3 bits; 7 means retry forever");

@@ -5,6 +5,7 @@
 #include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/exchange_error.hpp>
+#include <rdmakit/detail/text.hpp>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -50,10 +51,10 @@ struct deadline {
   bool expired() const noexcept { return clock::now() >= at; }
 };
 
-inline std::string errno_text(int e) { return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")"; }
+inline std::string errno_text(int e) { return cat(std::strerror(e), " (errno ", e, ")"); }
 
 [[noreturn]] inline void throw_system(const std::string& call, int e) {
-  throw exchange_error(exchange_errc::system, call + " failed: " + errno_text(e), e);
+  throw exchange_error(exchange_errc::system, cat(call, " failed: ", errno_text(e)), e);
 }
 
 /// Move-only owner of a file descriptor.
@@ -111,13 +112,13 @@ inline std::string describe(const sockaddr* sa) {
     auto* in = reinterpret_cast<const sockaddr_in*>(sa);
     ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
     port = ntohs(in->sin_port);
-    return std::string(host) + ":" + std::to_string(port);
+    return cat(host, ":", port);
   }
   if (sa->sa_family == AF_INET6) {
     auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
     ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
     port = ntohs(in6->sin6_port);
-    return "[" + std::string(host) + "]:" + std::to_string(port);
+    return cat("[", host, "]:", port);
   }
   return "?";
 }
@@ -137,12 +138,12 @@ inline void resolve(addrinfo_list& out, const std::string& host, std::uint16_t p
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
-  const std::string service = std::to_string(port);
+  const std::string service = cat(port);
   int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &out.head);
   if (rc != 0)
     throw exchange_error(exchange_errc::address,
-                         "cannot resolve \"" + host + "\" port " + service + ": " + ::gai_strerror(rc) +
-                             ": check the host name (or use a numeric address)");
+                         cat("cannot resolve \"", host, "\" port ", service, ": ", ::gai_strerror(rc),
+                             ": check the host name (or use a numeric address)"));
 }
 
 /// Connects to host:port, trying every address the name resolves to, within `d`.
@@ -151,7 +152,7 @@ inline void resolve(addrinfo_list& out, const std::string& host, std::uint16_t p
 inline socket_fd connect(const std::string& host, std::uint16_t port, const deadline& d, bool retry_refused) {
   addrinfo_list list;
   resolve(list, host, port, false);
-  const std::string target = host + ":" + std::to_string(port);
+  const std::string target = cat(host, ":", port);
   for (;;) {
     int last_err = 0;
     std::string last_addr;
@@ -168,9 +169,8 @@ inline socket_fd connect(const std::string& host, std::uint16_t port, const dead
         if (err == EINPROGRESS || err == EINTR) {
           if (!wait_ready(s.get(), POLLOUT, d))
             throw exchange_error(exchange_errc::timeout,
-                                 "connecting to " + target + " (" + last_addr + "): no answer within " +
-                                     std::to_string(d.budget.count()) +
-                                     " ms: is the host reachable and the port not filtered?",
+                                 cat("connecting to ", target, " (", last_addr, "): no answer within ",
+                                     d.budget.count(), " ms: is the host reachable and the port not filtered?"),
                                  ETIMEDOUT);
           socklen_t len = sizeof err;
           if (::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
@@ -189,16 +189,16 @@ inline socket_fd connect(const std::string& host, std::uint16_t port, const dead
     }
     if (last_err == ECONNREFUSED)
       throw exchange_error(exchange_errc::connection_refused,
-                           "connection refused by " + target + " (" + last_addr +
-                               "): no server listens there: start the server first, or check the host and port",
+                           cat("connection refused by ", target, " (", last_addr,
+                               "): no server listens there: start the server first, or check the host and port"),
                            last_err);
     if (last_err == ETIMEDOUT || d.expired())
       throw exchange_error(exchange_errc::timeout,
-                           "connecting to " + target + ": no answer within " + std::to_string(d.budget.count()) +
-                               " ms: is the host reachable and the port not filtered?",
+                           cat("connecting to ", target, ": no answer within ", d.budget.count(),
+                               " ms: is the host reachable and the port not filtered?"),
                            ETIMEDOUT);
     throw exchange_error(exchange_errc::system,
-                         "connecting to " + target + " failed: " + errno_text(last_err), last_err);
+                         cat("connecting to ", target, " failed: ", errno_text(last_err)), last_err);
   }
 }
 
@@ -229,8 +229,8 @@ class listener {
     for (;;) {
       if (!wait_ready(fd_.get(), POLLIN, d))
         throw exchange_error(exchange_errc::timeout,
-                             "no client connected to port " + std::to_string(port_) + " within " +
-                                 std::to_string(d.budget.count()) + " ms: start the client (or raise the timeout)",
+                             cat("no client connected to port ", port_, " within ", d.budget.count(),
+                                 " ms: start the client (or raise the timeout)"),
                              ETIMEDOUT);
       int c = ::accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (c >= 0) {
@@ -283,15 +283,15 @@ class listener {
     }
     if (last_err == EADDRINUSE) throw_in_use(port);
     throw exchange_error(exchange_errc::address,
-                         "cannot listen on " + (host.empty() ? std::string("*") : host) + ":" + std::to_string(port) +
-                             ": " + errno_text(last_err),
+                         cat("cannot listen on ", (host.empty() ? std::string_view("*") : host), ":", port, ": ",
+                             errno_text(last_err)),
                          last_err);
   }
   [[noreturn]] static void throw_in_use(std::uint16_t port) {
     throw exchange_error(exchange_errc::address,
-                         "port " + std::to_string(port) +
+                         cat("port ", port,
                              " is already in use (another server, e.g. an ibv_*_pingpong, listens there): "
-                             "stop it or choose another port",
+                             "stop it or choose another port"),
                          EADDRINUSE);
   }
 
@@ -311,23 +311,22 @@ inline void read_exact(int fd, void* buf, std::size_t n, const deadline& d, cons
     }
     if (r == 0)
       throw exchange_error(exchange_errc::connection_closed,
-                           "the peer closed the connection after " + std::to_string(got) + " of " + std::to_string(n) +
-                               " bytes of " + what +
-                               ": it rejected our record or crashed (see its output), or it speaks another format");
+                           cat("the peer closed the connection after ", got, " of ", n, " bytes of ", what,
+                               ": it rejected our record or crashed (see its output), or it speaks another format"));
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!wait_ready(fd, POLLIN, d))
         throw exchange_error(exchange_errc::timeout,
-                             "timed out after " + std::to_string(d.budget.count()) + " ms waiting for " + what +
-                                 " (got " + std::to_string(got) + " of " + std::to_string(n) +
+                             cat("timed out after ", d.budget.count(), " ms waiting for ", what, " (got ", got,
+                                 " of ", n,
                                  " bytes): the peer is silent or slow; is it the right program, port and wire "
-                                 "format?",
+                                 "format?"),
                              ETIMEDOUT);
       continue;
     }
     if (errno == ECONNRESET)
       throw exchange_error(exchange_errc::connection_closed,
-                           "the peer reset the connection while we read " + what, errno);
+                           cat("the peer reset the connection while we read ", what), errno);
     throw_system("recv", errno);
   }
 }
@@ -346,15 +345,15 @@ inline void write_all(int fd, const void* buf, std::size_t n, const deadline& d,
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!wait_ready(fd, POLLOUT, d))
         throw exchange_error(exchange_errc::timeout,
-                             "timed out after " + std::to_string(d.budget.count()) + " ms sending " + what +
-                                 ": the peer does not read",
+                             cat("timed out after ", d.budget.count(), " ms sending ", what,
+                                 ": the peer does not read"),
                              ETIMEDOUT);
       continue;
     }
     if (errno == EPIPE || errno == ECONNRESET)
       throw exchange_error(exchange_errc::connection_closed,
-                           "the peer closed the connection before we could send " + what +
-                               ": it rejected our record or gave up (see its output)",
+                           cat("the peer closed the connection before we could send ", what,
+                               ": it rejected our record or gave up (see its output)"),
                            errno);
     throw_system("send", errno);
   }

@@ -1,6 +1,7 @@
 #pragma once
 // The definitions of types.hpp's text conversions: inline in header-only builds, compiled
 // once (<rdmakit/src.hpp>) with RDMAKIT_SEPARATE_COMPILATION.
+#include <rdmakit/detail/text.hpp>
 #include <rdmakit/types.hpp>
 
 #include <cstdio>
@@ -131,7 +132,8 @@ RDMAKIT_DECL std::string to_string(qp_attr_mask m) {
   for (std::uint32_t i = 0; i < 32; ++i) {
     if (!(bits & (1u << i))) continue;
     if (!out.empty()) out += '|';
-    out += i < std::size(names) ? names[i] : "BIT" + std::to_string(i);
+    if (i < std::size(names)) out += names[i];
+    else detail::append(out, "BIT", i);
   }
   return out.empty() ? "none" : out;
 }
@@ -144,7 +146,8 @@ RDMAKIT_DECL std::string to_string(access a) {
   for (std::uint32_t i = 0; i < 32; ++i) {
     if (!(bits & (1u << i))) continue;
     if (!out.empty()) out += '|';
-    out += i < std::size(names) ? names[i] : "BIT" + std::to_string(i);
+    if (i < std::size(names)) out += names[i];
+    else detail::append(out, "BIT", i);
   }
   return out.empty() ? "none" : out;
 }

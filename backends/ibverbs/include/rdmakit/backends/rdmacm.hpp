@@ -48,18 +48,20 @@ struct rdmacm : ibverbs {
     std::string present;
     for (int i = 0; i < n; ++i) {
       const std::string dn = ibv_get_device_name(list[i]->device);
-      present += (present.empty() ? "" : ", ") + dn;
+      rdmakit::detail::append(present, present.empty() ? "" : ", ", dn);
       if (!found && (dev_name.empty() || dn == dev_name)) found = list[i];
     }
     if (!found) {
       rdma_free_devices(list);
       throw verbs_error("rdma_get_devices", ENODEV,
-                        "librdmacm has no device named '" + std::string(dev_name) + "' (it has: " +
-                            (present.empty() ? std::string("none; is rdma_ucm loaded?") : present) + ")");
+                        rdmakit::detail::cat("librdmacm has no device named '", dev_name, "' (it has: ",
+                                             present.empty() ? std::string_view("none; is rdma_ucm loaded?")
+                                                             : std::string_view(present),
+                                             ")"));
     }
     if (int e = rdmakit::ibverbs::detail::set_nonblocking(found->async_fd)) {
       rdma_free_devices(list);
-      throw verbs_error("fcntl", e, "making the async event fd of " + std::string(dev_name) + " non-blocking");
+      throw verbs_error("fcntl", e, rdmakit::detail::cat("making the async event fd of ", dev_name, " non-blocking"));
     }
     std::lock_guard lk(borrows_mu());
     borrows().emplace_back(found, list);
@@ -138,11 +140,11 @@ struct rdmacm : ibverbs {
     if (rdma_resolve_addr(id, src.is_any() ? nullptr : reinterpret_cast<sockaddr*>(&s), reinterpret_cast<sockaddr*>(&a),
                           ms(timeout))) {
       const int e = errno;
-      throw verbs_error("rdma_resolve_addr", e,
-                        "resolving " + to.to_string() +
-                            (!src.is_any() ? " from the source address " + src.to_string() +
-                                                 (e == EADDRNOTAVAIL || e == ENODEV ? ": no RDMA device has it" : "")
-                                           : std::string()));
+      std::string why = rdmakit::detail::cat("resolving ", to.to_string());
+      if (!src.is_any())
+        rdmakit::detail::append(why, " from the source address ", src.to_string(),
+                                e == EADDRNOTAVAIL || e == ENODEV ? ": no RDMA device has it" : "");
+      throw verbs_error("rdma_resolve_addr", e, why);
     }
   }
   /// rdma_resolve_route.
@@ -152,13 +154,16 @@ struct rdmacm : ibverbs {
   /// rdma_bind_addr, then rdma_listen.
   static void cm_listen(cm_id id, const cm_address& addr, int backlog) {
     sockaddr_storage a = sockaddr_of(addr);
-    if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&a)))
-      throw verbs_error("rdma_bind_addr", errno,
-                        "binding " + addr.to_string() +
-                            (errno == EADDRINUSE ? ": the port is in use" : errno == EADDRNOTAVAIL || errno == ENODEV
-                                                                               ? ": no RDMA device has that address"
-                                                                               : ""));
-    if (rdma_listen(id, backlog)) throw verbs_error("rdma_listen", errno, "listening on " + addr.to_string());
+    if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&a))) {
+      const int e = errno;
+      throw verbs_error("rdma_bind_addr", e,
+                        rdmakit::detail::cat("binding ", addr.to_string(),
+                                             e == EADDRINUSE                     ? ": the port is in use"
+                                             : e == EADDRNOTAVAIL || e == ENODEV ? ": no RDMA device has that address"
+                                                                                 : ""));
+    }
+    if (rdma_listen(id, backlog))
+      throw verbs_error("rdma_listen", errno, rdmakit::detail::cat("listening on ", addr.to_string()));
   }
   /// rdma_get_src_port, in host order.
   static std::uint16_t cm_bound_port(cm_id id) { return ntohs(rdma_get_src_port(id)); }
@@ -221,7 +226,7 @@ struct rdmacm : ibverbs {
     a.qp_state = static_cast<ibv_qp_state>(state);
     int m = 0;
     if (rdma_init_qp_attr(id, &a, &m))
-      throw verbs_error("rdma_init_qp_attr", errno, std::string("the attributes for ") + to_string(state));
+      throw verbs_error("rdma_init_qp_attr", errno, rdmakit::detail::cat("the attributes for ", to_string(state)));
     attr = rdmakit::ibverbs::detail::from_ibv(a);
     mask = static_cast<qp_attr_mask>(m);
   }

@@ -3,6 +3,7 @@
 // normalisation, and the hints that make verbs_error messages actionable.
 #include <rdmakit/backends/ibverbs/abi.hpp>
 #include <rdmakit/detail/qp_transitions.hpp>
+#include <rdmakit/detail/text.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/types.hpp>
 
@@ -15,6 +16,10 @@
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace ibverbs::detail {
+
+// The message joiner, so that `cat(...)` here does not need ::rdmakit::detail spelled out.
+using ::rdmakit::detail::append;
+using ::rdmakit::detail::cat;
 
 /// libibverbs reports failures as a positive errno return, as -1 with errno set, or
 /// (for a few providers) as -errno. Returns the errno, 0 on success.
@@ -139,16 +144,13 @@ inline constexpr qp_attr_mask unsupported_mask =
 /// when the mask is what the spec asks for.
 inline std::string explain_mask(qp_type t, qp_state from, qp_state to, qp_attr_mask mask) {
   const auto r = rdmakit::detail::rule_for(from, to, t);
-  if (!r.legal) return std::string("this transition is not legal for ") + to_string(t) + " QPs";
+  if (!r.legal) return cat("this transition is not legal for ", to_string(t), " QPs");
   const qp_attr_mask given = mask & ~qp_attr_mask::state;
   const qp_attr_mask missing = r.required & ~given;
   const qp_attr_mask extra = given & ~(r.required | r.optional);
   std::string out;
-  if (missing != qp_attr_mask::none) out += "missing required " + to_string(missing);
-  if (extra != qp_attr_mask::none) {
-    if (!out.empty()) out += "; ";
-    out += "not allowed here " + to_string(extra);
-  }
+  if (missing != qp_attr_mask::none) append(out, "missing required ", to_string(missing));
+  if (extra != qp_attr_mask::none) append(out, out.empty() ? "" : "; ", "not allowed here ", to_string(extra));
   return out;
 }
 

@@ -51,7 +51,7 @@ RDMAKIT_DECL ibv_context* open_device(std::string_view dev_name) {
   if (!list) {
     const int err = list_errno();
     if (err != ENOSYS)
-      throw verbs_error("ibv_get_device_list", err, "listing RDMA devices to open " + wanted);
+      throw verbs_error("ibv_get_device_list", err, cat("listing RDMA devices to open ", wanted));
     n = 0;
   }
   ibv_device* found = nullptr;
@@ -66,12 +66,12 @@ RDMAKIT_DECL ibv_context* open_device(std::string_view dev_name) {
     if (list) ibv_free_device_list(list);
     if (n == 0)
       throw verbs_error("ibv_open_device", ENODEV,
-                        "cannot open " + wanted +
+                        cat("cannot open ", wanted,
                             ": no RDMA devices found: is the rdma_rxe/mlx5 module loaded? see `rdma link` "
-                            "(soft-RoCE: `rdma link add rxe0 type rxe netdev eth0`)");
+                            "(soft-RoCE: `rdma link add rxe0 type rxe netdev eth0`)"));
     throw verbs_error("ibv_open_device", ENODEV,
-                      "no RDMA device named '" + wanted + "'; devices present: " + present +
-                          " (an empty name opens the first)");
+                      cat("no RDMA device named '", wanted, "'; devices present: ", present,
+                          " (an empty name opens the first)"));
   }
   errno = 0;
   ibv_context* ctx = ibv_open_device(found);
@@ -79,12 +79,11 @@ RDMAKIT_DECL ibv_context* open_device(std::string_view dev_name) {
   ibv_free_device_list(list);
   if (!ctx)
     throw verbs_error("ibv_open_device", err,
-                      "opening " + wanted +
-                          (err == EPERM || err == EACCES ? ": no permission on /dev/infiniband/uverbs*"
-                                                         : std::string()));
+                      cat("opening ", wanted,
+                          err == EPERM || err == EACCES ? ": no permission on /dev/infiniband/uverbs*" : ""));
   if (int e = set_nonblocking(ctx->async_fd)) {
     ibv_close_device(ctx);
-    throw verbs_error("fcntl", e, "making the async event fd of " + wanted + " non-blocking");
+    throw verbs_error("fcntl", e, cat("making the async event fd of ", wanted, " non-blocking"));
   }
   return ctx;
 }
@@ -118,8 +117,8 @@ RDMAKIT_DECL port_attr query_port(ibv_context* ctx, std::uint8_t port) {
   std::memset(&a, 0, sizeof a);
   if (int err = rc_errno(ibv_query_port(ctx, port, &a)))
     throw verbs_error("ibv_query_port", err,
-                      "port " + std::to_string(port) + " of " + ctx_name(ctx) +
-                          (err == EINVAL ? ": no such port (ports are numbered from 1)" : std::string()));
+                      cat("port ", port, " of ", ctx_name(ctx),
+                          err == EINVAL ? ": no such port (ports are numbered from 1)" : ""));
   port_attr o;
   o.state = static_cast<port_state>(a.state);
   o.max_mtu = static_cast<mtu>(a.max_mtu);
@@ -135,7 +134,7 @@ RDMAKIT_DECL gid_entry query_gid(ibv_context* ctx, std::uint8_t port, int index)
   gid_entry o;
   o.index = static_cast<std::uint32_t>(index < 0 ? 0 : index);
   if (index < 0)
-    throw verbs_error("ibv_query_gid_ex", EINVAL, "negative GID index " + std::to_string(index));
+    throw verbs_error("ibv_query_gid_ex", EINVAL, cat("negative GID index ", index));
   ibv_gid_entry e;
   std::memset(&e, 0, sizeof e);
   errno = 0;
@@ -143,13 +142,12 @@ RDMAKIT_DECL gid_entry query_gid(ibv_context* ctx, std::uint8_t port, int index)
       ibv_query_gid_ex(ctx, port, static_cast<std::uint32_t>(index), &e, 0));
   if (err == ENODATA) return o;
   if (err) {
-    std::string why = "GID index " + std::to_string(index) + " of " + ctx_name(ctx) + " port " +
-                      std::to_string(port);
+    std::string why = cat("GID index ", index, " of ", ctx_name(ctx), " port ", port);
     if (err == EINVAL) {
       ibv_port_attr pa;
       std::memset(&pa, 0, sizeof pa);
       if (ibv_query_port(ctx, port, &pa) == 0)
-        why += ": the port's GID table has " + std::to_string(pa.gid_tbl_len) + " entries";
+        append(why, ": the port's GID table has ", pa.gid_tbl_len, " entries");
       else
         why += ": no such port";
     }
@@ -202,7 +200,7 @@ RDMAKIT_DECL int get_async_event(ibv_context* ctx, std::chrono::milliseconds tim
 RDMAKIT_DECL ibv_pd* alloc_pd(ibv_context* ctx) {
   errno = 0;
   ibv_pd* p = ibv_alloc_pd(ctx);
-  if (!p) throw verbs_error("ibv_alloc_pd", null_errno(), "on " + ctx_name(ctx));
+  if (!p) throw verbs_error("ibv_alloc_pd", null_errno(), cat("on ", ctx_name(ctx)));
   return p;
 }
 
@@ -212,8 +210,8 @@ RDMAKIT_DECL ibv_mw* alloc_mw(ibv_pd* p, mw_type type) {
   if (w) return w;
   const int err = null_errno();
   throw verbs_error("ibv_alloc_mw", err,
-                    std::string(type == mw_type::type1 ? "type 1" : "type 2") + " window on " + ctx_name(p->context) +
-                        (err == EOPNOTSUPP || err == ENOSYS ? ": the device has no memory windows of that type" : ""));
+                    cat(type == mw_type::type1 ? "type 1" : "type 2", " window on ", ctx_name(p->context),
+                        err == EOPNOTSUPP || err == ENOSYS ? ": the device has no memory windows of that type" : ""));
 }
 
 RDMAKIT_DECL ibv_mr* reg_mr(ibv_pd* p, void* addr, std::size_t length, access flags) {
@@ -221,18 +219,18 @@ RDMAKIT_DECL ibv_mr* reg_mr(ibv_pd* p, void* addr, std::size_t length, access fl
   ibv_mr* m = ibv_reg_mr(p, addr, length, static_cast<int>(to_underlying(flags)));
   if (m) return m;
   const int err = null_errno();
-  std::string why = std::to_string(length) + " bytes at " + hex(reinterpret_cast<std::uintptr_t>(addr)) +
-                    " with " + to_string(flags) + " on " + ctx_name(p->context);
+  std::string why = cat(length, " bytes at ", ::rdmakit::detail::hex(reinterpret_cast<std::uintptr_t>(addr)),
+                        " with ", to_string(flags), " on ", ctx_name(p->context));
   if (err == EINVAL && has_any(flags, access::remote_write | access::remote_atomic) &&
       !has_all(flags, access::local_write))
     why += ": REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE as well";
   else if (err == ENOMEM || err == EPERM || err == EAGAIN)
-    why += std::string(": ") + memlock_hint();
+    append(why, ": ", memlock_hint());
   else if (err == EFAULT)
     why += ": the address range is not mapped in this process";
   else if (err == EINVAL)
-    why += ": the length or access flags are not accepted by the device (max_mr_size " +
-           std::to_string(query_raw(p->context).max_mr_size) + ")";
+    append(why, ": the length or access flags are not accepted by the device (max_mr_size ",
+           query_raw(p->context).max_mr_size, ")");
   throw verbs_error("ibv_reg_mr", err, why);
 }
 
@@ -242,15 +240,15 @@ RDMAKIT_DECL ibv_ah* create_ah(ibv_pd* p, const ah_attr& attr) {
   ibv_ah* h = ibv_create_ah(p, &a);
   if (h) return h;
   const int err = null_errno();
-  std::string why = "port " + std::to_string(attr.port_num) + " of " + ctx_name(p->context);
+  std::string why = cat("port ", attr.port_num, " of ", ctx_name(p->context));
   if (!attr.is_global) {
     ibv_port_attr pa;
     std::memset(&pa, 0, sizeof pa);
     if (ibv_query_port(p->context, attr.port_num, &pa) == 0 && pa.link_layer == IBV_LINK_LAYER_ETHERNET)
       why += ": RoCE needs a GRH: set is_global and grh.sgid_index (see choose_gid) and grh.dgid";
   } else {
-    why += ", sgid_index " + std::to_string(attr.grh.sgid_index) + ", dgid " + attr.grh.dgid.to_string() +
-           ": check that the GID index exists and the destination is reachable";
+    append(why, ", sgid_index ", attr.grh.sgid_index, ", dgid ", attr.grh.dgid.to_string(),
+           ": check that the GID index exists and the destination is reachable");
   }
   throw verbs_error("ibv_create_ah", err, why);
 }
@@ -259,34 +257,31 @@ RDMAKIT_DECL ibv_comp_channel* create_comp_channel(ibv_context* ctx) {
   errno = 0;
   ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
   if (!ch)
-    throw verbs_error("ibv_create_comp_channel", null_errno(),
-                      "on " + ctx_name(ctx));
+    throw verbs_error("ibv_create_comp_channel", null_errno(), cat("on ", ctx_name(ctx)));
   if (int e = set_nonblocking(ch->fd)) {
     ibv_destroy_comp_channel(ch);
-    throw verbs_error("fcntl", e, "making a completion channel fd of " + ctx_name(ctx) + " non-blocking");
+    throw verbs_error("fcntl", e, cat("making a completion channel fd of ", ctx_name(ctx), " non-blocking"));
   }
   return ch;
 }
 
 RDMAKIT_DECL ibv_cq* create_cq(ibv_context* ctx, int cqe, ibv_comp_channel* ch, int comp_vector) {
   const ibv_device_attr lim = query_raw(ctx);
-  const std::string where = " on " + ctx_name(ctx);
+  const std::string where = cat(" on ", ctx_name(ctx));
   if (cqe < 1 || cqe > lim.max_cqe)
     throw verbs_error("ibv_create_cq", EINVAL,
-                      "cqe=" + std::to_string(cqe) + " is outside 1..max_cqe=" + std::to_string(lim.max_cqe) +
-                          where + "; use several CQs or fewer outstanding WRs per CQ");
+                      cat("cqe=", cqe, " is outside 1..max_cqe=", lim.max_cqe, where,
+                          "; use several CQs or fewer outstanding WRs per CQ"));
   if (comp_vector < 0 || comp_vector >= ctx->num_comp_vectors)
     throw verbs_error("ibv_create_cq", EINVAL,
-                      "comp_vector=" + std::to_string(comp_vector) + " is outside 0.." +
-                          std::to_string(ctx->num_comp_vectors - 1) + " (num_comp_vectors)" + where);
+                      cat("comp_vector=", comp_vector, " is outside 0..", ctx->num_comp_vectors - 1,
+                          " (num_comp_vectors)", where));
   errno = 0;
   ibv_cq* c = ibv_create_cq(ctx, cqe, nullptr, ch, comp_vector);
   if (!c) {
     const int err = null_errno();
     throw verbs_error("ibv_create_cq", err,
-                      "cqe=" + std::to_string(cqe) + where +
-                          (err == ENOMEM ? std::string(": ") + memlock_hint()
-                                         : std::string()));
+                      cat("cqe=", cqe, where, err == ENOMEM ? ": " : "", err == ENOMEM ? memlock_hint() : ""));
   }
   return c;
 }

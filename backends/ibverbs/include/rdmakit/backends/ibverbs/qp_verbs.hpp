@@ -25,12 +25,12 @@ RDMAKIT_DECL ibv_qp* create_qp(ibv_pd* p, ibv_cq* send_cq, ibv_cq* recv_cq, ibv_
     throw verbs_error("ibv_create_qp", EINVAL, "the PD, send CQ and receive CQ must all be given");
   ibv_context* ctx = p->context;
   const ibv_device_attr lim = query_raw(ctx);
-  const std::string what = std::string(to_string(type)) + " QP on " + ctx_name(ctx) + (srq ? " (on an SRQ)" : "");
+  const std::string what = cat(to_string(type), " QP on ", ctx_name(ctx), srq ? " (on an SRQ)" : "");
   auto over = [&](const char* field, std::uint32_t asked, const char* limit, long long max) {
     if (static_cast<long long>(asked) > max)
       throw verbs_error("ibv_create_qp", EINVAL,
-                        what + ": " + field + "=" + std::to_string(asked) + " exceeds the device limit " +
-                            limit + "=" + std::to_string(max) + "; ask for at most that");
+                        cat(what, ": ", field, "=", asked, " exceeds the device limit ", limit, "=", max,
+                            "; ask for at most that"));
   };
   over("max_send_wr", caps.max_send_wr, "max_qp_wr", lim.max_qp_wr);
   if (srq) {  // receives come from the SRQ: the QP has no receive queue of its own
@@ -46,22 +46,21 @@ RDMAKIT_DECL ibv_qp* create_qp(ibv_pd* p, ibv_cq* send_cq, ibv_cq* recv_cq, ibv_
   ibv_qp* q = ibv_create_qp(p, &ia);
   if (!q) {
     const int err = null_errno();
-    std::string why = what + " with " + caps_string(caps);
+    std::string why = cat(what, " with ", caps_string(caps));
     const std::uint32_t inline_limit =
         err == EINVAL && caps.max_inline_data > 0
             ? probe_max_inline(ctx, static_cast<ibv_qp_type>(type))
             : caps.max_inline_data;
     if (caps.max_inline_data > inline_limit)
       throw verbs_error("ibv_create_qp", err,
-                        what + ": max_inline_data=" + std::to_string(caps.max_inline_data) +
-                            " exceeds the device limit max_inline_data (probed)=" +
-                            std::to_string(inline_limit) + "; ask for at most that");
+                        cat(what, ": max_inline_data=", caps.max_inline_data,
+                            " exceeds the device limit max_inline_data (probed)=", inline_limit,
+                            "; ask for at most that"));
     if (err == ENOMEM)
-      why += std::string(": out of QP resources, or ") + memlock_hint();
+      append(why, ": out of QP resources, or ", memlock_hint());
     else if (err == EINVAL)
-      why += ": the provider refused these capacities (device limits: max_qp_wr=" +
-             std::to_string(lim.max_qp_wr) + " max_sge=" + std::to_string(lim.max_sge) +
-             "; the usable WR/SGE counts can be lower when both are large)";
+      append(why, ": the provider refused these capacities (device limits: max_qp_wr=", lim.max_qp_wr,
+             " max_sge=", lim.max_sge, "; the usable WR/SGE counts can be lower when both are large)");
     else if (err == EOPNOTSUPP)
       why += ": the device does not support this QP type";
     throw verbs_error("ibv_create_qp", err, why);
@@ -76,7 +75,7 @@ RDMAKIT_DECL qp_state query_qp_state(ibv_qp* q) {
   std::memset(&a, 0, sizeof a);
   std::memset(&ia, 0, sizeof ia);
   if (int err = rc_errno(ibv_query_qp(q, &a, IBV_QP_STATE, &ia)))
-    throw verbs_error("ibv_query_qp", err, "QP " + std::to_string(q->qp_num));
+    throw verbs_error("ibv_query_qp", err, cat("QP ", q->qp_num));
   return static_cast<qp_state>(a.qp_state);
 }
 
@@ -93,9 +92,8 @@ inline verbs_error modify_error(ibv_qp* q, const qp_attr& attr, qp_attr_mask mas
     }
   }
   const qp_state to = has_all(mask, qp_attr_mask::state) ? attr.state : from;
-  std::string why = std::string(to_string(type)) + " QP " + std::to_string(q->qp_num) + " on " +
-                    ctx_name(q->context) + ": " + to_string(from) + "->" + to_string(to) + " with mask " +
-                    to_string(mask) + ": ";
+  std::string why = cat(to_string(type), " QP ", q->qp_num, " on ", ctx_name(q->context), ": ", to_string(from),
+                        "->", to_string(to), " with mask ", to_string(mask), ": ");
   const std::string mask_problem = explain_mask(type, from, to, mask);
   std::string value_problem;
   if (has_all(mask, qp_attr_mask::av)) {
@@ -108,14 +106,13 @@ inline verbs_error modify_error(ibv_qp* q, const qp_attr& attr, qp_attr_mask mas
                          "(see choose_gid) and grh.dgid = the peer's GID";
       if (has_all(mask, qp_attr_mask::path_mtu) &&
           static_cast<int>(attr.path_mtu) > static_cast<int>(pa.max_mtu))
-        value_problem += std::string("; path_mtu ") + std::to_string(mtu_bytes(attr.path_mtu)) +
-                         " is above the port's max_mtu " +
-                         std::to_string(mtu_bytes(static_cast<mtu>(pa.max_mtu)));
+        append(value_problem, "; path_mtu ", mtu_bytes(attr.path_mtu), " is above the port's max_mtu ",
+               mtu_bytes(static_cast<mtu>(pa.max_mtu)));
     } else {
-      value_problem += "; av.port_num " + std::to_string(port) + " is not a port of this device";
+      append(value_problem, "; av.port_num ", port, " is not a port of this device");
     }
   }
-  if (!mask_problem.empty()) why += mask_problem + value_problem;
+  if (!mask_problem.empty()) append(why, mask_problem, value_problem);
   else if (!value_problem.empty()) why += value_problem.substr(2);
   else why += value_hint;
   return verbs_error("ibv_modify_qp", err, why);
@@ -125,9 +122,9 @@ RDMAKIT_DECL void modify_qp(ibv_qp* q, const qp_attr& attr, qp_attr_mask mask) {
   namespace d = rdmakit::ibverbs::detail;
   if (has_any(mask, unsupported_mask))
     throw verbs_error("ibv_modify_qp", EINVAL,
-                      to_string(mask & unsupported_mask) +
+                      cat(to_string(mask & unsupported_mask),
                           " not supported: rdmakit::qp_attr has no alternate path, migration state or "
-                          "capability fields");
+                          "capability fields"));
   ibv_qp_attr a = to_ibv(attr);
   errno = 0;
   if (int err = rc_errno(ibv_modify_qp(q, &a, static_cast<int>(to_underlying(mask)))))

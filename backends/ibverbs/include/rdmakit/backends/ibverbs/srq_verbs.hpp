@@ -23,13 +23,14 @@ RDMAKIT_DECL ibv_srq* create_srq(ibv_pd* p, srq_attr& attr) {
   if (!p) throw verbs_error("ibv_create_srq", EINVAL, "no protection domain");
   ibv_context* ctx = p->context;
   const ibv_device_attr lim = query_raw(ctx);
-  const std::string what = "SRQ on " + ctx_name(ctx);
-  if (lim.max_srq <= 0) throw verbs_error("ibv_create_srq", EOPNOTSUPP, what + ": the device has no shared receive queues");
+  const std::string what = cat("SRQ on ", ctx_name(ctx));
+  if (lim.max_srq <= 0)
+    throw verbs_error("ibv_create_srq", EOPNOTSUPP, cat(what, ": the device has no shared receive queues"));
   auto range = [&](const char* field, std::uint32_t asked, const char* limit, int max) {
     if (asked == 0 || static_cast<long long>(asked) > max)
       throw verbs_error("ibv_create_srq", EINVAL,
-                        what + ": " + field + "=" + std::to_string(asked) + " is outside 1.." + limit + "=" +
-                            std::to_string(max) + "; ask for at most that");
+                        cat(what, ": ", field, "=", asked, " is outside 1..", limit, "=", max,
+                            "; ask for at most that"));
   };
   range("max_wr", attr.max_wr, "max_srq_wr", lim.max_srq_wr);
   range("max_sge", attr.max_sge, "max_srq_sge", lim.max_srq_sge);
@@ -42,8 +43,8 @@ RDMAKIT_DECL ibv_srq* create_srq(ibv_pd* p, srq_attr& attr) {
   if (!s) {
     const int err = null_errno();
     throw verbs_error("ibv_create_srq", err,
-                      what + " with max_wr=" + std::to_string(attr.max_wr) + " max_sge=" + std::to_string(attr.max_sge) +
-                          (err == ENOMEM ? std::string(": out of SRQ resources, or ") + memlock_hint() : std::string()));
+                      cat(what, " with max_wr=", attr.max_wr, " max_sge=", attr.max_sge,
+                          err == ENOMEM ? ": out of SRQ resources, or " : "", err == ENOMEM ? memlock_hint() : ""));
   }
   attr.max_wr = ia.attr.max_wr;
   attr.max_sge = ia.attr.max_sge;
@@ -54,8 +55,7 @@ RDMAKIT_DECL ibv_srq* create_srq(ibv_pd* p, srq_attr& attr) {
     if (int err = rc_errno(ibv_modify_srq(s, &a, IBV_SRQ_LIMIT))) {
       ibv_destroy_srq(s);
       throw verbs_error("ibv_modify_srq", err,
-                        what + ": arming limit=" + std::to_string(attr.limit) + " (it must be at most max_wr=" +
-                            std::to_string(attr.max_wr) + ")");
+                        cat(what, ": arming limit=", attr.limit, " (it must be at most max_wr=", attr.max_wr, ")"));
     }
   }
   return s;
@@ -64,7 +64,8 @@ RDMAKIT_DECL ibv_srq* create_srq(ibv_pd* p, srq_attr& attr) {
 RDMAKIT_DECL srq_attr query_srq(ibv_srq* s) {
   ibv_srq_attr a;
   std::memset(&a, 0, sizeof a);
-  if (int err = rc_errno(ibv_query_srq(s, &a))) throw verbs_error("ibv_query_srq", err, "SRQ on " + ctx_name(s->context));
+  if (int err = rc_errno(ibv_query_srq(s, &a)))
+    throw verbs_error("ibv_query_srq", err, cat("SRQ on ", ctx_name(s->context)));
   srq_attr o;
   o.max_wr = a.max_wr;
   o.max_sge = a.max_sge;

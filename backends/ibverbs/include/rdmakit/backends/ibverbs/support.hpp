@@ -14,7 +14,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -71,7 +70,7 @@ inline ibv_device_attr query_raw(ibv_context* ctx) {
   ibv_device_attr a;
   std::memset(&a, 0, sizeof a);
   if (int err = rc_errno(ibv_query_device(ctx, &a)))
-    fail("ibv_query_device", err, "querying " + ctx_name(ctx));
+    fail("ibv_query_device", err, cat("querying ", ctx_name(ctx)));
   return a;
 }
 
@@ -81,18 +80,11 @@ inline const char* memlock_hint() noexcept {
 }
 
 inline std::string caps_string(const qp_cap& c) {
-  return "max_send_wr=" + std::to_string(c.max_send_wr) + " max_recv_wr=" + std::to_string(c.max_recv_wr) +
-         " max_send_sge=" + std::to_string(c.max_send_sge) + " max_recv_sge=" +
-         std::to_string(c.max_recv_sge) + " max_inline_data=" + std::to_string(c.max_inline_data);
+  return cat("max_send_wr=", c.max_send_wr, " max_recv_wr=", c.max_recv_wr, " max_send_sge=", c.max_send_sge,
+             " max_recv_sge=", c.max_recv_sge, " max_inline_data=", c.max_inline_data);
 }
 
 inline std::uint32_t nonneg(int v) noexcept { return v < 0 ? 0u : static_cast<std::uint32_t>(v); }
-
-inline std::string hex(std::uintptr_t v) {
-  char buf[2 + 2 * sizeof v + 1];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 // ibv_get_device_list sets errno; no errno at all means no device support.
 inline int list_errno() noexcept { return errno != 0 ? errno : ENODEV; }

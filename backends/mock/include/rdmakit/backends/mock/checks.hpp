@@ -19,16 +19,16 @@ inline void take_one(std::uint32_t& count, std::uint32_t max, const char* verb, 
                      const char* limit, const device_rt& dev) {
   if (count >= max)
     fail(verb, ENOMEM,
-         std::to_string(max) + " " + what + " exist on " + dev.cfg.name + " already (its " + limit +
-             "): destroy one first" + " (mock: or raise device_config::limits." + limit + ")");
+         cat(max, " ", what, " exist on ", dev.cfg.name, " already (its ", limit,
+             "): destroy one first (mock: or raise device_config::limits.", limit, ")"));
   ++count;
 }
 
 inline const port_rt& port_checked(fabric_state& f, context_obj* ctx, std::uint8_t port, const char* verb) {
   auto& dev = f.devices[ctx->dev];
   if (port < 1 || port > dev.ports.size())
-    fail(verb, EINVAL, "port " + std::to_string(port) + " does not exist on " + dev.cfg.name + " (ports are 1.." +
-                           std::to_string(dev.ports.size()) + ")");
+    fail(verb, EINVAL,
+         cat("port ", port, " does not exist on ", dev.cfg.name, " (ports are 1..", dev.ports.size(), ")"));
   return dev.ports[port - 1];
 }
 
@@ -40,8 +40,9 @@ inline void check_av(fabric_state& f, context_obj* ctx, const ah_attr& av, const
          "on RoCE (Ethernet link layer) the address needs a GRH: set is_global=1, grh.dgid to the peer's GID and "
          "grh.sgid_index to a local RoCEv2 GID");
   if (av.is_global && (av.grh.sgid_index >= port.gids.size() || !port.gids[av.grh.sgid_index].valid))
-    fail(verb, EINVAL, "grh.sgid_index " + std::to_string(av.grh.sgid_index) + " is not a valid GID on port " +
-                           std::to_string(av.port_num) + " (use query_gid to list the table)");
+    fail(verb, EINVAL,
+         cat("grh.sgid_index ", av.grh.sgid_index, " is not a valid GID on port ", av.port_num,
+             " (use query_gid to list the table)"));
   if (!av.is_global && av.dlid == 0)
     fail(verb, EINVAL, "the address has neither a GRH nor a destination LID");
 }
@@ -51,11 +52,11 @@ inline void validate_attr(fabric_state& f, qp_obj* q, const qp_attr& a, qp_attr_
   auto& dev = device_of(q);
   const char* verb = "ibv_modify_qp";
   auto bad = [&](const std::string& what) {
-    fail(verb, EINVAL, std::string(to_string(q->type)) + " QP " + std::to_string(q->qpn) + ": " + what);
+    fail(verb, EINVAL, cat(to_string(q->type), " QP ", q->qpn, ": ", what));
   };
   std::uint8_t port = has_all(mask, m::port) ? a.port_num : q->attr.port_num;
   if (has_all(mask, m::port) && (a.port_num < 1 || a.port_num > dev.ports.size()))
-    bad("port " + std::to_string(a.port_num) + " does not exist on " + dev.cfg.name);
+    bad(cat("port ", a.port_num, " does not exist on ", dev.cfg.name));
   if (has_all(mask, m::pkey_index) && a.pkey_index != 0) bad("pkey_index must be 0 (the table has one entry)");
   if (has_all(mask, m::access_flags) &&
       !has_all(access::local_write | access::remote_write | access::remote_read | access::remote_atomic,
@@ -64,19 +65,19 @@ inline void validate_attr(fabric_state& f, qp_obj* q, const qp_attr& a, qp_attr_
   if (has_all(mask, m::path_mtu)) {
     if (mtu_bytes(a.path_mtu) == 0) bad("path_mtu is not a valid MTU value");
     if (port >= 1 && port <= dev.ports.size() && a.path_mtu > dev.ports[port - 1].cfg.max_mtu)
-      bad("path_mtu " + std::to_string(mtu_bytes(a.path_mtu)) + " is above the port's max MTU " +
-          std::to_string(mtu_bytes(dev.ports[port - 1].cfg.max_mtu)));
+      bad(cat("path_mtu ", mtu_bytes(a.path_mtu), " is above the port's max MTU ",
+              mtu_bytes(dev.ports[port - 1].cfg.max_mtu)));
   }
-  if (has_all(mask, m::timeout) && a.timeout > 31) bad("timeout " + std::to_string(a.timeout) + " > 31");
+  if (has_all(mask, m::timeout) && a.timeout > 31) bad(cat("timeout ", a.timeout, " > 31"));
   if (has_all(mask, m::retry_cnt) && a.retry_cnt > 7) bad("retry_cnt > 7");
   if (has_all(mask, m::rnr_retry) && a.rnr_retry > 7) bad("rnr_retry > 7");
   if (has_all(mask, m::min_rnr_timer) && a.min_rnr_timer > 31) bad("min_rnr_timer > 31");
   if (has_all(mask, m::max_qp_rd_atomic) && a.max_rd_atomic > dev.cfg.limits.max_qp_init_rd_atom)
-    bad("max_rd_atomic " + std::to_string(a.max_rd_atomic) + " exceeds the device's max_qp_init_rd_atom " +
-        std::to_string(dev.cfg.limits.max_qp_init_rd_atom));
+    bad(cat("max_rd_atomic ", a.max_rd_atomic, " exceeds the device's max_qp_init_rd_atom ",
+            dev.cfg.limits.max_qp_init_rd_atom));
   if (has_all(mask, m::max_dest_rd_atomic) && a.max_dest_rd_atomic > dev.cfg.limits.max_qp_rd_atom)
-    bad("max_dest_rd_atomic " + std::to_string(a.max_dest_rd_atomic) + " exceeds the device's max_qp_rd_atom " +
-        std::to_string(dev.cfg.limits.max_qp_rd_atom));
+    bad(cat("max_dest_rd_atomic ", a.max_dest_rd_atomic, " exceeds the device's max_qp_rd_atom ",
+            dev.cfg.limits.max_qp_rd_atom));
   if (has_all(mask, m::dest_qpn) && a.dest_qp_num > psn_mask) bad("dest_qp_num is wider than 24 bits");
   if (has_all(mask, m::av)) {
     ah_attr av = a.av;
@@ -84,7 +85,7 @@ inline void validate_attr(fabric_state& f, qp_obj* q, const qp_attr& a, qp_attr_
     try {
       check_av(f, q->pd->ctx, av, verb);
     } catch (const verbs_error& e) {
-      bad(std::string("address vector: ") + e.what());
+      bad(cat("address vector: ", e.what()));
     }
   }
 }

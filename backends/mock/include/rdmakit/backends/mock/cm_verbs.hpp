@@ -182,8 +182,8 @@ inline void cm_check_user_qp(const fabric_state& f, const cm_id_obj* id, std::ui
   auto it = f.qps.find(qpn);
   if (it == f.qps.end() || it->second->pd->ctx->dev != id->dev)
     fail(verb, EINVAL,
-         "qp_num " + std::to_string(qpn) + " is not a queue pair on " + f.devices[id->dev].cfg.name +
-             ", the device of the id's route: create the QP there, or let the CM create it (rdma_create_qp)");
+         cat("qp_num ", qpn, " is not a queue pair on ", f.devices[id->dev].cfg.name,
+             ", the device of the id's route: create the QP there, or let the CM create it (rdma_create_qp)"));
 }
 
 }  // namespace mock::detail
@@ -319,16 +319,16 @@ RDMAKIT_DECL void mock::cm_resolve_addr(cm_id id, const cm_address& src, const c
   std::uint32_t src_ip = 0, to_ip = 0;
   if (!mockd::cm_ipv4_of(src, src_ip))
     mockd::fail("rdma_resolve_addr", EADDRNOTAVAIL,
-                "binding the source address " + src.to_string() +
-                    ": the mock's CM serves IPv4 addresses (and IPv4-mapped IPv6 ones, ::ffff:a.b.c.d) only");
+                detail::cat("binding the source address ", src.to_string(),
+                            ": the mock's CM serves IPv4 addresses (and IPv4-mapped IPv6 ones, ::ffff:a.b.c.d) only"));
   if (src_ip != 0) {
     std::uint32_t dev = 0;
     std::uint8_t port = 0;
     int index = 0;
     if (!mockd::cm_find_address(f, src_ip, dev, port, index))
       mockd::fail("rdma_resolve_addr", EADDRNOTAVAIL,
-                  "binding the source address " + rdmakit::detail::cm_ipv4_string(src_ip) +
-                      ": no port of the fabric has it (mock0 is 10.0.0.1, mock1 10.0.0.2)");
+                  detail::cat("binding the source address ", rdmakit::detail::cm_ipv4_string(src_ip),
+                              ": no port of the fabric has it (mock0 is 10.0.0.1, mock1 10.0.0.2)"));
     id->dev = dev;
     id->port = port;
     id->gid_index = index;
@@ -387,14 +387,16 @@ RDMAKIT_DECL void mock::cm_listen(cm_id id, const cm_address& addr, int) {
   std::uint32_t ip = 0;
   if (!mockd::cm_ipv4_of(addr, ip))
     mockd::fail("rdma_bind_addr", EADDRNOTAVAIL,
-                addr.to_string() + ": the mock's CM serves IPv4 addresses (and IPv4-mapped IPv6 ones) only");
+                detail::cat(addr.to_string(),
+                            ": the mock's CM serves IPv4 addresses (and IPv4-mapped IPv6 ones) only"));
   if (ip != 0 && !mockd::cm_find_address(f, ip, id->dev, id->port, id->gid_index))
     mockd::fail("rdma_bind_addr", EADDRNOTAVAIL,
-                addr.to_string() + " is not the address of any port of the fabric (mock0 is 10.0.0.1, mock1 10.0.0.2)");
+                detail::cat(addr.to_string(),
+                            " is not the address of any port of the fabric (mock0 is 10.0.0.1, mock1 10.0.0.2)"));
   std::uint16_t port = addr.port ? addr.port : f.next_cm_port++;
   for (const auto& [key, l] : f.cm_listeners)
     if (key.second == port && (key.first == 0 || ip == 0 || key.first == ip))
-      mockd::fail("rdma_bind_addr", EADDRINUSE, "port " + std::to_string(port) + " is already listened on");
+      mockd::fail("rdma_bind_addr", EADDRINUSE, detail::cat("port ", port, " is already listened on"));
   id->local_ip = ip;
   id->local_port = port;
   id->state = mockd::cm_id_obj::phase::listening;
@@ -428,8 +430,8 @@ RDMAKIT_DECL mock::qp mock::cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq,
     if (!id->port) mockd::fail("rdma_create_qp", EINVAL, "the id has no route yet (resolve it, or take a request)");
     if (p->ctx->fab != &f || p->ctx->dev != id->dev)
       mockd::fail("rdma_create_qp", EINVAL,
-                  "the PD is on " + f.devices[p->ctx->dev].cfg.name + " but the id's route is on " +
-                      f.devices[id->dev].cfg.name);
+                  detail::cat("the PD is on ", f.devices[p->ctx->dev].cfg.name, " but the id's route is on ",
+                              f.devices[id->dev].cfg.name));
     port = id->port;
   }
   qp q = create_qp(p, send_cq, recv_cq, type, caps, false);

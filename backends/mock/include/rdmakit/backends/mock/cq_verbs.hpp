@@ -38,12 +38,11 @@ RDMAKIT_DECL mock::cq mock::create_cq(context ctx, int cqe, channel ch, int comp
   const auto& limits = f.devices[ctx->dev].cfg.limits;
   if (cqe < 1 || static_cast<std::uint32_t>(cqe) > limits.max_cqe)
     mockd::fail("ibv_create_cq", EINVAL,
-                "cqe " + std::to_string(cqe) + " is outside 1.." + std::to_string(limits.max_cqe) +
-                    " (the device's max_cqe)");
+                detail::cat("cqe ", cqe, " is outside 1..", limits.max_cqe, " (the device's max_cqe)"));
   if (comp_vector < 0 || static_cast<std::uint32_t>(comp_vector) >= limits.num_comp_vectors)
     mockd::fail("ibv_create_cq", EINVAL,
-                "comp_vector=" + std::to_string(comp_vector) + " is outside 0.." +
-                    std::to_string(limits.num_comp_vectors - 1) + " (the device's num_comp_vectors)");
+                detail::cat("comp_vector=", comp_vector, " is outside 0..", limits.num_comp_vectors - 1,
+                            " (the device's num_comp_vectors)"));
   if (ch && ch->ctx != ctx) mockd::fail("ibv_create_cq", EINVAL, "the completion channel belongs to another device");
   auto& dev = f.devices[ctx->dev];
   mockd::take_one(dev.count.cq, limits.max_cq, "ibv_create_cq", "completion queues", "max_cq", dev);

@@ -51,10 +51,10 @@ RDMAKIT_DECL mock::context mock::open_device(rdmakit::detail::shared_owner<mockd
     return c;
   }
   std::string names;
-  for (auto& d : f.devices) names += (names.empty() ? "" : ", ") + d.cfg.name;
+  for (auto& d : f.devices) detail::append(names, names.empty() ? "" : ", ", d.cfg.name);
   mockd::fail("ibv_open_device", ENODEV,
               name.empty() ? "the mock fabric has no devices"
-                           : "no mock device named '" + std::string(name) + "'; devices: " + names);
+                           : detail::cat("no mock device named '", name, "'; devices: ", names));
 }
 
 RDMAKIT_DECL void mock::close_device(context ctx) noexcept {
@@ -103,8 +103,7 @@ RDMAKIT_DECL gid_entry mock::query_gid(context ctx, std::uint8_t port, int index
   const auto& p = mockd::port_checked(f, ctx, port, "ibv_query_gid");
   if (index < 0 || static_cast<std::uint32_t>(index) >= p.gids.size())
     mockd::fail("ibv_query_gid", EINVAL,
-                "GID index " + std::to_string(index) + " is outside the table (0.." +
-                    std::to_string(p.gids.size() - 1) + ")");
+                detail::cat("GID index ", index, " is outside the table (0..", p.gids.size() - 1, ")"));
   return p.gids[static_cast<std::size_t>(index)];
 }
 
@@ -160,7 +159,8 @@ RDMAKIT_DECL mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access 
     mockd::fail("ibv_reg_mr", EINVAL, "length exceeds the device's max_mr_size");
   if (has_any(flags, access::remote_write | access::remote_atomic) && !has_all(flags, access::local_write))
     mockd::fail("ibv_reg_mr", EINVAL,
-                "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE too (" + to_string(flags) + " was asked)");
+                detail::cat("REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE too (", to_string(flags),
+                            " was asked)"));
   auto& dev = f.devices[p->ctx->dev];
   mockd::take_one(dev.count.mr, limits.max_mr, "ibv_reg_mr", "memory regions", "max_mr", dev);
   auto* m = new mockd::mr_obj;

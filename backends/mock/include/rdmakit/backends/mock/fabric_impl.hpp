@@ -112,7 +112,8 @@ RDMAKIT_DECL void fabric::set_port_up(std::string_view device, std::uint8_t port
   for (auto& d : state_->devices) {
     if (d.cfg.name != device) continue;
     if (port < 1 || port > d.ports.size())
-      throw verbs_error("mock::fabric::set_port_up", EINVAL, "no port " + std::to_string(port) + " on " + d.cfg.name);
+      throw verbs_error("mock::fabric::set_port_up", EINVAL,
+                        ::rdmakit::detail::cat("no port ", port, " on ", d.cfg.name));
     if (d.ports[port - 1].up == up) return;
     d.ports[port - 1].up = up;
     async_event ev;
@@ -121,7 +122,7 @@ RDMAKIT_DECL void fabric::set_port_up(std::string_view device, std::uint8_t port
     detail::post_async(*state_, d.index, ev);
     return;
   }
-  throw verbs_error("mock::fabric::set_port_up", ENODEV, "no mock device named '" + std::string(device) + "'");
+  throw verbs_error("mock::fabric::set_port_up", ENODEV, ::rdmakit::detail::cat("no mock device named '", device, "'"));
 }
 
 RDMAKIT_DECL void fabric::set_arm_hook(std::function<void(const void*)> hook) {

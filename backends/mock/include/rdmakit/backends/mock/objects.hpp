@@ -12,6 +12,7 @@
 #include <rdmakit/backends/mock/sge_list.hpp>
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/function.hpp>
+#include <rdmakit/detail/text.hpp>
 #include <rdmakit/detail/thread.hpp>
 
 #include <cstdint>
@@ -22,6 +23,10 @@
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {
+
+// Messages are built with the core joiner: `cat("port ", port)` (an unqualified detail:: here is mock::detail).
+using ::rdmakit::detail::append;
+using ::rdmakit::detail::cat;
 
 using mock_backend = backends::mock;
 using clock_ns = std::uint64_t;

@@ -33,8 +33,7 @@ RDMAKIT_DECL mock::qp mock::create_qp_on_srq(pd p, cq send_cq, cq recv_cq, srq s
   if (type != qp_type::rc && type != qp_type::uc && type != qp_type::ud) bad("unknown QP type");
   auto limit = [&](std::uint32_t v, std::uint32_t max, const char* name, const char* dev_name) {
     if (v > max)
-      bad(std::string(name) + " " + std::to_string(v) + " exceeds the device's " + dev_name + " " +
-          std::to_string(max));
+      bad(detail::cat(name, " ", v, " exceeds the device's ", dev_name, " ", max));
   };
   limit(caps.max_send_wr, limits.max_qp_wr, "max_send_wr", "max_qp_wr");
   limit(caps.max_recv_wr, limits.max_qp_wr, "max_recv_wr", "max_qp_wr");
@@ -94,19 +93,20 @@ RDMAKIT_DECL void mock::modify_qp(qp q, const qp_attr& a, qp_attr_mask mask) {
   const qp_state next = has_all(mask, m::state) ? a.state : cur;
   auto bad = [&](const std::string& what) {
     mockd::fail("ibv_modify_qp", EINVAL,
-                std::string(to_string(q->type)) + " QP " + std::to_string(q->qpn) + " " + to_string(cur) + "->" +
-                    to_string(next) + ": " + what);
+                detail::cat(to_string(q->type), " QP ", q->qpn, " ", to_string(cur), "->", to_string(next), ": ",
+                            what));
   };
   if (has_all(mask, m::cur_state) && a.cur_state != cur)
-    bad(std::string("cur_state says ") + to_string(a.cur_state) + " but the QP is in " + to_string(cur));
+    bad(detail::cat("cur_state says ", to_string(a.cur_state), " but the QP is in ", to_string(cur)));
   auto rule = rdmakit::detail::rule_for(cur, next, q->type);
   if (!rule.legal) bad("not a legal transition");
   const qp_attr_mask allowed = m::state | rule.required | rule.optional;
   if (auto extra = mask & ~allowed; extra != m::none)
-    bad("attribute(s) " + to_string(extra) + " are not allowed here (required: " + to_string(rule.required) +
-        ", optional: " + to_string(rule.optional) + ")");
+    bad(detail::cat("attribute(s) ", to_string(extra), " are not allowed here (required: ", to_string(rule.required),
+                    ", optional: ", to_string(rule.optional), ")"));
   if (auto missing = rule.required & ~mask; missing != m::none)
-    bad("missing required attribute(s) " + to_string(missing) + " (required: " + to_string(rule.required) + ")");
+    bad(detail::cat("missing required attribute(s) ", to_string(missing), " (required: ", to_string(rule.required),
+                    ")"));
   mockd::validate_attr(f, q, a, mask);
 
   auto& s = q->attr;

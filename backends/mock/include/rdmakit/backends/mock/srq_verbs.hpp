@@ -21,13 +21,11 @@ RDMAKIT_DECL mock::srq mock::create_srq(pd p, srq_attr& attr) {
   auto bad = [&](const std::string& what) { mockd::fail("ibv_create_srq", EINVAL, what); };
   if (limits.max_srq == 0) mockd::fail("ibv_create_srq", EOPNOTSUPP, "the device has no shared receive queues");
   if (attr.max_wr == 0 || attr.max_wr > limits.max_srq_wr)
-    bad("max_wr " + std::to_string(attr.max_wr) + " is outside 1.." + std::to_string(limits.max_srq_wr) +
-        " (the device's max_srq_wr)");
+    bad(detail::cat("max_wr ", attr.max_wr, " is outside 1..", limits.max_srq_wr, " (the device's max_srq_wr)"));
   if (attr.max_sge == 0 || attr.max_sge > limits.max_srq_sge)
-    bad("max_sge " + std::to_string(attr.max_sge) + " is outside 1.." + std::to_string(limits.max_srq_sge) +
-        " (the device's max_srq_sge)");
+    bad(detail::cat("max_sge ", attr.max_sge, " is outside 1..", limits.max_srq_sge, " (the device's max_srq_sge)"));
   if (attr.limit > attr.max_wr)
-    bad("limit " + std::to_string(attr.limit) + " is above max_wr " + std::to_string(attr.max_wr));
+    bad(detail::cat("limit ", attr.limit, " is above max_wr ", attr.max_wr));
   mockd::take_one(dev.count.srq, limits.max_srq, "ibv_create_srq", "shared receive queues", "max_srq", dev);
   auto* s = new mockd::srq_obj;
   s->pd = p;
