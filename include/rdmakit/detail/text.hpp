@@ -23,11 +23,13 @@ constexpr hex_number hex(std::uint64_t v) noexcept { return {v}; }
 
 /// One argument of cat(): text, or an integer the joiner formats (in decimal unless hex()).
 /// Two words, so a call site stores two values per piece: the text's pointer and size, or
-/// the number and a mark in place of the size (no text is that long).
+/// a C string's pointer or a number, with a mark in place of the size (no text is that long).
 class text_piece {
  public:
   constexpr text_piece(std::string_view s) noexcept : text_(s.data()), size_(s.size()) {}
-  constexpr text_piece(const char* s) noexcept : text_piece(std::string_view(s)) {}
+  // Measured by the joiner, which writes a null pointer as "(null)" (an error path must
+  // not crash on the text it reports).
+  constexpr text_piece(const char* s) noexcept : text_(s), size_(c_string_mark) {}
   text_piece(const std::string& s) noexcept : text_piece(std::string_view(s)) {}
   // Integers by value; bool and the character types are refused (a message wants "yes"
   // or a character written as text, not a number).
@@ -47,6 +49,7 @@ class text_piece {
   static constexpr std::size_t signed_mark = ~std::size_t{0};
   static constexpr std::size_t unsigned_mark = signed_mark - 1;
   static constexpr std::size_t hex_mark = signed_mark - 2;
+  static constexpr std::size_t c_string_mark = signed_mark - 3;
   union {
     const char* text_;
     std::uint64_t number_;

@@ -7,7 +7,8 @@ RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 
 RDMAKIT_DECL std::string_view text_piece::view(char (&buf)[24]) const noexcept {
-  if (size_ < hex_mark) return {text_, size_};
+  if (size_ < c_string_mark) return {text_, size_};
+  if (size_ == c_string_mark) return text_ ? std::string_view(text_) : std::string_view("(null)");
   // Digits from the end of the buffer; a negative number is its magnitude after a '-'.
   char* end = buf + sizeof buf;
   char* p = end;

@@ -20,6 +20,13 @@ TEST_CASE("cat joins text of every kind in order") {
   CHECK(cat("a ", s, ' ' == ' ' ? " b " : "", v) == "a string b view");
   CHECK(cat("") == "");
   CHECK(cat(std::string_view("abc", 2)) == "ab");  // a view's size, not a terminator
+  char buffer[16] = "host";  // a C string in a larger array: up to its terminator
+  CHECK(cat(buffer, ":", 80) == "host:80");
+}
+
+TEST_CASE("a null C string is written as (null), not read") {
+  const char* none = nullptr;
+  CHECK(cat("name ", none, "!") == "name (null)!");
 }
 
 TEST_CASE("cat writes integers of every width and sign in decimal") {
