@@ -38,7 +38,7 @@ class text_piece {
              !std::is_same_v<I, char8_t> && !std::is_same_v<I, char16_t> && !std::is_same_v<I, char32_t> &&
              !std::is_same_v<I, wchar_t>)
   constexpr text_piece(I v) noexcept
-      : number_(static_cast<std::uint64_t>(static_cast<std::conditional_t<std::is_signed_v<I>, std::int64_t, std::uint64_t>>(v))),
+      : number_(static_cast<std::uint64_t>(static_cast<widened<I>>(v))),
         size_(std::is_signed_v<I> ? signed_mark : unsigned_mark) {}
   constexpr text_piece(hex_number h) noexcept : number_(h.value), size_(hex_mark) {}
 
@@ -46,6 +46,9 @@ class text_piece {
   std::string_view view(char (&buf)[24]) const noexcept;
 
  private:
+  // A signed integer sign-extended to 64 bits (its bits as the joiner reads them back).
+  template <class I>
+  using widened = std::conditional_t<std::is_signed_v<I>, std::int64_t, std::uint64_t>;
   static constexpr std::size_t signed_mark = ~std::size_t{0};
   static constexpr std::size_t unsigned_mark = signed_mark - 1;
   static constexpr std::size_t hex_mark = signed_mark - 2;
