@@ -51,6 +51,29 @@ TEST_CASE("mock: create_qp refuses CQs of another device") {
   B::close_device(other);
 }
 
+TEST_CASE("mock: cm_migrate_id onto the id's own channel keeps its events; another fabric's channel is EINVAL") {
+  rm::fabric f;
+  auto ctx = B::open_device(f, "mock0");
+  auto ch = B::cm_create_channel(ctx);
+  auto id = B::cm_create_id(ch);
+  B::cm_resolve_addr(id, {}, rdmakit::cm_address::parse("10.0.0.2", 7471), std::chrono::milliseconds(100));
+  B::cm_migrate_id(id, ch);  // moving its queued event onto the queue being walked never ended
+  rm::fabric other;
+  auto other_ctx = B::open_device(other, "mock0");
+  auto other_ch = B::cm_create_channel(other_ctx);
+  CHECK(errno_of([&] { B::cm_migrate_id(id, other_ch); }) == EINVAL);
+  rdmakit::basic_cm_event<B::cm_id> ev;
+  REQUIRE(B::cm_get_event(ch, std::chrono::milliseconds(0), ev) == 0);
+  CHECK(ev.type == rdmakit::cm_event_type::addr_resolved);
+  CHECK(ev.id == id);
+  CHECK(B::cm_get_event(ch, std::chrono::milliseconds(0), ev) == ETIMEDOUT);  // only the one
+  CHECK(B::cm_destroy_id(id) == 0);
+  CHECK(B::cm_destroy_channel(ch) == 0);
+  CHECK(B::cm_destroy_channel(other_ch) == 0);
+  B::close_device(other_ctx);
+  B::close_device(ctx);
+}
+
 TEST_CASE("mock: req_notify_cq on a CQ without a channel is EINVAL") {
   fx_t fx;
   auto cq = fx.make_cq(8);

@@ -63,6 +63,13 @@ inline void cm_deliver_rejects(fabric_state& f, std::unique_lock<std::mutex>& lk
   owed.clear();
 }
 
+// The id listening on exactly (ip, port); null when none.
+inline cm_id_obj* cm_listening(const fabric_state& f, std::uint32_t ip, std::uint16_t port) {
+  for (const cm_listener& l : f.cm_listeners)
+    if (l.ip == ip && l.port == port) return l.id;
+  return nullptr;
+}
+
 inline void cm_forget_events(cm_id_obj* id) {
   for (auto* q : {&id->ch->events, &id->ch->later})
     for (auto it = q->begin(); it != q->end();) it = (it->id == id) ? q->erase(it) : it + 1;
@@ -248,7 +255,8 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
     if (p->peer == id) p->peer = nullptr;
   }
   if (id->state == ph::listening) {
-    f.cm_listeners.erase({id->local_ip, id->local_port});
+    std::erase_if(f.cm_listeners,
+                  [&](const mockd::cm_listener& l) { return l.ip == id->local_ip && l.port == id->local_port; });
     // Requests still queued (nobody took them) go with the listener, as the kernel
     // destroys their ids: their senders are refused.
     auto& q = id->ch->events;
@@ -282,7 +290,11 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
 RDMAKIT_DECL void mock::cm_migrate_id(cm_id id, cm_channel c) {
   if (!id || !c) mockd::fail("rdma_migrate_id", EINVAL, "no id or channel");
   auto& f = mockd::fab_of(id);
+  if (c->fab != &f)
+    mockd::fail("rdma_migrate_id", EINVAL,
+                "the channel is on another fabric than the id: migrate to a channel of the id's fabric");
   std::lock_guard lk(f.mu);
+  if (c == id->ch) return;  // already there (its events moved onto the queue walked would not end)
   auto& from = id->ch->events;
   for (auto it = from.begin(); it != from.end();) {
     if (it->id == id) {
@@ -394,13 +406,13 @@ RDMAKIT_DECL void mock::cm_listen(cm_id id, const cm_address& addr, int) {
                 detail::cat(addr.to_string(),
                             " is not the address of any port of the fabric (mock0 is 10.0.0.1, mock1 10.0.0.2)"));
   std::uint16_t port = addr.port ? addr.port : f.next_cm_port++;
-  for (const auto& [key, l] : f.cm_listeners)
-    if (key.second == port && (key.first == 0 || ip == 0 || key.first == ip))
+  for (const auto& l : f.cm_listeners)
+    if (l.port == port && (l.ip == 0 || ip == 0 || l.ip == ip))
       mockd::fail("rdma_bind_addr", EADDRINUSE, detail::cat("port ", port, " is already listened on"));
   id->local_ip = ip;
   id->local_port = port;
   id->state = mockd::cm_id_obj::phase::listening;
-  f.cm_listeners[{ip, port}] = id;
+  f.cm_listeners.push_back({ip, port, id});  // (no listener has this address: refused above)
 }
 
 RDMAKIT_DECL std::uint16_t mock::cm_bound_port(cm_id id) {
@@ -495,15 +507,14 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
     f.cv.notify_all();
     return;
   }
-  auto it = f.cm_listeners.find({id->remote_ip, id->remote_port});
-  if (it == f.cm_listeners.end()) it = f.cm_listeners.find({0, id->remote_port});
-  if (it == f.cm_listeners.end()) {  // the peer's CM answers with REJ "invalid service ID"
+  mockd::cm_id_obj* l = mockd::cm_listening(f, id->remote_ip, id->remote_port);
+  if (!l) l = mockd::cm_listening(f, 0, id->remote_port);
+  if (!l) {  // the peer's CM answers with REJ "invalid service ID"
     id->state = ph::done;
     std::vector<mockd::cm_reject_owed> owed{{id, 8, {}}};
     mockd::cm_deliver_rejects(f, lk, owed);
     return;
   }
-  mockd::cm_id_obj* l = it->second;
   auto* child = new mockd::cm_id_obj;
   child->ch = l->ch;
   ++l->ch->ids;
@@ -687,7 +698,7 @@ RDMAKIT_DECL int mock::cm_get_event(cm_channel c, std::chrono::milliseconds time
     f.cv.wait_until(lk, due != c->later.end() ? std::min(until, due->due) : until);
   }
   auto r = std::move(c->events.front());
-  c->events.pop_front();
+  c->events.erase(c->events.begin());
   c->ready.sync(!c->events.empty());
   out.type = r.type;
   out.id = r.id;

@@ -120,7 +120,7 @@ RDMAKIT_DECL int mock::get_cq_event(channel ch, std::chrono::milliseconds timeou
     mockd::run_due(f);
     if (!ch->events.empty()) {
       out = ch->events.front();
-      ch->events.pop_front();
+      ch->events.erase(ch->events.begin());
       ch->ready.sync(!ch->events.empty());
       ++out->events_delivered;
       return 0;

@@ -115,7 +115,7 @@ RDMAKIT_DECL int mock::get_async_event(context ctx, std::chrono::milliseconds ti
     mockd::run_due(f);
     if (!ctx->async_q.empty()) {
       out = ctx->async_q.front();
-      ctx->async_q.pop_front();
+      ctx->async_q.erase(ctx->async_q.begin());
       ctx->async_ready.sync(!ctx->async_q.empty());
       return 0;
     }

@@ -16,8 +16,6 @@
 #include <rdmakit/detail/thread.hpp>
 
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <mutex>
 #include <vector>
 
@@ -55,7 +53,9 @@ class context_obj {
   fabric_state* fab = nullptr;
   rdmakit::detail::shared_owner<fabric_state> keep;  // the fabric object may go first
   std::uint32_t dev = 0;
-  std::deque<async_event> async_q;  // add with push_async: async_ready must follow it
+  // Few and rare (a vector: <deque> and its instantiations cost every translation unit
+  // that includes the mock, issue 12). Add with push_async: async_ready must follow it.
+  std::vector<async_event> async_q;
   ready_fd async_ready;  // readable while async_q is not empty
   int children = 0;  // pds, cqs, channels
 
@@ -117,7 +117,7 @@ class cq_obj;
 class channel_obj {
  public:
   context_obj* ctx = nullptr;
-  std::deque<cq_obj*> events;
+  std::vector<cq_obj*> events;  // CQs whose event is due, oldest first (rarely more than one)
   ready_fd ready;  // readable while events is not empty
   int cqs = 0;
 };
@@ -186,7 +186,7 @@ class srq_obj {
  public:
   pd_obj* pd = nullptr;
   srq_attr attr;  // granted max_wr, max_sge; limit: armed watermark (0: disarmed)
-  std::deque<recv_wqe> wqes;
+  slot_ring<recv_wqe> wqes;
   int qps = 0;  // queue pairs created on it
 };
 
@@ -235,6 +235,37 @@ struct response {
   std::vector<std::uint8_t> data;  // READ data or the atomic's original value
 };
 
+/// The original values of the last 256 atomics a responder executed, by PSN: a
+/// duplicate request (a retry) is answered with its value, not executed again.
+class atomic_replays {
+ public:
+  void record(std::uint32_t psn, std::uint64_t original) {
+    if (entries_.size() < capacity)
+      entries_.push_back({psn, original});
+    else
+      entries_[next_] = {psn, original};  // the oldest
+    next_ = (next_ + 1) % capacity;
+  }
+  /// The value recorded last for `psn`; null when none is kept.
+  const std::uint64_t* find(std::uint32_t psn) const noexcept {
+    const std::size_t n = entries_.size();
+    for (std::size_t k = 1; k <= n; ++k) {  // newest first (next_ - 1, next_ - 2, ...)
+      const entry& e = entries_[(next_ + n - k) % n];
+      if (e.psn == psn) return &e.original;
+    }
+    return nullptr;
+  }
+
+ private:
+  static constexpr std::size_t capacity = 256;
+  struct entry {
+    std::uint32_t psn;
+    std::uint64_t original;
+  };
+  std::vector<entry> entries_;
+  std::size_t next_ = 0;  // where the next record goes (the oldest once full)
+};
+
 class qp_obj {
  public:
   pd_obj* pd = nullptr;
@@ -253,7 +284,7 @@ class qp_obj {
   // every WQE before issue_from is issued or done, every WQE before report_from reported.
   std::uint64_t issue_from = 1;
   std::uint64_t report_from = 1;
-  std::deque<recv_wqe> rq;
+  slot_ring<recv_wqe> rq;
   srq_obj* srq = nullptr;  // receives come from here instead of rq (rq stays empty)
 
   // Requester.
@@ -277,7 +308,7 @@ class qp_obj {
 
   // Responder.
   std::uint32_t expected_psn = 0;
-  std::map<std::uint32_t, std::uint64_t> atomic_replay;  // psn -> original value
+  atomic_replays atomic_replay;  // the original values of the last atomics executed
 };
 
 class cm_id_obj;
@@ -300,8 +331,8 @@ class cm_channel_obj {
   fabric_state* fab = nullptr;
   rdmakit::detail::shared_owner<fabric_state> keep;
   std::uint32_t dev = 0;  // the device of the context it was made from: ids resolve from it
-  std::deque<cm_event_rec> events;
-  std::deque<cm_event_rec> later;
+  std::vector<cm_event_rec> events;  // oldest first
+  std::vector<cm_event_rec> later;
   ready_fd ready;
   int ids = 0;
 };
@@ -350,6 +381,13 @@ struct wire_event {
   bool before(const wire_event& o) const { return when != o.when ? when < o.when : order < o.order; }
 };
 
+/// A listening connection-manager id: its IPv4 address (0: any) and port.
+struct cm_listener {
+  std::uint32_t ip = 0;
+  std::uint16_t port = 0;
+  cm_id_obj* id = nullptr;
+};
+
 class fabric_state {
  public:
   mutable std::mutex mu;
@@ -392,7 +430,7 @@ class fabric_state {
   // The connection manager (cm_verbs.hpp): channels, ids, listeners by (IPv4, port).
   object_set<cm_channel_obj> cm_channels;
   object_set<cm_id_obj> cm_ids;
-  std::map<std::pair<std::uint32_t, std::uint16_t>, cm_id_obj*> cm_listeners;
+  std::vector<cm_listener> cm_listeners;  // a few: searched
   std::uint16_t next_cm_port = 40000;
   std::uint32_t next_cm_psn = 1;
   bool running = false;  // guards against re-entering the event loop

@@ -138,7 +138,7 @@ RDMAKIT_DECL int mock::post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept {
     if (q->state == qp_state::err)
       mockd::flush_recv(f, q, r);
     else
-      q->rq.push_back(std::move(r));
+      q->rq.push_back() = std::move(r);
   }
   if (bad_wr) *bad_wr = err ? w : nullptr;
   mockd::run_due(f);

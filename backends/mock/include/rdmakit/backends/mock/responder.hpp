@@ -5,7 +5,6 @@
 #include <rdmakit/detail/algorithm.hpp>
 
 #include <cstring>
-#include <deque>
 #include <string>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -35,10 +34,10 @@ inline void answer_duplicate(fabric_state& f, qp_obj* d, const message& m) {
       if (m.length) std::memcpy(r.data.data(), reinterpret_cast<const void*>(m.remote_addr), m.length);
     }
   } else if (is_atomic(m.op)) {
-    auto old = d->atomic_replay.find(m.psn);
-    if (old == d->atomic_replay.end()) return;
+    const std::uint64_t* old = d->atomic_replay.find(m.psn);
+    if (!old) return;
     r.data.resize(8);
-    std::memcpy(r.data.data(), &old->second, 8);
+    std::memcpy(r.data.data(), old, 8);
   }
   respond(f, m, std::move(r));
 }
@@ -82,7 +81,7 @@ inline void refuse(fabric_state& f, qp_obj* d, const message& m, wc_status nak_s
 }
 
 // Where the QP's receives come from: its shared receive queue, or its own.
-inline std::deque<recv_wqe>& receives(qp_obj* d) { return d->srq ? d->srq->wqes : d->rq; }
+inline slot_ring<recv_wqe>& receives(qp_obj* d) { return d->srq ? d->srq->wqes : d->rq; }
 
 // Takes the oldest receive. On an SRQ whose armed limit this crosses (fewer WRs left than
 // the limit), SRQ_LIMIT_REACHED is raised once and the limit disarmed.
@@ -220,8 +219,7 @@ inline void receive_atomic(fabric_state& f, qp_obj* d, const message& m) {
   const std::uint64_t next =
       m.op == opcode::atomic_fetch_and_add ? old + m.compare_add : (old == m.compare_add ? m.swap : old);
   std::memcpy(reinterpret_cast<void*>(m.remote_addr), &next, 8);
-  d->atomic_replay[m.psn] = old;
-  if (d->atomic_replay.size() > 256) d->atomic_replay.erase(d->atomic_replay.begin());
+  d->atomic_replay.record(m.psn, old);
   response r;
   r.data.resize(8);
   std::memcpy(r.data.data(), &old, 8);

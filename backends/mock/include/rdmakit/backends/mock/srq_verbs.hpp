@@ -68,7 +68,7 @@ RDMAKIT_DECL int mock::post_srq_recv(srq s, recv_wr* wr, recv_wr** bad_wr) noexc
     mockd::recv_wqe r;
     r.wr_id = w->wr_id;
     r.sges.assign(w->sg_list, static_cast<std::size_t>(w->num_sge));
-    s->wqes.push_back(std::move(r));
+    s->wqes.push_back() = std::move(r);
   }
   if (bad_wr) *bad_wr = err ? w : nullptr;
   mockd::run_due(f);  // an RNR retry may be waiting for this receive
