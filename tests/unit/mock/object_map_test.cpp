@@ -29,3 +29,40 @@ TEST_CASE("mock object_map: m[key] = p, find, count, erase and iteration") {
   for (auto& [key, p] : m) seen[key] = p;
   CHECK(seen == std::map<std::uint32_t, int*>{{7, &objs[2]}, {100, &objs[3]}});
 }
+
+TEST_CASE("mock object_map: thousands of inserts and erases agree with std::map (erase shifts entries back)") {
+  // Keys from a small range, so that probes collide and wrap around the table, and
+  // erases leave entries that must move back into the hole to stay findable.
+  static int objs[64];
+  md::object_map<int> m;
+  std::map<std::uint32_t, int*> want;
+  std::uint64_t x = 12345;
+  auto next = [&x] { return x = x * 6364136223846793005ull + 1442695040888963407ull, static_cast<std::uint32_t>(x >> 33); };
+  for (int step = 0; step < 20000; ++step) {
+    const std::uint32_t r = next();
+    const std::uint32_t key = r % 97 + (r & 0x100 ? 0xFFFFFF00u : 0);  // near 0 and near 2^32
+    if (r % 3 == 0) {
+      CHECK(m.erase(key) == want.erase(key));
+    } else {
+      int* p = &objs[r % 64];
+      m[key] = p;
+      want[key] = p;
+    }
+    if (step % 1000 == 0 || step == 19999) {
+      std::map<std::uint32_t, int*> seen;
+      for (auto& [k, p] : m) seen[k] = p;
+      REQUIRE(seen == want);
+      for (std::uint32_t k = 0; k < 97; ++k)
+        for (std::uint32_t hi : {0u, 0xFFFFFF00u}) {
+          auto it = m.find(k + hi);
+          const auto w = want.find(k + hi);
+          REQUIRE((it == m.end()) == (w == want.end()));
+          if (w != want.end()) CHECK(it->second == w->second);
+          CHECK(m.count(k + hi) == want.count(k + hi));
+        }
+    }
+  }
+  m[5] = &objs[0];
+  m[5] = nullptr;  // a null pointer removes the key
+  CHECK(m.count(5) == 0);
+}

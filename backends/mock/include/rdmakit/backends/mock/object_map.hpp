@@ -1,64 +1,146 @@
 #pragma once
 // Live objects of one kind by number (fabric_state's QPs by QP number, MRs by key,
 // windows by index), with the members of std::unordered_map<std::uint32_t, T*> the mock
-// uses. Every kind shares one std::unordered_map<std::uint32_t, void*>: a map per kind
-// made each translation unit that includes the mock instantiate the hash table again
-// for each kind (issue 12).
+// uses. One open-addressing table of (number, pointer) shared by every kind, with
+// linear probing and no tombstones (an erase shifts the entries after it back):
+// std::unordered_map and its instantiations cost every translation unit that includes
+// the mock about 20 MB of GCC's allocations, a tenth of core + mock (issue 12).
 #include <rdmakit/config.hpp>
 
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
+#include <vector>
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {
 
+/// The untyped table behind object_map<T>: numbers to non-null pointers.
+class number_table {
+ public:
+  struct cell {
+    std::uint32_t key = 0;
+    void* value = nullptr;  // null: an empty cell
+  };
+
+  /// The cell holding `key`, or null.
+  const cell* find(std::uint32_t key) const noexcept {
+    if (cells_.empty()) return nullptr;
+    for (std::size_t i = home_(key);; i = (i + 1) & mask_()) {
+      const cell& c = cells_[i];
+      if (!c.value) return nullptr;
+      if (c.key == key) return &c;
+    }
+  }
+  /// Maps `key` to `value`, replacing what it mapped to (null: removes it).
+  void assign(std::uint32_t key, void* value) {
+    if (!value) {
+      erase(key);
+      return;
+    }
+    if ((size_ + 1) * 2 > cells_.size()) grow_();  // at most half full: short probes
+    std::size_t i = home_(key);
+    while (cells_[i].value && cells_[i].key != key) i = (i + 1) & mask_();
+    if (!cells_[i].value) ++size_;
+    cells_[i] = {key, value};
+  }
+  /// Removes `key`; 1 if it was there.
+  std::size_t erase(std::uint32_t key) noexcept {
+    const cell* found = find(key);
+    if (!found) return 0;
+    std::size_t hole = static_cast<std::size_t>(found - cells_.data());
+    // Entries after the hole whose home is not between it and them move back into it,
+    // so that every entry stays reachable from its home without crossing an empty cell.
+    for (std::size_t j = (hole + 1) & mask_(); cells_[j].value; j = (j + 1) & mask_()) {
+      const std::size_t home = home_(cells_[j].key);
+      const bool stays = hole < j ? (hole < home && home <= j) : (hole < home || home <= j);
+      if (!stays) {
+        cells_[hole] = cells_[j];
+        hole = j;
+      }
+    }
+    cells_[hole] = {};
+    --size_;
+    return 1;
+  }
+  std::size_t size() const noexcept { return size_; }
+  const std::vector<cell>& cells() const noexcept { return cells_; }
+
+ private:
+  std::size_t mask_() const noexcept { return cells_.size() - 1; }
+  // Fibonacci hashing: numbers handed out in sequence spread over the table.
+  std::size_t home_(std::uint32_t key) const noexcept {
+    return static_cast<std::size_t>((std::uint64_t{key} * 0x9E3779B97F4A7C15ull) >> (64 - bits_));
+  }
+  void grow_() {
+    std::vector<cell> old;
+    old.swap(cells_);
+    bits_ = old.empty() ? 4 : bits_ + 1;
+    cells_.assign(std::size_t{1} << bits_, cell{});
+    size_ = 0;
+    for (const cell& c : old)
+      if (c.value) assign(c.key, c.value);
+  }
+
+  std::vector<cell> cells_;  // a power of two of them, or none
+  std::size_t size_ = 0;
+  unsigned bits_ = 0;  // cells_.size() == 2^bits_
+};
+
 template <class T>
 class object_map {
-  using map = std::unordered_map<std::uint32_t, void*>;
-
  public:
   struct entry {
     std::uint32_t first = 0;
     T* second = nullptr;
   };
+  /// Iterates the entries (in no particular order); made invalid by any change.
   class iterator {
    public:
-    explicit iterator(map::const_iterator it) : it_(it) {}
+    iterator(const number_table::cell* c, const number_table::cell* end) : c_(c), end_(end) { skip_(); }
     const entry& operator*() const {
-      e_ = {it_->first, static_cast<T*>(it_->second)};
+      e_ = {c_->key, static_cast<T*>(c_->value)};
       return e_;
     }
     const entry* operator->() const { return &**this; }
     iterator& operator++() {
-      ++it_;
+      ++c_;
+      skip_();
       return *this;
     }
-    bool operator==(const iterator& o) const { return it_ == o.it_; }
+    bool operator==(const iterator& o) const { return c_ == o.c_; }
 
    private:
-    map::const_iterator it_;
+    void skip_() {
+      while (c_ != end_ && !c_->value) ++c_;
+    }
+    const number_table::cell* c_;
+    const number_table::cell* end_;
     mutable entry e_;
   };
-  /// What `m[key] = p` assigns through.
+  /// What `m[key] = p` assigns through (a null p removes the key).
   class slot {
    public:
-    explicit slot(void*& s) : s_(s) {}
-    void operator=(T* p) { s_ = p; }
+    slot(number_table& t, std::uint32_t key) : t_(t), key_(key) {}
+    void operator=(T* p) { t_.assign(key_, p); }
 
    private:
-    void*& s_;
+    number_table& t_;
+    std::uint32_t key_;
   };
 
-  iterator find(std::uint32_t key) const { return iterator(m_.find(key)); }
-  std::size_t count(std::uint32_t key) const { return m_.count(key); }
-  slot operator[](std::uint32_t key) { return slot(m_[key]); }
-  std::size_t erase(std::uint32_t key) { return m_.erase(key); }
-  iterator begin() const { return iterator(m_.begin()); }
-  iterator end() const { return iterator(m_.end()); }
+  iterator find(std::uint32_t key) const {
+    const number_table::cell* c = t_.find(key);
+    return c ? iterator(c, cells_end_()) : end();
+  }
+  std::size_t count(std::uint32_t key) const { return t_.find(key) ? 1 : 0; }
+  slot operator[](std::uint32_t key) { return slot(t_, key); }
+  std::size_t erase(std::uint32_t key) { return t_.erase(key); }
+  iterator begin() const { return iterator(t_.cells().data(), cells_end_()); }
+  iterator end() const { return iterator(cells_end_(), cells_end_()); }
 
  private:
-  map m_;
+  const number_table::cell* cells_end_() const { return t_.cells().data() + t_.cells().size(); }
+  number_table t_;
 };
 
 }  // namespace mock::detail
