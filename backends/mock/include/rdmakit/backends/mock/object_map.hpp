@@ -64,6 +64,12 @@ class number_table {
   }
   std::size_t size() const noexcept { return size_; }
   const std::vector<cell>& cells() const noexcept { return cells_; }
+  /// The first cell from `c` on that holds an entry; null past the last.
+  const cell* next_entry(const cell* c) const noexcept {
+    for (const cell* end = cells_.data() + cells_.size(); c != end; ++c)
+      if (c->value) return c;
+    return nullptr;
+  }
 
  private:
   std::size_t mask_() const noexcept { return cells_.size() - 1; }
@@ -93,28 +99,25 @@ class object_map {
     std::uint32_t first = 0;
     T* second = nullptr;
   };
-  /// Iterates the entries (in no particular order); made invalid by any change.
+  /// Iterates the entries (in no particular order); made invalid by any change. The end
+  /// is a null cell, so that find() builds its result from the cell alone.
   class iterator {
    public:
-    iterator(const number_table::cell* c, const number_table::cell* end) : c_(c), end_(end) { skip_(); }
+    iterator(const number_table* t, const number_table::cell* c) : t_(t), c_(c) {}
     const entry& operator*() const {
       e_ = {c_->key, static_cast<T*>(c_->value)};
       return e_;
     }
     const entry* operator->() const { return &**this; }
     iterator& operator++() {
-      ++c_;
-      skip_();
+      c_ = t_->next_entry(c_ + 1);
       return *this;
     }
     bool operator==(const iterator& o) const { return c_ == o.c_; }
 
    private:
-    void skip_() {
-      while (c_ != end_ && !c_->value) ++c_;
-    }
-    const number_table::cell* c_;
-    const number_table::cell* end_;
+    const number_table* t_;
+    const number_table::cell* c_;  // null: the end
     mutable entry e_;
   };
   /// What `m[key] = p` assigns through (a null p removes the key).
@@ -128,18 +131,14 @@ class object_map {
     std::uint32_t key_;
   };
 
-  iterator find(std::uint32_t key) const {
-    const number_table::cell* c = t_.find(key);
-    return c ? iterator(c, cells_end_()) : end();
-  }
+  iterator find(std::uint32_t key) const { return iterator(&t_, t_.find(key)); }
   std::size_t count(std::uint32_t key) const { return t_.find(key) ? 1 : 0; }
   slot operator[](std::uint32_t key) { return slot(t_, key); }
   std::size_t erase(std::uint32_t key) { return t_.erase(key); }
-  iterator begin() const { return iterator(t_.cells().data(), cells_end_()); }
-  iterator end() const { return iterator(cells_end_(), cells_end_()); }
+  iterator begin() const { return iterator(&t_, t_.next_entry(t_.cells().data())); }
+  iterator end() const { return iterator(&t_, nullptr); }
 
  private:
-  const number_table::cell* cells_end_() const { return t_.cells().data() + t_.cells().size(); }
   number_table t_;
 };
 
