@@ -204,8 +204,12 @@ inline lat_result lat_stats(std::vector<double>& us, std::uint32_t bytes) {
 template <class Stamp>
 struct marks_at {
   std::vector<std::pair<Stamp, std::uint64_t>> v;
+  std::uint64_t last = ~std::uint64_t{0};  // v.back()'s count, kept apart: one compare a mark
   RDMAKIT_ALWAYS_INLINE void add(Stamp t, std::uint64_t ops) {
-    if (v.empty() || ops != v.back().second) v.emplace_back(t, ops);
+    if (ops != last) {
+      last = ops;
+      v.emplace_back(t, ops);
+    }
   }
 };
 using bw_marks = marks_at<clock_type::time_point>;
@@ -747,11 +751,7 @@ class runner {
       }
     }
     std::uint64_t total = 0;
-    // Completions are only counted for their credits, as the raw loop does: the CQ checks
-    // every status itself and puts a queue pair whose WR failed in error (first_error()),
-    // which count_done looks at after each wait. Looking at each completion here cost 0.6
-    // instructions per WR on rxe (bench/README, "Instructions per WRITE on rxe").
-    auto credits_only = [](const completion<B>&) noexcept {};
+    credits_only_t credits_only;
     // After each wait: what the credits say is done, and whether a queue pair failed.
     auto count_done = [&] {
       total = 0;
@@ -768,34 +768,44 @@ class runner {
     const std::uint64_t start_ticks = tick_marks::ticks();
     const auto deadline = start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o_.duration));
     progress_meter pm(t_.name, o_.progress, start, per_qp * q, o_.duration);
-    bool posting = true;
-    // The prepared WR (or list) is posted up to here; the rest is built (below).
-    const std::uint64_t prepared_end = per_qp - std::min<std::uint64_t>(per_qp, o_.post_list);
+    // The prepared WR (or list) is posted up to here; the rest is built (below), the
+    // run's last WR signaled so that its end is seen. When the run is whole lists and the
+    // policy signals that WR anyway, the prepared one goes to the end and nothing is built.
+    const bool prepared_to_end = !timed && per_qp % o_.post_list == 0 && signals_of_itself(per_qp);
+    const std::uint64_t prepared_end =
+        prepared_to_end ? per_qp : per_qp - std::min<std::uint64_t>(per_qp, o_.post_list);
+    if constexpr (prepares) {
+      // One queue pair, a count of WRs, no meter (the usual run): up to the tail, a loop
+      // of its own without the per-QP vectors and tests of the general one below.
+      if (q == 1 && !timed && !pm.enabled()) {
+        posted[0] = o_.post_list == 1 ? post_prepared_one_qp(*one[0], prepared_end, 1, depth[0], marks)
+                                      : post_prepared_one_qp(*list[0], prepared_end, o_.post_list, depth[0], marks);
+        count_done();
+      }
+    }
     for (;;) {
-      if (posting) {
-        for (std::uint32_t j = 0; j < q; ++j) {
-          auto& qp = qps_[j];
-          std::uint64_t p = posted[j];  // in a register for the loops below
-          if constexpr (prepares) {
-            // The prepared WR or list, posted until the SQ refuses it for credits, except
-            // for a shorter last list and the run's last WR (below).
-            if (o_.post_list == 1)
-              p = post_until_full(qp, *one[j], p, prepared_end, 1);
-            else
-              p = post_until_full(qp, *list[j], p, prepared_end, o_.post_list);
-          }
-          // Built on each post: every WR without a prepared one, the last list (which may
-          // be shorter) and the run's last WR, posted signaled so that its end is seen.
-          // Not tried when the prepared posts stopped early: the SQ is full.
-          while (p < per_qp && (!prepares || p >= prepared_end)) {
-            const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(o_.post_list, per_qp - p));
-            if (qp.send_credits() < n) break;
-            const post_result r = post_ops(j, p, n, per_qp - 1, srcs[j], dsts[j]);
-            if (!r) post_failed(r, p);
-            p += n;
-          }
-          posted[j] = p;
+      for (std::uint32_t j = 0; j < q; ++j) {
+        auto& qp = qps_[j];
+        std::uint64_t p = posted[j];  // in a register for the loops below
+        if constexpr (prepares) {
+          // The prepared WR or list, posted until the SQ refuses it for credits, except
+          // for a shorter last list and the run's last WR (below).
+          if (o_.post_list == 1)
+            p = post_until_full(qp, *one[j], p, prepared_end, 1);
+          else
+            p = post_until_full(qp, *list[j], p, prepared_end, o_.post_list);
         }
+        // Built on each post: every WR without a prepared one, the last list (which may
+        // be shorter) and the run's last WR, posted signaled so that its end is seen.
+        // Not tried when the prepared posts stopped early: the SQ is full.
+        while (p < per_qp && (!prepares || p >= prepared_end)) {
+          const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(o_.post_list, per_qp - p));
+          if (qp.send_credits() < n) break;
+          const post_result r = post_ops(j, p, n, per_qp - 1, srcs[j], dsts[j]);
+          if (!r) post_failed(r, p);
+          p += n;
+        }
+        posted[j] = p;
       }
       if (!timed && total == per_qp * q) break;
       pump(credits_only, "waiting for send completions");
@@ -813,9 +823,20 @@ class runner {
                     std::max<std::uint64_t>(std::uint64_t{q} * o_.tx_depth, total / 20));
   }
 
+  /// bw_client's completion handler. Completions are only counted for their credits, as
+  /// the raw loop does: the CQ checks every status itself and puts a queue pair whose WR
+  /// failed in error (first_error()), which bw_client looks at after each wait. Looking
+  /// at each completion cost 0.6 instructions per WR on rxe (bench/README,
+  /// "Instructions per WRITE on rxe").
+  struct credits_only_t {
+    void operator()(const completion<B>&) const noexcept {}
+  };
+
   /// Posts the prepared WR or reused list `w` (`step` WRs) on `qp` from sequence number
   /// `p` until `end` or until the send queue refuses it for credits; returns where it
   /// stopped. Out of bw_client, whose many live values pushed `p` out of a register.
+  /// (Reading the room first, as raw verbs loops count it, cost more on rxe with one WR
+  /// per post: +1 to +5 instructions per WR, by where GCC then kept the loop's values.)
   template <class W>
   [[gnu::noinline]] std::uint64_t post_until_full(live_qp& qp, W& w, std::uint64_t p, std::uint64_t end,
                                                   std::uint64_t step) {
@@ -827,6 +848,38 @@ class runner {
       }
     }
     return p;
+  }
+
+  /// Whether the signaling policy signals the WR at `position` of a queue pair (1: its
+  /// first WR) without being asked: signal_all every WR, signal_every<N> the multiples of
+  /// N; for a policy that counts otherwise it is not known ahead. bw_client's queue pairs
+  /// post nothing before the run, so its WR s is at position s + 1.
+  static constexpr bool signals_of_itself(std::uint64_t position) noexcept {
+    if constexpr (rdmakit::detail::signals_every_wr<S>)
+      return true;
+    else if constexpr (requires { S::signal_at(false, position); })
+      return S::signal_at(false, position);
+    else
+      return false;
+  }
+
+  /// bw_client on one queue pair: posts the prepared WR or reused list `w` (`step` WRs)
+  /// until `end`, waiting for completions whenever the send queue refuses it for
+  /// credits, and marks the WRs done after each wait (`depth`: the queue pair's credits
+  /// when none is held); returns `end`. The general loop's vectors, per-QP loops and
+  /// tests cost about 120 instructions a wait on rxe (bench/README).
+  template <class W>
+  [[gnu::noinline]] std::uint64_t post_prepared_one_qp(W& w, std::uint64_t end, std::uint64_t step,
+                                                       std::uint32_t depth, tick_marks& marks) {
+    auto& qp = qps_[0];
+    credits_only_t credits_only;
+    for (std::uint64_t p = 0;;) {
+      p = post_until_full(qp, w, p, end, step);  // its own function: the counter stays in a register
+      if (p >= end) return p;
+      pump(credits_only, "waiting for send completions");
+      if (RDMAKIT_UNLIKELY(qp.in_error())) qp_failed(0);
+      marks.add(tick_marks::ticks(), p - (depth - qp.send_credits()));
+    }
   }
 
   /// Ensures QP 0 has a send credit, polling with `f`.
