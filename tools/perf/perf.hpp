@@ -867,7 +867,7 @@ class runner {
   /// until `end`, waiting for completions whenever the send queue refuses it for
   /// credits, and marks the WRs done after each wait (`depth`: the queue pair's credits
   /// when none is held); returns `end`. The general loop's vectors, per-QP loops and
-  /// tests cost about 120 instructions a wait on rxe (bench/README).
+  /// tests cost about 60 instructions a wait on rxe (bench/README, round s34).
   template <class W>
   [[gnu::noinline]] std::uint64_t post_prepared_one_qp(W& w, std::uint64_t end, std::uint64_t step,
                                                        std::uint32_t depth, tick_marks& marks) {
