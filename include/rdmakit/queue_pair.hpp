@@ -443,6 +443,26 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
         return {post_status::ok, 0, n};
       }
     }
+    // signal_manual: a list posted with credits for all of it takes the last free slot,
+    // if at all, with its last WR. A reused list keyed so (last_slot_key_, set below) on a
+    // queue pair of the same inline limit has every other flag right: a post writes that
+    // WR's flags when its signal changes, and the ledger records one mark at most.
+    constexpr bool last_slot_keyed =
+        std::is_same_v<S, signal_manual> && !SignalEach && std::remove_reference_t<decltype(batch)>::keyable;
+    if constexpr (last_slot_keyed) {
+      if (RDMAKIT_LIKELY(batch.signal_key_ == batch.last_slot_key_() &&
+                         batch.keyed_inline_limit_ == parts_.inline_limit)) {
+        const std::uint32_t n = batch.keyed_n_;
+        if (RDMAKIT_UNLIKELY(!l.sq.admits(n))) return refused_credits_(l, 0);
+        const bool sig = l.sq.fills(n);
+        if (sig != batch.keyed_last_signaled_) batch.set_last_signal_(n, sig);
+        typename B::send_wr* bad = nullptr;
+        if (int e = B::post_send(parts_.qp, &batch.keyed_front_()->wr, &bad); RDMAKIT_UNLIKELY(e != 0))
+          return partly_posted_(batch, e, bad);
+        l.sq.template commit_unasked_list<S>(n, sig);
+        return {post_status::ok, 0, n};
+      }
+    }
     const std::size_t n = batch.size();
     if (n == 0) return {post_status::ok, 0, 0};  // whatever the credits
     if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_credits_(l, 0);
@@ -492,6 +512,10 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
           detail::sq_credits::plan_unasked<S>(plan, static_cast<std::uint32_t>(n),
                                               [&](std::uint32_t i) { batch.mark_(now, i); });
           batch.apply_signals_(now);
+          // (Keyed only here, where no WR can go inline: the fast path above writes the
+          // last WR's flags without an inline flag.)
+          if constexpr (last_slot_keyed)
+            if (batch.first_ == 0) batch.set_last_slot_key_(inline_limit, n);
         }
         return post_planned_(batch, l, plan, w, n);
       }

@@ -167,6 +167,25 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     keyed_n_ = static_cast<std::uint32_t>(n);
   }
 
+  // The key of a list of key_size_() under signal_manual, posted from its first slot with
+  // credits for all of it: only its last WR may take the last free slot, and
+  // keyed_last_signaled_ says whether it did at the last post. Bit 63 tells it from
+  // signal_every<N>'s keys (below 2^63) and bits 32-62 from no_signal_key.
+  std::uint64_t last_slot_key_() const noexcept { return std::uint64_t{1} << 63 | key_size_(); }
+  // Keys this list, posted from its first slot, for the signal_manual path (above).
+  void set_last_slot_key_(std::uint32_t inline_limit, std::size_t n) noexcept {
+    set_key_(last_slot_key_(), inline_limit, n);
+    keyed_last_signaled_ = (signaled_[(n - 1) / 64] >> ((n - 1) % 64)) & 1;
+  }
+  // Signals WR n - 1 (the last of a keyed list, where its last post ended the chain:
+  // ended_) or takes its signal back.
+  void set_last_signal_(std::uint32_t n, bool on) noexcept {
+    const std::uint32_t k = n - 1;
+    B::set_send_flags(ended_->wr, ended_->entry.flags | (on ? send_flags::signaled : send_flags::none));
+    signaled_[k / 64] ^= std::uint64_t{1} << (k % 64);
+    keyed_last_signaled_ = on;
+  }
+
   // Bit i of `now`: WR i of the list (from first_) is signaled by this post.
   RDMAKIT_ALWAYS_INLINE void mark_(signal_bits& now, std::size_t i) const noexcept {
     const std::size_t k = first_ + i;
@@ -248,6 +267,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // matches, so left unset until then (one store less per batch made).
   std::uint32_t keyed_inline_limit_;
   std::uint32_t keyed_n_;  // size() when signal_key_ was set (also read only when it matches)
+  bool keyed_last_signaled_;  // under a last_slot_key_(): whether the last WR is signaled
   // One past the last WR added, in bytes from the first slot: an offset, not a count,
   // so that an add finds its slot without a product (3 instructions per WR added);
   // size() divides once per post instead (a keyed list's post reads keyed_n_).

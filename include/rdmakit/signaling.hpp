@@ -131,8 +131,9 @@ inline constexpr bool plans_unasked = bounded_run<S> || std::is_same_v<S, signal
 
 /// Whether where plan_unasked<S> puts the signals in a list is a function of a small
 /// key (sq_credits::signal_key): signal_every<N>, by position, for the N the key can
-/// name (below 65536; a send queue is never that deep). (signal_manual's is too, the
-/// last-slot index, but computing it costs what the bitmask it saves costs.)
+/// name (below 65536; a send queue is never that deep). (signal_manual's is the list's
+/// last WR or none, as a list is posted with credits for all of it: queue_pair::post
+/// keys it apart, by whether that WR is signaled.)
 template <class S>
 inline constexpr bool keyed_signals = [] {
   if constexpr (requires { S::interval; S::signal_at(false, 1); })
@@ -293,6 +294,19 @@ class sq_credits {
   RDMAKIT_ALWAYS_INLINE void commit_unasked(std::uint32_t n) noexcept {
     static_assert(regular_marks<S>);
     posted_ += n;
+  }
+
+  /// True when n WRs posted now take the last free slot (the ledger admits them).
+  RDMAKIT_ALWAYS_INLINE bool fills(std::uint32_t n) const noexcept { return posted_ + n == limit_; }
+
+  /// Records n WRs that asked for no signal under signal_manual, posted with credits for
+  /// all of them: the last free slot is then in the list only as its last WR, so that WR
+  /// alone may be signaled (`last_signaled`: fills(n) before the post).
+  template <signaling S>
+  RDMAKIT_ALWAYS_INLINE void commit_unasked_list(std::uint32_t n, bool last_signaled) noexcept {
+    static_assert(std::is_same_v<S, signal_manual>);
+    posted_ += n;
+    if (last_signaled) ring_[tail_++ & mask_] = posted_;
   }
 
   /// Records the WRs a plan (from start(), with the same S) decided.

@@ -234,33 +234,41 @@ TEST_CASE_FIXTURE(two_regions, "a reused list posted on queue pairs of different
 }
 
 TEST_CASE_FIXTURE(two_regions, "a reused list goes inline on a queue pair that takes it, and back without on one that does not") {
-  // The same key (position modulo N, length) on a queue pair with inline data: posted as
-  // it was, the WRs would name src's lkey, which the other PD does not know. Back on the
-  // first queue pair, which takes no inline data, the inline flags must go.
-  auto narrow = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
-  auto pd2 = x.dev.create_pd();
-  auto wide = make_pair<rc, signal_every<4>>(pd2, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 64});
-  auto batch = decltype(narrow.a)::make_batch<4>();
-  batch.reuse();
-  for (std::uint64_t i = 1; i <= 4; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote().sub(8 * i, 8), i));
-  std::memcpy(src.data(), "reused!", 8);
-  auto posted = [&](auto& qp) {
-    REQUIRE(qp.post(batch).ok());
-    return collect(x.cq, 2, 200);
+  // The same key (signal_every: position modulo N and length; signal_manual: the length,
+  // the last WR taking the last free slot) on a queue pair with inline data: posted as it
+  // was, the WRs would name src's lkey, which the other PD does not know. Back on the
+  // first queue pair, which takes no inline data, the inline flags must go. Depth 4: each
+  // list of 4 fills the send queue, so both policies signal its last WR.
+  auto on_both = [&]<class S>(S) {
+    auto narrow = make_pair<rc, S>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+    auto pd2 = x.dev.create_pd();
+    auto wide = make_pair<rc, S>(pd2, x.cq, y.pd, y.cq, qp_cap{4, 4, 1, 1, 64});
+    auto batch = decltype(narrow.a)::template make_batch<4>();
+    batch.reuse();
+    for (std::uint64_t i = 1; i <= 4; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote().sub(8 * i, 8), i));
+    std::memcpy(src.data(), "reused!", 8);
+    auto posted = [&](auto& qp) {
+      REQUIRE(qp.post(batch).ok());
+      return collect(x.cq, 2, 200);
+    };
+    for (int twice = 0; twice < 2; ++twice) {  // the second post finds the key it left
+      auto on_narrow = posted(narrow.a);
+      REQUIRE(on_narrow.size() == 1);
+      CHECK(on_narrow[0].status == wc_status::success);
+    }
+    for (int twice = 0; twice < 2; ++twice) {
+      auto on_wide = posted(wide.a);
+      REQUIRE(on_wide.size() == 1);
+      CHECK(on_wide[0].wr_id == 4);
+      CHECK(on_wide[0].status == wc_status::success);
+    }
+    CHECK(std::memcmp(dst.data() + 32, "reused!", 8) == 0);
+    CHECK(wide.a.send_credits() == 4);
+    REQUIRE(narrow.a.post(batch).ok());  // and as before on the narrow one
+    CHECK(collect(x.cq, 2, 200).at(0).status == wc_status::success);
   };
-  auto on_narrow = posted(narrow.a);
-  REQUIRE(on_narrow.size() == 1);
-  CHECK(on_narrow[0].status == wc_status::success);
-  for (int twice = 0; twice < 2; ++twice) {  // the second post finds the key it left
-    auto on_wide = posted(wide.a);
-    REQUIRE(on_wide.size() == 1);
-    CHECK(on_wide[0].wr_id == 4);
-    CHECK(on_wide[0].status == wc_status::success);
-  }
-  CHECK(std::memcmp(dst.data() + 32, "reused!", 8) == 0);
-  CHECK(wide.a.send_credits() == 16);
-  REQUIRE(narrow.a.post(batch).ok());  // and as before on the narrow one
-  CHECK(collect(x.cq, 2, 200).at(0).status == wc_status::success);
+  SUBCASE("signal_every<4>") { on_both(signal_every<4>{}); }
+  SUBCASE("signal_manual") { on_both(signal_manual{}); }
 }
 
 TEST_CASE_FIXTURE(inline_pair, "a list's WRs added with send_flags::no_auto_inline are not inline, and the flag stays in rdmakit") {
@@ -315,17 +323,19 @@ TEST_CASE_FIXTURE(inline_pair, "a list posted once goes inline where its WRs fit
 }
 
 TEST_CASE_FIXTURE(two_regions, "a reused list is signaled and credited as the same WRs posted one by one") {
-  // Differential: the same WRs go to `lst` as a reused list (keyed posts, the fast path
-  // when the signals fall as before, partial lists after adds and clears) and to `one`
-  // one post at a time. Every poll must find the same wr_ids, credits and run on both.
-  auto cq2 = x.dev.create_cq(1024);
-  auto lst = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{32, 32});
-  auto one = make_pair<rc, signal_every<4>>(x.pd, cq2, y.pd, y.cq, qp_cap{32, 32});
-  auto batch = decltype(lst.a)::make_batch<8>();
-  batch.reuse();
-  struct wr_spec {
-    std::uint64_t id;
-    send_flags flags;
+  // Differential: the same WRs go to `lst` as a reused list (keyed posts, the fast paths
+  // when the signals fall as before or, under signal_manual, the last slot moves to or
+  // from the list's last WR; partial lists after adds and clears) and to `one` one post
+  // at a time. Every poll must find the same wr_ids, credits and run on both.
+  auto differential = [&]<class S>(S) {
+    auto cq2 = x.dev.create_cq(1024);
+    auto lst = make_pair<rc, S>(x.pd, x.cq, y.pd, y.cq, qp_cap{32, 32});
+    auto one = make_pair<rc, S>(x.pd, cq2, y.pd, y.cq, qp_cap{32, 32});
+    auto batch = decltype(lst.a)::template make_batch<8>();
+    batch.reuse();
+    struct wr_spec {
+      std::uint64_t id;
+      send_flags flags;
   };
   std::vector<wr_spec> in_list;
   std::uint64_t next_id = 1;
@@ -372,6 +382,9 @@ TEST_CASE_FIXTURE(two_regions, "a reused list is signaled and credited as the sa
   }
   compare_polls();
   CHECK(list_posts > 500);
+  };
+  SUBCASE("signal_every<4>") { differential(signal_every<4>{}); }
+  SUBCASE("signal_manual") { differential(signal_manual{}); }
 }
 
 TEST_CASE_FIXTURE(two_regions, "a reused list partly posted goes on from the WR refused, and later posts start there too") {
