@@ -157,8 +157,9 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   static typename B::send_wr* wr_address_(slot_* s) noexcept { return reinterpret_cast<typename B::send_wr*>(s); }
   // The list's size as its signal key names it (queue_pair::post): end_, as only a list
   // from its first slot is keyed. Its count is then keyed_n_: no division.
-  std::uint32_t key_size_() const noexcept { return static_cast<std::uint32_t>(end_); }
+  std::uint64_t key_size_() const noexcept { return end_; }  // below 2^32 when keyable
   static constexpr bool keyable = Max * sizeof(slot_) <= ~std::uint32_t{0};
+  static_assert(sizeof(slot_) % 8 == 0, "a key's low 3 bits are the policy's, not the end's (sq_credits::signal_key)");
   // Records that every flag is now as `key` places the signals on a queue pair of
   // `inline_limit` (the fast path's test), for a list of n WRs from its first slot.
   void set_key_(std::uint64_t key, std::uint32_t inline_limit, std::size_t n) noexcept {
@@ -169,8 +170,9 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
 
   // The key of a list of key_size_() under signal_manual, posted from its first slot with
   // credits for all of it: only its last WR may take the last free slot, and
-  // keyed_last_signaled_ says whether it did at the last post. Bit 63 tells it from
-  // signal_every<N>'s keys (below 2^63) and bits 32-62 from no_signal_key.
+  // keyed_last_signaled_ says whether it did at the last post. Bit 63 set and low 3 bits
+  // 0 tell it from signal_every<N>'s keys (sq_credits::signal_key: low bits not 0, or
+  // bit 63 clear), bits 32-62 clear from no_signal_key.
   std::uint64_t last_slot_key_() const noexcept { return std::uint64_t{1} << 63 | key_size_(); }
   // Keys this list, posted from its first slot, for the signal_manual path (above).
   void set_last_slot_key_(std::uint32_t inline_limit, std::size_t n) noexcept {

@@ -272,18 +272,31 @@ class sq_credits {
   }
 
   /// Which WRs of a list of n that asked for no signal plan_unasked<S> signals, as a
-  /// number: two lists of n with the same key are signaled at the same indices. It
-  /// names N as well as the position modulo N (r < N: N(N - 1)/2 + r is unique to the
-  /// pair), so a list posted under signal_every<4> and then <2> is not taken for the same.
+  /// number: two lists of n with the same key are signaled at the same indices. n is a
+  /// multiple of 8 (send_batch passes its end in bytes). The key names N as well as the
+  /// position r modulo N, so a list posted under signal_every<4> and then <2> is not
+  /// taken for the same: for N = 2^k, 2 <= N <= 128, r is the key's top k bits and k its
+  /// low 3 (a shift and two ors); for other N, N(N - 1)/2 + r (unique to the pair, below
+  /// 2^31) is its high half and its low 3 bits are 0.
   template <signaling S>
-  RDMAKIT_ALWAYS_INLINE static std::uint64_t signal_key(std::uint64_t posted, std::uint32_t n) noexcept {
+  RDMAKIT_ALWAYS_INLINE static std::uint64_t signal_key(std::uint64_t posted, std::uint64_t n) noexcept {
     static_assert(keyed_signals<S>);
-    constexpr std::uint64_t N = S::interval, base = N * (N - 1) / 2;  // below 2^31 (keyed_signals)
-    return (base + posted % N) << 32 | n;
+    constexpr std::uint64_t N = S::interval;
+    constexpr unsigned k = [] {
+      unsigned b = 0;
+      while ((std::uint64_t{1} << b) < N) ++b;
+      return (std::uint64_t{1} << b) == N && b >= 1 && b <= 7 ? b : 0;
+    }();
+    if constexpr (k != 0) {
+      return posted << (64 - k) | n | k;
+    } else {
+      constexpr std::uint64_t base = N * (N - 1) / 2;  // below 2^31 (keyed_signals)
+      return (base + posted % N) << 32 | n;
+    }
   }
   /// The key of a list of n posted next.
   template <signaling S>
-  RDMAKIT_ALWAYS_INLINE std::uint64_t signal_key(std::uint32_t n) const noexcept {
+  RDMAKIT_ALWAYS_INLINE std::uint64_t signal_key(std::uint64_t n) const noexcept {
     return signal_key<S>(posted_, n);
   }
 

@@ -1,7 +1,9 @@
 #include "fixture.hpp"
 
+#include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 using namespace policy_test;
 
@@ -196,6 +198,39 @@ TEST_CASE("signal_manual honours the caller and still closes the queue") {
   CHECK_FALSE(signal_manual::signal(false, 1000));
   CHECK(signal_every<16>::min_sq_depth == 16);
   static_assert(signaling<signal_all> && signaling<signal_every<2>> && signaling<signal_manual>);
+}
+
+TEST_CASE("signal keys name N, the position modulo N and the list's end, and nothing else") {
+  // Two keys are equal exactly when the three are (send_batch keeps a list's flags by its
+  // key), and none is send_batch's own: no_signal_key (all ones) or signal_manual's last
+  // slot key (bit 63 and the end).
+  struct named {
+    std::uint64_t n, r, end;
+    bool operator==(const named&) const = default;
+  };
+  std::vector<std::pair<std::uint64_t, named>> keys;
+  auto add_keys = [&]<std::uint32_t N>(signal_every<N>) {
+    for (std::uint64_t end : {std::uint64_t{8}, std::uint64_t{112}, std::uint64_t{152 * 64}, std::uint64_t{0xfffffff8}})
+      for (std::uint64_t posted = 0; posted < 2 * N + 3; ++posted)
+        for (std::uint64_t high : {std::uint64_t{0}, std::uint64_t{N} << 40})
+          keys.push_back({detail::sq_credits::signal_key<signal_every<N>>(posted + high, end), named{N, posted % N, end}});
+  };
+  add_keys(signal_every<2>{}), add_keys(signal_every<3>{}), add_keys(signal_every<4>{}), add_keys(signal_every<5>{});
+  add_keys(signal_every<8>{}), add_keys(signal_every<16>{}), add_keys(signal_every<64>{});
+  add_keys(signal_every<128>{}), add_keys(signal_every<256>{}), add_keys(signal_every<1000>{});
+  std::map<std::uint64_t, named> by_key;
+  std::map<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>, std::uint64_t> by_name;
+  std::size_t collisions = 0, theirs = 0;
+  for (const auto& [k, w] : keys) {
+    if (auto [at, fresh] = by_key.emplace(k, w); !fresh && !(at->second == w)) ++collisions;  // two names, one key
+    if (auto [at, fresh] = by_name.emplace(std::tuple{w.n, w.r, w.end}, k); !fresh && at->second != k) ++collisions;
+    if (k == ~std::uint64_t{0} || (k >> 63 == 1 && (k & 7) == 0 && ((k >> 32) & 0x7fffffff) == 0)) ++theirs;
+  }
+  CHECK(collisions == 0);
+  CHECK(theirs == 0);
+  // The same N, position modulo N and end, whatever else the position holds: one key.
+  CHECK(detail::sq_credits::signal_key<signal_every<16>>(5, 112) ==
+        detail::sq_credits::signal_key<signal_every<16>>(5 + (16ull << 30), 112));
 }
 
 // ---- the same promise against the strict mock, through the queue pair -----------------
