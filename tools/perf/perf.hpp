@@ -840,6 +840,11 @@ class runner {
   template <class W>
   [[gnu::noinline]] std::uint64_t post_until_full(live_qp& qp, W& w, std::uint64_t p, std::uint64_t end,
                                                   std::uint64_t step) {
+    return post_until_full_inline(qp, w, p, end, step);
+  }
+  template <class W>
+  RDMAKIT_ALWAYS_INLINE std::uint64_t post_until_full_inline(live_qp& qp, W& w, std::uint64_t p, std::uint64_t end,
+                                                             std::uint64_t step) {
     for (; p < end; p += step) {
       const post_result r = qp.post(w);
       if (RDMAKIT_UNLIKELY(!r)) {
@@ -874,7 +879,12 @@ class runner {
     auto& qp = qps_[0];
     credits_only_t credits_only;
     for (std::uint64_t p = 0;;) {
-      p = post_until_full(qp, w, p, end, step);  // its own function: the counter stays in a register
+      // One WR per post: in a function of its own, where the counter stays in a register.
+      // A list: here (the call and its register saves cost 21 instructions a wait).
+      if constexpr (requires { w.reused(); })
+        p = post_until_full_inline(qp, w, p, end, step);
+      else
+        p = post_until_full(qp, w, p, end, step);
       if (p >= end) return p;
       pump(credits_only, "waiting for send completions");
       if (RDMAKIT_UNLIKELY(qp.in_error())) qp_failed(0);
