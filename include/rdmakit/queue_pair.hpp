@@ -177,7 +177,11 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// Receives posted and not completed yet.
   std::uint32_t posted_recvs() const { return link_("posted_recvs").rq.held; }
   /// True once a completion of this QP failed (the QP is in ERR; posts return qp_error).
-  bool in_error() const { return link_("in_error").error; }
+  bool in_error() const {
+    // The closed link of an empty handle is in error: only then is the handle tested.
+    if (RDMAKIT_LIKELY(!parts_.link->error)) return false;
+    return link_("in_error").error;
+  }
   /// The status that put the queue pair in error: the root cause, a flush only when
   /// nothing else failed (success if none).
   wc_status first_error() const { return link_("first_error").first_error; }

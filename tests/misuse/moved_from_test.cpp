@@ -19,6 +19,7 @@ TEST_CASE("moved-from queue pair: posts return empty_handle, accessors and conne
   CHECK_THROWS_AS((void)qp.qp_num(), usage_error);
   CHECK_THROWS_AS((void)qp.send_credits(), usage_error);
   CHECK_THROWS_AS((void)qp.can_post(), usage_error);
+  CHECK_THROWS_AS((void)qp.in_error(), usage_error);  // (its closed link is in error: not "true")
   CHECK_THROWS_AS((void)qp.posted_recvs(), usage_error);
   CHECK_THROWS_AS((void)qp.local_endpoint(), usage_error);
   CHECK_THROWS_AS((void)qp.query_state(), usage_error);
@@ -34,6 +35,8 @@ TEST_CASE("moved-from queue pair: posts return empty_handle, accessors and conne
   CHECK(batch.write(mr.local(), mr.remote(), 1));
   CHECK(live.post(batch).status == post_status::empty_handle);
   CHECK(batch.size() == 1);
+  CHECK_THROWS_AS((void)live.in_error(), usage_error);
+  CHECK_FALSE(moved.in_error());
   CHECK(std::string(post_result{post_status::empty_handle}.message()).find("moved from") != std::string::npos);
 }
 

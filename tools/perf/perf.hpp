@@ -206,10 +206,13 @@ struct marks_at {
   std::vector<std::pair<Stamp, std::uint64_t>> v;
   std::uint64_t last = ~std::uint64_t{0};  // v.back()'s count, kept apart: one compare a mark
   RDMAKIT_ALWAYS_INLINE void add(Stamp t, std::uint64_t ops) {
-    if (ops != last) {
-      last = ops;
-      v.emplace_back(t, ops);
-    }
+    if (ops != last) push(t, ops);
+  }
+  /// A mark whose count is known to be past the last one's (after a wait that freed
+  /// credits): no compare. (A repeated count is harmless, only a point more for bw_stats.)
+  RDMAKIT_ALWAYS_INLINE void push(Stamp t, std::uint64_t ops) {
+    last = ops;
+    v.emplace_back(t, ops);
   }
 };
 using bw_marks = marks_at<clock_type::time_point>;
@@ -888,7 +891,9 @@ class runner {
       if (p >= end) return p;
       pump(credits_only, "waiting for send completions");
       if (RDMAKIT_UNLIKELY(qp.in_error())) qp_failed(0);
-      marks.add(tick_marks::ticks(), p - (depth - qp.send_credits()));
+      // The wait returned completions of this queue pair's signaled WRs, which free
+      // credits: the count moved (a mark of the same count would only be one more point).
+      marks.push(tick_marks::ticks(), p - (depth - qp.send_credits()));
     }
   }
 
