@@ -547,7 +547,10 @@ class runner {
   template <class F>
   RDMAKIT_ALWAYS_INLINE void pump(F& f, const char* what) {
     const int n = wait_some(f, o_.timeout);
-    if (RDMAKIT_UNLIKELY(n <= 0 || !failure_.empty())) pump_failed(n, what);
+    // A handler that only counts credits records no failure (the caller looks at the
+    // queue pair's error state instead): its waits skip that test.
+    constexpr bool records_failures = !std::is_same_v<F, credits_only_t>;
+    if (RDMAKIT_UNLIKELY(n <= 0 || (records_failures && !failure_.empty()))) pump_failed(n, what);
   }
 
   /// pump()'s way out: a failure recorded by a handler, a poll error or a stall.
