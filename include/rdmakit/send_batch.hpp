@@ -158,8 +158,9 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // The list's size as its signal key names it (queue_pair::post): end_, as only a list
   // from its first slot is keyed. Its count is then keyed_n_: no division.
   std::uint64_t key_size_() const noexcept { return end_; }  // below 2^32 when keyable
-  static constexpr bool keyable = Max * sizeof(slot_) <= ~std::uint32_t{0};
-  static_assert(sizeof(slot_) % 8 == 0, "a key's low 3 bits are the policy's, not the end's (sq_credits::signal_key)");
+  // (A key's low 3 bits are the policy's, not the end's: sq_credits::signal_key. Slots
+  // holding a pointer are a multiple of 8 bytes; a list of other slots is never keyed.)
+  static constexpr bool keyable = Max * sizeof(slot_) <= ~std::uint32_t{0} && sizeof(slot_) % 8 == 0;
   // Records that every flag is now as `key` places the signals on a queue pair of
   // `inline_limit` (the fast path's test), for a list of n WRs from its first slot.
   void set_key_(std::uint64_t key, std::uint32_t inline_limit, std::size_t n) noexcept {
