@@ -848,6 +848,7 @@ class runner {
                                                   std::uint64_t step) {
     return post_until_full_inline(qp, w, p, end, step);
   }
+  /// The same loop inline, for a caller with registers to spare (post_prepared_one_qp's lists).
   template <class W>
   RDMAKIT_ALWAYS_INLINE std::uint64_t post_until_full_inline(live_qp& qp, W& w, std::uint64_t p, std::uint64_t end,
                                                              std::uint64_t step) {
