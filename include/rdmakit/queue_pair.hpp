@@ -426,7 +426,12 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     // Where S puts the signals of the list, as a number (signal_key): computed once.
     constexpr bool keyed =
         detail::keyed_signals<S> && !SignalEach && std::remove_reference_t<decltype(batch)>::keyable;
-    constexpr bool fast_path = keyed && detail::regular_marks<S>;
+    // signal_manual: a list posted with credits for all of it takes the last free slot,
+    // if at all, with its last WR: such a list is keyed by whether that WR is signaled
+    // (last_slot_key_, set by the plain path below).
+    constexpr bool last_slot_keyed =
+        std::is_same_v<S, signal_manual> && !SignalEach && std::remove_reference_t<decltype(batch)>::keyable;
+    constexpr bool fast_path = (keyed && detail::regular_marks<S>) || last_slot_keyed;
     auto& l = *parts_.link;  // the closed link when empty: admits nothing
     [[maybe_unused]] std::uint64_t key = 0;
     if constexpr (keyed) key = l.sq.template signal_key<S>(batch.key_size_());
@@ -434,36 +439,26 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       // A reused list posted again with its signals where they fell last time, on a
       // queue pair with the same inline limit: its flags and chain are as that post left
       // them, and what it checked (no WR asked for a signal or used bit 63, none can go
-      // inline) still holds, since add, clear and a partial post drop the key. Its
-      // signals are at multiples of N: the ledger records the count alone. (No key
-      // names an empty list.)
-      if (RDMAKIT_LIKELY(batch.signal_key_ == key && batch.keyed_inline_limit_ == parts_.inline_limit)) {
+      // inline) still holds, since add, clear and a partial post drop the key. Under
+      // signal_every<N> its signals are at multiples of N: the ledger records the count
+      // alone; under signal_manual the last WR's flags are written when its signal
+      // changes, and the ledger records one mark at most. (No key names an empty list.)
+      const std::uint64_t fast_key = last_slot_keyed ? batch.last_slot_key_() : key;
+      if (RDMAKIT_LIKELY(batch.signal_key_ == fast_key && batch.keyed_inline_limit_ == parts_.inline_limit)) {
         const std::uint32_t n = batch.keyed_n_;
         if (RDMAKIT_UNLIKELY(!l.sq.admits(n))) return refused_credits_(l, 0);
+        [[maybe_unused]] bool last_signaled = false;
+        if constexpr (last_slot_keyed) {
+          last_signaled = l.sq.fills(n);
+          if (last_signaled != batch.keyed_last_signaled_) batch.set_last_signal_(n, last_signaled);
+        }
         typename B::send_wr* bad = nullptr;
         if (int e = B::post_send(parts_.qp, &batch.keyed_front_()->wr, &bad); RDMAKIT_UNLIKELY(e != 0))
           return partly_posted_(batch, e, bad);
-        l.sq.template commit_unasked<S>(n);
-        return {post_status::ok, 0, n};
-      }
-    }
-    // signal_manual: a list posted with credits for all of it takes the last free slot,
-    // if at all, with its last WR. A reused list keyed so (last_slot_key_, set below) on a
-    // queue pair of the same inline limit has every other flag right: a post writes that
-    // WR's flags when its signal changes, and the ledger records one mark at most.
-    constexpr bool last_slot_keyed =
-        std::is_same_v<S, signal_manual> && !SignalEach && std::remove_reference_t<decltype(batch)>::keyable;
-    if constexpr (last_slot_keyed) {
-      if (RDMAKIT_LIKELY(batch.signal_key_ == batch.last_slot_key_() &&
-                         batch.keyed_inline_limit_ == parts_.inline_limit)) {
-        const std::uint32_t n = batch.keyed_n_;
-        if (RDMAKIT_UNLIKELY(!l.sq.admits(n))) return refused_credits_(l, 0);
-        const bool sig = l.sq.fills(n);
-        if (sig != batch.keyed_last_signaled_) batch.set_last_signal_(n, sig);
-        typename B::send_wr* bad = nullptr;
-        if (int e = B::post_send(parts_.qp, &batch.keyed_front_()->wr, &bad); RDMAKIT_UNLIKELY(e != 0))
-          return partly_posted_(batch, e, bad);
-        l.sq.template commit_unasked_list<S>(n, sig);
+        if constexpr (last_slot_keyed)
+          l.sq.template commit_unasked_list<S>(n, last_signaled);
+        else
+          l.sq.template commit_unasked<S>(n);
         return {post_status::ok, 0, n};
       }
     }
