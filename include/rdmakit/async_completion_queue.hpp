@@ -147,21 +147,27 @@ class async_completion_queue {
       : core_(std::make_shared<detail::async_cq_core<B, P>>(loop.core(), std::move(cq))) {}
 
   /// The completion queue: create queue pairs on it (pd.create_qp<T>(acq.queue(), caps)).
-  completion_queue<B, P>& queue() const noexcept { return core_->queue(); }
+  /// (Each accessor throws usage_error on a moved-from object.)
+  completion_queue<B, P>& queue() const { return core_ref_("queue")->queue(); }
   /// Completions polled that nobody has awaited yet.
-  std::size_t pending() const noexcept { return core_->mailbox().kept(); }
+  std::size_t pending() const { return core_ref_("pending")->mailbox().kept(); }
 
   /// `co_await cq.next()`: the next completion that no async_queue_pair awaits (those
   /// of queue pairs used directly, receives posted with post_recv), in polling order.
-  auto next() const noexcept { return next_awaiter(core_, std::nullopt); }
+  auto next() const { return next_awaiter(core_ref_("next"), std::nullopt); }
   /// As next(), giving up after `timeout`: std::nullopt then.
-  auto next(std::chrono::steady_clock::duration timeout) const noexcept { return next_awaiter(core_, timeout); }
+  auto next(std::chrono::steady_clock::duration timeout) const { return next_awaiter(core_ref_("next"), timeout); }
 
   /// The shared state async_queue_pair attaches to.
-  const std::shared_ptr<detail::async_cq_core<B, P>>& core() const noexcept { return core_; }
+  const std::shared_ptr<detail::async_cq_core<B, P>>& core() const { return core_ref_("core"); }
 
  private:
   using next_awaiter = detail::mailbox_awaiter<completion<B>, detail::async_cq_core<B, P>>;
+
+  const std::shared_ptr<detail::async_cq_core<B, P>>& core_ref_(const char* call) const {
+    if (!core_) detail::throw_empty("async_completion_queue", call);
+    return core_;
+  }
 
   std::shared_ptr<detail::async_cq_core<B, P>> core_;
 };

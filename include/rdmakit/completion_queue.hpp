@@ -155,7 +155,8 @@ class completion_queue {
   /// (-EBADF on an empty handle).
   template <completion_handler<B> F>
   RDMAKIT_ALWAYS_INLINE int poll(F&& f) noexcept {
-    return poll_impl_([&f](detail::qp_link<B>*, const completion<B>& c) { f(c); });
+    constexpr bool inert = std::is_same_v<std::remove_cvref_t<F>, ignore_completion>;
+    return poll_impl_<inert>([&f](detail::qp_link<B>*, const completion<B>& c) { f(c); });
   }
 
   /// Polls one batch for the accounting only: the completions give their credits back
@@ -215,7 +216,8 @@ class completion_queue {
   }
 
   /// Routes this QP's completions to `handler` (called by dispatch). Replaces any
-  /// previous handler. The QP must be attached to this CQ.
+  /// previous handler. The QP must be attached to this CQ. A handler may replace itself
+  /// or destroy its queue pair: it is freed once it returns.
   template <class QP, class F>
   void on(QP& qp, F handler) {
     if (!blk_) detail::throw_empty("completion_queue", "on");
@@ -233,9 +235,9 @@ class completion_queue {
   /// QPs without a handler go to `fallback`.
   template <class F>
   int dispatch(F&& fallback) noexcept {
-    return poll_impl_([&](detail::qp_link<B>* l, const completion<B>& c) {
+    return poll_impl_<false>([&](detail::qp_link<B>* l, const completion<B>& c) {
       if (l && l->handler)
-        l->handler(l->handler_ctx, c);
+        call_handler_(*l, c);
       else
         fallback(c);
     });
@@ -281,7 +283,11 @@ class completion_queue {
     return wait_result{P::wait(o, timeout)};
   }
 
-  template <class G>
+  // `Inert`: g calls no user code (poll() and wait() without a handler). A user's
+  // handler may destroy queue pairs, their handlers and this CQ's state (its handle
+  // moved from or reassigned): each completion is then routed after the call before
+  // it, and the block outlives the delivery (cq_delivery).
+  template <bool Inert, class G>
   RDMAKIT_ALWAYS_INLINE int poll_impl_(G&& g) noexcept {
     if (RDMAKIT_UNLIKELY(!blk_)) return -EBADF;
     typename B::wc wcs[P::batch];
@@ -291,34 +297,66 @@ class completion_queue {
     if (const int recvs = b.receives_if_all_of_last(wcs, n); RDMAKIT_LIKELY(recvs >= 0)) {
       detail::qp_link<B>* l = b.last;
       l->on_polled_batch(static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(recvs));
-      for (int i = 0; i < n; ++i) g(l, completion<B>(wcs[i], l->recv_offset));
+      if constexpr (Inert) {
+        for (int i = 0; i < n; ++i) g(l, completion<B>(wcs[i], l->recv_offset));
+      } else {
+        detail::cq_delivery<B> in_use(b);
+        for (int i = 0; i < n; ++i) deliver_<false>(b, wcs[i], g);
+      }
       return n;
     }
-    return poll_routed_(wcs, n, g);
+    return poll_routed_<Inert>(wcs, n, g);
   }
 
   // A batch with a failure, a receive or more than one QP: each completion routed and
   // accounted on its own. Out of line, so the inlined poll stays small.
-  template <class G>
+  template <bool Inert, class G>
   RDMAKIT_NOINLINE int poll_routed_(const typename B::wc* wcs, int n, G& g) noexcept {
     auto& b = *blk_;
-    auto routed = [&](detail::qp_link<B>* l, const typename B::wc& w) {
-      l->account(w);
-      g(l, completion<B>(w, l->recv_offset));
-    };
-    for (int i = 0; i < n; ++i) {
-      // The QP of the previous completion needs no null test: find()'s cache, unrolled.
-      const std::uint32_t qpn = B::get_qp_num(wcs[i]);
-      if (RDMAKIT_LIKELY(qpn == b.last_qpn)) {
-        routed(b.last, wcs[i]);
-      } else if (detail::qp_link<B>* l = b.find_route(qpn); RDMAKIT_LIKELY(l != nullptr)) {
-        routed(l, wcs[i]);
-      } else {
-        ++b.unrouted;
-        g(l, completion<B>(wcs[i], 0));
-      }
+    if constexpr (Inert) {
+      for (int i = 0; i < n; ++i) deliver_<true>(b, wcs[i], g);
+    } else {
+      detail::cq_delivery<B> in_use(b);
+      for (int i = 0; i < n; ++i) deliver_<true>(b, wcs[i], g);
     }
     return n;
+  }
+
+  // One completion to g, through the queue pair its qp_num names now (after the call
+  // before it, which may have destroyed that queue pair), `Account`ed there.
+  template <bool Account, class G>
+  static RDMAKIT_ALWAYS_INLINE void deliver_(detail::cq_block<B>& b, const typename B::wc& w, G& g) noexcept {
+    // The QP of the previous completion needs no null test: find()'s cache, unrolled.
+    auto routed = [&](detail::qp_link<B>* l) {
+      if constexpr (Account) l->account(w);
+      g(l, completion<B>(w, l->recv_offset));
+    };
+    const std::uint32_t qpn = B::get_qp_num(w);
+    if (RDMAKIT_LIKELY(qpn == b.last_qpn)) {
+      routed(b.last);
+    } else if (detail::qp_link<B>* l = b.find_route(qpn); RDMAKIT_LIKELY(l != nullptr)) {
+      routed(l);
+    } else {
+      ++b.unrouted;
+      g(l, completion<B>(w, 0));
+    }
+  }
+
+  // dispatch's call of a queue pair's handler, which may drop it (replace it, destroy
+  // its queue pair) while it runs: reset_handler then leaves the freeing to this call,
+  // or to the one further out if the handler dispatched again and is running there too.
+  static void call_handler_(detail::qp_link<B>& l, const completion<B>& c) noexcept {
+    void* const ctx = l.handler_ctx;
+    void (*const free)(void*) = l.handler_free;
+    bool dropped = false;
+    bool* const outer = std::exchange(l.handler_dropped, &dropped);
+    l.handler(ctx, c);
+    if (!dropped)
+      l.handler_dropped = outer;  // (the link lives: destroying it drops the handler)
+    else if (outer)
+      *outer = true;
+    else
+      free(ctx);
   }
 
   int arm_() noexcept {

@@ -74,12 +74,18 @@ class device_events {
       : core_(std::make_shared<detail::device_events_core<B>>(loop.core(), dev)) {}
 
   /// `co_await events.next()`: the next asynchronous event.
-  auto next() const noexcept { return awaiter(core_, std::nullopt); }
+  /// Throws usage_error on a moved-from object.
+  auto next() const { return awaiter(core_ref_("next"), std::nullopt); }
   /// As next(), giving up after `timeout`: std::nullopt then.
-  auto next(std::chrono::steady_clock::duration timeout) const noexcept { return awaiter(core_, timeout); }
+  auto next(std::chrono::steady_clock::duration timeout) const { return awaiter(core_ref_("next"), timeout); }
 
  private:
   using awaiter = detail::mailbox_awaiter<async_event, detail::device_events_core<B>>;
+
+  const std::shared_ptr<detail::device_events_core<B>>& core_ref_(const char* call) const {
+    if (!core_) detail::throw_empty("device_events", call);
+    return core_;
+  }
 
   std::shared_ptr<detail::device_events_core<B>> core_;
 };

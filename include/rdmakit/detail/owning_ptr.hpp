@@ -93,7 +93,14 @@ struct shared_block final : shared_count {
   T value;
   template <class... A>
   explicit shared_block(A&&... args) : shared_count{1, &destroy_}, value(std::forward<A>(args)...) {}
-  static void destroy_(shared_count* c) noexcept { delete static_cast<shared_block*>(c); }
+  static void destroy_(shared_count* c) noexcept {
+    auto* b = static_cast<shared_block*>(c);
+    // An object in use by the code that dropped its last owner destroys itself later
+    // (cq_block: a completion handler dropped its CQ).
+    if constexpr (requires { b->value.keep_while_delivering(c); })
+      if (b->value.keep_while_delivering(c)) return;
+    delete b;
+  }
 };
 
 template <class T>

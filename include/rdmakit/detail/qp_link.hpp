@@ -44,6 +44,9 @@ struct qp_link {
   void (*handler)(void*, const completion<B>&) = nullptr;
   void* handler_ctx = nullptr;
   void (*handler_free)(void*) = nullptr;
+  // While dispatch runs the handler: where to say it was dropped (replaced, or its
+  // queue pair destroyed) during its own call, which then frees it once it returns.
+  bool* handler_dropped = nullptr;
 
   qp_link() = default;
   /// The closed link (closed_link<B>): in error, so the inline refusal path tells a
@@ -61,7 +64,10 @@ struct qp_link {
   }
 
   void reset_handler() noexcept {
-    if (handler_free) handler_free(handler_ctx);
+    if (handler_dropped)
+      *std::exchange(handler_dropped, nullptr) = true;  // running: freed by its dispatch
+    else if (handler_free)
+      handler_free(handler_ctx);
     handler = nullptr;
     handler_ctx = nullptr;
     handler_free = nullptr;
@@ -176,9 +182,23 @@ struct cq_block {
   };
   std::vector<srq_use> srqs;
 
+  // Deliveries to user handlers in progress (nested ones counted), and the count of
+  // this block when its last owner went during one: a handler may drop the CQ it runs
+  // from (reassign or move its handle, destroy its queue pairs); the block is then
+  // destroyed when the outermost delivery ends (cq_delivery).
+  unsigned delivering = 0;
+  shared_count* doomed = nullptr;
+
   cq_block() = default;
   cq_block(const cq_block&) = delete;
   cq_block& operator=(const cq_block&) = delete;
+  /// shared_block's destroyer asks first: kept (and destroyed by cq_delivery) while a
+  /// handler runs.
+  bool keep_while_delivering(shared_count* c) noexcept {
+    if (delivering == 0) return false;
+    doomed = c;
+    return true;
+  }
   ~cq_block() {
     if (unacked && cq != typename B::cq{}) B::ack_cq_events(cq, unacked);
     if (cq != typename B::cq{}) B::destroy_cq(cq);
@@ -292,6 +312,22 @@ struct cq_block {
       last_qpn = no_qpn;
     }
   }
+};
+
+// Marks a delivery to user handlers: the block stays alive until it ends, even if the
+// handler drops the last owner.
+template <class B>
+class cq_delivery {
+ public:
+  explicit cq_delivery(cq_block<B>& b) noexcept : b_(b) { ++b_.delivering; }
+  cq_delivery(const cq_delivery&) = delete;
+  cq_delivery& operator=(const cq_delivery&) = delete;
+  ~cq_delivery() {
+    if (--b_.delivering == 0 && RDMAKIT_UNLIKELY(b_.doomed != nullptr)) b_.doomed->destroy(b_.doomed);
+  }
+
+ private:
+  cq_block<B>& b_;
 };
 
 }  // namespace detail

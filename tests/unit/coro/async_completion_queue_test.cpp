@@ -80,3 +80,17 @@ TEST_CASE("async_completion_queue: refuses an empty completion queue (a busy_pol
   event_loop loop;
   CHECK_THROWS_AS(acq(loop, completion_queue<B, event_driven<>>{}), usage_error);
 }
+
+TEST_CASE("async_completion_queue: a moved-from one throws usage_error, and so does a queue pair made on it") {
+  mock::fabric fab;
+  event_loop loop;
+  side a(fab, "mock0", loop);
+  acq moved = std::move(a.cq);
+  CHECK_THROWS_WITH_AS((void)a.cq.queue(), doctest::Contains("async_completion_queue::queue(): this"), usage_error);
+  CHECK_THROWS_AS((void)a.cq.pending(), usage_error);
+  CHECK_THROWS_AS((void)a.cq.next(), usage_error);
+  CHECK_THROWS_AS((void)a.cq.next(1ms), usage_error);
+  auto attach = [&] { return async_queue_pair(a.cq, a.pd.create_qp<rc>(moved.queue(), qp_cap{8, 8})); };
+  CHECK_THROWS_AS(attach(), usage_error);
+  CHECK(moved.pending() == 0);  // the state went with the move
+}

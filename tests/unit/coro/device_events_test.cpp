@@ -62,3 +62,13 @@ TEST_CASE("device_events: a shared receive queue's limit event wakes the loop") 
   };
   loop.run(run());
 }
+
+TEST_CASE("device_events: a moved-from one throws usage_error") {
+  mock::fabric fab;
+  event_loop loop;
+  device<B> dev(fab, "mock0");
+  device_events<B> events(loop, dev);
+  device_events<B> moved = std::move(events);
+  CHECK_THROWS_WITH_AS((void)events.next(), doctest::Contains("device_events::next(): this"), usage_error);
+  CHECK_THROWS_AS((void)events.next(1ms), usage_error);
+}
