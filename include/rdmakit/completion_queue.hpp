@@ -4,7 +4,8 @@
 /// pairs attached to it, so a QP that could overflow it is refused at creation. Every
 /// completion polled goes through the accounting of the QP it belongs to (routed by
 /// qp_num), which gives send-queue credits back; `dispatch()` then hands it to that QP's
-/// handler. Handlers must not throw: polling is noexcept.
+/// handler. Handlers must not throw (polling is noexcept); they may destroy queue pairs,
+/// their own handler and this CQ's state (docs/polling.md), not the handle they run from.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/completion.hpp>
 #include <rdmakit/detail/chrono.hpp>
@@ -301,7 +302,13 @@ class completion_queue {
         for (int i = 0; i < n; ++i) g(l, completion<B>(wcs[i], l->recv_offset));
       } else {
         detail::cq_delivery<B> in_use(b);
-        for (int i = 0; i < n; ++i) deliver_<false>(b, wcs[i], g);
+        for (int i = 0; i < n; ++i) {
+          // `last` is a live link or null (a destroyed queue pair's is cleared).
+          if (RDMAKIT_LIKELY(b.last == l))
+            g(l, completion<B>(wcs[i], l->recv_offset));
+          else
+            deliver_<false>(b, wcs[i], g);
+        }
       }
       return n;
     }

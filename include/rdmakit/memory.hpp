@@ -224,10 +224,11 @@ class memory_region {
 
   memory_region(detail::pd_ref<B> pd, void* addr, std::size_t length, detail::aligned_bytes owned)
       : data_(static_cast<std::byte*>(addr)), size_(length) {
-    if (!addr || length == 0)
+    if (length == 0)
+      throw usage_error("allocate()/register_memory(): a memory region needs at least 1 byte (asked for 0)");
+    if (!addr)
       throw usage_error(
-          detail::cat("register_memory(): cannot register ", length,
-                      " bytes at a null address: give a non-empty buffer"));
+          detail::cat("register_memory(): cannot register ", length, " bytes at a null address: give a buffer"));
     auto blk = detail::make_shared_owner<detail::mr_block<B>>();
     blk->pd = std::move(pd);
     blk->mr = B::reg_mr(blk->pd->pd, addr, length, Access);

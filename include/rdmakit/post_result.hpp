@@ -84,7 +84,8 @@ struct [[nodiscard]] post_result {
               case post_rule::unknown: break;
             }
             return "the device rejected the WR (EINVAL): too many SGEs, inline data above "
-                   "max_inline_data, a bad opcode for the transport or the queue pair state";
+                   "max_inline_data, a bad opcode for the transport, the queue pair state, or (UD) "
+                   "an address handle that was destroyed";
           case ENOMEM: return "the device queue is full (ENOMEM)";
           default: return "the device rejected the WR (see err)";
         }

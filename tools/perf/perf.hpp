@@ -523,17 +523,35 @@ class runner {
 
   // ---- completion plumbing ------------------------------------------------------------
 
+  // The CQ's poll and wait with handler f. credits_only_t's go through the calls
+  // without a handler, which the CQ knows run no user code: it then skips what keeps a
+  // batch's delivery safe from a handler that destroys its queue pair or CQ.
+  template <class F>
+  RDMAKIT_ALWAYS_INLINE int poll_with(F& f) {
+    if constexpr (std::is_same_v<F, credits_only_t>)
+      return cq_.poll();
+    else
+      return cq_.poll(f);
+  }
+  template <class F>
+  RDMAKIT_ALWAYS_INLINE wait_result wait_with(F& f, std::chrono::milliseconds timeout) {
+    if constexpr (std::is_same_v<F, credits_only_t>)
+      return cq_.wait(timeout);
+    else
+      return cq_.wait(f, timeout);
+  }
+
   template <class F>
   RDMAKIT_ALWAYS_INLINE int wait_some(F& f, std::chrono::milliseconds timeout) {
     // The poll protocol here: a count, 0 on a timeout, -errno.
     auto raw = [](wait_result r) { return r.failed() ? -r.error() : r.count(); };
     if constexpr (P::needs_channel) {
-      return raw(cq_.wait(f, timeout));
+      return raw(wait_with(f, timeout));
     } else {
-      if (!o_.yield_when_idle) return raw(cq_.wait(f, timeout));
+      if (!o_.yield_when_idle) return raw(wait_with(f, timeout));
       const auto deadline = clock_type::now() + timeout;
       for (unsigned i = 1;; ++i) {
-        if (int n = cq_.poll(f); n != 0) return n;
+        if (int n = poll_with(f); n != 0) return n;
         std::this_thread::yield();
         if (i % 16 == 0) {
           check_peer();
@@ -976,7 +994,7 @@ class runner {
     auto last_progress = clock_type::now();
     for (unsigned i = 1; *p != v; ++i) {
       if (i % 64 == 0) {
-        (void)cq_.poll(f);
+        (void)poll_with(f);
         check_failure();
         if (stop && stop->load(std::memory_order_acquire)) return false;
         check_peer();

@@ -99,3 +99,20 @@ TEST_CASE("UD: the endpoint carries the Q_Key, so ah.to(endpoint) reaches a QP w
   CHECK(std::memcmp(rx.data() + got[0].payload_offset, "peerkey!", 8) == 0);
   CHECK(receiver.posted_recvs() == 0);
 }
+
+TEST_CASE("UD: the mock refuses a send through an address handle that was destroyed") {
+  // The ud_address is valid while its handle lives (docs/transports.md); the mock checks
+  // that it still names a live handle, as a stand-in must not read a destroyed one.
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto tx = x.pd.allocate<access::local_write>(256);
+  std::optional<address_handle<B>> ah;
+  ah.emplace(x.pd.create_ah(p.b.local_endpoint()));
+  const auto dest = ah->to(p.b.qp_num());
+  ah.reset();
+  const post_result r = p.a.send(dest, tx.local(0, 8), 1);
+  CHECK(r.status == post_status::backend_error);
+  CHECK(r.err == EINVAL);
+  CHECK(x.cq.poll() == 0);
+}

@@ -103,3 +103,15 @@ TEST_CASE("registered_pool: slices go straight into sends, many messages, one re
     CHECK(v == static_cast<int>(i));
   }
 }
+
+TEST_CASE("memory_region: an empty region or a null buffer is refused with what was wrong") {
+  mock::fabric fab;
+  side x(fab, "mock0");
+  CHECK_THROWS_WITH_AS(x.pd.allocate<access::local_write>(0), doctest::Contains("at least 1 byte (asked for 0)"),
+                       usage_error);
+  std::byte b[8];
+  CHECK_THROWS_WITH_AS(x.pd.register_memory<access::local_write>(b, 0),
+                       doctest::Contains("at least 1 byte (asked for 0)"), usage_error);
+  CHECK_THROWS_WITH_AS(x.pd.register_memory<access::local_write>(nullptr, 8),
+                       doctest::Contains("cannot register 8 bytes at a null address"), usage_error);
+}

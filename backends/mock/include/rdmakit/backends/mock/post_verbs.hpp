@@ -15,8 +15,9 @@ namespace mock::detail {
 // signaled completion included.
 // `as_rxe`: rxe's provider accepts an opcode the transport lacks (the WR fails later) and
 // an atomic SGE longer than 8 bytes (8 are used).
-inline int send_wr_error(const qp_obj* q, const rdmakit::backends::mock::send_wr& w, std::uint64_t& total,
-                         bool as_rxe) noexcept {
+inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::backends::mock::send_wr& w,
+                         std::uint64_t& total) noexcept {
+  const bool as_rxe = f.as_rxe();
   if (q->state == qp_state::reset || q->state == qp_state::init || q->state == qp_state::rtr) return EINVAL;
   if (w.num_sge < 0 || static_cast<std::uint32_t>(w.num_sge) > q->caps.max_send_sge ||
       (w.num_sge && !w.sg_list) || (!as_rxe && !opcode_allowed(q->type, w.op)))
@@ -30,7 +31,9 @@ inline int send_wr_error(const qp_obj* q, const rdmakit::backends::mock::send_wr
     return EINVAL;
   if (is_read_or_atomic(w.op) && q->attr.max_rd_atomic == 0 && opcode_allowed(q->type, w.op))
     return EINVAL;  // max_rd_atomic 0 can never issue it: refuse instead of stalling
-  if (q->type == qp_type::ud && (!w.ud.address || w.ud.address->pd != q->pd)) return EINVAL;
+  // A destroyed address handle is refused, not read: a device would read freed memory.
+  if (q->type == qp_type::ud && (!w.ud.address || !f.ahs.count(w.ud.address) || w.ud.address->pd != q->pd))
+    return EINVAL;
   if (is_local_op(w.op) && (inl || w.num_sge != 0)) return EINVAL;  // no data: no SGEs, nothing inline
   if (w.op == opcode::bind_mw && (!w.bind_mw.window || w.bind_mw.window->type != mw_type::type2)) return EINVAL;
   if (q->sq.size() >= q->caps.max_send_wr) return ENOMEM;
@@ -98,7 +101,7 @@ RDMAKIT_DECL int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
   send_wr* w = wr;
   for (; w; w = w->next) {
     std::uint64_t total = 0;
-    if ((err = mockd::send_wr_error(q, *w, total, f.as_rxe()))) break;
+    if ((err = mockd::send_wr_error(f, q, *w, total))) break;
     mockd::fill_send_wqe(q->sq.push_back(), q, *w, total);
   }
   if (bad_wr) *bad_wr = err ? w : nullptr;
