@@ -236,7 +236,7 @@ class wr_awaiter final : wr_waiter<B> {
   void await_suspend(std::coroutine_handle<> h) {
     resume_.bind(h);
     suspended_ = true;
-    if (timeout_) timer_.arm(*loop_, std::chrono::steady_clock::now() + *timeout_, timed_out_);
+    if (timeout_) timer_.arm(*loop_, detail::deadline_after(*timeout_), timed_out_);
   }
   /// The result (moved out: await a WR once).
   wr_result<B> await_resume() noexcept { return std::move(*result_); }

@@ -204,7 +204,7 @@ class completion_queue {
   wait_result wait_for(int n, F&& f, std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
     if (RDMAKIT_UNLIKELY(n < 1)) return wait_result{-EINVAL};
     using clock = std::chrono::steady_clock;
-    const auto deadline = clock::now() + timeout;
+    const auto deadline = detail::deadline_after(timeout);
     int total = 0;
     while (total < n) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now());

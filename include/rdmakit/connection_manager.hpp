@@ -259,7 +259,7 @@ inline std::vector<std::byte> cm_data_of(const std::byte* d, std::size_t n) { re
 template <class B>
 cm_event_of<B> cm_expect(cm_id_block<B>& blk, cm_event_type want, std::chrono::milliseconds timeout,
                          const std::string& step) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = detail::deadline_after(timeout);
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0)
@@ -501,7 +501,7 @@ class cm_connection {
   bool wait_disconnected(std::chrono::milliseconds timeout) {
     auto& b = id("wait_disconnected");
     if (b.disconnected) return true;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto deadline = detail::deadline_after(timeout);
     for (;;) {  // at least one look, so a timeout of 0 polls
       const auto left = std::max(std::chrono::milliseconds{0}, std::chrono::duration_cast<std::chrono::milliseconds>(
                                                                    deadline - std::chrono::steady_clock::now()));
@@ -688,7 +688,7 @@ class cm_listener {
   /// The next connect request, waiting up to `timeout`; cm_error(timeout) if none came.
   cm_request<B> next_request(std::chrono::milliseconds timeout) {
     if (!id_) detail::throw_empty("cm_listener", "next_request");
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto deadline = detail::deadline_after(timeout);
     for (;;) {
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());

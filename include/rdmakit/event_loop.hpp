@@ -229,7 +229,7 @@ class event_loop {
       bool await_ready() const noexcept { return false; }
       void await_suspend(std::coroutine_handle<> h) {
         resume_.bind(h);
-        timer_.arm(core_, std::chrono::steady_clock::now() + d_, resume_);
+        timer_.arm(core_, detail::deadline_after(d_), resume_);
       }
       void await_resume() const noexcept {}
 

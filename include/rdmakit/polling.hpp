@@ -25,7 +25,7 @@ template <class Ops>
 int event_wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
   // Drain: return whatever is there before sleeping (no clock read on this path).
   if (int n = ops.poll(); n != 0) return n;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = detail::deadline_after(timeout);
   for (;;) {
     if (int e = ops.arm()) return -e;
     // Re-poll: catches a completion that landed between the last poll and the arm.
@@ -61,7 +61,7 @@ struct busy_poll {
   template <class Ops>
   static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
     if (int n = ops.poll(); RDMAKIT_LIKELY(n != 0)) return n;  // no clock read on the fast path
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto deadline = detail::deadline_after(timeout);
     for (unsigned i = 1;; ++i) {
       int n = ops.poll();
       if (n != 0) return n;

@@ -10,3 +10,31 @@
 #else
 #include <chrono>
 #endif
+
+#include <rdmakit/config.hpp>
+
+RDMAKIT_BEGIN_NAMESPACE
+namespace detail {
+
+/// `from + timeout` on the steady clock, saturated at its end: a timeout past the
+/// clock's range (milliseconds::max(), hours::max()) means no practical limit, where
+/// the plain sum overflows (undefined behaviour that, in practice, expires at once).
+/// A timeout of zero or less is `from`.
+template <class Rep, class Period>
+std::chrono::steady_clock::time_point deadline_after(std::chrono::steady_clock::time_point from,
+                                                     std::chrono::duration<Rep, Period> timeout) noexcept {
+  using time_point = std::chrono::steady_clock::time_point;
+  if (timeout <= timeout.zero()) return from;
+  // The room left, in the timeout's unit (rounded down): comparing there cannot overflow.
+  const auto room = std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(time_point::max() - from);
+  return timeout >= room ? time_point::max() : from + std::chrono::duration_cast<time_point::duration>(timeout);
+}
+
+/// deadline_after(now, timeout).
+template <class Rep, class Period>
+std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, Period> timeout) noexcept {
+  return deadline_after(std::chrono::steady_clock::now(), timeout);
+}
+
+}  // namespace detail
+RDMAKIT_END_NAMESPACE

@@ -79,7 +79,7 @@ class mailbox_awaiter final : mailbox<T>::waiter {
     timed_out_.bind([](void* self) noexcept { static_cast<mailbox_awaiter*>(self)->on_timeout_(); }, this);
     source_->mailbox().add(*this);
     waiting_ = true;
-    if (timeout_) timer_.arm(source_->loop(), std::chrono::steady_clock::now() + *timeout_, timed_out_);
+    if (timeout_) timer_.arm(source_->loop(), deadline_after(*timeout_), timed_out_);
   }
   /// The value, or std::nullopt when the timeout passed first.
   std::optional<T> await_resume() noexcept { return std::move(got_); }

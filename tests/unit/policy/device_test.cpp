@@ -1,5 +1,9 @@
 #include "fixture.hpp"
 
+#include <atomic>
+#include <optional>
+#include <thread>
+
 using namespace policy_test;
 
 TEST_CASE("device: open by name, or the first one with an empty name") {
@@ -113,4 +117,30 @@ TEST_CASE("device::next_event: port down/up and a CQ overflow arrive through the
   CHECK(err->type == async_event_type::cq_err);
   CHECK(err->object == static_cast<const void*>(cq.native()));
   B::destroy_qp(raw);
+}
+
+TEST_CASE("device::next_event: a responder's QP_ACCESS_ERR wakes a thread already waiting for it") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  std::optional<async_event> got;
+  std::chrono::steady_clock::duration waited{};
+  std::atomic<bool> waiting{false};
+  std::thread waiter([&] {
+    waiting = true;
+    const auto t0 = std::chrono::steady_clock::now();
+    got = y.dev.next_event(std::chrono::seconds(5));
+    waited = std::chrono::steady_clock::now() - t0;
+  });
+  while (!waiting) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the waiter is asleep in next_event
+  auto wrong = remote_region<access::remote_write>::unchecked(dst.remote().addr(), dst.remote().rkey() ^ 1, 64);
+  REQUIRE(p.a.write(src.local(), wrong, 1).ok());
+  REQUIRE(collect(x.cq, 1).size() == 1);
+  waiter.join();
+  REQUIRE(got.has_value());
+  CHECK(got->type == async_event_type::qp_access_err);
+  CHECK(waited < std::chrono::seconds(4));  // woken by the event, not by its timeout
 }

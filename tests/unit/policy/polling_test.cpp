@@ -76,6 +76,36 @@ TEST_CASE("busy_poll never arms and gives up at the timeout") {
   static_assert(!busy_poll<>::needs_channel && event_driven<>::needs_channel);
 }
 
+namespace {
+// busy_poll: a completion after `empty` polls. Event policies: one after the first
+// wait_event, which records how long it was asked to sleep.
+struct late_ops : fake_ops {
+  int empty = 0;
+  std::chrono::milliseconds asked{-1};
+  int poll() {
+    ++polls;
+    if (empty > 0 && --empty == 0) ready = 1;
+    return ready;
+  }
+  int wait_event(std::chrono::milliseconds t) {
+    asked = t;
+    ready = 1;
+    return 0;
+  }
+};
+}  // namespace
+
+TEST_CASE_TEMPLATE("a timeout past the clock's range waits on, not out (it overflowed and expired at once)", P,
+                   busy_poll<>, event_driven<>, adaptive<2>) {
+  using namespace std::chrono;
+  for (const milliseconds t : {milliseconds::max(), duration_cast<milliseconds>(hours(24 * 365 * 1000))}) {
+    late_ops ops;
+    if constexpr (!P::needs_channel) ops.empty = 1000;  // past busy_poll's first clock read (every 64 polls)
+    CHECK(P::wait(ops, t) == 1);
+    if constexpr (P::needs_channel) CHECK(ops.asked > hours(24 * 365));  // the device sleeps as long as it may
+  }
+}
+
 // The concept requires everything completion_queue calls, so a policy that cannot be
 // used is refused where it is named, not deep inside completion_queue.
 struct facts_without_wait {

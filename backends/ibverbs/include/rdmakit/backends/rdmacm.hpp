@@ -242,7 +242,7 @@ struct rdmacm : ibverbs {
   static int cm_disconnect(cm_id id) noexcept { return rdma_disconnect(id) ? errno : 0; }
   /// poll(2) on the channel up to `timeout`, then rdma_get_cm_event, copy, rdma_ack_cm_event.
   static int cm_get_event(cm_channel c, std::chrono::milliseconds timeout, basic_cm_event<cm_id>& out) noexcept {
-    const auto until = std::chrono::steady_clock::now() + timeout;
+    const auto until = rdmakit::detail::deadline_after(timeout);
     for (;;) {
       rdma_cm_event* e = nullptr;
       if (rdma_get_cm_event(c, &e) == 0) {

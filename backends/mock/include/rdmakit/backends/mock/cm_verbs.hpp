@@ -678,7 +678,7 @@ RDMAKIT_DECL int mock::cm_get_event(cm_channel c, std::chrono::milliseconds time
   if (!c) return EINVAL;
   auto& f = *c->fab;
   std::unique_lock lk(f.mu);
-  const auto until = std::chrono::steady_clock::now() + timeout;
+  const auto until = rdmakit::detail::deadline_after(timeout);
   while (c->events.empty()) {
     // An UNREACHABLE whose retry time is over: its QP goes to ERR, then it is queued.
     auto due = std::min_element(c->later.begin(), c->later.end(),

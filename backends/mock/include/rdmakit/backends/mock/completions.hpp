@@ -18,14 +18,20 @@ inline void post_async(fabric_state& f, std::uint32_t dev, const async_event& ev
   f.cv.notify_all();
 }
 
+/// An asynchronous event of one context: queued, and the threads waiting in
+/// get_async_event woken (the eventfd alone wakes only the coroutine layer).
+inline void raise_async(fabric_state& f, context_obj* c, const async_event& ev) {
+  c->push_async(ev);
+  f.cv.notify_all();
+}
+
 /// Adds a CQE; false when the CQ was full (the CQE is lost and CQ_ERR raised).
 inline bool push_cqe(fabric_state& f, cq_obj* cq, const cq_entry& e, bool solicited) {
   if (static_cast<int>(cq->entries.size()) >= cq->capacity) {
     async_event ev;
     ev.type = async_event_type::cq_err;
     ev.object = cq;
-    cq->ctx->push_async(ev);
-    f.cv.notify_all();
+    raise_async(f, cq->ctx, ev);
     return false;
   }
   cq->entries.push_back() = e;
@@ -148,8 +154,7 @@ inline void to_error(fabric_state& f, qp_obj* q) {
     ev.type = async_event_type::qp_last_wqe_reached;
     ev.qp_num = q->qpn;
     ev.object = q;
-    q->pd->ctx->push_async(ev);
-    f.cv.notify_all();
+    raise_async(f, q->pd->ctx, ev);
   }
 }
 

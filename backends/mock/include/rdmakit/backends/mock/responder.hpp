@@ -94,8 +94,7 @@ inline recv_wqe take_receive(fabric_state& f, qp_obj* d) {
     async_event ev;
     ev.type = async_event_type::srq_limit_reached;
     ev.object = s;
-    s->pd->ctx->push_async(ev);
-    f.cv.notify_all();
+    raise_async(f, s->pd->ctx, ev);
   }
   return r;
 }

@@ -118,7 +118,7 @@ inline void responder_error(fabric_state& f, qp_obj* q, async_event_type type) {
   ev.type = type;
   ev.qp_num = q->qpn;
   ev.object = q;
-  q->pd->ctx->push_async(ev);
+  raise_async(f, q->pd->ctx, ev);
   to_error(f, q);
 }
 
