@@ -5,6 +5,7 @@
 #include <rdmakit/queue_pair.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <utility>
@@ -29,8 +30,13 @@ class qp_pool {
   {
     auto* blk = detail::policy_access::block(cq);
     if (!blk) detail::throw_empty("completion_queue", "(create_qp_pool)");
-    std::uint64_t per = std::uint64_t{caps.max_send_wr} + caps.max_recv_wr;
-    std::uint64_t need = blk->reserved + per * count;
+    detail::check_psn(o);  // before the members' PSNs (o.psn + i) wrap at 24 bits
+    const std::uint64_t per = std::uint64_t{caps.max_send_wr} + caps.max_recv_wr;
+    if (per != 0 && count > (UINT64_MAX - blk->reserved) / per)
+      throw usage_error(detail::cat("create_qp_pool(): a pool of ", count, " ", T::name, " queue pairs of ",
+                                    caps.max_send_wr, " send + ", caps.max_recv_wr,
+                                    " receive WRs each needs more CQ entries than any CQ has: make fewer"));
+    const std::uint64_t need = blk->reserved + per * count;
     if (need > static_cast<std::uint64_t>(blk->capacity))
       throw usage_error(detail::cat("create_qp_pool(): CQ of ", blk->capacity, " entries is too small for a pool of ",
                                     count, " ", T::name, " queue pairs of ", caps.max_send_wr, " send + ",

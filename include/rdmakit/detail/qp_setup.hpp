@@ -115,6 +115,13 @@ void modify_step(qp_parts<B>& p, const qp_attr& a, qp_attr_mask m, qp_state from
   }
 }
 
+// qp_options::psn has 24 bits: a wider one is refused, not masked.
+inline void check_psn(const qp_options& o) {
+  if (o.psn && *o.psn > psn_mask)
+    throw usage_error(cat("create_qp(): qp_options::psn = ", *o.psn, " is out of range (0..", psn_mask,
+                          "): packet sequence numbers have 24 bits"));
+}
+
 // Creates the native QP on checked CQs, attaches it to them and takes it to INIT. With
 // `srq` (transport on_srq<X> only) the receives come from it: the receive CQ reserves
 // the SRQ's max_wr once for all its QPs. With `make_qp` (the connection manager) the
@@ -129,6 +136,7 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
   cq_block<B>* rcq = recv_blk.get();
   const device_state<B>& dev = *pd->dev;
   check_sq_depth<S>(caps);
+  check_psn(o);
   qp_cap room = caps;  // what the CQs must have room for
   if constexpr (shares_receives<T>) {
     if (!srq)
@@ -184,8 +192,14 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
 
   const port_attr pa = dev.port(o.port);
   p.gid_index = o.gid_index ? *o.gid_index : choose_gid<B>(dev.ctx, o.port);
-  if (pa.layer == link_layer::ethernet || o.gid_index)
-    p.local_gid = B::query_gid(dev.ctx, o.port, p.gid_index).value;
+  if (pa.layer == link_layer::ethernet || o.gid_index) {
+    const auto entry = B::query_gid(dev.ctx, o.port, p.gid_index);
+    if (o.gid_index && !entry.valid)
+      throw usage_error(cat("create_qp(): qp_options::gid_index = ", p.gid_index, " names an empty slot of port ",
+                            o.port, "'s GID table: use an index whose device::gid(port, index) is valid, or leave "
+                            "gid_index unset to choose one automatically"));
+    p.local_gid = entry.value;
+  }
   p.lid = pa.lid;
   p.active_mtu = pa.active_mtu;
   p.psn = (o.psn ? *o.psn : l.qp_num * 0x9E3779B1u) & psn_mask;

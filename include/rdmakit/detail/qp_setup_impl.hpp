@@ -39,6 +39,7 @@ RDMAKIT_NOINLINE RDMAKIT_DECL void check_connect(const endpoint& peer, const con
   field("connect_options::min_rnr_timer", o.min_rnr_timer, 31, "5 bits: an IB RNR timer code");
   field("connect_options::sl", o.sl, 15, "the service level has 4 bits");
   field("endpoint::qpn (peer)", peer.qpn, 0xFFFFFF, "QP numbers have 24 bits: check the endpoint exchange");
+  field("endpoint::psn (peer)", peer.psn, psn_mask, "packet sequence numbers have 24 bits: check the endpoint exchange");
   if (o.path_mtu && mtu_bytes(*o.path_mtu) == 0)
     throw usage_error("connect(): connect_options::path_mtu is not one of 256, 512, 1024, 2048, 4096");
 }

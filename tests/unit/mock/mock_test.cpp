@@ -217,3 +217,27 @@ TEST_CASE("mock: two threads drive the two ends of an RC connection (10k ping-po
   tb.join();
   CHECK_MESSAGE(!failed, first_error);
 }
+
+TEST_CASE("mock: an INIT→RTR refused for its address vector names the verb and the errno once") {
+  fx_t fx;
+  auto e = fx.make_qp();
+  fx.to_init(e);
+  link_opts l;
+  ah_attr av = fx.loopback_av();
+  av.grh.sgid_index = 5;  // an empty slot of the GID table
+  l.av = av;
+  try {
+    fx.to_rtr(e, e.num, l);
+    FAIL("INIT→RTR with an empty GID slot");
+  } catch (const rdmakit::verbs_error& err) {
+    const std::string w = err.what();
+    CHECK(w.find("sgid_index 5") != std::string::npos);
+    auto count = [&](const std::string& s) {
+      std::size_t n = 0;
+      for (auto p = w.find(s); p != std::string::npos; p = w.find(s, p + 1)) ++n;
+      return n;
+    };
+    CHECK(count("(EINVAL)") == 1);
+    CHECK(count("ibv_modify_qp") == 1);
+  }
+}

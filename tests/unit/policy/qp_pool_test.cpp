@@ -41,6 +41,17 @@ TEST_CASE("qp_pool: the CQ must hold the whole pool, checked before any QP is ma
   CHECK(x.cq.attached() == 0);
 }
 
+TEST_CASE("qp_pool: a count whose CQ entries overflow 64 bits is a usage_error, not a length_error") {
+  mock::fabric fab;
+  side x(fab, "mock0", 100);
+  for (const std::size_t count : {std::size_t{1} << 56, std::size_t{1} << 63, ~std::size_t{0}})
+    CHECK_THROWS_WITH_AS(x.pd.create_qp_pool<rc>(x.cq, count, qp_cap{128, 128}),
+                         doctest::Contains("needs more CQ entries than any CQ has"), usage_error);
+  CHECK_THROWS_WITH_AS(x.pd.create_qp_pool<rc>(x.cq, 2, qp_cap{4, 4}, {.psn = 0x1000000u}),
+                       doctest::Contains("qp_options::psn = 16777216 is out of range"), usage_error);
+  CHECK(x.cq.attached() == 0);
+}
+
 TEST_CASE("qp_pool: UD pools activate; wrong endpoint counts are refused") {
   mock::fabric fab;
   side x(fab, "mock0");

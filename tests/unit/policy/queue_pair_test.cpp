@@ -111,6 +111,25 @@ TEST_CASE("connect options the spec cannot encode are refused before any transit
   CHECK(qx.query_state() == qp_state::init);  // untouched
 }
 
+TEST_CASE("PSNs wider than 24 bits and a gid_index naming an empty GID slot are refused, not masked or used") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  CHECK_THROWS_WITH_AS(x.pd.create_qp<rc>(x.cq, qp_cap{4, 4}, {.psn = 0xabcdef01u}),
+                       doctest::Contains("qp_options::psn = 2882400001 is out of range (0..16777215)"), usage_error);
+  REQUIRE_FALSE(x.dev.gid(1, 5).valid);
+  CHECK_THROWS_WITH_AS(x.pd.create_qp<rc>(x.cq, qp_cap{4, 4}, {.gid_index = 5}),
+                       doctest::Contains("qp_options::gid_index = 5 names an empty slot"), usage_error);
+  CHECK(x.cq.attached() == 0);  // nothing was left attached
+
+  auto qx = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
+  auto qy = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
+  endpoint peer = qy.local_endpoint();
+  peer.psn = 0x1000005;
+  CHECK_THROWS_WITH_AS((void)std::move(qx).connect(peer), doctest::Contains("endpoint::psn (peer) = 16777221"),
+                       usage_error);
+  CHECK(qx.query_state() == qp_state::init);  // untouched
+}
+
 TEST_CASE("send/write with immediate: the receiver sees the value in host order") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");

@@ -85,7 +85,7 @@ inline void validate_attr(fabric_state& f, qp_obj* q, const qp_attr& a, qp_attr_
     try {
       check_av(f, q->pd->ctx, av, verb);
     } catch (const verbs_error& e) {
-      bad(cat("address vector: ", e.what()));
+      bad(cat("address vector: ", e.detail()));  // (bad adds the verb and errno)
     }
   }
 }
