@@ -40,6 +40,7 @@ class task_promise_base {
 
   std::coroutine_handle<> continuation_;
   std::exception_ptr error_;
+  bool awaited_ = false;  // a task is awaited once: a second co_await is refused
 
  protected:
   void rethrow_if_failed() const {
@@ -108,18 +109,26 @@ class [[nodiscard]] task {
   bool done() const noexcept { return h_ && h_.done(); }
 
   /// Starts the task (or resumes nothing if it already finished) and resumes the awaiting
-  /// coroutine when it ends, with its value or its exception. An empty task throws
-  /// usage_error when awaited.
+  /// coroutine when it ends, with its value or its exception. An empty task, or one
+  /// awaited before (still running or finished), throws usage_error when awaited.
   auto operator co_await() && noexcept {
     struct awaiter {
       handle_type h;
-      bool await_ready() const noexcept { return !h || h.done(); }
+      bool again = false;
+      bool await_ready() noexcept {
+        if (!h) return true;
+        again = std::exchange(h.promise().awaited_, true);
+        return again || h.done();
+      }
       std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
         h.promise().continuation_ = awaiting;
         return h;
       }
       T await_resume() {
         if (!h) detail::throw_empty("task", "co_await");
+        if (again)
+          throw usage_error("co_await task: this task is already awaited (a task is awaited once: await it in "
+                            "one coroutine and pass its result on)");
         return h.promise().take();
       }
     };

@@ -70,3 +70,40 @@ TEST_CASE("task: an empty task is refused when awaited or spawned") {
   CHECK_THROWS_AS(loop.run(std::move(empty)), usage_error);
   CHECK_THROWS_AS(loop.spawn(task<void>{}), usage_error);
 }
+
+TEST_CASE("task: a task awaited a second time is refused with usage_error, not resumed or taken again") {
+  event_loop loop;
+  auto make_inner = [&]() -> task<std::string> {
+    co_await loop.sleep_for(5ms);
+    co_return "the value";
+  };
+  task<std::string> inner = make_inner();
+  std::string first_got;
+  bool second_refused = false;
+  auto first = [&]() -> task<void> { first_got = co_await std::move(inner); };
+  auto second = [&]() -> task<void> {
+    try {
+      (void)co_await std::move(inner);  // while `first` awaits it
+    } catch (const usage_error& e) {
+      second_refused = std::string(e.what()).find("already awaited") != std::string::npos;
+    }
+  };
+  loop.spawn(first());
+  loop.spawn(second());
+  loop.run();
+  CHECK(first_got == "the value");
+  CHECK(second_refused);
+
+  // Once finished, its value is not taken again.
+  task<std::string> done = make_inner();
+  auto twice = [&]() -> task<bool> {
+    const std::string v = co_await std::move(done);
+    try {
+      (void)co_await std::move(done);
+    } catch (const usage_error&) {
+      co_return v == "the value";
+    }
+    co_return false;
+  };
+  CHECK(loop.run(twice()));
+}
