@@ -559,3 +559,36 @@ TEST_CASE("fabric: the arm hook lands a completion between the last poll and the
   CHECK(B::get_cq_event(ch, 20ms, got) == ETIMEDOUT);
   fab(fx).set_arm_hook({});
 }
+
+TEST_CASE("fabric: a configuration, fault or clock step it cannot simulate is refused, naming what was wrong") {
+  using namespace std::chrono;
+  auto refused = [](auto make, const char* says) {
+    CHECK_THROWS_WITH_AS(make(), doctest::Contains(says), rdmakit::usage_error);
+  };
+  refused([] {
+    rm::fabric_config c;
+    c.devices = {{.name = "big", .ports = std::vector<rm::port_config>(256)}};
+    rm::fabric f(c);
+  }, "device big has 256 ports: at most 255");
+  refused([] {
+    rm::fabric_config c;
+    c.devices = {{.name = "none", .ports = {}}};
+    rm::fabric f(c);
+  }, "device none has no port");
+  refused([] {
+    rm::fabric_config c;
+    c.latency = nanoseconds(-5);
+    rm::fabric f(c);
+  }, "latency = -5 ns");
+  refused([] {
+    rm::fabric_config c;
+    c.latency = nanoseconds::max();
+    rm::fabric f(c);
+  }, "latency = 9223372036854775807 ns");
+  rm::fabric f;
+  refused([&] { f.inject({.kind = rm::fault_kind::delay, .delay = nanoseconds(-1)}); }, "fault::delay = -1 ns");
+  refused([&] { f.inject({.kind = rm::fault_kind::drop, .probability = 1.5}); }, "fault::probability = 1.5");
+  f.advance(seconds(5));
+  refused([&] { f.advance(seconds(-1)); }, "advance(-1000000000 ns)");
+  CHECK(f.now() == seconds(5));  // unchanged
+}

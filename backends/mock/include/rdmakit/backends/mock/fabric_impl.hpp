@@ -5,8 +5,10 @@
 #include <rdmakit/backends/mock/fabric.hpp>
 #include <rdmakit/detail/algorithm.hpp>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {
@@ -14,6 +16,36 @@ namespace mock::detail {
 inline constexpr std::uint32_t gid_table_len = 16;
 
 inline gid_entry make_gid(const gid& g, std::uint32_t index, gid_type t) { return {g, index, t, true}; }
+
+// The longest latency or delay the simulated clock takes (its nanoseconds are 64 bits;
+// a longer one would wrap): a year.
+inline constexpr std::chrono::nanoseconds longest_wait = std::chrono::hours(24 * 365);
+
+// Refuses what the mock cannot simulate, at construction, instead of wrapping it.
+inline void check_wait(const char* what, std::chrono::nanoseconds d) {
+  if (d < std::chrono::nanoseconds::zero() || d > longest_wait)
+    throw usage_error(::rdmakit::detail::cat("mock::fabric: ", what, " = ", d.count(),
+                                             " ns is out of range: give 0 up to a year of simulated time"));
+}
+inline void check_config(const fabric_config& c) {
+  for (const auto& d : c.devices) {
+    if (d.ports.empty())
+      throw usage_error(::rdmakit::detail::cat("mock::fabric: device ", d.name, " has no port: give it at least one"));
+    if (d.ports.size() > 255)
+      throw usage_error(::rdmakit::detail::cat("mock::fabric: device ", d.name, " has ", d.ports.size(),
+                                               " ports: at most 255 (port numbers are 8 bits, from 1)"));
+  }
+  check_wait("fabric_config::latency", c.latency);
+}
+inline void check_fault(const fault& f) {
+  if (!(f.probability >= 0.0 && f.probability <= 1.0)) {
+    char p[32];
+    std::snprintf(p, sizeof p, "%g", f.probability);
+    throw usage_error(::rdmakit::detail::cat("mock::fabric::inject(): fault::probability = ", std::string_view(p),
+                                             " is not a probability: give 0 to 1"));
+  }
+  check_wait("fault::delay", f.delay);
+}
 
 inline void build_devices(fabric_state& f) {
   auto devs = f.cfg.devices;
@@ -63,6 +95,7 @@ inline void build_devices(fabric_state& f) {
 namespace mock {
 
 RDMAKIT_DECL fabric::fabric(fabric_config config) : state_(rdmakit::detail::make_shared_owner<detail::fabric_state>()) {
+  detail::check_config(config);
   state_->cfg = std::move(config);
   if (state_->cfg.profile == device_profile::rxe) state_->cfg.slots = slot_release::on_completion;
   state_->rng.seed(state_->cfg.seed);
@@ -85,6 +118,9 @@ RDMAKIT_DECL std::chrono::nanoseconds fabric::now() const {
 }
 
 RDMAKIT_DECL void fabric::advance(std::chrono::nanoseconds by) {
+  if (by < std::chrono::nanoseconds::zero())
+    throw usage_error(::rdmakit::detail::cat("mock::fabric::advance(", by.count(),
+                                             " ns): the simulated clock does not go back; give 0 or more"));
   std::lock_guard lk(state_->mu);
   const detail::clock_ns target = state_->now + static_cast<detail::clock_ns>(by.count());
   for (;;) {
@@ -98,6 +134,7 @@ RDMAKIT_DECL void fabric::advance(std::chrono::nanoseconds by) {
 }
 
 RDMAKIT_DECL void fabric::inject(const fault& f) {
+  detail::check_fault(f);
   std::lock_guard lk(state_->mu);
   state_->faults.push_back(f);
 }
