@@ -319,14 +319,16 @@ struct cq_block {
 template <class B>
 class cq_delivery {
  public:
-  explicit cq_delivery(cq_block<B>& b) noexcept : b_(b) { ++b_.delivering; }
+  RDMAKIT_ALWAYS_INLINE explicit cq_delivery(cq_block<B>& b) noexcept : b_(b) { ++b_.delivering; }
   cq_delivery(const cq_delivery&) = delete;
   cq_delivery& operator=(const cq_delivery&) = delete;
-  ~cq_delivery() {
-    if (--b_.delivering == 0 && RDMAKIT_UNLIKELY(b_.doomed != nullptr)) b_.doomed->destroy(b_.doomed);
+  RDMAKIT_ALWAYS_INLINE ~cq_delivery() {
+    if (--b_.delivering == 0 && RDMAKIT_UNLIKELY(b_.doomed != nullptr)) destroy_(b_);
   }
 
  private:
+  RDMAKIT_NOINLINE static void destroy_(cq_block<B>& b) noexcept { b.doomed->destroy(b.doomed); }
+
   cq_block<B>& b_;
 };
 
