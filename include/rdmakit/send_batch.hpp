@@ -79,7 +79,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   bool reused() const noexcept { return reuse_; }
 
   /// Adds one operation (rdmakit/operations.hpp), the same value queue_pair::post
-  /// takes; false when the batch is full. Checked against the transport at compile time.
+  /// takes; false when the batch is full, or when the operation gathers more SGEs than
+  /// a WR of this batch holds (SgePerWr: it never fits, so a loop that posts until the
+  /// add succeeds must tell the two apart with full()). Checked against the transport
+  /// at compile time.
   template <operation Op>
   RDMAKIT_ALWAYS_INLINE bool add(const Op& o, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
     Op::rule::template check<T>();
