@@ -323,6 +323,10 @@ inline connection_info decode_payload(std::string_view payload) {
   const int regions = seen[k_addr] + seen[k_rkey] + seen[k_len] + seen[k_access];
   if (regions != 0 && regions != 4)
     detail::malformed("rdmakit record: addr, rkey, len and access go together", payload);
+  if (regions == 4 && region.length != 0 && region.length - 1 > ~region.addr)  // addr + len - 1 wraps
+    detail::malformed(detail::cat("rdmakit record: the region at addr ", rdmakit::detail::hex(region.addr), " of len ",
+                                  region.length, " runs past the end of the address space"),
+                      payload);
   if (regions == 4) info.region = region;
   return info;
 }

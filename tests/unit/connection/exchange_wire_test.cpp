@@ -119,6 +119,12 @@ TEST_CASE("rdmakit record: malformed, oversized and foreign input is rejected") 
         exchange_errc::malformed);
   CHECK(wire::decode_payload(base + "addr=0x1000\nrkey=0x1\nlen=8\naccess=0x8\n").region->rights ==
         access::remote_atomic);
+  // A region that would run past the end of the address space (addr + len wraps).
+  CHECK(error_of([&] {
+          wire::decode_payload(base + "addr=0xfffffffffffff000\nrkey=0x1\nlen=8192\naccess=0x2\n");
+        }) == exchange_errc::malformed);
+  CHECK(wire::decode_payload(base + "addr=0xfffffffffffff000\nrkey=0x1\nlen=4096\naccess=0x2\n").region->length ==
+        4096);
   CHECK(error_of([&] { wire::decode_payload(base + "no equals sign\n"); }) == exchange_errc::malformed);
   CHECK(error_of([] { wire::decode_payload("lid=0x1\nqpn=0x1\npsn=0x1\nmtu=1024\n"); }) == exchange_errc::malformed);
   CHECK(error_of([] {
