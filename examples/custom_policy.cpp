@@ -35,7 +35,7 @@ struct spin_then_yield {
   static constexpr unsigned ack_batch = 1;
   // ops.poll() returns the completions delivered (or -errno); return that, 0 on timeout.
   template <class Ops>
-  static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
+  static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept(noexcept(ops.poll())) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (unsigned i = 0;; ++i) {
       if (int n = ops.poll(); n != 0) return n;

@@ -4,8 +4,10 @@
 /// pairs attached to it, so a QP that could overflow it is refused at creation. Every
 /// completion polled goes through the accounting of the QP it belongs to (routed by
 /// qp_num), which gives send-queue credits back; `dispatch()` then hands it to that QP's
-/// handler. Handlers must not throw (polling is noexcept); they may destroy queue pairs,
-/// their own handler and this CQ's state (docs/polling.md), not the handle they run from.
+/// handler. A handler may destroy queue pairs, their own handler and this CQ's state
+/// (docs/polling.md), not the handle it runs from. An exception from a handler given to
+/// poll/wait leaves the call (each of them is noexcept for a noexcept handler) with every
+/// completion of the batch accounted; on() handlers and dispatch's fallback must not throw.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/completion.hpp>
 #include <rdmakit/detail/chrono.hpp>
@@ -155,9 +157,10 @@ class completion_queue {
   /// owning QP's credit accounting. Returns the count, or -errno if poll_cq failed
   /// (-EBADF on an empty handle).
   template <completion_handler<B> F>
-  RDMAKIT_ALWAYS_INLINE int poll(F&& f) noexcept {
+  RDMAKIT_ALWAYS_INLINE int poll(F&& f) noexcept(nothrow<F>) {
     constexpr bool inert = std::is_same_v<std::remove_cvref_t<F>, ignore_completion>;
-    return poll_impl_<inert>([&f](detail::qp_link<B>*, const completion<B>& c) { f(c); });
+    return poll_impl_<inert, nothrow<F>>(
+        [&f](detail::qp_link<B>*, const completion<B>& c) noexcept(nothrow<F>) { f(c); });
   }
 
   /// Polls one batch for the accounting only: the completions give their credits back
@@ -168,7 +171,7 @@ class completion_queue {
 
   /// Polls until the CQ is empty; returns the total count (or -errno).
   template <completion_handler<B> F>
-  int drain(F&& f) noexcept {
+  int drain(F&& f) noexcept(nothrow<F>) {
     int total = 0;
     for (;;) {
       int n = poll(f);
@@ -182,7 +185,7 @@ class completion_queue {
   /// batch to f.
   template <completion_handler<B> F>
   RDMAKIT_ALWAYS_INLINE wait_result wait(F&& f,
-                                         std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+                                         std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept(nothrow<F>) {
     if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
     // The policy's own first step, inlined: completions already there end the wait.
     if constexpr (detail::polls_first<P>)
@@ -201,7 +204,8 @@ class completion_queue {
   /// timed-out result when the deadline came first (f has seen the ones that did
   /// come), or the error of a failed wait (EINVAL for n below 1: nothing to wait for).
   template <completion_handler<B> F>
-  wait_result wait_for(int n, F&& f, std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+  wait_result wait_for(int n, F&& f,
+                       std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept(nothrow<F>) {
     if (RDMAKIT_UNLIKELY(n < 1)) return wait_result{-EINVAL};
     using clock = std::chrono::steady_clock;
     const auto deadline = detail::deadline_after(timeout);
@@ -236,7 +240,7 @@ class completion_queue {
   /// QPs without a handler go to `fallback`.
   template <class F>
   int dispatch(F&& fallback) noexcept {
-    return poll_impl_<false>([&](detail::qp_link<B>* l, const completion<B>& c) {
+    return poll_impl_<false, true>([&](detail::qp_link<B>* l, const completion<B>& c) noexcept {
       if (l && l->handler)
         call_handler_(*l, c);
       else
@@ -275,11 +279,14 @@ class completion_queue {
   struct ignore_completion {
     void operator()(const completion<B>&) const noexcept {}
   };
+  // Whether handler F cannot throw: poll, wait and the calls under them are noexcept then.
+  template <class F>
+  static constexpr bool nothrow = std::is_nothrow_invocable_v<F&, const completion<B>&>;
 
   // The policy's wait, past the inlined first poll: the ops it is handed are made here,
   // so the inlined path stores none of them.
   template <class F>
-  RDMAKIT_NOINLINE wait_result wait_slow_(F& f, std::chrono::milliseconds timeout) noexcept {
+  RDMAKIT_NOINLINE wait_result wait_slow_(F& f, std::chrono::milliseconds timeout) noexcept(nothrow<F>) {
     ops<F> o{this, f};
     return wait_result{P::wait(o, timeout)};
   }
@@ -288,8 +295,8 @@ class completion_queue {
   // handler may destroy queue pairs, their handlers and this CQ's state (its handle
   // moved from or reassigned): each completion is then routed after the call before
   // it, and the block outlives the delivery (cq_delivery).
-  template <bool Inert, class G>
-  RDMAKIT_ALWAYS_INLINE int poll_impl_(G&& g) noexcept {
+  template <bool Inert, bool NoThrow, class G>
+  RDMAKIT_ALWAYS_INLINE int poll_impl_(G&& g) noexcept(NoThrow) {
     if (RDMAKIT_UNLIKELY(!blk_)) return -EBADF;
     typename B::wc wcs[P::batch];
     auto& b = *blk_;
@@ -312,27 +319,48 @@ class completion_queue {
       }
       return n;
     }
-    return poll_routed_<Inert>(wcs, n, g);
+    return poll_routed_<Inert, NoThrow>(wcs, n, g);
   }
 
   // A batch with a failure, a receive or more than one QP: each completion routed and
   // accounted on its own. Out of line, so the inlined poll stays small.
-  template <bool Inert, class G>
-  RDMAKIT_NOINLINE int poll_routed_(const typename B::wc* wcs, int n, G& g) noexcept {
+  template <bool Inert, bool NoThrow, class G>
+  RDMAKIT_NOINLINE int poll_routed_(const typename B::wc* wcs, int n, G& g) noexcept(NoThrow) {
     auto& b = *blk_;
     if constexpr (Inert) {
       for (int i = 0; i < n; ++i) deliver_<true>(b, wcs[i], g);
-    } else {
+    } else if constexpr (NoThrow) {
       detail::cq_delivery<B> in_use(b);
       for (int i = 0; i < n; ++i) deliver_<true>(b, wcs[i], g);
+    } else {
+      detail::cq_delivery<B> in_use(b);
+      int i = 0;
+      try {
+        for (; i < n; ++i) deliver_<true>(b, wcs[i], g);
+      } catch (...) {
+        // The handler of wcs[i] threw (after its accounting): the rest give their
+        // credits back undelivered, as the fast path's batch accounting does.
+        for (++i; i < n; ++i) account_(b, wcs[i]);
+        throw;
+      }
     }
     return n;
+  }
+
+  // A completion's accounting alone, on the queue pair its qp_num names now.
+  static void account_(detail::cq_block<B>& b, const typename B::wc& w) noexcept {
+    const std::uint32_t qpn = B::get_qp_num(w);
+    if (detail::qp_link<B>* l = qpn == b.last_qpn ? b.last : b.find_route(qpn))
+      l->account(w);
+    else
+      ++b.unrouted;
   }
 
   // One completion to g, through the queue pair its qp_num names now (after the call
   // before it, which may have destroyed that queue pair), `Account`ed there.
   template <bool Account, class G>
-  static RDMAKIT_ALWAYS_INLINE void deliver_(detail::cq_block<B>& b, const typename B::wc& w, G& g) noexcept {
+  static RDMAKIT_ALWAYS_INLINE void deliver_(detail::cq_block<B>& b, const typename B::wc& w,
+                                            G& g) noexcept(noexcept(g(nullptr, std::declval<const completion<B>&>()))) {
     // The QP of the previous completion needs no null test: find()'s cache, unrolled.
     auto routed = [&](detail::qp_link<B>* l) {
       if constexpr (Account) l->account(w);
@@ -396,7 +424,7 @@ class completion_queue {
   struct ops {
     completion_queue* cq;
     F& f;
-    RDMAKIT_ALWAYS_INLINE int poll() noexcept { return cq->poll(f); }
+    RDMAKIT_ALWAYS_INLINE int poll() noexcept(nothrow<F>) { return cq->poll(f); }
     int arm() noexcept { return cq->arm_(); }
     int wait_event(std::chrono::milliseconds t) noexcept { return cq->wait_event_(t); }
   };

@@ -22,7 +22,7 @@ namespace detail {
 // Ops: int poll() (count or -errno), int arm() (errno), int wait_event(ms) (0: an event
 // arrived, ETIMEDOUT/EAGAIN: none in time, else errno).
 template <class Ops>
-int event_wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
+int event_wait(Ops& ops, std::chrono::milliseconds timeout) noexcept(noexcept(ops.poll())) {
   // Drain: return whatever is there before sleeping (no clock read on this path).
   if (int n = ops.poll(); n != 0) return n;
   const auto deadline = detail::deadline_after(timeout);
@@ -59,7 +59,7 @@ struct busy_poll {
   /// Polls until completions arrive or `timeout` passes (checking the clock every 64 empty polls).
   /// Returns the count, 0 on a timeout, or -errno.
   template <class Ops>
-  static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
+  static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept(noexcept(ops.poll())) {
     if (int n = ops.poll(); RDMAKIT_LIKELY(n != 0)) return n;  // no clock read on the fast path
     const auto deadline = detail::deadline_after(timeout);
     for (unsigned i = 1;; ++i) {
@@ -88,7 +88,7 @@ struct event_driven {
   /// Drains the CQ, then arms it and sleeps on the channel until completions or `timeout`.
   /// Returns the count, 0 on a timeout, or -errno.
   template <class Ops>
-  static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
+  static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept(noexcept(ops.poll())) {
     return detail::event_wait(ops, timeout);
   }
 };
@@ -113,7 +113,7 @@ struct adaptive {
   /// Polls up to Spin times, then waits as event_driven does.
   /// Returns the count, 0 on a timeout, or -errno.
   template <class Ops>
-  static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept {
+  static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept(noexcept(ops.poll())) {
     for (unsigned i = 0; i < Spin; ++i)
       if (int n = ops.poll(); n != 0) return n;
     return detail::event_wait(ops, timeout);

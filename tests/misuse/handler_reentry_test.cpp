@@ -7,6 +7,8 @@
 #include "fixture.hpp"
 
 #include <optional>
+#include <stdexcept>
+#include <utility>
 
 using namespace policy_test;
 
@@ -136,3 +138,42 @@ TEST_CASE("a handler that moves its CQ away gets the whole batch; the handle is 
   CHECK(moved->poll() == 0);
   CHECK(moved->attached() == 1);  // the queue pair went with the CQ's state
 }
+
+// A handler that throws: the exception leaves poll/wait; every completion of the batch
+// has given its credits back, and the ones after the throw are not delivered.
+TEST_CASE("a handler's exception leaves poll, with the batch's credits given back") {
+  four_sends t;
+  int seen = 0;
+  CHECK_THROWS_WITH_AS(t.x.cq.poll([&](const completion<B>&) {
+    if (++seen == 2) throw std::runtime_error("from the handler");
+  }), "from the handler", std::runtime_error);
+  CHECK(seen == 2);
+  CHECK(t.a->send_credits() == 8);  // all four accounted
+  CHECK(t.x.cq.poll() == 0);        // and consumed
+}
+
+TEST_CASE("a handler's exception leaves wait_for and a routed batch (two queue pairs), credits given back") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto p1 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto p2 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    REQUIRE(p1.a.write(src.local(), dst.remote(), i).ok());
+    REQUIRE(p2.a.write(src.local(), dst.remote(), 10 + i).ok());
+  }
+  int seen = 0;
+  CHECK_THROWS_AS(x.cq.wait_for(4, [&](const completion<B>&) {
+    ++seen;
+    throw std::logic_error("first");
+  }), std::logic_error);
+  CHECK(seen == 1);
+  CHECK(p1.a.send_credits() == 8);
+  CHECK(p2.a.send_credits() == 8);
+  CHECK(x.cq.poll() == 0);
+}
+
+static_assert(!noexcept(std::declval<completion_queue<B>&>().poll([](const completion<B>&) {})));
+static_assert(noexcept(std::declval<completion_queue<B>&>().poll([](const completion<B>&) noexcept {})));
+static_assert(noexcept(std::declval<completion_queue<B>&>().poll()));
