@@ -340,20 +340,12 @@ class completion_queue {
       } catch (...) {
         // The handler of wcs[i] threw (after its accounting): the rest give their
         // credits back undelivered, as the fast path's batch accounting does.
-        for (++i; i < n; ++i) account_(b, wcs[i]);
+        auto undelivered = [](detail::qp_link<B>*, const completion<B>&) noexcept {};
+        for (++i; i < n; ++i) deliver_<true>(b, wcs[i], undelivered);
         throw;
       }
     }
     return n;
-  }
-
-  // A completion's accounting alone, on the queue pair its qp_num names now.
-  static void account_(detail::cq_block<B>& b, const typename B::wc& w) noexcept {
-    const std::uint32_t qpn = B::get_qp_num(w);
-    if (detail::qp_link<B>* l = qpn == b.last_qpn ? b.last : b.find_route(qpn))
-      l->account(w);
-    else
-      ++b.unrouted;
   }
 
   // One completion to g, through the queue pair its qp_num names now (after the call
