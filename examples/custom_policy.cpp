@@ -36,7 +36,9 @@ struct spin_then_yield {
   // ops.poll() returns the completions delivered (or -errno); return that, 0 on timeout.
   template <class Ops>
   static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept(noexcept(ops.poll())) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    // A timeout past a year is "no limit": now() + milliseconds::max() would overflow.
+    const auto deadline = timeout > std::chrono::hours(24 * 365) ? std::chrono::steady_clock::time_point::max()
+                                                                  : std::chrono::steady_clock::now() + timeout;
     for (unsigned i = 0;; ++i) {
       if (int n = ops.poll(); n != 0) return n;
       if (i >= Spins) {
