@@ -310,7 +310,7 @@ class asio_context {
 /// value passed alongside an exception).
 template <class T, class Token>
 auto asio_spawn(asio_context& ctx, task<T> t, Token&& token) {
-  if (!t) detail::throw_empty("task", "(asio_spawn)");
+  if (!t) detail::throw_empty_argument("task", "asio_spawn");
   return ::asio::async_initiate<Token, typename detail::spawn_signature<T>::type>(
       [&ctx](auto handler, task<T> t) { (void)asio_context::drive_<T>(ctx, std::move(t), std::move(handler)); },
       token, std::move(t));

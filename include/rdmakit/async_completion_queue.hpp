@@ -62,7 +62,7 @@ class async_cq_core final : public async_cq_base {
  public:
   async_cq_core(std::shared_ptr<scheduler> loop, completion_queue<B, P> cq)
       : loop_(std::move(loop)), cq_(std::move(cq)) {
-    if (!cq_) throw_empty("completion_queue", "(async_completion_queue)");
+    if (!cq_) throw_empty_argument("completion_queue", "async_completion_queue");
     watch_.fd = B::channel_fd(cq_.native_channel());
     watch_.ctx = this;
     watch_.on_ready = [](void* self) noexcept { static_cast<async_cq_core*>(self)->drain_(); };

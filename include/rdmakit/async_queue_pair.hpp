@@ -66,7 +66,7 @@ class async_qp_core {
       : loop_(scq->shared_loop()), scq_(scq), rcq_(rcq), qp_(std::move(qp)) {
     auto& q = std::get<queue_pair<B, T, S, State>>(qp_);
     auto* link = policy_access::link(q);
-    if (!link) throw_empty("queue_pair", "(async_queue_pair)");
+    if (!link) throw_empty_argument("queue_pair", "async_queue_pair");
     if (link->send_cq != policy_access::block(scq->queue()) || link->recv_cq != policy_access::block(rcq->queue()))
       throw usage_error(detail::cat("async_queue_pair: queue pair ", link->qp_num,
                                     " was not created on these completion queues: create it on the async completion "

@@ -227,7 +227,7 @@ class completion_queue {
   void on(QP& qp, F handler) {
     if (!blk_) detail::throw_empty("completion_queue", "on");
     auto* link = detail::policy_access::link(qp);
-    if (!link) detail::throw_empty("queue_pair", "(completion_queue::on)");
+    if (!link) detail::throw_empty_argument("queue_pair", "completion_queue::on");
     if (link->send_cq != blk_.get() && link->recv_cq != blk_.get())
       throw usage_error(detail::cat("completion_queue::on(): QP ", link->qp_num, " is not attached to this CQ"));
     link->reset_handler();

@@ -27,7 +27,7 @@ template <class B>
 class device_events_core {
  public:
   device_events_core(std::shared_ptr<scheduler> loop, const device<B>& dev) : loop_(std::move(loop)), dev_(dev.st_) {
-    if (!dev_) throw_empty("device", "(device_events)");
+    if (!dev_) throw_empty_argument("device", "device_events");
     watch_.fd = B::async_fd(dev_->ctx);
     watch_.ctx = this;
     watch_.on_ready = [](void* self) noexcept { static_cast<device_events_core*>(self)->take_(); };

@@ -128,6 +128,8 @@ class usage_error : public std::logic_error {
 namespace detail {
 /// "queue_pair::post_recv(): this queue_pair is empty (moved from or default-constructed) ..."
 [[noreturn]] void throw_empty(const char* type, const char* call);
+/// "create_qp: send CQ: the completion_queue given is empty ...": an argument of `call`.
+[[noreturn]] void throw_empty_argument(const char* type, const char* call);
 }  // namespace detail
 
 RDMAKIT_END_NAMESPACE

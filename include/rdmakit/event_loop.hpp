@@ -185,7 +185,7 @@ class event_loop {
   /// Starts `t` on the loop's next turn. The loop owns it until it finishes; an
   /// exception escaping it is rethrown by run().
   void spawn(task<void> t) {
-    if (!t) detail::throw_empty("task", "(event_loop::spawn)");
+    if (!t) detail::throw_empty_argument("task", "event_loop::spawn");
     (void)drive_(*this, std::move(t));
   }
 

@@ -201,7 +201,7 @@ class memory_window {
     detail::window_rule::check<T>();
     native_("bind");
     const auto& blk = detail::region_access::block(region);
-    if (!blk) detail::throw_empty("memory_region", "(memory_window::bind)");
+    if (!blk) detail::throw_empty_argument("memory_region", "memory_window::bind");
     check_pds_(qp, *blk);
     if (length == 0 || offset > region.size() || length > region.size() - offset)
       throw usage_error(detail::cat("memory_window::bind(): ", length, " bytes from offset ", offset,
@@ -259,7 +259,7 @@ class memory_window {
   template <class QP>
   void check_pds_(const QP& qp, const detail::mr_block<B>& region) const {
     const auto& qpd = detail::policy_access::pd_of(qp);
-    if (!qpd) detail::throw_empty("queue_pair", "(memory_window)");
+    if (!qpd) detail::throw_empty_argument("queue_pair", "memory_window");
     if (qpd != pd_ || region.pd != pd_)
       throw usage_error("memory_window: the window, the region and the queue pair must belong to one protection "
                         "domain (a device refuses the bind otherwise)");

@@ -29,7 +29,7 @@ class qp_pool {
     requires(State == qp_state::init)
   {
     auto* blk = detail::policy_access::block(cq);
-    if (!blk) detail::throw_empty("completion_queue", "(create_qp_pool)");
+    if (!blk) detail::throw_empty_argument("completion_queue", "create_qp_pool");
     detail::check_psn(o);  // before the members' PSNs (o.psn + i) wrap at 24 bits
     const std::uint64_t per = std::uint64_t{caps.max_send_wr} + caps.max_recv_wr;
     if (per != 0 && count > (UINT64_MAX - blk->reserved) / per)

@@ -87,8 +87,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
                   "pd.create_qp<T>(cq, srq, caps)");
     auto scq = detail::policy_access::shared_block(send_cq);
     auto rcq = detail::policy_access::shared_block(recv_cq);
-    if (!scq) detail::throw_empty("completion_queue", "(create_qp: send CQ)");
-    if (!rcq) detail::throw_empty("completion_queue", "(create_qp: receive CQ)");
+    if (!scq) detail::throw_empty_argument("completion_queue", "create_qp: send CQ");
+    if (!rcq) detail::throw_empty_argument("completion_queue", "create_qp: receive CQ");
     return create_on_(std::move(pd), std::move(scq), std::move(rcq), caps, o);
   }
 
@@ -103,9 +103,9 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   {
     auto scq = detail::policy_access::shared_block(send_cq);
     auto rcq = detail::policy_access::shared_block(recv_cq);
-    if (!scq) detail::throw_empty("completion_queue", "(create_qp: send CQ)");
-    if (!rcq) detail::throw_empty("completion_queue", "(create_qp: receive CQ)");
-    if (!srq) detail::throw_empty("shared_receive_queue", "(create_qp)");
+    if (!scq) detail::throw_empty_argument("completion_queue", "create_qp: send CQ");
+    if (!rcq) detail::throw_empty_argument("completion_queue", "create_qp: receive CQ");
+    if (!srq) detail::throw_empty_argument("shared_receive_queue", "create_qp");
     return create_on_(std::move(pd), std::move(scq), std::move(rcq), caps, o, std::move(srq));
   }
 

@@ -54,11 +54,14 @@ TEST_CASE("moved-from completion queue: polls return -EBADF, create_qp and on() 
   CHECK(cq.capacity() == 0);
   CHECK(cq.attached() == 0);
   cq.ack_events();
-  CHECK_THROWS_AS((void)x.pd.create_qp<rc>(cq, qp_cap{8, 8}), usage_error);
+  CHECK_THROWS_WITH_AS((void)x.pd.create_qp<rc>(cq, qp_cap{8, 8}),
+                       doctest::Contains("create_qp: send CQ: the completion_queue given is empty"), usage_error);
   auto qp = x.pd.create_qp<rc>(other, qp_cap{8, 8});
-  CHECK_THROWS_AS(cq.on(qp, f), usage_error);
+  CHECK_THROWS_WITH_AS(cq.on(qp, f), doctest::Contains("completion_queue::on(): this completion_queue is empty"),
+                       usage_error);
   auto gone = std::move(qp);
-  CHECK_THROWS_AS(other.on(qp, f), usage_error);
+  CHECK_THROWS_WITH_AS(other.on(qp, f), doctest::Contains("completion_queue::on: the queue_pair given is empty"),
+                       usage_error);
   completion_queue<B, event_driven<>> ev;
   CHECK(ev.wait(f, std::chrono::milliseconds(1)).error() == EBADF);
 }

@@ -15,13 +15,13 @@ RDMAKIT_DECL std::string errno_message(int e) {
   return cat(std::strerror(e), " (", errno_name(e), ")");
 }
 
+RDMAKIT_NOINLINE RDMAKIT_DECL void throw_empty_argument(const char* type, const char* call) {
+  throw usage_error(cat(call, ": the ", type,
+                        " given is empty (moved from or default-constructed): pass the object the move or "
+                        "the factory returned"));
+}
+
 RDMAKIT_NOINLINE RDMAKIT_DECL void throw_empty(const char* type, const char* call) {
-  // "(what)": an argument of `what` is the empty one.
-  const std::string_view c = call;
-  if (c.size() > 2 && c.front() == '(' && c.back() == ')')
-    throw usage_error(cat(c.substr(1, c.size() - 2), ": the ", type,
-                          " given is empty (moved from or default-constructed): pass the object the move or "
-                          "the factory returned"));
   throw usage_error(cat(type, "::", call, "(): this ", type,
                         " is empty (moved from or default-constructed): use the object the move or "
                         "the factory returned"));
