@@ -20,14 +20,16 @@ enum class post_status : std::uint8_t {
   bad_wr_id,       ///< the wr_id uses bit 63, which rdmakit keeps to tell receives from sends
 };
 
-/// Which rule a WR the device refused with EINVAL broke, found by the queue pair on the
-/// failure path of every post (it reads the refused WR back); `unknown` when none of these.
+/// Which rule a WR refused with EINVAL broke, found by the queue pair on the failure path
+/// of every post (it reads the refused WR back); `unknown` when none of these. A list of
+/// more than 32 SGEs or 2 GiB is refused by rdmakit itself, before the device.
 enum class post_rule : std::uint8_t {
   unknown = 0,
   sge_count,         ///< more SGEs than the queue pair's max_send_sge / max_recv_sge
   inline_size,       ///< inline data above the queue pair's max_inline_data
   atomic_length,     ///< an atomic whose local buffer is not 8 bytes
   atomic_alignment,  ///< an atomic whose remote address is not 8-byte aligned
+  message_size,      ///< SGEs adding up to more than 2 GiB (2^31 bytes), the largest message
 };
 
 /// Outcome of a post (one WR or a list). `posted` counts the WRs of a list that
@@ -81,6 +83,9 @@ struct [[nodiscard]] post_result {
               case post_rule::atomic_alignment:
                 return "the device rejected the WR (EINVAL): an atomic's remote address must be "
                        "8-byte aligned";
+              case post_rule::message_size:
+                return "the WR was refused (EINVAL): its SGEs add up to more than 2 GiB (2^31 bytes), "
+                       "the largest message a WR carries; split it into several WRs";
               case post_rule::unknown: break;
             }
             return "the device rejected the WR (EINVAL): too many SGEs, inline data above "

@@ -18,6 +18,7 @@
 #include <rdmakit/detail/qp_link.hpp>
 #include <rdmakit/detail/qp_parts.hpp>
 #include <rdmakit/detail/qp_setup.hpp>
+#include <rdmakit/detail/sge_list.hpp>
 #include <rdmakit/endpoint.hpp>
 #include <rdmakit/memory.hpp>
 #include <rdmakit/operations.hpp>
@@ -255,10 +256,9 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post_recv(std::span<const local_buffer> sgl, std::uint64_t wr_id) noexcept {
     static_assert(!detail::shares_receives<T>, RDMAKIT_DETAIL_SHARED_RECEIVES);
     typename B::sge s[detail::max_stack_sge];
-    std::uint32_t total = 0;
-    int n = to_sges_(sgl, s, total);
-    if (RDMAKIT_UNLIKELY(n < 0)) return {post_status::backend_error, EINVAL, 0, post_rule::sge_count};
-    return post_recv_(s, n, total, wr_id);
+    const auto list = detail::fill_sges<B>(sgl, s);
+    if (RDMAKIT_UNLIKELY(list.count < 0)) return detail::refused_list(list.broken);
+    return post_recv_(s, list.count, list.total, wr_id);
   }
   /// Posts one receive per buffer with wr_ids first_wr_id, first_wr_id + 1, ...; one
   /// doorbell per 32 receives. `posted` says how many went in.
@@ -319,11 +319,11 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       return post_send_(d);
     } else {
       typename B::sge s[detail::max_stack_sge];
-      d.total = 0;
-      const int n = to_sges_(o.local, s, d.total);
-      if (RDMAKIT_UNLIKELY(n < 0)) return {post_status::backend_error, EINVAL, 0, post_rule::sge_count};
+      const auto list = detail::fill_sges<B>(o.local, s);
+      if (RDMAKIT_UNLIKELY(list.count < 0)) return detail::refused_list(list.broken);
       d.sg = s;
-      d.num_sge = n;
+      d.num_sge = list.count;
+      d.total = list.total;
       return post_send_(d);
     }
   }
@@ -335,8 +335,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// Builds `o` once into a WR that `post(w)` posts again and again
   /// (rdmakit/prepared_send.hpp): the SGEs, the opcode's fields and the inline decision
   /// are done here, so a post only sets the flags the signaling policy decides. A setup
-  /// call: throws usage_error when the queue pair is empty, when the wr_id uses bit 63 or
-  /// when the operation has more than Sges SGEs.
+  /// call: throws usage_error when the queue pair is empty, when the wr_id uses bit 63,
+  /// when the operation has more than Sges SGEs or when they add up to more than 2 GiB.
   template <std::size_t Sges = 1, operation Op>
   prepared_type<Sges> prepare(const Op& o, std::uint64_t wr_id, send_flags flags = send_flags::none) const {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
@@ -356,6 +356,14 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       throw usage_error(detail::cat("queue_pair::prepare(): the operation has ", sgl.size(),
                                     " SGEs and the prepared send holds ", Sges, ": use qp.prepare<", sgl.size(),
                                     ">(op, wr_id)"));
+    if constexpr (Sges > 1) {
+      std::uint64_t total = 0;
+      for (const local_buffer& b : sgl) total += b.length;
+      if (total > detail::max_message_bytes)
+        throw usage_error(detail::cat("queue_pair::prepare(): the operation's SGEs add up to ", total,
+                                      " bytes, more than 2 GiB (2^31), the largest message a WR carries; "
+                                      "split it into several WRs"));
+    }
     return prepared_type<Sges>(o, sgl, wr_id, flags, parts_.inline_limit);
   }
 
@@ -467,6 +475,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_credits_(l, 0);
     const bool odd = batch.odd_ != 0;  // one test for the refusal and the plain path
     if (RDMAKIT_UNLIKELY(odd) && batch.bad_id_()) return {post_status::bad_wr_id, 0, 0};
+    if constexpr (SgePerWr > 1)
+      if (RDMAKIT_UNLIKELY(odd) && batch.too_long_()) return detail::refused_list(post_rule::message_size);
     auto* w = batch.front_();
     auto plan = l.sq.start();
     const std::uint32_t inline_limit = parts_.inline_limit;
@@ -567,15 +577,6 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
 
   void modify_(const qp_attr& a, qp_attr_mask m, qp_state from, const char* step) {
     detail::modify_step<B, T>(parts_, a, m, from, step);
-  }
-
-  static int to_sges_(std::span<const local_buffer> sgl, typename B::sge* s, std::uint32_t& total) noexcept {
-    if (RDMAKIT_UNLIKELY(sgl.size() > detail::max_stack_sge)) return -1;
-    for (std::size_t i = 0; i < sgl.size(); ++i) {
-      B::set_sge(s[i], sgl[i].addr, sgl[i].length, sgl[i].lkey);
-      total += sgl[i].length;
-    }
-    return static_cast<int>(sgl.size());
   }
 
   // w and n: the batch's first slot and size, read before the plan (whose ring stores

@@ -5,6 +5,7 @@
 #include <rdmakit/backend.hpp>
 #include <rdmakit/detail/operation_calls.hpp>
 #include <rdmakit/detail/qp_parts.hpp>
+#include <rdmakit/detail/sge_list.hpp>
 #include <rdmakit/operations.hpp>
 #include <rdmakit/signaling.hpp>
 #include <rdmakit/transport.hpp>
@@ -82,7 +83,8 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   /// takes; false when the batch is full, or when the operation gathers more SGEs than
   /// a WR of this batch holds (SgePerWr: it never fits, so a loop that posts until the
   /// add succeeds must tell the two apart with full()). Checked against the transport
-  /// at compile time.
+  /// at compile time. An operation whose SGEs add up to more than 2 GiB is added, and
+  /// post refuses the list (post_rule::message_size), as it does a wr_id using bit 63.
   template <operation Op>
   RDMAKIT_ALWAYS_INLINE bool add(const Op& o, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
     Op::rule::template check<T>();
@@ -135,6 +137,8 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   }
   // A wr_id used bit 63: post refuses the list (bad_wr_id).
   bool bad_id_() const noexcept { return (odd_ & odd_bad_id) != 0; }
+  // A WR's SGEs add up to more than 2 GiB: post refuses the list (post_rule::message_size).
+  bool too_long_() const noexcept { return (odd_ & odd_too_long) != 0; }
   // Where one WR lives: the native WR first (a pointer to it is a pointer to its slot),
   // its SGEs and what post decides its flags by. One base address for the three: an
   // add computes one product, not one per array.
@@ -221,7 +225,8 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     if (end == Max * sizeof(slot_) || sgl.size() > SgePerWr) return false;
     detail::send_desc<B> d{};
     d.op = op;
-    std::uint32_t total = 0;
+    // One SGE's length fits 32 bits; a list's sum is tested below (sge_list.hpp).
+    std::conditional_t<(SgePerWr > 1), std::uint64_t, std::uint32_t> total = 0;
     slot_& slot = *slot_at_(end);
     typename B::sge* sg = slot.sg;
     for (std::size_t i = 0; i < sgl.size(); ++i) {
@@ -237,8 +242,13 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     B::set_next(*w, wr_address_(&slot + 1));  // one past the last slot at most: never followed (post ends the chain)
     // (No "any candidate" flag for post: its store on every add cost more than the
     // inline limit's test it saved a post of WRs that cannot go inline.)
-    const std::uint32_t inline_bytes =
-        detail::may_auto_inline(op, flags) ? total : detail::batch_entry::never_inline;
+    std::uint32_t inline_bytes = detail::batch_entry::never_inline;
+    if constexpr (SgePerWr > 1) {
+      if (RDMAKIT_UNLIKELY(total > detail::max_message_bytes)) odd_ |= odd_too_long;
+      else if (detail::may_auto_inline(op, flags)) inline_bytes = static_cast<std::uint32_t>(total);
+    } else if (detail::may_auto_inline(op, flags)) {
+      inline_bytes = total;
+    }
     // One 8-byte store (GCC merges the two fields). Not memcpy: a char access, which the
     // compiler takes as touching any field (bench/README, round s31: 0.3 per WR more).
     static_assert(sizeof(detail::batch_entry) == sizeof(std::uint64_t));
@@ -286,12 +296,13 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   std::uint32_t min_inline_;                      // the smallest inline candidate before min_inline_end_
   std::size_t min_inline_end_ = ~std::size_t{0};  // end_ when it was found (none yet)
   // Why post cannot take the plain path, one bit each, so that it tests them at once:
-  // a wr_id used bit 63 (bad_wr_id); a WR was added with send_flags::signaled; the flags
+  // a wr_id used bit 63 (bad_wr_id); a WR's SGEs add up to more than 2 GiB; a WR was
+  // added with send_flags::signaled; the flags
   // are not as add() built them and not as signaled_ says (a partial post set those of
   // the WRs left, or a list built signaled, SignalEach, was posted under another policy).
-  static constexpr std::uint16_t odd_bad_id = 1, odd_touched = 4;
+  static constexpr std::uint16_t odd_bad_id = 1, odd_touched = 4, odd_too_long = 8;
   static constexpr std::uint16_t odd_asked_signal = static_cast<std::uint16_t>(to_underlying(send_flags::signaled));
-  static_assert(odd_asked_signal != odd_bad_id && odd_asked_signal != odd_touched);
+  static_assert(odd_asked_signal != odd_bad_id && odd_asked_signal != odd_touched && odd_asked_signal != odd_too_long);
   // (Not a char type, whose stores the compiler takes as touching any field.)
   std::uint16_t odd_ = 0;
   bool reuse_ = false;  // post() keeps the WRs (reuse())

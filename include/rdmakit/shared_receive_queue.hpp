@@ -14,6 +14,7 @@
 #include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/detail/qp_parts.hpp>
+#include <rdmakit/detail/sge_list.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/memory.hpp>
 #include <rdmakit/post_result.hpp>
@@ -120,14 +121,9 @@ class shared_receive_queue {
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post_recv(std::span<const local_buffer> sgl,
                                                             std::uint64_t wr_id) noexcept {
     typename B::sge s[detail::max_stack_sge];
-    if (RDMAKIT_UNLIKELY(sgl.size() > detail::max_stack_sge))
-      return {post_status::backend_error, EINVAL, 0, post_rule::sge_count};
-    std::uint32_t total = 0;
-    for (std::size_t i = 0; i < sgl.size(); ++i) {
-      B::set_sge(s[i], sgl[i].addr, sgl[i].length, sgl[i].lkey);
-      total += sgl[i].length;
-    }
-    return post_(s, static_cast<int>(sgl.size()), total, wr_id);
+    const auto list = detail::fill_sges<B>(sgl, s);
+    if (RDMAKIT_UNLIKELY(list.count < 0)) return detail::refused_list(list.broken);
+    return post_(s, list.count, list.total, wr_id);
   }
   /// Posts one receive per buffer with wr_ids first_wr_id, first_wr_id + 1, ...; one
   /// doorbell per 32 receives. `posted` says how many went in.

@@ -123,3 +123,52 @@ TEST_CASE("first_error() is the root cause even when separate CQs hand out the f
   CHECK(failed[0].status == wc_status::rem_access_err);
   CHECK(a.first_error() == wc_status::rem_access_err);
 }
+
+// Providers add a WR's SGE lengths in 32 bits (rdma-core 44's rxe: `unsigned int
+// length`), and so did rdmakit: SGEs of 2 GiB + 2 GiB + 16 B added up to 16, which
+// auto-inline took for a small message and flagged inline, so a provider would copy
+// 4 GiB into its WQE ring. Such lists are refused before the device now.
+TEST_CASE("SGE lists longer than 2 GiB are refused before the device, and never flagged inline") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto mr = x.pd.allocate<all_access>(1024);
+  auto dst = y.pd.allocate<all_access>(1024);
+  auto pair = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 8, 4, 4, 64});
+  // Never read: every post below is refused before it reaches the device.
+  const local_buffer huge[3] = {{mr.local().addr, 0x80000000u, mr.local().lkey},
+                                {mr.local().addr, 0x80000000u, mr.local().lkey},
+                                mr.local(0, 16)};
+  const std::span<const local_buffer> sgl(huge);
+  auto refused_for_length = [](post_result r) {
+    CHECK(r.status == post_status::backend_error);
+    CHECK(r.err == EINVAL);
+    CHECK(r.rule == post_rule::message_size);
+    CHECK(std::string(r.message()).find("2 GiB") != std::string::npos);
+  };
+  refused_for_length(pair.a.write(sgl, dst.remote(), 1));
+  refused_for_length(pair.a.send(sgl, 2));
+  refused_for_length(pair.b.post_recv(sgl, 3));
+  // Exactly 2 GiB is the largest message: not refused for its length (the mock then
+  // refuses the unregistered bytes only when it runs the WR).
+  const local_buffer two_gib[2] = {{mr.local().addr, 0x7ffffff0u, mr.local().lkey}, mr.local(0, 16)};
+  CHECK(pair.b.post_recv(std::span<const local_buffer>(two_gib), 4).ok());
+
+  auto batch = decltype(pair.a)::make_batch<4, 3>();
+  CHECK(batch.write(mr.local(0, 8), dst.remote(), 5));
+  CHECK(batch.write(sgl, dst.remote(), 6));  // kept, and refused at post, as a bad wr_id is
+  auto r = pair.a.post(batch);
+  refused_for_length(r);
+  CHECK(r.posted == 0);
+  CHECK(batch.size() == 2);
+  batch.clear();
+  CHECK(batch.write(mr.local(0, 8), dst.remote(), 7));
+  CHECK(pair.a.post(batch).ok());  // clear() forgets the refused WR
+  CHECK(collect(x.cq, 1).size() == 1);
+
+  CHECK_THROWS_WITH_AS((void)pair.a.prepare<3>(op::write{sgl, dst.remote()}, 8),
+                       doctest::Contains("more than 2 GiB"), usage_error);
+  CHECK(pair.a.send_credits() == 16);  // nothing refused took a credit
+
+  auto srq = y.pd.create_srq({.max_wr = 4, .max_sge = 3});
+  refused_for_length(srq.post_recv(sgl, 9));
+}

@@ -14,8 +14,6 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 
-inline constexpr std::size_t max_stack_sge = 32;  // rxe's limit; SGLs above are EINVAL anyway
-
 // Storage for N native objects that is not initialized on construction.
 template <class S, std::size_t N>
 struct uninit_array {

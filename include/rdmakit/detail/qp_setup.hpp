@@ -10,6 +10,7 @@
 #include <rdmakit/detail/qp_link.hpp>
 #include <rdmakit/detail/qp_parts.hpp>
 #include <rdmakit/detail/qp_transitions.hpp>
+#include <rdmakit/detail/sge_list.hpp>
 #include <rdmakit/endpoint.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/post_result.hpp>
@@ -292,6 +293,8 @@ RDMAKIT_NOINLINE post_result refused_send(const qp_cap& caps, int e, std::uint32
     r.rule = post_rule::atomic_length;
   else if (atomic && f.remote_addr % 8 != 0)
     r.rule = post_rule::atomic_alignment;
+  else if (f.length > max_message_bytes)
+    r.rule = post_rule::message_size;
   else if (has_any(f.flags, send_flags::inline_data) && f.length > caps.max_inline_data)
     r.rule = post_rule::inline_size;
   return r;
