@@ -72,8 +72,9 @@ struct [[nodiscard]] post_result {
           case EINVAL:
             switch (rule) {
               case post_rule::sge_count:
-                return "the device rejected the WR (EINVAL): it has more SGEs than the queue pair's "
-                       "max_send_sge/max_recv_sge; create the queue pair with more, or gather less";
+                return "the WR was refused (EINVAL): it has more SGEs than the queue pair's "
+                       "max_send_sge/max_recv_sge (or than a post list's SgePerWr, or 32 in one post); "
+                       "create the queue pair or the list with more, or gather less";
               case post_rule::inline_size:
                 return "the device rejected the WR (EINVAL): its inline data is larger than the queue "
                        "pair's max_inline_data; drop send_flags::inline_data or ask for more inline";

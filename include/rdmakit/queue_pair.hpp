@@ -474,9 +474,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (n == 0) return {post_status::ok, 0, 0};  // whatever the credits
     if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_credits_(l, 0);
     const bool odd = batch.odd_ != 0;  // one test for the refusal and the plain path
-    if (RDMAKIT_UNLIKELY(odd) && batch.bad_id_()) return {post_status::bad_wr_id, 0, 0};
-    if constexpr (SgePerWr > 1)
-      if (RDMAKIT_UNLIKELY(odd) && batch.too_long_()) return detail::refused_list(post_rule::message_size);
+    if (RDMAKIT_UNLIKELY(odd) && batch.refused_()) return batch.refusal_();
     auto* w = batch.front_();
     auto plan = l.sq.start();
     const std::uint32_t inline_limit = parts_.inline_limit;

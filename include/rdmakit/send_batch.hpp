@@ -80,11 +80,11 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   bool reused() const noexcept { return reuse_; }
 
   /// Adds one operation (rdmakit/operations.hpp), the same value queue_pair::post
-  /// takes; false when the batch is full, or when the operation gathers more SGEs than
-  /// a WR of this batch holds (SgePerWr: it never fits, so a loop that posts until the
-  /// add succeeds must tell the two apart with full()). Checked against the transport
-  /// at compile time. An operation whose SGEs add up to more than 2 GiB is added, and
-  /// post refuses the list (post_rule::message_size), as it does a wr_id using bit 63.
+  /// takes; false only when the batch is full. Checked against the transport at compile
+  /// time. An operation post cannot take is added too, and post then refuses the whole
+  /// list until clear(): a wr_id using bit 63 (bad_wr_id), more SGEs than a WR of this
+  /// batch holds (SgePerWr; post_rule::sge_count) or SGEs adding up to more than 2 GiB
+  /// (post_rule::message_size).
   template <operation Op>
   RDMAKIT_ALWAYS_INLINE bool add(const Op& o, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
     Op::rule::template check<T>();
@@ -135,10 +135,13 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     }
     return min_inline_ > inline_limit;
   }
-  // A wr_id used bit 63: post refuses the list (bad_wr_id).
-  bool bad_id_() const noexcept { return (odd_ & odd_bad_id) != 0; }
-  // A WR's SGEs add up to more than 2 GiB: post refuses the list (post_rule::message_size).
-  bool too_long_() const noexcept { return (odd_ & odd_too_long) != 0; }
+  // Post refuses the list: a wr_id used bit 63, a WR had more SGEs than SgePerWr or
+  // SGEs adding up to more than 2 GiB.
+  bool refused_() const noexcept { return (odd_ & (odd_bad_id | odd_too_many_sges | odd_too_long)) != 0; }
+  RDMAKIT_NOINLINE post_result refusal_() const noexcept {
+    if (odd_ & odd_bad_id) return {post_status::bad_wr_id, 0, 0};
+    return detail::refused_list((odd_ & odd_too_many_sges) ? post_rule::sge_count : post_rule::message_size);
+  }
   // Where one WR lives: the native WR first (a pointer to it is a pointer to its slot),
   // its SGEs and what post decides its flags by. One base address for the three: an
   // add computes one product, not one per array.
@@ -222,14 +225,21 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   RDMAKIT_ALWAYS_INLINE bool add_(opcode op, std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags,
             const Op& o) noexcept {
     const std::size_t end = end_;
-    if (end == Max * sizeof(slot_) || sgl.size() > SgePerWr) return false;
+    if (end == Max * sizeof(slot_)) return false;
+    // More SGEs than a WR here holds: the WR is kept with its first SgePerWr and post
+    // refuses the list, as for a bad wr_id, so that false means full and nothing else.
+    std::size_t n = sgl.size();
+    if (RDMAKIT_UNLIKELY(n > SgePerWr)) {
+      n = SgePerWr;
+      odd_ |= odd_too_many_sges;
+    }
     detail::send_desc<B> d{};
     d.op = op;
     // One SGE's length fits 32 bits; a list's sum is tested below (sge_list.hpp).
     std::conditional_t<(SgePerWr > 1), std::uint64_t, std::uint32_t> total = 0;
     slot_& slot = *slot_at_(end);
     typename B::sge* sg = slot.sg;
-    for (std::size_t i = 0; i < sgl.size(); ++i) {
+    for (std::size_t i = 0; i < n; ++i) {
       B::set_sge(sg[i], sgl[i].addr, sgl[i].length, sgl[i].lkey);
       total += sgl[i].length;
     }
@@ -237,7 +247,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     auto* w = &slot.wr;
     constexpr send_flags base = SignalEach ? send_flags::signaled : send_flags::none;
     const send_flags kept = flags & ~send_flags::no_auto_inline;  // rdmakit's own flag stays here
-    B::set_send(*w, wr_id, op, kept | base, sg, static_cast<int>(sgl.size()));
+    B::set_send(*w, wr_id, op, kept | base, sg, static_cast<int>(n));
     detail::set_op_fields<B, T>(*w, d);
     B::set_next(*w, wr_address_(&slot + 1));  // one past the last slot at most: never followed (post ends the chain)
     // (No "any candidate" flag for post: its store on every add cost more than the
@@ -296,13 +306,13 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   std::uint32_t min_inline_;                      // the smallest inline candidate before min_inline_end_
   std::size_t min_inline_end_ = ~std::size_t{0};  // end_ when it was found (none yet)
   // Why post cannot take the plain path, one bit each, so that it tests them at once:
-  // a wr_id used bit 63 (bad_wr_id); a WR's SGEs add up to more than 2 GiB; a WR was
-  // added with send_flags::signaled; the flags
+  // a wr_id used bit 63 (bad_wr_id); a WR had more SGEs than SgePerWr, or SGEs adding up
+  // to more than 2 GiB; a WR was added with send_flags::signaled; the flags
   // are not as add() built them and not as signaled_ says (a partial post set those of
   // the WRs left, or a list built signaled, SignalEach, was posted under another policy).
-  static constexpr std::uint16_t odd_bad_id = 1, odd_touched = 4, odd_too_long = 8;
+  static constexpr std::uint16_t odd_bad_id = 1, odd_touched = 4, odd_too_many_sges = 8, odd_too_long = 16;
   static constexpr std::uint16_t odd_asked_signal = static_cast<std::uint16_t>(to_underlying(send_flags::signaled));
-  static_assert(odd_asked_signal != odd_bad_id && odd_asked_signal != odd_touched && odd_asked_signal != odd_too_long);
+  static_assert((odd_asked_signal & (odd_bad_id | odd_touched | odd_too_many_sges | odd_too_long)) == 0);
   // (Not a char type, whose stores the compiler takes as touching any field.)
   std::uint16_t odd_ = 0;
   bool reuse_ = false;  // post() keeps the WRs (reuse())
