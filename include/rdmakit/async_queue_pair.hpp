@@ -281,6 +281,8 @@ class wr_awaiter final : wr_waiter<B> {
     finish_(wr_result<B>(wr_outcome::cancelled));
   }
   void on_timeout_() noexcept {
+    // The completion came in the same turn of the loop: it queued the resumption already.
+    if (state_ == state::done) return;
     if (state_ == state::posted) core_->abandon(slot_);
     if (state_ == state::credits) core_->stop_waiting(*this);
     core_ = nullptr;  // nothing more to hear from the queue pair

@@ -134,6 +134,26 @@ TEST_CASE("async_queue_pair: within(timeout) ends the wait; the queue pair keeps
   CHECK(c.b.cq.pending() == 0);
 }
 
+// A completion and the deadline in one turn of the loop (within(0ns) on the mock): the
+// timeout handler ran after the completion had queued the resumption, resumed the
+// coroutine itself and left that resumption queued, so the coroutine was resumed a
+// second time later, in whatever it awaited next (here it cut the sleep short).
+TEST_CASE("async_queue_pair: a completion and its deadline in one turn resume the coroutine once") {
+  rig<> r;
+  auto& [bed, loop, c, ma, mb] = r;
+  std::chrono::steady_clock::duration slept{};
+  auto run = [&]() -> task<void> {
+    auto w = c.x().write(ma.local(0, 8), mb.remote().sub(0, 8)).within(0ns);
+    wr_result<B> first = co_await w;
+    CHECK((first.ok() || first.outcome() == wr_outcome::timed_out));
+    const auto t0 = std::chrono::steady_clock::now();
+    co_await loop.sleep_for(100ms);
+    slept = std::chrono::steady_clock::now() - t0;
+  };
+  loop.run(run());
+  CHECK(slept >= 100ms);
+}
+
 TEST_CASE("async_queue_pair: an awaiter dropped without being awaited does not leave its completion behind") {
   rig<> r;
   auto& [bed, loop, c, ma, mb] = r;
