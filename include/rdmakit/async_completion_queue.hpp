@@ -58,14 +58,18 @@ class async_cq_base {
 /// The state an async_completion_queue shares with the queue pairs on it and with its
 /// awaiters: it lives while any of them does, and keeps the loop's state alive.
 template <class B, class P>
-class async_cq_core final : public async_cq_base {
+class async_cq_core final : public async_cq_base, public std::enable_shared_from_this<async_cq_core<B, P>> {
  public:
   async_cq_core(std::shared_ptr<scheduler> loop, completion_queue<B, P> cq)
       : loop_(std::move(loop)), cq_(std::move(cq)) {
     if (!cq_) throw_empty_argument("completion_queue", "async_completion_queue");
     watch_.fd = B::channel_fd(cq_.native_channel());
     watch_.ctx = this;
-    watch_.on_ready = [](void* self) noexcept { static_cast<async_cq_core*>(self)->drain_(); };
+    // Kept alive while it drains: a completion handler may drop its last owner.
+    watch_.on_ready = [](void* self) noexcept {
+      const auto keep = static_cast<async_cq_core*>(self)->shared_from_this();
+      keep->drain_();
+    };
     watch_.progress = [](void* self) noexcept { return static_cast<async_cq_core*>(self)->progress_(); };
     loop_->watch(watch_);
     // Arms the CQ, so the first completion raises an event (nothing is polled yet: no
@@ -101,7 +105,8 @@ class async_cq_core final : public async_cq_base {
             verbs_error("ibv_poll_cq", r.error(), "draining a completion queue for the event loop")));
         return;
       }
-      if (r.count() == 0) {
+      // Empty, or a handler dropped the last owner (the batch it was in is delivered).
+      if (r.count() == 0 || this->weak_from_this().use_count() == 1) {
         again_ = false;
         return;
       }

@@ -109,13 +109,15 @@ class loop_core final : public scheduler {
     epoll_event evs[16];
     const int n = ::epoll_wait(epfd_, evs, 16, timeout_ms);
     if (n < 0 && errno != EINTR) throw verbs_error("epoll_wait", errno, "waiting in the event loop");
+    // A handler may destroy a source whose event or progress comes later in this turn
+    // (a completion handler dropping another async CQ): each is looked up first.
     for (int i = 0; i < n; ++i) {
       auto* w = static_cast<fd_watch*>(evs[i].data.ptr);
-      w->on_ready(w->ctx);
+      if (watching_(w)) w->on_ready(w->ctx);
     }
     if (progress)  // a copy: a handler may register or unregister a source
       for (auto* w : std::vector<fd_watch*>(watches_))
-        if (w->progress && w->progress(w->ctx)) w->on_ready(w->ctx);
+        if (watching_(w) && w->progress && w->progress(w->ctx)) w->on_ready(w->ctx);
     fire_due_timers_();
     rethrow_();
   }
@@ -125,6 +127,12 @@ class loop_core final : public scheduler {
 
   void start_timer(timer_node& t) override { timers_.emplace(timer_key{t.when(), t.id()}, &t); }
   void stop_timer(timer_node& t) noexcept override { timers_.erase(timer_key{t.when(), t.id()}); }
+
+  bool watching_(const fd_watch* w) const noexcept {
+    for (const fd_watch* x : watches_)
+      if (x == w) return true;
+    return false;
+  }
 
   void fire_due_timers_() noexcept {
     const auto now = clock::now();
