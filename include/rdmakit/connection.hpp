@@ -139,12 +139,14 @@ class exchange_listener {
   explicit exchange_listener(std::uint16_t port = pingpong_port, const std::string& bind_address = {})
       : listener_(port, bind_address) {}
 
-  /// The port it listens on (the one picked when constructed with 0).
+  /// The port it listens on (the one picked when constructed with 0); 0 when moved from.
   std::uint16_t port() const noexcept { return listener_.port(); }
 
-  /// Waits for one client (up to `accept_timeout`) and exchanges records with it.
+  /// Waits for one client (up to `accept_timeout`) and exchanges records with it. Throws
+  /// usage_error on a moved-from listener.
   connection_info exchange(const connection_info& local, const exchange_options& o = {},
                            const on_peer_fn& on_peer = {}) {
+    if (!listener_) detail::throw_empty("exchange_listener", "exchange");
     detail::check_timeouts(o);
     const auto accept_budget = o.accept_timeout.count() > 0 ? o.accept_timeout : o.timeout;
     detail::tcp::socket_fd c = listener_.accept(detail::tcp::deadline::after(accept_budget));

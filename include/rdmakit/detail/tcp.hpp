@@ -221,8 +221,18 @@ class listener {
                                      : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   }
 
+  /// Takes over `o`'s socket; `o` is left empty (port 0).
+  listener(listener&& o) noexcept : fd_(std::move(o.fd_)), port_(std::exchange(o.port_, 0)) {}
+  listener& operator=(listener&& o) noexcept {
+    fd_ = std::move(o.fd_);
+    port_ = std::exchange(o.port_, 0);
+    return *this;
+  }
+
   std::uint16_t port() const noexcept { return port_; }
   int native_handle() const noexcept { return fd_.get(); }
+  /// False when moved from (or default-constructed): nothing listens.
+  explicit operator bool() const noexcept { return static_cast<bool>(fd_); }
 
   /// Accepts one connection within `d`.
   socket_fd accept(const deadline& d) {

@@ -376,6 +376,26 @@ TEST_CASE("listening on a port in use is a clear error") {
   CHECK(error_of([&] { exchange_listener b(a.port(), "127.0.0.1"); }) == exchange_errc::address);
 }
 
+// A moved-from listener kept the port its successor owns and waited on no socket: a
+// timeout naming that port (even with a client connecting to it), or no end at all with
+// accept_timeout = milliseconds::max().
+TEST_CASE("a moved-from exchange_listener says it is empty, at once") {
+  exchange_listener a(0, "127.0.0.1");
+  const std::uint16_t port = a.port();
+  exchange_listener b(std::move(a));
+  CHECK(b.port() == port);
+  CHECK(a.port() == 0);
+  exchange_options o = fast();
+  o.accept_timeout = std::chrono::milliseconds::max();
+  CHECK_THROWS_WITH_AS(a.exchange(sample_endpoint(), o), doctest::Contains("exchange_listener::exchange(): this"),
+                       usage_error);
+  exchange_listener c(0, "127.0.0.1");
+  c = std::move(b);
+  CHECK(c.port() == port);
+  CHECK(b.port() == 0);
+  check_still_serves(c);
+}
+
 TEST_CASE("an unresolvable host is a clear error") {
   CHECK(error_of([] { exchange_client("no-such-host.invalid", 1, other_endpoint(), fast()); }) ==
         exchange_errc::address);
