@@ -101,7 +101,7 @@ class remote_region {
 namespace detail {
 struct region_access;  // memory_window.hpp: a window shares the region's registration
 struct aligned_free {
-  void operator()(std::byte* p) const noexcept { ::operator delete[](p, std::align_val_t{4096}); }
+  void operator()(std::byte* p) const noexcept { free_page_aligned(p); }
 };
 using aligned_bytes = unique_owner<std::byte[], aligned_free>;
 
@@ -114,6 +114,8 @@ inline aligned_bytes allocate_zeroed(std::size_t bytes) {
 // One registration: deregistered (and an owned buffer freed) when the last holder goes.
 // The region holds it, and so does a memory window bound to the region, so a peer
 // holding the window's rkey can never reach memory that was freed or registered anew.
+// A registration the device refuses to deregister (a window still bound to it on the
+// device) is handed to the PD with its buffer, and deregistered later (pd_state::retain).
 template <class B>
 struct mr_block {
   pd_ref<B> pd;
@@ -124,7 +126,7 @@ struct mr_block {
   mr_block(const mr_block&) = delete;
   mr_block& operator=(const mr_block&) = delete;
   ~mr_block() {
-    if (mr != typename B::mr{}) B::dereg_mr(mr);
+    if (mr != typename B::mr{} && B::dereg_mr(mr) != 0) pd->retain(mr, owned.release());
   }
 };
 template <class B>

@@ -223,8 +223,11 @@ class memory_window {
       rkey_ = next;
       addr_ = addr;
       length_ = length;
-      region_ = blk;  // the registration stays while a peer may still use the window
+      // The old region is let go here, before the device runs the bind: if it goes now,
+      // the device refuses its deregistration and the PD keeps it (pd_state::retain).
+      region_ = blk;
     }
+    pd_->release_retained();  // an earlier bind has run by now, most likely
     return r;
   }
 
@@ -245,9 +248,12 @@ class memory_window {
         return B::bind_mw(q, mw_, region_->mr, addr_, 0, access::none, wr_id, fl);
       });
       if (r.ok()) rkey_ = B::mw_rkey(mw_);
+      pd_->release_retained();
       return r;
     } else {
-      return qp.post(op::invalidate_window{{}, rkey_}, wr_id, flags);
+      const post_result r = qp.post(op::invalidate_window{{}, rkey_}, wr_id, flags);
+      pd_->release_retained();
+      return r;
     }
   }
 
@@ -268,6 +274,7 @@ class memory_window {
     if (mw_ != typename B::mw{}) B::dealloc_mw(mw_);  // first: then the region may be deregistered
     mw_ = {};
     region_.reset();
+    if (pd_) pd_->release_retained();  // regions this window kept the device from letting go
     pd_.reset();
     rkey_ = 0;
     addr_ = length_ = 0;

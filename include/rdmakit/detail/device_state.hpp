@@ -8,8 +8,11 @@
 #include <rdmakit/backend.hpp>
 #include <rdmakit/detail/owning_ptr.hpp>
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <string>
+#include <vector>
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
@@ -34,6 +37,9 @@ struct device_state {
   }
 };
 
+// Frees a buffer protection_domain::allocate made (page-aligned).
+inline void free_page_aligned(std::byte* p) noexcept { ::operator delete[](p, std::align_val_t{4096}); }
+
 template <class B>
 struct pd_state {
   shared_owner<const device_state<B>> dev;
@@ -43,8 +49,48 @@ struct pd_state {
   pd_state(const pd_state&) = delete;
   pd_state& operator=(const pd_state&) = delete;
   ~pd_state() {
+    release_retained();  // what is still refused now stays registered: it is leaked, not freed
     if (pd != typename B::pd{}) B::dealloc_pd(pd);
   }
+
+  // A registration the device refused to deregister, as rxe and the mock do while a
+  // memory window is still bound to it (IBA 10.6.7.2.6: a rebind runs after it is
+  // posted, and a failed one leaves the window where it was). Its buffer is kept too:
+  // a peer may still write it through the window.
+  void retain(typename B::mr mr, std::byte* owned) const noexcept {
+    lock_();
+    try {
+      retained_.push_back({mr, owned});
+    } catch (...) {  // no memory to remember it: it stays registered and allocated
+    }
+    unlock_();
+  }
+  // Deregisters (and frees) the retained registrations the device now lets go: called
+  // when a window of this PD is bound, invalidated or freed, and when the PD goes.
+  void release_retained() const noexcept {
+    lock_();
+    std::erase_if(retained_, [](const retained_mr& r) {
+      if (B::dereg_mr(r.mr) != 0) return false;
+      if (r.owned) free_page_aligned(r.owned);
+      return true;
+    });
+    unlock_();
+  }
+
+ private:
+  struct retained_mr {
+    typename B::mr mr;
+    std::byte* owned;  // null when the region borrowed its memory
+  };
+  // Regions of one PD may go on different threads; this path is rare and short.
+  void lock_() const noexcept {
+    while (__atomic_test_and_set(&locked_, __ATOMIC_ACQUIRE)) {
+    }
+  }
+  void unlock_() const noexcept { __atomic_clear(&locked_, __ATOMIC_RELEASE); }
+
+  mutable std::vector<retained_mr> retained_;
+  mutable bool locked_ = false;
 };
 
 template <class B>

@@ -191,3 +191,47 @@ TEST_CASE("memory_window: misuse is a usage_error naming the problem") {
   CHECK(moved.bind(p.b, region, 0, 16, 1).ok());
   CHECK(one(y.cq).status == wc_status::success);
 }
+
+// A window rebound elsewhere lets go of its region when the bind is posted, but until the
+// device runs the bind (and for good when the bind fails) the window still grants that
+// region. The device then refuses to deregister it (rxe and the mock: a window is bound);
+// rdmakit ignored that and freed the buffer, which the peer could still write through the
+// window (ASan: heap-use-after-free), and the registration was never retried (leaked).
+TEST_CASE("memory_window: a region whose window rebind failed stays allocated until the device lets it go") {
+  mock::fabric_config cfg;
+  mock::device_config dc;
+  dc.name = "ib0";
+  mock::port_config pc;
+  pc.layer = link_layer::infiniband;
+  dc.ports = {pc};
+  cfg.devices = {dc, dc};
+  cfg.devices[1].name = "ib1";
+  cfg.devices[1].limits.max_mr = 3;
+  mock::fabric fab(cfg);
+  side x(fab, "ib0"), y(fab, "ib1");
+  auto src = x.pd.allocate<all_access>(64);
+  auto target = y.pd.allocate<window_region>(256);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto q = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto w = y.pd.alloc_window<access::remote_write, mw_type::type1>();
+  remote_region<access::remote_write> old;
+  {
+    auto first = y.pd.allocate<window_region>(256);
+    REQUIRE(w.bind(p.b, first, 0, 256, 1).ok());
+    CHECK(one(y.cq).status == wc_status::success);
+    old = w.remote();
+    // An unrelated WRITE with a bad rkey puts p.b in ERR: the rebind is flushed.
+    REQUIRE(p.b.write(target.local(0, 8), remote_region<>::unchecked(0x1000, 0xdead, 8), 2).ok());
+    REQUIRE(w.bind(p.b, target, 0, 256, 3).ok());
+    const auto failed = collect(y.cq, 2);
+    REQUIRE(failed.size() == 2);
+    CHECK(failed[0].status == wc_status::rem_access_err);
+    CHECK(failed[1].status == wc_status::wr_flush_err);  // the window stays bound to `first`
+  }  // `first` goes while the device still has the window bound to it
+  std::memcpy(src.data(), "retained", 8);
+  REQUIRE(q.a.write(src.local(0, 8), old, 4).ok());  // a type 1 window: through any QP of the PD
+  CHECK(one(x.cq).status == wc_status::success);     // into memory still allocated
+  w = {};  // the window goes: `first` is deregistered and freed now
+  auto n1 = y.pd.allocate<access::local_write>(64);
+  CHECK_NOTHROW((void)y.pd.allocate<access::local_write>(64));  // max_mr 3: `first` is gone
+}
