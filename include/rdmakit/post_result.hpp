@@ -18,6 +18,7 @@ enum class post_status : std::uint8_t {
   backend_error,   ///< the device refused the WR; `err` holds the errno
   empty_handle,    ///< the queue pair was moved from (or default-constructed)
   bad_wr_id,       ///< the wr_id uses bit 63, which rdmakit keeps to tell receives from sends
+  list_too_long,   ///< a list of more WRs than the queue has slots: it never fits; split it
 };
 
 /// Which rule a WR refused with EINVAL broke, found by the queue pair on the failure path
@@ -67,6 +68,9 @@ struct [[nodiscard]] post_result {
       case post_status::bad_wr_id:
         return "wr_id uses bit 63, which rdmakit reserves to tell receive completions from send "
                "completions (flushed ones included): use wr_ids below 2^63";
+      case post_status::list_too_long:
+        return "the list holds more WRs than the queue has slots (max_send_wr, max_recv_wr), so "
+               "no amount of polling makes room for it: split it, or create the queue pair deeper";
       case post_status::backend_error:
         switch (err) {
           case EINVAL:
@@ -111,6 +115,7 @@ constexpr const char* to_string(post_status s) noexcept {
     case post_status::backend_error: return "backend_error";
     case post_status::empty_handle: return "empty_handle";
     case post_status::bad_wr_id: return "bad_wr_id";
+    case post_status::list_too_long: return "list_too_long";
   }
   return "unknown";
 }

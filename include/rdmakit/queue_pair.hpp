@@ -167,10 +167,11 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   }
   /// True when n send WRs can be posted now without waiting for completions: one
   /// compare, for a loop that reaps until a whole list fits (false in error; throws
-  /// usage_error when empty).
+  /// usage_error when empty, or when n is more than the send queue ever holds).
   bool can_post(std::uint32_t n = 1) const {
     if (RDMAKIT_LIKELY(parts_.link->sq.admits(n))) return true;
-    (void)link_("can_post");  // the closed link of an empty handle admits nothing: throws
+    const auto& l = link_("can_post");  // the closed link of an empty handle admits nothing: throws
+    if (n > l.sq.depth() && !l.error) never_fits_(n, l.sq.depth());
     return false;
   }
   /// Unsignaled WRs since the last signaled one.
@@ -269,7 +270,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (RDMAKIT_UNLIKELY(!bufs.empty() && ((first_wr_id | (first_wr_id + bufs.size() - 1)) & detail::recv_wr_bit)))
       return {post_status::bad_wr_id, 0, 0};
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
-    if (RDMAKIT_UNLIKELY(l.rq_depth - l.rq.held < bufs.size())) return {post_status::rq_full, 0, 0};
+    if (RDMAKIT_UNLIKELY(l.rq_depth - l.rq.held < bufs.size()))
+      return {bufs.size() > l.rq_depth ? post_status::list_too_long : post_status::rq_full, 0, 0};
     if constexpr (T::recv_offset != 0)
       for (const auto& b : bufs)
         if (RDMAKIT_UNLIKELY(b.length < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
@@ -454,7 +456,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       const std::uint64_t fast_key = last_slot_keyed ? batch.last_slot_key_() : key;
       if (RDMAKIT_LIKELY(batch.signal_key_ == fast_key && batch.keyed_inline_limit_ == parts_.inline_limit)) {
         const std::uint32_t n = batch.keyed_n_;
-        if (RDMAKIT_UNLIKELY(!l.sq.admits(n))) return refused_credits_(l, 0);
+        if (RDMAKIT_UNLIKELY(!l.sq.admits(n))) return refused_list_credits_(l, n);
         [[maybe_unused]] bool last_signaled = false;
         if constexpr (last_slot_keyed) {
           last_signaled = l.sq.fills(n);
@@ -472,7 +474,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     }
     const std::size_t n = batch.size();
     if (n == 0) return {post_status::ok, 0, 0};  // whatever the credits
-    if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_credits_(l, 0);
+    if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_list_credits_(l, n);
     const bool odd = batch.odd_ != 0;  // one test for the refusal and the plain path
     if (RDMAKIT_UNLIKELY(odd) && batch.refused_()) return batch.refusal_();
     auto* w = batch.front_();
@@ -677,6 +679,23 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     // The closed link of an empty handle is in error too: refusal_ tells them apart.
     if (RDMAKIT_LIKELY(!l.error && !(wr_id_bits & detail::recv_wr_bit))) return {post_status::sq_full, 0, 0};
     return refusal_(wr_id_bits);
+  }
+
+  [[noreturn]] RDMAKIT_NOINLINE static void never_fits_(std::uint32_t n, std::uint32_t depth) {
+    throw usage_error(detail::cat("queue_pair::can_post(", n, "): ", n, " WRs never fit a send queue of ", depth,
+                                  " slots, however many completions are polled: split the list, or create the "
+                                  "queue pair with a larger max_send_wr"));
+  }
+
+  // A list refused for credits: sq_full, unless it could never fit the send queue.
+  RDMAKIT_ALWAYS_INLINE post_result refused_list_credits_(const detail::qp_link<B>& l, std::size_t n) const noexcept {
+    if (RDMAKIT_LIKELY(!l.error && n <= l.sq.depth())) return {post_status::sq_full, 0, 0};
+    return list_refusal_(n);
+  }
+  RDMAKIT_NOINLINE post_result list_refusal_(std::size_t n) const noexcept {
+    post_result r = refusal_(0);
+    if (r.status == post_status::sq_full && n > parts_.link->sq.depth()) r.status = post_status::list_too_long;
+    return r;
   }
 
   // Why a post is refused before it reaches the device, in this order: an empty handle,

@@ -172,3 +172,39 @@ TEST_CASE("SGE lists longer than 2 GiB are refused before the device, and never 
   auto srq = y.pd.create_srq({.max_wr = 4, .max_sge = 3});
   refused_for_length(srq.post_recv(sgl, 9));
 }
+
+// A post list longer than the whole send queue got sq_full ("poll, then post again")
+// for ever, and can_post(n) stayed false: the documented retry loops never ended. The
+// same for more receives at once than the receive queue holds.
+TEST_CASE("a list longer than its queue is refused as such, not as a queue to wait for") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto mr = x.pd.allocate<all_access>(1024);
+  auto dst = y.pd.allocate<all_access>(1024);
+  auto pair = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 8});
+  auto batch = decltype(pair.a)::make_batch<32>();
+  for (std::uint64_t i = 0; i < 32; ++i) REQUIRE(batch.write(mr.local(0, 8), dst.remote(), i));
+  const post_result r = pair.a.post(batch);
+  CHECK(r.status == post_status::list_too_long);
+  CHECK(r.posted == 0);
+  CHECK(std::string(r.message()).find("split it") != std::string::npos);
+  CHECK(std::string(to_string(r.status)) == "list_too_long");
+  CHECK(batch.size() == 32);
+  CHECK(pair.a.send_credits() == 16);
+  CHECK(pair.a.can_post(16));
+  CHECK_THROWS_WITH_AS((void)pair.a.can_post(17), doctest::Contains("never fit"), usage_error);
+  // A list that fits the queue but not the credits left is still sq_full.
+  REQUIRE(pair.a.write(mr.local(0, 8), dst.remote(), 40).ok());
+  auto sixteen = decltype(pair.a)::make_batch<16>();
+  for (std::uint64_t i = 0; i < 16; ++i) REQUIRE(sixteen.write(mr.local(0, 8), dst.remote(), i));
+  CHECK(pair.a.post(sixteen).status == post_status::sq_full);
+  CHECK_FALSE(pair.a.can_post(16));
+  CHECK(collect(x.cq, 1).size() == 1);
+  CHECK(pair.a.post(sixteen).ok());
+  // Receives: 9 at once on a receive queue of 8.
+  std::vector<local_buffer> nine(9, dst.local(0, 64));
+  const post_result rr = pair.b.post_recvs(nine, 100);
+  CHECK(rr.status == post_status::list_too_long);
+  CHECK(rr.posted == 0);
+  CHECK(pair.b.post_recvs(std::span<const local_buffer>(nine).first(8), 100).ok());
+}
