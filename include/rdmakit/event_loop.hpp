@@ -204,18 +204,21 @@ class event_loop {
   }
 
   /// Spawns `t` and runs until it has finished (other tasks run meanwhile and may still
-  /// be unfinished); returns its value or rethrows its exception.
+  /// be unfinished); returns its value or rethrows its exception. When another task's
+  /// exception ends it first (rethrown here), `t` goes on as a spawned task.
   template <class T>
   T run(task<T> t) {
+    // Shared with t's driver, not a local: when another task's exception ends this call,
+    // t runs on (as spawned) and delivers its result here, unread.
     if constexpr (std::is_void_v<T>) {
-      bool finished = false;
+      auto finished = std::make_shared<bool>(false);
       spawn(finish_(std::move(t), finished));
-      run_until_([&] { return finished; });
+      run_until_([&] { return *finished; });
     } else {
-      std::optional<T> out;
+      auto out = std::make_shared<std::optional<T>>();
       spawn(capture_(std::move(t), out));
-      run_until_([&] { return out.has_value(); });
-      return std::move(*out);
+      run_until_([&] { return out->has_value(); });
+      return std::move(**out);
     }
   }
 
@@ -267,12 +270,12 @@ class event_loop {
 
   static detail::root_task drive_(event_loop&, task<void> t) { co_await std::move(t); }
   template <class T>
-  static task<void> capture_(task<T> t, std::optional<T>& out) {
-    out.emplace(co_await std::move(t));
+  static task<void> capture_(task<T> t, std::shared_ptr<std::optional<T>> out) {
+    out->emplace(co_await std::move(t));
   }
-  static task<void> finish_(task<void> t, bool& finished) {
+  static task<void> finish_(task<void> t, std::shared_ptr<bool> finished) {
     co_await std::move(t);
-    finished = true;
+    *finished = true;
   }
 
   std::shared_ptr<detail::loop_core> core_;

@@ -67,3 +67,45 @@ TEST_CASE("event_loop: poll() runs what is ready without sleeping") {
   CHECK(steps == 1);
   CHECK(loop.tasks() == 1);
 }
+
+namespace {
+// Counts its live instances.
+struct counted {
+  static inline int live = 0;
+  int v = 0;
+  explicit counted(int x) : v(x) { ++live; }
+  counted(counted&& o) noexcept : v(o.v) { ++live; }
+  counted& operator=(counted&&) = default;
+  ~counted() { --live; }
+};
+}  // namespace
+
+// run(t) that rethrows another task's exception left t running with references to its
+// own dead locals (the result's optional, a "finished" flag), which t wrote when the loop
+// ran again (UBSan: an invalid bool; the value was built in a dead frame, never destroyed).
+TEST_CASE("event_loop: run(t) that rethrows another task's exception leaves t running safely") {
+  event_loop loop;
+  auto fails = [&]() -> task<void> {
+    co_await loop.sleep_for(1ms);
+    throw std::runtime_error("the other task failed");
+  };
+  auto slow = [&]() -> task<counted> {
+    co_await loop.sleep_for(20ms);
+    co_return counted(7);
+  };
+  bool slow_void_done = false;
+  auto slow_void = [&]() -> task<void> {
+    co_await loop.sleep_for(20ms);
+    slow_void_done = true;
+  };
+  loop.spawn(fails());
+  CHECK_THROWS_WITH_AS((void)loop.run(slow()), "the other task failed", std::runtime_error);
+  loop.spawn(fails());
+  CHECK_THROWS_WITH_AS(loop.run(slow_void()), "the other task failed", std::runtime_error);
+  CHECK(loop.tasks() == 2);  // both keep running
+  loop.run();
+  CHECK(slow_void_done);
+  CHECK(counted::live == 0);  // the value nobody took back was destroyed
+  CHECK(loop.run(slow()).v == 7);
+  CHECK(counted::live == 0);
+}
