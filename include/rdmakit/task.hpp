@@ -3,7 +3,9 @@
 /// awaited or spawned on an event_loop), awaited once, and it owns its frame: destroying
 /// a task that has not finished destroys the coroutine, and with it every awaiter
 /// inside, each of which unhooks itself from the queue pair, completion queue or timer
-/// it waits on. An exception escaping the coroutine is rethrown where it is awaited.
+/// it waits on. `co_await std::move(t)` moves the frame into the awaiting coroutine, so
+/// it lives exactly as long as that await. An exception escaping the coroutine is
+/// rethrown where it is awaited.
 #include <rdmakit/config.hpp>
 #include <rdmakit/error.hpp>
 
@@ -40,7 +42,6 @@ class task_promise_base {
 
   std::coroutine_handle<> continuation_;
   std::exception_ptr error_;
-  bool awaited_ = false;  // a task is awaited once: a second co_await is refused
 
  protected:
   void rethrow_if_failed() const {
@@ -108,31 +109,35 @@ class [[nodiscard]] task {
   /// True once the coroutine has run to its end (returned or thrown).
   bool done() const noexcept { return h_ && h_.done(); }
 
-  /// Starts the task (or resumes nothing if it already finished) and resumes the awaiting
-  /// coroutine when it ends, with its value or its exception. An empty task, or one
-  /// awaited before (still running or finished), throws usage_error when awaited.
+  /// Starts the task and resumes the awaiting coroutine when it ends, with its value or
+  /// its exception. The coroutine moves into the awaiting one (this task is left empty),
+  /// so nothing but the awaiter can destroy it while it is awaited. An empty task (moved
+  /// from, default-constructed or awaited before) throws usage_error when awaited.
   auto operator co_await() && noexcept {
-    struct awaiter {
-      handle_type h;
-      bool again = false;
-      bool await_ready() noexcept {
-        if (!h) return true;
-        again = std::exchange(h.promise().awaited_, true);
-        return again || h.done();
+    class awaiter {
+     public:
+      explicit awaiter(handle_type h) noexcept : h_(h) {}
+      awaiter(awaiter&& o) noexcept : h_(std::exchange(o.h_, {})) {}
+      awaiter& operator=(awaiter&&) = delete;
+      ~awaiter() {
+        if (h_) h_.destroy();
       }
+      bool await_ready() const noexcept { return !h_; }
       std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
-        h.promise().continuation_ = awaiting;
-        return h;
+        h_.promise().continuation_ = awaiting;
+        return h_;
       }
       T await_resume() {
-        if (!h) detail::throw_empty("task", "co_await");
-        if (again)
-          throw usage_error("co_await task: this task is already awaited (a task is awaited once: await it in "
-                            "one coroutine and pass its result on)");
-        return h.promise().take();
+        if (!h_)
+          throw usage_error("co_await task: this task is empty: moved from, default-constructed or already "
+                            "awaited (a task is awaited once: await it in one coroutine and pass its result on)");
+        return h_.promise().take();
       }
+
+     private:
+      handle_type h_;
     };
-    return awaiter{h_};
+    return awaiter(std::exchange(h_, {}));
   }
 
   /// The coroutine (event_loop drives spawned tasks through it).

@@ -107,3 +107,27 @@ TEST_CASE("task: a task awaited a second time is refused with usage_error, not r
   };
   CHECK(loop.run(twice()));
 }
+
+// The awaited task's variable stayed the frame's owner: destroying it while a coroutine
+// awaited it destroyed the frame under the awaiter, which was never resumed (run() then
+// slept for ever with a completion queue on the loop). Awaiting now moves the frame into
+// the awaiting coroutine.
+TEST_CASE("task: the task variable may go while its coroutine is awaited; the awaiter still gets the value") {
+  event_loop loop;
+  auto sleeper = [&]() -> task<int> {
+    co_await loop.sleep_for(10ms);
+    co_return 42;
+  };
+  std::optional<task<int>> child(sleeper());
+  int got = 0;
+  auto parent = [&]() -> task<void> { got = co_await std::move(*child); };
+  auto dropper = [&]() -> task<void> {
+    co_await loop.sleep_for(1ms);
+    CHECK_FALSE(*child);  // empty: the awaiting coroutine holds the frame
+    child.reset();
+  };
+  loop.spawn(parent());
+  loop.spawn(dropper());
+  loop.run();
+  CHECK(got == 42);
+}
