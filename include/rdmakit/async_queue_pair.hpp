@@ -113,13 +113,23 @@ class async_qp_core {
   /// Connects (RC/UC) or activates (UD) the INIT queue pair held; on a throw it stays INIT.
   template <class Step>
   void to_rts(Step step) {
-    rts_qp r = step(std::get<init_qp>(qp_));
-    qp_.template emplace<rts_qp>(std::move(r));
+    auto& q = std::get<init_qp>(qp_);
+    try {
+      rts_qp r = step(q);
+      qp_.template emplace<rts_qp>(std::move(r));
+    } catch (...) {
+      // A refusal at RTR->RTS takes the queue pair back to INIT through RESET, which
+      // drops the receives posted (no completion comes for them). Only receives are
+      // posted in INIT, so every slot taken is one of them.
+      if (q && q.posted_recvs() == 0) cancel_dropped_receives_();
+      throw;
+    }
   }
 
   /// A slot for `w`'s WR: its token is the wr_id to post with.
   std::uint64_t acquire(wr_waiter<B>* w, std::uint32_t& index) {
     if (free_.empty()) {
+      free_.reserve(slots_.size() + 1);  // room for every slot: a release never allocates
       slots_.emplace_back();
       free_.push_back(static_cast<std::uint32_t>(slots_.size() - 1));
     }
@@ -167,6 +177,16 @@ class async_qp_core {
       if (w) w->complete(c);
     }
     if (!credit_waiters_.empty()) loop_->post(wake_);
+  }
+
+  void cancel_dropped_receives_() noexcept {
+    for (std::uint32_t i = 0; i < slots_.size(); ++i) {
+      slot& s = slots_[i];
+      if (!s.used) continue;
+      s.used = false;
+      free_.push_back(i);  // capacity reserved by acquire: no allocation
+      if (s.waiter) std::exchange(s.waiter, nullptr)->cancel();
+    }
   }
 
   // Posted on the loop, not called from the poll: the retries post WRs of their own.

@@ -196,3 +196,50 @@ TEST_CASE("async_queue_pair: UD datagrams awaited on both sides") {
   };
   loop.run(run());
 }
+
+#if !RDMAKIT_CORO_IBVERBS
+namespace {
+// The mock, refusing the next RTR->RTS transitions it is told to.
+struct rts_refusing : backends::mock {
+  static inline int refuse_rts = 0;
+  static void modify_qp(qp q, const qp_attr& a, qp_attr_mask m) {
+    if (a.state == qp_state::rts && refuse_rts > 0) {
+      --refuse_rts;
+      throw verbs_error("ibv_modify_qp", EINVAL, "refused for the test");
+    }
+    backends::mock::modify_qp(q, a, m);
+  }
+};
+}  // namespace
+
+// A refused RTR->RTS takes the queue pair back to INIT through RESET, which drops the
+// receives posted; their awaiters were never told and waited for ever.
+TEST_CASE("async_queue_pair: a connect refused at RTS resumes the awaiters of the receives it dropped") {
+  using R = rts_refusing;
+  mock::fabric fab;
+  event_loop loop;
+  device<R> da(fab, "mock0"), db(fab, "mock1");
+  auto pa = da.create_pd();
+  auto pb = db.create_pd();
+  async_completion_queue<R, event_driven<>> ca(loop, da.create_cq<event_driven<>>(64));
+  async_completion_queue<R, event_driven<>> cb(loop, db.create_cq<event_driven<>>(64));
+  auto ma = pa.allocate<rw>(4096);
+  auto mb = pb.allocate<rw>(4096);
+  async_queue_pair<R, rc> ia(ca, pa.create_qp<rc>(ca.queue(), qp_cap{8, 8}));
+  async_queue_pair<R, rc> ib(cb, pb.create_qp<rc>(cb.queue(), qp_cap{8, 8}));
+  auto dropped = ia.recv(ma.local(0, 64));
+  R::refuse_rts = 1;
+  CHECK_THROWS_WITH_AS((void)std::move(ia).connect(ib.local_endpoint()), doctest::Contains("dropped"), verbs_error);
+  REQUIRE(ia);  // still the INIT queue pair
+  auto kept = ia.recv(ma.local(64, 64));  // posted after the reset: still there after connect
+  auto a = std::move(ia).connect(ib.local_endpoint());
+  auto b = std::move(ib).connect(a.local_endpoint());
+  auto run = [&]() -> task<void> {
+    wr_result<R> r = co_await std::move(dropped).within(5s);
+    CHECK(r.outcome() == wr_outcome::cancelled);
+    CHECK((co_await b.send(mb.local(0, 8))).ok());
+    CHECK((co_await std::move(kept).within(5s)).ok());
+  };
+  loop.run(run());
+}
+#endif
