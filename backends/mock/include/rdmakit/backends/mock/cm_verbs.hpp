@@ -38,27 +38,26 @@ inline void cm_push(fabric_state& f, cm_id_obj* id, cm_event_type t, int status 
 
 // A REJECTED owed to a requester. librdmacm moves the requester's QP to ERR when it
 // reads REJECTED (so the receives it posted flush); the mock does it before queuing
-// the event, outside the fabric lock (modify_qp takes it): `lk` is released meanwhile.
+// the event, under the fabric lock, so the ids cannot go meanwhile.
 struct cm_reject_owed {
   cm_id_obj* id = nullptr;
   int status = 0;
   std::vector<std::byte> data;
   cm_event_type type = cm_event_type::rejected;  // or UNREACHABLE, which librdmacm handles alike
 };
-inline void cm_deliver_rejects(fabric_state& f, std::unique_lock<std::mutex>& lk, std::vector<cm_reject_owed>& owed) {
+inline void cm_deliver_rejects(fabric_state& f, std::vector<cm_reject_owed>& owed) {
   for (auto& r : owed) {
-    qp_obj* q = r.id->qp;
-    lk.unlock();
-    if (q) {
+    if (!f.cm_ids.count(r.id)) continue;
+    if (qp_obj* q = r.id->qp) {
       try {
         qp_attr a;
         a.state = qp_state::err;
-        backends::mock::modify_qp(q, a, qp_attr_mask::state);
+        touch(f);
+        modify_qp_locked(f, q, a, qp_attr_mask::state);
       } catch (...) {
       }
     }
-    lk.lock();
-    if (f.cm_ids.count(r.id)) cm_push(f, r.id, r.type, r.status, r.data.data(), r.data.size());
+    cm_push(f, r.id, r.type, r.status, r.data.data(), r.data.size());
   }
   owed.clear();
 }
@@ -162,17 +161,16 @@ inline void cm_qp_attrs(const fabric_state& f, const cm_id_obj* self, const cm_i
 }
 
 // Moves `self`'s QP (the CM's) INIT→INIT→RTR→RTS, as librdmacm does during connect/accept.
+// Under the fabric lock: the peer's owner may destroy its id and QP on another thread.
 inline void cm_to_rts(fabric_state& f, cm_id_obj* self, cm_id_obj* peer, const cm_conn_param& mine,
                       const cm_conn_param& theirs) {
   qp_obj* q = self->qp;
   for (qp_state st : {qp_state::init, qp_state::rtr, qp_state::rts}) {
     qp_attr a;
     qp_attr_mask m{};
-    {
-      std::lock_guard lk(f.mu);
-      cm_qp_attrs(f, self, peer, mine, theirs, st, q->type, a, m);
-    }
-    backends::mock::modify_qp(q, a, m);
+    cm_qp_attrs(f, self, peer, mine, theirs, st, q->type, a, m);
+    touch(f);
+    modify_qp_locked(f, q, a, m);
   }
 }
 
@@ -283,7 +281,7 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
   --id->ch->ids;
   f.cm_ids.erase(id);
   delete id;
-  mockd::cm_deliver_rejects(f, lk, owed);
+  mockd::cm_deliver_rejects(f, owed);
   return 0;
 }
 
@@ -512,7 +510,7 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
   if (!l) {  // the peer's CM answers with REJ "invalid service ID"
     id->state = ph::done;
     std::vector<mockd::cm_reject_owed> owed{{id, 8, {}}};
-    mockd::cm_deliver_rejects(f, lk, owed);
+    mockd::cm_deliver_rejects(f, owed);
     return;
   }
   auto* child = new mockd::cm_id_obj;
@@ -544,35 +542,29 @@ RDMAKIT_DECL void mock::cm_accept(cm_id id, const cm_conn_param& prm) {
   if (!id) mockd::fail("rdma_accept", EINVAL, "no id");
   auto& f = mockd::fab_of(id);
   using ph = mockd::cm_id_obj::phase;
-  mockd::cm_id_obj* peer = nullptr;
-  cm_conn_param theirs;
-  {
-    std::lock_guard lk(f.mu);
-    if (id->state != ph::received) mockd::fail("rdma_accept", EINVAL, "the id has no connect request to accept");
-    if (!id->qp && !prm.qp_num)
-      mockd::fail("rdma_accept", EINVAL,
-                  "create the QP on the id first (rdma_create_qp), or give your own QP's number (qp_num)");
-    if (!id->qp) mockd::cm_check_user_qp(f, id, prm.qp_num, "rdma_accept");
-    if (prm.private_data_len > 196)
-      mockd::fail("rdma_accept", EINVAL, "an accept carries at most 196 bytes of private data");
-    id->qpn = id->qp ? id->qp->qpn : prm.qp_num;
-    peer = id->peer;
-    if (!peer || peer->state != ph::requested || (!peer->qp && !f.qps.count(peer->qpn))) {
-      id->state = ph::done;  // the requester gave up: as a real CM, the accept times out
-      return;
-    }
-    theirs = peer->param;
-    id->answer = prm;
-    peer->answer = prm;
-    id->answer.private_data = peer->answer.private_data = nullptr;
+  std::lock_guard lk(f.mu);
+  if (id->state != ph::received) mockd::fail("rdma_accept", EINVAL, "the id has no connect request to accept");
+  if (!id->qp && !prm.qp_num)
+    mockd::fail("rdma_accept", EINVAL,
+                "create the QP on the id first (rdma_create_qp), or give your own QP's number (qp_num)");
+  if (!id->qp) mockd::cm_check_user_qp(f, id, prm.qp_num, "rdma_accept");
+  if (prm.private_data_len > 196)
+    mockd::fail("rdma_accept", EINVAL, "an accept carries at most 196 bytes of private data");
+  id->qpn = id->qp ? id->qp->qpn : prm.qp_num;
+  mockd::cm_id_obj* peer = id->peer;
+  if (!peer || peer->state != ph::requested || (!peer->qp && !f.qps.count(peer->qpn))) {
+    id->state = ph::done;  // the requester gave up: as a real CM, the accept times out
+    return;
   }
+  const cm_conn_param theirs = peer->param;
+  id->answer = prm;
+  peer->answer = prm;
+  id->answer.private_data = peer->answer.private_data = nullptr;
   // The CM's own QPs move here (an application's QP is moved by the application, with
-  // cm_init_qp_attr). The QPs' own transitions take the lock; the ids stay alive
-  // meanwhile (the typed layer destroys an id only from its owner's thread, never during
-  // its peer's accept).
+  // cm_init_qp_attr), under the lock: the requester's owner may give up and destroy its
+  // id and QP on its own thread at any moment.
   if (id->qp) mockd::cm_to_rts(f, id, peer, prm, theirs);
   if (peer->qp) mockd::cm_to_rts(f, peer, id, theirs, prm);
-  std::lock_guard lk(f.mu);
   id->state = ph::established;
   if (peer->qp) {
     peer->state = ph::established;
@@ -635,7 +627,7 @@ RDMAKIT_DECL int mock::cm_reject(cm_id id, const void* data, std::uint8_t len) n
     std::vector<mockd::cm_reject_owed> owed{{p, 28, data ? std::vector<std::byte>(b, b + (len > 148 ? 148 : len))
                                                          : std::vector<std::byte>{}}};
     try {
-      mockd::cm_deliver_rejects(f, lk, owed);
+      mockd::cm_deliver_rejects(f, owed);
     } catch (...) {
       return ENOMEM;
     }
@@ -688,7 +680,7 @@ RDMAKIT_DECL int mock::cm_get_event(cm_channel c, std::chrono::milliseconds time
       std::vector<mockd::cm_reject_owed> owed{{due->id, due->status, {}, due->type}};
       c->later.erase(due);
       try {
-        mockd::cm_deliver_rejects(f, lk, owed);
+        mockd::cm_deliver_rejects(f, owed);
       } catch (...) {
         return ENOMEM;
       }

@@ -10,5 +10,6 @@
 #include <rdmakit/backends/mock/requester.hpp>
 #include <rdmakit/backends/mock/responder.hpp>
 #include <rdmakit/backends/mock/rules.hpp>
+#include <rdmakit/backends/mock/transitions.hpp>
 #include <rdmakit/backends/mock/wire.hpp>
 #include <rdmakit/backends/mock/windows.hpp>
