@@ -68,7 +68,7 @@ TEST_CASE("event_loop: poll() runs what is ready without sleeping") {
   CHECK(loop.tasks() == 1);
 }
 
-namespace {
+namespace event_loop_test {  // named: a coroutine frame's field types need linkage
 // Counts its live instances.
 struct counted {
   static inline int live = 0;
@@ -78,7 +78,8 @@ struct counted {
   counted& operator=(counted&&) = default;
   ~counted() { --live; }
 };
-}  // namespace
+}  // namespace event_loop_test
+using event_loop_test::counted;
 
 // run(t) that rethrows another task's exception left t running with references to its
 // own dead locals (the result's optional, a "finished" flag), which t wrote when the loop
