@@ -169,9 +169,10 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// compare, for a loop that reaps until a whole list fits (false in error; throws
   /// usage_error when empty, or when n is more than the send queue ever holds).
   bool can_post(std::uint32_t n = 1) const {
-    if (RDMAKIT_LIKELY(parts_.link->sq.admits(n))) return true;
-    const auto& l = link_("can_post");  // the closed link of an empty handle admits nothing: throws
-    if (n > l.sq.depth() && !l.error) never_fits_(n, l.sq.depth());
+    const auto& sq = parts_.link->sq;
+    if (RDMAKIT_LIKELY(sq.admits(n))) return true;
+    // One compare for the rest: a closed ledger (ERR, or the empty handle's) is 0 deep.
+    if (RDMAKIT_UNLIKELY(n > sq.open_depth())) return cannot_post_(n);
     return false;
   }
   /// Unsignaled WRs since the last signaled one.
@@ -681,15 +682,20 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     return refusal_(wr_id_bits);
   }
 
-  [[noreturn]] RDMAKIT_NOINLINE static void never_fits_(std::uint32_t n, std::uint32_t depth) {
-    throw usage_error(detail::cat("queue_pair::can_post(", n, "): ", n, " WRs never fit a send queue of ", depth,
-                                  " slots, however many completions are polled: split the list, or create the "
-                                  "queue pair with a larger max_send_wr"));
+  // can_post(n) for n above the open depth: false in ERR, else a throw (empty handle, or
+  // more WRs than the send queue ever holds).
+  RDMAKIT_NOINLINE bool cannot_post_(std::uint32_t n) const {
+    const auto& l = link_("can_post");  // throws for an empty handle
+    if (l.error) return false;
+    throw usage_error(detail::cat("queue_pair::can_post(", n, "): ", n, " WRs never fit a send queue of ",
+                                  l.sq.depth(), " slots, however many completions are polled: split the list, or "
+                                  "create the queue pair with a larger max_send_wr"));
   }
 
-  // A list refused for credits: sq_full, unless it could never fit the send queue.
+  // A list refused for credits: sq_full, unless it could never fit the send queue. One
+  // compare, as refused_credits_'s: a closed ledger (ERR, empty handle) is 0 deep.
   RDMAKIT_ALWAYS_INLINE post_result refused_list_credits_(const detail::qp_link<B>& l, std::size_t n) const noexcept {
-    if (RDMAKIT_LIKELY(!l.error && n <= l.sq.depth())) return {post_status::sq_full, 0, 0};
+    if (RDMAKIT_LIKELY(n <= l.sq.open_depth())) return {post_status::sq_full, 0, 0};
     return list_refusal_(n);
   }
   RDMAKIT_NOINLINE post_result list_refusal_(std::size_t n) const noexcept {

@@ -177,6 +177,8 @@ class sq_credits {
   }
 
   std::uint32_t depth() const noexcept { return depth_; }
+  /// depth() while open, 0 once closed: one compare tells a list that may fit later.
+  RDMAKIT_ALWAYS_INLINE std::uint32_t open_depth() const noexcept { return cap_; }
   /// Slots held by posted WRs that the device has not given back yet.
   std::uint32_t held() const noexcept { return static_cast<std::uint32_t>(posted_ - freed()); }
   /// Slots a post may take now: none once the ledger is closed.
