@@ -339,7 +339,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// (rdmakit/prepared_send.hpp): the SGEs, the opcode's fields and the inline decision
   /// are done here, so a post only sets the flags the signaling policy decides. A setup
   /// call: throws usage_error when the queue pair is empty, when the wr_id uses bit 63,
-  /// when the operation has more than Sges SGEs or when they add up to more than 2 GiB.
+  /// when the operation has more than Sges SGEs, when they add up to more than 2 GiB, or
+  /// when they hold more bytes than the operation's remote_region.
   template <std::size_t Sges = 1, operation Op>
   prepared_type<Sges> prepare(const Op& o, std::uint64_t wr_id, send_flags flags = send_flags::none) const {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
@@ -359,14 +360,20 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       throw usage_error(detail::cat("queue_pair::prepare(): the operation has ", sgl.size(),
                                     " SGEs and the prepared send holds ", Sges, ": use qp.prepare<", sgl.size(),
                                     ">(op, wr_id)"));
-    if constexpr (Sges > 1) {
-      std::uint64_t total = 0;
-      for (const local_buffer& b : sgl) total += b.length;
-      if (total > detail::max_message_bytes)
-        throw usage_error(detail::cat("queue_pair::prepare(): the operation's SGEs add up to ", total,
-                                      " bytes, more than 2 GiB (2^31), the largest message a WR carries; "
-                                      "split it into several WRs"));
-    }
+    std::uint64_t total = 0;
+    for (const local_buffer& b : sgl) total += b.length;
+    if (Sges > 1 && total > detail::max_message_bytes)
+      throw usage_error(detail::cat("queue_pair::prepare(): the operation's SGEs add up to ", total,
+                                    " bytes, more than 2 GiB (2^31), the largest message a WR carries; "
+                                    "split it into several WRs"));
+    // Checked here, once; a post does not compare the lengths (docs/memory.md).
+    if constexpr (requires { o.remote.length(); })
+      if (total > o.remote.length())
+        throw usage_error(detail::cat("queue_pair::prepare(): the operation moves ", total,
+                                      " bytes and its remote_region holds ", o.remote.length(),
+                                      ": each post would reach past it, into whatever follows in the peer's "
+                                      "region (the device checks only the region's bounds); cut the local "
+                                      "buffer or pass a larger remote_region"));
     return prepared_type<Sges>(o, sgl, wr_id, flags, parts_.inline_limit);
   }
 

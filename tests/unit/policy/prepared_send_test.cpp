@@ -113,7 +113,12 @@ TEST_CASE_FIXTURE(two_regions, "prepare is a setup call: bad input is a usage_er
   const local_buffer two[2] = {src.local(0, 8), src.local(8, 8)};
   CHECK_THROWS_WITH_AS((void)p.a.prepare(op::write{std::span<const local_buffer>(two), dst.remote()}, 1),
                        doctest::Contains("qp.prepare<2>"), usage_error);
-  auto w2 = p.a.prepare<2>(op::write{std::span<const local_buffer>(two), dst.remote()}, 1);
+  // More bytes than the remote descriptor: every post would write past it.
+  CHECK_THROWS_WITH_AS((void)p.a.prepare<2>(op::write{std::span<const local_buffer>(two), dst.remote().sub(0, 12)}, 1),
+                       doctest::Contains("remote_region holds 12"), usage_error);
+  CHECK_THROWS_WITH_AS((void)p.a.prepare(op::read{src.local(0, 16), dst.remote().sub(8, 8)}, 1),
+                       doctest::Contains("moves 16 bytes"), usage_error);
+  auto w2 = p.a.prepare<2>(op::write{std::span<const local_buffer>(two), dst.remote().sub(0, 16)}, 1);
   REQUIRE(p.a.post(w2).ok());
   REQUIRE(collect(x.cq, 1).size() == 1);
   auto moved = std::move(p.a);
