@@ -155,6 +155,7 @@ class memory_region {
   /// Allocates `length` zeroed, page-aligned bytes and registers them. Prefer
   /// protection_domain::allocate.
   static memory_region allocate(detail::pd_ref<B> pd, std::size_t length) {
+    check_length_(pd, length);  // first: not gigabytes zeroed for a registration refused
     auto buf = detail::allocate_zeroed(length);
     void* addr = buf.get();
     return memory_region(std::move(pd), addr, length, std::move(buf));
@@ -224,10 +225,19 @@ class memory_region {
  private:
   friend struct detail::region_access;
 
-  memory_region(detail::pd_ref<B> pd, void* addr, std::size_t length, detail::aligned_bytes owned)
-      : data_(static_cast<std::byte*>(addr)), size_(length) {
+  static void check_length_(const detail::pd_ref<B>& pd, std::size_t length) {
     if (length == 0)
       throw usage_error("allocate()/register_memory(): a memory region needs at least 1 byte (asked for 0)");
+    const std::uint64_t most = pd ? pd->dev->attr.max_mr_size : 0;
+    if (most != 0 && length > most)
+      throw usage_error(detail::cat("allocate()/register_memory(): ", length, " bytes is more than one registration on ",
+                                    pd->dev->name, " may cover (its max_mr_size is ", most,
+                                    "): register several smaller regions"));
+  }
+
+  memory_region(detail::pd_ref<B> pd, void* addr, std::size_t length, detail::aligned_bytes owned)
+      : data_(static_cast<std::byte*>(addr)), size_(length) {
+    check_length_(pd, length);
     if (!addr)
       throw usage_error(
           detail::cat("register_memory(): cannot register ", length, " bytes at a null address: give a buffer"));

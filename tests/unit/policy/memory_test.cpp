@@ -115,3 +115,20 @@ TEST_CASE("memory_region: an empty region or a null buffer is refused with what 
   CHECK_THROWS_WITH_AS(x.pd.register_memory<access::local_write>(nullptr, 8),
                        doctest::Contains("cannot register 8 bytes at a null address"), usage_error);
 }
+
+// allocate(n) past the device's max_mr_size allocated and zeroed the n bytes (gigabytes:
+// the whole machine's memory, for a registration the device then refused).
+TEST_CASE("memory_region: more than max_mr_size is refused before anything is allocated") {
+  mock::fabric_config cfg;
+  cfg.devices.resize(1);
+  cfg.devices[0].name = "small";
+  cfg.devices[0].limits.max_mr_size = 1 << 20;
+  mock::fabric fab(cfg);
+  device<B> d(fab, "small");
+  auto pd = d.create_pd();
+  CHECK_THROWS_WITH_AS((void)pd.allocate<access::local_write>(std::size_t{1} << 40),
+                       doctest::Contains("its max_mr_size is 1048576"), usage_error);
+  std::byte b[8];
+  CHECK_THROWS_AS((void)pd.register_memory<access::local_write>(b, (std::size_t{1} << 20) + 1), usage_error);
+  CHECK(pd.allocate<access::local_write>(1 << 20).size() == (1u << 20));
+}
