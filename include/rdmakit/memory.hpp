@@ -241,6 +241,9 @@ class memory_region {
     if (!addr)
       throw usage_error(
           detail::cat("register_memory(): cannot register ", length, " bytes at a null address: give a buffer"));
+    if (reinterpret_cast<std::uintptr_t>(addr) + length < reinterpret_cast<std::uintptr_t>(addr))
+      throw usage_error(detail::cat("register_memory(): ", length, " bytes from ", reinterpret_cast<std::uintptr_t>(addr),
+                                    " run past the end of the address space: give the buffer's real length"));
     auto blk = detail::make_shared_owner<detail::mr_block<B>>();
     blk->pd = std::move(pd);
     blk->mr = B::reg_mr(blk->pd->pd, addr, length, Access);

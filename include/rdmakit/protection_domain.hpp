@@ -133,6 +133,13 @@ class protection_domain {
     const auto& dev = *pd->dev;
     const port_attr pa = dev.port(o.port);
     const int idx = o.gid_index ? *o.gid_index : detail::choose_gid<B>(dev.ctx, o.port);
+    // The address vector holds the index in 8 bits: 256 would silently be slot 0.
+    if (o.gid_index && (idx < 0 || static_cast<std::uint32_t>(idx) >= pa.gid_tbl_len ||
+                        !B::query_gid(dev.ctx, o.port, idx).valid))
+      throw usage_error(detail::cat("create_ah(): ah_options::gid_index = ", idx, " is not a valid slot of port ",
+                                    static_cast<unsigned>(o.port), "'s GID table (", pa.gid_tbl_len,
+                                    " entries): use an index whose device::gid(port, index) is valid, or leave "
+                                    "gid_index unset to choose one automatically"));
     return address_handle<B>(std::move(pd), detail::make_av(peer, o.port, pa, idx, o.hop_limit, 0, false, dev.name));
   }
 

@@ -116,3 +116,18 @@ TEST_CASE("UD: the mock refuses a send through an address handle that was destro
   CHECK(r.err == EINVAL);
   CHECK(x.cq.poll() == 0);
 }
+
+// The address vector keeps the source GID index in 8 bits: 256 was slot 0, 257 slot 1,
+// and -255 slot 1, all accepted; an empty slot failed only at send time.
+TEST_CASE("create_ah: a gid_index outside the port's GID table, or naming an empty slot, is a usage_error") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  const endpoint peer = p.b.local_endpoint();
+  for (int bad : {256, 257, -255, -1})
+    CHECK_THROWS_WITH_AS((void)x.pd.create_ah(peer, {.gid_index = bad}), doctest::Contains("not a valid slot"),
+                         usage_error);
+  const auto len = x.dev.port().gid_tbl_len;
+  CHECK_THROWS_AS((void)x.pd.create_ah(peer, {.gid_index = static_cast<int>(len) - 1}), usage_error);  // empty
+  CHECK_NOTHROW((void)x.pd.create_ah(peer, {.gid_index = x.dev.default_gid_index()}));
+}

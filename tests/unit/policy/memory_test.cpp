@@ -114,6 +114,9 @@ TEST_CASE("memory_region: an empty region or a null buffer is refused with what 
                        doctest::Contains("at least 1 byte (asked for 0)"), usage_error);
   CHECK_THROWS_WITH_AS(x.pd.register_memory<access::local_write>(nullptr, 8),
                        doctest::Contains("cannot register 8 bytes at a null address"), usage_error);
+  // A range past the end of the address space (the kernel refuses it; the mock took it).
+  CHECK_THROWS_WITH_AS(x.pd.register_memory<access::local_write>(b, SIZE_MAX - 16),
+                       doctest::Contains("past the end of the address space"), usage_error);
 }
 
 // allocate(n) past the device's max_mr_size allocated and zeroed the n bytes (gigabytes:

@@ -157,6 +157,8 @@ RDMAKIT_DECL mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access 
     mockd::fail("ibv_reg_mr", EINVAL, "nothing to register: the buffer is null or has length 0");
   if (length > limits.max_mr_size)
     mockd::fail("ibv_reg_mr", EINVAL, "length exceeds the device's max_mr_size");
+  if (reinterpret_cast<std::uintptr_t>(addr) + length < reinterpret_cast<std::uintptr_t>(addr))
+    mockd::fail("ibv_reg_mr", EINVAL, "the range runs past the end of the address space (the kernel refuses it)");
   if (has_any(flags, access::remote_write | access::remote_atomic) && !has_all(flags, access::local_write))
     mockd::fail("ibv_reg_mr", EINVAL,
                 detail::cat("REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE too (", to_string(flags),
