@@ -256,6 +256,9 @@ inline bool cm_address::mapped_ipv4(std::uint32_t& out) const noexcept {
 inline cm_address cm_address::parse(std::string_view text, std::uint16_t p) {
   cm_address a;
   a.port = p;
+  // The C resolvers would read up to a NUL and accept what is before it.
+  if (text.find('\0') != std::string_view::npos)
+    throw usage_error("cm_address: the address text holds a NUL character: give the address alone");
   if (text.find(':') != std::string_view::npos) {  // IPv6, maybe [bracketed], maybe %scope
     std::string t(text);
     if (t.size() >= 2 && t.front() == '[' && t.back() == ']') t = t.substr(1, t.size() - 2);

@@ -213,6 +213,15 @@ inline std::string encode(const connection_info& info) {
     payload.append(buf, static_cast<std::size_t>(n));
   }
   if (info.region) {
+    // What the peer's decode_payload refuses, refused here: the sender's mistake.
+    const auto& r = *info.region;
+    if ((r.rights & ~remote_access_bits) != access::none)
+      throw exchange_error(exchange_errc::invalid_argument,
+                           "local region descriptor: its access holds bits other than remote write/read/atomic");
+    if (r.length != 0 && r.length - 1 > ~r.addr)
+      throw exchange_error(exchange_errc::invalid_argument,
+                           rdmakit::detail::cat("local region descriptor: ", r.length, " bytes at addr ",
+                                                rdmakit::detail::hex(r.addr), " run past the end of the address space"));
     n = std::snprintf(buf, sizeof buf, "addr=0x%016llx\nrkey=0x%08x\nlen=%llu\naccess=0x%x\n",
                       static_cast<unsigned long long>(info.region->addr), static_cast<unsigned>(info.region->rkey),
                       static_cast<unsigned long long>(info.region->length),

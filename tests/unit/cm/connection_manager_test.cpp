@@ -466,6 +466,9 @@ TEST_CASE("cm: cm_address parses IPv4 and IPv6 (rping -a ::1)") {
   CHECK_THROWS_WITH_AS(cm_address::parse("fe80::1%no-such-if0", 1), doctest::Contains("no network interface"),
                        usage_error);
   CHECK_THROWS_AS(cm_address::parse("10.0.0", 1), usage_error);
+  // getaddrinfo stopped at the NUL and took "::ffff:1" (found by fuzzing).
+  using namespace std::string_view_literals;
+  CHECK_THROWS_WITH_AS(cm_address::parse("::ffff:1\0.2.3.4"sv, 1), doctest::Contains("NUL"), usage_error);
 }
 
 TEST_CASE("cm: an IPv6 address no RDMA device serves is an address error") {

@@ -141,3 +141,17 @@ TEST_CASE("rdmakit record: malformed, oversized and foreign input is rejected") 
 TEST_CASE("describe prints the ibv_*_pingpong style line") {
   CHECK(wire::describe(sample_endpoint()) == "LID 0x0011, QPN 0x00abcd, PSN 0x123456, GID ::ffff:10.0.0.1");
 }
+
+// encode sent what the peer's decode refuses (found by fuzzing): the peer was blamed for
+// a malformed record the sender made.
+TEST_CASE("rdmakit record: encode refuses a region the peer would refuse") {
+  connection_info past_end(sample_endpoint(), region_descriptor{0xffffffffffff0000, 1, 0x20000, access::remote_write});
+  CHECK_THROWS_WITH_AS((void)wire::encode(past_end), doctest::Contains("past the end of the address space"),
+                       exchange_error);
+  region_descriptor local_bits{0x1000, 1, 64, access::remote_write};
+  local_bits.rights = access::local_write | access::remote_write;
+  CHECK_THROWS_WITH_AS((void)wire::encode(connection_info(sample_endpoint(), local_bits)),
+                       doctest::Contains("other than remote"), exchange_error);
+  CHECK_NOTHROW((void)wire::encode(
+      connection_info(sample_endpoint(), region_descriptor{0xffffffffffff0000, 1, 0x10000, access::remote_write})));
+}
