@@ -71,6 +71,11 @@ struct policy_access {
   static auto post_call(QP& qp, std::uint64_t wr_id, send_flags flags, Call&& call) noexcept {
     return qp.post_call_(wr_id, flags, static_cast<Call&&>(call));
   }
+  // What a queue pair owns (qp_pool checks its peers' attributes before any transition).
+  template <class QP>
+  static const auto& parts(const QP& qp) noexcept {
+    return qp.parts_;
+  }
   // The queue pair's protection domain (null when empty).
   template <class QP>
   static const auto& pd_of(const QP& qp) noexcept {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -106,31 +107,37 @@ class qp_pool {
     if (peers.size() != qps_.size())
       throw usage_error(detail::cat("qp_pool::connect(): a pool of ", qps_.size(),
                                     " queue pairs needs as many peer endpoints, got ", peers.size()));
-    for (const auto& p : peers) detail::check_connect(p, o);
+    for (std::size_t i = 0; i < qps_.size(); ++i) {
+      detail::check_connect(peers[i], o);
+      // What INIT→RTR would refuse before the device (a RoCE peer without a GID...).
+      (void)detail::rtr_attributes<B, T>(detail::policy_access::parts(qps_[i]), peers[i], o);
+    }
     qp_pool<B, T, S, qp_state::rts> out;
     out.qps_.reserve(qps_.size());
     for (std::size_t i = 0; i < qps_.size(); ++i) {
       try {
         out.qps_.push_back(std::move(qps_[i]).connect(peers[i], o));
       } catch (const verbs_error& e) {
-        const std::size_t n = qps_.size();
-        qps_.clear();
-        cursor_ = 0;
-        throw verbs_error(e.verb(), e.errno_value(),
-                          detail::cat("qp_pool::connect(): queue pair ", i, " of ", n, ": ", e.detail(),
-                                      "; the pool's queue pairs were destroyed: create a new pool"));
+        throw refused_("connect", i, e);
       }
     }
     qps_.clear();
     return out;
   }
 
-  /// Activates every queue pair (UD).
+  /// Activates every queue pair (UD). If the device refuses one, the pool is emptied as
+  /// connect's is, and the error says so.
   qp_pool<B, T, S, qp_state::rts> activate() && {
     static_assert(State == qp_state::init, "activate(): this pool is already active");
     qp_pool<B, T, S, qp_state::rts> out;
     out.qps_.reserve(qps_.size());
-    for (auto& q : qps_) out.qps_.push_back(std::move(q).activate());
+    for (std::size_t i = 0; i < qps_.size(); ++i) {
+      try {
+        out.qps_.push_back(std::move(qps_[i]).activate());
+      } catch (const verbs_error& e) {
+        throw refused_("activate", i, e);
+      }
+    }
     qps_.clear();
     return out;
   }
@@ -138,6 +145,21 @@ class qp_pool {
  private:
   template <verbs_backend, transport, signaling, qp_state>
   friend class qp_pool;
+  // Queue pair i was refused: the ones before it are past INIT and this pool cannot take
+  // them back, so every queue pair goes. The transition refused stays in the error.
+  verbs_error refused_(const char* call, std::size_t i, const verbs_error& e) {
+    const std::size_t n = qps_.size();
+    qps_.clear();
+    cursor_ = 0;
+    std::string_view why = e.detail();  // without the queue pair's own advice to retry
+    if (const auto k = why.find("; the queue pair was reset to INIT"); k != std::string_view::npos)
+      why = why.substr(0, k);
+    std::string what = detail::cat("qp_pool::", call, "(): queue pair ", i, " of ", n, ": ", why,
+                                   "; the pool's queue pairs were destroyed: create a new pool");
+    if (const auto* t = e.transition()) return verbs_error(e.verb(), e.errno_value(), what, *t);
+    return verbs_error(e.verb(), e.errno_value(), what);
+  }
+
   std::vector<queue_pair_type> qps_;
   std::size_t cursor_ = 0;
 };

@@ -127,11 +127,40 @@ TEST_CASE("qp_pool::connect refused half-way: the pool is emptied, find() is saf
   const auto qpn0 = pool[0].qp_num();
   CHECK_THROWS_AS((void)std::move(pool).connect(std::span<const endpoint>(eps.data(), 2)), usage_error);
   CHECK(pool.size() == 3);
+  // A peer the second queue pair cannot reach (RoCE without a GID): refused before any
+  // transition, so the pool is as it was (it connected the first and emptied itself).
+  auto gidless = eps;
+  gidless[1].gid = {};
+  CHECK_THROWS_WITH_AS((void)std::move(pool).connect(gidless), doctest::Contains("no GID"), usage_error);
+  CHECK(pool.size() == 3);
+  CHECK(pool.local_endpoints().size() == 3);
   R::allow_rts = 1;
   R::refuse_rts = 1;
-  CHECK_THROWS_WITH_AS((void)std::move(pool).connect(eps), doctest::Contains("queue pair 1 of 3"), verbs_error);
+  try {
+    (void)std::move(pool).connect(eps);
+    FAIL("connect went through");
+  } catch (const verbs_error& e) {
+    const std::string w = e.what();
+    CHECK(w.find("queue pair 1 of 3") != std::string::npos);
+    CHECK(w.find("create a new pool") != std::string::npos);
+    CHECK(w.find("retrying connect") == std::string::npos);  // not the queue pair's own advice
+    CHECK(e.transition() != nullptr);                         // which transition was refused
+  }
   CHECK(pool.size() == 0);
   CHECK(pool.find(qpn0) == nullptr);
+  CHECK(x.cq.attached() == 0);
+}
+
+// activate() refused half-way left a pool of empty handles (the first was activated and
+// destroyed with the pool of the result): its next() gave an empty queue pair.
+TEST_CASE("qp_pool::activate refused half-way: the pool is emptied and the error says so") {
+  mock::fabric fab;
+  rside x(fab, "mock0", 256);
+  auto pool = x.pd.create_qp_pool<ud>(x.cq, 3, qp_cap{8, 8});
+  R::allow_rts = 1;
+  R::refuse_rts = 1;
+  CHECK_THROWS_WITH_AS((void)std::move(pool).activate(), doctest::Contains("create a new pool"), verbs_error);
+  CHECK(pool.size() == 0);
   CHECK(x.cq.attached() == 0);
 }
 
