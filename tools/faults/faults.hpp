@@ -138,6 +138,12 @@ template <verbs_backend B, transport T, polling P>
 faults_report run_faults(const faults_options& o, const exchange_fn& exchange, device<B> opened = {}) {
   if (T::type == qp_type::ud && o.op != fault_op::send) throw pingpong_failure("UD has SENDs only (-o send)");
   device<B> dev = opened ? std::move(opened) : device<B>(o.device);
+  if constexpr (T::type == qp_type::ud) {
+    const std::uint32_t mtu = mtu_bytes(dev.port(o.ib_port).active_mtu);
+    if (o.size > mtu)
+      throw pingpong_failure("requested size " + std::to_string(o.size) + " is larger than the port MTU (" +
+                             std::to_string(mtu) + "): UD messages are one packet");
+  }
   auto pd = dev.create_pd();
   constexpr rdmakit::access rights = rdmakit::access::local_write | rdmakit::access::remote_write;
   const std::size_t slot = std::size_t{o.size} + T::recv_offset;

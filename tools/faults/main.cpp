@@ -63,7 +63,7 @@ void usage(std::FILE* to) {
 bool parse_prob(const char* s, double& p) {
   char* end = nullptr;
   p = std::strtod(s, &end);
-  return end && *end == 0 && p >= 0 && p <= 1;
+  return end && end != s && *end == 0 && p >= 0 && p <= 1;  // end != s: "--loss=" is not 0
 }
 
 int parse(int argc, char** argv, cli& c, bool& help) {
@@ -151,6 +151,16 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   if (optind == argc - 1) c.host = argv[optind];
   else if (optind < argc) { usage(stderr); return 2; }
   if (!size_given && c.transport == qp_type::ud) c.fo.size = 1024;
+  // The server keeps one slot per message: refuse what it could not allocate.
+  constexpr std::uint64_t max_server_bytes = std::uint64_t{1} << 30;
+  if (std::uint64_t{c.fo.count} * (c.fo.size + 40) > max_server_bytes) {
+    std::fprintf(stderr,
+                 "rdmakit-faults: -n %u messages of -s %u bytes need %llu MiB on the server (one slot each); "
+                 "keep -n times -s under 1 GiB\n",
+                 c.fo.count, c.fo.size,
+                 static_cast<unsigned long long>(std::uint64_t{c.fo.count} * (c.fo.size + 40) >> 20));
+    return 2;
+  }
   c.fo.server = c.host.empty();
   return 0;
 }

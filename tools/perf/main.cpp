@@ -290,6 +290,10 @@ int parse(int argc, char** argv, cli& c) {
   if (o.rdma_cm && o.transport == qp_type::ud)
     return fail(me, "-R: the connection manager connects RC and UC queue pairs, not UD: use --transport rc or uc");
   if (o.rdma_cm && o.use_srq) return fail(me, "-R and --use_srq together are not supported: drop one");
+  // The CM listens on -p itself: port 0 would be one the client cannot know.
+  if (o.rdma_cm && c.e.port_given && c.e.port == 0)
+    return fail(me, "-R -p 0: the connection manager listens on the port given, and the client must know it: "
+                    "give a port above 0 (or none for the default)");
   if (o.use_srq && t->op != op_kind::send)
     return fail(me, std::string(t->name) + ": --use_srq is for the send tests (send_bw, send_lat), the only ones "
                                            "that post receives");
