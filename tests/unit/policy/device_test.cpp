@@ -47,15 +47,7 @@ TEST_CASE("device: ports and GIDs") {
 }
 
 TEST_CASE("device: InfiniBand ports use GID index 0 and LIDs") {
-  mock::fabric_config cfg;
-  mock::device_config dc;
-  dc.name = "ib0";
-  mock::port_config pc;
-  pc.layer = link_layer::infiniband;
-  dc.ports = {pc};
-  cfg.devices = {dc, dc};
-  cfg.devices[1].name = "ib1";
-  mock::fabric fab(cfg);
+  mock::fabric fab(two_ib_devices());
   side x(fab, "ib0"), y(fab, "ib1");
   CHECK(x.dev.default_gid_index() == 0);
   CHECK(x.dev.port().lid != 0);

@@ -47,6 +47,19 @@ seen copy(const completion<Bk>& c) {
           c.payload_offset()};
 }
 
+/// A fabric of two InfiniBand devices, "ib0" and "ib1" (LIDs, no GIDs), one port each.
+inline mock::fabric_config two_ib_devices() {
+  mock::fabric_config cfg;
+  mock::device_config dc;
+  dc.name = "ib0";
+  mock::port_config pc;
+  pc.layer = link_layer::infiniband;
+  dc.ports = {pc};
+  cfg.devices = {dc, dc};
+  cfg.devices[1].name = "ib1";
+  return cfg;
+}
+
 /// The wr_ids of `cs`, in order.
 inline std::vector<std::uint64_t> wr_ids_of(const std::vector<seen>& cs) {
   std::vector<std::uint64_t> ids;

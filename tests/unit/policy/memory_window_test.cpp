@@ -198,14 +198,7 @@ TEST_CASE("memory_window: misuse is a usage_error naming the problem") {
 // rdmakit ignored that and freed the buffer, which the peer could still write through the
 // window (ASan: heap-use-after-free), and the registration was never retried (leaked).
 TEST_CASE("memory_window: a region whose window rebind failed stays allocated until the device lets it go") {
-  mock::fabric_config cfg;
-  mock::device_config dc;
-  dc.name = "ib0";
-  mock::port_config pc;
-  pc.layer = link_layer::infiniband;
-  dc.ports = {pc};
-  cfg.devices = {dc, dc};
-  cfg.devices[1].name = "ib1";
+  mock::fabric_config cfg = two_ib_devices();
   cfg.devices[1].limits.max_mr = 3;
   mock::fabric fab(cfg);
   side x(fab, "ib0"), y(fab, "ib1");
