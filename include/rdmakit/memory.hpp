@@ -150,7 +150,7 @@ class memory_region {
   /// Registers `length` bytes at `addr` (borrowed: they must outlive the region).
   /// Prefer protection_domain::register_memory.
   memory_region(detail::pd_ref<B> pd, void* addr, std::size_t length)
-      : memory_region(std::move(pd), addr, length, detail::aligned_bytes{}) {}
+      : memory_region(checked_borrow_(std::move(pd), addr, length), addr, length, detail::aligned_bytes{}) {}
 
   /// Allocates `length` zeroed, page-aligned bytes and registers them. Prefer
   /// protection_domain::allocate.
@@ -235,8 +235,8 @@ class memory_region {
                                     "): register several smaller regions"));
   }
 
-  memory_region(detail::pd_ref<B> pd, void* addr, std::size_t length, detail::aligned_bytes owned)
-      : data_(static_cast<std::byte*>(addr)), size_(length) {
+  // A borrowed range's checks (allocate makes its own, within the limits checked first).
+  static detail::pd_ref<B> checked_borrow_(detail::pd_ref<B> pd, const void* addr, std::size_t length) {
     check_length_(pd, length);
     if (!addr)
       throw usage_error(
@@ -244,6 +244,12 @@ class memory_region {
     if (reinterpret_cast<std::uintptr_t>(addr) + length < reinterpret_cast<std::uintptr_t>(addr))
       throw usage_error(detail::cat("register_memory(): ", length, " bytes from ", reinterpret_cast<std::uintptr_t>(addr),
                                     " run past the end of the address space: give the buffer's real length"));
+    return pd;
+  }
+
+  // Registers a range checked by the caller (checked_borrow_, or allocate's check_length_).
+  memory_region(detail::pd_ref<B> pd, void* addr, std::size_t length, detail::aligned_bytes owned)
+      : data_(static_cast<std::byte*>(addr)), size_(length) {
     auto blk = detail::make_shared_owner<detail::mr_block<B>>();
     blk->pd = std::move(pd);
     blk->mr = B::reg_mr(blk->pd->pd, addr, length, Access);

@@ -61,19 +61,23 @@ struct pd_state {
     lock_();
     try {
       retained_.push_back({mr, owned});
+      __atomic_store_n(&any_retained_, true, __ATOMIC_RELEASE);
     } catch (...) {  // no memory to remember it: it stays registered and allocated
     }
     unlock_();
   }
   // Deregisters (and frees) the retained registrations the device now lets go: called
-  // when a window of this PD is bound, invalidated or freed, and when the PD goes.
+  // when a window of this PD is bound, invalidated or freed, and when the PD goes. With
+  // none retained (nearly always), one load.
   void release_retained() const noexcept {
+    if (!__atomic_load_n(&any_retained_, __ATOMIC_ACQUIRE)) return;
     lock_();
     std::erase_if(retained_, [](const retained_mr& r) {
       if (B::dereg_mr(r.mr) != 0) return false;
       if (r.owned) free_page_aligned(r.owned);
       return true;
     });
+    __atomic_store_n(&any_retained_, !retained_.empty(), __ATOMIC_RELEASE);
     unlock_();
   }
 
@@ -90,6 +94,7 @@ struct pd_state {
   void unlock_() const noexcept { __atomic_clear(&locked_, __ATOMIC_RELEASE); }
 
   mutable std::vector<retained_mr> retained_;
+  mutable bool any_retained_ = false;  // !retained_.empty(), read without the lock
   mutable bool locked_ = false;
 };
 

@@ -224,7 +224,13 @@ TEST_CASE("memory_window: a region whose window rebind failed stays allocated un
   std::memcpy(src.data(), "retained", 8);
   REQUIRE(q.a.write(src.local(0, 8), old, 4).ok());  // a type 1 window: through any QP of the PD
   CHECK(one(x.cq).status == wc_status::success);     // into memory still allocated
-  w = {};  // the window goes: `first` is deregistered and freed now
+  SUBCASE("the window goes: `first` is deregistered and freed then") { w = {}; }
+  SUBCASE("the window is bound elsewhere: the next window call lets `first` go") {
+    REQUIRE(w.bind(q.b, target, 0, 256, 5).ok());
+    CHECK(one(y.cq).status == wc_status::success);
+    REQUIRE(w.invalidate(q.b, 6).ok());
+    CHECK(one(y.cq).status == wc_status::success);
+  }
   auto n1 = y.pd.allocate<access::local_write>(64);
   CHECK_NOTHROW((void)y.pd.allocate<access::local_write>(64));  // max_mr 3: `first` is gone
 }
