@@ -73,12 +73,18 @@ class async_qp_core {
                                     "queues' queue() (send CQ first, then receive CQ)"));
     if (&scq->loop() != &rcq->loop())
       throw usage_error("async_queue_pair: the send and receive completion queues belong to different event loops");
-    qpn_ = link->qp_num;
-    scq->remember_qp(qpn_);
-    rcq->remember_qp(qpn_);
     wake_.bind([](void* self) noexcept { static_cast<async_qp_core*>(self)->wake_waiters_(); }, this);
-    // One handler per queue pair serves both CQs: dispatch calls the QP's handler.
-    scq->queue().on(q, [this](const completion<B>& c) { on_completion_(c); });
+    auto watch = [](async_qp_core& self, auto& qp) {
+      self.qpn_ = policy_access::link(qp)->qp_num;
+      self.scq_->remember_qp(self.qpn_);
+      self.rcq_->remember_qp(self.qpn_);
+      // One handler per queue pair serves both CQs: dispatch calls the QP's handler.
+      static_cast<async_cq_core<B, PS>&>(*self.scq_).queue().on(qp, [&self](const completion<B>& c) {
+        self.on_completion_(c);
+      });
+    };
+    watch_ = watch;
+    watch(*this, q);
   }
   async_qp_core(const async_qp_core&) = delete;
   async_qp_core& operator=(const async_qp_core&) = delete;
@@ -118,10 +124,20 @@ class async_qp_core {
       rts_qp r = step(q);
       qp_.template emplace<rts_qp>(std::move(r));
     } catch (...) {
-      // A refusal at RTR->RTS takes the queue pair back to INIT through RESET, which
-      // drops the receives posted (no completion comes for them). Only receives are
-      // posted in INIT, so every slot taken is one of them.
-      if (q && q.posted_recvs() == 0) cancel_dropped_receives_();
+      // A refusal at RTR->RTS with receives posted replaced the queue pair (queue_pair::
+      // connect): the old one completes them, through the handler it keeps, and the new
+      // one needs one. If no new one could be made, no completion comes: the awaiters
+      // of the receives (only receives are posted in INIT) are told here.
+      if (!q) {
+        cancel_dropped_receives_();
+      } else if (const std::uint32_t old = qpn_; q.qp_num() != old) {
+        watch_(*this, q);
+        try {
+          scq_->forget_qp(old);  // once the old QP goes, its late completions are nobody's
+          rcq_->forget_qp(old);
+        } catch (...) {  // out of memory: a stray completion reaches next() instead
+        }
+      }
       throw;
     }
   }
@@ -201,6 +217,7 @@ class async_qp_core {
   std::vector<std::uint32_t> free_;
   std::vector<wr_waiter<B>*> credit_waiters_;
   work_item wake_;
+  void (*watch_)(async_qp_core&, init_qp&) = nullptr;  // routes a (new) INIT queue pair's completions here
   std::uint32_t qpn_ = 0;
   std::variant<init_qp, rts_qp> qp_;  // last: destroyed first, while the rest still stands
 };

@@ -152,7 +152,7 @@ class qp_pool {
     qps_.clear();
     cursor_ = 0;
     std::string_view why = e.detail();  // without the queue pair's own advice to retry
-    if (const auto k = why.find("; the queue pair was reset to INIT"); k != std::string_view::npos)
+    if (const auto k = why.find(detail::back_to_init_note); k != std::string_view::npos)
       why = why.substr(0, k);
     std::string what = detail::cat("qp_pool::", call, "(): queue pair ", i, " of ", n, ": ", why,
                                    "; the pool's queue pairs were destroyed: create a new pool");

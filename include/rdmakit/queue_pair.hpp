@@ -120,18 +120,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// cannot be made (then this object is empty).
   queue_pair<B, T, S, qp_state::init> reset() && {
     link_("reset");
-    auto pd = parts_.pd;
-    auto scq = parts_.scq;
-    auto rcq = parts_.rcq;
-    auto srq = parts_.srq;
-    const qp_cap asked = parts_.asked;
-    const qp_options o = parts_.opts;
-    auto old = detail::make_unique_owner<detail::qp_parts<B>>(std::move(parts_));
-    old->retired.reset();  // an older generation: its flushes have had a whole connection's time
-    detail::retire(*old);  // first: the CQs' reservations go back before the new QP asks for them
-    auto fresh = queue_pair<B, T, S, qp_state::init>::create_on_(std::move(pd), std::move(scq), std::move(rcq),
-                                                                 asked, o, std::move(srq));
-    if (old->qp != typename B::qp{}) fresh.parts_.retired = std::move(old);
+    queue_pair<B, T, S, qp_state::init> fresh(std::move(parts_));
+    detail::replace_with_fresh<B, T, S>(fresh.parts_);
     return fresh;
   }
 
@@ -211,8 +201,11 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// INIT→RTR→RTS against `peer` (RC/UC), with the transport's exact attribute masks.
   /// The options are checked before the QP is touched (usage_error). If the device
   /// refuses a step, verbs_error is thrown and this object stays a valid INIT queue
-  /// pair: after a refused RTR→RTS the QP is taken back through RESET to INIT (which
-  /// drops the receives posted so far: the message says so), so connect can be retried.
+  /// pair, so connect can be retried. After a refused RTR→RTS the QP is taken back
+  /// through RESET to INIT; if receives were posted it is replaced instead, as reset()
+  /// replaces it (a new QP number: give the peer the new endpoint), and each receive
+  /// completes on the old QP, with WR_FLUSH_ERR unless a message took it in RTR. The
+  /// message says which.
   queue_pair<B, T, S, qp_state::rts> connect(const endpoint& peer, const connect_options& o = {}) && {
     static_assert(T::connected,
                   "UD queue pairs have no peer to connect to: use std::move(qp).activate(), then "
@@ -225,7 +218,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     b.state = qp_state::rts;
     b.sq_psn = parts_.psn;
     T::rts_attr(b, o, parts_.dev().attr);
-    detail::to_rts_or_back_to_init<B, T>(parts_, b);
+    detail::to_rts_or_back_to_init<B, T, S>(parts_, b, "connect");
     return queue_pair<B, T, S, qp_state::rts>(std::move(parts_));
   }
 
@@ -241,7 +234,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     qp_attr b;
     b.state = qp_state::rts;
     b.sq_psn = parts_.psn;
-    detail::to_rts_or_back_to_init<B, T>(parts_, b);
+    detail::to_rts_or_back_to_init<B, T, S>(parts_, b, "activate");
     return queue_pair<B, T, S, qp_state::rts>(std::move(parts_));
   }
 

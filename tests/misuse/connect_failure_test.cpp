@@ -14,6 +14,8 @@ struct rts_refusing : backends::mock {
   static inline int refuse_rts = 0;
   static inline int refuse_init = 0;
   static inline int refuse_rtr = 0;
+  // Runs just before an RTR→RTS refusal: what the peer does while this side is in RTR.
+  static inline std::function<void()> before_refusal;
   static void modify_qp(qp q, const qp_attr& a, qp_attr_mask m) {
     int* refuse = a.state == qp_state::init ? &refuse_init : a.state == qp_state::rtr ? &refuse_rtr : nullptr;
     if (refuse && *refuse > 0) {
@@ -25,6 +27,7 @@ struct rts_refusing : backends::mock {
         --allow_rts;
       } else {
         --refuse_rts;
+        if (before_refusal) std::exchange(before_refusal, {})();
         throw verbs_error("ibv_modify_qp", EINVAL, "injected: RTS refused");
       }
     }
@@ -77,18 +80,68 @@ TEST_CASE("RTR→RTS refused by the device: the queue pair is back in INIT, on t
   auto rx = x.pd.allocate<rw_access>(64);
   auto qp = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8});
   auto peer = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
-  REQUIRE(qp.post_recv(rx.local(), 1).ok());
+  const auto old_qpn = qp.qp_num();
   R::allow_rts = 0;
   R::refuse_rts = 1;
   CHECK_THROWS_WITH_AS((void)std::move(qp).connect(peer.local_endpoint()),
-                       doctest::Contains("reset to INIT and its 1 posted receive(s) dropped"), verbs_error);
+                       doctest::Contains("reset to INIT: connect can be retried"), verbs_error);
   REQUIRE(qp);
   CHECK(qp.query_state() == qp_state::init);
+  CHECK(qp.qp_num() == old_qpn);  // nothing posted: the same QP, taken back in place
+  REQUIRE(qp.post_recv(rx.local(), 1).ok());
+  R::refuse_rts = 1;
+  CHECK_THROWS_WITH_AS((void)std::move(qp).connect(peer.local_endpoint()),
+                       doctest::Contains("replaced by a new one in INIT"), verbs_error);
+  REQUIRE(qp);
+  CHECK(qp.query_state() == qp_state::init);
+  CHECK(qp.qp_num() != old_qpn);  // receives posted: a new QP, the old one flushes them
   CHECK(qp.posted_recvs() == 0);
+  std::vector<seen> got;
+  (void)x.cq.poll([&](const auto& c) { got.push_back(copy(c)); });
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].wr_id == 1);
+  CHECK(got[0].qp_num == old_qpn);
+  CHECK(got[0].status == wc_status::wr_flush_err);
   REQUIRE(qp.post_recv(rx.local(), 2).ok());
   auto live = std::move(qp).connect(peer.local_endpoint());  // a retry works
   CHECK(live.query_state() == qp_state::rts);
   CHECK(live.posted_recvs() == 1);
+}
+
+// A receive consumed while the queue pair was in RTR completes after the refusal: the
+// reset to INIT used to forget it was posted, and its completion then took the count
+// of posted receives below zero (post_recv said rq_full for ever).
+TEST_CASE("RTR→RTS refused after a receive was consumed in RTR: its completion is counted once, the QP stays usable") {
+  mock::fabric fab;
+  rside x(fab, "mock0", 64), y(fab, "mock1", 64);
+  auto rx = x.pd.allocate<rw_access>(64);
+  auto tx = y.pd.allocate<rw_access>(64);
+  auto qp = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8});
+  auto peer = std::move(y.pd.create_qp<rc>(y.cq, qp_cap{8, 8})).connect(qp.local_endpoint());
+  REQUIRE(qp.post_recv(rx.local(0, 32), 1).ok());
+  REQUIRE(qp.post_recv(rx.local(32, 32), 2).ok());
+  R::allow_rts = 0;
+  R::refuse_rts = 1;
+  R::before_refusal = [&] { REQUIRE(peer.send(tx.local(0, 8), 7).ok()); };
+  CHECK_THROWS_AS((void)std::move(qp).connect(peer.local_endpoint()), verbs_error);
+  REQUIRE(qp);
+  CHECK(qp.query_state() == qp_state::init);
+  std::vector<seen> got;
+  for (int i = 0; i < 100 && got.size() < 2; ++i)
+    (void)x.cq.poll([&](const auto& c) { got.push_back(copy(c)); });
+  // Both receives end with a completion of their own: the one the peer's SEND took, and
+  // the one the refusal flushed. Neither is lost, neither counts twice.
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].wr_id == 1);
+  CHECK(got[0].status == wc_status::success);
+  CHECK(got[1].wr_id == 2);
+  CHECK(got[1].status == wc_status::wr_flush_err);
+  CHECK(qp.posted_recvs() == 0);
+  for (std::uint64_t id = 10; id < 18; ++id) REQUIRE(qp.post_recv(rx.local(0, 8), id).ok());  // the whole RQ
+  CHECK(qp.post_recv(rx.local(0, 8), 18).status == post_status::rq_full);
+  auto live = std::move(qp).connect(peer.local_endpoint());
+  CHECK(live.query_state() == qp_state::rts);
+  CHECK(live.posted_recvs() == 8);
 }
 
 TEST_CASE("a failed verbs error says the verb and errno once") {
@@ -143,7 +196,7 @@ TEST_CASE("qp_pool::connect refused half-way: the pool is emptied, find() is saf
     const std::string w = e.what();
     CHECK(w.find("queue pair 1 of 3") != std::string::npos);
     CHECK(w.find("create a new pool") != std::string::npos);
-    CHECK(w.find("retrying connect") == std::string::npos);  // not the queue pair's own advice
+    CHECK(w.find("can be retried") == std::string::npos);  // not the queue pair's own advice
     CHECK(e.transition() != nullptr);                         // which transition was refused
   }
   CHECK(pool.size() == 0);

@@ -226,32 +226,6 @@ qp_attr rtr_attributes(const qp_parts<B>& p, const endpoint& peer, const connect
   return a;
 }
 
-// RTR→RTS; if the device refuses, RESET→INIT again so the type (INIT) and the device
-// state agree, then rethrow.
-template <class B, class T>
-void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts) {
-  try {
-    modify_step<B, T>(p, rts, T::rts_mask, qp_state::rtr, "RTR→RTS");
-  } catch (const verbs_error& e) {
-    const std::uint32_t dropped = p.link->rq.held;
-    std::string note = "; the queue pair was reset to INIT";
-    if (dropped) append(note, " and its ", dropped, " posted receive(s) dropped: post them again");
-    note += " before retrying connect";
-    try {
-      qp_attr r;
-      r.state = qp_state::reset;
-      B::modify_qp(p.qp, r, qp_attr_mask::state);
-      B::modify_qp(p.qp, T::init_attr(p.opts), T::init_mask);
-      p.link->rq.held = 0;
-    } catch (const verbs_error& back) {
-      note = cat("; taking it back to INIT failed too (", back.detail(), "): destroy this queue pair");
-      p.link->set_error();
-    }
-    if (const auto* t = e.transition()) throw verbs_error(e.verb(), e.errno_value(), cat(e.detail(), note), *t);
-    throw verbs_error(e.verb(), e.errno_value(), cat(e.detail(), note));
-  }
-}
-
 // Moves a replaced QP to ERR so its outstanding WRs flush, and shrinks its CQ
 // reservation to what those flushes can take; destroys it at once when nothing is
 // outstanding or the device refuses ERR (then no flush can come).
@@ -276,6 +250,71 @@ void retire(qp_parts<B>& p) noexcept {
   p.asked.max_send_wr = sends;  // from now on, what release() gives back
   p.asked.max_recv_wr = recvs;
   p.is_retired = true;
+}
+
+// Puts a fresh INIT QP with `p`'s PD, CQs, SRQ, capacities and options in `p`'s place
+// and keeps the old one, retired, until the next replacement (reset(), a refused
+// connect). If the new QP cannot be made, `p` is left empty and the error goes on.
+template <class B, class T, class S>
+void replace_with_fresh(qp_parts<B>& p) {
+  auto pd = p.pd;
+  auto scq = p.scq;
+  auto rcq = p.rcq;
+  auto srq = p.srq;
+  const qp_cap asked = p.asked;  // retire() shrinks it to what is outstanding
+  const qp_options o = p.opts;
+  auto old = make_unique_owner<qp_parts<B>>(std::move(p));
+  old->retired.reset();  // an older generation: its flushes have had a whole connection's time
+  retire(*old);          // first: the CQs' reservations go back before the new QP asks for them
+  p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o, std::move(srq));
+  if (old->qp != typename B::qp{}) p.retired = std::move(old);
+}
+
+// RTR→RTS. If the device refuses, the queue pair goes back to INIT, so that its type
+// and the device agree, and the refusal is rethrown saying what became of it. Without
+// receives posted that is RESET→INIT in place. With receives, a message may have taken
+// one in RTR, and its completion comes after the RESET, which forgets the rest unseen:
+// then the QP is replaced as reset() replaces it, and every receive completes on the
+// old QP number, a flush unless a message took it.
+// How each note below starts: a qp_pool, which destroys every queue pair when one is
+// refused, cuts the queue pair's own advice off there.
+inline constexpr std::string_view back_to_init_note = "; the queue pair ";
+
+template <class B, class T, class S>
+void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts, const char* call) {
+  try {
+    modify_step<B, T>(p, rts, T::rts_mask, qp_state::rtr, "RTR→RTS");
+  } catch (const verbs_error& e) {
+    const std::uint32_t posted = p.link->rq.held;
+    const std::uint32_t old_qpn = p.link->qp_num;
+    std::string note;
+    try {
+      if (posted == 0) {
+        qp_attr r;
+        r.state = qp_state::reset;
+        B::modify_qp(p.qp, r, qp_attr_mask::state);
+        B::modify_qp(p.qp, T::init_attr(p.opts), T::init_mask);
+        note = cat(back_to_init_note, "was reset to INIT: ", call, " can be retried");
+      } else {
+        replace_with_fresh<B, T, S>(p);
+        note = cat(back_to_init_note, "was replaced by a new one in INIT, QP ", p.link->qp_num, ": its ", posted,
+                   " posted receive(s) complete on QP ", old_qpn,
+                   " (WR_FLUSH_ERR unless a message took them); post receives again and give the peer the new "
+                   "endpoint before retrying ", call);
+      }
+    } catch (const std::exception& back) {
+      const auto* v = dynamic_cast<const verbs_error*>(&back);
+      const std::string_view why = v ? std::string_view(v->detail()) : std::string_view(back.what());
+      if (p.qp != typename B::qp{}) {
+        p.link->set_error();
+        note = cat(back_to_init_note, "could not be taken back to INIT (", why, "): destroy it");
+      } else {
+        note = cat(back_to_init_note, "could not be replaced (", why, "): it is now empty");
+      }
+    }
+    if (const auto* t = e.transition()) throw verbs_error(e.verb(), e.errno_value(), cat(e.detail(), note), *t);
+    throw verbs_error(e.verb(), e.errno_value(), cat(e.detail(), note));
+  }
 }
 
 // The device refused send WR `wr` (after `posted` were taken): which rule it broke,

@@ -212,9 +212,10 @@ struct rts_refusing : backends::mock {
 };
 }  // namespace
 
-// A refused RTR->RTS takes the queue pair back to INIT through RESET, which drops the
-// receives posted; their awaiters were never told and waited for ever.
-TEST_CASE("async_queue_pair: a connect refused at RTS resumes the awaiters of the receives it dropped") {
+// A refused RTR->RTS with receives posted replaces the queue pair: the old one flushes
+// them, and their awaiters resume with the flush (they used to wait for ever, then were
+// cancelled); the new one's completions reach its awaiters.
+TEST_CASE("async_queue_pair: a connect refused at RTS resumes the awaiters of the receives it flushed") {
   using R = rts_refusing;
   mock::fabric fab;
   event_loop loop;
@@ -227,16 +228,18 @@ TEST_CASE("async_queue_pair: a connect refused at RTS resumes the awaiters of th
   auto mb = pb.allocate<rw>(4096);
   async_queue_pair<R, rc> ia(ca, pa.create_qp<rc>(ca.queue(), qp_cap{8, 8}));
   async_queue_pair<R, rc> ib(cb, pb.create_qp<rc>(cb.queue(), qp_cap{8, 8}));
-  auto dropped = ia.recv(ma.local(0, 64));
+  auto flushed = ia.recv(ma.local(0, 64));
+  const auto old_qpn = ia.local_endpoint().qpn;
   R::refuse_rts = 1;
-  CHECK_THROWS_WITH_AS((void)std::move(ia).connect(ib.local_endpoint()), doctest::Contains("dropped"), verbs_error);
-  REQUIRE(ia);  // still the INIT queue pair
-  auto kept = ia.recv(ma.local(64, 64));  // posted after the reset: still there after connect
+  CHECK_THROWS_WITH_AS((void)std::move(ia).connect(ib.local_endpoint()), doctest::Contains("replaced"), verbs_error);
+  REQUIRE(ia);  // an INIT queue pair again, a new one
+  CHECK(ia.local_endpoint().qpn != old_qpn);
+  auto kept = ia.recv(ma.local(64, 64));  // posted on the new queue pair: still there after connect
   auto a = std::move(ia).connect(ib.local_endpoint());
   auto b = std::move(ib).connect(a.local_endpoint());
   auto run = [&]() -> task<void> {
-    wr_result<R> r = co_await std::move(dropped).within(5s);
-    CHECK(r.outcome() == wr_outcome::cancelled);
+    wr_result<R> r = co_await std::move(flushed).within(5s);
+    CHECK(r.status() == wc_status::wr_flush_err);
     CHECK((co_await b.send(mb.local(0, 8))).ok());
     CHECK((co_await std::move(kept).within(5s)).ok());
   };
