@@ -257,16 +257,23 @@ void retire(qp_parts<B>& p) noexcept {
 // connect). If the new QP cannot be made, `p` is left empty and the error goes on.
 template <class B, class T, class S>
 void replace_with_fresh(qp_parts<B>& p) {
+  // What the successor is made from, taken first: retire() may release the old QP's
+  // PD, CQs and SRQ with it, and shrinks `asked` to what is outstanding.
   auto pd = p.pd;
   auto scq = p.scq;
   auto rcq = p.rcq;
-  auto srq = p.srq;
-  const qp_cap asked = p.asked;  // retire() shrinks it to what is outstanding
+  const qp_cap asked = p.asked;
   const qp_options o = p.opts;
   auto old = make_unique_owner<qp_parts<B>>(std::move(p));
   old->retired.reset();  // an older generation: its flushes have had a whole connection's time
-  retire(*old);          // first: the CQs' reservations go back before the new QP asks for them
-  p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o, std::move(srq));
+  if constexpr (shares_receives<T>) {  // (naming the SRQ otherwise instantiates srq_state for backends without)
+    auto srq = old->srq;
+    retire(*old);  // first: the CQs' reservations go back before the new QP asks for them
+    p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o, std::move(srq));
+  } else {
+    retire(*old);
+    p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o);
+  }
   if (old->qp != typename B::qp{}) p.retired = std::move(old);
 }
 
