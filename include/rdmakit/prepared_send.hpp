@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -64,7 +65,9 @@ class prepared_send {
   template <class Op>
   prepared_send(const Op& o, std::span<const local_buffer> sgl, std::uint64_t wr_id, send_flags flags,
                 std::uint32_t inline_limit) noexcept
-      : wr_id_(wr_id), wanted_(has_any(flags, send_flags::signaled)) {
+      : wr_id_(wr_id),
+        wanted_(has_any(flags, send_flags::signaled)),
+        quiet_above_(wanted_ ? std::numeric_limits<std::int64_t>::max() : 1) {
     detail::send_desc<B> d{};
     d.wr_id = wr_id;
     d.op = Op::code;
@@ -87,6 +90,9 @@ class prepared_send {
   std::uint64_t wr_id_;
   send_flags base_ = send_flags::none;  // the flags of every post, without signaled
   bool wanted_;                          // send_flags::signaled was asked: every post is signaled
+  // signal_manual posts it unsignaled, with no other test, while more free slots than
+  // this are left: 1 (the last free slot is signaled), or none when a signal was asked.
+  std::int64_t quiet_above_;
 };
 
 RDMAKIT_END_NAMESPACE

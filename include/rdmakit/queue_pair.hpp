@@ -376,6 +376,16 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(prepared_send<B, T, Sges, SignalEach>& w) noexcept {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     auto& l = *parts_.link;  // the closed link when empty: admits nothing
+    if constexpr (std::is_same_v<S, signal_manual> && !SignalEach) {
+      // One signed compare tells the usual post (a free slot that is not the last, no
+      // signal asked) from a full or closed queue, the last slot and an asked signal,
+      // which the path below sorts out: 3 instructions fewer than its two tests.
+      if (RDMAKIT_LIKELY(l.sq.free_slots() > w.quiet_above_)) {
+        B::set_send_flags(w.wr_, w.base_);
+        l.sq.template commit<S>(false);
+        return post_prepared_(l, w.wr_);
+      }
+    }
     if (RDMAKIT_UNLIKELY(l.sq.blocked())) return refused_credits_(l, 0);
     const bool sig = l.sq.template must_signal<S>(w.wanted_);
     static_assert(SignalEach == detail::signals_every_wr<S>,
@@ -400,12 +410,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     } else {
       l.sq.template commit<S>(sig);
     }
-    typename B::send_wr* bad = nullptr;
-    if (int e = B::post_send(parts_.qp, &w.wr_, &bad); RDMAKIT_UNLIKELY(e != 0)) {
-      l.sq.template uncommit<S>();
-      return refused_(e, 0, &w.wr_);
-    }
-    return {post_status::ok, 0, 1};
+    return post_prepared_(l, w.wr_);
   }
 
   /// Posts the prepared WR `w` with a new wr_id (kept for the posts after it).
@@ -570,6 +575,16 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   }
 
   explicit queue_pair(detail::qp_parts<B>&& p) noexcept : parts_(std::move(p)) {}
+
+  // The device call of post(prepared_send): the ledger was committed; undone if refused.
+  RDMAKIT_ALWAYS_INLINE post_result post_prepared_(detail::qp_link<B>& l, typename B::send_wr& wr) noexcept {
+    typename B::send_wr* bad = nullptr;
+    if (int e = B::post_send(parts_.qp, &wr, &bad); RDMAKIT_UNLIKELY(e != 0)) {
+      l.sq.template uncommit<S>();
+      return refused_(e, 0, &wr);
+    }
+    return {post_status::ok, 0, 1};
+  }
 
   const detail::qp_link<B>& link_(const char* call) const {
     if (RDMAKIT_UNLIKELY(!parts_.link)) detail::throw_empty("queue_pair", call);

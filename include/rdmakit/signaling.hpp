@@ -187,6 +187,8 @@ class sq_credits {
   }
   /// True when no WR may be posted: the SQ is full, or the ledger was closed.
   RDMAKIT_ALWAYS_INLINE bool blocked() const noexcept { return posted_ >= limit_; }
+  /// Slots a post may take now, signed: 0 or less when blocked (full or closed).
+  RDMAKIT_ALWAYS_INLINE std::int64_t free_slots() const noexcept { return static_cast<std::int64_t>(limit_ - posted_); }
   /// True when at least n WRs may be posted (n >= 1).
   RDMAKIT_ALWAYS_INLINE bool admits(std::uint32_t n) const noexcept { return posted_ + n <= limit_; }
   /// Refuses every post from now on (the QP went to ERR; reset() makes a new ledger).

@@ -93,6 +93,37 @@ TEST_CASE_FIXTURE(two_regions, "a prepared WR the device refuses leaves the cred
   CHECK(narrow.a.send_credits() == 8);
 }
 
+// Under signal_manual a prepared WR is posted with one compare while more than one slot
+// is free (queue_pair::post): the WR that takes the last free slot must still be
+// signaled (else the queue fills with WRs no completion frees), and a device refusal,
+// a failed queue pair and an empty handle still refused.
+TEST_CASE_FIXTURE(two_regions, "signal_manual: a prepared WR signals the last free slot and is refused as any post") {
+  auto wide = make_pair<rc, signal_manual>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4, 1, 1, 64});
+  auto p = make_pair<rc, signal_manual>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  auto w = p.a.prepare(op::write{src.local(0, 8), dst.remote()}, 3);
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 4; ++i) REQUIRE(p.a.post(w).ok());
+    CHECK(p.a.send_credits() == 0);
+    CHECK(p.a.post(w).status == post_status::sq_full);
+    CHECK(wr_ids_of(collect(x.cq, 2, 200)) == std::vector<std::uint64_t>{3});  // the 4th only
+    CHECK(p.a.send_credits() == 4);
+  }
+  auto inl = wide.a.prepare(op::write{src.local(0, 32), dst.remote()}, 9);
+  REQUIRE(inl.is_inline());
+  const auto r = p.a.post(inl);  // two free slots and more: the one-compare path
+  CHECK(r.status == post_status::backend_error);
+  CHECK(r.rule == post_rule::inline_size);
+  CHECK(p.a.send_credits() == 4);
+  auto other_pd = x.dev.create_pd();
+  auto foreign = other_pd.allocate<rw_access>(64);
+  auto bad = p.a.prepare(op::write{foreign.local(0, 8), dst.remote()}, 2, send_flags::signaled);  // LOC_PROT_ERR
+  REQUIRE(p.a.post(bad).ok());
+  REQUIRE(collect(x.cq, 1).size() == 1);
+  CHECK(p.a.post(w).status == post_status::qp_error);
+  auto moved = std::move(p.a);
+  CHECK(p.a.post(w).status == post_status::empty_handle);
+}
+
 TEST_CASE_FIXTURE(two_regions, "a prepared WR on an empty or failed queue pair is refused with the reason") {
   auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto w = p.a.prepare(op::write{src.local(0, 8), dst.remote()}, 1);
