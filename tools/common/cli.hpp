@@ -1,20 +1,58 @@
 #pragma once
 // Command-line parsing shared by the tools: one reading of numbers for every option.
-#include <cerrno>
-#include <cstdlib>
+#include <string>
 
 namespace rdmakit_tools {
 
-/// An unsigned number in decimal, hex (0x) or octal (0), at most `max`: false for
-/// anything else (a sign, trailing characters, overflow, an empty string).
+/// An unsigned number in decimal or hex (0x), at most `max`: false for anything else (a
+/// sign, a space, trailing characters, a value above `max`, an empty string, and a
+/// leading 0: strtoul reads "010" as octal 8, which nobody typing -s 010 means).
+/// Digit by digit rather than strtoull, which skips spaces and negates after them
+/// (" -1" is 2^64-1).
 inline bool parse_uint(const char* s, unsigned long long max, unsigned long long& out) {
-  if (!s || s[0] == '-' || s[0] == '+') return false;
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(s, &end, 0);
-  if (errno || end == s || *end || v > max) return false;
+  if (!s || !*s) return false;
+  unsigned base = 10;
+  if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+    base = 16;
+    s += 2;
+    if (!*s) return false;
+  } else if (s[0] == '0' && s[1]) {
+    return false;
+  }
+  unsigned long long v = 0;
+  for (; *s; ++s) {
+    const char ch = *s;
+    unsigned d = 0;
+    if (ch >= '0' && ch <= '9') d = static_cast<unsigned>(ch - '0');
+    else if (base == 16 && ch >= 'a' && ch <= 'f') d = static_cast<unsigned>(ch - 'a' + 10);
+    else if (base == 16 && ch >= 'A' && ch <= 'F') d = static_cast<unsigned>(ch - 'A' + 10);
+    else return false;
+    if (d > max || v > (max - d) / base) return false;
+    v = v * base + d;
+  }
   out = v;
   return true;
+}
+
+/// Why parse_uint refused `s`, where "invalid" alone would leave the user guessing: the
+/// text to append to the tool's message ("" for a word or a value out of range).
+inline std::string uint_hint(const char* s) {
+  if (!s || !*s) return "";
+  auto digits = [](const char* p) {
+    if (!*p) return false;
+    for (; *p; ++p)
+      if (*p < '0' || *p > '9') return false;
+    return true;
+  };
+  if (s[0] == '0' && digits(s + 1)) {
+    const char* d = s;
+    while (d[0] == '0' && d[1]) ++d;
+    return ": a leading 0 is refused (strtoul, as rdma-core's tools use it, reads it as octal): write " +
+           std::string(d) + " for decimal, 0x... for hex";
+  }
+  if (s[0] == ' ' || s[0] == '\t' || s[0] == '+' || s[0] == '-')
+    return ": digits only (decimal, or hex as 0x...), no sign or spaces";
+  return "";
 }
 
 }  // namespace rdmakit_tools

@@ -79,7 +79,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       {"seed", required_argument, nullptr, o_seed},   {"profile", required_argument, nullptr, o_profile},
       {"help", no_argument, nullptr, 'h'},            {nullptr, 0, nullptr, 0}};
   auto bad = [&](const char* what, const char* arg) {
-    std::fprintf(stderr, "rdmakit-faults: invalid %s \"%s\"\n", what, arg);
+    std::fprintf(stderr, "rdmakit-faults: invalid %s \"%s\"%s\n", what, arg, uint_hint(arg).c_str());
     return 2;
   };
   bool size_given = false;

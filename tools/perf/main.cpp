@@ -127,7 +127,8 @@ int parse(int argc, char** argv, cli& c) {
       {"help", no_argument, nullptr, 'h'},              {nullptr, 0, nullptr, 0}};
   const char* me = argv[0];
   auto bad = [&](const char* what, const char* arg) {
-    std::fprintf(stderr, "%s: invalid %s \"%s\" (see --help)\n", me, what, arg);
+    std::fprintf(stderr, "%s: invalid %s \"%s\"%s (see --help)\n", me, what, arg,
+                 rdmakit_tools::uint_hint(arg).c_str());
     return 1;
   };
   bool size_given = false, iters_given = false, tx_given = false, q_given = false, inline_given = false;

@@ -112,7 +112,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       {"ts", no_argument, nullptr, 't'},              {"dm", no_argument, nullptr, 'j'},
       {"new_send", no_argument, nullptr, 'N'},        {nullptr, 0, nullptr, 0}};
   auto bad = [&](const char* what, const char* arg) {
-    std::fprintf(stderr, "%s: invalid %s \"%s\"\n", argv[0], what, arg);
+    std::fprintf(stderr, "%s: invalid %s \"%s\"%s\n", argv[0], what, arg, rdmakit_tools::uint_hint(arg).c_str());
     usage(argv[0], stderr);
     return 1;
   };

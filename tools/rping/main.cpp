@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
       case 'P': o.persistent = true; break;
       case 'p':
         if (!parse_uint(optarg, 65535, v)) {
-          std::fprintf(stderr, "rdmakit-rping: invalid port '%s'\n", optarg);
+          std::fprintf(stderr, "rdmakit-rping: invalid port '%s'%s\n", optarg, uint_hint(optarg).c_str());
           return 1;
         }
         port = static_cast<std::uint16_t>(v);
@@ -156,14 +156,15 @@ int main(int argc, char** argv) {
       case 'c': role = 0; break;
       case 'S':
         if (!parse_uint(optarg, rping_max_size, v) || v < rping_min_size) {
-          std::fprintf(stderr, "Invalid size %s (valid range is %u to %u)\n", optarg, rping_min_size, rping_max_size);
+          std::fprintf(stderr, "Invalid size %s (valid range is %u to %u)%s\n", optarg, rping_min_size, rping_max_size,
+                       uint_hint(optarg).c_str());
           return 1;
         }
         o.size = static_cast<std::uint32_t>(v);
         break;
       case 'C':
         if (!parse_uint(optarg, 0x7fffffff, v)) {
-          std::fprintf(stderr, "Invalid count %s\n", optarg);
+          std::fprintf(stderr, "Invalid count %s%s\n", optarg, uint_hint(optarg).c_str());
           return 1;
         }
         o.count = static_cast<int>(v);
@@ -175,7 +176,8 @@ int main(int argc, char** argv) {
       case 'D': ib_dev = optarg; break;
       case 'T':
         if (!parse_uint(optarg, 1u << 30, v) || v == 0) {
-          std::fprintf(stderr, "rdmakit-rping: invalid --timeout '%s' (milliseconds, > 0)\n", optarg);
+          std::fprintf(stderr, "rdmakit-rping: invalid --timeout '%s' (milliseconds, > 0)%s\n", optarg,
+                       uint_hint(optarg).c_str());
           return 1;
         }
         o.timeout = std::chrono::milliseconds{v};

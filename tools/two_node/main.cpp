@@ -59,7 +59,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       {"list", no_argument, nullptr, 'l'},         {"profile", required_argument, nullptr, o_profile},
       {"help", no_argument, nullptr, 'h'},         {nullptr, 0, nullptr, 0}};
   auto bad = [&](const char* what, const char* arg) {
-    std::fprintf(stderr, "rdmakit-two-node: invalid %s \"%s\"\n", what, arg);
+    std::fprintf(stderr, "rdmakit-two-node: invalid %s \"%s\"%s\n", what, arg, uint_hint(arg).c_str());
     return 2;
   };
   unsigned long long v = 0;
