@@ -49,7 +49,8 @@ void usage(std::FILE* to) {
                "  -s, --size=BYTES           message size (default 4096; UD 1024)\n"
                "  -w, --window=N             sends outstanding at most (default 16)\n"
                "  -m, --mtu=BYTES            path MTU (default 1024)\n"
-               "  -t, --timeout=EXP          RC local ACK timeout exponent (default 12: 17 ms)\n"
+               "  -t, --timeout=EXP          RC local ACK timeout exponent, 1..22: 4.096 us * 2^EXP per try\n"
+               "                             (default 12: 17 ms); 0, the verbs' \"no timeout\", is refused\n"
                "  -R, --retry=N              RC retry count (default 6)\n"
                "  -d, --ib-dev=DEV           device (none, or mock: both ends here on the mock)\n"
                "  -g, --gid-idx=N            GID index\n"
@@ -151,6 +152,29 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   if (optind == argc - 1) c.host = argv[optind];
   else if (optind < argc) { usage(stderr); return 2; }
   if (!size_given && c.transport == qp_type::ud) c.fo.size = 1024;
+  // 0 switches the requester's ACK timer off: a lost last packet is never sent again, and
+  // the run would stall until the client's wait for a completion gives up. A try longer
+  // than that wait ends the run before the first retry just the same.
+  const auto max_exp = [&] {
+    unsigned e = 1;
+    while (e < 31 && 4.096e-3 * static_cast<double>(1u << (e + 1)) < static_cast<double>(c.fo.stall_timeout.count())) ++e;
+    return e;
+  }();
+  if (c.fo.timeout == 0) {
+    std::fprintf(stderr,
+                 "rdmakit-faults: -t 0 is the verbs' \"no ACK timeout\": RC then never retransmits a lost packet, "
+                 "so a run with losses stalls; give -t 1..%u (4.096 us * 2^EXP per try; default 12: 17 ms)\n",
+                 max_exp);
+    return 2;
+  }
+  if (c.fo.timeout > max_exp) {
+    std::fprintf(stderr,
+                 "rdmakit-faults: -t %u is %.0f s per try, longer than the client waits for a completion (%lld s): "
+                 "a lost packet would end the run before it is sent again; give -t 1..%u\n",
+                 static_cast<unsigned>(c.fo.timeout), 4.096e-6 * static_cast<double>(1ull << c.fo.timeout),
+                 static_cast<long long>(c.fo.stall_timeout.count() / 1000), max_exp);
+    return 2;
+  }
   // The server keeps one slot per message: refuse what it could not allocate.
   constexpr std::uint64_t max_server_bytes = std::uint64_t{1} << 30;
   if (std::uint64_t{c.fo.count} * (c.fo.size + 40) > max_server_bytes) {
