@@ -19,8 +19,9 @@ struct faults_pair {
   faults_report client, server;
 };
 
+/// `xo`: the loopback's exchange options (tests shorten them).
 template <transport T>
-faults_pair run_faults_on_mock(faults_options o, const mock_faults& f) {
+faults_pair run_faults_on_mock(faults_options o, const mock_faults& f, exchange_options xo = {}) {
   mock::fabric_config cfg;
   cfg.seed = f.seed;
   cfg.profile = f.profile;
@@ -30,7 +31,12 @@ faults_pair run_faults_on_mock(faults_options o, const mock_faults& f) {
   if (f.dup > 0) fab.inject({.kind = mock::fault_kind::duplicate, .count = 0, .probability = f.dup});
   if (f.reorder > 0) fab.inject({.kind = mock::fault_kind::reorder, .count = 0, .probability = f.reorder});
   faults_pair out;
-  const auto lb = run_loopback(0, exchange_options{}, [&](bool is_server, const exchange_fn& ex) {
+  // The server waits for the client's end (its second exchange) from the start: as long as
+  // the client may take, up to stall_timeout per completion, not the exchange's timeout
+  // (a long -t under loss outlasted it). A client that fails wakes the server at once.
+  const auto client_bound = o.stall_timeout * (std::int64_t{o.count} + 1);
+  if (xo.accept_timeout < client_bound) xo.accept_timeout = client_bound;
+  const auto lb = run_loopback(0, xo, [&](bool is_server, const exchange_fn& ex) {
     faults_options mine = o;
     mine.server = is_server;
     (is_server ? out.server : out.client) = run_faults<backends::mock, T, yielding_poll<>>(

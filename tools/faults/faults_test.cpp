@@ -45,6 +45,20 @@ TEST_CASE("faults: RC delivers every message exactly once, in order, at 0, 1 and
     }
 }
 
+TEST_CASE("faults: the server waits for the client's end as long as the client may take, not the exchange's timeout") {
+  // 67 ms per try at 10 % loss: the client needs longer than the 300 ms exchange timeout.
+  // The server gave up at that timeout, saying no client had connected.
+  faults_options o = opts();
+  o.timeout = 14;
+  exchange_options xo;
+  xo.timeout = std::chrono::milliseconds{300};
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = run_faults_on_mock<rc>(o, {.loss = 0.10, .seed = 1}, xo);
+  CHECK(std::chrono::steady_clock::now() - start > xo.timeout);  // else the case tests nothing
+  CHECK(r.client.completions("success") == 200);
+  CHECK(r.server.exactly_once_in_order(200));
+}
+
 TEST_CASE("faults: RC at 100 % loss ends in RETRY_EXC_ERR, the rest flushed") {
   const auto r = run_faults_on_mock<rc>(opts(), {.loss = 1.0, .seed = 1});
   CHECK(r.client.first_error == "retry_exc_err");
