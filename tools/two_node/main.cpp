@@ -44,7 +44,7 @@ void usage(std::FILE* to) {
                "  -g, --gid-idx=N       GID index\n"
                "  -p, --port=PORT       TCP port of the exchange (default 18800)\n"
                "  -s, --only=TEXT       only the scenarios whose name contains TEXT (give both sides the same)\n"
-               "  -w, --wait=MS         longest wait for a completion (default 10000)\n"
+               "  -w, --wait=MS         longest wait for a completion (default 10000, at least 200)\n"
                "  -l, --list            print the scenario names and exit\n"
                "  --profile=rxe|spec    the deviation table's rows to expect (default rxe); on the mock\n"
                "                        also the device profile it runs as\n");
@@ -95,6 +95,17 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   }
   if (optind == argc - 1) c.host = argv[optind];
   else if (optind < argc) { usage(stderr); return 2; }
+  // Below it the scenarios FAIL on a sound device: the RNR one's SEND completes only after
+  // its responder's pause.
+  if (c.o.wait < two_node_min_wait) {
+    std::fprintf(stderr,
+                 "rdmakit-two-node: -w %lld is too short: rc.rnr.recv_posted_later's SEND completes only after its "
+                 "responder's %lld ms pause, and every completion needs time on the link besides; give -w %lld or "
+                 "more (default 10000)\n",
+                 static_cast<long long>(c.o.wait.count()), static_cast<long long>(two_node_rnr_pause.count()),
+                 static_cast<long long>(two_node_min_wait.count()));
+    return 2;
+  }
   c.o.server = c.host.empty();
   return 0;
 }

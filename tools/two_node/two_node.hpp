@@ -85,6 +85,13 @@ inline std::vector<two_node_scenario> two_node_scenarios() {
   return v;
 }
 
+/// How long rc.rnr.recv_posted_later's responder waits, RNR NAKs meanwhile, before posting
+/// the receive the requester's SEND needs.
+inline constexpr std::chrono::milliseconds two_node_rnr_pause{100};
+/// The shortest two_node_options::wait that lets every scenario pass: that SEND completes
+/// only after the pause, and a completion needs time on a slow link besides.
+inline constexpr std::chrono::milliseconds two_node_min_wait = 2 * two_node_rnr_pause;
+
 struct two_node_options {
   std::string device;
   std::uint8_t ib_port = 1;
@@ -94,7 +101,7 @@ struct two_node_options {
   std::string profile = "rxe";
   /// Only scenarios whose name contains this (both sides must be given the same).
   std::string only;
-  /// The longest wait for a completion that should come.
+  /// The longest wait for a completion that should come (at least two_node_min_wait).
   std::chrono::milliseconds wait{10'000};
   /// How long a side watches for a completion that must not come.
   std::chrono::milliseconds quiet{100};
@@ -273,7 +280,7 @@ two_node_result run_two_node_scenario(const two_node_scenario& sc, std::uint32_t
       }
       step();
       if (sc.kind == k::rnr_recv_later) {
-        std::this_thread::sleep_for(std::chrono::milliseconds{100});  // RNR NAKs meanwhile
+        std::this_thread::sleep_for(two_node_rnr_pause);  // RNR NAKs meanwhile
         auto pr = live->post_recv(mr.local(0, sc.size + r), recv_id);
         if (!pr) f.fail(std::string("post_recv: ") + pr.message());
       }
