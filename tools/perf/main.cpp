@@ -44,7 +44,8 @@ void usage(const char* argv0, std::FILE* to) {
                "                            atomic_lat, at most -t):\n"
                "                            1: signal_all, 16/64: signal_every<n>, else signal_manual\n"
                "  -l, --post_list=<n>       WRs per post call (bw tests, 1..%u)\n"
-               "  -I, --inline_size=<bytes> send inline when the message fits (default 220 write/send, 0 else)\n"
+               "  -I, --inline_size=<bytes> send inline when the message fits (write/send tests; default 220,\n"
+               "                            capped by the device; above its max_inline_data: refused)\n"
                "  -e, --events              sleep on CQ events (event_driven) instead of busy polling\n"
                "  -q, --qp=<n>              number of QPs (bw tests; default 1)\n"
                "      --use_srq             send tests: the QPs take their receives from one shared receive\n"
@@ -269,6 +270,12 @@ int parse(int argc, char** argv, cli& c) {
   const bool pingpong = t->kind == test_kind::send_lat || t->kind == test_kind::write_lat;
   if (!tx_given && !t->bw) o.tx_depth = pingpong ? 16 : 1;
   if (!inline_given) o.inline_size = (t->op == op_kind::write || t->op == op_kind::send) ? 220 : 0;
+  o.inline_given = inline_given;
+  // As perftest: READs and atomics carry no data out, -I would be dropped without a word.
+  if (inline_given && o.inline_size > 0 && t->op != op_kind::write && t->op != op_kind::send)
+    return fail(me, std::string(t->name) + ": -I " + std::to_string(o.inline_size) +
+                        ": inline data is for the write and send tests (a READ or an atomic sends no "
+                        "payload); drop -I");
   if (t->op == op_kind::atomic) {
     if (size_given && o.size != 8)
       std::fprintf(stderr, "%s: atomics move 8 bytes: -s %u ignored\n", me, o.size);

@@ -77,6 +77,7 @@ struct perf_options {
   std::uint32_t cq_mod = 64;  ///< -Q: a completion every cq_mod WRs
   std::uint32_t post_list = 1;
   std::uint32_t inline_size = 0;
+  bool inline_given = false;  ///< -I given: above the device's max_inline_data is refused, not lowered
   bool events = false;
   bool use_srq = false;      ///< send tests: the QPs take their receives from one SRQ of rx_depth
   std::uint32_t num_qps = 1;
@@ -371,9 +372,16 @@ class runner {
     mr_ = pd_.template allocate<rights>(std::size_t{2} * slot_ * o_.num_qps);
     std::memset(mr_.data(), 0, mr_.size());
 
-    // Inline only for sends and writes, and no more than the device grants.
+    // Inline only for sends and writes (the parser refuses -I on the others). The default
+    // is capped at what the device grants; a -I above it is refused, as perftest's QP
+    // creation fails on it, rather than run with another size than asked for.
     inline_ = (t_.op == op_kind::write || t_.op == op_kind::send) ? o_.inline_size : 0;
-    inline_ = std::min(inline_, dev_.attr().max_inline_data);
+    const std::uint32_t max_inline = dev_.attr().max_inline_data;
+    if (o_.inline_given && inline_ > max_inline)
+      throw perf_failure("-I " + std::to_string(inline_) + ": " + dev_.name() + " sends at most " +
+                         std::to_string(max_inline) + " bytes inline (its max_inline_data): give -I " +
+                         std::to_string(max_inline) + " or less, or leave -I out (220, capped by the device)");
+    inline_ = std::min(inline_, max_inline);
     sq_depth_ = t_.bw ? o_.tx_depth : std::max(o_.tx_depth, o_.cq_mod);
     const std::uint32_t rq = receives() ? o_.rx_depth : 1;
     qp_options qo;
