@@ -133,6 +133,7 @@ int parse(int argc, char** argv, cli& c) {
     return 1;
   };
   bool size_given = false, iters_given = false, tx_given = false, q_given = false, inline_given = false;
+  bool duration_given = false;
   bool manual = false;
   unsigned long long v = 0;
   int ch;
@@ -153,6 +154,7 @@ int parse(int argc, char** argv, cli& c) {
         double d = std::strtod(optarg, &end);
         if (end == optarg || *end || !(d > 0) || d > 86400) return bad("duration (seconds)", optarg);
         c.o.duration = d;
+        duration_given = true;
         break;
       }
       case 't':
@@ -261,6 +263,10 @@ int parse(int argc, char** argv, cli& c) {
   o.test = t->kind;
   o.server = c.e.host.empty();
 
+  // -D replaces -n: with both, one would be dropped without a word.
+  if (duration_given && iters_given)
+    return fail(me, "-D and -n together: -D runs for a time, -n for a count of operations; give one of them");
+
   // Defaults that depend on the test, as perftest's.
   if (!size_given) o.size = t->bw ? 65536 : 2;
   if (!iters_given) o.iters = t->bw ? 5000 : 1000;
@@ -313,6 +319,9 @@ int parse(int argc, char** argv, cli& c) {
     if (t->kind == test_kind::write_lat && o.events)
       return fail(me, "write_lat detects each write by polling memory, not the CQ: -e does not apply");
     // Each read/atomic is timed to its own completion: every one is signaled.
+    if ((t->kind == test_kind::read_lat || t->kind == test_kind::atomic_lat) && q_given && o.cq_mod != 1)
+      return fail(me, std::string(t->name) + " times each operation to its own completion, so every WR is "
+                                             "signaled: -Q " + std::to_string(o.cq_mod) + " does not apply (drop -Q)");
     if (t->kind == test_kind::read_lat || t->kind == test_kind::atomic_lat) o.cq_mod = 1;
     else if (!q_given) o.cq_mod = pingpong ? std::min<std::uint32_t>(16, o.tx_depth) : 1;
   } else {
