@@ -145,7 +145,8 @@ class completion_queue {
   /// Entries promised to attached queue pairs (the sum of their queue depths).
   std::uint64_t reserved() const noexcept { return blk_ ? blk_->reserved : 0; }
   /// Entries that queue pairs replaced by reset() may still complete into (their
-  /// flushes), counted apart from reserved() until those queue pairs are destroyed.
+  /// flushes), counted apart from reserved(); each one polled gives its entry back. A
+  /// queue pair (or a reset) is refused unless it fits beside reserved() + flushing().
   std::uint64_t flushing() const noexcept { return blk_ ? blk_->flushing : 0; }
   /// Queue pairs attached to this CQ (not counting those replaced by reset()).
   std::size_t attached() const noexcept { return blk_ ? blk_->live() : 0; }
@@ -368,6 +369,9 @@ class completion_queue {
       routed(b.last);
     } else if (detail::qp_link<B>* l = b.find_route(qpn); RDMAKIT_LIKELY(l != nullptr)) {
       routed(l);
+    } else if (RDMAKIT_UNLIKELY(!b.retired_links.empty()) &&
+               (l = b.find_retired(qpn, (B::get_wr_id(w) & detail::recv_wr_bit) != 0)) != nullptr) {
+      routed(l);  // a QP replaced by reset(): its entry in this CQ is free again
     } else {
       ++b.unrouted;
       g(l, completion<B>(w, 0));

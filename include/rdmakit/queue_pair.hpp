@@ -113,15 +113,20 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// Any state → a fresh INIT queue pair on the same PD and CQs with the same
   /// capacities and options, for a reconnect. It is a new QP (a new QP number and PSN:
   /// exchange endpoints again, as the peer must also start over). The old QP is moved
-  /// to ERR and kept until the next reset() or the new QP's destruction, so every WR
-  /// still outstanding on it completes with WR_FLUSH_ERR and its own wr_id, through the
-  /// CQs' normal polls (qp_num() of the old QP; a handler set with `on` still gets
-  /// them). They never touch the new QP's credits. Throws verbs_error if the new QP
-  /// cannot be made (then this object is empty).
+  /// to ERR and kept while it may complete WRs (docs/ownership-and-threads.md), so
+  /// every WR still outstanding on it completes with WR_FLUSH_ERR and its own wr_id,
+  /// through the CQs' normal polls (qp_num() of the old QP; a handler set with `on`
+  /// still gets them; the new QP has none). They never touch the new QP's credits.
+  /// Throws usage_error, changing nothing, when the CQs cannot hold the new QP's depths
+  /// beside the old one's outstanding WRs (and earlier resets' unpolled flushes);
+  /// verbs_error if the new QP cannot be made (then this object is empty).
   queue_pair<B, T, S, qp_state::init> reset() && {
     link_("reset");
+    detail::prune_retired(parts_.retired);
+    // Refused before anything changes: this queue pair stays as it was.
+    if (auto why = detail::no_room_for_replacement(parts_, "reset()"); !why.empty()) throw usage_error(why);
     queue_pair<B, T, S, qp_state::init> fresh(std::move(parts_));
-    detail::replace_with_fresh<B, T, S>(fresh.parts_);
+    detail::replace_with_fresh<B, T, S>(fresh.parts_, "reset()");
     return fresh;
   }
 

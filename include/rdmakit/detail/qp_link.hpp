@@ -47,6 +47,18 @@ struct qp_link {
   // While dispatch runs the handler: where to say it was dropped (replaced, or its
   // queue pair destroyed) during its own call, which then frees it once it returns.
   bool* handler_dropped = nullptr;
+  // Once replaced by reset() (retired, in ERR): the completions it may still put in its
+  // send and receive CQs (each CQ's `flushing` holds them), and how many of its sends
+  // were signaled and not polled (each of those completes for certain). Read and
+  // written off the data path only: a retired QP's completions are routed apart.
+  std::uint32_t retired_sends = 0;
+  std::uint32_t retired_recvs = 0;
+  std::uint32_t retired_signaled = 0;
+  /// Whether its receives and as many send completions as it had signaled WRs
+  /// outstanding were polled: the next replacement may then let it go (what may be left
+  /// are flushes of unsignaled WRs, which may as well have completed unseen; the
+  /// device drops them with the QP).
+  bool retired_done() const noexcept { return retired_recvs == 0 && retired_signaled == 0; }
 
   qp_link() = default;
   /// The closed link (closed_link<B>): in error, so the inline refusal path tells a
@@ -160,9 +172,13 @@ struct cq_block {
   std::uint64_t reserved = 0;  // entries promised to attached QPs
   // Entries the retired QPs (replaced by reset(), in ERR) may still complete into:
   // counted apart, so a reset never fails for want of room its flushes will give back.
+  // Never more than capacity with `reserved`: a queue pair that does not fit both is
+  // refused (check_cq_room), and a retired QP's share shrinks as its completions are polled.
   std::uint64_t flushing = 0;
-  std::size_t retired = 0;     // how many of the routes are retired QPs
-  std::vector<std::pair<std::uint32_t, qp_link<B>*>> routes;  // sorted by qp_num
+  std::vector<std::pair<std::uint32_t, qp_link<B>*>> routes;  // live QPs, sorted by qp_num
+  // Retired QPs (reset() replaced them): found only when `routes` has no match, so the
+  // live routing pays nothing for them; never cached as `last`.
+  std::vector<qp_link<B>*> retired_links;
   qp_link<B>* last = nullptr;
   std::uint32_t last_qpn = no_qpn;  // last's qp_num, kept here: one compare per completion
   // True while exactly one QP was ever attached and it was never retired or detached:
@@ -263,13 +279,40 @@ struct cq_block {
   }
 
   /// Live queue pairs attached (retired ones excluded).
-  std::size_t live() const noexcept { return routes.size() - retired; }
+  std::size_t live() const noexcept { return routes.size(); }
 
-  /// A QP moved to ERR by reset(): it stays routed, now holding at most `flushes` entries.
-  void retire(std::uint32_t entries, std::uint32_t flushes) noexcept {
+  /// A retired QP's completion polled here: the entry it held is free again. Null
+  /// when no retired QP has that number. Off the data path: only a completion whose
+  /// qp_num no live route matches comes here.
+  RDMAKIT_NOINLINE qp_link<B>* find_retired(std::uint32_t qpn, bool recv) noexcept {
+    for (qp_link<B>* l : retired_links)
+      if (l->qp_num == qpn) {
+        std::uint32_t& left = recv ? l->retired_recvs : l->retired_sends;
+        if (left != 0) {
+          --left;
+          if (flushing) --flushing;
+        }
+        // Any send completion counts: a flush does not say whether its WR was signaled.
+        // Under signal_all this is exact; under selective signaling, once as many sends
+        // completed as were signaled, what may be left are flushes of unsignaled WRs.
+        if (!recv && l->retired_signaled) --l->retired_signaled;
+        return l;
+      }
+    return nullptr;
+  }
+
+  /// A QP moved to ERR by reset(): routed apart from now on, holding at most `flushes`
+  /// entries here instead of the `entries` reserved for it. The caller made room in
+  /// retired_links first (reserve), so nothing here allocates.
+  void retire(qp_link<B>* l, std::uint32_t entries, std::uint32_t flushes) noexcept {
+    retired_links.push_back(l);
+    std::erase_if(routes, [l](const auto& r) { return r.second == l; });
+    if (last == l) {
+      last = nullptr;
+      last_qpn = no_qpn;
+    }
     reserved -= std::min<std::uint64_t>(reserved, entries);
     flushing += flushes;
-    ++retired;
     sole = false;
     had_others = true;
   }
@@ -303,8 +346,10 @@ struct cq_block {
   void detach(qp_link<B>* l, std::uint32_t entries, bool was_retired) noexcept {
     auto& pool = was_retired ? flushing : reserved;
     pool -= std::min<std::uint64_t>(pool, entries);
-    if (was_retired && retired) --retired;
-    std::erase_if(routes, [l](const auto& r) { return r.second == l; });
+    if (was_retired)
+      std::erase(retired_links, l);
+    else
+      std::erase_if(routes, [l](const auto& r) { return r.second == l; });
     sole = false;
     had_others = true;
     if (last == l) {

@@ -87,9 +87,11 @@ struct qp_parts {
   gid local_gid{};
   std::uint16_t lid = 0;
   mtu active_mtu = mtu::mtu_1024;
-  // The QP that reset() replaced, in ERR: it stays attached to the CQs so the flushes
-  // of its outstanding WRs reach the pollers with their wr_ids, routed and accounted,
-  // until the next reset() or this QP's destruction. At most one is kept.
+  // The QP that reset() (or a refused connect) replaced, in ERR: it stays attached to
+  // the CQs so the flushes of its outstanding WRs reach the pollers with their wr_ids,
+  // routed and accounted, until this QP's destruction, or a later replacement once its
+  // receives and signaled sends were all polled. Its own `retired` is the generation
+  // before it (a chain, oldest last).
   unique_owner<qp_parts> retired;
   bool is_retired = false;
 
@@ -133,12 +135,15 @@ struct qp_parts {
     }
     qp = {};
     if (link) {
+      // What this QP holds in its CQs: its depths, or once retired, what its flushes
+      // may still take there.
+      const std::uint32_t sends = is_retired ? link->retired_sends : asked.max_send_wr;
+      const std::uint32_t recvs = is_retired ? link->retired_recvs : asked.max_recv_wr;
       if (link->send_cq == link->recv_cq) {
-        if (link->send_cq)
-          link->send_cq->detach(link.get(), asked.max_send_wr + asked.max_recv_wr, is_retired);
+        if (link->send_cq) link->send_cq->detach(link.get(), sends + recvs, is_retired);
       } else {
-        if (link->send_cq) link->send_cq->detach(link.get(), asked.max_send_wr, is_retired);
-        if (link->recv_cq) link->recv_cq->detach(link.get(), asked.max_recv_wr, is_retired);
+        if (link->send_cq) link->send_cq->detach(link.get(), sends, is_retired);
+        if (link->recv_cq) link->recv_cq->detach(link.get(), recvs, is_retired);
       }
       if (srq_id && link->recv_cq) link->recv_cq->detach_srq(srq_id);
       link.reset();

@@ -31,7 +31,7 @@ RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 
 /// Why a CQ cannot take a queue pair's WRs, and what to do (the text of check_cq_room).
-RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std::size_t attached,
+RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std::uint64_t flushing, std::size_t attached,
                                       std::string_view tname, std::uint32_t sends, std::uint32_t recvs,
                                       std::uint64_t need, std::uint32_t max_cqe);
 
@@ -84,10 +84,11 @@ template <class B>
 void check_cq_room(const cq_block<B>& scq, const cq_block<B>& rcq, const qp_cap& caps, std::string_view tname,
                    std::uint32_t max_cqe) {
   auto refuse = [&](const char* which, const cq_block<B>& cq, std::uint32_t sends, std::uint32_t recvs) {
-    const std::uint64_t need = cq.reserved + sends + recvs;
+    // Flushes of queue pairs replaced by reset() still to be polled take room too.
+    const std::uint64_t need = cq.reserved + cq.flushing + sends + recvs;
     if (need > static_cast<std::uint64_t>(cq.capacity))
       throw usage_error(cat("create_qp(): ", which,
-                            cq_too_small(cq.capacity, cq.reserved, cq.live(), tname, sends, recvs, need, max_cqe)));
+                            cq_too_small(cq.capacity, cq.reserved, cq.flushing, cq.live(), tname, sends, recvs, need, max_cqe)));
   };
   if (&scq == &rcq) return refuse("", scq, caps.max_send_wr, caps.max_recv_wr);
   refuse("send ", scq, caps.max_send_wr, 0);
@@ -228,7 +229,8 @@ qp_attr rtr_attributes(const qp_parts<B>& p, const endpoint& peer, const connect
 
 // Moves a replaced QP to ERR so its outstanding WRs flush, and shrinks its CQ
 // reservation to what those flushes can take; destroys it at once when nothing is
-// outstanding or the device refuses ERR (then no flush can come).
+// outstanding or the device refuses ERR (then no flush can come). The CQs made room
+// in their retired_links first (replace_with_fresh).
 template <class B>
 void retire(qp_parts<B>& p) noexcept {
   auto& l = *p.link;
@@ -241,31 +243,78 @@ void retire(qp_parts<B>& p) noexcept {
   } catch (...) {
     return p.release();
   }
+  l.retired_sends = sends;
+  l.retired_recvs = recvs;
+  l.retired_signaled = l.sq.pending_signaled();
   if (l.send_cq == l.recv_cq) {
-    l.send_cq->retire(p.asked.max_send_wr + p.asked.max_recv_wr, sends + recvs);
+    l.send_cq->retire(&l, p.asked.max_send_wr + p.asked.max_recv_wr, sends + recvs);
   } else {
-    l.send_cq->retire(p.asked.max_send_wr, sends);
-    l.recv_cq->retire(p.asked.max_recv_wr, recvs);
+    l.send_cq->retire(&l, p.asked.max_send_wr, sends);
+    l.recv_cq->retire(&l, p.asked.max_recv_wr, recvs);
   }
-  p.asked.max_send_wr = sends;  // from now on, what release() gives back
-  p.asked.max_recv_wr = recvs;
   p.is_retired = true;
 }
 
+// Lets go of the retired generations under `head` whose receives and signaled sends
+// were all polled (retired_done): their room in the CQs comes back.
+template <class B>
+void prune_retired(unique_owner<qp_parts<B>>& head) noexcept {
+  unique_owner<qp_parts<B>>* at = &head;
+  while (*at) {
+    if ((*at)->link->retired_done()) {
+      auto rest = std::move((*at)->retired);
+      *at = std::move(rest);  // destroys the one that is done
+    } else {
+      at = &(*at)->retired;
+    }
+  }
+}
+
+// Why the CQs cannot hold a new queue pair in `p`'s place beside the completions `p`
+// may still have once in ERR (its outstanding WRs), and what to do; empty when they
+// can. The new queue pair takes over `p`'s reservation.
+template <class B>
+std::string no_room_for_replacement(const qp_parts<B>& p, const char* call) {
+  const auto& l = *p.link;
+  const std::uint32_t sends = l.sq.held(), recvs = l.rq.held;
+  auto check = [&](const char* which, const cq_block<B>& c, std::uint32_t s, std::uint32_t r) -> std::string {
+    const std::uint64_t need = c.reserved + c.flushing + s + r;
+    if (need <= static_cast<std::uint64_t>(c.capacity)) return {};
+    return cat(call, ": the ", which, "CQ of ", c.capacity, " entries cannot hold a new queue pair beside QP ",
+               l.qp_num, "'s outstanding WRs (", s, " send + ", r,
+               " receive), which complete as flushes once it is replaced: ", c.reserved,
+               " entries are promised to the attached queue pairs (the new one takes over this one's), ",
+               c.flushing, " to flushes of queue pairs replaced before; poll the CQ (a completion polled gives "
+               "its entry back; receives still posted complete only once the queue pair is in ERR), create the CQ "
+               "with at least ", need, " entries, or destroy this queue pair (its WRs are dropped without "
+               "completions) and create a new one");
+  };
+  if (l.send_cq == l.recv_cq) return check("", *l.send_cq, sends, recvs);
+  if (auto why = check("send ", *l.send_cq, sends, 0); !why.empty()) return why;
+  return check("receive ", *l.recv_cq, 0, recvs);
+}
+
 // Puts a fresh INIT QP with `p`'s PD, CQs, SRQ, capacities and options in `p`'s place
-// and keeps the old one, retired, until the next replacement (reset(), a refused
-// connect). If the new QP cannot be made, `p` is left empty and the error goes on.
+// and keeps the old one, retired, while it may still complete WRs: a chain of every
+// generation whose receives or signaled sends are not all polled (the others go at the
+// next replacement). Refuses (usage_error, nothing changed) when the CQs cannot hold
+// the new queue pair beside the old one's flushes. If the new QP cannot be made, `p`
+// is left empty and the error goes on.
 template <class B, class T, class S>
-void replace_with_fresh(qp_parts<B>& p) {
+void replace_with_fresh(qp_parts<B>& p, const char* call) {
+  prune_retired(p.retired);
+  if (auto why = no_room_for_replacement(p, call); !why.empty()) throw usage_error(why);
   // What the successor is made from, taken first: retire() may release the old QP's
   // PD, CQs and SRQ with it, and shrinks `asked` to what is outstanding.
   auto pd = p.pd;
   auto scq = p.scq;
   auto rcq = p.rcq;
+  scq->retired_links.reserve(scq->retired_links.size() + 1);  // retire() does not allocate
+  rcq->retired_links.reserve(rcq->retired_links.size() + 1);
   const qp_cap asked = p.asked;
   const qp_options o = p.opts;
+  auto older = std::move(p.retired);
   auto old = make_unique_owner<qp_parts<B>>(std::move(p));
-  old->retired.reset();  // an older generation: its flushes have had a whole connection's time
   if constexpr (shares_receives<T>) {  // (naming the SRQ otherwise instantiates srq_state for backends without)
     auto srq = old->srq;
     retire(*old);  // first: the CQs' reservations go back before the new QP asks for them
@@ -274,7 +323,12 @@ void replace_with_fresh(qp_parts<B>& p) {
     retire(*old);
     p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o);
   }
-  if (old->qp != typename B::qp{}) p.retired = std::move(old);
+  if (old->qp != typename B::qp{}) {
+    old->retired = std::move(older);
+    p.retired = std::move(old);
+  } else {
+    p.retired = std::move(older);
+  }
 }
 
 // RTR→RTS. If the device refuses, the queue pair goes back to INIT, so that its type
@@ -295,6 +349,7 @@ void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts, const char* call
     const std::uint32_t posted = p.link->rq.held;
     const std::uint32_t old_qpn = p.link->qp_num;
     std::string note;
+    prune_retired(p.retired);
     try {
       if (posted == 0) {
         qp_attr r;
@@ -302,12 +357,21 @@ void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts, const char* call
         B::modify_qp(p.qp, r, qp_attr_mask::state);
         B::modify_qp(p.qp, T::init_attr(p.opts), T::init_mask);
         note = cat(back_to_init_note, "was reset to INIT: ", call, " can be retried");
-      } else {
-        replace_with_fresh<B, T, S>(p);
+      } else if (no_room_for_replacement(p, call).empty()) {
+        replace_with_fresh<B, T, S>(p, call);
         note = cat(back_to_init_note, "was replaced by a new one in INIT, QP ", p.link->qp_num, ": its ", posted,
                    " posted receive(s) complete on QP ", old_qpn,
                    " (WR_FLUSH_ERR unless a message took them); post receives again and give the peer the new "
                    "endpoint before retrying ", call);
+      } else {
+        // No room for a new QP beside the old one's receives: they complete here instead.
+        qp_attr err;
+        err.state = qp_state::err;
+        B::modify_qp(p.qp, err, qp_attr_mask::state);
+        p.link->set_error();
+        note = cat(back_to_init_note, "was moved to ERR, where its ", posted,
+                   " posted receive(s) complete (WR_FLUSH_ERR unless a message took them): the CQ has no room "
+                   "for a new queue pair beside them; poll them, then reset() it before retrying ", call);
       }
     } catch (const std::exception& back) {
       const auto* v = dynamic_cast<const verbs_error*>(&back);

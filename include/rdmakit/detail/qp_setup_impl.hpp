@@ -10,7 +10,7 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 
-RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std::size_t attached,
+RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std::uint64_t flushing, std::size_t attached,
                                       std::string_view tname, std::uint32_t sends, std::uint32_t recvs,
                                       std::uint64_t need, std::uint32_t max_cqe) {
   std::string s = cat("CQ of ", capacity, " entries is too small for a", tname == "RC" ? "n " : " ", tname,
@@ -18,6 +18,9 @@ RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std:
   if (attached)
     append(s, " (", reserved, " entries already promised to ", attached, " attached queue pair",
            attached > 1 ? "s" : "", ")");
+  if (flushing)
+    append(s, " (", flushing, " entries held by flushes of queue pairs replaced by reset(): polling them gives "
+              "their room back)");
   if (need <= max_cqe)
     append(s, ": create it with at least ", need,
            " entries (a CQ must hold the queue depths of every QP attached to it)");

@@ -4,6 +4,9 @@
 #include <array>
 #include <cstring>
 #include <numeric>
+#include <optional>
+#include <string_view>
+#include <utility>
 
 using namespace policy_test;
 
@@ -501,19 +504,116 @@ TEST_CASE("reset(): outstanding receives and sends complete as flushes with thei
   CHECK(x.cq.reserved() == 0);
 }
 
-TEST_CASE("reset(): nothing outstanding destroys the old QP at once; a CQ sized for one QP still takes the reset") {
+TEST_CASE("reset(): nothing outstanding destroys the old QP at once; receives outstanding need room beside the new QP") {
   mock::fabric fab;
   side x(fab, "mock0");
-  auto cq = x.dev.create_cq(4);
+  auto cq = x.dev.create_cq(6);
   auto mr = x.pd.allocate<access::local_write>(64);
   auto q = x.pd.create_qp<rc>(cq, qp_cap{2, 2});
   auto idle = std::move(q).reset();
   CHECK(cq.flushing() == 0);
   REQUIRE(idle.post_recv(mr.local(0, 8), 1).ok());
   REQUIRE(idle.post_recv(mr.local(8, 8), 2).ok());
-  auto busy = std::move(idle).reset();  // 4 entries promised + 2 flushes: still made
+  auto busy = std::move(idle).reset();  // 4 entries promised + 2 flushes: 6 fit
   CHECK(cq.reserved() == 4);
   CHECK(cq.flushing() == 2);
   auto got = collect(cq, 2);
   CHECK(got.size() == 2);
+  CHECK(cq.flushing() == 0);  // each flush polled gives its entry back
+}
+
+// A CQ sized for one queue pair cannot hold a new one beside the old one's flushes:
+// the reset used to be made anyway, and once the new queue pair's WRs completed before
+// the flushes were polled the CQ overflowed (CQ_ERR; the mock drops the completion, a
+// device fails every QP on the CQ): completions lost, send credits never back.
+TEST_CASE("reset(): a CQ without room for the new queue pair beside the old one's flushes refuses, and nothing changes") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto cq = x.dev.create_cq(4);
+  auto mr = x.pd.allocate<rw_access>(64);
+  auto rmr = y.pd.allocate<rw_access>(64);
+  auto q = x.pd.create_qp<rc>(cq, qp_cap{2, 2});
+  const auto qpn = q.qp_num();
+  REQUIRE(q.post_recv(mr.local(0, 8), 1).ok());
+  REQUIRE(q.post_recv(mr.local(8, 8), 2).ok());
+  std::optional<queue_pair<B, rc>> fresh;
+  try {
+    fresh.emplace(std::move(q).reset());
+  } catch (const usage_error& e) {
+    CHECK(std::string_view(e.what()).find("at least 6 entries") != std::string_view::npos);
+  }
+  REQUIRE_FALSE(fresh.has_value());
+  REQUIRE(q);  // as it was: the same QP, in INIT, its receives posted
+  CHECK(q.qp_num() == qpn);
+  CHECK(q.query_state() == qp_state::init);
+  CHECK(q.posted_recvs() == 2);
+  CHECK(cq.reserved() == 4);
+  CHECK(cq.flushing() == 0);
+  // It still works: connected, its receives and sends complete, none lost.
+  auto peer0 = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
+  auto live = std::move(q).connect(peer0.local_endpoint());
+  auto peer = std::move(peer0).connect(live.local_endpoint());
+  REQUIRE(peer.send(rmr.local(0, 8), 10).ok());
+  REQUIRE(peer.send(rmr.local(0, 8), 11).ok());
+  REQUIRE(live.write(mr.local(0, 8), rmr.remote(), 5).ok());
+  REQUIRE(live.write(mr.local(0, 8), rmr.remote(), 6).ok());
+  CHECK(collect(cq, 4).size() == 4);
+  CHECK(live.send_credits() == 2);
+  CHECK(live.posted_recvs() == 0);
+  CHECK_FALSE(x.dev.next_event(std::chrono::milliseconds{0}).has_value());  // no CQ_ERR
+}
+
+// The older generation used to be destroyed by the next reset() whatever it still had
+// to complete: its flushes vanished with it (an awaiter of one waited for ever).
+TEST_CASE("reset() twice before polling: the first queue pair's flushes still come, with their wr_ids") {
+  mock::fabric fab;
+  side x(fab, "mock0");
+  auto cq = x.dev.create_cq(16);
+  auto mr = x.pd.allocate<access::local_write>(64);
+  auto q = x.pd.create_qp<rc>(cq, qp_cap{2, 2});
+  const auto first = q.qp_num();
+  REQUIRE(q.post_recv(mr.local(0, 8), 1).ok());
+  REQUIRE(q.post_recv(mr.local(8, 8), 2).ok());
+  auto second = std::move(q).reset();
+  REQUIRE(second.post_recv(mr.local(16, 8), 3).ok());
+  const auto second_qpn = second.qp_num();
+  auto third = std::move(second).reset();
+  CHECK(cq.flushing() == 3);
+  CHECK(cq.attached() == 1);
+  auto got = collect(cq, 3);
+  REQUIRE(got.size() == 3);
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> ids;
+  for (const auto& c : got) {
+    CHECK(c.status == wc_status::wr_flush_err);
+    ids.emplace_back(c.qp_num, c.wr_id);
+  }
+  std::sort(ids.begin(), ids.end());
+  CHECK(ids == std::vector<std::pair<std::uint32_t, std::uint64_t>>{{first, 1}, {first, 2}, {second_qpn, 3}});
+  CHECK(cq.unrouted() == 0);
+  CHECK(cq.flushing() == 0);
+  auto fourth = std::move(third).reset();  // the polled generations go now
+  CHECK(cq.flushing() == 0);
+  CHECK(cq.reserved() == 4);
+  fourth = {};
+  CHECK(cq.reserved() == 0);
+  CHECK(cq.attached() == 0);
+}
+
+// The room flushes hold was not counted for a queue pair created beside them.
+TEST_CASE("create_qp beside the flushes of a reset queue pair counts their room until they are polled") {
+  mock::fabric fab;
+  side x(fab, "mock0");
+  auto cq = x.dev.create_cq(8);
+  auto mr = x.pd.allocate<access::local_write>(64);
+  auto q = x.pd.create_qp<rc>(cq, qp_cap{2, 2});
+  REQUIRE(q.post_recv(mr.local(0, 8), 1).ok());
+  REQUIRE(q.post_recv(mr.local(8, 8), 2).ok());
+  auto fresh = std::move(q).reset();
+  REQUIRE(cq.flushing() == 2);
+  CHECK_THROWS_WITH_AS((void)x.pd.create_qp<rc>(cq, qp_cap{2, 1}),
+                       doctest::Contains("2 entries held by flushes of queue pairs replaced by reset()"), usage_error);
+  CHECK(collect(cq, 2).size() == 2);
+  CHECK(cq.flushing() == 0);
+  auto other = x.pd.create_qp<rc>(cq, qp_cap{2, 1});
+  CHECK(cq.reserved() == 7);
 }
