@@ -33,11 +33,12 @@ class qp_pool {
     if (!blk) detail::throw_empty_argument("completion_queue", "create_qp_pool");
     detail::check_psn(o);  // before the members' PSNs (o.psn + i) wrap at 24 bits
     const std::uint64_t per = std::uint64_t{caps.max_send_wr} + caps.max_recv_wr;
-    if (per != 0 && count > (UINT64_MAX - blk->reserved) / per)
+    const std::uint64_t taken = blk->reserved + blk->flushing;  // flushes of reset queue pairs take room too
+    if (per != 0 && count > (UINT64_MAX - taken) / per)
       throw usage_error(detail::cat("create_qp_pool(): a pool of ", count, " ", T::name, " queue pairs of ",
                                     caps.max_send_wr, " send + ", caps.max_recv_wr,
                                     " receive WRs each needs more CQ entries than any CQ has: make fewer"));
-    const std::uint64_t need = blk->reserved + per * count;
+    const std::uint64_t need = taken + per * count;
     if (need > static_cast<std::uint64_t>(blk->capacity))
       throw usage_error(detail::cat("create_qp_pool(): CQ of ", blk->capacity, " entries is too small for a pool of ",
                                     count, " ", T::name, " queue pairs of ", caps.max_send_wr, " send + ",

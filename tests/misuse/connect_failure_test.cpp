@@ -2,6 +2,10 @@
 // step the object left behind is an INIT queue pair whose device state is INIT too.
 #include "fixture.hpp"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 using namespace policy_test;
 
 namespace {
@@ -142,6 +146,155 @@ TEST_CASE("RTR→RTS refused after a receive was consumed in RTR: its completion
   auto live = std::move(qp).connect(peer.local_endpoint());
   CHECK(live.query_state() == qp_state::rts);
   CHECK(live.posted_recvs() == 8);
+}
+
+// On a CQ sized exactly for the queue pair there is no room for a new one beside the
+// old one's receive flushes: the replacement used to be made anyway (16 entries
+// promised + 1 flushing on 16) and the CQ could overflow.
+TEST_CASE("RTR→RTS refused with receives posted on a CQ sized for the queue pair: it goes to ERR, then reset() starts over") {
+  mock::fabric fab;
+  rside x(fab, "mock0", 16), y(fab, "mock1", 64);
+  auto rx = x.pd.allocate<rw_access>(64);
+  auto qp = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8});
+  auto peer = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
+  const auto old_qpn = qp.qp_num();
+  REQUIRE(qp.post_recv(rx.local(), 1).ok());
+  R::allow_rts = 0;
+  R::refuse_rts = 1;
+  CHECK_THROWS_WITH_AS((void)std::move(qp).connect(peer.local_endpoint()), doctest::Contains("was moved to ERR"),
+                       verbs_error);
+  CHECK(x.cq.reserved() + x.cq.flushing() <= 16);
+  REQUIRE(qp);
+  CHECK(qp.qp_num() == old_qpn);
+  CHECK(qp.query_state() == qp_state::err);
+  auto got = collect(x.cq, 1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].wr_id == 1);
+  CHECK(got[0].status == wc_status::wr_flush_err);
+  CHECK(qp.posted_recvs() == 0);
+  CHECK(qp.in_error());
+  CHECK(qp.post_recv(rx.local(), 2).status == post_status::qp_error);
+  auto fresh = std::move(qp).reset();  // nothing outstanding: fits
+  REQUIRE(fresh.post_recv(rx.local(), 3).ok());
+  auto live = std::move(fresh).connect(peer.local_endpoint());
+  CHECK(live.query_state() == qp_state::rts);
+  CHECK(x.cq.reserved() == 16);
+  CHECK(x.cq.flushing() == 0);
+}
+
+// The refusal's replacement used to destroy the generation an earlier reset() kept,
+// with its flushes still in the CQ: they were never delivered.
+TEST_CASE("RTR→RTS refused after a reset() whose flushes are unpolled: every generation's receives complete") {
+  mock::fabric fab;
+  rside x(fab, "mock0", 64), y(fab, "mock1", 64);
+  auto rx = x.pd.allocate<rw_access>(64);
+  auto q0 = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8});
+  auto peer = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
+  const auto first = q0.qp_num();
+  REQUIRE(q0.post_recv(rx.local(0, 8), 1).ok());
+  auto qp = std::move(q0).reset();
+  const auto second = qp.qp_num();
+  REQUIRE(qp.post_recv(rx.local(8, 8), 2).ok());
+  R::allow_rts = 0;
+  R::refuse_rts = 1;
+  CHECK_THROWS_WITH_AS((void)std::move(qp).connect(peer.local_endpoint()), doctest::Contains("replaced"),
+                       verbs_error);
+  REQUIRE(qp);
+  CHECK(x.cq.flushing() == 2);
+  auto got = collect(x.cq, 2);
+  REQUIRE(got.size() == 2);
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> ids;
+  for (const auto& c : got) {
+    CHECK(c.status == wc_status::wr_flush_err);
+    ids.emplace_back(c.qp_num, c.wr_id);
+  }
+  std::sort(ids.begin(), ids.end());
+  CHECK(ids == std::vector<std::pair<std::uint32_t, std::uint64_t>>{{first, 1}, {second, 2}});
+  CHECK(x.cq.unrouted() == 0);
+  CHECK(x.cq.flushing() == 0);
+  auto live = std::move(qp).connect(peer.local_endpoint());
+  CHECK(live.query_state() == qp_state::rts);
+}
+
+TEST_CASE("UD activate refused at RTR→RTS with receives posted: replaced, the receive flushes on the old QP") {
+  mock::fabric fab;
+  rside x(fab, "mock0", 64);
+  auto rx = x.pd.allocate<rw_access>(256);
+  auto qp = x.pd.create_qp<ud>(x.cq, qp_cap{8, 8});
+  const auto old_qpn = qp.qp_num();
+  REQUIRE(qp.post_recv(rx.local(0, 128), 1).ok());
+  R::allow_rts = 0;
+  R::refuse_rts = 1;
+  CHECK_THROWS_WITH_AS((void)std::move(qp).activate(), doctest::Contains("replaced"), verbs_error);
+  REQUIRE(qp);
+  CHECK(qp.qp_num() != old_qpn);
+  auto got = collect(x.cq, 1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].qp_num == old_qpn);
+  CHECK(got[0].status == wc_status::wr_flush_err);
+  auto live = std::move(qp).activate();
+  CHECK(live.query_state() == qp_state::rts);
+}
+
+// A handler set with cq.on() stays with the replaced queue pair (its flushes reach it),
+// as after reset(); the new queue pair has none until on() is called for it.
+TEST_CASE("RTR→RTS refused with a handler set by on(): the flush reaches it, the new queue pair needs its own") {
+  mock::fabric fab;
+  rside x(fab, "mock0", 64), y(fab, "mock1", 64);
+  auto rx = x.pd.allocate<rw_access>(64);
+  auto tx = y.pd.allocate<rw_access>(64);
+  auto qp = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8});
+  auto peer0 = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
+  int handled = 0, fallback = 0;
+  x.cq.on(qp, [&](const completion<R>& c) { handled += c.status() == wc_status::wr_flush_err; });
+  REQUIRE(qp.post_recv(rx.local(), 1).ok());
+  R::allow_rts = 0;
+  R::refuse_rts = 1;
+  CHECK_THROWS_AS((void)std::move(qp).connect(peer0.local_endpoint()), verbs_error);
+  for (int i = 0; i < 10 && handled == 0; ++i) (void)x.cq.dispatch([&](const completion<R>&) { ++fallback; });
+  CHECK(handled == 1);
+  CHECK(fallback == 0);
+  REQUIRE(qp.post_recv(rx.local(), 2).ok());
+  auto live = std::move(qp).connect(peer0.local_endpoint());
+  auto peer = std::move(peer0).connect(live.local_endpoint());
+  REQUIRE(peer.send(tx.local(0, 8), 9).ok());
+  for (int i = 0; i < 100 && fallback == 0; ++i) (void)x.cq.dispatch([&](const completion<R>&) { ++fallback; });
+  CHECK(fallback == 1);  // no handler on the new queue pair
+  x.cq.on(live, [&](const completion<R>&) { ++handled; });
+  REQUIRE(live.post_recv(rx.local(), 3).ok());
+  REQUIRE(peer.send(tx.local(0, 8), 10).ok());
+  for (int i = 0; i < 100 && handled == 1; ++i) (void)x.cq.dispatch([&](const completion<R>&) { ++fallback; });
+  CHECK(handled == 2);
+}
+
+// On a shared receive queue the receives are not the queue pair's: RESET→INIT in place,
+// and a receive a message took in RTR completes on the same QP number, counted once.
+TEST_CASE("on_srq: RTR→RTS refused after a message took a receive of the SRQ: it completes, the QP is reset in place") {
+  mock::fabric fab;
+  rside x(fab, "mock0", 64), y(fab, "mock1", 64);
+  auto rx = x.pd.allocate<rw_access>(64);
+  auto tx = y.pd.allocate<rw_access>(64);
+  auto srq = x.pd.create_srq({.max_wr = 8, .max_sge = 1});
+  auto qp = x.pd.create_qp<rc>(x.cq, srq, qp_cap{8, 0});
+  auto peer = std::move(y.pd.create_qp<rc>(y.cq, qp_cap{8, 8})).connect(qp.local_endpoint());
+  const auto qpn = qp.qp_num();
+  REQUIRE(srq.post_recv(rx.local(0, 32), 1).ok());
+  REQUIRE(srq.post_recv(rx.local(32, 32), 2).ok());
+  R::allow_rts = 0;
+  R::refuse_rts = 1;
+  R::before_refusal = [&] { REQUIRE(peer.send(tx.local(0, 8), 7).ok()); };
+  CHECK_THROWS_WITH_AS((void)std::move(qp).connect(peer.local_endpoint()), doctest::Contains("reset to INIT"),
+                       verbs_error);
+  REQUIRE(qp);
+  CHECK(qp.qp_num() == qpn);
+  auto got = collect(x.cq, 1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].wr_id == 1);
+  CHECK(got[0].qp_num == qpn);
+  CHECK(got[0].status == wc_status::success);
+  CHECK(x.cq.unrouted() == 0);
+  auto live = std::move(qp).connect(peer.local_endpoint());
+  CHECK(live.query_state() == qp_state::rts);
 }
 
 TEST_CASE("a failed verbs error says the verb and errno once") {

@@ -245,4 +245,39 @@ TEST_CASE("async_queue_pair: a connect refused at RTS resumes the awaiters of th
   };
   loop.run(run());
 }
+
+// A second refusal used to destroy the queue pair the first one replaced, with its
+// receive's flush still in the CQ: the awaiter of that receive waited for ever.
+TEST_CASE("async_queue_pair: two connects refused at RTS in a row resume the awaiters of both flushed receives") {
+  using R = rts_refusing;
+  mock::fabric fab;
+  event_loop loop;
+  device<R> da(fab, "mock0"), db(fab, "mock1");
+  auto pa = da.create_pd();
+  auto pb = db.create_pd();
+  async_completion_queue<R, event_driven<>> ca(loop, da.create_cq<event_driven<>>(64));
+  async_completion_queue<R, event_driven<>> cb(loop, db.create_cq<event_driven<>>(64));
+  auto ma = pa.allocate<rw>(4096);
+  auto mb = pb.allocate<rw>(4096);
+  async_queue_pair<R, rc> ia(ca, pa.create_qp<rc>(ca.queue(), qp_cap{8, 8}));
+  async_queue_pair<R, rc> ib(cb, pb.create_qp<rc>(cb.queue(), qp_cap{8, 8}));
+  auto first = ia.recv(ma.local(0, 64));
+  R::refuse_rts = 1;
+  CHECK_THROWS_WITH_AS((void)std::move(ia).connect(ib.local_endpoint()), doctest::Contains("replaced"), verbs_error);
+  auto second = ia.recv(ma.local(64, 64));
+  R::refuse_rts = 1;
+  CHECK_THROWS_WITH_AS((void)std::move(ia).connect(ib.local_endpoint()), doctest::Contains("replaced"), verbs_error);
+  auto kept = ia.recv(ma.local(128, 64));
+  auto a = std::move(ia).connect(ib.local_endpoint());
+  auto b = std::move(ib).connect(a.local_endpoint());
+  auto run = [&]() -> task<void> {
+    wr_result<R> r1 = co_await std::move(first).within(5s);
+    CHECK(r1.status() == wc_status::wr_flush_err);
+    wr_result<R> r2 = co_await std::move(second).within(5s);
+    CHECK(r2.status() == wc_status::wr_flush_err);
+    CHECK((co_await b.send(mb.local(0, 8))).ok());
+    CHECK((co_await std::move(kept).within(5s)).ok());
+  };
+  loop.run(run());
+}
 #endif
