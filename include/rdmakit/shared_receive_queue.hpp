@@ -38,7 +38,7 @@ struct srq_state {
   pd_ref<B> pd;
   typename B::srq srq{};
   srq_attr attr{};                // max_wr, max_sge as granted; limit as asked at creation
-  std::uint32_t recv_offset = 0;  // grh_bytes once a UD queue pair takes receives from it
+  srq_offset offset;  // grh_bytes while a UD queue pair takes receives from it
 
   srq_state(pd_ref<B> p, const srq_attr& asked) : pd(std::move(p)), attr(asked) {
     srq = B::create_srq(pd->pd, attr);
@@ -110,8 +110,9 @@ class shared_receive_queue {
   /// The limit armed now; 0 once the event fired (or when never armed).
   std::uint32_t limit() const { return B::query_srq(state("limit").srq).limit; }
 
-  /// Posts one receive into `buf` (for UD queue pairs on this SRQ: buf must also hold
-  /// the 40-byte GRH first). rq_full when the SRQ holds max_wr receives.
+  /// Posts one receive into `buf` (while a UD queue pair is on this SRQ: buf must also
+  /// hold the 40-byte GRH first, else recv_too_small). rq_full when the SRQ holds max_wr
+  /// receives.
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post_recv(const local_buffer& buf, std::uint64_t wr_id) noexcept {
     typename B::sge s;
     B::set_sge(s, buf.addr, buf.length, buf.lkey);
@@ -132,7 +133,7 @@ class shared_receive_queue {
     if (RDMAKIT_UNLIKELY(!bufs.empty() && ((first_wr_id | (first_wr_id + bufs.size() - 1)) & detail::recv_wr_bit)))
       return {post_status::bad_wr_id, 0, 0};
     for (const auto& b : bufs)
-      if (RDMAKIT_UNLIKELY(b.length < st_->recv_offset)) return {post_status::recv_too_small, 0, 0};
+      if (RDMAKIT_UNLIKELY(b.length < st_->offset.recv_offset)) return {post_status::recv_too_small, 0, 0};
     constexpr std::size_t chunk = 32;
     std::uint32_t done = 0;
     while (done < bufs.size()) {
@@ -185,7 +186,7 @@ class shared_receive_queue {
                                           std::uint64_t wr_id) noexcept {
     if (RDMAKIT_UNLIKELY(!st_)) return {post_status::empty_handle, 0, 0};
     if (RDMAKIT_UNLIKELY(wr_id & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
-    if (RDMAKIT_UNLIKELY(total < st_->recv_offset)) return {post_status::recv_too_small, 0, 0};
+    if (RDMAKIT_UNLIKELY(total < st_->offset.recv_offset)) return {post_status::recv_too_small, 0, 0};
     typename B::recv_wr w;
     B::set_recv(w, wr_id | detail::recv_wr_bit, s, n);
     typename B::recv_wr* bad = nullptr;

@@ -7,6 +7,7 @@
 #include <rdmakit/qp_options.hpp>
 #include <rdmakit/types.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -55,6 +56,22 @@ struct batch_entry {
 template <class B>
 struct srq_state;
 
+// Where a receive must start its payload on a shared receive queue: grh_bytes while a
+// UD queue pair takes receives from it, 0 otherwise (part of srq_state; here so a queue
+// pair gives its share back without srq_state's definition).
+struct srq_offset {
+  std::uint32_t recv_offset = 0;
+  std::uint32_t users = 0;  // queue pairs on the SRQ that need it (UD)
+  void add(std::uint32_t offset) noexcept {
+    if (offset == 0) return;
+    ++users;
+    recv_offset = std::max(recv_offset, offset);
+  }
+  void remove() noexcept {
+    if (users != 0 && --users == 0) recv_offset = 0;
+  }
+};
+
 // Who destroys a queue pair the connection manager created (connection_manager.hpp):
 // its id, which must forget the QP before the id's next CM call, and which the QP
 // keeps alive. Null for every other queue pair.
@@ -75,6 +92,7 @@ struct qp_parts {
   // srq.get() as the receive CQ knows it (kept apart: converting srq_state<B>* would
   // instantiate srq_state for backends without SRQs).
   const void* srq_id = nullptr;
+  srq_offset* srq_needs_offset = nullptr;  // the SRQ's, when this QP needs a receive offset (UD)
   shared_owner<cm_qp_owner<B>> cm;  // null unless the connection manager made the QP
   typename B::qp qp{};
   link_ptr<B> link;  // never null: empty, it is the closed link
@@ -107,6 +125,7 @@ struct qp_parts {
       rcq = std::move(o.rcq);
       srq = std::move(o.srq);
       srq_id = std::exchange(o.srq_id, nullptr);
+      srq_needs_offset = std::exchange(o.srq_needs_offset, nullptr);
       cm = std::move(o.cm);
       qp = std::exchange(o.qp, {});
       link = std::move(o.link);
@@ -149,6 +168,7 @@ struct qp_parts {
       link.reset();
     }
     retired.reset();
+    if (srq_needs_offset) std::exchange(srq_needs_offset, nullptr)->remove();  // the SRQ is alive: srq holds it
     cm.reset();  // after the QP: the id may be destroyed now
     srq.reset();  // after the QP: the SRQ may be destroyed now
     srq_id = nullptr;

@@ -162,7 +162,10 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
   if constexpr (shares_receives<T>) {
     p.asked.max_recv_wr = 0;
     p.qp = B::create_qp_on_srq(pd->pd, scq->cq, rcq->cq, srq->srq, T::type, p.caps, false);
-    srq->recv_offset = std::max(srq->recv_offset, T::recv_offset);  // a UD QP: receives need the GRH area
+    if constexpr (T::recv_offset != 0) {  // a UD QP: receives need the GRH area while it is there
+      srq->offset.add(T::recv_offset);
+      p.srq_needs_offset = &srq->offset;
+    }
     p.srq = std::move(srq);
   } else if constexpr (by_cm) {
     make_qp(p, pd->pd, scq->cq, rcq->cq);

@@ -1,6 +1,8 @@
 #include "fixture.hpp"
 
+#include <array>
 #include <cstring>
+#include <span>
 #include <map>
 #include <optional>
 #include <string>
@@ -207,6 +209,43 @@ TEST_CASE("shared_receive_queue: UD queue pairs on an SRQ: receives must hold th
   CHECK(got[1].payload_offset == grh_bytes);
   CHECK(std::memcmp(buf.data() + 64 + grh_bytes, "datagram", 9) == 0);
   CHECK_FALSE(b.in_error());  // a datagram too large costs its receive, not the QP
+}
+
+// The GRH rule used to outlive the UD queue pairs: once one had been on the SRQ, a
+// receive under 40 bytes was refused (recv_too_small) for RC queue pairs for good.
+TEST_CASE("shared_receive_queue: receives must hold the GRH only while a UD queue pair is on the SRQ") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto srq = y.pd.create_srq({.max_wr = 8, .max_sge = 1});
+  auto buf = y.pd.allocate<rw_access>(256);
+  auto src = x.pd.allocate<rw_access>(64);
+  std::optional<queue_pair<B, on_srq<ud>, signal_all, qp_state::rts>> u1, u2;
+  u1.emplace(y.pd.create_qp<ud>(y.cq, srq, qp_cap{4, 0}).activate());
+  u2.emplace(y.pd.create_qp<ud>(y.cq, srq, qp_cap{4, 0}).activate());
+  CHECK(srq.post_recv(buf.local(0, 16), 1).status == post_status::recv_too_small);
+  u1.reset();
+  CHECK(srq.post_recv(buf.local(0, 16), 2).status == post_status::recv_too_small);  // u2 is still there
+  auto again = std::move(*u2).reset();  // a UD queue pair again (the old one retired: nothing outstanding)
+  CHECK(srq.post_recv(buf.local(0, 16), 3).status == post_status::recv_too_small);
+  again = {};
+  u2.reset();
+  // No UD queue pair left: an RC queue pair's small receive is posted, its data at offset 0.
+  REQUIRE(srq.post_recv(buf.local(0, 16), 4).ok());
+  const std::array<local_buffer, 1> list{buf.local(16, 16)};
+  REQUIRE(srq.post_recv(std::span<const local_buffer>(list), 6).ok());
+  REQUIRE(srq.post_recvs(std::span<const local_buffer>(list), 7).ok());
+  auto ri = y.pd.create_qp<rc>(y.cq, srq, qp_cap{4, 0});
+  auto a = std::move(x.pd.create_qp<rc>(x.cq, qp_cap{4, 4})).connect(ri.local_endpoint());
+  auto r = std::move(ri).connect(a.local_endpoint());
+  std::memcpy(src.data(), "tiny", 5);
+  REQUIRE(a.send(src.local(0, 5), 5).ok());
+  CHECK(collect(x.cq, 1).size() == 1);
+  auto got = collect(y.cq, 1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].wr_id == 4);
+  CHECK(got[0].status == wc_status::success);
+  CHECK(got[0].payload_offset == 0);
+  CHECK(std::memcmp(buf.data(), "tiny", 5) == 0);
 }
 
 TEST_CASE("shared_receive_queue: reset() of a queue pair on an SRQ gives a fresh one on the same SRQ, reserved once") {
