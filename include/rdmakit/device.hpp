@@ -106,10 +106,15 @@ class device {
   /// access error, a CQ that overflowed, ...), waiting up to `timeout`; nullopt when
   /// none came. The backend acknowledges it. Use `event.qp_num` (or `event.object`
   /// against a handle's native()) to find the object concerned. Throws verbs_error
-  /// when the device's event queue fails.
+  /// when the device's event queue fails, usage_error while a device_events awaits this
+  /// device's events (each event goes to one reader).
   std::optional<async_event> next_event(std::chrono::milliseconds timeout = std::chrono::milliseconds{0}) const {
     async_event ev;
-    const int e = B::get_async_event(state("next_event").ctx, timeout, ev);
+    const auto& st = state("next_event");
+    if (RDMAKIT_UNLIKELY(st.events_are_watched()))
+      throw usage_error(detail::cat("device::next_event(): a device_events awaits the asynchronous events of ", st.name,
+                                    " on an event loop: co_await its next() there (each event goes to one reader)"));
+    const int e = B::get_async_event(st.ctx, timeout, ev);
     if (e == 0) return ev;
     if (e == ETIMEDOUT || e == EAGAIN) return std::nullopt;
     throw verbs_error("ibv_get_async_event", e, detail::cat("reading the asynchronous events of ", st_->name));

@@ -11,6 +11,7 @@
 #include <rdmakit/error.hpp>
 #include <rdmakit/detail/mailbox.hpp>
 #include <rdmakit/detail/scheduler.hpp>
+#include <rdmakit/detail/text.hpp>
 #include <rdmakit/task.hpp>
 #include <rdmakit/types.hpp>
 
@@ -28,14 +29,28 @@ class device_events_core {
  public:
   device_events_core(std::shared_ptr<scheduler> loop, const device<B>& dev) : loop_(std::move(loop)), dev_(dev.st_) {
     if (!dev_) throw_empty_argument("device", "device_events");
+    // One reader of a device's events: two would each take some of them (on one loop,
+    // epoll refuses the descriptor twice).
+    if (dev_->watch_events())
+      throw usage_error(cat("device_events: the asynchronous events of ", dev_->name,
+                            " are already awaited by another device_events (on this loop or another): each event "
+                            "goes to one reader, so share that one, or destroy it first"));
     watch_.fd = B::async_fd(dev_->ctx);
     watch_.ctx = this;
     watch_.on_ready = [](void* self) noexcept { static_cast<device_events_core*>(self)->take_(); };
-    loop_->watch(watch_);
+    try {
+      loop_->watch(watch_);
+    } catch (...) {
+      dev_->unwatch_events();
+      throw;
+    }
   }
   device_events_core(const device_events_core&) = delete;
   device_events_core& operator=(const device_events_core&) = delete;
-  ~device_events_core() { loop_->unwatch(watch_); }
+  ~device_events_core() {
+    loop_->unwatch(watch_);
+    dev_->unwatch_events();
+  }
 
   scheduler& loop() noexcept { return *loop_; }
   detail::mailbox<async_event>& mailbox() noexcept { return events_; }
@@ -64,7 +79,9 @@ class device_events_core {
 }  // namespace detail
 
 /// The asynchronous events of one device, awaited on an event_loop. It keeps the device
-/// open; events that come while nobody awaits them are kept, oldest first.
+/// open; events that come while nobody awaits them are kept, oldest first. One at a
+/// time per device object: a second one, or device::next_event() while it exists,
+/// throws usage_error (each event goes to one reader).
 template <fd_event_backend B>
 class device_events {
  public:

@@ -22,6 +22,13 @@ struct device_state {
   typename B::context ctx{};
   std::string name;
   device_attr attr{};
+  // A device_events reads this context's asynchronous events on an event loop: a second
+  // reader (another device_events, next_event) would take some of them from it.
+  // Read and written with __atomic builtins (as shared_count: no <atomic> in the core).
+  mutable bool events_watched = false;
+  bool watch_events() const noexcept { return __atomic_exchange_n(&events_watched, true, __ATOMIC_ACQ_REL); }
+  void unwatch_events() const noexcept { __atomic_store_n(&events_watched, false, __ATOMIC_RELEASE); }
+  bool events_are_watched() const noexcept { return __atomic_load_n(&events_watched, __ATOMIC_ACQUIRE); }
 
   device_state() = default;
   device_state(const device_state&) = delete;

@@ -72,3 +72,37 @@ TEST_CASE("device_events: a moved-from one throws usage_error") {
   CHECK_THROWS_WITH_AS((void)events.next(), doctest::Contains("device_events::next(): this"), usage_error);
   CHECK_THROWS_AS((void)events.next(1ms), usage_error);
 }
+
+// A second reader of one device's events used to be taken on: on the same loop epoll
+// refused the descriptor (a verbs_error "epoll_ctl ... File exists"), on another loop
+// both read the one queue and each took some of the events.
+TEST_CASE("device_events: a second one on the same device is a usage_error; next_event() too while one awaits") {
+  mock::fabric fab;
+  event_loop loop, other;
+  device<B> dev(fab, "mock0");
+  std::optional<device_events<B>> events;
+  events.emplace(loop, dev);
+  CHECK_THROWS_WITH_AS(device_events<B>(loop, dev), doctest::Contains("already awaited"), usage_error);
+  CHECK_THROWS_WITH_AS(device_events<B>(other, dev), doctest::Contains("already awaited"), usage_error);
+  CHECK_THROWS_WITH_AS((void)dev.next_event(), doctest::Contains("device_events"), usage_error);
+  fab.set_port_up("mock0", 1, false);
+  auto run = [&]() -> task<void> {
+    auto ev = co_await events->next(1s);  // the refusals took nothing
+    REQUIRE(ev);
+    CHECK(ev->type == async_event_type::port_err);
+  };
+  loop.run(run());
+  events.reset();
+  CHECK_FALSE(dev.next_event().has_value());  // the device's own reader again
+  device_events<B> again(other, dev);         // and a new watcher, on another loop
+  fab.set_port_up("mock0", 1, true);
+  auto run2 = [&]() -> task<void> {
+    auto ev = co_await again.next(1s);
+    REQUIRE(ev);
+    CHECK(ev->type == async_event_type::port_active);
+  };
+  other.run(run2());
+  // Another device object opened on the same device has events of its own.
+  device<B> second(fab, "mock0");
+  device_events<B> beside(loop, second);
+}
