@@ -54,6 +54,22 @@ struct qp_link {
   std::uint32_t retired_sends = 0;
   std::uint32_t retired_recvs = 0;
   std::uint32_t retired_signaled = 0;
+  // Failed send completions polled (the failure and the flushes after it): they give
+  // no slot back (the ledger is closed), but are completions no longer to come.
+  std::uint32_t send_errors = 0;
+
+  /// Send completions this QP may still put in its send CQ once in ERR: every WR
+  /// holding a slot, less the failed ones polled (an overestimate under selective
+  /// signaling: an unsignaled WR may have completed unseen).
+  std::uint32_t sends_to_come() const noexcept {
+    const std::uint32_t h = sq.held();
+    return h > send_errors ? h - send_errors : 0;
+  }
+  /// Of those, the ones that certainly come: the signaled WRs not polled yet.
+  std::uint32_t signaled_to_come() const noexcept {
+    const std::uint32_t s = sq.pending_signaled();
+    return s > send_errors ? s - send_errors : 0;
+  }
   /// Whether its receives and as many send completions as it had signaled WRs
   /// outstanding were polled: the next replacement may then let it go (what may be left
   /// are flushes of unsignaled WRs, which may as well have completed unseen; the
@@ -117,7 +133,11 @@ struct qp_link {
       if (first_error == wc_status::success ||
           (first_error == wc_status::wr_flush_err && st != wc_status::wr_flush_err))
         first_error = st;
-      if (recv && rq.held) --rq.held;
+      if (recv) {
+        if (rq.held) --rq.held;
+      } else {
+        ++send_errors;
+      }
     }
   }
 };

@@ -230,15 +230,24 @@ qp_attr rtr_attributes(const qp_parts<B>& p, const endpoint& peer, const connect
   return a;
 }
 
+// Whether a replaced QP is kept (retired) for completions that certainly come: a
+// receive posted, or a signaled send not polled. Otherwise it is destroyed at once; what
+// it may still have then are flushes of unsignaled sends (none under signal_all), which
+// the device drops with it.
+template <class B>
+bool keeps_for_flushes(const qp_link<B>& l) noexcept {
+  return l.rq.held + l.signaled_to_come() != 0;
+}
+
 // Moves a replaced QP to ERR so its outstanding WRs flush, and shrinks its CQ
-// reservation to what those flushes can take; destroys it at once when nothing is
-// outstanding or the device refuses ERR (then no flush can come). The CQs made room
-// in their retired_links first (replace_with_fresh).
+// reservation to what those flushes can take; destroys it at once when nothing
+// certainly comes (keeps_for_flushes) or the device refuses ERR (then no flush can
+// come). The CQs made room in their retired_links first (replace_with_fresh).
 template <class B>
 void retire(qp_parts<B>& p) noexcept {
   auto& l = *p.link;
-  const std::uint32_t sends = l.sq.held(), recvs = l.rq.held;
-  if (sends + recvs == 0) return p.release();
+  const std::uint32_t sends = l.sends_to_come(), recvs = l.rq.held;
+  if (!keeps_for_flushes(l)) return p.release();
   try {
     qp_attr err;
     err.state = qp_state::err;
@@ -248,7 +257,7 @@ void retire(qp_parts<B>& p) noexcept {
   }
   l.retired_sends = sends;
   l.retired_recvs = recvs;
-  l.retired_signaled = l.sq.pending_signaled();
+  l.retired_signaled = l.signaled_to_come();
   if (l.send_cq == l.recv_cq) {
     l.send_cq->retire(&l, p.asked.max_send_wr + p.asked.max_recv_wr, sends + recvs);
   } else {
@@ -279,7 +288,8 @@ void prune_retired(unique_owner<qp_parts<B>>& head) noexcept {
 template <class B>
 std::string no_room_for_replacement(const qp_parts<B>& p, const char* call) {
   const auto& l = *p.link;
-  const std::uint32_t sends = l.sq.held(), recvs = l.rq.held;
+  if (!keeps_for_flushes(l)) return {};  // destroyed at once: the new one only takes its place
+  const std::uint32_t sends = l.sends_to_come(), recvs = l.rq.held;
   auto check = [&](const char* which, const cq_block<B>& c, std::uint32_t s, std::uint32_t r) -> std::string {
     const std::uint64_t need = c.reserved + c.flushing + s + r;
     if (need <= static_cast<std::uint64_t>(c.capacity)) return {};
