@@ -41,6 +41,24 @@ TEST_CASE("qp_pool: the CQ must hold the whole pool, checked before any QP is ma
   CHECK(x.cq.attached() == 0);
 }
 
+// The pool's check left out the room flushes of a reset queue pair hold.
+TEST_CASE("qp_pool: the CQ must hold the pool beside the flushes of a reset queue pair") {
+  mock::fabric fab;
+  side x(fab, "mock0");
+  auto cq = x.dev.create_cq(16);
+  auto mr = x.pd.allocate<access::local_write>(64);
+  auto q = x.pd.create_qp<rc>(cq, qp_cap{4, 4});
+  for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(q.post_recv(mr.local(8 * i, 8), i).ok());
+  auto fresh = std::move(q).reset();
+  REQUIRE(cq.flushing() == 4);
+  CHECK_THROWS_WITH_AS((void)x.pd.create_qp_pool<rc>(cq, 1, qp_cap{4, 4}),
+                       doctest::Contains("create_qp_pool(): CQ of 16 entries is too small"), usage_error);
+  CHECK(cq.attached() == 1);
+  CHECK(collect(cq, 4).size() == 4);
+  auto pool = x.pd.create_qp_pool<rc>(cq, 1, qp_cap{4, 4});
+  CHECK(cq.reserved() == 16);
+}
+
 TEST_CASE("qp_pool: a count whose CQ entries overflow 64 bits is a usage_error, not a length_error") {
   mock::fabric fab;
   side x(fab, "mock0", 100);
