@@ -190,10 +190,11 @@ struct cq_block {
   typename B::channel channel{};
   int capacity = 0;
   std::uint64_t reserved = 0;  // entries promised to attached QPs
-  // Entries the retired QPs (replaced by reset(), in ERR) may still complete into:
-  // counted apart, so a reset never fails for want of room its flushes will give back.
-  // Never more than capacity with `reserved`: a queue pair that does not fit both is
-  // refused (check_cq_room), and a retired QP's share shrinks as its completions are polled.
+  // Entries the retired QPs (replaced by reset(), in ERR) may still complete into,
+  // counted apart from `reserved`. Never more than capacity with it: a queue pair (or a
+  // replacement) that does not fit beside both is refused (check_cq_room,
+  // no_room_for_replacement), and a retired QP's share shrinks as its completions are
+  // polled (find_retired).
   std::uint64_t flushing = 0;
   std::vector<std::pair<std::uint32_t, qp_link<B>*>> routes;  // live QPs, sorted by qp_num
   // Retired QPs (reset() replaced them): found only when `routes` has no match, so the
