@@ -1,5 +1,6 @@
 // What a program built with -O2 -Wall -Wextra -Werror compiles of rdmakit: the policy
-// layer's inlined data path must not warn in the user's translation unit. Batches of
+// layer's inlined data path (polls, waits, posts) must not warn in the user's
+// translation unit. Batches of
 // one completion (busy_poll<1>, event_driven<1, 1>) matter: GCC's -Warray-bounds sees
 // the poll's four-wide status loop over a one-entry array there.
 #include <rdmakit/backends/mock.hpp>
@@ -20,10 +21,33 @@ int reap_all(device<B>& d, protection_domain<B>& pd) {
   return seen + static_cast<int>(qp.qp_num());
 }
 
+// The posts a bandwidth loop makes: single, prepared, a reused list, receives.
+template <signaling S>
+int post_all(device<B>& d, protection_domain<B>& pd) {
+  auto cq = d.create_cq(64);
+  auto a = pd.create_qp<rc, S>(cq, qp_cap{16, 16});
+  auto b = pd.create_qp<rc, S>(cq, qp_cap{16, 16});
+  auto qa = std::move(a).connect(b.local_endpoint());
+  auto qb = std::move(b).connect(qa.local_endpoint());
+  auto mr = pd.allocate<access::local_write | access::remote_write>(4096);
+  int ok = qb.post_recv(mr.local(0, 64), 1).ok();
+  ok += qa.post(op::write{mr.local(0, 64), mr.remote().sub(64, 64)}, 2).ok();
+  auto w = qa.prepare(op::write{mr.local(0, 64), mr.remote().sub(128, 64)}, 3);
+  ok += qa.post(w).ok();
+  auto list = decltype(qa)::template make_batch<8>();
+  list.reuse();
+  for (std::uint64_t i = 0; i < 8; ++i) ok += list.add(op::write{mr.local(0, 8), mr.remote().sub(256, 8)}, 10 + i);
+  while (!qa.can_post(8) && cq.wait().count() > 0) {
+  }
+  ok += qa.post(list).ok();
+  return ok + cq.poll();
+}
+
 int main() {
   mock::fabric fab;
   device<B> d(fab, "mock0");
   auto pd = d.create_pd();
   return reap_all<busy_poll<1>>(d, pd) + reap_all<event_driven<1, 1>>(d, pd) + reap_all<busy_poll<>>(d, pd) +
-         reap_all<adaptive<16, 1>>(d, pd);
+         reap_all<adaptive<16, 1>>(d, pd) + post_all<signal_all>(d, pd) + post_all<signal_every<4>>(d, pd) +
+         post_all<signal_manual>(d, pd);
 }
