@@ -318,7 +318,7 @@ void replace_with_fresh(qp_parts<B>& p, const char* call) {
   prune_retired(p.retired);
   if (auto why = no_room_for_replacement(p, call); !why.empty()) throw usage_error(why);
   // What the successor is made from, taken first: retire() may release the old QP's
-  // PD, CQs and SRQ with it, and shrinks `asked` to what is outstanding.
+  // PD, CQs and SRQ with it.
   auto pd = p.pd;
   auto scq = p.scq;
   auto rcq = p.rcq;
@@ -344,16 +344,17 @@ void replace_with_fresh(qp_parts<B>& p, const char* call) {
   }
 }
 
+// How each note of to_rts_or_back_to_init starts: a qp_pool, which destroys every
+// queue pair when one is refused, cuts the queue pair's own advice off there.
+inline constexpr std::string_view back_to_init_note = "; the queue pair ";
+
 // RTR→RTS. If the device refuses, the queue pair goes back to INIT, so that its type
 // and the device agree, and the refusal is rethrown saying what became of it. Without
 // receives posted that is RESET→INIT in place. With receives, a message may have taken
 // one in RTR, and its completion comes after the RESET, which forgets the rest unseen:
 // then the QP is replaced as reset() replaces it, and every receive completes on the
-// old QP number, a flush unless a message took it.
-// How each note below starts: a qp_pool, which destroys every queue pair when one is
-// refused, cuts the queue pair's own advice off there.
-inline constexpr std::string_view back_to_init_note = "; the queue pair ";
-
+// old QP number, a flush unless a message took it (or, when the CQ has no room for a
+// new QP beside them, the QP goes to ERR and they complete there).
 template <class B, class T, class S>
 void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts, const char* call) {
   try {
