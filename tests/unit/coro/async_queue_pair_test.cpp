@@ -1,6 +1,7 @@
 #include "fixture.hpp"
 
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 using namespace coro_test;
@@ -210,6 +211,20 @@ struct rts_refusing : backends::mock {
     backends::mock::modify_qp(q, a, m);
   }
 };
+// Two INIT async queue pairs on devices whose RTR->RTS the test refuses.
+struct refusing_pair {
+  using R = rts_refusing;
+  mock::fabric fab;
+  event_loop loop;
+  device<R> da{fab, "mock0"}, db{fab, "mock1"};
+  protection_domain<R> pa = da.create_pd(), pb = db.create_pd();
+  async_completion_queue<R, event_driven<>> ca{loop, da.create_cq<event_driven<>>(64)};
+  async_completion_queue<R, event_driven<>> cb{loop, db.create_cq<event_driven<>>(64)};
+  memory_region<R, rw> ma = pa.allocate<rw>(4096), mb = pb.allocate<rw>(4096);
+  async_queue_pair<R, rc> ia{ca, pa.create_qp<rc>(ca.queue(), qp_cap{8, 8})};
+  async_queue_pair<R, rc> ib{cb, pb.create_qp<rc>(cb.queue(), qp_cap{8, 8})};
+  auto parts() { return std::tie(loop, ma, mb, ia, ib); }
+};
 }  // namespace
 
 // A refused RTR->RTS with receives posted replaces the queue pair: the old one flushes
@@ -217,17 +232,8 @@ struct rts_refusing : backends::mock {
 // cancelled); the new one's completions reach its awaiters.
 TEST_CASE("async_queue_pair: a connect refused at RTS resumes the awaiters of the receives it flushed") {
   using R = rts_refusing;
-  mock::fabric fab;
-  event_loop loop;
-  device<R> da(fab, "mock0"), db(fab, "mock1");
-  auto pa = da.create_pd();
-  auto pb = db.create_pd();
-  async_completion_queue<R, event_driven<>> ca(loop, da.create_cq<event_driven<>>(64));
-  async_completion_queue<R, event_driven<>> cb(loop, db.create_cq<event_driven<>>(64));
-  auto ma = pa.allocate<rw>(4096);
-  auto mb = pb.allocate<rw>(4096);
-  async_queue_pair<R, rc> ia(ca, pa.create_qp<rc>(ca.queue(), qp_cap{8, 8}));
-  async_queue_pair<R, rc> ib(cb, pb.create_qp<rc>(cb.queue(), qp_cap{8, 8}));
+  refusing_pair t;
+  auto [loop, ma, mb, ia, ib] = t.parts();  // references into t
   auto flushed = ia.recv(ma.local(0, 64));
   const auto old_qpn = ia.local_endpoint().qpn;
   R::refuse_rts = 1;
@@ -250,17 +256,8 @@ TEST_CASE("async_queue_pair: a connect refused at RTS resumes the awaiters of th
 // receive's flush still in the CQ: the awaiter of that receive waited for ever.
 TEST_CASE("async_queue_pair: two connects refused at RTS in a row resume the awaiters of both flushed receives") {
   using R = rts_refusing;
-  mock::fabric fab;
-  event_loop loop;
-  device<R> da(fab, "mock0"), db(fab, "mock1");
-  auto pa = da.create_pd();
-  auto pb = db.create_pd();
-  async_completion_queue<R, event_driven<>> ca(loop, da.create_cq<event_driven<>>(64));
-  async_completion_queue<R, event_driven<>> cb(loop, db.create_cq<event_driven<>>(64));
-  auto ma = pa.allocate<rw>(4096);
-  auto mb = pb.allocate<rw>(4096);
-  async_queue_pair<R, rc> ia(ca, pa.create_qp<rc>(ca.queue(), qp_cap{8, 8}));
-  async_queue_pair<R, rc> ib(cb, pb.create_qp<rc>(cb.queue(), qp_cap{8, 8}));
+  refusing_pair t;
+  auto [loop, ma, mb, ia, ib] = t.parts();  // references into t
   auto first = ia.recv(ma.local(0, 64));
   R::refuse_rts = 1;
   CHECK_THROWS_WITH_AS((void)std::move(ia).connect(ib.local_endpoint()), doctest::Contains("replaced"), verbs_error);
