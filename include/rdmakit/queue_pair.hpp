@@ -126,7 +126,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     // Refused before anything changes: this queue pair stays as it was.
     if (auto why = detail::no_room_for_replacement(parts_, "reset()"); !why.empty()) throw usage_error(why);
     queue_pair<B, T, S, qp_state::init> fresh(std::move(parts_));
-    detail::replace_with_fresh<B, T, S>(fresh.parts_, "reset()");
+    detail::replace_with_fresh<B, T, S>(fresh.parts_);
     return fresh;
   }
 

@@ -310,13 +310,11 @@ std::string no_room_for_replacement(const qp_parts<B>& p, const char* call) {
 // Puts a fresh INIT QP with `p`'s PD, CQs, SRQ, capacities and options in `p`'s place
 // and keeps the old one, retired, while it may still complete WRs: a chain of every
 // generation whose receives or signaled sends are not all polled (the others go at the
-// next replacement). Refuses (usage_error, nothing changed) when the CQs cannot hold
-// the new queue pair beside the old one's flushes. If the new QP cannot be made, `p`
-// is left empty and the error goes on.
+// next replacement). The caller pruned the chain and checked the room first
+// (prune_retired, no_room_for_replacement), while `p` could still be left as it was. If
+// the new QP cannot be made, `p` is left empty and the error goes on.
 template <class B, class T, class S>
-void replace_with_fresh(qp_parts<B>& p, const char* call) {
-  prune_retired(p.retired);
-  if (auto why = no_room_for_replacement(p, call); !why.empty()) throw usage_error(why);
+void replace_with_fresh(qp_parts<B>& p) {
   // What the successor is made from, taken first: retire() may release the old QP's
   // PD, CQs and SRQ with it.
   auto pd = p.pd;
@@ -372,7 +370,7 @@ void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts, const char* call
         B::modify_qp(p.qp, T::init_attr(p.opts), T::init_mask);
         note = cat(back_to_init_note, "was reset to INIT: ", call, " can be retried");
       } else if (no_room_for_replacement(p, call).empty()) {
-        replace_with_fresh<B, T, S>(p, call);
+        replace_with_fresh<B, T, S>(p);
         note = cat(back_to_init_note, "was replaced by a new one in INIT, QP ", p.link->qp_num, ": its ", posted,
                    " posted receive(s) complete on QP ", old_qpn,
                    " (WR_FLUSH_ERR unless a message took them); post receives again and give the peer the new "
