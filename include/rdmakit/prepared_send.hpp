@@ -6,8 +6,8 @@
 ///
 /// A bandwidth or latency loop posts the same WR over and over. `queue_pair::post(op,
 /// wr_id)` builds it anew each time (the SGE, the opcode fields, the inline decision);
-/// a prepared send is built by `prepare` and each `post(w)` writes only the flags the
-/// signaling policy decides for that post. The credits, the signaling policy and the
+/// a prepared send is built by `prepare` and a `post(w)` writes the WR only when the
+/// signaling policy signals that post (and puts its flags back after the call). The credits, the signaling policy and the
 /// refusals are the queue pair's, exactly as for `post(op, wr_id)`.
 ///
 /// The inline decision is taken at prepare time against the preparing queue pair's
@@ -88,7 +88,9 @@ class prepared_send {
   typename B::send_wr wr_;
   typename B::sge sges_[Sges];
   std::uint64_t wr_id_;
-  send_flags base_ = send_flags::none;  // the flags of every post, without signaled
+  // The flags of every post, without signaled. Unless SignalEach, the WR holds these
+  // between posts: an unsignaled post writes none, a signaled one puts them back.
+  send_flags base_ = send_flags::none;
   bool wanted_;                          // send_flags::signaled was asked: every post is signaled
   // signal_manual posts it unsignaled, with no other test, while more free slots than
   // this are left: 1 (the last free slot is signaled), or none when a signal was asked.

@@ -385,8 +385,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       // One signed compare tells the usual post (a free slot that is not the last, no
       // signal asked) from a full or closed queue, the last slot and an asked signal,
       // which the path below sorts out: 3 instructions fewer than its two tests.
+      // The WR rests unsignaled (prepared_send), so this post writes no flag.
       if (RDMAKIT_LIKELY(l.sq.free_slots() > w.quiet_above_)) {
-        B::set_send_flags(w.wr_, w.base_);
         l.sq.template commit<S>(false);
         return post_prepared_(l, w.wr_);
       }
@@ -401,15 +401,18 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     // signal_every<N>, one branch on the decision (a WR in N is signaled): computed
     // branch-free, the flags cost GCC 3 more instructions per post (and the branch
     // costs signal_manual 1 more).
+    // A WR that is not SignalEach rests unsignaled between posts (prepared_send): an
+    // unsignaled post writes no flag, a signaled one puts the flags back after its call.
     if constexpr (!SignalEach) {
       if constexpr (!detail::branch_on_signal<S>) {
         B::set_send_flags(w.wr_, w.base_ | signaled_if_(sig));
         l.sq.template commit<S>(sig);  // before the call, undone if the device refuses
+        return post_prepared_(l, w.wr_, w.base_);
       } else if (RDMAKIT_UNLIKELY(sig)) {
         B::set_send_flags(w.wr_, w.base_ | send_flags::signaled);
         l.sq.template commit<S>(true, w.wanted_);  // before the call, undone if the device refuses
+        return post_prepared_(l, w.wr_, w.base_);
       } else {
-        B::set_send_flags(w.wr_, w.base_);
         l.sq.template commit<S>(false);
       }
     } else {
@@ -589,6 +592,15 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       return refused_(e, 0, &wr);
     }
     return {post_status::ok, 0, 1};
+  }
+  // The same, for a post that set flags other than the WR's resting ones: puts `rest`
+  // back whatever the device said (refused_ has read the WR by then). By reference: read
+  // after the call, it holds no register across it.
+  RDMAKIT_ALWAYS_INLINE post_result post_prepared_(detail::qp_link<B>& l, typename B::send_wr& wr,
+                                                   const send_flags& rest) noexcept {
+    const post_result r = post_prepared_(l, wr);
+    B::set_send_flags(wr, rest);
+    return r;
   }
 
   const detail::qp_link<B>& link_(const char* call) const {

@@ -124,6 +124,29 @@ TEST_CASE_FIXTURE(two_regions, "signal_manual: a prepared WR signals the last fr
   CHECK(p.a.post(w).status == post_status::empty_handle);
 }
 
+// signal_manual's usual post of a prepared WR writes no flag: the WR rests unsignaled
+// between posts, so a signaled post, taken or refused, puts its flags back.
+TEST_CASE_FIXTURE(two_regions, "a prepared WR posted signaled rests unsignaled: the next quiet post asks no completion") {
+  auto manual = make_pair<rc, signal_manual>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 64});
+  auto every = make_pair<rc, signal_every<2>>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8, 1, 1, 64});
+  auto narrow = make_pair<rc, signal_every<2>>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto w = manual.a.prepare(op::write{src.local(0, 32), dst.remote()}, 4);
+  REQUIRE(w.is_inline());
+  REQUIRE(every.a.post(w).ok());
+  REQUIRE(every.a.post(w).ok());  // signaled
+  CHECK(wr_ids_of(collect(x.cq, 2, 200)) == std::vector<std::uint64_t>{4});
+  REQUIRE(manual.a.post(w).ok());
+  CHECK(collect(x.cq, 1, 200).empty());
+  auto plain = narrow.a.prepare(op::write{src.local(0, 32), dst.remote()}, 5);
+  REQUIRE(narrow.a.post(plain).ok());
+  const auto r = narrow.a.post(w);  // signaled, and refused: inline where none is taken
+  CHECK(r.status == post_status::backend_error);
+  CHECK(r.rule == post_rule::inline_size);
+  REQUIRE(manual.a.post(w).ok());
+  CHECK(collect(x.cq, 1, 200).empty());
+  CHECK(manual.a.send_credits() == 6);
+}
+
 TEST_CASE_FIXTURE(two_regions, "a prepared WR on an empty or failed queue pair is refused with the reason") {
   auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto w = p.a.prepare(op::write{src.local(0, 8), dst.remote()}, 1);
