@@ -200,6 +200,45 @@ CONFORMANCE_CASE("cq: arming a CQ that has no completion channel") {
   CHECK(B::req_notify_cq(cq, true) == want.verb_errno);
 }
 
+CONFORMANCE_CASE("cq: the completions a QP left unpolled when it was destroyed") {
+  fixture<B> fx;
+  const auto want = expected(ids::destroyed_qp_completions, backend_traits<B>::profile());
+  auto cq = fx.make_cq(16);
+  auto b = fx.make_qp();
+  // The requester is destroyed by the scenario, not at teardown.
+  endpoint<B> a;
+  a.send_cq = a.recv_cq = cq;
+  a.caps = {8, 8, 1, 1, 0};
+  a.qp = B::create_qp(fx.pd, cq, cq, qp_type::rc, a.caps, false);
+  a.num = B::qp_num(a.qp);
+  auto gone = std::make_shared<bool>(false);
+  fx.on_cleanup([q = a.qp, gone] {
+    if (!*gone) CHECK_MESSAGE(B::destroy_qp(q) == 0, "destroy_qp at teardown");
+  });
+  fx.connect(a, b);
+  auto& src = fx.make_buffer(64);
+  auto& remote = fx.make_buffer(64);
+  src.fill(3);
+  for (std::uint64_t id = 1; id <= 3; ++id)
+    REQUIRE(fx.post_rdma(a, id, opcode::rdma_write, src.sge(0, 8), remote.addr(8 * id), remote.rkey()) == 0);
+  for (int i = 0; i < 100 && !remote.holds(3, 24, 8); ++i) fx.settle();
+  REQUIRE(remote.holds(3, 24, 8));  // the last WRITE landed
+  fx.settle();                      // and its ACK came back: all three completed
+  REQUIRE(B::destroy_qp(a.qp) == 0);
+  *gone = true;
+  const auto left = fx.drain(cq);
+  if (want.req.is_nothing()) {
+    CHECK(left.empty());
+  } else {
+    REQUIRE(left.size() == 3);
+    for (std::uint64_t i = 0; i < 3; ++i) {
+      CHECK(left[i].wr_id == i + 1);
+      CHECK(want.req.allows(left[i].status));
+      CHECK(left[i].qp_num == a.num);
+    }
+  }
+}
+
 CONFORMANCE_CASE("cq: comp_vector must be below the device's num_comp_vectors") {
   fixture<B> fx;
   const auto dev = B::query_device(fx.ctx);

@@ -105,6 +105,7 @@ inline constexpr std::string_view arm_without_channel = "cq.req_notify_without_c
 inline constexpr std::string_view mw_out_of_window = "mw.access_outside_window";
 inline constexpr std::string_view recv_with_inv_flag = "mw.recv_with_inv_flag";
 inline constexpr std::string_view srq_last_wqe_event = "srq.qp_to_err_last_wqe_reached";
+inline constexpr std::string_view destroyed_qp_completions = "cq.destroyed_qp_completions_left";
 
 }  // namespace ids
 
@@ -224,6 +225,11 @@ inline constexpr std::array deviation_table{
                   "IB spec (affiliated async events): QP_LAST_WQE_REACHED once the QP takes no more SRQ WQEs"},
     deviation_row{ids::srq_last_wqe_event, "rxe", {.async_event = tri::no},
                   "rxe (kernel 6.1, observed): no event when a QP on an SRQ is moved to ERR"},
+    // Completions a QP had in its CQ, not polled yet, when it was destroyed.
+    deviation_row{ids::destroyed_qp_completions, "spec", {.req = status_set::nothing()},
+                  "ibv_destroy_qp(3) cleans them out of the CQ, as mlx5 does: a poll returns none"},
+    deviation_row{ids::destroyed_qp_completions, "rxe", {.req = {wc_status::success}},
+                  "rxe (kernel 6.1, observed) leaves them: later polls return them, with the destroyed QP's number"},
 };
 
 /// The row for a scenario under a device profile, or null when there is none.

@@ -78,7 +78,8 @@ enum class device_profile {
   /// The specification (docs/semantics.md): the mock's default.
   spec,
   /// rxe (kernel 6.1): its error statuses, GRH flag on RC/UC, slot release on
-  /// completion, opcodes and atomic lengths checked late, arming without a channel.
+  /// completion, opcodes and atomic lengths checked late, arming without a channel, a
+  /// destroyed QP's completions left in its CQs.
   rxe,
 };
 

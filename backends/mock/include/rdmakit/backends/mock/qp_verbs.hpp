@@ -64,10 +64,11 @@ RDMAKIT_DECL int mock::destroy_qp(qp q) noexcept {
   if (!q) return EINVAL;
   auto& f = mockd::fab_of(q);
   std::lock_guard lk(f.mu);
-  // Like providers that clean the CQ: completions of a destroyed QP are not returned.
-  for (auto* c : {q->send_cq, q->recv_cq}) {
-    c->entries.remove_if([&](const mockd::cq_entry& x) { return x.wc.qp_num == q->qpn; });
-  }
+  // Like providers that clean the CQ (mlx5): completions of a destroyed QP are not
+  // returned. rxe leaves them, and polls return them after the destroy.
+  if (!f.as_rxe())
+    for (auto* c : {q->send_cq, q->recv_cq})
+      c->entries.remove_if([&](const mockd::cq_entry& x) { return x.wc.qp_num == q->qpn; });
   mockd::disarm_timer(f, q);
   for (auto& [i, w] : f.mws)
     if (w->qp == q) w->qp = nullptr;  // its type 2 windows stay bound, usable through no QP
