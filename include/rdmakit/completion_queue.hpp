@@ -145,8 +145,11 @@ class completion_queue {
   /// Entries promised to attached queue pairs (the sum of their queue depths).
   std::uint64_t reserved() const noexcept { return blk_ ? blk_->reserved : 0; }
   /// Entries that queue pairs replaced by reset() may still complete into (their
-  /// flushes), counted apart from reserved(); each one polled gives its entry back. A
-  /// queue pair (or a reset) is refused unless it fits beside reserved() + flushing().
+  /// flushes), and the completions destroyed queue pairs may have left here unpolled
+  /// (a device that does not clean them out, as rxe, returns them later), counted apart
+  /// from reserved(). Each one polled gives its entry back, and a poll that finds the
+  /// CQ empty gives back all the destroyed ones'. A queue pair (or a reset) is refused
+  /// unless it fits beside reserved() + flushing().
   std::uint64_t flushing() const noexcept { return blk_ ? blk_->flushing : 0; }
   /// Queue pairs attached to this CQ (not counting those replaced by reset()).
   std::size_t attached() const noexcept { return blk_ ? blk_->live() : 0; }
@@ -307,7 +310,10 @@ class completion_queue {
     typename B::wc wcs[P::batch];
     auto& b = *blk_;
     const int n = B::poll_cq(b.cq, P::batch, wcs);
-    if (RDMAKIT_UNLIKELY(n <= 0)) return n;
+    if (RDMAKIT_UNLIKELY(n <= 0)) {
+      if (n == 0 && RDMAKIT_UNLIKELY(!b.departed.empty())) b.forget_departed();  // empty: none is left
+      return n;
+    }
     if (const int recvs = b.receives_if_all_of_last(wcs, n); RDMAKIT_LIKELY(recvs >= 0)) {
       detail::qp_link<B>* l = b.last;
       l->on_polled_batch(static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(recvs));
@@ -374,6 +380,7 @@ class completion_queue {
       routed(l);  // a QP replaced by reset(): its entry in this CQ is free again
     } else {
       ++b.unrouted;
+      if (RDMAKIT_UNLIKELY(!b.departed.empty())) b.departed_polled(qpn);  // a destroyed QP's
       g(l, completion<B>(w, 0));
     }
   }

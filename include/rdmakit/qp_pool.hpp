@@ -33,7 +33,7 @@ class qp_pool {
     if (!blk) detail::throw_empty_argument("completion_queue", "create_qp_pool");
     detail::check_psn(o);  // before the members' PSNs (o.psn + i) wrap at 24 bits
     const std::uint64_t per = std::uint64_t{caps.max_send_wr} + caps.max_recv_wr;
-    const std::uint64_t taken = blk->reserved + blk->flushing;  // flushes of reset queue pairs take room too
+    const std::uint64_t taken = blk->reserved + blk->flushing;  // reset or destroyed queue pairs' completions too
     if (per != 0 && count > (UINT64_MAX - taken) / per)
       throw usage_error(detail::cat("create_qp_pool(): a pool of ", count, " ", T::name, " queue pairs of ",
                                     caps.max_send_wr, " send + ", caps.max_recv_wr,

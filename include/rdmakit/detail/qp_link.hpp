@@ -196,6 +196,15 @@ struct cq_block {
   // no_room_for_replacement), and a retired QP's share shrinks as its completions are
   // polled (find_retired).
   std::uint64_t flushing = 0;
+  // Destroyed QPs whose completions may still be here: a device that does not clean
+  // them out at destroy_qp (rxe) returns them to later polls. Each one's `left` entries
+  // are counted in `flushing` until polled (departed_polled) or until a poll finds the
+  // CQ empty (forget_departed): none of them can be here after that.
+  struct departed_qp {
+    std::uint32_t qpn;
+    std::uint32_t left;
+  };
+  std::vector<departed_qp> departed;
   std::vector<std::pair<std::uint32_t, qp_link<B>*>> routes;  // live QPs, sorted by qp_num
   // Retired QPs (reset() replaced them): found only when `routes` has no match, so the
   // live routing pays nothing for them; never cached as `last`.
@@ -324,6 +333,22 @@ struct cq_block {
     return nullptr;
   }
 
+  /// A completion of a destroyed QP polled here: the entry it held is free again.
+  RDMAKIT_NOINLINE void departed_polled(std::uint32_t qpn) noexcept {
+    for (auto it = departed.begin(); it != departed.end(); ++it)
+      if (it->qpn == qpn) {
+        if (flushing) --flushing;
+        if (--it->left == 0) departed.erase(it);
+        return;
+      }
+  }
+  /// A poll found the CQ empty: whatever the destroyed QPs left here was polled or was
+  /// never there (a device that cleans the CQ at destroy_qp, or WRs that never completed).
+  RDMAKIT_NOINLINE void forget_departed() noexcept {
+    for (const auto& d : departed) flushing -= std::min<std::uint64_t>(flushing, d.left);
+    departed.clear();
+  }
+
   /// A QP moved to ERR by reset(): routed apart from now on, holding at most `flushes`
   /// entries here instead of the `entries` reserved for it. The caller made room in
   /// retired_links first (reserve), so nothing here allocates.
@@ -366,13 +391,22 @@ struct cq_block {
       }
   }
 
-  void detach(qp_link<B>* l, std::uint32_t entries, bool was_retired) noexcept {
+  /// A destroyed QP: its `entries` (its depths, or once retired its flushes, which
+  /// `flushing` holds) are let go, but for the `left` completions it may have left here.
+  void detach(qp_link<B>* l, std::uint32_t entries, std::uint32_t left, bool was_retired) noexcept {
     auto& pool = was_retired ? flushing : reserved;
     pool -= std::min<std::uint64_t>(pool, entries);
     if (was_retired)
       std::erase(retired_links, l);
     else
       std::erase_if(routes, [l](const auto& r) { return r.second == l; });
+    if (left != 0) {
+      try {
+        departed.push_back({l->qp_num, left});
+        flushing += left;
+      } catch (...) {  // no record: the room is let go at once, as a cleaning device does
+      }
+    }
     sole = false;
     had_others = true;
     if (last == l) {

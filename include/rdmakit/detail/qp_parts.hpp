@@ -155,14 +155,17 @@ struct qp_parts {
     qp = {};
     if (link) {
       // What this QP holds in its CQs: its depths, or once retired, what its flushes
-      // may still take there.
+      // may still take there. What it may have left in them (completions not polled,
+      // which a device that does not clean the CQ returns later) keeps its room.
       const std::uint32_t sends = is_retired ? link->retired_sends : asked.max_send_wr;
       const std::uint32_t recvs = is_retired ? link->retired_recvs : asked.max_recv_wr;
+      const std::uint32_t sends_left = is_retired ? link->retired_sends : link->sends_to_come();
+      const std::uint32_t recvs_left = is_retired ? link->retired_recvs : link->rq.held;
       if (link->send_cq == link->recv_cq) {
-        if (link->send_cq) link->send_cq->detach(link.get(), sends + recvs, is_retired);
+        if (link->send_cq) link->send_cq->detach(link.get(), sends + recvs, sends_left + recvs_left, is_retired);
       } else {
-        if (link->send_cq) link->send_cq->detach(link.get(), sends, is_retired);
-        if (link->recv_cq) link->recv_cq->detach(link.get(), recvs, is_retired);
+        if (link->send_cq) link->send_cq->detach(link.get(), sends, sends_left, is_retired);
+        if (link->recv_cq) link->recv_cq->detach(link.get(), recvs, recvs_left, is_retired);
       }
       if (srq_id && link->recv_cq) link->recv_cq->detach_srq(srq_id);
       link.reset();

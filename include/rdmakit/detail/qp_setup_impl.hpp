@@ -19,8 +19,9 @@ RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std:
     append(s, " (", reserved, " entries already promised to ", attached, " attached queue pair",
            attached > 1 ? "s" : "", ")");
   if (flushing)
-    append(s, " (", flushing, " entries held by flushes of queue pairs replaced by reset(): polling them gives "
-              "their room back)");
+    append(s, " (", flushing, " entries held by completions that queue pairs replaced by reset() or destroyed may "
+              "still put here: polling them gives their room back, and so does, for a destroyed one's, a poll that "
+              "finds the CQ empty)");
   if (need <= max_cqe)
     append(s, ": create it with at least ", need,
            " entries (a CQ must hold the queue depths of every QP attached to it)");

@@ -640,9 +640,62 @@ TEST_CASE("create_qp beside the flushes of a reset queue pair counts their room 
   auto fresh = std::move(q).reset();
   REQUIRE(cq.flushing() == 2);
   CHECK_THROWS_WITH_AS((void)x.pd.create_qp<rc>(cq, qp_cap{2, 1}),
-                       doctest::Contains("2 entries held by flushes of queue pairs replaced by reset()"), usage_error);
+                       doctest::Contains("2 entries held by completions that queue pairs replaced by reset() or destroyed"), usage_error);
   CHECK(collect(cq, 2).size() == 2);
   CHECK(cq.flushing() == 0);
   auto other = x.pd.create_qp<rc>(cq, qp_cap{2, 1});
   CHECK(cq.reserved() == 7);
+}
+
+// A device that does not clean the CQ at destroy_qp (rxe, and the mock as rxe) returns a
+// destroyed queue pair's unpolled completions to later polls: their room in the CQ is
+// not free until they are polled, or a poll finds the CQ empty.
+TEST_CASE("destroying a queue pair keeps the room of its unpolled completions until they are polled") {
+  mock::fabric_config cfg;
+  cfg.profile = mock::device_profile::rxe;
+  mock::fabric fab(cfg);
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto cq = x.dev.create_cq(4);
+  REQUIRE(cq.capacity() == 4);
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  std::uint32_t gone = 0;
+  {
+    auto p = make_pair<rc>(x.pd, cq, y.pd, y.cq, qp_cap{4, 0});
+    for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(p.a.post(op::write{src.local(0, 8), dst.remote()}, i).ok());
+    gone = p.a.qp_num();
+  }  // destroyed with its 4 completions in the CQ
+  CHECK(cq.reserved() == 0);
+  CHECK(cq.flushing() == 4);
+  // A queue pair in its place could overflow the CQ: 4 entries taken, 4 more promised.
+  CHECK_THROWS_WITH_AS((void)x.pd.create_qp<rc>(cq, qp_cap{4, 0}),
+                       doctest::Contains("4 entries held by completions that queue pairs replaced by reset() or destroyed"),
+                       usage_error);
+  const auto left = collect(cq, 4);
+  REQUIRE(left.size() == 4);
+  CHECK(left[0].qp_num == gone);
+  CHECK(wr_ids_of(left) == std::vector<std::uint64_t>{0, 1, 2, 3});
+  CHECK(cq.unrouted() == 4);
+  CHECK(cq.flushing() == 0);
+  auto q = x.pd.create_qp<rc>(cq, qp_cap{4, 0});
+  CHECK(cq.reserved() == 4);
+}
+
+TEST_CASE("a destroyed queue pair's room comes back at the first poll that finds the CQ empty") {
+  mock::fabric fab;  // the specification's device cleans the CQ at destroy_qp, as mlx5 does
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto cq = x.dev.create_cq(4);
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  {
+    auto p = make_pair<rc>(x.pd, cq, y.pd, y.cq, qp_cap{4, 0});
+    for (std::uint64_t i = 0; i < 3; ++i) REQUIRE(p.a.post(op::write{src.local(0, 8), dst.remote()}, i).ok());
+  }
+  CHECK(cq.flushing() == 3);
+  CHECK_THROWS_AS((void)x.pd.create_qp<rc>(cq, qp_cap{4, 0}), usage_error);
+  CHECK(cq.poll([](const auto&) {}) == 0);  // empty: the device dropped them
+  CHECK(cq.flushing() == 0);
+  CHECK(cq.unrouted() == 0);
+  auto q = x.pd.create_qp<rc>(cq, qp_cap{4, 0});
+  CHECK(cq.reserved() == 4);
 }
