@@ -297,9 +297,9 @@ std::string no_room_for_replacement(const qp_parts<B>& p, const char* call) {
                l.qp_num, "'s outstanding WRs (", s, " send + ", r,
                " receive), which complete as flushes once it is replaced: ", c.reserved,
                " entries are promised to the attached queue pairs (the new one takes over this one's), ",
-               c.flushing, " to completions of queue pairs replaced or destroyed before; poll the CQ (a completion "
-               "polled gives "
-               "its entry back; receives still posted complete only once the queue pair is in ERR), create the CQ "
+               c.flushing, " to completions of queue pairs replaced or destroyed before; poll the CQ (a "
+               "completion polled gives its entry back; receives still posted complete only once the queue pair is "
+               "in ERR), create the CQ "
                "with at least ", need, " entries, or destroy this queue pair (its WRs are dropped without "
                "completions) and create a new one");
   };
