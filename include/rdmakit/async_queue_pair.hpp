@@ -73,7 +73,6 @@ class async_qp_core {
                                     "queues' queue() (send CQ first, then receive CQ)"));
     if (&scq->loop() != &rcq->loop())
       throw usage_error("async_queue_pair: the send and receive completion queues belong to different event loops");
-    wake_.bind([](void* self) noexcept { static_cast<async_qp_core*>(self)->wake_waiters_(); }, this);
     auto watch = [](async_qp_core& self, auto& qp) {
       self.qpn_ = policy_access::link(qp)->qp_num;
       self.scq_->remember_qp(self.qpn_);
@@ -192,7 +191,11 @@ class async_qp_core {
       free_.push_back(index);  // capacity reserved by acquire: no allocation
       if (w) w->complete(c);
     }
-    if (!credit_waiters_.empty()) loop_->post(wake_);
+    // The credits this completion gave back go to the WRs waiting for them now, in the
+    // poll (the accounting ran before this handler): queued on the loop, the retries ran
+    // after the coroutine this completion resumed, which posted the WRs it made next
+    // with those credits, ahead of older ones (a stream of SENDs arrived out of order).
+    if (!credit_waiters_.empty()) wake_waiters_();
   }
 
   void cancel_dropped_receives_() noexcept {
@@ -205,7 +208,7 @@ class async_qp_core {
     }
   }
 
-  // Posted on the loop, not called from the poll: the retries post WRs of their own.
+  // Retries in waiting order; one still without credits waits again, behind the rest.
   void wake_waiters_() noexcept {
     for (auto* w : std::exchange(credit_waiters_, {})) w->retry();
   }
@@ -216,7 +219,6 @@ class async_qp_core {
   std::vector<slot> slots_;
   std::vector<std::uint32_t> free_;
   std::vector<wr_waiter<B>*> credit_waiters_;
-  work_item wake_;
   void (*watch_)(async_qp_core&, init_qp&) = nullptr;  // routes a (new) INIT queue pair's completions here
   std::uint32_t qpn_ = 0;
   std::variant<init_qp, rts_qp> qp_;  // last: destroyed first, while the rest still stands

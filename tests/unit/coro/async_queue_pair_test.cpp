@@ -73,6 +73,49 @@ TEST_CASE("async_queue_pair: WRs beyond the send queue's credits wait for them a
   CHECK(c.x().qp().send_credits() == 4);
 }
 
+// The retries of WRs waiting for credits were queued on the loop behind the coroutine
+// their completion resumed, which then posted WRs it made afterwards with the credits
+// they were waiting for: the peer received 0 1 2 3 8 9 4 5 6 7.
+TEST_CASE("async_queue_pair: WRs made after others that wait for credits are posted after them") {
+  testbed bed;
+  event_loop loop;
+  side a(bed.open(0), loop), b(bed.open(1), loop);
+  async_queue_pair<B, rc> ia(a.cq, a.pd.create_qp<rc>(a.cq.queue(), qp_cap{4, 4}));  // 4 send credits
+  async_queue_pair<B, rc> ib(b.cq, b.pd.create_qp<rc>(b.cq.queue(), qp_cap{16, 16}));
+  const endpoint ea = ia.local_endpoint(), eb = ib.local_endpoint();
+  auto x = std::move(ia).connect(eb);
+  auto y = std::move(ib).connect(ea);
+  auto ma = a.pd.allocate<rw>(4096);
+  auto mb = b.pd.allocate<rw>(4096);
+  using recv_wait = decltype(y.recv(mb.local(0, 64)));
+  std::vector<recv_wait> receives;
+  for (std::uint32_t i = 0; i < 10; ++i) receives.push_back(y.recv(mb.local(64 * i, 64)));
+  std::vector<int> order;
+  auto receiver = [&]() -> task<void> {
+    for (std::uint32_t i = 0; i < 10; ++i) {
+      wr_result<B> r = co_await std::move(receives[i]).within(5s);
+      int v = -1;
+      if (r.ok()) std::memcpy(&v, mb.data() + 64 * i, sizeof v);
+      order.push_back(v);
+    }
+  };
+  auto sender = [&]() -> task<void> {
+    for (int i = 0; i < 10; ++i) std::memcpy(ma.data() + 8 * i, &i, sizeof i);
+    using send_wait = decltype(x.send(ma.local(0, 4)));
+    std::vector<send_wait> sends;
+    sends.reserve(10);
+    for (std::uint32_t i = 0; i < 8; ++i) sends.push_back(x.send(ma.local(8 * i, 4)));  // 4 wait for credits
+    CHECK((co_await std::move(sends[0])).ok());
+    sends.push_back(x.send(ma.local(64, 4)));  // made after the 4 waiting ones
+    sends.push_back(x.send(ma.local(72, 4)));
+    for (std::size_t i = 1; i < sends.size(); ++i) CHECK((co_await std::move(sends[i])).ok());
+  };
+  loop.spawn(receiver());
+  loop.run(sender());
+  loop.run();
+  CHECK(order == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+}
+
 TEST_CASE("async_queue_pair: a queue pair that goes to ERR resumes every awaiting coroutine with its flush status") {
   rig<> r;
   auto& [bed, loop, c, ma, mb] = r;
