@@ -273,6 +273,12 @@ class wr_awaiter final : wr_waiter<B> {
 
   bool await_ready() const noexcept { return result_.has_value(); }
   void await_suspend(std::coroutine_handle<> h) {
+    // Moved from (no result, no WR: nothing would resume it), or awaited by another
+    // coroutine already (which would lose its resumption).
+    if (state_ == state::done || suspended_)
+      throw usage_error("co_await on a work request: this awaitable was moved from or awaited already (a WR is "
+                        "awaited once, by one coroutine: co_await std::move(w), .within() and auto w2 = "
+                        "std::move(w) move it: await the one it moved to)");
     resume_.bind(h);
     suspended_ = true;
     if (timeout_) timer_.arm(*loop_, detail::deadline_after(*timeout_), timed_out_);

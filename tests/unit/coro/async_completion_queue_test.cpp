@@ -59,6 +59,29 @@ TEST_CASE("async_completion_queue: completions nobody awaits yet are kept, oldes
   loop.run(run());
 }
 
+// `co_await std::move(n)` moves the awaitable into the coroutine frame (GCC 12): a
+// second one, or one on a moved-from next(), dereferenced a null source and crashed.
+TEST_CASE("async_completion_queue: a next() awaited again after a move is refused with usage_error, not a crash") {
+  plain_pair p;
+  auto& [bed, loop, a, b, ma, mb, qa, qb] = p;
+  auto run = [&]() -> task<void> {
+    auto n = a.cq.next(1ms);
+    CHECK_FALSE(co_await std::move(n));
+    std::string why;
+    try {
+      (void)co_await std::move(n);
+    } catch (const usage_error& e) {
+      why = e.what();
+    }
+    CHECK(why.find("moved from or awaited") != std::string::npos);
+    auto first = a.cq.next(1ms);
+    auto second = std::move(first);
+    CHECK_THROWS_AS((void)co_await std::move(first), usage_error);
+    CHECK_FALSE(co_await std::move(second));  // the moved-to one still works
+  };
+  loop.run(run());
+}
+
 TEST_CASE("async_completion_queue: simulated latency and retries (the mock's clock) advance without a busy wait") {
   mock::fabric_config cfg;
   cfg.latency = std::chrono::microseconds(50);

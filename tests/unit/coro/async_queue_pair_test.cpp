@@ -210,6 +210,31 @@ TEST_CASE("async_queue_pair: an awaiter dropped without being awaited does not l
   CHECK(c.x().qp().send_credits() == 16);
 }
 
+// A WR's awaitable that was moved from (by `auto w2 = std::move(w)`, by `.within()`,
+// or by GCC 12 moving a co_await operand into the frame) had no queue pair and no
+// result: awaiting it suspended the coroutine for ever.
+TEST_CASE("async_queue_pair: awaiting a WR's moved-from awaitable is refused with usage_error, not a hang") {
+  rig<> r;
+  auto& [bed, loop, c, ma, mb] = r;
+  auto run = [&]() -> task<void> {
+    auto w = c.y().recv(mb.local(0, 64));
+    auto moved = std::move(w);
+    std::string why;
+    try {
+      (void)co_await std::move(w);
+    } catch (const usage_error& e) {
+      why = e.what();
+    }
+    CHECK(why.find("moved from or awaited") != std::string::npos);
+    auto timed = c.y().recv(mb.local(64, 64));
+    CHECK((co_await std::move(timed).within(1ms)).outcome() == wr_outcome::timed_out);
+    CHECK_THROWS_AS((void)co_await timed, usage_error);  // within() moved it
+    CHECK((co_await c.x().send(ma.local(0, 8))).ok());
+    CHECK((co_await std::move(moved).within(5s)).ok());  // the moved-to one got the message
+  };
+  loop.run(run());
+}
+
 TEST_CASE("async_queue_pair: refuses a queue pair made on other completion queues") {
   testbed bed;
   event_loop loop;

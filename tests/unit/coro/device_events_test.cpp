@@ -73,6 +73,27 @@ TEST_CASE("device_events: a moved-from one throws usage_error") {
   CHECK_THROWS_AS((void)events.next(1ms), usage_error);
 }
 
+// The awaitable of next() shares its code with async_completion_queue::next(): awaited
+// again after `co_await std::move(n)` took it, it dereferenced a null source.
+TEST_CASE("device_events: a next() awaited again after a move is refused with usage_error, not a crash") {
+  mock::fabric fab;
+  event_loop loop;
+  device<B> dev(fab, "mock0");
+  device_events<B> events(loop, dev);
+  auto run = [&]() -> task<void> {
+    auto n = events.next(1ms);
+    CHECK_FALSE(co_await std::move(n));
+    bool refused = false;
+    try {
+      (void)co_await std::move(n);
+    } catch (const usage_error&) {
+      refused = true;
+    }
+    CHECK(refused);
+  };
+  loop.run(run());
+}
+
 // A second reader of one device's events used to be taken on: on the same loop epoll
 // refused the descriptor (a verbs_error "epoll_ctl ... File exists"), on another loop
 // both read the one queue and each took some of the events.
