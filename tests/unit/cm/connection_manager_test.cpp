@@ -443,6 +443,24 @@ TEST_CASE("cm: an empty queue pair for a self-made connection is a usage_error")
   CHECK_THROWS_AS((void)cm_connect(std::move(empty), cm_address::parse(tb.ip(), next_port())), usage_error);
 }
 
+// A prepare hook that moved the queue pair out left the connection with an empty one
+// (established, on a QP the hook's caller held in an INIT-typed handle); handing that
+// queue pair to cm_connect then was refused only after taking it over, which destroyed it.
+TEST_CASE("cm: a prepare hook that takes the queue pair is a usage_error; the queue pair is not destroyed") {
+  testbed tb;
+  side cli(tb.open(1));
+  cm_options o;
+  o.timeout = 500ms;
+  queue_pair<B, rc> taken;
+  CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, cm_address::parse(tb.ip(), next_port()), {}, o,
+                                            [&](auto& qp) { taken = std::move(qp); }),
+                       doctest::Contains("prepare"), usage_error);
+  REQUIRE(taken);
+  CHECK_THROWS_WITH_AS((void)cm_connect(std::move(taken), cm_address::parse(tb.ip(), next_port()), {}, o),
+                       doctest::Contains("already belongs to a connection manager id"), usage_error);
+  CHECK(taken);  // refused before anything changed: still the caller's
+}
+
 TEST_CASE("cm: cm_address parses IPv4 and IPv6 (rping -a ::1)") {
   const auto v4 = cm_address::parse("10.0.0.1", 7);
   CHECK_FALSE(v4.is_ipv6);
