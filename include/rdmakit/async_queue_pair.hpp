@@ -64,6 +64,8 @@ class async_qp_core {
   async_qp_core(std::shared_ptr<async_cq_core<B, PS>> scq, std::shared_ptr<async_cq_core<B, PR>> rcq,
                 queue_pair<B, T, S, State>&& qp)
       : loop_(scq->shared_loop()), scq_(scq), rcq_(rcq), qp_(std::move(qp)) {
+    scq->check_queue("async_queue_pair");
+    rcq->check_queue("async_queue_pair");
     auto& q = std::get<queue_pair<B, T, S, State>>(qp_);
     auto* link = policy_access::link(q);
     if (!link) throw_empty_argument("queue_pair", "async_queue_pair");

@@ -82,6 +82,44 @@ TEST_CASE("async_completion_queue: a next() awaited again after a move is refuse
   loop.run(run());
 }
 
+// queue() hands out the CQ itself. One assigned through it, or moved out of it, was no
+// longer the CQ the loop waited on: completions of queue pairs made on the new one never
+// woke a coroutine. And the moved-out one's descriptor, once closed, could be reused by
+// the next async CQ's channel, which the first one then unregistered as it went.
+TEST_CASE("async_completion_queue: a CQ replaced or moved out through queue() is a usage_error, not a silent hang") {
+  testbed bed;
+  event_loop loop;
+  side a(bed.open(0), loop), b(bed.open(1), loop);
+  SUBCASE("replaced") {
+    acq c(loop, a.dev.create_cq<event_driven<>>(64));
+    c.queue() = a.dev.create_cq<event_driven<>>(128);
+    CHECK_THROWS_WITH_AS(async_queue_pair(c, a.pd.create_qp<rc>(c.queue(), qp_cap{4, 4})),
+                         doctest::Contains("queue()"), usage_error);
+    auto wait = [&]() -> task<void> { (void)co_await c.next(50ms); };
+    CHECK_THROWS_WITH_AS(loop.run(wait()), doctest::Contains("queue()"), usage_error);
+  }
+  SUBCASE("moved out and destroyed, then another async CQ made") {
+    std::optional<acq> first(std::in_place, loop, a.dev.create_cq<event_driven<>>(64));
+    { auto taken = std::move(first->queue()); }
+    acq second(loop, a.dev.create_cq<event_driven<>>(64));  // (took the freed descriptor number)
+    first.reset();
+    auto ma = a.pd.allocate<rw>(256);
+    auto mb = b.pd.allocate<rw>(256);
+    auto ia = a.pd.create_qp<rc>(second.queue(), qp_cap{4, 4});
+    auto ib = b.pd.create_qp<rc>(b.cq.queue(), qp_cap{4, 4});
+    const endpoint ea = ia.local_endpoint(), eb = ib.local_endpoint();
+    auto qa = std::move(ia).connect(eb);
+    auto qb = std::move(ib).connect(ea);
+    auto run = [&]() -> task<void> {
+      REQUIRE(qa.write(ma.local(0, 8), mb.remote().sub(0, 8), 5).ok());
+      std::optional<completion<B>> c = co_await second.next(2s);
+      REQUIRE(c);
+      CHECK(c->wr_id() == 5);
+    };
+    loop.run(run());
+  }
+}
+
 TEST_CASE("async_completion_queue: simulated latency and retries (the mock's clock) advance without a busy wait") {
   mock::fabric_config cfg;
   cfg.latency = std::chrono::microseconds(50);
