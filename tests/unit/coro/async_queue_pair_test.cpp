@@ -245,6 +245,21 @@ TEST_CASE("async_queue_pair: refuses a queue pair made on other completion queue
                        doctest::Contains("was not created on these completion queues"), usage_error);
 }
 
+// A queue pair with receives posted on it directly was taken on: their completions came
+// to the async queue pair with wr_ids that were not its tokens, and were dropped (a
+// message vanished), or, when a wr_id matched a token, resumed that awaiter with the
+// other receive's completion (and buffer).
+TEST_CASE("async_queue_pair: refuses a queue pair with work requests posted on it directly") {
+  testbed bed;
+  event_loop loop;
+  side a(bed.open(0), loop);
+  auto m = a.pd.allocate<rw>(256);
+  auto qp = a.pd.create_qp<rc>(a.cq.queue(), qp_cap{4, 4});
+  REQUIRE(qp.post_recv(m.local(0, 64), std::uint64_t{1} << 32).ok());
+  CHECK_THROWS_WITH_AS(async_queue_pair(a.cq, std::move(qp)), doctest::Contains("posted on it directly"),
+                       usage_error);
+}
+
 TEST_CASE("async_queue_pair: UD datagrams awaited on both sides") {
   testbed bed;
   event_loop loop;
