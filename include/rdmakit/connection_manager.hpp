@@ -633,7 +633,8 @@ class cm_request {
   /// Rejects the request; the peer's cm_connect throws cm_error(rejected) with `reason`
   /// as its private_data().
   void reject(std::span<const std::byte> reason = {}) && {
-    if (reason.size() > cm_private_data_max)
+    // A REJ's limit, not an accept's (cm_private_data_max): a longer reason went out cut.
+    if (reason.size() > 148)
       throw usage_error(detail::cat("cm_request::reject: ", reason.size(),
                                     " bytes of private data, but a reject carries at most 148: send less"));
     auto blk = take_("reject");

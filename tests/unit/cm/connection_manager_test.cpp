@@ -262,6 +262,37 @@ TEST_CASE("cm: a reject reaches the client with the server's private data") {
   server.get();
 }
 
+// reject() checked its reason against an accept's limit (196 bytes) while saying a
+// reject carries 148: a reason of 149 to 196 bytes went out cut to 148 on the mock
+// (and to rdma_reject, which refuses it, after the request had been taken).
+TEST_CASE("cm: a reject reason over 148 bytes is a usage_error; the request can still be answered") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] {
+    auto req = l.next_request(5s);
+    std::string refused;
+    try {
+      std::move(req).reject(std::vector<std::byte>(160, std::byte{'x'}));
+    } catch (const usage_error& e) {
+      refused = e.what();
+    }
+    const bool kept = static_cast<bool>(req);
+    std::move(req).reject(std::vector<std::byte>(148, std::byte{'y'}));  // the most a reject carries
+    return refused.find("148") != std::string::npos && kept;
+  });
+  try {
+    (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+    FAIL("connected despite the reject");
+  } catch (const cm_error& e) {
+    CHECK(e.code() == cm_errc::rejected);
+    REQUIRE(e.private_data().size() >= 148);
+    CHECK(e.private_data()[0] == std::byte{'y'});
+    CHECK(e.private_data()[147] == std::byte{'y'});
+  }
+  CHECK(server.get());
+}
+
 TEST_CASE("cm: a rejected connect: its QP went to ERR (librdmacm does), the receives of its prepare hook flush") {
   testbed tb;
   side cli(tb.open(1));
