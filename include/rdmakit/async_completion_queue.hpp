@@ -189,7 +189,11 @@ class async_completion_queue {
   /// of queue pairs used directly, receives posted with post_recv), in polling order.
   auto next() const { return next_awaiter(core_ref_("next"), std::nullopt); }
   /// As next(), giving up after `timeout`: std::nullopt then.
-  auto next(std::chrono::steady_clock::duration timeout) const { return next_awaiter(core_ref_("next"), timeout); }
+  /// Any duration type: one past the steady clock's range (hours::max()) is no limit.
+  template <class Rep, class Period>
+  auto next(std::chrono::duration<Rep, Period> timeout) const {
+    return next_awaiter(core_ref_("next"), detail::steady_duration(timeout));
+  }
 
   /// The shared state async_queue_pair attaches to.
   const std::shared_ptr<detail::async_cq_core<B, P>>& core() const { return core_ref_("core"); }

@@ -274,8 +274,10 @@ class wr_awaiter final : wr_waiter<B> {
   /// wr_outcome::timed_out; the WR itself may still complete on the device, unseen.
   /// `co_await qp.write(src, dst).within(100ms)`; on a wait kept in a variable,
   /// `co_await std::move(w).within(100ms)`.
-  wr_awaiter within(std::chrono::steady_clock::duration timeout) && noexcept {
-    timeout_ = timeout;
+  /// Any duration type: one past the steady clock's range (milliseconds::max()) is no limit.
+  template <class Rep, class Period>
+  wr_awaiter within(std::chrono::duration<Rep, Period> timeout) && noexcept {
+    timeout_ = detail::steady_duration(timeout);  // not an overflowing implicit conversion
     return std::move(*this);  // a prvalue: GCC 12 would copy an xvalue operand of co_await
   }
   /// True once the WR has its result (awaiting it then does not suspend).

@@ -30,6 +30,22 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::steady_clock::
   return timeout >= room ? time_point::max() : from + std::chrono::duration_cast<time_point::duration>(timeout);
 }
 
+/// `d` in the steady clock's unit, saturated at its range: a timeout of hours::max() or
+/// milliseconds::max() ("no practical limit") is steady_clock::duration::max(), where
+/// the plain conversion overflows (undefined behaviour that, in practice, comes out
+/// negative and expires at once). For the coroutine layer's timeouts, which are kept as
+/// durations until they are awaited.
+template <class Rep, class Period>
+constexpr std::chrono::steady_clock::duration steady_duration(std::chrono::duration<Rep, Period> d) noexcept {
+  using out = std::chrono::steady_clock::duration;
+  using in = std::chrono::duration<Rep, Period>;
+  if constexpr (std::ratio_greater<Period, out::period>::value) {  // a coarser unit: converting multiplies
+    if (d >= std::chrono::duration_cast<in>(out::max())) return out::max();
+    if (d <= std::chrono::duration_cast<in>(out::min())) return out::min();
+  }
+  return std::chrono::duration_cast<out>(d);
+}
+
 /// deadline_after(now, timeout).
 template <class Rep, class Period>
 std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, Period> timeout) noexcept {

@@ -120,6 +120,23 @@ TEST_CASE("async_completion_queue: a CQ replaced or moved out through queue() is
   }
 }
 
+// next(hours::max()) overflowed converting to steady_clock::duration: nullopt at once.
+TEST_CASE("async_completion_queue: next() with a timeout past the clock's range waits for the completion") {
+  plain_pair p;
+  auto& [bed, loop, a, b, ma, mb, qa, qb] = p;
+  auto later = [&]() -> task<void> {
+    co_await loop.sleep_for(20ms);
+    REQUIRE(qa.write(ma.local(0, 8), mb.remote().sub(0, 8), 9).ok());
+  };
+  auto run = [&]() -> task<void> {
+    std::optional<completion<B>> c = co_await a.cq.next(std::chrono::hours::max());
+    REQUIRE(c);
+    CHECK(c->wr_id() == 9);
+  };
+  loop.spawn(later());
+  loop.run(run());
+}
+
 TEST_CASE("async_completion_queue: simulated latency and retries (the mock's clock) advance without a busy wait") {
   mock::fabric_config cfg;
   cfg.latency = std::chrono::microseconds(50);

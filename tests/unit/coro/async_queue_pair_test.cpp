@@ -182,6 +182,24 @@ TEST_CASE("async_queue_pair: within(timeout) ends the wait; the queue pair keeps
 // timeout handler ran after the completion had queued the resumption, resumed the
 // coroutine itself and left that resumption queued, so the coroutine was resumed a
 // second time later, in whatever it awaited next (here it cut the sleep short).
+// within(milliseconds::max()), "no practical limit", overflowed converting to
+// steady_clock::duration and timed out at once.
+TEST_CASE("async_queue_pair: within() a duration past the clock's range waits for the completion") {
+  rig<> r;
+  auto& [bed, loop, c, ma, mb] = r;
+  auto later = [&]() -> task<void> {
+    co_await loop.sleep_for(20ms);
+    CHECK((co_await c.x().send(ma.local(0, 8))).ok());
+  };
+  auto run = [&]() -> task<void> {
+    wr_result<B> got = co_await c.y().recv(mb.local(0, 64)).within(std::chrono::milliseconds::max());
+    CHECK(got.ok());
+  };
+  loop.spawn(later());
+  loop.run(run());
+  loop.run();
+}
+
 TEST_CASE("async_queue_pair: a completion and its deadline in one turn resume the coroutine once") {
   rig<> r;
   auto& [bed, loop, c, ma, mb] = r;

@@ -22,6 +22,25 @@ TEST_CASE("device_events: a port going down and up is awaited on the loop") {
   loop.run(run());
 }
 
+// next(hours::max()) overflowed converting to steady_clock::duration: nullopt at once.
+TEST_CASE("device_events: next() with a timeout past the clock's range waits for the event") {
+  mock::fabric fab;
+  event_loop loop;
+  side a(fab, "mock0", loop);
+  device_events<B> events(loop, a.dev);
+  auto later = [&]() -> task<void> {
+    co_await loop.sleep_for(20ms);
+    fab.set_port_up("mock0", 1, false);
+  };
+  auto run = [&]() -> task<void> {
+    std::optional<async_event> ev = co_await events.next(std::chrono::hours::max());
+    REQUIRE(ev);
+    CHECK(ev->type == async_event_type::port_err);
+  };
+  loop.spawn(later());
+  loop.run(run());
+}
+
 TEST_CASE("device_events: keeps the device open; events outlive no one") {
   mock::fabric fab;
   event_loop loop;
