@@ -505,7 +505,11 @@ class cm_connection {
   /// Waits up to `timeout` for DISCONNECTED (the peer's disconnect, or the answer to
   /// this side's): true once it came. A peer's disconnect is answered at once (this
   /// side's QP goes to ERR too), as librdmacm applications do.
-  bool wait_disconnected(std::chrono::milliseconds timeout) {
+  /// Any duration type: one past the range of milliseconds (hours::max()) is no limit.
+  template <class Rep, class Period>
+  bool wait_disconnected(std::chrono::duration<Rep, Period> period) {
+    // Saturated, not converted implicitly: hours::max() overflowed to a negative timeout.
+    const auto timeout = detail::saturating_cast<std::chrono::milliseconds>(period);
     auto& b = id("wait_disconnected");
     if (b.disconnected) return true;
     const auto deadline = detail::deadline_after(timeout);
@@ -694,7 +698,11 @@ class cm_listener {
   }
 
   /// The next connect request, waiting up to `timeout`; cm_error(timeout) if none came.
-  cm_request<B> next_request(std::chrono::milliseconds timeout) {
+  /// Any duration type: one past the range of milliseconds (hours::max()) is no limit.
+  template <class Rep, class Period>
+  cm_request<B> next_request(std::chrono::duration<Rep, Period> period) {
+    // Saturated, not converted implicitly: hours::max() overflowed to a negative timeout.
+    const auto timeout = detail::saturating_cast<std::chrono::milliseconds>(period);
     if (!id_) detail::throw_empty("cm_listener", "next_request");
     const auto deadline = detail::deadline_after(timeout);
     for (;;) {

@@ -606,6 +606,25 @@ TEST_CASE("cm: a disconnect is seen by both sides, and the queue pairs stop") {
   CHECK(srv.buf[200] == 0);
 }
 
+// next_request and wait_disconnected took milliseconds: hours::max() ("wait for ever")
+// overflowed converting to them at the call, came out negative, and the wait ended at
+// once (a cm_error timeout; false).
+TEST_CASE("cm: next_request and wait_disconnected with a timeout past the clock's range wait") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] {
+    auto s = l.next_request(std::chrono::hours::max()).accept<rc>(srv.pd, srv.cq, caps);
+    const bool seen = s.wait_disconnected(std::chrono::hours::max());
+    return seen;
+  });
+  std::this_thread::sleep_for(20ms);  // the server waits first
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+  std::this_thread::sleep_for(20ms);
+  c.disconnect();
+  CHECK(server.get());
+}
+
 TEST_CASE("cm: destroying in any order is safe: listener first, connection before its moved-out queue pair") {
   testbed tb;
   side srv(tb.open(0)), cli(tb.open(1));
