@@ -252,7 +252,8 @@ class asio_root {
 
 /// rdmakit's scheduler on an asio::io_context: make async completion queues, queue
 /// pairs and device events on it as on an event_loop. Destroying it destroys the tasks
-/// asio_spawn started that have not finished.
+/// asio_spawn started that have not finished (so not from inside one of them: its frame
+/// would go while it runs).
 class asio_context {
  public:
   /// Runs rdmakit's coroutines on `io` (which must outlive this context and the async

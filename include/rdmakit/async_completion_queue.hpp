@@ -63,6 +63,7 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
   async_cq_core(std::shared_ptr<scheduler> loop, completion_queue<B, P> cq)
       : loop_(std::move(loop)), cq_(std::move(cq)) {
     if (!cq_) throw_empty_argument("completion_queue", "async_completion_queue");
+    watched_ = policy_access::shared_block(cq_);
     watch_.fd = B::channel_fd(cq_.native_channel());
     watch_.ctx = this;
     // Kept alive while it drains: a completion handler may drop its last owner.
@@ -81,6 +82,10 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
   ~async_cq_core() { loop_->unwatch(watch_); }
 
   completion_queue<B, P>& queue() noexcept { return cq_; }
+  /// Throws usage_error when the CQ handed out by queue() was replaced or moved out.
+  void check_queue(const char* call) const {
+    if (replaced_()) throw usage_error(cat(call, ": ", replaced_message));
+  }
   scheduler& loop() noexcept override { return *loop_; }
   const std::shared_ptr<scheduler>& shared_loop() const noexcept { return loop_; }
 
@@ -101,6 +106,10 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
       const wait_result r = cq_.dispatch_wait(fallback, std::chrono::milliseconds{0});
       if (r.failed()) {
         again_ = false;
+        if (replaced_()) {  // moved out of queue(): its channel (kept) still raised this event
+          report_replaced_();
+          return;
+        }
         loop_->fail(std::make_exception_ptr(
             verbs_error("ibv_poll_cq", r.error(), "draining a completion queue for the event loop")));
         return;
@@ -114,16 +123,35 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
     again_ = true;
   }
 
-  bool progress_() const noexcept {
+  bool progress_() noexcept {
+    // Asked on every turn of the loop: a CQ replaced through queue() is reported there
+    // (once; true makes that turn end without sleeping, so the loop throws it).
+    if (RDMAKIT_UNLIKELY(replaced_())) return report_replaced_();
     if (again_) return true;
     if constexpr (has_progress_pending<B>)
       return B::progress_pending(const_cast<completion_queue<B, P>&>(cq_).native_channel());
     return false;
   }
 
+  static constexpr const char* replaced_message =
+      "the completion queue of this async_completion_queue was replaced or moved out through queue(); the loop "
+      "waits on the one it was made with: make a new async_completion_queue for another CQ";
+  bool replaced_() const noexcept { return policy_access::block(cq_) != watched_.get(); }
+  bool report_replaced_() noexcept {
+    if (replaced_reported_) return false;
+    replaced_reported_ = true;
+    loop_->fail(std::make_exception_ptr(usage_error(cat("async_completion_queue: ", replaced_message))));
+    return true;
+  }
+
   std::shared_ptr<scheduler> loop_;
+  // The CQ the loop waits on, kept: should its handle be moved out of queue() and
+  // destroyed, the channel and its descriptor stay until this is unwatched (a closed
+  // descriptor's number, reused by another CQ's channel, would be unregistered here).
+  shared_owner<cq_block<B>> watched_;
   completion_queue<B, P> cq_;
   fd_watch watch_;
+  bool replaced_reported_ = false;
   bool again_ = false;
   detail::mailbox<completion<B>> unawaited_;
   std::set<std::uint32_t> forgotten_;
@@ -161,7 +189,11 @@ class async_completion_queue {
   /// of queue pairs used directly, receives posted with post_recv), in polling order.
   auto next() const { return next_awaiter(core_ref_("next"), std::nullopt); }
   /// As next(), giving up after `timeout`: std::nullopt then.
-  auto next(std::chrono::steady_clock::duration timeout) const { return next_awaiter(core_ref_("next"), timeout); }
+  /// Any duration type: one past the steady clock's range (hours::max()) is no limit.
+  template <class Rep, class Period>
+  auto next(std::chrono::duration<Rep, Period> timeout) const {
+    return next_awaiter(core_ref_("next"), detail::steady_duration(timeout));
+  }
 
   /// The shared state async_queue_pair attaches to.
   const std::shared_ptr<detail::async_cq_core<B, P>>& core() const { return core_ref_("core"); }

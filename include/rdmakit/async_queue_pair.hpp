@@ -64,16 +64,25 @@ class async_qp_core {
   async_qp_core(std::shared_ptr<async_cq_core<B, PS>> scq, std::shared_ptr<async_cq_core<B, PR>> rcq,
                 queue_pair<B, T, S, State>&& qp)
       : loop_(scq->shared_loop()), scq_(scq), rcq_(rcq), qp_(std::move(qp)) {
+    scq->check_queue("async_queue_pair");
+    rcq->check_queue("async_queue_pair");
     auto& q = std::get<queue_pair<B, T, S, State>>(qp_);
     auto* link = policy_access::link(q);
     if (!link) throw_empty_argument("queue_pair", "async_queue_pair");
+    // Completions come to this object by wr_id, its own slot tokens: those of WRs posted
+    // before would be dropped, or taken for an awaiter's whose token they happen to match.
+    if (link->sq.held() != 0 || link->rq.held != 0)
+      throw usage_error(detail::cat("async_queue_pair: queue pair ", link->qp_num, " has ", link->sq.held(),
+                                    " send and ", link->rq.held,
+                                    " receive work requests outstanding, posted on it directly: their completions "
+                                    "would not reach you; make the async_queue_pair before posting (its "
+                                    "awaitables post), or poll those completions first"));
     if (link->send_cq != policy_access::block(scq->queue()) || link->recv_cq != policy_access::block(rcq->queue()))
       throw usage_error(detail::cat("async_queue_pair: queue pair ", link->qp_num,
                                     " was not created on these completion queues: create it on the async completion "
                                     "queues' queue() (send CQ first, then receive CQ)"));
     if (&scq->loop() != &rcq->loop())
       throw usage_error("async_queue_pair: the send and receive completion queues belong to different event loops");
-    wake_.bind([](void* self) noexcept { static_cast<async_qp_core*>(self)->wake_waiters_(); }, this);
     auto watch = [](async_qp_core& self, auto& qp) {
       self.qpn_ = policy_access::link(qp)->qp_num;
       self.scq_->remember_qp(self.qpn_);
@@ -192,7 +201,11 @@ class async_qp_core {
       free_.push_back(index);  // capacity reserved by acquire: no allocation
       if (w) w->complete(c);
     }
-    if (!credit_waiters_.empty()) loop_->post(wake_);
+    // The credits this completion gave back go to the WRs waiting for them now, in the
+    // poll (the accounting ran before this handler): queued on the loop, the retries ran
+    // after the coroutine this completion resumed, which posted the WRs it made next
+    // with those credits, ahead of older ones (a stream of SENDs arrived out of order).
+    if (!credit_waiters_.empty()) wake_waiters_();
   }
 
   void cancel_dropped_receives_() noexcept {
@@ -205,7 +218,7 @@ class async_qp_core {
     }
   }
 
-  // Posted on the loop, not called from the poll: the retries post WRs of their own.
+  // Retries in waiting order; one still without credits waits again, behind the rest.
   void wake_waiters_() noexcept {
     for (auto* w : std::exchange(credit_waiters_, {})) w->retry();
   }
@@ -216,7 +229,6 @@ class async_qp_core {
   std::vector<slot> slots_;
   std::vector<std::uint32_t> free_;
   std::vector<wr_waiter<B>*> credit_waiters_;
-  work_item wake_;
   void (*watch_)(async_qp_core&, init_qp&) = nullptr;  // routes a (new) INIT queue pair's completions here
   std::uint32_t qpn_ = 0;
   std::variant<init_qp, rts_qp> qp_;  // last: destroyed first, while the rest still stands
@@ -262,8 +274,10 @@ class wr_awaiter final : wr_waiter<B> {
   /// wr_outcome::timed_out; the WR itself may still complete on the device, unseen.
   /// `co_await qp.write(src, dst).within(100ms)`; on a wait kept in a variable,
   /// `co_await std::move(w).within(100ms)`.
-  wr_awaiter within(std::chrono::steady_clock::duration timeout) && noexcept {
-    timeout_ = timeout;
+  /// Any duration type: one past the steady clock's range (milliseconds::max()) is no limit.
+  template <class Rep, class Period>
+  wr_awaiter within(std::chrono::duration<Rep, Period> timeout) && noexcept {
+    timeout_ = detail::steady_duration(timeout);  // not an overflowing implicit conversion
     return std::move(*this);  // a prvalue: GCC 12 would copy an xvalue operand of co_await
   }
   /// True once the WR has its result (awaiting it then does not suspend).
@@ -271,6 +285,12 @@ class wr_awaiter final : wr_waiter<B> {
 
   bool await_ready() const noexcept { return result_.has_value(); }
   void await_suspend(std::coroutine_handle<> h) {
+    // Moved from (no result, no WR: nothing would resume it), or awaited by another
+    // coroutine already (which would lose its resumption).
+    if (state_ == state::done || suspended_)
+      throw usage_error("co_await on a work request: this awaitable was moved from or awaited already (a WR is "
+                        "awaited once, by one coroutine: co_await std::move(w), .within() and auto w2 = "
+                        "std::move(w) move it: await the one it moved to)");
     resume_.bind(h);
     suspended_ = true;
     if (timeout_) timer_.arm(*loop_, detail::deadline_after(*timeout_), timed_out_);

@@ -363,6 +363,11 @@ queue_pair<B, T, S, qp_state::rts> cm_bring_up(const shared_owner<cm_id_block<B>
   auto init = policy_access::adopt<queue_pair<B, T, S, qp_state::init>>(
       cm_make_parts<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, call));
   prepare(init);
+  // The hook gets the queue pair to post on, not to keep: taken, the connection would
+  // come up without it (and the handle taken would be an INIT one on a connected QP).
+  if (!init)
+    throw usage_error(cat(call, ": the prepare hook moved the queue pair out: post its receives there, and take the "
+                                "queue pair from the connection (qp()) once it is established"));
   handshake();
   blk->established = true;
   return policy_access::adopt<queue_pair<B, T, S, qp_state::rts>>(std::move(policy_access::parts(init)));
@@ -409,12 +414,14 @@ queue_pair<B, T, S, qp_state::init> cm_adopt_user_qp(queue_pair<B, T, S, qp_stat
                                                      const shared_owner<cm_id_block<B>>& blk, const char* call) {
   static_assert(T::connected, "the connection manager connects RC and UC queue pairs (UD: use address handles)");
   static_assert(!shares_receives<T>, "connection_manager: queue pairs on a shared receive queue are not supported yet");
-  auto mine = policy_access::adopt<queue_pair<B, T, S, qp_state::init>>(std::move(policy_access::parts(qp)));
-  auto& p = policy_access::parts(mine);
-  if (p.qp == typename B::qp{}) throw_empty("queue_pair", call);
-  if (p.cm)
+  // Checked before the queue pair is taken over: a refused one stays the caller's.
+  const auto& given = policy_access::parts(qp);
+  if (given.qp == typename B::qp{}) throw_empty("queue_pair", call);
+  if (given.cm)
     throw usage_error(cat(call, ": the queue pair already belongs to a connection manager id: pass a queue "
                                 "pair made with pd.create_qp (or its reset())"));
+  auto mine = policy_access::adopt<queue_pair<B, T, S, qp_state::init>>(std::move(policy_access::parts(qp)));
+  auto& p = policy_access::parts(mine);
   blk->user_qp = p.qp;
   p.cm = blk;
   return mine;
@@ -498,7 +505,11 @@ class cm_connection {
   /// Waits up to `timeout` for DISCONNECTED (the peer's disconnect, or the answer to
   /// this side's): true once it came. A peer's disconnect is answered at once (this
   /// side's QP goes to ERR too), as librdmacm applications do.
-  bool wait_disconnected(std::chrono::milliseconds timeout) {
+  /// Any duration type: one past the range of milliseconds (hours::max()) is no limit.
+  template <class Rep, class Period>
+  bool wait_disconnected(std::chrono::duration<Rep, Period> period) {
+    // Saturated, not converted implicitly: hours::max() overflowed to a negative timeout.
+    const auto timeout = detail::saturating_cast<std::chrono::milliseconds>(period);
     auto& b = id("wait_disconnected");
     if (b.disconnected) return true;
     const auto deadline = detail::deadline_after(timeout);
@@ -626,7 +637,8 @@ class cm_request {
   /// Rejects the request; the peer's cm_connect throws cm_error(rejected) with `reason`
   /// as its private_data().
   void reject(std::span<const std::byte> reason = {}) && {
-    if (reason.size() > cm_private_data_max)
+    // A REJ's limit, not an accept's (cm_private_data_max): a longer reason went out cut.
+    if (reason.size() > 148)
       throw usage_error(detail::cat("cm_request::reject: ", reason.size(),
                                     " bytes of private data, but a reject carries at most 148: send less"));
     auto blk = take_("reject");
@@ -686,7 +698,11 @@ class cm_listener {
   }
 
   /// The next connect request, waiting up to `timeout`; cm_error(timeout) if none came.
-  cm_request<B> next_request(std::chrono::milliseconds timeout) {
+  /// Any duration type: one past the range of milliseconds (hours::max()) is no limit.
+  template <class Rep, class Period>
+  cm_request<B> next_request(std::chrono::duration<Rep, Period> period) {
+    // Saturated, not converted implicitly: hours::max() overflowed to a negative timeout.
+    const auto timeout = detail::saturating_cast<std::chrono::milliseconds>(period);
     if (!id_) detail::throw_empty("cm_listener", "next_request");
     const auto deadline = detail::deadline_after(timeout);
     for (;;) {

@@ -94,7 +94,11 @@ class device_events {
   /// Throws usage_error on a moved-from object.
   auto next() const { return awaiter(core_ref_("next"), std::nullopt); }
   /// As next(), giving up after `timeout`: std::nullopt then.
-  auto next(std::chrono::steady_clock::duration timeout) const { return awaiter(core_ref_("next"), timeout); }
+  /// Any duration type: one past the steady clock's range (hours::max()) is no limit.
+  template <class Rep, class Period>
+  auto next(std::chrono::duration<Rep, Period> timeout) const {
+    return awaiter(core_ref_("next"), detail::steady_duration(timeout));
+  }
 
  private:
   using awaiter = detail::mailbox_awaiter<async_event, detail::device_events_core<B>>;

@@ -232,8 +232,11 @@ class event_loop {
   /// Spawned tasks that have not finished.
   std::size_t tasks() const noexcept { return roots_.size(); }
 
-  /// `co_await loop.sleep_for(d)`: resumes after `d` (on a later turn of this loop).
-  auto sleep_for(std::chrono::steady_clock::duration d) noexcept {
+  /// `co_await loop.sleep_for(d)`: resumes after `d` (on a later turn of this loop). Any
+  /// duration type: one past the steady clock's range (seconds::max()) sleeps for ever.
+  template <class Rep, class Period>
+  auto sleep_for(std::chrono::duration<Rep, Period> period) noexcept {
+    const auto d = detail::steady_duration(period);  // not an overflowing implicit conversion
     class awaiter {
      public:
       awaiter(detail::loop_core& core, std::chrono::steady_clock::duration d) noexcept : core_(core), d_(d) {}

@@ -30,6 +30,25 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::steady_clock::
   return timeout >= room ? time_point::max() : from + std::chrono::duration_cast<time_point::duration>(timeout);
 }
 
+/// `d` in the unit of `To`, saturated at its range: a timeout of hours::max() or
+/// milliseconds::max() ("no practical limit") is To::max(), where the plain conversion
+/// overflows (undefined behaviour that, in practice, comes out negative and expires at
+/// once). For timeouts taken as any duration and kept in one unit.
+template <class To, class Rep, class Period>
+constexpr To saturating_cast(std::chrono::duration<Rep, Period> d) noexcept {
+  using in = std::chrono::duration<Rep, Period>;
+  if constexpr (std::ratio_greater<Period, typename To::period>::value) {  // a coarser unit: converting multiplies
+    if (d >= std::chrono::duration_cast<in>(To::max())) return To::max();
+    if (d <= std::chrono::duration_cast<in>(To::min())) return To::min();
+  }
+  return std::chrono::duration_cast<To>(d);
+}
+/// saturating_cast to the steady clock's unit (the coroutine layer's timeouts).
+template <class Rep, class Period>
+constexpr std::chrono::steady_clock::duration steady_duration(std::chrono::duration<Rep, Period> d) noexcept {
+  return saturating_cast<std::chrono::steady_clock::duration>(d);
+}
+
 /// deadline_after(now, timeout).
 template <class Rep, class Period>
 std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, Period> timeout) noexcept {

@@ -5,6 +5,7 @@
 #include <rdmakit/config.hpp>
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/scheduler.hpp>
+#include <rdmakit/error.hpp>
 
 #include <coroutine>
 #include <deque>
@@ -71,10 +72,18 @@ class mailbox_awaiter final : mailbox<T>::waiter {
   }
 
   bool await_ready() {
+    // Moved from (`co_await std::move(n)` moves it into the frame): no source to read.
+    if (!source_)
+      throw usage_error("co_await next(): this awaitable was moved from or awaited already (co_await std::move(n) "
+                        "takes it): call next() again for the next value");
     got_ = source_->mailbox().take();
     return got_.has_value();
   }
   void await_suspend(std::coroutine_handle<> h) {
+    // One coroutine at a time: a second one would take the first one's resumption.
+    if (waiting_)
+      throw usage_error("co_await next(): this awaitable is awaited by another coroutine already: call next() "
+                        "in each coroutine");
     resume_.bind(h);
     timed_out_.bind([](void* self) noexcept { static_cast<mailbox_awaiter*>(self)->on_timeout_(); }, this);
     source_->mailbox().add(*this);

@@ -262,6 +262,37 @@ TEST_CASE("cm: a reject reaches the client with the server's private data") {
   server.get();
 }
 
+// reject() checked its reason against an accept's limit (196 bytes) while saying a
+// reject carries 148: a reason of 149 to 196 bytes went out cut to 148 on the mock
+// (and to rdma_reject, which refuses it, after the request had been taken).
+TEST_CASE("cm: a reject reason over 148 bytes is a usage_error; the request can still be answered") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] {
+    auto req = l.next_request(5s);
+    std::string refused;
+    try {
+      std::move(req).reject(std::vector<std::byte>(160, std::byte{'x'}));
+    } catch (const usage_error& e) {
+      refused = e.what();
+    }
+    const bool kept = static_cast<bool>(req);
+    std::move(req).reject(std::vector<std::byte>(148, std::byte{'y'}));  // the most a reject carries
+    return refused.find("148") != std::string::npos && kept;
+  });
+  try {
+    (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+    FAIL("connected despite the reject");
+  } catch (const cm_error& e) {
+    CHECK(e.code() == cm_errc::rejected);
+    REQUIRE(e.private_data().size() >= 148);
+    CHECK(e.private_data()[0] == std::byte{'y'});
+    CHECK(e.private_data()[147] == std::byte{'y'});
+  }
+  CHECK(server.get());
+}
+
 TEST_CASE("cm: a rejected connect: its QP went to ERR (librdmacm does), the receives of its prepare hook flush") {
   testbed tb;
   side cli(tb.open(1));
@@ -447,6 +478,24 @@ TEST_CASE("cm: an empty queue pair for a self-made connection is a usage_error")
   CHECK_THROWS_AS((void)cm_connect(std::move(empty), cm_address::parse(tb.ip(), next_port())), usage_error);
 }
 
+// A prepare hook that moved the queue pair out left the connection with an empty one
+// (established, on a QP the hook's caller held in an INIT-typed handle); handing that
+// queue pair to cm_connect then was refused only after taking it over, which destroyed it.
+TEST_CASE("cm: a prepare hook that takes the queue pair is a usage_error; the queue pair is not destroyed") {
+  testbed tb;
+  side cli(tb.open(1));
+  cm_options o;
+  o.timeout = 500ms;
+  queue_pair<B, rc> taken;
+  CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, cm_address::parse(tb.ip(), next_port()), {}, o,
+                                            [&](auto& qp) { taken = std::move(qp); }),
+                       doctest::Contains("prepare"), usage_error);
+  REQUIRE(taken);
+  CHECK_THROWS_WITH_AS((void)cm_connect(std::move(taken), cm_address::parse(tb.ip(), next_port()), {}, o),
+                       doctest::Contains("already belongs to a connection manager id"), usage_error);
+  CHECK(taken);  // refused before anything changed: still the caller's
+}
+
 TEST_CASE("cm: cm_address parses IPv4 and IPv6 (rping -a ::1)") {
   const auto v4 = cm_address::parse("10.0.0.1", 7);
   CHECK_FALSE(v4.is_ipv6);
@@ -559,6 +608,25 @@ TEST_CASE("cm: a disconnect is seen by both sides, and the queue pairs stop") {
   auto p = c.qp().write(cli.mr.local(0, 5), dst.sub(200, 5), 1);
   if (p) CHECK(wait_one(cli.cq).status != wc_status::success);
   CHECK(srv.buf[200] == 0);
+}
+
+// next_request and wait_disconnected took milliseconds: hours::max() ("wait for ever")
+// overflowed converting to them at the call, came out negative, and the wait ended at
+// once (a cm_error timeout; false).
+TEST_CASE("cm: next_request and wait_disconnected with a timeout past the clock's range wait") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] {
+    auto s = l.next_request(std::chrono::hours::max()).accept<rc>(srv.pd, srv.cq, caps);
+    const bool seen = s.wait_disconnected(std::chrono::hours::max());
+    return seen;
+  });
+  std::this_thread::sleep_for(20ms);  // the server waits first
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+  std::this_thread::sleep_for(20ms);
+  c.disconnect();
+  CHECK(server.get());
 }
 
 TEST_CASE("cm: destroying in any order is safe: listener first, connection before its moved-out queue pair") {

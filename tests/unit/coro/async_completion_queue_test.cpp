@@ -59,6 +59,84 @@ TEST_CASE("async_completion_queue: completions nobody awaits yet are kept, oldes
   loop.run(run());
 }
 
+// `co_await std::move(n)` moves the awaitable into the coroutine frame (GCC 12): a
+// second one, or one on a moved-from next(), dereferenced a null source and crashed.
+TEST_CASE("async_completion_queue: a next() awaited again after a move is refused with usage_error, not a crash") {
+  plain_pair p;
+  auto& [bed, loop, a, b, ma, mb, qa, qb] = p;
+  auto run = [&]() -> task<void> {
+    auto n = a.cq.next(1ms);
+    CHECK_FALSE(co_await std::move(n));
+    std::string why;
+    try {
+      (void)co_await std::move(n);
+    } catch (const usage_error& e) {
+      why = e.what();
+    }
+    CHECK(why.find("moved from or awaited") != std::string::npos);
+    auto first = a.cq.next(1ms);
+    auto second = std::move(first);
+    CHECK_THROWS_AS((void)co_await std::move(first), usage_error);
+    CHECK_FALSE(co_await std::move(second));  // the moved-to one still works
+  };
+  loop.run(run());
+}
+
+// queue() hands out the CQ itself. One assigned through it, or moved out of it, was no
+// longer the CQ the loop waited on: completions of queue pairs made on the new one never
+// woke a coroutine. And the moved-out one's descriptor, once closed, could be reused by
+// the next async CQ's channel, which the first one then unregistered as it went.
+TEST_CASE("async_completion_queue: a CQ replaced or moved out through queue() is a usage_error, not a silent hang") {
+  testbed bed;
+  event_loop loop;
+  side a(bed.open(0), loop), b(bed.open(1), loop);
+  SUBCASE("replaced") {
+    acq c(loop, a.dev.create_cq<event_driven<>>(64));
+    c.queue() = a.dev.create_cq<event_driven<>>(128);
+    CHECK_THROWS_WITH_AS(async_queue_pair(c, a.pd.create_qp<rc>(c.queue(), qp_cap{4, 4})),
+                         doctest::Contains("queue()"), usage_error);
+    auto wait = [&]() -> task<void> { (void)co_await c.next(50ms); };
+    CHECK_THROWS_WITH_AS(loop.run(wait()), doctest::Contains("queue()"), usage_error);
+  }
+  SUBCASE("moved out and destroyed, then another async CQ made") {
+    std::optional<acq> first(std::in_place, loop, a.dev.create_cq<event_driven<>>(64));
+    { auto taken = std::move(first->queue()); }
+    acq second(loop, a.dev.create_cq<event_driven<>>(64));  // (took the freed descriptor number)
+    first.reset();
+    auto ma = a.pd.allocate<rw>(256);
+    auto mb = b.pd.allocate<rw>(256);
+    auto ia = a.pd.create_qp<rc>(second.queue(), qp_cap{4, 4});
+    auto ib = b.pd.create_qp<rc>(b.cq.queue(), qp_cap{4, 4});
+    const endpoint ea = ia.local_endpoint(), eb = ib.local_endpoint();
+    auto qa = std::move(ia).connect(eb);
+    auto qb = std::move(ib).connect(ea);
+    auto run = [&]() -> task<void> {
+      REQUIRE(qa.write(ma.local(0, 8), mb.remote().sub(0, 8), 5).ok());
+      std::optional<completion<B>> c = co_await second.next(2s);
+      REQUIRE(c);
+      CHECK(c->wr_id() == 5);
+    };
+    loop.run(run());
+  }
+}
+
+// next(hours::max()) overflowed converting to steady_clock::duration: nullopt at once.
+TEST_CASE("async_completion_queue: next() with a timeout past the clock's range waits for the completion") {
+  plain_pair p;
+  auto& [bed, loop, a, b, ma, mb, qa, qb] = p;
+  auto later = [&]() -> task<void> {
+    co_await loop.sleep_for(20ms);
+    REQUIRE(qa.write(ma.local(0, 8), mb.remote().sub(0, 8), 9).ok());
+  };
+  auto run = [&]() -> task<void> {
+    std::optional<completion<B>> c = co_await a.cq.next(std::chrono::hours::max());
+    REQUIRE(c);
+    CHECK(c->wr_id() == 9);
+  };
+  loop.spawn(later());
+  loop.run(run());
+}
+
 TEST_CASE("async_completion_queue: simulated latency and retries (the mock's clock) advance without a busy wait") {
   mock::fabric_config cfg;
   cfg.latency = std::chrono::microseconds(50);

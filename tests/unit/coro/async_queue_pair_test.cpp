@@ -73,6 +73,49 @@ TEST_CASE("async_queue_pair: WRs beyond the send queue's credits wait for them a
   CHECK(c.x().qp().send_credits() == 4);
 }
 
+// The retries of WRs waiting for credits were queued on the loop behind the coroutine
+// their completion resumed, which then posted WRs it made afterwards with the credits
+// they were waiting for: the peer received 0 1 2 3 8 9 4 5 6 7.
+TEST_CASE("async_queue_pair: WRs made after others that wait for credits are posted after them") {
+  testbed bed;
+  event_loop loop;
+  side a(bed.open(0), loop), b(bed.open(1), loop);
+  async_queue_pair<B, rc> ia(a.cq, a.pd.create_qp<rc>(a.cq.queue(), qp_cap{4, 4}));  // 4 send credits
+  async_queue_pair<B, rc> ib(b.cq, b.pd.create_qp<rc>(b.cq.queue(), qp_cap{16, 16}));
+  const endpoint ea = ia.local_endpoint(), eb = ib.local_endpoint();
+  auto x = std::move(ia).connect(eb);
+  auto y = std::move(ib).connect(ea);
+  auto ma = a.pd.allocate<rw>(4096);
+  auto mb = b.pd.allocate<rw>(4096);
+  using recv_wait = decltype(y.recv(mb.local(0, 64)));
+  std::vector<recv_wait> receives;
+  for (std::uint32_t i = 0; i < 10; ++i) receives.push_back(y.recv(mb.local(64 * i, 64)));
+  std::vector<int> order;
+  auto receiver = [&]() -> task<void> {
+    for (std::uint32_t i = 0; i < 10; ++i) {
+      wr_result<B> r = co_await std::move(receives[i]).within(5s);
+      int v = -1;
+      if (r.ok()) std::memcpy(&v, mb.data() + 64 * i, sizeof v);
+      order.push_back(v);
+    }
+  };
+  auto sender = [&]() -> task<void> {
+    for (int i = 0; i < 10; ++i) std::memcpy(ma.data() + 8 * i, &i, sizeof i);
+    using send_wait = decltype(x.send(ma.local(0, 4)));
+    std::vector<send_wait> sends;
+    sends.reserve(10);
+    for (std::uint32_t i = 0; i < 8; ++i) sends.push_back(x.send(ma.local(8 * i, 4)));  // 4 wait for credits
+    CHECK((co_await std::move(sends[0])).ok());
+    sends.push_back(x.send(ma.local(64, 4)));  // made after the 4 waiting ones
+    sends.push_back(x.send(ma.local(72, 4)));
+    for (std::size_t i = 1; i < sends.size(); ++i) CHECK((co_await std::move(sends[i])).ok());
+  };
+  loop.spawn(receiver());
+  loop.run(sender());
+  loop.run();
+  CHECK(order == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+}
+
 TEST_CASE("async_queue_pair: a queue pair that goes to ERR resumes every awaiting coroutine with its flush status") {
   rig<> r;
   auto& [bed, loop, c, ma, mb] = r;
@@ -139,6 +182,24 @@ TEST_CASE("async_queue_pair: within(timeout) ends the wait; the queue pair keeps
 // timeout handler ran after the completion had queued the resumption, resumed the
 // coroutine itself and left that resumption queued, so the coroutine was resumed a
 // second time later, in whatever it awaited next (here it cut the sleep short).
+// within(milliseconds::max()), "no practical limit", overflowed converting to
+// steady_clock::duration and timed out at once.
+TEST_CASE("async_queue_pair: within() a duration past the clock's range waits for the completion") {
+  rig<> r;
+  auto& [bed, loop, c, ma, mb] = r;
+  auto later = [&]() -> task<void> {
+    co_await loop.sleep_for(20ms);
+    CHECK((co_await c.x().send(ma.local(0, 8))).ok());
+  };
+  auto run = [&]() -> task<void> {
+    wr_result<B> got = co_await c.y().recv(mb.local(0, 64)).within(std::chrono::milliseconds::max());
+    CHECK(got.ok());
+  };
+  loop.spawn(later());
+  loop.run(run());
+  loop.run();
+}
+
 TEST_CASE("async_queue_pair: a completion and its deadline in one turn resume the coroutine once") {
   rig<> r;
   auto& [bed, loop, c, ma, mb] = r;
@@ -167,6 +228,31 @@ TEST_CASE("async_queue_pair: an awaiter dropped without being awaited does not l
   CHECK(c.x().qp().send_credits() == 16);
 }
 
+// A WR's awaitable that was moved from (by `auto w2 = std::move(w)`, by `.within()`,
+// or by GCC 12 moving a co_await operand into the frame) had no queue pair and no
+// result: awaiting it suspended the coroutine for ever.
+TEST_CASE("async_queue_pair: awaiting a WR's moved-from awaitable is refused with usage_error, not a hang") {
+  rig<> r;
+  auto& [bed, loop, c, ma, mb] = r;
+  auto run = [&]() -> task<void> {
+    auto w = c.y().recv(mb.local(0, 64));
+    auto moved = std::move(w);
+    std::string why;
+    try {
+      (void)co_await std::move(w);
+    } catch (const usage_error& e) {
+      why = e.what();
+    }
+    CHECK(why.find("moved from or awaited") != std::string::npos);
+    auto timed = c.y().recv(mb.local(64, 64));
+    CHECK((co_await std::move(timed).within(1ms)).outcome() == wr_outcome::timed_out);
+    CHECK_THROWS_AS((void)co_await timed, usage_error);  // within() moved it
+    CHECK((co_await c.x().send(ma.local(0, 8))).ok());
+    CHECK((co_await std::move(moved).within(5s)).ok());  // the moved-to one got the message
+  };
+  loop.run(run());
+}
+
 TEST_CASE("async_queue_pair: refuses a queue pair made on other completion queues") {
   testbed bed;
   event_loop loop;
@@ -175,6 +261,21 @@ TEST_CASE("async_queue_pair: refuses a queue pair made on other completion queue
   acq other(loop, a.dev.create_cq<event_driven<>>(64));
   CHECK_THROWS_WITH_AS(async_queue_pair(other, a.pd.create_qp<rc>(plain, qp_cap{4, 4})),
                        doctest::Contains("was not created on these completion queues"), usage_error);
+}
+
+// A queue pair with receives posted on it directly was taken on: their completions came
+// to the async queue pair with wr_ids that were not its tokens, and were dropped (a
+// message vanished), or, when a wr_id matched a token, resumed that awaiter with the
+// other receive's completion (and buffer).
+TEST_CASE("async_queue_pair: refuses a queue pair with work requests posted on it directly") {
+  testbed bed;
+  event_loop loop;
+  side a(bed.open(0), loop);
+  auto m = a.pd.allocate<rw>(256);
+  auto qp = a.pd.create_qp<rc>(a.cq.queue(), qp_cap{4, 4});
+  REQUIRE(qp.post_recv(m.local(0, 64), std::uint64_t{1} << 32).ok());
+  CHECK_THROWS_WITH_AS(async_queue_pair(a.cq, std::move(qp)), doctest::Contains("posted on it directly"),
+                       usage_error);
 }
 
 TEST_CASE("async_queue_pair: UD datagrams awaited on both sides") {

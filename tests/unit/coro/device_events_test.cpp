@@ -22,6 +22,25 @@ TEST_CASE("device_events: a port going down and up is awaited on the loop") {
   loop.run(run());
 }
 
+// next(hours::max()) overflowed converting to steady_clock::duration: nullopt at once.
+TEST_CASE("device_events: next() with a timeout past the clock's range waits for the event") {
+  mock::fabric fab;
+  event_loop loop;
+  side a(fab, "mock0", loop);
+  device_events<B> events(loop, a.dev);
+  auto later = [&]() -> task<void> {
+    co_await loop.sleep_for(20ms);
+    fab.set_port_up("mock0", 1, false);
+  };
+  auto run = [&]() -> task<void> {
+    std::optional<async_event> ev = co_await events.next(std::chrono::hours::max());
+    REQUIRE(ev);
+    CHECK(ev->type == async_event_type::port_err);
+  };
+  loop.spawn(later());
+  loop.run(run());
+}
+
 TEST_CASE("device_events: keeps the device open; events outlive no one") {
   mock::fabric fab;
   event_loop loop;
@@ -71,6 +90,27 @@ TEST_CASE("device_events: a moved-from one throws usage_error") {
   device_events<B> moved = std::move(events);
   CHECK_THROWS_WITH_AS((void)events.next(), doctest::Contains("device_events::next(): this"), usage_error);
   CHECK_THROWS_AS((void)events.next(1ms), usage_error);
+}
+
+// The awaitable of next() shares its code with async_completion_queue::next(): awaited
+// again after `co_await std::move(n)` took it, it dereferenced a null source.
+TEST_CASE("device_events: a next() awaited again after a move is refused with usage_error, not a crash") {
+  mock::fabric fab;
+  event_loop loop;
+  device<B> dev(fab, "mock0");
+  device_events<B> events(loop, dev);
+  auto run = [&]() -> task<void> {
+    auto n = events.next(1ms);
+    CHECK_FALSE(co_await std::move(n));
+    bool refused = false;
+    try {
+      (void)co_await std::move(n);
+    } catch (const usage_error&) {
+      refused = true;
+    }
+    CHECK(refused);
+  };
+  loop.run(run());
 }
 
 // A second reader of one device's events used to be taken on: on the same loop epoll

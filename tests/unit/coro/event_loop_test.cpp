@@ -21,6 +21,22 @@ TEST_CASE("event_loop: timers resume in deadline order, and run() ends when ever
   CHECK(order == std::vector<int>{1, 2, 3});
 }
 
+// sleep_for took a steady_clock::duration: seconds::max() overflowed converting to it (at
+// the caller's, undefined behaviour), came out negative, and the sleep ended at once.
+TEST_CASE("event_loop: sleep_for a duration past the clock's range sleeps, not returns at once") {
+  event_loop loop;
+  bool woke = false;
+  auto sleeper = [&]() -> task<void> {
+    co_await loop.sleep_for(std::chrono::seconds::max());
+    woke = true;
+  };
+  loop.spawn(sleeper());
+  auto watch = [&]() -> task<void> { co_await loop.sleep_for(20ms); };
+  loop.run(watch());
+  CHECK_FALSE(woke);
+  CHECK(loop.tasks() == 1);  // still asleep: the loop destroys it
+}
+
 TEST_CASE("event_loop: a task that throws stops run(), which can be called again for the rest") {
   event_loop loop;
   bool other_done = false;
