@@ -638,9 +638,10 @@ class cm_request {
   /// as its private_data().
   void reject(std::span<const std::byte> reason = {}) && {
     // A REJ's limit, not an accept's (cm_private_data_max): a longer reason went out cut.
-    if (reason.size() > 148)
+    if (reason.size() > cm_reject_data_max)
       throw usage_error(detail::cat("cm_request::reject: ", reason.size(),
-                                    " bytes of private data, but a reject carries at most 148: send less"));
+                                    " bytes of private data, but a reject carries at most ", cm_reject_data_max,
+                                    ": send less"));
     auto blk = take_("reject");
     if (int e = B::cm_reject(blk->id, reason.empty() ? nullptr : reason.data(), static_cast<std::uint8_t>(reason.size())))
       throw verbs_error("rdma_reject", e, "rejecting a connect request");
