@@ -68,7 +68,7 @@ class prepared_send {
                 std::uint32_t inline_limit) noexcept
       : wr_id_(wr_id),
         wanted_(has_any(flags, send_flags::signaled)),
-        quiet_above_(wanted_ ? std::numeric_limits<std::int64_t>::max() : 1) {
+        quiet_above_(wanted_ ? flags_unknown : 1) {
     detail::send_desc<B> d{};
     d.wr_id = wr_id;
     d.op = Op::code;
@@ -89,13 +89,14 @@ class prepared_send {
   typename B::send_wr wr_;
   typename B::sge sges_[Sges];
   std::uint64_t wr_id_;
-  // The flags of every post, without signaled. Unless SignalEach, the WR holds these
-  // between posts: an unsignaled post writes none, a signaled one puts them back.
-  send_flags base_ = send_flags::none;
+  send_flags base_ = send_flags::none;  // the flags of every post, without signaled
   bool wanted_;                          // send_flags::signaled was asked: every post is signaled
-  // signal_manual posts it unsignaled, with no other test, while more free slots than
-  // this are left: 1 (the last free slot is signaled), or none when a signal was asked.
+  // signal_manual posts it with no other test and no flag written while more free slots
+  // than this are left: 1 (the last free slot is signaled) while the WR holds base_,
+  // none (flags_unknown) when a signal was asked or a post of another queue pair may
+  // have left it signaled (queue_pair::post).
   std::int64_t quiet_above_;
+  static constexpr std::int64_t flags_unknown = std::numeric_limits<std::int64_t>::max();
 };
 
 RDMAKIT_END_NAMESPACE

@@ -381,11 +381,12 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(prepared_send<B, T, Sges, SignalEach>& w) noexcept {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     auto& l = *parts_.link;  // the closed link when empty: admits nothing
-    if constexpr (std::is_same_v<S, signal_manual> && !SignalEach) {
+    constexpr bool manual = std::is_same_v<S, signal_manual>;
+    if constexpr (manual && !SignalEach) {
       // One signed compare tells the usual post (a free slot that is not the last, no
       // signal asked) from a full or closed queue, the last slot and an asked signal,
-      // which the path below sorts out: 3 instructions fewer than its two tests.
-      // The WR rests unsignaled (prepared_send), so this post writes no flag.
+      // which the path below sorts out: 3 instructions fewer than its two tests. It
+      // writes no flag: the threshold is 1 only while the WR rests unsignaled.
       if (RDMAKIT_LIKELY(l.sq.free_slots() > w.quiet_above_)) {
         l.sq.template commit<S>(false);
         return post_prepared_(l, w.wr_);
@@ -400,19 +401,24 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     // Built signaled for a policy that signals every WR, it is posted as it is. Under
     // signal_every<N>, one branch on the decision (a WR in N is signaled): computed
     // branch-free, the flags cost GCC 3 more instructions per post (and the branch
-    // costs signal_manual 1 more).
-    // A WR that is not SignalEach rests unsignaled between posts (prepared_send): an
-    // unsignaled post writes no flag, a signaled one puts the flags back after its call.
+    // costs signal_manual 1 more). A post that leaves the WR signaled lifts the
+    // threshold of signal_manual's one compare (prepared_send::quiet_above_), which
+    // signal_manual's unsignaled post lowers again.
     if constexpr (!SignalEach) {
       if constexpr (!detail::branch_on_signal<S>) {
         B::set_send_flags(w.wr_, w.base_ | signaled_if_(sig));
+        w.quiet_above_ = w.flags_unknown;
         l.sq.template commit<S>(sig);  // before the call, undone if the device refuses
-        return post_prepared_(l, w.wr_, w.base_);
       } else if (RDMAKIT_UNLIKELY(sig)) {
         B::set_send_flags(w.wr_, w.base_ | send_flags::signaled);
         l.sq.template commit<S>(true, w.wanted_);  // before the call, undone if the device refuses
-        return post_prepared_(l, w.wr_, w.base_);
+        // signal_manual puts the unsignaled flags back after the call (whatever the
+        // device said), so its next post takes the one compare.
+        if constexpr (manual) return post_prepared_(l, w.wr_, w.base_);
+        w.quiet_above_ = w.flags_unknown;
       } else {
+        B::set_send_flags(w.wr_, w.base_);
+        if constexpr (manual) w.quiet_above_ = 1;  // (an unsignaled post: no signal was asked)
         l.sq.template commit<S>(false);
       }
     } else {
