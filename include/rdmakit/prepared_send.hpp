@@ -6,10 +6,9 @@
 ///
 /// A bandwidth or latency loop posts the same WR over and over. `queue_pair::post(op,
 /// wr_id)` builds it anew each time (the SGE, the opcode fields, the inline decision);
-/// a prepared send is built by `prepare` and a `post(w)` writes the WR only when the
-/// signaling policy signals that post (and puts its flags back after the call). The
-/// credits, the signaling policy and the refusals are the queue pair's, exactly as for
-/// `post(op, wr_id)`.
+/// a prepared send is built by `prepare` and a `post(w)` writes only its send flags (under
+/// signal_manual, only when that post is signaled). The credits, the signaling policy and
+/// the refusals are the queue pair's, exactly as for `post(op, wr_id)`.
 ///
 /// The inline decision is taken at prepare time against the preparing queue pair's
 /// max_inline_data. Posting the WR on another queue pair of the same type is allowed;
