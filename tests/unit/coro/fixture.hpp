@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <string>
 #include <utility>
 
 namespace coro_test {
@@ -90,5 +91,16 @@ struct rig {
   connected<T, S> c;
   memory_region<B, rw> ma, mb;
 };
+
+/// The usage_error message of `co_await std::move(a)`; empty when it throws none.
+template <class Awaitable>
+task<std::string> usage_error_of_await(Awaitable& a) {
+  try {
+    (void)co_await std::move(a);
+  } catch (const usage_error& e) {
+    co_return e.what();
+  }
+  co_return std::string{};
+}
 
 }  // namespace coro_test
