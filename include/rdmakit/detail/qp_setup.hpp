@@ -299,9 +299,8 @@ std::string no_room_for_replacement(const qp_parts<B>& p, const char* call) {
                " entries are promised to the attached queue pairs (the new one takes over this one's), ",
                c.flushing, " to completions of queue pairs replaced or destroyed before; poll the CQ (a "
                "completion polled gives its entry back; receives still posted complete only once the queue pair is "
-               "in ERR), create the CQ "
-               "with at least ", need, " entries, or destroy this queue pair (its WRs are dropped without "
-               "completions) and create a new one");
+               "in ERR), create the CQ with at least ", need, " entries, or destroy this queue pair (its WRs are "
+               "dropped; its room comes back once a poll finds the CQ empty) and create a new one");
   };
   if (l.send_cq == l.recv_cq) return check("", *l.send_cq, sends, recvs);
   if (auto why = check("send ", *l.send_cq, sends, 0); !why.empty()) return why;
