@@ -4,7 +4,10 @@
 /// caps)` (transport `on_srq<rc>`, RC, UC or UD) take every receive from it, in the
 /// order they were posted, and each completion names the queue pair the message arrived
 /// on. Such a queue pair has no post_recv (it does not compile); its receive CQ reserves
-/// the SRQ's max_wr once, however many of the SRQ's queue pairs complete there.
+/// the SRQ's max_wr once, however many of the SRQ's queue pairs complete there. That
+/// bounds the CQ's receive completions only if receives are posted again after polling
+/// (rxe frees an SRQ slot when a message takes it, not when its completion is polled:
+/// docs/ownership-and-threads.md, "Starting over").
 ///
 /// The SRQ keeps its protection domain alive and every queue pair on it keeps the SRQ
 /// alive, so destroying the handle first never frees it under them. Posting is noexcept,
