@@ -61,6 +61,9 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
 
   ::asio::io_context& io() noexcept { return io_; }
 
+  /// The asio_context's tasks (kept here: the context may go while they run).
+  task_roots roots;
+
   void post(work_item& w) noexcept override {
     ready_.push_back(w);
     schedule_drain_();
@@ -132,7 +135,7 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     drain_posted_ = false;
     work_list now;
     ready_.move_all_to(now);
-    while (work_item* w = now.pop_front()) w->run();
+    roots.run(now);
     kick_progress_();
   }
 
@@ -224,15 +227,15 @@ class asio_root {
   class promise_type {
    public:
     template <class Ctx, class... Args>
-    promise_type(Ctx& ctx, Args&...) : roots_(ctx.roots_), sched_(*ctx.sched_) {
+    promise_type(Ctx& ctx, Args&...) : sched_(*ctx.sched_) {
       auto h = std::coroutine_handle<promise_type>::from_promise(*this);
       start_.bind(h);
-      roots_.push_back(h);
+      sched_.roots.add(h);
       sched_.task_started();
       sched_.post(start_);
     }
     ~promise_type() {
-      std::erase(roots_, std::coroutine_handle<promise_type>::from_promise(*this));
+      sched_.roots.remove(std::coroutine_handle<promise_type>::from_promise(*this));
       sched_.task_finished();
     }
     asio_root get_return_object() noexcept { return {}; }
@@ -242,8 +245,7 @@ class asio_root {
     void unhandled_exception() noexcept { sched_.fail(std::current_exception()); }
 
    private:
-    std::vector<std::coroutine_handle<>>& roots_;
-    asio_scheduler& sched_;
+    asio_scheduler& sched_;  // not the asio_context: a task may destroy it
     work_item start_;
   };
 };
@@ -252,8 +254,8 @@ class asio_root {
 
 /// rdmakit's scheduler on an asio::io_context: make async completion queues, queue
 /// pairs and device events on it as on an event_loop. Destroying it destroys the tasks
-/// asio_spawn started that have not finished (so not from inside one of them: its frame
-/// would go while it runs).
+/// asio_spawn started that have not finished (their completion handlers are not called);
+/// from inside one of them, that task runs on until it waits or finishes first.
 class asio_context {
  public:
   /// Runs rdmakit's coroutines on `io` (which must outlive this context and the async
@@ -261,14 +263,12 @@ class asio_context {
   explicit asio_context(::asio::io_context& io) : sched_(std::make_shared<detail::asio_scheduler>(io)) {}
   asio_context(const asio_context&) = delete;
   asio_context& operator=(const asio_context&) = delete;
-  ~asio_context() {
-    for (auto h : std::vector<std::coroutine_handle<>>(roots_)) h.destroy();
-  }
+  ~asio_context() { sched_->roots.abandon(); }
 
   /// The io_context it runs on.
   ::asio::io_context& io() const noexcept { return sched_->io(); }
   /// Tasks started with asio_spawn that have not finished.
-  std::size_t tasks() const noexcept { return roots_.size(); }
+  std::size_t tasks() const noexcept { return sched_->roots.size(); }
   /// The scheduler async objects register with.
   std::shared_ptr<detail::scheduler> core() const noexcept { return sched_; }
 
@@ -279,6 +279,7 @@ class asio_context {
 
   template <class T, class Handler>
   static detail::asio_root drive_(asio_context& ctx, task<T> t, Handler handler) {
+    ::asio::io_context& io = ctx.io();  // read before t runs: t may destroy ctx
     std::exception_ptr error;
     std::optional<std::conditional_t<std::is_void_v<T>, char, T>> value;
     try {
@@ -292,7 +293,7 @@ class asio_context {
       error = std::current_exception();
     }
     // The handler's own executor (use_awaitable: its coroutine's), else the io_context.
-    auto ex = ::asio::get_associated_executor(handler, ctx.io().get_executor());
+    auto ex = ::asio::get_associated_executor(handler, io.get_executor());
     if constexpr (std::is_void_v<T>) {
       ::asio::post(ex, [h = std::move(handler), error]() mutable { std::move(h)(error); });
     } else {
@@ -303,7 +304,6 @@ class asio_context {
   }
 
   std::shared_ptr<detail::asio_scheduler> sched_;
-  std::vector<std::coroutine_handle<>> roots_;
 };
 
 /// Starts `t` on `ctx`'s io_context and completes `token` with (std::exception_ptr, T)

@@ -52,6 +52,9 @@ class loop_core final : public scheduler {
   /// Queues `w` to run on the loop's next turn.
   void post(work_item& w) noexcept override { ready_.push_back(w); }
 
+  /// The event_loop's spawned tasks (kept here: the loop may go while they run).
+  task_roots roots;
+
   /// Starts waiting on `w.fd`; throws verbs_error when epoll refuses it.
   void watch(fd_watch& w) override {
     epoll_event ev{};
@@ -79,7 +82,7 @@ class loop_core final : public scheduler {
     rethrow_();
     work_list now;
     ready_.move_all_to(now);
-    while (work_item* w = now.pop_front()) w->run();
+    roots.run(now);
     rethrow_();
   }
 
@@ -164,7 +167,7 @@ class root_task {
  public:
   class promise_type {
    public:
-    promise_type(event_loop& loop, task<void>&) noexcept;
+    promise_type(event_loop& loop, task<void>&);
     ~promise_type();
     root_task get_return_object() noexcept { return {}; }
     std::suspend_always initial_suspend() noexcept { return {}; }
@@ -173,7 +176,7 @@ class root_task {
     void unhandled_exception() noexcept;
 
    private:
-    event_loop& loop_;
+    loop_core& core_;  // not the event_loop: a task may destroy it
     work_item start_;
   };
 };
@@ -185,10 +188,10 @@ class event_loop {
   event_loop() : core_(std::make_shared<detail::loop_core>()) {}
   event_loop(const event_loop&) = delete;
   event_loop& operator=(const event_loop&) = delete;
-  /// Destroys the tasks that have not finished (their awaiters unhook themselves).
-  ~event_loop() {
-    for (auto h : std::vector<std::coroutine_handle<>>(roots_)) h.destroy();
-  }
+  /// Destroys the tasks that have not finished (their awaiters unhook themselves). From
+  /// inside one of them, that task runs on until it waits or finishes, then they all go
+  /// and run() throws usage_error.
+  ~event_loop() { core_->roots.abandon(); }
 
   /// Starts `t` on the loop's next turn. The loop owns it until it finishes; an
   /// exception escaping it is rethrown by run().
@@ -200,7 +203,7 @@ class event_loop {
   /// Runs until every spawned task has finished. Rethrows the first exception that
   /// escaped a task (the others keep their state: run() may be called again).
   void run() {
-    run_until_([this] { return roots_.empty(); });
+    run_until_([core = core_.get()] { return core->roots.empty(); });
   }
 
   /// Spawns `t` and runs until it has finished (other tasks run meanwhile and may still
@@ -213,11 +216,11 @@ class event_loop {
     if constexpr (std::is_void_v<T>) {
       auto finished = std::make_shared<bool>(false);
       spawn(finish_(std::move(t), finished));
-      run_until_([&] { return *finished; });
+      run_until_([&] { return *finished; }, true);
     } else {
       auto out = std::make_shared<std::optional<T>>();
       spawn(capture_(std::move(t), out));
-      run_until_([&] { return out->has_value(); });
+      run_until_([&] { return out->has_value(); }, true);
       return std::move(**out);
     }
   }
@@ -225,12 +228,14 @@ class event_loop {
   /// Runs one turn without sleeping: what is ready, what descriptors have (for loops
   /// that interleave the loop with their own polling).
   void poll() {
-    core_->run_ready();
-    core_->wait(false);
+    const auto core = core_;  // a task may destroy this loop
+    core->run_ready();
+    if (core->roots.abandoned()) throw_abandoned_();
+    core->wait(false);
   }
 
   /// Spawned tasks that have not finished.
-  std::size_t tasks() const noexcept { return roots_.size(); }
+  std::size_t tasks() const noexcept { return core_->roots.size(); }
 
   /// `co_await loop.sleep_for(d)`: resumes after `d` (on a later turn of this loop). Any
   /// duration type: one past the steady clock's range (seconds::max()) sleeps for ever.
@@ -262,13 +267,25 @@ class event_loop {
  private:
   friend class detail::root_task::promise_type;
 
+  // `done` reads nothing of this loop: a task may destroy it. Then run(t) returns what t
+  // made, if it finished; anything else throws.
   template <class Done>
-  void run_until_(Done done) {
+  void run_until_(Done done, bool awaits_one_task = false) {
+    const auto core = core_;
     for (;;) {
-      core_->run_ready();
+      core->run_ready();
+      if (RDMAKIT_UNLIKELY(core->roots.abandoned())) {
+        if (awaits_one_task && done()) return;
+        throw_abandoned_();
+      }
       if (done()) return;
-      core_->wait(true);
+      core->wait(true);
     }
+  }
+  [[noreturn]] static void throw_abandoned_() {
+    throw usage_error(
+        "event_loop: destroyed by one of its own tasks while it ran: that task ran on until it waited or "
+        "finished, then every unfinished task was destroyed; destroy the loop after run() returns");
   }
 
   static detail::root_task drive_(event_loop&, task<void> t) { co_await std::move(t); }
@@ -282,18 +299,19 @@ class event_loop {
   }
 
   std::shared_ptr<detail::loop_core> core_;
-  std::vector<std::coroutine_handle<>> roots_;
 };
 
 namespace detail {
-inline root_task::promise_type::promise_type(event_loop& loop, task<void>&) noexcept : loop_(loop) {
+inline root_task::promise_type::promise_type(event_loop& loop, task<void>&) : core_(*loop.core_) {
   auto h = std::coroutine_handle<promise_type>::from_promise(*this);
   start_.bind(h);
-  loop_.roots_.push_back(h);
-  loop_.core_->post(start_);
+  core_.roots.add(h);
+  core_.post(start_);
 }
-inline root_task::promise_type::~promise_type() { std::erase(loop_.roots_, std::coroutine_handle<promise_type>::from_promise(*this)); }
-inline void root_task::promise_type::unhandled_exception() noexcept { loop_.core_->fail(std::current_exception()); }
+inline root_task::promise_type::~promise_type() {
+  core_.roots.remove(std::coroutine_handle<promise_type>::from_promise(*this));
+}
+inline void root_task::promise_type::unhandled_exception() noexcept { core_.fail(std::current_exception()); }
 }  // namespace detail
 
 RDMAKIT_END_NAMESPACE

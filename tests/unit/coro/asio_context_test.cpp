@@ -98,3 +98,43 @@ TEST_CASE("asio_context: a plain callback as the completion token; destroying th
   io.restart();
   io.run();  // nothing left that refers to the destroyed context
 }
+
+// Destroying the context destroyed every task at once, the one running the destructor
+// too: its frame went while it ran, and its driver read the dead context (ASan).
+TEST_CASE("asio_context: destroyed from inside one of its tasks, that task runs on until it waits or finishes") {
+  mock::fabric fab;
+  ::asio::io_context io;
+  auto rdma = std::make_unique<asio_context>(io);
+  asio_pair p(fab, *rdma);
+  auto lb = p.pb.allocate<rw>(4096);
+  // Waits for a receive nobody sends: destroyed with the context.
+  bool waiter_done = false;
+  auto waits = [](rts_qp<>& qp, memory_region<B, rw>& m) -> task<void> { (void)co_await qp.recv(m.local(0, 8)); };
+  asio_spawn(*rdma, waits(p.qa.second, lb), [&](std::exception_ptr) { waiter_done = true; });
+  bool went_on = false;
+  int result = 0;
+  SUBCASE("the task finishes: its handler gets its value") {
+    auto killer = [&]() -> task<int> {
+      rdma.reset();
+      went_on = true;
+      co_return 5;
+    };
+    asio_spawn(*rdma, killer(), [&](std::exception_ptr e, int v) { result = e ? -1 : v; });
+    io.run();
+    CHECK(result == 5);
+  }
+  SUBCASE("the task waits again: it is destroyed then, its handler not called") {
+    auto killer = [&](rts_qp<>& qp, memory_region<B, rw>& m) -> task<int> {
+      rdma.reset();
+      went_on = true;
+      (void)co_await qp.recv(m.local(64, 8));
+      co_return 5;
+    };
+    asio_spawn(*rdma, killer(p.qa.first, lb), [&](std::exception_ptr e, int v) { result = e ? -1 : v; });
+    io.run();
+    CHECK(result == 0);
+  }
+  CHECK(went_on);
+  CHECK_FALSE(rdma);
+  CHECK_FALSE(waiter_done);
+}

@@ -126,3 +126,62 @@ TEST_CASE("event_loop: run(t) that rethrows another task's exception leaves t ru
   CHECK(loop.run(slow()).v == 7);
   CHECK(counted::live == 0);
 }
+
+// Destroying the loop destroyed every task at once, the one running the destructor too:
+// its frame went while it ran (ASan: heap-use-after-free), and run() read the dead loop.
+TEST_CASE("event_loop: destroyed from inside one of its tasks, it lets that task run on, then run() says so") {
+  struct on_destroy {
+    bool& flag;
+    ~on_destroy() { flag = true; }
+  };
+  auto loop = std::make_unique<event_loop>();
+  bool other_gone = false, other_woke = false, killer_gone = false, killer_went_on = false;
+  auto other = [&]() -> task<void> {
+    on_destroy g{other_gone};
+    co_await loop->sleep_for(1h);
+    other_woke = true;
+  };
+  SUBCASE("the task finishes after destroying its loop") {
+    auto killer = [&]() -> task<void> {
+      on_destroy g{killer_gone};
+      co_await loop->sleep_for(1ms);
+      loop.reset();
+      killer_went_on = true;  // its frame is still there
+    };
+    loop->spawn(other());
+    loop->spawn(killer());
+    CHECK_THROWS_WITH_AS(loop->run(), doctest::Contains("destroyed by one of its own tasks"), usage_error);
+  }
+  SUBCASE("the task waits again after destroying its loop, and is destroyed then") {
+    auto killer = [&]() -> task<void> {
+      on_destroy g{killer_gone};
+      auto later = loop->sleep_for(1h);  // its awaiter keeps what it needs of the loop
+      co_await loop->sleep_for(1ms);
+      loop.reset();
+      killer_went_on = true;
+      co_await later;
+    };
+    loop->spawn(other());
+    SUBCASE("run()") {
+      loop->spawn(killer());
+      CHECK_THROWS_WITH_AS(loop->run(), doctest::Contains("destroyed by one of its own tasks"), usage_error);
+    }
+    SUBCASE("run(t)") {
+      CHECK_THROWS_WITH_AS(loop->run(killer()), doctest::Contains("destroyed by one of its own tasks"), usage_error);
+    }
+  }
+  CHECK(killer_went_on);
+  CHECK(killer_gone);
+  CHECK(other_gone);
+  CHECK_FALSE(other_woke);
+}
+
+TEST_CASE("event_loop: run(t) whose task destroys the loop and finishes returns its value") {
+  auto loop = std::make_unique<event_loop>();
+  auto killer = [&]() -> task<int> {
+    co_await loop->sleep_for(1ms);
+    loop.reset();
+    co_return 42;
+  };
+  CHECK(loop->run(killer()) == 42);
+}
