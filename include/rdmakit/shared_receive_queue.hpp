@@ -42,9 +42,11 @@ struct srq_state {
   typename B::srq srq{};
   srq_attr attr{};                // max_wr, max_sge as granted; limit as asked at creation
   srq_offset offset;  // grh_bytes while a UD queue pair takes receives from it
+  srq_traffic traffic;  // whether a receive was ever posted: read by destroyed queue pairs
 
   srq_state(pd_ref<B> p, const srq_attr& asked) : pd(std::move(p)), attr(asked) {
     srq = B::create_srq(pd->pd, attr);
+    traffic.max_wr = attr.max_wr;  // as granted
   }
   srq_state(const srq_state&) = delete;
   srq_state& operator=(const srq_state&) = delete;
@@ -139,6 +141,7 @@ class shared_receive_queue {
       if (RDMAKIT_UNLIKELY(b.length < st_->offset.recv_offset)) return {post_status::recv_too_small, 0, 0};
     constexpr std::size_t chunk = 32;
     std::uint32_t done = 0;
+    st_->traffic.note_post();
     while (done < bufs.size()) {
       typename B::sge s[chunk];
       typename B::recv_wr w[chunk];
@@ -190,6 +193,7 @@ class shared_receive_queue {
     if (RDMAKIT_UNLIKELY(!st_)) return {post_status::empty_handle, 0, 0};
     if (RDMAKIT_UNLIKELY(wr_id & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
     if (RDMAKIT_UNLIKELY(total < st_->offset.recv_offset)) return {post_status::recv_too_small, 0, 0};
+    st_->traffic.note_post();
     typename B::recv_wr w;
     B::set_recv(w, wr_id | detail::recv_wr_bit, s, n);
     typename B::recv_wr* bad = nullptr;

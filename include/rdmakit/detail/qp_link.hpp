@@ -380,15 +380,28 @@ struct cq_block {
     srqs.push_back({id, max_wr, 1});
     reserved += max_wr;
   }
-  void detach_srq(const void* id) noexcept {
+  /// Queue pair `qpn` of SRQ `id` was destroyed. With it the last of the SRQ's here, the
+  /// SRQ's max_wr is let go but for the `left` receive completions the SRQ's queue pairs
+  /// may have left in the CQ (held as a destroyed QP's are: see departed).
+  void detach_srq(const void* id, std::uint32_t qpn, std::uint32_t left) noexcept {
     for (auto it = srqs.begin(); it != srqs.end(); ++it)
       if (it->id == id) {
         if (--it->qps == 0) {
           reserved -= std::min<std::uint64_t>(reserved, it->max_wr);
           srqs.erase(it);
+          hold_departed_(qpn, left);
         }
         return;
       }
+  }
+
+  void hold_departed_(std::uint32_t qpn, std::uint32_t left) noexcept {
+    if (left == 0) return;
+    try {
+      departed.push_back({qpn, left});
+      flushing += left;
+    } catch (...) {  // no record: the room is let go at once, as a cleaning device does
+    }
   }
 
   /// A destroyed QP: its `entries` (its depths, or once retired its flushes, which
@@ -400,13 +413,7 @@ struct cq_block {
       std::erase(retired_links, l);
     else
       std::erase_if(routes, [l](const auto& r) { return r.second == l; });
-    if (left != 0) {
-      try {
-        departed.push_back({l->qp_num, left});
-        flushing += left;
-      } catch (...) {  // no record: the room is let go at once, as a cleaning device does
-      }
-    }
+    hold_departed_(l->qp_num, left);
     sole = false;
     had_others = true;
     if (last == l) {

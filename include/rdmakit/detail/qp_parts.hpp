@@ -72,6 +72,18 @@ struct srq_offset {
   }
 };
 
+// Whether a receive was ever posted to a shared receive queue (part of srq_state; here so
+// a destroyed queue pair reads it without srq_state's definition).
+struct srq_traffic {
+  std::uint32_t max_wr = 0;
+  bool posted = false;  // set by the first post, on any thread: a relaxed atomic store
+  void note_post() noexcept { __atomic_store_n(&posted, true, __ATOMIC_RELAXED); }
+  /// How many of the SRQ's receive completions a CQ may hold at most, while each receive
+  /// is posted again only after one is polled (docs/ownership-and-threads.md); none
+  /// before the first post.
+  std::uint32_t completions_bound() const noexcept { return __atomic_load_n(&posted, __ATOMIC_RELAXED) ? max_wr : 0; }
+};
+
 // Who destroys a queue pair the connection manager created (connection_manager.hpp):
 // its id, which must forget the QP before the id's next CM call, and which the QP
 // keeps alive. Null for every other queue pair.
@@ -93,6 +105,7 @@ struct qp_parts {
   // instantiate srq_state for backends without SRQs).
   const void* srq_id = nullptr;
   srq_offset* srq_needs_offset = nullptr;  // the SRQ's, when this QP needs a receive offset (UD)
+  const srq_traffic* srq_seen = nullptr;    // the SRQ's, with srq_id
   shared_owner<cm_qp_owner<B>> cm;  // null unless the connection manager made the QP
   typename B::qp qp{};
   link_ptr<B> link;  // never null: empty, it is the closed link
@@ -126,6 +139,7 @@ struct qp_parts {
       srq = std::move(o.srq);
       srq_id = std::exchange(o.srq_id, nullptr);
       srq_needs_offset = std::exchange(o.srq_needs_offset, nullptr);
+      srq_seen = std::exchange(o.srq_seen, nullptr);
       cm = std::move(o.cm);
       qp = std::exchange(o.qp, {});
       link = std::move(o.link);
@@ -167,7 +181,7 @@ struct qp_parts {
         if (link->send_cq) link->send_cq->detach(link.get(), sends, sends_left, is_retired);
         if (link->recv_cq) link->recv_cq->detach(link.get(), recvs, recvs_left, is_retired);
       }
-      if (srq_id && link->recv_cq) link->recv_cq->detach_srq(srq_id);
+      if (srq_id && link->recv_cq) link->recv_cq->detach_srq(srq_id, link->qp_num, srq_seen->completions_bound());
       link.reset();
     }
     retired.reset();
@@ -175,6 +189,7 @@ struct qp_parts {
     cm.reset();  // after the QP: the id may be destroyed now
     srq.reset();  // after the QP: the SRQ may be destroyed now
     srq_id = nullptr;
+    srq_seen = nullptr;
     scq.reset();  // after the QP: the CQs may be destroyed now, then the PD
     rcq.reset();
     pd.reset();

@@ -193,6 +193,7 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
     l.rq.shared = 1;
     rcq->attach_srq(p.srq.get(), p.srq->attr.max_wr);
     p.srq_id = p.srq.get();  // from now on release() gives the CQ's share back
+    p.srq_seen = &p.srq->traffic;
   }
 
   const port_attr pa = dev.port(o.port);
@@ -328,8 +329,21 @@ void replace_with_fresh(qp_parts<B>& p) {
   auto old = make_unique_owner<qp_parts<B>>(std::move(p));
   if constexpr (shares_receives<T>) {  // (naming the SRQ otherwise instantiates srq_state for backends without)
     auto srq = old->srq;
+    // The SRQ's share of the receive CQ is held across: the new QP takes over what the
+    // SRQ may have completed there (released alone, the old QP would hold it apart).
+    const void* const id = old->srq_id;
+    const std::uint32_t old_qpn = old->link->qp_num;
+    const auto held_owner = rcq;  // alive whatever create_parts does with rcq
+    auto& held_by = *held_owner;
+    held_by.attach_srq(id, srq->attr.max_wr);  // attached already: a count, no allocation
     retire(*old);  // first: the CQs' reservations go back before the new QP asks for them
-    p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o, std::move(srq));
+    try {
+      p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o, srq);
+    } catch (...) {
+      held_by.detach_srq(id, old_qpn, srq->traffic.completions_bound());
+      throw;
+    }
+    held_by.detach_srq(id, old_qpn, 0);  // the new QP holds it now
   } else {
     retire(*old);
     p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o);

@@ -273,3 +273,83 @@ TEST_CASE("shared_receive_queue: reset() of a queue pair on an SRQ gives a fresh
   CHECK(got[0].qp_num == b.qp_num());
   CHECK(got[0].wr_id == 5);
 }
+
+// The last queue pair of an SRQ on a CQ gave the SRQ's max_wr back when destroyed, though
+// rxe (and the mock as rxe) leaves its receive completions in the CQ: a queue pair
+// created in its place could overflow the CQ. They now count in flushing(), as a
+// destroyed queue pair's own WRs do, until polled or until a poll finds the CQ empty.
+TEST_CASE("shared_receive_queue: the last queue pair of an SRQ on a CQ, destroyed, keeps the SRQ's room until polled") {
+  mock::fabric_config cfg;
+  cfg.profile = mock::device_profile::rxe;
+  mock::fabric fab(cfg);
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto cq = y.dev.create_cq(5);
+  REQUIRE(cq.capacity() == 5);
+  auto srq = y.pd.create_srq({.max_wr = 4, .max_sge = 1});
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(4 * 64);
+  std::uint32_t gone = 0;
+  {
+    auto ai = x.pd.create_qp<rc>(x.cq, qp_cap{4, 0});
+    auto bi = y.pd.create_qp<rc>(cq, srq, qp_cap{1, 0});  // 1 + the SRQ's 4: the whole CQ
+    CHECK(cq.reserved() == 5);
+    const auto ea = ai.local_endpoint();
+    auto a = std::move(ai).connect(bi.local_endpoint());
+    auto b = std::move(bi).connect(ea);
+    for (std::uint64_t k = 0; k < 2; ++k) REQUIRE(srq.post_recv(dst.local(64 * k, 64), 100 + k).ok());
+    REQUIRE(a.send(src.local(0, 8), 1).ok());
+    REQUIRE(a.send(src.local(0, 8), 2).ok());
+    CHECK(collect(x.cq, 2).size() == 2);
+    gone = b.qp_num();
+  }  // b destroyed with its two receive completions in the CQ
+  CHECK(cq.reserved() == 0);
+  CHECK(cq.flushing() == 4);
+  CHECK_THROWS_AS((void)y.pd.create_qp<rc>(cq, srq, qp_cap{1, 0}), usage_error);
+  const auto left = collect(cq, 2);
+  REQUIRE(left.size() == 2);
+  CHECK(left[0].qp_num == gone);
+  CHECK(cq.flushing() == 2);  // up to max_wr were counted: the rest at the next empty poll
+  CHECK(cq.poll([](const auto&) {}) == 0);
+  CHECK(cq.flushing() == 0);
+  auto again = y.pd.create_qp<rc>(cq, srq, qp_cap{1, 0});
+  CHECK(cq.reserved() == 5);
+}
+
+TEST_CASE("shared_receive_queue: an SRQ never posted to keeps no room once its last queue pair is destroyed") {
+  mock::fabric fab;
+  side y(fab, "mock0");
+  auto cq = y.dev.create_cq(5);
+  auto srq = y.pd.create_srq({.max_wr = 4, .max_sge = 1});
+  { auto b = y.pd.create_qp<rc>(cq, srq, qp_cap{1, 0}); }
+  CHECK(cq.flushing() == 0);
+  auto again = y.pd.create_qp<rc>(cq, srq, qp_cap{1, 0});
+  CHECK(cq.reserved() == 5);
+}
+
+// reset() gives the SRQ's share to the new queue pair: the old one, released with
+// receives of the SRQ completed and unpolled, must not hold it apart as a destroyed last
+// queue pair does (on a CQ sized for one queue pair, reset() would then be refused).
+TEST_CASE("shared_receive_queue: reset() after SRQ traffic keeps the SRQ's share for the new queue pair") {
+  mock::fabric_config cfg;
+  cfg.profile = mock::device_profile::rxe;
+  mock::fabric fab(cfg);
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto cq = y.dev.create_cq(5);
+  auto srq = y.pd.create_srq({.max_wr = 4, .max_sge = 1});
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto ai = x.pd.create_qp<rc>(x.cq, qp_cap{4, 0});
+  auto bi = y.pd.create_qp<rc>(cq, srq, qp_cap{1, 0});
+  const auto ea = ai.local_endpoint();
+  auto a = std::move(ai).connect(bi.local_endpoint());
+  auto b = std::move(bi).connect(ea);
+  REQUIRE(srq.post_recv(dst.local(0, 64), 7).ok());
+  REQUIRE(a.send(src.local(0, 8), 1).ok());
+  CHECK(collect(x.cq, 1).size() == 1);
+  auto fresh = std::move(b).reset();  // the receive's completion is still in the CQ
+  CHECK(cq.reserved() == 5);
+  CHECK(cq.flushing() == 0);
+  const auto got = collect(cq, 1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].wr_id == 7);
+}
