@@ -313,6 +313,17 @@ struct cq_block {
   /// Live queue pairs attached (retired ones excluded).
   std::size_t live() const noexcept { return routes.size(); }
 
+  /// Whether a queue pair numbered `qpn` is attached here, live or retired by reset().
+  /// Off the data path (the async layer asks about destroyed queue pairs' numbers).
+  bool has_qp(std::uint32_t qpn) const noexcept {
+    auto it = std::lower_bound(routes.begin(), routes.end(), qpn,
+                               [](const auto& r, std::uint32_t n) { return r.first < n; });
+    if (it != routes.end() && it->first == qpn) return true;
+    for (const qp_link<B>* l : retired_links)
+      if (l->qp_num == qpn) return true;
+    return false;
+  }
+
   /// A retired QP's completion polled here: the entry it held is free again. Null
   /// when no retired QP has that number. Off the data path: only a completion whose
   /// qp_num no live route matches comes here.
