@@ -38,6 +38,9 @@ struct qp_link {
   };
   rq_count rq;
   bool error = false;
+  // An async_queue_pair holds this QP: its handler (the async one's) routes completions
+  // to the awaiters, and completion_queue::on() refuses to replace it.
+  bool async_owned = false;
   wc_status first_error = wc_status::success;
   cq_block<B>* send_cq = nullptr;
   cq_block<B>* recv_cq = nullptr;
