@@ -448,10 +448,15 @@ void cm_user_to_rts(cm_id_block<B>& blk, queue_pair<B, T, S, qp_state::init>& qp
   }
 }
 
-inline cm_conn_param cm_param(const cm_options& o, std::span<const std::byte> data, const char* call) {
-  if (data.size() > cm_private_data_max)
-    throw usage_error(cat(call, ": ", data.size(), " bytes of private data, but a CM message carries at most ",
-                          cm_private_data_max, " (a connect request 56): send less"));
+// The parameters of a connect (`request`: at most cm_connect_data_max bytes of private
+// data) or an accept (cm_private_data_max), checked before anything is done.
+inline cm_conn_param cm_param(const cm_options& o, std::span<const std::byte> data, const char* call, bool request) {
+  const std::size_t max = request ? cm_connect_data_max : cm_private_data_max;
+  if (data.size() > max)
+    throw usage_error(cat(call, ": ", data.size(), " bytes of private data, but ",
+                          request ? "a connect request carries at most " : "an accept carries at most ", max,
+                          request ? " (cm_connect_data_max; an accept's answer may carry 196): send less"
+                                  : " (cm_private_data_max): send less"));
   cm_conn_param p;
   p.private_data = data.empty() ? nullptr : data.data();
   p.private_data_len = static_cast<std::uint8_t>(data.size());
@@ -601,7 +606,7 @@ class cm_request {
                                 std::span<const std::byte> reply = {}, const cm_options& o = {},
                                 Prepare prepare = {}) && {
     detail::check_cm_timeout(o);
-    const auto param = detail::cm_param(o, reply, "cm_request::accept");
+    const auto param = detail::cm_param(o, reply, "cm_request::accept", false);
     auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
     auto qp = detail::cm_bring_up<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, "cm_request::accept", prepare, [&] {
       B::cm_accept(blk->id, param);
@@ -620,7 +625,7 @@ class cm_request {
   cm_connection<B, T, S> accept(queue_pair<B, T, S, qp_state::init>&& qp, std::span<const std::byte> reply = {},
                                 const cm_options& o = {}) && {
     detail::check_cm_timeout(o);
-    auto param = detail::cm_param(o, reply, "cm_request::accept");
+    auto param = detail::cm_param(o, reply, "cm_request::accept", false);
     if (!id_) detail::throw_empty("cm_request", "accept");
     auto mine = detail::cm_adopt_user_qp(std::move(qp), id_, "cm_request::accept");
     auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
@@ -743,7 +748,7 @@ cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_que
                                   std::span<const std::byte> data = {}, const cm_options& o = {},
                                   Prepare prepare = {}) {
   detail::check_cm_timeout(o);
-  const auto param = detail::cm_param(o, data, "cm_connect");
+  const auto param = detail::cm_param(o, data, "cm_connect", true);
   auto pref = detail::policy_access::pd_ref(pd, "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(pref->dev);
   auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
@@ -769,7 +774,7 @@ template <cm_backend B, transport T, signaling S>
 cm_connection<B, T, S> cm_connect(queue_pair<B, T, S, qp_state::init>&& qp, const cm_address& to,
                                   std::span<const std::byte> data = {}, const cm_options& o = {}) {
   detail::check_cm_timeout(o);
-  auto param = detail::cm_param(o, data, "cm_connect");
+  auto param = detail::cm_param(o, data, "cm_connect", true);
   if (!qp) detail::throw_empty("queue_pair", "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(detail::policy_access::parts(qp).pd->dev);
   auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));

@@ -471,6 +471,37 @@ TEST_CASE("cm: a queue pair the application made (rping -q) connects, on either 
   }
 }
 
+// A connect request carries 56 bytes of private data. 57 to 196 passed the check (an
+// accept's limit) and failed in rdma_connect with a verbs_error, after the address and
+// route were resolved and the prepare hook had run; a queue pair the application made
+// had been taken over, and was destroyed with the failure.
+TEST_CASE("cm: connect private data over a request's 56 bytes is a usage_error before anything is done") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  const std::vector<std::byte> big(57, std::byte{1});
+  bool prepared = false;
+  CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), big, {},
+                                            [&](auto&) { prepared = true; }),
+                       doctest::Contains("a connect request carries at most 56"), usage_error);
+  CHECK_FALSE(prepared);
+  auto qp = cli.pd.create_qp<rc>(cli.cq, caps);
+  CHECK_THROWS_WITH_AS((void)cm_connect(std::move(qp), l.address(), big),
+                       doctest::Contains("a connect request carries at most 56"), usage_error);
+  CHECK(qp);  // refused before it was taken over: still the caller's
+  CHECK_FALSE(readable(l.event_fd()));  // no request went out
+  // 56 bytes go through.
+  auto server = std::async(std::launch::async, [&] {
+    auto req = l.next_request(5s);
+    CHECK(req.private_data().size() >= 56);
+    CHECK(req.private_data()[55] == std::byte{2});
+    return std::move(req).accept<rc>(srv.pd, srv.cq, caps);
+  });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), std::vector<std::byte>(56, std::byte{2}));
+  CHECK(c);
+  CHECK(server.get());
+}
+
 TEST_CASE("cm: an empty queue pair for a self-made connection is a usage_error") {
   testbed tb;
   side cli(tb.open(1));
