@@ -232,6 +232,37 @@ struct cm_id_block final : cm_qp_owner<B> {
   }
 };
 
+// Owns a CM id until a cm_id_block takes it (release): an exception in between (no
+// memory for the block, no event channel for it) destroys the id instead of leaking it;
+// a connect request's id is rejected first, so its peer is answered at once.
+template <class B>
+class cm_id_guard {
+ public:
+  cm_id_guard(typename B::cm_id id, bool request) noexcept : id_(id), request_(request) {}
+  cm_id_guard(const cm_id_guard&) = delete;
+  cm_id_guard& operator=(const cm_id_guard&) = delete;
+  ~cm_id_guard() {
+    if (id_ == typename B::cm_id{}) return;
+    if (request_) B::cm_reject(id_, nullptr, 0);
+    B::cm_destroy_id(id_);
+  }
+  void release() noexcept { id_ = {}; }
+
+ private:
+  typename B::cm_id id_;
+  bool request_;
+};
+
+// A new id on `chan`, owned by the block returned.
+template <class B>
+shared_owner<cm_id_block<B>> cm_new_id(std::shared_ptr<cm_channel_block<B>> chan) {
+  const typename B::cm_id id = B::cm_create_id(chan->ch);
+  cm_id_guard<B> guard(id, false);
+  auto blk = make_shared_owner<cm_id_block<B>>(std::move(chan), id);
+  guard.release();
+  return blk;
+}
+
 inline void check_cm_timeout(const cm_options& o) {
   if (o.timeout.count() <= 0)
     throw usage_error(cat("cm_options::timeout must be positive (got ", o.timeout.count(),
@@ -682,7 +713,7 @@ class cm_listener {
   cm_listener(const device<B>& dev, const cm_address& addr, int backlog = 16) {
     auto dref = dev_ref_(dev);
     auto chan = std::make_shared<detail::cm_channel_block<B>>(std::move(dref));
-    auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
+    auto blk = detail::cm_new_id<B>(chan);
     B::cm_listen(blk->id, addr, backlog);
     addr_ = addr;
     addr_.port = B::cm_bound_port(blk->id);
@@ -719,9 +750,13 @@ class cm_listener {
                                                      addr_.to_string(), " within ", timeout.count(), " ms"));
       auto ev = detail::cm_wait<B>(id_->chan->ch, left, "cm_listener::next_request");
       if (ev.type != cm_event_type::connect_request) continue;
+      // The new id is ours from here: should its channel or block not be made, it is
+      // rejected and destroyed, not leaked with its peer left waiting.
+      detail::cm_id_guard<B> guard(ev.id, true);
       // The new id moves to a channel of its own, kept alive by it.
       auto chan = std::make_shared<detail::cm_channel_block<B>>(id_->chan->dev);
       auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, ev.id);
+      guard.release();  // the block destroys it now (the peer sees a reject)
       B::cm_migrate_id(ev.id, chan->ch);
       return cm_request<B>(std::move(blk), detail::cm_data_of(ev.data.data(), ev.data_len));
     }
@@ -751,7 +786,7 @@ cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_que
   const auto param = detail::cm_param(o, data, "cm_connect", true);
   auto pref = detail::policy_access::pd_ref(pd, "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(pref->dev);
-  auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
+  auto blk = detail::cm_new_id<B>(chan);
   const std::string where = detail::cat("cm_connect to ", to.to_string());
   detail::cm_resolve<B>(*blk, to, o, where);
   detail::cm_event_of<B> ev;
@@ -777,7 +812,7 @@ cm_connection<B, T, S> cm_connect(queue_pair<B, T, S, qp_state::init>&& qp, cons
   auto param = detail::cm_param(o, data, "cm_connect", true);
   if (!qp) detail::throw_empty("queue_pair", "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(detail::policy_access::parts(qp).pd->dev);
-  auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
+  auto blk = detail::cm_new_id<B>(chan);
   auto mine = detail::cm_adopt_user_qp(std::move(qp), blk, "cm_connect");
   const std::string where = detail::cat("cm_connect to ", to.to_string());
   detail::cm_resolve<B>(*blk, to, o, where);

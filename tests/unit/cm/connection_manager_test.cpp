@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>
 #include <poll.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -847,6 +848,52 @@ TEST_CASE("cm (mock): a timeout shorter than the CM's retry time ends first; the
     CHECK(e.code() == cm_errc::timeout);
   }
   CHECK(std::chrono::steady_clock::now() - t0 < 1500ms);
+}
+#endif
+
+#if !RDMAKIT_CM_RDMACM
+namespace {
+// The mock, failing the next event channel made on one device.
+struct channel_failing : backends::mock {
+  static inline std::atomic<context> fail_on{};
+  static cm_channel cm_create_channel(context ctx) {
+    if (context armed = ctx; ctx && fail_on.compare_exchange_strong(armed, context{}))
+      throw verbs_error("rdma_create_event_channel", EMFILE, "failed for the test");
+    return backends::mock::cm_create_channel(ctx);
+  }
+};
+}  // namespace
+
+// next_request took the new id from the CONNECT_REQUEST event and made its event channel
+// before anything owned the id: a failure there (out of descriptors, out of memory) leaked
+// it, and the peer, never answered, waited out its timeout.
+TEST_CASE("cm (mock): a request whose event channel cannot be made is refused, its id not leaked") {
+  using R = channel_failing;
+  mock::fabric fab(testbed::config());
+  device<R> ds(fab, "mock0"), dc(fab, "mock1");
+  auto pds = ds.create_pd(), pdc = dc.create_pd();
+  auto cqs = ds.create_cq(64), cqc = dc.create_cq(64);
+  cm_listener<R> l(ds, cm_address::parse("10.0.0.1", next_port()));
+  auto connect = [&]() -> std::error_code {
+    cm_options o;
+    o.timeout = 2s;
+    try {
+      (void)cm_connect<rc>(pdc, cqc, caps, l.address(), {}, o);
+    } catch (const cm_error& e) {
+      return e.code();
+    }
+    return {};
+  };
+  auto client = std::async(std::launch::async, connect);
+  pollfd p{l.event_fd(), POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 3000) == 1);  // the request is queued
+  R::fail_on = ds.native();
+  CHECK_THROWS_WITH_AS((void)l.next_request(1s), doctest::Contains("failed for the test"), verbs_error);
+  CHECK(client.get() == cm_errc::rejected);
+  // The listener goes on: the next request is accepted.
+  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(pds, cqs, caps); });
+  CHECK(connect() == std::error_code{});
+  CHECK(server.get());
 }
 #endif
 
