@@ -110,7 +110,9 @@ class cm_error : public std::system_error {
 /// How connection setup runs: the bound on each wait, and what connect/accept ask.
 struct cm_options {
   /// Bound on each step (address, route, the peer's answer, ESTABLISHED). Positive.
-  std::chrono::milliseconds timeout{5000};
+  /// Any duration type: one past the range of milliseconds (hours::max()) is no
+  /// limit; a finer one is rounded up to whole milliseconds.
+  detail::ms_timeout timeout{std::chrono::milliseconds{5000}};
   std::uint8_t responder_resources = 1;  ///< RDMA READs/atomics the peer may have in flight here
   std::uint8_t initiator_depth = 1;      ///< RDMA READs/atomics this side may have in flight
   std::uint8_t retry_count = 7;          ///< RC transport retries

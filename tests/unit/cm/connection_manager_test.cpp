@@ -503,6 +503,33 @@ TEST_CASE("cm: connect private data over a request's 56 bytes is a usage_error b
   CHECK(server.get());
 }
 
+// cm_options::timeout was milliseconds: hours::max() ("wait for ever") overflowed
+// converting at the assignment (undefined behaviour), came out as -3600000 ms, and the
+// connect was refused as "not positive".
+TEST_CASE("cm: cm_options::timeout takes any duration; one past the range of milliseconds is no limit") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  cm_options o;
+  o.timeout = std::chrono::hours::max();
+  CHECK(o.timeout == std::chrono::milliseconds::max());
+  REQUIRE(o.timeout.count() > 0);
+  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps, {}, o); });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+  CHECK(c);
+  CHECK(server.get());
+  // A finer unit is rounded up: a positive timeout stays positive.
+  cm_options fine{.timeout = std::chrono::microseconds{1500}};
+  CHECK(fine.timeout == 2ms);
+  fine.timeout = 1ns;
+  CHECK(fine.timeout == 1ms);
+  // Zero or less is refused, naming the field.
+  cm_options negative{.timeout = -std::chrono::hours::max()};
+  CHECK(negative.timeout.count() < 0);
+  CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, negative),
+                       doctest::Contains("cm_options::timeout must be positive"), usage_error);
+}
+
 TEST_CASE("cm: an empty queue pair for a self-made connection is a usage_error") {
   testbed tb;
   side cli(tb.open(1));
