@@ -46,7 +46,11 @@ class async_cq_base {
  public:
   virtual scheduler& loop() noexcept = 0;
   /// Completions of this queue pair number are dropped: an async_queue_pair went away
-  /// with work requests outstanding, so nobody awaits them any more.
+  /// with work requests outstanding, so nobody awaits them any more. Only those of no
+  /// queue pair attached to the CQ, and only until a drain finds the CQ empty with no
+  /// queue pair of that number attached: the one forgotten was destroyed before that
+  /// poll, so none of its completions is left, and a queue pair that the device gives
+  /// the number again (mlx5 reuses them) gets its own.
   virtual void forget_qp(std::uint32_t qpn) = 0;
   /// A new queue pair with this number awaits its own completions again.
   virtual void remember_qp(std::uint32_t qpn) noexcept = 0;
@@ -100,7 +104,8 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
   // long stream of completions is taken a few batches per turn (`again_`).
   void drain_() noexcept {
     auto fallback = [this](const completion<B>& c) {
-      if (forgotten_.empty() || !forgotten_.count(c.qp_num())) unawaited_.put(c, *loop_);
+      if (RDMAKIT_UNLIKELY(!forgotten_.empty()) && is_forgotten_(c.qp_num())) return;
+      unawaited_.put(c, *loop_);
     };
     for (int round = 0; round < 8; ++round) {
       const wait_result r = cq_.dispatch_wait(fallback, std::chrono::milliseconds{0});
@@ -117,10 +122,29 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
       // Empty, or a handler dropped the last owner (the batch it was in is delivered).
       if (r.count() == 0 || this->weak_from_this().use_count() == 1) {
         again_ = false;
+        if (r.count() == 0 && !forgotten_.empty()) forget_destroyed_(fallback);
         return;
       }
     }
     again_ = true;
+  }
+
+  // A completion of a queue pair forgotten (forget_qp): its number is in the set and no
+  // queue pair attached here has it now (one that does is a new queue pair the device
+  // gave the number to, used directly: dispatch hands the fallback those without a
+  // handler). Off the data path: only while some number is forgotten.
+  bool is_forgotten_(std::uint32_t qpn) const noexcept {
+    return forgotten_.count(qpn) != 0 && !watched_->has_qp(qpn);
+  }
+
+  // The drain found the CQ empty: the numbers of queue pairs destroyed before that are
+  // let go (none of their completions can be left, or come). A poll of its own says the
+  // CQ is empty whatever the polling policy's wait does; what it finds is delivered (the
+  // CQ is armed: a completion that came after the arm raises an event for the next drain).
+  template <class F>
+  void forget_destroyed_(F& fallback) noexcept {
+    if (cq_.dispatch(fallback) != 0) return;
+    std::erase_if(forgotten_, [this](std::uint32_t qpn) { return !watched_->has_qp(qpn); });
   }
 
   bool progress_() noexcept {

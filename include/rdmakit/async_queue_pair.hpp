@@ -91,6 +91,7 @@ class async_qp_core {
       static_cast<async_cq_core<B, PS>&>(*self.scq_).queue().on(qp, [&self](const completion<B>& c) {
         self.on_completion_(c);
       });
+      policy_access::link(qp)->async_owned = true;  // on() refuses to replace that handler now
     };
     watch_ = watch;
     watch(*this, q);

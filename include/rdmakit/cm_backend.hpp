@@ -73,6 +73,8 @@ inline std::string_view to_string(cm_event_type t) noexcept;
 /// The most private data one message carries here: a REP (196 bytes on InfiniBand);
 /// a REQ carries 56 and a REJ 148 (the IB CM's limits less the rdma_cm header).
 inline constexpr std::size_t cm_private_data_max = 196;
+/// The most private data a connect request (REQ) carries: cm_connect's.
+inline constexpr std::size_t cm_connect_data_max = 56;
 /// The most private data a reject (REJ) carries.
 inline constexpr std::size_t cm_reject_data_max = 148;
 

@@ -230,8 +230,9 @@ class completion_queue {
   }
 
   /// Routes this QP's completions to `handler` (called by dispatch). Replaces any
-  /// previous handler. The QP must be attached to this CQ. A handler may replace itself
-  /// or destroy its queue pair: it is freed once it returns.
+  /// previous handler. The QP must be attached to this CQ, and not held by an
+  /// async_queue_pair (usage_error: its awaiters would never resume). A handler may
+  /// replace itself or destroy its queue pair: it is freed once it returns.
   template <class QP, class F>
   void on(QP& qp, F handler) {
     if (!blk_) detail::throw_empty("completion_queue", "on");
@@ -239,6 +240,12 @@ class completion_queue {
     if (!link) detail::throw_empty_argument("queue_pair", "completion_queue::on");
     if (link->send_cq != blk_.get() && link->recv_cq != blk_.get())
       throw usage_error(detail::cat("completion_queue::on(): QP ", link->qp_num, " is not attached to this CQ"));
+    if (link->async_owned)
+      throw usage_error(detail::cat(
+          "completion_queue::on(): QP ", link->qp_num,
+          " belongs to an async_queue_pair, whose own handler resumes the coroutines awaiting its work requests: "
+          "another handler would leave them waiting for ever; co_await its WRs instead, or set handlers on a "
+          "queue pair not wrapped in an async_queue_pair"));
     link->reset_handler();
     link->handler_ctx = new F(std::move(handler));
     link->handler = [](void* ctx, const completion<B>& c) { (*static_cast<F*>(ctx))(c); };

@@ -110,7 +110,9 @@ class cm_error : public std::system_error {
 /// How connection setup runs: the bound on each wait, and what connect/accept ask.
 struct cm_options {
   /// Bound on each step (address, route, the peer's answer, ESTABLISHED). Positive.
-  std::chrono::milliseconds timeout{5000};
+  /// Any duration type: one past the range of milliseconds (hours::max()) is no
+  /// limit; a finer one is rounded up to whole milliseconds.
+  detail::ms_timeout timeout{std::chrono::milliseconds{5000}};
   std::uint8_t responder_resources = 1;  ///< RDMA READs/atomics the peer may have in flight here
   std::uint8_t initiator_depth = 1;      ///< RDMA READs/atomics this side may have in flight
   std::uint8_t retry_count = 7;          ///< RC transport retries
@@ -231,6 +233,37 @@ struct cm_id_block final : cm_qp_owner<B> {
     }
   }
 };
+
+// Owns a CM id until a cm_id_block takes it (release): an exception in between (no
+// memory for the block, no event channel for it) destroys the id instead of leaking it;
+// a connect request's id is rejected first, so its peer is answered at once.
+template <class B>
+class cm_id_guard {
+ public:
+  cm_id_guard(typename B::cm_id id, bool request) noexcept : id_(id), request_(request) {}
+  cm_id_guard(const cm_id_guard&) = delete;
+  cm_id_guard& operator=(const cm_id_guard&) = delete;
+  ~cm_id_guard() {
+    if (id_ == typename B::cm_id{}) return;
+    if (request_) B::cm_reject(id_, nullptr, 0);
+    B::cm_destroy_id(id_);
+  }
+  void release() noexcept { id_ = {}; }
+
+ private:
+  typename B::cm_id id_;
+  bool request_;
+};
+
+// A new id on `chan`, owned by the block returned.
+template <class B>
+shared_owner<cm_id_block<B>> cm_new_id(std::shared_ptr<cm_channel_block<B>> chan) {
+  const typename B::cm_id id = B::cm_create_id(chan->ch);
+  cm_id_guard<B> guard(id, false);
+  auto blk = make_shared_owner<cm_id_block<B>>(std::move(chan), id);
+  guard.release();
+  return blk;
+}
 
 inline void check_cm_timeout(const cm_options& o) {
   if (o.timeout.count() <= 0)
@@ -448,10 +481,15 @@ void cm_user_to_rts(cm_id_block<B>& blk, queue_pair<B, T, S, qp_state::init>& qp
   }
 }
 
-inline cm_conn_param cm_param(const cm_options& o, std::span<const std::byte> data, const char* call) {
-  if (data.size() > cm_private_data_max)
-    throw usage_error(cat(call, ": ", data.size(), " bytes of private data, but a CM message carries at most ",
-                          cm_private_data_max, " (a connect request 56): send less"));
+// The parameters of a connect (`request`: at most cm_connect_data_max bytes of private
+// data) or an accept (cm_private_data_max), checked before anything is done.
+inline cm_conn_param cm_param(const cm_options& o, std::span<const std::byte> data, const char* call, bool request) {
+  const std::size_t max = request ? cm_connect_data_max : cm_private_data_max;
+  if (data.size() > max)
+    throw usage_error(cat(call, ": ", data.size(), " bytes of private data, but ",
+                          request ? "a connect request carries at most " : "an accept carries at most ", max,
+                          request ? " (cm_connect_data_max; an accept's answer may carry 196): send less"
+                                  : " (cm_private_data_max): send less"));
   cm_conn_param p;
   p.private_data = data.empty() ? nullptr : data.data();
   p.private_data_len = static_cast<std::uint8_t>(data.size());
@@ -601,7 +639,7 @@ class cm_request {
                                 std::span<const std::byte> reply = {}, const cm_options& o = {},
                                 Prepare prepare = {}) && {
     detail::check_cm_timeout(o);
-    const auto param = detail::cm_param(o, reply, "cm_request::accept");
+    const auto param = detail::cm_param(o, reply, "cm_request::accept", false);
     auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
     auto qp = detail::cm_bring_up<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, "cm_request::accept", prepare, [&] {
       B::cm_accept(blk->id, param);
@@ -620,7 +658,7 @@ class cm_request {
   cm_connection<B, T, S> accept(queue_pair<B, T, S, qp_state::init>&& qp, std::span<const std::byte> reply = {},
                                 const cm_options& o = {}) && {
     detail::check_cm_timeout(o);
-    auto param = detail::cm_param(o, reply, "cm_request::accept");
+    auto param = detail::cm_param(o, reply, "cm_request::accept", false);
     if (!id_) detail::throw_empty("cm_request", "accept");
     auto mine = detail::cm_adopt_user_qp(std::move(qp), id_, "cm_request::accept");
     auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
@@ -677,7 +715,7 @@ class cm_listener {
   cm_listener(const device<B>& dev, const cm_address& addr, int backlog = 16) {
     auto dref = dev_ref_(dev);
     auto chan = std::make_shared<detail::cm_channel_block<B>>(std::move(dref));
-    auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
+    auto blk = detail::cm_new_id<B>(chan);
     B::cm_listen(blk->id, addr, backlog);
     addr_ = addr;
     addr_.port = B::cm_bound_port(blk->id);
@@ -714,9 +752,13 @@ class cm_listener {
                                                      addr_.to_string(), " within ", timeout.count(), " ms"));
       auto ev = detail::cm_wait<B>(id_->chan->ch, left, "cm_listener::next_request");
       if (ev.type != cm_event_type::connect_request) continue;
+      // The new id is ours from here: should its channel or block not be made, it is
+      // rejected and destroyed, not leaked with its peer left waiting.
+      detail::cm_id_guard<B> guard(ev.id, true);
       // The new id moves to a channel of its own, kept alive by it.
       auto chan = std::make_shared<detail::cm_channel_block<B>>(id_->chan->dev);
       auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, ev.id);
+      guard.release();  // the block destroys it now (the peer sees a reject)
       B::cm_migrate_id(ev.id, chan->ch);
       return cm_request<B>(std::move(blk), detail::cm_data_of(ev.data.data(), ev.data_len));
     }
@@ -743,10 +785,10 @@ cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_que
                                   std::span<const std::byte> data = {}, const cm_options& o = {},
                                   Prepare prepare = {}) {
   detail::check_cm_timeout(o);
-  const auto param = detail::cm_param(o, data, "cm_connect");
+  const auto param = detail::cm_param(o, data, "cm_connect", true);
   auto pref = detail::policy_access::pd_ref(pd, "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(pref->dev);
-  auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
+  auto blk = detail::cm_new_id<B>(chan);
   const std::string where = detail::cat("cm_connect to ", to.to_string());
   detail::cm_resolve<B>(*blk, to, o, where);
   detail::cm_event_of<B> ev;
@@ -769,10 +811,10 @@ template <cm_backend B, transport T, signaling S>
 cm_connection<B, T, S> cm_connect(queue_pair<B, T, S, qp_state::init>&& qp, const cm_address& to,
                                   std::span<const std::byte> data = {}, const cm_options& o = {}) {
   detail::check_cm_timeout(o);
-  auto param = detail::cm_param(o, data, "cm_connect");
+  auto param = detail::cm_param(o, data, "cm_connect", true);
   if (!qp) detail::throw_empty("queue_pair", "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(detail::policy_access::parts(qp).pd->dev);
-  auto blk = detail::make_shared_owner<detail::cm_id_block<B>>(chan, B::cm_create_id(chan->ch));
+  auto blk = detail::cm_new_id<B>(chan);
   auto mine = detail::cm_adopt_user_qp(std::move(qp), blk, "cm_connect");
   const std::string where = detail::cat("cm_connect to ", to.to_string());
   detail::cm_resolve<B>(*blk, to, o, where);

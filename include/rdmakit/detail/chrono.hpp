@@ -55,5 +55,28 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, 
   return deadline_after(std::chrono::steady_clock::now(), timeout);
 }
 
+/// A timeout field of an options struct kept in milliseconds, which any duration
+/// converts to: saturated at milliseconds' range (saturating_cast: `hours::max()` is
+/// `milliseconds::max()`, no practical limit, where std::chrono's implicit conversion
+/// overflows, undefined behaviour that comes out negative), a finer unit rounded up (a
+/// positive timeout stays positive, never shorter than asked). It is a milliseconds:
+/// count(), comparisons and passing it on are the same.
+struct ms_timeout : std::chrono::milliseconds {
+  constexpr ms_timeout() noexcept = default;
+  template <class Rep, class Period>
+  constexpr ms_timeout(std::chrono::duration<Rep, Period> d) noexcept  // NOLINT(google-explicit-constructor)
+      : std::chrono::milliseconds(round_up_(d)) {}
+
+ private:
+  template <class Rep, class Period>
+  static constexpr std::chrono::milliseconds round_up_(std::chrono::duration<Rep, Period> d) noexcept {
+    using ms = std::chrono::milliseconds;
+    ms t = saturating_cast<ms>(d);
+    if constexpr (!std::ratio_greater_equal<Period, std::milli>::value)  // finer: cut toward zero
+      if (d > d.zero() && t < d) ++t;
+    return t;
+  }
+};
+
 }  // namespace detail
 RDMAKIT_END_NAMESPACE

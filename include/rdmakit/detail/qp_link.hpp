@@ -38,6 +38,9 @@ struct qp_link {
   };
   rq_count rq;
   bool error = false;
+  // An async_queue_pair holds this QP: its handler (the async one's) routes completions
+  // to the awaiters, and completion_queue::on() refuses to replace it.
+  bool async_owned = false;
   wc_status first_error = wc_status::success;
   cq_block<B>* send_cq = nullptr;
   cq_block<B>* recv_cq = nullptr;
@@ -312,6 +315,17 @@ struct cq_block {
 
   /// Live queue pairs attached (retired ones excluded).
   std::size_t live() const noexcept { return routes.size(); }
+
+  /// Whether a queue pair numbered `qpn` is attached here, live or retired by reset().
+  /// Off the data path (the async layer asks about destroyed queue pairs' numbers).
+  bool has_qp(std::uint32_t qpn) const noexcept {
+    auto it = std::lower_bound(routes.begin(), routes.end(), qpn,
+                               [](const auto& r, std::uint32_t n) { return r.first < n; });
+    if (it != routes.end() && it->first == qpn) return true;
+    for (const qp_link<B>* l : retired_links)
+      if (l->qp_num == qpn) return true;
+    return false;
+  }
 
   /// A retired QP's completion polled here: the entry it held is free again. Null
   /// when no retired QP has that number. Off the data path: only a completion whose

@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>
 #include <poll.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -471,6 +472,64 @@ TEST_CASE("cm: a queue pair the application made (rping -q) connects, on either 
   }
 }
 
+// A connect request carries 56 bytes of private data. 57 to 196 passed the check (an
+// accept's limit) and failed in rdma_connect with a verbs_error, after the address and
+// route were resolved and the prepare hook had run; a queue pair the application made
+// had been taken over, and was destroyed with the failure.
+TEST_CASE("cm: connect private data over a request's 56 bytes is a usage_error before anything is done") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  const std::vector<std::byte> big(57, std::byte{1});
+  bool prepared = false;
+  CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), big, {},
+                                            [&](auto&) { prepared = true; }),
+                       doctest::Contains("a connect request carries at most 56"), usage_error);
+  CHECK_FALSE(prepared);
+  auto qp = cli.pd.create_qp<rc>(cli.cq, caps);
+  CHECK_THROWS_WITH_AS((void)cm_connect(std::move(qp), l.address(), big),
+                       doctest::Contains("a connect request carries at most 56"), usage_error);
+  CHECK(qp);  // refused before it was taken over: still the caller's
+  CHECK_FALSE(readable(l.event_fd()));  // no request went out
+  // 56 bytes go through.
+  auto server = std::async(std::launch::async, [&] {
+    auto req = l.next_request(5s);
+    CHECK(req.private_data().size() >= 56);
+    CHECK(req.private_data()[55] == std::byte{2});
+    return std::move(req).accept<rc>(srv.pd, srv.cq, caps);
+  });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), std::vector<std::byte>(56, std::byte{2}));
+  CHECK(c);
+  CHECK(server.get());
+}
+
+// cm_options::timeout was milliseconds: hours::max() ("wait for ever") overflowed
+// converting at the assignment (undefined behaviour), came out as -3600000 ms, and the
+// connect was refused as "not positive".
+TEST_CASE("cm: cm_options::timeout takes any duration; one past the range of milliseconds is no limit") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  cm_options o;
+  o.timeout = std::chrono::hours::max();
+  CHECK(o.timeout == std::chrono::milliseconds::max());
+  REQUIRE(o.timeout.count() > 0);
+  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps, {}, o); });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+  CHECK(c);
+  CHECK(server.get());
+  // A finer unit is rounded up: a positive timeout stays positive.
+  cm_options fine{.timeout = std::chrono::microseconds{1500}};
+  CHECK(fine.timeout == 2ms);
+  fine.timeout = 1ns;
+  CHECK(fine.timeout == 1ms);
+  // Zero or less is refused, naming the field.
+  cm_options negative{.timeout = -std::chrono::hours::max()};
+  CHECK(negative.timeout.count() < 0);
+  CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, negative),
+                       doctest::Contains("cm_options::timeout must be positive"), usage_error);
+}
+
 TEST_CASE("cm: an empty queue pair for a self-made connection is a usage_error") {
   testbed tb;
   side cli(tb.open(1));
@@ -816,6 +875,52 @@ TEST_CASE("cm (mock): a timeout shorter than the CM's retry time ends first; the
     CHECK(e.code() == cm_errc::timeout);
   }
   CHECK(std::chrono::steady_clock::now() - t0 < 1500ms);
+}
+#endif
+
+#if !RDMAKIT_CM_RDMACM
+namespace {
+// The mock, failing the next event channel made on one device.
+struct channel_failing : backends::mock {
+  static inline std::atomic<context> fail_on{};
+  static cm_channel cm_create_channel(context ctx) {
+    if (context armed = ctx; ctx && fail_on.compare_exchange_strong(armed, context{}))
+      throw verbs_error("rdma_create_event_channel", EMFILE, "failed for the test");
+    return backends::mock::cm_create_channel(ctx);
+  }
+};
+}  // namespace
+
+// next_request took the new id from the CONNECT_REQUEST event and made its event channel
+// before anything owned the id: a failure there (out of descriptors, out of memory) leaked
+// it, and the peer, never answered, waited out its timeout.
+TEST_CASE("cm (mock): a request whose event channel cannot be made is refused, its id not leaked") {
+  using R = channel_failing;
+  mock::fabric fab(testbed::config());
+  device<R> ds(fab, "mock0"), dc(fab, "mock1");
+  auto pds = ds.create_pd(), pdc = dc.create_pd();
+  auto cqs = ds.create_cq(64), cqc = dc.create_cq(64);
+  cm_listener<R> l(ds, cm_address::parse("10.0.0.1", next_port()));
+  auto connect = [&]() -> std::error_code {
+    cm_options o;
+    o.timeout = 2s;
+    try {
+      (void)cm_connect<rc>(pdc, cqc, caps, l.address(), {}, o);
+    } catch (const cm_error& e) {
+      return e.code();
+    }
+    return {};
+  };
+  auto client = std::async(std::launch::async, connect);
+  pollfd p{l.event_fd(), POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 3000) == 1);  // the request is queued
+  R::fail_on = ds.native();
+  CHECK_THROWS_WITH_AS((void)l.next_request(1s), doctest::Contains("failed for the test"), verbs_error);
+  CHECK(client.get() == cm_errc::rejected);
+  // The listener goes on: the next request is accepted.
+  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(pds, cqs, caps); });
+  CHECK(connect() == std::error_code{});
+  CHECK(server.get());
 }
 #endif
 

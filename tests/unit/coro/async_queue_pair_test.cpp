@@ -272,6 +272,23 @@ TEST_CASE("async_queue_pair: refuses a queue pair with work requests posted on i
                        usage_error);
 }
 
+// queue().on(aqp.qp(), f) compiled (on() took the const queue pair qp() gives) and
+// replaced the async queue pair's own handler: its awaiters never resumed.
+TEST_CASE("async_queue_pair: a handler set on its CQ for an async queue pair's QP is a usage_error, not a hang") {
+  rig<> r;
+  auto& [bed, loop, c, ma, mb] = r;
+  int stolen = 0;
+  CHECK_THROWS_WITH_AS(c.a.cq.queue().on(c.x().qp(), [&](const completion<B>&) { ++stolen; }),
+                       doctest::Contains("belongs to an async_queue_pair"), usage_error);
+  auto run = [&]() -> task<void> {
+    wr_result<B> w = co_await c.x().write(ma.local(0, 8), mb.remote().sub(0, 8)).within(2s);
+    CHECK(w.outcome() == wr_outcome::completed);
+    CHECK(w.ok());
+  };
+  loop.run(run());
+  CHECK(stolen == 0);
+}
+
 TEST_CASE("async_queue_pair: UD datagrams awaited on both sides") {
   testbed bed;
   event_loop loop;

@@ -585,10 +585,47 @@ TEST_CASE("fabric: a configuration, fault or clock step it cannot simulate is re
     c.latency = nanoseconds::max();
     rm::fabric f(c);
   }, "latency = 9223372036854775807 ns");
+  refused([] {
+    rm::fabric_config c;
+    c.profile = rm::device_profile::rxe;
+    c.reuse_qp_numbers = true;
+    rm::fabric f(c);
+  }, "reuse_qp_numbers with device_profile::rxe");
   rm::fabric f;
   refused([&] { f.inject({.kind = rm::fault_kind::delay, .delay = nanoseconds(-1)}); }, "fault::delay = -1 ns");
   refused([&] { f.inject({.kind = rm::fault_kind::drop, .probability = 1.5}); }, "fault::probability = 1.5");
   f.advance(seconds(5));
   refused([&] { f.advance(seconds(-1)); }, "advance(-1000000000 ns)");
   CHECK(f.now() == seconds(5));  // unchanged
+}
+
+TEST_CASE("fabric: QP numbers only grow, unless reuse_qp_numbers gives a destroyed QP's number again") {
+  for (const bool reuse : {false, true}) {
+    CAPTURE(reuse);
+    rm::fabric_config cfg;
+    cfg.reuse_qp_numbers = reuse;
+    rm::fabric f(cfg);
+    auto ctx = B::open_device(f, "mock0");
+    auto pd = B::alloc_pd(ctx);
+    auto cq = B::create_cq(ctx, 8, {}, 0);
+    qp_cap caps{4, 4, 1, 1, 0};
+    auto make = [&] { return B::create_qp(pd, cq, cq, qp_type::rc, caps, true); };
+    auto q1 = make(), q2 = make();
+    const std::uint32_t n1 = B::qp_num(q1), n2 = B::qp_num(q2);
+    CHECK(B::destroy_qp(q1) == 0);
+    CHECK(B::destroy_qp(q2) == 0);
+    auto q3 = make(), q4 = make(), q5 = make();
+    if (reuse) {
+      CHECK(B::qp_num(q3) == n2);  // the most recently freed first
+      CHECK(B::qp_num(q4) == n1);
+    } else {
+      CHECK(B::qp_num(q3) > n2);
+      CHECK(B::qp_num(q4) > B::qp_num(q3));
+    }
+    CHECK(B::qp_num(q5) > n2);  // none left to reuse: a new one
+    for (auto q : {q3, q4, q5}) CHECK(B::destroy_qp(q) == 0);
+    CHECK(B::destroy_cq(cq) == 0);
+    CHECK(B::dealloc_pd(pd) == 0);
+    B::close_device(ctx);
+  }
 }

@@ -98,6 +98,13 @@ struct fabric_config {
   /// port unplugged at either end, see fabric::set_port_up) before it gives up with
   /// UNREACHABLE; wall clock, as the CM's events are. librdmacm's takes about a minute.
   std::chrono::milliseconds cm_retry_time{200};
+  /// A destroyed queue pair's number goes to the next queue pair created (the most
+  /// recently freed first), as on devices that allocate QP numbers from a bitmap
+  /// (mlx5). False, the default: numbers only grow, as rxe's cyclic allocator gives them
+  /// in practice. Needs `profile` spec (a device that cleans the CQ at destroy_qp): rxe
+  /// leaves a destroyed QP's completions in the CQ, where a QP given its number would
+  /// take them for its own.
+  bool reuse_qp_numbers = false;
 };
 
 /// What a fault does to the messages it hits.

@@ -36,6 +36,11 @@ inline void check_config(const fabric_config& c) {
                                                " ports: at most 255 (port numbers are 8 bits, from 1)"));
   }
   check_wait("fabric_config::latency", c.latency);
+  if (c.reuse_qp_numbers && c.profile == device_profile::rxe)
+    throw usage_error(
+        "mock::fabric: reuse_qp_numbers with device_profile::rxe: rxe leaves a destroyed QP's completions in its "
+        "CQ, where a queue pair given its number would take them for its own, so rxe does not reuse numbers soon; "
+        "use reuse_qp_numbers with device_profile::spec");
 }
 inline void check_fault(const fault& f) {
   if (!(f.probability >= 0.0 && f.probability <= 1.0)) {

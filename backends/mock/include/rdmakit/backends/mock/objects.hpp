@@ -415,6 +415,7 @@ class fabric_state {
   std::function<void(const void*)> arm_hook;
   std::uint64_t packets = 0;
   std::uint32_t next_qpn = 0x11;
+  std::vector<std::uint32_t> free_qpns;  // fabric_config::reuse_qp_numbers: destroyed QPs' numbers
   std::uint32_t next_key = 0x100;
   object_map<qp_obj> qps;
   object_map<mr_obj> by_lkey;

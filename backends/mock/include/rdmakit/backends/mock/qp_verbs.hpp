@@ -51,7 +51,12 @@ RDMAKIT_DECL mock::qp mock::create_qp_on_srq(pd p, cq send_cq, cq recv_cq, srq s
   q->sq_sig_all = sq_sig_all;
   q->srq = s;
   if (s) ++s->qps;
-  q->qpn = f.next_qpn++;
+  if (!f.free_qpns.empty()) {  // fabric_config::reuse_qp_numbers
+    q->qpn = f.free_qpns.back();
+    f.free_qpns.pop_back();
+  } else {
+    q->qpn = f.next_qpn++;
+  }
   q->sq.reserve(std::min<std::uint32_t>(caps.max_send_wr, 1024));  // a full SQ of a usual depth allocates no more
   f.qps[q->qpn] = q;
   ++send_cq->qps;
@@ -74,6 +79,12 @@ RDMAKIT_DECL int mock::destroy_qp(qp q) noexcept {
     if (w->qp == q) w->qp = nullptr;  // its type 2 windows stay bound, usable through no QP
   f.qps.erase(q->qpn);
   ++f.qp_epoch;  // hints naming it (messages, peers) go stale
+  if (f.cfg.reuse_qp_numbers) {
+    try {
+      f.free_qpns.push_back(q->qpn);
+    } catch (...) {  // out of memory: the number is not given again
+    }
+  }
   --q->send_cq->qps;
   --q->recv_cq->qps;
   if (q->srq) --q->srq->qps;
