@@ -4,6 +4,7 @@
 // them to RTS against each other over loopback, register buffers, post and poll
 // with a bounded wait. Scenarios use only the verbs_backend concept through these.
 #include <rdmakit/backend.hpp>
+#include <rdmakit/detail/gid_choice.hpp>
 
 #ifdef RDMAKIT_CONFORMANCE_IBVERBS
 #include <rdmakit/backends/ibverbs.hpp>
@@ -71,9 +72,11 @@ struct backend_traits<rdmakit::backends::ibverbs> {
     const char* d = std::getenv("RDMAKIT_DEVICE");
     return d ? d : "";
   }
-  static int gid_index() {
+  /// RDMAKIT_GID_INDEX, else the GID rdmakit would choose (the RoCEv2 IPv4-mapped one on
+  /// rxe, index 1 there; on InfiniBand or a NIC another index may be right).
+  static int gid_index(rdmakit::backends::ibverbs::context ctx) {
     const char* g = std::getenv("RDMAKIT_GID_INDEX");
-    return g && *g ? std::atoi(g) : 1;
+    return g && *g ? std::atoi(g) : rdmakit::detail::choose_gid<rdmakit::backends::ibverbs>(ctx, 1);
   }
   /// Between two empty polls: the device progresses on its own.
   static void idle(scope&) { std::this_thread::sleep_for(1ms); }
@@ -117,7 +120,7 @@ struct backend_traits<rdmakit::backends::mock> {
   static rdmakit::backends::mock::context open(scope& s) {
     return rdmakit::backends::mock::open_device(s.fabric, device());
   }
-  static int gid_index() { return 1; }
+  static int gid_index(rdmakit::backends::mock::context) { return 1; }
   /// An empty poll already moves the simulated clock to the next pending event.
   static void idle(scope&) {}
   static void settle(scope& s) { s.fabric.advance(10ms); }
@@ -276,7 +279,7 @@ class fixture {
     on_cleanup([c = ctx] { B::close_device(c); });
     pd = make_pd();
     port = B::query_port(ctx, port_num);
-    gid_index = traits::gid_index();
+    gid_index = traits::gid_index(ctx);
     gid = B::query_gid(ctx, port_num, gid_index);
   }
   ~fixture() { run_cleanup(); }

@@ -5,7 +5,7 @@
 //   rdmakit-faults -d DEV [options] H   client: connect to the server at H
 //
 // On a device the faults come from the link (tests/rxe/netem.sh puts netem on it); on
-// the mock from the fabric: --loss/--dup/--reorder are per-message probabilities with
+// the mock from the fabric: --loss/--dup/--reorder are per-packet probabilities with
 // --seed, under the rxe device profile (--profile spec for the specification).
 // Output: one line per side, `faults side=server|client transport=... key=value ...`.
 #include "../common/cli.hpp"
@@ -56,7 +56,7 @@ void usage(std::FILE* to) {
                "  -g, --gid-idx=N            GID index\n"
                "  -p, --port=PORT            TCP port of the exchange (default 18700)\n"
                "Mock only:\n"
-               "  --loss=P --dup=P --reorder=P  per-message fault probabilities (0..1)\n"
+               "  --loss=P --dup=P --reorder=P  per-packet fault probabilities (0..1)\n"
                "  --seed=N                   fabric seed (default 1)\n"
                "  --profile=rxe|spec         device profile (default rxe)\n");
 }

@@ -166,7 +166,7 @@ class fabric {
   /// with the CQ handle: lets a test make a completion land between the last poll and the arm.
   void set_arm_hook(std::function<void(const void* cq)> hook);
 
-  /// Messages put on the wire since the fabric was made (retransmissions included).
+  /// Packets put on the wire since the fabric was made (retransmissions included).
   std::uint64_t packets_sent() const;
 
   /// The engine's state (rdmakit::mock::detail), for the mock's own verbs; tests use
