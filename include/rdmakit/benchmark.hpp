@@ -287,7 +287,7 @@ struct loopback_options {
   /// RC/UC connection attributes (both directions).
   connect_options connect{};
   /// The longest wait for a completion in post() and finish().
-  std::chrono::milliseconds timeout{1000};
+  rdmakit::detail::ms_timeout timeout{std::chrono::milliseconds{1000}};
 };
 
 /// Two queue pairs of one grid combination connected to each other (RC/UC: connected;

@@ -191,10 +191,11 @@ class completion_queue {
   }
 
   /// Waits up to `timeout` for completions with the polling policy, then delivers one
-  /// batch to f.
+  /// batch to f. (Every timeout here takes any duration: saturated, hours::max() is no
+  /// limit; a finer unit rounded up to milliseconds.)
   template <completion_handler<B> F>
   RDMAKIT_ALWAYS_INLINE wait_result wait(F&& f,
-                                         std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept(nothrow<F>) {
+                                         detail::ms_timeout timeout = std::chrono::milliseconds{1000}) noexcept(nothrow<F>) {
     if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
     // The policy's own first step, inlined: completions already there end the wait.
     if constexpr (detail::polls_first<P>)
@@ -203,7 +204,7 @@ class completion_queue {
   }
 
   /// Waits as wait(f, timeout), for the accounting only, as poll() does.
-  RDMAKIT_ALWAYS_INLINE wait_result wait(std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+  RDMAKIT_ALWAYS_INLINE wait_result wait(detail::ms_timeout timeout = std::chrono::milliseconds{1000}) noexcept {
     ignore_completion none;
     return wait(none, timeout);
   }
@@ -214,7 +215,7 @@ class completion_queue {
   /// come), or the error of a failed wait (EINVAL for n below 1: nothing to wait for).
   template <completion_handler<B> F>
   wait_result wait_for(int n, F&& f,
-                       std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept(nothrow<F>) {
+                       detail::ms_timeout timeout = std::chrono::milliseconds{1000}) noexcept(nothrow<F>) {
     if (RDMAKIT_UNLIKELY(n < 1)) return wait_result{-EINVAL};
     using clock = std::chrono::steady_clock;
     const auto deadline = detail::deadline_after(timeout);
@@ -270,13 +271,13 @@ class completion_queue {
   /// Waits with the policy, then dispatches one batch; completions of QPs without a
   /// handler go to `fallback`.
   template <completion_handler<B> F>
-  wait_result dispatch_wait(F&& fallback, std::chrono::milliseconds timeout) noexcept {
+  wait_result dispatch_wait(F&& fallback, detail::ms_timeout timeout) noexcept {
     if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
     dispatch_ops<F> o{this, fallback};
     return wait_result{P::wait(o, timeout)};
   }
   /// As dispatch_wait(fallback, timeout), counting unhandled completions in unrouted().
-  wait_result dispatch_wait(std::chrono::milliseconds timeout = std::chrono::milliseconds{1000}) noexcept {
+  wait_result dispatch_wait(detail::ms_timeout timeout = std::chrono::milliseconds{1000}) noexcept {
     if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
     return dispatch_wait([this](const completion<B>&) { ++blk_->unrouted; }, timeout);
   }

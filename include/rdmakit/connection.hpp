@@ -35,11 +35,12 @@ struct exchange_options {
   /// The record both sides send; pingpong talks to rdma-core's ibv_*_pingpong.
   wire_format format = wire_format::rdmakit;
   /// Bound on one exchange once a client is there: connect, send, receive, callback
-  /// excluded, acknowledgement. Must be positive; milliseconds::max(): no practical limit.
-  std::chrono::milliseconds timeout{10'000};
+  /// excluded, acknowledgement. Must be positive; any duration, saturated: hours::max()
+  /// (or milliseconds::max()) is no practical limit.
+  detail::ms_timeout timeout{std::chrono::milliseconds{10'000}};
   /// How long a server waits for a client to connect; 0 (the default): `timeout`.
   /// Negative: refused.
-  std::chrono::milliseconds accept_timeout{0};
+  detail::ms_timeout accept_timeout{std::chrono::milliseconds{0}};
   /// Client: retry a refused connection (server not started yet) until `timeout`.
   bool retry_refused = false;
 };

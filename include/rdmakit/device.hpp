@@ -108,7 +108,7 @@ class device {
   /// against a handle's native()) to find the object concerned. Throws verbs_error
   /// when the device's event queue fails, usage_error while a device_events awaits this
   /// device's events (each event goes to one reader).
-  std::optional<async_event> next_event(std::chrono::milliseconds timeout = std::chrono::milliseconds{0}) const {
+  std::optional<async_event> next_event(detail::ms_timeout timeout = std::chrono::milliseconds{0}) const {
     async_event ev;
     const auto& st = state("next_event");
     if (RDMAKIT_UNLIKELY(st.events_are_watched()))

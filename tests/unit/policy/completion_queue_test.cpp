@@ -216,6 +216,25 @@ TEST_CASE("wait_for: n completions within one timeout, else a timed-out result o
   CHECK(cqx.wait_for(1, [](const completion<B>&) {}).error() == EBADF);  // NOLINT(bugprone-use-after-move)
 }
 
+// The timeouts were std::chrono::milliseconds: hours::max() ("no limit") overflowed
+// converting at the call (undefined behaviour), came out negative, and wait_for gave up
+// at once with the completion there; a microseconds timeout did not compile.
+TEST_CASE("wait, wait_for, dispatch_wait: a timeout of any duration; hours::max() is no limit") {
+  writer w;
+  auto& cqx = w.cqx;
+  w.write(1);
+  int seen = 0;
+  const wait_result r = cqx.wait_for(1, [&](const completion<B>&) { ++seen; }, std::chrono::hours::max());
+  CHECK(r.count() == 1);
+  CHECK(seen == 1);
+  w.write(1);
+  CHECK(cqx.wait(std::chrono::hours::max()).count() == 1);
+  w.write(1);
+  CHECK(cqx.dispatch_wait(std::chrono::microseconds{1500}).count() == 1);
+  const wait_result none = cqx.wait(std::chrono::microseconds{1});  // rounded up to 1 ms, not 0
+  CHECK(none.timed_out());
+}
+
 TEST_CASE("completion queue: bad sizes are setup errors; handles move") {
   mock::fabric fab;
   device<B> d(fab, "mock0");
