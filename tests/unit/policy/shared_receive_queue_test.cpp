@@ -274,45 +274,65 @@ TEST_CASE("shared_receive_queue: reset() of a queue pair on an SRQ gives a fresh
   CHECK(got[0].wr_id == 5);
 }
 
+namespace {
+// As rxe: receiver `y` with a CQ of 5 entries, exactly what one RC queue pair of send
+// depth 1 on an SRQ of 4 takes; `make_b()` connects one to a sender on `x`.
+struct rxe_srq_rig {
+  static mock::fabric_config rxe() {
+    mock::fabric_config cfg;
+    cfg.profile = mock::device_profile::rxe;
+    return cfg;
+  }
+  mock::fabric fab{rxe()};
+  side x{fab, "mock0"}, y{fab, "mock1"};
+  completion_queue<B> cq = y.dev.create_cq(5);
+  shared_receive_queue<B> srq = y.pd.create_srq({.max_wr = 4, .max_sge = 1});
+  memory_region<B, rw_access> src = x.pd.allocate<rw_access>(64);
+  memory_region<B, rw_access> dst = y.pd.allocate<rw_access>(4 * 64);
+  queue_pair<B, rc, signal_all, qp_state::rts> a;
+
+  queue_pair<B, on_srq<rc>, signal_all, qp_state::rts> make_b() {
+    auto ai = x.pd.create_qp<rc>(x.cq, qp_cap{4, 0});
+    auto bi = y.pd.create_qp<rc>(cq, srq, qp_cap{1, 0});  // 1 + the SRQ's 4: the whole CQ
+    const auto ea = ai.local_endpoint();
+    a = std::move(ai).connect(bi.local_endpoint());
+    return std::move(bi).connect(ea);
+  }
+  /// `n` receives posted to the SRQ and taken by `n` SENDs from `a`, whose completions
+  /// are polled; the receives' completions are left in `cq`.
+  void receive(std::uint64_t n) {
+    for (std::uint64_t k = 0; k < n; ++k) REQUIRE(srq.post_recv(dst.local(64 * k, 64), 100 + k).ok());
+    for (std::uint64_t k = 0; k < n; ++k) REQUIRE(a.send(src.local(0, 8), k).ok());
+    CHECK(collect(x.cq, n).size() == n);
+  }
+};
+}  // namespace
+
 // The last queue pair of an SRQ on a CQ gave the SRQ's max_wr back when destroyed, though
 // rxe (and the mock as rxe) leaves its receive completions in the CQ: a queue pair
 // created in its place could overflow the CQ. They now count in flushing(), as a
 // destroyed queue pair's own WRs do, until polled or until a poll finds the CQ empty.
 TEST_CASE("shared_receive_queue: the last queue pair of an SRQ on a CQ, destroyed, keeps the SRQ's room until polled") {
-  mock::fabric_config cfg;
-  cfg.profile = mock::device_profile::rxe;
-  mock::fabric fab(cfg);
-  side x(fab, "mock0"), y(fab, "mock1");
-  auto cq = y.dev.create_cq(5);
-  REQUIRE(cq.capacity() == 5);
-  auto srq = y.pd.create_srq({.max_wr = 4, .max_sge = 1});
-  auto src = x.pd.allocate<rw_access>(64);
-  auto dst = y.pd.allocate<rw_access>(4 * 64);
+  rxe_srq_rig r;
+  REQUIRE(r.cq.capacity() == 5);
   std::uint32_t gone = 0;
   {
-    auto ai = x.pd.create_qp<rc>(x.cq, qp_cap{4, 0});
-    auto bi = y.pd.create_qp<rc>(cq, srq, qp_cap{1, 0});  // 1 + the SRQ's 4: the whole CQ
-    CHECK(cq.reserved() == 5);
-    const auto ea = ai.local_endpoint();
-    auto a = std::move(ai).connect(bi.local_endpoint());
-    auto b = std::move(bi).connect(ea);
-    for (std::uint64_t k = 0; k < 2; ++k) REQUIRE(srq.post_recv(dst.local(64 * k, 64), 100 + k).ok());
-    REQUIRE(a.send(src.local(0, 8), 1).ok());
-    REQUIRE(a.send(src.local(0, 8), 2).ok());
-    CHECK(collect(x.cq, 2).size() == 2);
+    auto b = r.make_b();
+    CHECK(r.cq.reserved() == 5);
+    r.receive(2);
     gone = b.qp_num();
   }  // b destroyed with its two receive completions in the CQ
-  CHECK(cq.reserved() == 0);
-  CHECK(cq.flushing() == 4);
-  CHECK_THROWS_AS((void)y.pd.create_qp<rc>(cq, srq, qp_cap{1, 0}), usage_error);
-  const auto left = collect(cq, 2);
+  CHECK(r.cq.reserved() == 0);
+  CHECK(r.cq.flushing() == 4);
+  CHECK_THROWS_AS((void)r.y.pd.create_qp<rc>(r.cq, r.srq, qp_cap{1, 0}), usage_error);
+  const auto left = collect(r.cq, 2);
   REQUIRE(left.size() == 2);
   CHECK(left[0].qp_num == gone);
-  CHECK(cq.flushing() == 2);  // up to max_wr were counted: the rest at the next empty poll
-  CHECK(cq.poll([](const auto&) {}) == 0);
-  CHECK(cq.flushing() == 0);
-  auto again = y.pd.create_qp<rc>(cq, srq, qp_cap{1, 0});
-  CHECK(cq.reserved() == 5);
+  CHECK(r.cq.flushing() == 2);  // up to max_wr were counted: the rest at the next empty poll
+  CHECK(r.cq.poll([](const auto&) {}) == 0);
+  CHECK(r.cq.flushing() == 0);
+  auto again = r.y.pd.create_qp<rc>(r.cq, r.srq, qp_cap{1, 0});
+  CHECK(r.cq.reserved() == 5);
 }
 
 TEST_CASE("shared_receive_queue: an SRQ never posted to keeps no room once its last queue pair is destroyed") {
@@ -330,26 +350,13 @@ TEST_CASE("shared_receive_queue: an SRQ never posted to keeps no room once its l
 // receives of the SRQ completed and unpolled, must not hold it apart as a destroyed last
 // queue pair does (on a CQ sized for one queue pair, reset() would then be refused).
 TEST_CASE("shared_receive_queue: reset() after SRQ traffic keeps the SRQ's share for the new queue pair") {
-  mock::fabric_config cfg;
-  cfg.profile = mock::device_profile::rxe;
-  mock::fabric fab(cfg);
-  side x(fab, "mock0"), y(fab, "mock1");
-  auto cq = y.dev.create_cq(5);
-  auto srq = y.pd.create_srq({.max_wr = 4, .max_sge = 1});
-  auto src = x.pd.allocate<rw_access>(64);
-  auto dst = y.pd.allocate<rw_access>(64);
-  auto ai = x.pd.create_qp<rc>(x.cq, qp_cap{4, 0});
-  auto bi = y.pd.create_qp<rc>(cq, srq, qp_cap{1, 0});
-  const auto ea = ai.local_endpoint();
-  auto a = std::move(ai).connect(bi.local_endpoint());
-  auto b = std::move(bi).connect(ea);
-  REQUIRE(srq.post_recv(dst.local(0, 64), 7).ok());
-  REQUIRE(a.send(src.local(0, 8), 1).ok());
-  CHECK(collect(x.cq, 1).size() == 1);
+  rxe_srq_rig r;
+  auto b = r.make_b();
+  r.receive(1);
   auto fresh = std::move(b).reset();  // the receive's completion is still in the CQ
-  CHECK(cq.reserved() == 5);
-  CHECK(cq.flushing() == 0);
-  const auto got = collect(cq, 1);
+  CHECK(r.cq.reserved() == 5);
+  CHECK(r.cq.flushing() == 0);
+  const auto got = collect(r.cq, 1);
   REQUIRE(got.size() == 1);
-  CHECK(got[0].wr_id == 7);
+  CHECK(got[0].wr_id == 100);
 }
