@@ -80,8 +80,9 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, 
 /// A timeout field of an options struct kept in milliseconds, which any duration
 /// converts to: saturated at milliseconds' range (saturating_cast: `hours::max()` is
 /// `milliseconds::max()`, no practical limit, where std::chrono's implicit conversion
-/// overflows, undefined behaviour that comes out negative), a finer unit rounded up (a
-/// positive timeout stays positive, never shorter than asked). It is a milliseconds:
+/// overflows, undefined behaviour that comes out negative), a finer unit rounded away
+/// from zero (a positive timeout stays positive, never shorter than asked; a negative one
+/// stays negative). It is a milliseconds:
 /// count(), comparisons and passing it on are the same.
 struct ms_timeout : std::chrono::milliseconds {
   constexpr ms_timeout() noexcept = default;
@@ -94,9 +95,12 @@ struct ms_timeout : std::chrono::milliseconds {
   static constexpr std::chrono::milliseconds round_up_(std::chrono::duration<Rep, Period> d) noexcept {
     using ms = std::chrono::milliseconds;
     ms t = saturating_cast<ms>(d);
-    // Finer, or fractional: cut toward zero.
-    if constexpr (!std::ratio_greater_equal<Period, std::milli>::value || std::chrono::treat_as_floating_point_v<Rep>)
+    // Finer, or fractional: cut toward zero, so rounded away from it (a negative one
+    // stays negative: 0 often means "none given").
+    if constexpr (!std::ratio_greater_equal<Period, std::milli>::value || std::chrono::treat_as_floating_point_v<Rep>) {
       if (d > d.zero() && t < d && t < ms::max()) ++t;
+      if (d < d.zero() && t > d && t > ms::min()) --t;
+    }
     return t;
   }
 };

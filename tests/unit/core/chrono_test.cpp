@@ -49,3 +49,16 @@ TEST_CASE("ms_timeout, steady_duration: unsigned and floating-point durations ke
   CHECK(steady_duration(duration<double, std::milli>(0.2)) == microseconds(200));
   CHECK(ms_timeout(duration<double, std::milli>(std::numeric_limits<double>::quiet_NaN())) == milliseconds(0));
 }
+
+// A negative timeout finer than a millisecond was cut toward zero: -500 us became 0, which
+// options read as "none given" (exchange_options::accept_timeout 0: use timeout).
+TEST_CASE("ms_timeout: a negative timeout stays negative, rounded away from zero") {
+  using rdmakit::detail::ms_timeout;
+  CHECK(ms_timeout(microseconds(-500)) == milliseconds(-1));
+  CHECK(ms_timeout(nanoseconds(-1)) == milliseconds(-1));
+  CHECK(ms_timeout(microseconds(-1500)) == milliseconds(-2));
+  CHECK(ms_timeout(microseconds(-2000)) == milliseconds(-2));
+  CHECK(ms_timeout(duration<double, std::milli>(-0.2)) == milliseconds(-1));
+  CHECK(ms_timeout(nanoseconds::min()) == milliseconds(-9'223'372'036'855));
+  CHECK(ms_timeout(microseconds(0)) == milliseconds(0));
+}
