@@ -310,6 +310,20 @@ TEST_CASE("async_queue_pair: UD datagrams awaited on both sides") {
   loop.run(run());
 }
 
+// Its event_loop destroyed, a WR awaited by a task of another loop never completed: its
+// completion reached a CQ only the destroyed loop drained.
+TEST_CASE("async_queue_pair: a WR awaited after its event_loop was destroyed is a usage_error, not a hang") {
+  testbed bed;
+  auto loop = std::make_unique<event_loop>();
+  auto c = std::make_unique<connected<>>(bed, *loop);
+  auto m = c->a.pd.allocate<rw>(64);
+  auto r = c->b.pd.allocate<rw>(64);
+  loop.reset();
+  event_loop other;
+  auto writes = [&]() -> task<void> { (void)co_await c->x().write(m.local(0, 8), r.remote().sub(0, 8)).within(50ms); };
+  CHECK_THROWS_WITH_AS(other.run(writes()), doctest::Contains("was destroyed"), usage_error);
+}
+
 #if !RDMAKIT_CORO_IBVERBS
 namespace {
 // The mock, refusing the next RTR->RTS transitions it is told to.
