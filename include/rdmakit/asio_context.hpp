@@ -61,9 +61,6 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
 
   ::asio::io_context& io() noexcept { return io_; }
 
-  /// The asio_context's tasks (kept here: the context may go while they run).
-  task_roots roots;
-
   void post(work_item& w) noexcept override {
     ready_.push_back(w);
     schedule_drain_();

@@ -25,7 +25,7 @@
 #include <coroutine>
 #include <memory>
 #include <optional>
-#include <set>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -51,7 +51,9 @@ class async_cq_base {
   /// queue pair of that number attached: the one forgotten was destroyed before that
   /// poll, so none of its completions is left, and a queue pair that the device gives
   /// the number again (mlx5 reuses them) gets its own.
-  virtual void forget_qp(std::uint32_t qpn) = 0;
+  /// `receives` false: only its sends (a queue pair on a shared receive queue, whose
+  /// receive completions are the SRQ's, for next()).
+  virtual void forget_qp(std::uint32_t qpn, bool receives) = 0;
   /// A new queue pair with this number awaits its own completions again.
   virtual void remember_qp(std::uint32_t qpn) noexcept = 0;
 
@@ -96,17 +98,22 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
   /// Completions no async_queue_pair awaits, for next().
   detail::mailbox<completion<B>>& mailbox() noexcept { return unawaited_; }
 
-  void forget_qp(std::uint32_t qpn) override { forgotten_.insert(qpn); }
+  void forget_qp(std::uint32_t qpn, bool receives) override {
+    auto [it, fresh] = forgotten_.try_emplace(qpn, receives);
+    if (!fresh) it->second = it->second || receives;
+  }
+  /// Completions no async_queue_pair awaits: next()'s (or dropped, when forgotten).
+  void unawaited(const completion<B>& c) noexcept {
+    if (RDMAKIT_UNLIKELY(!forgotten_.empty()) && is_forgotten_(c)) return;
+    unawaited_.put(c, *loop_);
+  }
   void remember_qp(std::uint32_t qpn) noexcept override { forgotten_.erase(qpn); }
 
  private:
   // Drains the CQ and leaves it armed and empty, so the next completion wakes epoll. A
   // long stream of completions is taken a few batches per turn (`again_`).
   void drain_() noexcept {
-    auto fallback = [this](const completion<B>& c) {
-      if (RDMAKIT_UNLIKELY(!forgotten_.empty()) && is_forgotten_(c.qp_num())) return;
-      unawaited_.put(c, *loop_);
-    };
+    auto fallback = [this](const completion<B>& c) { unawaited(c); };
     for (int round = 0; round < 8; ++round) {
       const wait_result r = cq_.dispatch_wait(fallback, std::chrono::milliseconds{0});
       if (r.failed()) {
@@ -129,12 +136,14 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
     again_ = true;
   }
 
-  // A completion of a queue pair forgotten (forget_qp): its number is in the set and no
+  // A completion of a queue pair forgotten (forget_qp): its number is in the map (with its
+  // receives, unless only its sends were: an SRQ's receives are next()'s) and no
   // queue pair attached here has it now (one that does is a new queue pair the device
   // gave the number to, used directly: dispatch hands the fallback those without a
   // handler). Off the data path: only while some number is forgotten.
-  bool is_forgotten_(std::uint32_t qpn) const noexcept {
-    return forgotten_.count(qpn) != 0 && !watched_->has_qp(qpn);
+  bool is_forgotten_(const completion<B>& c) const noexcept {
+    const auto it = forgotten_.find(c.qp_num());
+    return it != forgotten_.end() && (it->second || !c.is_recv()) && !watched_->has_qp(c.qp_num());
   }
 
   // The drain found the CQ empty: the numbers of queue pairs destroyed before that are
@@ -144,7 +153,7 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
   template <class F>
   void forget_destroyed_(F& fallback) noexcept {
     if (cq_.dispatch(fallback) != 0) return;
-    std::erase_if(forgotten_, [this](std::uint32_t qpn) { return !watched_->has_qp(qpn); });
+    std::erase_if(forgotten_, [this](const auto& f) { return !watched_->has_qp(f.first); });
   }
 
   bool progress_() noexcept {
@@ -178,7 +187,7 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
   bool replaced_reported_ = false;
   bool again_ = false;
   detail::mailbox<completion<B>> unawaited_;
-  std::set<std::uint32_t> forgotten_;
+  std::map<std::uint32_t, bool> forgotten_;  // number, receives forgotten too
 };
 
 }  // namespace detail

@@ -88,9 +88,20 @@ class async_qp_core {
       self.scq_->remember_qp(self.qpn_);
       self.rcq_->remember_qp(self.qpn_);
       // One handler per queue pair serves both CQs: dispatch calls the QP's handler.
-      static_cast<async_cq_core<B, PS>&>(*self.scq_).queue().on(qp, [&self](const completion<B>& c) {
-        self.on_completion_(c);
-      });
+      if constexpr (shares_receives<T>) {
+        // Its receives are the shared receive queue's, posted by the application: next()'s.
+        auto* rcq = &static_cast<async_cq_core<B, PR>&>(*self.rcq_);
+        static_cast<async_cq_core<B, PS>&>(*self.scq_).queue().on(qp, [&self, rcq](const completion<B>& c) {
+          if (c.is_recv())
+            rcq->unawaited(c);
+          else
+            self.on_completion_(c);
+        });
+      } else {
+        static_cast<async_cq_core<B, PS>&>(*self.scq_).queue().on(qp, [&self](const completion<B>& c) {
+          self.on_completion_(c);
+        });
+      }
       policy_access::link(qp)->async_owned = true;  // on() refuses to replace that handler now
     };
     watch_ = watch;
@@ -111,8 +122,8 @@ class async_qp_core {
     for (auto* w : std::exchange(credit_waiters_, {})) w->cancel();
     if (outstanding) {
       try {
-        scq_->forget_qp(qpn_);
-        rcq_->forget_qp(qpn_);
+        scq_->forget_qp(qpn_, !shares_receives<T>);  // an SRQ's receives are next()'s
+        rcq_->forget_qp(qpn_, !shares_receives<T>);
       } catch (...) {  // out of memory: a stray completion reaches next() instead
       }
     }
@@ -143,8 +154,8 @@ class async_qp_core {
       } else if (const std::uint32_t old = qpn_; q.qp_num() != old) {
         watch_(*this, q);
         try {
-          scq_->forget_qp(old);  // once the old QP goes, its late completions are nobody's
-          rcq_->forget_qp(old);
+          scq_->forget_qp(old, !shares_receives<T>);  // once the old QP goes, its late completions are nobody's
+          rcq_->forget_qp(old, !shares_receives<T>);
         } catch (...) {  // out of memory: a stray completion reaches next() instead
         }
       }
@@ -292,6 +303,7 @@ class wr_awaiter final : wr_waiter<B> {
       throw usage_error("co_await on a work request: this awaitable was moved from or awaited already (a WR is "
                         "awaited once, by one coroutine: co_await std::move(w), .within() and auto w2 = "
                         "std::move(w) move it: await the one it moved to)");
+    if (RDMAKIT_UNLIKELY(loop_->gone())) detail::throw_scheduler_gone("co_await on a work request");
     resume_.bind(h);
     suspended_ = true;
     if (timeout_) timer_.arm(*loop_, detail::deadline_after(*timeout_), timed_out_);

@@ -103,9 +103,9 @@ class device {
   }
 
   /// The next asynchronous event of this device (port up/down, a QP that hit a fatal or
-  /// access error, a CQ that overflowed, ...), waiting up to `timeout`; nullopt when
-  /// none came. The backend acknowledges it. Use `event.qp_num` (or `event.object`
-  /// against a handle's native()) to find the object concerned. Throws verbs_error
+  /// access error, a CQ that overflowed, ...), waiting up to `timeout` (not at all for 0
+  /// or less); nullopt when none came. The backend acknowledges it. Use `event.qp_num`
+  /// (or `event.object` against a handle's native()) to find the object concerned. Throws verbs_error
   /// when the device's event queue fails, usage_error while a device_events awaits this
   /// device's events (each event goes to one reader).
   std::optional<async_event> next_event(detail::ms_timeout timeout = std::chrono::milliseconds{0}) const {
@@ -114,7 +114,10 @@ class device {
     if (RDMAKIT_UNLIKELY(st.events_are_watched()))
       throw usage_error(detail::cat("device::next_event(): a device_events awaits the asynchronous events of ", st.name,
                                     " on an event loop: co_await its next() there (each event goes to one reader)"));
-    const int e = B::get_async_event(st.ctx, timeout, ev);
+    // A negative timeout looks once (a deadline already past), as every wait here: the
+    // backends take it as no limit.
+    const auto wait = timeout.count() < 0 ? std::chrono::milliseconds{0} : std::chrono::milliseconds(timeout);
+    const int e = B::get_async_event(st.ctx, wait, ev);
     if (e == 0) return ev;
     if (e == ETIMEDOUT || e == EAGAIN) return std::nullopt;
     throw verbs_error("ibv_get_async_event", e, detail::cat("reading the asynchronous events of ", st_->name));

@@ -8,7 +8,8 @@
 ///
 /// Lifetimes: destroying the loop destroys the coroutines it still runs (their awaiters
 /// unhook themselves); objects registered with it keep its epoll state alive, so they
-/// may be destroyed after it.
+/// may be destroyed after it (awaiting them then, from another loop, is a usage_error:
+/// nothing would resume the coroutine).
 #include <rdmakit/config.hpp>
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/scheduler.hpp>
@@ -51,9 +52,6 @@ class loop_core final : public scheduler {
 
   /// Queues `w` to run on the loop's next turn.
   void post(work_item& w) noexcept override { ready_.push_back(w); }
-
-  /// The event_loop's spawned tasks (kept here: the loop may go while they run).
-  task_roots roots;
 
   /// Starts waiting on `w.fd`; throws verbs_error when epoll refuses it.
   void watch(fd_watch& w) override {

@@ -13,6 +13,9 @@
 
 #include <rdmakit/config.hpp>
 
+#include <limits>
+#include <type_traits>
+
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 
@@ -34,14 +37,33 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::steady_clock::
 /// milliseconds::max() ("no practical limit") is To::max(), where the plain conversion
 /// overflows (undefined behaviour that, in practice, comes out negative and expires at
 /// once). For timeouts taken as any duration and kept in one unit.
+/// Unsigned counts (which std::chrono's conversions wrap to negative past the signed
+/// range, and whose comparison with a negative minimum is true for any count) and
+/// floating-point ones (whose out-of-range conversion is undefined) saturate too; NaN is zero.
 template <class To, class Rep, class Period>
 constexpr To saturating_cast(std::chrono::duration<Rep, Period> d) noexcept {
-  using in = std::chrono::duration<Rep, Period>;
-  if constexpr (std::ratio_greater<Period, typename To::period>::value) {  // a coarser unit: converting multiplies
-    if (d >= std::chrono::duration_cast<in>(To::max())) return To::max();
-    if (d <= std::chrono::duration_cast<in>(To::min())) return To::min();
+  if constexpr (std::chrono::treat_as_floating_point_v<Rep>) {
+    // Compared in To's unit, in long double (exact for To's limits where long double is
+    // wider than double; else 2^63, and anything below it converts in range).
+    const long double w = std::chrono::duration_cast<std::chrono::duration<long double, typename To::period>>(d).count();
+    if (w != w) return To::zero();
+    if (w >= static_cast<long double>(To::max().count())) return To::max();
+    if (w <= static_cast<long double>(To::min().count())) return To::min();
+    return To(static_cast<typename To::rep>(w));  // toward zero, as duration_cast
+  } else if constexpr (std::is_unsigned_v<Rep>) {
+    using wide = unsigned long long;
+    constexpr wide signed_max = static_cast<wide>(std::numeric_limits<long long>::max());
+    if (sizeof(Rep) < sizeof(wide) || d.count() <= static_cast<Rep>(signed_max))
+      return saturating_cast<To>(std::chrono::duration<long long, Period>(static_cast<long long>(d.count())));
+    return saturating_cast<To>(std::chrono::duration<long double, Period>(static_cast<long double>(d.count())));
+  } else {
+    using in = std::chrono::duration<Rep, Period>;
+    if constexpr (std::ratio_greater<Period, typename To::period>::value) {  // a coarser unit: converting multiplies
+      if (d >= std::chrono::duration_cast<in>(To::max())) return To::max();
+      if (d <= std::chrono::duration_cast<in>(To::min())) return To::min();
+    }
+    return std::chrono::duration_cast<To>(d);
   }
-  return std::chrono::duration_cast<To>(d);
 }
 /// saturating_cast to the steady clock's unit (the coroutine layer's timeouts).
 template <class Rep, class Period>
@@ -58,8 +80,9 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, 
 /// A timeout field of an options struct kept in milliseconds, which any duration
 /// converts to: saturated at milliseconds' range (saturating_cast: `hours::max()` is
 /// `milliseconds::max()`, no practical limit, where std::chrono's implicit conversion
-/// overflows, undefined behaviour that comes out negative), a finer unit rounded up (a
-/// positive timeout stays positive, never shorter than asked). It is a milliseconds:
+/// overflows, undefined behaviour that comes out negative), a finer unit rounded away
+/// from zero (a positive timeout stays positive, never shorter than asked; a negative one
+/// stays negative). It is a milliseconds:
 /// count(), comparisons and passing it on are the same.
 struct ms_timeout : std::chrono::milliseconds {
   constexpr ms_timeout() noexcept = default;
@@ -72,8 +95,12 @@ struct ms_timeout : std::chrono::milliseconds {
   static constexpr std::chrono::milliseconds round_up_(std::chrono::duration<Rep, Period> d) noexcept {
     using ms = std::chrono::milliseconds;
     ms t = saturating_cast<ms>(d);
-    if constexpr (!std::ratio_greater_equal<Period, std::milli>::value)  // finer: cut toward zero
-      if (d > d.zero() && t < d) ++t;
+    // Finer, or fractional: cut toward zero, so rounded away from it (a negative one
+    // stays negative: 0 often means "none given").
+    if constexpr (!std::ratio_greater_equal<Period, std::milli>::value || std::chrono::treat_as_floating_point_v<Rep>) {
+      if (d > d.zero() && t < d && t < ms::max()) ++t;
+      if (d < d.zero() && t > d && t > ms::min()) --t;
+    }
     return t;
   }
 };

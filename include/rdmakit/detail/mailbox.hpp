@@ -17,6 +17,14 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 
+/// A coroutine about to wait on a source whose event_loop or asio_context was destroyed
+/// (scheduler::gone()): nothing would resume it.
+[[noreturn]] inline void throw_scheduler_gone(const char* what) {
+  throw usage_error(cat(what, ": the event_loop or asio_context this was made on was destroyed, so nothing would "
+                              "resume this coroutine (nor end its timeout): make the async completion queue "
+                              "and the async objects on it anew on the loop that runs it"));
+}
+
 template <class T>
 class mailbox {
  public:
@@ -84,6 +92,7 @@ class mailbox_awaiter final : mailbox<T>::waiter {
     if (waiting_)
       throw usage_error("co_await next(): this awaitable is awaited by another coroutine already: call next() "
                         "in each coroutine");
+    if (RDMAKIT_UNLIKELY(source_->loop().gone())) throw_scheduler_gone("co_await next()");
     resume_.bind(h);
     timed_out_.bind([](void* self) noexcept { static_cast<mailbox_awaiter*>(self)->on_timeout_(); }, this);
     source_->mailbox().add(*this);

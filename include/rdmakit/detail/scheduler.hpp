@@ -26,6 +26,56 @@ struct fd_watch {
   bool (*progress)(void*) noexcept = nullptr;
 };
 
+/// The drivers of the tasks an event_loop or asio_context started and that have not
+/// finished, kept by its scheduler, which outlives it while work items run. Its owner may
+/// be destroyed from inside one of those tasks: that task's frame must not go while it
+/// runs, so the owner abandons its tasks, and they are destroyed at once when no work item
+/// runs, else when the outermost run of work items ends, after the running one returned
+/// (which runs no other item meanwhile).
+class task_roots {
+ public:
+  task_roots() = default;
+  task_roots(const task_roots&) = delete;
+  task_roots& operator=(const task_roots&) = delete;
+
+  void add(std::coroutine_handle<> h) { roots_.push_back(h); }
+  /// Called by a driver's promise when its frame goes (finished or destroyed).
+  void remove(std::coroutine_handle<> h) noexcept { std::erase(roots_, h); }
+  std::size_t size() const noexcept { return roots_.size(); }
+  bool empty() const noexcept { return roots_.empty(); }
+
+  /// The owner goes: its tasks are destroyed now, or once the work item running returns.
+  void abandon() noexcept {
+    abandoned_ = true;
+    if (running_ == 0) destroy_all_();
+  }
+  /// True once the owner went (its run() must not touch it again).
+  bool abandoned() const noexcept { return abandoned_; }
+  /// True while work items run (the owner's run, or the one a task destroyed it from).
+  bool running() const noexcept { return running_ != 0; }
+
+  /// Runs the items of `now` in order, until it is empty or the owner was abandoned.
+  void run(work_list& now) noexcept {
+    ++running_;
+    while (!abandoned_) {
+      work_item* w = now.pop_front();
+      if (!w) break;
+      w->run();
+    }
+    if (--running_ == 0 && abandoned_) destroy_all_();
+  }
+
+ private:
+  // Each frame's promise removes its handle as it goes.
+  void destroy_all_() noexcept {
+    while (!roots_.empty()) roots_.back().destroy();
+  }
+
+  std::vector<std::coroutine_handle<>> roots_;
+  unsigned running_ = 0;
+  bool abandoned_ = false;
+};
+
 class scheduler;
 
 /// A deadline: when it passes, the scheduler queues `item` (once). Disarmed by its owner
@@ -66,6 +116,12 @@ class scheduler {
   /// Records a failure of something it drives; the scheduler's run rethrows it.
   virtual void fail(std::exception_ptr e) noexcept = 0;
 
+  /// The tasks of its event_loop or asio_context (kept here: that may go while they run).
+  task_roots roots;
+  /// True once its event_loop or asio_context was destroyed and none of its work runs:
+  /// nothing resumes a coroutine that waits here any more (its timeout neither).
+  bool gone() const noexcept { return roots.abandoned() && !roots.running(); }
+
  protected:
   friend class timer_node;
   ~scheduler() = default;
@@ -92,54 +148,6 @@ inline void timer_node::disarm() noexcept {
   sched_->stop_timer(*this);
   sched_ = nullptr;
 }
-
-/// The drivers of the tasks an event_loop or asio_context started and that have not
-/// finished, kept by its scheduler, which outlives it while work items run. Its owner may
-/// be destroyed from inside one of those tasks: that task's frame must not go while it
-/// runs, so the owner abandons its tasks, and they are destroyed at once when no work item
-/// runs, else when the outermost run of work items ends, after the running one returned
-/// (which runs no other item meanwhile).
-class task_roots {
- public:
-  task_roots() = default;
-  task_roots(const task_roots&) = delete;
-  task_roots& operator=(const task_roots&) = delete;
-
-  void add(std::coroutine_handle<> h) { roots_.push_back(h); }
-  /// Called by a driver's promise when its frame goes (finished or destroyed).
-  void remove(std::coroutine_handle<> h) noexcept { std::erase(roots_, h); }
-  std::size_t size() const noexcept { return roots_.size(); }
-  bool empty() const noexcept { return roots_.empty(); }
-
-  /// The owner goes: its tasks are destroyed now, or once the work item running returns.
-  void abandon() noexcept {
-    abandoned_ = true;
-    if (running_ == 0) destroy_all_();
-  }
-  /// True once the owner went (its run() must not touch it again).
-  bool abandoned() const noexcept { return abandoned_; }
-
-  /// Runs the items of `now` in order, until it is empty or the owner was abandoned.
-  void run(work_list& now) noexcept {
-    ++running_;
-    while (!abandoned_) {
-      work_item* w = now.pop_front();
-      if (!w) break;
-      w->run();
-    }
-    if (--running_ == 0 && abandoned_) destroy_all_();
-  }
-
- private:
-  // Each frame's promise removes its handle as it goes.
-  void destroy_all_() noexcept {
-    while (!roots_.empty()) roots_.back().destroy();
-  }
-
-  std::vector<std::coroutine_handle<>> roots_;
-  unsigned running_ = 0;
-  bool abandoned_ = false;
-};
 
 /// What async_completion_queue, async_queue_pair and device_events can be made on: an
 /// event_loop, or the asio adapter's asio_context.

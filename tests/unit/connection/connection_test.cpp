@@ -258,6 +258,19 @@ TEST_CASE("zero or negative timeouts are refused up front, naming the option and
   CHECK(last_error.find("within 200 ms") != std::string::npos);
 }
 
+// A negative accept_timeout finer than a millisecond was cut toward zero, to 0: the
+// server took it for "use timeout" and waited for a client instead of refusing it.
+TEST_CASE("a negative accept_timeout under a millisecond is refused, not taken for 0") {
+  exchange_listener l(0, "127.0.0.1");
+  exchange_options o = fast();
+  o.timeout = 2000ms;  // a wait would show
+  o.accept_timeout = std::chrono::microseconds(-500);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(error_of([&] { l.exchange(sample_endpoint(), o); }) == exchange_errc::invalid_argument);
+  CHECK(std::chrono::steady_clock::now() - t0 < 100ms);
+  CHECK(last_error.find("exchange_options::accept_timeout must be positive") != std::string::npos);
+}
+
 // ---------------------------------------------------------------------------------------
 // Malformed input over the wire; the listener survives each
 

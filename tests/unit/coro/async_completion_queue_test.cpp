@@ -297,3 +297,23 @@ TEST_CASE("async_completion_queue: completions a destroyed async queue pair left
   loop.run(run());
   CHECK(a.cq.pending() == 0);
 }
+
+// An async completion queue outliving its event_loop, awaited by a task of another loop:
+// the wait and its timeout were on the destroyed loop, which nothing runs any more, so
+// the task never resumed (next(50ms) hung for ever while the new loop had a source of its
+// own; here, with none, the new loop said nothing could wake it, blaming the wrong loop).
+TEST_CASE("async_completion_queue: awaited after its event_loop was destroyed, a usage_error, not a hang") {
+  testbed bed;
+  auto loop = std::make_unique<event_loop>();
+  auto a = std::make_unique<side>(bed.open(0), *loop);
+  loop.reset();
+  event_loop other;
+  bool went_on = false;
+  auto waits = [&]() -> task<void> {
+    (void)co_await a->cq.next(50ms);
+    went_on = true;
+  };
+  CHECK_THROWS_WITH_AS(other.run(waits()), doctest::Contains("was destroyed"), usage_error);
+  CHECK_FALSE(went_on);
+  CHECK(a->cq.pending() == 0);
+}

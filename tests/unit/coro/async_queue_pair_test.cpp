@@ -310,6 +310,20 @@ TEST_CASE("async_queue_pair: UD datagrams awaited on both sides") {
   loop.run(run());
 }
 
+// Its event_loop destroyed, a WR awaited by a task of another loop never completed: its
+// completion reached a CQ only the destroyed loop drained.
+TEST_CASE("async_queue_pair: a WR awaited after its event_loop was destroyed is a usage_error, not a hang") {
+  testbed bed;
+  auto loop = std::make_unique<event_loop>();
+  auto c = std::make_unique<connected<>>(bed, *loop);
+  auto m = c->a.pd.allocate<rw>(64);
+  auto r = c->b.pd.allocate<rw>(64);
+  loop.reset();
+  event_loop other;
+  auto writes = [&]() -> task<void> { (void)co_await c->x().write(m.local(0, 8), r.remote().sub(0, 8)).within(50ms); };
+  CHECK_THROWS_WITH_AS(other.run(writes()), doctest::Contains("was destroyed"), usage_error);
+}
+
 #if !RDMAKIT_CORO_IBVERBS
 namespace {
 // The mock, refusing the next RTR->RTS transitions it is told to.
@@ -388,5 +402,52 @@ TEST_CASE("async_queue_pair: two connects refused at RTS in a row resume the awa
     CHECK((co_await std::move(kept).within(5s)).ok());
   };
   loop.run(run());
+}
+
+// An async_queue_pair on a shared receive queue took the SRQ's receive completions of its
+// queue pair for its own: their wr_ids matched no awaiter's token, and they were dropped
+// (next() never saw them; one whose wr_id matched a token would have completed that WR's
+// awaiter). They go to next() now, also once the queue pair is destroyed with sends
+// outstanding (rxe leaves them in the CQ).
+TEST_CASE("async_queue_pair: on a shared receive queue, the SRQ's receive completions reach next()") {
+  for (const auto profile : {mock::device_profile::spec, mock::device_profile::rxe}) {
+    CAPTURE(static_cast<int>(profile));
+    mock::fabric_config cfg;
+    cfg.profile = profile;
+    testbed bed(cfg);
+    event_loop loop;
+    side a(bed.open(0), loop), b(bed.open(1), loop);
+    auto srq = b.pd.create_srq({.max_wr = 8, .max_sge = 1});
+    auto ma = a.pd.allocate<rw>(256);
+    auto mb = b.pd.allocate<rw>(256);
+    async_queue_pair<B, rc> ia(a.cq, a.pd.create_qp<rc>(a.cq.queue(), qp_cap{8, 8}));
+    async_queue_pair<B, on_srq<rc>> ib(b.cq, b.pd.create_qp<rc>(b.cq.queue(), srq, qp_cap{8, 0}));
+    const endpoint ea = ia.local_endpoint(), eb = ib.local_endpoint();
+    auto x = std::move(ia).connect(eb);
+    std::optional<async_queue_pair<B, on_srq<rc>, signal_all, qp_state::rts>> y(std::move(ib).connect(ea));
+    REQUIRE(srq.post_recv(mb.local(0, 64), 77).ok());
+    REQUIRE(srq.post_recv(mb.local(64, 64), 78).ok());
+    const std::uint32_t yqpn = y->qp_num();
+    auto run = [&]() -> task<void> {
+      CHECK((co_await x.send(ma.local(0, 8)).within(1s)).ok());
+      CHECK((co_await y->write(mb.local(0, 8), ma.remote().sub(0, 8)).within(1s)).ok());  // y's own WR
+      std::optional<completion<B>> c = co_await b.cq.next(1s);
+      REQUIRE(c);
+      CHECK(c->wr_id() == 77);
+      CHECK(c->qp_num() == yqpn);
+      // The second message arrives (zero latency: as it is posted) and y goes before a
+      // drain, a WR of y outstanding: y's number is forgotten, its completions dropped.
+      auto never = y->write(mb.local(0, 8), ma.remote().sub(0, 8));
+      auto sent = x.send(ma.local(0, 8));
+      y.reset();
+      CHECK((co_await std::move(sent).within(1s)).ok());
+      c = co_await b.cq.next(200ms);
+      if (profile == mock::device_profile::rxe) {  // rxe leaves it in the CQ: it is the SRQ's, not y's
+        REQUIRE(c);
+        CHECK(c->wr_id() == 78);
+      }
+    };
+    loop.run(run());
+  }
 }
 #endif

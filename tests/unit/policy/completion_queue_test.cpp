@@ -235,6 +235,23 @@ TEST_CASE("wait, wait_for, dispatch_wait: a timeout of any duration; hours::max(
   CHECK(none.timed_out());
 }
 
+// An unsigned count of a coarser unit than milliseconds came out milliseconds::min(),
+// and a double one past the range a negative (undefined) conversion: wait_for gave up
+// at once, timed out with the completion there.
+TEST_CASE("wait, wait_for: an unsigned or floating-point timeout waits, not gives up at once") {
+  writer w;
+  auto& cqx = w.cqx;
+  int seen = 0;
+  w.write(1);
+  CHECK(cqx.wait_for(1, [&](const completion<B>&) { ++seen; }, std::chrono::duration<unsigned>(5)).count() == 1);
+  w.write(1);
+  CHECK(cqx.wait_for(1, [&](const completion<B>&) { ++seen; },
+                     std::chrono::duration<double, std::milli>::max()).count() == 1);
+  w.write(1);
+  CHECK(cqx.wait(std::chrono::duration<std::uint64_t, std::milli>::max()).count() == 1);
+  CHECK(seen == 2);
+}
+
 TEST_CASE("completion queue: bad sizes are setup errors; handles move") {
   mock::fabric fab;
   device<B> d(fab, "mock0");

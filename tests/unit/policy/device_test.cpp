@@ -62,6 +62,38 @@ TEST_CASE("device: InfiniBand ports use GID index 0 and LIDs") {
   CHECK(s[0].status == wc_status::success);
 }
 
+// A negative timeout went to the backend, where it means no limit: next_event waited for
+// ever, where every other wait of rdmakit (completion_queue::wait, device_events::next)
+// takes it as none. Passing `deadline - steady_clock::now()` (any duration since the
+// timeout is a detail::ms_timeout) hung once the deadline had passed.
+TEST_CASE("device::next_event: a negative timeout does not wait (a deadline already past), not for ever") {
+  mock::fabric fab;
+  device<B> dev(fab, "mock0");
+  for (const detail::ms_timeout t : {detail::ms_timeout(std::chrono::milliseconds(-5)),
+                                     detail::ms_timeout(std::chrono::steady_clock::now() - std::chrono::hours(1) -
+                                                        std::chrono::steady_clock::now()),
+                                     detail::ms_timeout(std::chrono::hours::min())}) {
+    CAPTURE(t.count());
+    std::atomic<bool> returned{false};
+    std::optional<async_event> got;
+    std::thread reader([&] {
+      got = dev.next_event(t);
+      returned = true;
+    });
+    for (int i = 0; i < 200 && !returned; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const bool at_once = returned;
+    if (!at_once) fab.set_port_up("mock0", 1, false);  // wakes it
+    reader.join();
+    CHECK(at_once);
+    CHECK_FALSE(got.has_value());
+    if (!at_once) {
+      fab.set_port_up("mock0", 1, true);
+      while (dev.next_event(std::chrono::milliseconds(10))) {
+      }
+    }
+  }
+}
+
 TEST_CASE("device::next_event: port down/up and a CQ overflow arrive through the device; none is nullopt") {
   mock::fabric fab;
   device<B> dev(fab, "mock0");
