@@ -88,20 +88,14 @@ class async_qp_core {
       self.scq_->remember_qp(self.qpn_);
       self.rcq_->remember_qp(self.qpn_);
       // One handler per queue pair serves both CQs: dispatch calls the QP's handler.
-      if constexpr (shares_receives<T>) {
-        // Its receives are the shared receive queue's, posted by the application: next()'s.
-        auto* rcq = &static_cast<async_cq_core<B, PR>&>(*self.rcq_);
-        static_cast<async_cq_core<B, PS>&>(*self.scq_).queue().on(qp, [&self, rcq](const completion<B>& c) {
-          if (c.is_recv())
-            rcq->unawaited(c);
-          else
-            self.on_completion_(c);
-        });
-      } else {
-        static_cast<async_cq_core<B, PS>&>(*self.scq_).queue().on(qp, [&self](const completion<B>& c) {
-          self.on_completion_(c);
-        });
-      }
+      auto* rcq = &static_cast<async_cq_core<B, PR>&>(*self.rcq_);
+      static_cast<async_cq_core<B, PS>&>(*self.scq_).queue().on(qp, [&self, rcq](const completion<B>& c) {
+        // On a shared receive queue its receives are the SRQ's, posted by the application: next()'s.
+        if constexpr (shares_receives<T>)
+          if (c.is_recv()) return rcq->unawaited(c);
+        (void)rcq;
+        self.on_completion_(c);
+      });
       policy_access::link(qp)->async_owned = true;  // on() refuses to replace that handler now
     };
     watch_ = watch;

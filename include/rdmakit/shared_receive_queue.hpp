@@ -46,7 +46,6 @@ struct srq_state {
 
   srq_state(pd_ref<B> p, const srq_attr& asked) : pd(std::move(p)), attr(asked) {
     srq = B::create_srq(pd->pd, attr);
-    traffic.max_wr = attr.max_wr;  // as granted
   }
   srq_state(const srq_state&) = delete;
   srq_state& operator=(const srq_state&) = delete;

@@ -395,15 +395,17 @@ struct cq_block {
     reserved += max_wr;
   }
   /// Queue pair `qpn` of SRQ `id` was destroyed. With it the last of the SRQ's here, the
-  /// SRQ's max_wr is let go but for the `left` receive completions the SRQ's queue pairs
-  /// may have left in the CQ (held as a destroyed QP's are: see departed).
-  void detach_srq(const void* id, std::uint32_t qpn, std::uint32_t left) noexcept {
+  /// SRQ's max_wr leaves reserved; if `may_have_completed` (the SRQ was posted to), it is
+  /// held as a destroyed QP's completions are (see departed): the SRQ's queue pairs may
+  /// have left up to max_wr receive completions in the CQ.
+  void detach_srq(const void* id, std::uint32_t qpn, bool may_have_completed) noexcept {
     for (auto it = srqs.begin(); it != srqs.end(); ++it)
       if (it->id == id) {
         if (--it->qps == 0) {
-          reserved -= std::min<std::uint64_t>(reserved, it->max_wr);
+          const std::uint32_t max_wr = it->max_wr;
+          reserved -= std::min<std::uint64_t>(reserved, max_wr);
           srqs.erase(it);
-          hold_departed_(qpn, left);
+          if (may_have_completed) hold_departed_(qpn, max_wr);
         }
         return;
       }

@@ -73,15 +73,12 @@ struct srq_offset {
 };
 
 // Whether a receive was ever posted to a shared receive queue (part of srq_state; here so
-// a destroyed queue pair reads it without srq_state's definition).
+// a destroyed queue pair reads it without srq_state's definition): until then none of
+// its completions can be in a CQ.
 struct srq_traffic {
-  std::uint32_t max_wr = 0;
   bool posted = false;  // set by the first post, on any thread: a relaxed atomic store
   void note_post() noexcept { __atomic_store_n(&posted, true, __ATOMIC_RELAXED); }
-  /// How many of the SRQ's receive completions a CQ may hold at most, while each receive
-  /// is posted again only after one is polled (docs/ownership-and-threads.md); none
-  /// before the first post.
-  std::uint32_t completions_bound() const noexcept { return __atomic_load_n(&posted, __ATOMIC_RELAXED) ? max_wr : 0; }
+  bool ever_posted() const noexcept { return __atomic_load_n(&posted, __ATOMIC_RELAXED); }
 };
 
 // Who destroys a queue pair the connection manager created (connection_manager.hpp):
@@ -181,7 +178,7 @@ struct qp_parts {
         if (link->send_cq) link->send_cq->detach(link.get(), sends, sends_left, is_retired);
         if (link->recv_cq) link->recv_cq->detach(link.get(), recvs, recvs_left, is_retired);
       }
-      if (srq_id && link->recv_cq) link->recv_cq->detach_srq(srq_id, link->qp_num, srq_seen->completions_bound());
+      if (srq_id && link->recv_cq) link->recv_cq->detach_srq(srq_id, link->qp_num, srq_seen->ever_posted());
       link.reset();
     }
     retired.reset();

@@ -340,10 +340,10 @@ void replace_with_fresh(qp_parts<B>& p) {
     try {
       p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o, srq);
     } catch (...) {
-      held_by.detach_srq(id, old_qpn, srq->traffic.completions_bound());
+      held_by.detach_srq(id, old_qpn, srq->traffic.ever_posted());
       throw;
     }
-    held_by.detach_srq(id, old_qpn, 0);  // the new QP holds it now
+    held_by.detach_srq(id, old_qpn, false);  // the new QP holds it now
   } else {
     retire(*old);
     p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o);
