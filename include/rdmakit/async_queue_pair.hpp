@@ -63,11 +63,12 @@ class async_qp_core {
   template <class PS, class PR, qp_state State>
   async_qp_core(std::shared_ptr<async_cq_core<B, PS>> scq, std::shared_ptr<async_cq_core<B, PR>> rcq,
                 queue_pair<B, T, S, State>&& qp)
-      : loop_(scq->shared_loop()), scq_(scq), rcq_(rcq), qp_(std::move(qp)) {
+      : loop_(scq->shared_loop()), scq_(scq), rcq_(rcq) {
+    // Every check and the handler come before the queue pair is taken: on a throw it is
+    // still the caller's, with its WRs (the refusal below says to poll them).
     scq->check_queue("async_queue_pair");
     rcq->check_queue("async_queue_pair");
-    auto& q = std::get<queue_pair<B, T, S, State>>(qp_);
-    auto* link = policy_access::link(q);
+    auto* link = policy_access::link(qp);
     if (!link) throw_empty_argument("queue_pair", "async_queue_pair");
     // Completions come to this object by wr_id, its own slot tokens: those of WRs posted
     // before would be dropped, or taken for an awaiter's whose token they happen to match.
@@ -99,7 +100,8 @@ class async_qp_core {
       policy_access::link(qp)->async_owned = true;  // on() refuses to replace that handler now
     };
     watch_ = watch;
-    watch(*this, q);
+    watch(*this, qp);  // on() is the last step that may throw
+    qp_.template emplace<queue_pair<B, T, S, State>>(std::move(qp));
   }
   async_qp_core(const async_qp_core&) = delete;
   async_qp_core& operator=(const async_qp_core&) = delete;
@@ -384,14 +386,15 @@ class async_queue_pair {
   /// The state in the type, as queue_pair's: init (receives only) or rts.
   static constexpr qp_state state = State;
 
-  /// Takes over `qp`, created on `cq.queue()` (both its send and receive CQ).
+  /// Takes over `qp`, created on `cq.queue()` (both its send and receive CQ). A refusal
+  /// (usage_error) leaves `qp` as it was.
   template <class P>
-  async_queue_pair(async_completion_queue<B, P>& cq, queue_pair_type qp)
+  async_queue_pair(async_completion_queue<B, P>& cq, queue_pair_type&& qp)
       : core_(std::make_unique<core_type>(cq.core(), cq.core(), std::move(qp))) {}
-  /// Takes over `qp`, created on `send_cq.queue()` and `recv_cq.queue()`.
+  /// Takes over `qp`, created on `send_cq.queue()` and `recv_cq.queue()`; likewise.
   template <class PS, class PR>
   async_queue_pair(async_completion_queue<B, PS>& send_cq, async_completion_queue<B, PR>& recv_cq,
-                   queue_pair_type qp)
+                   queue_pair_type&& qp)
       : core_(std::make_unique<core_type>(send_cq.core(), recv_cq.core(), std::move(qp))) {}
 
   /// Takes over `other`'s queue pair; awaiters keep waiting on it.

@@ -270,6 +270,15 @@ TEST_CASE("async_queue_pair: refuses a queue pair with work requests posted on i
   REQUIRE(qp.post_recv(m.local(0, 64), std::uint64_t{1} << 32).ok());
   CHECK_THROWS_WITH_AS(async_queue_pair(a.cq, std::move(qp)), doctest::Contains("posted on it directly"),
                        usage_error);
+  // The refusal says "poll those completions first": that needs the queue pair, which
+  // the constructor took by value and destroyed with its receive.
+  REQUIRE(qp);
+  auto fresh = std::move(qp).reset();  // the old QP goes to ERR: its receive comes back as a flush
+  std::uint64_t id = 0;
+  wc_status status{};
+  CHECK(a.cq.queue().poll([&](const completion<B>& c) { id = c.wr_id(), status = c.status(); }) == 1);
+  CHECK(id == std::uint64_t{1} << 32);
+  CHECK(status == wc_status::wr_flush_err);
 }
 
 // queue().on(aqp.qp(), f) compiled (on() took the const queue pair qp() gives) and
