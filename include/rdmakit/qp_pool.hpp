@@ -43,6 +43,10 @@ class qp_pool {
       throw usage_error(detail::cat("create_qp_pool(): CQ of ", blk->capacity, " entries is too small for a pool of ",
                                     count, " ", T::name, " queue pairs of ", caps.max_send_wr, " send + ",
                                     caps.max_recv_wr, " receive WRs each: create it with at least ", need, " entries"));
+    // Whatever the depths (0 + 0 passes the CQ checks above): the device makes at most max_qp.
+    if (const std::uint64_t most = pd->dev->attr.max_qp; most != 0 && count > most)
+      throw usage_error(detail::cat("create_qp_pool(): a pool of ", count, " queue pairs is more than ",
+                                    pd->dev->name, " makes (its max_qp is ", most, "): make fewer"));
     qp_pool p;
     p.qps_.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {

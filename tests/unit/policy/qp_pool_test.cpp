@@ -111,3 +111,18 @@ TEST_CASE("qp_pool: a member moved out is a usage_error for connect and activate
     CHECK(pu[1]);
   }
 }
+
+// Queue pairs of depths 0 + 0 take no CQ entries, so the CQ check let any count through
+// and the pool's reserve() threw std::length_error (2^62) or std::bad_alloc (2^40; under
+// ASan an allocation-size-too-big abort) instead of a usage_error. The device's max_qp
+// bounds a pool whatever its depths.
+TEST_CASE("qp_pool: more queue pairs than the device's max_qp is a usage_error, whatever their depths") {
+  mock::fabric fab;
+  side x(fab, "mock0");
+  const std::size_t most = x.dev.attr().max_qp;
+  REQUIRE(most > 0);
+  for (const std::size_t count : {most + 1, std::size_t{1} << 40, std::size_t{1} << 62})
+    CHECK_THROWS_WITH_AS((void)x.pd.create_qp_pool<rc>(x.cq, count, qp_cap{0, 0}),
+                         doctest::Contains("max_qp"), usage_error);
+  CHECK(x.cq.attached() == 0);
+}
