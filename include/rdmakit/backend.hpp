@@ -185,6 +185,9 @@ concept mw_backend =
       { B::alloc_mw(pd, t) } -> std::same_as<typename B::mw>;
       { B::dealloc_mw(mw) } noexcept -> std::same_as<int>;
       { B::mw_rkey(mw) } noexcept -> std::same_as<std::uint32_t>;  // type 1: the rkey of the last bind call
+      // Type 2: records the rkey a posted BIND_MW gives the window (ibv_mw::rkey, which
+      // nothing else updates): the next BIND_MW names the window by it.
+      { B::set_mw_rkey(mw, u32) } noexcept;
       // Type 1 bind (ibv_bind_mw): qp, mw, region, addr, length, rights, wr_id, flags. A
       // zero length unbinds (the region is still needed). Returns 0 or an errno; the
       // window's rkey changes at once.
@@ -388,6 +391,8 @@ struct archetype_mw_backend : archetype_backend {
   static int dealloc_mw(mw) noexcept;
   /// The window's rkey (type 1: as the last bind call set it).
   static std::uint32_t mw_rkey(mw) noexcept;
+  /// Type 2: records the rkey a posted BIND_MW gives the window.
+  static void set_mw_rkey(mw, std::uint32_t) noexcept;
   /// Type 1 bind: qp, window, region, addr, length, rights, wr_id, flags.
   static int bind_mw(qp, mw, mr, std::uint64_t, std::uint64_t, access, std::uint64_t, send_flags) noexcept;
   /// Fills a type 2 BIND_MW WR: window, new rkey, region, addr, length, rights.

@@ -218,6 +218,9 @@ class memory_window {
     } else {
       next = detail::next_rkey(rkey_);
       r = qp.post(op::bind_window<B>{{}, {mw_, blk->mr, Access}, addr, length, next}, wr_id, flags);
+      // The next BIND_MW names the window by ibv_mw::rkey, which nothing else updates for
+      // type 2 (type 1: ibv_bind_mw does): rxe refuses a bind naming an older rkey.
+      if (r.ok()) B::set_mw_rkey(mw_, next);
     }
     if (r.ok()) {
       rkey_ = next;

@@ -43,6 +43,10 @@ class qp_pool {
       throw usage_error(detail::cat("create_qp_pool(): CQ of ", blk->capacity, " entries is too small for a pool of ",
                                     count, " ", T::name, " queue pairs of ", caps.max_send_wr, " send + ",
                                     caps.max_recv_wr, " receive WRs each: create it with at least ", need, " entries"));
+    // Whatever the depths (0 + 0 passes the CQ checks above): the device makes at most max_qp.
+    if (const std::uint64_t most = pd->dev->attr.max_qp; most != 0 && count > most)
+      throw usage_error(detail::cat("create_qp_pool(): a pool of ", count, " queue pairs is more than ",
+                                    pd->dev->name, " makes (its max_qp is ", most, "): make fewer"));
     qp_pool p;
     p.qps_.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
@@ -100,7 +104,8 @@ class qp_pool {
   }
 
   /// Connects queue pair i to peers[i] (RC/UC). Options and endpoints are checked for
-  /// all of them first (nothing changes on a usage_error). If the device refuses one, the
+  /// all of them first, and that none was moved out of the pool (nothing changes on a
+  /// usage_error). If the device refuses one, the
   /// ones already connected cannot go back to INIT with this pool: every queue pair of
   /// the pool is destroyed, the pool is left empty (size() 0) and the error says so.
   qp_pool<B, T, S, qp_state::rts> connect(std::span<const endpoint> peers, const connect_options& o = {}) && {
@@ -108,6 +113,7 @@ class qp_pool {
     if (peers.size() != qps_.size())
       throw usage_error(detail::cat("qp_pool::connect(): a pool of ", qps_.size(),
                                     " queue pairs needs as many peer endpoints, got ", peers.size()));
+    check_members_("connect");
     for (std::size_t i = 0; i < qps_.size(); ++i) {
       detail::check_connect(peers[i], o);
       // What INIT→RTR would refuse before the device (a RoCE peer without a GID...).
@@ -126,10 +132,12 @@ class qp_pool {
     return out;
   }
 
-  /// Activates every queue pair (UD). If the device refuses one, the pool is emptied as
-  /// connect's is, and the error says so.
+  /// Activates every queue pair (UD). A pool with a member moved out is a usage_error
+  /// before any is touched. If the device refuses one, the pool is emptied as connect's
+  /// is, and the error says so.
   qp_pool<B, T, S, qp_state::rts> activate() && {
     static_assert(State == qp_state::init, "activate(): this pool is already active");
+    check_members_("activate");
     qp_pool<B, T, S, qp_state::rts> out;
     out.qps_.reserve(qps_.size());
     for (std::size_t i = 0; i < qps_.size(); ++i) {
@@ -146,6 +154,15 @@ class qp_pool {
  private:
   template <verbs_backend, transport, signaling, qp_state>
   friend class qp_pool;
+  // A member moved out through operator[] (or connected on its own) leaves an empty
+  // queue pair: refused before any member is touched.
+  void check_members_(const char* call) const {
+    for (std::size_t i = 0; i < qps_.size(); ++i)
+      if (!qps_[i])
+        throw usage_error(detail::cat("qp_pool::", call, "(): queue pair ", i, " of ", qps_.size(),
+                                      " is empty (moved out of the pool): nothing was changed; connect it on its "
+                                      "own, or create a new pool"));
+  }
   // Queue pair i was refused: the ones before it are past INIT and this pool cannot take
   // them back, so every queue pair goes. The transition refused stays in the error.
   verbs_error refused_(const char* call, std::size_t i, const verbs_error& e) {

@@ -311,3 +311,35 @@ CONFORMANCE_CASE("mw: binding a type 2 window on a queue pair of another PD comp
   REQUIRE(bind2(fx, b, w, inc_rkey(B::mw_rkey(w)), dst, 0, 4096, rw, 70) == 0);
   CHECK(fx.poll_one(b.send_cq).status == wc_status::mw_bind_err);
 }
+
+// A BIND_MW names the window by its current rkey (rxe's provider passes ibv_mw::rkey,
+// and the device refuses the bind when it is not the window's rkey now; mlx5 passes it
+// too). Nothing updates ibv_mw::rkey after a type 2 bind: the poster sets it to the rkey
+// the bind gave (B::set_mw_rkey), or the next bind of the window names a stale one. The
+// mock took any bind of a known window, so memory_window never kept it current and a
+// type 2 window could not be bound again after an invalidation on rxe.
+CONFORMANCE_CASE("mw: a type 2 BIND_MW names the window's current rkey; a stale one completes with MW_BIND_ERR") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type2);
+  const std::uint32_t first = inc_rkey(B::mw_rkey(w));
+  REQUIRE(bind2(fx, b, w, first, dst, 0, 4096, rw, 70) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  REQUIRE(local_inv(fx, b, first, 71) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  SUBCASE("ibv_mw::rkey kept current: the window is bound again") {
+    B::set_mw_rkey(w, first);
+    const std::uint32_t second = inc_rkey(first);
+    REQUIRE(bind2(fx, b, w, second, dst, 0, 4096, rw, 72) == 0);
+    REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+    B::set_mw_rkey(w, second);
+    CHECK(B::mw_rkey(w) == second);
+    CHECK(write_through(fx, a, src, dst.addr(0), second, 1) == wc_status::success);
+  }
+  SUBCASE("ibv_mw::rkey left as it was before the first bind: refused") {
+    REQUIRE(bind2(fx, b, w, inc_rkey(first), dst, 0, 4096, rw, 72) == 0);
+    CHECK(fx.poll_one(b.send_cq).status == wc_status::mw_bind_err);
+  }
+}

@@ -80,3 +80,49 @@ TEST_CASE("qp_pool: UD pools activate; wrong endpoint counts are refused") {
   std::vector<endpoint> one(1);
   CHECK_THROWS_AS(std::move(pr).connect(one), usage_error);
 }
+
+// operator[] hands out the pool's queue pairs by reference, so one can be moved out
+// (`auto q = std::move(pool[0]);`, or connected on its own). connect() then read the
+// empty member's protection domain while checking the endpoints (a null dereference:
+// SIGSEGV), and activate() destroyed the members it had already activated before
+// refusing the empty one. Both now refuse a pool with an empty member before anything
+// changes.
+TEST_CASE("qp_pool: a member moved out is a usage_error for connect and activate, before anything changes") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  SUBCASE("connect") {
+    auto px = x.pd.create_qp_pool<rc>(x.cq, 3, qp_cap{4, 4});
+    auto py = y.pd.create_qp_pool<rc>(y.cq, 3, qp_cap{4, 4});
+    auto taken = std::move(px[1]);
+    CHECK(taken);
+    CHECK_THROWS_WITH_AS((void)std::move(px).connect(py.local_endpoints()),
+                         doctest::Contains("queue pair 1 of 3 is empty"), usage_error);
+    CHECK(px.size() == 3);
+    CHECK(px[0]);
+    CHECK(px[2]);
+  }
+  SUBCASE("activate") {
+    auto pu = x.pd.create_qp_pool<ud>(x.cq, 3, qp_cap{4, 4});
+    auto taken = std::move(pu[2]);
+    CHECK_THROWS_WITH_AS((void)std::move(pu).activate(), doctest::Contains("queue pair 2 of 3 is empty"),
+                         usage_error);
+    CHECK(pu.size() == 3);
+    CHECK(pu[0]);  // not activated and destroyed on the way
+    CHECK(pu[1]);
+  }
+}
+
+// Queue pairs of depths 0 + 0 take no CQ entries, so the CQ check let any count through
+// and the pool's reserve() threw std::length_error (2^62) or std::bad_alloc (2^40; under
+// ASan an allocation-size-too-big abort) instead of a usage_error. The device's max_qp
+// bounds a pool whatever its depths.
+TEST_CASE("qp_pool: more queue pairs than the device's max_qp is a usage_error, whatever their depths") {
+  mock::fabric fab;
+  side x(fab, "mock0");
+  const std::size_t most = x.dev.attr().max_qp;
+  REQUIRE(most > 0);
+  for (const std::size_t count : {most + 1, std::size_t{1} << 40, std::size_t{1} << 62})
+    CHECK_THROWS_WITH_AS((void)x.pd.create_qp_pool<rc>(x.cq, count, qp_cap{0, 0}),
+                         doctest::Contains("max_qp"), usage_error);
+  CHECK(x.cq.attached() == 0);
+}

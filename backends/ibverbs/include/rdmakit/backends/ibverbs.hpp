@@ -123,6 +123,10 @@ struct ibverbs {
   static int dealloc_mw(mw w) noexcept { return rdmakit::ibverbs::detail::rc_errno(ibv_dealloc_mw(w)); }
   /// The window's rkey as libibverbs keeps it (type 1: updated by each ibv_bind_mw).
   static std::uint32_t mw_rkey(mw w) noexcept { return w->rkey; }
+  /// Type 2: records the rkey a posted BIND_MW gives the window. libibverbs leaves
+  /// ibv_mw::rkey to the application, and the next BIND_MW names the window by it (rxe
+  /// refuses a bind naming another rkey than the window's: MW_BIND_ERR).
+  static void set_mw_rkey(mw w, std::uint32_t rkey) noexcept { w->rkey = rkey; }
   /// ibv_bind_mw (type 1): a zero length unbinds. `m` is needed even then (providers
   /// read its lkey): a null region is EINVAL here. Returns 0 or an errno.
   static int bind_mw(qp q, mw w, mr m, std::uint64_t addr, std::uint64_t length, access rights, std::uint64_t wr_id,

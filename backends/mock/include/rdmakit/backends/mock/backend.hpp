@@ -164,8 +164,11 @@ struct mock {
   static mw alloc_mw(pd p, mw_type t);
   /// Frees a window; a bound window stops granting access at once. Returns 0 or an errno.
   static int dealloc_mw(mw w) noexcept;
-  /// The window's rkey (type 1: as set by the last bind_mw call).
+  /// The window's rkey (type 1: as set by the last bind_mw call; type 2: by set_mw_rkey).
   static std::uint32_t mw_rkey(mw w) noexcept;
+  /// Type 2: records the rkey a posted BIND_MW gives the window (ibv_mw::rkey = rkey), the
+  /// rkey its next BIND_MW names it by.
+  static void set_mw_rkey(mw w, std::uint32_t rkey) noexcept;
   /// Type 1 bind: puts a BIND_MW WR on the send queue (as rxe and hardware do) and gives
   /// the window its next rkey now; a zero length unbinds (with a region all the same: a
   /// null one is EINVAL, as providers read its lkey). Returns 0 or an errno.

@@ -224,6 +224,12 @@ RDMAKIT_DECL int mock::dealloc_mw(mw w) noexcept {
 
 RDMAKIT_DECL std::uint32_t mock::mw_rkey(mw w) noexcept { return w->user_rkey; }
 
+RDMAKIT_DECL void mock::set_mw_rkey(mw w, std::uint32_t rkey) noexcept {
+  auto& f = mockd::fab_of(w->pd);
+  std::lock_guard lk(f.mu);  // a post on another thread reads it
+  w->user_rkey = rkey;
+}
+
 RDMAKIT_DECL mock::ah mock::create_ah(pd p, const ah_attr& attr) {
   auto& f = mockd::fab_of(p);
   std::lock_guard lk(f.mu);

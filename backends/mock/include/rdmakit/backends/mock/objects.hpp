@@ -90,7 +90,10 @@ class mw_obj {
   pd_obj* pd = nullptr;
   mw_type type = mw_type::type2;
   std::uint32_t rkey = 0;  // (index << 8) | key byte; the key byte changes on each bind
-  std::uint32_t user_rkey = 0;  // what mw_rkey() says: type 1 binds change it when posted, as rxe's provider
+  // What mw_rkey() says (ibv_mw::rkey): type 1 binds change it when posted, as rxe's
+  // provider does; for type 2 the poster sets it (set_mw_rkey). A BIND_MW names the
+  // window by it.
+  std::uint32_t user_rkey = 0;
   mr_obj* mr = nullptr;
   qp_obj* qp = nullptr;
   std::uint64_t addr = 0;
@@ -157,9 +160,12 @@ struct send_wqe {
   std::uint32_t rkey = 0;
   std::uint64_t compare_add = 0;
   std::uint64_t swap = 0;
-  // BIND_MW: the window (by index: it may be freed before the WQE runs), the rkey it
-  // gets, and what it is bound to (the region by lkey, remote_addr, mw_length).
+  // BIND_MW: the window (by index: it may be freed before the WQE runs), its rkey as
+  // the poster named it (ibv_mw::rkey: the bind is refused unless it is the window's
+  // rkey when the WQE runs, as rxe refuses it), the rkey it gets, and what it is bound
+  // to (the region by lkey, remote_addr, mw_length).
   std::uint32_t mw_index = 0;
+  std::uint32_t mw_named_rkey = 0;
   std::uint32_t mw_rkey = 0;
   std::uint32_t mw_lkey = 0;
   std::uint64_t mw_length = 0;

@@ -47,6 +47,7 @@ inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::
 // A BIND_MW WR's own fields (type 1 binds fill these themselves). Out of line: rare.
 RDMAKIT_NOINLINE inline void fill_bind_fields(send_wqe& e, const rdmakit::backends::mock::send_wr& w) {
   e.mw_index = w.bind_mw.window->rkey >> 8;
+  e.mw_named_rkey = w.bind_mw.window->user_rkey;
   e.mw_rkey = w.bind_mw.rkey;
   e.mw_lkey = w.bind_mw.region ? w.bind_mw.region->lkey : 0;
   e.mw_length = w.bind_mw.region ? w.bind_mw.length : 0;
@@ -169,6 +170,7 @@ RDMAKIT_DECL int mock::bind_mw(qp q, mw w, mr m, std::uint64_t addr, std::uint64
   wr.bind_mw = {nullptr, next, m, addr, length, rights};
   mockd::fill_send_wqe(e, q, wr, 0);
   e.mw_index = w->rkey >> 8;
+  e.mw_named_rkey = w->user_rkey;
   e.mw_rkey = next;
   e.mw_lkey = m->lkey;
   e.mw_length = length;

@@ -7,12 +7,16 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {
 
-// A BIND_MW WQE: MW_BIND_ERR unless the window may be bound to that part of the region
-// with those rights. A zero length unbinds (type 1 only).
+// A BIND_MW WQE: MW_BIND_ERR unless it names the window by its rkey now and the window
+// may be bound to that part of the region with those rights. A zero length unbinds
+// (type 1 only).
 inline wc_status execute_bind(fabric_state& f, qp_obj* q, const send_wqe& e) {
   auto it = f.mws.find(e.mw_index);
   if (it == f.mws.end()) return wc_status::mw_bind_err;
   mw_obj* w = it->second;
+  // The window as the poster named it (ibv_mw::rkey) is not the window now: a bind
+  // before it failed, or its rkey was never updated after a type 2 bind (rxe: EINVAL).
+  if (e.mw_named_rkey != w->rkey) return wc_status::mw_bind_err;
   mr_obj* m = nullptr;
   if (e.mw_length) {
     m = find_mr(f, f.by_lkey, nullptr, e.mw_lkey);
