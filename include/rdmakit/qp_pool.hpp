@@ -105,9 +105,9 @@ class qp_pool {
 
   /// Connects queue pair i to peers[i] (RC/UC). Options and endpoints are checked for
   /// all of them first, and that none was moved out of the pool (nothing changes on a
-  /// usage_error). If the device refuses one, the
-  /// ones already connected cannot go back to INIT with this pool: every queue pair of
-  /// the pool is destroyed, the pool is left empty (size() 0) and the error says so.
+  /// usage_error). If the device refuses one, the ones already connected cannot go back
+  /// to INIT with this pool: every queue pair of the pool is destroyed, the pool is left
+  /// empty (size() 0) and the error says so.
   qp_pool<B, T, S, qp_state::rts> connect(std::span<const endpoint> peers, const connect_options& o = {}) && {
     static_assert(State == qp_state::init, "connect(): this pool is already connected");
     if (peers.size() != qps_.size())
