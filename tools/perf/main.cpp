@@ -243,7 +243,9 @@ int parse(int argc, char** argv, cli& c) {
       case o_wrong_rkey: c.o.mock_wrong_rkey = true; break;
       case 'R': c.o.rdma_cm = true; break;
       case 'h': c.help = true; return 0;
-      default: return bad("option", argv[optind - 1]);
+      default:  // getopt said which option and what was wrong with it
+        std::fprintf(stderr, "%s: see --help for the options\n", me);
+        return 1;
     }
   }
 
