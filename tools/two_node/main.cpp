@@ -43,7 +43,8 @@ void usage(std::FILE* to) {
                "  -i, --ib-port=PORT    device port (default 1)\n"
                "  -g, --gid-idx=N       GID index\n"
                "  -p, --port=PORT       TCP port of the exchange (default 18800)\n"
-               "  -s, --only=TEXT       only the scenarios whose name contains TEXT (give both sides the same)\n"
+               "  -s, --only=TEXT       only the scenarios whose name contains TEXT (give both sides the same;\n"
+               "                        matching none is refused)\n"
                "  -w, --wait=MS         longest wait for a completion (default 10000, at least 200)\n"
                "  -l, --list            print the scenario names and exit\n"
                "  --profile=rxe|spec    the deviation table's rows to expect (default rxe); on the mock\n"
@@ -105,6 +106,14 @@ int parse(int argc, char** argv, cli& c, bool& help) {
                  static_cast<long long>(c.o.wait.count()), static_cast<long long>(two_node_rnr_pause.count()),
                  static_cast<long long>(two_node_min_wait.count()));
     return 2;
+  }
+  if (!c.o.only.empty()) {
+    bool any = false;
+    for (const auto& s : two_node_scenarios()) any = any || s.name.find(c.o.only) != std::string::npos;
+    if (!any) {
+      std::fprintf(stderr, "rdmakit-two-node: --only %s matches no scenario: -l lists their names\n", c.o.only.c_str());
+      return 2;
+    }
   }
   c.o.server = c.host.empty();
   return 0;
