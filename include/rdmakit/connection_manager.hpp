@@ -124,8 +124,17 @@ struct cm_options {
 };
 
 /// Private data carrying a region descriptor (28 bytes: fits every CM message), so a
-/// peer can RDMA into the region right after ESTABLISHED.
+/// peer can RDMA into the region right after ESTABLISHED. Throws exchange_error
+/// (invalid_argument) for a region cm_region_from would refuse: one that runs past the
+/// end of the address space, or rights other than the remote ones.
 inline std::vector<std::byte> cm_region_data(const region_descriptor& r) {
+  if ((r.rights & ~remote_access_bits) != access::none)
+    throw exchange_error(exchange_errc::invalid_argument,
+                         "cm_region_data(): the region's access holds bits other than remote write/read/atomic");
+  if (r.length != 0 && r.length - 1 > ~r.addr)
+    throw exchange_error(exchange_errc::invalid_argument,
+                         detail::cat("cm_region_data(): ", r.length, " bytes at addr ", detail::hex(r.addr),
+                                     " run past the end of the address space"));
   std::vector<std::byte> d(28);
   auto put = [&](std::size_t at, std::uint64_t v, int n) {
     for (int i = 0; i < n; ++i) d[at + static_cast<std::size_t>(i)] = std::byte(v >> (8 * (n - 1 - i)));
@@ -141,7 +150,10 @@ inline std::vector<std::byte> cm_region_data(const region_descriptor& r) {
 }
 
 /// The region descriptor in private data made by cm_region_data; nullopt when the data
-/// is something else (padding after the 28 bytes is ignored).
+/// is something else (padding after the 28 bytes is ignored). Data that is one (its
+/// magic) but malformed throws exchange_error, as the TCP exchange's record does:
+/// version_mismatch for another layout version; malformed for a region that runs past
+/// the end of the address space, or rights other than remote write/read/atomic.
 inline std::optional<region_descriptor> cm_region_from(std::span<const std::byte> d) {
   if (d.size() < 28) return std::nullopt;
   auto get = [&](std::size_t at, int n) {
@@ -149,9 +161,23 @@ inline std::optional<region_descriptor> cm_region_from(std::span<const std::byte
     for (int i = 0; i < n; ++i) v = (v << 8) | std::to_integer<std::uint64_t>(d[at + static_cast<std::size_t>(i)]);
     return v;
   };
-  if (get(0, 4) != 0x524b434d || d[4] != std::byte{1}) return std::nullopt;
+  if (get(0, 4) != 0x524b434d) return std::nullopt;
+  if (d[4] != std::byte{1})
+    throw exchange_error(exchange_errc::version_mismatch,
+                         detail::cat("cm_region_from(): the peer's region descriptor is layout version ", get(4, 1),
+                                     ", this build reads version 1: build both sides from the same rdmakit release"));
   const auto rights = static_cast<access>(get(5, 1) | (get(6, 1) << 8));
-  return region_descriptor(get(8, 8), static_cast<std::uint32_t>(get(16, 4)), get(20, 8), rights);
+  const std::uint64_t addr = get(8, 8), length = get(20, 8);
+  if ((rights & ~remote_access_bits) != access::none)
+    throw exchange_error(exchange_errc::malformed,
+                         detail::cat("cm_region_from(): the peer's region descriptor grants ",
+                                     detail::hex(to_underlying(rights)),
+                                     ": its access holds bits other than remote write/read/atomic"));
+  if (length != 0 && length - 1 > ~addr)
+    throw exchange_error(exchange_errc::malformed,
+                         detail::cat("cm_region_from(): the peer's region at addr ", detail::hex(addr), " of len ",
+                                     length, " runs past the end of the address space"));
+  return region_descriptor(addr, static_cast<std::uint32_t>(get(16, 4)), length, rights);
 }
 
 template <cm_backend B>
