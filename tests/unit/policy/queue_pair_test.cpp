@@ -133,6 +133,22 @@ TEST_CASE("PSNs wider than 24 bits and a gid_index naming an empty GID slot are 
   CHECK(qx.query_state() == qp_state::init);  // untouched
 }
 
+TEST_CASE("connect to QP number 0 or 1 (the subnet's management QPs) is refused before any transition") {
+  // A peer's record with QPN 0 (a zeroed or garbled field) connected, and every send
+  // then ended in a retry error far from the cause.
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto qy = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
+  for (std::uint32_t qpn : {0u, 1u}) {
+    auto qx = x.pd.create_qp<uc>(x.cq, qp_cap{4, 4});
+    endpoint peer = qy.local_endpoint();
+    peer.qpn = qpn;
+    const std::string says = "endpoint::qpn (peer) = " + std::to_string(qpn) + " names";
+    CHECK_THROWS_WITH_AS((void)std::move(qx).connect(peer), doctest::Contains(says.c_str()), usage_error);
+    CHECK(qx.query_state() == qp_state::init);  // untouched
+  }
+}
+
 TEST_CASE("send/write with immediate: the receiver sees the value in host order") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");
