@@ -115,8 +115,8 @@ struct cm_options {
   detail::ms_timeout timeout{std::chrono::milliseconds{5000}};
   std::uint8_t responder_resources = 1;  ///< RDMA READs/atomics the peer may have in flight here
   std::uint8_t initiator_depth = 1;      ///< RDMA READs/atomics this side may have in flight
-  std::uint8_t retry_count = 7;          ///< RC transport retries
-  std::uint8_t rnr_retry_count = 7;      ///< RC RNR retries (7: forever)
+  std::uint8_t retry_count = 7;          ///< RC transport retries (0..7)
+  std::uint8_t rnr_retry_count = 7;      ///< RC RNR retries (0..7; 7: forever)
   bool auto_inline = true;               ///< as qp_options::auto_inline
   /// cm_connect: the local address to connect from (rdma_resolve_addr's source, rping's
   /// -I); 0.0.0.0, the default: the CM picks the one routing to the peer. Port 0: any.
@@ -291,10 +291,19 @@ shared_owner<cm_id_block<B>> cm_new_id(std::shared_ptr<cm_channel_block<B>> chan
   return blk;
 }
 
+// The options checked before anything is done: the timeout, and the retry counts the
+// CM's messages carry in 3 bits (librdmacm's kernel side clamps a larger one to 7,
+// forever on some devices, without a word).
 inline void check_cm_timeout(const cm_options& o) {
   if (o.timeout.count() <= 0)
     throw usage_error(cat("cm_options::timeout must be positive (got ", o.timeout.count(),
                           " ms): give the longest wait for each connection step in milliseconds"));
+  if (o.retry_count > 7)
+    throw usage_error(cat("cm_options::retry_count = ", o.retry_count,
+                          " is out of range (0..7): the CM carries it in 3 bits"));
+  if (o.rnr_retry_count > 7)
+    throw usage_error(cat("cm_options::rnr_retry_count = ", o.rnr_retry_count,
+                          " is out of range (0..7): the CM carries it in 3 bits; 7 means retry forever"));
 }
 
 template <class B>

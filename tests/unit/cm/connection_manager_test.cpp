@@ -774,6 +774,22 @@ TEST_CASE("cm: misuse is a usage_error naming what to do") {
   CHECK(cm_region_from(bytes("not a region, just some bytes")) == std::nullopt);
 }
 
+TEST_CASE("cm: retry counts the CM cannot carry are refused before anything is done, naming the option") {
+  // The REQ's retry fields have 3 bits: librdmacm's kernel side clamps 9 to 7 (forever
+  // on some devices) without a word; connect_options refuses them, cm_options did not.
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  for (int field = 0; field < 2; ++field) {
+    cm_options o;
+    o.timeout = 500ms;  // without the check: the listener never answers
+    (field == 0 ? o.retry_count : o.rnr_retry_count) = 9;
+    const std::string says = std::string("cm_options::") + (field == 0 ? "retry_count" : "rnr_retry_count") + " = 9";
+    CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o), doctest::Contains(says.c_str()),
+                         usage_error);
+  }
+}
+
 TEST_CASE("cm: a region in private data that is malformed is refused, as the TCP exchange's record is") {
   const region_descriptor good(0x1000, 0x55, 4096, access::remote_write | access::remote_read);
   const auto data = cm_region_data(good);
