@@ -59,7 +59,7 @@ void usage(const char* argv0, std::FILE* to) {
                "  -p, --port=<port>         TCP port of the exchange (default 18515; mock: ephemeral)\n"
                "  -R, --rdma_cm             connect through the RDMA connection manager (librdmacm; the mock's\n"
                "                            on the mock) instead of the TCP exchange: RC or UC, no --use_srq,\n"
-               "                            the client's <host> is the server's IP address, -p its CM port\n"
+               "                            the client's <host> is the server's IP address (none on the mock), -p its CM port\n"
                "\n"
                "rdmakit options:\n"
                "      --signal=auto|manual  auto (default): the policy from -Q as above; manual:\n"
@@ -354,6 +354,9 @@ int parse(int argc, char** argv, cli& c) {
                       "on it; without -d both ends run in this process on the mock fabric");
     c.mock = true;
   }
+  if (c.mock && o.rdma_cm && !c.e.host.empty())
+    return fail(me, "-R --mock " + c.e.host + ": the mock's connection manager serves this process only, so no "
+                    "server can be at " + c.e.host + ": drop the host to run both ends here, or give -d <device>");
   if (o.mock_wrong_rkey && !c.mock)
     return fail(me, "--mock-wrong-rkey makes the mock loopback's client fail; on a device (-d " + o.device +
                         ") leave it out");
