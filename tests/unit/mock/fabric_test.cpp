@@ -689,6 +689,16 @@ TEST_CASE("fabric: a configuration, fault or clock step it cannot simulate is re
     c.devices = {{.name = "a", .ports = {p}}, {.name = "b", .ports = {p}}};
     rm::fabric f(c);
   }, "device b port 1: port_config::lid = 0x5 is also device a port 1's");
+  // A GID on two ports: packets for it went to the first (a port may list one GID
+  // twice, as RoCE v1 and v2 entries do).
+  refused([] {
+    rm::fabric_config c;
+    rm::port_config p;
+    p.gids = {gid_entry{gid::from_ipv4(10, 1, 1, 1), 1, gid_type::roce_v2, true},
+              gid_entry{gid::from_ipv4(10, 1, 1, 1), 2, gid_type::roce_v1, true}};
+    c.devices = {{.name = "a", .ports = {p}}, {.name = "b", .ports = {p}}};
+    rm::fabric f(c);
+  }, "device b port 1: GID 0000:0000:0000:0000:0000:ffff:0a01:0101 (index 1) is also device a port 1's");
   rm::fabric f;
   refused([&] { f.inject({.kind = rm::fault_kind::delay, .delay = nanoseconds(-1)}); }, "fault::delay = -1 ns");
   refused([&] { f.inject({.kind = rm::fault_kind::drop, .probability = 1.5}); }, "fault::probability = 1.5");

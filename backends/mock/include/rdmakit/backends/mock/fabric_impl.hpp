@@ -105,6 +105,24 @@ inline void check_fault(const fault& f) {
   check_wait("fault::delay", f.delay);
 }
 
+// A GID on two ports would take the other's packets (route() picks the first); one
+// port may list a GID twice (RoCE v1 and v2 entries).
+inline void check_unique_gids(const fabric_state& f) {
+  for (std::size_t d = 0; d < f.devices.size(); ++d)
+    for (std::size_t p = 0; p < f.devices[d].ports.size(); ++p)
+      for (const auto& g : f.devices[d].ports[p].gids) {
+        if (!g.valid) continue;
+        for (std::size_t e = 0; e <= d; ++e)
+          for (std::size_t q = 0; q < (e == d ? p : f.devices[e].ports.size()); ++q)
+            for (const auto& h : f.devices[e].ports[q].gids)
+              if (h.valid && h.value == g.value)
+                throw usage_error(::rdmakit::detail::cat(
+                    "mock::fabric: device ", f.devices[d].cfg.name, " port ", p + 1, ": GID ", g.value.to_string(),
+                    " (index ", g.index, ") is also device ", f.devices[e].cfg.name, " port ", q + 1,
+                    "'s: packets for it would go to one of the two; give each port its own GIDs"));
+      }
+}
+
 inline bool lid_taken(const std::vector<device_config>& devs, std::uint16_t lid) {
   for (const auto& d : devs)
     for (const auto& p : d.ports)
@@ -156,6 +174,7 @@ inline void build_devices(fabric_state& f) {
     }
     f.devices.push_back(std::move(dev));
   }
+  check_unique_gids(f);
 }
 
 }  // namespace mock::detail
