@@ -672,6 +672,15 @@ TEST_CASE("fabric: a configuration, fault or clock step it cannot simulate is re
     c.devices = {{.name = "m", .ports = {p}}};
     rm::fabric f(c);
   }, "device m port 1: port_config::active_mtu (2048 bytes) is above its max_mtu (1024 bytes)");
+  // A link layer the mock does not simulate: "unspecified" got RoCE's GIDs but no LID,
+  // and rdmakit takes it for InfiniBand (no GRH): connect() had nothing to address it by.
+  refused([] {
+    rm::fabric_config c;
+    rm::port_config p;
+    p.layer = link_layer::unspecified;
+    c.devices = {{.name = "u", .ports = {p}}};
+    rm::fabric f(c);
+  }, "device u port 1: port_config::layer = 0 is not one the mock simulates");
   // LIDs: a unicast LID (1..0xbfff), one per port; two ports of one LID take each other's packets.
   refused([] {
     rm::fabric_config c;

@@ -36,6 +36,10 @@ inline void check_port(const fabric_config& c, std::size_t di, std::size_t pi) {
   const auto& d = c.devices[di];
   const auto& p = d.ports[pi];
   const std::string where = cat("mock::fabric: device ", d.name, " port ", pi + 1, ": ");
+  if (p.layer != link_layer::ethernet && p.layer != link_layer::infiniband)
+    throw usage_error(cat(where, "port_config::layer = ", static_cast<unsigned>(p.layer),
+                          " is not one the mock simulates: give link_layer::ethernet (RoCE) or "
+                          "link_layer::infiniband"));
   for (auto [name, m] : {std::pair{"max_mtu", p.max_mtu}, std::pair{"active_mtu", p.active_mtu}})
     if (mtu_bytes(m) == 0)
       throw usage_error(cat(where, "port_config::", name, " = ", static_cast<std::uint32_t>(m),
