@@ -9,6 +9,7 @@
 #include "sides.hpp"
 
 #include <getopt.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -35,7 +36,8 @@ void usage(const char* argv0, std::FILE* to) {
                "Tests: write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat\n"
                "\n"
                "Options (as perftest's ib_*_bw / ib_*_lat):\n"
-               "  -s, --size=<bytes>        message size (default 65536 for bw, 2 for lat; atomics: 8)\n"
+               "  -s, --size=<bytes>        message size (default 65536 for bw, 2 for lat; atomics: 8); the\n"
+               "                            buffers, 2 x -s per QP and side, must fit the machine's memory\n"
                "  -n, --iters=<n>           operations per QP (default 5000 bw, 1000 lat)\n"
                "  -D, --duration=<sec>      run for this many seconds instead of -n\n"
                "  -t, --tx-depth=<n>        send queue depth (default 128 bw, 16 send/write_lat, 1 read/atomic_lat)\n"
@@ -353,6 +355,20 @@ int parse(int argc, char** argv, cli& c) {
       return fail(me, "a host (" + c.e.host + ") but no device: give -d <device> (e.g. -d rxe0) to run the client "
                       "on it; without -d both ends run in this process on the mock fabric");
     c.mock = true;
+  }
+  // Each side keeps a source and a destination slot of -s bytes per QP, zero-filled at
+  // setup (the mock loopback: two sides in this process). Past the machine's memory that
+  // was std::bad_alloc, or the OOM killer once the pages were touched.
+  {
+    const std::uint64_t slot = (std::uint64_t{o.size} + 40 + 63) / 64 * 64;
+    const std::uint64_t need = 2 * slot * o.num_qps * (c.mock && c.e.host.empty() ? 2 : 1);
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    const std::uint64_t have = pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : 0;
+    if (have && need > have)
+      return fail(me, "-s " + std::to_string(o.size) + " with -q " + std::to_string(o.num_qps) + " needs " +
+                          std::to_string(need >> 20) + " MiB of buffers (2 x -s per QP" +
+                          (c.mock && c.e.host.empty() ? ", both sides in this process" : "") +
+                          "), more than this machine's " + std::to_string(have >> 20) + " MiB: lower -s or -q");
   }
   if (c.mock && o.rdma_cm && !c.e.host.empty())
     return fail(me, "-R --mock " + c.e.host + ": the mock's connection manager serves this process only, so no "
