@@ -163,6 +163,11 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   }
   if (optind == argc - 1) c.host = argv[optind];
   else if (optind < argc) { usage(stderr); return 2; }
+  if (optind == argc - 1 && c.host.empty()) {  // a script's unset "$HOST": it would become a server
+    std::fprintf(stderr, "rdmakit-faults: an empty host argument: give the server's host name or address, or none "
+                         "to be the server\n");
+    return 2;
+  }
   if (!size_given && c.transport == qp_type::ud) c.fo.size = 1024;
   // On a device the link's faults are netem's: a run would go on without the mock's.
   if (mock_option && !c.fo.device.empty() && c.fo.device != "mock") {

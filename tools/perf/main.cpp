@@ -261,7 +261,11 @@ int parse(int argc, char** argv, cli& c) {
     if (!t) return fail(me, std::string("unknown test \"") + argv[pos] + "\" (see --help)");
     ++pos;
   }
-  if (pos < argc) c.e.host = argv[pos++];
+  if (pos < argc) {
+    c.e.host = argv[pos++];
+    if (c.e.host.empty())  // a script's unset "$HOST": it would become a server
+      return fail(me, "an empty host argument: give the server's host name or address, or none to be the server");
+  }
   if (pos < argc) return fail(me, std::string("unexpected argument \"") + argv[pos] + "\"");
   perf_options& o = c.o;
   o.test = t->kind;

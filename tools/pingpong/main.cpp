@@ -185,6 +185,12 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   }
   if (optind == argc - 1) {
     c.host = argv[optind];
+    if (c.host.empty()) {  // a script's unset "$HOST": it would become a server
+      std::fprintf(stderr,
+                   "%s: an empty host argument: give the server's host name or address, or none to be the server\n",
+                   argv[0]);
+      return 1;
+    }
   } else if (optind < argc) {
     usage(argv[0], stderr);
     return 1;

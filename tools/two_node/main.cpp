@@ -96,6 +96,11 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   }
   if (optind == argc - 1) c.host = argv[optind];
   else if (optind < argc) { usage(stderr); return 2; }
+  if (optind == argc - 1 && c.host.empty()) {  // a script's unset "$HOST": it would become a server
+    std::fprintf(stderr, "rdmakit-two-node: an empty host argument: give the server's host name or address, or "
+                         "none to be the server\n");
+    return 2;
+  }
   // Below it the scenarios FAIL on a sound device: the RNR one's SEND completes only after
   // its responder's pause.
   if (c.o.wait < two_node_min_wait) {
