@@ -126,7 +126,10 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         if (!parse_uint(optarg, 7, v)) return bad("retry count", optarg);
         c.fo.retry_cnt = static_cast<std::uint8_t>(v);
         break;
-      case 'd': c.fo.device = optarg; break;
+      case 'd':
+        if (!*optarg) return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock", optarg);  // an unset "$DEV": not the mock
+        c.fo.device = optarg;
+        break;
       case 'g':
         if (!parse_uint(optarg, 0xffff, v)) return bad("GID index", optarg);
         c.fo.gid_index = static_cast<int>(v);

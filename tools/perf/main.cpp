@@ -204,7 +204,10 @@ int parse(int argc, char** argv, cli& c) {
         else return bad("atomic type (FETCH_AND_ADD or CMP_AND_SWAP)", optarg);
         break;
       }
-      case 'd': c.o.device = optarg; break;
+      case 'd':
+        if (!*optarg) return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock", optarg);  // an unset "$DEV": not the mock
+        c.o.device = optarg;
+        break;
       case 'i':
         if (!parse_uint(optarg, 255, v) || v < 1) return bad("IB port", optarg);
         c.o.ib_port = static_cast<std::uint8_t>(v);

@@ -125,7 +125,10 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         c.port = static_cast<std::uint16_t>(v);
         c.port_given = true;
         break;
-      case 'd': c.pp.device = optarg; break;
+      case 'd':
+        if (!*optarg) return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock", optarg);  // an unset "$DEV": not the mock
+        c.pp.device = optarg;
+        break;
       case 'i':
         if (!parse_uint(optarg, 255, v) || v < 1) return bad("IB port", optarg);
         c.pp.ib_port = static_cast<std::uint8_t>(v);

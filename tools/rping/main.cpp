@@ -173,7 +173,13 @@ int main(int argc, char** argv) {
       case 'V': o.validate = true; break;
       case 'd': o.debug = true; break;
       case 'M': mock = true; break;
-      case 'D': ib_dev = optarg; break;
+      case 'D':
+        if (!*optarg) {  // an unset "$DEV": not "the one the address is on"
+          std::fprintf(stderr, "rdmakit-rping: --ib-dev '': an empty device name: give the device (e.g. rxe0), or leave --ib-dev out\n");
+          return 1;
+        }
+        ib_dev = optarg;
+        break;
       case 'T':
         if (!parse_uint(optarg, 1u << 30, v) || v == 0) {
           std::fprintf(stderr, "rdmakit-rping: invalid --timeout '%s' (milliseconds, > 0)%s\n", optarg,

@@ -67,7 +67,10 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   int ch;
   while ((ch = getopt_long(argc, argv, "d:i:g:p:s:w:lh", longs, nullptr)) != -1) {
     switch (ch) {
-      case 'd': c.o.device = optarg; break;
+      case 'd':
+        if (!*optarg) return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock", optarg);  // an unset "$DEV": not the mock
+        c.o.device = optarg;
+        break;
       case 'i':
         if (!parse_uint(optarg, 255, v) || v < 1) return bad("device port", optarg);
         c.o.ib_port = static_cast<std::uint8_t>(v);
