@@ -205,7 +205,9 @@ int parse(int argc, char** argv, cli& c) {
         break;
       }
       case 'd':
-        if (!*optarg) return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock", optarg);  // an unset "$DEV": not the mock
+        if (!*optarg)  // an unset "$DEV": not the mock
+          return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock",
+                     optarg);
         c.o.device = optarg;
         break;
       case 'i':

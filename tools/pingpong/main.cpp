@@ -126,7 +126,9 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         c.port_given = true;
         break;
       case 'd':
-        if (!*optarg) return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock", optarg);  // an unset "$DEV": not the mock
+        if (!*optarg)  // an unset "$DEV": not the mock
+          return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock",
+                     optarg);
         c.pp.device = optarg;
         break;
       case 'i':

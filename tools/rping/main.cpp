@@ -175,7 +175,9 @@ int main(int argc, char** argv) {
       case 'M': mock = true; break;
       case 'D':
         if (!*optarg) {  // an unset "$DEV": not "the one the address is on"
-          std::fprintf(stderr, "rdmakit-rping: --ib-dev '': an empty device name: give the device (e.g. rxe0), or leave --ib-dev out\n");
+          std::fprintf(stderr,
+                       "rdmakit-rping: --ib-dev '': an empty device name: give the device (e.g. rxe0), or leave "
+                       "--ib-dev out\n");
           return 1;
         }
         ib_dev = optarg;

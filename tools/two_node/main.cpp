@@ -68,7 +68,9 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   while ((ch = getopt_long(argc, argv, "d:i:g:p:s:w:lh", longs, nullptr)) != -1) {
     switch (ch) {
       case 'd':
-        if (!*optarg) return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock", optarg);  // an unset "$DEV": not the mock
+        if (!*optarg)  // an unset "$DEV": not the mock
+          return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock",
+                     optarg);
         c.o.device = optarg;
         break;
       case 'i':
