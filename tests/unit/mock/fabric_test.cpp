@@ -655,6 +655,15 @@ TEST_CASE("fabric: a configuration, fault or clock step it cannot simulate is re
     c.devices = {{.name = "g", .ports = {p}}};
     rm::fabric f(c);
   }, "device g port 1: port_config::gids holds index 2 twice");
+  // An entry with valid = false (the default, easily left out) was made a valid GID: a
+  // table copied from query_gid, empty slots and all, answered to the zero GID.
+  refused([] {
+    rm::fabric_config c;
+    rm::port_config p;
+    p.gids = {gid_entry{.value = gid::from_ipv4(10, 1, 1, 1), .index = 3, .type = gid_type::roce_v2}};
+    c.devices = {{.name = "g", .ports = {p}}};
+    rm::fabric f(c);
+  }, "device g port 1: port_config::gids holds index 3 with valid = false");
   // MTUs: an enumerator that is none (0 bytes: a UD packet count divided by it), or an
   // active MTU above the port's maximum.
   refused([] {

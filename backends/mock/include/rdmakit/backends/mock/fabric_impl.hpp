@@ -51,6 +51,12 @@ inline void check_port(const fabric_config& c, std::size_t di, std::size_t pi) {
     if (p.gids[i].index >= gid_table_len)
       throw usage_error(cat(where, "port_config::gids holds index ", p.gids[i].index, ": the GID table has ",
                             gid_table_len, " entries (0..", gid_table_len - 1, ")"));
+    // valid is false by default: an entry left so (gid_entry{.value = g, .index = 3}), or
+    // an empty slot copied from query_gid, is neither silently a GID nor silently none.
+    if (!p.gids[i].valid)
+      throw usage_error(cat(where, "port_config::gids holds index ", p.gids[i].index,
+                            " with valid = false: set valid = true for a GID there, or leave the entry out for an "
+                            "empty slot"));
     for (std::size_t j = 0; j < i; ++j)
       if (p.gids[j].index == p.gids[i].index)
         throw usage_error(cat(where, "port_config::gids holds index ", p.gids[i].index,
