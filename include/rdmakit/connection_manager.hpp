@@ -115,8 +115,8 @@ struct cm_options {
   detail::ms_timeout timeout{std::chrono::milliseconds{5000}};
   std::uint8_t responder_resources = 1;  ///< RDMA READs/atomics the peer may have in flight here
   std::uint8_t initiator_depth = 1;      ///< RDMA READs/atomics this side may have in flight
-  std::uint8_t retry_count = 7;          ///< RC transport retries
-  std::uint8_t rnr_retry_count = 7;      ///< RC RNR retries (7: forever)
+  std::uint8_t retry_count = 7;          ///< RC transport retries (0..7)
+  std::uint8_t rnr_retry_count = 7;      ///< RC RNR retries (0..7; 7: forever)
   bool auto_inline = true;               ///< as qp_options::auto_inline
   /// cm_connect: the local address to connect from (rdma_resolve_addr's source, rping's
   /// -I); 0.0.0.0, the default: the CM picks the one routing to the peer. Port 0: any.
@@ -124,8 +124,17 @@ struct cm_options {
 };
 
 /// Private data carrying a region descriptor (28 bytes: fits every CM message), so a
-/// peer can RDMA into the region right after ESTABLISHED.
+/// peer can RDMA into the region right after ESTABLISHED. Throws exchange_error
+/// (invalid_argument) for a region cm_region_from would refuse: one that runs past the
+/// end of the address space, or rights other than the remote ones.
 inline std::vector<std::byte> cm_region_data(const region_descriptor& r) {
+  if ((r.rights & ~remote_access_bits) != access::none)
+    throw exchange_error(exchange_errc::invalid_argument,
+                         "cm_region_data(): the region's access holds bits other than remote write/read/atomic");
+  if (r.length != 0 && r.length - 1 > ~r.addr)
+    throw exchange_error(exchange_errc::invalid_argument,
+                         detail::cat("cm_region_data(): ", r.length, " bytes at addr ", detail::hex(r.addr),
+                                     " run past the end of the address space"));
   std::vector<std::byte> d(28);
   auto put = [&](std::size_t at, std::uint64_t v, int n) {
     for (int i = 0; i < n; ++i) d[at + static_cast<std::size_t>(i)] = std::byte(v >> (8 * (n - 1 - i)));
@@ -141,7 +150,10 @@ inline std::vector<std::byte> cm_region_data(const region_descriptor& r) {
 }
 
 /// The region descriptor in private data made by cm_region_data; nullopt when the data
-/// is something else (padding after the 28 bytes is ignored).
+/// is something else (padding after the 28 bytes is ignored). Data that is one (its
+/// magic) but malformed throws exchange_error, as the TCP exchange's record does:
+/// version_mismatch for another layout version; malformed for a region that runs past
+/// the end of the address space, or rights other than remote write/read/atomic.
 inline std::optional<region_descriptor> cm_region_from(std::span<const std::byte> d) {
   if (d.size() < 28) return std::nullopt;
   auto get = [&](std::size_t at, int n) {
@@ -149,9 +161,23 @@ inline std::optional<region_descriptor> cm_region_from(std::span<const std::byte
     for (int i = 0; i < n; ++i) v = (v << 8) | std::to_integer<std::uint64_t>(d[at + static_cast<std::size_t>(i)]);
     return v;
   };
-  if (get(0, 4) != 0x524b434d || d[4] != std::byte{1}) return std::nullopt;
+  if (get(0, 4) != 0x524b434d) return std::nullopt;
+  if (d[4] != std::byte{1})
+    throw exchange_error(exchange_errc::version_mismatch,
+                         detail::cat("cm_region_from(): the peer's region descriptor is layout version ", get(4, 1),
+                                     ", this build reads version 1: build both sides from the same rdmakit release"));
   const auto rights = static_cast<access>(get(5, 1) | (get(6, 1) << 8));
-  return region_descriptor(get(8, 8), static_cast<std::uint32_t>(get(16, 4)), get(20, 8), rights);
+  const std::uint64_t addr = get(8, 8), length = get(20, 8);
+  if ((rights & ~remote_access_bits) != access::none)
+    throw exchange_error(exchange_errc::malformed,
+                         detail::cat("cm_region_from(): the peer's region descriptor grants ",
+                                     detail::hex(to_underlying(rights)),
+                                     ": its access holds bits other than remote write/read/atomic"));
+  if (length != 0 && length - 1 > ~addr)
+    throw exchange_error(exchange_errc::malformed,
+                         detail::cat("cm_region_from(): the peer's region at addr ", detail::hex(addr), " of len ",
+                                     length, " runs past the end of the address space"));
+  return region_descriptor(addr, static_cast<std::uint32_t>(get(16, 4)), length, rights);
 }
 
 template <cm_backend B>
@@ -265,10 +291,19 @@ shared_owner<cm_id_block<B>> cm_new_id(std::shared_ptr<cm_channel_block<B>> chan
   return blk;
 }
 
+// The options checked before anything is done: the timeout, and the retry counts the
+// CM's messages carry in 3 bits (librdmacm's kernel side clamps a larger one to 7,
+// forever on some devices, without a word).
 inline void check_cm_timeout(const cm_options& o) {
   if (o.timeout.count() <= 0)
     throw usage_error(cat("cm_options::timeout must be positive (got ", o.timeout.count(),
                           " ms): give the longest wait for each connection step in milliseconds"));
+  if (o.retry_count > 7)
+    throw usage_error(cat("cm_options::retry_count = ", o.retry_count,
+                          " is out of range (0..7): the CM carries it in 3 bits"));
+  if (o.rnr_retry_count > 7)
+    throw usage_error(cat("cm_options::rnr_retry_count = ", o.rnr_retry_count,
+                          " is out of range (0..7): the CM carries it in 3 bits; 7 means retry forever"));
 }
 
 template <class B>

@@ -133,7 +133,12 @@ class protection_domain {
     const auto& dev = *pd->dev;
     const port_attr pa = dev.port(o.port);
     const int idx = o.gid_index ? *o.gid_index : detail::choose_gid<B>(dev.ctx, o.port);
-    // The address vector holds the index in 8 bits: 256 would silently be slot 0.
+    // The address vector holds the index in 8 bits: 256 would silently be slot 0, also
+    // where the table is larger (rxe: 1024 entries).
+    if (o.gid_index && idx > 255)
+      throw usage_error(detail::cat("create_ah(): ah_options::gid_index = ", idx,
+                                    " is above 255: an address vector's sgid_index has 8 bits (verbs cannot send "
+                                    "from a GID past 255); use an index 0..255, or leave gid_index unset"));
     if (o.gid_index && (idx < 0 || static_cast<std::uint32_t>(idx) >= pa.gid_tbl_len ||
                         !B::query_gid(dev.ctx, o.port, idx).valid))
       throw usage_error(detail::cat("create_ah(): ah_options::gid_index = ", idx, " is not a valid slot of port ",

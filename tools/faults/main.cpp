@@ -55,7 +55,7 @@ void usage(std::FILE* to) {
                "  -d, --ib-dev=DEV           device (none, or mock: both ends here on the mock)\n"
                "  -g, --gid-idx=N            GID index\n"
                "  -p, --port=PORT            TCP port of the exchange (default 18700)\n"
-               "Mock only:\n"
+               "Mock only (refused with -d DEV: on a device, netem on the link makes the faults):\n"
                "  --loss=P --dup=P --reorder=P  per-packet fault probabilities (0..1)\n"
                "  --seed=N                   fabric seed (default 1)\n"
                "  --profile=rxe|spec         device profile (default rxe)\n");
@@ -84,6 +84,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
     return 2;
   };
   bool size_given = false;
+  const char* mock_option = nullptr;  // the first mock-only option given (refused with -d)
   unsigned long long v = 0;
   int ch;
   while ((ch = getopt_long(argc, argv, "T:o:n:s:w:m:t:R:d:g:p:h", longs, nullptr)) != -1) {
@@ -125,7 +126,12 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         if (!parse_uint(optarg, 7, v)) return bad("retry count", optarg);
         c.fo.retry_cnt = static_cast<std::uint8_t>(v);
         break;
-      case 'd': c.fo.device = optarg; break;
+      case 'd':
+        if (!*optarg)  // an unset "$DEV": not the mock
+          return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock",
+                     optarg);
+        c.fo.device = optarg;
+        break;
       case 'g':
         if (!parse_uint(optarg, 0xffff, v)) return bad("GID index", optarg);
         c.fo.gid_index = static_cast<int>(v);
@@ -134,16 +140,27 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         if (!parse_uint(optarg, 65535, v)) return bad("port", optarg);
         c.port = static_cast<std::uint16_t>(v);
         break;
-      case o_loss: if (!parse_prob(optarg, c.loss)) return bad("probability", optarg); break;
-      case o_dup: if (!parse_prob(optarg, c.dup)) return bad("probability", optarg); break;
-      case o_reorder: if (!parse_prob(optarg, c.reorder)) return bad("probability", optarg); break;
+      case o_loss:
+        if (!parse_prob(optarg, c.loss)) return bad("probability", optarg);
+        if (!mock_option) mock_option = "--loss";
+        break;
+      case o_dup:
+        if (!parse_prob(optarg, c.dup)) return bad("probability", optarg);
+        if (!mock_option) mock_option = "--dup";
+        break;
+      case o_reorder:
+        if (!parse_prob(optarg, c.reorder)) return bad("probability", optarg);
+        if (!mock_option) mock_option = "--reorder";
+        break;
       case o_seed:
         if (!parse_uint(optarg, ~0ull, v)) return bad("seed", optarg);
         c.seed = v;
+        if (!mock_option) mock_option = "--seed";
         break;
       case o_profile:
         if (!std::strcmp(optarg, "spec")) c.spec_profile = true;
         else if (std::strcmp(optarg, "rxe")) return bad("profile (rxe or spec)", optarg);
+        if (!mock_option) mock_option = "--profile";
         break;
       case 'h': help = true; return 0;
       default: usage(stderr); return 2;
@@ -151,7 +168,20 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   }
   if (optind == argc - 1) c.host = argv[optind];
   else if (optind < argc) { usage(stderr); return 2; }
+  if (optind == argc - 1 && c.host.empty()) {  // a script's unset "$HOST": it would become a server
+    std::fprintf(stderr, "rdmakit-faults: an empty host argument: give the server's host name or address, or none "
+                         "to be the server\n");
+    return 2;
+  }
   if (!size_given && c.transport == qp_type::ud) c.fo.size = 1024;
+  // On a device the link's faults are netem's: a run would go on without the mock's.
+  if (mock_option && !c.fo.device.empty() && c.fo.device != "mock") {
+    std::fprintf(stderr,
+                 "rdmakit-faults: %s is for the mock (no -d): on a device (-d %s) the faults are the link's; put "
+                 "netem on it (tests/rxe/netem.sh), or drop -d to run on the mock\n",
+                 mock_option, c.fo.device.c_str());
+    return 2;
+  }
   // 0 switches the requester's ACK timer off: a lost last packet is never sent again, and
   // the run would stall until the client's wait for a completion gives up. A try longer
   // than that wait ends the run before the first retry just the same.

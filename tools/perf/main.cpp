@@ -9,6 +9,7 @@
 #include "sides.hpp"
 
 #include <getopt.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -35,7 +36,8 @@ void usage(const char* argv0, std::FILE* to) {
                "Tests: write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat\n"
                "\n"
                "Options (as perftest's ib_*_bw / ib_*_lat):\n"
-               "  -s, --size=<bytes>        message size (default 65536 for bw, 2 for lat; atomics: 8)\n"
+               "  -s, --size=<bytes>        message size (default 65536 for bw, 2 for lat; atomics: 8); the\n"
+               "                            buffers, 2 x -s per QP and side, must fit the machine's memory\n"
                "  -n, --iters=<n>           operations per QP (default 5000 bw, 1000 lat)\n"
                "  -D, --duration=<sec>      run for this many seconds instead of -n\n"
                "  -t, --tx-depth=<n>        send queue depth (default 128 bw, 16 send/write_lat, 1 read/atomic_lat)\n"
@@ -59,7 +61,7 @@ void usage(const char* argv0, std::FILE* to) {
                "  -p, --port=<port>         TCP port of the exchange (default 18515; mock: ephemeral)\n"
                "  -R, --rdma_cm             connect through the RDMA connection manager (librdmacm; the mock's\n"
                "                            on the mock) instead of the TCP exchange: RC or UC, no --use_srq,\n"
-               "                            the client's <host> is the server's IP address, -p its CM port\n"
+               "                            the client's <host> is the server's IP address (none on the mock), -p its CM port\n"
                "\n"
                "rdmakit options:\n"
                "      --signal=auto|manual  auto (default): the policy from -Q as above; manual:\n"
@@ -202,7 +204,12 @@ int parse(int argc, char** argv, cli& c) {
         else return bad("atomic type (FETCH_AND_ADD or CMP_AND_SWAP)", optarg);
         break;
       }
-      case 'd': c.o.device = optarg; break;
+      case 'd':
+        if (!*optarg)  // an unset "$DEV": not the mock
+          return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock",
+                     optarg);
+        c.o.device = optarg;
+        break;
       case 'i':
         if (!parse_uint(optarg, 255, v) || v < 1) return bad("IB port", optarg);
         c.o.ib_port = static_cast<std::uint8_t>(v);
@@ -243,7 +250,9 @@ int parse(int argc, char** argv, cli& c) {
       case o_wrong_rkey: c.o.mock_wrong_rkey = true; break;
       case 'R': c.o.rdma_cm = true; break;
       case 'h': c.help = true; return 0;
-      default: return bad("option", argv[optind - 1]);
+      default:  // getopt said which option and what was wrong with it
+        std::fprintf(stderr, "%s: see --help for the options\n", me);
+        return 1;
     }
   }
 
@@ -257,7 +266,11 @@ int parse(int argc, char** argv, cli& c) {
     if (!t) return fail(me, std::string("unknown test \"") + argv[pos] + "\" (see --help)");
     ++pos;
   }
-  if (pos < argc) c.e.host = argv[pos++];
+  if (pos < argc) {
+    c.e.host = argv[pos++];
+    if (c.e.host.empty())  // a script's unset "$HOST": it would become a server
+      return fail(me, "an empty host argument: give the server's host name or address, or none to be the server");
+  }
   if (pos < argc) return fail(me, std::string("unexpected argument \"") + argv[pos] + "\"");
   perf_options& o = c.o;
   o.test = t->kind;
@@ -352,6 +365,23 @@ int parse(int argc, char** argv, cli& c) {
                       "on it; without -d both ends run in this process on the mock fabric");
     c.mock = true;
   }
+  // Each side keeps a source and a destination slot of -s bytes per QP, zero-filled at
+  // setup (the mock loopback: two sides in this process). Past the machine's memory that
+  // was std::bad_alloc, or the OOM killer once the pages were touched.
+  {
+    const std::uint64_t slot = (std::uint64_t{o.size} + 40 + 63) / 64 * 64;
+    const std::uint64_t need = 2 * slot * o.num_qps * (c.mock && c.e.host.empty() ? 2 : 1);
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    const std::uint64_t have = pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : 0;
+    if (have && need > have)
+      return fail(me, "-s " + std::to_string(o.size) + " with -q " + std::to_string(o.num_qps) + " needs " +
+                          std::to_string(need >> 20) + " MiB of buffers (2 x -s per QP" +
+                          (c.mock && c.e.host.empty() ? ", both sides in this process" : "") +
+                          "), more than this machine's " + std::to_string(have >> 20) + " MiB: lower -s or -q");
+  }
+  if (c.mock && o.rdma_cm && !c.e.host.empty())
+    return fail(me, "-R --mock " + c.e.host + ": the mock's connection manager serves this process only, so no "
+                    "server can be at " + c.e.host + ": drop the host to run both ends here, or give -d <device>");
   if (o.mock_wrong_rkey && !c.mock)
     return fail(me, "--mock-wrong-rkey makes the mock loopback's client fail; on a device (-d " + o.device +
                         ") leave it out");

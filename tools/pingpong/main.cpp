@@ -125,7 +125,12 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         c.port = static_cast<std::uint16_t>(v);
         c.port_given = true;
         break;
-      case 'd': c.pp.device = optarg; break;
+      case 'd':
+        if (!*optarg)  // an unset "$DEV": not the mock
+          return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock",
+                     optarg);
+        c.pp.device = optarg;
+        break;
       case 'i':
         if (!parse_uint(optarg, 255, v) || v < 1) return bad("IB port", optarg);
         c.pp.ib_port = static_cast<std::uint8_t>(v);
@@ -185,6 +190,12 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   }
   if (optind == argc - 1) {
     c.host = argv[optind];
+    if (c.host.empty()) {  // a script's unset "$HOST": it would become a server
+      std::fprintf(stderr,
+                   "%s: an empty host argument: give the server's host name or address, or none to be the server\n",
+                   argv[0]);
+      return 1;
+    }
   } else if (optind < argc) {
     usage(argv[0], stderr);
     return 1;

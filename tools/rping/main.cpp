@@ -52,7 +52,7 @@ void usage(const char* argv0, std::FILE* to) {
                "\t-p port\t\tport (default 7174)\n"
                "rdmakit options:\n"
                "\t--mock\t\tboth ends in this process on a mock fabric (needs -C; with -P: two clients in a row)\n"
-               "\t--ib-dev=dev\tthe RDMA device (default: the one the address is on)\n"
+               "\t--ib-dev=dev\tthe RDMA device (default: the one the address is on; not with --mock)\n"
                "\t--timeout=ms\tbound on each wait (default 10000)\n"
                "\t-h, --help\tthis text\n",
                argv0, argv0, rping_min_size, rping_max_size);
@@ -173,7 +173,15 @@ int main(int argc, char** argv) {
       case 'V': o.validate = true; break;
       case 'd': o.debug = true; break;
       case 'M': mock = true; break;
-      case 'D': ib_dev = optarg; break;
+      case 'D':
+        if (!*optarg) {  // an unset "$DEV": not "the one the address is on"
+          std::fprintf(stderr,
+                       "rdmakit-rping: --ib-dev '': an empty device name: give the device (e.g. rxe0), or leave "
+                       "--ib-dev out\n");
+          return 1;
+        }
+        ib_dev = optarg;
+        break;
       case 'T':
         if (!parse_uint(optarg, 1u << 30, v) || v == 0) {
           std::fprintf(stderr, "rdmakit-rping: invalid --timeout '%s' (milliseconds, > 0)%s\n", optarg,
@@ -189,6 +197,16 @@ int main(int argc, char** argv) {
         return 1;
       default: usage(argv[0], stderr); return 1;
     }
+  }
+  if (optind < argc) {  // rping ignores them; a forgotten -a would bind or connect elsewhere
+    std::fprintf(stderr, "rdmakit-rping: unexpected argument '%s': an address goes after -a (see --help)\n",
+                 argv[optind]);
+    return 1;
+  }
+  if (mock && !ib_dev.empty()) {
+    std::fprintf(stderr, "rdmakit-rping: --mock runs on the mock fabric's devices: --ib-dev %s does not apply\n",
+                 ib_dev.c_str());
+    return 1;
   }
   o.addr.port = port;
   try {

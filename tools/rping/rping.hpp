@@ -141,11 +141,17 @@ class rping_side {
                             .as<rdmakit::access::remote_read>();
       check(conn_.qp().read(mr_.local(rdma_off(), src.size), from, 3), "RDMA READ");
       wait_for(3);
+      // A C string (rping's client ends it with a NUL): strlen on data without one
+      // would run past the buffer.
+      const auto* nul = static_cast<const char*>(std::memchr(rdma_buf(), 0, src.size));
+      if (!nul)
+        fail("the client's ping data has no NUL in its " + std::to_string(src.size) +
+             " bytes: is it an rping client?");
       if (o_.verbose) std::printf("server ping data: %s\n", rdma_buf());
       go_ahead();
       if (!wait_recv()) return;
       const rping_info dst = rping_info::read_from(recv_buf());
-      const auto len = static_cast<std::uint32_t>(std::strlen(rdma_buf()) + 1);
+      const auto len = static_cast<std::uint32_t>(nul - rdma_buf() + 1);
       if (len > dst.size) fail("the client's write buffer is too small");
       const auto to = rdmakit::region_descriptor(dst.addr, dst.rkey, dst.size, rdmakit::access::remote_write)
                           .as<rdmakit::access::remote_write>();

@@ -43,7 +43,8 @@ void usage(std::FILE* to) {
                "  -i, --ib-port=PORT    device port (default 1)\n"
                "  -g, --gid-idx=N       GID index\n"
                "  -p, --port=PORT       TCP port of the exchange (default 18800)\n"
-               "  -s, --only=TEXT       only the scenarios whose name contains TEXT (give both sides the same)\n"
+               "  -s, --only=TEXT       only the scenarios whose name contains TEXT (give both sides the same;\n"
+               "                        matching none is refused)\n"
                "  -w, --wait=MS         longest wait for a completion (default 10000, at least 200)\n"
                "  -l, --list            print the scenario names and exit\n"
                "  --profile=rxe|spec    the deviation table's rows to expect (default rxe); on the mock\n"
@@ -66,7 +67,12 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   int ch;
   while ((ch = getopt_long(argc, argv, "d:i:g:p:s:w:lh", longs, nullptr)) != -1) {
     switch (ch) {
-      case 'd': c.o.device = optarg; break;
+      case 'd':
+        if (!*optarg)  // an unset "$DEV": not the mock
+          return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock",
+                     optarg);
+        c.o.device = optarg;
+        break;
       case 'i':
         if (!parse_uint(optarg, 255, v) || v < 1) return bad("device port", optarg);
         c.o.ib_port = static_cast<std::uint8_t>(v);
@@ -95,6 +101,11 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   }
   if (optind == argc - 1) c.host = argv[optind];
   else if (optind < argc) { usage(stderr); return 2; }
+  if (optind == argc - 1 && c.host.empty()) {  // a script's unset "$HOST": it would become a server
+    std::fprintf(stderr, "rdmakit-two-node: an empty host argument: give the server's host name or address, or "
+                         "none to be the server\n");
+    return 2;
+  }
   // Below it the scenarios FAIL on a sound device: the RNR one's SEND completes only after
   // its responder's pause.
   if (c.o.wait < two_node_min_wait) {
@@ -105,6 +116,14 @@ int parse(int argc, char** argv, cli& c, bool& help) {
                  static_cast<long long>(c.o.wait.count()), static_cast<long long>(two_node_rnr_pause.count()),
                  static_cast<long long>(two_node_min_wait.count()));
     return 2;
+  }
+  if (!c.o.only.empty()) {
+    bool any = false;
+    for (const auto& s : two_node_scenarios()) any = any || s.name.find(c.o.only) != std::string::npos;
+    if (!any) {
+      std::fprintf(stderr, "rdmakit-two-node: --only %s matches no scenario: -l lists their names\n", c.o.only.c_str());
+      return 2;
+    }
   }
   c.o.server = c.host.empty();
   return 0;

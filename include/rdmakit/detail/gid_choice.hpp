@@ -4,7 +4,8 @@
 //   Ethernet (RoCE):  a RoCEv2 GID holding an IPv4-mapped address (::ffff:a.b.c.d),
 //                     then a RoCEv2 GID that is not link-local (a routable IPv6
 //                     address), then any RoCEv2 GID, then any RoCEv1 GID; within a
-//                     tier the lowest index wins.
+//                     tier the lowest index wins. Only indexes 0..255: an address
+//                     vector's sgid_index has 8 bits.
 //   InfiniBand (and "unspecified", which old kernels report for IB): index 0.
 // Nothing fitting throws verbs_error("choose_gid", ENOENT) listing the whole table.
 // Callers that know better pass their own index and never call this.
@@ -65,7 +66,10 @@ int choose_gid(typename B::context ctx, std::uint8_t port) {
   int routable_v2 = -1;
   int any_v2 = -1;
   int any_v1 = -1;
-  for (std::uint32_t i = 0; i < pa.gid_tbl_len; ++i) {
+  // An address vector's sgid_index has 8 bits: a GID past 255 (rxe's table has 1024
+  // entries) cannot be sent from.
+  const std::uint32_t usable = pa.gid_tbl_len < 256 ? pa.gid_tbl_len : 256;
+  for (std::uint32_t i = 0; i < usable; ++i) {
     const gid_entry e = B::query_gid(ctx, port, static_cast<int>(i));
     if (!e.valid) continue;
     if (e.type == gid_type::roce_v2) {
@@ -79,7 +83,10 @@ int choose_gid(typename B::context ctx, std::uint8_t port) {
   if (routable_v2 >= 0) return routable_v2;
   if (any_v2 >= 0) return any_v2;
   if (any_v1 >= 0) return any_v1;
-  return fail("RoCE needs a RoCEv2 (preferably IPv4-mapped) or RoCEv1 GID and there is none");
+  return fail(usable < pa.gid_tbl_len
+                  ? "RoCE needs a RoCEv2 (preferably IPv4-mapped) or RoCEv1 GID and there is none at index 0..255 "
+                    "(one past index 255 cannot be sent from: an address vector's sgid_index has 8 bits)"
+                  : "RoCE needs a RoCEv2 (preferably IPv4-mapped) or RoCEv1 GID and there is none");
 }
 
 }  // namespace detail

@@ -117,11 +117,18 @@ void modify_step(qp_parts<B>& p, const qp_attr& a, qp_attr_mask m, qp_state from
   }
 }
 
-// qp_options::psn has 24 bits: a wider one is refused, not masked.
+// qp_options::psn has 24 bits: a wider one is refused, not masked. gid_index goes in an
+// address vector's 8-bit sgid_index: above 255 (valid on rxe's 1024-entry tables) it
+// would become another slot.
 inline void check_psn(const qp_options& o) {
   if (o.psn && *o.psn > psn_mask)
     throw usage_error(cat("create_qp(): qp_options::psn = ", *o.psn, " is out of range (0..", psn_mask,
                           "): packet sequence numbers have 24 bits"));
+  if (o.gid_index && (*o.gid_index < 0 || *o.gid_index > 255))
+    throw usage_error(cat("create_qp(): qp_options::gid_index = ", *o.gid_index,
+                          *o.gid_index < 0 ? " is negative" : " is above 255",
+                          ": an address vector's sgid_index has 8 bits (verbs cannot send from a GID past 255); "
+                          "use an index 0..255, or leave gid_index unset to choose one automatically"));
 }
 
 // Creates the native QP on checked CQs, attaches it to them and takes it to INIT. With

@@ -43,6 +43,12 @@ RDMAKIT_NOINLINE RDMAKIT_DECL void check_connect(const endpoint& peer, const con
   field("connect_options::min_rnr_timer", o.min_rnr_timer, 31, "5 bits: an IB RNR timer code");
   field("connect_options::sl", o.sl, 15, "the service level has 4 bits");
   field("endpoint::qpn (peer)", peer.qpn, 0xFFFFFF, "QP numbers have 24 bits: check the endpoint exchange");
+  // QP0 and QP1 are the subnet's management QPs (SMI, GSI), never an RC/UC peer: a
+  // zeroed or garbled record connected, and every send ended in a retry error later.
+  if (peer.qpn <= 1)
+    throw usage_error(cat("connect(): endpoint::qpn (peer) = ", peer.qpn,
+                          " names a management QP (QP0/QP1), not a peer's queue pair: check the endpoint exchange "
+                          "(the peer's local_endpoint().qpn)"));
   field("endpoint::psn (peer)", peer.psn, psn_mask, "packet sequence numbers have 24 bits: check the endpoint exchange");
   if (o.path_mtu && mtu_bytes(*o.path_mtu) == 0)
     throw usage_error("connect(): connect_options::path_mtu is not one of 256, 512, 1024, 2048, 4096");

@@ -134,6 +134,11 @@ struct addrinfo_list {
 };
 
 inline void resolve(addrinfo_list& out, const std::string& host, std::uint16_t port, bool passive) {
+  // getaddrinfo reads up to a NUL: "127.0.0.1\0x" would be 127.0.0.1 (as cm_address refuses).
+  if (host.find('\0') != std::string::npos)
+    throw exchange_error(exchange_errc::address,
+                         cat("the host \"", std::string_view(host.c_str()),
+                             "...\" holds a NUL character: give the host name or address alone"));
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

@@ -774,6 +774,52 @@ TEST_CASE("cm: misuse is a usage_error naming what to do") {
   CHECK(cm_region_from(bytes("not a region, just some bytes")) == std::nullopt);
 }
 
+TEST_CASE("cm: retry counts the CM cannot carry are refused before anything is done, naming the option") {
+  // The REQ's retry fields have 3 bits: librdmacm's kernel side clamps 9 to 7 (forever
+  // on some devices) without a word; connect_options refuses them, cm_options did not.
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  for (int field = 0; field < 2; ++field) {
+    cm_options o;
+    o.timeout = 500ms;  // without the check: the listener never answers
+    (field == 0 ? o.retry_count : o.rnr_retry_count) = 9;
+    const std::string says = std::string("cm_options::") + (field == 0 ? "retry_count" : "rnr_retry_count") + " = 9";
+    CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o), doctest::Contains(says.c_str()),
+                         usage_error);
+  }
+}
+
+TEST_CASE("cm: a region in private data that is malformed is refused, as the TCP exchange's record is") {
+  const region_descriptor good(0x1000, 0x55, 4096, access::remote_write | access::remote_read);
+  const auto data = cm_region_data(good);
+  CHECK(cm_region_from(data) == good);
+  auto refused = [](std::vector<std::byte> d, exchange_errc e, const char* says) {
+    try {
+      (void)cm_region_from(d);
+      FAIL_CHECK("accepted: " << says);
+    } catch (const exchange_error& x) {
+      CHECK(x.code() == make_error_code(e));
+      CHECK_MESSAGE(std::string(x.what()).find(says) != std::string::npos, x.what());
+    }
+  };
+  // A region running past the end of the address space (addr + len wraps) was taken.
+  auto wraps = data;
+  for (std::size_t i = 20; i < 28; ++i) wraps[i] = std::byte{0xff};
+  refused(wraps, exchange_errc::malformed, "runs past the end of the address space");
+  // Rights other than remote write/read/atomic were dropped without a word.
+  auto local_bits = data;
+  local_bits[5] |= std::byte{0x01};  // local_write
+  refused(local_bits, exchange_errc::malformed, "bits other than remote write/read/atomic");
+  // Another version of the layout was "no region": the peer's build differs.
+  auto v2 = data;
+  v2[4] = std::byte{2};
+  refused(v2, exchange_errc::version_mismatch, "version 2");
+  // The sender's side refuses what the receiver would.
+  CHECK_THROWS_AS((void)cm_region_data(region_descriptor(~std::uint64_t{0} - 10, 1, 100, access::remote_write)),
+                  exchange_error);
+}
+
 #if !RDMAKIT_CM_RDMACM
 TEST_CASE("cm (mock): binding an address no port has, or a port in use, is refused") {
   testbed tb;

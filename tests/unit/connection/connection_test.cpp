@@ -414,6 +414,19 @@ TEST_CASE("an unresolvable host is a clear error") {
         exchange_errc::address);
 }
 
+TEST_CASE("a host or bind address holding a NUL is refused, not cut at it") {
+  // getaddrinfo reads up to the NUL: "127.0.0.1\0x" was 127.0.0.1 (cm_address refuses the same).
+  const std::string host("127.0.0.1\0x", 11);
+  try {
+    exchange_client(host, 1, other_endpoint(), fast());
+    FAIL("exchanged with a host holding a NUL");
+  } catch (const exchange_error& e) {
+    CHECK(e.code() == make_error_code(exchange_errc::address));
+    CHECK_MESSAGE(std::string(e.what()).find("holds a NUL character") != std::string::npos, e.what());
+  }
+  CHECK(error_of([&] { exchange_listener l(0, host); }) == exchange_errc::address);
+}
+
 // ---------------------------------------------------------------------------------------
 // Exchange, then connect: typed queue pairs on the mock, one thread per side
 

@@ -135,6 +135,20 @@ TEST_CASE("no fitting GID: verbs_error listing every entry") {
   }
 }
 
+TEST_CASE("RoCE: a GID past index 255 is never chosen (an address vector's sgid_index has 8 bits)") {
+  // rxe's table has 1024 entries: an IPv4-mapped GID at 300 was chosen, and the
+  // address vector sent from slot 44 (300 mod 256).
+  std::vector<gid_entry> t(301);
+  t[0] = entry(0, link_local(), gid_type::roce_v2);
+  t[300] = entry(300, gid::from_ipv4(10, 0, 0, 1), gid_type::roce_v2);
+  set_table(link_layer::ethernet, t);
+  CHECK(choose() == 0);
+  // Nothing usable at 0..255: refused, saying why.
+  t[0] = gid_entry{};
+  set_table(link_layer::ethernet, t);
+  CHECK_THROWS_WITH_AS(choose(), doctest::Contains("past index 255"), verbs_error);
+}
+
 TEST_CASE("no fitting GID: empty table and empty IB index 0") {
   set_table(link_layer::ethernet, {});
   CHECK_THROWS_AS(choose(), verbs_error);

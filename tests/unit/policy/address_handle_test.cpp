@@ -125,9 +125,23 @@ TEST_CASE("create_ah: a gid_index outside the port's GID table, or naming an emp
   auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   const endpoint peer = p.b.local_endpoint();
   for (int bad : {256, 257, -255, -1})
-    CHECK_THROWS_WITH_AS((void)x.pd.create_ah(peer, {.gid_index = bad}), doctest::Contains("not a valid slot"),
-                         usage_error);
+    CHECK_THROWS_WITH_AS((void)x.pd.create_ah(peer, {.gid_index = bad}),
+                         doctest::Contains(bad > 0 ? "is above 255" : "not a valid slot"), usage_error);
   const auto len = x.dev.port().gid_tbl_len;
   CHECK_THROWS_AS((void)x.pd.create_ah(peer, {.gid_index = static_cast<int>(len) - 1}), usage_error);  // empty
   CHECK_NOTHROW((void)x.pd.create_ah(peer, {.gid_index = x.dev.default_gid_index()}));
+}
+
+TEST_CASE("create_ah: a gid_index above 255 is refused even where the GID table is larger (rxe: 1024)") {
+  // The table check passed 300 on such a port, and the 8-bit sgid_index made it slot 44.
+  using G = big_gid_table;
+  mock::fabric fab;
+  basic_side<G> x(fab, "mock0"), y(fab, "mock1");
+  REQUIRE(x.dev.port().gid_tbl_len == 1024);
+  REQUIRE(x.dev.gid(1, 300).valid);
+  auto qy = y.pd.create_qp<ud>(y.cq, qp_cap{8, 8});
+  const endpoint peer = qy.local_endpoint();
+  CHECK_THROWS_WITH_AS((void)x.pd.create_ah(peer, {.gid_index = 300}),
+                       doctest::Contains("ah_options::gid_index = 300 is above 255"), usage_error);
+  CHECK_NOTHROW((void)x.pd.create_ah(peer, {.gid_index = 1}));
 }

@@ -80,6 +80,23 @@ std::vector<seen> collect(CQ& cq, std::size_t n, int max_polls = 10000) {
 
 namespace policy_test {
 
+/// The mock with ports whose GID table is rxe's size (1024 entries; slots past the
+/// mock's 16 repeat slot 1's GID): indexes above 255, which an address vector's 8-bit
+/// sgid_index cannot hold.
+struct big_gid_table : backends::mock {
+  static port_attr query_port(context ctx, std::uint8_t port) {
+    port_attr a = backends::mock::query_port(ctx, port);
+    a.gid_tbl_len = 1024;
+    return a;
+  }
+  static gid_entry query_gid(context ctx, std::uint8_t port, int index) {
+    if (index < 16 || index >= 1024) return backends::mock::query_gid(ctx, port, index);
+    gid_entry e = backends::mock::query_gid(ctx, port, 1);
+    e.index = static_cast<std::uint32_t>(index);
+    return e;
+  }
+};
+
 /// The mock, recording the union of the send flags of every WR it was given: what
 /// reached the device (rdmakit's own flags must not).
 struct flag_recording : backends::mock {

@@ -133,6 +133,34 @@ TEST_CASE("PSNs wider than 24 bits and a gid_index naming an empty GID slot are 
   CHECK(qx.query_state() == qp_state::init);  // untouched
 }
 
+TEST_CASE("create_qp: a gid_index above 255 is refused even where the GID table is larger (rxe: 1024)") {
+  // It was accepted (the slot is valid there) and the 8-bit sgid_index of connect()'s
+  // address vector made 300 slot 44.
+  using G = big_gid_table;
+  mock::fabric fab;
+  basic_side<G> x(fab, "mock0");
+  REQUIRE(x.dev.gid(1, 300).valid);
+  CHECK_THROWS_WITH_AS(x.pd.create_qp<rc>(x.cq, qp_cap{4, 4}, {.gid_index = 300}),
+                       doctest::Contains("qp_options::gid_index = 300 is above 255"), usage_error);
+  CHECK(x.cq.attached() == 0);
+}
+
+TEST_CASE("connect to QP number 0 or 1 (the subnet's management QPs) is refused before any transition") {
+  // A peer's record with QPN 0 (a zeroed or garbled field) connected, and every send
+  // then ended in a retry error far from the cause.
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto qy = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
+  for (std::uint32_t qpn : {0u, 1u}) {
+    auto qx = x.pd.create_qp<uc>(x.cq, qp_cap{4, 4});
+    endpoint peer = qy.local_endpoint();
+    peer.qpn = qpn;
+    const std::string says = "endpoint::qpn (peer) = " + std::to_string(qpn) + " names";
+    CHECK_THROWS_WITH_AS((void)std::move(qx).connect(peer), doctest::Contains(says.c_str()), usage_error);
+    CHECK(qx.query_state() == qp_state::init);  // untouched
+  }
+}
+
 TEST_CASE("send/write with immediate: the receiver sees the value in host order") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");

@@ -27,6 +27,8 @@ struct port_config {
   std::uint16_t lid = 0;           ///< InfiniBand only; 0 assigns one automatically
   /// GID table. Empty: like rxe on an IPv4 interface, index 0 is the link-local GID
   /// and index 1 the IPv4-mapped RoCEv2 GID (::ffff:10.0.0.<device number + 1>).
+  /// Otherwise each entry at its index (0..15, once each, valid = true); the slots
+  /// no entry names are empty.
   std::vector<gid_entry> gids;
   bool up = true;  ///< false: the port starts unplugged (see fabric::set_port_up)
 };

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {
@@ -27,15 +29,76 @@ inline void check_wait(const char* what, std::chrono::nanoseconds d) {
     throw usage_error(::rdmakit::detail::cat("mock::fabric: ", what, " = ", d.count(),
                                              " ns is out of range: give 0 up to a year of simulated time"));
 }
+// A port's MTUs, GID entries and LID: what query_port would report, refused when no
+// device could (a GID the table cannot hold, an MTU that is none, a LID taken twice).
+inline void check_port(const fabric_config& c, std::size_t di, std::size_t pi) {
+  using ::rdmakit::detail::cat;
+  const auto& d = c.devices[di];
+  const auto& p = d.ports[pi];
+  const std::string where = cat("mock::fabric: device ", d.name, " port ", pi + 1, ": ");
+  if (p.layer != link_layer::ethernet && p.layer != link_layer::infiniband)
+    throw usage_error(cat(where, "port_config::layer = ", static_cast<unsigned>(p.layer),
+                          " is not one the mock simulates: give link_layer::ethernet (RoCE) or "
+                          "link_layer::infiniband"));
+  for (auto [name, m] : {std::pair{"max_mtu", p.max_mtu}, std::pair{"active_mtu", p.active_mtu}})
+    if (mtu_bytes(m) == 0)
+      throw usage_error(cat(where, "port_config::", name, " = ", static_cast<std::uint32_t>(m),
+                            " is not an MTU: give mtu::mtu_256 to mtu::mtu_4096"));
+  if (p.active_mtu > p.max_mtu)
+    throw usage_error(cat(where, "port_config::active_mtu (", mtu_bytes(p.active_mtu), " bytes) is above its max_mtu (",
+                          mtu_bytes(p.max_mtu), " bytes): a port runs at most at its largest MTU"));
+  for (std::size_t i = 0; i < p.gids.size(); ++i) {
+    if (p.gids[i].index >= gid_table_len)
+      throw usage_error(cat(where, "port_config::gids holds index ", p.gids[i].index, ": the GID table has ",
+                            gid_table_len, " entries (0..", gid_table_len - 1, ")"));
+    // valid is false by default: an entry left so (gid_entry{.value = g, .index = 3}), or
+    // an empty slot copied from query_gid, is neither silently a GID nor silently none.
+    if (!p.gids[i].valid)
+      throw usage_error(cat(where, "port_config::gids holds index ", p.gids[i].index,
+                            " with valid = false: set valid = true for a GID there, or leave the entry out for an "
+                            "empty slot"));
+    for (std::size_t j = 0; j < i; ++j)
+      if (p.gids[j].index == p.gids[i].index)
+        throw usage_error(cat(where, "port_config::gids holds index ", p.gids[i].index,
+                              " twice: give each entry its own index"));
+  }
+  if (p.layer != link_layer::infiniband || p.lid == 0) return;
+  if (p.lid >= 0xc000)
+    throw usage_error(cat(where, "port_config::lid = ", ::rdmakit::detail::hex(p.lid),
+                          " is not a unicast LID: give 0x1 to 0xbfff, or 0 to have one assigned"));
+  for (std::size_t dj = 0; dj <= di; ++dj)
+    for (std::size_t pj = 0; pj < (dj == di ? pi : c.devices[dj].ports.size()); ++pj) {
+      const auto& q = c.devices[dj].ports[pj];
+      if (q.layer == link_layer::infiniband && q.lid == p.lid)
+        throw usage_error(cat(where, "port_config::lid = ", ::rdmakit::detail::hex(p.lid), " is also device ",
+                              c.devices[dj].name, " port ", pj + 1,
+                              "'s: packets for it would go to one of the two; give each port its own LID"));
+    }
+}
 inline void check_config(const fabric_config& c) {
-  for (const auto& d : c.devices) {
+  for (std::size_t i = 0; i < c.devices.size(); ++i) {
+    const auto& d = c.devices[i];
+    if (d.name.empty())
+      throw usage_error(::rdmakit::detail::cat("mock::fabric: device ", i,
+                                               " has no name: devices are opened by name, give each one"));
+    for (std::size_t j = 0; j < i; ++j)
+      if (c.devices[j].name == d.name)
+        throw usage_error(::rdmakit::detail::cat("mock::fabric: two devices are named '", d.name,
+                                                 "': devices are opened by name, so the second could never be; "
+                                                 "give each its own"));
     if (d.ports.empty())
       throw usage_error(::rdmakit::detail::cat("mock::fabric: device ", d.name, " has no port: give it at least one"));
     if (d.ports.size() > 255)
       throw usage_error(::rdmakit::detail::cat("mock::fabric: device ", d.name, " has ", d.ports.size(),
                                                " ports: at most 255 (port numbers are 8 bits, from 1)"));
+    for (std::size_t p = 0; p < d.ports.size(); ++p) check_port(c, i, p);
   }
   check_wait("fabric_config::latency", c.latency);
+  // Wall clock, added to steady_clock::now(): a year at most, as the simulated waits.
+  constexpr auto longest_retry = std::chrono::duration_cast<std::chrono::milliseconds>(longest_wait);
+  if (c.cm_retry_time.count() < 0 || c.cm_retry_time > longest_retry)
+    throw usage_error(::rdmakit::detail::cat("mock::fabric: fabric_config::cm_retry_time = ", c.cm_retry_time.count(),
+                                             " ms is out of range: give 0 up to a year"));
   if (c.reuse_qp_numbers && c.profile == device_profile::rxe)
     throw usage_error(
         "mock::fabric: reuse_qp_numbers with device_profile::rxe: rxe leaves a destroyed QP's completions in its "
@@ -50,6 +113,31 @@ inline void check_fault(const fault& f) {
                                              " is not a probability: give 0 to 1"));
   }
   check_wait("fault::delay", f.delay);
+}
+
+// A GID on two ports would take the other's packets (route() picks the first); one
+// port may list a GID twice (RoCE v1 and v2 entries).
+inline void check_unique_gids(const fabric_state& f) {
+  for (std::size_t d = 0; d < f.devices.size(); ++d)
+    for (std::size_t p = 0; p < f.devices[d].ports.size(); ++p)
+      for (const auto& g : f.devices[d].ports[p].gids) {
+        if (!g.valid) continue;
+        for (std::size_t e = 0; e <= d; ++e)
+          for (std::size_t q = 0; q < (e == d ? p : f.devices[e].ports.size()); ++q)
+            for (const auto& h : f.devices[e].ports[q].gids)
+              if (h.valid && h.value == g.value)
+                throw usage_error(::rdmakit::detail::cat(
+                    "mock::fabric: device ", f.devices[d].cfg.name, " port ", p + 1, ": GID ", g.value.to_string(),
+                    " (index ", g.index, ") is also device ", f.devices[e].cfg.name, " port ", q + 1,
+                    "'s: packets for it would go to one of the two; give each port its own GIDs"));
+      }
+}
+
+inline bool lid_taken(const std::vector<device_config>& devs, std::uint16_t lid) {
+  for (const auto& d : devs)
+    for (const auto& p : d.ports)
+      if (p.layer == link_layer::infiniband && p.lid == lid) return true;
+  return false;
 }
 
 inline void build_devices(fabric_state& f) {
@@ -79,7 +167,12 @@ inline void build_devices(fabric_state& f) {
       link_local.raw[13] = static_cast<std::uint8_t>(p + 1);
       link_local.raw[15] = host;
       if (port.cfg.layer == link_layer::infiniband) {
-        port.lid = port.cfg.lid ? port.cfg.lid : next_lid++;
+        if (port.cfg.lid) {
+          port.lid = port.cfg.lid;
+        } else {  // the next LID no port asked for (check_config: those are unique)
+          while (lid_taken(devs, next_lid)) ++next_lid;
+          port.lid = next_lid++;
+        }
         if (port.cfg.gids.empty()) port.gids[0] = make_gid(link_local, 0, gid_type::ib);
       } else if (port.cfg.gids.empty()) {
         port.gids[0] = make_gid(link_local, 0, gid_type::roce_v2);
@@ -91,6 +184,7 @@ inline void build_devices(fabric_state& f) {
     }
     f.devices.push_back(std::move(dev));
   }
+  check_unique_gids(f);
 }
 
 }  // namespace mock::detail
