@@ -31,7 +31,7 @@ class qp_pool {
   {
     auto* blk = detail::policy_access::block(cq);
     if (!blk) detail::throw_empty_argument("completion_queue", "create_qp_pool");
-    detail::check_psn(o);  // before the members' PSNs (o.psn + i) wrap at 24 bits
+    detail::check_qp_options(o);  // before the members' PSNs (o.psn + i) wrap at 24 bits
     const std::uint64_t per = std::uint64_t{caps.max_send_wr} + caps.max_recv_wr;
     const std::uint64_t taken = blk->reserved + blk->flushing;  // reset or destroyed queue pairs' completions too
     if (per != 0 && count > (UINT64_MAX - taken) / per)

@@ -120,7 +120,7 @@ void modify_step(qp_parts<B>& p, const qp_attr& a, qp_attr_mask m, qp_state from
 // qp_options::psn has 24 bits: a wider one is refused, not masked. gid_index goes in an
 // address vector's 8-bit sgid_index: above 255 (valid on rxe's 1024-entry tables) it
 // would become another slot.
-inline void check_psn(const qp_options& o) {
+inline void check_qp_options(const qp_options& o) {
   if (o.psn && *o.psn > psn_mask)
     throw usage_error(cat("create_qp(): qp_options::psn = ", *o.psn, " is out of range (0..", psn_mask,
                           "): packet sequence numbers have 24 bits"));
@@ -145,7 +145,7 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
   cq_block<B>* rcq = recv_blk.get();
   const device_state<B>& dev = *pd->dev;
   check_sq_depth<S>(caps);
-  check_psn(o);
+  check_qp_options(o);
   qp_cap room = caps;  // what the CQs must have room for
   if constexpr (shares_receives<T>) {
     if (!srq)
