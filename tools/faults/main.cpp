@@ -127,9 +127,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         c.fo.retry_cnt = static_cast<std::uint8_t>(v);
         break;
       case 'd':
-        if (!*optarg)  // an unset "$DEV": not the mock
-          return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock",
-                     optarg);
+        if (!*optarg) return bad(empty_device, optarg);
         c.fo.device = optarg;
         break;
       case 'g':

@@ -205,9 +205,7 @@ int parse(int argc, char** argv, cli& c) {
         break;
       }
       case 'd':
-        if (!*optarg)  // an unset "$DEV": not the mock
-          return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock",
-                     optarg);
+        if (!*optarg) return bad(rdmakit_tools::empty_device, optarg);
         c.o.device = optarg;
         break;
       case 'i':

@@ -126,9 +126,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         c.port_given = true;
         break;
       case 'd':
-        if (!*optarg)  // an unset "$DEV": not the mock
-          return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock",
-                     optarg);
+        if (!*optarg) return bad(empty_device, optarg);
         c.pp.device = optarg;
         break;
       case 'i':

@@ -68,9 +68,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   while ((ch = getopt_long(argc, argv, "d:i:g:p:s:w:lh", longs, nullptr)) != -1) {
     switch (ch) {
       case 'd':
-        if (!*optarg)  // an unset "$DEV": not the mock
-          return bad("device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock",
-                     optarg);
+        if (!*optarg) return bad(empty_device, optarg);
         c.o.device = optarg;
         break;
       case 'i':
