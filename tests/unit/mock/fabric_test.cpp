@@ -588,134 +588,92 @@ TEST_CASE("fabric: a configuration, fault or clock step it cannot simulate is re
   auto refused = [](auto make, const char* says) {
     CHECK_THROWS_WITH_AS(make(), doctest::Contains(says), rdmakit::usage_error);
   };
-  refused([] {
-    rm::fabric_config c;
+  // A fabric made from the configuration `edit` leaves.
+  auto config_refused = [&](auto edit, const char* says) {
+    refused([&] {
+      rm::fabric_config c;
+      edit(c);
+      rm::fabric f(c);
+    }, says);
+  };
+  // A fabric of one device `name` whose one port `edit` sets up.
+  auto port_refused = [&](const char* name, auto edit, const char* says) {
+    config_refused([&](rm::fabric_config& c) {
+      rm::port_config p;
+      edit(p);
+      c.devices = {{.name = name, .ports = {p}}};
+    }, says);
+  };
+  config_refused([](rm::fabric_config& c) {
     c.devices = {{.name = "big", .ports = std::vector<rm::port_config>(256)}};
-    rm::fabric f(c);
   }, "device big has 256 ports: at most 255");
-  refused([] {
-    rm::fabric_config c;
-    c.devices = {{.name = "none", .ports = {}}};
-    rm::fabric f(c);
-  }, "device none has no port");
-  refused([] {
-    rm::fabric_config c;
-    c.latency = nanoseconds(-5);
-    rm::fabric f(c);
-  }, "latency = -5 ns");
-  refused([] {
-    rm::fabric_config c;
-    c.latency = nanoseconds::max();
-    rm::fabric f(c);
-  }, "latency = 9223372036854775807 ns");
-  refused([] {
-    rm::fabric_config c;
+  config_refused([](rm::fabric_config& c) { c.devices = {{.name = "none", .ports = {}}}; }, "device none has no port");
+  config_refused([](rm::fabric_config& c) { c.latency = nanoseconds(-5); }, "latency = -5 ns");
+  config_refused([](rm::fabric_config& c) { c.latency = nanoseconds::max(); }, "latency = 9223372036854775807 ns");
+  config_refused([](rm::fabric_config& c) {
     c.profile = rm::device_profile::rxe;
     c.reuse_qp_numbers = true;
-    rm::fabric f(c);
   }, "reuse_qp_numbers with device_profile::rxe");
   // The CM's retry time is added to the wall clock: negative gave up at once, and
   // milliseconds::max() overflowed the clock (it gave up at once too).
-  refused([] {
-    rm::fabric_config c;
+  config_refused([](rm::fabric_config& c) {
     c.cm_retry_time = milliseconds(-1);
-    rm::fabric f(c);
   }, "fabric_config::cm_retry_time = -1 ms");
-  refused([] {
-    rm::fabric_config c;
+  config_refused([](rm::fabric_config& c) {
     c.cm_retry_time = milliseconds::max();
-    rm::fabric f(c);
   }, "fabric_config::cm_retry_time = 9223372036854775807 ms");
   // Devices are opened by name: a second one of the same name (or with none) could never
   // be opened, and was made without a word.
-  refused([] {
-    rm::fabric_config c;
+  config_refused([](rm::fabric_config& c) {
     c.devices = {{.name = "twin"}, {.name = "twin"}};
-    rm::fabric f(c);
   }, "two devices are named 'twin'");
-  refused([] {
-    rm::fabric_config c;
-    c.devices.resize(2);
-    rm::fabric f(c);
-  }, "device 0 has no name");
+  config_refused([](rm::fabric_config& c) { c.devices.resize(2); }, "device 0 has no name");
   // A GID entry past the 16-entry table was dropped without a word; two at one index
   // kept the last.
-  refused([] {
-    rm::fabric_config c;
-    rm::port_config p;
+  port_refused("g", [](rm::port_config& p) {
     p.gids = {gid_entry{gid::from_ipv4(10, 1, 1, 1), 16, gid_type::roce_v2, true}};
-    c.devices = {{.name = "g", .ports = {p}}};
-    rm::fabric f(c);
   }, "device g port 1: port_config::gids holds index 16: the GID table has 16 entries (0..15)");
-  refused([] {
-    rm::fabric_config c;
-    rm::port_config p;
+  port_refused("g", [](rm::port_config& p) {
     p.gids = {gid_entry{gid::from_ipv4(10, 1, 1, 1), 2, gid_type::roce_v2, true},
               gid_entry{gid::from_ipv4(10, 1, 1, 2), 2, gid_type::roce_v2, true}};
-    c.devices = {{.name = "g", .ports = {p}}};
-    rm::fabric f(c);
   }, "device g port 1: port_config::gids holds index 2 twice");
   // An entry with valid = false (the default, easily left out) was made a valid GID: a
   // table copied from query_gid, empty slots and all, answered to the zero GID.
-  refused([] {
-    rm::fabric_config c;
-    rm::port_config p;
+  port_refused("g", [](rm::port_config& p) {
     p.gids = {gid_entry{.value = gid::from_ipv4(10, 1, 1, 1), .index = 3, .type = gid_type::roce_v2}};
-    c.devices = {{.name = "g", .ports = {p}}};
-    rm::fabric f(c);
   }, "device g port 1: port_config::gids holds index 3 with valid = false");
   // MTUs: an enumerator that is none (0 bytes: a UD packet count divided by it), or an
   // active MTU above the port's maximum.
-  refused([] {
-    rm::fabric_config c;
-    rm::port_config p;
+  port_refused("m", [](rm::port_config& p) {
     p.active_mtu = static_cast<mtu>(0);
-    c.devices = {{.name = "m", .ports = {p}}};
-    rm::fabric f(c);
   }, "device m port 1: port_config::active_mtu = 0 is not an MTU");
-  refused([] {
-    rm::fabric_config c;
-    rm::port_config p;
+  port_refused("m", [](rm::port_config& p) {
     p.max_mtu = mtu::mtu_1024;
     p.active_mtu = mtu::mtu_2048;
-    c.devices = {{.name = "m", .ports = {p}}};
-    rm::fabric f(c);
   }, "device m port 1: port_config::active_mtu (2048 bytes) is above its max_mtu (1024 bytes)");
   // A link layer the mock does not simulate: "unspecified" got RoCE's GIDs but no LID,
   // and rdmakit takes it for InfiniBand (no GRH): connect() had nothing to address it by.
-  refused([] {
-    rm::fabric_config c;
-    rm::port_config p;
+  port_refused("u", [](rm::port_config& p) {
     p.layer = link_layer::unspecified;
-    c.devices = {{.name = "u", .ports = {p}}};
-    rm::fabric f(c);
   }, "device u port 1: port_config::layer = 0 is not one the mock simulates");
   // LIDs: a unicast LID (1..0xbfff), one per port; two ports of one LID take each other's packets.
-  refused([] {
-    rm::fabric_config c;
-    rm::port_config p;
+  port_refused("ib", [](rm::port_config& p) {
     p.layer = link_layer::infiniband;
     p.lid = 0xc000;
-    c.devices = {{.name = "ib", .ports = {p}}};
-    rm::fabric f(c);
   }, "device ib port 1: port_config::lid = 0xc000 is not a unicast LID");
-  refused([] {
-    rm::fabric_config c;
+  config_refused([](rm::fabric_config& c) {
     rm::port_config p;
     p.layer = link_layer::infiniband;
     p.lid = 5;
     c.devices = {{.name = "a", .ports = {p}}, {.name = "b", .ports = {p}}};
-    rm::fabric f(c);
   }, "device b port 1: port_config::lid = 0x5 is also device a port 1's");
   // A GID on two ports: packets for it went to the first (a port may list one GID
   // twice, as RoCE v1 and v2 entries do).
-  refused([] {
-    rm::fabric_config c;
+  config_refused([](rm::fabric_config& c) {
     rm::port_config p;
     p.gids = {gid_entry{gid::from_ipv4(10, 1, 1, 1), 1, gid_type::roce_v2, true},
               gid_entry{gid::from_ipv4(10, 1, 1, 1), 2, gid_type::roce_v1, true}};
     c.devices = {{.name = "a", .ports = {p}}, {.name = "b", .ports = {p}}};
-    rm::fabric f(c);
   }, "device b port 1: GID 0000:0000:0000:0000:0000:ffff:0a01:0101 (index 1) is also device a port 1's");
   rm::fabric f;
   refused([&] { f.inject({.kind = rm::fault_kind::delay, .delay = nanoseconds(-1)}); }, "fault::delay = -1 ns");
