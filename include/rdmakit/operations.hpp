@@ -142,9 +142,10 @@ RDMAKIT_ALWAYS_INLINE void fill_remote(D& d, const remote_region<A>& r) noexcept
 
 template <class D, class B>
 RDMAKIT_ALWAYS_INLINE void fill_destination(D& d, const ud_address<B>& to) noexcept {
-  d.ah = to.ah;
-  d.rqpn = to.qpn;
-  d.qkey = to.qkey;
+  // (The post checks to.live() first: the handle read here is the live one's.)
+  d.ah = ud_address_access::ticket(to).record->handle();
+  d.rqpn = to.qpn();
+  d.qkey = to.qkey();
 }
 
 }  // namespace detail

@@ -19,6 +19,7 @@ enum class post_status : std::uint8_t {
   empty_handle,    ///< the queue pair was moved from (or default-constructed)
   bad_wr_id,       ///< the wr_id uses bit 63, which rdmakit keeps to tell receives from sends
   list_too_long,   ///< a list of more WRs than the queue has slots: it never fits; split it
+  stale_address,   ///< a UD destination whose address_handle was destroyed (or an empty ud_address)
 };
 
 /// Which rule a WR refused with EINVAL broke, found by the queue pair on the failure path
@@ -71,6 +72,10 @@ struct [[nodiscard]] post_result {
       case post_status::list_too_long:
         return "the list holds more WRs than the queue has slots (max_send_wr, max_recv_wr), so "
                "no amount of polling makes room for it: split it, or create the queue pair deeper";
+      case post_status::stale_address:
+        return "the UD destination's address_handle was destroyed (or the ud_address is empty), so "
+               "nothing was sent: keep the address_handle while you post through its addresses, or take "
+               "the address again from a live one (ah.to(peer))";
       case post_status::backend_error:
         switch (err) {
           case EINVAL:
@@ -116,6 +121,7 @@ constexpr const char* to_string(post_status s) noexcept {
     case post_status::empty_handle: return "empty_handle";
     case post_status::bad_wr_id: return "bad_wr_id";
     case post_status::list_too_long: return "list_too_long";
+    case post_status::stale_address: return "stale_address";
   }
   return "unknown";
 }

@@ -310,6 +310,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     d.wr_id = wr_id;
     d.op = Op::code;
     d.flags = flags;
+    if constexpr (requires { o.to; })  // UD: the handle must still live (address_handle.hpp)
+      if (RDMAKIT_UNLIKELY(!o.to.live())) return {post_status::stale_address, 0, 0};
     o.fill(d);
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(o.local)>, local_buffer>) {
       typename B::sge s;
@@ -497,6 +499,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_list_credits_(l, n);
     const bool odd = batch.odd_ != 0;  // one test for the refusal and the plain path
     if (RDMAKIT_UNLIKELY(odd) && batch.refused_()) return batch.refusal_();
+    if constexpr (T::needs_ah)  // a WR's handle may have gone since it was added
+      if (RDMAKIT_UNLIKELY(!batch.addresses_live_())) return {post_status::stale_address, 0, 0};
     auto* w = batch.front_();
     auto plan = l.sq.start();
     const std::uint32_t inline_limit = parts_.inline_limit;

@@ -142,6 +142,13 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     if (odd_ & odd_bad_id) return {post_status::bad_wr_id, 0, 0};
     return detail::refused_list((odd_ & odd_too_many_sges) ? post_rule::sge_count : post_rule::message_size);
   }
+  // UD: whether every WR's address handle still lives (post checks before posting).
+  bool addresses_live_() const noexcept {
+    const detail::ah_ticket<B>* t = tickets_.data();
+    for (std::size_t i = first_, end = end_ / sizeof(slot_); i < end; ++i)
+      if (!t[i].live()) return false;
+    return true;
+  }
   // Where one WR lives: the native WR first (a pointer to it is a pointer to its slot),
   // its SGEs and what post decides its flags by. One base address for the three: an
   // add computes one product, not one per array.
@@ -244,6 +251,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
       total += sgl[i].length;
     }
     o.fill(d);
+    if constexpr (requires { o.to; }) tickets_[end / sizeof(slot_)] = detail::ud_address_access::ticket(o.to);
     auto* w = &slot.wr;
     constexpr send_flags base = SignalEach ? send_flags::signaled : send_flags::none;
     const send_flags kept = flags & ~send_flags::no_auto_inline;  // rdmakit's own flag stays here
@@ -280,6 +288,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   }
 
   detail::uninit_array<slot_, Max> slots_;
+  // UD: each WR's address, checked again at post: its handle may be destroyed after add.
+  struct no_tickets {};
+  [[no_unique_address]] std::conditional_t<T::needs_ah, detail::uninit_array<detail::ah_ticket<B>, Max>, no_tickets>
+      tickets_;
   // Which WR slots are built with send_flags::signaled set (for the flags post sets):
   // a post rewrites only the slots whose bit changes. Set by reuse(): only a reused
   // list reads it.

@@ -1,6 +1,7 @@
 #include "fixture.hpp"
 
 #include <cstring>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -315,6 +316,32 @@ TEST_CASE("async_queue_pair: UD datagrams awaited on both sides") {
     REQUIRE(r.ok());
     CHECK(r.completion().payload_len() == 8);
     CHECK(std::memcmp(mb.data() + 40, "datagram", 8) == 0);
+  };
+  loop.run(run());
+}
+
+// On libibverbs the address held the native handle: the provider read the freed handle
+// (rxe: a null one for an empty address, a crash). Runs on rxe in the guest too.
+TEST_CASE("async_queue_pair: a UD send through a destroyed handle's address, or an empty one, is not posted") {
+  testbed bed;
+  event_loop loop;
+  side a(bed.open(0), loop), b(bed.open(1), loop);
+  auto ua = std::move(async_queue_pair(a.cq, a.pd.create_qp<ud>(a.cq.queue(), qp_cap{8, 8}))).activate();
+  auto ub = std::move(async_queue_pair(b.cq, b.pd.create_qp<ud>(b.cq.queue(), qp_cap{8, 8}))).activate();
+  auto ma = a.pd.allocate<access::local_write>(4096);
+  auto mb = b.pd.allocate<access::local_write>(4096);
+  std::optional<address_handle<B>> ah;
+  ah.emplace(a.pd.create_ah(ub.local_endpoint()));
+  const ud_address<B> stale = ah->to(ub.local_endpoint());
+  ah.reset();
+  auto run = [&]() -> task<void> {
+    auto incoming = ub.recv(mb.local(0, 40 + 64)).within(200ms);
+    for (const ud_address<B>& to : {stale, ud_address<B>{}}) {
+      wr_result<B> w = co_await ua.send(to, ma.local(0, 8));
+      CHECK(w.outcome() == wr_outcome::not_posted);
+      CHECK(w.post().status == post_status::stale_address);
+    }
+    CHECK((co_await incoming).outcome() == wr_outcome::timed_out);  // nothing was sent
   };
   loop.run(run());
 }

@@ -1,6 +1,8 @@
 #include "fixture.hpp"
 
 #include <cstring>
+#include <optional>
+#include <string>
 
 using namespace policy_test;
 
@@ -10,9 +12,10 @@ TEST_CASE("UD: an address handle names the destination; receives start with the 
   auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto ah = x.pd.create_ah(p.b.local_endpoint());
   auto dest = ah.to(p.b.qp_num());
-  CHECK(dest.qpn == p.b.qp_num());
-  CHECK(dest.qkey == default_qkey);
-  CHECK(dest.ah == ah.native());
+  CHECK(dest.qpn() == p.b.qp_num());
+  CHECK(dest.qkey() == default_qkey);
+  CHECK(dest.native() == ah.native());
+  CHECK(dest.live());
 
   auto tx = x.pd.allocate<access::local_write>(256);
   auto rx = y.pd.allocate<access::local_write>(256);
@@ -100,21 +103,127 @@ TEST_CASE("UD: the endpoint carries the Q_Key, so ah.to(endpoint) reaches a QP w
   CHECK(receiver.posted_recvs() == 0);
 }
 
-TEST_CASE("UD: the mock refuses a send through an address handle that was destroyed") {
-  // The ud_address is valid while its handle lives (docs/transports.md); the mock checks
-  // that it still names a live handle, as a stand-in must not read a destroyed one.
+// A ud_address held the native handle: after the handle went, a post read freed memory
+// on libibverbs (the provider dereferences it) and a default one posted a null handle.
+// Now the address is checked at each post against the handle's record.
+TEST_CASE("UD: a send through the address of a destroyed address handle is refused, before the device") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");
   auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto tx = x.pd.allocate<access::local_write>(256);
+  auto rx = y.pd.allocate<access::local_write>(256);
+  REQUIRE(p.b.post_recv(rx.local(), 1).ok());
   std::optional<address_handle<B>> ah;
   ah.emplace(x.pd.create_ah(p.b.local_endpoint()));
-  const auto dest = ah->to(p.b.qp_num());
+  const auto dest = ah->to(p.b.local_endpoint());
   ah.reset();
-  const post_result r = p.a.send(dest, tx.local(0, 8), 1);
-  CHECK(r.status == post_status::backend_error);
-  CHECK(r.err == EINVAL);
+  CHECK_FALSE(dest.live());
+  CHECK(dest.native() == B::ah{});
+  const post_result r = p.a.send(dest, tx.local(0, 8), 2);
+  CHECK(r.status == post_status::stale_address);
+  CHECK(std::string(r.message()).find("address_handle") != std::string::npos);
+  CHECK(std::string(to_string(r.status)) == "stale_address");
+  CHECK(p.a.send_imm(dest, tx.local(0, 8), 7, 3).status == post_status::stale_address);
+  CHECK(p.a.post(op::ud_send{tx.local(0, 8), dest}, 4).status == post_status::stale_address);
+  CHECK(x.cq.poll() == 0);  // nothing reached the device: no completion, no credit taken
+  CHECK(y.cq.poll() == 0);
+  CHECK(p.a.send_credits() == 8);
+}
+
+TEST_CASE("UD: an empty ud_address is refused (it names no handle)") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto tx = x.pd.allocate<access::local_write>(64);
+  const ud_address<B> none{};
+  CHECK_FALSE(none.live());
+  CHECK(p.a.send(none, tx.local(0, 8), 1).status == post_status::stale_address);
   CHECK(x.cq.poll() == 0);
+}
+
+TEST_CASE("UD: a handle made where a destroyed one was does not revive the old one's addresses") {
+  // The records are reused; a new handle in the same record must not take the stale
+  // address's datagrams (they would go to the new handle's destination).
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto tx = x.pd.allocate<access::local_write>(64);
+  auto rx = y.pd.allocate<access::local_write>(256);
+  REQUIRE(p.b.post_recv(rx.local(), 1).ok());
+  std::optional<address_handle<B>> first;
+  first.emplace(x.pd.create_ah(p.b.local_endpoint()));
+  const auto stale = first->to(p.b.local_endpoint());
+  for (int round = 0; round < 3; ++round) {
+    first.reset();
+    first.emplace(x.pd.create_ah(p.b.local_endpoint()));
+    CHECK_FALSE(stale.live());
+    CHECK(p.a.send(stale, tx.local(0, 8), 2).status == post_status::stale_address);
+  }
+  const auto fresh = first->to(p.b.local_endpoint());
+  CHECK(fresh.live());
+  REQUIRE(p.a.send(fresh, tx.local(0, 8), 3).ok());
+  CHECK(collect(y.cq, 1).size() == 1);
+}
+
+TEST_CASE("UD: moving an address handle keeps the addresses taken from it") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto tx = x.pd.allocate<access::local_write>(64);
+  auto rx = y.pd.allocate<access::local_write>(256);
+  REQUIRE(p.b.post_recv(rx.local(), 1).ok());
+  auto ah = x.pd.create_ah(p.b.local_endpoint());
+  const auto dest = ah.to(p.b.local_endpoint());
+  address_handle<B> moved = std::move(ah);
+  CHECK(dest.live());
+  REQUIRE(p.a.send(dest, tx.local(0, 8), 2).ok());
+  CHECK(collect(y.cq, 1).size() == 1);
+  moved = address_handle<B>{};  // destroyed by assignment
+  CHECK_FALSE(dest.live());
+  CHECK(p.a.send(dest, tx.local(0, 8), 3).status == post_status::stale_address);
+}
+
+TEST_CASE("UD: a post list naming a handle destroyed after the WR was added is refused whole") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto tx = x.pd.allocate<access::local_write>(64);
+  auto rx = y.pd.allocate<access::local_write>(512);
+  for (std::uint64_t i = 0; i < 2; ++i) REQUIRE(p.b.post_recv(rx.local(i * 256, 256), i).ok());
+  auto kept = x.pd.create_ah(p.b.local_endpoint());
+  std::optional<address_handle<B>> gone;
+  gone.emplace(x.pd.create_ah(p.b.local_endpoint()));
+  auto batch = p.a.make_batch<4>();
+  REQUIRE(batch.add(op::ud_send{tx.local(0, 8), kept.to(p.b.local_endpoint())}, 10));
+  REQUIRE(batch.send(gone->to(p.b.local_endpoint()), tx.local(0, 8), 11));
+  gone.reset();
+  const post_result r = p.a.post(batch);
+  CHECK(r.status == post_status::stale_address);
+  CHECK(r.posted == 0);
+  CHECK(batch.size() == 2);  // kept, as for the list's other refusals, until clear()
+  CHECK(x.cq.poll() == 0);
+  CHECK(p.a.send_credits() == 8);
+  batch.clear();
+  REQUIRE(batch.add(op::ud_send{tx.local(0, 8), kept.to(p.b.local_endpoint())}, 12));
+  REQUIRE(p.a.post(batch).ok());
+  CHECK(collect(y.cq, 1).size() == 1);
+}
+
+TEST_CASE("UD: an address outliving its handle, PD and device is still refused, not read") {
+  std::optional<ud_address<B>> dest;
+  mock::fabric fab;
+  side y(fab, "mock1");
+  auto receiver = y.pd.create_qp<ud>(y.cq, qp_cap{8, 8}).activate();
+  {
+    side x(fab, "mock0");
+    auto ah = x.pd.create_ah(receiver.local_endpoint());
+    dest = ah.to(receiver.local_endpoint());
+  }  // the handle, then its PD and device are gone
+  side z(fab, "mock0");
+  auto sender = z.pd.create_qp<ud>(z.cq, qp_cap{8, 8}).activate();
+  auto tx = z.pd.allocate<access::local_write>(64);
+  CHECK_FALSE(dest->live());
+  CHECK(sender.send(*dest, tx.local(0, 8), 1).status == post_status::stale_address);
 }
 
 // The address vector keeps the source GID index in 8 bits: 256 was slot 0, 257 slot 1,
