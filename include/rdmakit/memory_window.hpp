@@ -50,6 +50,9 @@ struct window_rule {
 constexpr std::uint32_t next_rkey(std::uint32_t k) noexcept { return (k & ~0xFFu) | ((k + 1) & 0xFFu); }
 }  // namespace detail
 
+template <verbs_backend B, access Access, mw_type Type = mw_type::type2>
+class memory_window;
+
 namespace op {
 
 /// SEND that also invalidates the peer's type 2 window whose descriptor is `window`
@@ -74,7 +77,8 @@ struct send_inv {
 template <access A, class L>
 send_inv(L, remote_region<A>) -> send_inv<A, L>;
 
-/// BIND_MW of a type 2 window (memory_window::bind posts it; not for direct use).
+/// BIND_MW of a type 2 window. Only memory_window::bind makes one: a bind posted past
+/// the window would leave it with another rkey than the one it names next.
 template <class B>
 struct bind_window {
   /// Empty: a bind moves no data.
@@ -99,9 +103,16 @@ struct bind_window {
     d.rkey = new_rkey;
     d.ext = &args;
   }
+
+ private:
+  template <verbs_backend, access, mw_type>
+  friend class rdmakit::memory_window;
+  bind_window(detail::mw_bind_args<B> a, std::uint64_t at, std::uint64_t len, std::uint32_t rkey) noexcept
+      : local{}, args(a), addr(at), length(len), new_rkey(rkey) {}
 };
 
-/// LOCAL_INV of a type 2 window (memory_window::invalidate posts it).
+/// LOCAL_INV of a type 2 window. Only memory_window::invalidate makes one: it knows
+/// whether the window is bound, and a LOCAL_INV of an unbound one panics rxe's kernel.
 struct invalidate_window {
   /// Empty: an invalidation moves no data.
   std::span<const local_buffer> local;
@@ -116,13 +127,18 @@ struct invalidate_window {
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {
     d.rkey = rkey;
   }
+
+ private:
+  template <verbs_backend, access, mw_type>
+  friend class rdmakit::memory_window;
+  explicit invalidate_window(std::uint32_t k) noexcept : local{}, rkey(k) {}
 };
 
 }  // namespace op
 
 /// A memory window of type `Type` granting peers `Access` (remote_write, remote_read,
 /// remote_atomic) on the part of a region it is bound to. See the file comment.
-template <verbs_backend B, access Access, mw_type Type = mw_type::type2>
+template <verbs_backend B, access Access, mw_type Type>
 class memory_window {
   static_assert(mw_backend<B>, "memory_window: this backend has no memory windows (see mw_backend in backend.hpp)");
   static_assert(Access != access::none && (Access & ~remote_access_bits) == access::none,
@@ -147,7 +163,8 @@ class memory_window {
         mw_(std::exchange(o.mw_, {})),
         rkey_(std::exchange(o.rkey_, 0)),
         addr_(std::exchange(o.addr_, 0)),
-        length_(std::exchange(o.length_, 0)) {}
+        length_(std::exchange(o.length_, 0)),
+        bound_(std::exchange(o.bound_, false)) {}
   /// Frees this window, then takes over `o`'s; `o` becomes empty.
   memory_window& operator=(memory_window&& o) noexcept {
     if (this != &o) {
@@ -158,6 +175,7 @@ class memory_window {
       rkey_ = std::exchange(o.rkey_, 0);
       addr_ = std::exchange(o.addr_, 0);
       length_ = std::exchange(o.length_, 0);
+      bound_ = std::exchange(o.bound_, false);
     }
     return *this;
   }
@@ -217,7 +235,7 @@ class memory_window {
       next = B::mw_rkey(mw_);
     } else {
       next = detail::next_rkey(rkey_);
-      r = qp.post(op::bind_window<B>{{}, {mw_, blk->mr, Access}, addr, length, next}, wr_id, flags);
+      r = qp.post(op::bind_window<B>({mw_, blk->mr, Access}, addr, length, next), wr_id, flags);
       // The next BIND_MW names the window by ibv_mw::rkey, which nothing else updates for
       // type 2 (type 1: ibv_bind_mw does): rxe refuses a bind naming an older rkey.
       if (r.ok()) B::set_mw_rkey(mw_, next);
@@ -229,6 +247,7 @@ class memory_window {
       // The old region is let go here, before the device runs the bind: if it goes now,
       // the device refuses its deregistration and the PD keeps it (pd_state::retain).
       region_ = blk;
+      bound_ = true;
     }
     pd_->release_retained();  // an earlier bind has run by now, most likely
     return r;
@@ -245,18 +264,47 @@ class memory_window {
     native_("invalidate");
     if (!region_)
       throw usage_error("memory_window::invalidate(): the window was never bound: there is nothing to revoke");
+    // (A LOCAL_INV of an unbound type 2 window panics rxe's kernel, Linux 6.1: observed.)
+    if (!bound_)
+      throw usage_error("memory_window::invalidate(): the window is not bound (invalidated already, by invalidate() "
+                        "or by the peer's send_inv that take_invalidation() recorded): there is nothing to revoke; "
+                        "bind it again first");
     check_pds_(qp, *region_);
     if constexpr (Type == mw_type::type1) {
       const auto r = detail::policy_access::post_call(qp, wr_id, flags, [&](typename B::qp q, send_flags fl) noexcept {
         return B::bind_mw(q, mw_, region_->mr, addr_, 0, access::none, wr_id, fl);
       });
-      if (r.ok()) rkey_ = B::mw_rkey(mw_);
+      if (r.ok()) {
+        rkey_ = B::mw_rkey(mw_);
+        bound_ = false;
+      }
       pd_->release_retained();
       return r;
     } else {
-      const post_result r = qp.post(op::invalidate_window{{}, rkey_}, wr_id, flags);
+      const post_result r = qp.post(op::invalidate_window(rkey_), wr_id, flags);
+      if (r.ok()) bound_ = false;
       pd_->release_retained();
       return r;
+    }
+  }
+
+  /// Records that the peer's op::send_inv invalidated this window when `c` says so (a
+  /// successful receive without immediate data whose invalidated_rkey() is this window's
+  /// rkey()): true then. Give it the receive completions of the queue pair the window is
+  /// bound through: the window is then unbound, invalidate() refuses (rxe's kernel
+  /// panics on a LOCAL_INV of an unbound type 2 window) and bind() binds it again.
+  bool take_invalidation(const completion<B>& c) noexcept {
+    if constexpr (Type == mw_type::type1) {
+      return false;  // a SEND_WITH_INV invalidates type 2 windows only
+    } else {
+      // Not wc_flags::with_inv alone: rxe 6.1 sets another bit (semantics.md §13). The
+      // rkey field shares the immediate's, hence !has_imm(); a stale rkey left in a
+      // completion without the flag is one this window had, so it was invalidated.
+      if (!bound_ || c.status() != wc_status::success || !c.is_recv() || c.has_imm() ||
+          c.invalidated_rkey() != rkey_)
+        return false;
+      bound_ = false;
+      return true;
     }
   }
 
@@ -281,6 +329,7 @@ class memory_window {
     pd_.reset();
     rkey_ = 0;
     addr_ = length_ = 0;
+    bound_ = false;
   }
 
   detail::pd_ref<B> pd_;
@@ -289,6 +338,9 @@ class memory_window {
   std::uint32_t rkey_ = 0;
   std::uint64_t addr_ = 0;
   std::uint64_t length_ = 0;
+  // A bind was posted and no invalidation since (invalidate(), or the peer's send_inv
+  // that take_invalidation recorded): what the window knows, not what the device ran.
+  bool bound_ = false;
 };
 
 RDMAKIT_END_NAMESPACE

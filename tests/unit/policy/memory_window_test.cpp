@@ -273,3 +273,65 @@ TEST_CASE("memory_window: a type 2 window is bound again after each invalidation
     }
   }
 }
+
+// rxe (Linux 6.1) panics the kernel on a LOCAL_INV of a type 2 window that is not bound
+// (never, or invalidated already): observed in the guest. invalidate() posted one for
+// a second call; the window now knows it is unbound and refuses.
+TEST_CASE("memory_window: invalidating a window that is not bound any more is a usage_error") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto region = y.pd.allocate<window_region>(256);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto w = y.pd.alloc_window<access::remote_write>();
+  auto w1 = alloc_window<access::remote_write, mw_type::type1>(y.pd);
+  REQUIRE(w.bind(p.b, region, 0, 256, 1).ok());
+  REQUIRE(w1.bind(p.b, region, 0, 256, 2).ok());
+  REQUIRE(w.invalidate(p.b, 3).ok());
+  REQUIRE(w1.invalidate(p.b, 4).ok());
+  (void)collect(y.cq, 4);
+  CHECK_THROWS_WITH_AS((void)w.invalidate(p.b, 5), doctest::Contains("not bound"), usage_error);
+  CHECK_THROWS_WITH_AS((void)w1.invalidate(p.b, 6), doctest::Contains("not bound"), usage_error);
+  CHECK(y.cq.poll() == 0);  // nothing was posted
+  REQUIRE(w.bind(p.b, region, 0, 128, 7).ok());  // bound again: invalidate goes through
+  CHECK(one(y.cq).status == wc_status::success);
+  REQUIRE(w.invalidate(p.b, 8).ok());
+  CHECK(one(y.cq).status == wc_status::success);
+}
+
+TEST_CASE("memory_window: take_invalidation records the peer's send_inv, so invalidate() refuses") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<all_access>(64);
+  auto region = y.pd.allocate<window_region>(256);
+  auto inbox = y.pd.allocate<access::local_write>(64);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto w = y.pd.alloc_window<access::remote_write>();
+  auto other = y.pd.alloc_window<access::remote_write>();
+  REQUIRE(w.bind(p.b, region, 0, 256, 1).ok());
+  REQUIRE(other.bind(p.b, region, 0, 64, 2).ok());
+  (void)collect(y.cq, 2);
+  REQUIRE(p.b.post_recv(inbox.local(), 10).ok());
+  REQUIRE(p.b.post_recv(inbox.local(), 11).ok());
+  REQUIRE(p.a.post(op::send_inv{src.local(0, 4), w.remote()}, 3).ok());
+  REQUIRE(p.a.post(op::send<>{src.local(0, 4)}, 4).ok());
+  (void)collect(x.cq, 2);
+  int taken_w = 0, taken_other = 0, seen_recvs = 0;
+  for (int i = 0; i < 1000 && seen_recvs < 2; ++i)
+    seen_recvs += y.cq.poll([&](const completion<B>& c) {
+      taken_other += other.take_invalidation(c);  // neither names it
+      taken_w += w.take_invalidation(c);          // the first names w, the plain SEND none
+    });
+  REQUIRE(seen_recvs == 2);
+  CHECK(taken_w == 1);
+  CHECK(taken_other == 0);
+  CHECK_THROWS_WITH_AS((void)w.invalidate(p.b, 5), doctest::Contains("not bound"), usage_error);
+  REQUIRE(other.invalidate(p.b, 6).ok());  // still bound
+  CHECK(one(y.cq).status == wc_status::success);
+  REQUIRE(w.bind(p.b, region, 0, 64, 7).ok());
+  CHECK(one(y.cq).status == wc_status::success);
+}
+
+// The operations memory_window posts are its own: a LOCAL_INV or BIND_MW posted directly
+// would bypass what the window knows (whether it is bound, its current rkey).
+static_assert(!std::is_aggregate_v<op::invalidate_window> && !std::is_default_constructible_v<op::invalidate_window>);
+static_assert(!std::is_aggregate_v<op::bind_window<B>> && !std::is_default_constructible_v<op::bind_window<B>>);
