@@ -12,14 +12,14 @@
 
 RDMAKIT_BEGIN_NAMESPACE
 
+template <verbs_backend B>
+class address_handle;
+
 /// Where a UD send goes: an address handle, the remote QP number and its Q_Key. Taken
 /// from a live handle (`ah.to(peer)`); it does not keep the handle alive, and is checked
 /// at each post instead: after its address_handle is destroyed a post through it is
 /// refused (post_status::stale_address), never sent through the freed handle. A
 /// default-constructed one names no handle and is refused likewise.
-template <verbs_backend B>
-class address_handle;
-
 template <verbs_backend B>
 class ud_address {
  public:
