@@ -162,12 +162,12 @@ inline socket_fd connect_to(const addrinfo* addrs, const std::string& target, co
     std::string last_addr, silent;  // silent: the addresses that did not answer in their share
     std::size_t left = count;       // this one and those after it
     for (const addrinfo* a = addrs; a; a = a->ai_next, --left) {
+      last_addr = describe(a->ai_addr);
       socket_fd s(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
       if (!s) {
         last_err = errno;
         continue;
       }
-      last_addr = describe(a->ai_addr);
       int err = 0;
       if (::connect(s.get(), a->ai_addr, a->ai_addrlen) != 0) {
         err = errno;
