@@ -16,7 +16,9 @@
 #include <rdmakit/completion.hpp>
 #include <rdmakit/completion_queue.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/text.hpp>
 #include <rdmakit/device.hpp>
+#include <rdmakit/error.hpp>
 #include <rdmakit/memory.hpp>
 #include <rdmakit/operations.hpp>
 #include <rdmakit/polling.hpp>
@@ -286,7 +288,8 @@ struct loopback_options {
   qp_cap caps{64, 64};
   /// RC/UC connection attributes (both directions).
   connect_options connect{};
-  /// The longest wait for a completion in post() and finish().
+  /// The longest wait for a completion in post() and finish(); positive (else the
+  /// constructor throws usage_error).
   rdmakit::detail::ms_timeout timeout{std::chrono::milliseconds{1000}};
 };
 
@@ -344,6 +347,11 @@ class loopback {
   /// Side a on `dev_a`, side b on `dev_b`.
   loopback(const device<B>& dev_a, const device<B>& dev_b, std::size_t bytes, const loopback_options& o = {})
       : bytes_(bytes), opts_(o) {
+    // 0 or less made every wait a few polls: a device's run failed on "timed out" waits.
+    if (o.timeout.count() <= 0)
+      throw usage_error(rdmakit::detail::cat("bench::loopback: loopback_options::timeout = ", o.timeout.count(),
+                                             " ms: the longest wait for a completion must be positive; give it in "
+                                             "milliseconds (default 1000), or milliseconds::max() for no limit"));
     init_(a, dev_a);
     init_(b, dev_b);
     auto qa = rdmakit::create_qp<T, S>(a.pd, a.cq, o.caps);

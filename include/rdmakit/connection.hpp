@@ -173,7 +173,8 @@ inline connection_info exchange_server(std::uint16_t port, const connection_info
   return l.exchange(local, o, on_peer);
 }
 
-/// Client side: connects to host:port and exchanges records.
+/// Client side: connects to host:port and exchanges records. A name resolving to several
+/// addresses: each in turn, sharing `timeout` (one that does not answer leaves time for the next).
 inline connection_info exchange_client(const std::string& host, std::uint16_t port, const connection_info& local,
                                        const exchange_options& o = {}, const on_peer_fn& on_peer = {}) {
   detail::check_timeouts(o);

@@ -5,21 +5,38 @@
 
 #include <rdmakit/connection.hpp>
 
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 
 namespace rdmakit_tools {
 
-/// A server (no host) listens on `port` from construction on, so a tool can print its
-/// address knowing the client can connect; a client connects to host:port and retries
-/// while the server is not listening yet. The exchange must not outlive this object.
+/// What a server says once it listens, on stderr (stdout is the tool's report): the port
+/// it bound, which with -p 0 only the kernel knows and a client must be given, and how
+/// long it waits. `server` names it, e.g. "rdmakit-perf: write_bw server".
+inline void print_listening(const std::string& server, std::uint16_t port, std::chrono::milliseconds accept_timeout) {
+  const long long ms = accept_timeout.count();
+  std::fprintf(stderr, "%s on port %u, waiting for a client (up to %lld %s)\n", server.c_str(), port,
+               ms % 1000 ? ms : ms / 1000, ms % 1000 ? "ms" : "s");
+}
+
+/// A server (no host) listens on `port` from construction on, and says on which
+/// (print_listening), so a tool can print its address knowing the client can connect; a
+/// client connects to host:port and retries while the server is not listening yet. The
+/// exchange must not outlive this object. `tool` names the program in what it prints.
 class device_peer {
  public:
-  device_peer(std::string host, std::uint16_t port, rdmakit::exchange_options xo)
+  device_peer(const char* tool, std::string host, std::uint16_t port, rdmakit::exchange_options xo)
       : host_(std::move(host)), port_(port), xo_(xo) {
-    if (host_.empty()) listener_.emplace(port);
-    else xo_.retry_refused = true;
+    if (host_.empty()) {
+      listener_.emplace(port);
+      print_listening(std::string(tool) + ": server", listener_->port(),
+                      xo_.accept_timeout.count() > 0 ? xo_.accept_timeout : xo_.timeout);  // 0: timeout's
+    } else {
+      xo_.retry_refused = true;
+    }
   }
   device_peer(const device_peer&) = delete;  // exchange() points at this object
   device_peer& operator=(const device_peer&) = delete;

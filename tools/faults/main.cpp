@@ -258,7 +258,7 @@ int run_device(const cli& c) {
   exchange_options xo;
   xo.timeout = c.xtimeout;
   xo.accept_timeout = std::chrono::milliseconds{120'000};
-  device_peer peer(c.host, c.port, xo);
+  device_peer peer("rdmakit-faults", c.host, c.port, xo);
   const faults_report rep = dispatch<backends::ibverbs, busy_poll<>>(c.fo, c.transport, peer.exchange());
   std::printf("%s\n", rep.line(name(c.transport), c.fo).c_str());
   return 0;

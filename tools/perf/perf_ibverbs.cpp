@@ -1,4 +1,5 @@
 // rdmakit-perf on real devices (libibverbs): one side per process.
+#include "../common/device_peer.hpp"
 #include "sides.hpp"
 
 #if RDMAKIT_HAVE_IBVERBS
@@ -21,8 +22,8 @@ int run_device(const perf_options& o, const endpoint_options& e) {
   if (e.host.empty()) {
     auto listener = std::make_shared<exchange_listener>(e.port);
     if (!o.json)
-      std::fprintf(stderr, "rdmakit-perf: %s server on port %u, waiting for a client (up to %lld s)\n",
-                   describe(o.test).name, listener->port(), static_cast<long long>(o.accept_timeout.count() / 1000));
+      rdmakit_tools::print_listening(std::string("rdmakit-perf: ") + describe(o.test).name + " server",
+                                     listener->port(), o.accept_timeout);
     link.peer = "client";
     link.exchange = [listener, xo](const connection_info& l, const on_peer_fn& cb) {
       return listener->exchange(l, xo, cb);

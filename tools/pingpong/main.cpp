@@ -260,7 +260,7 @@ int run_mock_loopback(const cli& c) {
 template <verbs_backend B>
 int run_device(const cli& c) {
   printer out;
-  device_peer peer(c.host, c.port, c.xo);  // a server listens before "local address" is printed
+  device_peer peer("rdmakit-pingpong", c.host, c.port, c.xo);  // a server listens before "local address" is printed
   return dispatch<B, busy_poll<>>(c.pp, c.transport, peer.exchange(), out);
 }
 

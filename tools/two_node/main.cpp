@@ -159,7 +159,7 @@ int run_device(cli c) {
     std::printf("%s\n", r.line().c_str());
     std::fflush(stdout);
   };
-  device_peer peer(c.host, c.port, xo);
+  device_peer peer("rdmakit-two-node", c.host, c.port, xo);
   const auto rs = run_two_node<backends::ibverbs, busy_poll<>>(c.o, peer.exchange(), {}, print);
   return summary(rs, c.o.server ? "server" : "client");
 }

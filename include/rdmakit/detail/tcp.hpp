@@ -151,32 +151,34 @@ inline void resolve(addrinfo_list& out, const std::string& host, std::uint16_t p
                              ": check the host name (or use a numeric address)"));
 }
 
-/// Connects to host:port, trying every address the name resolves to, within `d`.
-/// With `retry_refused`, a refused connection (server not started yet) is retried
-/// every 50 ms until the deadline.
-inline socket_fd connect(const std::string& host, std::uint16_t port, const deadline& d, bool retry_refused) {
-  addrinfo_list list;
-  resolve(list, host, port, false);
-  const std::string target = cat(host, ":", port);
+/// Connects to the first of `addrs` (a getaddrinfo list) that accepts, in order, all
+/// within `d`; `target` names them in messages (host:port). See connect.
+inline socket_fd connect_to(const addrinfo* addrs, const std::string& target, const deadline& d,
+                            bool retry_refused) {
+  std::size_t count = 0;
+  for (const addrinfo* a = addrs; a; a = a->ai_next) ++count;
   for (;;) {
     int last_err = 0;
-    std::string last_addr;
-    for (addrinfo* a = list.head; a; a = a->ai_next) {
+    std::string last_addr, silent;  // silent: the addresses that did not answer in their share
+    std::size_t left = count;       // this one and those after it
+    for (const addrinfo* a = addrs; a; a = a->ai_next, --left) {
+      last_addr = describe(a->ai_addr);
       socket_fd s(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
       if (!s) {
         last_err = errno;
         continue;
       }
-      last_addr = describe(a->ai_addr);
       int err = 0;
       if (::connect(s.get(), a->ai_addr, a->ai_addrlen) != 0) {
         err = errno;
         if (err == EINPROGRESS || err == EINTR) {
-          if (!wait_ready(s.get(), POLLOUT, d))
-            throw exchange_error(exchange_errc::timeout,
-                                 cat("connecting to ", target, " (", last_addr, "): no answer within ",
-                                     d.budget.count(), " ms: is the host reachable and the port not filtered?"),
-                                 ETIMEDOUT);
+          const auto now = clock::now();
+          const deadline share{left > 1 ? now + (d.at - now) / static_cast<clock::rep>(left) : d.at, d.budget};
+          if (!wait_ready(s.get(), POLLOUT, share)) {
+            last_err = ETIMEDOUT;
+            silent += cat(silent.empty() ? "" : ", ", last_addr);
+            continue;
+          }
           socklen_t len = sizeof err;
           if (::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
         }
@@ -192,19 +194,35 @@ inline socket_fd connect(const std::string& host, std::uint16_t port, const dead
       ::poll(nullptr, 0, std::min(50, d.remaining_ms()));  // a pause: poll(2) with no descriptors, no <thread>
       continue;
     }
+    const std::string unanswered = silent.empty() ? std::string() : cat("; no answer from ", silent);
     if (last_err == ECONNREFUSED)
       throw exchange_error(exchange_errc::connection_refused,
-                           cat("connection refused by ", target, " (", last_addr,
+                           cat("connection refused by ", target, " (", last_addr, unanswered,
                                "): no server listens there: start the server first, or check the host and port"),
                            last_err);
     if (last_err == ETIMEDOUT || d.expired())
       throw exchange_error(exchange_errc::timeout,
-                           cat("connecting to ", target, ": no answer within ", d.budget.count(),
+                           cat("connecting to ", target, silent.empty() ? std::string() : cat(" (", silent, ")"),
+                               ": no answer within ", d.budget.count(),
                                " ms: is the host reachable and the port not filtered?"),
                            ETIMEDOUT);
     throw exchange_error(exchange_errc::system,
-                         cat("connecting to ", target, " failed: ", errno_text(last_err)), last_err);
+                         cat("connecting to ", target, " (", last_addr, unanswered, ") failed: ", errno_text(last_err)),
+                         last_err);
   }
+}
+
+/// Connects to host:port, trying the addresses the name resolves to in order, within
+/// `d` in all (the caller's one timeout, not one per address): an address that does
+/// not answer gets an equal share of the time left (divided among it and those after
+/// it; the last gets all that remains), so one that is down, such as an IPv6 address
+/// whose packets are dropped, leaves time for the next. A refusal or an error moves to
+/// the next at once. With `retry_refused`, a refused connection (server not started
+/// yet) is retried every 50 ms until the deadline.
+inline socket_fd connect(const std::string& host, std::uint16_t port, const deadline& d, bool retry_refused) {
+  addrinfo_list list;
+  resolve(list, host, port, false);
+  return connect_to(list.head, cat(host, ":", port), d, retry_refused);
 }
 
 /// A listening socket. An empty bind address listens on every interface (IPv6

@@ -206,3 +206,20 @@ TEST_CASE("loopback: WRITE, READ, SEND on every transport, completions accounted
   (void)run("^unit_bad/");
   CHECK(error == "skipped");
 }
+
+// A timeout of 0 or less made every wait for a send credit a few polls: on a device a
+// run failed with "wait(s) timed out" (naming no option), on the mock it went unnoticed.
+TEST_CASE("loopback: a timeout of zero or less is refused, naming the field") {
+  using namespace std::chrono_literals;
+  for (const auto t : {0ms, -5ms}) {
+    CAPTURE(t.count());
+    CHECK_THROWS_WITH_AS((bench::loopback<B, rc>(device<B>("mock0"), 64, {.timeout = t})),
+                         doctest::Contains(("loopback_options::timeout = " + std::to_string(t.count()) + " ms").c_str()),
+                         usage_error);
+  }
+  // A finer negative one is not cut to 0 and taken for "none given": refused too.
+  CHECK_THROWS_AS((bench::loopback<B, rc>(device<B>("mock0"), 64, {.timeout = std::chrono::microseconds(-500)})),
+                  usage_error);
+  bench::loopback<B, rc> lp(device<B>("mock0"), 64, {.timeout = 1ms});  // the smallest positive one
+  CHECK(lp.bytes() == 64);
+}

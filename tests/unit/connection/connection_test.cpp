@@ -12,6 +12,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 using namespace rdmakit;
 using namespace std::chrono_literals;
@@ -47,6 +48,48 @@ std::future<connection_info> serve(exchange_listener& l, const connection_info& 
 std::uint16_t free_port() {
   tcp::listener l(0, "127.0.0.1");
   return l.port();
+}
+
+/// A listener on 127.0.0.1 whose accept queue is full: the kernel drops a new SYN, so a
+/// connect to it gets no answer, as from a host that is down (deterministic, no network).
+struct unanswering {
+  tcp::socket_fd l, filler;
+  sockaddr_in addr{};
+  unanswering() : l(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    REQUIRE(::bind(l.get(), reinterpret_cast<const sockaddr*>(&addr), len) == 0);
+    REQUIRE(::listen(l.get(), 0) == 0);  // one connection waiting to be accepted fills it
+    REQUIRE(::getsockname(l.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    filler = raw_client(ntohs(addr.sin_port));
+    pollfd p{l.get(), POLLIN, 0};  // queued (not just answered): the next SYN is dropped
+    REQUIRE(::poll(&p, 1, 2000) == 1);
+  }
+};
+
+/// A getaddrinfo-like list of IPv4 addresses, in order (what a name resolving to them gives).
+struct address_list {
+  std::vector<sockaddr_in> sa;
+  std::vector<addrinfo> ai;
+  explicit address_list(std::vector<sockaddr_in> addrs) : sa(std::move(addrs)), ai(sa.size()) {
+    for (std::size_t i = 0; i < sa.size(); ++i) {
+      ai[i].ai_family = AF_INET;
+      ai[i].ai_socktype = SOCK_STREAM;
+      ai[i].ai_addr = reinterpret_cast<sockaddr*>(&sa[i]);
+      ai[i].ai_addrlen = sizeof sa[i];
+      ai[i].ai_next = i + 1 < sa.size() ? &ai[i + 1] : nullptr;
+    }
+  }
+  const addrinfo* head() const { return ai.data(); }
+};
+
+sockaddr_in loopback_address(std::uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  return a;
 }
 
 /// Serves one exchange on `l` to a raw client that writes `bytes` and stays connected
@@ -151,6 +194,46 @@ TEST_CASE("retry_refused waits for a server that starts late") {
   auto got = l.exchange(sample_endpoint(), o);
   CHECK(got.ep == other_endpoint());
   CHECK(client.get().ep == sample_endpoint());
+}
+
+// A name resolving to an address that does not answer (an IPv6 one the host cannot
+// reach, say) before one that does: the first timeout ended the connect, with the whole
+// budget spent on it and the next address never tried.
+TEST_CASE("connect: an address that does not answer gives way to the next one, within the timeout") {
+  unanswering down;
+  tcp::listener up(0, "127.0.0.1");
+  const address_list addrs({down.addr, loopback_address(up.port())});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = tcp::connect_to(addrs.head(), "twohomed:1", tcp::deadline::after(1000ms), false);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(s);
+  CHECK(took >= 450ms);  // the first address's share of the budget: half of it
+  CHECK(took < 1000ms);
+}
+
+TEST_CASE("connect: addresses that do not answer share the timeout, and the error names each") {
+  unanswering a, b;
+  const address_list addrs({a.addr, b.addr});
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(error_of([&] { tcp::connect_to(addrs.head(), "twohomed:1", tcp::deadline::after(400ms), false); }) ==
+        exchange_errc::timeout);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= 390ms);
+  CHECK(took < 1000ms);  // 400 ms in all, not 400 per address
+  CHECK(last_error.find("no answer within 400 ms") != std::string::npos);
+  for (const auto* sa : {&a.addr, &b.addr})
+    CHECK(last_error.find(tcp::describe(reinterpret_cast<const sockaddr*>(sa))) != std::string::npos);
+}
+
+// A refusal after an address that did not answer: both said, the refusal as the error.
+TEST_CASE("connect: a refusal after an address that did not answer names both") {
+  unanswering down;
+  const auto port = free_port();
+  const address_list addrs({down.addr, loopback_address(port)});
+  CHECK(error_of([&] { tcp::connect_to(addrs.head(), "twohomed:1", tcp::deadline::after(400ms), false); }) ==
+        exchange_errc::connection_refused);
+  CHECK(last_error.find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  CHECK(last_error.find(tcp::describe(reinterpret_cast<const sockaddr*>(&down.addr))) != std::string::npos);
 }
 
 TEST_CASE("server: nobody connects within accept_timeout") {

@@ -237,6 +237,26 @@ TEST_CASE("fabric: advance moves the simulated clock") {
   CHECK(f.now() - t0 == std::chrono::nanoseconds(5ms));
 }
 
+// The clock is 64-bit nanoseconds: advance(nanoseconds::max()) twice wrapped it (now()
+// came out at -2 ns, a third call moved it back). Refused past nanoseconds::max().
+TEST_CASE("fabric: advance past nanoseconds::max() is refused, naming the argument, the clock unchanged") {
+  using std::chrono::nanoseconds;
+  auto refused = [](rm::fabric& f, nanoseconds by, const char* says) {
+    CHECK_THROWS_WITH_AS(f.advance(by), doctest::Contains(says), rdmakit::usage_error);
+  };
+  rm::fabric f;
+  f.advance(5ms);
+  refused(f, nanoseconds::max(), "advance(9223372036854775807 ns)");
+  CHECK(f.now() == nanoseconds(5ms));
+  f.advance(nanoseconds::max() - nanoseconds(5ms));  // up to the end exactly
+  CHECK(f.now() == nanoseconds::max());
+  refused(f, nanoseconds::max(), "give at most 0 ns");
+  refused(f, 1ns, "advance(1 ns)");
+  CHECK(f.now() == nanoseconds::max());
+  f.advance(0ns);
+  CHECK(f.now() == nanoseconds::max());
+}
+
 TEST_CASE("fabric: RNR retries are spaced by the responder's min_rnr_timer") {
   fx_t fx;
   link_opts la, lb;

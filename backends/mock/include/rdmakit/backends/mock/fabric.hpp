@@ -152,7 +152,9 @@ class fabric {
   /// Simulated time. It advances when a poll finds nothing to return while events
   /// are pending (it jumps to the next one), or when `advance` is called.
   std::chrono::nanoseconds now() const;
-  /// Moves the clock forward and runs everything that falls due.
+  /// Moves the clock forward and runs everything that falls due. A negative `by`, or
+  /// one that would take the clock past nanoseconds::max() (where now() cannot follow),
+  /// is a usage_error, the clock unchanged.
   void advance(std::chrono::nanoseconds by);
 
   /// Adds a fault; it applies to messages sent from now on, until its count runs out.
