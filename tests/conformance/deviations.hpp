@@ -106,6 +106,8 @@ inline constexpr std::string_view mw_out_of_window = "mw.access_outside_window";
 inline constexpr std::string_view recv_with_inv_flag = "mw.recv_with_inv_flag";
 inline constexpr std::string_view srq_last_wqe_event = "srq.qp_to_err_last_wqe_reached";
 inline constexpr std::string_view destroyed_qp_completions = "cq.destroyed_qp_completions_left";
+inline constexpr std::string_view srq_recv_in_srq_pd = "srq.recv_buffer_in_srq_pd";
+inline constexpr std::string_view srq_recv_in_qp_pd = "srq.recv_buffer_in_qp_pd";
 
 }  // namespace ids
 
@@ -214,6 +216,17 @@ inline constexpr std::array deviation_table{
                   "spec §10.5: a window grants its own range only: REM_ACCESS_ERR"},
     deviation_row{ids::mw_out_of_window, "rxe", {.req = {wc_status::success}},
                   "rxe 6.1 checks the range against the window's region, not the window: the WRITE lands"},
+    // An SRQ receive's buffer, the SRQ and its QP in two PDs.
+    deviation_row{ids::srq_recv_in_srq_pd, "spec", {.req = {wc_status::success}, .resp = {wc_status::success}},
+                  "spec §9: an SRQ's receives are checked against the SRQ's PD"},
+    deviation_row{ids::srq_recv_in_srq_pd, "rxe",
+                  {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_qp_op_err}},
+                  "rxe 6.1 (observed) checks an SRQ receive against the QP's PD: refused, the QP to ERR"},
+    deviation_row{ids::srq_recv_in_qp_pd, "spec",
+                  {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_prot_err}},
+                  "spec §9: the QP's PD is not the SRQ's: resp LOC_PROT_ERR, req REM_OP_ERR"},
+    deviation_row{ids::srq_recv_in_qp_pd, "rxe", {.req = {wc_status::success}, .resp = {wc_status::success}},
+                  "rxe 6.1 (observed) checks an SRQ receive against the QP's PD: the SEND lands"},
     // The receive of a SEND_WITH_INV.
     deviation_row{ids::recv_with_inv_flag, "spec", {.inv_flag = tri::yes},
                   "spec §10.5: wc_flags has WITH_INV, the completion names the rkey"},

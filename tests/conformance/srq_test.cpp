@@ -242,3 +242,37 @@ CONFORMANCE_CASE("srq: UD QPs on an SRQ: receives after the GRH, routed by qp_nu
   CHECK(dst.holds(9, grh_bytes, 100));
   CHECK(dst.holds(9, 1024 + grh_bytes, 200, 100));
 }
+
+namespace {
+// An SRQ in a PD of its own, an RC QP on it in the fixture's PD, and a 64-byte SEND into
+// an SRQ receive whose buffer is registered in the SRQ's PD or in the QP's. The
+// statuses are the deviation table's row `id`.
+template <class B>
+void send_into_srq_buffer(bool in_srq_pd, std::string_view id) {
+  fixture<B> fx;
+  auto srq_pd = fx.make_pd();
+  srq_attr at{.max_wr = 4, .max_sge = 1};
+  auto srq = fx.make_srq(at, srq_pd);
+  auto a = fx.make_qp();
+  auto b = fx.make_qp_on_srq(srq);
+  fx.connect(a, b);
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(256, acc::local_write, in_srq_pd ? srq_pd : typename B::pd{});
+  src.fill(5);
+  const auto want = expected(id, backend_traits<B>::profile());
+  REQUIRE(fx.post_srq_recv(srq, 1, {dst.sge(0, 256)}) == 0);
+  REQUIRE(fx.post_send(a, 2, opcode::send, {src.sge(0, 64)}) == 0);
+  CONF_CHECK_STATUS(want.req, fx.poll_one(a.send_cq, "the SEND").status);
+  const auto r = fx.poll_one(b.recv_cq, "the receive");
+  CONF_CHECK_STATUS(want.resp, r.status);
+  if (r.status == wc_status::success) CHECK(dst.holds(5, 0, 64));
+}
+}  // namespace
+
+CONFORMANCE_CASE("srq: a receive whose buffer is in the SRQ's PD (the QP in another)") {
+  send_into_srq_buffer<B>(true, ids::srq_recv_in_srq_pd);
+}
+
+CONFORMANCE_CASE("srq: a receive whose buffer is in the QP's PD, not the SRQ's") {
+  send_into_srq_buffer<B>(false, ids::srq_recv_in_qp_pd);
+}

@@ -109,7 +109,9 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
   e.wc.qp_num = d->qpn;
   e.wc.opcode = wc_opcode::recv;
   bool sges_ok = true;
-  pd_obj* pd = d->srq ? d->srq->pd : d->pd;  // an SRQ's receives are checked against its own PD
+  // An SRQ's receives are checked against its own PD; rxe 6.1 checks them against the
+  // QP's (docs/semantics.md#rxe-differs).
+  pd_obj* pd = d->srq && !f.as_rxe() ? d->srq->pd : d->pd;
   for (const auto& s : rw.sges) sges_ok = sges_ok && local_sge_ok(f, pd, s, true);
   if (!sges_ok || sge_total(rw.sges) < need) {
     // rxe reports every receive-side fault as LOC_QP_OP_ERR and NAKs with REM_OP_ERR.
