@@ -1050,3 +1050,37 @@ TEST_CASE("cm (mock): the passive side gives up after its accept, before the act
   CHECK(B::cm_destroy_channel(cs) == 0);
 }
 #endif
+
+// A connection's queue pair moved out and used on its own thread, as any queue pair may
+// be: it shares the connection's CM id, which destroys the queue pair (and moves an
+// application's QP to ERR at a disconnect). The connection disconnecting on one thread
+// while the queue pair is destroyed on another must not reach a destroyed QP.
+TEST_CASE("cm: a connection disconnected on one thread while its moved-out queue pair is destroyed on another") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  for (const bool own : {true, false}) {
+    CAPTURE(own);
+    for (int round = 0; round < 20; ++round) {
+      auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+      cm_connection<B, rc> c = own ? cm_connect(cli.pd.create_qp<rc>(cli.cq, caps), l.address())
+                                   : cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+      auto s = server.get();
+      REQUIRE(c);
+      auto qp = std::move(c.qp());
+      std::atomic<int> ready{0};
+      std::thread other([&] {
+        ++ready;
+        while (ready.load() < 2) {
+        }
+        auto gone = std::move(qp);  // destroys the queue pair (and, through the id, the CM's QP)
+      });
+      ++ready;
+      while (ready.load() < 2) {
+      }
+      { auto gone = std::move(c); }  // disconnects: the QP goes to ERR, unless already destroyed
+      other.join();
+      CHECK(s.wait_disconnected(5s));
+    }
+  }
+}
