@@ -222,7 +222,12 @@ struct cm_id_block final : cm_qp_owner<B> {
   ~cm_id_block() override {
     if (id != typename B::cm_id{}) B::cm_destroy_id(id);
   }
+  // The queue pair may be moved out of its connection and destroyed on another thread
+  // (any queue pair may be used on its own thread) while the connection disconnects: the
+  // two meet on the QP (destroyed, or moved to ERR by this id or by the CM's disconnect),
+  // so each holds this lock while it touches the QP. Short and rare: a spin lock.
   void destroy_qp(typename B::qp q) noexcept override {
+    const qp_lock held(*this);
     if (q != typename B::qp{} && q == user_qp) {
       user_qp = {};
       B::destroy_qp(q);
@@ -232,6 +237,7 @@ struct cm_id_block final : cm_qp_owner<B> {
   }
   void disconnect() noexcept {
     if (established && !disconnect_sent && !disconnected) {
+      const qp_lock held(*this);
       user_qp_to_err();
       B::cm_disconnect(id);
     }
@@ -243,12 +249,27 @@ struct cm_id_block final : cm_qp_owner<B> {
   void on_disconnected() noexcept {
     disconnected = true;
     if (!disconnect_sent) {
+      const qp_lock held(*this);
       user_qp_to_err();
       B::cm_disconnect(id);
     }
     disconnect_sent = true;
   }
-  // rping -q does the same before rdma_disconnect: its outstanding WRs flush.
+
+ private:
+  struct qp_lock {
+    cm_id_block& b;
+    explicit qp_lock(cm_id_block& blk) noexcept : b(blk) {
+      while (__atomic_test_and_set(&b.qp_locked_, __ATOMIC_ACQUIRE)) {
+      }
+    }
+    ~qp_lock() { __atomic_clear(&b.qp_locked_, __ATOMIC_RELEASE); }
+    qp_lock(const qp_lock&) = delete;
+    qp_lock& operator=(const qp_lock&) = delete;
+  };
+  bool qp_locked_ = false;
+
+  // rping -q does the same before rdma_disconnect: its outstanding WRs flush. Under qp_lock.
   void user_qp_to_err() noexcept {
     if (user_qp == typename B::qp{}) return;
     try {

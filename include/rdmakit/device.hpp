@@ -107,13 +107,20 @@ class device {
   /// or less); nullopt when none came. The backend acknowledges it. Use `event.qp_num`
   /// (or `event.object` against a handle's native()) to find the object concerned. Throws verbs_error
   /// when the device's event queue fails, usage_error while a device_events awaits this
-  /// device's events (each event goes to one reader).
+  /// device's events (each event goes to one reader; a device_events made while this
+  /// call waits, on another thread, is refused likewise).
   std::optional<async_event> next_event(detail::ms_timeout timeout = std::chrono::milliseconds{0}) const {
     async_event ev;
     const auto& st = state("next_event");
-    if (RDMAKIT_UNLIKELY(st.events_are_watched()))
+    // Counted as a reader while it waits, so a device_events made meanwhile (on another
+    // thread) is refused instead of losing events to this call.
+    if (RDMAKIT_UNLIKELY(!st.begin_next_event()))
       throw usage_error(detail::cat("device::next_event(): a device_events awaits the asynchronous events of ", st.name,
                                     " on an event loop: co_await its next() there (each event goes to one reader)"));
+    struct reading {
+      const detail::device_state<B>& st;
+      ~reading() { st.end_next_event(); }
+    } const guard{st};
     // A negative timeout looks once (a deadline already past), as every wait here: the
     // backends take it as no limit.
     const auto wait = timeout.count() < 0 ? std::chrono::milliseconds{0} : std::chrono::milliseconds(timeout);

@@ -31,10 +31,14 @@ class device_events_core {
     if (!dev_) throw_empty_argument("device", "device_events");
     // One reader of a device's events: two would each take some of them (on one loop,
     // epoll refuses the descriptor twice).
-    if (dev_->watch_events())
+    if (const unsigned readers = dev_->watch_events(); readers & device_state<B>::events_by_loop)
       throw usage_error(cat("device_events: the asynchronous events of ", dev_->name,
                             " are already awaited by another device_events (on this loop or another): each event "
                             "goes to one reader, so share that one, or destroy it first"));
+    else if (readers != 0)
+      throw usage_error(cat("device_events: device::next_event() is waiting for the asynchronous events of ",
+                            dev_->name, " (on another thread): each event goes to one reader, so make the "
+                            "device_events once that call has returned, and call next_event() no more"));
     watch_.fd = B::async_fd(dev_->ctx);
     watch_.ctx = this;
     watch_.on_ready = [](void* self) noexcept { static_cast<device_events_core*>(self)->take_(); };
@@ -81,7 +85,8 @@ class device_events_core {
 /// The asynchronous events of one device, awaited on an event_loop. It keeps the device
 /// open; events that come while nobody awaits them are kept, oldest first. One at a
 /// time per device object: a second one, or device::next_event() while it exists,
-/// throws usage_error (each event goes to one reader).
+/// throws usage_error (each event goes to one reader), and so does making one while a
+/// next_event() call waits on another thread.
 template <fd_event_backend B>
 class device_events {
  public:

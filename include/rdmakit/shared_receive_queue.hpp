@@ -136,8 +136,9 @@ class shared_receive_queue {
     if (RDMAKIT_UNLIKELY(!st_)) return {post_status::empty_handle, 0, 0};
     if (RDMAKIT_UNLIKELY(!bufs.empty() && ((first_wr_id | (first_wr_id + bufs.size() - 1)) & detail::recv_wr_bit)))
       return {post_status::bad_wr_id, 0, 0};
+    const std::uint32_t need = st_->offset.get();
     for (const auto& b : bufs)
-      if (RDMAKIT_UNLIKELY(b.length < st_->offset.recv_offset)) return {post_status::recv_too_small, 0, 0};
+      if (RDMAKIT_UNLIKELY(b.length < need)) return {post_status::recv_too_small, 0, 0};
     constexpr std::size_t chunk = 32;
     std::uint32_t done = 0;
     st_->traffic.note_post();
@@ -191,7 +192,7 @@ class shared_receive_queue {
                                           std::uint64_t wr_id) noexcept {
     if (RDMAKIT_UNLIKELY(!st_)) return {post_status::empty_handle, 0, 0};
     if (RDMAKIT_UNLIKELY(wr_id & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
-    if (RDMAKIT_UNLIKELY(total < st_->offset.recv_offset)) return {post_status::recv_too_small, 0, 0};
+    if (RDMAKIT_UNLIKELY(total < st_->offset.get())) return {post_status::recv_too_small, 0, 0};
     st_->traffic.note_post();
     typename B::recv_wr w;
     B::set_recv(w, wr_id | detail::recv_wr_bit, s, n);

@@ -22,13 +22,31 @@ struct device_state {
   typename B::context ctx{};
   std::string name;
   device_attr attr{};
-  // A device_events reads this context's asynchronous events on an event loop: a second
-  // reader (another device_events, next_event) would take some of them from it.
+  // Who reads this context's asynchronous events: bit 0, a device_events on an event loop;
+  // the rest, 2 per device::next_event() running (on any thread). A device_events is the
+  // only reader: another reader would take some of its events, so it is refused while a
+  // next_event() waits, and next_event() while it exists.
   // Read and written with __atomic builtins (as shared_count: no <atomic> in the core).
-  mutable bool events_watched = false;
-  bool watch_events() const noexcept { return __atomic_exchange_n(&events_watched, true, __ATOMIC_ACQ_REL); }
-  void unwatch_events() const noexcept { __atomic_store_n(&events_watched, false, __ATOMIC_RELEASE); }
-  bool events_are_watched() const noexcept { return __atomic_load_n(&events_watched, __ATOMIC_ACQUIRE); }
+  static constexpr unsigned events_by_loop = 1, events_next_call = 2;
+  mutable unsigned events_readers = 0;
+  /// Makes a device_events the reader: 0, or the readers already there (nothing changed).
+  unsigned watch_events() const noexcept {
+    unsigned seen = 0;
+    if (__atomic_compare_exchange_n(&events_readers, &seen, events_by_loop, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return 0;
+    return seen;
+  }
+  void unwatch_events() const noexcept { __atomic_fetch_and(&events_readers, ~events_by_loop, __ATOMIC_RELEASE); }
+  /// A next_event() starts reading; false (nothing changed) while a device_events is the reader.
+  bool begin_next_event() const noexcept {
+    unsigned seen = __atomic_load_n(&events_readers, __ATOMIC_ACQUIRE);
+    do {
+      if (seen & events_by_loop) return false;
+    } while (!__atomic_compare_exchange_n(&events_readers, &seen, seen + events_next_call, true, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_ACQUIRE));
+    return true;
+  }
+  void end_next_event() const noexcept { __atomic_fetch_sub(&events_readers, events_next_call, __ATOMIC_RELEASE); }
 
   device_state() = default;
   device_state(const device_state&) = delete;

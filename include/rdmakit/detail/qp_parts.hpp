@@ -59,17 +59,35 @@ struct srq_state;
 // Where a receive must start its payload on a shared receive queue: grh_bytes while a
 // UD queue pair takes receives from it, 0 otherwise (part of srq_state; here so a queue
 // pair gives its share back without srq_state's definition).
+// Queue pairs on one SRQ may be created and destroyed on different threads, each with
+// its own CQs (docs/ownership-and-threads.md), while another posts to the SRQ: the count
+// changes under a spin lock (setup path, short), the offset is read atomically.
 struct srq_offset {
-  std::uint32_t recv_offset = 0;
-  std::uint32_t users = 0;  // queue pairs on the SRQ that need it (UD)
+  /// The offset every receive needs now (a post reads it on any thread).
+  RDMAKIT_ALWAYS_INLINE std::uint32_t get() const noexcept { return __atomic_load_n(&recv_offset_, __ATOMIC_ACQUIRE); }
   void add(std::uint32_t offset) noexcept {
     if (offset == 0) return;
-    ++users;
-    recv_offset = std::max(recv_offset, offset);
+    lock_();
+    ++users_;
+    __atomic_store_n(&recv_offset_, std::max(recv_offset_, offset), __ATOMIC_RELEASE);
+    unlock_();
   }
   void remove() noexcept {
-    if (users != 0 && --users == 0) recv_offset = 0;
+    lock_();
+    if (users_ != 0 && --users_ == 0) __atomic_store_n(&recv_offset_, 0u, __ATOMIC_RELEASE);
+    unlock_();
   }
+
+ private:
+  void lock_() noexcept {
+    while (__atomic_test_and_set(&locked_, __ATOMIC_ACQUIRE)) {
+    }
+  }
+  void unlock_() noexcept { __atomic_clear(&locked_, __ATOMIC_RELEASE); }
+
+  std::uint32_t recv_offset_ = 0;
+  std::uint32_t users_ = 0;  // queue pairs on the SRQ that need it (UD); under locked_
+  bool locked_ = false;
 };
 
 // Whether a receive was ever posted to a shared receive queue (part of srq_state; here so

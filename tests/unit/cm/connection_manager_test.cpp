@@ -1001,3 +1001,86 @@ TEST_CASE("cm (mock): an IPv4-mapped IPv6 address is the IPv4 one; the mock's CM
                        doctest::Contains("serves IPv4 addresses"), cm_error);
 }
 #endif
+
+#if !RDMAKIT_CM_RDMACM
+// The mock's CM verbs themselves: an interleaving the typed layer meets only when a thread
+// is descheduled at the wrong moment, made here in order on one thread.
+TEST_CASE("cm (mock): the passive side gives up after its accept, before the active side's RTU: the active "
+          "side is told (REJECTED), not left waiting for ever") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  auto qs = srv.pd.create_qp<rc>(srv.cq, caps);
+  auto qc = cli.pd.create_qp<rc>(cli.cq, caps);
+  const auto cs = B::cm_create_channel(srv.dev.native());
+  const auto cc = B::cm_create_channel(cli.dev.native());
+  const auto port = next_port();
+  const auto ls = B::cm_create_id(cs);
+  B::cm_listen(ls, cm_address::parse(tb.ip(), port), 8);
+  const auto ci = B::cm_create_id(cc);
+  basic_cm_event<B::cm_id> ev;
+  B::cm_resolve_addr(ci, cm_address{}, cm_address::parse(tb.ip(), port), 1000ms);
+  REQUIRE(B::cm_get_event(cc, 1000ms, ev) == 0);
+  REQUIRE(ev.type == cm_event_type::addr_resolved);
+  B::cm_resolve_route(ci, 1000ms);
+  REQUIRE(B::cm_get_event(cc, 1000ms, ev) == 0);
+  REQUIRE(ev.type == cm_event_type::route_resolved);
+  cm_conn_param pc;
+  pc.qp_num = qc.qp_num();  // the application's QP: the active side gets CONNECT_RESPONSE
+  B::cm_connect(ci, pc);
+  REQUIRE(B::cm_get_event(cs, 1000ms, ev) == 0);
+  REQUIRE(ev.type == cm_event_type::connect_request);
+  const auto child = ev.id;
+  cm_conn_param ps;
+  ps.qp_num = qs.qp_num();
+  B::cm_accept(child, ps);
+  // No ESTABLISHED within its timeout (the active thread was descheduled): the passive
+  // side gives up and destroys its id.
+  REQUIRE(B::cm_destroy_id(child) == 0);
+  REQUIRE(B::cm_get_event(cc, 1000ms, ev) == 0);
+  CHECK(ev.type == cm_event_type::connect_response);
+  // The REJ the passive side's CM sends as it destroys an id in REP_SENT: as librdmacm,
+  // REJECTED, and the RTU is refused; without it, a wait for DISCONNECTED never ends.
+  const int e = B::cm_get_event(cc, 300ms, ev);
+  CHECK(e == 0);
+  if (e == 0) CHECK(ev.type == cm_event_type::rejected);
+  CHECK_THROWS_AS(B::cm_establish(ci), verbs_error);
+  CHECK(B::cm_destroy_id(ci) == 0);
+  CHECK(B::cm_destroy_id(ls) == 0);
+  CHECK(B::cm_destroy_channel(cc) == 0);
+  CHECK(B::cm_destroy_channel(cs) == 0);
+}
+#endif
+
+// A connection's queue pair moved out and used on its own thread, as any queue pair may
+// be: it shares the connection's CM id, which destroys the queue pair (and moves an
+// application's QP to ERR at a disconnect). The connection disconnecting on one thread
+// while the queue pair is destroyed on another must not reach a destroyed QP.
+TEST_CASE("cm: a connection disconnected on one thread while its moved-out queue pair is destroyed on another") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  for (const bool own : {true, false}) {
+    CAPTURE(own);
+    for (int round = 0; round < 20; ++round) {
+      auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+      cm_connection<B, rc> c = own ? cm_connect(cli.pd.create_qp<rc>(cli.cq, caps), l.address())
+                                   : cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+      auto s = server.get();
+      REQUIRE(c);
+      auto qp = std::move(c.qp());
+      std::atomic<int> ready{0};
+      std::thread other([&] {
+        ++ready;
+        while (ready.load() < 2) {
+        }
+        auto gone = std::move(qp);  // destroys the queue pair (and, through the id, the CM's QP)
+      });
+      ++ready;
+      while (ready.load() < 2) {
+      }
+      { auto gone = std::move(c); }  // disconnects: the QP goes to ERR, unless already destroyed
+      other.join();
+      CHECK(s.wait_disconnected(5s));
+    }
+  }
+}

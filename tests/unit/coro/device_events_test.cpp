@@ -1,5 +1,9 @@
 #include "fixture.hpp"
 
+#include <atomic>
+#include <string>
+#include <thread>
+
 using namespace coro_test;
 
 TEST_CASE("device_events: a port going down and up is awaited on the loop") {
@@ -145,4 +149,31 @@ TEST_CASE("device_events: a second one on the same device is a usage_error; next
   // Another device object opened on the same device has events of its own.
   device<B> second(fab, "mock0");
   device_events<B> beside(loop, second);
+}
+
+TEST_CASE("device_events: made while next_event() waits on another thread: one of the two is refused") {
+  // Each event goes to one reader: a device_events made while a next_event() call waits
+  // would lose to that call the events it is there to await. Whichever comes first, the
+  // other is a usage_error.
+  mock::fabric fab;
+  device<B> dev(fab, "mock0");
+  event_loop loop;
+  std::atomic<int> refused{0};
+  std::thread reader([&] {
+    try {
+      (void)dev.next_event(400ms);
+    } catch (const usage_error&) {
+      ++refused;
+    }
+  });
+  std::this_thread::sleep_for(50ms);  // the reader waits by now, most likely (either order is checked)
+  try {
+    device_events<B> events(loop, dev);
+    reader.join();  // while it exists
+  } catch (const usage_error& e) {
+    ++refused;
+    CHECK(std::string(e.what()).find("next_event") != std::string::npos);
+    reader.join();
+  }
+  CHECK(refused.load() == 1);
 }

@@ -249,6 +249,13 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
       owed.push_back({p, 28, {}});
     } else if (id->state == ph::requested && p->state == ph::received) {
       p->state = ph::done;  // the passive side's accept will find nobody
+    } else if (id->state == ph::established && p->state == ph::responded) {
+      // Accepted, and the active side has not answered with its RTU (it read
+      // CONNECT_RESPONSE, or is about to): the CM destroys an id in REP_SENT with a REJ,
+      // so the active side gets REJECTED and its rdma_establish is refused, as with
+      // librdmacm. Without it, it would establish toward nobody and wait for ever.
+      p->state = ph::done;
+      owed.push_back({p, 28, {}});
     }
     if (p->peer == id) p->peer = nullptr;
   }
