@@ -81,6 +81,11 @@ struct policy_access {
   static const auto& pd_of(const QP& qp) noexcept {
     return qp.parts_.pd;
   }
+  // The queue pair's serial (detail::qp_link::serial; 0 when empty).
+  template <class QP>
+  static std::uint64_t serial_of(const QP& qp) noexcept {
+    return qp.parts_.link->serial;
+  }
   // A protection domain's control block (throws usage_error when empty).
   template <class PD>
   static auto pd_ref(const PD& pd, const char* call) {

@@ -164,7 +164,8 @@ class memory_window {
         rkey_(std::exchange(o.rkey_, 0)),
         addr_(std::exchange(o.addr_, 0)),
         length_(std::exchange(o.length_, 0)),
-        bound_(std::exchange(o.bound_, false)) {}
+        bound_(std::exchange(o.bound_, false)),
+        bound_through_(std::exchange(o.bound_through_, 0)) {}
   /// Frees this window, then takes over `o`'s; `o` becomes empty.
   memory_window& operator=(memory_window&& o) noexcept {
     if (this != &o) {
@@ -176,6 +177,7 @@ class memory_window {
       addr_ = std::exchange(o.addr_, 0);
       length_ = std::exchange(o.length_, 0);
       bound_ = std::exchange(o.bound_, false);
+      bound_through_ = std::exchange(o.bound_through_, 0);
     }
     return *this;
   }
@@ -206,7 +208,7 @@ class memory_window {
   /// queue, completing as wc_opcode::bind_mw (MW_BIND_ERR if the device refuses). On
   /// success remote() and rkey() describe the new binding at once; the old rkey is dead
   /// once the WR has run. A type 2 window must be unbound (new or invalidated) and is then
-  /// usable only through `qp`. Throws usage_error for a range outside the region, a
+  /// usable, and invalidated, only through `qp`. Throws usage_error for a range outside the region, a
   /// region, window and queue pair of different PDs, or empty handles.
   template <access R, transport T, signaling S>
   [[nodiscard]] post_result bind(queue_pair<B, T, S, qp_state::rts>& qp, const memory_region<B, R>& region, std::size_t offset,
@@ -248,6 +250,7 @@ class memory_window {
       // the device refuses its deregistration and the PD keeps it (pd_state::retain).
       region_ = blk;
       bound_ = true;
+      bound_through_ = detail::policy_access::serial_of(qp);
     }
     pd_->release_retained();  // an earlier bind has run by now, most likely
     return r;
@@ -256,7 +259,10 @@ class memory_window {
   /// Revokes the window: type 2 posts LOCAL_INV (wc_opcode::local_inv), type 1 a
   /// zero-length bind (wc_opcode::bind_mw). Once the WR has run, accesses through the
   /// rkey fail with REM_ACCESS_ERR at the peer. remote() keeps the last range, with an
-  /// rkey that no longer grants anything. Throws usage_error before the first bind.
+  /// rkey that no longer grants anything. A type 2 window is invalidated through the
+  /// queue pair it was bound through (its LOCAL_INV then runs after the bind, or is
+  /// flushed when the bind failed). Throws usage_error before the first bind, when the
+  /// window is not bound, or for a type 2 window and another queue pair.
   template <transport T, signaling S>
   [[nodiscard]] post_result invalidate(queue_pair<B, T, S, qp_state::rts>& qp, std::uint64_t wr_id,
                          send_flags flags = send_flags::none) {
@@ -281,6 +287,13 @@ class memory_window {
       pd_->release_retained();
       return r;
     } else {
+      // Through another queue pair the LOCAL_INV may run before the bind, or after a bind
+      // that failed: on a window the device has unbound (rxe's kernel panics, as above).
+      // reset() makes a new queue pair: the window is bound through the old one.
+      if (detail::policy_access::serial_of(qp) != bound_through_)
+        throw usage_error("memory_window::invalidate(): a type 2 window is invalidated through the queue pair it was "
+                          "bound through (the bind's qp; not another one, nor that one's replacement after reset()); "
+                          "to stop using the window otherwise, destroy it");
       const post_result r = qp.post(op::invalidate_window(rkey_), wr_id, flags);
       if (r.ok()) bound_ = false;
       pd_->release_retained();
@@ -330,6 +343,7 @@ class memory_window {
     rkey_ = 0;
     addr_ = length_ = 0;
     bound_ = false;
+    bound_through_ = 0;
   }
 
   detail::pd_ref<B> pd_;
@@ -341,6 +355,8 @@ class memory_window {
   // A bind was posted and no invalidation since (invalidate(), or the peer's send_inv
   // that take_invalidation recorded): what the window knows, not what the device ran.
   bool bound_ = false;
+  // Type 2: the serial of the queue pair bound through (detail::qp_link::serial).
+  std::uint64_t bound_through_ = 0;
 };
 
 RDMAKIT_END_NAMESPACE

@@ -60,6 +60,10 @@ struct qp_link {
   // Failed send completions polled (the failure and the flushes after it): they give
   // no slot back (the ledger is closed), but are completions no longer to come.
   std::uint32_t send_errors = 0;
+  // This native QP's number among every QP the process made (next_qp_serial): 0 on the
+  // closed link. A type 2 memory window names the QP it was bound through by it (a
+  // pointer or a qp_num may come back for another QP).
+  std::uint64_t serial = 0;
 
   /// Send completions this QP may still put in its send CQ once in ERR: every WR
   /// holding a slot, less the failed ones polled (an overestimate under selective
@@ -144,6 +148,13 @@ struct qp_link {
     }
   }
 };
+
+/// A number no other native QP of the process had: set on each qp_link (a reset() makes
+/// a new QP, hence a new link and number).
+inline std::uint64_t next_qp_serial() noexcept {
+  static constinit std::uint64_t last = 0;
+  return __atomic_add_fetch(&last, 1, __ATOMIC_RELAXED);
+}
 
 // The link every empty link_ptr points at: constant-initialized at namespace scope,
 // so using it costs no guard (a function-local static with a destructor would test one).

@@ -183,6 +183,7 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
   p.link = link_ptr<B>::make();
   auto& l = *p.link;
   l.qp_num = B::qp_num(p.qp);
+  l.serial = next_qp_serial();
   l.recv_offset = T::recv_offset;
   // Credits follow what was asked: the device may grant more, but the CQs were
   // sized (and checked above) for the requested depths.

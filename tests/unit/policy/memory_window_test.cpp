@@ -331,6 +331,59 @@ TEST_CASE("memory_window: take_invalidation records the peer's send_inv, so inva
   CHECK(one(y.cq).status == wc_status::success);
 }
 
+// A type 2 bind that fails (here flushed: its queue pair is in ERR) leaves the device's
+// window unbound while the window believes it bound. A LOCAL_INV of it posted on another
+// queue pair then reaches an unbound window, which panics rxe's kernel (Linux 6.1), and
+// so does one that overtakes a bind still queued on another queue pair. Through the
+// binding queue pair it cannot: the bind runs first, and a failed one puts the queue pair
+// in ERR, so the LOCAL_INV behind it is flushed. invalidate() therefore takes the queue
+// pair the window was bound through, and refuses another (or that one after reset()).
+TEST_CASE("memory_window: a type 2 window is invalidated through the queue pair it was bound through only") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto region = y.pd.allocate<window_region>(256);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto q = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto w = y.pd.alloc_window<access::remote_write>();
+  SUBCASE("a bind that was flushed") {
+    // A WRITE with a bad rkey puts p.b in ERR: the bind behind it is flushed.
+    REQUIRE(p.b.write(region.local(0, 8), remote_region<>::unchecked(0x1000, 0xdead, 8), 1).ok());
+    REQUIRE(w.bind(p.b, region, 0, 256, 2).ok());
+    const auto failed = collect(y.cq, 2);
+    REQUIRE(failed.size() == 2);
+    CHECK(failed[1].status == wc_status::wr_flush_err);
+    CHECK_THROWS_WITH_AS((void)w.invalidate(q.b, 3), doctest::Contains("bound through"), usage_error);
+    CHECK(y.cq.poll() == 0);  // nothing was posted
+    CHECK(w.invalidate(p.b, 4).status == post_status::qp_error);  // the binding queue pair is in ERR
+  }
+  SUBCASE("a bind that ran") {
+    REQUIRE(w.bind(p.b, region, 0, 256, 2).ok());
+    CHECK(one(y.cq).status == wc_status::success);
+    CHECK_THROWS_WITH_AS((void)w.invalidate(q.b, 3), doctest::Contains("bound through"), usage_error);
+    auto moved = std::move(p.b);  // the same queue pair, moved: still the one
+    REQUIRE(w.invalidate(moved, 4).ok());
+    CHECK(one(y.cq).status == wc_status::success);
+    REQUIRE(w.bind(q.b, region, 0, 64, 5).ok());  // unbound: any queue pair of the PD binds it
+    CHECK(one(y.cq).status == wc_status::success);
+    REQUIRE(w.invalidate(q.b, 6).ok());
+    CHECK(one(y.cq).status == wc_status::success);
+  }
+  SUBCASE("the binding queue pair was replaced by reset()") {
+    REQUIRE(w.bind(p.b, region, 0, 256, 2).ok());
+    CHECK(one(y.cq).status == wc_status::success);
+    auto fresh = std::move(p.b).reset();
+    auto again = std::move(fresh).connect(p.a.local_endpoint());
+    CHECK_THROWS_WITH_AS((void)w.invalidate(again, 3), doctest::Contains("bound through"), usage_error);
+  }
+  SUBCASE("a type 1 window is invalidated through any queue pair of its PD") {
+    auto w1 = alloc_window<access::remote_write, mw_type::type1>(y.pd);
+    REQUIRE(w1.bind(p.b, region, 0, 256, 2).ok());
+    CHECK(one(y.cq).status == wc_status::success);
+    REQUIRE(w1.invalidate(q.b, 3).ok());
+    CHECK(one(y.cq).status == wc_status::success);
+  }
+}
+
 // The operations memory_window posts are its own: a LOCAL_INV or BIND_MW posted directly
 // would bypass what the window knows (whether it is bound, its current rkey).
 static_assert(!std::is_aggregate_v<op::invalidate_window> && !std::is_default_constructible_v<op::invalidate_window>);
