@@ -370,8 +370,10 @@ cm_event_of<B> cm_expect(cm_id_block<B>& blk, cm_event_type want, std::chrono::m
       case cm_event_type::rejected:
         throw cm_error(cm_errc::rejected,
                        cat(step, ": ", got,
-                           ev.status == 8 ? ": nobody listens on that address and port (start the server first)"
-                                          : ": the peer rejected the connection (its private data says why)"),
+                           ev.status == 8   ? ": nobody listens on that address and port (start the server first)"
+                           : ev.status == 4 ? ": the peer's connection manager gave up (it stopped waiting, or "
+                                              "its id was destroyed: raise its timeout, or check that it runs)"
+                                            : ": the peer rejected the connection (its private data says why)"),
                        ev.type, ev.status, data());
       case cm_event_type::unreachable:
         throw cm_error(cm_errc::unreachable, cat(step, ": ", got, ": the peer's connection manager did not answer"),

@@ -1051,6 +1051,67 @@ TEST_CASE("cm (mock): the passive side gives up after its accept, before the act
 }
 #endif
 
+#if !RDMAKIT_CM_RDMACM
+// The active side gives up while its request is unanswered: its queue pair goes first,
+// then its id (what cm_connect does at its timeout, on its own thread). The kernel's CM
+// destroys an id in REQ_SENT with a REJ, so the passive side gets REJECTED and its
+// accept's wait for ESTABLISHED ends. The mock took the accept of a request whose
+// queue pair was gone and answered nothing: the passive side waited its whole timeout.
+TEST_CASE("cm (mock): the active side gives up before the passive side accepts: the passive side gets REJECTED") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  auto qs = srv.pd.create_qp<rc>(srv.cq, caps);
+  auto qc = cli.pd.create_qp<rc>(cli.cq, caps);
+  const auto cs = B::cm_create_channel(srv.dev.native());
+  const auto cc = B::cm_create_channel(cli.dev.native());
+  const auto port = next_port();
+  const auto ls = B::cm_create_id(cs);
+  B::cm_listen(ls, cm_address::parse(tb.ip(), port), 8);
+  const auto ci = B::cm_create_id(cc);
+  basic_cm_event<B::cm_id> ev;
+  B::cm_resolve_addr(ci, cm_address{}, cm_address::parse(tb.ip(), port), 1000ms);
+  REQUIRE(B::cm_get_event(cc, 1000ms, ev) == 0);
+  B::cm_resolve_route(ci, 1000ms);
+  REQUIRE(B::cm_get_event(cc, 1000ms, ev) == 0);
+  cm_conn_param pc;
+  pc.qp_num = qc.qp_num();
+  B::cm_connect(ci, pc);
+  REQUIRE(B::cm_get_event(cs, 1000ms, ev) == 0);
+  REQUIRE(ev.type == cm_event_type::connect_request);
+  const auto child = ev.id;
+  cm_conn_param ps;
+  ps.qp_num = qs.qp_num();
+  SUBCASE("its queue pair went, then the passive side accepted") {
+    qc = {};  // the active side's queue pair goes first
+    B::cm_accept(child, ps);
+    const int e = B::cm_get_event(cs, 300ms, ev);
+    CHECK(e == 0);  // not a wait for the accept's whole timeout
+    if (e == 0) {
+      CHECK(ev.type == cm_event_type::rejected);
+      CHECK(ev.status == 4);  // IB_CM_REJ_TIMEOUT, as the kernel's CM destroying an id in REQ_SENT
+      CHECK(ev.id == child);
+    }
+    CHECK(B::cm_destroy_id(ci) == 0);
+    CHECK(B::cm_get_event(cs, 50ms, ev) != 0);  // one REJ, not a second event
+  }
+  SUBCASE("its id went before the passive side answered") {
+    qc = {};
+    REQUIRE(B::cm_destroy_id(ci) == 0);
+    const int e = B::cm_get_event(cs, 300ms, ev);
+    CHECK(e == 0);
+    if (e == 0) {
+      CHECK(ev.type == cm_event_type::rejected);
+      CHECK(ev.id == child);
+    }
+    CHECK_THROWS_AS(B::cm_accept(child, ps), verbs_error);  // as rdma_accept after a REJ: EINVAL
+  }
+  CHECK(B::cm_destroy_id(child) == 0);
+  CHECK(B::cm_destroy_id(ls) == 0);
+  CHECK(B::cm_destroy_channel(cc) == 0);
+  CHECK(B::cm_destroy_channel(cs) == 0);
+}
+#endif
+
 // A connection's queue pair moved out and used on its own thread, as any queue pair may
 // be: it shares the connection's CM id, which destroys the queue pair (and moves an
 // application's QP to ERR at a disconnect). The connection disconnecting on one thread

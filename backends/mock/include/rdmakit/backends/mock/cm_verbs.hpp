@@ -248,7 +248,10 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
       p->state = ph::done;
       owed.push_back({p, 28, {}});
     } else if (id->state == ph::requested && p->state == ph::received) {
-      p->state = ph::done;  // the passive side's accept will find nobody
+      // The CM destroys an id in REQ_SENT with a REJ (reason 4, IB_CM_REJ_TIMEOUT): the
+      // passive side gets REJECTED, and its accept is refused.
+      p->state = ph::done;
+      owed.push_back({p, 4, {}});
     } else if (id->state == ph::established && p->state == ph::responded) {
       // Accepted, and the active side has not answered with its RTU (it read
       // CONNECT_RESPONSE, or is about to): the CM destroys an id in REP_SENT with a REJ,
@@ -560,7 +563,13 @@ RDMAKIT_DECL void mock::cm_accept(cm_id id, const cm_conn_param& prm) {
   id->qpn = id->qp ? id->qp->qpn : prm.qp_num;
   mockd::cm_id_obj* peer = id->peer;
   if (!peer || peer->state != ph::requested || (!peer->qp && !f.qps.count(peer->qpn))) {
-    id->state = ph::done;  // the requester gave up: as a real CM, the accept times out
+    // The requester gave up (its queue pair is gone; its id goes next, and the CM
+    // destroys an id in REQ_SENT with a REJ): REJECTED, not a wait for the timeout.
+    id->state = ph::done;
+    if (peer && peer->peer == id) peer->peer = nullptr;
+    id->peer = nullptr;
+    std::vector<mockd::cm_reject_owed> owed{{id, 4, {}}};
+    mockd::cm_deliver_rejects(f, owed);
     return;
   }
   const cm_conn_param theirs = peer->param;
