@@ -113,6 +113,12 @@ std::string device_for(const cm_address& a, const cm_address& source, bool serve
 }
 #endif
 
+// With -p 0 the connection manager picks the port, which a client must be given: said
+// on stderr (rping itself says nothing, so neither does a server on a given port).
+void say_port_if_picked(std::uint16_t asked, std::uint16_t bound) {
+  if (asked == 0) std::fprintf(stderr, "rdmakit-rping: server on port %u, waiting for a client\n", bound);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -219,6 +225,7 @@ int main(int argc, char** argv) {
       using B = backends::mock;
       rping_side<B> srv(device<B>(fab, "mock0"), o);
       cm_listener<B> l(device<B>(fab, "mock0"), cm_address::parse("10.0.0.1", port));
+      say_port_if_picked(port, l.address().port);
       if (o.persistent) {  // two clients in a row against one persistent server
         std::atomic<bool> stop{false};
         auto server = std::async(std::launch::async, [&] { return srv.serve_persistent(l, [&] { return stop.load(); }); });
@@ -267,6 +274,7 @@ int main(int argc, char** argv) {
     if (o.server) {
       device<B> dev(ib_dev);
       cm_listener<B> l(dev, o.addr);
+      say_port_if_picked(port, l.address().port);
       if (o.persistent) {
         side.serve_persistent(l, [] { return false; });  // until killed, as rping -P
         return 0;
