@@ -309,6 +309,30 @@ TEST_CASE("fabric: with a wire latency a completion waits for the simulated roun
   CHECK(fx.poll_one(b.recv_cq).status == wc_status::success);
 }
 
+// A thread that waits for the device's async events, and polls nothing, is what moves
+// simulated time forward then (as get_cq_event and poll_cq do): the WRITE's refusal at
+// the responder, and with it the responder's async event, is 10 us of wire away.
+// get_async_event only waited: the event came when another thread's poll moved the
+// clock, or never (its wait ended at its timeout).
+TEST_CASE("fabric: get_async_event moves simulated time to the event it waits for") {
+  rm::fabric_config cfg;
+  cfg.latency = 10us;
+  fx_t fx(cfg);
+  auto [a, b] = fx.make_pair();
+  auto& buf = fx.make_buffer(64);
+  const auto t0 = fab(fx).now();
+  REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, buf.sge(0, 8), buf.addr(8), buf.rkey() ^ 0x2200) == 0);
+  async_event ev;
+  const auto wall = std::chrono::steady_clock::now();
+  REQUIRE(B::get_async_event(fx.ctx, 2000ms, ev) == 0);
+  CHECK(std::chrono::steady_clock::now() - wall < 1000ms);  // not at its timeout
+  CHECK(ev.type == async_event_type::qp_access_err);
+  CHECK(ev.qp_num == b.num);
+  CHECK(fab(fx).now() - t0 >= std::chrono::nanoseconds(10us));
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::rem_access_err);
+  CHECK(B::get_async_event(fx.ctx, 10ms, ev) == ETIMEDOUT);  // nothing pending: no jump past it
+}
+
 // ------------------------------------------------------------------ slot rule
 
 TEST_CASE("fabric: strict slot rule -- unsignaled WRs hold the SQ until a signaled one is polled") {

@@ -166,5 +166,33 @@ inline bool wait_until(fabric_state& f, std::unique_lock<std::mutex>& lk, std::c
   return f.cv.wait_until(lk, until);
 }
 
+/// Waits under `lk` until `ready()` or the wall-clock deadline `until` (false then). A
+/// waiter that polls nothing moves simulated time itself, event by event, as a poll
+/// finding nothing does, so the timers and the wire its event waits for run.
+template <class Ready>
+bool wait_for_event(fabric_state& f, std::unique_lock<std::mutex>& lk, std::chrono::steady_clock::time_point until,
+                    Ready ready) {
+  touch(f);
+  for (unsigned jumps = 0;;) {
+    run_due(f);
+    if (ready()) return true;
+    if (jump(f)) {  // simulated time passes while we wait
+      // A timer source can be endless (rnr_retry = 7 toward a peer that never posts a
+      // receive): the wall-clock timeout still holds, and other threads get the lock.
+      if (std::chrono::steady_clock::now() >= until) return ready();
+      if (++jumps % 16 == 0) {  // a short sleep, not a yield: std::mutex is not fair
+        lk.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+        lk.lock();
+      }
+      continue;
+    }
+    auto slice = until;
+    if (f.paced && pending(f))  // the next event falls due on the wall clock
+      slice = std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+    if (!wait_until(f, lk, slice) && slice == until && !ready()) return false;
+  }
+}
+
 }  // namespace mock::detail
 RDMAKIT_END_NAMESPACE

@@ -114,33 +114,13 @@ RDMAKIT_DECL int mock::req_notify_cq(cq c, bool solicited_only) noexcept {
 RDMAKIT_DECL int mock::get_cq_event(channel ch, std::chrono::milliseconds timeout, cq& out) noexcept {
   auto& f = mockd::fab_of(ch);
   std::unique_lock lk(f.mu);
-  mockd::touch(f);
-  const auto until = mockd::deadline_after(timeout);
-  for (unsigned jumps = 0;;) {
-    mockd::run_due(f);
-    if (!ch->events.empty()) {
-      out = ch->events.front();
-      ch->events.erase(ch->events.begin());
-      ch->ready.sync(!ch->events.empty());
-      ++out->events_delivered;
-      return 0;
-    }
-    if (mockd::jump(f)) {  // simulated time passes while we wait
-      // A timer source can be endless (rnr_retry = 7 toward a peer that never posts a
-      // receive): the wall-clock timeout still holds, and other threads get the lock.
-      if (std::chrono::steady_clock::now() >= until) return ETIMEDOUT;
-      if (++jumps % 16 == 0) {  // a short sleep, not a yield: std::mutex is not fair
-        lk.unlock();
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-        lk.lock();
-      }
-      continue;
-    }
-    auto slice = until;
-    if (f.paced && mockd::pending(f))  // the next event falls due on the wall clock
-      slice = std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
-    if (!mockd::wait_until(f, lk, slice) && ch->events.empty() && slice == until) return ETIMEDOUT;
-  }
+  if (!mockd::wait_for_event(f, lk, mockd::deadline_after(timeout), [&] { return !ch->events.empty(); }))
+    return ETIMEDOUT;
+  out = ch->events.front();
+  ch->events.erase(ch->events.begin());
+  ch->ready.sync(!ch->events.empty());
+  ++out->events_delivered;
+  return 0;
 }
 
 RDMAKIT_DECL void mock::ack_cq_events(cq c, unsigned n) noexcept {

@@ -110,17 +110,12 @@ RDMAKIT_DECL gid_entry mock::query_gid(context ctx, std::uint8_t port, int index
 RDMAKIT_DECL int mock::get_async_event(context ctx, std::chrono::milliseconds timeout, async_event& out) noexcept {
   auto& f = mockd::fab_of(ctx);
   std::unique_lock lk(f.mu);
-  const auto until = mockd::deadline_after(timeout);
-  for (;;) {
-    mockd::run_due(f);
-    if (!ctx->async_q.empty()) {
-      out = ctx->async_q.front();
-      ctx->async_q.erase(ctx->async_q.begin());
-      ctx->async_ready.sync(!ctx->async_q.empty());
-      return 0;
-    }
-    if (!mockd::wait_until(f, lk, until) && ctx->async_q.empty()) return ETIMEDOUT;
-  }
+  if (!mockd::wait_for_event(f, lk, mockd::deadline_after(timeout), [&] { return !ctx->async_q.empty(); }))
+    return ETIMEDOUT;
+  out = ctx->async_q.front();
+  ctx->async_q.erase(ctx->async_q.begin());
+  ctx->async_ready.sync(!ctx->async_q.empty());
+  return 0;
 }
 
 RDMAKIT_DECL int mock::async_fd(context ctx) noexcept { return ctx ? ctx->async_ready.fd() : -1; }
