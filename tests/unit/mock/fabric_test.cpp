@@ -238,9 +238,13 @@ TEST_CASE("fabric: advance moves the simulated clock") {
 }
 
 // The clock is 64-bit nanoseconds: advance(nanoseconds::max()) twice wrapped it (now()
-// came out at -2 ns, a third call moved it back). Refused past nanoseconds::max().
-TEST_CASE("fabric: advance past nanoseconds::max() is refused, naming the argument, the clock unchanged") {
+// came out at -2 ns, a third call moved it back). Refused past nanoseconds::max(); and
+// advance() brought the clock to the end itself, where the timers of traffic that
+// followed (an RNR retry is up to 655 ms) wrapped it all the same. It stops at half the
+// range: 146 years of simulated time are left to what is scheduled after it.
+TEST_CASE("fabric: advance past half of nanoseconds::max() is refused, naming the argument, the clock unchanged") {
   using std::chrono::nanoseconds;
+  constexpr nanoseconds end = nanoseconds::max() / 2;
   auto refused = [](rm::fabric& f, nanoseconds by, const char* says) {
     CHECK_THROWS_WITH_AS(f.advance(by), doctest::Contains(says), rdmakit::usage_error);
   };
@@ -248,13 +252,31 @@ TEST_CASE("fabric: advance past nanoseconds::max() is refused, naming the argume
   f.advance(5ms);
   refused(f, nanoseconds::max(), "advance(9223372036854775807 ns)");
   CHECK(f.now() == nanoseconds(5ms));
-  f.advance(nanoseconds::max() - nanoseconds(5ms));  // up to the end exactly
-  CHECK(f.now() == nanoseconds::max());
+  refused(f, end, "give at most 4611686018422387903 ns");
+  f.advance(end - nanoseconds(5ms));  // up to the end exactly
+  CHECK(f.now() == end);
   refused(f, nanoseconds::max(), "give at most 0 ns");
   refused(f, 1ns, "advance(1 ns)");
-  CHECK(f.now() == nanoseconds::max());
+  CHECK(f.now() == end);
   f.advance(0ns);
-  CHECK(f.now() == nanoseconds::max());
+  CHECK(f.now() == end);
+}
+
+TEST_CASE("fabric: traffic after advance() to its end keeps the clock going forward") {
+  using std::chrono::nanoseconds;
+  fx_t fx;
+  link_opts la, lb;
+  la.rnr_retry = 3;
+  lb.min_rnr_timer = 0;  // 655.36 ms
+  auto [a, b] = fx.make_pair({}, la, lb);
+  auto& buf = fx.make_buffer(64);
+  const nanoseconds room = nanoseconds::max() / 2 - fab(fx).now();
+  fab(fx).advance(room - nanoseconds(1ms));  // as far as it goes, less a millisecond
+  const auto t0 = fab(fx).now();
+  REQUIRE(fx.post_send(a, 1, opcode::send, {buf.sge(0, 8)}) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::rnr_retry_exc_err);
+  CHECK(fab(fx).now() - t0 >= 3 * rnr_ns(0));  // three retries of 655 ms, past where advance() stops
+  CHECK(fab(fx).now() > t0);
 }
 
 TEST_CASE("fabric: RNR retries are spaced by the responder's min_rnr_timer") {

@@ -153,8 +153,9 @@ class fabric {
   /// are pending (it jumps to the next one), or when `advance` is called.
   std::chrono::nanoseconds now() const;
   /// Moves the clock forward and runs everything that falls due. A negative `by`, or
-  /// one that would take the clock past nanoseconds::max() (where now() cannot follow),
-  /// is a usage_error, the clock unchanged.
+  /// one that would take the clock past half of nanoseconds::max() (146 years; the
+  /// other half is left to the timers of traffic after it, so now() never wraps), is a
+  /// usage_error, the clock unchanged.
   void advance(std::chrono::nanoseconds by);
 
   /// Adds a fault; it applies to messages sent from now on, until its count runs out.
