@@ -424,14 +424,9 @@ qp_parts<B> cm_make_parts(const shared_owner<cm_id_block<B>>& blk, const protect
   qo.gid_index = cm_gid_index<B>(pref->dev->ctx, r);
   qo.auto_inline = o.auto_inline;
   auto make = [&](qp_parts<B>& p, typename B::pd native_pd, typename B::cq s, typename B::cq rc) {
-    try {
-      p.qp = B::cm_create_qp(blk->id, native_pd, s, rc, T::type, p.caps);
-    } catch (const verbs_error& e) {
-      if (e.errno_value() != EINVAL) throw;
-      throw verbs_error(e.verb(), e.errno_value(),
-                        cat(e.detail(), " (the PD must be on the device the connection manager chose for this address: "
-                                        "open it with the CM's device, e.g. device<backends::rdmacm>(name))"));
-    }
+    // (An EINVAL says why in the backend's words: the PD on another device than the CM
+    // chose, or a connection no longer being set up, such as a request whose client gave up.)
+    p.qp = B::cm_create_qp(blk->id, native_pd, s, rc, T::type, p.caps);
     p.cm = blk;
   };
   return create_parts<B, T, S>(std::move(pref), std::move(scq), std::move(rcq), caps, qo, {}, make);

@@ -20,6 +20,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <optional>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -649,6 +650,45 @@ TEST_CASE("cm: a server that never answers is a timeout naming the step") {
   CHECK(readable(l.event_fd()));  // the request is still queued
 }
 
+// A client gave up (its connect timed out: it destroyed its id, and its CM sent a REJ)
+// while its request waited for the server. The kernel's CM resets the request and drops
+// its REJECTED (it ignores a new connection's events until the accept: rxe, observed),
+// so accepting it fails at once with rdma_create_qp's EINVAL. That error blamed the PD's
+// device; it now says the request is no longer being set up. The mock created the QP
+// and refused only the accept.
+TEST_CASE("cm: accepting a request whose client gave up fails at once, saying so") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  std::optional<cm_request<B>> req;
+  cm_options o;
+  o.timeout = 300ms;
+  SUBCASE("the server took the request before the client gave up") {
+    std::thread server([&] { req.emplace(l.next_request(2s)); });
+    CHECK_THROWS_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o), cm_error);  // it gave up
+    server.join();
+  }
+  SUBCASE("the request still waited in the listener") {
+    CHECK_THROWS_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o), cm_error);
+    req.emplace(l.next_request(1s));
+  }
+  REQUIRE(req);
+  std::this_thread::sleep_for(100ms);  // the REJ crosses the wire (rxe)
+  cm_options so;
+  so.timeout = 5s;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    (void)std::move(*req).accept<rc>(srv.pd, srv.cq, caps, {}, so);
+    FAIL("accepted the request of a client that is gone");
+  } catch (const verbs_error& e) {
+    const std::string what = e.what();
+    CHECK(e.errno_value() == EINVAL);
+    CHECK(what.find("gave up") != std::string::npos);
+    CHECK(what.find("PD") == std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);  // not the accept's timeout
+}
+
 TEST_CASE("cm: a disconnect is seen by both sides, and the queue pairs stop") {
   testbed tb;
   side srv(tb.open(0)), cli(tb.open(1));
@@ -1057,7 +1097,7 @@ TEST_CASE("cm (mock): the passive side gives up after its accept, before the act
 // destroys an id in REQ_SENT with a REJ, so the passive side gets REJECTED and its
 // accept's wait for ESTABLISHED ends. The mock took the accept of a request whose
 // queue pair was gone and answered nothing: the passive side waited its whole timeout.
-TEST_CASE("cm (mock): the active side gives up before the passive side accepts: the passive side gets REJECTED") {
+TEST_CASE("cm (mock): the active side gives up on its request: REJECTED once accepted, its request reset before") {
   testbed tb;
   side srv(tb.open(0)), cli(tb.open(1));
   auto qs = srv.pd.create_qp<rc>(srv.cq, caps);
@@ -1097,13 +1137,23 @@ TEST_CASE("cm (mock): the active side gives up before the passive side accepts: 
   SUBCASE("its id went before the passive side answered") {
     qc = {};
     REQUIRE(B::cm_destroy_id(ci) == 0);
-    const int e = B::cm_get_event(cs, 300ms, ev);
-    CHECK(e == 0);
-    if (e == 0) {
-      CHECK(ev.type == cm_event_type::rejected);
-      CHECK(ev.id == child);
+    // Its REJ reset the request; the REJECTED is dropped, as the kernel drops a new
+    // connection's events until the accept. The CM's verbs on it are EINVAL now.
+    CHECK(B::cm_get_event(cs, 50ms, ev) == ETIMEDOUT);
+    qp_cap c = caps;
+    const auto einval = [](const verbs_error& e) { return e.errno_value() == EINVAL; };
+    try {
+      (void)B::cm_create_qp(child, srv.pd.native(), srv.cq.native(), srv.cq.native(), qp_type::rc, c);
+      FAIL("rdma_create_qp on a request its client gave up");
+    } catch (const verbs_error& e) {
+      CHECK(einval(e));
     }
-    CHECK_THROWS_AS(B::cm_accept(child, ps), verbs_error);  // as rdma_accept after a REJ: EINVAL
+    try {
+      B::cm_accept(child, ps);
+      FAIL("rdma_accept of a request its client gave up");
+    } catch (const verbs_error& e) {
+      CHECK(einval(e));
+    }
   }
   CHECK(B::cm_destroy_id(child) == 0);
   CHECK(B::cm_destroy_id(ls) == 0);

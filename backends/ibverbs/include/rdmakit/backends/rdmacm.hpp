@@ -195,10 +195,17 @@ struct rdmacm : ibverbs {
     errno = 0;
     if (rdma_create_qp(id, p, &ia)) {
       const int e = errno ? errno : EINVAL;
+      // EINVAL: the PD's device is not the id's, or the kernel's CM no longer sets up the
+      // id's connection, whose state gives the QP its attributes (a request whose client
+      // gave up, as its REJ reset it; a rejected or closed connection: rxe, observed).
       throw verbs_error("rdma_create_qp", e,
-                        e == EINVAL && id->verbs && p && id->verbs != p->context
-                            ? std::string("the PD is on another ibv_context than the CM id")
-                            : std::string("creating the QP on the CM id"));
+                        e != EINVAL ? std::string("creating the QP on the CM id")
+                        : id->verbs && p && id->verbs != p->context
+                            ? std::string("the PD is on another ibv_context than the CM id: open the PD on the "
+                                          "device the connection manager chose for this address, e.g. "
+                                          "device<backends::rdmacm>(name)")
+                            : std::string("the CM id's connection is no longer being set up (a connect request "
+                                          "whose client gave up, or a rejected or closed connection)"));
     }
     caps = rdmakit::ibverbs::detail::from_ibv(ia.cap);
     return id->qp;

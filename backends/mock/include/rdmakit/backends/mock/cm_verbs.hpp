@@ -248,10 +248,11 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
       p->state = ph::done;
       owed.push_back({p, 28, {}});
     } else if (id->state == ph::requested && p->state == ph::received) {
-      // The CM destroys an id in REQ_SENT with a REJ (reason 4, IB_CM_REJ_TIMEOUT): the
-      // passive side gets REJECTED, and its accept is refused.
+      // The CM destroys an id in REQ_SENT with a REJ, and the passive side's CM resets the
+      // request, whose rdma_create_qp and rdma_accept are EINVAL from then on. Its
+      // REJECTED is dropped: the kernel ignores a new connection's events until it is
+      // accepted (ucma; rxe, observed).
       p->state = ph::done;
-      owed.push_back({p, 4, {}});
     } else if (id->state == ph::established && p->state == ph::responded) {
       // Accepted, and the active side has not answered with its RTU (it read
       // CONNECT_RESPONSE, or is about to): the CM destroys an id in REP_SENT with a REJ,
@@ -448,10 +449,17 @@ RDMAKIT_DECL mock::qp mock::cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq,
     std::lock_guard lk(f.mu);
     if (id->qp) mockd::fail("rdma_create_qp", EINVAL, "the id already has a QP");
     if (!id->port) mockd::fail("rdma_create_qp", EINVAL, "the id has no route yet (resolve it, or take a request)");
+    // The kernel's CM gives the QP its attributes from the connection's state, which a
+    // REJ or a disconnect has reset: rdma_create_qp is EINVAL then (rxe, observed).
+    if (id->state == mockd::cm_id_obj::phase::done)
+      mockd::fail("rdma_create_qp", EINVAL,
+                  "the id's connection is no longer being set up (a connect request whose client gave up, or a "
+                  "rejected or closed connection)");
     if (p->ctx->fab != &f || p->ctx->dev != id->dev)
       mockd::fail("rdma_create_qp", EINVAL,
                   detail::cat("the PD is on ", f.devices[p->ctx->dev].cfg.name, " but the id's route is on ",
-                              f.devices[id->dev].cfg.name));
+                              f.devices[id->dev].cfg.name,
+                              ": make the PD on the device the connection manager chose for this address"));
     port = id->port;
   }
   qp q = create_qp(p, send_cq, recv_cq, type, caps, false);
