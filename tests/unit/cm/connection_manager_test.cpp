@@ -672,16 +672,26 @@ TEST_CASE("cm: accepting a request whose client gave up fails at once, saying so
     CHECK_THROWS_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o), cm_error);
     req.emplace(l.next_request(1s));
   }
+  bool own_qp = false;  // accepted with a queue pair the application made (rping -q)
+  SUBCASE("accepted with the application's queue pair") {
+    own_qp = true;
+    CHECK_THROWS_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o), cm_error);
+    req.emplace(l.next_request(1s));
+  }
   REQUIRE(req);
   std::this_thread::sleep_for(100ms);  // the REJ crosses the wire (rxe)
   cm_options so;
   so.timeout = 5s;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    (void)std::move(*req).accept<rc>(srv.pd, srv.cq, caps, {}, so);
+    if (own_qp)  // rdma_init_qp_attr (RTR) is the refusal then
+      (void)std::move(*req).accept(srv.pd.create_qp<rc>(srv.cq, caps), {}, so);
+    else
+      (void)std::move(*req).accept<rc>(srv.pd, srv.cq, caps, {}, so);
     FAIL("accepted the request of a client that is gone");
   } catch (const verbs_error& e) {
     const std::string what = e.what();
+    MESSAGE(what);
     CHECK(e.errno_value() == EINVAL);
     CHECK(what.find("gave up") != std::string::npos);
     CHECK(what.find("PD") == std::string::npos);

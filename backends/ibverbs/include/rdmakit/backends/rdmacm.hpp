@@ -189,6 +189,11 @@ struct rdmacm : ibverbs {
     r.dgid = as_gid(rdma_get_peer_addr(id), id->route.addr.addr.ibaddr.dgid);
     return r;
   }
+  /// Why rdma_create_qp, rdma_init_qp_attr and rdma_accept are EINVAL on an
+  /// id whose connection the kernel's CM reset (a REJ, a disconnect; rxe, observed).
+  static constexpr const char* connection_over =
+      "the CM id's connection is not being set up (a connect request whose client gave up, a rejected or closed "
+      "connection, or a step out of order)";
   /// rdma_create_qp: the QP in INIT on the id's device; `caps` written back as granted.
   static qp cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq, qp_type type, qp_cap& caps) {
     ibv_qp_init_attr ia = rdmakit::ibverbs::detail::init_attr(send_cq, recv_cq, nullptr, type, false, caps);
@@ -204,8 +209,7 @@ struct rdmacm : ibverbs {
                             ? std::string("the PD is on another ibv_context than the CM id: open the PD on the "
                                           "device the connection manager chose for this address, e.g. "
                                           "device<backends::rdmacm>(name)")
-                            : std::string("the CM id's connection is no longer being set up (a connect request "
-                                          "whose client gave up, or a rejected or closed connection)"));
+                            : std::string(connection_over));
     }
     caps = rdmakit::ibverbs::detail::from_ibv(ia.cap);
     return id->qp;
@@ -223,7 +227,10 @@ struct rdmacm : ibverbs {
   /// rdma_accept.
   static void cm_accept(cm_id id, const cm_conn_param& p) {
     rdma_conn_param c = param(p);
-    if (rdma_accept(id, &c)) throw verbs_error("rdma_accept", errno, "");
+    if (rdma_accept(id, &c)) {
+      const int e = errno;
+      throw verbs_error("rdma_accept", e, e == EINVAL ? connection_over : "");
+    }
   }
   /// rdma_init_qp_attr: the attributes of the id's connection for `state` (INIT, RTR,
   /// RTS), for a QP the application made (cm_user_qp_backend).
@@ -232,8 +239,12 @@ struct rdmacm : ibverbs {
     std::memset(&a, 0, sizeof a);
     a.qp_state = static_cast<ibv_qp_state>(state);
     int m = 0;
-    if (rdma_init_qp_attr(id, &a, &m))
-      throw verbs_error("rdma_init_qp_attr", errno, rdmakit::detail::cat("the attributes for ", to_string(state)));
+    if (rdma_init_qp_attr(id, &a, &m)) {
+      const int e = errno;
+      throw verbs_error("rdma_init_qp_attr", e,
+                        rdmakit::detail::cat("the attributes for ", to_string(state),
+                                             e == EINVAL ? std::string(": ") + connection_over : std::string()));
+    }
     attr = rdmakit::ibverbs::detail::from_ibv(a);
     mask = static_cast<qp_attr_mask>(m);
   }

@@ -36,6 +36,12 @@ inline void cm_push(fabric_state& f, cm_id_obj* id, cm_event_type t, int status 
   f.cv.notify_all();
 }
 
+// Why the CM's verbs refuse an id in phase::done (EINVAL, as the kernel's CM once a REJ
+// or a disconnect reset the connection).
+inline constexpr const char* cm_over =
+    "the id's connection is no longer being set up (a connect request whose client gave up, or a rejected or "
+    "closed connection)";
+
 // A REJECTED owed to a requester. librdmacm moves the requester's QP to ERR when it
 // reads REJECTED (so the receives it posted flush); the mock does it before queuing
 // the event, under the fabric lock, so the ids cannot go meanwhile.
@@ -451,10 +457,7 @@ RDMAKIT_DECL mock::qp mock::cm_create_qp(cm_id id, pd p, cq send_cq, cq recv_cq,
     if (!id->port) mockd::fail("rdma_create_qp", EINVAL, "the id has no route yet (resolve it, or take a request)");
     // The kernel's CM gives the QP its attributes from the connection's state, which a
     // REJ or a disconnect has reset: rdma_create_qp is EINVAL then (rxe, observed).
-    if (id->state == mockd::cm_id_obj::phase::done)
-      mockd::fail("rdma_create_qp", EINVAL,
-                  "the id's connection is no longer being set up (a connect request whose client gave up, or a "
-                  "rejected or closed connection)");
+    if (id->state == mockd::cm_id_obj::phase::done) mockd::fail("rdma_create_qp", EINVAL, mockd::cm_over);
     if (p->ctx->fab != &f || p->ctx->dev != id->dev)
       mockd::fail("rdma_create_qp", EINVAL,
                   detail::cat("the PD is on ", f.devices[p->ctx->dev].cfg.name, " but the id's route is on ",
@@ -561,6 +564,7 @@ RDMAKIT_DECL void mock::cm_accept(cm_id id, const cm_conn_param& prm) {
   auto& f = mockd::fab_of(id);
   using ph = mockd::cm_id_obj::phase;
   std::lock_guard lk(f.mu);
+  if (id->state == ph::done) mockd::fail("rdma_accept", EINVAL, mockd::cm_over);
   if (id->state != ph::received) mockd::fail("rdma_accept", EINVAL, "the id has no connect request to accept");
   if (!id->qp && !prm.qp_num)
     mockd::fail("rdma_accept", EINVAL,
@@ -610,6 +614,8 @@ RDMAKIT_DECL void mock::cm_init_qp_attr(cm_id id, qp_state state, qp_attr& attr,
   if (state != qp_state::init && state != qp_state::rtr && state != qp_state::rts)
     mockd::fail("rdma_init_qp_attr", EINVAL, "the CM gives attributes for INIT, RTR and RTS only");
   if (!id->port) mockd::fail("rdma_init_qp_attr", EINVAL, "the id has no route yet (resolve it, or take a request)");
+  // (INIT too: a connection's ids take it from the reset connection as well; rxe, observed.)
+  if (id->state == ph::done) mockd::fail("rdma_init_qp_attr", EINVAL, mockd::cm_over);
   const bool passive = id->passive && (id->state == ph::received || id->state == ph::established);
   const bool active = !id->passive && (id->state == ph::responded || id->state == ph::established);
   if (state != qp_state::init && (!id->peer || (!passive && !active)))
