@@ -406,18 +406,32 @@ int cm_gid_index(typename B::context ctx, const cm_route& r) {
   return choose_gid<B>(ctx, r.port);
 }
 
+// The usage_errors creating the QP would throw (empty handles, a send queue shallower
+// than the signaling policy needs, CQs too small for `caps`), checked before the
+// address is resolved or the request taken: a misuse then changes nothing.
+template <class B, class T, class S, polling PS, polling PR>
+void cm_check_qp_args(const protection_domain<B>& pd, completion_queue<B, PS>& send_cq,
+                      completion_queue<B, PR>& recv_cq, const qp_cap& caps, const char* call) {
+  static_assert(T::connected, "the connection manager connects RC and UC queue pairs (UD: use address handles)");
+  static_assert(!shares_receives<T>, "connection_manager: queue pairs on a shared receive queue are not supported yet");
+  const auto pref = policy_access::pd_ref(pd, call);
+  const auto* scq = policy_access::block(send_cq);
+  const auto* rcq = policy_access::block(recv_cq);
+  if (!scq) throw_empty("completion_queue", call);
+  if (!rcq) throw_empty("completion_queue", call);
+  check_sq_depth<S>(caps);
+  check_cq_room(*scq, *rcq, caps, T::name, pref->dev->attr.max_cqe);
+}
+
 // Creates the QP on the id (INIT) with the library's capacity checks and CQ accounting.
 template <class B, class T, class S, polling PS, polling PR>
 qp_parts<B> cm_make_parts(const shared_owner<cm_id_block<B>>& blk, const protection_domain<B>& pd,
                           completion_queue<B, PS>& send_cq, completion_queue<B, PR>& recv_cq, const qp_cap& caps,
                           const cm_options& o, const char* call) {
-  static_assert(T::connected, "the connection manager connects RC and UC queue pairs (UD: use address handles)");
-  static_assert(!shares_receives<T>, "connection_manager: queue pairs on a shared receive queue are not supported yet");
+  cm_check_qp_args<B, T, S>(pd, send_cq, recv_cq, caps, call);
   auto pref = policy_access::pd_ref(pd, call);
   auto scq = policy_access::shared_block(send_cq);
   auto rcq = policy_access::shared_block(recv_cq);
-  if (!scq) throw_empty("completion_queue", call);
-  if (!rcq) throw_empty("completion_queue", call);
   const cm_route r = B::cm_query_route(blk->id);
   qp_options qo;
   qo.port = r.port;
@@ -693,6 +707,8 @@ class cm_request {
                                 Prepare prepare = {}) && {
     detail::check_cm_timeout(o);
     const auto param = detail::cm_param(o, reply, "cm_request::accept", false);
+    if (!id_) detail::throw_empty("cm_request", "accept");
+    detail::cm_check_qp_args<B, T, S>(pd, send_cq, recv_cq, caps, "cm_request::accept");  // the request stays
     auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
     auto qp = detail::cm_bring_up<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, "cm_request::accept", prepare, [&] {
       B::cm_accept(blk->id, param);
@@ -839,6 +855,7 @@ cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_que
                                   Prepare prepare = {}) {
   detail::check_cm_timeout(o);
   const auto param = detail::cm_param(o, data, "cm_connect", true);
+  detail::cm_check_qp_args<B, T, S>(pd, send_cq, recv_cq, caps, "cm_connect");  // before the address is resolved
   auto pref = detail::policy_access::pd_ref(pd, "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(pref->dev);
   auto blk = detail::cm_new_id<B>(chan);

@@ -119,14 +119,27 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// still gets them; the new QP has none). They never touch the new QP's credits.
   /// Throws usage_error, changing nothing, when the CQs cannot hold the new QP's depths
   /// beside the old one's outstanding WRs (and earlier resets' unpolled flushes);
-  /// verbs_error if the new QP cannot be made (then this object is empty).
+  /// verbs_error if the new QP cannot be made (then the old one is destroyed with its
+  /// outstanding WRs, this object is empty, and the error says so).
   queue_pair<B, T, S, qp_state::init> reset() && {
     link_("reset");
     detail::prune_retired(parts_.retired);
     // Refused before anything changes: this queue pair stays as it was.
     if (auto why = detail::no_room_for_replacement(parts_, "reset()"); !why.empty()) throw usage_error(why);
+    const auto& l = *parts_.link;
+    const std::uint32_t old_qpn = l.qp_num, outstanding = l.sends_to_come() + l.rq.held;
     queue_pair<B, T, S, qp_state::init> fresh(std::move(parts_));
-    detail::replace_with_fresh<B, T, S>(fresh.parts_);
+    try {
+      detail::replace_with_fresh<B, T, S>(fresh.parts_);
+    } catch (const verbs_error& e) {
+      // The old QP went with the refused new one: say so, not only the device's "destroy one first".
+      const std::string what = detail::cat(
+          e.detail(), "; reset(): the new queue pair could not be made, and QP ", old_qpn, " was destroyed",
+          outstanding ? detail::cat(" with its ", outstanding, " outstanding WRs (they may never complete)") : "",
+          ": this queue pair is now empty; create a new one");
+      if (const auto* t = e.transition()) throw verbs_error(e.verb(), e.errno_value(), what, *t);
+      throw verbs_error(e.verb(), e.errno_value(), what);
+    }
     return fresh;
   }
 

@@ -295,6 +295,57 @@ TEST_CASE("cm: a reject reason over 148 bytes is a usage_error; the request can 
   CHECK(server.get());
 }
 
+// accept() took the request before checking its PD and CQs: an empty handle, or a CQ
+// too small for `caps`, was a usage_error that rejected the request (its client got
+// REJECTED), where the rule is a usage_error before anything is done.
+TEST_CASE("cm: accept with an empty or too small CQ is a usage_error; the request can still be accepted") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] {
+    auto req = l.next_request(5s);
+    completion_queue<B> none;
+    auto small = srv.dev.create_cq(8);  // caps need 32
+    protection_domain<B> no_pd;
+    std::string refused;
+    int kept = 0;
+    for (int i = 0; i < 3; ++i) {
+      try {
+        if (i == 0) (void)std::move(req).accept<rc>(srv.pd, none, caps);
+        if (i == 1) (void)std::move(req).accept<rc>(srv.pd, small, caps);
+        if (i == 2) (void)std::move(req).accept<rc>(no_pd, srv.cq, caps);
+      } catch (const usage_error& e) {
+        refused += e.what();
+      }
+      kept += static_cast<bool>(req);
+    }
+    auto c = std::move(req).accept<rc>(srv.pd, srv.cq, caps);
+    return kept == 3 && refused.find("at least 32 entries") != std::string::npos && static_cast<bool>(c);
+  });
+  cm_options o;
+  o.timeout = 3s;
+  CHECK(cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o));
+  CHECK(server.get());
+  CHECK(srv.cq.attached() == 0);  // the connection went with the server's future
+}
+
+// cm_connect checked its CQs only once the address and route were resolved (the waits
+// of both, or an address error that hid the misuse).
+TEST_CASE("cm: cm_connect with an empty or too small CQ is a usage_error before the address is resolved") {
+  testbed tb;
+  side cli(tb.open(1));
+  completion_queue<B> none;
+  auto small = cli.dev.create_cq(8);
+  cm_options o;
+  o.timeout = 1500ms;
+  const auto nobody = cm_address::parse(tb.nobody(), 7471);
+  CHECK_THROWS_AS((void)cm_connect<rc>(cli.pd, none, caps, nobody, {}, o), usage_error);
+  CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, small, caps, nobody, {}, o), doctest::Contains("at least 32"),
+                       usage_error);
+  auto shallow = [&] { (void)cm_connect<rc, signal_every<32>>(cli.pd, cli.cq, caps, nobody, {}, o); };  // SQ of 16
+  CHECK_THROWS_WITH_AS(shallow(), doctest::Contains("max_send_wr"), usage_error);
+}
+
 TEST_CASE("cm: a rejected connect: its QP went to ERR (librdmacm does), the receives of its prepare hook flush") {
   testbed tb;
   side cli(tb.open(1));

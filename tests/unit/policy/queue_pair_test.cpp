@@ -550,6 +550,42 @@ TEST_CASE("reset(): nothing outstanding destroys the old QP at once; receives ou
   CHECK(cq.flushing() == 0);  // each flush polled gives its entry back
 }
 
+// The device refusing the new queue pair (here its max_qp, which the old one still
+// counts in while its receives are outstanding) destroys the old one too: the error was
+// the bare ibv_create_qp refusal ("destroy one first"), silent on the handle now empty
+// and on the receives that will not complete.
+TEST_CASE("reset(): the new queue pair refused by the device: the error says the queue pair is now empty") {
+  mock::fabric_config cfg;
+  cfg.devices.resize(1);
+  cfg.devices[0].name = "one_qp";
+  cfg.devices[0].limits.max_qp = 1;
+  mock::fabric fab(cfg);
+  side x(fab, "one_qp");
+  auto mr = x.pd.allocate<access::local_write>(64);
+  auto q = x.pd.create_qp<rc>(x.cq, qp_cap{2, 2});
+  const auto qpn = q.qp_num();
+  REQUIRE(q.post_recv(mr.local(0, 8), 1).ok());
+  try {
+    (void)std::move(q).reset();
+    FAIL("reset() made a second queue pair on a device of max_qp 1");
+  } catch (const verbs_error& e) {
+    const std::string w = e.what();
+    CAPTURE(w);
+    CHECK(e.verb() == std::string_view("ibv_create_qp"));
+    CHECK(e.errno_value() == ENOMEM);
+    CHECK(w.find("max_qp") != std::string::npos);
+    CHECK(w.find("reset()") != std::string::npos);
+    CHECK(w.find(detail::cat("QP ", qpn, " was destroyed")) != std::string::npos);
+    CHECK(w.find("1 outstanding") != std::string::npos);
+    CHECK(w.find("now empty") != std::string::npos);
+  }
+  CHECK_FALSE(q);
+  (void)collect(x.cq, 1, 10);  // a poll finding the CQ empty gives the destroyed QP's room back
+  CHECK(x.cq.reserved() + x.cq.flushing() == 0);
+  auto again = x.pd.create_qp<rc>(x.cq, qp_cap{2, 2});  // the device's count is back too
+  CHECK(again);
+}
+
 // A CQ sized for one queue pair cannot hold a new one beside the old one's flushes:
 // the reset used to be made anyway, and once the new queue pair's WRs completed before
 // the flushes were polled the CQ overflowed (CQ_ERR; the mock drops the completion, a
