@@ -343,6 +343,12 @@ cm_event_of<B> cm_wait(typename B::cm_channel ch, std::chrono::milliseconds time
 }
 
 inline std::vector<std::byte> cm_data_of(const std::byte* d, std::size_t n) { return {d, d + n}; }
+// True when private data carries nothing: none, or the zeros a transport pads it with.
+inline bool cm_data_is_zero(const std::byte* d, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (d[i] != std::byte{0}) return false;
+  return true;
+}
 
 // Waits for `want` on the id's channel; any failure event is a cm_error naming `step`.
 template <class B>
@@ -373,7 +379,10 @@ cm_event_of<B> cm_expect(cm_id_block<B>& blk, cm_event_type want, std::chrono::m
                            ev.status == 8   ? ": nobody listens on that address and port (start the server first)"
                            : ev.status == 4 ? ": the peer's connection manager gave up (it stopped waiting, or "
                                               "its id was destroyed: raise its timeout, or check that it runs)"
-                                            : ": the peer rejected the connection (its private data says why)"),
+                           : cm_data_is_zero(ev.data.data(), ev.data_len)
+                               ? ": the peer rejected the connection without a reason (no private data: its "
+                                 "application rejected or dropped the request, or its accept failed)"
+                               : ": the peer rejected the connection (its private data says why)"),
                        ev.type, ev.status, data());
       case cm_event_type::unreachable:
         throw cm_error(cm_errc::unreachable, cat(step, ": ", got, ": the peer's connection manager did not answer"),

@@ -400,6 +400,10 @@ TEST_CASE("cm: a request dropped unanswered is rejected") {
     FAIL("connected to a dropped request");
   } catch (const cm_error& e) {
     CHECK(e.code() == cm_errc::rejected);
+    // No reason came (the REJ's private data is zeros, padded on rxe): the error does
+    // not send the reader to it.
+    MESSAGE(std::string(e.what()));
+    CHECK(std::string(e.what()).find("without a reason") != std::string::npos);
   }
   server.get();
 }
