@@ -5,9 +5,9 @@
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/detail/qp_link.hpp>
 #include <rdmakit/qp_options.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/types.hpp>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
