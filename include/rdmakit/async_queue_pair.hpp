@@ -257,15 +257,19 @@ class wr_awaiter final : wr_waiter<B> {
   }
   /// Moves the wait before it is awaited (GCC 12 moves a co_await operand that is not a
   /// prvalue into the coroutine frame): the queue pair is told the new address.
+  /// One a coroutine awaits stays with it (its resumption and timer are there): the new
+  /// one is empty then, and awaiting it throws usage_error.
   wr_awaiter(wr_awaiter&& o) noexcept
-      : core_(std::exchange(o.core_, nullptr)),
-        post_(std::move(o.post_)),
+      : core_(nullptr),
+        post_(o.suspended_ ? Post(o.post_) : Post(std::move(o.post_))),  // (a suspended one may retry)
         loop_(o.loop_),
-        timeout_(o.timeout_),
-        state_(std::exchange(o.state_, state::done)),
-        slot_(o.slot_),
-        result_(std::move(o.result_)) {
+        timeout_(o.timeout_) {
     timed_out_.bind([](void* self) noexcept { static_cast<wr_awaiter*>(self)->on_timeout_(); }, this);
+    if (o.suspended_) return;
+    core_ = std::exchange(o.core_, nullptr);
+    state_ = std::exchange(o.state_, state::done);
+    slot_ = o.slot_;
+    result_ = std::move(o.result_);
     if (core_ && state_ == state::posted) core_->rebind(slot_, *this);
     if (core_ && state_ == state::credits) core_->replace_waiter(o, *this);
   }
@@ -300,9 +304,11 @@ class wr_awaiter final : wr_waiter<B> {
                         "awaited once, by one coroutine: co_await std::move(w), .within() and auto w2 = "
                         "std::move(w) move it: await the one it moved to)");
     if (RDMAKIT_UNLIKELY(loop_->gone())) detail::throw_scheduler_gone("co_await on a work request");
+    // The timer first: if arming it throws, the coroutine resumes with the exception, and
+    // suspended_ would have the WR's completion resume it a second time.
+    if (timeout_) timer_.arm(*loop_, detail::deadline_after(*timeout_), timed_out_);
     resume_.bind(h);
     suspended_ = true;
-    if (timeout_) timer_.arm(*loop_, detail::deadline_after(*timeout_), timed_out_);
   }
   /// The result (moved out: await a WR once).
   wr_result<B> await_resume() noexcept { return std::move(*result_); }

@@ -237,26 +237,35 @@ class event_loop {
 
   /// `co_await loop.sleep_for(d)`: resumes after `d` (on a later turn of this loop). Any
   /// duration type: one past the steady clock's range (seconds::max()) sleeps for ever.
+  /// Awaited by one coroutine at a time, and not after the loop is destroyed (usage_error).
   template <class Rep, class Period>
   auto sleep_for(std::chrono::duration<Rep, Period> period) noexcept {
     const auto d = detail::steady_duration(period);  // not an overflowing implicit conversion
     class awaiter {
      public:
-      awaiter(detail::loop_core& core, std::chrono::steady_clock::duration d) noexcept : core_(core), d_(d) {}
+      awaiter(std::shared_ptr<detail::loop_core> core, std::chrono::steady_clock::duration d) noexcept
+          : core_(std::move(core)), d_(d) {}
       bool await_ready() const noexcept { return false; }
       void await_suspend(std::coroutine_handle<> h) {
+        // Sleeping, or woken and not yet resumed: a second coroutine would take the resumption.
+        if (timer_.armed() || resume_.linked())
+          throw usage_error("co_await sleep_for(): this sleep is awaited by another coroutine already: call "
+                            "sleep_for() in each coroutine");
+        if (RDMAKIT_UNLIKELY(core_->gone()))
+          throw usage_error("co_await sleep_for(): the event_loop this was made on was destroyed, so nothing would "
+                            "end the sleep: call sleep_for() on the loop that runs this coroutine");
+        timer_.arm(*core_, detail::deadline_after(d_), resume_);  // first: a throw leaves nothing to resume
         resume_.bind(h);
-        timer_.arm(core_, detail::deadline_after(d_), resume_);
       }
       void await_resume() const noexcept {}
 
      private:
-      detail::loop_core& core_;
+      std::shared_ptr<detail::loop_core> core_;  // shared: the awaiter may outlive its loop
       std::chrono::steady_clock::duration d_;
       detail::work_item resume_;
       detail::timer_node timer_;  // after resume_: disarmed before resume_ goes away
     };
-    return awaiter(*core_, d);
+    return awaiter(core_, d);
   }
 
   /// The scheduler that completion queues and event sources register with.

@@ -73,7 +73,11 @@ class mailbox_awaiter final : mailbox<T>::waiter {
  public:
   mailbox_awaiter(std::shared_ptr<Source> source, std::optional<std::chrono::steady_clock::duration> timeout) noexcept
       : source_(std::move(source)), timeout_(timeout) {}
-  mailbox_awaiter(mailbox_awaiter&& o) noexcept : source_(std::move(o.source_)), timeout_(o.timeout_) {}
+  /// One that a coroutine awaits (waiting, or given its value and not yet resumed) stays
+  /// with it: the new one is empty (awaiting it throws usage_error).
+  mailbox_awaiter(mailbox_awaiter&& o) noexcept : timeout_(o.timeout_) {
+    if (!o.busy_()) source_ = std::move(o.source_);
+  }
   mailbox_awaiter& operator=(mailbox_awaiter&&) = delete;
   ~mailbox_awaiter() {
     if (waiting_) source_->mailbox().remove(*this);
@@ -84,20 +88,28 @@ class mailbox_awaiter final : mailbox<T>::waiter {
     if (!source_)
       throw usage_error("co_await next(): this awaitable was moved from or awaited already (co_await std::move(n) "
                         "takes it): call next() again for the next value");
+    // One coroutine at a time, until it resumed: a second one would take the first one's
+    // value (take() below) and resumption.
+    if (busy_())
+      throw usage_error("co_await next(): this awaitable is awaited by another coroutine already: call next() "
+                        "in each coroutine");
     got_ = source_->mailbox().take();
     return got_.has_value();
   }
   void await_suspend(std::coroutine_handle<> h) {
-    // One coroutine at a time: a second one would take the first one's resumption.
-    if (waiting_)
-      throw usage_error("co_await next(): this awaitable is awaited by another coroutine already: call next() "
-                        "in each coroutine");
     if (RDMAKIT_UNLIKELY(source_->loop().gone())) throw_scheduler_gone("co_await next()");
-    resume_.bind(h);
     timed_out_.bind([](void* self) noexcept { static_cast<mailbox_awaiter*>(self)->on_timeout_(); }, this);
-    source_->mailbox().add(*this);
-    waiting_ = true;
+    // Registered only once nothing more can throw: an exception resumes the coroutine at
+    // once, and a registration left behind would resume it a second time.
     if (timeout_) timer_.arm(source_->loop(), deadline_after(*timeout_), timed_out_);
+    try {
+      source_->mailbox().add(*this);
+    } catch (...) {
+      timer_.disarm();
+      throw;
+    }
+    waiting_ = true;
+    resume_.bind(h);
   }
   /// The value, or std::nullopt when the timeout passed first.
   std::optional<T> await_resume() noexcept { return std::move(got_); }
@@ -109,6 +121,7 @@ class mailbox_awaiter final : mailbox<T>::waiter {
     got_.emplace(v);
     source_->loop().post(resume_);
   }
+  bool busy_() const noexcept { return waiting_ || resume_.linked(); }
   void on_timeout_() noexcept {
     if (!waiting_) return;
     waiting_ = false;

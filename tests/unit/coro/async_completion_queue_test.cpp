@@ -317,3 +317,66 @@ TEST_CASE("async_completion_queue: awaited after its event_loop was destroyed, a
   CHECK_FALSE(went_on);
   CHECK(a->cq.pending() == 0);
 }
+
+// A next() moved while a coroutine awaited it left that coroutine's wait registered with
+// no source: the completion that came for it dereferenced a null pointer (SIGSEGV).
+TEST_CASE("async_completion_queue: a next() moved while awaited stays with its coroutine; the moved-to one is refused") {
+  plain_pair p;
+  auto& [bed, loop, a, b, ma, mb, qa, qb] = p;
+  using next_type = decltype(a.cq.next());
+  next_type* waiting = nullptr;
+  std::optional<completion<B>> got;
+  auto first = [&]() -> task<void> {
+    auto n = a.cq.next();
+    waiting = &n;
+    got = co_await n;
+  };
+  std::string refused;
+  auto second = [&]() -> task<void> {
+    REQUIRE(qa.write(ma.local(0, 8), mb.remote().sub(0, 8), 5).ok());
+    auto moved = std::move(*waiting);  // while `first` awaits it
+    refused = co_await usage_error_of_await(moved);
+    co_await loop.sleep_for(20ms);
+  };
+  loop.spawn(first());
+  loop.run(second());
+  CHECK(refused.find("awaited") != std::string::npos);
+  REQUIRE(got);
+  CHECK(got->wr_id() == 5);
+}
+
+// A next() that had its completion, its coroutine not yet resumed, awaited by a second
+// coroutine: that one took the resumption (with nothing: as if timed out), the first
+// never woke, and the wait it registered resumed the second again later.
+TEST_CASE("async_completion_queue: a next() awaited by a second coroutine before the first resumed is refused") {
+  plain_pair p;
+  auto& [bed, loop, a, b, ma, mb, qa, qb] = p;
+  using next_type = decltype(a.cq.next());
+  next_type* waiting = nullptr;
+  std::optional<completion<B>> got;
+  auto first = [&]() -> task<void> {
+    auto n = a.cq.next();
+    waiting = &n;
+    got = co_await n;
+  };
+  std::string refused;
+  // Its timer is due in the turn that drains the completion: it is queued before
+  // `first`'s resumption, and runs first.
+  auto second = [&]() -> task<void> {
+    REQUIRE(qa.write(ma.local(0, 8), mb.remote().sub(0, 8), 5).ok());
+    co_await loop.sleep_for(0ms);
+    REQUIRE_FALSE(got);  // (else `first` finished: *waiting is gone)
+    try {
+      auto& n = *waiting;  // awaited in place (GCC 12 would move `*waiting` into the frame)
+      (void)co_await n;
+    } catch (const usage_error& e) {
+      refused = e.what();
+    }
+    co_await loop.sleep_for(20ms);
+  };
+  loop.spawn(first());
+  loop.run(second());
+  CHECK(refused.find("awaited") != std::string::npos);
+  REQUIRE(got);
+  CHECK(got->wr_id() == 5);
+}

@@ -487,3 +487,31 @@ TEST_CASE("async_queue_pair: on a shared receive queue, the SRQ's receive comple
   }
 }
 #endif
+
+// A WR's awaitable moved while a coroutine awaited it took the WR along: the moved-to one
+// got the completion, and the coroutine waiting on the moved-from one never resumed.
+TEST_CASE("async_queue_pair: a WR's awaitable moved while awaited stays with its coroutine; the moved-to one is refused") {
+  rig<> r;
+  auto& [bed, loop, c, ma, mb] = r;
+  using recv_type = decltype(c.y().recv(mb.local(0, 64)));
+  recv_type* waiting = nullptr;
+  std::optional<wr_result<B>> got;
+  auto first = [&]() -> task<void> {
+    auto w = c.y().recv(mb.local(0, 64));
+    waiting = &w;
+    got.emplace(co_await w);
+  };
+  std::string refused;
+  auto second = [&]() -> task<void> {
+    auto sent = c.x().send(ma.local(0, 8));  // posted now: the receive completes
+    auto moved = std::move(*waiting);        // while `first` awaits it
+    refused = co_await usage_error_of_await(moved);
+    CHECK((co_await std::move(sent)).ok());
+    co_await loop.sleep_for(20ms);
+  };
+  loop.spawn(first());
+  loop.run(second());
+  CHECK(refused.find("moved from or awaited") != std::string::npos);
+  REQUIRE(got);
+  CHECK(got->ok());
+}

@@ -185,3 +185,49 @@ TEST_CASE("event_loop: run(t) whose task destroys the loop and finishes returns 
   };
   CHECK(loop->run(killer()) == 42);
 }
+
+// sleep_for's awaiter held its loop's state by reference: made on a loop that was then
+// destroyed, and awaited by a task of another loop, it armed its timer in freed memory
+// (ASan: heap-use-after-free), and the task then waited for a timer nothing runs.
+TEST_CASE("event_loop: a sleep_for awaited after its loop was destroyed is a usage_error, not a use after free") {
+  auto gone = std::make_unique<event_loop>();
+  event_loop other;
+  bool went_on = false;
+  auto sleeper = [&]() -> task<void> {
+    auto s = gone->sleep_for(1ms);
+    gone.reset();
+    co_await s;
+    went_on = true;
+  };
+  CHECK_THROWS_WITH_AS(other.run(sleeper()), doctest::Contains("was destroyed"), usage_error);
+  CHECK_FALSE(went_on);
+}
+
+// A sleep awaited by a second coroutine while the first slept took the first one's
+// resumption: the first never woke (run() then had nothing left to wake it).
+TEST_CASE("event_loop: a sleep_for awaited by a second coroutine is a usage_error; the first still wakes") {
+  event_loop loop;
+  using sleep_type = decltype(loop.sleep_for(10ms));
+  sleep_type* sleeping = nullptr;
+  bool first_woke = false;
+  std::string refused;
+  auto first = [&]() -> task<void> {
+    auto s = loop.sleep_for(10ms);
+    sleeping = &s;
+    co_await s;
+    first_woke = true;
+  };
+  auto second = [&]() -> task<void> {
+    try {
+      auto& s = *sleeping;  // (GCC 12 would copy `*sleeping` into the frame)
+      co_await s;           // while `first` sleeps on it
+    } catch (const usage_error& e) {
+      refused = e.what();
+    }
+  };
+  loop.spawn(first());
+  loop.spawn(second());
+  CHECK_NOTHROW(loop.run());
+  CHECK(first_woke);
+  CHECK(refused.find("awaited by another coroutine") != std::string::npos);
+}
