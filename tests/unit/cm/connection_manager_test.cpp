@@ -1108,122 +1108,112 @@ TEST_CASE("cm (mock): an IPv4-mapped IPv6 address is the IPv4 one; the mock's CM
 #endif
 
 #if !RDMAKIT_CM_RDMACM
+// A connect request on the mock's CM verbs, taken by the passive side and not answered:
+// the active side connected with the application's QP (it gets CONNECT_RESPONSE).
+struct requested {
+  testbed tb;
+  side srv{tb.open(0)}, cli{tb.open(1)};
+  queue_pair<B, rc, signal_all, qp_state::init> qs = srv.pd.create_qp<rc>(srv.cq, caps);
+  queue_pair<B, rc, signal_all, qp_state::init> qc = cli.pd.create_qp<rc>(cli.cq, caps);
+  B::cm_channel cs = B::cm_create_channel(srv.dev.native());
+  B::cm_channel cc = B::cm_create_channel(cli.dev.native());
+  B::cm_id ls = B::cm_create_id(cs);
+  B::cm_id ci = B::cm_create_id(cc);
+  basic_cm_event<B::cm_id> ev;
+  B::cm_id child{};
+  requested() {
+    const auto port = next_port();
+    B::cm_listen(ls, cm_address::parse(tb.ip(), port), 8);
+    B::cm_resolve_addr(ci, cm_address{}, cm_address::parse(tb.ip(), port), 1000ms);
+    REQUIRE(B::cm_get_event(cc, 1000ms, ev) == 0);
+    REQUIRE(ev.type == cm_event_type::addr_resolved);
+    B::cm_resolve_route(ci, 1000ms);
+    REQUIRE(B::cm_get_event(cc, 1000ms, ev) == 0);
+    REQUIRE(ev.type == cm_event_type::route_resolved);
+    cm_conn_param pc;
+    pc.qp_num = qc.qp_num();
+    B::cm_connect(ci, pc);
+    REQUIRE(B::cm_get_event(cs, 1000ms, ev) == 0);
+    REQUIRE(ev.type == cm_event_type::connect_request);
+    child = ev.id;
+  }
+};
+
 // The mock's CM verbs themselves: an interleaving the typed layer meets only when a thread
 // is descheduled at the wrong moment, made here in order on one thread.
 TEST_CASE("cm (mock): the passive side gives up after its accept, before the active side's RTU: the active "
           "side is told (REJECTED), not left waiting for ever") {
-  testbed tb;
-  side srv(tb.open(0)), cli(tb.open(1));
-  auto qs = srv.pd.create_qp<rc>(srv.cq, caps);
-  auto qc = cli.pd.create_qp<rc>(cli.cq, caps);
-  const auto cs = B::cm_create_channel(srv.dev.native());
-  const auto cc = B::cm_create_channel(cli.dev.native());
-  const auto port = next_port();
-  const auto ls = B::cm_create_id(cs);
-  B::cm_listen(ls, cm_address::parse(tb.ip(), port), 8);
-  const auto ci = B::cm_create_id(cc);
-  basic_cm_event<B::cm_id> ev;
-  B::cm_resolve_addr(ci, cm_address{}, cm_address::parse(tb.ip(), port), 1000ms);
-  REQUIRE(B::cm_get_event(cc, 1000ms, ev) == 0);
-  REQUIRE(ev.type == cm_event_type::addr_resolved);
-  B::cm_resolve_route(ci, 1000ms);
-  REQUIRE(B::cm_get_event(cc, 1000ms, ev) == 0);
-  REQUIRE(ev.type == cm_event_type::route_resolved);
-  cm_conn_param pc;
-  pc.qp_num = qc.qp_num();  // the application's QP: the active side gets CONNECT_RESPONSE
-  B::cm_connect(ci, pc);
-  REQUIRE(B::cm_get_event(cs, 1000ms, ev) == 0);
-  REQUIRE(ev.type == cm_event_type::connect_request);
-  const auto child = ev.id;
+  requested r;
   cm_conn_param ps;
-  ps.qp_num = qs.qp_num();
-  B::cm_accept(child, ps);
+  ps.qp_num = r.qs.qp_num();
+  B::cm_accept(r.child, ps);
   // No ESTABLISHED within its timeout (the active thread was descheduled): the passive
   // side gives up and destroys its id.
-  REQUIRE(B::cm_destroy_id(child) == 0);
-  REQUIRE(B::cm_get_event(cc, 1000ms, ev) == 0);
-  CHECK(ev.type == cm_event_type::connect_response);
+  REQUIRE(B::cm_destroy_id(r.child) == 0);
+  REQUIRE(B::cm_get_event(r.cc, 1000ms, r.ev) == 0);
+  CHECK(r.ev.type == cm_event_type::connect_response);
   // The REJ the passive side's CM sends as it destroys an id in REP_SENT: as librdmacm,
   // REJECTED, and the RTU is refused; without it, a wait for DISCONNECTED never ends.
-  const int e = B::cm_get_event(cc, 300ms, ev);
+  const int e = B::cm_get_event(r.cc, 300ms, r.ev);
   CHECK(e == 0);
-  if (e == 0) CHECK(ev.type == cm_event_type::rejected);
-  CHECK_THROWS_AS(B::cm_establish(ci), verbs_error);
-  CHECK(B::cm_destroy_id(ci) == 0);
-  CHECK(B::cm_destroy_id(ls) == 0);
-  CHECK(B::cm_destroy_channel(cc) == 0);
-  CHECK(B::cm_destroy_channel(cs) == 0);
+  if (e == 0) CHECK(r.ev.type == cm_event_type::rejected);
+  CHECK_THROWS_AS(B::cm_establish(r.ci), verbs_error);
+  CHECK(B::cm_destroy_id(r.ci) == 0);
+  CHECK(B::cm_destroy_id(r.ls) == 0);
+  CHECK(B::cm_destroy_channel(r.cc) == 0);
+  CHECK(B::cm_destroy_channel(r.cs) == 0);
 }
 #endif
 
 #if !RDMAKIT_CM_RDMACM
 // The active side gives up while its request is unanswered: its queue pair goes first,
-// then its id (what cm_connect does at its timeout, on its own thread). The kernel's CM
-// destroys an id in REQ_SENT with a REJ, so the passive side gets REJECTED and its
-// accept's wait for ESTABLISHED ends. The mock took the accept of a request whose
-// queue pair was gone and answered nothing: the passive side waited its whole timeout.
+// then its id (what cm_connect does at its timeout, on its own thread). Accepted in
+// between, the passive side gets REJECTED at once (the mock answered nothing: it waited
+// its whole accept timeout). After the id went, the request is reset (the kernel's CM on
+// the REJ; rxe, observed) and its REJECTED dropped, as ucma drops a new connection's
+// events until the accept.
 TEST_CASE("cm (mock): the active side gives up on its request: REJECTED once accepted, its request reset before") {
-  testbed tb;
-  side srv(tb.open(0)), cli(tb.open(1));
-  auto qs = srv.pd.create_qp<rc>(srv.cq, caps);
-  auto qc = cli.pd.create_qp<rc>(cli.cq, caps);
-  const auto cs = B::cm_create_channel(srv.dev.native());
-  const auto cc = B::cm_create_channel(cli.dev.native());
-  const auto port = next_port();
-  const auto ls = B::cm_create_id(cs);
-  B::cm_listen(ls, cm_address::parse(tb.ip(), port), 8);
-  const auto ci = B::cm_create_id(cc);
-  basic_cm_event<B::cm_id> ev;
-  B::cm_resolve_addr(ci, cm_address{}, cm_address::parse(tb.ip(), port), 1000ms);
-  REQUIRE(B::cm_get_event(cc, 1000ms, ev) == 0);
-  B::cm_resolve_route(ci, 1000ms);
-  REQUIRE(B::cm_get_event(cc, 1000ms, ev) == 0);
-  cm_conn_param pc;
-  pc.qp_num = qc.qp_num();
-  B::cm_connect(ci, pc);
-  REQUIRE(B::cm_get_event(cs, 1000ms, ev) == 0);
-  REQUIRE(ev.type == cm_event_type::connect_request);
-  const auto child = ev.id;
+  requested r;
   cm_conn_param ps;
-  ps.qp_num = qs.qp_num();
+  ps.qp_num = r.qs.qp_num();
   SUBCASE("its queue pair went, then the passive side accepted") {
-    qc = {};  // the active side's queue pair goes first
-    B::cm_accept(child, ps);
-    const int e = B::cm_get_event(cs, 300ms, ev);
+    r.qc = {};  // the active side's queue pair goes first
+    B::cm_accept(r.child, ps);
+    const int e = B::cm_get_event(r.cs, 300ms, r.ev);
     CHECK(e == 0);  // not a wait for the accept's whole timeout
     if (e == 0) {
-      CHECK(ev.type == cm_event_type::rejected);
-      CHECK(ev.status == 4);  // IB_CM_REJ_TIMEOUT, as the kernel's CM destroying an id in REQ_SENT
-      CHECK(ev.id == child);
+      CHECK(r.ev.type == cm_event_type::rejected);
+      CHECK(r.ev.status == 4);  // IB_CM_REJ_TIMEOUT, as the kernel's CM destroying an id in REQ_SENT
+      CHECK(r.ev.id == r.child);
     }
-    CHECK(B::cm_destroy_id(ci) == 0);
-    CHECK(B::cm_get_event(cs, 50ms, ev) != 0);  // one REJ, not a second event
+    CHECK(B::cm_destroy_id(r.ci) == 0);
+    CHECK(B::cm_get_event(r.cs, 50ms, r.ev) != 0);  // one REJ, not a second event
   }
   SUBCASE("its id went before the passive side answered") {
-    qc = {};
-    REQUIRE(B::cm_destroy_id(ci) == 0);
+    r.qc = {};
+    REQUIRE(B::cm_destroy_id(r.ci) == 0);
     // Its REJ reset the request; the REJECTED is dropped, as the kernel drops a new
     // connection's events until the accept. The CM's verbs on it are EINVAL now.
-    CHECK(B::cm_get_event(cs, 50ms, ev) == ETIMEDOUT);
+    CHECK(B::cm_get_event(r.cs, 50ms, r.ev) == ETIMEDOUT);
     qp_cap c = caps;
     const auto einval = [](const verbs_error& e) { return e.errno_value() == EINVAL; };
     try {
-      (void)B::cm_create_qp(child, srv.pd.native(), srv.cq.native(), srv.cq.native(), qp_type::rc, c);
+      (void)B::cm_create_qp(r.child, r.srv.pd.native(), r.srv.cq.native(), r.srv.cq.native(), qp_type::rc, c);
       FAIL("rdma_create_qp on a request its client gave up");
     } catch (const verbs_error& e) {
       CHECK(einval(e));
     }
     try {
-      B::cm_accept(child, ps);
+      B::cm_accept(r.child, ps);
       FAIL("rdma_accept of a request its client gave up");
     } catch (const verbs_error& e) {
       CHECK(einval(e));
     }
   }
-  CHECK(B::cm_destroy_id(child) == 0);
-  CHECK(B::cm_destroy_id(ls) == 0);
-  CHECK(B::cm_destroy_channel(cc) == 0);
-  CHECK(B::cm_destroy_channel(cs) == 0);
+  CHECK(B::cm_destroy_id(r.child) == 0);
+  CHECK(B::cm_destroy_id(r.ls) == 0);
+  CHECK(B::cm_destroy_channel(r.cc) == 0);
+  CHECK(B::cm_destroy_channel(r.cs) == 0);
 }
 #endif
 
