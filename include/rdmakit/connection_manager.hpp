@@ -433,11 +433,11 @@ void cm_check_qp_args(const protection_domain<B>& pd, completion_queue<B, PS>& s
 }
 
 // Creates the QP on the id (INIT) with the library's capacity checks and CQ accounting.
+// Its callers (accept, cm_connect) ran cm_check_qp_args on the same arguments first.
 template <class B, class T, class S, polling PS, polling PR>
 qp_parts<B> cm_make_parts(const shared_owner<cm_id_block<B>>& blk, const protection_domain<B>& pd,
                           completion_queue<B, PS>& send_cq, completion_queue<B, PR>& recv_cq, const qp_cap& caps,
                           const cm_options& o, const char* call) {
-  cm_check_qp_args<B, T, S>(pd, send_cq, recv_cq, caps, call);
   auto pref = policy_access::pd_ref(pd, call);
   auto scq = policy_access::shared_block(send_cq);
   auto rcq = policy_access::shared_block(recv_cq);
