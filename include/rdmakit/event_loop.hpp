@@ -227,6 +227,7 @@ class event_loop {
   /// that interleave the loop with their own polling).
   void poll() {
     const auto core = core_;  // a task may destroy this loop
+    refuse_reentry_(*core, "poll()");
     core->run_ready();
     if (core->roots.abandoned()) throw_abandoned_();
     core->wait(false);
@@ -279,6 +280,7 @@ class event_loop {
   template <class Done>
   void run_until_(Done done, bool awaits_one_task = false) {
     const auto core = core_;
+    refuse_reentry_(*core, "run()");
     for (;;) {
       core->run_ready();
       if (RDMAKIT_UNLIKELY(core->roots.abandoned())) {
@@ -288,6 +290,13 @@ class event_loop {
       if (done()) return;
       core->wait(true);
     }
+  }
+  // The calling task cannot go on until the call returns, and run() would wait for it too.
+  static void refuse_reentry_(const detail::loop_core& core, const char* call) {
+    if (RDMAKIT_UNLIKELY(core.roots.running()))
+      throw usage_error(detail::cat("event_loop::", call, " called from inside one of its own tasks, which cannot go on "
+                                    "until it returns: co_await what the task waits for instead (a task, a "
+                                    "completion, sleep_for)"));
   }
   [[noreturn]] static void throw_abandoned_() {
     throw usage_error(

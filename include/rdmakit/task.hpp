@@ -124,6 +124,9 @@ class [[nodiscard]] task {
       }
       bool await_ready() const noexcept { return !h_; }
       std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
+        // Awaited already (this awaiter, awaited in place by a second coroutine): resuming
+        // the task would resume it where it waits on something else. Refused in await_resume.
+        if (h_.promise().continuation_) return awaiting;
         h_.promise().continuation_ = awaiting;
         return h_;
       }
@@ -131,7 +134,15 @@ class [[nodiscard]] task {
         if (!h_)
           throw usage_error("co_await task: this task is empty: moved from, default-constructed or already "
                             "awaited (a task is awaited once: await it in one coroutine and pass its result on)");
-        return h_.promise().take();
+        if (!h_.done())
+          throw usage_error("co_await task: this task is awaited by another coroutine already (a task is "
+                            "awaited once: await it in one coroutine and pass its result on)");
+        // The frame goes with its result: awaited again, this awaiter is empty.
+        struct destroy_at_exit {
+          handle_type h;
+          ~destroy_at_exit() { h.destroy(); }
+        } frame{std::exchange(h_, {})};
+        return frame.h.promise().take();
       }
 
      private:

@@ -231,3 +231,37 @@ TEST_CASE("event_loop: a sleep_for awaited by a second coroutine is a usage_erro
   CHECK(first_woke);
   CHECK(refused.find("awaited by another coroutine") != std::string::npos);
 }
+
+// run() from inside one of the loop's tasks waited for every task, the caller too, which
+// could not finish until run() returned: it blocked for ever on a loop with a completion
+// queue, and on this bare loop ended with a message about sources nothing can wake.
+TEST_CASE("event_loop: run(), run(t) and poll() called from one of its own tasks are refused, saying why") {
+  event_loop loop;
+  bool other_ran = false;
+  auto other = [&]() -> task<void> {
+    co_await loop.sleep_for(20ms);
+    other_ran = true;
+  };
+  auto value = []() -> task<int> { co_return 1; };
+  std::vector<std::string> errors;
+  auto reenters = [&]() -> task<void> {
+    auto refused = [&](auto call) {
+      try {
+        call();
+        errors.push_back("not refused");
+      } catch (const usage_error& e) {
+        errors.push_back(e.what());
+      }
+    };
+    refused([&] { loop.run(); });
+    refused([&] { (void)loop.run(value()); });
+    refused([&] { loop.poll(); });
+    co_return;
+  };
+  loop.spawn(other());
+  loop.spawn(reenters());
+  loop.run();
+  CHECK(other_ran);
+  REQUIRE(errors.size() == 3);
+  for (const auto& e : errors) CHECK(e.find("from inside one of its own tasks") != std::string::npos);
+}

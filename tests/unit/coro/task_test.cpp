@@ -131,3 +131,62 @@ TEST_CASE("task: the task variable may go while its coroutine is awaited; the aw
   loop.run();
   CHECK(got == 42);
 }
+
+// The awaiter `operator co_await` returns is public API too. The standard (and clang)
+// awaits an awaiter that is a glvalue in place; GCC 12 copies it. `in_place` awaits it
+// in place on either: awaited a second time it resumed a finished coroutine, and
+// awaited by a second coroutine it resumed one suspended on something else (a SEGV
+// under ASan).
+namespace {
+template <class Awaiter>
+struct in_place {
+  Awaiter& a;
+  bool await_ready() { return a.await_ready(); }
+  auto await_suspend(std::coroutine_handle<> h) { return a.await_suspend(h); }
+  decltype(auto) await_resume() { return a.await_resume(); }
+};
+template <class Awaiter>
+in_place(Awaiter&) -> in_place<Awaiter>;
+}  // namespace
+
+TEST_CASE("task: the awaiter of operator co_await, awaited twice or by two coroutines, is refused") {
+  event_loop loop;
+  auto make_inner = [&]() -> task<int> {
+    co_await loop.sleep_for(5ms);
+    co_return 7;
+  };
+
+  SUBCASE("twice in one coroutine, after it finished") {
+    auto a = make_inner().operator co_await();
+    auto twice = [&]() -> task<std::string> {
+      const int v = co_await in_place{a};
+      try {
+        (void)co_await in_place{a};
+      } catch (const usage_error& e) {
+        co_return std::to_string(v) + " " + e.what();
+      }
+      co_return "not refused";
+    };
+    const std::string got = loop.run(twice());
+    CHECK(got.rfind("7 ", 0) == 0);
+    CHECK(got.find("already awaited") != std::string::npos);
+  }
+  SUBCASE("by a second coroutine while the first awaits it") {
+    auto a = make_inner().operator co_await();
+    int first_got = 0;
+    std::string second_error;
+    auto first = [&]() -> task<void> { first_got = co_await in_place{a}; };
+    auto second = [&]() -> task<void> {
+      try {
+        (void)co_await in_place{a};
+      } catch (const usage_error& e) {
+        second_error = e.what();
+      }
+    };
+    loop.spawn(first());
+    loop.spawn(second());
+    loop.run();
+    CHECK(first_got == 7);
+    CHECK(second_error.find("another coroutine") != std::string::npos);
+  }
+}
