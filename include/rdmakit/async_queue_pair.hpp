@@ -292,10 +292,11 @@ class wr_awaiter final : wr_waiter<B> {
     timeout_ = detail::steady_duration(timeout);  // not an overflowing implicit conversion
     return std::move(*this);  // a prvalue: GCC 12 would copy an xvalue operand of co_await
   }
-  /// True once the WR has its result (awaiting it then does not suspend).
+  /// True once the WR has its result and no coroutine took it yet.
   bool ready() const noexcept { return result_.has_value(); }
 
-  bool await_ready() const noexcept { return result_.has_value(); }
+  // A result a suspended coroutine waits to be resumed with is that coroutine's.
+  bool await_ready() const noexcept { return result_.has_value() && !suspended_; }
   void await_suspend(std::coroutine_handle<> h) {
     // Moved from (no result, no WR: nothing would resume it), or awaited by another
     // coroutine already (which would lose its resumption).
@@ -310,8 +311,12 @@ class wr_awaiter final : wr_waiter<B> {
     resume_.bind(h);
     suspended_ = true;
   }
-  /// The result (moved out: await a WR once).
-  wr_result<B> await_resume() noexcept { return std::move(*result_); }
+  /// The result, taken: awaited again, this awaitable is refused (a WR is awaited once).
+  wr_result<B> await_resume() noexcept {
+    wr_result<B> r = std::move(*result_);
+    result_.reset();
+    return r;
+  }
 
  private:
   enum class state : std::uint8_t { credits, posted, done };

@@ -515,3 +515,65 @@ TEST_CASE("async_queue_pair: a WR's awaitable moved while awaited stays with its
   REQUIRE(got);
   CHECK(got->ok());
 }
+
+// A WR's result went to whoever awaited it: awaited again, the awaiter got the moved-from
+// result; awaited by a second coroutine between the completion and the first coroutine's
+// resumption, both got it.
+TEST_CASE("async_queue_pair: a WR's result is taken once: awaited again, or by a second coroutine, it is refused") {
+  rig<> r;
+  auto& [bed, loop, c, ma, mb] = r;
+  SUBCASE("again by the coroutine that awaited it") {
+    auto run = [&]() -> task<void> {
+      auto recv = c.y().recv(mb.local(0, 64));
+      auto sent = c.x().send(ma.local(0, 8));
+      CHECK((co_await in_place{sent}).ok());
+      std::string in_place_error;
+      try {
+        (void)co_await in_place{sent};
+      } catch (const usage_error& e) {
+        in_place_error = e.what();
+      }
+      CHECK(in_place_error.find("awaited already") != std::string::npos);
+      CHECK((co_await usage_error_of_await(sent)).find("awaited already") != std::string::npos);
+      CHECK((co_await std::move(recv)).ok());
+    };
+    loop.run(run());
+  }
+  SUBCASE("by a second coroutine after it completed, before the first resumed") {
+    using recv_type = decltype(c.y().recv(mb.local(0, 64)));
+    recv_type* later = nullptr;  // completes second, and its coroutine resumes second
+    std::optional<wr_result<B>> got;
+    std::string refused;
+    auto second = [&]() -> task<void> {
+      auto w = c.y().recv(mb.local(0, 64));
+      CHECK((co_await w).ok());
+      REQUIRE(later);
+      REQUIRE(later->ready());  // completed, its coroutine not resumed yet
+      REQUIRE_FALSE(got);
+      try {
+        (void)co_await in_place{*later};
+      } catch (const usage_error& e) {
+        refused = e.what();
+      }
+    };
+    auto first = [&]() -> task<void> {
+      auto w = c.y().recv(mb.local(64, 64));
+      later = &w;
+      got.emplace(co_await w);
+    };
+    auto sender = [&]() -> task<void> {
+      auto one = c.x().send(ma.local(0, 8));
+      auto two = c.x().send(ma.local(8, 8));
+      CHECK((co_await std::move(one)).ok());
+      CHECK((co_await std::move(two)).ok());
+      co_await loop.sleep_for(10ms);
+    };
+    loop.spawn(second());
+    loop.spawn(first());
+    loop.run(sender());
+    loop.run();
+    CHECK(refused.find("awaited already") != std::string::npos);
+    REQUIRE(got);
+    CHECK(got->ok());
+  }
+}

@@ -18,6 +18,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <coroutine>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -91,6 +92,18 @@ struct rig {
   connected<T, S> c;
   memory_region<B, rw> ma, mb;
 };
+
+/// Awaits the awaiter `a` in place, as the standard (and clang) awaits an awaiter that is
+/// a glvalue; GCC 12 copies or moves it instead, so its tests would miss what clang does.
+template <class Awaiter>
+struct in_place {
+  Awaiter& a;
+  bool await_ready() { return a.await_ready(); }
+  auto await_suspend(std::coroutine_handle<> h) { return a.await_suspend(h); }
+  decltype(auto) await_resume() { return a.await_resume(); }
+};
+template <class Awaiter>
+in_place(Awaiter&) -> in_place<Awaiter>;
 
 /// The usage_error message of `co_await std::move(a)`; empty when it throws none.
 template <class Awaitable>

@@ -132,23 +132,9 @@ TEST_CASE("task: the task variable may go while its coroutine is awaited; the aw
   CHECK(got == 42);
 }
 
-// The awaiter `operator co_await` returns is public API too. The standard (and clang)
-// awaits an awaiter that is a glvalue in place; GCC 12 copies it. `in_place` awaits it
-// in place on either: awaited a second time it resumed a finished coroutine, and
-// awaited by a second coroutine it resumed one suspended on something else (a SEGV
-// under ASan).
-namespace {
-template <class Awaiter>
-struct in_place {
-  Awaiter& a;
-  bool await_ready() { return a.await_ready(); }
-  auto await_suspend(std::coroutine_handle<> h) { return a.await_suspend(h); }
-  decltype(auto) await_resume() { return a.await_resume(); }
-};
-template <class Awaiter>
-in_place(Awaiter&) -> in_place<Awaiter>;
-}  // namespace
-
+// The awaiter `operator co_await` returns is public API too. Awaited in place (as clang
+// does) a second time, it resumed a finished coroutine; awaited by a second coroutine, it
+// resumed one suspended on something else (a SEGV under ASan).
 TEST_CASE("task: the awaiter of operator co_await, awaited twice or by two coroutines, is refused") {
   event_loop loop;
   auto make_inner = [&]() -> task<int> {
