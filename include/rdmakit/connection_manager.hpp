@@ -461,14 +461,13 @@ struct cm_no_prepare {
   void operator()(QP&) const noexcept {}
 };
 
-// Creates the QP, lets `prepare` post receives on it (INIT), runs `handshake` (connect
-// or accept, then ESTABLISHED), and returns the RTS queue pair.
-template <class B, class T, class S, polling PS, polling PR, class Prepare, class Handshake>
-queue_pair<B, T, S, qp_state::rts> cm_bring_up(const shared_owner<cm_id_block<B>>& blk,
-                                               const protection_domain<B>& pd, completion_queue<B, PS>& send_cq,
-                                               completion_queue<B, PR>& recv_cq, const qp_cap& caps,
-                                               const cm_options& o, const char* call, Prepare& prepare,
-                                               Handshake&& handshake) {
+// Creates the QP on the id and lets `prepare` post receives on it (INIT). A throw leaves
+// the id as it was, without a queue pair: a request can still be answered.
+template <class B, class T, class S, polling PS, polling PR, class Prepare>
+queue_pair<B, T, S, qp_state::init> cm_prepared_qp(const shared_owner<cm_id_block<B>>& blk,
+                                                   const protection_domain<B>& pd, completion_queue<B, PS>& send_cq,
+                                                   completion_queue<B, PR>& recv_cq, const qp_cap& caps,
+                                                   const cm_options& o, const char* call, Prepare& prepare) {
   auto init = policy_access::adopt<queue_pair<B, T, S, qp_state::init>>(
       cm_make_parts<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, call));
   prepare(init);
@@ -477,8 +476,15 @@ queue_pair<B, T, S, qp_state::rts> cm_bring_up(const shared_owner<cm_id_block<B>
   if (!init)
     throw usage_error(cat(call, ": the prepare hook moved the queue pair out: post its receives there, and take the "
                                 "queue pair from the connection (qp()) once it is established"));
+  return init;
+}
+
+// Runs `handshake` (connect or accept, then ESTABLISHED) and returns the RTS queue pair.
+template <class B, class T, class S, class Handshake>
+queue_pair<B, T, S, qp_state::rts> cm_bring_up(cm_id_block<B>& blk, queue_pair<B, T, S, qp_state::init>&& init,
+                                               Handshake&& handshake) {
   handshake();
-  blk->established = true;
+  blk.established = true;
   return policy_access::adopt<queue_pair<B, T, S, qp_state::rts>>(std::move(policy_access::parts(init)));
 }
 
@@ -700,7 +706,9 @@ class cm_request {
   /// the request came in on), calls `prepare(qp)` with it in INIT (post the receives
   /// the peer's first sends need there: it may send as soon as it is ESTABLISHED),
   /// accepts with `reply` as private data and waits for ESTABLISHED. Throws cm_error
-  /// (timeout, the peer gone) or verbs_error (the QP).
+  /// (timeout, the peer gone) or verbs_error (the QP). A failure before the accept goes
+  /// out (the device refusing the queue pair, `prepare` throwing) destroys the queue
+  /// pair and leaves the request: answer it again (reject, or accept differently).
   template <transport T, signaling S = signal_all, polling P, class Prepare = detail::cm_no_prepare>
   cm_connection<B, T, S> accept(const protection_domain<B>& pd, completion_queue<B, P>& cq, const qp_cap& caps,
                                 std::span<const std::byte> reply = {}, const cm_options& o = {},
@@ -717,9 +725,10 @@ class cm_request {
     detail::check_cm_timeout(o);
     const auto param = detail::cm_param(o, reply, "cm_request::accept", false);
     if (!id_) detail::throw_empty("cm_request", "accept");
-    detail::cm_check_qp_args<B, T, S>(pd, send_cq, recv_cq, caps, "cm_request::accept");  // the request stays
+    detail::cm_check_qp_args<B, T, S>(pd, send_cq, recv_cq, caps, "cm_request::accept");
+    auto init = detail::cm_prepared_qp<B, T, S>(id_, pd, send_cq, recv_cq, caps, o, "cm_request::accept", prepare);
     auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
-    auto qp = detail::cm_bring_up<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, "cm_request::accept", prepare, [&] {
+    auto qp = detail::cm_bring_up<B, T, S>(*blk, std::move(init), [&] {
       B::cm_accept(blk->id, param);
       detail::cm_expect<B>(*blk, cm_event_type::established, o.timeout, "cm_request::accept");
     });
@@ -871,7 +880,8 @@ cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_que
   const std::string where = detail::cat("cm_connect to ", to.to_string());
   detail::cm_resolve<B>(*blk, to, o, where);
   detail::cm_event_of<B> ev;
-  auto qp = detail::cm_bring_up<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, "cm_connect", prepare, [&] {
+  auto init = detail::cm_prepared_qp<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, "cm_connect", prepare);
+  auto qp = detail::cm_bring_up<B, T, S>(*blk, std::move(init), [&] {
     B::cm_connect(blk->id, param);
     ev = detail::cm_expect<B>(*blk, cm_event_type::established, o.timeout, where);
   });

@@ -329,6 +329,70 @@ TEST_CASE("cm: accept with an empty or too small CQ is a usage_error; the reques
   CHECK(srv.cq.attached() == 0);  // the connection went with the server's future
 }
 
+// accept() took the request before making its queue pair: a prepare hook that threw,
+// or a device refusing the queue pair (max_qp), left the server nothing to answer with,
+// and the client got a bare reject (the id destroyed) instead of the server's reason.
+TEST_CASE("cm: an accept that fails before the accept goes out leaves the request to answer again") {
+  struct refused_by_hook {};
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] {
+    auto req = l.next_request(5s);
+    bool thrown = false;
+    try {
+      (void)std::move(req).accept<rc>(srv.pd, srv.cq, caps, {}, {}, [](auto&) { throw refused_by_hook{}; });
+    } catch (const refused_by_hook&) {
+      thrown = true;
+    }
+    const bool kept = static_cast<bool>(req);
+    auto c = std::move(req).accept<rc>(srv.pd, srv.cq, caps, bytes("second try"));
+    return thrown && kept && static_cast<bool>(c);
+  });
+  cm_options o;
+  o.timeout = 3s;
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+  CHECK(text(c.peer_data(), 10) == "second try");
+  CHECK(server.get());
+  CHECK(srv.cq.attached() == 0);  // the first try's queue pair is gone, the second with the future
+}
+
+#if !RDMAKIT_CM_RDMACM
+TEST_CASE("cm (mock): an accept whose queue pair the device refuses (max_qp) leaves the request to reject") {
+  mock::fabric_config cfg = testbed::config();
+  cfg.devices.resize(2);
+  cfg.devices[0].name = "mock0";
+  cfg.devices[1].name = "mock1";
+  cfg.devices[0].limits.max_qp = 1;
+  mock::fabric fab(cfg);
+  side srv(device<B>(fab, "mock0")), cli(device<B>(fab, "mock1"));
+  auto only = srv.pd.create_qp<rc>(srv.cq, caps);  // the server's one queue pair
+  cm_listener<B> l(srv.dev, cm_address::parse("10.0.0.1", next_port()));
+  auto server = std::async(std::launch::async, [&] {
+    auto req = l.next_request(5s);
+    std::string refusal;
+    try {
+      (void)std::move(req).accept<rc>(srv.pd, srv.cq, caps);
+    } catch (const verbs_error& e) {
+      refusal = e.what();
+    }
+    const bool kept = static_cast<bool>(req);
+    std::move(req).reject(bytes("full"));
+    return kept && refusal.find("max_qp") != std::string::npos;
+  });
+  cm_options o;
+  o.timeout = 3s;
+  try {
+    (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+    FAIL("connected to a server with no queue pair left");
+  } catch (const cm_error& e) {
+    CHECK(e.code() == cm_errc::rejected);
+    CHECK(text(e.private_data(), 4) == "full");
+  }
+  CHECK(server.get());
+}
+#endif
+
 // cm_connect checked its CQs only once the address and route were resolved (the waits
 // of both, or an address error that hid the misuse).
 TEST_CASE("cm: cm_connect with an empty or too small CQ is a usage_error before the address is resolved") {
