@@ -539,6 +539,7 @@ TEST_CASE("async_queue_pair: a WR's result is taken once: awaited again, or by a
     };
     loop.run(run());
   }
+#if !RDMAKIT_CORO_IBVERBS  // the mock completes both receives in one poll; a device may not
   SUBCASE("by a second coroutine after it completed, before the first resumed") {
     using recv_type = decltype(c.y().recv(mb.local(0, 64)));
     recv_type* later = nullptr;  // completes second, and its coroutine resumes second
@@ -576,4 +577,5 @@ TEST_CASE("async_queue_pair: a WR's result is taken once: awaited again, or by a
     REQUIRE(got);
     CHECK(got->ok());
   }
+#endif
 }
