@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -207,12 +208,12 @@ RDMAKIT_DECL mock::cm_channel mock::cm_create_channel(context ctx) {
   if (!ctx) mockd::fail("rdma_create_event_channel", EINVAL, "no device: open a mock device first");
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
-  auto* c = new mockd::cm_channel_obj;
+  auto c = std::make_unique<mockd::cm_channel_obj>();
   c->fab = &f;
   c->keep = ctx->keep;
   c->dev = ctx->dev;
-  f.cm_channels.insert(c);
-  return c;
+  f.cm_channels.insert(c.get());  // may throw: then c goes (the context still owns the fabric)
+  return c.release();
 }
 
 RDMAKIT_DECL int mock::cm_destroy_channel(cm_channel c) noexcept {
@@ -232,11 +233,11 @@ RDMAKIT_DECL mock::cm_id mock::cm_create_id(cm_channel c) {
   if (!c) mockd::fail("rdma_create_id", EINVAL, "no event channel");
   auto& f = *c->fab;
   std::lock_guard lk(f.mu);
-  auto* id = new mockd::cm_id_obj;
+  auto id = std::make_unique<mockd::cm_id_obj>();
   id->ch = c;
+  f.cm_ids.insert(id.get());  // the last step that may throw
   ++c->ids;
-  f.cm_ids.insert(id);
-  return id;
+  return id.release();
 }
 
 RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
