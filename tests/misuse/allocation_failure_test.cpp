@@ -119,6 +119,14 @@ void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); 
 void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 
+// asio allocates its handlers' memory with std::aligned_alloc, not operator new: this
+// program's definition takes the place of the C library's for the code linked into it.
+extern "C" void* aligned_alloc(std::size_t align, std::size_t n) noexcept {
+  if (oom::fail_now()) return nullptr;
+  void* p = nullptr;
+  return ::posix_memalign(&p, std::max(align, sizeof(void*)), n ? n : 1) == 0 ? p : nullptr;
+}
+
 // ---------------------------------------------------------------------------------------
 // The driver
 
@@ -580,3 +588,48 @@ TEST_CASE("allocation failure: device_events on an event_loop") {
   });
   report("device_events", o);
 }
+
+// ---------------------------------------------------------------------------------------
+// The asio adapter (when standalone asio is installed)
+
+#if __has_include(<asio.hpp>)
+#include <rdmakit/asio_context.hpp>
+
+TEST_CASE("allocation failure: asio_context, asio_spawn of a SEND/RECV on an io_context") {
+  auto o = for_each_failure("asio", [&](world& w) {
+    mock::fabric& fab = w.fab;
+    ::asio::io_context io;
+    asio_context rdma(io);
+    device<B> dx(fab, "mock0"), dy(fab, "mock1");
+    auto px = dx.create_pd();
+    auto py = dy.create_pd();
+    acq cx(rdma, dx.create_cq<event_driven<>>(64));
+    acq cy(rdma, dy.create_cq<event_driven<>>(64));
+    async_queue_pair<B, rc> a(cx, px.create_qp<rc>(cx.queue(), qp_cap{8, 8}));
+    async_queue_pair<B, rc> b(cy, py.create_qp<rc>(cy.queue(), qp_cap{8, 8}));
+    const endpoint ea = a.local_endpoint(), eb = b.local_endpoint();
+    rts x = std::move(a).connect(eb);
+    rts y = std::move(b).connect(ea);
+    auto mx = px.allocate<rw>(64);
+    auto my = py.allocate<rw>(64);
+    int got = 0;
+    std::exception_ptr failed;  // the task's own exception (a failed allocation in it)
+    bool spawn_failed = false;
+    try {
+      asio_spawn(rdma, echo(x, y, mx, my), [&](std::exception_ptr e, int v) {
+        failed = e;
+        got = v;
+      });
+    } catch (const std::bad_alloc&) {
+      spawn_failed = true;  // the io_context must still run, and return, as if never asked
+    }
+    // Bounded: waits left armed with no task to end them would keep run() from returning.
+    io.run_for(2s);
+    ensure(io.stopped(), "io_context::run() returns once the spawned task finished (or was never started)");
+    if (spawn_failed) throw std::bad_alloc();
+    if (failed) std::rethrow_exception(failed);
+    ensure(got == 4, "echo over asio");
+  });
+  report("asio", o);
+}
+#endif
