@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstring>
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <future>
 #include <new>
@@ -81,6 +82,25 @@ class paused {
  private:
   long saved_;
 };
+
+/// Moves this thread's armed injection (if any) to another thread: take() here,
+/// adopt() there at its start, and give_back() there at its end, whose result is
+/// returned() here (so the driver sees whether it fired).
+struct handoff {
+  long countdown = 0;
+};
+inline handoff take() noexcept { return {std::exchange(countdown, 0)}; }
+inline void adopt(handoff h) noexcept {
+  fired = false;
+  countdown = h.countdown;
+}
+inline bool give_back() noexcept {
+  countdown = 0;
+  return std::exchange(fired, false);
+}
+inline void returned(bool fired_there) noexcept {
+  if (fired_there) fired = true;
+}
 
 /// Arms the injection on this thread: the nth allocation from now fails.
 void arm(long n) noexcept {
@@ -340,6 +360,9 @@ outcome for_each_failure(const char* name, F&& scenario) {
     } catch (const verbs_error& e) {
       oom::disarm();
       ++out.rdmakit_error;
+    } catch (const cm_error& e) {
+      oom::disarm();
+      ++out.rdmakit_error;
     } catch (const scenario_failed& e) {
       oom::disarm();
       failure = std::string("its check failed: ") + e.what;
@@ -587,6 +610,88 @@ TEST_CASE("allocation failure: device_events on an event_loop") {
     ensure(ok, "port down and up seen");
   });
   report("device_events", o);
+}
+
+// ---------------------------------------------------------------------------------------
+// The connection manager (the mock's CM), the server side on a std::async thread
+
+namespace {
+enum class armed_side { client, server };
+
+// A connection through the mock's CM and a WRITE over it. The injection armed on this
+// thread stays here (client) or moves to the server's thread. Every wait is short, so a
+// side that fails ends the other's wait soon.
+void cm_scenario(world& w, armed_side armed) {
+  mock::fabric& fab = w.fab;
+  device<B> ds(fab, "mock0"), dc(fab, "mock1");
+  auto spd = ds.create_pd();
+  auto cpd = dc.create_pd();
+  auto scq = ds.create_cq(16);
+  auto ccq = dc.create_cq(16);
+  auto smr = spd.allocate<rw>(64);
+  auto cmr = cpd.allocate<rw>(64);
+  const qp_cap caps{4, 4};
+  cm_options o;
+  o.timeout = 1s;
+  cm_listener<B> l(ds, cm_address::parse("10.0.0.1", 7471));
+  const oom::handoff h = armed == armed_side::server ? oom::take() : oom::handoff{};
+  std::atomic<bool> client_gave_up{false};
+  auto server = std::async(std::launch::async, [&]() -> std::pair<std::optional<cm_connection<B, rc>>, bool> {
+    oom::adopt(h);
+    std::optional<cm_connection<B, rc>> c;
+    try {
+      for (;;) {
+        try {
+          auto req = l.next_request(20ms);
+          c.emplace(std::move(req).accept<rc>(spd, scq, caps, cm_region_data(smr.remote()), o));
+          break;
+        } catch (const cm_error& e) {
+          if (e.code() != cm_errc::timeout || client_gave_up) throw;
+        }
+      }
+    } catch (...) {
+      const bool fired = oom::give_back();
+      c.reset();
+      if (fired) throw std::bad_alloc();  // what it failed with, whatever it became
+      throw;
+    }
+    return {std::move(c), oom::give_back()};
+  });
+  std::optional<cm_connection<B, rc>> c;
+  try {
+    c.emplace(cm_connect<rc>(cpd, ccq, caps, l.address(), {}, o));
+  } catch (...) {
+    client_gave_up = true;
+    try {
+      (void)server.get();
+    } catch (...) {
+    }
+    throw;
+  }
+  std::pair<std::optional<cm_connection<B, rc>>, bool> s;
+  try {
+    s = server.get();
+  } catch (...) {
+    oom::returned(true);
+    throw;
+  }
+  oom::returned(s.second);
+  ensure(c && s.first, "both sides connected");
+  auto dst = c->peer_region();
+  ensure(dst.has_value(), "the server's region came with the accept");
+  std::memcpy(cmr.data(), "over cm", 7);
+  ensure(c->qp().write(cmr.local(0, 7), dst->as<access::remote_write>().sub(0, 7), 1).ok(), "cm WRITE posted");
+  ensure(one_completion(ccq) == wc_status::success, "cm WRITE completed");
+  ensure(std::memcmp(smr.data(), "over cm", 7) == 0, "cm WRITE landed");
+}
+}  // namespace
+
+TEST_CASE("allocation failure: the connection manager, failures on the client's side") {
+  report("cm client", for_each_failure("cm client", [](world& w) { cm_scenario(w, armed_side::client); }));
+}
+
+TEST_CASE("allocation failure: the connection manager, failures on the server's side") {
+  report("cm server", for_each_failure("cm server", [](world& w) { cm_scenario(w, armed_side::server); }));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -535,10 +535,12 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
     mockd::cm_deliver_rejects(f, owed);
     return;
   }
-  auto* child = new mockd::cm_id_obj;
+  // What may throw (allocations) comes first, the links and counts after: a child left
+  // counted on the listener's channel, or linked with no event to announce it, kept the
+  // channel (and with it the fabric) from ever being destroyed.
+  auto owned = std::make_unique<mockd::cm_id_obj>();
+  auto* child = owned.get();
   child->ch = l->ch;
-  ++l->ch->ids;
-  f.cm_ids.insert(child);
   std::uint8_t port = 0;
   int index = 0;
   mockd::cm_find_address(f, id->remote_ip, child->dev, port, index);
@@ -553,11 +555,19 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
   child->psn = (f.next_cm_psn++ * 0x9E3779B1u) & psn_mask;
   child->peer = id;
   child->listener = l;
+  f.cm_ids.insert(child);
+  try {
+    mockd::cm_push(f, child, cm_event_type::connect_request, 0, prm.private_data, prm.private_data_len, l);
+  } catch (...) {  // cm_push changed nothing: neither does this call
+    f.cm_ids.erase(child);
+    throw;
+  }
+  owned.release();
+  ++l->ch->ids;
   id->peer = child;
   id->state = ph::requested;
   id->param = prm;
   id->param.private_data = nullptr;
-  mockd::cm_push(f, child, cm_event_type::connect_request, 0, prm.private_data, prm.private_data_len, l);
 }
 
 RDMAKIT_DECL void mock::cm_accept(cm_id id, const cm_conn_param& prm) {
