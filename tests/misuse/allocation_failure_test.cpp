@@ -18,6 +18,10 @@
 #include <rdmakit/task.hpp>
 
 #include <doctest/doctest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
@@ -363,6 +367,9 @@ outcome for_each_failure(const char* name, F&& scenario) {
     } catch (const cm_error& e) {
       oom::disarm();
       ++out.rdmakit_error;
+    } catch (const exchange_error& e) {
+      oom::disarm();
+      ++out.rdmakit_error;
     } catch (const scenario_failed& e) {
       oom::disarm();
       failure = std::string("its check failed: ") + e.what;
@@ -692,6 +699,88 @@ TEST_CASE("allocation failure: the connection manager, failures on the client's 
 
 TEST_CASE("allocation failure: the connection manager, failures on the server's side") {
   report("cm server", for_each_failure("cm server", [](world& w) { cm_scenario(w, armed_side::server); }));
+}
+
+// ---------------------------------------------------------------------------------------
+// The TCP endpoint exchange (connection.hpp) on 127.0.0.1, the server on a std::async thread
+
+namespace {
+// Connects to `port` and hangs up at once: a server waiting in accept then fails at once
+// instead of at its timeout.
+void knock(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  (void)::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a);
+  ::close(fd);
+}
+
+void tcp_scenario(world& w, armed_side armed) {
+  mock::fabric& fab = w.fab;
+  device<B> ds(fab, "mock0"), dc(fab, "mock1");
+  auto spd = ds.create_pd();
+  auto cpd = dc.create_pd();
+  auto scq = ds.create_cq(16);
+  auto ccq = dc.create_cq(16);
+  auto smr = spd.allocate<rw>(64);
+  auto cmr = cpd.allocate<rw>(64);
+  auto sqp = spd.create_qp<rc>(scq, qp_cap{4, 4});
+  auto cqp = cpd.create_qp<rc>(ccq, qp_cap{4, 4});
+  exchange_options o;
+  o.timeout = 1s;
+  exchange_listener l(0, "127.0.0.1");
+  using live = queue_pair<B, rc, signal_all, qp_state::rts>;
+  const oom::handoff h = armed == armed_side::server ? oom::take() : oom::handoff{};
+  auto server = std::async(std::launch::async, [&]() -> std::pair<std::optional<live>, bool> {
+    oom::adopt(h);
+    std::optional<live> q;
+    try {
+      q.emplace(connect_server(std::move(sqp), l, o, region_descriptor(smr.remote())).qp);
+    } catch (...) {
+      const bool fired = oom::give_back();
+      q.reset();
+      if (fired) throw std::bad_alloc();
+      throw;
+    }
+    return {std::move(q), oom::give_back()};
+  });
+  std::optional<exchanged<live>> c;
+  try {
+    c.emplace(connect_client(std::move(cqp), "127.0.0.1", l.port(), o));
+  } catch (...) {
+    knock(l.port());
+    try {
+      (void)server.get();
+    } catch (...) {
+    }
+    throw;
+  }
+  std::pair<std::optional<live>, bool> s;
+  try {
+    s = server.get();
+  } catch (...) {
+    oom::returned(true);
+    throw;
+  }
+  oom::returned(s.second);
+  ensure(s.first.has_value() && c->peer.region.has_value(), "both sides connected, the region came along");
+  const auto dst = c->peer.region->as<access::remote_write>();
+  std::memcpy(cmr.data(), "over tcp", 8);
+  ensure(c->qp.write(cmr.local(0, 8), dst.sub(0, 8), 1).ok(), "WRITE posted");
+  ensure(one_completion(ccq) == wc_status::success, "WRITE completed");
+  ensure(std::memcmp(smr.data(), "over tcp", 8) == 0, "WRITE landed");
+}
+}  // namespace
+
+TEST_CASE("allocation failure: the TCP endpoint exchange, failures on the client's side") {
+  report("tcp client", for_each_failure("tcp client", [](world& w) { tcp_scenario(w, armed_side::client); }));
+}
+
+TEST_CASE("allocation failure: the TCP endpoint exchange, failures on the server's side") {
+  report("tcp server", for_each_failure("tcp server", [](world& w) { tcp_scenario(w, armed_side::server); }));
 }
 
 // ---------------------------------------------------------------------------------------
