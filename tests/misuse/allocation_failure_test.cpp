@@ -159,7 +159,7 @@ using namespace rdmakit;
 using namespace std::chrono_literals;
 using rdmakit::access;
 
-// The mock's data path (post, poll, notify, events) is noexcept, and it allocates where
+// The mock's data path (post, bind a type 1 window, poll, notify, events) is noexcept, and it allocates where
 // hardware does not: it copies payloads, and its rings grow on first use. A failure
 // injected there could only end in std::terminate(), which says nothing about rdmakit's
 // own code; this backend is the mock with no injection inside those calls.
@@ -200,6 +200,11 @@ struct mock_data_path_exempt : backends::mock {
   static int post_srq_recv(srq s, recv_wr* wr, recv_wr** bad) noexcept {
     oom::paused p;
     return base::post_srq_recv(s, wr, bad);
+  }
+  static int bind_mw(qp q, mw w, mr m, std::uint64_t addr, std::uint64_t length, access rights, std::uint64_t wr_id,
+                     send_flags flags) noexcept {
+    oom::paused p;
+    return base::bind_mw(q, w, m, addr, length, rights, wr_id, flags);
   }
   static int arm_srq_limit(srq s, std::uint32_t limit) noexcept {
     oom::paused p;
@@ -549,6 +554,36 @@ TEST_CASE("allocation failure: UD datagrams through an address handle") {
     ensure(std::memcmp(rx.data() + 40, "datagram", 8) == 0, "ud payload after the GRH");
   });
   report("ud", o);
+}
+
+TEST_CASE("allocation failure: a queue-pair pool, a memory window, an event-driven CQ's wait") {
+  auto o = for_each_failure("pool and window", [&](world& w) {
+    mock::fabric& fab = w.fab;
+    device<B> dx(fab, "mock0"), dy(fab, "mock1");
+    auto px = dx.create_pd();
+    auto py = dy.create_pd();
+    auto cx = dx.create_cq<event_driven<>>(64);
+    auto cy = dy.create_cq(64);
+    auto src = px.allocate<rw>(64);
+    auto lent = py.allocate<rw | access::mw_bind>(4096);
+    auto local = px.create_qp_pool<rc>(cx, 2, qp_cap{8, 8});
+    auto peer = py.create_qp_pool<rc>(cy, 2, qp_cap{8, 8});
+    const auto mine = local.local_endpoints(), theirs = peer.local_endpoints();
+    auto pool = std::move(local).connect(theirs);
+    auto peers = std::move(peer).connect(mine);
+    auto win = py.alloc_window<access::remote_write, mw_type::type1>();
+    ensure(win.bind(peers[0], lent, 1024, 1024, 1).ok(), "window bound");
+    ensure(one_completion(cy) == wc_status::success, "bind completed");
+    std::memcpy(src.data(), "windowed", 8);
+    for (int i = 0; i < 2; ++i)
+      ensure(pool.next().write(src.local(0, 8), win.remote().sub(8 * i, 8), 10 + i).ok(), "pool WRITE posted");
+    int done = 0;
+    for (int tries = 0; tries < 20 && done < 2; ++tries)
+      (void)cx.wait([&](const completion<B>& c) { done += c.ok() && pool.find(c.qp_num()) != nullptr; }, 100ms);
+    ensure(done == 2, "both pool WRITEs completed, each on a pool member");
+    ensure(std::memcmp(lent.data() + 1032, "windowed", 8) == 0, "WRITE through the window landed");
+  });
+  report("pool and window", o);
 }
 
 // ---------------------------------------------------------------------------------------
