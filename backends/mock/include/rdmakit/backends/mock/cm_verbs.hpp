@@ -7,11 +7,11 @@
 #include <rdmakit/backends/mock/engine.hpp>
 #include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/owning_ptr.hpp>
 #include <rdmakit/detail/qp_transitions.hpp>
 
 #include <cerrno>
 #include <cstring>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -208,7 +208,7 @@ RDMAKIT_DECL mock::cm_channel mock::cm_create_channel(context ctx) {
   if (!ctx) mockd::fail("rdma_create_event_channel", EINVAL, "no device: open a mock device first");
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
-  auto c = std::make_unique<mockd::cm_channel_obj>();
+  auto c = detail::make_unique_owner<mockd::cm_channel_obj>();
   c->fab = &f;
   c->keep = ctx->keep;
   c->dev = ctx->dev;
@@ -233,7 +233,7 @@ RDMAKIT_DECL mock::cm_id mock::cm_create_id(cm_channel c) {
   if (!c) mockd::fail("rdma_create_id", EINVAL, "no event channel");
   auto& f = *c->fab;
   std::lock_guard lk(f.mu);
-  auto id = std::make_unique<mockd::cm_id_obj>();
+  auto id = detail::make_unique_owner<mockd::cm_id_obj>();
   id->ch = c;
   f.cm_ids.insert(id.get());  // the last step that may throw
   ++c->ids;
@@ -538,7 +538,7 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
   // What may throw (allocations) comes first, the links and counts after: a child left
   // counted on the listener's channel, or linked with no event to announce it, kept the
   // channel (and with it the fabric) from ever being destroyed.
-  auto owned = std::make_unique<mockd::cm_id_obj>();
+  auto owned = detail::make_unique_owner<mockd::cm_id_obj>();
   auto* child = owned.get();
   child->ch = l->ch;
   std::uint8_t port = 0;
@@ -562,7 +562,7 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
     f.cm_ids.erase(child);
     throw;
   }
-  owned.release();
+  (void)owned.release();
   ++l->ch->ids;
   id->peer = child;
   id->state = ph::requested;

@@ -4,9 +4,8 @@
 // event releases it between slices.
 #include <rdmakit/backends/mock/engine.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/owning_ptr.hpp>
 #include <rdmakit/detail/thread.hpp>
-
-#include <memory>
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace backends {
@@ -16,7 +15,7 @@ namespace mockd = rdmakit::mock::detail;
 RDMAKIT_DECL mock::channel mock::create_comp_channel(context ctx) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
-  auto ch = std::make_unique<mockd::channel_obj>();
+  auto ch = detail::make_unique_owner<mockd::channel_obj>();
   ch->ctx = ctx;
   f.channels.insert(ch.get());  // the last step that may throw
   ++ctx->children;
@@ -48,7 +47,7 @@ RDMAKIT_DECL mock::cq mock::create_cq(context ctx, int cqe, channel ch, int comp
   if (ch && ch->ctx != ctx) mockd::fail("ibv_create_cq", EINVAL, "the completion channel belongs to another device");
   auto& dev = f.devices[ctx->dev];
   mockd::check_room(dev.count.cq, limits.max_cq, "ibv_create_cq", "completion queues", "max_cq", dev);
-  auto c = std::make_unique<mockd::cq_obj>();
+  auto c = detail::make_unique_owner<mockd::cq_obj>();
   c->ctx = ctx;
   c->channel = ch;
   c->capacity = cqe;

@@ -4,8 +4,8 @@
 // Every call takes the fabric lock.
 #include <rdmakit/backends/mock/engine.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/owning_ptr.hpp>
 
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,7 +44,7 @@ RDMAKIT_DECL mock::context mock::open_device(rdmakit::detail::shared_owner<mockd
   mockd::touch(f);
   for (auto& d : f.devices) {
     if (!name.empty() && d.cfg.name != name) continue;
-    auto c = std::make_unique<mockd::context_obj>();
+    auto c = detail::make_unique_owner<mockd::context_obj>();
     c->fab = &f;
     c->dev = d.index;
     f.contexts.insert(c.get());  // may throw: then c goes, not yet owning the fabric
@@ -126,7 +126,7 @@ RDMAKIT_DECL mock::pd mock::alloc_pd(context ctx) {
   std::lock_guard lk(f.mu);
   auto& dev = f.devices[ctx->dev];
   mockd::check_room(dev.count.pd, dev.cfg.limits.max_pd, "ibv_alloc_pd", "protection domains", "max_pd", dev);
-  auto p = std::make_unique<mockd::pd_obj>();
+  auto p = detail::make_unique_owner<mockd::pd_obj>();
   p->ctx = ctx;
   f.pds.insert(p.get());  // the last step that may throw
   ++dev.count.pd;
@@ -162,7 +162,7 @@ RDMAKIT_DECL mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access 
                             " was asked)"));
   auto& dev = f.devices[p->ctx->dev];
   mockd::check_room(dev.count.mr, limits.max_mr, "ibv_reg_mr", "memory regions", "max_mr", dev);
-  auto m = std::make_unique<mockd::mr_obj>();
+  auto m = detail::make_unique_owner<mockd::mr_obj>();
   m->pd = p;
   m->addr = reinterpret_cast<std::uint64_t>(addr);
   m->length = length;
@@ -205,7 +205,7 @@ RDMAKIT_DECL mock::mw mock::alloc_mw(pd p, mw_type t) {
   std::lock_guard lk(f.mu);
   if (t != mw_type::type1 && t != mw_type::type2) mockd::fail("ibv_alloc_mw", EINVAL, "unknown memory window type");
   if (f.next_mw >= (1u << 22)) mockd::fail("ibv_alloc_mw", ENOMEM, "the mock ran out of window indexes");
-  auto w = std::make_unique<mockd::mw_obj>();
+  auto w = detail::make_unique_owner<mockd::mw_obj>();
   w->pd = p;
   w->type = t;
   w->rkey = w->user_rkey = 0x40000000u | (f.next_mw << 8);
@@ -239,7 +239,7 @@ RDMAKIT_DECL mock::ah mock::create_ah(pd p, const ah_attr& attr) {
   mockd::check_av(f, p->ctx, attr, "ibv_create_ah");
   auto& dev = f.devices[p->ctx->dev];
   mockd::check_room(dev.count.ah, dev.cfg.limits.max_ah, "ibv_create_ah", "address handles", "max_ah", dev);
-  auto a = std::make_unique<mockd::ah_obj>();
+  auto a = detail::make_unique_owner<mockd::ah_obj>();
   a->pd = p;
   a->attr = attr;
   f.ahs.insert(a.get());  // the last step that may throw

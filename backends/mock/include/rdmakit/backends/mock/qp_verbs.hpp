@@ -3,8 +3,8 @@
 // limits, destruction (which flushes nothing: the QP is gone), and modify_qp checked
 // against the IB spec's transition table. Every call takes the fabric lock.
 #include <rdmakit/backends/mock/engine.hpp>
+#include <rdmakit/detail/owning_ptr.hpp>
 
-#include <memory>
 #include <string>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -44,7 +44,7 @@ RDMAKIT_DECL mock::qp mock::create_qp_on_srq(pd p, cq send_cq, cq recv_cq, srq s
   auto& dev = f.devices[p->ctx->dev];
   mockd::check_room(dev.count.qp, limits.max_qp, "ibv_create_qp", "queue pairs", "max_qp", dev);
   // What may throw (allocations) comes first; then the counts and links, which cannot.
-  auto q = std::make_unique<mockd::qp_obj>();
+  auto q = detail::make_unique_owner<mockd::qp_obj>();
   q->pd = p;
   q->send_cq = send_cq;
   q->recv_cq = recv_cq;

@@ -3,8 +3,8 @@
 // device limits, posting, the limit (low watermark) and destruction, refused while a
 // queue pair uses the SRQ. The responder takes receives from it (responder.hpp).
 #include <rdmakit/backends/mock/engine.hpp>
+#include <rdmakit/detail/owning_ptr.hpp>
 
-#include <memory>
 #include <string>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -28,7 +28,7 @@ RDMAKIT_DECL mock::srq mock::create_srq(pd p, srq_attr& attr) {
   if (attr.limit > attr.max_wr)
     bad(detail::cat("limit ", attr.limit, " is above max_wr ", attr.max_wr));
   mockd::check_room(dev.count.srq, limits.max_srq, "ibv_create_srq", "shared receive queues", "max_srq", dev);
-  auto s = std::make_unique<mockd::srq_obj>();
+  auto s = detail::make_unique_owner<mockd::srq_obj>();
   s->pd = p;
   s->attr = attr;  // granted exactly as asked; the limit armed
   f.srqs.insert(s.get());  // the last step that may throw
