@@ -1,12 +1,15 @@
 // Exception safety by allocation-failure injection: this program replaces the global
-// operator new/delete with ones that can be told to fail the Nth allocation from now (on
-// the calling thread only). Each scenario runs on the mock with N = 1, 2, 3, ... until a
-// run no longer reaches its Nth allocation. For every N it must either complete or throw
-// (std::bad_alloc or an rdmakit error), every object it made must still destroy cleanly
-// (ASan, LeakSanitizer), and the same scenario run again without injection, on the same
-// fabric, must succeed: nothing may be left half-registered.
+// operator new/delete (and aligned_alloc, asio's) with ones that can be told to fail the
+// Nth allocation from now, on the calling thread only. Each scenario runs on a fresh mock
+// fabric with N = 1, 2, 3, ... until a run no longer reaches its Nth allocation. For every
+// N it must either complete or throw (std::bad_alloc or an rdmakit error); every object it
+// made must destroy cleanly (ASan, LeakSanitizer); then a bystander queue pair made before
+// must still work, each device must still give out its whole object limits, and the
+// scenario run again without injection, on the same fabric, must succeed: nothing may be
+// left half-registered. A scenario with a server thread hands the injection to it.
 //
 // Its own executable (test_allocation_failure): the replacement affects nothing else.
+// RDMAKIT_OOM_FIRST=N starts each search at N; a std::terminate() prints where it was.
 #include <rdmakit/async_completion_queue.hpp>
 #include <rdmakit/async_queue_pair.hpp>
 #include <rdmakit/backends/mock.hpp>
@@ -23,13 +26,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <cstdint>
-#include <cstdlib>
-#include <cstdio>
-#include <cstring>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <future>
 #include <new>
@@ -159,10 +162,11 @@ using namespace rdmakit;
 using namespace std::chrono_literals;
 using rdmakit::access;
 
-// The mock's data path (post, bind a type 1 window, poll, notify, events) is noexcept, and it allocates where
-// hardware does not: it copies payloads, and its rings grow on first use. A failure
-// injected there could only end in std::terminate(), which says nothing about rdmakit's
-// own code; this backend is the mock with no injection inside those calls.
+// The mock's data path (post, bind a type 1 window, poll, notify, events) is noexcept,
+// and it allocates where hardware does not: it copies payloads, and its rings grow on
+// first use. A failure injected there could only end in std::terminate(), which says
+// nothing about rdmakit's own code; this backend is the mock with no injection inside
+// those calls (each allocation there neither counts nor fails).
 struct mock_data_path_exempt : backends::mock {
   using base = backends::mock;
   static int get_async_event(context c, std::chrono::milliseconds t, async_event& out) noexcept {
@@ -228,7 +232,7 @@ struct outcome {
   long allocations = 0;  // the run without injection reached this many (the last N tried)
   long completed = 0;    // runs that completed although one allocation failed (swallowed)
   long bad_alloc = 0;    // runs that threw std::bad_alloc
-  long rdmakit_error = 0;  // runs that threw usage_error or verbs_error
+  long rdmakit_error = 0;  // runs that threw usage_error, verbs_error, cm_error or exchange_error
 };
 
 constexpr long max_failures = 600;
@@ -246,6 +250,7 @@ long current_n = 0;
   std::abort();
 }
 // RDMAKIT_OOM_FIRST=N starts each scenario's search at N (to look past a known failure).
+// The warm-up run goes first all the same.
 long first_n() {
   const char* e = std::getenv("RDMAKIT_OOM_FIRST");
   return e ? std::max(1L, std::atol(e)) : 1L;
@@ -363,16 +368,16 @@ outcome for_each_failure(const char* name, F&& scenario) {
     } catch (const std::bad_alloc&) {
       oom::disarm();
       ++out.bad_alloc;
-    } catch (const usage_error& e) {
+    } catch (const usage_error&) {
       oom::disarm();
       ++out.rdmakit_error;
-    } catch (const verbs_error& e) {
+    } catch (const verbs_error&) {
       oom::disarm();
       ++out.rdmakit_error;
-    } catch (const cm_error& e) {
+    } catch (const cm_error&) {
       oom::disarm();
       ++out.rdmakit_error;
-    } catch (const exchange_error& e) {
+    } catch (const exchange_error&) {
       oom::disarm();
       ++out.rdmakit_error;
     } catch (const scenario_failed& e) {
@@ -629,6 +634,44 @@ TEST_CASE("allocation failure: event_loop, async completion queues and queue pai
     ensure(woke == 1, "sleeper woke");
   });
   report("coro", o);
+}
+
+namespace {
+// Four WRITEs made at once on a queue pair with two send credits: two wait for credits.
+task<int> writes_beyond_credits(async_queue_pair<B, rc, signal_every<2>, qp_state::rts>& x,
+                                memory_region<B, rw>& mx, memory_region<B, rw>& my) {
+  auto w0 = x.write(mx.local(0, 8), my.remote().sub(0, 8));
+  auto w1 = x.write(mx.local(8, 8), my.remote().sub(8, 8));
+  auto w2 = x.write(mx.local(16, 8), my.remote().sub(16, 8));
+  auto w3 = x.write(mx.local(24, 8), my.remote().sub(24, 8));
+  int ok = 0;
+  for (auto* a : {&w0, &w1, &w2, &w3}) ok += (co_await *a).ok();
+  co_return ok;
+}
+}  // namespace
+
+TEST_CASE("allocation failure: async WRITEs that wait for send credits") {
+  auto o = for_each_failure("credits", [&](world& w) {
+    mock::fabric& fab = w.fab;
+    event_loop loop;
+    device<B> dx(fab, "mock0"), dy(fab, "mock1");
+    auto px = dx.create_pd();
+    auto py = dy.create_pd();
+    acq cx(loop, dx.create_cq<event_driven<>>(64));
+    acq cy(loop, dy.create_cq<event_driven<>>(64));
+    using qp_t = async_queue_pair<B, rc, signal_every<2>>;
+    qp_t a(cx, px.create_qp<rc, signal_every<2>>(cx.queue(), qp_cap{2, 2}));
+    qp_t b(cy, py.create_qp<rc, signal_every<2>>(cy.queue(), qp_cap{2, 2}));
+    const endpoint ea = a.local_endpoint(), eb = b.local_endpoint();
+    auto x = std::move(a).connect(eb);
+    auto y = std::move(b).connect(ea);
+    auto mx = px.allocate<rw>(64);
+    auto my = py.allocate<rw>(64);
+    for (int i = 0; i < 32; ++i) mx.data()[i] = static_cast<std::byte>(i + 1);
+    ensure(loop.run(writes_beyond_credits(x, mx, my)) == 4, "four WRITEs, two after waiting for credits");
+    ensure(std::memcmp(mx.data(), my.data(), 32) == 0, "WRITEs landed");
+  });
+  report("credits", o);
 }
 
 TEST_CASE("allocation failure: device_events on an event_loop") {
