@@ -26,6 +26,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/async_result.hpp>
 #include <asio/associated_executor.hpp>
+#include <asio/bind_allocator.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/posix/stream_descriptor.hpp>
@@ -34,6 +35,7 @@
 #include <poll.h>
 
 #include <coroutine>
+#include <cstddef>
 #include <exception>
 #include <map>
 #include <memory>
@@ -121,10 +123,42 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     timers_.erase(it);
   }
 
+  // The memory of a handler that is posted once at a time (drain_posted_,
+  // progress_posted_), made with the scheduler: post() and the progress kick are noexcept,
+  // and asio allocating the handler there could only end the program when that failed.
+  // The handler owns its slot: asio frees a handler's memory while the handler (moved out
+  // of it) still lives, also when the io_context destroys it after the scheduler went.
+  struct handler_slot {
+    alignas(std::max_align_t) unsigned char bytes[512];
+  };
+  template <class T>
+  struct slot_allocator {
+    using value_type = T;
+    handler_slot* slot;
+    explicit slot_allocator(handler_slot* s) noexcept : slot(s) {}
+    template <class U>
+    slot_allocator(const slot_allocator<U>& o) noexcept : slot(o.slot) {}
+    T* allocate(std::size_t n) noexcept {
+      static_assert(sizeof(T) <= sizeof(handler_slot) && alignof(T) <= alignof(handler_slot),
+                    "asio's operation for this handler does not fit its slot: make the slot bigger");
+      (void)n;  // asio allocates one operation
+      return reinterpret_cast<T*>(slot->bytes);
+    }
+    void deallocate(T*, std::size_t) noexcept {}
+    template <class U>
+    bool operator==(const slot_allocator<U>& o) const noexcept { return slot == o.slot; }
+  };
+  // Posts `f` in `slot`'s memory (the caller's flag says that slot is free): allocates nothing.
+  template <class F>
+  void post_in_(const std::shared_ptr<handler_slot>& slot, F f) noexcept {
+    ::asio::post(io_, ::asio::bind_allocator(slot_allocator<void>(slot.get()),
+                                             [keep = slot, f = std::move(f)]() mutable { f(); }));
+  }
+
   void schedule_drain_() noexcept {
     if (drain_posted_) return;
     drain_posted_ = true;
-    ::asio::post(io_, [weak = weak_from_this()] {
+    post_in_(drain_slot_, [weak = weak_from_this()] {
       if (auto self = weak.lock()) self->drain_();
     });
   }
@@ -142,7 +176,6 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   // readiness that comes while no wait is pending is not reported again, so the source
   // is drained whenever a wait starts on a descriptor that is readable already.
   void arm_(watched& e) {
-    e.armed = true;
     e.sd.async_wait(::asio::posix::stream_descriptor::wait_read,
                     [this, weak = weak_from_this(), alive = e.alive, &e](const std::error_code& ec) {
                       auto self = weak.lock();
@@ -152,6 +185,7 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
                       if (*alive && tasks_ > 0) arm_(e);
                       kick_progress_();
                     });
+    e.armed = true;  // only once the wait is pending: async_wait may throw (its handler's memory)
     pollfd p{e.watch->fd, POLLIN, 0};
     if (::poll(&p, 1, 0) > 0)
       ::asio::post(io_, [weak = weak_from_this(), alive = e.alive, w = e.watch] {
@@ -160,15 +194,31 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   }
 
  public:
-  /// A task started: descriptors are waited on while any runs.
+  /// A task started: descriptors are waited on while any runs. When arming a wait throws,
+  /// the waits armed so far are cancelled and no task is counted: else they would keep
+  /// io_context::run() from returning, with no task left to end them.
   void task_started() {
-    if (tasks_++ > 0) return;
-    for (auto& [w, e] : watches_)
-      if (!e->armed) arm_(*e);
+    if (tasks_ > 0) {
+      ++tasks_;
+      return;
+    }
+    try {
+      for (auto& [w, e] : watches_)
+        if (!e->armed) arm_(*e);
+    } catch (...) {
+      stop_waits_();
+      throw;
+    }
+    tasks_ = 1;
   }
   /// A task ended: with none left, the waits stop, so io_context::run() can return.
   void task_finished() noexcept {
     if (--tasks_ > 0) return;
+    stop_waits_();
+  }
+
+ private:
+  void stop_waits_() noexcept {
     for (auto& [w, e] : watches_) {
       std::error_code ignored;
       e->sd.cancel(ignored);
@@ -176,7 +226,6 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     }
   }
 
- private:
   // Sources with work that no descriptor announces (the mock's simulated time) are
   // called again from a posted handler until they have none.
   void kick_progress_() noexcept {
@@ -184,7 +233,7 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     for (auto& [w, e] : watches_) {
       if (!w->progress || !w->progress(w->ctx)) continue;
       progress_posted_ = true;
-      ::asio::post(io_, [weak = weak_from_this()] {
+      post_in_(progress_slot_, [weak = weak_from_this()] {
         auto self = weak.lock();
         if (!self) return;
         self->progress_posted_ = false;
@@ -203,6 +252,8 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   work_list ready_;
   bool drain_posted_ = false;
   bool progress_posted_ = false;
+  std::shared_ptr<handler_slot> drain_slot_ = std::make_shared<handler_slot>();
+  std::shared_ptr<handler_slot> progress_slot_ = std::make_shared<handler_slot>();
   int tasks_ = 0;
   std::map<fd_watch*, std::unique_ptr<watched>> watches_;
   std::map<std::uint64_t, std::pair<timer_node*, std::shared_ptr<::asio::steady_timer>>> timers_;
@@ -227,8 +278,16 @@ class asio_root {
     promise_type(Ctx& ctx, Args&...) : sched_(*ctx.sched_) {
       auto h = std::coroutine_handle<promise_type>::from_promise(*this);
       start_.bind(h);
-      sched_.roots.add(h);
+      // When this constructor throws, the frame is freed: nothing may keep its handle (the
+      // context's destructor would destroy it again) or count it (its waits would keep
+      // io_context::run() from returning). task_started() undoes itself when it throws.
       sched_.task_started();
+      try {
+        sched_.roots.add(h);
+      } catch (...) {
+        sched_.task_finished();
+        throw;
+      }
       sched_.post(start_);
     }
     ~promise_type() {

@@ -14,14 +14,15 @@ namespace mock::detail {
   throw verbs_error(verb, err, detail);
 }
 
-// A device refuses objects beyond its limits as hardware does (ENOMEM).
-inline void take_one(std::uint32_t& count, std::uint32_t max, const char* verb, const char* what,
-                     const char* limit, const device_rt& dev) {
+// A device refuses objects beyond its limits as hardware does (ENOMEM). Only a check:
+// the creating verb counts its object once nothing can throw any more, so a create that
+// fails (an allocation included) leaves every count and table as it was.
+inline void check_room(std::uint32_t count, std::uint32_t max, const char* verb, const char* what,
+                       const char* limit, const device_rt& dev) {
   if (count >= max)
     fail(verb, ENOMEM,
          cat(max, " ", what, " exist on ", dev.cfg.name, " already (its ", limit,
              "): destroy one first (mock: or raise device_config::limits.", limit, ")"));
-  ++count;
 }
 
 inline const port_rt& port_checked(fabric_state& f, context_obj* ctx, std::uint8_t port, const char* verb) {

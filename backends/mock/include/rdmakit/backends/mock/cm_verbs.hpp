@@ -7,6 +7,7 @@
 #include <rdmakit/backends/mock/engine.hpp>
 #include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/owning_ptr.hpp>
 #include <rdmakit/detail/qp_transitions.hpp>
 
 #include <cerrno>
@@ -207,12 +208,12 @@ RDMAKIT_DECL mock::cm_channel mock::cm_create_channel(context ctx) {
   if (!ctx) mockd::fail("rdma_create_event_channel", EINVAL, "no device: open a mock device first");
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
-  auto* c = new mockd::cm_channel_obj;
+  auto c = detail::make_unique_owner<mockd::cm_channel_obj>();
   c->fab = &f;
   c->keep = ctx->keep;
   c->dev = ctx->dev;
-  f.cm_channels.insert(c);
-  return c;
+  f.cm_channels.insert(c.get());  // may throw: then c goes (the context still owns the fabric)
+  return c.release();
 }
 
 RDMAKIT_DECL int mock::cm_destroy_channel(cm_channel c) noexcept {
@@ -232,11 +233,11 @@ RDMAKIT_DECL mock::cm_id mock::cm_create_id(cm_channel c) {
   if (!c) mockd::fail("rdma_create_id", EINVAL, "no event channel");
   auto& f = *c->fab;
   std::lock_guard lk(f.mu);
-  auto* id = new mockd::cm_id_obj;
+  auto id = detail::make_unique_owner<mockd::cm_id_obj>();
   id->ch = c;
+  f.cm_ids.insert(id.get());  // the last step that may throw
   ++c->ids;
-  f.cm_ids.insert(id);
-  return id;
+  return id.release();
 }
 
 RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
@@ -534,10 +535,12 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
     mockd::cm_deliver_rejects(f, owed);
     return;
   }
-  auto* child = new mockd::cm_id_obj;
+  // What may throw (allocations) comes first, the links and counts after: a child left
+  // counted on the listener's channel, or linked with no event to announce it, kept the
+  // channel (and with it the fabric) from ever being destroyed.
+  auto owned = detail::make_unique_owner<mockd::cm_id_obj>();
+  auto* child = owned.get();
   child->ch = l->ch;
-  ++l->ch->ids;
-  f.cm_ids.insert(child);
   std::uint8_t port = 0;
   int index = 0;
   mockd::cm_find_address(f, id->remote_ip, child->dev, port, index);
@@ -552,11 +555,19 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
   child->psn = (f.next_cm_psn++ * 0x9E3779B1u) & psn_mask;
   child->peer = id;
   child->listener = l;
+  f.cm_ids.insert(child);
+  try {
+    mockd::cm_push(f, child, cm_event_type::connect_request, 0, prm.private_data, prm.private_data_len, l);
+  } catch (...) {  // cm_push changed nothing: neither does this call
+    f.cm_ids.erase(child);
+    throw;
+  }
+  (void)owned.release();
+  ++l->ch->ids;
   id->peer = child;
   id->state = ph::requested;
   id->param = prm;
   id->param.private_data = nullptr;
-  mockd::cm_push(f, child, cm_event_type::connect_request, 0, prm.private_data, prm.private_data_len, l);
 }
 
 RDMAKIT_DECL void mock::cm_accept(cm_id id, const cm_conn_param& prm) {

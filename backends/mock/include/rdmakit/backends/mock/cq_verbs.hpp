@@ -4,6 +4,7 @@
 // event releases it between slices.
 #include <rdmakit/backends/mock/engine.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/owning_ptr.hpp>
 #include <rdmakit/detail/thread.hpp>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -14,11 +15,11 @@ namespace mockd = rdmakit::mock::detail;
 RDMAKIT_DECL mock::channel mock::create_comp_channel(context ctx) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
-  auto* ch = new mockd::channel_obj;
+  auto ch = detail::make_unique_owner<mockd::channel_obj>();
   ch->ctx = ctx;
+  f.channels.insert(ch.get());  // the last step that may throw
   ++ctx->children;
-  f.channels.insert(ch);
-  return ch;
+  return ch.release();
 }
 
 RDMAKIT_DECL int mock::destroy_comp_channel(channel ch) noexcept {
@@ -45,15 +46,16 @@ RDMAKIT_DECL mock::cq mock::create_cq(context ctx, int cqe, channel ch, int comp
                             " (the device's num_comp_vectors)"));
   if (ch && ch->ctx != ctx) mockd::fail("ibv_create_cq", EINVAL, "the completion channel belongs to another device");
   auto& dev = f.devices[ctx->dev];
-  mockd::take_one(dev.count.cq, limits.max_cq, "ibv_create_cq", "completion queues", "max_cq", dev);
-  auto* c = new mockd::cq_obj;
+  mockd::check_room(dev.count.cq, limits.max_cq, "ibv_create_cq", "completion queues", "max_cq", dev);
+  auto c = detail::make_unique_owner<mockd::cq_obj>();
   c->ctx = ctx;
   c->channel = ch;
   c->capacity = cqe;
+  f.cqs.insert(c.get());  // the last step that may throw
+  ++dev.count.cq;
   if (ch) ++ch->cqs;
   ++ctx->children;
-  f.cqs.insert(c);
-  return c;
+  return c.release();
 }
 
 RDMAKIT_DECL int mock::cq_capacity(cq c) noexcept { return c->capacity; }

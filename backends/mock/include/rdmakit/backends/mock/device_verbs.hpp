@@ -4,6 +4,7 @@
 // Every call takes the fabric lock.
 #include <rdmakit/backends/mock/engine.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/owning_ptr.hpp>
 
 #include <string>
 #include <string_view>
@@ -43,12 +44,12 @@ RDMAKIT_DECL mock::context mock::open_device(rdmakit::detail::shared_owner<mockd
   mockd::touch(f);
   for (auto& d : f.devices) {
     if (!name.empty() && d.cfg.name != name) continue;
-    auto* c = new mockd::context_obj;
+    auto c = detail::make_unique_owner<mockd::context_obj>();
     c->fab = &f;
-    c->keep = std::move(st);
     c->dev = d.index;
-    f.contexts.insert(c);
-    return c;
+    f.contexts.insert(c.get());  // may throw: then c goes, not yet owning the fabric
+    c->keep = std::move(st);
+    return c.release();
   }
   std::string names;
   for (auto& d : f.devices) detail::append(names, names.empty() ? "" : ", ", d.cfg.name);
@@ -124,12 +125,13 @@ RDMAKIT_DECL mock::pd mock::alloc_pd(context ctx) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
   auto& dev = f.devices[ctx->dev];
-  mockd::take_one(dev.count.pd, dev.cfg.limits.max_pd, "ibv_alloc_pd", "protection domains", "max_pd", dev);
-  auto* p = new mockd::pd_obj;
+  mockd::check_room(dev.count.pd, dev.cfg.limits.max_pd, "ibv_alloc_pd", "protection domains", "max_pd", dev);
+  auto p = detail::make_unique_owner<mockd::pd_obj>();
   p->ctx = ctx;
+  f.pds.insert(p.get());  // the last step that may throw
+  ++dev.count.pd;
   ++ctx->children;
-  f.pds.insert(p);
-  return p;
+  return p.release();
 }
 
 RDMAKIT_DECL int mock::dealloc_pd(pd p) noexcept {
@@ -159,19 +161,25 @@ RDMAKIT_DECL mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access 
                 detail::cat("REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE too (", to_string(flags),
                             " was asked)"));
   auto& dev = f.devices[p->ctx->dev];
-  mockd::take_one(dev.count.mr, limits.max_mr, "ibv_reg_mr", "memory regions", "max_mr", dev);
-  auto* m = new mockd::mr_obj;
+  mockd::check_room(dev.count.mr, limits.max_mr, "ibv_reg_mr", "memory regions", "max_mr", dev);
+  auto m = detail::make_unique_owner<mockd::mr_obj>();
   m->pd = p;
   m->addr = reinterpret_cast<std::uint64_t>(addr);
   m->length = length;
   m->flags = flags;
   m->lkey = f.next_key;
   m->rkey = f.next_key | 0x80000000u;  // distinct from the lkey, so mixing them up is caught
+  f.by_lkey[m->lkey] = m.get();  // these two may throw: nothing else has changed yet
+  try {
+    f.by_rkey[m->rkey] = m.get();
+  } catch (...) {
+    f.by_lkey.erase(m->lkey);
+    throw;
+  }
   ++f.next_key;
-  f.by_lkey[m->lkey] = m;
-  f.by_rkey[m->rkey] = m;
+  ++dev.count.mr;
   ++p->children;
-  return m;
+  return m.release();
 }
 
 RDMAKIT_DECL int mock::dereg_mr(mr m) noexcept {
@@ -197,14 +205,14 @@ RDMAKIT_DECL mock::mw mock::alloc_mw(pd p, mw_type t) {
   std::lock_guard lk(f.mu);
   if (t != mw_type::type1 && t != mw_type::type2) mockd::fail("ibv_alloc_mw", EINVAL, "unknown memory window type");
   if (f.next_mw >= (1u << 22)) mockd::fail("ibv_alloc_mw", ENOMEM, "the mock ran out of window indexes");
-  auto* w = new mockd::mw_obj;
+  auto w = detail::make_unique_owner<mockd::mw_obj>();
   w->pd = p;
   w->type = t;
   w->rkey = w->user_rkey = 0x40000000u | (f.next_mw << 8);
+  f.mws[w->rkey >> 8] = w.get();  // the last step that may throw
   ++f.next_mw;
-  f.mws[w->rkey >> 8] = w;
   ++p->children;
-  return w;
+  return w.release();
 }
 
 RDMAKIT_DECL int mock::dealloc_mw(mw w) noexcept {
@@ -230,13 +238,14 @@ RDMAKIT_DECL mock::ah mock::create_ah(pd p, const ah_attr& attr) {
   std::lock_guard lk(f.mu);
   mockd::check_av(f, p->ctx, attr, "ibv_create_ah");
   auto& dev = f.devices[p->ctx->dev];
-  mockd::take_one(dev.count.ah, dev.cfg.limits.max_ah, "ibv_create_ah", "address handles", "max_ah", dev);
-  auto* a = new mockd::ah_obj;
+  mockd::check_room(dev.count.ah, dev.cfg.limits.max_ah, "ibv_create_ah", "address handles", "max_ah", dev);
+  auto a = detail::make_unique_owner<mockd::ah_obj>();
   a->pd = p;
   a->attr = attr;
+  f.ahs.insert(a.get());  // the last step that may throw
+  ++dev.count.ah;
   ++p->children;
-  f.ahs.insert(a);
-  return a;
+  return a.release();
 }
 
 RDMAKIT_DECL int mock::destroy_ah(ah a) noexcept {

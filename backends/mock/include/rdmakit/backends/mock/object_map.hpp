@@ -78,11 +78,13 @@ class number_table {
     return static_cast<std::size_t>((std::uint64_t{key} * 0x9E3779B97F4A7C15ull) >> (64 - bits_));
   }
   void grow_() {
-    std::vector<cell> old;
+    // The bigger table first: when that allocation fails, this one keeps every entry
+    // (swapping the old one out first lost them all, and the fabric its objects).
+    const unsigned bits = cells_.empty() ? 4 : bits_ + 1;
+    std::vector<cell> old(std::size_t{1} << bits, cell{});
     old.swap(cells_);
-    bits_ = old.empty() ? 4 : bits_ + 1;
-    cells_.assign(std::size_t{1} << bits_, cell{});
-    size_ = 0;
+    bits_ = bits;
+    size_ = 0;  // the re-inserts below fit: no further growth, nothing that throws
     for (const cell& c : old)
       if (c.value) assign(c.key, c.value);
   }

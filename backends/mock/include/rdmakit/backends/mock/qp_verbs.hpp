@@ -3,6 +3,7 @@
 // limits, destruction (which flushes nothing: the QP is gone), and modify_qp checked
 // against the IB spec's transition table. Every call takes the fabric lock.
 #include <rdmakit/backends/mock/engine.hpp>
+#include <rdmakit/detail/owning_ptr.hpp>
 
 #include <string>
 
@@ -41,8 +42,9 @@ RDMAKIT_DECL mock::qp mock::create_qp_on_srq(pd p, cq send_cq, cq recv_cq, srq s
   limit(caps.max_recv_sge, limits.max_sge, "max_recv_sge", "max_sge");
   limit(caps.max_inline_data, limits.max_inline_data, "max_inline_data", "max_inline_data");
   auto& dev = f.devices[p->ctx->dev];
-  mockd::take_one(dev.count.qp, limits.max_qp, "ibv_create_qp", "queue pairs", "max_qp", dev);
-  auto* q = new mockd::qp_obj;
+  mockd::check_room(dev.count.qp, limits.max_qp, "ibv_create_qp", "queue pairs", "max_qp", dev);
+  // What may throw (allocations) comes first; then the counts and links, which cannot.
+  auto q = detail::make_unique_owner<mockd::qp_obj>();
   q->pd = p;
   q->send_cq = send_cq;
   q->recv_cq = recv_cq;
@@ -50,19 +52,20 @@ RDMAKIT_DECL mock::qp mock::create_qp_on_srq(pd p, cq send_cq, cq recv_cq, srq s
   q->caps = caps;  // granted exactly as asked
   q->sq_sig_all = sq_sig_all;
   q->srq = s;
-  if (s) ++s->qps;
-  if (!f.free_qpns.empty()) {  // fabric_config::reuse_qp_numbers
-    q->qpn = f.free_qpns.back();
-    f.free_qpns.pop_back();
-  } else {
-    q->qpn = f.next_qpn++;
-  }
+  const bool reuse = !f.free_qpns.empty();  // fabric_config::reuse_qp_numbers
+  q->qpn = reuse ? f.free_qpns.back() : f.next_qpn;
   q->sq.reserve(std::min<std::uint32_t>(caps.max_send_wr, 1024));  // a full SQ of a usual depth allocates no more
-  f.qps[q->qpn] = q;
+  f.qps[q->qpn] = q.get();
+  if (reuse)
+    f.free_qpns.pop_back();
+  else
+    ++f.next_qpn;
+  ++dev.count.qp;
+  if (s) ++s->qps;
   ++send_cq->qps;
   ++recv_cq->qps;
   ++p->children;
-  return q;
+  return q.release();
 }
 
 RDMAKIT_DECL int mock::destroy_qp(qp q) noexcept {

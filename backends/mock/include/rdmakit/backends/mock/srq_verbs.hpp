@@ -3,6 +3,7 @@
 // device limits, posting, the limit (low watermark) and destruction, refused while a
 // queue pair uses the SRQ. The responder takes receives from it (responder.hpp).
 #include <rdmakit/backends/mock/engine.hpp>
+#include <rdmakit/detail/owning_ptr.hpp>
 
 #include <string>
 
@@ -26,13 +27,14 @@ RDMAKIT_DECL mock::srq mock::create_srq(pd p, srq_attr& attr) {
     bad(detail::cat("max_sge ", attr.max_sge, " is outside 1..", limits.max_srq_sge, " (the device's max_srq_sge)"));
   if (attr.limit > attr.max_wr)
     bad(detail::cat("limit ", attr.limit, " is above max_wr ", attr.max_wr));
-  mockd::take_one(dev.count.srq, limits.max_srq, "ibv_create_srq", "shared receive queues", "max_srq", dev);
-  auto* s = new mockd::srq_obj;
+  mockd::check_room(dev.count.srq, limits.max_srq, "ibv_create_srq", "shared receive queues", "max_srq", dev);
+  auto s = detail::make_unique_owner<mockd::srq_obj>();
   s->pd = p;
   s->attr = attr;  // granted exactly as asked; the limit armed
+  f.srqs.insert(s.get());  // the last step that may throw
+  ++dev.count.srq;
   ++p->children;
-  f.srqs.insert(s);
-  return s;
+  return s.release();
 }
 
 RDMAKIT_DECL int mock::destroy_srq(srq s) noexcept {
