@@ -605,6 +605,29 @@ task<int> echo(rts& x, rts& y, memory_region<B, rw>& mx, memory_region<B, rw>& m
   wr_result<B> got = co_await std::move(r).within(1s);
   co_return s.ok() && got.ok() && std::memcmp(my.data(), "coro", 4) == 0 ? 4 : -1;
 }
+// Two devices' async queue pairs on `sched` (an event_loop or an asio_context),
+// connected, with a region each.
+struct async_pair {
+  template <class Sched>
+  async_pair(mock::fabric& fab, Sched& sched)
+      : dx(fab, "mock0"), dy(fab, "mock1"), px(dx.create_pd()), py(dy.create_pd()),
+        cx(sched, dx.create_cq<event_driven<>>(64)), cy(sched, dy.create_cq<event_driven<>>(64)),
+        qps(connect_(px, cx, py, cy)), mx(px.allocate<rw>(64)), my(py.allocate<rw>(64)) {}
+  device<B> dx, dy;
+  protection_domain<B> px, py;
+  acq cx, cy;
+  std::pair<rts, rts> qps;
+  memory_region<B, rw> mx, my;
+
+ private:
+  static std::pair<rts, rts> connect_(protection_domain<B>& px, acq& cx, protection_domain<B>& py, acq& cy) {
+    async_queue_pair<B, rc> a(cx, px.create_qp<rc>(cx.queue(), qp_cap{8, 8}));
+    async_queue_pair<B, rc> b(cy, py.create_qp<rc>(cy.queue(), qp_cap{8, 8}));
+    const endpoint ea = a.local_endpoint(), eb = b.local_endpoint();
+    return {std::move(a).connect(eb), std::move(b).connect(ea)};
+  }
+};
+task<int> echo(async_pair& p) { return echo(p.qps.first, p.qps.second, p.mx, p.my); }
 task<void> sleeper(event_loop& loop, int& woke) {
   co_await loop.sleep_for(1ms);
   ++woke;
@@ -613,23 +636,11 @@ task<void> sleeper(event_loop& loop, int& woke) {
 
 TEST_CASE("allocation failure: event_loop, async completion queues and queue pairs, a SEND/RECV") {
   auto o = for_each_failure("coro", [&](world& w) {
-    mock::fabric& fab = w.fab;
     event_loop loop;
-    device<B> dx(fab, "mock0"), dy(fab, "mock1");
-    auto px = dx.create_pd();
-    auto py = dy.create_pd();
-    acq cx(loop, dx.create_cq<event_driven<>>(64));
-    acq cy(loop, dy.create_cq<event_driven<>>(64));
-    async_queue_pair<B, rc> a(cx, px.create_qp<rc>(cx.queue(), qp_cap{8, 8}));
-    async_queue_pair<B, rc> b(cy, py.create_qp<rc>(cy.queue(), qp_cap{8, 8}));
-    const endpoint ea = a.local_endpoint(), eb = b.local_endpoint();
-    rts x = std::move(a).connect(eb);
-    rts y = std::move(b).connect(ea);
-    auto mx = px.allocate<rw>(64);
-    auto my = py.allocate<rw>(64);
+    async_pair p(w.fab, loop);
     int woke = 0;
     loop.spawn(sleeper(loop, woke));
-    ensure(loop.run(echo(x, y, mx, my)) == 4, "echo");
+    ensure(loop.run(echo(p)) == 4, "echo");
     loop.run();
     ensure(woke == 1, "sleeper woke");
   });
@@ -869,26 +880,14 @@ TEST_CASE("allocation failure: the TCP endpoint exchange, failures on the server
 
 TEST_CASE("allocation failure: asio_context, asio_spawn of a SEND/RECV on an io_context") {
   auto o = for_each_failure("asio", [&](world& w) {
-    mock::fabric& fab = w.fab;
     ::asio::io_context io;
     asio_context rdma(io);
-    device<B> dx(fab, "mock0"), dy(fab, "mock1");
-    auto px = dx.create_pd();
-    auto py = dy.create_pd();
-    acq cx(rdma, dx.create_cq<event_driven<>>(64));
-    acq cy(rdma, dy.create_cq<event_driven<>>(64));
-    async_queue_pair<B, rc> a(cx, px.create_qp<rc>(cx.queue(), qp_cap{8, 8}));
-    async_queue_pair<B, rc> b(cy, py.create_qp<rc>(cy.queue(), qp_cap{8, 8}));
-    const endpoint ea = a.local_endpoint(), eb = b.local_endpoint();
-    rts x = std::move(a).connect(eb);
-    rts y = std::move(b).connect(ea);
-    auto mx = px.allocate<rw>(64);
-    auto my = py.allocate<rw>(64);
+    async_pair p(w.fab, rdma);
     int got = 0;
     std::exception_ptr failed;  // the task's own exception (a failed allocation in it)
     bool spawn_failed = false;
     try {
-      asio_spawn(rdma, echo(x, y, mx, my), [&](std::exception_ptr e, int v) {
+      asio_spawn(rdma, echo(p), [&](std::exception_ptr e, int v) {
         failed = e;
         got = v;
       });
