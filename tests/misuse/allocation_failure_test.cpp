@@ -424,6 +424,18 @@ std::optional<wc_status> one_completion(CQ& cq, int max_polls = 1000) {
   return st;
 }
 
+/// A scenario's two devices, with a PD and a CQ of 64 entries on each (made in that order).
+template <polling PX = busy_poll<>, polling PY = busy_poll<>>
+struct two_sides {
+  explicit two_sides(mock::fabric& fab)
+      : dx(fab, "mock0"), dy(fab, "mock1"), px(dx.create_pd()), py(dy.create_pd()),
+        cx(dx.template create_cq<PX>(64)), cy(dy.template create_cq<PY>(64)) {}
+  device<B> dx, dy;
+  protection_domain<B> px, py;
+  completion_queue<B, PX> cx;
+  completion_queue<B, PY> cy;
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -451,12 +463,8 @@ TEST_CASE("allocation failure: device, PD, CQ, memory registration") {
 
 TEST_CASE("allocation failure: an RC pair connected, one WRITE and its completion") {
   auto o = for_each_failure("rc write", [&](world& w) {
-    mock::fabric& fab = w.fab;
-    device<B> dx(fab, "mock0"), dy(fab, "mock1");
-    auto px = dx.create_pd();
-    auto py = dy.create_pd();
-    auto cx = dx.create_cq(64);
-    auto cy = dy.create_cq(64);
+    two_sides<> sides(w.fab);
+    auto& [dx, dy, px, py, cx, cy] = sides;
     auto src = px.allocate<rw>(64);
     auto dst = py.allocate<rw>(64);
     auto a = px.create_qp<rc>(cx, qp_cap{8, 8});
@@ -474,12 +482,8 @@ TEST_CASE("allocation failure: an RC pair connected, one WRITE and its completio
 
 TEST_CASE("allocation failure: send_batch and prepared_send") {
   auto o = for_each_failure("batch", [&](world& w) {
-    mock::fabric& fab = w.fab;
-    device<B> dx(fab, "mock0"), dy(fab, "mock1");
-    auto px = dx.create_pd();
-    auto py = dy.create_pd();
-    auto cx = dx.create_cq(64);
-    auto cy = dy.create_cq(64);
+    two_sides<> sides(w.fab);
+    auto& [dx, dy, px, py, cx, cy] = sides;
     auto src = px.allocate<rw>(64);
     auto dst = py.allocate<rw>(64);
     auto a = px.create_qp<rc, signal_every<2>>(cx, qp_cap{8, 8});
@@ -505,12 +509,8 @@ TEST_CASE("allocation failure: send_batch and prepared_send") {
 
 TEST_CASE("allocation failure: a shared receive queue with two queue pairs") {
   auto o = for_each_failure("srq", [&](world& w) {
-    mock::fabric& fab = w.fab;
-    device<B> dx(fab, "mock0"), dy(fab, "mock1");
-    auto px = dx.create_pd();
-    auto py = dy.create_pd();
-    auto cx = dx.create_cq(64);
-    auto cy = dy.create_cq(64);
+    two_sides<> sides(w.fab);
+    auto& [dx, dy, px, py, cx, cy] = sides;
     auto srq = py.create_srq({.max_wr = 8, .max_sge = 1});
     auto a1 = px.create_qp<rc>(cx, qp_cap{4, 0});
     auto a2 = px.create_qp<rc>(cx, qp_cap{4, 0});
@@ -541,12 +541,8 @@ TEST_CASE("allocation failure: a shared receive queue with two queue pairs") {
 
 TEST_CASE("allocation failure: UD datagrams through an address handle") {
   auto o = for_each_failure("ud", [&](world& w) {
-    mock::fabric& fab = w.fab;
-    device<B> dx(fab, "mock0"), dy(fab, "mock1");
-    auto px = dx.create_pd();
-    auto py = dy.create_pd();
-    auto cx = dx.create_cq(64);
-    auto cy = dy.create_cq(64);
+    two_sides<> sides(w.fab);
+    auto& [dx, dy, px, py, cx, cy] = sides;
     auto a = px.create_qp<ud>(cx, qp_cap{4, 4}).activate();
     auto b = py.create_qp<ud>(cy, qp_cap{4, 4}).activate();
     auto ah = px.create_ah(b.local_endpoint());
@@ -563,12 +559,8 @@ TEST_CASE("allocation failure: UD datagrams through an address handle") {
 
 TEST_CASE("allocation failure: a queue-pair pool, a memory window, an event-driven CQ's wait") {
   auto o = for_each_failure("pool and window", [&](world& w) {
-    mock::fabric& fab = w.fab;
-    device<B> dx(fab, "mock0"), dy(fab, "mock1");
-    auto px = dx.create_pd();
-    auto py = dy.create_pd();
-    auto cx = dx.create_cq<event_driven<>>(64);
-    auto cy = dy.create_cq(64);
+    two_sides<event_driven<>> sides(w.fab);
+    auto& [dx, dy, px, py, cx, cy] = sides;
     auto src = px.allocate<rw>(64);
     auto lent = py.allocate<rw | access::mw_bind>(4096);
     auto local = px.create_qp_pool<rc>(cx, 2, qp_cap{8, 8});
