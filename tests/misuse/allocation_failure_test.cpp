@@ -706,6 +706,50 @@ TEST_CASE("allocation failure: device_events on an event_loop") {
 namespace {
 enum class armed_side { client, server };
 
+// The server side of a two-sided scenario, on its own thread: `serve()` with the
+// injection handed over in `h`; its result, and whether the injected failure fired here.
+template <class R, class F>
+std::pair<std::optional<R>, bool> serve_armed(const oom::handoff& h, F serve) {
+  oom::adopt(h);
+  std::optional<R> r;
+  try {
+    r.emplace(serve());
+  } catch (...) {
+    const bool fired = oom::give_back();  // first: what goes next runs uninjected
+    r.reset();
+    if (fired) throw std::bad_alloc();  // what it failed with, whatever it became
+    throw;
+  }
+  return {std::move(r), oom::give_back()};
+}
+
+// Runs `client()` on this thread while `server` (serve_armed on a std::async thread)
+// runs. When the client fails, `unblock()` ends a server wait for it and the server is
+// joined before the failure goes on. Returns the server's result.
+template <class R, class Client, class Unblock>
+std::optional<R> with_server(std::future<std::pair<std::optional<R>, bool>>& server, Client client,
+                             Unblock unblock) {
+  try {
+    client();
+  } catch (...) {
+    unblock();
+    try {
+      (void)server.get();
+    } catch (...) {
+    }
+    throw;
+  }
+  std::pair<std::optional<R>, bool> s;
+  try {
+    s = server.get();
+  } catch (...) {
+    oom::returned(true);
+    throw;
+  }
+  oom::returned(s.second);
+  return std::move(s.first);
+}
+
 // A connection through the mock's CM and a WRITE over it. The injection armed on this
 // thread stays here (client) or moves to the server's thread. Every wait is short, so a
 // side that fails ends the other's wait soon.
@@ -724,47 +768,22 @@ void cm_scenario(world& w, armed_side armed) {
   cm_listener<B> l(ds, cm_address::parse("10.0.0.1", 7471));
   const oom::handoff h = armed == armed_side::server ? oom::take() : oom::handoff{};
   std::atomic<bool> client_gave_up{false};
-  auto server = std::async(std::launch::async, [&]() -> std::pair<std::optional<cm_connection<B, rc>>, bool> {
-    oom::adopt(h);
-    std::optional<cm_connection<B, rc>> c;
-    try {
+  auto server = std::async(std::launch::async, [&] {
+    return serve_armed<cm_connection<B, rc>>(h, [&] {
       for (;;) {
         try {
           auto req = l.next_request(20ms);
-          c.emplace(std::move(req).accept<rc>(spd, scq, caps, cm_region_data(smr.remote()), o));
-          break;
+          return std::move(req).accept<rc>(spd, scq, caps, cm_region_data(smr.remote()), o);
         } catch (const cm_error& e) {
           if (e.code() != cm_errc::timeout || client_gave_up) throw;
         }
       }
-    } catch (...) {
-      const bool fired = oom::give_back();
-      c.reset();
-      if (fired) throw std::bad_alloc();  // what it failed with, whatever it became
-      throw;
-    }
-    return {std::move(c), oom::give_back()};
+    });
   });
   std::optional<cm_connection<B, rc>> c;
-  try {
-    c.emplace(cm_connect<rc>(cpd, ccq, caps, l.address(), {}, o));
-  } catch (...) {
-    client_gave_up = true;
-    try {
-      (void)server.get();
-    } catch (...) {
-    }
-    throw;
-  }
-  std::pair<std::optional<cm_connection<B, rc>>, bool> s;
-  try {
-    s = server.get();
-  } catch (...) {
-    oom::returned(true);
-    throw;
-  }
-  oom::returned(s.second);
-  ensure(c && s.first, "both sides connected");
+  auto s = with_server(server, [&] { c.emplace(cm_connect<rc>(cpd, ccq, caps, l.address(), {}, o)); },
+                       [&] { client_gave_up = true; });
+  ensure(c && s, "both sides connected");
   auto dst = c->peer_region();
   ensure(dst.has_value(), "the server's region came with the accept");
   std::memcpy(cmr.data(), "over cm", 7);
@@ -815,39 +834,13 @@ void tcp_scenario(world& w, armed_side armed) {
   exchange_listener l(0, "127.0.0.1");
   using live = queue_pair<B, rc, signal_all, qp_state::rts>;
   const oom::handoff h = armed == armed_side::server ? oom::take() : oom::handoff{};
-  auto server = std::async(std::launch::async, [&]() -> std::pair<std::optional<live>, bool> {
-    oom::adopt(h);
-    std::optional<live> q;
-    try {
-      q.emplace(connect_server(std::move(sqp), l, o, region_descriptor(smr.remote())).qp);
-    } catch (...) {
-      const bool fired = oom::give_back();
-      q.reset();
-      if (fired) throw std::bad_alloc();
-      throw;
-    }
-    return {std::move(q), oom::give_back()};
+  auto server = std::async(std::launch::async, [&] {
+    return serve_armed<live>(h, [&] { return connect_server(std::move(sqp), l, o, region_descriptor(smr.remote())).qp; });
   });
   std::optional<exchanged<live>> c;
-  try {
-    c.emplace(connect_client(std::move(cqp), "127.0.0.1", l.port(), o));
-  } catch (...) {
-    knock(l.port());
-    try {
-      (void)server.get();
-    } catch (...) {
-    }
-    throw;
-  }
-  std::pair<std::optional<live>, bool> s;
-  try {
-    s = server.get();
-  } catch (...) {
-    oom::returned(true);
-    throw;
-  }
-  oom::returned(s.second);
-  ensure(s.first.has_value() && c->peer.region.has_value(), "both sides connected, the region came along");
+  auto s = with_server(server, [&] { c.emplace(connect_client(std::move(cqp), "127.0.0.1", l.port(), o)); },
+                       [&] { knock(l.port()); });
+  ensure(s.has_value() && c->peer.region.has_value(), "both sides connected, the region came along");
   const auto dst = c->peer.region->as<access::remote_write>();
   std::memcpy(cmr.data(), "over tcp", 8);
   ensure(c->qp.write(cmr.local(0, 8), dst.sub(0, 8), 1).ok(), "WRITE posted");
