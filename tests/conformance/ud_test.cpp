@@ -76,6 +76,24 @@ CONFORMANCE_CASE("ud: the GRH fills a 40-byte first SGE and the data goes to the
   CHECK(data.holds(17, 0, 200));
 }
 
+CONFORMANCE_CASE("ud: a GRH that straddles two SGEs: the data follows it in the second") {
+  fixture<B> fx;
+  ud_pair<B> p(fx);
+  auto& src = fx.make_buffer(256);
+  auto& head = fx.make_buffer(64);
+  auto& data = fx.make_buffer(256);
+  src.fill(29);
+  data.clear(std::byte{0xee});
+  REQUIRE(fx.post_recv(p.b, 1, {head.sge(0, 30), data.sge(0, 256)}) == 0);  // GRH: 30 + 10 bytes
+  REQUIRE(fx.post_ud(p.a, 2, p.ah, p.b.num, default_qkey, {src.sge(0, 200)}) == 0);
+  CHECK(fx.poll_one(p.a.send_cq).status == wc_status::success);
+  auto r = fx.poll_one(p.b.recv_cq);
+  CHECK(r.status == wc_status::success);
+  CHECK(r.byte_len == 200 + grh_bytes);
+  CHECK(data.holds(29, grh_bytes - 30, 200));
+  CHECK(data.data()[grh_bytes - 30 + 200] == std::byte{0xee});  // nothing past the data
+}
+
 CONFORMANCE_CASE("ud: a message of exactly the path MTU goes through") {
   fixture<B> fx;
   ud_pair<B> p(fx);

@@ -889,3 +889,57 @@ TEST_CASE("allocation failure: asio_context, asio_spawn of a SEND/RECV on an io_
   report("asio", o);
 }
 #endif
+
+// ---------------------------------------------------------------------------------------
+// The mock's own data path (docs/mock.md: no allocation per message)
+
+// A UD receive joined GRH and payload in a std::vector per datagram: an allocation on a
+// noexcept path, per message, where docs/mock.md says there is none.
+TEST_CASE("the mock's data path allocates nothing per message once its rings have grown (RC, UD)") {
+  using M = backends::mock;  // not the exempt backend: its data path counts here
+  mock::fabric fab;
+  device<M> dx(fab, "mock0"), dy(fab, "mock1");
+  auto px = dx.create_pd();
+  auto py = dy.create_pd();
+  auto cx = dx.create_cq(64);
+  auto cy = dy.create_cq(64);
+  auto src = px.allocate<rw>(256);
+  auto dst = py.allocate<rw>(4096);
+  auto a = px.create_qp<rc>(cx, qp_cap{8, 8});
+  auto b = py.create_qp<rc>(cy, qp_cap{8, 8});
+  const endpoint ea = a.local_endpoint();
+  auto ra = std::move(a).connect(b.local_endpoint());
+  auto rb = std::move(b).connect(ea);
+  auto ua = px.create_qp<ud>(cx, qp_cap{8, 8}).activate();
+  auto ub = py.create_qp<ud>(cy, qp_cap{8, 8}).activate();
+  auto ah = px.create_ah(ub.local_endpoint());
+  std::memcpy(src.data(), "payload!", 8);
+  // The successful completions among the next `n` of `cq` (at most 1000 polls).
+  auto successes = [](auto& cq, int n) {
+    int seen = 0, good = 0;
+    for (int i = 0; i < 1000 && seen < n; ++i)
+      seen += cq.poll([&](const auto& c) { good += c.status() == wc_status::success; });
+    return good;
+  };
+  int ok = 0;
+  // An RC WRITE, an RC SEND into a posted receive and a UD datagram, every completion polled.
+  auto round = [&] {
+    ok += ra.write(src.local(0, 64), dst.remote().sub(0, 64), 1).ok();
+    ok += rb.post_recv(dst.local(64, 64), 2).ok();
+    ok += ra.send(src.local(0, 8), 3).ok();
+    ok += ub.post_recv(dst.local(1024, 1024), 4).ok();
+    ok += ua.send(ah.to(ub.qp_num()), src.local(0, 8), 5).ok();
+    ok += successes(cx, 3);  // the WRITE, the SEND, the datagram sent
+    ok += successes(cy, 2);  // the SEND and the datagram received
+  };
+  for (int i = 0; i < 4; ++i) round();  // the rings grow to their working size
+  REQUIRE(ok == 40);
+  constexpr long budget = 1'000'000;
+  oom::arm(budget);
+  for (int i = 0; i < 16; ++i) round();
+  const long allocations = budget - oom::countdown;
+  (void)oom::disarm();
+  CHECK(ok == 40 + 160);
+  CHECK(allocations == 0);
+  CHECK(std::memcmp(dst.data() + 1024 + 40, "payload!", 8) == 0);  // after the GRH
+}

@@ -130,9 +130,8 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     grh[0] = 0x60;  // IP version 6, as an IB GRH
     std::memcpy(grh + 8, m.sgid.raw.data(), 16);
     std::memcpy(grh + 24, m.av.grh.dgid.raw.data(), 16);
-    std::vector<std::uint8_t> all(grh, grh + grh_bytes);
-    all.insert(all.end(), m.bytes(), m.bytes() + m.byte_count());
-    scatter(rw.sges, all.data(), all.size());
+    scatter(rw.sges, grh, grh_bytes);
+    scatter(rw.sges, m.bytes(), m.byte_count(), grh_bytes);
     e.wc.src_qp = m.src_qpn;
     e.wc.flags = wc_flags::grh;
   } else {

@@ -163,13 +163,20 @@ inline void gather_into(std::span<const sge> sges, std::vector<std::uint8_t>& ou
   }
 }
 
-inline void scatter(std::span<const sge> sges, const std::uint8_t* data, std::size_t len) {
+// Writes `len` bytes of `data` into the SGE list, from its byte `at` on (a UD receive:
+// the payload after the GRH, with no buffer joining the two).
+inline void scatter(std::span<const sge> sges, const std::uint8_t* data, std::size_t len, std::size_t at = 0) {
   std::size_t off = 0;
   for (const auto& s : sges) {
     if (off >= len) break;
-    std::size_t n = std::min<std::size_t>(s.length, len - off);
-    if (n) std::memcpy(reinterpret_cast<void*>(s.addr), data + off, n);
+    if (at >= s.length) {
+      at -= s.length;
+      continue;
+    }
+    const std::size_t n = std::min<std::size_t>(s.length - at, len - off);
+    std::memcpy(reinterpret_cast<std::uint8_t*>(s.addr) + at, data + off, n);
     off += n;
+    at = 0;
   }
 }
 
