@@ -16,8 +16,10 @@ elif [ $# -gt 0 ]; then
 fi
 # What these tests run, no more: not the benchmarks (`ninja -C build` builds those too),
 # nor the programs of the rxe and ibverbs suites, which need an RDMA device to do more
-# than skip (CI's rxe stage builds and runs them: `meson test -C build --suite ibverbs`).
-skip_suites=(rxe ibverbs)
+# than skip, nor the installed rdmakit-perf with its device runners (perf-full; the tools
+# suite runs a build of it with the mock's tested runners only). CI's rxe stage builds and
+# runs those: `meson test -C build --suite ibverbs --suite perf-full`.
+skip_suites=(rxe ibverbs perf-full)
 if ! { ninja -C "$build" build.ninja &&  # first: a changed meson.build reconfigures
        list=$(python3 "$root/scripts/test_targets.py" "$build" "${skip_suites[@]}") &&
        mapfile -t targets <<<"$list" && ninja -C "$build" "${targets[@]}"; } >"$build/ninja.log" 2>&1; then

@@ -29,6 +29,7 @@ role=${RDMAKIT_HOST:?}
 t=$build/tools
 port=18600
 failed=0
+failed_names=()
 
 listening() {   # is some process listening on TCP port $1?
   local hex
@@ -58,7 +59,7 @@ step() {
     done
   fi
   sed 's/^/    /' "$out"
-  if ((rc == 0)); then echo "-- PASS $name"; else echo "-- FAIL $name (exit $rc)"; failed=$((failed + 1)); fi
+  if ((rc == 0)); then echo "-- PASS $name"; else echo "-- FAIL $name (exit $rc)"; failed=$((failed + 1)); failed_names+=("$name"); fi
   rm -f "$out"
 }
 
@@ -72,4 +73,6 @@ step "ud: ibv_ud_pingpong server, rdmakit client" -- ibv_ud_pingpong "${g[@]}" -
 step "write_bw: rdmakit-perf against itself" -- "$t/rdmakit-perf" write_bw -d "$dev" -n 2000 -- "$t/rdmakit-perf" write_bw -d "$dev" -n 2000
 step "write_bw: ib_write_bw against itself (perftest, for reference)" -- ib_write_bw -d "$dev" -x 1 -n 2000 -- ib_write_bw -d "$dev" -x 1 -n 2000
 echo "wire ($role): $failed step(s) failed"
+# (repeated at the end: meson shows only a long log's last lines)
+for name in "${failed_names[@]}"; do echo "wire ($role): FAILED $name"; done
 exit $((failed > 0))
