@@ -91,7 +91,22 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
 
   void fail(std::exception_ptr e) noexcept override {
     // Thrown out of io_context::run(), where the application handles asio's failures.
-    ::asio::post(io_, [e] { std::rethrow_exception(e); });
+    // The failure is often a failed allocation (a completion handler that could not be
+    // posted): the first one pending goes in a slot made beforehand, so reporting it
+    // allocates nothing.
+    if (!fail_posted_) {
+      fail_posted_ = true;
+      post_in_(fail_slot_, [weak = weak_from_this(), e] {
+        if (auto self = weak.lock()) self->fail_posted_ = false;
+        std::rethrow_exception(e);
+      });
+      return;
+    }
+    try {
+      ::asio::post(io_, [e] { std::rethrow_exception(e); });
+    } catch (...) {
+      // Out of memory with a failure already on its way out of run(): that one is reported.
+    }
   }
 
  private:
@@ -123,7 +138,7 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     timers_.erase(it);
   }
 
-  // The memory of a handler that is posted once at a time (drain_posted_,
+  // The memory of a handler that is posted once at a time (drain_posted_, fail_posted_,
   // progress_posted_), made with the scheduler: post() and the progress kick are noexcept,
   // and asio allocating the handler there could only end the program when that failed.
   // The handler owns its slot: asio frees a handler's memory while the handler (moved out
@@ -252,8 +267,10 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   work_list ready_;
   bool drain_posted_ = false;
   bool progress_posted_ = false;
+  bool fail_posted_ = false;
   std::shared_ptr<handler_slot> drain_slot_ = std::make_shared<handler_slot>();
   std::shared_ptr<handler_slot> progress_slot_ = std::make_shared<handler_slot>();
+  std::shared_ptr<handler_slot> fail_slot_ = std::make_shared<handler_slot>();
   int tasks_ = 0;
   std::map<fd_watch*, std::unique_ptr<watched>> watches_;
   std::map<std::uint64_t, std::pair<timer_node*, std::shared_ptr<::asio::steady_timer>>> timers_;

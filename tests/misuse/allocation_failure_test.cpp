@@ -46,13 +46,21 @@
 // The injecting allocator
 
 namespace oom {
-// 0: disarmed; n > 0: the nth allocation from now on this thread fails.
+// 0: disarmed; n > 0: the nth allocation from now on this thread fails, and with it the
+// next in_a_row - 1 (a handler that reports a failed allocation may need one itself).
 thread_local long countdown = 0;
+thread_local long in_a_row = 1;
+thread_local long streak = 0;  // failures still to come right after the nth
 thread_local bool fired = false;
 
 inline bool fail_now() noexcept {
+  if (streak > 0) {
+    --streak;
+    return true;
+  }
   if (countdown <= 0 || --countdown != 0) return false;
   fired = true;
+  streak = in_a_row - 1;
   return true;
 }
 void* allocate(std::size_t n) {
@@ -109,14 +117,18 @@ inline void returned(bool fired_there) noexcept {
   if (fired_there) fired = true;
 }
 
-/// Arms the injection on this thread: the nth allocation from now fails.
-void arm(long n) noexcept {
+/// Arms the injection on this thread: the nth allocation from now fails, and the
+/// `row - 1` after it.
+void arm(long n, long row = 1) noexcept {
   fired = false;
   countdown = n;
+  in_a_row = row;
+  streak = 0;
 }
 /// Disarms it; true when the armed failure happened.
 bool disarm() noexcept {
   countdown = 0;
+  streak = 0;
   return std::exchange(fired, false);
 }
 }  // namespace oom
@@ -337,7 +349,7 @@ struct world {
 /// injection on the same world must succeed. Fails the test on anything but completion
 /// or an expected exception.
 template <class F>
-outcome for_each_failure(const char* name, F&& scenario) {
+outcome for_each_failure(const char* name, F&& scenario, long in_a_row = 1) {
   INFO("scenario: ", name);
   outcome out;
   std::set_terminate(on_terminate);
@@ -356,7 +368,7 @@ outcome for_each_failure(const char* name, F&& scenario) {
     std::string failure;  // built only with the injection off
     std::optional<world> w;
     w.emplace();
-    oom::arm(n);
+    oom::arm(n, in_a_row);
     try {
       scenario(*w);
       const bool fired = oom::disarm();
@@ -863,30 +875,76 @@ TEST_CASE("allocation failure: the TCP endpoint exchange, failures on the server
 #if __has_include(<asio.hpp>)
 #include <rdmakit/asio_context.hpp>
 
+void asio_scenario(world& w) {
+  ::asio::io_context io;
+  asio_context rdma(io);
+  async_pair p(w.fab, rdma);
+  int got = 0;
+  std::exception_ptr failed;  // the task's own exception (a failed allocation in it)
+  bool spawn_failed = false;
+  try {
+    asio_spawn(rdma, echo(p), [&](std::exception_ptr e, int v) {
+      failed = e;
+      got = v;
+    });
+  } catch (const std::bad_alloc&) {
+    spawn_failed = true;  // the io_context must still run, and return, as if never asked
+  }
+  // Bounded: waits left armed with no task to end them would keep run() from returning.
+  io.run_for(2s);
+  ensure(io.stopped(), "io_context::run() returns once the spawned task finished (or was never started)");
+  if (spawn_failed) throw std::bad_alloc();
+  if (failed) std::rethrow_exception(failed);
+  ensure(got == 4, "echo over asio");
+}
+
 TEST_CASE("allocation failure: asio_context, asio_spawn of a SEND/RECV on an io_context") {
-  auto o = for_each_failure("asio", [&](world& w) {
-    ::asio::io_context io;
-    asio_context rdma(io);
-    async_pair p(w.fab, rdma);
-    int got = 0;
-    std::exception_ptr failed;  // the task's own exception (a failed allocation in it)
-    bool spawn_failed = false;
+  report("asio", for_each_failure("asio", asio_scenario));
+}
+
+// A failure out of io_context::run() leaves it usable: run again, it finishes the task.
+// A wait that could not be armed again after a completion left its descriptor unwatched:
+// the task waiting on it never woke, and run() never returned.
+void asio_run_again_scenario(world& w) {
+  ::asio::io_context io;
+  asio_context rdma(io);
+  async_pair p(w.fab, rdma);
+  int got = 0;
+  std::exception_ptr failed;
+  bool spawn_failed = false;
+  try {
+    asio_spawn(rdma, echo(p), [&](std::exception_ptr e, int v) {
+      failed = e;
+      got = v;
+    });
+  } catch (const std::bad_alloc&) {
+    spawn_failed = true;
+  }
+  bool reported = false;  // a failure came out of run()
+  for (int runs = 0; runs < 4; ++runs) {
     try {
-      asio_spawn(rdma, echo(p), [&](std::exception_ptr e, int v) {
-        failed = e;
-        got = v;
-      });
+      io.run_for(2s);
+      break;
     } catch (const std::bad_alloc&) {
-      spawn_failed = true;  // the io_context must still run, and return, as if never asked
+      reported = true;
     }
-    // Bounded: waits left armed with no task to end them would keep run() from returning.
-    io.run_for(2s);
-    ensure(io.stopped(), "io_context::run() returns once the spawned task finished (or was never started)");
-    if (spawn_failed) throw std::bad_alloc();
-    if (failed) std::rethrow_exception(failed);
-    ensure(got == 4, "echo over asio");
-  });
-  report("asio", o);
+  }
+  ensure(io.stopped(), "io_context::run(), run again after a failure out of it, returns once the task is done");
+  ensure(rdma.tasks() == 0, "the spawned task finished");
+  if (spawn_failed || reported) throw std::bad_alloc();
+  if (failed) std::rethrow_exception(failed);
+  ensure(got == 4, "echo over asio");
+}
+
+TEST_CASE("allocation failure: asio_spawn, io_context::run() again after a failure out of it") {
+  report("asio, run again", for_each_failure("asio, run again", asio_run_again_scenario));
+}
+
+// A task whose completion handler could not be posted reports that failure out of
+// io_context::run(); the report itself allocated, so a second failure right after the
+// first called std::terminate().
+TEST_CASE("allocation failure: asio_spawn, two allocations in a row failing") {
+  report("asio, two in a row", for_each_failure("asio, two in a row", asio_scenario, 2));
 }
 #endif
 
