@@ -9,7 +9,8 @@
 // left half-registered. A scenario with a server thread hands the injection to it.
 //
 // Its own executable (test_allocation_failure): the replacement affects nothing else.
-// RDMAKIT_OOM_FIRST=N starts each search at N; a std::terminate() prints where it was.
+// RDMAKIT_OOM_FIRST=N starts each search at N, RDMAKIT_OOM_IN_A_ROW=K fails K allocations
+// in a row each time; a std::terminate() prints where it was.
 #include <rdmakit/async_completion_queue.hpp>
 #include <rdmakit/async_queue_pair.hpp>
 #include <rdmakit/backends/mock.hpp>
@@ -89,13 +90,17 @@ void* allocate_nothrow(std::size_t n, std::align_val_t al) noexcept {
 /// While it lives, no allocation of this thread counts (or fails).
 class paused {
  public:
-  paused() noexcept : saved_(std::exchange(countdown, 0)) {}
+  paused() noexcept : saved_(std::exchange(countdown, 0)), saved_streak_(std::exchange(streak, 0)) {}
   paused(const paused&) = delete;
   paused& operator=(const paused&) = delete;
-  ~paused() { countdown = saved_; }
+  ~paused() {
+    countdown = saved_;
+    streak = saved_streak_;
+  }
 
  private:
   long saved_;
+  long saved_streak_;
 };
 
 /// Moves this thread's armed injection (if any) to another thread: take() here,
@@ -103,14 +108,18 @@ class paused {
 /// returned() here (so the driver sees whether it fired).
 struct handoff {
   long countdown = 0;
+  long in_a_row = 1;
 };
-inline handoff take() noexcept { return {std::exchange(countdown, 0)}; }
+inline handoff take() noexcept { return {std::exchange(countdown, 0), in_a_row}; }
 inline void adopt(handoff h) noexcept {
   fired = false;
   countdown = h.countdown;
+  in_a_row = h.in_a_row;
+  streak = 0;
 }
 inline bool give_back() noexcept {
   countdown = 0;
+  streak = 0;
   return std::exchange(fired, false);
 }
 inline void returned(bool fired_there) noexcept {
@@ -267,6 +276,11 @@ long first_n() {
   const char* e = std::getenv("RDMAKIT_OOM_FIRST");
   return e ? std::max(1L, std::atol(e)) : 1L;
 }
+// RDMAKIT_OOM_IN_A_ROW=K makes every scenario fail K allocations in a row (at least its own).
+long in_a_row_at_least(long k) {
+  const char* e = std::getenv("RDMAKIT_OOM_IN_A_ROW");
+  return std::max(k, e ? std::atol(e) : 1L);
+}
 
 /// Two RoCE devices ("mock0" 10.0.0.1, "mock1" 10.0.0.2) with small object limits, and
 /// made before any failure is injected, a bystander: an RC pair with a region on each
@@ -368,7 +382,7 @@ outcome for_each_failure(const char* name, F&& scenario, long in_a_row = 1) {
     std::string failure;  // built only with the injection off
     std::optional<world> w;
     w.emplace();
-    oom::arm(n, in_a_row);
+    oom::arm(n, in_a_row_at_least(in_a_row));
     try {
       scenario(*w);
       const bool fired = oom::disarm();
@@ -423,7 +437,7 @@ outcome for_each_failure(const char* name, F&& scenario, long in_a_row = 1) {
 }
 
 void report(const char* name, const outcome& o) {
-  MESSAGE(std::string(name), ": ", o.allocations, " allocations, each failed once: ", o.bad_alloc, " bad_alloc, ",
+  MESSAGE(std::string(name), ": ", o.allocations, " allocations, each failing in turn: ", o.bad_alloc, " bad_alloc, ",
           o.rdmakit_error, " rdmakit errors, ", o.completed, " completed anyway");
   CHECK(o.allocations > 0);
 }
@@ -696,7 +710,10 @@ TEST_CASE("allocation failure: device_events on an event_loop") {
     device<B> dev(fab, "mock0");
     struct port_back_up {  // also when the run throws
       mock::fabric& fab;
-      ~port_back_up() { fab.set_port_up("mock0", 1, true); }
+      ~port_back_up() {
+        oom::paused p;  // cleanup, while a run of failures may still go on
+        fab.set_port_up("mock0", 1, true);
+      }
     } restore{fab};
     device_events<B> events(loop, dev);
     auto run = [&]() -> task<bool> {
@@ -811,6 +828,17 @@ TEST_CASE("allocation failure: the connection manager, failures on the client's 
 
 TEST_CASE("allocation failure: the connection manager, failures on the server's side") {
   report("cm server", for_each_failure("cm server", [](world& w) { cm_scenario(w, armed_side::server); }));
+}
+
+// Memory that runs out stays out for a while: the unwinding after the first failure
+// destroys ids and rejects requests, and the mock's rdma_destroy_id, rdma_reject and
+// rdma_get_cm_event (which cannot fail) allocated the events they queue for the peer:
+// std::terminate(). Each channel now keeps room for every id's last event.
+TEST_CASE("allocation failure: the connection manager, two allocations in a row failing") {
+  report("cm client, two in a row",
+         for_each_failure("cm client, two in a row", [](world& w) { cm_scenario(w, armed_side::client); }, 2));
+  report("cm server, two in a row",
+         for_each_failure("cm server, two in a row", [](world& w) { cm_scenario(w, armed_side::server); }, 2));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <rdmakit/detail/owning_ptr.hpp>
 #include <rdmakit/detail/qp_transitions.hpp>
 
+#include <cassert>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -23,18 +24,47 @@ namespace mock::detail {
 inline fabric_state& fab_of(cm_channel_obj* c) { return *c->fab; }
 inline fabric_state& fab_of(cm_id_obj* i) { return *i->ch->fab; }
 
-// Under f.mu: queue an event on the id's channel.
-inline void cm_push(fabric_state& f, cm_id_obj* id, cm_event_type t, int status = 0, const void* data = nullptr,
-                    std::size_t len = 0, cm_id_obj* listen_id = nullptr) {
+// A channel's queue keeps room for one more event per id on it: each id gets at most one
+// event from a verb that cannot fail (the REJECTED or DISCONNECTED that ends its
+// connection, from the peer's rdma_destroy_id, rdma_disconnect or rdma_reject, or its
+// UNREACHABLE falling due in rdma_get_cm_event), and queuing that one must not allocate.
+// Under f.mu; may throw (nothing changed then).
+inline void cm_make_room(cm_channel_obj& c, std::size_t more) {
+  const std::size_t need = c.events.size() + static_cast<std::size_t>(c.ids) + more;
+  if (c.events.capacity() < need) c.events.reserve(need > 2 * c.events.capacity() ? need : 2 * c.events.capacity());
+}
+
+// Under f.mu: queue `r` on its id's channel, in the room kept for it (allocates nothing).
+inline void cm_queue(fabric_state& f, cm_event_rec&& r) noexcept {
+  cm_channel_obj& c = *r.id->ch;
+  assert(c.events.size() < c.events.capacity());
+  c.events.push_back(std::move(r));
+  c.ready.sync(true);
+  f.cv.notify_all();
+}
+
+inline cm_event_rec cm_event(cm_id_obj* id, cm_event_type t, int status = 0) noexcept {
   cm_event_rec r;
   r.type = t;
   r.id = id;
-  r.listen_id = listen_id;
   r.status = status;
+  return r;
+}
+
+// Under f.mu: queue an event on the id's channel. May throw (nothing changed then).
+inline void cm_push(fabric_state& f, cm_id_obj* id, cm_event_type t, int status = 0, const void* data = nullptr,
+                    std::size_t len = 0, cm_id_obj* listen_id = nullptr) {
+  cm_event_rec r = cm_event(id, t, status);
+  r.listen_id = listen_id;
   if (data && len) r.data.assign(static_cast<const std::byte*>(data), static_cast<const std::byte*>(data) + len);
-  id->ch->events.push_back(std::move(r));
-  id->ch->ready.sync(true);
-  f.cv.notify_all();
+  cm_make_room(*id->ch, 1);
+  cm_queue(f, std::move(r));
+}
+
+// Under f.mu: the event that ends `id`'s connection, from a verb that cannot fail: in the
+// room its channel keeps for it.
+inline void cm_push_final(fabric_state& f, cm_id_obj* id, cm_event_type t, int status = 0) noexcept {
+  cm_queue(f, cm_event(id, t, status));
 }
 
 // Why the CM's verbs refuse an id in phase::done (EINVAL, as the kernel's CM once a REJ
@@ -45,28 +75,24 @@ inline constexpr const char* cm_over =
 
 // A REJECTED owed to a requester. librdmacm moves the requester's QP to ERR when it
 // reads REJECTED (so the receives it posted flush); the mock does it before queuing
-// the event, under the fabric lock, so the ids cannot go meanwhile.
-struct cm_reject_owed {
-  cm_id_obj* id = nullptr;
-  int status = 0;
-  std::vector<std::byte> data;
-  cm_event_type type = cm_event_type::rejected;  // or UNREACHABLE, which librdmacm handles alike
-};
-inline void cm_deliver_rejects(fabric_state& f, std::vector<cm_reject_owed>& owed) {
-  for (auto& r : owed) {
-    if (!f.cm_ids.count(r.id)) continue;
-    if (qp_obj* q = r.id->qp) {
-      try {
-        qp_attr a;
-        a.state = qp_state::err;
-        touch(f);
-        modify_qp_locked(f, q, a, qp_attr_mask::state);
-      } catch (...) {
-      }
+// the event, under the fabric lock, so the ids cannot go meanwhile. The event is the
+// one that ends the requester's connection: it goes in the room kept for it.
+// `type`: REJECTED, or UNREACHABLE, which librdmacm handles alike.
+inline void cm_deliver_reject(fabric_state& f, cm_id_obj* id, int status, std::vector<std::byte> data = {},
+                              cm_event_type type = cm_event_type::rejected) noexcept {
+  if (!f.cm_ids.count(id)) return;
+  if (qp_obj* q = id->qp) {
+    try {
+      qp_attr a;
+      a.state = qp_state::err;
+      touch(f);
+      modify_qp_locked(f, q, a, qp_attr_mask::state);
+    } catch (...) {
     }
-    cm_push(f, r.id, r.type, r.status, r.data.data(), r.data.size());
   }
-  owed.clear();
+  cm_event_rec r = cm_event(id, type, status);
+  r.data = std::move(data);
+  cm_queue(f, std::move(r));
 }
 
 // The id listening on exactly (ip, port); null when none.
@@ -235,6 +261,7 @@ RDMAKIT_DECL mock::cm_id mock::cm_create_id(cm_channel c) {
   std::lock_guard lk(f.mu);
   auto id = detail::make_unique_owner<mockd::cm_id_obj>();
   id->ch = c;
+  mockd::cm_make_room(*c, 1);  // the new id's final event
   f.cm_ids.insert(id.get());  // the last step that may throw
   ++c->ids;
   return id.release();
@@ -246,14 +273,14 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
   std::unique_lock lk(f.mu);
   if (id->qp) return EBUSY;  // librdmacm leaks it; the typed layer always destroys the QP first
   using ph = mockd::cm_id_obj::phase;
-  std::vector<mockd::cm_reject_owed> owed;
+  // The events below end their ids' connections: they go in the room kept for them.
   if (auto* p = id->peer) {
     if ((id->state == ph::established || id->state == ph::responded) && p->state == ph::established) {
       p->state = ph::done;
-      mockd::cm_push(f, p, cm_event_type::disconnected);
+      mockd::cm_push_final(f, p, cm_event_type::disconnected);
     } else if (id->state == ph::received && p->state == ph::requested) {
       p->state = ph::done;
-      owed.push_back({p, 28, {}});
+      mockd::cm_deliver_reject(f, p, 28);
     } else if (id->state == ph::requested && p->state == ph::received) {
       // The CM destroys an id in REQ_SENT with a REJ, and the passive side's CM resets the
       // request, whose rdma_create_qp and rdma_accept are EINVAL from then on. Its
@@ -266,7 +293,7 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
       // so the active side gets REJECTED and its rdma_establish is refused, as with
       // librdmacm. Without it, it would establish toward nobody and wait for ever.
       p->state = ph::done;
-      owed.push_back({p, 28, {}});
+      mockd::cm_deliver_reject(f, p, 28);
     }
     if (p->peer == id) p->peer = nullptr;
   }
@@ -282,7 +309,9 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
         if (auto* p = child->peer; p && p->state == ph::requested) {
           p->state = ph::done;
           p->peer = nullptr;
-          owed.push_back({p, 28, {}});
+          // Queued in room kept beforehand: no reallocation, so `it` stays valid (and a
+          // REJECTED is no request: the walk passes over it if p is on this channel).
+          mockd::cm_deliver_reject(f, p, 28);
         }
         it = q.erase(it);
         --child->ch->ids;
@@ -299,7 +328,6 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
   --id->ch->ids;
   f.cm_ids.erase(id);
   delete id;
-  mockd::cm_deliver_rejects(f, owed);
   return 0;
 }
 
@@ -311,6 +339,12 @@ RDMAKIT_DECL void mock::cm_migrate_id(cm_id id, cm_channel c) {
                 "the channel is on another fabric than the id: migrate to a channel of the id's fabric");
   std::lock_guard lk(f.mu);
   if (c == id->ch) return;  // already there (its events moved onto the queue walked would not end)
+  // Room first (all that may throw): the id's events and its own room move with it.
+  std::size_t events = 0, later_events = 0;
+  for (const auto& r : id->ch->events) events += r.id == id;
+  for (const auto& r : id->ch->later) later_events += r.id == id;
+  mockd::cm_make_room(*c, events + 1);
+  c->later.reserve(c->later.size() + later_events);
   auto& from = id->ch->events;
   for (auto it = from.begin(); it != from.end();) {
     if (it->id == id) {
@@ -531,8 +565,7 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
   if (!l) l = mockd::cm_listening(f, 0, id->remote_port);
   if (!l) {  // the peer's CM answers with REJ "invalid service ID"
     id->state = ph::done;
-    std::vector<mockd::cm_reject_owed> owed{{id, 8, {}}};
-    mockd::cm_deliver_rejects(f, owed);
+    mockd::cm_deliver_reject(f, id, 8);
     return;
   }
   // What may throw (allocations) comes first, the links and counts after: a child left
@@ -557,6 +590,7 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
   child->listener = l;
   f.cm_ids.insert(child);
   try {
+    mockd::cm_make_room(*l->ch, 2);  // the request, and the child's final event
     mockd::cm_push(f, child, cm_event_type::connect_request, 0, prm.private_data, prm.private_data_len, l);
   } catch (...) {  // cm_push changed nothing: neither does this call
     f.cm_ids.erase(child);
@@ -591,8 +625,7 @@ RDMAKIT_DECL void mock::cm_accept(cm_id id, const cm_conn_param& prm) {
     id->state = ph::done;
     if (peer && peer->peer == id) peer->peer = nullptr;
     id->peer = nullptr;
-    std::vector<mockd::cm_reject_owed> owed{{id, 4, {}}};
-    mockd::cm_deliver_rejects(f, owed);
+    mockd::cm_deliver_reject(f, id, 4);
     return;
   }
   const cm_conn_param theirs = peer->param;
@@ -661,18 +694,20 @@ RDMAKIT_DECL int mock::cm_reject(cm_id id, const void* data, std::uint8_t len) n
   std::unique_lock lk(f.mu);
   using ph = mockd::cm_id_obj::phase;
   if (id->state != ph::received) return EINVAL;
-  id->state = ph::done;
   if (auto* p = id->peer; p && p->state == ph::requested) {
-    p->state = ph::done;
-    const auto* b = static_cast<const std::byte*>(data);
-    std::vector<mockd::cm_reject_owed> owed{{p, 28, data ? std::vector<std::byte>(b, b + (len > 148 ? 148 : len))
-                                                         : std::vector<std::byte>{}}};
+    // Out of memory for the private data: ENOMEM and nothing changed, so the request can
+    // be rejected again, or destroyed (which refuses the peer too).
+    std::vector<std::byte> bytes;
     try {
-      mockd::cm_deliver_rejects(f, owed);
+      const auto* b = static_cast<const std::byte*>(data);
+      if (data) bytes.assign(b, b + (len > 148 ? 148 : len));
     } catch (...) {
       return ENOMEM;
     }
+    mockd::cm_deliver_reject(f, p, 28, std::move(bytes));
+    p->state = ph::done;
   }
+  id->state = ph::done;
   return 0;
 }
 
@@ -687,10 +722,10 @@ RDMAKIT_DECL int mock::cm_disconnect(cm_id id) noexcept {
     q = id->qp;
     if (id->state == ph::established || id->state == ph::responded) {
       id->state = ph::done;
-      mockd::cm_push(f, id, cm_event_type::disconnected);
+      mockd::cm_push_final(f, id, cm_event_type::disconnected);
       if (auto* p = id->peer; p && p->state == ph::established) {
         p->state = ph::done;
-        mockd::cm_push(f, p, cm_event_type::disconnected);
+        mockd::cm_push_final(f, p, cm_event_type::disconnected);
       }
     }
   }
@@ -718,13 +753,11 @@ RDMAKIT_DECL int mock::cm_get_event(cm_channel c, std::chrono::milliseconds time
                                 [](const auto& a, const auto& b) { return a.due < b.due; });
     const auto now = std::chrono::steady_clock::now();
     if (due != c->later.end() && due->due <= now) {
-      std::vector<mockd::cm_reject_owed> owed{{due->id, due->status, {}, due->type}};
+      mockd::cm_id_obj* late = due->id;
+      const int status = due->status;
+      const cm_event_type type = due->type;
       c->later.erase(due);
-      try {
-        mockd::cm_deliver_rejects(f, owed);
-      } catch (...) {
-        return ENOMEM;
-      }
+      mockd::cm_deliver_reject(f, late, status, {}, type);  // the id's final event
       continue;
     }
     if (now >= until) return ETIMEDOUT;
