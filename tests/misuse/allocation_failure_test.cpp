@@ -583,6 +583,30 @@ TEST_CASE("allocation failure: UD datagrams through an address handle") {
   report("ud", o);
 }
 
+// A QP destroyed with receives posted may leave their flushes in its CQ (rxe does not
+// clean it): their room stays held until they are polled, or a poll finds the CQ empty.
+// Out of memory for the record of that, the room was let go at once: a new QP that did
+// not fit beside the flushes was accepted, and on rxe the CQ could overrun.
+TEST_CASE("allocation failure: a destroyed QP's completions keep their room in its CQ") {
+  auto o = for_each_failure("departed", [&](world& w) {
+    world::end& e = w.x;
+    auto cq = e.dev.create_cq(8);
+    const auto depth = static_cast<std::uint32_t>(cq.capacity()) / 2 + 1;  // two of them do not fit
+    {
+      auto a = e.pd.create_qp<rc>(cq, qp_cap{1, depth});
+      for (std::uint32_t i = 0; i < depth; ++i) ensure(a.post_recv(e.mr.local(0, 8), i).ok(), "receive posted");
+    }
+    bool refused = false;
+    try {
+      auto b = e.pd.create_qp<rc>(cq, qp_cap{1, depth});
+    } catch (const usage_error&) {
+      refused = true;
+    }
+    ensure(refused, "a QP that does not fit beside a destroyed one's flushes is refused");
+  });
+  report("departed", o);
+}
+
 TEST_CASE("allocation failure: a queue-pair pool, a memory window, an event-driven CQ's wait") {
   auto o = for_each_failure("pool and window", [&](world& w) {
     two_sides<event_driven<>> sides(w.fab);

@@ -213,7 +213,9 @@ struct cq_block {
   // Destroyed QPs whose completions may still be here: a device that does not clean
   // them out at destroy_qp (rxe) returns them to later polls. Each one's `left` entries
   // are counted in `flushing` until polled (departed_polled) or until a poll finds the
-  // CQ empty (forget_departed): none of them can be here after that.
+  // CQ empty (forget_departed): none of them can be here after that. Its room is made
+  // when a QP or an SRQ attaches (keep_departed_room_), as each may leave one record when
+  // it goes: a destroy cannot fail, and letting the room go would let the CQ overrun.
   struct departed_qp {
     std::uint32_t qpn;
     std::uint32_t left;
@@ -312,6 +314,7 @@ struct cq_block {
   }
 
   void attach(qp_link<B>* l, std::uint32_t entries) {
+    keep_departed_room_();
     reserved += entries;
     auto it = std::lower_bound(routes.begin(), routes.end(), l->qp_num,
                                [](const auto& r, std::uint32_t n) { return r.first < n; });
@@ -402,6 +405,7 @@ struct cq_block {
         ++s.qps;
         return;
       }
+    keep_departed_room_();
     srqs.push_back({id, max_wr, 1});
     reserved += max_wr;
   }
@@ -422,13 +426,17 @@ struct cq_block {
       }
   }
 
+  // Room for one more record than the QPs and SRQs attached may leave (the one attaching).
+  void keep_departed_room_() {
+    const std::size_t need = departed.size() + routes.size() + retired_links.size() + srqs.size() + 1;
+    if (departed.capacity() < need) departed.reserve(need > 2 * departed.capacity() ? need : 2 * departed.capacity());
+  }
+
   void hold_departed_(std::uint32_t qpn, std::uint32_t left) noexcept {
     if (left == 0) return;
-    try {
-      departed.push_back({qpn, left});
-      flushing += left;
-    } catch (...) {  // no record: the room is let go at once, as a cleaning device does
-    }
+    assert(departed.size() < departed.capacity());  // kept by keep_departed_room_: no allocation
+    departed.push_back({qpn, left});
+    flushing += left;
   }
 
   /// A destroyed QP: its `entries` (its depths, or once retired its flushes, which
