@@ -46,6 +46,7 @@ step() {
   cli=("$@")
   port=$((port + 1))
   out=$(mktemp /tmp/wire.XXXXXX)
+  local t0=$SECONDS
   if [[ $role == a ]]; then
     timeout 120 "${srv[@]}" -p "$port" >"$out" 2>&1
     rc=$?
@@ -59,7 +60,13 @@ step() {
     done
   fi
   sed 's/^/    /' "$out"
-  if ((rc == 0)); then echo "-- PASS $name"; else echo "-- FAIL $name (exit $rc)"; failed=$((failed + 1)); failed_names+=("$name"); fi
+  if ((rc == 0)); then
+    echo "-- PASS $name ($((SECONDS - t0)) s)"
+  else
+    echo "-- FAIL $name (exit $rc after $((SECONDS - t0)) s)"
+    failed=$((failed + 1))
+    failed_names+=("$name (exit $rc after $((SECONDS - t0)) s)")
+  fi
   rm -f "$out"
 }
 
