@@ -65,7 +65,8 @@ step() {
   else
     echo "-- FAIL $name (exit $rc after $((SECONDS - t0)) s)"
     failed=$((failed + 1))
-    failed_names+=("$name (exit $rc after $((SECONDS - t0)) s)")
+    # with why: two-node's first "FAIL scenario: why" lines, and the output's last lines
+    failed_names+=("$name (exit $rc after $((SECONDS - t0)) s): $({ grep -m 3 '^FAIL ' "$out"; tail -n 2 "$out"; } | tr '\n' ' ')")
   fi
   rm -f "$out"
 }
