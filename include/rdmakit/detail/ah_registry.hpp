@@ -57,7 +57,7 @@ class ah_registry {
   // destroy: every address taken from it is refused from here on.
   static typename B::ah release(ah_record<B>* r) noexcept {
     const typename B::ah h = r->handle();
-    const typename B::ah none{};
+    typename B::ah none{};  // not const: clang's __atomic_store takes a pointer to non-const
     __atomic_store_n(&r->generation, r->generation + 1, __ATOMIC_RELEASE);
     __atomic_store(&r->ah, &none, __ATOMIC_RELEASE);
     lock_();

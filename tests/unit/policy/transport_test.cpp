@@ -76,7 +76,9 @@ void masks_against_mock() {
   rts.retry_cnt = 6;
   rts.rnr_retry = 6;
   rts.max_rd_atomic = 1;
-  for (auto [attr, mask] : {std::pair{init, T::init_mask}, std::pair{rtr, T::rtr_mask}, std::pair{rts, T::rts_mask}}) {
+  for (const auto& step : {std::pair{init, T::init_mask}, std::pair{rtr, T::rtr_mask}, std::pair{rts, T::rts_mask}}) {
+    const auto& attr = step.first;  // not structured bindings: clang 14 cannot capture them (INFO)
+    const auto mask = step.second;
     for (std::uint32_t bit = 2; bit < 32; bit <<= 1) {
       auto b = static_cast<m>(bit);
       if (!has_all(mask, b)) continue;
