@@ -12,6 +12,7 @@
 #include <rdmakit/queue_pair.hpp>
 #include <rdmakit/shared_receive_queue.hpp>
 
+#include <concepts>
 #include <cstddef>
 #include <span>
 #include <utility>
@@ -99,20 +100,23 @@ class protection_domain {
   /// A queue pair in INIT whose sends complete in `cq` and whose receives come from
   /// `srq` and complete in `cq` (transport `on_srq<T>`: it has no post_recv). caps.
   /// max_recv_wr must be 0.
-  // (The constraints keep overload resolution from instantiating shared_receive_queue
-  // for backends without SRQs when it tries the other create_qp overloads' arguments.)
-  template <transport T, signaling S = signal_all, polling P>
-    requires srq_backend<B>
-  queue_pair<B, on_srq<T>, S> create_qp(completion_queue<B, P>& cq, const shared_receive_queue<B>& srq,
+  // (The SRQ's backend is deduced (SB), and constrained: overload resolution must not
+  // instantiate shared_receive_queue for a backend without SRQs when it tries these with
+  // the other create_qp overloads' arguments. Clang checks a parameter that deduces
+  // nothing before the constraints (CWG 1391): `const shared_receive_queue<B>&` made it
+  // complete the class, whose static_assert then failed every create_qp.)
+  template <transport T, signaling S = signal_all, polling P, class SB>
+    requires std::same_as<SB, B> && srq_backend<B>
+  queue_pair<B, on_srq<T>, S> create_qp(completion_queue<B, P>& cq, const shared_receive_queue<SB>& srq,
                                         const qp_cap& caps, const qp_options& o = {}) const {
     return queue_pair<B, on_srq<T>, S>::create(ref("create_qp"), cq, cq, detail::policy_access::shared_block(srq),
                                                caps, o);
   }
   /// As above with separate send and receive completion queues.
-  template <transport T, signaling S = signal_all, polling PS, polling PR>
-    requires srq_backend<B>
+  template <transport T, signaling S = signal_all, polling PS, polling PR, class SB>
+    requires std::same_as<SB, B> && srq_backend<B>
   queue_pair<B, on_srq<T>, S> create_qp(completion_queue<B, PS>& send_cq, completion_queue<B, PR>& recv_cq,
-                                        const shared_receive_queue<B>& srq, const qp_cap& caps,
+                                        const shared_receive_queue<SB>& srq, const qp_cap& caps,
                                         const qp_options& o = {}) const {
     return queue_pair<B, on_srq<T>, S>::create(ref("create_qp"), send_cq, recv_cq,
                                                detail::policy_access::shared_block(srq), caps, o);
