@@ -3,7 +3,8 @@
 # RDMAKIT_WITH_RXE=1 also installs what the soft-RoCE VM suite needs.
 set -euo pipefail
 pkgs=(meson ninja-build pkg-config g++ cmake python3 doctest-dev libbenchmark-dev doxygen
-      libibverbs-dev librdmacm-dev rdma-core ibverbs-providers valgrind ccache libasio-dev)
+      libibverbs-dev librdmacm-dev rdma-core ibverbs-providers valgrind ccache libasio-dev
+      clang)  # clang: the examples and the compile-fail control compile with it too (tests)
 if [ "${RDMAKIT_WITH_RXE:-0}" = 1 ]; then
   pkgs+=(qemu-system-x86 busybox-static kmod cpio ibverbs-utils rdmacm-utils perftest iproute2 xz-utils zstd)
 fi

@@ -6,6 +6,7 @@
 #include <rdmakit/completion.hpp>
 #include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/device_state.hpp>
+#include <rdmakit/detail/reserve_room.hpp>
 #include <rdmakit/signaling.hpp>
 
 #include <bit>
@@ -428,8 +429,7 @@ struct cq_block {
 
   // Room for one more record than the QPs and SRQs attached may leave (the one attaching).
   void keep_departed_room_() {
-    const std::size_t need = departed.size() + routes.size() + retired_links.size() + srqs.size() + 1;
-    if (departed.capacity() < need) departed.reserve(need > 2 * departed.capacity() ? need : 2 * departed.capacity());
+    reserve_room(departed, departed.size() + routes.size() + retired_links.size() + srqs.size() + 1);
   }
 
   void hold_departed_(std::uint32_t qpn, std::uint32_t left) noexcept {

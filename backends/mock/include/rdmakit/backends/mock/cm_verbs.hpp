@@ -9,6 +9,7 @@
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/owning_ptr.hpp>
 #include <rdmakit/detail/qp_transitions.hpp>
+#include <rdmakit/detail/reserve_room.hpp>
 
 #include <cassert>
 #include <cerrno>
@@ -30,8 +31,7 @@ inline fabric_state& fab_of(cm_id_obj* i) { return *i->ch->fab; }
 // UNREACHABLE falling due in rdma_get_cm_event), and queuing that one must not allocate.
 // Under f.mu; may throw (nothing changed then).
 inline void cm_make_room(cm_channel_obj& c, std::size_t more) {
-  const std::size_t need = c.events.size() + static_cast<std::size_t>(c.ids) + more;
-  if (c.events.capacity() < need) c.events.reserve(need > 2 * c.events.capacity() ? need : 2 * c.events.capacity());
+  rdmakit::detail::reserve_room(c.events, c.events.size() + static_cast<std::size_t>(c.ids) + more);
 }
 
 // Under f.mu: queue `r` on its id's channel, in the room kept for it (allocates nothing).
