@@ -262,17 +262,20 @@ class completion_queue {
   /// QPs without a handler go to `fallback`.
   template <class F>
   int dispatch(F&& fallback) noexcept {
+    // The CQ's state outlives the batch (cq_delivery) even when a handler moves this
+    // handle away or reassigns it: count there, not through blk_.
+    detail::cq_block<B>* const b = blk_.get();
     return poll_impl_<false, true>([&](detail::qp_link<B>* l, const completion<B>& c) noexcept {
       if (l && l->handler)
         call_handler_(*l, c);
+      else if constexpr (std::is_same_v<std::remove_cvref_t<F>, count_unrouted>)
+        b->unrouted += l != nullptr;  // one with no queue pair is counted already (deliver_)
       else
         fallback(c);
     });
   }
   /// As dispatch(fallback), counting unhandled completions in unrouted().
-  int dispatch() noexcept {
-    return dispatch([this](const completion<B>&) { ++blk_->unrouted; });
-  }
+  int dispatch() noexcept { return dispatch(count_unrouted{}); }
   /// Waits with the policy, then dispatches one batch; completions of QPs without a
   /// handler go to `fallback`.
   template <completion_handler<B> F>
@@ -284,7 +287,7 @@ class completion_queue {
   /// As dispatch_wait(fallback, timeout), counting unhandled completions in unrouted().
   wait_result dispatch_wait(detail::ms_timeout timeout = std::chrono::milliseconds{1000}) noexcept {
     if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
-    return dispatch_wait([this](const completion<B>&) { ++blk_->unrouted; }, timeout);
+    return dispatch_wait(count_unrouted{}, timeout);
   }
 
   /// Acknowledges the CQ events received so far (done automatically in batches).
@@ -299,6 +302,10 @@ class completion_queue {
   friend struct detail::policy_access;
 
   struct ignore_completion {
+    void operator()(const completion<B>&) const noexcept {}
+  };
+  // dispatch()'s fallback: the completion is counted in unrouted() (by dispatch itself).
+  struct count_unrouted {
     void operator()(const completion<B>&) const noexcept {}
   };
   // Whether handler F cannot throw: poll, wait and the calls under them are noexcept then.

@@ -139,6 +139,53 @@ TEST_CASE("a handler that moves its CQ away gets the whole batch; the handle is 
   CHECK(moved->attached() == 1);  // the queue pair went with the CQ's state
 }
 
+// dispatch() without a fallback counts the completions of queue pairs without a handler
+// on the CQ's state. It did so through the handle (`blk_`), which a handler that moved
+// the CQ away had emptied: a null dereference (a crash in release builds too).
+TEST_CASE("dispatch() whose handler moves its CQ away counts the rest of the batch on the CQ it polled") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto p1 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto p2 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  REQUIRE(p1.a.write(src.local(), dst.remote(), 1).ok());
+  REQUIRE(p2.a.write(src.local(), dst.remote(), 2).ok());  // no handler: unrouted
+  std::optional<completion_queue<B>> moved;
+  x.cq.on(p1.a, [&](const completion<B>&) {
+    if (!moved) moved.emplace(std::move(x.cq));
+  });
+  int total = 0;
+  SUBCASE("dispatch()") {
+    for (int i = 0; i < 100 && total < 2; ++i) total += std::max(0, (moved ? *moved : x.cq).dispatch());
+  }
+  SUBCASE("dispatch_wait()") {
+    for (int i = 0; i < 100 && total < 2; ++i)
+      total += std::max(0, (moved ? *moved : x.cq).dispatch_wait(std::chrono::milliseconds{10}).count());
+  }
+  CHECK(total == 2);
+  REQUIRE(moved);
+  CHECK(moved->unrouted() == 1);  // p2's completion, counted once, on the state that moved
+  CHECK(x.cq.unrouted() == 0);    // the empty handle
+  CHECK(p2.a.send_credits() == 8);
+}
+
+// A completion whose queue pair is gone is counted in unrouted() once, whether or not
+// dispatch() has a fallback (it was counted twice without one).
+TEST_CASE("dispatch() counts a completion of a destroyed queue pair once") {
+  four_sends t;
+  int seen = 0;
+  t.x.cq.on(*t.a, [&](const completion<B>&) {
+    ++seen;
+    t.a.reset();  // the three after it have no queue pair
+  });
+  int total = 0;
+  for (int i = 0; i < 100 && total < 4; ++i) total += std::max(0, t.x.cq.dispatch());
+  CHECK(total == 4);
+  CHECK(seen == 1);
+  CHECK(t.x.cq.unrouted() == 3);
+}
+
 // A handler that throws: the exception leaves poll/wait; every completion of the batch
 // has given its credits back, and the ones after the throw are not delivered.
 TEST_CASE("a handler's exception leaves poll, with the batch's credits given back") {
