@@ -304,7 +304,7 @@ class wr_awaiter final : wr_waiter<B> {
       throw usage_error("co_await on a work request: this awaitable was moved from or awaited already (a WR is "
                         "awaited once, by one coroutine: co_await std::move(w), .within() and auto w2 = "
                         "std::move(w) move it: await the one it moved to)");
-    if (RDMAKIT_UNLIKELY(loop_->gone())) detail::throw_scheduler_gone("co_await on a work request");
+    detail::check_awaited_on(*loop_, "co_await on a work request");
     // The timer first: if arming it throws, the coroutine resumes with the exception, and
     // suspended_ would have the WR's completion resume it a second time.
     if (timeout_) timer_.arm(*loop_, detail::deadline_after(*timeout_), timed_out_);

@@ -11,6 +11,7 @@
 /// may be destroyed after it (awaiting them then, from another loop, is a usage_error:
 /// nothing would resume the coroutine).
 #include <rdmakit/config.hpp>
+#include <rdmakit/detail/await_checks.hpp>
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/scheduler.hpp>
 #include <rdmakit/detail/work_queue.hpp>
@@ -255,6 +256,7 @@ class event_loop {
         if (RDMAKIT_UNLIKELY(core_->gone()))
           throw usage_error("co_await sleep_for(): the event_loop this was made on was destroyed, so nothing would "
                             "end the sleep: call sleep_for() on the loop that runs this coroutine");
+        detail::refuse_other_loop(*core_, "co_await sleep_for()");
         timer_.arm(*core_, detail::deadline_after(d_), resume_);  // first: a throw leaves nothing to resume
         resume_.bind(h);
       }

@@ -3,6 +3,7 @@
 // asynchronous events) and the coroutines that await them, in order: a value goes to
 // the oldest waiter, or waits for one. `mailbox_awaiter` is `co_await source.next()`.
 #include <rdmakit/config.hpp>
+#include <rdmakit/detail/await_checks.hpp>
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/scheduler.hpp>
 #include <rdmakit/error.hpp>
@@ -16,14 +17,6 @@
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
-
-/// A coroutine about to wait on a source whose event_loop or asio_context was destroyed
-/// (scheduler::gone()): nothing would resume it.
-[[noreturn]] inline void throw_scheduler_gone(const char* what) {
-  throw usage_error(cat(what, ": the event_loop or asio_context this was made on was destroyed, so nothing would "
-                              "resume this coroutine (nor end its timeout): make the async completion queue "
-                              "and the async objects on it anew on the loop that runs it"));
-}
 
 template <class T>
 class mailbox {
@@ -97,7 +90,7 @@ class mailbox_awaiter final : mailbox<T>::waiter {
     return got_.has_value();
   }
   void await_suspend(std::coroutine_handle<> h) {
-    if (RDMAKIT_UNLIKELY(source_->loop().gone())) throw_scheduler_gone("co_await next()");
+    check_awaited_on(source_->loop(), "co_await next()");
     timed_out_.bind([](void* self) noexcept { static_cast<mailbox_awaiter*>(self)->on_timeout_(); }, this);
     // Registered only once nothing more can throw: an exception resumes the coroutine at
     // once, and a registration left behind would resume it a second time.

@@ -11,6 +11,7 @@
 #include <concepts>
 #include <exception>
 #include <memory>
+#include <utility>
 #include <vector>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -53,15 +54,21 @@ class task_roots {
   bool abandoned() const noexcept { return abandoned_; }
   /// True while work items run (the owner's run, or the one a task destroyed it from).
   bool running() const noexcept { return running_ != 0; }
+  /// Whose work items run on this thread now (the innermost run), or null. A task runs
+  /// only in its own owner's runs: the awaitables refuse one of another owner, whose run
+  /// would resume it where its own owner sees none of its work running.
+  static const task_roots* running_here() noexcept { return here_; }
 
   /// Runs the items of `now` in order, until it is empty or the owner was abandoned.
   void run(work_list& now) noexcept {
     ++running_;
+    const task_roots* const outer = std::exchange(here_, this);
     while (!abandoned_) {
       work_item* w = now.pop_front();
       if (!w) break;
       w->run();
     }
+    here_ = outer;
     if (--running_ == 0 && abandoned_) destroy_all_();
   }
 
@@ -74,6 +81,7 @@ class task_roots {
   std::vector<std::coroutine_handle<>> roots_;
   unsigned running_ = 0;
   bool abandoned_ = false;
+  static inline thread_local const task_roots* here_ = nullptr;
 };
 
 class scheduler;

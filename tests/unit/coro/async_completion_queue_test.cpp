@@ -43,6 +43,13 @@ TEST_CASE("async_completion_queue: next() gets the completions of queue pairs us
   loop.run(run());
 }
 
+TEST_CASE("async_completion_queue: next() awaited by a task of another event_loop is a usage_error") {
+  plain_pair p;
+  event_loop other;
+  auto waits = [&]() -> task<void> { (void)co_await p.a.cq.next(10ms); };
+  CHECK_THROWS_WITH_AS(other.run(waits()), doctest::Contains("another event_loop"), usage_error);
+}
+
 TEST_CASE("async_completion_queue: completions nobody awaits yet are kept, oldest first") {
   plain_pair p;
   auto& [bed, loop, a, b, ma, mb, qa, qb] = p;

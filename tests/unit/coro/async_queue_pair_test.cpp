@@ -360,6 +360,27 @@ TEST_CASE("async_queue_pair: a WR awaited after its event_loop was destroyed is 
   CHECK_THROWS_WITH_AS(other.run(writes()), doctest::Contains("was destroyed"), usage_error);
 }
 
+// A task of one loop awaiting a WR of a queue pair made on another: that loop resumed it
+// in its own turn, and the task, destroying its own loop there, freed its running frame
+// (its loop saw none of its work running). Refused at the await now.
+TEST_CASE("async_queue_pair: a WR awaited by a task of another event_loop is a usage_error") {
+  rig<> r;
+  auto other = std::make_unique<event_loop>();
+  bool went_on = false;
+  auto writes = [&]() -> task<void> {
+    (void)co_await r.c.x().write(r.ma.local(0, 8), r.mb.remote().sub(0, 8));
+    other.reset();  // its own loop, from a turn of the loop that resumed it
+    went_on = true;
+  };
+  other->spawn(writes());
+  CHECK_THROWS_WITH_AS(other->poll(), doctest::Contains("another event_loop"), usage_error);
+  for (int i = 0; i < 5; ++i) r.loop.poll();
+  CHECK_FALSE(went_on);
+  // The write was posted (await_suspend comes after the post): the queue pair goes on.
+  auto again = [&]() -> task<bool> { co_return (co_await r.c.x().write(r.ma.local(0, 8), r.mb.remote().sub(0, 8))).ok(); };
+  CHECK(r.loop.run(again()));
+}
+
 #if !RDMAKIT_CORO_IBVERBS
 namespace {
 // The mock, refusing the next RTR->RTS transitions it is told to.

@@ -203,6 +203,14 @@ TEST_CASE("event_loop: a sleep_for awaited after its loop was destroyed is a usa
   CHECK_FALSE(went_on);
 }
 
+// A sleep made on one loop and awaited by a task of another: the first loop would resume
+// that task in its own turn (and not at all while the other one runs).
+TEST_CASE("event_loop: a sleep_for awaited by a task of another event_loop is a usage_error") {
+  event_loop loop, other;
+  auto sleeper = [&]() -> task<void> { co_await loop.sleep_for(1ms); };
+  CHECK_THROWS_WITH_AS(other.run(sleeper()), doctest::Contains("another event_loop"), usage_error);
+}
+
 // A sleep awaited by a second coroutine while the first slept took the first one's
 // resumption: the first never woke (run() then had nothing left to wake it).
 TEST_CASE("event_loop: a sleep_for awaited by a second coroutine is a usage_error; the first still wakes") {
