@@ -54,22 +54,37 @@ namespace detail {
 // when unwatched: they belong to the verbs objects); deadlines are steady_timers.
 class asio_scheduler final : public scheduler, public std::enable_shared_from_this<asio_scheduler> {
  public:
-  explicit asio_scheduler(::asio::io_context& io) : io_(io) {}
+  explicit asio_scheduler(::asio::io_context& io) : io_(&io) {}
   asio_scheduler(const asio_scheduler&) = delete;
   asio_scheduler& operator=(const asio_scheduler&) = delete;
   ~asio_scheduler() {
     for (auto& [w, entry] : watches_) entry->sd.release();
   }
 
-  ::asio::io_context& io() noexcept { return io_; }
+  ::asio::io_context& io() noexcept { return *io_; }
+
+  /// Its asio_context goes: the descriptors and timers made on the io_context are let go
+  /// (now, or when the run of work items a task destroyed the context from ends), so the
+  /// async objects that keep this scheduler may outlive the io_context. Nothing runs here
+  /// any more: posts and failures are dropped, deadlines never fire.
+  void detach_io() noexcept {
+    if (roots.running())
+      detach_pending_ = true;
+    else
+      detach_now_();
+  }
 
   void post(work_item& w) noexcept override {
+    if (!io_) return;  // detached: its tasks are gone, nothing would run it
     ready_.push_back(w);
     schedule_drain_();
   }
 
   void watch(fd_watch& w) override {
-    auto entry = std::make_unique<watched>(io_, w);
+    if (!io_)
+      throw usage_error("asio_context: the context this scheduler belonged to was destroyed: make async objects on a "
+                        "live asio_context");
+    auto entry = std::make_unique<watched>(*io_, w);
     std::error_code ec;
     entry->sd.assign(w.fd, ec);
     if (ec) throw verbs_error("asio::posix::stream_descriptor::assign", ec.value(),
@@ -90,6 +105,7 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   }
 
   void fail(std::exception_ptr e) noexcept override {
+    if (!io_) return;  // detached: no io_context::run() of this context's is left to throw it
     // Thrown out of io_context::run(), where the application handles asio's failures.
     // The failure is often a failed allocation (a completion handler that could not be
     // posted): the first one pending goes in a slot made beforehand, so reporting it
@@ -103,7 +119,7 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
       return;
     }
     try {
-      ::asio::post(io_, [e] { std::rethrow_exception(e); });
+      ::asio::post(*io_, [e] { std::rethrow_exception(e); });
     } catch (...) {
       // Out of memory with a failure already on its way out of run(): that one is reported.
     }
@@ -119,7 +135,8 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   };
 
   void start_timer(timer_node& t) override {
-    auto timer = std::make_shared<::asio::steady_timer>(io_, t.when());
+    if (!io_) return;  // detached: a task of the destroyed context runs on, to be destroyed
+    auto timer = std::make_shared<::asio::steady_timer>(*io_, t.when());
     timers_.emplace(t.id(), std::make_pair(&t, timer));
     timer->async_wait([weak = weak_from_this(), id = t.id()](const std::error_code& ec) {
       auto self = weak.lock();
@@ -166,7 +183,7 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   // Posts `f` in `slot`'s memory (the caller's flag says that slot is free): allocates nothing.
   template <class F>
   void post_in_(const std::shared_ptr<handler_slot>& slot, F f) noexcept {
-    ::asio::post(io_, ::asio::bind_allocator(slot_allocator<void>(slot.get()),
+    ::asio::post(*io_, ::asio::bind_allocator(slot_allocator<void>(slot.get()),
                                              [keep = slot, f = std::move(f)]() mutable { f(); }));
   }
 
@@ -182,7 +199,24 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     work_list now;
     ready_.move_all_to(now);
     roots.run(now);
-    kick_progress_();
+    if (detach_pending_)
+      detach_now_();
+    else
+      kick_progress_();
+  }
+
+  void detach_now_() noexcept {
+    detach_pending_ = false;
+    for (auto& [w, e] : watches_) {
+      std::error_code ignored;
+      e->sd.cancel(ignored);
+      e->sd.release();  // the descriptor belongs to the verbs object, not to asio
+      *e->alive = false;
+    }
+    watches_.clear();  // unwatch() of these finds nothing now
+    for (auto& [id, t] : timers_) t.second->cancel();
+    timers_.clear();
+    io_ = nullptr;
   }
 
   // Waits are pending only while tasks started by asio_spawn run: then io_context::run()
@@ -203,7 +237,7 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     e.armed = true;  // only once the wait is pending: async_wait may throw (its handler's memory)
     pollfd p{e.watch->fd, POLLIN, 0};
     if (::poll(&p, 1, 0) > 0)
-      ::asio::post(io_, [weak = weak_from_this(), alive = e.alive, w = e.watch] {
+      ::asio::post(*io_, [weak = weak_from_this(), alive = e.alive, w = e.watch] {
         if (weak.lock() && *alive) w->on_ready(w->ctx);
       });
   }
@@ -244,7 +278,7 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   // Sources with work that no descriptor announces (the mock's simulated time) are
   // called again from a posted handler until they have none.
   void kick_progress_() noexcept {
-    if (progress_posted_) return;
+    if (progress_posted_ || !io_) return;
     for (auto& [w, e] : watches_) {
       if (!w->progress || !w->progress(w->ctx)) continue;
       progress_posted_ = true;
@@ -263,8 +297,9 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     }
   }
 
-  ::asio::io_context& io_;
+  ::asio::io_context* io_;  // null once detached (detach_io)
   work_list ready_;
+  bool detach_pending_ = false;
   bool drain_posted_ = false;
   bool progress_posted_ = false;
   bool fail_posted_ = false;
@@ -331,12 +366,15 @@ class asio_root {
 /// from inside one of them, that task runs on until it waits or finishes first.
 class asio_context {
  public:
-  /// Runs rdmakit's coroutines on `io` (which must outlive this context and the async
-  /// objects made on it).
+  /// Runs rdmakit's coroutines on `io`, which must outlive this context (as any asio I/O
+  /// object); the async objects made on it may outlive both.
   explicit asio_context(::asio::io_context& io) : sched_(std::make_shared<detail::asio_scheduler>(io)) {}
   asio_context(const asio_context&) = delete;
   asio_context& operator=(const asio_context&) = delete;
-  ~asio_context() { sched_->roots.abandon(); }
+  ~asio_context() {
+    sched_->roots.abandon();
+    sched_->detach_io();
+  }
 
   /// The io_context it runs on.
   ::asio::io_context& io() const noexcept { return sched_->io(); }

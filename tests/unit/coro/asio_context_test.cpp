@@ -138,3 +138,35 @@ TEST_CASE("asio_context: destroyed from inside one of its tasks, that task runs 
   CHECK_FALSE(rdma);
   CHECK_FALSE(waiter_done);
 }
+
+// The async objects kept the scheduler, and with it the asio descriptors and timers it
+// had made on the io_context: destroyed after the io_context, they reached its freed
+// reactor (ASan: heap-use-after-free in stream_descriptor::cancel). They now let go of
+// asio with the asio_context, so they may outlive both; awaiting them then is refused.
+TEST_CASE("asio_context: async objects outlive the asio_context and the io_context") {
+  mock::fabric fab;
+  std::optional<asio_pair> p;
+  std::optional<device_events<B>> events;
+  device<B> dev(fab, "mock0");
+  {
+    ::asio::io_context io;
+    asio_context rdma(io);
+    p.emplace(fab, rdma);
+    events.emplace(rdma, dev);
+    auto la = p->pa.allocate<rw>(4096);
+    auto lb = p->pb.allocate<rw>(4096);
+    int result = 0;
+    asio_spawn(rdma, write_then_read(p->qa.first, la, lb.remote()), [&](std::exception_ptr e, int v) { result = e ? -2 : v; });
+    // A task waiting with a deadline when the context goes: its timer is armed on the io_context.
+    auto waits = [](rts_qp<>& qp, memory_region<B, rw>& m) -> task<void> { (void)co_await qp.recv(m.local(0, 8)).within(1h); };
+    asio_spawn(rdma, waits(p->qa.second, lb), [](std::exception_ptr) {});
+    io.run_for(20ms);
+    CHECK(result == 9);
+    CHECK(rdma.tasks() == 1);
+  }  // the asio_context, then the io_context
+  event_loop other;
+  auto late = [&]() -> task<void> { (void)co_await p->ca.next(1ms); };
+  CHECK_THROWS_WITH_AS(other.run(late()), doctest::Contains("was destroyed"), usage_error);
+  events.reset();
+  p.reset();  // the queue pairs and completion queues, after the io_context
+}
