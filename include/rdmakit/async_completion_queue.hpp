@@ -115,7 +115,12 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
   void drain_() noexcept {
     auto fallback = [this](const completion<B>& c) { unawaited(c); };
     for (int round = 0; round < 8; ++round) {
-      const wait_result r = cq_.dispatch_wait(fallback, std::chrono::milliseconds{0});
+      wait_result r{0};
+      try {
+        r = cq_.dispatch_wait(fallback, std::chrono::milliseconds{0});
+      } catch (...) {
+        return handler_threw_();
+      }
       if (r.failed()) {
         again_ = false;
         if (replaced_()) {  // moved out of queue(): its channel (kept) still raised this event
@@ -152,8 +157,19 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
   // CQ is armed: a completion that came after the arm raises an event for the next drain).
   template <class F>
   void forget_destroyed_(F& fallback) noexcept {
-    if (cq_.dispatch(fallback) != 0) return;
+    try {
+      if (cq_.dispatch(fallback) != 0) return;
+    } catch (...) {
+      return handler_threw_();
+    }
     std::erase_if(forgotten_, [this](const auto& f) { return !watched_->has_qp(f.first); });
+  }
+
+  // The on() handler of a queue pair used directly threw (its batch was delivered whole):
+  // the loop's run rethrows it, and the next turn drains on.
+  void handler_threw_() noexcept {
+    again_ = true;
+    loop_->fail(std::current_exception());
   }
 
   bool progress_() noexcept {

@@ -7,7 +7,8 @@
 /// handler. A handler may destroy queue pairs, their own handler and this CQ's state
 /// (docs/polling.md), not the handle it runs from. An exception from a handler given to
 /// poll/wait leaves the call (each of them is noexcept for a noexcept handler) with every
-/// completion of the batch accounted; on() handlers and dispatch's fallback must not throw.
+/// completion of the batch accounted; from an on() handler or dispatch's fallback, it
+/// leaves dispatch once the rest of the batch reached their handlers.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/completion.hpp>
 #include <rdmakit/detail/chrono.hpp>
@@ -16,6 +17,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -259,33 +261,42 @@ class completion_queue {
   }
 
   /// Polls one batch and hands each completion to its QP's handler; completions of
-  /// QPs without a handler go to `fallback`.
+  /// QPs without a handler go to `fallback`. A handler or the fallback may throw: the
+  /// batch's other completions still reach theirs (a queue pair's bug does not starve
+  /// the others), then the first exception leaves dispatch (later ones are dropped).
   template <class F>
-  int dispatch(F&& fallback) noexcept {
+  int dispatch(F&& fallback) {
     // The CQ's state outlives the batch (cq_delivery) even when a handler moves this
     // handle away or reassigns it: count there, not through blk_.
     detail::cq_block<B>* const b = blk_.get();
-    return poll_impl_<false, true>([&](detail::qp_link<B>* l, const completion<B>& c) noexcept {
-      if (l && l->handler)
-        call_handler_(*l, c);
-      else if constexpr (std::is_same_v<std::remove_cvref_t<F>, count_unrouted>)
-        b->unrouted += l != nullptr;  // one with no queue pair is counted already (deliver_)
-      else
-        fallback(c);
+    std::exception_ptr first;
+    const int n = poll_impl_<false, true>([&](detail::qp_link<B>* l, const completion<B>& c) noexcept {
+      try {
+        if (l && l->handler)
+          call_handler_(*l, c);
+        else if constexpr (std::is_same_v<std::remove_cvref_t<F>, count_unrouted>)
+          b->unrouted += l != nullptr;  // one with no queue pair is counted already (deliver_)
+        else
+          fallback(c);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
     });
+    if (RDMAKIT_UNLIKELY(first != nullptr)) std::rethrow_exception(first);
+    return n;
   }
   /// As dispatch(fallback), counting unhandled completions in unrouted().
-  int dispatch() noexcept { return dispatch(count_unrouted{}); }
+  int dispatch() { return dispatch(count_unrouted{}); }
   /// Waits with the policy, then dispatches one batch; completions of QPs without a
   /// handler go to `fallback`.
   template <completion_handler<B> F>
-  wait_result dispatch_wait(F&& fallback, detail::ms_timeout timeout) noexcept {
+  wait_result dispatch_wait(F&& fallback, detail::ms_timeout timeout) {
     if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
     dispatch_ops<F> o{this, fallback};
     return wait_result{P::wait(o, timeout)};
   }
   /// As dispatch_wait(fallback, timeout), counting unhandled completions in unrouted().
-  wait_result dispatch_wait(detail::ms_timeout timeout = std::chrono::milliseconds{1000}) noexcept {
+  wait_result dispatch_wait(detail::ms_timeout timeout = std::chrono::milliseconds{1000}) {
     if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
     return dispatch_wait(count_unrouted{}, timeout);
   }
@@ -407,19 +418,25 @@ class completion_queue {
 
   // dispatch's call of a queue pair's handler, which may drop it (replace it, destroy
   // its queue pair) while it runs: reset_handler then leaves the freeing to this call,
-  // or to the one further out if the handler dispatched again and is running there too.
-  static void call_handler_(detail::qp_link<B>& l, const completion<B>& c) noexcept {
-    void* const ctx = l.handler_ctx;
-    void (*const free)(void*) = l.handler_free;
-    bool dropped = false;
-    bool* const outer = std::exchange(l.handler_dropped, &dropped);
-    l.handler(ctx, c);
-    if (!dropped)
-      l.handler_dropped = outer;  // (the link lives: destroying it drops the handler)
-    else if (outer)
-      *outer = true;
-    else
-      free(ctx);
+  // or to the one further out if the handler dispatched again and is running there too;
+  // also when the handler throws.
+  static void call_handler_(detail::qp_link<B>& l, const completion<B>& c) {
+    struct running {
+      detail::qp_link<B>& l;
+      void* const ctx = l.handler_ctx;
+      void (*const free)(void*) = l.handler_free;
+      bool dropped = false;
+      bool* const outer = std::exchange(l.handler_dropped, &dropped);
+      ~running() {
+        if (!dropped)
+          l.handler_dropped = outer;  // (the link lives: destroying it drops the handler)
+        else if (outer)
+          *outer = true;
+        else
+          free(ctx);
+      }
+    } r{l};
+    l.handler(r.ctx, c);
   }
 
   int arm_() noexcept {
@@ -460,7 +477,7 @@ class completion_queue {
   struct dispatch_ops {
     completion_queue* cq;
     F& f;
-    RDMAKIT_ALWAYS_INLINE int poll() noexcept { return cq->dispatch(f); }
+    RDMAKIT_ALWAYS_INLINE int poll() { return cq->dispatch(f); }
     int arm() noexcept { return cq->arm_(); }
     int wait_event(std::chrono::milliseconds t) noexcept { return cq->wait_event_(t); }
   };

@@ -186,6 +186,69 @@ TEST_CASE("dispatch() counts a completion of a destroyed queue pair once") {
   CHECK(t.x.cq.unrouted() == 3);
 }
 
+// An on() handler (or dispatch's fallback) that throws: dispatch was noexcept, so the
+// program ended (std::terminate). Now the batch's other completions still reach their
+// handlers, then the first exception leaves dispatch; the handler stays set.
+TEST_CASE("an on() handler's exception leaves dispatch after the rest of the batch was delivered") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto p1 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto p2 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto p3 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    REQUIRE(p1.a.write(src.local(), dst.remote(), i).ok());
+    REQUIRE(p2.a.write(src.local(), dst.remote(), 10 + i).ok());
+    REQUIRE(p3.a.write(src.local(), dst.remote(), 20 + i).ok());  // no handler: the fallback's
+  }
+  int thrown = 0, second = 0, fell_back = 0;
+  x.cq.on(p1.a, [&](const completion<B>&) {
+    ++thrown;
+    throw std::runtime_error("from on()");
+  });
+  x.cq.on(p2.a, [&](const completion<B>&) { ++second; });
+  auto fallback = [&](const completion<B>&) {
+    if (++fell_back == 1) throw std::logic_error("from the fallback");
+  };
+  int errors = 0;
+  for (int i = 0; i < 100 && thrown + second + fell_back < 6; ++i) {
+    try {
+      (void)x.cq.dispatch(fallback);
+    } catch (const std::runtime_error& e) {
+      CHECK(std::string(e.what()) == "from on()");
+      ++errors;
+    } catch (const std::logic_error& e) {
+      CHECK(std::string(e.what()) == "from the fallback");
+      ++errors;
+    }
+  }
+  CHECK(thrown == 2);  // each of p1's completions reached its handler, which stayed set
+  CHECK(second == 2);
+  CHECK(fell_back == 2);
+  CHECK(errors >= 1);  // one a batch at most: the first of that batch
+  CHECK(p1.a.send_credits() == 8);
+  CHECK(p2.a.send_credits() == 8);
+  CHECK(p3.a.send_credits() == 8);
+  CHECK(x.cq.poll() == 0);
+}
+
+// A handler that replaces itself and then throws is freed once, after it returns.
+TEST_CASE("an on() handler that replaces itself and throws is freed once, and the new one runs") {
+  four_sends t;
+  bool destroyed = false;
+  int replaced_calls = 0;
+  t.x.cq.on(*t.a, [&, c = canary(&destroyed)](const completion<B>&) {
+    t.x.cq.on(*t.a, [&](const completion<B>&) { ++replaced_calls; });
+    CHECK_FALSE(destroyed);  // still running
+    throw std::runtime_error("after replacing itself");
+  });
+  CHECK_THROWS_WITH_AS((void)t.x.cq.dispatch(), "after replacing itself", std::runtime_error);
+  CHECK(destroyed);
+  CHECK(replaced_calls == 3);  // the rest of the batch went to the new handler
+  CHECK(t.a->send_credits() == 8);
+}
+
 // A handler that throws: the exception leaves poll/wait; every completion of the batch
 // has given its credits back, and the ones after the throw are not delivered.
 TEST_CASE("a handler's exception leaves poll, with the batch's credits given back") {

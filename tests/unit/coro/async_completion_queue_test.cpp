@@ -1,6 +1,7 @@
 #include "fixture.hpp"
 
 #include <cstring>
+#include <stdexcept>
 
 using namespace coro_test;
 
@@ -48,6 +49,23 @@ TEST_CASE("async_completion_queue: next() awaited by a task of another event_loo
   event_loop other;
   auto waits = [&]() -> task<void> { (void)co_await p.a.cq.next(10ms); };
   CHECK_THROWS_WITH_AS(other.run(waits()), doctest::Contains("another event_loop"), usage_error);
+}
+
+// The on() handler of a queue pair used directly threw inside the loop's drain, which
+// was noexcept: std::terminate(). Now the loop's run rethrows it and goes on after.
+TEST_CASE("async_completion_queue: an on() handler's exception leaves the loop's run, which goes on after it") {
+  plain_pair p;
+  int calls = 0;
+  p.a.cq.queue().on(p.qa, [&](const completion<B>&) {
+    if (++calls == 1) throw std::runtime_error("from the handler");
+  });
+  REQUIRE(p.qa.write(p.ma.local(0, 8), p.mb.remote().sub(0, 8), 1).ok());
+  REQUIRE(p.qa.write(p.ma.local(0, 8), p.mb.remote().sub(0, 8), 2).ok());
+  auto pause = [&]() -> task<void> { co_await p.loop.sleep_for(20ms); };
+  CHECK_THROWS_WITH_AS(p.loop.run(pause()), "from the handler", std::runtime_error);
+  p.loop.run(pause());
+  CHECK(calls == 2);
+  CHECK(p.qa.send_credits() == 8);
 }
 
 TEST_CASE("async_completion_queue: completions nobody awaits yet are kept, oldest first") {
