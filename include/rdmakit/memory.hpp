@@ -156,6 +156,11 @@ class memory_region {
   /// protection_domain::allocate.
   static memory_region allocate(detail::pd_ref<B> pd, std::size_t length) {
     check_length_(pd, length);  // first: not gigabytes zeroed for a registration refused
+    // Past PTRDIFF_MAX no object fits, and within a page of SIZE_MAX libstdc++'s aligned
+    // new rounds the size to 0 (a tiny block, which the zeroing then overran).
+    if (length > static_cast<std::size_t>(PTRDIFF_MAX))
+      throw usage_error(detail::cat("allocate(): ", length, " bytes is more than the address space can hold (one ",
+                                    "buffer takes at most ", PTRDIFF_MAX, "): ask for the bytes the program needs"));
     auto buf = detail::allocate_zeroed(length);
     void* addr = buf.get();
     return memory_region(std::move(pd), addr, length, std::move(buf));

@@ -119,6 +119,19 @@ TEST_CASE("memory_region: an empty region or a null buffer is refused with what 
                        doctest::Contains("past the end of the address space"), usage_error);
 }
 
+// allocate(n) with n within a page of SIZE_MAX: libstdc++'s aligned operator new rounds
+// the size up to the alignment, which wrapped to 0 and gave a tiny block, then the
+// zeroing wrote n bytes into it (a crash). rxe's max_mr_size, as the mock's, is 2^64 - 1:
+// no device limit stops it. Sizes no buffer can hold are refused (big ones that memory
+// cannot hold are the allocator's bad_alloc, which ASan reports instead: not tested).
+TEST_CASE("memory_region: allocate() of more than the address space is refused, not a crash") {
+  mock::fabric fab;
+  side x(fab, "mock0");
+  for (std::size_t n : {SIZE_MAX, SIZE_MAX - 4095, SIZE_MAX - 4096 * 2})
+    CHECK_THROWS_WITH_AS((void)x.pd.allocate<access::local_write>(n), doctest::Contains("more than the address space"),
+                         usage_error);
+}
+
 // allocate(n) past the device's max_mr_size allocated and zeroed the n bytes (gigabytes:
 // the whole machine's memory, for a registration the device then refused).
 TEST_CASE("memory_region: more than max_mr_size is refused before anything is allocated") {
