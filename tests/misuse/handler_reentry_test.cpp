@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 using namespace policy_test;
 
@@ -35,6 +36,24 @@ struct four_sends {
     auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
     a.emplace(std::move(p.a));
     return std::move(p.b);
+  }
+};
+
+// N RC pairs whose senders share x's CQ; write(i, n) posts n WRITEs (wr_ids 10·i + k)
+// on pair i: the completions of several queue pairs in x's batches.
+template <int N>
+struct pairs_on_one_cq {
+  mock::fabric fab;
+  side x{fab, "mock0"}, y{fab, "mock1"};
+  memory_region<B, rw_access> src = x.pd.allocate<rw_access>(64);
+  memory_region<B, rw_access> dst = y.pd.allocate<rw_access>(64);
+  std::vector<qp_pair<rc>> p;
+
+  pairs_on_one_cq() {
+    for (int i = 0; i < N; ++i) p.push_back(make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8}));
+  }
+  void write(int i, int n) {
+    for (int k = 0; k < n; ++k) REQUIRE(p[i].a.write(src.local(), dst.remote(), 10 * i + k).ok());
   }
 };
 
@@ -143,16 +162,12 @@ TEST_CASE("a handler that moves its CQ away gets the whole batch; the handle is 
 // on the CQ's state. It did so through the handle (`blk_`), which a handler that moved
 // the CQ away had emptied: a null dereference (a crash in release builds too).
 TEST_CASE("dispatch() whose handler moves its CQ away counts the rest of the batch on the CQ it polled") {
-  mock::fabric fab;
-  side x(fab, "mock0"), y(fab, "mock1");
-  auto src = x.pd.allocate<rw_access>(64);
-  auto dst = y.pd.allocate<rw_access>(64);
-  auto p1 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
-  auto p2 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
-  REQUIRE(p1.a.write(src.local(), dst.remote(), 1).ok());
-  REQUIRE(p2.a.write(src.local(), dst.remote(), 2).ok());  // no handler: unrouted
+  pairs_on_one_cq<2> t;
+  auto& x = t.x;
+  t.write(0, 1);
+  t.write(1, 1);  // no handler: unrouted
   std::optional<completion_queue<B>> moved;
-  x.cq.on(p1.a, [&](const completion<B>&) {
+  x.cq.on(t.p[0].a, [&](const completion<B>&) {
     if (!moved) moved.emplace(std::move(x.cq));
   });
   int total = 0;
@@ -165,9 +180,9 @@ TEST_CASE("dispatch() whose handler moves its CQ away counts the rest of the bat
   }
   CHECK(total == 2);
   REQUIRE(moved);
-  CHECK(moved->unrouted() == 1);  // p2's completion, counted once, on the state that moved
+  CHECK(moved->unrouted() == 1);  // pair 1's completion, counted once, on the state that moved
   CHECK(x.cq.unrouted() == 0);    // the empty handle
-  CHECK(p2.a.send_credits() == 8);
+  CHECK(t.p[1].a.send_credits() == 8);
 }
 
 // A completion whose queue pair is gone is counted in unrouted() once, whether or not
@@ -190,24 +205,15 @@ TEST_CASE("dispatch() counts a completion of a destroyed queue pair once") {
 // program ended (std::terminate). Now the batch's other completions still reach their
 // handlers, then the first exception leaves dispatch; the handler stays set.
 TEST_CASE("an on() handler's exception leaves dispatch after the rest of the batch was delivered") {
-  mock::fabric fab;
-  side x(fab, "mock0"), y(fab, "mock1");
-  auto src = x.pd.allocate<rw_access>(64);
-  auto dst = y.pd.allocate<rw_access>(64);
-  auto p1 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
-  auto p2 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
-  auto p3 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
-  for (std::uint64_t i = 0; i < 2; ++i) {
-    REQUIRE(p1.a.write(src.local(), dst.remote(), i).ok());
-    REQUIRE(p2.a.write(src.local(), dst.remote(), 10 + i).ok());
-    REQUIRE(p3.a.write(src.local(), dst.remote(), 20 + i).ok());  // no handler: the fallback's
-  }
+  pairs_on_one_cq<3> t;
+  auto& x = t.x;
+  for (int i = 0; i < 3; ++i) t.write(i, 2);  // pair 2 has no handler: the fallback's
   int thrown = 0, second = 0, fell_back = 0;
-  x.cq.on(p1.a, [&](const completion<B>&) {
+  x.cq.on(t.p[0].a, [&](const completion<B>&) {
     ++thrown;
     throw std::runtime_error("from on()");
   });
-  x.cq.on(p2.a, [&](const completion<B>&) { ++second; });
+  x.cq.on(t.p[1].a, [&](const completion<B>&) { ++second; });
   auto fallback = [&](const completion<B>&) {
     if (++fell_back == 1) throw std::logic_error("from the fallback");
   };
@@ -223,13 +229,11 @@ TEST_CASE("an on() handler's exception leaves dispatch after the rest of the bat
       ++errors;
     }
   }
-  CHECK(thrown == 2);  // each of p1's completions reached its handler, which stayed set
+  CHECK(thrown == 2);  // each of pair 0's completions reached its handler, which stayed set
   CHECK(second == 2);
   CHECK(fell_back == 2);
   CHECK(errors >= 1);  // one a batch at most: the first of that batch
-  CHECK(p1.a.send_credits() == 8);
-  CHECK(p2.a.send_credits() == 8);
-  CHECK(p3.a.send_credits() == 8);
+  for (auto& q : t.p) CHECK(q.a.send_credits() == 8);
   CHECK(x.cq.poll() == 0);
 }
 
@@ -263,24 +267,17 @@ TEST_CASE("a handler's exception leaves poll, with the batch's credits given bac
 }
 
 TEST_CASE("a handler's exception leaves wait_for and a routed batch (two queue pairs), credits given back") {
-  mock::fabric fab;
-  side x(fab, "mock0"), y(fab, "mock1");
-  auto src = x.pd.allocate<rw_access>(64);
-  auto dst = y.pd.allocate<rw_access>(64);
-  auto p1 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
-  auto p2 = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
-  for (std::uint64_t i = 0; i < 2; ++i) {
-    REQUIRE(p1.a.write(src.local(), dst.remote(), i).ok());
-    REQUIRE(p2.a.write(src.local(), dst.remote(), 10 + i).ok());
-  }
+  pairs_on_one_cq<2> t;
+  auto& x = t.x;
+  t.write(0, 2);
+  t.write(1, 2);
   int seen = 0;
   CHECK_THROWS_AS(x.cq.wait_for(4, [&](const completion<B>&) {
     ++seen;
     throw std::logic_error("first");
   }), std::logic_error);
   CHECK(seen == 1);
-  CHECK(p1.a.send_credits() == 8);
-  CHECK(p2.a.send_credits() == 8);
+  for (auto& q : t.p) CHECK(q.a.send_credits() == 8);
   CHECK(x.cq.poll() == 0);
 }
 
