@@ -350,21 +350,28 @@ inline bool cm_data_is_zero(const std::byte* d, std::size_t n) {
   return true;
 }
 
+// The wait left until `deadline`: rounded up (0.4 ms is a wait of 1, not none) and 0
+// once it passed. The waits below look at the channel once more then, so a timeout of 0
+// takes an event already queued.
+inline std::chrono::milliseconds cm_time_left(std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  return std::max(left, std::chrono::milliseconds{0});
+}
+
 // Waits for `want` on the id's channel; any failure event is a cm_error naming `step`.
 template <class B>
 cm_event_of<B> cm_expect(cm_id_block<B>& blk, cm_event_type want, std::chrono::milliseconds timeout,
                          const std::string& step) {
   const auto deadline = detail::deadline_after(timeout);
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0)
-      throw cm_error(cm_errc::timeout, cat(step, ": no ", to_string(want), " within ", timeout.count(),
-                                           " ms: is the peer running and answering? (raise cm_options::timeout)"));
-    auto ev = cm_wait<B>(blk.chan->ch, left, step);
+    auto ev = cm_wait<B>(blk.chan->ch, cm_time_left(deadline), step);
     const auto data = [&] { return cm_data_of(ev.data.data(), ev.data_len); };
     const std::string got = cat(to_string(ev.type), " (status ", ev.status, ")");
     switch (ev.type) {
-      case cm_event_type::none: continue;  // the deadline check above decides
+      case cm_event_type::none:
+        if (std::chrono::steady_clock::now() < deadline) continue;
+        throw cm_error(cm_errc::timeout, cat(step, ": no ", to_string(want), " within ", timeout.count(),
+                                             " ms: is the peer running and answering? (raise cm_options::timeout)"));
       case cm_event_type::addr_error:
         throw cm_error(cm_errc::address,
                        cat(step, ": ", got,
@@ -634,9 +641,7 @@ class cm_connection {
     if (b.disconnected) return true;
     const auto deadline = detail::deadline_after(timeout);
     for (;;) {  // at least one look, so a timeout of 0 polls
-      const auto left = std::max(std::chrono::milliseconds{0}, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                   deadline - std::chrono::steady_clock::now()));
-      auto ev = detail::cm_wait<B>(b.chan->ch, left, "cm_connection::wait_disconnected");
+      auto ev = detail::cm_wait<B>(b.chan->ch, detail::cm_time_left(deadline), "cm_connection::wait_disconnected");
       if (ev.type == cm_event_type::disconnected) {
         b.on_disconnected();
         return true;
@@ -831,13 +836,11 @@ class cm_listener {
     const auto timeout = detail::saturating_cast<std::chrono::milliseconds>(period);
     if (!id_) detail::throw_empty("cm_listener", "next_request");
     const auto deadline = detail::deadline_after(timeout);
-    for (;;) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0)
+    for (;;) {  // at least one look, so a timeout of 0 takes a request already queued
+      auto ev = detail::cm_wait<B>(id_->chan->ch, detail::cm_time_left(deadline), "cm_listener::next_request");
+      if (ev.type == cm_event_type::none && std::chrono::steady_clock::now() >= deadline)
         throw cm_error(cm_errc::timeout, detail::cat("cm_listener::next_request: no connect request on ",
                                                      addr_.to_string(), " within ", timeout.count(), " ms"));
-      auto ev = detail::cm_wait<B>(id_->chan->ch, left, "cm_listener::next_request");
       if (ev.type != cm_event_type::connect_request) continue;
       // The new id is ours from here: should its channel or block not be made, it is
       // rejected and destroyed, not leaked with its peer left waiting.

@@ -923,6 +923,37 @@ TEST_CASE("cm: the listener's fd is readable exactly while a request is queued")
   client.get();
 }
 
+// next_request and each step of connect/accept computed the time left in whole
+// milliseconds, truncated, and gave up when it was 0 before looking at the channel: a
+// timeout of 0 or 1 ms (or 500 us, rounded up to 1) never took a request already queued.
+TEST_CASE("cm: next_request(0ms) takes a request already queued; a 1 ms step takes an event already queued") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  CHECK_THROWS_AS((void)l.next_request(0ms), cm_error);  // nothing queued: a timeout at once
+  auto client = std::async(std::launch::async, [&] {
+    cm_options o;
+    o.timeout = 3s;
+    try {
+      (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+    } catch (const cm_error&) {
+    }
+  });
+  pollfd p{l.event_fd(), POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 3000) == 1);
+  auto r = l.next_request(0ms);  // queued: taken without waiting
+  std::move(r).reject();
+  client.get();
+#if !RDMAKIT_CM_RDMACM
+  // The mock resolves at once: the step's event is queued when its wait starts.
+  cm_listener<B> l2(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  cm_options fast;
+  fast.timeout = 500us;
+  CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l2.address(), {}, fast),
+                       doctest::Contains("no RDMA_CM_EVENT_ESTABLISHED"), cm_error);  // past address and route
+#endif
+}
+
 TEST_CASE("cm: misuse is a usage_error naming what to do") {
   testbed tb;
   side cli(tb.open(1));
@@ -997,6 +1028,27 @@ TEST_CASE("cm (mock): binding an address no port has, or a port in use, is refus
   cm_listener<B> a(dev, cm_address::parse("0.0.0.0", 0));
   CHECK(a.address().port != 0);
   CHECK_THROWS_AS(cm_listener<B>(dev, cm_address::parse("10.0.0.1", a.address().port)), verbs_error);
+}
+#endif
+
+#if !RDMAKIT_CM_RDMACM
+// Port 0 took the next number of a counter: a port listened on explicitly was picked
+// again (EADDRINUSE), and after 25,536 picks the counter wrapped and bound port 0.
+TEST_CASE("cm (mock): port 0 picks a port nobody uses, and never 0") {
+  testbed tb;
+  auto dev = tb.open(0);
+  cm_listener<B> first(dev, cm_address::parse("10.0.0.1", 0));
+  const std::uint16_t next = static_cast<std::uint16_t>(first.address().port + 1);
+  cm_listener<B> taken(dev, cm_address::parse("10.0.0.1", next));  // the number the counter gives next
+  cm_listener<B> picked(dev, cm_address::parse("10.0.0.1", 0));
+  CHECK(picked.address().port != next);
+  CHECK(picked.address().port != 0);
+  std::uint16_t lowest = 65535;
+  for (int i = 0; i < 26000; ++i) {  // past the counter's wrap
+    cm_listener<B> l(dev, cm_address::parse("10.0.0.1", 0));
+    lowest = std::min(lowest, l.address().port);
+  }
+  CHECK(lowest >= 1024);  // not 0, nor a well-known port
 }
 #endif
 

@@ -102,6 +102,26 @@ inline cm_id_obj* cm_listening(const fabric_state& f, std::uint32_t ip, std::uin
   return nullptr;
 }
 
+// Whether a listener holds `port` on `ip` (a listener on 0.0.0.0, or `ip` 0, holds it on all).
+inline bool cm_port_listened(const fabric_state& f, std::uint32_t ip, std::uint16_t port) {
+  for (const auto& l : f.cm_listeners)
+    if (l.port == port && (l.ip == 0 || ip == 0 || l.ip == ip)) return true;
+  return false;
+}
+
+// The port a bind to port 0 or an active id gets: the next of the mock's ephemeral range
+// (40000..65535, wrapping within it) no listener holds on `ip`; EADDRINUSE when none is free.
+inline std::uint16_t cm_pick_port(fabric_state& f, std::uint32_t ip, const char* verb) {
+  constexpr std::uint32_t first = 40000, count = 65536 - first;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const auto port = static_cast<std::uint16_t>(first + (f.next_cm_port - first + i) % count);
+    if (cm_port_listened(f, ip, port)) continue;
+    f.next_cm_port = static_cast<std::uint16_t>(port == 65535 ? first : port + 1);
+    return port;
+  }
+  fail(verb, EADDRINUSE, "every port of the mock's ephemeral range (40000..65535) is listened on");
+}
+
 inline void cm_forget_events(cm_id_obj* id) {
   for (auto* q : {&id->ch->events, &id->ch->later})
     for (auto it = q->begin(); it != q->end();) it = (it->id == id) ? q->erase(it) : it + 1;
@@ -423,7 +443,7 @@ RDMAKIT_DECL void mock::cm_resolve_addr(cm_id id, const cm_address& src, const c
   const gid g = mockd::cm_gid_of(f, id);
   id->local_ip = (std::uint32_t{g.raw[12]} << 24) | (std::uint32_t{g.raw[13]} << 16) |
                  (std::uint32_t{g.raw[14]} << 8) | g.raw[15];
-  id->local_port = src_ip != 0 && src.port != 0 ? src.port : f.next_cm_port++;
+  id->local_port = src_ip != 0 && src.port != 0 ? src.port : mockd::cm_pick_port(f, id->local_ip, "rdma_resolve_addr");
   id->remote_ip = to_ip;
   id->remote_port = to.port;
   id->state = ph::addr;
@@ -455,10 +475,9 @@ RDMAKIT_DECL void mock::cm_listen(cm_id id, const cm_address& addr, int) {
     mockd::fail("rdma_bind_addr", EADDRNOTAVAIL,
                 detail::cat(addr.to_string(),
                             " is not the address of any port of the fabric (mock0 is 10.0.0.1, mock1 10.0.0.2)"));
-  std::uint16_t port = addr.port ? addr.port : f.next_cm_port++;
-  for (const auto& l : f.cm_listeners)
-    if (l.port == port && (l.ip == 0 || ip == 0 || l.ip == ip))
-      mockd::fail("rdma_bind_addr", EADDRINUSE, detail::cat("port ", port, " is already listened on"));
+  const std::uint16_t port = addr.port ? addr.port : mockd::cm_pick_port(f, ip, "rdma_bind_addr");
+  if (mockd::cm_port_listened(f, ip, port))
+    mockd::fail("rdma_bind_addr", EADDRINUSE, detail::cat("port ", port, " is already listened on"));
   id->local_ip = ip;
   id->local_port = port;
   id->state = mockd::cm_id_obj::phase::listening;
