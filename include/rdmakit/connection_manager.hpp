@@ -411,15 +411,32 @@ cm_event_of<B> cm_expect(cm_id_block<B>& blk, cm_event_type want, std::chrono::m
   }
 }
 
-// The GID table index of the CM's source GID on its port (the automatic choice if absent).
+// The GID table index of the CM's source GID on its port, or -1.
 template <class B>
-int cm_gid_index(typename B::context ctx, const cm_route& r) {
+int cm_find_gid(typename B::context ctx, const cm_route& r) {
   const port_attr pa = B::query_port(ctx, r.port);
   for (std::uint32_t i = 0; i < pa.gid_tbl_len; ++i) {
     const gid_entry e = B::query_gid(ctx, r.port, static_cast<int>(i));
     if (e.valid && e.value == r.sgid) return static_cast<int>(i);
   }
-  return choose_gid<B>(ctx, r.port);
+  return -1;
+}
+// The GID table index of the CM's source GID on its port (the automatic choice if absent).
+template <class B>
+int cm_gid_index(typename B::context ctx, const cm_route& r) {
+  const int i = cm_find_gid<B>(ctx, r);
+  return i >= 0 ? i : choose_gid<B>(ctx, r.port);
+}
+// Refuses a queue pair the application made on another device than the one the CM's
+// route leaves from: it would be driven with that device's attributes, then refused by
+// rdma_connect/rdma_accept, after the id (and a request) was used up.
+template <class B>
+void cm_check_route_device(const device_state<B>& dev, const cm_route& r, const char* call) {
+  if (r.port >= 1 && r.port <= dev.attr.phys_port_cnt && cm_find_gid<B>(dev.ctx, r) >= 0) return;
+  throw usage_error(cat(call, ": the queue pair is on ", dev.name, ", but the connection manager routes through ",
+                        "port ", r.port, " of the device with GID ", r.sgid.to_string(),
+                        ": make the queue pair on that device (the one whose address the peer connects to, or "
+                        "that cm_options::source names)"));
 }
 
 // The usage_errors creating the QP would throw (empty handles, a send queue shallower
@@ -752,6 +769,9 @@ class cm_request {
     detail::check_cm_timeout(o);
     auto param = detail::cm_param(o, reply, "cm_request::accept", false);
     if (!id_) detail::throw_empty("cm_request", "accept");
+    if (!qp) detail::throw_empty("queue_pair", "cm_request::accept");
+    detail::cm_check_route_device(detail::policy_access::parts(qp).dev(), B::cm_query_route(id_->id),
+                                  "cm_request::accept");
     auto mine = detail::cm_adopt_user_qp(std::move(qp), id_, "cm_request::accept");
     auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
     detail::cm_user_to_rts(*blk, mine);
@@ -907,9 +927,10 @@ cm_connection<B, T, S> cm_connect(queue_pair<B, T, S, qp_state::init>&& qp, cons
   if (!qp) detail::throw_empty("queue_pair", "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(detail::policy_access::parts(qp).pd->dev);
   auto blk = detail::cm_new_id<B>(chan);
-  auto mine = detail::cm_adopt_user_qp(std::move(qp), blk, "cm_connect");
   const std::string where = detail::cat("cm_connect to ", to.to_string());
-  detail::cm_resolve<B>(*blk, to, o, where);
+  detail::cm_resolve<B>(*blk, to, o, where);  // first: a failure leaves the queue pair the caller's
+  detail::cm_check_route_device(detail::policy_access::parts(qp).dev(), B::cm_query_route(blk->id), "cm_connect");
+  auto mine = detail::cm_adopt_user_qp(std::move(qp), blk, "cm_connect");
   param.qp_num = mine.qp_num();
   B::cm_connect(blk->id, param);
   const auto ev = detail::cm_expect<B>(*blk, cm_event_type::connect_response, o.timeout, where);

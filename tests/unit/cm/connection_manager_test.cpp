@@ -1192,7 +1192,12 @@ TEST_CASE("cm (mock): a request whose event channel cannot be made is refused, i
 #endif
 
 #if !RDMAKIT_CM_RDMACM
-TEST_CASE("cm (mock): a self-made queue pair on another device than the CM's route is refused by rdma_connect") {
+// A self-made queue pair on another device than the one the CM routes through was taken
+// over (connect: after resolving; accept: the request too), brought to RTS with the other
+// device's attributes, then refused by rdma_connect/rdma_accept: the queue pair destroyed
+// and, on the passive side, the request used up (the client saw a reject). Now refused
+// before anything is taken: the queue pair stays the caller's, the request to answer.
+TEST_CASE("cm (mock): a self-made queue pair on another device than the CM's route is refused first") {
   testbed tb;
   side srv(tb.open(0)), cli(tb.open(1));
   cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
@@ -1200,7 +1205,24 @@ TEST_CASE("cm (mock): a self-made queue pair on another device than the CM's rou
   cm_options o;
   o.source = cm_address::parse("10.0.0.2", 0);
   CHECK_THROWS_WITH_AS((void)cm_connect(std::move(qp), l.address(), {}, o),
-                       doctest::Contains("is not a queue pair on mock1"), verbs_error);
+                       doctest::Contains("the queue pair is on mock0"), usage_error);
+  REQUIRE(qp);  // still the caller's, in INIT
+  CHECK(qp.query_state() == qp_state::init);
+
+  auto client = std::async(std::launch::async, [&] {
+    cm_options co;
+    co.timeout = 5s;
+    return cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, co);
+  });
+  auto req = l.next_request(5s);
+  auto wrong = cli.pd.create_qp<rc>(cli.cq, caps);  // mock1's: the request came in on mock0
+  CHECK_THROWS_WITH_AS((void)std::move(req).accept(std::move(wrong)), doctest::Contains("the queue pair is on mock1"),
+                       usage_error);
+  REQUIRE(wrong);
+  auto s = std::move(req).accept(std::move(qp));  // the request is still there
+  auto c = client.get();
+  CHECK(s);
+  CHECK(c);
 }
 #endif
 
