@@ -203,6 +203,15 @@ namespace detail {
 template <class QP, class... ConnectArgs>
 using connected_t = decltype(std::declval<QP&&>().connect(std::declval<const endpoint&>(),
                                                          std::declval<const ConnectArgs&>()...));
+// A peer record that names QP 0 or 1 (the subnet's management QPs: a zeroed or garbled
+// record) is the network's fault, not the caller's: refused before connect() would take
+// it for a misuse (usage_error).
+inline void check_peer_qpn(const endpoint& peer) {
+  if (peer.qpn <= 1)
+    throw exchange_error(exchange_errc::malformed,
+                         cat("the peer's record names QP ", peer.qpn, ", a management QP (QP0/QP1), not its queue "
+                             "pair: is the peer sending its queue pair's local_endpoint()?"));
+}
 }  // namespace detail
 
 /// Client side of "exchange, then connect" for an RC/UC queue pair: sends its
@@ -219,6 +228,7 @@ exchanged<detail::connected_t<QP, ConnectArgs...>> connect_client(QP&& qp, const
   connection_info local(qp.local_endpoint());
   local.region = region;
   connection_info peer = exchange_client(host, port, local, o, [&](const connection_info& p) {
+    detail::check_peer_qpn(p.ep);
     live.emplace(std::move(qp).connect(p.ep, args...));
   });
   return {std::move(*live), std::move(peer)};
@@ -236,6 +246,7 @@ exchanged<detail::connected_t<QP, ConnectArgs...>> connect_server(QP&& qp, excha
   connection_info local(qp.local_endpoint());
   local.region = region;
   connection_info peer = listener.exchange(local, o, [&](const connection_info& p) {
+    detail::check_peer_qpn(p.ep);
     live.emplace(std::move(qp).connect(p.ep, args...));
   });
   return {std::move(*live), std::move(peer)};

@@ -571,3 +571,33 @@ TEST_CASE("connect_client: a peer that never answers leaves the queue pair uncon
   CHECK(static_cast<bool>(q));  // not consumed: connect() never ran
   CHECK(q.query_state() == qp_state::init);
 }
+
+// The peer's record named QP 0 or 1 (a zeroed or garbled record): connect() refused it
+// with a usage_error, the error for the caller's own misuse, though the data came from
+// the network. It is a malformed record now, and the queue pair stays the caller's.
+TEST_CASE("connect_client: a peer record naming QP 0 or 1 is a malformed record; the queue pair is kept") {
+  using B = backends::mock;
+  mock::fabric fab;
+  device<B> dx(fab, "mock0");
+  auto pd = dx.create_pd();
+  auto cq = dx.create_cq(16);
+  auto other = pd.create_qp<rc>(cq, qp_cap{4, 4, 1, 1, 0});
+  for (std::uint32_t bad : {0u, 1u}) {
+    CAPTURE(bad);
+    auto q = pd.create_qp<rc>(cq, qp_cap{4, 4, 1, 1, 0});
+    exchange_listener l(0, "127.0.0.1");
+    auto server = std::async(std::launch::async, [&] {
+      endpoint e = other.local_endpoint();
+      e.qpn = bad;
+      try {
+        (void)l.exchange(connection_info(e), fast());
+      } catch (const exchange_error&) {  // no acknowledgement comes
+      }
+    });
+    CHECK(error_of([&] { (void)connect_client(std::move(q), "127.0.0.1", l.port(), fast()); }) ==
+          exchange_errc::malformed);
+    server.get();
+    CHECK(static_cast<bool>(q));
+    CHECK(q.query_state() == qp_state::init);
+  }
+}
