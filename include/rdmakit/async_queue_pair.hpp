@@ -451,9 +451,20 @@ class async_queue_pair {
   auto post(const Op& o, send_flags flags = send_flags::none) {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     Op::rule::template check<T>();
-    return awaiter_("post", [o, flags](core_type& c, std::uint64_t id) {
-      return c.template get<queue_pair_type>().post(o, id, flags | send_flags::signaled);
-    });
+    if constexpr (detail::gathers<Op>) {
+      // A WR that waits for credits is posted later, when the caller's list may be gone:
+      // the awaitable keeps a copy of it.
+      return awaiter_("post", [o, flags, sges = std::vector<local_buffer>(o.local.begin(), o.local.end())](
+                                  core_type& c, std::uint64_t id) {
+        Op own = o;
+        own.local = std::span<const local_buffer>(sges);
+        return c.template get<queue_pair_type>().post(own, id, flags | send_flags::signaled);
+      });
+    } else {
+      return awaiter_("post", [o, flags](core_type& c, std::uint64_t id) {
+        return c.template get<queue_pair_type>().post(o, id, flags | send_flags::signaled);
+      });
+    }
   }
   /// SEND `buf` to the connected peer.
   auto send(const local_buffer& buf, send_flags flags = send_flags::none) { return post(op::send<>{buf}, flags); }

@@ -88,6 +88,10 @@ RDMAKIT_ALWAYS_INLINE void set_op_fields(typename B::send_wr& w, const send_desc
 
 template <class L>
 concept local_side = std::same_as<L, local_buffer> || std::same_as<L, std::span<const local_buffer>>;
+/// An operation whose local side is a scatter/gather list: a span of the caller's buffers,
+/// read when the WR is posted.
+template <class Op>
+concept gathers = requires { requires std::same_as<decltype(Op::local), std::span<const local_buffer>>; };
 
 // What each kind of operation needs of the transport: `allowed_on<T>` for generic code,
 // `check<T>()` for the one-line compile error where it is posted.
@@ -356,6 +360,8 @@ template <access A>
 compare_swap(local_buffer, remote_region<A>, std::uint64_t, std::uint64_t) -> compare_swap<A>;
 
 }  // namespace op
+
+static_assert(detail::gathers<op::send<std::span<const local_buffer>>> && !detail::gathers<op::send<>>);
 
 /// A send-queue operation: a type with the facts above (any type with them is one).
 template <class Op>
