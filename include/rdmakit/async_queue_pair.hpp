@@ -146,7 +146,7 @@ class async_qp_core {
       // one needs one. If no new one could be made, no completion comes: the awaiters
       // of the receives (only receives are posted in INIT) are told here.
       if (!q) {
-        cancel_dropped_receives_();
+        cancel_all_();
       } else if (const std::uint32_t old = qpn_; q.qp_num() != old) {
         watch_(*this, q);
         try {
@@ -216,7 +216,9 @@ class async_qp_core {
     if (!credit_waiters_.empty()) wake_waiters_();
   }
 
-  void cancel_dropped_receives_() noexcept {
+  // The queue pair is gone: every awaiter resumes cancelled, those of WRs waiting for
+  // credits too (no completion will give them any).
+  void cancel_all_() noexcept {
     for (std::uint32_t i = 0; i < slots_.size(); ++i) {
       slot& s = slots_[i];
       if (!s.used) continue;
@@ -224,6 +226,7 @@ class async_qp_core {
       free_.push_back(i);  // capacity reserved by acquire: no allocation
       if (s.waiter) std::exchange(s.waiter, nullptr)->cancel();
     }
+    for (auto* w : std::exchange(credit_waiters_, {})) w->cancel();
   }
 
   // Retries in waiting order; one still without credits waits again, behind the rest.
@@ -415,8 +418,11 @@ class async_queue_pair {
   /// Coroutines still awaiting its WRs resume with wr_outcome::cancelled.
   ~async_queue_pair() = default;
 
-  /// False once moved from.
-  explicit operator bool() const noexcept { return core_ != nullptr; }
+  /// False once moved from, or when it holds no queue pair (a connect refused at RTS
+  /// whose replacement could not be made).
+  explicit operator bool() const noexcept {
+    return core_ != nullptr && std::visit([](const auto& qp) { return static_cast<bool>(qp); }, core_->any());
+  }
   /// The queue pair (read-only: posting goes through the awaitables).
   const queue_pair_type& qp() const { return core_ref_("qp").template get<queue_pair_type>(); }
   /// What the peer needs to connect to this QP.

@@ -481,6 +481,39 @@ TEST_CASE("async_queue_pair: a connect refused at RTS resumes the awaiters of th
   loop.run(run());
 }
 
+// A refused RTR->RTS whose replacement could not be made (the device full) leaves the
+// async queue pair without a queue pair: the receives posted resumed cancelled, but one
+// waiting for receive credits waited for ever (no completion would give it any).
+TEST_CASE("async_queue_pair: a connect refused at RTS with no replacement resumes the WRs waiting for credits too") {
+  using R = rts_refusing;
+  mock::fabric_config cfg;
+  cfg.devices.push_back(mock::device_config{.name = "mock0"});
+  cfg.devices.push_back(mock::device_config{.name = "mock1"});
+  cfg.devices[0].limits.max_qp = 1;  // no second queue pair: the replacement fails
+  mock::fabric fab(cfg);
+  event_loop loop;
+  device<R> da(fab, "mock0"), db(fab, "mock1");
+  auto pa = da.create_pd(), pb = db.create_pd();
+  async_completion_queue<R, event_driven<>> ca(loop, da.create_cq<event_driven<>>(64));
+  async_completion_queue<R, event_driven<>> cb(loop, db.create_cq<event_driven<>>(64));
+  auto ma = pa.allocate<rw>(4096);
+  async_queue_pair<R, rc> ia(ca, pa.create_qp<rc>(ca.queue(), qp_cap{4, 2}));
+  async_queue_pair<R, rc> ib(cb, pb.create_qp<rc>(cb.queue(), qp_cap{4, 2}));
+  auto r1 = ia.recv(ma.local(0, 64));
+  auto r2 = ia.recv(ma.local(64, 64));
+  auto r3 = ia.recv(ma.local(128, 64));  // two receive credits: waits for one
+  R::refuse_rts = 1;
+  CHECK_THROWS_WITH_AS((void)std::move(ia).connect(ib.local_endpoint()), doctest::Contains("could not be replaced"),
+                       verbs_error);
+  CHECK_FALSE(ia);  // no queue pair left in it
+  auto run = [&]() -> task<int> {
+    int cancelled = 0;
+    for (auto* w : {&r1, &r2, &r3}) cancelled += (co_await std::move(*w).within(2s)).outcome() == wr_outcome::cancelled;
+    co_return cancelled;
+  };
+  CHECK(loop.run(run()) == 3);
+}
+
 // A second refusal used to destroy the queue pair the first one replaced, with its
 // receive's flush still in the CQ: the awaiter of that receive waited for ever.
 TEST_CASE("async_queue_pair: two connects refused at RTS in a row resume the awaiters of both flushed receives") {
