@@ -411,8 +411,9 @@ class completion_queue {
       routed(l);  // a QP replaced by reset(): its entry in this CQ is free again
     } else {
       ++b.unrouted;
-      if (RDMAKIT_UNLIKELY(!b.departed.empty())) b.departed_polled(qpn);  // a destroyed QP's
-      g(l, completion<B>(w, 0));
+      std::uint32_t offset = 0;
+      if (RDMAKIT_UNLIKELY(!b.departed.empty())) offset = b.departed_polled(qpn);  // a destroyed QP's
+      g(l, completion<B>(w, offset));
     }
   }
 

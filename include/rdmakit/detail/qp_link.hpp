@@ -217,9 +217,13 @@ struct cq_block {
   // CQ empty (forget_departed): none of them can be here after that. Its room is made
   // when a QP or an SRQ attaches (keep_departed_room_), as each may leave one record when
   // it goes: a destroy cannot fail, and letting the room go would let the CQ overrun.
+  // A UD QP's record keeps its receives' payload offset (the GRH's 40 bytes), also once
+  // `left` is 0 (an SRQ's receives hold their room apart): its receive completions polled
+  // later still have their payload where it is.
   struct departed_qp {
     std::uint32_t qpn;
     std::uint32_t left;
+    std::uint32_t recv_offset;
   };
   std::vector<departed_qp> departed;
   std::vector<std::pair<std::uint32_t, qp_link<B>*>> routes;  // live QPs, sorted by qp_num
@@ -363,13 +367,18 @@ struct cq_block {
   }
 
   /// A completion of a destroyed QP polled here: the entry it held is free again.
-  RDMAKIT_NOINLINE void departed_polled(std::uint32_t qpn) noexcept {
-    for (auto it = departed.begin(); it != departed.end(); ++it)
-      if (it->qpn == qpn) {
-        if (flushing) --flushing;
-        if (--it->left == 0) departed.erase(it);
-        return;
-      }
+  /// Returns where that QP's receive payloads start (0 when it is not known here).
+  RDMAKIT_NOINLINE std::uint32_t departed_polled(std::uint32_t qpn) noexcept {
+    std::uint32_t offset = 0;
+    for (auto it = departed.begin(); it != departed.end(); ++it) {
+      if (it->qpn != qpn) continue;
+      offset = it->recv_offset;
+      if (it->left == 0) continue;  // kept for its offset
+      if (flushing) --flushing;
+      if (--it->left == 0 && it->recv_offset == 0) departed.erase(it);
+      return offset;
+    }
+    return offset;
   }
   /// A poll found the CQ empty: whatever the destroyed QPs left here was polled or was
   /// never there (a device that cleans the CQ at destroy_qp, or WRs that never completed).
@@ -414,14 +423,14 @@ struct cq_block {
   /// SRQ's max_wr leaves reserved; if `may_have_completed` (the SRQ was posted to), it is
   /// held as a destroyed QP's completions are (see departed): the SRQ's queue pairs may
   /// have left up to max_wr receive completions in the CQ.
-  void detach_srq(const void* id, std::uint32_t qpn, bool may_have_completed) noexcept {
+  void detach_srq(const void* id, std::uint32_t qpn, std::uint32_t recv_offset, bool may_have_completed) noexcept {
     for (auto it = srqs.begin(); it != srqs.end(); ++it)
       if (it->id == id) {
         if (--it->qps == 0) {
           const std::uint32_t max_wr = it->max_wr;
           reserved -= std::min<std::uint64_t>(reserved, max_wr);
           srqs.erase(it);
-          if (may_have_completed) hold_departed_(qpn, max_wr);
+          if (may_have_completed) hold_departed_(qpn, max_wr, recv_offset);
         }
         return;
       }
@@ -432,23 +441,25 @@ struct cq_block {
     reserve_room(departed, departed.size() + routes.size() + retired_links.size() + srqs.size() + 1);
   }
 
-  void hold_departed_(std::uint32_t qpn, std::uint32_t left) noexcept {
-    if (left == 0) return;
+  void hold_departed_(std::uint32_t qpn, std::uint32_t left, std::uint32_t recv_offset) noexcept {
+    if (left == 0 && recv_offset == 0) return;
     assert(departed.size() < departed.capacity());  // kept by keep_departed_room_: no allocation
-    departed.push_back({qpn, left});
+    departed.push_back({qpn, left, recv_offset});
     flushing += left;
   }
 
   /// A destroyed QP: its `entries` (its depths, or once retired its flushes, which
-  /// `flushing` holds) are let go, but for the `left` completions it may have left here.
-  void detach(qp_link<B>* l, std::uint32_t entries, std::uint32_t left, bool was_retired) noexcept {
+  /// `flushing` holds) are let go, but for the `left` completions it may have left here
+  /// (and, `srq_receives`, its SRQ's receive completions, whose room the SRQ holds).
+  void detach(qp_link<B>* l, std::uint32_t entries, std::uint32_t left, bool was_retired,
+              bool srq_receives = false) noexcept {
     auto& pool = was_retired ? flushing : reserved;
     pool -= std::min<std::uint64_t>(pool, entries);
     if (was_retired)
       std::erase(retired_links, l);
     else
       std::erase_if(routes, [l](const auto& r) { return r.second == l; });
-    hold_departed_(l->qp_num, left);
+    hold_departed_(l->qp_num, left, left != 0 || srq_receives ? l->recv_offset : 0);
     sole = false;
     had_others = true;
     if (last == l) {

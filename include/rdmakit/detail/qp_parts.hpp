@@ -190,13 +190,16 @@ struct qp_parts {
       const std::uint32_t recvs = is_retired ? link->retired_recvs : asked.max_recv_wr;
       const std::uint32_t sends_left = is_retired ? link->retired_sends : link->sends_to_come();
       const std::uint32_t recvs_left = is_retired ? link->retired_recvs : link->rq.held;
+      const bool srq_receives = srq_id && srq_seen->ever_posted();  // some may be this QP's, in its CQ
       if (link->send_cq == link->recv_cq) {
-        if (link->send_cq) link->send_cq->detach(link.get(), sends + recvs, sends_left + recvs_left, is_retired);
+        if (link->send_cq)
+          link->send_cq->detach(link.get(), sends + recvs, sends_left + recvs_left, is_retired, srq_receives);
       } else {
         if (link->send_cq) link->send_cq->detach(link.get(), sends, sends_left, is_retired);
-        if (link->recv_cq) link->recv_cq->detach(link.get(), recvs, recvs_left, is_retired);
+        if (link->recv_cq) link->recv_cq->detach(link.get(), recvs, recvs_left, is_retired, srq_receives);
       }
-      if (srq_id && link->recv_cq) link->recv_cq->detach_srq(srq_id, link->qp_num, srq_seen->ever_posted());
+      if (srq_id && link->recv_cq)
+        link->recv_cq->detach_srq(srq_id, link->qp_num, link->recv_offset, srq_seen->ever_posted());
       link.reset();
     }
     retired.reset();

@@ -340,7 +340,7 @@ void replace_with_fresh(qp_parts<B>& p) {
     // The SRQ's share of the receive CQ is held across: the new QP takes over what the
     // SRQ may have completed there (released alone, the old QP would hold it apart).
     const void* const id = old->srq_id;
-    const std::uint32_t old_qpn = old->link->qp_num;
+    const std::uint32_t old_qpn = old->link->qp_num, old_offset = old->link->recv_offset;
     const auto held_owner = rcq;  // alive whatever create_parts does with rcq
     auto& held_by = *held_owner;
     held_by.attach_srq(id, srq->attr.max_wr);  // attached already: a count, no allocation
@@ -348,10 +348,10 @@ void replace_with_fresh(qp_parts<B>& p) {
     try {
       p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o, srq);
     } catch (...) {
-      held_by.detach_srq(id, old_qpn, srq->traffic.ever_posted());
+      held_by.detach_srq(id, old_qpn, old_offset, srq->traffic.ever_posted());
       throw;
     }
-    held_by.detach_srq(id, old_qpn, false);  // the new QP holds it now
+    held_by.detach_srq(id, old_qpn, old_offset, false);  // the new QP holds it now
   } else {
     retire(*old);
     p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o);

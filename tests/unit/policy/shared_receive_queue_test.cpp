@@ -211,6 +211,45 @@ TEST_CASE("shared_receive_queue: UD queue pairs on an SRQ: receives must hold th
   CHECK_FALSE(b.in_error());  // a datagram too large costs its receive, not the QP
 }
 
+// A UD receive's completion polled after its queue pair was destroyed (rxe leaves it in
+// the CQ) was made with payload offset 0: the GRH read as the payload, and payload_len()
+// 40 bytes too long. The destroyed queue pair's offset is kept until the CQ is empty.
+TEST_CASE("shared_receive_queue: a UD receive of a destroyed queue pair still has its payload after the GRH") {
+  for (const bool on_srq_qp : {false, true}) {
+    CAPTURE(on_srq_qp);
+    mock::fabric fab(mock::fabric_config{.profile = mock::device_profile::rxe});
+    side x(fab, "mock0"), y(fab, "mock1");
+    auto srq = y.pd.create_srq({.max_wr = 8, .max_sge = 1});
+    auto buf = y.pd.allocate<rw_access>(256);
+    auto a = x.pd.create_qp<ud>(x.cq, qp_cap{4, 4}).activate();
+    auto src = x.pd.allocate<rw_access>(64);
+    std::memcpy(src.data(), "datagram", 9);
+    std::optional<queue_pair<B, ud, signal_all, qp_state::rts>> own;
+    std::optional<queue_pair<B, on_srq<ud>, signal_all, qp_state::rts>> shared;
+    endpoint to;
+    if (on_srq_qp) {
+      shared.emplace(y.pd.create_qp<ud>(y.cq, srq, qp_cap{4, 0}).activate());
+      REQUIRE(srq.post_recv(buf.local(0, 128), 1).ok());
+      to = shared->local_endpoint();
+    } else {
+      auto b = y.pd.create_qp<ud>(y.cq, qp_cap{4, 4});
+      REQUIRE(b.post_recv(buf.local(0, 128), 1).ok());
+      own.emplace(std::move(b).activate());
+      to = own->local_endpoint();
+    }
+    auto ah = x.pd.create_ah(to);
+    REQUIRE(a.send(ah.to(to.qpn), src.local(0, 9), 10).ok());
+    CHECK(collect(x.cq, 1).size() == 1);
+    own.reset();
+    shared.reset();
+    std::vector<seen> got = collect(y.cq, 1);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].status == wc_status::success);
+    CHECK(got[0].payload_offset == grh_bytes);
+    CHECK(got[0].byte_len - got[0].payload_offset == 9);
+  }
+}
+
 // The GRH rule used to outlive the UD queue pairs: once one had been on the SRQ, a
 // receive under 40 bytes was refused (recv_too_small) for RC queue pairs for good.
 TEST_CASE("shared_receive_queue: receives must hold the GRH only while a UD queue pair is on the SRQ") {
