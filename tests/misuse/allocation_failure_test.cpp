@@ -607,6 +607,31 @@ TEST_CASE("allocation failure: a destroyed QP's completions keep their room in i
   report("departed", o);
 }
 
+// A queue pair whose attach to its CQ ran out of memory (making the room for its record)
+// had not added its entries to the CQ's reserve, but its destruction took them away:
+// another queue pair's share was given back, and a queue pair that did not fit was
+// accepted (on a device, the CQ could overrun).
+TEST_CASE("allocation failure: a queue pair that could not attach to its CQ takes no other's room from it") {
+  auto o = for_each_failure("attach", [&](world& w) {
+    world::end& e = w.x;
+    auto cq = e.dev.create_cq(8);
+    const auto half = static_cast<std::uint32_t>(cq.capacity()) / 2;
+    auto a = e.pd.create_qp<rc>(cq, qp_cap{half, 0});
+    try {
+      auto b = e.pd.create_qp<rc>(cq, qp_cap{1, 0});
+    } catch (const std::bad_alloc&) {
+    }
+    bool refused = false;
+    try {
+      auto c = e.pd.create_qp<rc>(cq, qp_cap{static_cast<std::uint32_t>(cq.capacity()) - half + 1, 0});
+    } catch (const usage_error&) {
+      refused = true;
+    }
+    ensure(refused, "a queue pair that does not fit beside the first one is refused");
+  });
+  report("attach", o);
+}
+
 TEST_CASE("allocation failure: a queue-pair pool, a memory window, an event-driven CQ's wait") {
   auto o = for_each_failure("pool and window", [&](world& w) {
     two_sides<event_driven<>> sides(w.fab);

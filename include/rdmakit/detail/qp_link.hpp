@@ -318,12 +318,14 @@ struct cq_block {
     return last = it->second;
   }
 
+  /// Attaches `l` with its `entries`; a throw (out of memory) changes nothing, and the
+  /// caller then does not name this CQ in the link (its destruction detaches nothing).
   void attach(qp_link<B>* l, std::uint32_t entries) {
     keep_departed_room_();
-    reserved += entries;
     auto it = std::lower_bound(routes.begin(), routes.end(), l->qp_num,
                                [](const auto& r, std::uint32_t n) { return r.first < n; });
     if (it == routes.end() || it->first != l->qp_num) routes.insert(it, {l->qp_num, l});
+    reserved += entries;  // last: nothing after the allocations above can fail
     had_others = had_others || routes.size() > 1;
     sole = !had_others;
     if (sole) {

@@ -189,13 +189,16 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
   // sized (and checked above) for the requested depths.
   l.sq = sq_credits::for_policy<S>(caps.max_send_wr);
   l.rq_depth = p.asked.max_recv_wr;
-  l.send_cq = scq;
-  l.recv_cq = rcq;
+  // Each CQ is named in the link once attached: a destruction detaches from those only
+  // (one whose attach ran out of memory holds nothing of this QP).
   if (scq == rcq) {
     scq->attach(&l, p.asked.max_send_wr + p.asked.max_recv_wr);
+    l.send_cq = l.recv_cq = scq;
   } else {
     scq->attach(&l, p.asked.max_send_wr);
+    l.send_cq = scq;
     rcq->attach(&l, p.asked.max_recv_wr);
+    l.recv_cq = rcq;
   }
   if constexpr (shares_receives<T>) {
     l.rq.shared = 1;
