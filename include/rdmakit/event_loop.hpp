@@ -70,9 +70,17 @@ class loop_core final : public scheduler {
     std::erase(watches_, &w);
   }
 
-  /// Records the first failure of something the loop drives; run_ready() and wait() rethrow it.
+  /// Records a failure of something the loop drives; run_ready() and wait() rethrow them,
+  /// one a call, in the order they came. (Out of memory for a later one, the first is kept.)
   void fail(std::exception_ptr e) noexcept override {
-    if (!error_) error_ = std::move(e);
+    if (!error_) {
+      error_ = std::move(e);
+      return;
+    }
+    try {
+      more_errors_.push_back(std::move(e));
+    } catch (...) {
+    }
   }
 
   /// Runs what was ready when called; work it queues waits for the next call, so the
@@ -145,7 +153,13 @@ class loop_core final : public scheduler {
     }
   }
   void rethrow_() {
-    if (error_) std::rethrow_exception(std::exchange(error_, {}));
+    if (!error_) return;
+    std::exception_ptr e = std::exchange(error_, {});
+    if (!more_errors_.empty()) {  // the next one's turn
+      error_ = std::move(more_errors_.front());
+      more_errors_.erase(more_errors_.begin());
+    }
+    std::rethrow_exception(e);
   }
 
   int epfd_;
@@ -153,6 +167,7 @@ class loop_core final : public scheduler {
   std::vector<fd_watch*> watches_;
   std::map<timer_key, timer_node*> timers_;
   std::exception_ptr error_;
+  std::vector<std::exception_ptr> more_errors_;  // after error_, in order
 };
 
 }  // namespace detail
@@ -200,7 +215,8 @@ class event_loop {
   }
 
   /// Runs until every spawned task has finished. Rethrows the first exception that
-  /// escaped a task (the others keep their state: run() may be called again).
+  /// escaped a task (the others keep their state: run() may be called again, and
+  /// rethrows the next task's exception, if another one failed meanwhile).
   void run() {
     run_until_([core = core_.get()] { return core->roots.empty(); });
   }

@@ -69,6 +69,22 @@ TEST_CASE("event_loop: waiting for something nothing can wake is a usage error, 
   CHECK_THROWS_AS(bare.run(), usage_error);
 }
 
+// Two tasks that failed in one turn: the loop kept the first failure only, so the
+// second was lost (and run(t) lost t's own when another task's came first).
+TEST_CASE("event_loop: failures of several tasks in one turn are each rethrown by a run(), in order") {
+  event_loop loop;
+  auto thrower = [&](const char* what) -> task<void> {
+    co_await loop.sleep_for(1ms);
+    throw std::runtime_error(what);
+  };
+  loop.spawn(thrower("first"));
+  loop.spawn(thrower("second"));
+  CHECK_THROWS_WITH_AS(loop.run(), "first", std::runtime_error);
+  CHECK_THROWS_WITH_AS(loop.run(), "second", std::runtime_error);
+  loop.run();  // nothing left
+  CHECK(loop.tasks() == 0);
+}
+
 TEST_CASE("event_loop: poll() runs what is ready without sleeping") {
   event_loop loop;
   int steps = 0;
