@@ -31,9 +31,15 @@ class task_promise_base {
     bool await_ready() const noexcept { return false; }
     template <class P>
     std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) const noexcept {
-      // Symmetric transfer: a chain of tasks finishing one after another uses no stack.
-      auto next = h.promise().continuation_;
-      return next ? next : std::noop_coroutine();
+      auto& p = h.promise();
+      // Finished inside the await that started it: that await goes on from there.
+      if (p.started_inline_) {
+        p.started_inline_ = false;
+        p.finished_inline_ = true;
+        return std::noop_coroutine();
+      }
+      // Finished later (it waited): symmetric transfer to the awaiting coroutine.
+      return p.continuation_ ? p.continuation_ : std::noop_coroutine();
     }
     void await_resume() const noexcept {}
   };
@@ -42,6 +48,12 @@ class task_promise_base {
 
   std::coroutine_handle<> continuation_;
   std::exception_ptr error_;
+  // The awaiter runs the task inside its await_suspend and, when it finishes there, goes
+  // on without suspending: a loop of awaits of tasks that finish at once would otherwise
+  // nest a resumption per await, as GCC makes the symmetric transfer a real tail call
+  // only when optimizing (at -O0, or under ASan, a million such awaits overflowed the stack).
+  bool started_inline_ = false;
+  bool finished_inline_ = false;
 
  protected:
   void rethrow_if_failed() const {
@@ -123,12 +135,17 @@ class [[nodiscard]] task {
         if (h_) h_.destroy();
       }
       bool await_ready() const noexcept { return !h_; }
-      std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
+      bool await_suspend(std::coroutine_handle<> awaiting) noexcept {
         // Awaited already (this awaiter, awaited in place by a second coroutine): resuming
         // the task would resume it where it waits on something else. Refused in await_resume.
-        if (h_.promise().continuation_) return awaiting;
-        h_.promise().continuation_ = awaiting;
-        return h_;
+        auto& p = h_.promise();
+        if (p.continuation_) return false;
+        p.continuation_ = awaiting;
+        p.started_inline_ = true;
+        h_.resume();  // returns when the task first waits, or when it finished
+        if (p.finished_inline_) return false;  // finished: go on, no resumption nested
+        p.started_inline_ = false;  // it waits: its end resumes `awaiting`
+        return true;
       }
       T await_resume() {
         if (!h_)
