@@ -903,19 +903,27 @@ TEST_CASE("cm: a listener destroyed with a request queued refuses it") {
 #endif
 }
 
+namespace {
+// A client connecting to `to` on another thread (for up to 3 s), its cm_error ignored:
+// for tests of the listener's side.
+std::future<void> connect_aside(side& cli, const cm_address& to) {
+  return std::async(std::launch::async, [&cli, to] {
+    cm_options o;
+    o.timeout = 3s;
+    try {
+      (void)cm_connect<rc>(cli.pd, cli.cq, caps, to, {}, o);
+    } catch (const cm_error&) {
+    }
+  });
+}
+}  // namespace
+
 TEST_CASE("cm: the listener's fd is readable exactly while a request is queued") {
   testbed tb;
   side srv(tb.open(0)), cli(tb.open(1));
   cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
   CHECK_FALSE(readable(l.event_fd()));
-  auto client = std::async(std::launch::async, [&] {
-    cm_options o;
-    o.timeout = 3s;
-    try {
-      (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
-    } catch (const cm_error&) {
-    }
-  });
+  auto client = connect_aside(cli, l.address());
   pollfd p{l.event_fd(), POLLIN, 0};
   CHECK(::poll(&p, 1, 3000) == 1);
   std::move(l.next_request(1s)).reject();
@@ -931,14 +939,7 @@ TEST_CASE("cm: next_request(0ms) takes a request already queued; a 1 ms step tak
   side srv(tb.open(0)), cli(tb.open(1));
   cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
   CHECK_THROWS_AS((void)l.next_request(0ms), cm_error);  // nothing queued: a timeout at once
-  auto client = std::async(std::launch::async, [&] {
-    cm_options o;
-    o.timeout = 3s;
-    try {
-      (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
-    } catch (const cm_error&) {
-    }
-  });
+  auto client = connect_aside(cli, l.address());
   pollfd p{l.event_fd(), POLLIN, 0};
   REQUIRE(::poll(&p, 1, 3000) == 1);
   auto r = l.next_request(0ms);  // queued: taken without waiting

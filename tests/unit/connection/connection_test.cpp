@@ -558,13 +558,19 @@ TEST_CASE("connect_client/connect_server: RC queue pairs connected over TCP, reg
   CHECK(std::memcmp(target.data(), source.data(), 256) == 0);
 }
 
-TEST_CASE("connect_client: a peer that never answers leaves the queue pair unconnected, with a timeout") {
-  using B = backends::mock;
+namespace {
+// A mock device with a PD and a CQ, for queue pairs to connect through an exchange.
+struct one_device {
   mock::fabric fab;
-  device<B> dx(fab, "mock0");
-  auto pd = dx.create_pd();
-  auto cq = dx.create_cq(16);
-  auto q = pd.create_qp<uc>(cq, qp_cap{4, 4, 1, 1, 0});
+  device<backends::mock> dev{fab, "mock0"};
+  protection_domain<backends::mock> pd = dev.create_pd();
+  completion_queue<backends::mock> cq = dev.create_cq(16);
+};
+}  // namespace
+
+TEST_CASE("connect_client: a peer that never answers leaves the queue pair unconnected, with a timeout") {
+  one_device d;
+  auto q = d.pd.create_qp<uc>(d.cq, qp_cap{4, 4, 1, 1, 0});
   tcp::listener mute(0, "127.0.0.1");
   CHECK(error_of([&] { (void)connect_client(std::move(q), "127.0.0.1", mute.port(), fast()); }) ==
         exchange_errc::timeout);
@@ -576,15 +582,11 @@ TEST_CASE("connect_client: a peer that never answers leaves the queue pair uncon
 // with a usage_error, the error for the caller's own misuse, though the data came from
 // the network. It is a malformed record now, and the queue pair stays the caller's.
 TEST_CASE("connect_client: a peer record naming QP 0 or 1 is a malformed record; the queue pair is kept") {
-  using B = backends::mock;
-  mock::fabric fab;
-  device<B> dx(fab, "mock0");
-  auto pd = dx.create_pd();
-  auto cq = dx.create_cq(16);
-  auto other = pd.create_qp<rc>(cq, qp_cap{4, 4, 1, 1, 0});
+  one_device d;
+  auto other = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
   for (std::uint32_t bad : {0u, 1u}) {
     CAPTURE(bad);
-    auto q = pd.create_qp<rc>(cq, qp_cap{4, 4, 1, 1, 0});
+    auto q = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
     exchange_listener l(0, "127.0.0.1");
     auto server = std::async(std::launch::async, [&] {
       endpoint e = other.local_endpoint();
