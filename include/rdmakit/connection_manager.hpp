@@ -546,19 +546,25 @@ void cm_resolve(cm_id_block<B>& blk, const cm_address& to, const cm_options& o, 
   cm_expect<B>(blk, cm_event_type::route_resolved, o.timeout, cat(where, " (route resolution)"));
 }
 
-// Takes over a queue pair the application made (cm_user_qp_backend) for the id `blk`:
-// the QP keeps the id alive, and the id moves the QP to ERR on a disconnect.
+// What a queue pair the application made must be for the CM to take it over (checked
+// before anything is done: a refused one stays the caller's).
 template <class B, class T, class S>
-queue_pair<B, T, S, qp_state::init> cm_adopt_user_qp(queue_pair<B, T, S, qp_state::init>&& qp,
-                                                     const shared_owner<cm_id_block<B>>& blk, const char* call) {
+void cm_check_user_qp(const queue_pair<B, T, S, qp_state::init>& qp, const char* call) {
   static_assert(T::connected, "the connection manager connects RC and UC queue pairs (UD: use address handles)");
   static_assert(!shares_receives<T>, "connection_manager: queue pairs on a shared receive queue are not supported yet");
-  // Checked before the queue pair is taken over: a refused one stays the caller's.
   const auto& given = policy_access::parts(qp);
   if (given.qp == typename B::qp{}) throw_empty("queue_pair", call);
   if (given.cm)
     throw usage_error(cat(call, ": the queue pair already belongs to a connection manager id: pass a queue "
                                 "pair made with pd.create_qp (or its reset())"));
+}
+
+// Takes over a queue pair the application made (cm_user_qp_backend, cm_check_user_qp
+// passed) for the id `blk`: the QP keeps the id alive, and the id moves the QP to ERR on
+// a disconnect.
+template <class B, class T, class S>
+queue_pair<B, T, S, qp_state::init> cm_adopt_user_qp(queue_pair<B, T, S, qp_state::init>&& qp,
+                                                     const shared_owner<cm_id_block<B>>& blk) {
   auto mine = policy_access::adopt<queue_pair<B, T, S, qp_state::init>>(std::move(policy_access::parts(qp)));
   auto& p = policy_access::parts(mine);
   blk->user_qp = p.qp;
@@ -769,10 +775,10 @@ class cm_request {
     detail::check_cm_timeout(o);
     auto param = detail::cm_param(o, reply, "cm_request::accept", false);
     if (!id_) detail::throw_empty("cm_request", "accept");
-    if (!qp) detail::throw_empty("queue_pair", "cm_request::accept");
+    detail::cm_check_user_qp(qp, "cm_request::accept");
     detail::cm_check_route_device(detail::policy_access::parts(qp).dev(), B::cm_query_route(id_->id),
                                   "cm_request::accept");
-    auto mine = detail::cm_adopt_user_qp(std::move(qp), id_, "cm_request::accept");
+    auto mine = detail::cm_adopt_user_qp(std::move(qp), id_);
     auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
     detail::cm_user_to_rts(*blk, mine);
     param.qp_num = mine.qp_num();
@@ -924,13 +930,13 @@ cm_connection<B, T, S> cm_connect(queue_pair<B, T, S, qp_state::init>&& qp, cons
                                   std::span<const std::byte> data = {}, const cm_options& o = {}) {
   detail::check_cm_timeout(o);
   auto param = detail::cm_param(o, data, "cm_connect", true);
-  if (!qp) detail::throw_empty("queue_pair", "cm_connect");
+  detail::cm_check_user_qp(qp, "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(detail::policy_access::parts(qp).pd->dev);
   auto blk = detail::cm_new_id<B>(chan);
   const std::string where = detail::cat("cm_connect to ", to.to_string());
-  detail::cm_resolve<B>(*blk, to, o, where);  // first: a failure leaves the queue pair the caller's
+  detail::cm_resolve<B>(*blk, to, o, where);  // before the queue pair is taken: a failure leaves it the caller's
   detail::cm_check_route_device(detail::policy_access::parts(qp).dev(), B::cm_query_route(blk->id), "cm_connect");
-  auto mine = detail::cm_adopt_user_qp(std::move(qp), blk, "cm_connect");
+  auto mine = detail::cm_adopt_user_qp(std::move(qp), blk);
   param.qp_num = mine.qp_num();
   B::cm_connect(blk->id, param);
   const auto ev = detail::cm_expect<B>(*blk, cm_event_type::connect_response, o.timeout, where);
