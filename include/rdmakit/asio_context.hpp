@@ -97,10 +97,7 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   void unwatch(fd_watch& w) noexcept override {
     auto it = watches_.find(&w);
     if (it == watches_.end()) return;
-    std::error_code ignored;
-    it->second->sd.cancel(ignored);
-    it->second->sd.release();  // the descriptor belongs to the verbs object, not to asio
-    *it->second->alive = false;
+    let_go_(*it->second);
     watches_.erase(it);
   }
 
@@ -205,14 +202,18 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
       kick_progress_();
   }
 
+  // Stops waiting on a descriptor and gives it back: it belongs to the verbs object, not
+  // to asio; a wait handler still queued finds it gone (`alive`).
+  static void let_go_(watched& e) noexcept {
+    std::error_code ignored;
+    e.sd.cancel(ignored);
+    e.sd.release();
+    *e.alive = false;
+  }
+
   void detach_now_() noexcept {
     detach_pending_ = false;
-    for (auto& [w, e] : watches_) {
-      std::error_code ignored;
-      e->sd.cancel(ignored);
-      e->sd.release();  // the descriptor belongs to the verbs object, not to asio
-      *e->alive = false;
-    }
+    for (auto& [w, e] : watches_) let_go_(*e);
     watches_.clear();  // unwatch() of these finds nothing now
     for (auto& [id, t] : timers_) t.second->cancel();
     timers_.clear();
