@@ -300,14 +300,18 @@ void prune_retired(unique_owner<qp_parts<B>>& head) noexcept {
 template <class B>
 std::string no_room_for_replacement(const qp_parts<B>& p, const char* call) {
   const auto& l = *p.link;
-  if (!keeps_for_flushes(l)) return {};  // destroyed at once: the new one only takes its place
+  // Kept or destroyed at once (keeps_for_flushes), the old QP's outstanding WRs keep
+  // their entries (flushing): unsignaled sends too, whose completions may be left.
   const std::uint32_t sends = l.sends_to_come(), recvs = l.rq.held;
+  const char* const fate = keeps_for_flushes(l) ? "complete as flushes once it is replaced"
+                                                : "may still be in the CQ once it is destroyed (unsignaled sends: "
+                                                  "the completion of a signaled send after them frees them)";
   auto check = [&](const char* which, const cq_block<B>& c, std::uint32_t s, std::uint32_t r) -> std::string {
     const std::uint64_t need = c.reserved + c.flushing + s + r;
     if (need <= static_cast<std::uint64_t>(c.capacity)) return {};
     return cat(call, ": the ", which, "CQ of ", c.capacity, " entries cannot hold a new queue pair beside QP ",
                l.qp_num, "'s outstanding WRs (", s, " send + ", r,
-               " receive), which complete as flushes once it is replaced: ", c.reserved,
+               " receive), which ", fate, ": ", c.reserved,
                " entries are promised to the attached queue pairs (the new one takes over this one's), ",
                c.flushing, " to completions of queue pairs replaced or destroyed before; poll the CQ (a "
                "completion polled gives its entry back; receives still posted complete only once the queue pair is "

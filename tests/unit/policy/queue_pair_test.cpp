@@ -627,6 +627,45 @@ TEST_CASE("reset(): a CQ without room for the new queue pair beside the old one'
   CHECK_FALSE(x.dev.next_event(std::chrono::milliseconds{0}).has_value());  // no CQ_ERR
 }
 
+
+// An unsignaled send still holding its slot (no signaled WR after it was polled) makes
+// the old QP go at once, but its completion may still be in the CQ, so its entry stays
+// held (flushing()). The check before the reset left it out: the new queue pair's
+// create_qp then refused, after the old one was destroyed, and the handle was empty.
+TEST_CASE("reset(): an unsignaled send outstanding counts in the room check, and a refusal changes nothing") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto cq = x.dev.create_cq(4);
+  auto mr = x.pd.allocate<rw_access>(64);
+  auto rmr = y.pd.allocate<rw_access>(64);
+  auto q0 = x.pd.create_qp<rc, signal_manual>(cq, qp_cap{2, 2});
+  auto peer0 = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
+  auto q = std::move(q0).connect(peer0.local_endpoint());
+  auto peer = std::move(peer0).connect(q.local_endpoint());
+  REQUIRE(q.write(mr.local(0, 8), rmr.remote(), 1).ok());  // unsignaled: its slot is held
+  REQUIRE(q.send_credits() == 1);
+  const auto qpn = q.qp_num();
+  std::optional<queue_pair<B, rc, signal_manual>> fresh;
+  try {
+    fresh.emplace(std::move(q).reset());
+  } catch (const usage_error& e) {
+    CHECK(std::string_view(e.what()).find("at least 5 entries") != std::string_view::npos);
+  }
+  REQUIRE_FALSE(fresh.has_value());
+  REQUIRE(q);  // as it was
+  CHECK(q.qp_num() == qpn);
+  CHECK(cq.reserved() == 4);
+  CHECK(cq.flushing() == 0);
+  // On a CQ with room for that entry, the same reset is made.
+  auto roomy = x.dev.create_cq(5);
+  auto r0 = x.pd.create_qp<rc, signal_manual>(roomy, qp_cap{2, 2});
+  auto peer1 = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
+  auto r = std::move(r0).connect(peer1.local_endpoint());
+  REQUIRE(r.write(mr.local(0, 8), rmr.remote(), 2).ok());
+  auto again = std::move(r).reset();
+  CHECK(again);
+  CHECK(roomy.reserved() + roomy.flushing() == 5);
+}
 // A failed send and its flushes give no slot back: counted as still to come, they made
 // a reset after an error look short of room even once all of them were polled.
 template <class S>
