@@ -67,19 +67,22 @@ inline void check_timeouts(const exchange_options& o) {
                                      "for no limit"));
 }
 
-inline void send_record(int fd, const connection_info& local, const exchange_options& o,
-                        const tcp::deadline& d) {
-  if (o.format == wire_format::pingpong) {
-    if (local.region)
-      throw exchange_error(exchange_errc::invalid_argument,
-                           "the ibv_*_pingpong format cannot carry a remote region: use wire_format::rdmakit");
-    std::string rec = wire::format_pingpong(local.ep);
-    rec.push_back('\0');
-    tcp::write_all(fd, rec.data(), rec.size(), d, "our ibv_*_pingpong record");
-  } else {
-    const std::string frame = wire::encode(local);
-    tcp::write_all(fd, frame.data(), frame.size(), d, "our rdmakit record");
-  }
+/// Our record as it goes on the wire, made before any socket work: a record that cannot
+/// be sent (a region in the pingpong format, a QPN or PSN beyond 24 bits) is refused
+/// before a peer is involved, which would otherwise only see us hang up.
+inline std::string encode_record(const connection_info& local, const exchange_options& o) {
+  if (o.format != wire_format::pingpong) return wire::encode(local);
+  if (local.region)
+    throw exchange_error(exchange_errc::invalid_argument,
+                         "the ibv_*_pingpong format cannot carry a remote region: use wire_format::rdmakit");
+  std::string rec = wire::format_pingpong(local.ep);
+  rec.push_back('\0');
+  return rec;
+}
+
+inline void send_record(int fd, const std::string& record, const exchange_options& o, const tcp::deadline& d) {
+  tcp::write_all(fd, record.data(), record.size(), d,
+                 o.format == wire_format::pingpong ? "our ibv_*_pingpong record" : "our rdmakit record");
 }
 
 /// Reads and parses the peer's record. `last`: the peer must now wait for our answer,
@@ -149,6 +152,7 @@ class exchange_listener {
                            const on_peer_fn& on_peer = {}) {
     if (!listener_) detail::throw_empty("exchange_listener", "exchange");
     detail::check_timeouts(o);
+    const std::string record = detail::encode_record(local, o);
     const auto accept_budget = o.accept_timeout.count() > 0 ? o.accept_timeout : o.timeout;
     detail::tcp::socket_fd c = listener_.accept(detail::tcp::deadline::after(accept_budget));
     auto d = detail::tcp::deadline::after(o.timeout);
@@ -157,9 +161,22 @@ class exchange_listener {
       on_peer(peer);
       d = detail::tcp::deadline::after(o.timeout);  // the callback's own time is not the peer's fault
     }
-    detail::send_record(c.get(), local, o, d);
+    detail::send_record(c.get(), record, o, d);
     detail::receive_ack(c.get(), o, d);
     return peer;
+  }
+
+  /// Closes, unanswered, the connection of each client waiting to be served and of each
+  /// that connects within `wait`: its exchange fails at once ("the peer closed the
+  /// connection") instead of at its timeout. For a server that cannot serve, its own
+  /// setup having failed, while a client may be waiting for its record. Returns how many
+  /// were turned away. Throws usage_error on a moved-from listener.
+  std::size_t turn_away(std::chrono::milliseconds wait = std::chrono::milliseconds{0}) {
+    if (!listener_) detail::throw_empty("exchange_listener", "turn_away");
+    const auto d = detail::tcp::deadline::after(wait);
+    std::size_t n = 0;
+    while (listener_.accept_within(d)) ++n;  // each connection closes as it goes
+    return n;
   }
 
  private:
@@ -178,9 +195,18 @@ inline connection_info exchange_server(std::uint16_t port, const connection_info
 inline connection_info exchange_client(const std::string& host, std::uint16_t port, const connection_info& local,
                                        const exchange_options& o = {}, const on_peer_fn& on_peer = {}) {
   detail::check_timeouts(o);
+  // (An empty host would resolve to this machine, port 0 to nothing that can listen.)
+  if (host.empty())
+    throw exchange_error(exchange_errc::invalid_argument,
+                         "exchange_client(): the host is empty: name the server (an unset variable in a script?)");
+  if (port == 0)
+    throw exchange_error(exchange_errc::invalid_argument,
+                         detail::cat("exchange_client(): port 0 is not a port a server listens on (", host,
+                                     "): give the server's port (its exchange_listener's port())"));
+  const std::string record = detail::encode_record(local, o);
   auto d = detail::tcp::deadline::after(o.timeout);
   detail::tcp::socket_fd c = detail::tcp::connect(host, port, d, o.retry_refused);
-  detail::send_record(c.get(), local, o, d);
+  detail::send_record(c.get(), record, o, d);
   connection_info peer = detail::receive_record(c.get(), local, o, d, true);
   if (on_peer) {
     on_peer(peer);

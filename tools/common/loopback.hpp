@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -75,9 +76,10 @@ struct loopback_control {
 /// client retries a refused connection (its server may not be listening yet).
 ///
 /// A side that fails must not leave the other waiting for it until a timeout (a server
-/// waits for its client's last exchange as long as the run lasts): `peer_failed` is set
-/// and a server waiting for a connection is given one that closes at once, so its
-/// exchange fails now; an exchange started after that fails too. A side that also
+/// waits for its client's last exchange as long as the run lasts): `peer_failed` is set;
+/// a server waiting for a connection is given one that closes at once, and a failed
+/// server closes each client connection until the client is done, so the waiting
+/// exchange fails now; an exchange started after that fails at once. A side that also
 /// takes a loopback_control (`run_side(is_server, exchange, control)`) can stop its
 /// own waits on `peer_failed`.
 template <class RunSide>
@@ -101,8 +103,14 @@ loopback_result run_loopback(std::uint16_t port, rdmakit::exchange_options xo, R
   };
   const exchange_fn connect = [&](const rdmakit::connection_info& local, const rdmakit::on_peer_fn& cb) {
     check_peer(false);
-    return rdmakit::exchange_client("127.0.0.1", r.port, local, xo, cb);
+    try {
+      return rdmakit::exchange_client("127.0.0.1", r.port, local, xo, cb);
+    } catch (const rdmakit::exchange_error&) {
+      check_peer(false);  // turned away by the failed server, not a fault of the exchange
+      throw;
+    }
   };
+  std::atomic<bool> client_done{false};
   auto side = [&](loopback_side& out, bool is_server) {
     try {
       if constexpr (std::is_invocable_v<RunSide&, bool, const exchange_fn&, const loopback_control&>)
@@ -114,6 +122,16 @@ loopback_result run_loopback(std::uint16_t port, rdmakit::exchange_options xo, R
       if (out.error.empty()) out.error = "an exception without a message";
       out.first = !peer_failed.exchange(true, std::memory_order_acq_rel);
       if (!is_server) wake_listener(r.port);
+    }
+    if (!is_server) {
+      client_done.store(true, std::memory_order_release);
+    } else if (!out.ok()) {
+      // The client may be waiting for this side's record, or connect later: each
+      // connection is closed at once, so that its exchange fails now, not at its timeout.
+      try {
+        while (!client_done.load(std::memory_order_acquire)) listener.turn_away(std::chrono::milliseconds{20});
+      } catch (const std::exception&) {  // the socket failed: the client's timeout is left
+      }
     }
   };
   std::thread server([&] { side(r.server, true); });

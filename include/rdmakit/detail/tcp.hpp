@@ -259,12 +259,16 @@ class listener {
 
   /// Accepts one connection within `d`.
   socket_fd accept(const deadline& d) {
+    if (socket_fd c = accept_within(d)) return c;
+    throw exchange_error(exchange_errc::timeout,
+                         cat("no client connected to port ", port_, " within ", d.budget.count(),
+                             " ms: start the client (or raise the timeout)"),
+                         ETIMEDOUT);
+  }
+  /// One connection accepted within `d`, or an empty socket when none came.
+  socket_fd accept_within(const deadline& d) {
     for (;;) {
-      if (!wait_ready(fd_.get(), POLLIN, d))
-        throw exchange_error(exchange_errc::timeout,
-                             cat("no client connected to port ", port_, " within ", d.budget.count(),
-                                 " ms: start the client (or raise the timeout)"),
-                             ETIMEDOUT);
+      if (!wait_ready(fd_.get(), POLLIN, d)) return socket_fd();
       int c = ::accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (c >= 0) {
         int one = 1;

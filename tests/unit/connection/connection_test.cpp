@@ -152,6 +152,57 @@ TEST_CASE("the pingpong format refuses to carry a region") {
         exchange_errc::invalid_argument);
 }
 
+// Our own record was found unsendable only once connected: a client with no server up
+// got "connection refused" instead, and a server waited for a client (up to
+// accept_timeout), which then saw only the server hang up.
+TEST_CASE("a record that cannot be sent is refused before any socket work, on either side") {
+  connection_info with_region(sample_endpoint(), region_descriptor{1, 2, 3, access::remote_read});
+  endpoint wide = sample_endpoint();
+  wide.psn = 1u << 24;  // beyond 24 bits
+  for (const auto& [local, fmt] : {std::pair{with_region, wire_format::pingpong},
+                                   std::pair{connection_info(wide), wire_format::rdmakit},
+                                   std::pair{connection_info(wide), wire_format::pingpong}}) {
+    CAPTURE(static_cast<int>(fmt));
+    CHECK(error_of([&] { exchange_client("127.0.0.1", free_port(), local, fast(fmt)); }) ==
+          exchange_errc::invalid_argument);
+    exchange_listener l(0, "127.0.0.1");
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(error_of([&] { l.exchange(local, fast(fmt)); }) == exchange_errc::invalid_argument);
+    CHECK(std::chrono::steady_clock::now() - t0 < 1000ms);  // accept_timeout is 2 s: it did not wait
+  }
+}
+
+// An empty host resolved to this machine; port 0 was tried (and retried) as if a
+// server could listen there.
+TEST_CASE("exchange_client: an empty host and port 0 are refused, naming what to give") {
+  exchange_options o = fast();
+  o.retry_refused = true;
+  CHECK(error_of([&] { exchange_client("", 18515, other_endpoint(), o); }) == exchange_errc::invalid_argument);
+  CHECK(last_error.find("host is empty") != std::string::npos);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(error_of([&] { exchange_client("127.0.0.1", 0, other_endpoint(), o); }) == exchange_errc::invalid_argument);
+  CHECK(last_error.find("port 0") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < 150ms);  // not retried until the timeout (200 ms)
+}
+
+// A server whose setup failed can send a waiting client away at once, rather than leave
+// it waiting for a record until its timeout.
+TEST_CASE("exchange_listener::turn_away: a client waiting for the server's record fails at once") {
+  exchange_listener l(0, "127.0.0.1");
+  exchange_options o = fast();
+  o.timeout = 20'000ms;
+  auto client = std::async(std::launch::async, [&] { return error_of([&] { exchange_client("127.0.0.1", l.port(), other_endpoint(), o); }); });
+  CHECK(l.turn_away(5000ms) == 1);  // returns after the wait: the client connected once
+  REQUIRE(client.wait_for(2000ms) == std::future_status::ready);
+  const exchange_errc e = client.get();
+  CHECK(e != exchange_errc::timeout);
+  CHECK((e == exchange_errc::connection_closed || e == exchange_errc::system));
+  CHECK(l.turn_away() == 0);  // nobody waiting: returns at once
+  check_still_serves(l);      // and it still serves
+  exchange_listener moved(std::move(l));
+  CHECK_THROWS_AS(l.turn_away(), usage_error);
+}
+
 TEST_CASE("a server callback that throws fails both sides cleanly") {
   exchange_listener l(0, "127.0.0.1");
   auto server = serve(l, sample_endpoint(), fast(), [](const connection_info&) { throw std::runtime_error("boom"); });
