@@ -208,7 +208,7 @@ class memory_window {
   /// queue, completing as wc_opcode::bind_mw (MW_BIND_ERR if the device refuses). On
   /// success remote() and rkey() describe the new binding at once; the old rkey is dead
   /// once the WR has run. A type 2 window must be unbound (new or invalidated) and is then
-  /// usable, and invalidated, only through `qp`. Throws usage_error for a range outside the region, a
+  /// usable only through `qp`; either type is invalidated only through `qp`. Throws usage_error for a range outside the region, a
   /// region, window and queue pair of different PDs, or empty handles.
   template <access R, transport T, signaling S>
   [[nodiscard]] post_result bind(queue_pair<B, T, S, qp_state::rts>& qp, const memory_region<B, R>& region, std::size_t offset,
@@ -259,10 +259,10 @@ class memory_window {
   /// Revokes the window: type 2 posts LOCAL_INV (wc_opcode::local_inv), type 1 a
   /// zero-length bind (wc_opcode::bind_mw). Once the WR has run, accesses through the
   /// rkey fail with REM_ACCESS_ERR at the peer. remote() keeps the last range, with an
-  /// rkey that no longer grants anything. A type 2 window is invalidated through the
-  /// queue pair it was bound through (its LOCAL_INV then runs after the bind, or is
-  /// flushed when the bind failed). Throws usage_error before the first bind, when the
-  /// window is not bound, or for a type 2 window and another queue pair.
+  /// rkey that no longer grants anything. A window is invalidated through the queue pair
+  /// it was last bound through (its WR then runs after the bind, or is flushed when the
+  /// bind failed). Throws usage_error before the first bind, when the window is not
+  /// bound, or for another queue pair.
   template <transport T, signaling S>
   [[nodiscard]] post_result invalidate(queue_pair<B, T, S, qp_state::rts>& qp, std::uint64_t wr_id,
                          send_flags flags = send_flags::none) {
@@ -276,6 +276,15 @@ class memory_window {
                         "or by the peer's send_inv that take_invalidation() recorded): there is nothing to revoke; "
                         "bind it again first");
     check_pds_(qp, *region_);
+    // Through another queue pair the WR may run before the bind (still queued there), or
+    // after a bind that failed: type 2's LOCAL_INV then reaches an unbound window (rxe's
+    // kernel panics, as above); type 1's zero-length bind names an rkey the device has not
+    // given yet and fails, and the bind then runs: the peer keeps its access. reset()
+    // makes a new queue pair: the window is bound through the old one.
+    if (detail::policy_access::serial_of(qp) != bound_through_)
+      throw usage_error("memory_window::invalidate(): a window is invalidated through the queue pair it was bound "
+                        "through (the last bind's qp; not another one, nor that one's replacement after reset()); "
+                        "to stop using the window otherwise, destroy it");
     if constexpr (Type == mw_type::type1) {
       const auto r = detail::policy_access::post_call(qp, wr_id, flags, [&](typename B::qp q, send_flags fl) noexcept {
         return B::bind_mw(q, mw_, region_->mr, addr_, 0, access::none, wr_id, fl);
@@ -287,13 +296,6 @@ class memory_window {
       pd_->release_retained();
       return r;
     } else {
-      // Through another queue pair the LOCAL_INV may run before the bind, or after a bind
-      // that failed: on a window the device has unbound (rxe's kernel panics, as above).
-      // reset() makes a new queue pair: the window is bound through the old one.
-      if (detail::policy_access::serial_of(qp) != bound_through_)
-        throw usage_error("memory_window::invalidate(): a type 2 window is invalidated through the queue pair it was "
-                          "bound through (the bind's qp; not another one, nor that one's replacement after reset()); "
-                          "to stop using the window otherwise, destroy it");
       const post_result r = qp.post(op::invalidate_window(rkey_), wr_id, flags);
       if (r.ok()) bound_ = false;
       pd_->release_retained();
@@ -355,7 +357,7 @@ class memory_window {
   // A bind was posted and no invalidation since (invalidate(), or the peer's send_inv
   // that take_invalidation recorded): what the window knows, not what the device ran.
   bool bound_ = false;
-  // Type 2: the serial of the queue pair bound through (detail::qp_link::serial).
+  // The serial of the queue pair last bound through (detail::qp_link::serial).
   std::uint64_t bound_through_ = 0;
 };
 

@@ -338,7 +338,7 @@ TEST_CASE("memory_window: take_invalidation records the peer's send_inv, so inva
 // binding queue pair it cannot: the bind runs first, and a failed one puts the queue pair
 // in ERR, so the LOCAL_INV behind it is flushed. invalidate() therefore takes the queue
 // pair the window was bound through, and refuses another (or that one after reset()).
-TEST_CASE("memory_window: a type 2 window is invalidated through the queue pair it was bound through only") {
+TEST_CASE("memory_window: a window is invalidated through the queue pair it was bound through only") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");
   auto region = y.pd.allocate<window_region>(256);
@@ -375,11 +375,20 @@ TEST_CASE("memory_window: a type 2 window is invalidated through the queue pair 
     auto again = std::move(fresh).connect(p.a.local_endpoint());
     CHECK_THROWS_WITH_AS((void)w.invalidate(again, 3), doctest::Contains("bound through"), usage_error);
   }
-  SUBCASE("a type 1 window is invalidated through any queue pair of its PD") {
+  // Through another queue pair the zero-length bind overtook a bind still queued (behind
+  // READs): it named an rkey the device had not given yet and failed, the bind then ran,
+  // and the peer kept access after invalidate() returned ok, which then refused a retry.
+  SUBCASE("a type 1 window too") {
     auto w1 = alloc_window<access::remote_write, mw_type::type1>(y.pd);
     REQUIRE(w1.bind(p.b, region, 0, 256, 2).ok());
     CHECK(one(y.cq).status == wc_status::success);
-    REQUIRE(w1.invalidate(q.b, 3).ok());
+    CHECK_THROWS_WITH_AS((void)w1.invalidate(q.b, 3), doctest::Contains("bound through"), usage_error);
+    CHECK(y.cq.poll() == 0);  // nothing was posted
+    REQUIRE(w1.invalidate(p.b, 4).ok());
+    CHECK(one(y.cq).status == wc_status::success);
+    REQUIRE(w1.bind(q.b, region, 0, 64, 5).ok());  // a type 1 window binds through any queue pair of its PD
+    CHECK(one(y.cq).status == wc_status::success);
+    REQUIRE(w1.invalidate(q.b, 6).ok());
     CHECK(one(y.cq).status == wc_status::success);
   }
 }
