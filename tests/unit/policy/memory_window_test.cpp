@@ -397,3 +397,47 @@ TEST_CASE("memory_window: a window is invalidated through the queue pair it was 
 // would bypass what the window knows (whether it is bound, its current rkey).
 static_assert(!std::is_aggregate_v<op::invalidate_window> && !std::is_default_constructible_v<op::invalidate_window>);
 static_assert(!std::is_aggregate_v<op::bind_window<B>> && !std::is_default_constructible_v<op::bind_window<B>>);
+
+// A fenced BIND_MW or LOCAL_INV ran as soon as the mock reached it, before the READ ahead
+// of it was answered (semantics.md §8.1: a fenced WR waits for every earlier READ and
+// atomic): a peer's WRITE through the window landed while the bind should still wait.
+TEST_CASE("memory_window: a fenced bind and a fenced invalidation wait for the READ before them") {
+  mock::fabric_config cfg;
+  cfg.latency = std::chrono::microseconds{5};
+  mock::fabric fab(cfg);
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto region = y.pd.allocate<window_region>(256);
+  auto far = x.pd.allocate<rw_access>(64);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  // The peer writes through its own queue pair (a type 1 window serves any of its PD):
+  // a refused WRITE puts both ends of that one in ERR, not the binding queue pair.
+  auto peer = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto w = y.pd.alloc_window<access::remote_write, mw_type::type1>();
+  // The READ's response is back at t+10 µs; the peer's WRITE arrives at t+5 µs.
+  REQUIRE(p.b.read(region.local(0, 8), far.remote().sub(0, 8), 1).ok());
+  REQUIRE(w.bind(p.b, region, 0, 256, 2, send_flags::fence).ok());
+  REQUIRE(peer.a.write(far.local(0, 8), w.remote().sub(0, 8), 3).ok());
+  fab.advance(std::chrono::microseconds{7});
+  auto early = collect(x.cq, 1);
+  REQUIRE(early.size() == 1);
+  CHECK(early[0].status == wc_status::rem_access_err);  // the window was not bound yet
+  auto local = collect(y.cq, 2);
+  REQUIRE(local.size() == 2);
+  CHECK(local[0].status == wc_status::success);
+  CHECK(local[1].status == wc_status::success);  // the bind ran once the READ completed
+
+  // The invalidation: fenced behind a READ, the window still grants access until it runs.
+  auto q = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto w2 = y.pd.alloc_window<access::remote_write>();
+  REQUIRE(w2.bind(q.b, region, 0, 256, 4).ok());
+  fab.advance(std::chrono::microseconds{1});
+  REQUIRE(collect(y.cq, 1).size() == 1);
+  REQUIRE(q.b.read(region.local(0, 8), far.remote().sub(0, 8), 5).ok());
+  REQUIRE(w2.invalidate(q.b, 6, send_flags::fence).ok());
+  REQUIRE(q.a.write(far.local(0, 8), w2.remote().sub(0, 8), 7).ok());
+  fab.advance(std::chrono::microseconds{7});
+  auto before_inv = collect(x.cq, 1);
+  REQUIRE(before_inv.size() == 1);
+  CHECK(before_inv[0].status == wc_status::success);  // not invalidated yet
+  CHECK(collect(y.cq, 2).size() == 2);
+}

@@ -162,18 +162,18 @@ inline void issue(fabric_state& f, qp_obj* q) {
       w.status = wc_status::loc_qp_op_err;
       break;
     }
+    const bool fenced = has_all(w.flags, send_flags::fence);
+    if (!reads_counted && (fenced || is_read_or_atomic(w.op))) {
+      reads_in_flight = reads_issued_before(q, i);
+      reads_counted = true;
+    }
+    if (fenced && reads_in_flight > 0) break;  // local operations too (a LOCAL_INV behind a READ)
     if (is_local_op(w.op)) {  // BIND_MW, LOCAL_INV: done here, in the queue's order
       w.state = send_wqe::phase::done;
       w.status = execute_local(f, q, w);
       if (w.status != wc_status::success) break;
       continue;
     }
-    const bool fenced = has_all(w.flags, send_flags::fence);
-    if (!reads_counted && (fenced || is_read_or_atomic(w.op))) {
-      reads_in_flight = reads_issued_before(q, i);
-      reads_counted = true;
-    }
-    if (fenced && reads_in_flight > 0) break;
     if (is_read_or_atomic(w.op) && reads_in_flight >= q->attr.max_rd_atomic) break;
     bool ok = true;
     if (!w.is_inline)
