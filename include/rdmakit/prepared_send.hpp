@@ -41,6 +41,8 @@ class queue_pair;
 /// signals every WR (signal_all) makes it, so that posting it there writes no flag.
 /// Neither copyable nor movable: the WR points at its own SGEs. It lives where
 /// prepare() made it (`auto w = qp.prepare(...)`, or a member initialized from it).
+/// It names its buffers as the local_buffer views it was made from do: their regions
+/// must outlive its posts (docs/memory.md, Buffer lifetime; inline data is read at post).
 template <verbs_backend B, transport T, std::size_t Sges = 1, bool SignalEach = false>
 class prepared_send {
   static_assert(Sges >= 1, "prepared_send needs Sges >= 1");

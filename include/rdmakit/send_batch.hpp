@@ -66,7 +66,8 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   /// changed (the perftest way: a list built once). Without it a post empties the
   /// batch. After a partial post the batch holds the WRs that were not posted, as it
   /// would without reuse; clear() empties it (reuse stays on). Not for UD: its WRs name address
-  /// handles the batch does not own.
+  /// handles the batch does not own. Nor does it own its WRs' buffers: their regions must
+  /// outlive its posts (docs/memory.md, Buffer lifetime; inline data is read at post).
   void reuse() noexcept {
     static_assert(!T::needs_ah,
                   "a UD post list cannot be reused: its WRs name address handles the batch does not own");
