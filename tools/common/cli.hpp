@@ -1,5 +1,6 @@
 #pragma once
 // Command-line parsing shared by the tools: one reading of numbers for every option.
+#include <cstdlib>
 #include <string>
 
 namespace rdmakit_tools {
@@ -53,6 +54,28 @@ inline std::string uint_hint(const char* s) {
   if (s[0] == ' ' || s[0] == '\t' || s[0] == '+' || s[0] == '-')
     return ": digits only (decimal, or hex as 0x...), no sign or spaces";
   return "";
+}
+
+/// A plain decimal number ("2", "0.25", ".5"): digits with at most one point, and
+/// nothing else; false for a sign, a space, an exponent, hex or an empty string (strtod
+/// takes " +1e-3" and "0x1p-3"). Its value in `out`.
+inline bool parse_decimal(const char* s, double& out) {
+  if (!s || !*s) return false;
+  bool point = false, digit = false;
+  for (const char* p = s; *p; ++p) {
+    if (*p >= '0' && *p <= '9') digit = true;
+    else if (*p == '.' && !point) point = true;
+    else return false;
+  }
+  if (!digit) return false;
+  out = std::strtod(s, nullptr);  // now only digits and a point: read as written
+  return true;
+}
+
+/// Why parse_decimal refused `s` (the text to append to the tool's message).
+inline std::string decimal_hint(const char* s) {
+  if (!s || !*s) return "";
+  return ": a decimal number, digits with at most one point (as 0.25), no sign, spaces or exponent";
 }
 
 /// What the tools say of an empty -d (a script's unset "$DEV"), which would otherwise

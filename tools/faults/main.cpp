@@ -62,9 +62,7 @@ void usage(std::FILE* to) {
 }
 
 bool parse_prob(const char* s, double& p) {
-  char* end = nullptr;
-  p = std::strtod(s, &end);
-  return end && end != s && *end == 0 && p >= 0 && p <= 1;  // end != s: "--loss=" is not 0
+  return parse_decimal(s, p) && p <= 1;
 }
 
 int parse(int argc, char** argv, cli& c, bool& help) {
@@ -81,6 +79,10 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       {"help", no_argument, nullptr, 'h'},            {nullptr, 0, nullptr, 0}};
   auto bad = [&](const char* what, const char* arg) {
     std::fprintf(stderr, "rdmakit-faults: invalid %s \"%s\"%s\n", what, arg, uint_hint(arg).c_str());
+    return 2;
+  };
+  auto bad_probability = [&](const char* arg) {
+    std::fprintf(stderr, "rdmakit-faults: invalid probability (0 to 1) \"%s\"%s\n", arg, decimal_hint(arg).c_str());
     return 2;
   };
   bool size_given = false;
@@ -139,15 +141,22 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         c.port = static_cast<std::uint16_t>(v);
         break;
       case o_loss:
-        if (!parse_prob(optarg, c.loss)) return bad("probability", optarg);
+        if (!parse_prob(optarg, c.loss)) return bad_probability(optarg);
         if (!mock_option) mock_option = "--loss";
         break;
       case o_dup:
-        if (!parse_prob(optarg, c.dup)) return bad("probability", optarg);
+        if (!parse_prob(optarg, c.dup)) return bad_probability(optarg);
         if (!mock_option) mock_option = "--dup";
         break;
       case o_reorder:
-        if (!parse_prob(optarg, c.reorder)) return bad("probability", optarg);
+        if (!parse_prob(optarg, c.reorder)) return bad_probability(optarg);
+        if (c.reorder >= 1) {
+          // Each reordered message waits for the next one of its queue pair: none would arrive.
+          std::fprintf(stderr, "rdmakit-faults: --reorder=%s: must be below 1: the mock holds a reordered message "
+                               "until the next one of its queue pair, so at 1 no message would ever arrive "
+                               "(docs/faults.md, note 5)\n", optarg);
+          return 2;
+        }
         if (!mock_option) mock_option = "--reorder";
         break;
       case o_seed:

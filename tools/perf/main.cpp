@@ -152,9 +152,12 @@ int parse(int argc, char** argv, cli& c) {
         iters_given = true;
         break;
       case 'D': {
-        char* end = nullptr;
-        double d = std::strtod(optarg, &end);
-        if (end == optarg || *end || !(d > 0) || d > 86400) return bad("duration (seconds)", optarg);
+        double d = 0;
+        if (!rdmakit_tools::parse_decimal(optarg, d) || !(d > 0) || d > 86400) {
+          std::fprintf(stderr, "%s: invalid duration (seconds, above 0 and at most 86400) \"%s\"%s (see --help)\n", me,
+                       optarg, rdmakit_tools::decimal_hint(optarg).c_str());
+          return 1;
+        }
         c.o.duration = d;
         duration_given = true;
         break;

@@ -83,7 +83,15 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         if (!parse_uint(optarg, 65535, v)) return bad("port", optarg);
         c.port = static_cast<std::uint16_t>(v);
         break;
-      case 's': c.o.only = optarg; break;
+      case 's':
+        // (Empty would select every scenario: a script's unset variable.)
+        if (!*optarg) {
+          std::fprintf(stderr, "rdmakit-two-node: --only with an empty TEXT (an unset variable?): give part of a "
+                               "scenario's name (-l lists them), or leave --only out to run every scenario\n");
+          return 2;
+        }
+        c.o.only = optarg;
+        break;
       case 'w':
         if (!parse_uint(optarg, 600'000, v) || v < 1) return bad("wait", optarg);
         c.o.wait = std::chrono::milliseconds{v};
