@@ -586,6 +586,20 @@ TEST_CASE("reset(): the new queue pair refused by the device: the error says the
   CHECK(again);
 }
 
+// Checks that std::move(q).reset() throws usage_error naming `need` and leaves q a
+// queue pair (not moved from).
+template <class QP>
+void reset_refused(QP& q, std::string_view need) {
+  std::optional<decltype(std::move(q).reset())> fresh;
+  try {
+    fresh.emplace(std::move(q).reset());
+  } catch (const usage_error& e) {
+    CHECK(std::string_view(e.what()).find(need) != std::string_view::npos);
+  }
+  REQUIRE_FALSE(fresh.has_value());
+  REQUIRE(q);
+}
+
 // A CQ sized for one queue pair cannot hold a new one beside the old one's flushes:
 // the reset used to be made anyway, and once the new queue pair's WRs completed before
 // the flushes were polled the CQ overflowed (CQ_ERR; the mock drops the completion, a
@@ -600,14 +614,7 @@ TEST_CASE("reset(): a CQ without room for the new queue pair beside the old one'
   const auto qpn = q.qp_num();
   REQUIRE(q.post_recv(mr.local(0, 8), 1).ok());
   REQUIRE(q.post_recv(mr.local(8, 8), 2).ok());
-  std::optional<queue_pair<B, rc>> fresh;
-  try {
-    fresh.emplace(std::move(q).reset());
-  } catch (const usage_error& e) {
-    CHECK(std::string_view(e.what()).find("at least 6 entries") != std::string_view::npos);
-  }
-  REQUIRE_FALSE(fresh.has_value());
-  REQUIRE(q);  // as it was: the same QP, in INIT, its receives posted
+  reset_refused(q, "at least 6 entries");  // as it was: the same QP, in INIT, its receives posted
   CHECK(q.qp_num() == qpn);
   CHECK(q.query_state() == qp_state::init);
   CHECK(q.posted_recvs() == 2);
@@ -627,7 +634,6 @@ TEST_CASE("reset(): a CQ without room for the new queue pair beside the old one'
   CHECK_FALSE(x.dev.next_event(std::chrono::milliseconds{0}).has_value());  // no CQ_ERR
 }
 
-
 // An unsignaled send still holding its slot (no signaled WR after it was polled) makes
 // the old QP go at once, but its completion may still be in the CQ, so its entry stays
 // held (flushing()). The check before the reset left it out: the new queue pair's
@@ -645,14 +651,7 @@ TEST_CASE("reset(): an unsignaled send outstanding counts in the room check, and
   REQUIRE(q.write(mr.local(0, 8), rmr.remote(), 1).ok());  // unsignaled: its slot is held
   REQUIRE(q.send_credits() == 1);
   const auto qpn = q.qp_num();
-  std::optional<queue_pair<B, rc, signal_manual>> fresh;
-  try {
-    fresh.emplace(std::move(q).reset());
-  } catch (const usage_error& e) {
-    CHECK(std::string_view(e.what()).find("at least 5 entries") != std::string_view::npos);
-  }
-  REQUIRE_FALSE(fresh.has_value());
-  REQUIRE(q);  // as it was
+  reset_refused(q, "at least 5 entries");
   CHECK(q.qp_num() == qpn);
   CHECK(cq.reserved() == 4);
   CHECK(cq.flushing() == 0);
