@@ -42,7 +42,9 @@ class qp_pool {
     if (need > static_cast<std::uint64_t>(blk->capacity))
       throw usage_error(detail::cat("create_qp_pool(): CQ of ", blk->capacity, " entries is too small for a pool of ",
                                     count, " ", T::name, " queue pairs of ", caps.max_send_wr, " send + ",
-                                    caps.max_recv_wr, " receive WRs each: create it with at least ", need, " entries"));
+                                    caps.max_recv_wr, " receive WRs each",
+                                    detail::cq_entries_taken(blk->reserved, blk->flushing, blk->live()),
+                                    ": create it with at least ", need, " entries"));
     // Whatever the depths (0 + 0 passes the CQ checks above): the device makes at most max_qp.
     if (const std::uint64_t most = pd->dev->attr.max_qp; most != 0 && count > most)
       throw usage_error(detail::cat("create_qp_pool(): a pool of ", count, " queue pairs is more than ",

@@ -30,6 +30,11 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 
+/// What already holds a CQ's entries, as a refusal names it: " (N entries already
+/// promised to K attached queue pairs)" and the flushes of replaced or destroyed ones
+/// with how to get their room back; empty when neither.
+RDMAKIT_DECL std::string cq_entries_taken(std::uint64_t reserved, std::uint64_t flushing, std::size_t attached);
+
 /// Why a CQ cannot take a queue pair's WRs, and what to do (the text of check_cq_room).
 RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std::uint64_t flushing, std::size_t attached,
                                       std::string_view tname, std::uint32_t sends, std::uint32_t recvs,

@@ -10,11 +10,8 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 
-RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std::uint64_t flushing, std::size_t attached,
-                                      std::string_view tname, std::uint32_t sends, std::uint32_t recvs,
-                                      std::uint64_t need, std::uint32_t max_cqe) {
-  std::string s = cat("CQ of ", capacity, " entries is too small for a", tname == "RC" ? "n " : " ", tname,
-                      " queue pair of ", sends, " send + ", recvs, " receive WRs");
+RDMAKIT_DECL std::string cq_entries_taken(std::uint64_t reserved, std::uint64_t flushing, std::size_t attached) {
+  std::string s;
   if (attached)
     append(s, " (", reserved, " entries already promised to ", attached, " attached queue pair",
            attached > 1 ? "s" : "", ")");
@@ -22,6 +19,15 @@ RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std:
     append(s, " (", flushing, " entries held by completions that queue pairs replaced by reset() or destroyed may "
               "still put here: polling them gives their room back, and so does, for a destroyed one's, a poll that "
               "finds the CQ empty)");
+  return s;
+}
+
+RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std::uint64_t flushing, std::size_t attached,
+                                      std::string_view tname, std::uint32_t sends, std::uint32_t recvs,
+                                      std::uint64_t need, std::uint32_t max_cqe) {
+  std::string s = cat("CQ of ", capacity, " entries is too small for a", tname == "RC" ? "n " : " ", tname,
+                      " queue pair of ", sends, " send + ", recvs, " receive WRs", cq_entries_taken(reserved, flushing,
+                                                                                                  attached));
   if (need <= max_cqe)
     append(s, ": create it with at least ", need,
            " entries (a CQ must hold the queue depths of every QP attached to it)");

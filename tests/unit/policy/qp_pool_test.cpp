@@ -53,6 +53,12 @@ TEST_CASE("qp_pool: the CQ must hold the pool beside the flushes of a reset queu
   REQUIRE(cq.flushing() == 4);
   CHECK_THROWS_WITH_AS((void)x.pd.create_qp_pool<rc>(cq, 1, qp_cap{4, 4}),
                        doctest::Contains("create_qp_pool(): CQ of 16 entries is too small"), usage_error);
+  // It names what holds the entries, as create_qp's refusal does (it said only "create it
+  // with at least 20 entries", where polling the flushes was enough).
+  CHECK_THROWS_WITH_AS((void)x.pd.create_qp_pool<rc>(cq, 1, qp_cap{4, 4}),
+                       doctest::Contains("(8 entries already promised to 1 attached queue pair) (4 entries held by "
+                                         "completions that queue pairs replaced by reset() or destroyed"),
+                       usage_error);
   CHECK(cq.attached() == 1);
   CHECK(collect(cq, 4).size() == 4);
   auto pool = x.pd.create_qp_pool<rc>(cq, 1, qp_cap{4, 4});
