@@ -282,6 +282,7 @@ inline connection_info decode_payload(std::string_view payload) {
     std::string_view line = rest.substr(0, nl);
     rest.remove_prefix(nl + 1);
     const auto eq = line.find('=');
+    if (line.empty()) detail::malformed("rdmakit record has an empty line (one key=value per line, none blank)");
     if (eq == std::string_view::npos || eq == 0) detail::malformed("rdmakit record line is not key=value", line);
     const std::string_view key = line.substr(0, eq), value = line.substr(eq + 1);
     int k = 0;

@@ -168,22 +168,23 @@ RDMAKIT_DECL bool gid::parse(std::string_view text, gid& out) noexcept {
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
   };
+  // 32 hex digits, or eight groups of four between single colons (39 characters).
+  const bool grouped = text.size() == 39;
+  if (!grouped && text.size() != 32) return false;
   gid g;
   int nibbles = 0;
   for (std::size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
-    if (c == ':') {
-      // Separators must sit between groups of four hex digits.
-      if (nibbles == 0 || nibbles % 4 != 0 || i + 1 == text.size()) return false;
+    if (grouped && i % 5 == 4) {
+      if (c != ':') return false;
       continue;
     }
     int v = hex(c);
-    if (v < 0 || nibbles >= 32) return false;
+    if (v < 0) return false;
     g.raw[static_cast<std::size_t>(nibbles / 2)] |=
         static_cast<std::uint8_t>(nibbles % 2 ? v : v << 4);
     ++nibbles;
   }
-  if (nibbles != 32) return false;
   out = g;
   return true;
 }

@@ -126,6 +126,10 @@ TEST_CASE("rdmakit record: malformed, oversized and foreign input is rejected") 
   CHECK(wire::decode_payload(base + "addr=0xfffffffffffff000\nrkey=0x1\nlen=4096\naccess=0x2\n").region->length ==
         4096);
   CHECK(error_of([&] { wire::decode_payload(base + "no equals sign\n"); }) == exchange_errc::malformed);
+  CHECK(last_error.find("\"no equals sign\"") != std::string::npos);
+  // An empty line has no text to show: the message says what it is.
+  CHECK(error_of([&] { wire::decode_payload(base + "\n"); }) == exchange_errc::malformed);
+  CHECK(last_error.find("empty line") != std::string::npos);
   CHECK(error_of([] { wire::decode_payload("lid=0x1\nqpn=0x1\npsn=0x1\nmtu=1024\n"); }) == exchange_errc::malformed);
   CHECK(error_of([] {
           wire::decode_payload("lid=0x1\nqpn=0x1000000\npsn=0x1\ngid=00000000000000000000ffff0a000001\nmtu=1024\n");

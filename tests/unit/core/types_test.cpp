@@ -59,5 +59,10 @@ TEST_CASE("GIDs: IPv4 mapping, printing and parsing both text forms") {
   CHECK_FALSE(gid::parse("zz800000000000000000000000000001", parsed));
   CHECK_FALSE(gid::parse("fe80:0000:0000:0000:0000:0000:0000:00011", parsed));
   CHECK_FALSE(gid::parse(":fe80000000000000000000000000001", parsed));
+  // One form or the other: eight groups of four between single colons, or 32 digits.
+  CHECK_FALSE(gid::parse("fe80::0000:0000:0000:0000:0000:0000:0001", parsed));
+  CHECK_FALSE(gid::parse("fe80:0000000000000000000000000001", parsed));
+  CHECK_FALSE(gid::parse("fe80:0000:0000:0000:0000:0000:00000001", parsed));
+  CHECK_FALSE(gid::parse("fe800000:0000:0000:0000:0000:0000:0001", parsed));
   CHECK(gid{}.is_zero());
 }
