@@ -109,7 +109,7 @@ class qp_pool {
   /// all of them first, and that none was moved out of the pool (nothing changes on a
   /// usage_error). If the device refuses one, the ones already connected cannot go back
   /// to INIT with this pool: every queue pair of the pool is destroyed, the pool is left
-  /// empty (size() 0) and the error says so.
+  /// empty (size() 0) and the error says so (as after std::bad_alloc on the way).
   qp_pool<B, T, S, qp_state::rts> connect(std::span<const endpoint> peers, const connect_options& o = {}) && {
     static_assert(State == qp_state::init, "connect(): this pool is already connected");
     if (peers.size() != qps_.size())
@@ -128,6 +128,9 @@ class qp_pool {
         out.qps_.push_back(std::move(qps_[i]).connect(peers[i], o));
       } catch (const verbs_error& e) {
         throw refused_("connect", i, e);
+      } catch (...) {
+        empty_();  // out of memory: the same end, without the words
+        throw;
       }
     }
     qps_.clear();
@@ -147,6 +150,9 @@ class qp_pool {
         out.qps_.push_back(std::move(qps_[i]).activate());
       } catch (const verbs_error& e) {
         throw refused_("activate", i, e);
+      } catch (...) {
+        empty_();  // out of memory: the same end, without the words
+        throw;
       }
     }
     qps_.clear();
@@ -169,8 +175,7 @@ class qp_pool {
   // them back, so every queue pair goes. The transition refused stays in the error.
   verbs_error refused_(const char* call, std::size_t i, const verbs_error& e) {
     const std::size_t n = qps_.size();
-    qps_.clear();
-    cursor_ = 0;
+    empty_();
     std::string_view why = e.detail();  // without the queue pair's own advice to retry
     if (const auto k = why.find(detail::back_to_init_note); k != std::string_view::npos)
       why = why.substr(0, k);
@@ -178,6 +183,11 @@ class qp_pool {
                                    "; the pool's queue pairs were destroyed: create a new pool");
     if (const auto* t = e.transition()) return verbs_error(e.verb(), e.errno_value(), what, *t);
     return verbs_error(e.verb(), e.errno_value(), what);
+  }
+
+  void empty_() noexcept {
+    qps_.clear();
+    cursor_ = 0;
   }
 
   std::vector<queue_pair_type> qps_;

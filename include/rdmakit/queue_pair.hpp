@@ -120,7 +120,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// Throws usage_error, changing nothing, when the CQs cannot hold the new QP's depths
   /// beside the old one's outstanding WRs (and earlier resets' unpolled flushes);
   /// verbs_error if the new QP cannot be made (then the old one is destroyed with its
-  /// outstanding WRs, this object is empty, and the error says so).
+  /// outstanding WRs, this object is empty, and the error says so). std::bad_alloc
+  /// before the old QP went to ERR changes nothing; after, it is as verbs_error's case.
   queue_pair<B, T, S, qp_state::init> reset() && {
     link_("reset");
     detail::prune_retired(parts_.retired);
@@ -139,6 +140,11 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
           ": this queue pair is now empty; create a new one");
       if (const auto* t = e.transition()) throw verbs_error(e.verb(), e.errno_value(), what, *t);
       throw verbs_error(e.verb(), e.errno_value(), what);
+    } catch (...) {
+      // Out of memory: before the old QP went to ERR it is this object's again, as it
+      // was; after, the new QP could not be made, as above (this object is empty).
+      if (fresh.parts_.qp != typename B::qp{}) parts_ = std::move(fresh.parts_);
+      throw;
     }
     return fresh;
   }

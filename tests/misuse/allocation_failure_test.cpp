@@ -659,6 +659,163 @@ TEST_CASE("allocation failure: a queue-pair pool, a memory window, an event-driv
 }
 
 // ---------------------------------------------------------------------------------------
+// Replacing and taking back queue pairs
+
+namespace {
+// The data-path-exempt mock, except that it refuses the next `refuse_rts` RTR→RTS
+// transitions after `allow_rts` more succeed (its refusal's own message may be the
+// allocation that fails).
+struct rts_refusing : mock_data_path_exempt {
+  static inline int allow_rts = 0;
+  static inline int refuse_rts = 0;
+  static void modify_qp(qp q, const qp_attr& a, qp_attr_mask m) {
+    if (a.state == qp_state::rts && refuse_rts > 0) {
+      if (allow_rts > 0) {
+        --allow_rts;
+      } else {
+        --refuse_rts;
+        throw verbs_error("ibv_modify_qp", EINVAL, "injected: RTS refused");
+      }
+    }
+    mock_data_path_exempt::modify_qp(q, a, m);
+  }
+};
+static_assert(verbs_backend<rts_refusing>);
+
+/// Runs `check` with the injection off; anything it throws is a failed check (not one of
+/// the outcomes an injected failure may have).
+template <class F>
+void checked_after(const char* what, F&& check) {
+  oom::paused off;
+  try {
+    check();
+  } catch (const scenario_failed&) {
+    throw;
+  } catch (...) {
+    throw scenario_failed{what};
+  }
+}
+
+/// Completions of wr_id `id` polled from `cq` (each status counted).
+template <class CQ>
+std::vector<wc_status> completions_of(CQ& cq, std::uint64_t id) {
+  std::vector<wc_status> got;
+  for (int i = 0; i < 200; ++i) (void)cq.poll([&](const auto& c) { if (c.wr_id() == id) got.push_back(c.status()); });
+  return got;
+}
+}  // namespace
+
+// reset() promises that the old QP's outstanding WRs complete as flushes. Out of memory in
+// the mock's move to ERR (its CQ ring grew for the flushes) lost them half-way while
+// reset() returned a new QP; out of memory before anything changed emptied the handle and
+// destroyed the old QP. Now: returned, the receive completes once as a flush; bad_alloc
+// before the old QP changed, it is there as it was (the receive takes a message); bad_alloc
+// making the new one, the handle is empty (documented).
+TEST_CASE("allocation failure: reset() with a receive outstanding: flushed once, or nothing changed") {
+  long kept = 0;
+  auto o = for_each_failure("reset", [&](world& w) {
+    two_sides sides(w.fab);
+    auto& [dx, dy, px, py, cx, cy] = sides;
+    auto mx = px.allocate<rw>(64), my = py.allocate<rw>(64);
+    auto a = px.create_qp<rc>(cx, qp_cap{4, 4});
+    auto b = py.create_qp<rc>(cy, qp_cap{4, 4});
+    const endpoint ea = a.local_endpoint();
+    auto la = std::move(a).connect(b.local_endpoint());
+    auto lb = std::move(b).connect(ea);
+    ensure(la.post_recv(mx.local(0, 8), 900).ok(), "receive posted");
+    std::optional<queue_pair<B, rc>> fresh;
+    try {
+      fresh.emplace(std::move(la).reset());
+    } catch (const std::bad_alloc&) {
+      if (la) {
+        ++kept;
+        checked_after("a reset() that ran out of memory left the queue pair as it was", [&] {
+          ensure(lb.send(my.local(0, 8), 1).ok(), "a message to the kept queue pair posted");
+          ensure(completions_of(cx, 900) == std::vector{wc_status::success}, "the kept receive took it, once");
+        });
+      }
+      throw;
+    }
+    checked_after("a reset() that returned flushed the old receive", [&] {
+      ensure(completions_of(cx, 900) == std::vector{wc_status::wr_flush_err}, "the old receive flushed, once");
+    });
+  });
+  report("reset", o);
+  CHECK(kept > 0);
+}
+
+// A refused RTR→RTS takes the queue pair back to INIT (or replaces it, with receives
+// posted). When the refusal's message ran out of memory, the bad_alloc went past that:
+// the handle said INIT while the device had the QP in RTR, and connect could not be
+// retried ("RTR->RTR: not a legal transition").
+TEST_CASE("allocation failure: connect refused at RTR→RTS: the queue pair can connect again") {
+  using R = rts_refusing;
+  for (const bool with_receive : {false, true}) {
+    CAPTURE(with_receive);
+    auto o = for_each_failure(with_receive ? "refused connect, a receive posted" : "refused connect", [&](world& w) {
+      device<R> dx(w.fab, "mock0"), dy(w.fab, "mock1");
+      auto px = dx.create_pd(), py = dy.create_pd();
+      auto cx = dx.create_cq(64), cy = dy.create_cq(64);
+      auto mx = px.allocate<rw>(64), my = py.allocate<rw>(64);
+      auto a = px.create_qp<rc>(cx, qp_cap{4, 4});
+      auto b = py.create_qp<rc>(cy, qp_cap{4, 4});
+      if (with_receive) ensure(a.post_recv(mx.local(0, 8), 900).ok(), "receive posted");
+      R::refuse_rts = 1;
+      std::exception_ptr refused;
+      try {
+        (void)std::move(a).connect(b.local_endpoint());
+      } catch (...) {
+        refused = std::current_exception();
+      }
+      R::refuse_rts = 0;
+      ensure(refused != nullptr, "the refused connect threw");
+      checked_after("the queue pair a refused connect left connects again", [&] {
+        if (!a) return;  // the replacement could not be made: documented, the handle is empty
+        auto again = a.in_error() ? std::move(a).reset() : std::move(a);
+        auto la = std::move(again).connect(b.local_endpoint());
+        auto lb = std::move(b).connect(la.local_endpoint());
+        ensure(lb.write(my.local(0, 8), mx.remote().sub(0, 8), 2).ok(), "WRITE posted");
+        ensure(one_completion(cy) == wc_status::success, "WRITE completed");
+      });
+    });
+    report("refused connect", o);
+  }
+}
+
+// A pool whose member's connect failed is emptied (the ones connected cannot go back).
+// Out of memory there, only a verbs_error emptied it: the pool kept an empty member, one
+// typed INIT in RTR, and a retry said "nothing was changed". (Out of memory before any
+// member changed leaves it as it was.)
+TEST_CASE("allocation failure: a pool whose member's connect is refused is left empty") {
+  using R = rts_refusing;
+  auto o = for_each_failure("refused pool", [&](world& w) {
+    device<R> dx(w.fab, "mock0"), dy(w.fab, "mock1");
+    auto px = dx.create_pd(), py = dy.create_pd();
+    auto cx = dx.create_cq(64), cy = dy.create_cq(64);
+    auto local = px.create_qp_pool<rc>(cx, 3, qp_cap{4, 4});
+    auto peer = py.create_qp_pool<rc>(cy, 3, qp_cap{4, 4});
+    const auto theirs = peer.local_endpoints();
+    R::allow_rts = 1;  // the first member connects, the second is refused
+    R::refuse_rts = 1;
+    bool refused = false;
+    try {
+      (void)std::move(local).connect(theirs);
+    } catch (...) {
+      refused = true;
+    }
+    R::allow_rts = R::refuse_rts = 0;
+    ensure(refused, "the refused pool connect threw");
+    checked_after("the pool was emptied, or left as it was", [&] {
+      if (local.size() == 0) return;
+      // Out of memory before any member changed: a retry connects them all.
+      auto pool = std::move(local).connect(theirs);
+      ensure(pool.size() == 3, "the pool left as it was connects");
+    });
+  });
+  report("refused pool", o);
+}
+
+// ---------------------------------------------------------------------------------------
 // The coroutine layer
 
 namespace {

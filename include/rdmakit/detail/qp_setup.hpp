@@ -22,6 +22,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -259,9 +260,11 @@ bool keeps_for_flushes(const qp_link<B>& l) noexcept {
 // Moves a replaced QP to ERR so its outstanding WRs flush, and shrinks its CQ
 // reservation to what those flushes can take; destroys it at once when nothing
 // certainly comes (keeps_for_flushes) or the device refuses ERR (then no flush can
-// come). The CQs made room in their retired_links first (replace_with_fresh).
+// come). The CQs made room in their retired_links first (replace_with_fresh). Any other
+// exception from the move to ERR (out of memory: the device changed nothing) goes on
+// with `p` as it was.
 template <class B>
-void retire(qp_parts<B>& p) noexcept {
+void retire(qp_parts<B>& p) {
   auto& l = *p.link;
   const std::uint32_t sends = l.sends_to_come(), recvs = l.rq.held;
   if (!keeps_for_flushes(l)) return p.release();
@@ -269,7 +272,7 @@ void retire(qp_parts<B>& p) noexcept {
     qp_attr err;
     err.state = qp_state::err;
     B::modify_qp(p.qp, err, qp_attr_mask::state);
-  } catch (...) {
+  } catch (const verbs_error&) {
     return p.release();
   }
   l.retired_sends = sends;
@@ -341,12 +344,25 @@ void replace_with_fresh(qp_parts<B>& p) {
   auto pd = p.pd;
   auto scq = p.scq;
   auto rcq = p.rcq;
-  scq->retired_links.reserve(scq->retired_links.size() + 1);  // retire() does not allocate
+  // What may run out of memory before the old QP changes comes first, then the move to
+  // ERR, which changes nothing when it does (retire): until the old QP is in ERR, a
+  // failure leaves `p` as it was.
+  scq->retired_links.reserve(scq->retired_links.size() + 1);  // retire() allocates nothing of its own
   rcq->retired_links.reserve(rcq->retired_links.size() + 1);
   const qp_cap asked = p.asked;
   const qp_options o = p.opts;
-  auto older = std::move(p.retired);
-  auto old = make_unique_owner<qp_parts<B>>(std::move(p));
+  auto old = make_unique_owner<qp_parts<B>>();
+  *old = std::move(p);
+  auto older = std::move(old->retired);
+  auto retire_or_put_back = [&] {
+    try {
+      retire(*old);  // first: the CQs' reservations go back before the new QP asks for them
+    } catch (...) {
+      old->retired = std::move(older);
+      p = std::move(*old);
+      throw;
+    }
+  };
   if constexpr (shares_receives<T>) {  // (naming the SRQ otherwise instantiates srq_state for backends without)
     auto srq = old->srq;
     // The SRQ's share of the receive CQ is held across: the new QP takes over what the
@@ -356,7 +372,12 @@ void replace_with_fresh(qp_parts<B>& p) {
     const auto held_owner = rcq;  // alive whatever create_parts does with rcq
     auto& held_by = *held_owner;
     held_by.attach_srq(id, srq->attr.max_wr);  // attached already: a count, no allocation
-    retire(*old);  // first: the CQs' reservations go back before the new QP asks for them
+    try {
+      retire_or_put_back();
+    } catch (...) {
+      held_by.detach_srq(id, old_qpn, old_offset, false);  // the old QP's own count stays
+      throw;
+    }
     try {
       p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o, srq);
     } catch (...) {
@@ -365,7 +386,7 @@ void replace_with_fresh(qp_parts<B>& p) {
     }
     held_by.detach_srq(id, old_qpn, old_offset, false);  // the new QP holds it now
   } else {
-    retire(*old);
+    retire_or_put_back();
     p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o);
   }
   if (old->qp != typename B::qp{}) {
@@ -380,57 +401,119 @@ void replace_with_fresh(qp_parts<B>& p) {
 // queue pair when one is refused, cuts the queue pair's own advice off there.
 inline constexpr std::string_view back_to_init_note = "; the queue pair ";
 
-// RTR→RTS. If the device refuses, the queue pair goes back to INIT, so that its type
-// and the device agree, and the refusal is rethrown saying what became of it. Without
-// receives posted that is RESET→INIT in place. With receives, a message may have taken
-// one in RTR, and its completion comes after the RESET, which forgets the rest unseen:
-// then the QP is replaced as reset() replaces it, and every receive completes on the
-// old QP number, a flush unless a message took it (or, when the CQ has no room for a
-// new QP beside them, the QP goes to ERR and they complete there).
+// What became of a queue pair whose RTR→RTS failed (take_back_to_init).
+struct taken_back {
+  enum { reset_in_place, replaced, moved_to_err, stuck, emptied } how;
+  std::uint32_t posted, old_qpn;
+  std::exception_ptr failure;  // stuck, emptied: why the QP could not be taken back
+};
+
+// Whether a new queue pair fits in the CQs beside `p`'s outstanding WRs (what
+// no_room_for_replacement explains when it does not). Allocates nothing.
+template <class B>
+bool replacement_fits(const qp_parts<B>& p) noexcept {
+  const auto& l = *p.link;
+  const std::uint64_t sends = l.sends_to_come(), recvs = l.rq.held;
+  auto fits = [](const cq_block<B>& c, std::uint64_t n) {
+    return c.reserved + c.flushing + n <= static_cast<std::uint64_t>(c.capacity);
+  };
+  if (l.send_cq == l.recv_cq) return fits(*l.send_cq, sends + recvs);
+  return fits(*l.send_cq, sends) && fits(*l.recv_cq, recvs);
+}
+
+// Takes a queue pair whose RTR→RTS failed back to INIT, so that its type and the device
+// agree. Without receives posted that is RESET→INIT in place. With receives, a message
+// may have taken one in RTR, and its completion comes after the RESET, which forgets the
+// rest unseen: then the QP is replaced as reset() replaces it, and every receive
+// completes on the old QP number, a flush unless a message took it (or, when the CQ has
+// no room for a new QP beside them, the QP goes to ERR and they complete there). Decides
+// nothing by allocating: it runs as well for a failure that was out of memory.
+template <class B, class T, class S>
+taken_back take_back_to_init(qp_parts<B>& p) noexcept {
+  taken_back t{taken_back::stuck, p.link->rq.held, p.link->qp_num, {}};
+  prune_retired(p.retired);
+  try {
+    if (t.posted == 0) {
+      qp_attr r;
+      r.state = qp_state::reset;
+      B::modify_qp(p.qp, r, qp_attr_mask::state);
+      B::modify_qp(p.qp, T::init_attr(p.opts), T::init_mask);
+      t.how = taken_back::reset_in_place;
+    } else if (replacement_fits(p)) {
+      replace_with_fresh<B, T, S>(p);
+      t.how = taken_back::replaced;
+    } else {
+      qp_attr err;
+      err.state = qp_state::err;
+      B::modify_qp(p.qp, err, qp_attr_mask::state);
+      p.link->set_error();
+      t.how = taken_back::moved_to_err;
+    }
+  } catch (...) {
+    t.failure = std::current_exception();
+    if (p.qp != typename B::qp{}) {
+      p.link->set_error();
+      t.how = taken_back::stuck;
+    } else {
+      t.how = taken_back::emptied;
+    }
+  }
+  return t;
+}
+
+// What take_back_to_init did, for the refusal's message.
+template <class B>
+std::string taken_back_note(const taken_back& t, const qp_parts<B>& p, const char* call) {
+  std::string why;
+  if (t.failure) {
+    try {
+      std::rethrow_exception(t.failure);
+    } catch (const verbs_error& v) {
+      why = v.detail();
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+      why = "unknown exception";
+    }
+  }
+  switch (t.how) {
+    case taken_back::reset_in_place:
+      return cat(back_to_init_note, "was reset to INIT: ", call, " can be retried");
+    case taken_back::replaced:
+      return cat(back_to_init_note, "was replaced by a new one in INIT, QP ", p.link->qp_num, ": its ", t.posted,
+                 " posted receive(s) complete on QP ", t.old_qpn,
+                 " (WR_FLUSH_ERR unless a message took them); post receives again and give the peer the new "
+                 "endpoint before retrying ",
+                 call);
+    case taken_back::moved_to_err:
+      return cat(back_to_init_note, "was moved to ERR, where its ", t.posted,
+                 " posted receive(s) complete (WR_FLUSH_ERR unless a message took them): the CQ has no room "
+                 "for a new queue pair beside them; poll them, then reset() it before retrying ",
+                 call);
+    case taken_back::stuck:
+      return cat(back_to_init_note, "could not be taken back to INIT (", why, "): reset() or destroy it");
+    case taken_back::emptied:
+      break;
+  }
+  return cat(back_to_init_note, "could not be replaced (", why, "): it is now empty");
+}
+
+// RTR→RTS, or back to INIT (take_back_to_init) and the refusal rethrown saying what
+// became of the queue pair. A failure that is not the device's refusal (out of memory
+// while the refusal was put in words, or while the device moved) takes it back all the
+// same and goes on as it was.
 template <class B, class T, class S>
 void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts, const char* call) {
   try {
     modify_step<B, T>(p, rts, T::rts_mask, qp_state::rtr, "RTR→RTS");
   } catch (const verbs_error& e) {
-    const std::uint32_t posted = p.link->rq.held;
-    const std::uint32_t old_qpn = p.link->qp_num;
-    std::string note;
-    prune_retired(p.retired);
-    try {
-      if (posted == 0) {
-        qp_attr r;
-        r.state = qp_state::reset;
-        B::modify_qp(p.qp, r, qp_attr_mask::state);
-        B::modify_qp(p.qp, T::init_attr(p.opts), T::init_mask);
-        note = cat(back_to_init_note, "was reset to INIT: ", call, " can be retried");
-      } else if (no_room_for_replacement(p, call).empty()) {
-        replace_with_fresh<B, T, S>(p);
-        note = cat(back_to_init_note, "was replaced by a new one in INIT, QP ", p.link->qp_num, ": its ", posted,
-                   " posted receive(s) complete on QP ", old_qpn,
-                   " (WR_FLUSH_ERR unless a message took them); post receives again and give the peer the new "
-                   "endpoint before retrying ", call);
-      } else {
-        // No room for a new QP beside the old one's receives: they complete here instead.
-        qp_attr err;
-        err.state = qp_state::err;
-        B::modify_qp(p.qp, err, qp_attr_mask::state);
-        p.link->set_error();
-        note = cat(back_to_init_note, "was moved to ERR, where its ", posted,
-                   " posted receive(s) complete (WR_FLUSH_ERR unless a message took them): the CQ has no room "
-                   "for a new queue pair beside them; poll them, then reset() it before retrying ", call);
-      }
-    } catch (const std::exception& back) {
-      const auto* v = dynamic_cast<const verbs_error*>(&back);
-      const std::string_view why = v ? std::string_view(v->detail()) : std::string_view(back.what());
-      if (p.qp != typename B::qp{}) {
-        p.link->set_error();
-        note = cat(back_to_init_note, "could not be taken back to INIT (", why, "): destroy it");
-      } else {
-        note = cat(back_to_init_note, "could not be replaced (", why, "): it is now empty");
-      }
-    }
-    if (const auto* t = e.transition()) throw verbs_error(e.verb(), e.errno_value(), cat(e.detail(), note), *t);
+    const taken_back t = take_back_to_init<B, T, S>(p);
+    std::string note = taken_back_note(t, p, call);
+    if (const auto* tr = e.transition()) throw verbs_error(e.verb(), e.errno_value(), cat(e.detail(), note), *tr);
     throw verbs_error(e.verb(), e.errno_value(), cat(e.detail(), note));
+  } catch (...) {
+    (void)take_back_to_init<B, T, S>(p);
+    throw;
   }
 }
 

@@ -135,6 +135,28 @@ inline void flush_sends(fabric_state& f, qp_obj* q) {
   retire_front_on_completion(f, q);
 }
 
+/// Makes the room to_error(q) may fill (its flushes in the CQs, a CQ's event on its
+/// channel, CQ_ERR and LAST_WQE_REACHED events), so that ibv_modify_qp to ERR, a setup
+/// verb, either moves the QP or runs out of memory before anything changed.
+inline void reserve_for_error(qp_obj* q) {
+  std::size_t sends = 0;
+  for (const auto& w : q->sq) sends += !w.reported;
+  const std::size_t recvs = q->rq.size();
+  auto room = [](cq_obj* cq, std::size_t flushes) {
+    cq->entries.reserve(std::min(cq->entries.size() + flushes, static_cast<std::size_t>(cq->capacity)));
+    if (cq->channel) cq->channel->events.reserve(cq->channel->events.size() + 1);
+    cq->ctx->async_q.reserve(cq->ctx->async_q.size() + 1);
+  };
+  if (q->send_cq == q->recv_cq) {
+    room(q->send_cq, sends + recvs);
+  } else {
+    room(q->send_cq, sends);
+    room(q->recv_cq, recvs);
+  }
+  auto& events = q->pd->ctx->async_q;
+  events.reserve(events.size() + 3);  // and LAST_WQE_REACHED (a CQ of another context counted above)
+}
+
 /// Moves a QP to ERR: every outstanding send WR and posted receive completes with
 /// WR_FLUSH_ERR, in queue order, signaled or not; a QP on an SRQ raises
 /// QP_LAST_WQE_REACHED instead of flushing the SRQ's receives.

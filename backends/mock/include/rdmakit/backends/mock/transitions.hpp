@@ -35,6 +35,7 @@ inline void modify_qp_locked(fabric_state& f, qp_obj* q, const qp_attr& a, qp_at
     bad(rdmakit::detail::cat("missing required attribute(s) ", to_string(missing), " (required: ",
                              to_string(rule.required), ")"));
   validate_attr(f, q, a, mask);
+  if (next == qp_state::err && cur != qp_state::err) reserve_for_error(q);  // all or nothing
 
   auto& s = q->attr;
   if (has_all(mask, m::port)) s.port_num = a.port_num;
