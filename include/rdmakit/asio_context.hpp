@@ -84,14 +84,27 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     if (!io_)
       throw usage_error("asio_context: the context this scheduler belonged to was destroyed: make async objects on a "
                         "live asio_context");
+    // All or nothing: the map's room before the descriptor is asio's (a stream_descriptor
+    // destroyed while it holds one closes it, and it is its owner's to close), and the
+    // entry gone again if the wait cannot be armed (a watch left behind would outlive
+    // `w`, which the caller destroys on the throw).
     auto entry = std::make_unique<watched>(*io_, w);
-    std::error_code ec;
-    entry->sd.assign(w.fd, ec);
-    if (ec) throw verbs_error("asio::posix::stream_descriptor::assign", ec.value(),
-                              detail::cat("registering descriptor ", w.fd, " with the io_context"));
     watched& e = *entry;
-    watches_.emplace(&w, std::move(entry));
-    if (tasks_ > 0) arm_(e);
+    const auto it = watches_.emplace(&w, std::move(entry)).first;
+    std::error_code ec;
+    e.sd.assign(w.fd, ec);
+    if (ec) {
+      watches_.erase(it);
+      throw verbs_error("asio::posix::stream_descriptor::assign", ec.value(),
+                        detail::cat("registering descriptor ", w.fd, " with the io_context"));
+    }
+    try {
+      if (tasks_ > 0) arm_(e);
+    } catch (...) {
+      let_go_(e);
+      watches_.erase(it);
+      throw;
+    }
     kick_progress_();
   }
   void unwatch(fd_watch& w) noexcept override {

@@ -254,8 +254,9 @@ class completion_queue {
           " belongs to an async_queue_pair, whose own handler resumes the coroutines awaiting its work requests: "
           "another handler would leave them waiting for ever; co_await its WRs instead, or set handlers on a "
           "queue pair not wrapped in an async_queue_pair"));
+    F* made = new F(std::move(handler));  // first: out of memory, the old handler stays
     link->reset_handler();
-    link->handler_ctx = new F(std::move(handler));
+    link->handler_ctx = made;
     link->handler = [](void* ctx, const completion<B>& c) { (*static_cast<F*>(ctx))(c); };
     link->handler_free = [](void* ctx) { delete static_cast<F*>(ctx); };
   }

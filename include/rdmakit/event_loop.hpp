@@ -59,6 +59,7 @@ class loop_core final : public scheduler {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.ptr = &w;
+    watches_.reserve(watches_.size() + 1);  // first: out of memory, nothing is registered
     if (w.fd < 0 || ::epoll_ctl(epfd_, EPOLL_CTL_ADD, w.fd, &ev) != 0)
       throw verbs_error("epoll_ctl", w.fd < 0 ? EBADF : errno,
                         detail::cat("registering descriptor ", w.fd, " with the event loop"));

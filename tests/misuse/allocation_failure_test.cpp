@@ -815,6 +815,37 @@ TEST_CASE("allocation failure: a pool whose member's connect is refused is left 
   report("refused pool", o);
 }
 
+// completion_queue::on() let go of the queue pair's handler before it made the new one:
+// out of memory, the queue pair was left with none (its completions went to the fallback).
+TEST_CASE("allocation failure: on() out of memory keeps the handler the queue pair had") {
+  auto o = for_each_failure("on", [&](world& w) {
+    two_sides sides(w.fab);
+    auto& [dx, dy, px, py, cx, cy] = sides;
+    auto mx = px.allocate<rw>(64), my = py.allocate<rw>(64);
+    auto a = px.create_qp<rc>(cx, qp_cap{4, 4});
+    auto b = py.create_qp<rc>(cy, qp_cap{4, 4});
+    const endpoint ea = a.local_endpoint();
+    auto la = std::move(a).connect(b.local_endpoint());
+    auto lb = std::move(b).connect(ea);
+    int first = 0, second = 0, fallback = 0;
+    cx.on(la, [&](const completion<B>&) { ++first; });
+    bool replaced = true;
+    try {
+      cx.on(la, [&](const completion<B>&) { ++second; });
+    } catch (const std::bad_alloc&) {
+      replaced = false;
+    }
+    checked_after("the queue pair's handler after on()", [&] {
+      ensure(la.write(mx.local(0, 8), my.remote().sub(0, 8), 3).ok(), "WRITE posted");
+      for (int i = 0; i < 100 && first + second + fallback == 0; ++i)
+        (void)cx.dispatch([&](const completion<B>&) { ++fallback; });
+      ensure(fallback == 0 && (replaced ? first == 0 && second == 1 : first == 1 && second == 0),
+             "the handler in place took the completion");
+    });
+  });
+  report("on", o);
+}
+
 // ---------------------------------------------------------------------------------------
 // The coroutine layer
 
