@@ -65,15 +65,17 @@ enum class tri : std::uint8_t { no, yes, either };
 /// What a scenario expects on one backend. Fields a scenario does not use stay default.
 struct outcome {
   int post_errno = 0;      ///< what post_send returns
-  bool bad_wr_set = true;  ///< when post fails, bad_wr names the failing WR
+  bool bad_wr_set = true;  ///< when post fails, bad_wr names the failing WR (false: it is NULL)
   status_set req{};        ///< the requester's completion for the faulty WR
   status_set resp{};       ///< the responder's completion (nothing() = none, receive stays posted)
   tri grh_flag = tri::either;  ///< IBV_WC_GRH on the receive completion
   bool exact_capacity = true;  ///< a queue is full at exactly the capacity create reported
   int verb_errno = 0;          ///< what the verb under test returns, when it is not post_send
-  tri stays_rts = tri::either;  ///< the faulty WR's receiver QP is still in RTS afterwards
+  tri stays_rts = tri::either;  ///< the QP the scenario names (else the faulty WR's receiver) is still in RTS
   tri inv_flag = tri::either;   ///< IBV_WC_WITH_INV on a SEND_WITH_INV's receive completion
   tri async_event = tri::either;  ///< the scenario's asynchronous event is raised
+  tri imm_flag = tri::either;     ///< IBV_WC_WITH_IMM on the sender's completion of a WR with immediate
+  tri remote_ran = tri::either;   ///< the remote side of a failed WR ran (an atomic's target changed)
 };
 
 struct deviation_row {
@@ -88,10 +90,13 @@ namespace ids {
 inline constexpr std::string_view recv_too_small_rc = "fault.recv_too_small.rc";
 inline constexpr std::string_view recv_bad_lkey_rc = "fault.recv_sge_bad_lkey.rc";
 inline constexpr std::string_view recv_no_local_write_rc = "fault.recv_sge_no_local_write.rc";
+inline constexpr std::string_view recv_bad_lkey_unreached_rc = "fault.recv_sge_bad_lkey_unreached.rc";
 inline constexpr std::string_view send_bad_lkey = "fault.send_sge_bad_lkey";
 inline constexpr std::string_view send_other_pd = "fault.send_sge_other_pd";
 inline constexpr std::string_view send_out_of_range = "fault.send_sge_out_of_range";
+inline constexpr std::string_view atomic_result_bad_lkey = "fault.atomic_result_sge_bad_lkey";
 inline constexpr std::string_view ud_over_mtu = "ud.send_over_mtu";
+inline constexpr std::string_view ud_over_mtu_bad_lkey = "ud.send_over_mtu_bad_lkey";
 inline constexpr std::string_view ud_recv_too_small = "ud.recv_too_small";
 inline constexpr std::string_view slot_release = "signaling.unsignaled_slot_release";
 inline constexpr std::string_view grh_flag_rc_uc = "recv.grh_flag.rc_uc";
@@ -108,6 +113,8 @@ inline constexpr std::string_view srq_last_wqe_event = "srq.qp_to_err_last_wqe_r
 inline constexpr std::string_view destroyed_qp_completions = "cq.destroyed_qp_completions_left";
 inline constexpr std::string_view srq_recv_in_srq_pd = "srq.recv_buffer_in_srq_pd";
 inline constexpr std::string_view srq_recv_in_qp_pd = "srq.recv_buffer_in_qp_pd";
+inline constexpr std::string_view sender_imm_flag = "completion.sender_with_imm_flag";
+inline constexpr std::string_view responder_error_event = "async.responder_access_error_event";
 
 }  // namespace ids
 
@@ -132,6 +139,13 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::recv_no_local_write_rc, "rxe",
                   {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_qp_op_err}},
                   "rxe responder reports LOC_QP_OP_ERR"},
+    // A receive SGE with a bad lkey that the message does not reach (it fits in the ones before).
+    deviation_row{ids::recv_bad_lkey_unreached_rc, "spec",
+                  {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_prot_err}},
+                  "spec §9: every SGE of a receive is checked: resp LOC_PROT_ERR, req REM_OP_ERR"},
+    deviation_row{ids::recv_bad_lkey_unreached_rc, "rxe",
+                  {.req = {wc_status::success}, .resp = {wc_status::success}},
+                  "rxe (kernel 6.1, observed; copy_data looks an SGE up when the data enters it): the SEND lands"},
     // Invalid local SGE on the send side.
     deviation_row{ids::send_bad_lkey, "spec", {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing()},
                   "spec §3: req LOC_PROT_ERR"},
@@ -150,11 +164,27 @@ inline constexpr std::array deviation_table{
                    .resp = status_set::nothing()},
                   "rxe: LOC_PROT_ERR observed (kernel 6.1: the lkey is valid, the range check fails); "
                   "LOC_QP_OP_ERR or WR_FLUSH_ERR as for other send-side SGE faults on other kernels"},
+    // An atomic whose result SGE has a bad lkey.
+    deviation_row{ids::atomic_result_bad_lkey, "spec",
+                  {.req = {wc_status::loc_prot_err}, .remote_ran = tri::no},
+                  "spec §3: req LOC_PROT_ERR; the mock checks every local SGE before it sends: the target is "
+                  "unchanged"},
+    deviation_row{ids::atomic_result_bad_lkey, "rxe",
+                  {.req = {wc_status::loc_prot_err}, .remote_ran = tri::yes},
+                  "rxe (kernel 6.1, observed; rxe_comp.c) looks at the result SGE when the response comes: the "
+                  "atomic ran on the target, then LOC_PROT_ERR"},
     // UD send larger than the path MTU.
     deviation_row{ids::ud_over_mtu, "spec", {.req = {wc_status::loc_len_err}, .resp = status_set::nothing()},
                   "spec §3: an error completion (the mock reports LOC_LEN_ERR), nothing delivered"},
     deviation_row{ids::ud_over_mtu, "rxe", {.req = {wc_status::success}, .resp = status_set::nothing()},
                   "rxe: SUCCESS and nothing is sent"},
+    // The same from an SGE with a bad lkey: which of the two faults is reported.
+    deviation_row{ids::ud_over_mtu_bad_lkey, "spec",
+                  {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing(), .stays_rts = tri::no},
+                  "spec §3: the mock checks the SGEs first: LOC_PROT_ERR, the QP to ERR"},
+    deviation_row{ids::ud_over_mtu_bad_lkey, "rxe",
+                  {.req = {wc_status::success}, .resp = status_set::nothing(), .stays_rts = tri::yes},
+                  "rxe (kernel 6.1, observed): the MTU is tested first: SUCCESS, nothing sent, the QP in RTS"},
     // UD receive smaller than payload + 40.
     deviation_row{ids::ud_recv_too_small, "spec",
                   {.req = {wc_status::success}, .resp = {wc_status::loc_len_err}, .stays_rts = tri::yes},
@@ -182,7 +212,7 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::post_below_rts, "spec", {.post_errno = EINVAL, .bad_wr_set = true},
                   "spec §4: EINVAL, bad_wr names the first WR"},
     deviation_row{ids::post_below_rts, "rxe", {.post_errno = EINVAL, .bad_wr_set = false},
-                  "rxe: the doorbell fails after the WQE sits in the ring; bad_wr may be NULL (unverified)"},
+                  "rxe (kernel 6.1, observed): the doorbell fails after the WQE sits in the ring; bad_wr is NULL"},
     // Where SQ/RQ posts start failing with ENOMEM.
     deviation_row{ids::queue_capacity, "spec", {.exact_capacity = true},
                   "spec §4: ENOMEM once max_send_wr / max_recv_wr WRs are outstanding"},
@@ -243,6 +273,17 @@ inline constexpr std::array deviation_table{
                   "ibv_destroy_qp(3) cleans them out of the CQ, as mlx5 does: a poll returns none"},
     deviation_row{ids::destroyed_qp_completions, "rxe", {.req = {wc_status::success}},
                   "rxe (kernel 6.1, observed) leaves them: later polls return them, with the destroyed QP's number"},
+    // The sender's completion of SEND_WITH_IMM / RDMA_WRITE_WITH_IMM.
+    deviation_row{ids::sender_imm_flag, "spec", {.imm_flag = tri::no},
+                  "ibv_poll_cq(3): IBV_WC_WITH_IMM says the receive carries an immediate; the send side has none"},
+    deviation_row{ids::sender_imm_flag, "rxe", {.imm_flag = tri::yes},
+                  "rxe (kernel 6.1, observed; rxe_comp.c make_send_cqe) sets IBV_WC_WITH_IMM, imm_data 0"},
+    // A request the responder refuses for access (a bad rkey): its QP goes to ERR.
+    deviation_row{ids::responder_error_event, "spec", {.async_event = tri::yes},
+                  "IB spec (affiliated async events): the responder's QP raises QP_ACCESS_ERR (local access "
+                  "violation)"},
+    deviation_row{ids::responder_error_event, "rxe", {.async_event = tri::no},
+                  "rxe (kernel 6.1, observed): no asynchronous event, the QP goes to ERR silently"},
 };
 
 /// The row for a scenario under a device profile, or null when there is none.

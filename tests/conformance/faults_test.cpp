@@ -108,6 +108,21 @@ CONFORMANCE_CASE("faults: atomic result into an MR without LOCAL_WRITE -> LOC_PR
   CHECK(fx.wait_state(p.a, qp_state::err) == qp_state::err);
 }
 
+CONFORMANCE_CASE("faults: atomic whose result SGE has a bad lkey -> LOC_PROT_ERR; the target changes on rxe") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  const auto want = expected(ids::atomic_result_bad_lkey, backend_traits<B>::profile());
+  auto& res = fx.make_buffer(64);
+  p.dst.set_u64(0, 41);
+  REQUIRE(fx.post_atomic(p.a, 1, opcode::atomic_fetch_and_add, {res.addr(0), 8, res.lkey() ^ 0x5a5a00},
+                         p.dst.addr(0), p.dst.rkey(), 1) == 0);
+  CONF_CHECK_STATUS(want.req, fx.poll_one(p.a.send_cq).status);
+  check_flushes(fx.poll(p.a.recv_cq, 2), {900, 901}, p.a.num);
+  CHECK(fx.wait_state(p.a, qp_state::err) == qp_state::err);
+  fx.settle();
+  if (want.remote_ran != tri::either) CHECK(p.dst.u64(0) == (want.remote_ran == tri::yes ? 42u : 41u));
+}
+
 // --- remote access faults ---
 
 CONFORMANCE_CASE("faults: RDMA_WRITE with a bad rkey -> REM_ACCESS_ERR, responder ERR") {
@@ -119,6 +134,17 @@ CONFORMANCE_CASE("faults: RDMA_WRITE with a bad rkey -> REM_ACCESS_ERR, responde
                   {wc_status::rem_access_err});
   check_responder_flushed(fx, p.b, {800, 801});
   CHECK(p.dst.u64(0) == 0);
+  // The responder's QP went to ERR for the request: the spec's QP_ACCESS_ERR, or nothing.
+  const auto want = expected(ids::responder_error_event, backend_traits<B>::profile());
+  async_event ev;
+  const int rc = B::get_async_event(fx.ctx, 200ms, ev);
+  if (want.async_event == tri::yes) {
+    REQUIRE(rc == 0);
+    CHECK(ev.type == async_event_type::qp_access_err);
+    CHECK(ev.qp_num == p.b.num);
+  } else if (want.async_event == tri::no) {
+    CHECK(rc == ETIMEDOUT);
+  }
 }
 
 CONFORMANCE_CASE("faults: RDMA_WRITE_WITH_IMM with a bad rkey -> REM_ACCESS_ERR; the consumed receive fails too") {
@@ -265,6 +291,26 @@ CONFORMANCE_CASE("faults: RC receive SGE with a bad lkey -> resp error, req REM_
   CONF_CHECK_STATUS(want.resp, rq[0].status);
   check_flushes({rq[1]}, {801}, p.b.num);
   CHECK(fx.wait_state(p.b, qp_state::err) == qp_state::err);
+}
+
+CONFORMANCE_CASE("faults: RC receive whose second SGE has a bad lkey, for a message the first holds") {
+  fixture<B> fx;
+  const auto want = expected(ids::recv_bad_lkey_unreached_rc, backend_traits<B>::profile());
+  auto [a, b] = fx.make_pair({.caps = {16, 16, 1, 2, 0}});
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(256);
+  src.fill(5);
+  REQUIRE(fx.post_recv(b, 800, {dst.sge(0, 64), {dst.addr(64), 64, dst.lkey() ^ 0x5a5a00}}) == 0);
+  REQUIRE(fx.post_send(a, 1, opcode::send, {src.sge(0, 32)}) == 0);
+  CONF_CHECK_STATUS(want.req, fx.poll_one(a.send_cq).status);
+  auto r = fx.poll_one(b.recv_cq);
+  CHECK(r.wr_id == 800);
+  CONF_CHECK_STATUS(want.resp, r.status);
+  if (r.status == wc_status::success) {
+    CHECK(r.byte_len == 32);
+    CHECK(dst.holds(5, 0, 32));
+    CHECK(B::query_qp_state(b.qp) == qp_state::rts);
+  }
 }
 
 CONFORMANCE_CASE("faults: RC receive into an MR without LOCAL_WRITE -> resp error, req REM_OP_ERR") {

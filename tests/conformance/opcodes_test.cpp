@@ -15,6 +15,15 @@ void check_rc_uc_grh_flag(const completion& c) {
   if (want == tri::no) CHECK_MESSAGE(!has, "IBV_WC_GRH not expected on this backend");
 }
 
+/// IBV_WC_WITH_IMM on the sender's completion of a WR with immediate: rxe sets it.
+template <class B>
+void check_sender_imm_flag(const completion& c) {
+  const auto want = expected(ids::sender_imm_flag, backend_traits<B>::profile()).imm_flag;
+  const bool has = has_all(c.flags, wc_flags::with_imm);
+  if (want == tri::yes) CHECK_MESSAGE(has, "IBV_WC_WITH_IMM expected on the sender's completion on this backend");
+  if (want == tri::no) CHECK_MESSAGE(!has, "IBV_WC_WITH_IMM not expected on the sender's completion on this backend");
+}
+
 template <class F>
 void for_rc_uc(F&& body) {
   SUBCASE("RC") { body(qp_type::rc); }
@@ -77,6 +86,7 @@ CONFORMANCE_CASE("opcodes: SEND_WITH_IMM carries the immediate and sets WITH_IMM
     auto s = fx.poll_one(a.send_cq);
     CHECK(s.status == wc_status::success);
     CHECK(s.op == wc_opcode::send);
+    check_sender_imm_flag<B>(s);
     auto r = fx.poll_one(b.recv_cq);
     CHECK(r.status == wc_status::success);
     CHECK(r.op == wc_opcode::recv);
@@ -128,6 +138,7 @@ CONFORMANCE_CASE("opcodes: RDMA_WRITE_WITH_IMM consumes a receive, byte_len is t
     auto s = fx.poll_one(a.send_cq);
     CHECK(s.status == wc_status::success);
     CHECK(s.op == wc_opcode::rdma_write);
+    check_sender_imm_flag<B>(s);
     auto r = fx.poll_one(b.recv_cq);
     CHECK(r.status == wc_status::success);
     CHECK(r.wr_id == 50);

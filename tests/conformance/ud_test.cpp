@@ -125,6 +125,23 @@ CONFORMANCE_CASE("ud: a SEND larger than the path MTU") {
   if (want.resp.is_nothing()) CHECK(fx.drain(p.b.recv_cq).empty());
 }
 
+CONFORMANCE_CASE("ud: a SEND larger than the path MTU from an SGE with a bad lkey") {
+  fixture<B> fx;
+  ud_pair<B> p(fx);
+  const auto want = expected(ids::ud_over_mtu_bad_lkey, backend_traits<B>::profile());
+  const std::uint32_t mtu = mtu_bytes(fx.port.active_mtu);
+  auto& src = fx.make_buffer(mtu + 1);
+  auto& dst = fx.make_buffer(2 * mtu + grh_bytes);
+  REQUIRE(fx.post_recv(p.b, 1, {dst.whole()}) == 0);
+  REQUIRE(fx.post_ud(p.a, 2, p.ah, p.b.num, default_qkey, {{src.addr(0), mtu + 1, src.lkey() ^ 0x5a5a00}}) == 0);
+  auto s = fx.poll_one(p.a.send_cq);
+  CHECK(s.wr_id == 2);
+  CONF_CHECK_STATUS(want.req, s.status);
+  CHECK(fx.drain(p.b.recv_cq).empty());
+  if (want.stays_rts != tri::either)
+    CHECK((B::query_qp_state(p.a.qp) == qp_state::rts) == (want.stays_rts == tri::yes));
+}
+
 CONFORMANCE_CASE("ud: a receive smaller than payload + 40 loses the datagram, not the QP") {
   fixture<B> fx;
   ud_pair<B> p(fx);

@@ -65,6 +65,9 @@ inline void send_cqe(fabric_state& f, qp_obj* q, send_wqe& w, wc_status status) 
   if (status == wc_status::success) {
     e.wc.opcode = completion_opcode(w.op);
     e.wc.byte_len = w.length;
+    // rxe marks the sender's completion of a WR with immediate too (imm_data 0).
+    if (f.as_rxe() && (w.op == opcode::send_with_imm || w.op == opcode::rdma_write_with_imm))
+      e.wc.flags = wc_flags::with_imm;
   }
   e.release_upto = f.cfg.slots == slot_release::on_signaled_poll ? w.seq : 0;
   if (!push_cqe(f, q->send_cq, e, false)) release_slots(f, q, w.seq);

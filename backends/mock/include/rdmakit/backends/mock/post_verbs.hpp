@@ -100,6 +100,10 @@ RDMAKIT_DECL int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
   mockd::touch(f);
   int err = 0;
   send_wr* w = wr;
+  if (f.as_rxe() && (q->state == qp_state::reset || q->state == qp_state::init || q->state == qp_state::rtr)) {
+    if (bad_wr) *bad_wr = nullptr;  // rxe's doorbell fails after the WQEs were written: no bad_wr
+    return EINVAL;
+  }
   for (; w; w = w->next) {
     std::uint64_t total = 0;
     if ((err = mockd::send_wr_error(f, q, *w, total))) break;

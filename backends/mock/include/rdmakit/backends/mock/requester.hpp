@@ -175,8 +175,15 @@ inline void issue(fabric_state& f, qp_obj* q) {
       continue;
     }
     if (is_read_or_atomic(w.op) && reads_in_flight >= q->attr.max_rd_atomic) break;
+    const bool ud_over_mtu = q->type == qp_type::ud && w.length > mtu;
+    if (ud_over_mtu && f.as_rxe()) {  // rxe: SUCCESS, nothing sent, before its SGEs are looked at
+      w.state = send_wqe::phase::done;
+      continue;
+    }
     bool ok = true;
-    if (!w.is_inline)
+    // rxe looks at a READ's or an atomic's result SGEs only when the response comes
+    // (on_response): the remote side runs first.
+    if (!w.is_inline && !(f.as_rxe() && is_read_or_atomic(w.op)))
       for (const auto& s : w.sges) ok = ok && local_sge_ok(f, q->pd, s, is_read_or_atomic(w.op), &q->lkeys);
     if (!ok) {
       w.state = send_wqe::phase::done;
@@ -187,9 +194,8 @@ inline void issue(fabric_state& f, qp_obj* q) {
           if (!local_sge_key_ok(f, q->pd, s)) w.status = wc_status::loc_qp_op_err;
       break;
     }
-    if (q->type == qp_type::ud && w.length > mtu) {
+    if (ud_over_mtu) {
       w.state = send_wqe::phase::done;
-      if (f.as_rxe()) continue;  // rxe: SUCCESS, and nothing is sent
       w.status = wc_status::loc_len_err;
       break;
     }
