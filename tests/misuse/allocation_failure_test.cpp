@@ -460,6 +460,15 @@ struct two_sides {
   protection_domain<B> px, py;
   completion_queue<B, PX> cx;
   completion_queue<B, PY> cy;
+
+  /// An RC pair connected across the two devices (4 WRs each way).
+  std::pair<queue_pair<B, rc, signal_all, qp_state::rts>, queue_pair<B, rc, signal_all, qp_state::rts>> connect_rc() {
+    auto a = px.template create_qp<rc>(cx, qp_cap{4, 4});
+    auto b = py.template create_qp<rc>(cy, qp_cap{4, 4});
+    const endpoint ea = a.local_endpoint();
+    auto la = std::move(a).connect(b.local_endpoint());
+    return {std::move(la), std::move(b).connect(ea)};
+  }
 };
 
 }  // namespace
@@ -717,11 +726,7 @@ TEST_CASE("allocation failure: reset() with a receive outstanding: flushed once,
     two_sides sides(w.fab);
     auto& [dx, dy, px, py, cx, cy] = sides;
     auto mx = px.allocate<rw>(64), my = py.allocate<rw>(64);
-    auto a = px.create_qp<rc>(cx, qp_cap{4, 4});
-    auto b = py.create_qp<rc>(cy, qp_cap{4, 4});
-    const endpoint ea = a.local_endpoint();
-    auto la = std::move(a).connect(b.local_endpoint());
-    auto lb = std::move(b).connect(ea);
+    auto [la, lb] = sides.connect_rc();
     ensure(la.post_recv(mx.local(0, 8), 900).ok(), "receive posted");
     std::optional<queue_pair<B, rc>> fresh;
     try {
@@ -822,11 +827,7 @@ TEST_CASE("allocation failure: on() out of memory keeps the handler the queue pa
     two_sides sides(w.fab);
     auto& [dx, dy, px, py, cx, cy] = sides;
     auto mx = px.allocate<rw>(64), my = py.allocate<rw>(64);
-    auto a = px.create_qp<rc>(cx, qp_cap{4, 4});
-    auto b = py.create_qp<rc>(cy, qp_cap{4, 4});
-    const endpoint ea = a.local_endpoint();
-    auto la = std::move(a).connect(b.local_endpoint());
-    auto lb = std::move(b).connect(ea);
+    auto [la, lb] = sides.connect_rc();
     int first = 0, second = 0, fallback = 0;
     cx.on(la, [&](const completion<B>&) { ++first; });
     bool replaced = true;
