@@ -149,10 +149,17 @@ CONFORMANCE_CASE("faults: RDMA_WRITE with a bad rkey -> REM_ACCESS_ERR, responde
 
 CONFORMANCE_CASE("faults: RDMA_WRITE_WITH_IMM with a bad rkey -> REM_ACCESS_ERR; the consumed receive fails too") {
   fixture<B> fx;
-  faulty_pair<B> p(fx);
-  const auto want = expected(ids::write_imm_bad_rkey, backend_traits<B>::profile());
+  faulty_pair<B> p(fx);  // path MTU 1024
+  std::string_view id = ids::write_imm_bad_rkey;
+  std::uint32_t length = 64;
+  SUBCASE("one packet") {}
+  SUBCASE("two packets") {
+    id = ids::write_imm_bad_rkey_2_packets;
+    length = 2048;
+  }
+  const auto want = expected(id, backend_traits<B>::profile());
   REQUIRE(fx.post_recv_list(p.b, {{800, {p.dst.sge(0, 64)}}, {801, {p.dst.sge(64, 64)}}}).rc == 0);
-  p.run_requester({.op = opcode::rdma_write_with_imm, .sg = {p.src.sge(0, 64)}, .remote_addr = p.dst.addr(128),
+  p.run_requester({.op = opcode::rdma_write_with_imm, .sg = {p.src.sge(0, length)}, .remote_addr = p.dst.addr(128),
                    .rkey = p.dst.rkey() ^ 0x77700, .imm_be = to_be32(9)},
                   want.req);
   auto rq = fx.poll(p.b.recv_cq, 2, "the consumed receive and a flush");

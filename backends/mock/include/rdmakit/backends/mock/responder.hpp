@@ -175,7 +175,10 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
   mr_obj* target =
       m.length ? remote_mr_ok(f, d, m.rkey, m.remote_addr, m.length, access::remote_write, &d->rkeys) : nullptr;
   if (m.length && !target) {
-    if (m.type == qp_type::rc && imm && !receives(d).empty()) {  // the receive the immediate would have used
+    // rxe refuses the rkey on a message's first packet, and only its last one, which
+    // carries the immediate, would take a receive: a longer message takes none.
+    const bool first_packet_has_imm = !f.as_rxe() || m.length <= mtu_bytes(d->attr.path_mtu);
+    if (m.type == qp_type::rc && imm && first_packet_has_imm && !receives(d).empty()) {  // the receive the immediate would have used
       cq_entry e;
       e.wc.wr_id = take_receive(f, d).wr_id;
       e.wc.qp_num = d->qpn;
