@@ -17,7 +17,8 @@ enum class exchange_errc {
   too_large,           ///< the peer announced or sent more than a record may hold
   version_mismatch,    ///< the peer speaks another version of the rdmakit wire format
   wrong_format,        ///< the peer speaks the other wire format (rdmakit vs ibv_*_pingpong)
-  invalid_argument,    ///< a local argument is unusable (an endpoint the format cannot carry, a timeout)
+  invalid_argument,    ///< an argument is unusable (an endpoint the format cannot carry, a timeout, a
+                       ///< peer's region used for rights it does not grant)
   address,             ///< the host name or port could not be resolved, bound or listened on
   system,              ///< another socket error (see the message for the call and errno)
 };
@@ -35,7 +36,7 @@ class exchange_category_impl final : public std::error_category {
       case exchange_errc::too_large: return "record too large";
       case exchange_errc::version_mismatch: return "wire format version mismatch";
       case exchange_errc::wrong_format: return "peer speaks another wire format";
-      case exchange_errc::invalid_argument: return "invalid local argument";
+      case exchange_errc::invalid_argument: return "invalid argument";
       case exchange_errc::address: return "address error";
       case exchange_errc::system: return "socket error";
     }

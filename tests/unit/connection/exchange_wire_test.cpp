@@ -84,6 +84,8 @@ TEST_CASE("rdmakit record: exact text and round trip") {
   CHECK(w.rkey() == 0xdeadbeef);
   CHECK(w.length() == 1u << 20);
   CHECK(error_of([&] { (void)back.region->as<access::remote_atomic>(); }) == exchange_errc::invalid_argument);
+  CHECK(last_error.find("register it with those rights on the peer") != std::string::npos);
+  CHECK(last_error.find("local") == std::string::npos);  // the peer's registration is at fault, not a local argument
   // From a typed descriptor (what memory_region::remote() returns).
   auto typed = remote_region<access::remote_read>::unchecked(0x1000, 7, 64);
   region_descriptor rd = typed;
