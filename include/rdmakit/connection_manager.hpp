@@ -653,26 +653,36 @@ class cm_connection {
   /// flush, both sides get DISCONNECTED. Idempotent.
   void disconnect() { id("disconnect").disconnect(); }
   /// Waits up to `timeout` for DISCONNECTED (the peer's disconnect, or the answer to
-  /// this side's): true once it came. A peer's disconnect is answered at once (this
-  /// side's QP goes to ERR too), as librdmacm applications do.
+  /// this side's): true once it came (and then reads any later event the CM queued,
+  /// without waiting). A peer's disconnect is answered at once (this side's QP goes to
+  /// ERR too), as librdmacm applications do.
   /// Any duration type: one past the range of milliseconds (hours::max()) is no limit.
   template <class Rep, class Period>
   bool wait_disconnected(std::chrono::duration<Rep, Period> period) {
     // Saturated, not converted implicitly: hours::max() overflowed to a negative timeout.
     const auto timeout = detail::saturating_cast<std::chrono::milliseconds>(period);
     auto& b = id("wait_disconnected");
-    if (b.disconnected) return true;
-    const auto deadline = detail::deadline_after(timeout);
-    for (;;) {  // at least one look, so a timeout of 0 polls
-      auto ev = detail::cm_wait<B>(b.chan->ch, detail::cm_time_left(deadline), "cm_connection::wait_disconnected");
-      if (ev.type == cm_event_type::disconnected) {
-        b.on_disconnected();
-        return true;
+    if (!b.disconnected) {
+      const auto deadline = detail::deadline_after(timeout);
+      for (;;) {  // at least one look, so a timeout of 0 polls
+        auto ev = detail::cm_wait<B>(b.chan->ch, detail::cm_time_left(deadline), "cm_connection::wait_disconnected");
+        if (ev.type == cm_event_type::disconnected) {
+          b.on_disconnected();
+          break;
+        }
+        if (ev.type == cm_event_type::none && std::chrono::steady_clock::now() >= deadline) return false;
       }
-      if (ev.type == cm_event_type::none && std::chrono::steady_clock::now() >= deadline) return false;
     }
+    // What the CM queues after DISCONNECTED (TIMEWAIT_EXIT) is read too, so that the
+    // event_fd of a connection that is over is not left readable.
+    while (detail::cm_wait<B>(b.chan->ch, std::chrono::milliseconds(0), "cm_connection::wait_disconnected").type !=
+           cm_event_type::none) {
+    }
+    return true;
   }
   /// A descriptor readable while a CM event for this connection is queued (for epoll).
+  /// Once disconnected, the CM may queue more (TIMEWAIT_EXIT, seconds later on a
+  /// device): wait_disconnected(0ms) reads them.
   int event_fd() const { return B::cm_channel_fd(id("event_fd").chan->ch); }
   /// Where the CM routed the connection: the local port, this side's GID and the
   /// peer's (on RoCE the IPv4-mapped GIDs of the two addresses: with

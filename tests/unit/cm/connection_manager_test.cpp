@@ -838,6 +838,28 @@ TEST_CASE("cm: a disconnect is seen by both sides, and the queue pairs stop") {
   CHECK(srv.buf[200] == 0);
 }
 
+// The CM queues TIMEWAIT_EXIT after DISCONNECTED (seconds later on rxe, at once on the
+// mock). wait_disconnected returned early once disconnected, without reading it: the
+// connection's event_fd stayed readable for ever, and an epoll loop on it spun.
+TEST_CASE("cm: after a disconnect, wait_disconnected reads what else came: event_fd is not left readable") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+  auto s = server.get();
+  c.disconnect();
+  for (auto* x : {&s, &c}) {
+    REQUIRE(x->wait_disconnected(5s));
+    // Whatever comes after DISCONNECTED (rxe: within seconds), a look reads it.
+    // (On rxe one comes within seconds; past the wait it could come after the look.)
+    pollfd p{x->event_fd(), POLLIN, 0};
+    const bool came = ::poll(&p, 1, RDMAKIT_CM_RDMACM ? 10000 : 0) > 0;
+    CHECK(x->wait_disconnected(0ms));
+    if (came || !RDMAKIT_CM_RDMACM) CHECK_FALSE(readable(x->event_fd()));
+  }
+}
+
 // next_request and wait_disconnected took milliseconds: hours::max() ("wait for ever")
 // overflowed converting to them at the call, came out negative, and the wait ended at
 // once (a cm_error timeout; false).

@@ -25,13 +25,13 @@ namespace mock::detail {
 inline fabric_state& fab_of(cm_channel_obj* c) { return *c->fab; }
 inline fabric_state& fab_of(cm_id_obj* i) { return *i->ch->fab; }
 
-// A channel's queue keeps room for one more event per id on it: each id gets at most one
-// event from a verb that cannot fail (the REJECTED or DISCONNECTED that ends its
+// A channel's queue keeps room for two more events per id on it: each id gets at most
+// one event from a verb that cannot fail (the REJECTED or DISCONNECTED that ends its
 // connection, from the peer's rdma_destroy_id, rdma_disconnect or rdma_reject, or its
-// UNREACHABLE falling due in rdma_get_cm_event), and queuing that one must not allocate.
-// Under f.mu; may throw (nothing changed then).
+// UNREACHABLE falling due in rdma_get_cm_event), DISCONNECTED followed by TIMEWAIT_EXIT,
+// and queuing them must not allocate. Under f.mu; may throw (nothing changed then).
 inline void cm_make_room(cm_channel_obj& c, std::size_t more) {
-  rdmakit::detail::reserve_room(c.events, c.events.size() + static_cast<std::size_t>(c.ids) + more);
+  rdmakit::detail::reserve_room(c.events, c.events.size() + 2 * static_cast<std::size_t>(c.ids) + more);
 }
 
 // Under f.mu: queue `r` on its id's channel, in the room kept for it (allocates nothing).
@@ -65,6 +65,13 @@ inline void cm_push(fabric_state& f, cm_id_obj* id, cm_event_type t, int status 
 // room its channel keeps for it.
 inline void cm_push_final(fabric_state& f, cm_id_obj* id, cm_event_type t, int status = 0) noexcept {
   cm_queue(f, cm_event(id, t, status));
+}
+
+// Under f.mu: DISCONNECTED, then TIMEWAIT_EXIT, as the kernel's CM queues them once the
+// QP has left TIMEWAIT (seconds later there; at once here, as the mock's events come).
+inline void cm_push_disconnected(fabric_state& f, cm_id_obj* id) noexcept {
+  cm_push_final(f, id, cm_event_type::disconnected);
+  cm_push_final(f, id, cm_event_type::timewait_exit);
 }
 
 // Why the CM's verbs refuse an id in phase::done (EINVAL, as the kernel's CM once a REJ
@@ -297,7 +304,7 @@ RDMAKIT_DECL int mock::cm_destroy_id(cm_id id) noexcept {
   if (auto* p = id->peer) {
     if ((id->state == ph::established || id->state == ph::responded) && p->state == ph::established) {
       p->state = ph::done;
-      mockd::cm_push_final(f, p, cm_event_type::disconnected);
+      mockd::cm_push_disconnected(f, p);
     } else if (id->state == ph::received && p->state == ph::requested) {
       p->state = ph::done;
       mockd::cm_deliver_reject(f, p, 28);
@@ -741,10 +748,10 @@ RDMAKIT_DECL int mock::cm_disconnect(cm_id id) noexcept {
     q = id->qp;
     if (id->state == ph::established || id->state == ph::responded) {
       id->state = ph::done;
-      mockd::cm_push_final(f, id, cm_event_type::disconnected);
+      mockd::cm_push_disconnected(f, id);
       if (auto* p = id->peer; p && p->state == ph::established) {
         p->state = ph::done;
-        mockd::cm_push_final(f, p, cm_event_type::disconnected);
+        mockd::cm_push_disconnected(f, p);
       }
     }
   }
