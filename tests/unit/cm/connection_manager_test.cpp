@@ -818,6 +818,58 @@ TEST_CASE("cm: accepting a request whose client gave up fails at once, saying so
   CHECK(std::chrono::steady_clock::now() - t0 < 2s);  // not the accept's timeout
 }
 
+// The kernel's CM crosses the two sides' parameters: a side serves READs and atomics
+// when the other side may initiate them (its initiator_depth), whatever its own
+// responder_resources, and the active side's depths are the answer's. The mock gave each
+// side its own: a client with responder_resources 0 refused the server's READ, which
+// rxe serves, and a client with initiator_depth 0 was served a READ rxe refuses.
+TEST_CASE("cm: READ rights come from the other side's initiator_depth, as the kernel's CM grants them") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+  cm_options o;
+  bool client_reads = false;
+  SUBCASE("the client says responder_resources 0: the server's initiator_depth 1 decides, it may READ") {
+    o.responder_resources = 0;
+  }
+  SUBCASE("the client says initiator_depth 0: the server serves no READ") {
+    o.initiator_depth = 0;
+    client_reads = true;
+  }
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+  auto s = server.get();
+  std::memcpy(cli.buf.data() + 300, "client's", 9);
+  std::memcpy(srv.buf.data() + 300, "server's", 9);
+  if (!client_reads) {
+    REQUIRE(s.qp().read(srv.mr.local(0, 9), cli.mr.remote().sub(300, 9), 5));
+    CHECK(wait_one(srv.cq).status == wc_status::success);
+    CHECK(std::string(srv.buf.data()) == "client's");
+  } else {
+    REQUIRE(c.qp().read(cli.mr.local(0, 9), srv.mr.remote().sub(300, 9), 5));
+    CHECK(wait_one(cli.cq).status == wc_status::rem_inv_req_err);
+    CHECK(cli.buf[0] == 0);
+  }
+}
+
+// A listener on 0.0.0.0:p and one on A:p exclude each other. rxe refuses the second
+// with EADDRNOTAVAIL, which the rdmacm backend explained as "no RDMA device has that
+// address": the message must say that the port may be what is taken.
+TEST_CASE("cm: a listener beside one on the wildcard address of its port is refused, naming the port") {
+  testbed tb;
+  side srv(tb.open(0));
+  const std::uint16_t port = next_port();
+  cm_listener<B> any(srv.dev, cm_address::parse("0.0.0.0", port));
+  try {
+    cm_listener<B> one(srv.dev, cm_address::parse(tb.ip(), port));
+    FAIL("the second listener was accepted");
+  } catch (const verbs_error& e) {
+    const std::string what = e.what();
+    MESSAGE(what);
+    CHECK(what.find("port") != std::string::npos);
+  }
+}
+
 TEST_CASE("cm: a disconnect is seen by both sides, and the queue pairs stop") {
   testbed tb;
   side srv(tb.open(0)), cli(tb.open(1));

@@ -159,8 +159,12 @@ struct rdmacm : ibverbs {
       throw verbs_error("rdma_bind_addr", e,
                         rdmakit::detail::cat("binding ", addr.to_string(),
                                              e == EADDRINUSE                     ? ": the port is in use"
-                                             : e == EADDRNOTAVAIL || e == ENODEV ? ": no RDMA device has that address"
-                                                                                 : ""));
+                                             : e == ENODEV ? ": no RDMA device has that address"
+                                             : e == EADDRNOTAVAIL
+                                                 ? ": no RDMA device has that address, or a listener on the same "
+                                                   "port holds another of its addresses (0.0.0.0:p and A:p "
+                                                   "exclude each other)"
+                                                 : ""));
     }
     if (rdma_listen(id, backlog))
       throw verbs_error("rdma_listen", errno, rdmakit::detail::cat("listening on ", addr.to_string()));

@@ -176,20 +176,28 @@ inline gid cm_gid_of(const fabric_state& f, const cm_id_obj* id) {
   return id->gid_index < static_cast<int>(gids.size()) ? gids[static_cast<std::size_t>(id->gid_index)].value : gid{};
 }
 
-// The attributes rdma_init_qp_attr gives `self`'s QP for `state`, connected to `peer`:
-// INIT the port and the remote rights (writes always; reads and atomics when this side
-// accepts incoming ones, responder_resources > 0), RTR the path from the route, the
-// peer's QPN and PSN and the READ depth granted, RTS this side's PSN, retries and depth.
+// The attributes rdma_init_qp_attr gives `self`'s QP for `state`, connected to `peer`,
+// as the kernel's CM (cm.c) derives them from the request (the active side's param)
+// and the answer (the passive side's): INIT the port and the remote rights, writes
+// always, reads and atomics when the *other* side may initiate them (its
+// initiator_depth); RTR the path from the route, the peer's QPN and PSN, the incoming
+// READ depth, min_rnr_timer 0 (655 ms); RTS this side's PSN, the ACK timeout of a RoCE
+// path (19), the request's retry count on both sides, the *other* side's RNR retry
+// count, and the outgoing READ depth. The passive side keeps the depths it answered
+// with (librdmacm moves its QP with them); the active side takes the answer's, crossed.
 inline void cm_qp_attrs(const fabric_state& f, const cm_id_obj* self, const cm_id_obj* peer,
                         const cm_conn_param& mine, const cm_conn_param& theirs, qp_state state, qp_type type,
                         qp_attr& a, qp_attr_mask& m) {
+  const cm_conn_param& req = self->passive ? theirs : mine;
+  const cm_conn_param& rep = self->passive ? mine : theirs;
   a = qp_attr{};
   a.state = state;
   if (state == qp_state::init) {
     a.port_num = self->port;
     a.pkey_index = 0;
     a.access_flags = access::remote_write;
-    if (mine.responder_resources) a.access_flags = a.access_flags | access::remote_read | access::remote_atomic;
+    if ((self->passive ? req.initiator_depth : rep.initiator_depth) != 0)
+      a.access_flags = a.access_flags | access::remote_read | access::remote_atomic;
     m = qp_attr_mask::state | qp_attr_mask::pkey_index | qp_attr_mask::port | qp_attr_mask::access_flags;
     return;
   }
@@ -207,16 +215,16 @@ inline void cm_qp_attrs(const fabric_state& f, const cm_id_obj* self, const cm_i
       a.av.grh.sgid_index = static_cast<std::uint8_t>(self->gid_index);
       a.av.grh.hop_limit = 64;
     }
-    a.max_dest_rd_atomic = mine.responder_resources;
-    a.min_rnr_timer = 12;
+    a.max_dest_rd_atomic = self->passive ? rep.responder_resources : rep.initiator_depth;
+    a.min_rnr_timer = 0;
     m = rdmakit::detail::rule_for(qp_state::init, qp_state::rtr, type).required | qp_attr_mask::state;
     return;
   }
   a.sq_psn = self->psn;
-  a.timeout = 14;
-  a.retry_cnt = theirs.retry_count < mine.retry_count ? theirs.retry_count : mine.retry_count;
-  a.rnr_retry = mine.rnr_retry_count;
-  a.max_rd_atomic = mine.initiator_depth;
+  a.timeout = 19;
+  a.retry_cnt = req.retry_count;
+  a.rnr_retry = self->passive ? req.rnr_retry_count : rep.rnr_retry_count;
+  a.max_rd_atomic = self->passive ? rep.initiator_depth : rep.responder_resources;
   m = rdmakit::detail::rule_for(qp_state::rtr, qp_state::rts, type).required | qp_attr_mask::state;
 }
 
