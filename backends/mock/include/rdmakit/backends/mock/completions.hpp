@@ -147,8 +147,7 @@ inline void reserve_for_error(qp_obj* q) {
   const std::size_t recvs = q->rq.size();
   auto room = [](cq_obj* cq, std::size_t flushes) {
     cq->entries.reserve(std::min(cq->entries.size() + flushes, static_cast<std::size_t>(cq->capacity)));
-    if (cq->channel) cq->channel->events.reserve(cq->channel->events.size() + 1);
-    cq->ctx->async_q.reserve(cq->ctx->async_q.size() + 1);
+    if (cq->channel) cq->channel->events.reserve(cq->channel->events.size() + 2);  // both CQs may share it
   };
   if (q->send_cq == q->recv_cq) {
     room(q->send_cq, sends + recvs);
@@ -156,8 +155,8 @@ inline void reserve_for_error(qp_obj* q) {
     room(q->send_cq, sends);
     room(q->recv_cq, recvs);
   }
-  auto& events = q->pd->ctx->async_q;
-  events.reserve(events.size() + 3);  // and LAST_WQE_REACHED (a CQ of another context counted above)
+  // At most three events (each CQ's CQ_ERR, LAST_WQE_REACHED), on one context or more.
+  for (context_obj* c : {q->send_cq->ctx, q->recv_cq->ctx, q->pd->ctx}) c->async_q.reserve(c->async_q.size() + 3);
 }
 
 /// Moves a QP to ERR: every outstanding send WR and posted receive completes with
