@@ -122,6 +122,14 @@ done wait_one(completion_queue<B>& cq) {
   return d;
 }
 
+// An RC connection from `cli` to `l`, accepted by `srv` with the defaults: {client, server}.
+std::pair<cm_connection<B, rc>, cm_connection<B, rc>> connect_rc(cm_listener<B>& l, side& srv, side& cli,
+                                                                   const cm_options& o = {}) {
+  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+  return {std::move(c), server.get()};
+}
+
 }  // namespace
 
 TEST_CASE("cm: connect and accept carry private data both ways; a WRITE uses the region from it") {
@@ -489,11 +497,9 @@ TEST_CASE("cm: a source address (rping -I) is the connection's local address on 
   testbed tb;
   side srv(tb.open(0)), cli(tb.open(1));
   cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
-  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
   cm_options o;
   o.source = cm_address::parse(tb.client_ip(), 0);
-  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
-  auto s = server.get();
+  auto [c, s] = connect_rc(l, srv, cli, o);
   REQUIRE(c);
   REQUIRE(s);
   CHECK(c.route().sgid == gid_of(o.source));
@@ -827,7 +833,6 @@ TEST_CASE("cm: READ rights come from the other side's initiator_depth, as the ke
   testbed tb;
   side srv(tb.open(0)), cli(tb.open(1));
   cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
-  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
   cm_options o;
   bool client_reads = false;
   SUBCASE("the client says responder_resources 0: the server's initiator_depth 1 decides, it may READ") {
@@ -837,8 +842,7 @@ TEST_CASE("cm: READ rights come from the other side's initiator_depth, as the ke
     o.initiator_depth = 0;
     client_reads = true;
   }
-  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
-  auto s = server.get();
+  auto [c, s] = connect_rc(l, srv, cli, o);
   std::memcpy(cli.buf.data() + 300, "client's", 9);
   std::memcpy(srv.buf.data() + 300, "server's", 9);
   if (!client_reads) {
@@ -874,9 +878,7 @@ TEST_CASE("cm: a disconnect is seen by both sides, and the queue pairs stop") {
   testbed tb;
   side srv(tb.open(0)), cli(tb.open(1));
   cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
-  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
-  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
-  auto s = server.get();
+  auto [c, s] = connect_rc(l, srv, cli);
   CHECK_FALSE(readable(s.event_fd()));
   c.disconnect();
   c.disconnect();  // idempotent
@@ -897,14 +899,12 @@ TEST_CASE("cm: after a disconnect, wait_disconnected reads what else came: event
   testbed tb;
   side srv(tb.open(0)), cli(tb.open(1));
   cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
-  auto server = std::async(std::launch::async, [&] { return l.next_request(5s).accept<rc>(srv.pd, srv.cq, caps); });
-  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
-  auto s = server.get();
+  auto [c, s] = connect_rc(l, srv, cli);
   c.disconnect();
   for (auto* x : {&s, &c}) {
     REQUIRE(x->wait_disconnected(5s));
-    // Whatever comes after DISCONNECTED (rxe: within seconds), a look reads it.
-    // (On rxe one comes within seconds; past the wait it could come after the look.)
+    // Whatever came after DISCONNECTED, a look reads it. (On rxe it comes within
+    // seconds; past the wait it could come after the look, which is then not checked.)
     pollfd p{x->event_fd(), POLLIN, 0};
     const bool came = ::poll(&p, 1, RDMAKIT_CM_RDMACM ? 10000 : 0) > 0;
     CHECK(x->wait_disconnected(0ms));
