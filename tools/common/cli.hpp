@@ -72,9 +72,11 @@ inline bool parse_decimal(const char* s, double& out) {
   return true;
 }
 
-/// Why parse_decimal refused `s` (the text to append to the tool's message).
+/// Why parse_decimal refused `s` (the text to append to the tool's message): empty when
+/// it did not (a well-formed number out of the option's range, which the message says).
 inline std::string decimal_hint(const char* s) {
-  if (!s || !*s) return "";
+  double ignored = 0;
+  if (!s || !*s || parse_decimal(s, ignored)) return "";
   return ": a decimal number, digits with at most one point (as 0.25), no sign, spaces or exponent";
 }
 
