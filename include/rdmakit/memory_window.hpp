@@ -208,8 +208,9 @@ class memory_window {
   /// queue, completing as wc_opcode::bind_mw (MW_BIND_ERR if the device refuses). On
   /// success remote() and rkey() describe the new binding at once; the old rkey is dead
   /// once the WR has run. A type 2 window must be unbound (new or invalidated) and is then
-  /// usable only through `qp`; either type is invalidated only through `qp`. Throws usage_error for a range outside the region, a
-  /// region, window and queue pair of different PDs, or empty handles.
+  /// usable only through `qp`; either type is invalidated only through `qp`. Throws
+  /// usage_error for a range outside the region, a region, window and queue pair of
+  /// different PDs, or empty handles.
   template <access R, transport T, signaling S>
   [[nodiscard]] post_result bind(queue_pair<B, T, S, qp_state::rts>& qp, const memory_region<B, R>& region, std::size_t offset,
                    std::size_t length, std::uint64_t wr_id, send_flags flags = send_flags::none) {
