@@ -15,6 +15,14 @@ namespace mock::detail {
 // signaled completion included.
 // `as_rxe`: rxe's provider accepts an opcode the transport lacks (the WR fails later) and
 // an atomic SGE longer than 8 bytes (8 are used).
+// The bad_wr of a refused post_send: the WR refused, or none below RTS on rxe, whose
+// doorbell fails after the WQEs were written (send_wr_error refused the first WR there).
+inline rdmakit::backends::mock::send_wr* refused_wr(const fabric_state& f, const qp_obj* q,
+                                                    rdmakit::backends::mock::send_wr* w) noexcept {
+  const bool below_rts = q->state == qp_state::reset || q->state == qp_state::init || q->state == qp_state::rtr;
+  return below_rts && f.as_rxe() ? nullptr : w;
+}
+
 inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::backends::mock::send_wr& w,
                          std::uint64_t& total) noexcept {
   const bool as_rxe = f.as_rxe();
@@ -100,16 +108,12 @@ RDMAKIT_DECL int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
   mockd::touch(f);
   int err = 0;
   send_wr* w = wr;
-  if (f.as_rxe() && (q->state == qp_state::reset || q->state == qp_state::init || q->state == qp_state::rtr)) {
-    if (bad_wr) *bad_wr = nullptr;  // rxe's doorbell fails after the WQEs were written: no bad_wr
-    return EINVAL;
-  }
   for (; w; w = w->next) {
     std::uint64_t total = 0;
     if ((err = mockd::send_wr_error(f, q, *w, total))) break;
     mockd::fill_send_wqe(q->sq.push_back(), q, *w, total);
   }
-  if (bad_wr) *bad_wr = err ? w : nullptr;
+  if (bad_wr) *bad_wr = err ? mockd::refused_wr(f, q, w) : nullptr;
   if (q->state == qp_state::err) {
     // Posting to a QP in ERR completes the WRs at once with flush errors.
     mockd::flush_sends(f, q);
