@@ -310,10 +310,16 @@ inline outcome expected(std::string_view scenario, std::string_view profile) {
   return {};
 }
 
-/// Checks a status against a set, printing both.
-#define CONF_CHECK_STATUS(set, status)                                                          \
-  CHECK_MESSAGE((set).allows(status), "status " << std::string(rdmakit::to_string(status)) << " not in {" \
-                                                << (set).to_string() << "}")
+/// Checks a status against a set, printing both. The status is evaluated once, before the
+/// check: doctest builds the message in a lambda only when the check fails, and an
+/// argument such as `fx.poll_one(...).status` would then poll a second completion.
+#define CONF_CHECK_STATUS(set, status)                                                                \
+  do {                                                                                                \
+    const ::rdmakit::wc_status conf_checked_status_ = (status);                                       \
+    CHECK_MESSAGE((set).allows(conf_checked_status_), "status "                                       \
+                      << std::string(rdmakit::to_string(conf_checked_status_)) << " not in {"         \
+                      << (set).to_string() << "}");                                                   \
+  } while (false)
 #endif
 
 }  // namespace conf

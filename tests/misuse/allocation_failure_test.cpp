@@ -734,14 +734,14 @@ TEST_CASE("allocation failure: reset() with a receive outstanding: flushed once,
     } catch (const std::bad_alloc&) {
       if (la) {
         ++kept;
-        checked_after("a reset() that ran out of memory left the queue pair as it was", [&] {
+        checked_after("a reset() that ran out of memory left the queue pair as it was", [&, &lb = lb, &cx = cx] {
           ensure(lb.send(my.local(0, 8), 1).ok(), "a message to the kept queue pair posted");
           ensure(completions_of(cx, 900) == std::vector{wc_status::success}, "the kept receive took it, once");
         });
       }
       throw;
     }
-    checked_after("a reset() that returned flushed the old receive", [&] {
+    checked_after("a reset() that returned flushed the old receive", [&, &cx = cx] {
       ensure(completions_of(cx, 900) == std::vector{wc_status::wr_flush_err}, "the old receive flushed, once");
     });
   });
@@ -836,7 +836,7 @@ TEST_CASE("allocation failure: on() out of memory keeps the handler the queue pa
     } catch (const std::bad_alloc&) {
       replaced = false;
     }
-    checked_after("the queue pair's handler after on()", [&] {
+    checked_after("the queue pair's handler after on()", [&, &la = la, &cx = cx] {
       ensure(la.write(mx.local(0, 8), my.remote().sub(0, 8), 3).ok(), "WRITE posted");
       for (int i = 0; i < 100 && first + second + fallback == 0; ++i)
         (void)cx.dispatch([&](const completion<B>&) { ++fallback; });

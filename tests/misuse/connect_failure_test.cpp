@@ -64,7 +64,8 @@ TEST_CASE("options out of range are refused before the QP is touched; connect ca
       {"sl", with([](auto& o) { o.sl = 16; })},
       {"path_mtu", with([](auto& o) { o.path_mtu = static_cast<mtu>(9); })},
   };
-  for (const auto& [name, o] : bad) {
+  for (const auto& [field, o] : bad) {
+    const char* const name = field;  // CAPTURE's lambda: clang 14 cannot capture a binding
     CAPTURE(name);
     CHECK_THROWS_WITH_AS((void)std::move(qp).connect(peer.local_endpoint(), o), doctest::Contains(name), usage_error);
     REQUIRE(qp);

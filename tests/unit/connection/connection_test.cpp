@@ -159,9 +159,11 @@ TEST_CASE("a record that cannot be sent is refused before any socket work, on ei
   connection_info with_region(sample_endpoint(), region_descriptor{1, 2, 3, access::remote_read});
   endpoint wide = sample_endpoint();
   wide.psn = 1u << 24;  // beyond 24 bits
-  for (const auto& [local, fmt] : {std::pair{with_region, wire_format::pingpong},
-                                   std::pair{connection_info(wide), wire_format::rdmakit},
-                                   std::pair{connection_info(wide), wire_format::pingpong}}) {
+  for (const auto& [info, format] : {std::pair{with_region, wire_format::pingpong},
+                                     std::pair{connection_info(wide), wire_format::rdmakit},
+                                     std::pair{connection_info(wide), wire_format::pingpong}}) {
+    const connection_info& local = info;  // captured below: clang 14 cannot capture a binding
+    const wire_format fmt = format;
     CAPTURE(static_cast<int>(fmt));
     CHECK(error_of([&] { exchange_client("127.0.0.1", free_port(), local, fast(fmt)); }) ==
           exchange_errc::invalid_argument);

@@ -40,6 +40,13 @@ task<int> write_then_read(rts_qp<>& qp, memory_region<B, rw>& local, remote_regi
   co_return w.ok() && r.ok() && std::memcmp(local.data() + 64, "over asio", 9) == 0 ? 9 : -1;
 }
 
+}  // namespace
+
+// asio 1.22 offers asio::awaitable to GCC, and to clang only with libc++'s
+// <experimental/coroutine>: clang with libstdc++ (Debian's clang++) has no asio coroutines.
+// The callback cases below run everywhere.
+#if defined(ASIO_HAS_CO_AWAIT)
+namespace {
 task<int> fails_after(rts_qp<>& qp, memory_region<B, rw>& local) {
   (void)co_await qp.recv(local.local(0, 8)).within(1ms);
   throw std::runtime_error("rdma task failed");
@@ -74,6 +81,7 @@ TEST_CASE("asio_context: an asio coroutine awaits RDMA work on its own io_contex
   CHECK(caught);
   CHECK(rdma.tasks() == 0);
 }
+#endif
 
 TEST_CASE("asio_context: a plain callback as the completion token; destroying the context ends unfinished tasks") {
   mock::fabric fab;

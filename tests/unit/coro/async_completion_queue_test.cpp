@@ -26,7 +26,13 @@ struct plain_pair {
 
 TEST_CASE("async_completion_queue: next() gets the completions of queue pairs used directly") {
   plain_pair p;
-  auto& [bed, loop, a, b, ma, mb, qa, qb] = p;
+  auto& loop = p.loop;
+  auto& a = p.a;
+  auto& b = p.b;
+  auto& ma = p.ma;
+  auto& mb = p.mb;
+  auto& qa = p.qa;
+  auto& qb = p.qb;
   REQUIRE(qb.post_recv(mb.local(0, 64), 7).ok());
   auto run = [&]() -> task<void> {
     REQUIRE(qa.send_imm(ma.local(0, 16), 0xabcd, 3).ok());
@@ -70,7 +76,11 @@ TEST_CASE("async_completion_queue: an on() handler's exception leaves the loop's
 
 TEST_CASE("async_completion_queue: completions nobody awaits yet are kept, oldest first") {
   plain_pair p;
-  auto& [bed, loop, a, b, ma, mb, qa, qb] = p;
+  auto& loop = p.loop;
+  auto& a = p.a;
+  auto& ma = p.ma;
+  auto& mb = p.mb;
+  auto& qa = p.qa;
   for (std::uint64_t i = 1; i <= 3; ++i) REQUIRE(qa.write(ma.local(0, 8), mb.remote().sub(0, 8), i).ok());
   auto run = [&]() -> task<void> {
     co_await loop.sleep_for(1ms);  // the loop drains the CQ meanwhile
@@ -88,7 +98,8 @@ TEST_CASE("async_completion_queue: completions nobody awaits yet are kept, oldes
 // second one, or one on a moved-from next(), dereferenced a null source and crashed.
 TEST_CASE("async_completion_queue: a next() awaited again after a move is refused with usage_error, not a crash") {
   plain_pair p;
-  auto& [bed, loop, a, b, ma, mb, qa, qb] = p;
+  auto& loop = p.loop;
+  auto& a = p.a;
   auto run = [&]() -> task<void> {
     auto n = a.cq.next(1ms);
     CHECK_FALSE(co_await std::move(n));
@@ -100,6 +111,7 @@ TEST_CASE("async_completion_queue: a next() awaited again after a move is refuse
   };
   loop.run(run());
 }
+
 
 // queue() hands out the CQ itself. One assigned through it, or moved out of it, was no
 // longer the CQ the loop waited on: completions of queue pairs made on the new one never
@@ -142,7 +154,11 @@ TEST_CASE("async_completion_queue: a CQ replaced or moved out through queue() is
 // next(hours::max()) overflowed converting to steady_clock::duration: nullopt at once.
 TEST_CASE("async_completion_queue: next() with a timeout past the clock's range waits for the completion") {
   plain_pair p;
-  auto& [bed, loop, a, b, ma, mb, qa, qb] = p;
+  auto& loop = p.loop;
+  auto& a = p.a;
+  auto& ma = p.ma;
+  auto& mb = p.mb;
+  auto& qa = p.qa;
   auto later = [&]() -> task<void> {
     co_await loop.sleep_for(20ms);
     REQUIRE(qa.write(ma.local(0, 8), mb.remote().sub(0, 8), 9).ok());
@@ -347,7 +363,11 @@ TEST_CASE("async_completion_queue: awaited after its event_loop was destroyed, a
 // no source: the completion that came for it dereferenced a null pointer (SIGSEGV).
 TEST_CASE("async_completion_queue: a next() moved while awaited stays with its coroutine; the moved-to one is refused") {
   plain_pair p;
-  auto& [bed, loop, a, b, ma, mb, qa, qb] = p;
+  auto& loop = p.loop;
+  auto& a = p.a;
+  auto& ma = p.ma;
+  auto& mb = p.mb;
+  auto& qa = p.qa;
   using next_type = decltype(a.cq.next());
   next_type* waiting = nullptr;
   std::optional<completion<B>> got;
@@ -375,7 +395,11 @@ TEST_CASE("async_completion_queue: a next() moved while awaited stays with its c
 // never woke, and the wait it registered resumed the second again later.
 TEST_CASE("async_completion_queue: a next() awaited by a second coroutine before the first resumed is refused") {
   plain_pair p;
-  auto& [bed, loop, a, b, ma, mb, qa, qb] = p;
+  auto& loop = p.loop;
+  auto& a = p.a;
+  auto& ma = p.ma;
+  auto& mb = p.mb;
+  auto& qa = p.qa;
   using next_type = decltype(a.cq.next());
   next_type* waiting = nullptr;
   std::optional<completion<B>> got;

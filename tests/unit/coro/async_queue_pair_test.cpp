@@ -11,7 +11,10 @@ using namespace coro_test;
 
 TEST_CASE("async_queue_pair: SEND/RECV echo and RDMA READ, each awaited with its own completion") {
   rig<> r;
-  auto& [bed, loop, c, ma, mb] = r;
+  auto& loop = r.loop;
+  auto& c = r.c;
+  auto& ma = r.ma;
+  auto& mb = r.mb;
   std::memcpy(mb.data() + 2048, "remote value", 12);
 
   auto server = [&]() -> task<int> {
@@ -51,7 +54,10 @@ TEST_CASE("async_queue_pair: SEND/RECV echo and RDMA READ, each awaited with its
 
 TEST_CASE("async_queue_pair: WRs beyond the send queue's credits wait for them and all complete, in order") {
   rig<rc, signal_every<2>> r(4);  // 4 send credits; every awaited WR is signaled anyway
-  auto& [bed, loop, c, ma, mb] = r;
+  auto& loop = r.loop;
+  auto& c = r.c;
+  auto& ma = r.ma;
+  auto& mb = r.mb;
   auto writer = [&]() -> task<int> {
     int ok = 0;
     // 8 writes made at once: 4 are posted, 4 wait for credits.
@@ -165,7 +171,10 @@ TEST_CASE("async_queue_pair: WRs made after others that wait for credits are pos
 
 TEST_CASE("async_queue_pair: a queue pair that goes to ERR resumes every awaiting coroutine with its flush status") {
   rig<> r;
-  auto& [bed, loop, c, ma, mb] = r;
+  auto& loop = r.loop;
+  auto& c = r.c;
+  auto& ma = r.ma;
+  auto& mb = r.mb;
   auto run = [&]() -> task<void> {
     auto r1 = c.x().recv(ma.local(0, 64));
     auto r2 = c.x().recv(ma.local(64, 64));
@@ -188,7 +197,9 @@ TEST_CASE("async_queue_pair: a queue pair that goes to ERR resumes every awaitin
 
 TEST_CASE("async_queue_pair: destroyed while coroutines await it, they resume cancelled (WR_FLUSH_ERR), never hang") {
   rig<> r;
-  auto& [bed, loop, c, ma, mb] = r;
+  auto& loop = r.loop;
+  auto& c = r.c;
+  auto& ma = r.ma;
   std::optional<rts_qp<>> victim(std::move(c.x()));
   auto waiter = [&]() -> task<wr_result<B>> { co_return co_await victim->recv(ma.local(0, 64)); };
   auto killer = [&]() -> task<void> {
@@ -208,7 +219,10 @@ TEST_CASE("async_queue_pair: destroyed while coroutines await it, they resume ca
 
 TEST_CASE("async_queue_pair: within(timeout) ends the wait; the queue pair keeps working") {
   rig<> r;
-  auto& [bed, loop, c, ma, mb] = r;
+  auto& loop = r.loop;
+  auto& c = r.c;
+  auto& ma = r.ma;
+  auto& mb = r.mb;
   auto run = [&]() -> task<void> {
     wr_result<B> r = co_await c.y().recv(mb.local(0, 64)).within(20ms);
     CHECK(r.outcome() == wr_outcome::timed_out);
@@ -233,7 +247,10 @@ TEST_CASE("async_queue_pair: within(timeout) ends the wait; the queue pair keeps
 // steady_clock::duration and timed out at once.
 TEST_CASE("async_queue_pair: within() a duration past the clock's range waits for the completion") {
   rig<> r;
-  auto& [bed, loop, c, ma, mb] = r;
+  auto& loop = r.loop;
+  auto& c = r.c;
+  auto& ma = r.ma;
+  auto& mb = r.mb;
   auto later = [&]() -> task<void> {
     co_await loop.sleep_for(20ms);
     CHECK((co_await c.x().send(ma.local(0, 8))).ok());
@@ -249,7 +266,10 @@ TEST_CASE("async_queue_pair: within() a duration past the clock's range waits fo
 
 TEST_CASE("async_queue_pair: a completion and its deadline in one turn resume the coroutine once") {
   rig<> r;
-  auto& [bed, loop, c, ma, mb] = r;
+  auto& loop = r.loop;
+  auto& c = r.c;
+  auto& ma = r.ma;
+  auto& mb = r.mb;
   std::chrono::steady_clock::duration slept{};
   auto run = [&]() -> task<void> {
     auto w = c.x().write(ma.local(0, 8), mb.remote().sub(0, 8)).within(0ns);
@@ -265,7 +285,10 @@ TEST_CASE("async_queue_pair: a completion and its deadline in one turn resume th
 
 TEST_CASE("async_queue_pair: an awaiter dropped without being awaited does not leave its completion behind") {
   rig<> r;
-  auto& [bed, loop, c, ma, mb] = r;
+  auto& loop = r.loop;
+  auto& c = r.c;
+  auto& ma = r.ma;
+  auto& mb = r.mb;
   auto run = [&]() -> task<void> {
     { auto dropped = c.x().write(ma.local(0, 8), mb.remote().sub(0, 8)); }
     CHECK((co_await c.x().write(ma.local(8, 8), mb.remote().sub(8, 8))).ok());
@@ -280,7 +303,10 @@ TEST_CASE("async_queue_pair: an awaiter dropped without being awaited does not l
 // result: awaiting it suspended the coroutine for ever.
 TEST_CASE("async_queue_pair: awaiting a WR's moved-from awaitable is refused with usage_error, not a hang") {
   rig<> r;
-  auto& [bed, loop, c, ma, mb] = r;
+  auto& loop = r.loop;
+  auto& c = r.c;
+  auto& ma = r.ma;
+  auto& mb = r.mb;
   auto run = [&]() -> task<void> {
     auto w = c.y().recv(mb.local(0, 64));
     auto moved = std::move(w);
@@ -332,7 +358,10 @@ TEST_CASE("async_queue_pair: refuses a queue pair with work requests posted on i
 // replaced the async queue pair's own handler: its awaiters never resumed.
 TEST_CASE("async_queue_pair: a handler set on its CQ for an async queue pair's QP is a usage_error, not a hang") {
   rig<> r;
-  auto& [bed, loop, c, ma, mb] = r;
+  auto& loop = r.loop;
+  auto& c = r.c;
+  auto& ma = r.ma;
+  auto& mb = r.mb;
   int stolen = 0;
   CHECK_THROWS_WITH_AS(c.a.cq.queue().on(c.x().qp(), [&](const completion<B>&) { ++stolen; }),
                        doctest::Contains("belongs to an async_queue_pair"), usage_error);
@@ -462,7 +491,11 @@ struct refusing_pair {
 TEST_CASE("async_queue_pair: a connect refused at RTS resumes the awaiters of the receives it flushed") {
   using R = rts_refusing;
   refusing_pair t;
-  auto [loop, ma, mb, ia, ib] = t.parts();  // references into t
+  auto& loop = t.loop;
+  auto& ma = t.ma;
+  auto& mb = t.mb;
+  auto& ia = t.ia;
+  auto& ib = t.ib;
   auto flushed = ia.recv(ma.local(0, 64));
   const auto old_qpn = ia.local_endpoint().qpn;
   R::refuse_rts = 1;
@@ -519,7 +552,11 @@ TEST_CASE("async_queue_pair: a connect refused at RTS with no replacement resume
 TEST_CASE("async_queue_pair: two connects refused at RTS in a row resume the awaiters of both flushed receives") {
   using R = rts_refusing;
   refusing_pair t;
-  auto [loop, ma, mb, ia, ib] = t.parts();  // references into t
+  auto& loop = t.loop;
+  auto& ma = t.ma;
+  auto& mb = t.mb;
+  auto& ia = t.ia;
+  auto& ib = t.ib;
   auto first = ia.recv(ma.local(0, 64));
   R::refuse_rts = 1;
   CHECK_THROWS_WITH_AS((void)std::move(ia).connect(ib.local_endpoint()), doctest::Contains("replaced"), verbs_error);
@@ -592,7 +629,10 @@ TEST_CASE("async_queue_pair: on a shared receive queue, the SRQ's receive comple
 // got the completion, and the coroutine waiting on the moved-from one never resumed.
 TEST_CASE("async_queue_pair: a WR's awaitable moved while awaited stays with its coroutine; the moved-to one is refused") {
   rig<> r;
-  auto& [bed, loop, c, ma, mb] = r;
+  auto& loop = r.loop;
+  auto& c = r.c;
+  auto& ma = r.ma;
+  auto& mb = r.mb;
   using recv_type = decltype(c.y().recv(mb.local(0, 64)));
   recv_type* waiting = nullptr;
   std::optional<wr_result<B>> got;
@@ -621,7 +661,10 @@ TEST_CASE("async_queue_pair: a WR's awaitable moved while awaited stays with its
 // resumption, both got it.
 TEST_CASE("async_queue_pair: a WR's result is taken once: awaited again, or by a second coroutine, it is refused") {
   rig<> r;
-  auto& [bed, loop, c, ma, mb] = r;
+  auto& loop = r.loop;
+  auto& c = r.c;
+  auto& ma = r.ma;
+  auto& mb = r.mb;
   SUBCASE("again by the coroutine that awaited it") {
     auto run = [&]() -> task<void> {
       auto recv = c.y().recv(mb.local(0, 64));
