@@ -66,10 +66,10 @@ class mailbox_awaiter final : mailbox<T>::waiter {
  public:
   mailbox_awaiter(std::shared_ptr<Source> source, std::optional<std::chrono::steady_clock::duration> timeout) noexcept
       : source_(std::move(source)), timeout_(timeout) {}
-  /// One that a coroutine awaits (waiting, or given its value and not yet resumed) stays
-  /// with it: the new one is empty (awaiting it throws usage_error).
+  /// One that a coroutine awaits (waiting, or given its value and not yet resumed) or
+  /// awaited stays with it: the new one is empty (awaiting it throws usage_error).
   mailbox_awaiter(mailbox_awaiter&& o) noexcept : timeout_(o.timeout_) {
-    if (!o.busy_()) source_ = std::move(o.source_);
+    if (!o.busy_() && !o.awaited_) source_ = std::move(o.source_);
   }
   mailbox_awaiter& operator=(mailbox_awaiter&&) = delete;
   ~mailbox_awaiter() {
@@ -77,8 +77,10 @@ class mailbox_awaiter final : mailbox<T>::waiter {
   }
 
   bool await_ready() {
-    // Moved from (`co_await std::move(n)` moves it into the frame): no source to read.
-    if (!source_)
+    // Moved from (GCC's `co_await std::move(n)` moves it into the frame: no source to
+    // read), or awaited already in place (clang's: it gave its value, and waiting again
+    // would take the next one's, or never end).
+    if (!source_ || awaited_)
       throw usage_error("co_await next(): this awaitable was moved from or awaited already (co_await std::move(n) "
                         "takes it): call next() again for the next value");
     // One coroutine at a time, until it resumed: a second one would take the first one's
@@ -104,8 +106,12 @@ class mailbox_awaiter final : mailbox<T>::waiter {
     waiting_ = true;
     resume_.bind(h);
   }
-  /// The value, or std::nullopt when the timeout passed first.
-  std::optional<T> await_resume() noexcept { return std::move(got_); }
+  /// The value, or std::nullopt when the timeout passed first. Once: awaited again, this
+  /// awaitable is refused.
+  std::optional<T> await_resume() noexcept {
+    awaited_ = true;
+    return std::move(got_);
+  }
 
  private:
   void deliver(const T& v) noexcept override {
@@ -126,6 +132,7 @@ class mailbox_awaiter final : mailbox<T>::waiter {
   std::optional<std::chrono::steady_clock::duration> timeout_;
   std::optional<T> got_;
   bool waiting_ = false;
+  bool awaited_ = false;  // resumed with its value: each next() gives one
   work_item resume_;
   work_item timed_out_;
   timer_node timer_;  // last: disarmed before the items it points to go away

@@ -117,6 +117,26 @@ TEST_CASE("device_events: a next() awaited again after a move is refused with us
   loop.run(run());
 }
 
+// Awaited in place (as clang awaits `co_await std::move(n)`), the same next() waited again.
+TEST_CASE("device_events: a next() awaited in place and again is refused with usage_error") {
+  mock::fabric fab;
+  event_loop loop;
+  device<B> dev(fab, "mock0");
+  device_events<B> events(loop, dev);
+  auto run = [&]() -> task<void> {
+    auto n = events.next(1ms);
+    CHECK_FALSE(co_await in_place{n});
+    bool refused = false;
+    try {
+      (void)co_await in_place{n};
+    } catch (const usage_error&) {
+      refused = true;
+    }
+    CHECK(refused);
+  };
+  loop.run(run());
+}
+
 // A second reader of one device's events used to be taken on: on the same loop epoll
 // refused the descriptor (a verbs_error "epoll_ctl ... File exists"), on another loop
 // both read the one queue and each took some of the events.
