@@ -64,6 +64,16 @@ std::string value_text() {
     return std::to_string(V);
 }
 
+// "<a,b,c>": the arguments Vs... as text.
+template <auto... Vs>
+struct values_text {
+  static std::string text() {
+    std::string s;
+    ((s += (s.empty() ? "" : ",") + value_text<Vs>()), ...);
+    return "<" + s + ">";
+  }
+};
+
 // "<a,b,c>" for a specialization of a template whose parameters are all values, where
 // the compiler can match it against template <auto...> (P0522: GCC, Clang 19, or Clang
 // with -frelaxed-template-template-args); "" otherwise.
@@ -74,13 +84,18 @@ struct value_args {
 #if defined(__cpp_template_template_args) && __cpp_template_template_args >= 201611L
 template <template <auto...> class X, auto... Vs>
   requires(sizeof...(Vs) > 0 && (printable_value<decltype(Vs)> && ...))
-struct value_args<X<Vs...>> {
-  static std::string text() {
-    std::string s;
-    ((s += (s.empty() ? "" : ",") + value_text<Vs>()), ...);
-    return "<" + s + ">";
-  }
-};
+struct value_args<X<Vs...>> : values_text<Vs...> {};
+#else
+// rdmakit's own templates of values, matched exactly: their benchmarks are named alike
+// by every compiler, so results of two compilers compare row by row.
+template <std::uint32_t N>
+struct value_args<signal_every<N>> : values_text<N> {};
+template <int Batch>
+struct value_args<busy_poll<Batch>> : values_text<Batch> {};
+template <int Batch, unsigned AckBatch>
+struct value_args<event_driven<Batch, AckBatch>> : values_text<Batch, AckBatch> {};
+template <unsigned Spin, int Batch, unsigned AckBatch>
+struct value_args<adaptive<Spin, Batch, AckBatch>> : values_text<Spin, Batch, AckBatch> {};
 #endif
 
 // The name of Policy in the axis Ps...: policy_name, plus "#<position>" (1-based) when
@@ -92,8 +107,9 @@ std::string axis_name();
 /// The name of a policy in benchmark names: its `name`, followed by its template
 /// arguments when it is a template of values (`RC`, `signal_manual`, `signal_every<16>`,
 /// `adaptive<1024,16,16>`, and your own `my_poll<64>`); compilers without relaxed
-/// template template arguments (Clang before 19) give the `name` alone, and the grid
-/// then tells same-named policies of one list apart by position (`busy_poll#2`).
+/// template template arguments (Clang before 19) give it for rdmakit's own policies and
+/// the `name` alone for yours, and the grid then tells same-named policies of one list
+/// apart by position (`my_poll#2`).
 template <class Policy>
 std::string policy_name() {
   return std::string(std::string_view(Policy::name)) + detail::value_args<Policy>::text();
