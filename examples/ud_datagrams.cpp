@@ -1,13 +1,17 @@
 // UD datagrams: two unreliable-datagram queue pairs on two devices (mock0 and mock1, or
 // one real device), an address handle for the receiver, and several SENDs each naming
-// its destination.
+// its destination; then the receiver answers the sender, whose address it reads from a
+// datagram (it was never told it).
 // On RoCE every UD receive starts with a 40-byte GRH (Global Routing Header) that the
 // HCA writes in front of the payload, so receive buffers reserve those 40 bytes and
-// the payload is read from completion::payload_offset().
+// the payload is read from completion::payload_offset(). Those 40 bytes name the
+// sender's GID (parse_grh), and the completion its QP number (src_qp).
 #include "example_backend.hpp"
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
+#include <span>
 #include <string>
 
 using namespace rdmakit;
@@ -24,7 +28,7 @@ int main(int argc, char** argv) try {
 
   constexpr int count = 8;
   constexpr std::uint32_t slot = 128;  // per receive: 40 bytes of GRH + up to 88 of payload
-  auto tx = pd0.allocate<access::local_write>(count * slot);
+  auto tx = pd0.allocate<access::local_write>((count + 1) * slot);  // the last slot takes the answer
   auto rx = pd1.allocate<access::local_write>(count * slot);
 
   // UD queue pairs have no peer: activate() takes them to RTS on their own.
@@ -34,6 +38,7 @@ int main(int argc, char** argv) try {
   // Receives first: a UD message that finds no receive is silently dropped.
   for (int i = 0; i < count; ++i)
     if (!receiver.post_recv(rx.local(i * slot, slot), i).ok()) return std::puts("post_recv failed"), 1;
+  if (!sender.post_recv(tx.local(count * slot, slot), count).ok()) return std::puts("post_recv failed"), 1;
 
   // The receiver's endpoint (what a real peer would send over TCP: GID, QPN, Q_Key).
   // The address handle says how to reach its port (its GID: GRH on RoCE); ah.to(peer)
@@ -51,6 +56,7 @@ int main(int argc, char** argv) try {
 
   // Collect the sender's send completions and the receiver's datagrams (bounded waits).
   int sent = 0, received = 0, bad = 0;
+  std::optional<endpoint> client;  // who sent the datagrams, from the first one
   for (int tries = 0; sent < count && tries < 100; ++tries)
     cq0.wait([&](const completion<B>& c) { c.ok() ? ++sent : ++bad; }, std::chrono::milliseconds{100});
   for (int tries = 0; received < count && tries < 100; ++tries)
@@ -64,10 +70,30 @@ int main(int argc, char** argv) try {
                   static_cast<unsigned long long>(c.wr_id()), c.src_qp(), c.byte_len(), c.payload_offset(),
                   c.payload_len(), p, same ? "" : "  MISMATCH");
       same ? ++received : ++bad;
+      const auto grh = parse_grh(std::span(rx.data() + c.wr_id() * slot, grh_bytes));
+      if (!client && grh) client = endpoint{.qpn = c.src_qp(), .gid = grh->source};
     }, std::chrono::milliseconds{100});
 
-  std::printf("UD: %d sent, %d received intact, %d bad\n", sent, received, bad);
-  return sent == count && received == count && bad == 0 ? 0 : 1;
+  // The answer: an address handle made from what the datagram said (the Q_Key is the
+  // application's: here both sides use the default).
+  bool answered = false;
+  if (client) {
+    std::printf("  the client: QP %#x, GID %s\n", client->qpn, client->gid.to_string().c_str());
+    auto back = pd1.create_ah(*client);
+    std::memcpy(rx.data(), "thanks", 7);
+    if (!receiver.post(op::ud_send{rx.local(0, 7), back.to(*client)}, 100).ok()) return std::puts("post failed"), 1;
+    for (int tries = 0; !answered && tries < 100; ++tries)
+      cq0.wait([&](const completion<B>& c) {
+        if (c.ok() && c.is_recv())
+          answered = std::strcmp(reinterpret_cast<const char*>(tx.data() + count * slot + c.payload_offset()),
+                                 "thanks") == 0;
+      }, std::chrono::milliseconds{100});
+    cq1.wait_for(1, [](const completion<B>&) {});  // the answer's send completion
+  }
+
+  std::printf("UD: %d sent, %d received intact, %d bad; answer %s\n", sent, received, bad,
+              answered ? "received" : "LOST");
+  return sent == count && received == count && bad == 0 && answered ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "error: %s\n", e.what());
   return 1;

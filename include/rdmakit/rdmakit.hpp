@@ -13,6 +13,7 @@
 #include <rdmakit/device.hpp>
 #include <rdmakit/endpoint.hpp>
 #include <rdmakit/error.hpp>
+#include <rdmakit/grh.hpp>
 #include <rdmakit/memory.hpp>
 #include <rdmakit/memory_window.hpp>
 #include <rdmakit/operations.hpp>

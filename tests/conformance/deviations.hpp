@@ -76,6 +76,7 @@ struct outcome {
   tri async_event = tri::either;  ///< the scenario's asynchronous event is raised
   tri imm_flag = tri::either;     ///< IBV_WC_WITH_IMM on the sender's completion of a WR with immediate
   tri remote_ran = tri::either;   ///< the remote side of a failed WR ran (an atomic's target changed)
+  int hop_limit = -1;  ///< the hop limit (IPv4: TTL) of a UD receive's GRH area; -1: the address handle's
 };
 
 struct deviation_row {
@@ -116,6 +117,7 @@ inline constexpr std::string_view srq_recv_in_srq_pd = "srq.recv_buffer_in_srq_p
 inline constexpr std::string_view srq_recv_in_qp_pd = "srq.recv_buffer_in_qp_pd";
 inline constexpr std::string_view sender_imm_flag = "completion.sender_with_imm_flag";
 inline constexpr std::string_view responder_error_event = "async.responder_access_error_event";
+inline constexpr std::string_view ud_grh_hop_limit = "ud.grh_hop_limit";
 
 }  // namespace ids
 
@@ -293,6 +295,13 @@ inline constexpr std::array deviation_table{
                   "violation)"},
     deviation_row{ids::responder_error_event, "rxe", {.async_event = tri::no},
                   "rxe (kernel 6.1, observed): no asynchronous event, the QP goes to ERR silently"},
+    // The hop limit (IPv4: TTL) a UD datagram arrives with, sent through an address
+    // handle whose hop_limit is 9.
+    deviation_row{ids::ud_grh_hop_limit, "spec", {.hop_limit = -1},
+                  "spec §7.1: the packet's network header carries the address handle's hop limit"},
+    deviation_row{ids::ud_grh_hop_limit, "rxe", {.hop_limit = 64},
+                  "rxe (kernel 6.1, observed): 64 whatever the address handle asks; the IPv4 header's checksum "
+                  "is 0 and its identification varies"},
 };
 
 /// The row for a scenario under a device profile, or null when there is none.

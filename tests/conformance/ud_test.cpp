@@ -2,6 +2,11 @@
 #include "deviations.hpp"
 #include "harness.hpp"
 
+#include <rdmakit/grh.hpp>
+
+#include <algorithm>
+#include <span>
+
 using namespace conf;
 
 namespace {
@@ -40,6 +45,43 @@ CONFORMANCE_CASE("ud: SEND lands after a 40-byte GRH; byte_len includes it; src_
   CHECK(has_all(r.flags, wc_flags::grh));
   CHECK_FALSE(has_any(r.flags, wc_flags::with_imm));
   CHECK(dst.holds(13, grh_bytes, 500));
+}
+
+// What a UD server needs to answer a client it was not told about: the client's GID,
+// in the area's layout for the GID's type (docs/semantics.md#ud). Each valid GID of the
+// port in turn, sent to itself.
+CONFORMANCE_CASE("ud: the GRH area names the sender's GID, in the layout of its GID type") {
+  fixture<B> fx;
+  const auto want = expected(ids::ud_grh_hop_limit, backend_traits<B>::profile());
+  ud_pair<B> p(fx);
+  auto& src = fx.make_buffer(64);
+  auto& dst = fx.make_buffer(256);
+  int checked = 0;
+  for (std::uint32_t i = 0; i < std::min<std::uint32_t>(fx.port.gid_tbl_len, 4); ++i) {
+    const gid_entry g = B::query_gid(fx.ctx, fx.port_num, static_cast<int>(i));
+    if (!g.valid) continue;
+    CAPTURE(i);
+    CAPTURE(g.value.to_string());
+    ah_attr av = fx.loopback_av();
+    av.grh.sgid_index = static_cast<std::uint8_t>(i);
+    av.grh.dgid = g.value;
+    av.grh.hop_limit = 9;
+    const auto ah = fx.make_ah(av);
+    dst.clear(std::byte{0xee});
+    REQUIRE(fx.post_recv(p.b, 1, {dst.sge(0, 256)}) == 0);
+    REQUIRE(fx.post_ud(p.a, 2, ah, p.b.num, default_qkey, {src.sge(0, 32)}) == 0);
+    CHECK(fx.poll_one(p.a.send_cq).status == wc_status::success);
+    const auto r = fx.poll_one(p.b.recv_cq);
+    REQUIRE(r.status == wc_status::success);
+    const auto info = parse_grh(std::span<const std::byte>(dst.data(), grh_bytes));
+    REQUIRE(info);
+    CHECK(info->source == g.value);
+    CHECK(info->destination == g.value);
+    CHECK(info->ipv4 == (g.type == gid_type::roce_v2 && g.value.is_ipv4_mapped()));
+    CHECK(info->hop_limit == (want.hop_limit < 0 ? 9 : want.hop_limit));
+    ++checked;
+  }
+  CHECK(checked > 0);
 }
 
 CONFORMANCE_CASE("ud: SEND_WITH_IMM carries the immediate") {

@@ -202,6 +202,7 @@ struct message {
   std::uint32_t src_dev = 0;
   std::uint8_t src_port = 1;
   gid sgid;
+  gid_type sgid_type = gid_type::ib;  // RoCE v2 over IPv4 lays its UD GRH area out as IPv4
   ah_attr av;  // where it goes
   std::uint32_t dest_qpn = 0;
   qp_type type = qp_type::rc;

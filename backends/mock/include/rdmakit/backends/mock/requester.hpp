@@ -234,7 +234,9 @@ inline void issue(fabric_state& f, qp_obj* q) {
       address_from_qp(f, q, m);
     }
     const auto& sg = dev.ports[m.src_port - 1].gids;
-    m.sgid = m.av.grh.sgid_index < sg.size() ? sg[m.av.grh.sgid_index].value : gid{};
+    const bool have_sgid = m.av.grh.sgid_index < sg.size();
+    m.sgid = have_sgid ? sg[m.av.grh.sgid_index].value : gid{};
+    m.sgid_type = have_sgid ? sg[m.av.grh.sgid_index].type : gid_type::ib;
     m.view = nullptr;
     if (!carries_payload(w.op))
       m.payload.clear();

@@ -83,6 +83,51 @@ inline void refuse(fabric_state& f, qp_obj* d, const message& m, wc_status nak_s
 // Where the QP's receives come from: its shared receive queue, or its own.
 inline slot_ring<recv_wqe>& receives(qp_obj* d) { return d->srq ? d->srq->wqes : d->rq; }
 
+// The 40 bytes a UD receive starts with, as a device writes them for the sender's GID
+// type (docs/semantics.md#ud): RoCE v2 from an IPv4-mapped GID, 20 zero bytes and the
+// packet's IPv4 header (identification 0, don't fragment, TTL the hop limit, UDP);
+// otherwise a GRH: IPv6's layout, next header UDP (RoCE v2) or IB's 0x1B. The rxe
+// profile sends with hop limit 64 whatever the address handle asks, and leaves the
+// IPv4 checksum 0 (rxe 6.1, observed).
+inline void write_grh_area(const fabric_state& f, const message& m, std::uint8_t (&out)[grh_bytes]) {
+  std::memset(out, 0, grh_bytes);
+  const global_route& r = m.av.grh;
+  const std::uint8_t hop_limit = f.as_rxe() ? 64 : r.hop_limit;
+  const bool roce_v2 = m.sgid_type == gid_type::roce_v2;
+  // After the network header: UDP (RoCE v2), BTH 12, DETH 8, the immediate, the payload, ICRC 4.
+  const std::uint32_t after = (roce_v2 ? 8 : 0) + 12 + 8 + (m.op == opcode::send_with_imm ? 4 : 0) + m.length + 4;
+  auto put16 = [&](int at, std::uint32_t v) {
+    out[at] = static_cast<std::uint8_t>(v >> 8);
+    out[at + 1] = static_cast<std::uint8_t>(v);
+  };
+  if (roce_v2 && m.sgid.is_ipv4_mapped()) {
+    std::uint8_t* h = out + 20;
+    h[0] = 0x45;
+    h[1] = r.traffic_class;
+    put16(22, 20 + after);
+    put16(26, 0x4000);
+    h[8] = hop_limit;
+    h[9] = 17;  // UDP
+    std::memcpy(h + 12, m.sgid.raw.data() + 12, 4);
+    std::memcpy(h + 16, r.dgid.raw.data() + 12, 4);
+    if (f.as_rxe()) return;
+    std::uint32_t sum = 0;
+    for (int i = 0; i < 20; i += 2) sum += std::uint32_t{h[i]} << 8 | h[i + 1];
+    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+    put16(30, ~sum & 0xffff);
+    return;
+  }
+  const std::uint32_t flow = r.flow_label & 0xfffff;
+  out[0] = static_cast<std::uint8_t>(0x60 | r.traffic_class >> 4);
+  out[1] = static_cast<std::uint8_t>((r.traffic_class & 0x0f) << 4 | flow >> 16);
+  put16(2, flow & 0xffff);
+  put16(4, after);
+  out[6] = roce_v2 ? 17 : 0x1b;
+  out[7] = hop_limit;
+  std::memcpy(out + 8, m.sgid.raw.data(), 16);
+  std::memcpy(out + 24, r.dgid.raw.data(), 16);
+}
+
 // Takes the oldest receive. On an SRQ whose armed limit this crosses (fewer WRs left than
 // the limit), SRQ_LIMIT_REACHED is raised once and the limit disarmed.
 inline recv_wqe take_receive(fabric_state& f, qp_obj* d) {
@@ -131,10 +176,8 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     return;
   }
   if (ud) {
-    std::uint8_t grh[grh_bytes] = {};
-    grh[0] = 0x60;  // IP version 6, as an IB GRH
-    std::memcpy(grh + 8, m.sgid.raw.data(), 16);
-    std::memcpy(grh + 24, m.av.grh.dgid.raw.data(), 16);
+    std::uint8_t grh[grh_bytes];
+    write_grh_area(f, m, grh);
     scatter(rw.sges, grh, grh_bytes);
     scatter(rw.sges, m.bytes(), m.byte_count(), grh_bytes);
     e.wc.src_qp = m.src_qpn;
