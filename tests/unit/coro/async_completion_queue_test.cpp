@@ -116,24 +116,19 @@ TEST_CASE("async_completion_queue: a next() awaited again after a move is refuse
 // next() that gave its value waited again for the next one, where GCC refused it.
 TEST_CASE("async_completion_queue: a next() awaited in place gives one value; awaited again, usage_error") {
   plain_pair p;
-  auto& loop = p.loop;
-  auto& a = p.a;
-  auto& b = p.b;
-  auto& mb = p.mb;
-  auto& qb = p.qb;
   auto run = [&]() -> task<void> {
-    auto n = a.cq.next(1ms);
+    auto n = p.a.cq.next(1ms);
     CHECK_FALSE(co_await in_place{n});  // timed out: an empty value is a value too
     auto n_again = in_place{n};
     CHECK((co_await usage_error_of_await(n_again)).find("awaited already") != std::string::npos);
-    REQUIRE(qb.post_recv(mb.local(0, 64), 7).ok());
+    REQUIRE(p.qb.post_recv(p.mb.local(0, 64), 7).ok());
     REQUIRE(p.qa.send(p.ma.local(0, 8), 3).ok());
-    auto got = b.cq.next(1s);
+    auto got = p.b.cq.next(1s);
     CHECK(co_await in_place{got});
     auto got_again = in_place{got};
     CHECK((co_await usage_error_of_await(got_again)).find("awaited already") != std::string::npos);
   };
-  loop.run(run());
+  p.loop.run(run());
 }
 
 // queue() hands out the CQ itself. One assigned through it, or moved out of it, was no
