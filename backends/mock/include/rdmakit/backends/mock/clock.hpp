@@ -163,6 +163,9 @@ inline bool wait_until(fabric_state& f, std::unique_lock<std::mutex>& lk, std::c
     f.cv.wait(lk);
     return true;
   }
+  // A deadline already passed (a zero timeout) is not waited for: a timed wait on it
+  // still costs a system call and the kernel's timer slack, 50 us or more.
+  if (std::chrono::steady_clock::now() >= until) return false;
   return f.cv.wait_until(lk, until);
 }
 
