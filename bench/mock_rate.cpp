@@ -250,12 +250,22 @@ void bm_scale(benchmark::State& state) {
   timed(state, loop);
 }
 
+// A wait that finds nothing and may not wait (timeout 0): an event loop's check, and
+// `device::next_event(0ms)`. It was a timed wait on a passed deadline (tens of µs).
+void bm_empty_wait(benchmark::State& state) {
+  mock::fabric fab;
+  device<B> dev(fab, "mock0");
+  auto cq = dev.create_cq<event_driven<>>(16);
+  for (auto _ : state) benchmark::DoNotOptimize(cq.wait([](const completion<B>&) {}, std::chrono::milliseconds(0)));
+}
+
 void register_all() {
   benchmark::RegisterBenchmark("write/UC/signal_every<16>", bm_write<uc, signal_every<16>>);
   benchmark::RegisterBenchmark("write/RC/signal_every<16>", bm_write<rc, signal_every<16>>);
   benchmark::RegisterBenchmark("write/UC/signal_all", bm_write<uc, signal_all>);
   benchmark::RegisterBenchmark("write/RC/signal_all", bm_write<rc, signal_all>);
   benchmark::RegisterBenchmark("ceiling/spsc", bm_ceiling);
+  benchmark::RegisterBenchmark("wait/event_driven/empty_0ms", bm_empty_wait);
   benchmark::RegisterBenchmark("scale/UC/signal_every<16>", bm_scale<uc>)->ArgName("qps")->Arg(1)->Arg(64)->Arg(1024);
   benchmark::RegisterBenchmark("scale/RC/signal_every<16>", bm_scale<rc>)->ArgName("qps")->Arg(1)->Arg(64)->Arg(1024);
 }
