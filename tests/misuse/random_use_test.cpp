@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -38,20 +39,6 @@ struct made_in_place {
   T value;
 };
 
-class xorshift {
- public:
-  explicit xorshift(unsigned seed) : s_(88172645463325252ull + seed * 7919ull) {}
-  unsigned operator()(unsigned n) {
-    s_ ^= s_ << 13;
-    s_ ^= s_ >> 7;
-    s_ ^= s_ << 17;
-    return static_cast<unsigned>(s_ % n);
-  }
-
- private:
-  std::uint64_t s_;
-};
-
 template <class S>
 class random_run {
  public:
@@ -59,8 +46,8 @@ class random_run {
   using init_qp = queue_pair<B, rc, S, qp_state::init>;
 
   explicit random_run(unsigned seed) : rnd_(seed), fab_(config_(seed)), da_(fab_, "mock0"), db_(fab_, "mock1") {
-    if (rnd_(3) == 0)
-      fab_.inject({.kind = static_cast<mock::fault_kind>(rnd_(4)), .count = 0, .probability = 0.1, .delay = 20us});
+    if (pick_(3) == 0)
+      fab_.inject({.kind = static_cast<mock::fault_kind>(pick_(4)), .count = 0, .probability = 0.1, .delay = 20us});
   }
 
   void run(int steps) {
@@ -83,19 +70,21 @@ class random_run {
     std::optional<rts_qp> a, b;
   };
 
+  unsigned pick_(unsigned n) { return static_cast<unsigned>(rnd_() % n); }
+
   mock::fabric_config config_(unsigned seed) {
     mock::fabric_config cfg;
     cfg.seed = seed;
-    if (rnd_(2))
+    if (pick_(2))
       cfg.profile = mock::device_profile::rxe;
-    else if (rnd_(2))
+    else if (pick_(2))
       cfg.reuse_qp_numbers = true;
-    if (rnd_(2)) cfg.latency = std::chrono::microseconds(rnd_(5));
+    if (pick_(2)) cfg.latency = std::chrono::microseconds(pick_(5));
     return cfg;
   }
 
   void make_(pair& p) {
-    qp_cap cap{.max_send_wr = 4 + rnd_(12), .max_recv_wr = 1 + rnd_(8)};
+    qp_cap cap{.max_send_wr = 4 + pick_(12), .max_recv_wr = 1 + pick_(8)};
     if constexpr (requires { S::interval; }) cap.max_send_wr = std::max<std::uint32_t>(cap.max_send_wr, S::interval);
     try {
       auto qa = pa_.template create_qp<rc, S>(ca_, cap);
@@ -112,39 +101,39 @@ class random_run {
 
   // One of: post, receive, poll, dispatch, reset, destroy, a list or prepared WR, repair.
   void one_step_() {
-    pair& p = pairs_[rnd_(3)];
-    const unsigned op = rnd_(100);
+    pair& p = pairs_[pick_(3)];
+    const unsigned op = pick_(100);
     if (op < 30) {
       if (!p.a) return;
-      const bool from_a = rnd_(2);
+      const bool from_a = pick_(2);
       rts_qp& q = from_a ? *p.a : *p.b;
       auto& mine = from_a ? ma_ : mb_;
       auto& theirs = from_a ? mb_ : ma_;
-      const send_flags fl = rnd_(4) == 0 ? send_flags::signaled : send_flags::none;
-      const std::uint32_t len = rnd_(3) == 0 ? 0 : rnd_(256);
+      const send_flags fl = pick_(4) == 0 ? send_flags::signaled : send_flags::none;
+      const std::uint32_t len = pick_(3) == 0 ? 0 : pick_(256);
       const std::uint64_t id = next_id_++;
-      (void)(rnd_(2) ? q.write(mine.local(rnd_(1024), len), theirs.remote().sub(rnd_(1024), 256), id, fl)
-                     : q.send(mine.local(rnd_(1024), len), id, fl));
+      (void)(pick_(2) ? q.write(mine.local(pick_(1024), len), theirs.remote().sub(pick_(1024), 256), id, fl)
+                     : q.send(mine.local(pick_(1024), len), id, fl));
     } else if (op < 50) {
       if (!p.a) return;
-      const bool on_a = rnd_(2);
-      (void)(on_a ? *p.a : *p.b).post_recv((on_a ? ma_ : mb_).local(4096 + rnd_(1024), 512), next_id_++);
+      const bool on_a = pick_(2);
+      (void)(on_a ? *p.a : *p.b).post_recv((on_a ? ma_ : mb_).local(4096 + pick_(1024), 512), next_id_++);
     } else if (op < 70) {
-      auto& c = rnd_(2) ? ca_ : cb_;
-      if (rnd_(2))
+      auto& c = pick_(2) ? ca_ : cb_;
+      if (pick_(2))
         (void)c.poll(on_completion_);
       else
         (void)c.wait(on_completion_, 0ms);
     } else if (op < 78) {
-      const bool on_a = rnd_(2);
+      const bool on_a = pick_(2);
       auto& c = on_a ? ca_ : cb_;
-      if (rnd_(2) && p.a) c.on(on_a ? *p.a : *p.b, on_completion_);
+      if (pick_(2) && p.a) c.on(on_a ? *p.a : *p.b, on_completion_);
       (void)c.dispatch(on_completion_);
     } else if (op < 84) {
       reset_and_reconnect_(p);
     } else if (op < 88) {
       // One side destroyed; then the other, as its peer is gone.
-      (rnd_(2) ? p.a : p.b).reset();
+      (pick_(2) ? p.a : p.b).reset();
       p.a.reset();
       p.b.reset();
     } else if (op < 93) {
@@ -181,22 +170,22 @@ class random_run {
   // A post list and a prepared WR, posted on any A-side queue pair (sometimes a B-side
   // one, whose PD is not the regions').
   void reused_wrs_() {
-    pair& t = pairs_[rnd_(3)];
+    pair& t = pairs_[pick_(3)];
     if (!t.a) return;
-    rts_qp& q = rnd_(8) ? *t.a : *t.b;
-    if (rnd_(2)) {
-      if (!list_ || rnd_(10) == 0) {
+    rts_qp& q = pick_(8) ? *t.a : *t.b;
+    if (pick_(2)) {
+      if (!list_ || pick_(10) == 0) {
         list_.emplace([] { return rts_qp::template make_batch<8>(); });
-        if (rnd_(2)) list_->value.reuse();
+        if (pick_(2)) list_->value.reuse();
       }
       auto& list = list_->value;
-      for (unsigned i = 0, k = rnd_(4); i < k; ++i)
-        (void)list.add(op::write{ma_.local(rnd_(512), rnd_(64)), mb_.remote().sub(rnd_(512), 64)}, reused_id | rnd_(1000),
-                       rnd_(6) == 0 ? send_flags::signaled : send_flags::none);
-      if (rnd_(6) == 0) list.clear();
+      for (unsigned i = 0, k = pick_(4); i < k; ++i)
+        (void)list.add(op::write{ma_.local(pick_(512), pick_(64)), mb_.remote().sub(pick_(512), 64)}, reused_id | pick_(1000),
+                       pick_(6) == 0 ? send_flags::signaled : send_flags::none);
+      if (pick_(6) == 0) list.clear();
       (void)q.post(list);
-    } else if (!prepared_ || rnd_(10) == 0) {
-      const local_buffer src = ma_.local(rnd_(512), 8 + rnd_(64));
+    } else if (!prepared_ || pick_(10) == 0) {
+      const local_buffer src = ma_.local(pick_(512), 8 + pick_(64));
       prepared_.emplace([&] { return t.a->prepare(op::write{src, mb_.remote().sub(0, 128)}, reused_id | 7); });
     } else {
       (void)q.post(prepared_->value);
@@ -226,12 +215,12 @@ class random_run {
     }
   }
 
-  xorshift rnd_;
+  std::minstd_rand rnd_;
   mock::fabric fab_;
   device<B> da_, db_;
   protection_domain<B> pa_ = da_.create_pd(), pb_ = db_.create_pd();
   // Sometimes too small for all three pairs: a pair that does not fit is refused (usage_error).
-  completion_queue<B> ca_ = da_.create_cq(32 + rnd_(96)), cb_ = db_.create_cq(32 + rnd_(96));
+  completion_queue<B> ca_ = da_.create_cq(32 + pick_(96)), cb_ = db_.create_cq(32 + pick_(96));
   memory_region<B, rw> ma_ = pa_.template allocate<rw>(1 << 14), mb_ = pb_.template allocate<rw>(1 << 14);
   std::vector<pair> pairs_ = std::vector<pair>(3);
   std::optional<made_in_place<decltype(rts_qp::template make_batch<8>())>> list_;
