@@ -27,7 +27,8 @@ struct grh_info {
 };
 
 namespace detail {
-// The IPv4 header checksum of the 20 bytes at h, its own field included: 0 when valid.
+// The ones' complement sum of the 20-byte IPv4 header at h, complemented: 0 when its
+// checksum field is right, the value that field needs when it holds 0.
 inline std::uint16_t ipv4_header_sum(const std::byte* h) noexcept {
   std::uint32_t sum = 0;
   for (int i = 0; i < 20; i += 2)
@@ -38,10 +39,11 @@ inline std::uint16_t ipv4_header_sum(const std::byte* h) noexcept {
 }  // namespace detail
 
 /// Reads the GRH area of a UD receive (its first grh_bytes bytes, where the completion's
-/// has_grh() is true). An IPv4 header is taken when the last 20 bytes hold a valid one
-/// (version 4, 20 bytes long, its checksum right) and the first 20 are not a GRH; else a
-/// GRH with version 6. std::nullopt when the area is shorter than 40 bytes or holds
-/// neither (a receive without a GRH, or bytes that are not the ones the device wrote).
+/// has_grh() is true). An IPv4 header is taken when the last 20 bytes start one (version
+/// 4, 20 bytes long) and either the first 20 do not start a GRH (version 6) or the IPv4
+/// header's checksum holds (rxe leaves it 0, behind 20 zero bytes); else a GRH with
+/// version 6. std::nullopt when the area is shorter than 40 bytes or holds neither (a
+/// receive without a GRH, or bytes that are not the ones the device wrote).
 inline std::optional<grh_info> parse_grh(std::span<const std::byte> area) noexcept {
   if (area.size() < grh_bytes) return std::nullopt;
   auto u8 = [&](std::size_t i) { return std::to_integer<std::uint8_t>(area[i]); };

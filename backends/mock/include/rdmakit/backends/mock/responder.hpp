@@ -3,6 +3,7 @@
 // and executes it (SEND into a receive, WRITE, READ and atomic responses).
 #include <rdmakit/backends/mock/wire.hpp>
 #include <rdmakit/detail/algorithm.hpp>
+#include <rdmakit/grh.hpp>
 
 #include <cstring>
 #include <string>
@@ -110,11 +111,7 @@ inline void write_grh_area(const fabric_state& f, const message& m, std::uint8_t
     h[9] = 17;  // UDP
     std::memcpy(h + 12, m.sgid.raw.data() + 12, 4);
     std::memcpy(h + 16, r.dgid.raw.data() + 12, 4);
-    if (f.as_rxe()) return;
-    std::uint32_t sum = 0;
-    for (int i = 0; i < 20; i += 2) sum += std::uint32_t{h[i]} << 8 | h[i + 1];
-    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-    put16(30, ~sum & 0xffff);
+    if (!f.as_rxe()) put16(30, rdmakit::detail::ipv4_header_sum(reinterpret_cast<const std::byte*>(h)));
     return;
   }
   const std::uint32_t flow = r.flow_label & 0xfffff;
