@@ -42,7 +42,9 @@ struct connect_options {
 struct ah_options {
   std::uint8_t port = 1;           ///< the local port the packets leave from
   std::optional<int> gid_index{};  ///< source GID; unset: automatic, as for queue pairs
-  std::uint8_t hop_limit = 64;     ///< GRH hop limit (RoCE, or a routed InfiniBand path)
+  /// GRH hop limit (RoCE, or a routed InfiniBand path); rxe 6.1 sends 64 whatever this
+  /// says (docs/semantics.md, `ud.grh_hop_limit`).
+  std::uint8_t hop_limit = 64;
 };
 
 /// Queue capacities fixed at compile time: lets create_qp reject, at compile time, a
