@@ -46,7 +46,8 @@ TEST_CASE("unique_owner: destroys its object once, on reset, reassignment or its
     b = make_unique_owner<tracked>(2);  // the first is destroyed here
     CHECK(tracked::live == 1);
     CHECK((*b).value == 2);
-    b = std::move(b);  // a self-move keeps the object
+    auto& same_b = b;  // through a reference: no compiler warning for the deliberate self-move
+    b = std::move(same_b);  // a self-move keeps the object
     REQUIRE(b);
     CHECK(b->value == 2);
     tracked* raw = b.release();
@@ -80,7 +81,8 @@ TEST_CASE("shared_owner: the object lives while any owner does, copies and conve
     shared_owner<tracked> moved = std::move(base);
     CHECK(!base);
     CHECK(base == nullptr);
-    moved = moved;  // self-assignment keeps the object
+    const auto& same_moved = moved;  // through a reference, as above
+    moved = same_moved;  // self-assignment keeps the object
     REQUIRE(moved);
     CHECK(moved->value == 4);
     d.reset();
