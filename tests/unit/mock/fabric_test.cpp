@@ -4,9 +4,12 @@
 #include "harness.hpp"
 
 #include <rdmakit/backends/mock.hpp>
+#include <rdmakit/grh.hpp>
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <span>
 #include <vector>
 
 using namespace conf;
@@ -443,6 +446,33 @@ TEST_CASE("fabric: duplicate on UD -- two receives consumed") {
   CHECK(buf.holds(5, grh_bytes, 32));
   CHECK(buf.holds(5, 128 + grh_bytes, 32));
   CHECK(fx.drain(b.recv_cq).empty());
+}
+
+// The rxe profile's UD receive too small for the payload: rxe 6.1 has copied the GRH area
+// when it fails the receive (the spec profile writes nothing into a failed receive).
+TEST_CASE("fabric: rxe profile -- a UD receive too small for the payload has its GRH area written") {
+  for (const auto profile : {rm::device_profile::spec, rm::device_profile::rxe}) {
+    CAPTURE(static_cast<int>(profile));
+    rm::fabric_config cfg;
+    cfg.profile = profile;
+    fx_t fx(cfg);
+    auto [a, b] = fx.make_pair({.type = qp_type::ud});
+    auto ah = fx.make_ah(fx.loopback_av());
+    auto& buf = fx.make_buffer(1024);
+    buf.fill(5, 512, 100);
+    REQUIRE(fx.post_recv(b, 1, {buf.sge(0, grh_bytes + 50)}) == 0);
+    REQUIRE(fx.post_ud(a, 10, ah, b.num, default_qkey, {buf.sge(512, 100)}) == 0);
+    CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+    CHECK(fx.poll_one(b.recv_cq).status != wc_status::success);
+    const auto g = parse_grh(std::span<const std::byte>(buf.data(), grh_bytes));
+    if (profile == rm::device_profile::rxe) {
+      REQUIRE(g);
+      CHECK(g->source == fx.gid.value);
+    } else {
+      CHECK_FALSE(g);  // still the zeros the buffer was made with
+    }
+    CHECK(std::all_of(buf.data() + grh_bytes, buf.data() + grh_bytes + 50, [](std::byte x) { return x == std::byte{0}; }));
+  }
 }
 
 TEST_CASE("fabric: reorder on UD -- the hit message arrives after the next one") {
