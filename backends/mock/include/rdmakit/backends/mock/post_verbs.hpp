@@ -9,24 +9,28 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {
 
+// A QP that may not post sends yet (RESET, INIT, RTR).
+inline bool below_rts(const qp_obj* q) noexcept {
+  return q->state == qp_state::reset || q->state == qp_state::init || q->state == qp_state::rtr;
+}
+
+// The bad_wr of a refused post_send: the WR refused, or none below RTS on rxe, whose
+// doorbell fails after the WQEs were written (send_wr_error refused the first WR there).
+inline rdmakit::backends::mock::send_wr* refused_wr(const fabric_state& f, const qp_obj* q,
+                                                    rdmakit::backends::mock::send_wr* w) noexcept {
+  return below_rts(q) && f.as_rxe() ? nullptr : w;
+}
+
 // Why a device refuses send WR `w` on `q` now (EINVAL for a malformed WR or a QP not
 // in RTS/SQD/ERR, ENOMEM for a full send queue), or 0; `total` gets its length. The
 // send queue counts every slot still held, unsignaled WRs waiting for a later
 // signaled completion included.
 // `as_rxe`: rxe's provider accepts an opcode the transport lacks (the WR fails later) and
 // an atomic SGE longer than 8 bytes (8 are used).
-// The bad_wr of a refused post_send: the WR refused, or none below RTS on rxe, whose
-// doorbell fails after the WQEs were written (send_wr_error refused the first WR there).
-inline rdmakit::backends::mock::send_wr* refused_wr(const fabric_state& f, const qp_obj* q,
-                                                    rdmakit::backends::mock::send_wr* w) noexcept {
-  const bool below_rts = q->state == qp_state::reset || q->state == qp_state::init || q->state == qp_state::rtr;
-  return below_rts && f.as_rxe() ? nullptr : w;
-}
-
 inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::backends::mock::send_wr& w,
                          std::uint64_t& total) noexcept {
   const bool as_rxe = f.as_rxe();
-  if (q->state == qp_state::reset || q->state == qp_state::init || q->state == qp_state::rtr) return EINVAL;
+  if (below_rts(q)) return EINVAL;
   if (w.num_sge < 0 || static_cast<std::uint32_t>(w.num_sge) > q->caps.max_send_sge ||
       (w.num_sge && !w.sg_list) || (!as_rxe && !opcode_allowed(q->type, w.op)))
     return EINVAL;

@@ -160,13 +160,14 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     if (!f.as_rxe() || (before < need && s.length != 0)) sges_ok = sges_ok && local_sge_ok(f, pd, s, true);
     before += s.length;
   }
-  if (!sges_ok || sge_total(rw.sges) < need) {
+  const std::uint64_t room = sge_total(rw.sges);
+  if (!sges_ok || room < need) {
     // rxe reports every receive-side fault as LOC_QP_OP_ERR and NAKs with REM_OP_ERR.
     e.wc.status = f.as_rxe() ? wc_status::loc_qp_op_err : sges_ok ? wc_status::loc_len_err : wc_status::loc_prot_err;
     // rxe copies a datagram's GRH area before its payload: a UD receive too small for the
     // payload has the 40 bytes written when it fails (rxe 6.1, observed; the spec leaves
     // a failed receive's bytes undefined, and the spec profile writes none).
-    if (ud && sges_ok && f.as_rxe() && sge_total(rw.sges) >= grh_bytes) {
+    if (ud && sges_ok && f.as_rxe() && room >= grh_bytes) {
       std::uint8_t grh[grh_bytes];
       write_grh_area(f, m, grh);
       scatter(rw.sges, grh, grh_bytes);
