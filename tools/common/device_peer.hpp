@@ -16,9 +16,10 @@ namespace rdmakit_tools {
 /// What a server says once it listens, on stderr (stdout is the tool's report): the port
 /// it bound, which with -p 0 only the kernel knows and a client must be given, and how
 /// long it waits. `server` names it, e.g. "rdmakit-perf: write_bw server".
-inline void print_listening(const std::string& server, std::uint16_t port, std::chrono::milliseconds accept_timeout) {
+inline void print_listening(const std::string& server, std::uint16_t port, std::chrono::milliseconds accept_timeout,
+                            std::FILE* to = stderr) {
   const long long ms = accept_timeout.count();
-  std::fprintf(stderr, "%s on port %u, waiting for a client (up to %lld %s)\n", server.c_str(), port,
+  std::fprintf(to, "%s on port %u, waiting for a client (up to %lld %s)\n", server.c_str(), port,
                ms % 1000 ? ms : ms / 1000, ms % 1000 ? "ms" : "s");
 }
 
@@ -26,14 +27,16 @@ inline void print_listening(const std::string& server, std::uint16_t port, std::
 /// (print_listening), so a tool can print its address knowing the client can connect; a
 /// client connects to host:port and retries while the server is not listening yet. The
 /// exchange must not outlive this object. `tool` names the program in what it prints.
+/// A tool opens its device first, so that a wrong -d fails before a server says it waits.
 class device_peer {
  public:
-  device_peer(const char* tool, std::string host, std::uint16_t port, rdmakit::exchange_options xo)
+  device_peer(const char* tool, std::string host, std::uint16_t port, rdmakit::exchange_options xo,
+              std::FILE* say = stderr)
       : host_(std::move(host)), port_(port), xo_(xo) {
     if (host_.empty()) {
       listener_.emplace(port);
       print_listening(std::string(tool) + ": server", listener_->port(),
-                      xo_.accept_timeout.count() > 0 ? xo_.accept_timeout : xo_.timeout);  // 0: timeout's
+                      xo_.accept_timeout.count() > 0 ? xo_.accept_timeout : xo_.timeout, say);  // 0: timeout's
     } else {
       xo_.retry_refused = true;
     }

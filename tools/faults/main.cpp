@@ -267,8 +267,10 @@ int run_device(const cli& c) {
   exchange_options xo;
   xo.timeout = c.xtimeout;
   xo.accept_timeout = std::chrono::milliseconds{120'000};
+  device<backends::ibverbs> dev(c.fo.device);  // a wrong -d fails before the server says it waits
   device_peer peer("rdmakit-faults", c.host, c.port, xo);
-  const faults_report rep = dispatch<backends::ibverbs, busy_poll<>>(c.fo, c.transport, peer.exchange());
+  const faults_report rep =
+      dispatch<backends::ibverbs, busy_poll<>>(c.fo, c.transport, peer.exchange(), std::move(dev));
   std::printf("%s\n", rep.line(name(c.transport), c.fo).c_str());
   return 0;
 }

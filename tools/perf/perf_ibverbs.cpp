@@ -19,6 +19,7 @@ int run_device(const perf_options& o, const endpoint_options& e) {
   xo.timeout = o.timeout;
   xo.accept_timeout = o.accept_timeout;
   peer_link link;
+  device<backends::ibverbs> dev(o.device);  // a wrong -d fails before the server says it waits
   if (e.host.empty()) {
     auto listener = std::make_shared<exchange_listener>(e.port);
     if (!o.json)
@@ -32,14 +33,14 @@ int run_device(const perf_options& o, const endpoint_options& e) {
     link.cancel_finish = [listener] { rdmakit_tools::wake_listener(listener->port()); };
     perf_options so = o;
     so.server = true;
-    run_report r = run_config<backends::ibverbs>(so, link);
+    run_report r = run_config<backends::ibverbs>(so, link, std::move(dev));
     print_report(r, so, "ibverbs", "server");
     return 0;
   }
   link = client_link(e.host, e.port, xo);
   perf_options so = o;
   so.server = false;
-  run_report r = run_config<backends::ibverbs>(so, link);
+  run_report r = run_config<backends::ibverbs>(so, link, std::move(dev));
   print_report(r, so, "ibverbs", "client");
   return 0;
 }

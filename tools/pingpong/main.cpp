@@ -260,8 +260,10 @@ int run_mock_loopback(const cli& c) {
 template <verbs_backend B>
 int run_device(const cli& c) {
   printer out;
+  // The device first: a wrong -d fails before a server says it waits for a client.
+  device<B> dev(c.pp.device);
   device_peer peer("rdmakit-pingpong", c.host, c.port, c.xo);  // a server listens before "local address" is printed
-  return dispatch<B, busy_poll<>>(c.pp, c.transport, peer.exchange(), out);
+  return dispatch<B, busy_poll<>>(c.pp, c.transport, peer.exchange(), out, std::move(dev));
 }
 
 }  // namespace

@@ -167,8 +167,9 @@ int run_device(cli c) {
     std::printf("%s\n", r.line().c_str());
     std::fflush(stdout);
   };
+  device<backends::ibverbs> dev(c.o.device);  // a wrong -d fails before the server says it waits
   device_peer peer("rdmakit-two-node", c.host, c.port, xo);
-  const auto rs = run_two_node<backends::ibverbs, busy_poll<>>(c.o, peer.exchange(), {}, print);
+  const auto rs = run_two_node<backends::ibverbs, busy_poll<>>(c.o, peer.exchange(), std::move(dev), print);
   return summary(rs, c.o.server ? "server" : "client");
 }
 #endif
