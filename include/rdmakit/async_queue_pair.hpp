@@ -12,7 +12,9 @@
 /// completion and is posted then, in order. A refused post resumes at once with the
 /// refusal (wr_result::post()). A queue pair that goes to ERR flushes what it holds, so
 /// every awaiting coroutine resumes with its flush status; one whose async_queue_pair
-/// is destroyed resumes with wr_outcome::cancelled. `.within(timeout)` bounds a wait.
+/// is destroyed resumes with wr_outcome::cancelled. `.within(timeout)` bounds a wait;
+/// one that timed out leaves the WR going on, and awaiting the same awaitable again
+/// waits for it again (a receive keeps its message so).
 ///
 /// The typestate of queue_pair carries over: an INIT async_queue_pair awaits receives
 /// only; connect()/activate() return the RTS one, with sends, writes, reads, atomics.
@@ -277,8 +279,8 @@ class wr_awaiter final : wr_waiter<B> {
     if (core_ && state_ == state::credits) core_->replace_waiter(o, *this);
   }
   wr_awaiter& operator=(wr_awaiter&&) = delete;
-  /// Not awaited, or destroyed with its coroutine: the WR's completion, when it comes,
-  /// is dropped (its credits still go back).
+  /// Not awaited, timed out, or destroyed with its coroutine: the WR's completion, when
+  /// it comes, is dropped (its credits still go back).
   ~wr_awaiter() {
     if (!core_) return;
     if (state_ == state::posted) core_->abandon(slot_);
@@ -286,17 +288,37 @@ class wr_awaiter final : wr_waiter<B> {
   }
 
   /// Bounds the wait (from when it is awaited): after `timeout` the result is
-  /// wr_outcome::timed_out; the WR itself may still complete on the device, unseen.
-  /// `co_await qp.write(src, dst).within(100ms)`; on a wait kept in a variable,
-  /// `co_await std::move(w).within(100ms)`.
+  /// wr_outcome::timed_out and the WR goes on. `co_await qp.write(src, dst).within(100ms)`
+  /// bounds a temporary's wait: its completion, should it come later, is dropped.
   /// Any duration type: one past the steady clock's range (milliseconds::max()) is no limit.
   template <class Rep, class Period>
   wr_awaiter within(std::chrono::duration<Rep, Period> timeout) && noexcept {
     timeout_ = detail::steady_duration(timeout);  // not an overflowing implicit conversion
     return std::move(*this);  // a prvalue: GCC 12 would copy an xvalue operand of co_await
   }
+  /// Bounds the wait of one kept in a variable, awaited in place: `co_await w.within(1s)`.
+  /// If it times out, awaiting `w` again (bounded or not) waits for the same WR: a
+  /// receive that timed out still gets its message.
+  template <class Rep, class Period>
+  wr_awaiter& within(std::chrono::duration<Rep, Period> timeout) & noexcept {
+    timeout_ = detail::steady_duration(timeout);
+    return *this;
+  }
   /// True once the WR has its result and no coroutine took it yet.
   bool ready() const noexcept { return result_.has_value(); }
+
+  /// `co_await w` (and `co_await w.within(d)`) awaits `w` itself, in place, with either
+  /// compiler (GCC 12 would otherwise copy an lvalue operand): after a timeout `w` still
+  /// holds the WR, to await again.
+  struct in_place_awaiter {
+    wr_awaiter* w;
+    bool await_ready() const noexcept { return w->await_ready(); }
+    void await_suspend(std::coroutine_handle<> h) { w->await_suspend(h); }
+    wr_result<B> await_resume() noexcept { return w->await_resume(); }
+  };
+  in_place_awaiter operator co_await() & noexcept { return {this}; }
+  /// A temporary, or `co_await std::move(w)`: moved into the awaiter the coroutine keeps.
+  wr_awaiter operator co_await() && noexcept { return std::move(*this); }
 
   // A result a suspended coroutine waits to be resumed with is that coroutine's.
   bool await_ready() const noexcept { return result_.has_value() && !suspended_; }
@@ -314,7 +336,8 @@ class wr_awaiter final : wr_waiter<B> {
     resume_.bind(h);
     suspended_ = true;
   }
-  /// The result, taken: awaited again, this awaitable is refused (a WR is awaited once).
+  /// The result, taken: awaited again, this awaitable is refused (a WR is awaited once),
+  /// unless the result was timed_out: then it waits for the WR again.
   wr_result<B> await_resume() noexcept {
     wr_result<B> r = std::move(*result_);
     result_.reset();
@@ -363,11 +386,10 @@ class wr_awaiter final : wr_waiter<B> {
   void on_timeout_() noexcept {
     // The completion came in the same turn of the loop: it queued the resumption already.
     if (state_ == state::done) return;
-    if (state_ == state::posted) core_->abandon(slot_);
-    if (state_ == state::credits) core_->stop_waiting(*this);
-    core_ = nullptr;  // nothing more to hear from the queue pair
+    // The WR goes on (posted, or waiting for credits), still bound to this awaiter: awaited
+    // again, it waits for it again; destroyed, it drops it (the destructor unhooks it).
     suspended_ = false;
-    finish_(wr_result<B>(wr_outcome::timed_out));
+    result_.emplace(wr_outcome::timed_out);
     resume_.run();  // last: the coroutine may destroy this awaiter
   }
 

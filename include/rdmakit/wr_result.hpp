@@ -19,7 +19,7 @@ RDMAKIT_BEGIN_NAMESPACE
 enum class wr_outcome : std::uint8_t {
   completed,   ///< the device completed it: see completion() (which may be an error)
   not_posted,  ///< the post was refused (queue pair in error, bad WR...): see post()
-  timed_out,   ///< the timeout passed first; the WR may still complete later, unseen
+  timed_out,   ///< the timeout passed first; the WR goes on: await the same awaitable again for it
   cancelled,   ///< its async_queue_pair was destroyed before it completed
 };
 

@@ -239,6 +239,63 @@ TEST_CASE("async_queue_pair: within(timeout) ends the wait; the queue pair keeps
   CHECK(c.b.cq.pending() == 0);
 }
 
+// A receive awaited with a timeout that passed was left posted and its awaitable spent:
+// the message that came next landed in it unseen. Awaited again, the same awaitable now
+// waits for its WR: the message is not lost.
+TEST_CASE("async_queue_pair: a wait that timed out, awaited again, gets its WR's completion") {
+  rig<> r;
+  auto& loop = r.loop;
+  auto& c = r.c;
+  auto& ma = r.ma;
+  auto& mb = r.mb;
+  auto run = [&]() -> task<void> {
+    auto incoming = c.y().recv(mb.local(0, 64));
+    CHECK((co_await incoming.within(20ms)).outcome() == wr_outcome::timed_out);
+    CHECK((co_await incoming.within(1ms)).outcome() == wr_outcome::timed_out);  // again
+    CHECK_FALSE(incoming.ready());
+    std::memcpy(ma.data(), "late one", 8);
+    CHECK((co_await c.x().send(ma.local(0, 8))).ok());
+    wr_result<B> got = co_await incoming.within(1s);
+    REQUIRE(got.ok());
+    CHECK(got.completion().byte_len() == 8);
+    CHECK(std::memcmp(mb.data(), "late one", 8) == 0);
+    // Taken: a WR's completion is awaited once.
+    CHECK((co_await usage_error_of_await(incoming)).find("awaited already") != std::string::npos);
+
+    // The same for one moved after its timeout, and unbounded the second time.
+    auto second = c.y().recv(mb.local(64, 64));
+    CHECK((co_await second.within(1ms)).outcome() == wr_outcome::timed_out);
+    CHECK((co_await c.x().send(ma.local(0, 8))).ok());
+    auto moved = std::move(second);
+    CHECK((co_await moved).ok());
+  };
+  loop.run(run());
+  CHECK(c.b.cq.pending() == 0);
+}
+
+// A WR that waited for credits and timed out goes on waiting for them: awaited again, it
+// is posted when credits come back and completes (it was never posted: the message meant
+// for it found no receive).
+TEST_CASE("async_queue_pair: a WR waiting for credits that timed out is posted later and awaited again") {
+  rig<> r;  // 16 receive slots
+  auto& loop = r.loop;
+  auto& c = r.c;
+  auto& ma = r.ma;
+  auto& mb = r.mb;
+  auto run = [&]() -> task<void> {
+    std::vector<decltype(c.y().recv(mb.local(0, 64)))> recvs;
+    for (std::uint32_t i = 0; i < 16; ++i) recvs.push_back(c.y().recv(mb.local(i * 64, 64)));
+    auto extra = c.y().recv(mb.local(16 * 64, 64));  // no receive credit left: it waits
+    CHECK((co_await extra.within(1ms)).outcome() == wr_outcome::timed_out);
+    std::vector<decltype(c.x().send(ma.local(0, 8)))> sends;
+    for (int i = 0; i < 17; ++i) sends.push_back(c.x().send(ma.local(0, 8)));
+    for (auto& s : sends) CHECK((co_await s.within(5s)).ok());
+    for (auto& rv : recvs) CHECK((co_await rv.within(5s)).ok());
+    CHECK((co_await extra.within(5s)).ok());
+  };
+  loop.run(run());
+}
+
 // A completion and the deadline in one turn of the loop (within(0ns) on the mock): the
 // timeout handler ran after the completion had queued the resumption, resumed the
 // coroutine itself and left that resumption queued, so the coroutine was resumed a
