@@ -350,6 +350,15 @@ CONFORMANCE_CASE("faults: RC SEND without a posted receive and small rnr_retry -
                      .rkey = p.dst.rkey(), .imm_be = to_be32(1)},
                     {wc_status::rnr_retry_exc_err});
   }
+  // Only the last packet, which carries the immediate, needs the receive: the two before
+  // it (path MTU 1024) were written.
+  SUBCASE("RDMA_WRITE_WITH_IMM over three packets: the first two are written") {
+    p.run_requester({.op = opcode::rdma_write_with_imm, .sg = {p.src.sge(0, 2500)}, .remote_addr = p.dst.addr(0),
+                     .rkey = p.dst.rkey(), .imm_be = to_be32(1)},
+                    {wc_status::rnr_retry_exc_err});
+    CHECK(p.dst.holds(5, 0, 2048));
+    CHECK(p.dst.zero(2048, 4096 - 2048));
+  }
   CHECK(fx.drain(p.b.recv_cq, 5).empty());
 }
 

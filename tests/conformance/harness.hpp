@@ -225,6 +225,12 @@ struct buffer {
       if (data()[off + i] != std::byte((seed + src_off + i) % 251)) return false;
     return true;
   }
+  /// True when the `len` bytes at `off` are all 0 (as make_buffer leaves them).
+  bool zero(std::size_t off, std::size_t len) const {
+    for (std::size_t i = 0; i < len; ++i)
+      if (data()[off + i] != std::byte{0}) return false;
+    return true;
+  }
   void clear(std::byte v = std::byte{0}) { std::memset(data(), int(v), size); }
 };
 

@@ -37,6 +37,24 @@ CONFORMANCE_CASE("uc: RDMA_WRITE_WITH_IMM with no receive posted is dropped sile
   CHECK(B::query_qp_state(b.qp) == qp_state::rts);
 }
 
+// Only the last packet carries the immediate and looks for a receive: the ones before it
+// (path MTU 1024) were written when they came.
+CONFORMANCE_CASE("uc: RDMA_WRITE_WITH_IMM over three packets with no receive: the first two are written") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair({.type = qp_type::uc});
+  auto& src = fx.make_buffer(4096);
+  auto& dst = fx.make_buffer(4096);
+  src.fill(6);
+  REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write_with_imm, src.sge(0, 2500), dst.addr(0), dst.rkey(),
+                       send_flags::signaled, to_be32(5)) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  fx.settle();
+  CHECK(fx.drain(b.recv_cq).empty());
+  CHECK(dst.holds(6, 0, 2048));
+  CHECK(dst.zero(2048, 4096 - 2048));
+  CHECK(B::query_qp_state(b.qp) == qp_state::rts);
+}
+
 CONFORMANCE_CASE("uc: an access violation (bad rkey) is dropped silently and the QP keeps working") {
   fixture<B> fx;
   auto [a, b] = fx.make_pair({.type = qp_type::uc});

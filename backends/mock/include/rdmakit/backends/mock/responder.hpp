@@ -238,7 +238,14 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
     }
     return refuse(f, d, m, wc_status::rem_access_err, async_event_type::qp_access_err);
   }
-  if (imm && receives(d).empty()) return receiver_not_ready(f, d, m);
+  if (imm && receives(d).empty()) {
+    // Only the last packet, which carries the immediate, takes a receive (IBA 9.7.5.1: RNR
+    // NAKs answer an RDMA WRITE's LAST or ONLY packet with immediate): the ones before it
+    // were written as they came (rxe too, observed).
+    const std::uint64_t before_last = std::uint64_t{m.npkts - 1} * mtu_bytes(d->attr.path_mtu);
+    if (m.npkts > 1 && before_last < m.length) std::memcpy(reinterpret_cast<void*>(m.remote_addr), m.bytes(), before_last);
+    return receiver_not_ready(f, d, m);
+  }
   if (m.length) std::memcpy(reinterpret_cast<void*>(m.remote_addr), m.bytes(), m.length);
   if (imm) {
     cq_entry e;
