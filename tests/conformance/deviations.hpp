@@ -118,6 +118,8 @@ inline constexpr std::string_view srq_recv_in_qp_pd = "srq.recv_buffer_in_qp_pd"
 inline constexpr std::string_view sender_imm_flag = "completion.sender_with_imm_flag";
 inline constexpr std::string_view responder_error_event = "async.responder_access_error_event";
 inline constexpr std::string_view ud_grh_hop_limit = "ud.grh_hop_limit";
+inline constexpr std::string_view atomic_inline = "opcode.atomic_inline";
+inline constexpr std::string_view rkey_as_lkey = "mr.rkey_used_as_lkey";
 
 }  // namespace ids
 
@@ -225,7 +227,16 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::atomic_len_over_8, "spec", {.post_errno = EINVAL, .req = status_set::nothing()},
                   "spec §3: local length != 8 is EINVAL at post"},
     deviation_row{ids::atomic_len_over_8, "rxe", {.post_errno = 0, .req = {wc_status::success}},
-                  "rxe provider (observed): only a length below 8 is refused; 8 bytes are used"},
+                  "rxe provider (observed): only fewer than 8 bytes in the SGEs are refused, in any number of "
+                  "SGEs; the first 8 take the result and the completion's byte_len is the SGEs' total"},
+    // An atomic with IBV_SEND_INLINE (on a QP with max_inline_data 64).
+    deviation_row{ids::atomic_inline, "spec", {.post_errno = EINVAL, .req = status_set::nothing(),
+                  .remote_ran = tri::no},
+                  "spec §4.1 (ibv_post_send(3)): IBV_SEND_INLINE is for SEND and RDMA WRITE only: EINVAL at post"},
+    deviation_row{ids::atomic_inline, "rxe", {.post_errno = 0, .req = {wc_status::loc_prot_err},
+                  .remote_ran = tri::yes},
+                  "rxe provider (observed): posted; the target changes, then LOC_PROT_ERR: the inline bytes took "
+                  "the place of the SGEs the result should land in"},
     // RDMA WRITE with immediate and a bad rkey: the receive the immediate would have used.
     deviation_row{ids::write_imm_bad_rkey, "spec", {.req = {wc_status::rem_access_err}, .resp = {wc_status::loc_access_err}},
                   "spec §3 (ibv_poll_cq(3) IBV_WC_LOC_ACCESS_ERR): the responder's receive completes with a "
@@ -299,6 +310,13 @@ inline constexpr std::array deviation_table{
     // handle whose hop_limit is 9.
     deviation_row{ids::ud_grh_hop_limit, "spec", {.hop_limit = -1},
                   "spec §7.1: the packet's network header carries the address handle's hop limit"},
+    // An MR's rkey used as the lkey of a SEND's SGE (an MR with remote access).
+    deviation_row{ids::rkey_as_lkey, "spec", {.req = {wc_status::loc_prot_err}},
+                  "spec §10.1: L_Key and R_Key may differ; the mock's spec profile makes them differ, so the "
+                  "wrong key is caught (LOC_PROT_ERR)"},
+    deviation_row{ids::rkey_as_lkey, "rxe", {.req = {wc_status::success}},
+                  "rxe (kernel 6.1): an MR with remote access has its lkey as rkey (one without has rkey 0), so "
+                  "the SEND goes through"},
     deviation_row{ids::ud_grh_hop_limit, "rxe", {.hop_limit = 64},
                   "rxe (kernel 6.1, observed): 64 whatever the address handle asks; the IPv4 header's checksum "
                   "is 0 and its identification varies"},

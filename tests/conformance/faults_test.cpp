@@ -67,6 +67,29 @@ CONFORMANCE_CASE("faults: send SGE with a bad lkey -> req error, QP ERR, rest fl
   CHECK(B::query_qp_state(p.b.qp) == qp_state::rts);
 }
 
+// Code that puts an rkey where an lkey belongs works on rxe, whose MRs use one key for
+// both, and fails on a device whose keys differ (the spec profile's).
+CONFORMANCE_CASE("faults: an MR's rkey used as a send SGE's lkey") {
+  fixture<B> fx;
+  const auto want = expected(ids::rkey_as_lkey, backend_traits<B>::profile());
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(256);
+  auto& local_only = fx.make_buffer(64, acc::local_write);
+  src.fill(4);
+  const bool same_key = src.rkey() == src.lkey();
+  CHECK(same_key == want.req.allows(wc_status::success));
+  if (same_key) CHECK(local_only.rkey() == 0);  // rxe: no remote access, no rkey
+  REQUIRE(fx.post_recv(b, 800, {dst.sge(0, 256)}) == 0);
+  REQUIRE(fx.post_send(a, 1, opcode::send, {{src.addr(0), 64, src.rkey()}}) == 0);
+  const auto s = fx.poll_one(a.send_cq, "the SEND");
+  CONF_CHECK_STATUS(want.req, s.status);
+  if (s.status == wc_status::success) {
+    CHECK(fx.poll_one(b.recv_cq).byte_len == 64);
+    CHECK(dst.holds(4, 0, 64));
+  }
+}
+
 CONFORMANCE_CASE("faults: send SGE in an MR of another PD -> req error, QP ERR, rest flushed") {
   fixture<B> fx;
   faulty_pair<B> p(fx);

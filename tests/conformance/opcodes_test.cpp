@@ -229,19 +229,57 @@ CONFORMANCE_CASE("opcodes: an atomic on an unaligned remote address or with leng
 CONFORMANCE_CASE("opcodes: an atomic with a local SGE longer than 8 bytes") {
   fixture<B> fx;
   const auto want = expected(ids::atomic_len_over_8, backend_traits<B>::profile());
-  auto [a, b] = fx.make_pair();
+  auto [a, b] = fx.make_pair({.caps = {16, 16, 4, 1, 0}});
   auto& local = fx.make_buffer(64);
   auto& remote = fx.make_buffer(64);
-  CHECK(fx.post_atomic(a, 3, opcode::atomic_fetch_and_add, local.sge(0, 16), remote.addr(0), remote.rkey(), 1) ==
-        want.post_errno);
+  remote.fill(3);
+  const std::uint64_t before = remote.u64(0);
+  std::vector<rdmakit::sge> sg{local.sge(0, 16)};
+  SUBCASE("one SGE of 16 bytes") {}
+  SUBCASE("two SGEs of 4 bytes and one of 8") { sg = {local.sge(0, 4), local.sge(32, 4), local.sge(48, 8)}; }
+  const int rc = fx.post_send(a, 3, opcode::atomic_fetch_and_add, sg, send_flags::signaled,
+                              [&](typename B::send_wr& w) { B::set_atomic(w, remote.addr(0), remote.rkey(), 1, 0); });
+  CHECK(rc == want.post_errno);
   auto got = fx.drain(a.send_cq, 5);
   if (want.req.is_nothing()) {
     CHECK(got.empty());
-    CHECK(remote.u64(0) == 0);
+    CHECK(remote.u64(0) == before);
+  } else {
+    REQUIRE(got.size() == 1);
+    CONF_CHECK_STATUS(want.req, got[0].status);
+    // The completion counts every byte of the SGEs; the original value fills the first 8.
+    std::uint32_t total = 0;
+    for (const auto& s : sg) total += s.length;
+    CHECK(got[0].byte_len == total);
+    CHECK(remote.u64(0) == before + 1);
+    std::uint64_t original = 0;
+    std::size_t at = 0;
+    for (const auto& s : sg)
+      for (std::uint32_t i = 0; i < s.length && at < 8; ++i, ++at)
+        original |= std::uint64_t(std::to_integer<std::uint8_t>(local.data()[s.addr - local.addr(0) + i])) << (8 * at);
+    CHECK(original == before);
+  }
+}
+
+CONFORMANCE_CASE("opcodes: an atomic marked inline") {
+  fixture<B> fx;
+  const auto want = expected(ids::atomic_inline, backend_traits<B>::profile());
+  auto [a, b] = fx.make_pair({.caps = {16, 16, 1, 1, 64}});
+  auto& local = fx.make_buffer(64);
+  auto& remote = fx.make_buffer(64);
+  const int rc = fx.post_send(a, 4, opcode::atomic_fetch_and_add, {local.sge(0, 8)},
+                              send_flags::signaled | send_flags::inline_data,
+                              [&](typename B::send_wr& w) { B::set_atomic(w, remote.addr(0), remote.rkey(), 5, 0); });
+  CHECK(rc == want.post_errno);
+  auto got = fx.drain(a.send_cq, 5);
+  if (want.req.is_nothing()) {
+    CHECK(got.empty());
   } else {
     REQUIRE(got.size() == 1);
     CONF_CHECK_STATUS(want.req, got[0].status);
   }
+  CHECK((want.remote_ran == tri::yes) == (remote.u64(0) == 5));
+  CHECK(local.u64(0) == 0);  // the result lands nowhere
 }
 
 CONFORMANCE_CASE("opcodes: an opcode the transport lacks (UC READ/atomic, UD WRITE/READ)") {

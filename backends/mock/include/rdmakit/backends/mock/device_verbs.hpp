@@ -168,10 +168,14 @@ RDMAKIT_DECL mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access 
   m->length = length;
   m->flags = flags;
   m->lkey = f.next_key;
-  m->rkey = f.next_key | 0x80000000u;  // distinct from the lkey, so mixing them up is caught
+  // The spec profile makes the rkey differ from the lkey, so that using one for the
+  // other is caught. rxe gives an MR with remote access its lkey as rkey, and one
+  // without rkey 0, which names no MR (rxe 6.1).
+  const bool remote = has_any(flags, access::remote_write | access::remote_read | access::remote_atomic);
+  m->rkey = !f.as_rxe() ? f.next_key | 0x80000000u : remote ? f.next_key : 0;
   f.by_lkey[m->lkey] = m.get();  // these two may throw: nothing else has changed yet
   try {
-    f.by_rkey[m->rkey] = m.get();
+    if (m->rkey) f.by_rkey[m->rkey] = m.get();
   } catch (...) {
     f.by_lkey.erase(m->lkey);
     throw;
@@ -189,7 +193,7 @@ RDMAKIT_DECL int mock::dereg_mr(mr m) noexcept {
   for (auto& [i, w] : f.mws)
     if (w->mr == m) return EINVAL;  // a window is bound to it (rxe 6.1 refuses as IBA 10.6.7.2.6 asks)
   f.by_lkey.erase(m->lkey);
-  f.by_rkey.erase(m->rkey);
+  if (m->rkey) f.by_rkey.erase(m->rkey);
   ++f.mr_epoch;
   --m->pd->children;
   --f.devices[m->pd->ctx->dev].count.mr;

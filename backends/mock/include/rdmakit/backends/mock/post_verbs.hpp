@@ -25,8 +25,9 @@ inline rdmakit::backends::mock::send_wr* refused_wr(const fabric_state& f, const
 // in RTS/SQD/ERR, ENOMEM for a full send queue), or 0; `total` gets its length. The
 // send queue counts every slot still held, unsignaled WRs waiting for a later
 // signaled completion included.
-// `as_rxe`: rxe's provider accepts an opcode the transport lacks (the WR fails later) and
-// an atomic SGE longer than 8 bytes (8 are used).
+// `as_rxe`: rxe's provider accepts an opcode the transport lacks (the WR fails later), an
+// atomic whose SGEs hold 8 bytes or more in any number of SGEs (the first 8 take the
+// result), and a READ or an atomic marked inline (its SGEs are then lost: see on_response).
 inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::backends::mock::send_wr& w,
                          std::uint64_t& total) noexcept {
   const bool as_rxe = f.as_rxe();
@@ -37,9 +38,8 @@ inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::
   for (int i = 0; i < w.num_sge; ++i) total += w.sg_list[i].length;
   if (total > (1ull << 31)) return EINVAL;
   const bool inl = has_all(w.flags, send_flags::inline_data);
-  if (inl && (total > q->caps.max_inline_data || is_read_or_atomic(w.op))) return EINVAL;
-  if (is_atomic(w.op) && (w.num_sge != 1 || w.sg_list[0].length < 8 || (!as_rxe && w.sg_list[0].length != 8) ||
-                          (w.atomic.remote_addr & 7) != 0))
+  if (inl && (total > q->caps.max_inline_data || (!as_rxe && is_read_or_atomic(w.op)))) return EINVAL;
+  if (is_atomic(w.op) && (total < 8 || (!as_rxe && (w.num_sge != 1 || total != 8)) || (w.atomic.remote_addr & 7) != 0))
     return EINVAL;
   if (is_read_or_atomic(w.op) && q->attr.max_rd_atomic == 0 && opcode_allowed(q->type, w.op))
     return EINVAL;  // max_rd_atomic 0 can never issue it: refuse instead of stalling
@@ -73,7 +73,7 @@ RDMAKIT_ALWAYS_INLINE void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::
   e.op = w.op;
   e.flags = w.flags;
   e.signaled = q->sq_sig_all || has_all(w.flags, send_flags::signaled);
-  e.length = static_cast<std::uint32_t>(is_atomic(w.op) ? 8 : total);
+  e.length = static_cast<std::uint32_t>(total);  // an atomic's: 8, or under rxe its SGEs' (send_wr_error)
   e.sges.assign(w.sg_list, static_cast<std::size_t>(w.num_sge));
   e.is_inline = has_all(w.flags, send_flags::inline_data);
   if (e.is_inline)

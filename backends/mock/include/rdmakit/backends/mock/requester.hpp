@@ -50,7 +50,9 @@ inline void on_response(fabric_state& f, const reply_to& to, const response& r) 
       if (w->op == opcode::rdma_read || is_atomic(w->op)) {
         // The local region may have been deregistered since the WR was issued: the HCA
         // writes only into live regions, else the WR fails (LOC_PROT_ERR), as hardware.
-        bool live = true;
+        // rxe (the only profile that takes them) keeps an inline WR's bytes where its SGEs
+        // were, so the response finds no SGE to land in.
+        bool live = !w->is_inline;
         for (const auto& s : w->sges) live = live && local_sge_ok(f, q->pd, s, true);
         if (live)
           scatter(w->sges, r.data.data(), r.data.size());
