@@ -77,6 +77,7 @@ struct outcome {
   tri imm_flag = tri::either;     ///< IBV_WC_WITH_IMM on the sender's completion of a WR with immediate
   tri remote_ran = tri::either;   ///< the remote side of a failed WR ran (an atomic's target changed)
   int hop_limit = -1;  ///< the hop limit (IPv4: TTL) of a UD receive's GRH area; -1: the address handle's
+  tri head_written = tri::either;  ///< a failed message's leading packets reached the responder's memory
 };
 
 struct deviation_row {
@@ -120,6 +121,8 @@ inline constexpr std::string_view responder_error_event = "async.responder_acces
 inline constexpr std::string_view ud_grh_hop_limit = "ud.grh_hop_limit";
 inline constexpr std::string_view atomic_inline = "opcode.atomic_inline";
 inline constexpr std::string_view rkey_as_lkey = "mr.rkey_used_as_lkey";
+inline constexpr std::string_view send_runs_out_later = "fault.send_sge_runs_out_after_packets";
+inline constexpr std::string_view recv_too_small_later = "fault.recv_too_small_after_packets.rc";
 
 }  // namespace ids
 
@@ -169,6 +172,21 @@ inline constexpr std::array deviation_table{
                    .resp = status_set::nothing()},
                   "rxe: LOC_PROT_ERR observed (kernel 6.1: the lkey is valid, the range check fails); "
                   "LOC_QP_OP_ERR or WR_FLUSH_ERR as for other send-side SGE faults on other kernels"},
+    // The same, a SEND or WRITE whose SGE runs past its MR three packets in (path MTU 1024).
+    deviation_row{ids::send_runs_out_later, "spec",
+                  {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing(), .head_written = tri::no},
+                  "spec §3: req LOC_PROT_ERR; the spec leaves the responder's bytes undefined, the spec profile "
+                  "writes none"},
+    deviation_row{ids::send_runs_out_later, "rxe",
+                  {.req = {wc_status::loc_prot_err, wc_status::loc_qp_op_err, wc_status::wr_flush_err},
+                   .resp = status_set::nothing(), .head_written = tri::yes},
+                  "rxe (kernel 6.1, observed): the three packets before the bad byte are sent and written (a "
+                  "SEND's into the receive, which stays posted until flushed); LOC_PROT_ERR"},
+    // A SEND of three packets (path MTU 1024) into a receive with room for two and a half.
+    deviation_row{ids::recv_too_small_later, "spec", {.head_written = tri::no},
+                  "spec §3: the failed receive's bytes are undefined; the spec profile writes none"},
+    deviation_row{ids::recv_too_small_later, "rxe", {.head_written = tri::yes},
+                  "rxe (kernel 6.1, observed): the two packets that fit are written before the third fails"},
     // An atomic whose result SGE has a bad lkey.
     deviation_row{ids::atomic_result_bad_lkey, "spec",
                   {.req = {wc_status::loc_prot_err}, .remote_ran = tri::no},

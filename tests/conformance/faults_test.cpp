@@ -110,6 +110,32 @@ CONFORMANCE_CASE("faults: send SGE beyond the MR's range -> req error, QP ERR, r
   if (want.resp.is_nothing()) CHECK(fx.drain(p.b.recv_cq, 5).empty());
 }
 
+// A device reads a message's bytes as it makes its packets: those made before the bad
+// byte may have gone out, and the responder written them (a SEND into its receive, which
+// does not complete: a flush does).
+CONFORMANCE_CASE("faults: send SGE running past its MR three packets in -> req error; the packets before it") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  const auto want = expected(ids::send_runs_out_later, backend_traits<B>::profile());
+  const auto bad = p.src.sge(1000, 3500);  // 3096 readable bytes: three whole packets of 1024
+  SUBCASE("SEND") {
+    REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 4096)}) == 0);
+    p.run_requester({.sg = {bad}}, want.req);
+    CHECK(fx.drain(p.b.recv_cq, 5).empty());  // the receive waits for the rest
+  }
+  SUBCASE("RDMA_WRITE") {
+    p.run_requester({.op = opcode::rdma_write, .sg = {bad}, .remote_addr = p.dst.addr(0), .rkey = p.dst.rkey()},
+                    want.req);
+  }
+  CHECK(B::query_qp_state(p.b.qp) == qp_state::rts);
+  if (want.head_written == tri::yes) {
+    CHECK(p.dst.holds(5, 0, 3072, 1000));
+    CHECK(p.dst.zero(3072, 4096 - 3072));
+  } else if (want.head_written == tri::no) {
+    CHECK(p.dst.zero(0, 4096));
+  }
+}
+
 // --- local faults where the HCA writes the result ---
 
 CONFORMANCE_CASE("faults: RDMA_READ into an MR without LOCAL_WRITE -> LOC_PROT_ERR") {
@@ -306,6 +332,25 @@ CONFORMANCE_CASE("faults: RC receive buffer too small -> both sides error, both 
   CONF_CHECK_STATUS(want.resp, rq[0].status);
   check_flushes({rq[1]}, {801}, p.b.num);
   CHECK(fx.wait_state(p.b, qp_state::err) == qp_state::err);
+}
+
+// The receive fails on the packet that does not fit: those before it may have been written.
+CONFORMANCE_CASE("faults: RC SEND of three packets into a receive with room for two and a half") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  const auto want = expected(ids::recv_too_small_later, backend_traits<B>::profile());
+  const auto size_want = expected(ids::recv_too_small_rc, backend_traits<B>::profile());
+  REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 2560)}) == 0);
+  p.run_requester({.sg = {p.src.sge(0, 3000)}}, size_want.req);
+  auto rq = fx.poll(p.b.recv_cq, 1, "the failed receive");
+  REQUIRE(rq.size() == 1);
+  CONF_CHECK_STATUS(size_want.resp, rq[0].status);
+  if (want.head_written == tri::yes) {
+    CHECK(p.dst.holds(5, 0, 2048));
+    CHECK(p.dst.zero(2048, 4096 - 2048));
+  } else {
+    CHECK(p.dst.zero(0, 4096));
+  }
 }
 
 CONFORMANCE_CASE("faults: RC receive SGE with a bad lkey -> resp error, req REM_OP_ERR") {

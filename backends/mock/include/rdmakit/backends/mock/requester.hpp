@@ -133,6 +133,26 @@ inline void address_from_qp(fabric_state& f, qp_obj* q, message& m) {
   m.dest_hint = q->peer;
 }
 
+// rxe copies a SEND's or WRITE's bytes packet by packet and looks an SGE up when a packet
+// reaches it: the whole packets before the first byte it cannot read are sent (and the
+// responder writes them) before the WQE fails (rxe 6.1, observed). Their bytes, or 0.
+inline std::uint32_t sent_before_bad_sge(fabric_state& f, const qp_obj* q, const send_wqe& w, std::uint32_t mtu) {
+  if (q->type == qp_type::ud || !carries_payload(w.op) || w.is_inline) return 0;
+  std::uint64_t readable = 0;
+  for (const auto& s : w.sges) {
+    if (local_sge_ok(f, q->pd, s, false)) {
+      readable += s.length;
+      continue;
+    }
+    // A range that runs past its MR: the bytes inside it are read.
+    const mr_obj* m = find_mr(f, f.by_lkey, nullptr, s.lkey);
+    if (m && m->pd == q->pd && s.addr >= m->addr && s.addr < m->addr + m->length) readable += m->addr + m->length - s.addr;
+    break;
+  }
+  const std::uint64_t whole = readable / mtu * mtu;
+  return whole < w.length ? static_cast<std::uint32_t>(whole) : 0;
+}
+
 /// The requester side: sends every queued WQE it may (fence and rd_atomic limits),
 /// from issue_from on (every WQE before it is issued or done).
 ///
@@ -187,14 +207,17 @@ inline void issue(fabric_state& f, qp_obj* q) {
     // (on_response): the remote side runs first.
     if (!w.is_inline && !(f.as_rxe() && is_read_or_atomic(w.op)))
       for (const auto& s : w.sges) ok = ok && local_sge_ok(f, q->pd, s, is_read_or_atomic(w.op), &q->lkeys);
+    std::uint32_t head = 0;  // the rxe profile: the bytes of the packets sent before the failing one
     if (!ok) {
       w.state = send_wqe::phase::done;
       w.status = wc_status::loc_prot_err;
       // rxe: an unknown lkey or another PD's MR is LOC_QP_OP_ERR (a bad range stays LOC_PROT_ERR).
-      if (f.as_rxe())
+      if (f.as_rxe()) {
         for (const auto& s : w.sges)
           if (!local_sge_key_ok(f, q->pd, s)) w.status = wc_status::loc_qp_op_err;
-      break;
+        head = sent_before_bad_sge(f, q, w, mtu);
+      }
+      if (head == 0) break;
     }
     if (ud_over_mtu) {
       w.state = send_wqe::phase::done;
@@ -204,7 +227,7 @@ inline void issue(fabric_state& f, qp_obj* q) {
     // Without faults (or messages they hold back) the message is built in its wire slot,
     // or in f.direct (above); otherwise in the outbox for transmit(). All are reused:
     // every field is set below.
-    direct = may_direct && !sent_any && i + 1 == q->sq.size();
+    direct = may_direct && !sent_any && i + 1 == q->sq.size() && head == 0;
     const bool plain = !direct && f.faults.empty() && q->held.empty();
     wire_event* slot = plain ? &schedule(f, f.now + static_cast<clock_ns>(f.cfg.latency.count()), false) : nullptr;
     message& m = direct ? f.direct : plain ? slot->m : f.outbox;
@@ -215,6 +238,7 @@ inline void issue(fabric_state& f, qp_obj* q) {
     m.op = w.op;
     m.wqe_seq = w.seq;
     m.length = w.length;
+    m.head_bytes = head;
     m.imm = w.imm;
     m.solicited = has_all(w.flags, send_flags::solicited);
     m.remote_addr = w.remote_addr;
@@ -242,6 +266,8 @@ inline void issue(fabric_state& f, qp_obj* q) {
     m.view = nullptr;
     if (!carries_payload(w.op))
       m.payload.clear();
+    else if (head)
+      gather_into(w.sges, m.payload, head);
     else if (direct && !w.is_inline && w.sges.size() == 1)
       m.view = reinterpret_cast<const std::uint8_t*>(w.sges[0].addr);
     else if (w.is_inline)
@@ -249,6 +275,16 @@ inline void issue(fabric_state& f, qp_obj* q) {
     else
       gather_into(w.sges, m.payload);
     m.psn = q->next_psn;
+    if (head) {  // the failed WQE's leading packets, and nothing after it
+      m.npkts = head / mtu;
+      if (plain) {
+        f.packets += m.npkts;
+        scheduled(f, *slot);
+      } else {
+        transmit(f, q, m);
+      }
+      break;
+    }
     m.npkts = is_atomic(w.op) ? 1 : packets_for(w.length, mtu);
     q->next_psn = (q->next_psn + m.npkts) & psn_mask;
     w.psn = m.psn;

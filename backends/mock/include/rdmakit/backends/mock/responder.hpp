@@ -144,12 +144,9 @@ inline recv_wqe take_receive(fabric_state& f, qp_obj* d) {
 inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
   const bool ud = m.type == qp_type::ud;
   if (receives(d).empty()) return receiver_not_ready(f, d, m);
-  recv_wqe rw = take_receive(f, d);
-  const std::uint64_t need = std::uint64_t{m.length} + (ud ? grh_bytes : 0);
-  cq_entry e;
-  e.wc.wr_id = rw.wr_id;
-  e.wc.qp_num = d->qpn;
-  e.wc.opcode = wc_opcode::recv;
+  // Checked where the bytes that came reach (head_bytes: the leading packets only).
+  const std::uint64_t need = std::uint64_t{m.head_bytes ? m.head_bytes : m.length} + (ud ? grh_bytes : 0);
+  const recv_wqe& rw = receives(d).front();
   bool sges_ok = true;
   // An SRQ's receives are checked against its own PD; rxe 6.1 checks them against the
   // QP's (docs/semantics.md#rxe-differs).
@@ -161,6 +158,17 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     before += s.length;
   }
   const std::uint64_t room = sge_total(rw.sges);
+  if (sges_ok && room >= need && m.head_bytes) {
+    // The leading packets of a message whose last never came: written, and the receive
+    // waits for the rest (a flush completes it).
+    scatter(rw.sges, m.bytes(), m.byte_count());
+    return;
+  }
+  const recv_wqe taken = take_receive(f, d);  // rw is gone now
+  cq_entry e;
+  e.wc.wr_id = taken.wr_id;
+  e.wc.qp_num = d->qpn;
+  e.wc.opcode = wc_opcode::recv;
   if (!sges_ok || room < need) {
     // rxe reports every receive-side fault as LOC_QP_OP_ERR and NAKs with REM_OP_ERR.
     e.wc.status = f.as_rxe() ? wc_status::loc_qp_op_err : sges_ok ? wc_status::loc_len_err : wc_status::loc_prot_err;
@@ -170,7 +178,19 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     if (ud && sges_ok && f.as_rxe() && room >= grh_bytes) {
       std::uint8_t grh[grh_bytes];
       write_grh_area(f, m, grh);
-      scatter(rw.sges, grh, grh_bytes);
+      scatter(taken.sges, grh, grh_bytes);
+    }
+    // rxe writes an RC or UC message packet by packet: the whole packets that fit in the
+    // receive's good SGEs, before the one that does not, are written (rxe 6.1, observed).
+    if (!ud && f.as_rxe()) {
+      std::uint64_t usable = 0;
+      for (const auto& s : taken.sges) {
+        if (!local_sge_ok(f, pd, s, true)) break;
+        usable += s.length;
+      }
+      const std::uint64_t pmtu = mtu_bytes(d->attr.path_mtu);
+      const std::uint64_t whole = usable / pmtu * pmtu;
+      if (whole && whole < need) scatter(taken.sges, m.bytes(), whole);
     }
     recv_cqe(f, d, e, false);
     // A UD datagram that does not fit costs its receive, not the QP: the QP stays in RTS
@@ -184,12 +204,12 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
   if (ud) {
     std::uint8_t grh[grh_bytes];
     write_grh_area(f, m, grh);
-    scatter(rw.sges, grh, grh_bytes);
-    scatter(rw.sges, m.bytes(), m.byte_count(), grh_bytes);
+    scatter(taken.sges, grh, grh_bytes);
+    scatter(taken.sges, m.bytes(), m.byte_count(), grh_bytes);
     e.wc.src_qp = m.src_qpn;
     e.wc.flags = wc_flags::grh;
   } else {
-    scatter(rw.sges, m.bytes(), m.byte_count());
+    scatter(taken.sges, m.bytes(), m.byte_count());
     if (f.as_rxe()) e.wc.flags = wc_flags::grh;  // rxe flags RC/UC receives too
   }
   e.wc.byte_len = static_cast<std::uint32_t>(need);
@@ -237,6 +257,10 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
       recv_cqe(f, d, e, false);
     }
     return refuse(f, d, m, wc_status::rem_access_err, async_event_type::qp_access_err);
+  }
+  if (m.head_bytes) {  // the leading packets of a message whose last never came: written, no more
+    std::memcpy(reinterpret_cast<void*>(m.remote_addr), m.bytes(), m.byte_count());
+    return;
   }
   if (imm && receives(d).empty()) {
     // Only the last packet, which carries the immediate, takes a receive (IBA 9.7.5.1: RNR

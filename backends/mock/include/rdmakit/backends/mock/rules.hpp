@@ -153,13 +153,15 @@ inline mr_obj* remote_mr_ok(fabric_state& f, const qp_obj* d, std::uint32_t rkey
   return m;
 }
 
-/// The bytes the SGEs name, in order, into a reused buffer (no allocation once it is
-/// large enough).
-inline void gather_into(std::span<const sge> sges, std::vector<std::uint8_t>& out) {
+/// The first `limit` bytes the SGEs name (all of them by default), in order, into a
+/// reused buffer (no allocation once it is large enough).
+inline void gather_into(std::span<const sge> sges, std::vector<std::uint8_t>& out,
+                        std::uint64_t limit = ~std::uint64_t{0}) {
   out.clear();
   for (const auto& s : sges) {
     const auto* p = reinterpret_cast<const std::uint8_t*>(s.addr);
-    if (s.length) out.insert(out.end(), p, p + s.length);
+    const std::uint64_t n = s.length < limit - out.size() ? s.length : limit - out.size();
+    if (n) out.insert(out.end(), p, p + n);
   }
 }
 
