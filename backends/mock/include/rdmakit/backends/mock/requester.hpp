@@ -133,11 +133,50 @@ inline void address_from_qp(fabric_state& f, qp_obj* q, message& m) {
   m.dest_hint = q->peer;
 }
 
+// The header fields of the request message for WQE `w` of `q` (all but its payload,
+// PSN and packet count): every field a reused message may hold is set.
+RDMAKIT_ALWAYS_INLINE void fill_request(fabric_state& f, qp_obj* q, const send_wqe& w, const device_rt& dev,
+                                        message& m) {
+  m.src_qpn = q->qpn;
+  m.src_dev = q->pd->ctx->dev;
+  m.src_port = q->attr.port_num;
+  m.type = q->type;
+  m.op = w.op;
+  m.wqe_seq = w.seq;
+  m.length = w.length;
+  m.head_bytes = 0;
+  m.imm = w.imm;
+  m.solicited = has_all(w.flags, send_flags::solicited);
+  m.remote_addr = w.remote_addr;
+  m.rkey = w.rkey;
+  m.compare_add = w.compare_add;
+  m.swap = w.swap;
+  m.epoch = f.qp_epoch;
+  m.src_hint = q;
+  if (q->type == qp_type::ud) {
+    m.av = w.ud_av;
+    m.dest_qpn = w.remote_qpn;
+    m.qkey = w.remote_qkey;
+    m.dest_hint = nullptr;
+    m.routed = false;
+    m.to_dev = 0;
+    m.to_port = 0;
+  } else {
+    m.qkey = 0;
+    address_from_qp(f, q, m);
+  }
+  const auto& sg = dev.ports[m.src_port - 1].gids;
+  const bool have_sgid = m.av.grh.sgid_index < sg.size();
+  m.sgid = have_sgid ? sg[m.av.grh.sgid_index].value : gid{};
+  m.sgid_type = have_sgid ? sg[m.av.grh.sgid_index].type : gid_type::ib;
+}
+
 // rxe copies a SEND's or WRITE's bytes packet by packet and looks an SGE up when a packet
 // reaches it: the whole packets before the first byte it cannot read are sent (and the
-// responder writes them) before the WQE fails (rxe 6.1, observed). Their bytes, or 0.
-inline std::uint32_t sent_before_bad_sge(fabric_state& f, const qp_obj* q, const send_wqe& w, std::uint32_t mtu) {
-  if (q->type == qp_type::ud || !carries_payload(w.op) || w.is_inline) return 0;
+// responder writes them) before the WQE fails (rxe 6.1, observed). Sends those, if any.
+RDMAKIT_NOINLINE inline void send_head_before_bad_sge(fabric_state& f, qp_obj* q, const send_wqe& w,
+                                                      std::uint32_t mtu) {
+  if (q->type == qp_type::ud || !carries_payload(w.op) || w.is_inline) return;
   std::uint64_t readable = 0;
   for (const auto& s : w.sges) {
     if (local_sge_ok(f, q->pd, s, false)) {
@@ -145,12 +184,21 @@ inline std::uint32_t sent_before_bad_sge(fabric_state& f, const qp_obj* q, const
       continue;
     }
     // A range that runs past its MR: the bytes inside it are read.
-    const mr_obj* m = find_mr(f, f.by_lkey, nullptr, s.lkey);
-    if (m && m->pd == q->pd && s.addr >= m->addr && s.addr < m->addr + m->length) readable += m->addr + m->length - s.addr;
+    const mr_obj* mr = find_mr(f, f.by_lkey, nullptr, s.lkey);
+    if (mr && mr->pd == q->pd && s.addr >= mr->addr && s.addr < mr->addr + mr->length)
+      readable += mr->addr + mr->length - s.addr;
     break;
   }
   const std::uint64_t whole = readable / mtu * mtu;
-  return whole < w.length ? static_cast<std::uint32_t>(whole) : 0;
+  if (whole == 0 || whole >= w.length) return;
+  message& m = f.outbox;
+  fill_request(f, q, w, device_of(q), m);
+  m.head_bytes = static_cast<std::uint32_t>(whole);
+  m.view = nullptr;
+  gather_head(w.sges, whole, m.payload);
+  m.psn = q->next_psn;
+  m.npkts = m.head_bytes / mtu;
+  transmit(f, q, m);  // the WQE is done: its completion and the QP's ERR follow
 }
 
 /// The requester side: sends every queued WQE it may (fence and rd_atomic limits),
@@ -206,8 +254,11 @@ inline void issue(fabric_state& f, qp_obj* q) {
     // rxe looks at a READ's or an atomic's result SGEs only when the response comes
     // (on_response): the remote side runs first.
     if (!w.is_inline && !(f.as_rxe() && is_read_or_atomic(w.op)))
-      for (const auto& s : w.sges) ok = ok && local_sge_ok(f, q->pd, s, is_read_or_atomic(w.op), &q->lkeys);
-    std::uint32_t head = 0;  // the rxe profile: the bytes of the packets sent before the failing one
+      for (const auto& s : w.sges)
+        if (!local_sge_ok(f, q->pd, s, is_read_or_atomic(w.op), &q->lkeys)) {
+          ok = false;
+          break;
+        }
     if (!ok) {
       w.state = send_wqe::phase::done;
       w.status = wc_status::loc_prot_err;
@@ -215,9 +266,9 @@ inline void issue(fabric_state& f, qp_obj* q) {
       if (f.as_rxe()) {
         for (const auto& s : w.sges)
           if (!local_sge_key_ok(f, q->pd, s)) w.status = wc_status::loc_qp_op_err;
-        head = sent_before_bad_sge(f, q, w, mtu);
+        send_head_before_bad_sge(f, q, w, mtu);
       }
-      if (head == 0) break;
+      break;
     }
     if (ud_over_mtu) {
       w.state = send_wqe::phase::done;
@@ -227,47 +278,14 @@ inline void issue(fabric_state& f, qp_obj* q) {
     // Without faults (or messages they hold back) the message is built in its wire slot,
     // or in f.direct (above); otherwise in the outbox for transmit(). All are reused:
     // every field is set below.
-    direct = may_direct && !sent_any && i + 1 == q->sq.size() && head == 0;
+    direct = may_direct && !sent_any && i + 1 == q->sq.size();
     const bool plain = !direct && f.faults.empty() && q->held.empty();
     wire_event* slot = plain ? &schedule(f, f.now + static_cast<clock_ns>(f.cfg.latency.count()), false) : nullptr;
     message& m = direct ? f.direct : plain ? slot->m : f.outbox;
-    m.src_qpn = q->qpn;
-    m.src_dev = q->pd->ctx->dev;
-    m.src_port = q->attr.port_num;
-    m.type = q->type;
-    m.op = w.op;
-    m.wqe_seq = w.seq;
-    m.length = w.length;
-    m.head_bytes = head;
-    m.imm = w.imm;
-    m.solicited = has_all(w.flags, send_flags::solicited);
-    m.remote_addr = w.remote_addr;
-    m.rkey = w.rkey;
-    m.compare_add = w.compare_add;
-    m.swap = w.swap;
-    m.epoch = f.qp_epoch;
-    m.src_hint = q;
-    if (q->type == qp_type::ud) {
-      m.av = w.ud_av;
-      m.dest_qpn = w.remote_qpn;
-      m.qkey = w.remote_qkey;
-      m.dest_hint = nullptr;
-      m.routed = false;
-      m.to_dev = 0;
-      m.to_port = 0;
-    } else {
-      m.qkey = 0;
-      address_from_qp(f, q, m);
-    }
-    const auto& sg = dev.ports[m.src_port - 1].gids;
-    const bool have_sgid = m.av.grh.sgid_index < sg.size();
-    m.sgid = have_sgid ? sg[m.av.grh.sgid_index].value : gid{};
-    m.sgid_type = have_sgid ? sg[m.av.grh.sgid_index].type : gid_type::ib;
+    fill_request(f, q, w, dev, m);
     m.view = nullptr;
     if (!carries_payload(w.op))
       m.payload.clear();
-    else if (head)
-      gather_into(w.sges, m.payload, head);
     else if (direct && !w.is_inline && w.sges.size() == 1)
       m.view = reinterpret_cast<const std::uint8_t*>(w.sges[0].addr);
     else if (w.is_inline)
@@ -275,16 +293,6 @@ inline void issue(fabric_state& f, qp_obj* q) {
     else
       gather_into(w.sges, m.payload);
     m.psn = q->next_psn;
-    if (head) {  // the failed WQE's leading packets, and nothing after it
-      m.npkts = head / mtu;
-      if (plain) {
-        f.packets += m.npkts;
-        scheduled(f, *slot);
-      } else {
-        transmit(f, q, m);
-      }
-      break;
-    }
     m.npkts = is_atomic(w.op) ? 1 : packets_for(w.length, mtu);
     q->next_psn = (q->next_psn + m.npkts) & psn_mask;
     w.psn = m.psn;

@@ -99,7 +99,7 @@ inline mr_obj* find_mr(fabric_state& f, const object_map<mr_obj>& keys, key_cach
 
 /// A local SGE is usable when its lkey names an MR of the QP's PD covering it (and
 /// granting LOCAL_WRITE when the HCA writes there).
-inline bool local_sge_ok(fabric_state& f, pd_obj* pd, const sge& s, bool hca_writes, key_cache* cache = nullptr) {
+RDMAKIT_ALWAYS_INLINE bool local_sge_ok(fabric_state& f, pd_obj* pd, const sge& s, bool hca_writes, key_cache* cache = nullptr) {
   if (s.length == 0) return true;
   const mr_obj* m = find_mr(f, f.by_lkey, cache, s.lkey);
   if (!m) return false;
@@ -153,10 +153,18 @@ inline mr_obj* remote_mr_ok(fabric_state& f, const qp_obj* d, std::uint32_t rkey
   return m;
 }
 
-/// The first `limit` bytes the SGEs name (all of them by default), in order, into a
-/// reused buffer (no allocation once it is large enough).
-inline void gather_into(std::span<const sge> sges, std::vector<std::uint8_t>& out,
-                        std::uint64_t limit = ~std::uint64_t{0}) {
+/// The bytes the SGEs name, in order, into a reused buffer (no allocation once it is
+/// large enough).
+inline void gather_into(std::span<const sge> sges, std::vector<std::uint8_t>& out) {
+  out.clear();
+  for (const auto& s : sges) {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(s.addr);
+    if (s.length) out.insert(out.end(), p, p + s.length);
+  }
+}
+
+/// The first `limit` bytes the SGEs name (the leading packets of a failed message).
+RDMAKIT_NOINLINE inline void gather_head(std::span<const sge> sges, std::uint64_t limit, std::vector<std::uint8_t>& out) {
   out.clear();
   for (const auto& s : sges) {
     const auto* p = reinterpret_cast<const std::uint8_t*>(s.addr);
