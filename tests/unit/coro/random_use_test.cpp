@@ -1,8 +1,8 @@
 // Random use of the coroutine layer on the mock: coroutines on one event_loop await
 // SENDs, WRITEs, READs and receives on two connected pairs of async queue pairs (with
-// and without within(), awaited at once, later, or dropped), sleep, and destroy and
-// re-create the pairs while others await them, under a random device profile, wire
-// latency and injected faults. What must hold whatever the order: every coroutine
+// and without within(), awaited at once, later, again after a timeout, or dropped),
+// sleep, and destroy and re-create the pairs while others await them, under a random
+// device profile, wire latency and injected faults. What must hold whatever the order: every coroutine
 // finishes (a wait on a destroyed queue pair resumes cancelled, a bounded one times
 // out), each result is one the documentation lists, and nothing else escapes a task.
 // Under CI's ASan+UBSan (built with clang, which awaits in place where GCC moves the
@@ -112,8 +112,13 @@ class random_run {
         else
           writes.push_back(q.write(source_(from_x ? ma_ : mb_), (from_x ? mb_ : ma_).remote()));
       } else if (op < 72) {
-        // Awaited later (its queue pair may be gone by now), or dropped unawaited.
-        if (!receives.empty() && pick_(2)) {
+        // Awaited later (its queue pair may be gone by now), or dropped unawaited. Or
+        // awaited in place: one that times out stays in the list, to be awaited again.
+        if (!receives.empty() && pick_(3) == 0) {
+          const wr_result<B> r = co_await receives.back().within(bound_());
+          check_result(r);
+          if (r.outcome() != wr_outcome::timed_out) receives.pop_back();
+        } else if (!receives.empty() && pick_(2)) {
           auto w = std::move(receives.back());
           receives.pop_back();
           if (pick_(2)) check_result(co_await std::move(w).within(bound_()));
