@@ -2,11 +2,11 @@
 // SENDs, WRITEs, READs and receives on two connected pairs of async queue pairs (with
 // and without within(), awaited at once, later, again after a timeout, or dropped),
 // sleep, and destroy and re-create the pairs while others await them, under a random
-// device profile, wire latency and injected faults. What must hold whatever the order: every coroutine
-// finishes (a wait on a destroyed queue pair resumes cancelled, a bounded one times
-// out), each result is one the documentation lists, and nothing else escapes a task.
-// Under CI's ASan+UBSan (built with clang, which awaits in place where GCC moves the
-// awaitable) any use of freed memory fails the run too.
+// device profile, wire latency and injected faults. What must hold whatever the order:
+// every coroutine finishes (a wait on a destroyed queue pair resumes cancelled, a
+// bounded one times out), each result is one the documentation lists, and nothing else
+// escapes a task. Under CI's ASan+UBSan (built with clang, which awaits in place where
+// GCC moves the awaitable) any use of freed memory fails the run too.
 #include "fixture.hpp"
 
 #include <random>
