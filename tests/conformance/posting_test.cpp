@@ -148,6 +148,37 @@ CONFORMANCE_CASE("posting: INLINE data is copied at post time and needs no lkey"
   CHECK(same);
 }
 
+// Verbs allow a WR whose target overlaps its source (a loopback pair, one region): the
+// device reads a packet before it writes it, so the target gets the source's bytes as
+// they were. The mock delivered such a message with memcpy from the sender's buffer:
+// undefined behaviour (ASan: memcpy-param-overlap).
+CONFORMANCE_CASE("posting: a WRITE or SEND whose target overlaps its source gets the source's bytes") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& mem = fx.make_buffer(256);
+  mem.fill(9);
+  SUBCASE("RDMA_WRITE forward") {
+    REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, mem.sge(0, 64), mem.addr(16), mem.rkey()) == 0);
+    CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+    CHECK(mem.holds(9, 16, 64, 0));
+    CHECK(mem.holds(9, 0, 16));  // the bytes before the target, untouched
+  }
+  SUBCASE("RDMA_WRITE backward") {
+    REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, mem.sge(16, 64), mem.addr(0), mem.rkey()) == 0);
+    CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+    CHECK(mem.holds(9, 0, 64, 16));
+  }
+  SUBCASE("SEND into a receive over its own bytes") {
+    REQUIRE(fx.post_recv(b, 7, {mem.sge(0, 128)}) == 0);
+    REQUIRE(fx.post_send(a, 2, opcode::send, {mem.sge(40, 64)}) == 0);
+    CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+    auto r = fx.poll_one(b.recv_cq);
+    CHECK(r.status == wc_status::success);
+    CHECK(r.byte_len == 64);
+    CHECK(mem.holds(9, 0, 64, 40));
+  }
+}
+
 CONFORMANCE_CASE("posting: post_send below RTS is EINVAL") {
   fixture<B> fx;
   const auto want = expected(ids::post_below_rts, backend_traits<B>::profile());

@@ -259,7 +259,7 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
     return refuse(f, d, m, wc_status::rem_access_err, async_event_type::qp_access_err);
   }
   if (m.head_bytes) {  // the leading packets of a message whose last never came: written, no more
-    std::memcpy(reinterpret_cast<void*>(m.remote_addr), m.bytes(), m.byte_count());
+    std::memmove(reinterpret_cast<void*>(m.remote_addr), m.bytes(), m.byte_count());
     return;
   }
   if (imm && receives(d).empty()) {
@@ -267,10 +267,12 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
     // NAKs answer an RDMA WRITE's LAST or ONLY packet with immediate): the ones before it
     // were written as they came (rxe too, observed).
     const std::uint64_t before_last = std::uint64_t{m.npkts - 1} * mtu_bytes(d->attr.path_mtu);
-    if (m.npkts > 1 && before_last < m.length) std::memcpy(reinterpret_cast<void*>(m.remote_addr), m.bytes(), before_last);
+    if (m.npkts > 1 && before_last < m.length) std::memmove(reinterpret_cast<void*>(m.remote_addr), m.bytes(), before_last);
     return receiver_not_ready(f, d, m);
   }
-  if (m.length) std::memcpy(reinterpret_cast<void*>(m.remote_addr), m.bytes(), m.length);
+  // memmove: a message delivered within its post reads the sender's buffer, which a
+  // loopback WRITE's target may overlap (the device reads the packet before it writes it).
+  if (m.length) std::memmove(reinterpret_cast<void*>(m.remote_addr), m.bytes(), m.length);
   if (imm) {
     cq_entry e;
     e.wc.wr_id = take_receive(f, d).wr_id;

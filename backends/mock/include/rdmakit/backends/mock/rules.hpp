@@ -184,7 +184,7 @@ inline void scatter(std::span<const sge> sges, const std::uint8_t* data, std::si
       continue;
     }
     const std::size_t n = std::min<std::size_t>(s.length - at, len - off);
-    std::memcpy(reinterpret_cast<std::uint8_t*>(s.addr) + at, data + off, n);
+    std::memmove(reinterpret_cast<std::uint8_t*>(s.addr) + at, data + off, n);  // data may be the sender's buffer
     off += n;
     at = 0;
   }
