@@ -242,12 +242,7 @@ TEST_CASE("async_queue_pair: within(timeout) ends the wait; the queue pair keeps
 // A receive awaited with a timeout that passed was left posted and its awaitable spent:
 // the message that came next landed in it unseen. Awaited again, the same awaitable now
 // waits for its WR: the message is not lost.
-TEST_CASE("async_queue_pair: a wait that timed out, awaited again, gets its WR's completion") {
-  rig<> r;
-  auto& loop = r.loop;
-  auto& c = r.c;
-  auto& ma = r.ma;
-  auto& mb = r.mb;
+TEST_CASE_FIXTURE(rig<>, "async_queue_pair: a wait that timed out, awaited again, gets its WR's completion") {
   auto run = [&]() -> task<void> {
     auto incoming = c.y().recv(mb.local(0, 64));
     CHECK((co_await incoming.within(20ms)).outcome() == wr_outcome::timed_out);
@@ -275,13 +270,8 @@ TEST_CASE("async_queue_pair: a wait that timed out, awaited again, gets its WR's
 
 // A WR that waited for credits and timed out goes on waiting for them: awaited again, it
 // is posted when credits come back and completes (it was never posted: the message meant
-// for it found no receive).
-TEST_CASE("async_queue_pair: a WR waiting for credits that timed out is posted later and awaited again") {
-  rig<> r;  // 16 receive slots
-  auto& loop = r.loop;
-  auto& c = r.c;
-  auto& ma = r.ma;
-  auto& mb = r.mb;
+// for it found no receive). The rig's queue pairs have 16 receive slots.
+TEST_CASE_FIXTURE(rig<>, "async_queue_pair: a WR waiting for credits that timed out is posted later and awaited again") {
   auto run = [&]() -> task<void> {
     std::vector<decltype(c.y().recv(mb.local(0, 64)))> recvs;
     for (std::uint32_t i = 0; i < 16; ++i) recvs.push_back(c.y().recv(mb.local(i * 64, 64)));
