@@ -320,6 +320,8 @@ struct null_backend {
   static std::uint32_t get_byte_len(const wc& w) noexcept { return w.byte_len; }
   static std::uint32_t get_qp_num(const wc& w) noexcept { return w.qp_num; }
   static std::uint32_t get_src_qp(const wc& w) noexcept { return w.src_qp; }
+  static std::uint16_t get_slid(const wc& w) noexcept { return w.slid; }
+  static std::uint8_t get_sl(const wc& w) noexcept { return w.sl; }
   static rdmakit::wc_flags get_wc_flags(const wc& w) noexcept { return w.flags; }
   static std::uint32_t get_imm(const wc& w) noexcept { return w.imm_data; }
   static std::uint32_t get_vendor_err(const wc& w) noexcept { return w.vendor_err; }

@@ -135,6 +135,8 @@ concept polling_backend =
       { B::get_byte_len(w) } noexcept -> std::same_as<std::uint32_t>;
       { B::get_qp_num(w) } noexcept -> std::same_as<std::uint32_t>;
       { B::get_src_qp(w) } noexcept -> std::same_as<std::uint32_t>;
+      { B::get_slid(w) } noexcept -> std::same_as<std::uint16_t>;
+      { B::get_sl(w) } noexcept -> std::same_as<std::uint8_t>;
       { B::get_wc_flags(w) } noexcept -> std::same_as<wc_flags>;
       { B::get_imm(w) } noexcept -> std::same_as<std::uint32_t>;  // network byte order
       { B::get_vendor_err(w) } noexcept -> std::same_as<std::uint32_t>;
@@ -371,6 +373,9 @@ struct archetype_backend {
   static std::uint32_t get_qp_num(const wc&) noexcept;
   /// The sending queue pair (UD receives).
   static std::uint32_t get_src_qp(const wc&) noexcept;
+  /// The sender's LID and service level (UD receives on InfiniBand; 0 on RoCE).
+  static std::uint16_t get_slid(const wc&) noexcept;
+  static std::uint8_t get_sl(const wc&) noexcept;
   /// Whether the completion carries immediate data and a GRH.
   static wc_flags get_wc_flags(const wc&) noexcept;
   /// The immediate data, network byte order.

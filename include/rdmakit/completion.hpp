@@ -102,6 +102,13 @@ class completion {
   std::uint32_t qp_num() const noexcept { return B::get_qp_num(wc_); }
   /// The sending queue pair (UD receives only).
   std::uint32_t src_qp() const noexcept { return B::get_src_qp(wc_); }
+  /// The sender's LID (UD receives on InfiniBand; 0 on RoCE, where parse_grh() names the
+  /// sender's GID). With src_qp(), the endpoint a UD server answers a client at:
+  /// `endpoint{.lid = c.slid(), .qpn = c.src_qp()}`.
+  std::uint16_t slid() const noexcept { return B::get_slid(wc_); }
+  /// The sender's service level (UD receives on InfiniBand; 0 on RoCE): ah_options::sl
+  /// for the answer.
+  std::uint8_t sl() const noexcept { return B::get_sl(wc_); }
   /// What the completion carries besides its payload: immediate data, a GRH.
   wc_flags flags() const noexcept { return B::get_wc_flags(wc_); }
   /// True when the sender attached immediate data (see imm()).

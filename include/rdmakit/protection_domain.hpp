@@ -149,7 +149,10 @@ class protection_domain {
                                     static_cast<unsigned>(o.port), "'s GID table (", pa.gid_tbl_len,
                                     " entries): use an index whose device::gid(port, index) is valid, or leave "
                                     "gid_index unset to choose one automatically"));
-    return address_handle<B>(std::move(pd), detail::make_av(peer, o.port, pa, idx, o.hop_limit, 0, false, dev.name));
+    if (o.sl > 15)
+      throw usage_error(detail::cat("create_ah(): ah_options::sl = ", static_cast<unsigned>(o.sl),
+                                    " is not a service level: use 0..15 (a UD client's is its completion's sl())"));
+    return address_handle<B>(std::move(pd), detail::make_av(peer, o.port, pa, idx, o.hop_limit, o.sl, false, dev.name));
   }
 
  private:

@@ -45,6 +45,8 @@ struct ah_options {
   /// GRH hop limit (RoCE, or a routed InfiniBand path); rxe 6.1 sends 64 whatever this
   /// says (docs/semantics.md, `ud.grh_hop_limit`).
   std::uint8_t hop_limit = 64;
+  /// Service level (InfiniBand; 0..15). Answering a UD client: its completion's sl().
+  std::uint8_t sl = 0;
 };
 
 /// Queue capacities fixed at compile time: lets create_qp reject, at compile time, a

@@ -152,13 +152,15 @@ struct completion {
   wc_flags flags = wc_flags::none;
   std::uint32_t imm = 0;  // network byte order
   std::uint32_t vendor_err = 0;
+  std::uint16_t slid = 0;
+  std::uint8_t sl = 0;
 };
 
 template <class B>
 completion to_completion(const typename B::wc& w) {
   return {B::get_wr_id(w),   B::get_status(w), B::get_opcode(w),   B::get_byte_len(w),
           B::get_qp_num(w),  B::get_src_qp(w), B::get_wc_flags(w), B::get_imm(w),
-          B::get_vendor_err(w)};
+          B::get_vendor_err(w), B::get_slid(w), B::get_sl(w)};
 }
 
 inline std::uint32_t to_be32(std::uint32_t v) {

@@ -45,6 +45,9 @@ CONFORMANCE_CASE("ud: SEND lands after a 40-byte GRH; byte_len includes it; src_
   CHECK(has_all(r.flags, wc_flags::grh));
   CHECK_FALSE(has_any(r.flags, wc_flags::with_imm));
   CHECK(dst.holds(13, grh_bytes, 500));
+  // RoCE has no LRH: no LID or service level to report (the GRH names the sender).
+  CHECK(r.slid == 0);
+  CHECK(r.sl == 0);
 }
 
 // What a UD server needs to answer a client it was not told about: the client's GID,

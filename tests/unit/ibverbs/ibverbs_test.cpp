@@ -118,6 +118,8 @@ TEST_CASE("get_* read ibv_wc fields") {
   w.byte_len = 1234;
   w.qp_num = 0x11;
   w.src_qp = 0x22;
+  w.slid = 0x1234;
+  w.sl = 7;
   w.wc_flags = IBV_WC_WITH_IMM | IBV_WC_GRH | IBV_WC_IP_CSUM_OK;
   w.imm_data = htonl(0xfeed);
   w.vendor_err = 0x81;
@@ -127,6 +129,8 @@ TEST_CASE("get_* read ibv_wc fields") {
   CHECK(B::get_byte_len(w) == 1234);
   CHECK(B::get_qp_num(w) == 0x11);
   CHECK(B::get_src_qp(w) == 0x22);
+  CHECK(B::get_slid(w) == 0x1234);
+  CHECK(B::get_sl(w) == 7);
   CHECK(B::get_wc_flags(w) == (wc_flags::with_imm | wc_flags::grh));  // IP_CSUM_OK masked off
   CHECK(ntohl(B::get_imm(w)) == 0xfeed);
   CHECK(B::get_vendor_err(w) == 0x81);

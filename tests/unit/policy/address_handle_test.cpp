@@ -254,3 +254,59 @@ TEST_CASE("create_ah: a gid_index above 255 is refused even where the GID table 
                        doctest::Contains("ah_options::gid_index = 300 is above 255"), usage_error);
   CHECK_NOTHROW((void)x.pd.create_ah(peer, {.gid_index = 1}));
 }
+
+// On InfiniBand a UD server answers a client by its LID, which only the receive's
+// completion tells (no GRH there): the backends' wc had slid and sl, the completion
+// did not show them, and ah_options had no service level to answer at.
+TEST_CASE("UD on InfiniBand: a server answers a client from its completion's slid(), src_qp() and sl()") {
+  mock::fabric_config cfg;
+  mock::port_config ib;
+  ib.layer = link_layer::infiniband;
+  cfg.devices = {{.name = "ib0", .ports = {ib}}, {.name = "ib1", .ports = {ib}}};
+  mock::fabric fab(cfg);
+  side client(fab, "ib0"), server(fab, "ib1");
+  auto p = make_pair<ud>(client.pd, client.cq, server.pd, server.cq, qp_cap{8, 8});
+  const endpoint server_ep = p.b.local_endpoint();
+  REQUIRE(server_ep.lid != 0);
+  CHECK(server_ep.gid.is_zero());  // InfiniBand: addressed by LID
+  CHECK_THROWS_WITH_AS((void)client.pd.create_ah(server_ep, {.sl = 16}), doctest::Contains("use 0..15"), usage_error);
+  const auto ah = client.pd.create_ah(server_ep, {.sl = 5});
+
+  auto tx = client.pd.allocate<access::local_write>(256);
+  auto rx = server.pd.allocate<access::local_write>(256);
+  std::memset(rx.data(), 0xee, 256);
+  REQUIRE(p.b.post_recv(rx.local(), 1).ok());
+  REQUIRE(p.a.post_recv(tx.local(128, 128), 2).ok());
+  std::memcpy(tx.data(), "ping", 5);
+  REQUIRE(p.a.send(ah.to(server_ep), tx.local(0, 5), 3).ok());
+
+  std::optional<endpoint> from;
+  std::uint8_t sl = 0;
+  bool grh = true;
+  for (int i = 0; i < 100 && !from; ++i) server.cq.poll([&](const completion<B>& c) {
+    REQUIRE(c.ok());
+    from = endpoint{.lid = c.slid(), .qpn = c.src_qp()};
+    sl = c.sl();
+    grh = c.has_grh();
+  });
+  REQUIRE(from);
+  CHECK(from->lid == p.a.local_endpoint().lid);
+  CHECK(from->qpn == p.a.qp_num());
+  CHECK(sl == 5);
+  // No GRH on a subnet-local InfiniBand datagram: none flagged, the 40 bytes left as they were.
+  CHECK_FALSE(grh);
+  CHECK(rx.data()[0] == std::byte{0xee});
+  CHECK(std::memcmp(rx.data() + 40, "ping", 5) == 0);
+
+  const auto back = server.pd.create_ah(*from, {.sl = sl});
+  std::memcpy(rx.data() + 64, "pong", 5);
+  REQUIRE(p.b.send(back.to(*from), rx.local(64, 5), 4).ok());
+  bool answered = false;
+  for (int i = 0; i < 100 && !answered; ++i) client.cq.poll([&](const completion<B>& c) {
+    if (!c.is_recv()) return;
+    answered = c.ok() && std::memcmp(tx.data() + 128 + 40, "pong", 5) == 0;
+    CHECK(c.slid() == server_ep.lid);
+    CHECK(c.sl() == 5);
+  });
+  CHECK(answered);
+}

@@ -217,7 +217,9 @@ TEST_CASE("shared_receive_queue: UD queue pairs on an SRQ: receives must hold th
 TEST_CASE("shared_receive_queue: a UD receive of a destroyed queue pair still has its payload after the GRH") {
   for (const bool on_srq_qp : {false, true}) {
     CAPTURE(on_srq_qp);
-    mock::fabric fab(mock::fabric_config{.profile = mock::device_profile::rxe});
+    mock::fabric_config cfg;
+    cfg.profile = mock::device_profile::rxe;
+    mock::fabric fab(cfg);
     side x(fab, "mock0"), y(fab, "mock1");
     auto srq = y.pd.create_srq({.max_wr = 8, .max_sge = 1});
     auto buf = y.pd.allocate<rw_access>(256);

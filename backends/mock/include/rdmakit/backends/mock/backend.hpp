@@ -108,8 +108,8 @@ struct mock {
     std::uint32_t src_qp = 0;               ///< the sending queue pair (UD receives)
     wc_flags flags = wc_flags::none;        ///< with_imm, grh
     std::uint16_t pkey_index = 0;           ///< as in ibv_wc
-    std::uint16_t slid = 0;                 ///< the sender's LID (UD receives)
-    std::uint8_t sl = 0;                    ///< the sender's service level
+    std::uint16_t slid = 0;                 ///< the sender's LID (UD receives on InfiniBand)
+    std::uint8_t sl = 0;                    ///< the sender's service level (UD receives on InfiniBand)
     std::uint8_t dlid_path_bits = 0;        ///< as in ibv_wc
   };
 
@@ -376,6 +376,9 @@ struct mock {
   static std::uint32_t get_qp_num(const wc& w) noexcept { return w.qp_num; }
   /// The sending queue pair (UD receives).
   static std::uint32_t get_src_qp(const wc& w) noexcept { return w.src_qp; }
+  /// The sender's LID and service level (UD receives on InfiniBand; 0 on RoCE).
+  static std::uint16_t get_slid(const wc& w) noexcept { return w.slid; }
+  static std::uint8_t get_sl(const wc& w) noexcept { return w.sl; }
   /// Whether the completion carries immediate data and a GRH.
   static wc_flags get_wc_flags(const wc& w) noexcept { return w.flags; }
   /// The immediate data, network byte order.

@@ -202,12 +202,22 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     return;
   }
   if (ud) {
-    std::uint8_t grh[grh_bytes];
-    write_grh_area(f, m, grh);
-    scatter(taken.sges, grh, grh_bytes);
+    // A datagram without a GRH (InfiniBand within the subnet) leaves the 40 bytes alone
+    // and unflagged (ibv_poll_cq(3): they hold the GRH only when IBV_WC_GRH is set).
+    if (m.av.is_global) {
+      std::uint8_t grh[grh_bytes];
+      write_grh_area(f, m, grh);
+      scatter(taken.sges, grh, grh_bytes);
+      e.wc.flags = wc_flags::grh;
+    }
     scatter(taken.sges, m.bytes(), m.byte_count(), grh_bytes);
     e.wc.src_qp = m.src_qpn;
-    e.wc.flags = wc_flags::grh;
+    // On InfiniBand the packet's LRH names the sender's LID and service level; RoCE has
+    // no LRH, and devices report 0 (rxe 6.1 does).
+    if (const std::uint16_t slid = f.devices[m.src_dev].ports[m.src_port - 1].lid) {
+      e.wc.slid = slid;
+      e.wc.sl = m.av.sl;
+    }
   } else {
     scatter(taken.sges, m.bytes(), m.byte_count());
     if (f.as_rxe()) e.wc.flags = wc_flags::grh;  // rxe flags RC/UC receives too
