@@ -373,8 +373,9 @@ struct archetype_backend {
   static std::uint32_t get_qp_num(const wc&) noexcept;
   /// The sending queue pair (UD receives).
   static std::uint32_t get_src_qp(const wc&) noexcept;
-  /// The sender's LID and service level (UD receives on InfiniBand; 0 on RoCE).
+  /// The sender's LID (UD receives on InfiniBand; 0 on RoCE).
   static std::uint16_t get_slid(const wc&) noexcept;
+  /// The sender's service level (UD receives on InfiniBand; 0 on RoCE).
   static std::uint8_t get_sl(const wc&) noexcept;
   /// Whether the completion carries immediate data and a GRH.
   static wc_flags get_wc_flags(const wc&) noexcept;

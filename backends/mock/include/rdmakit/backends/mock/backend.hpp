@@ -376,8 +376,9 @@ struct mock {
   static std::uint32_t get_qp_num(const wc& w) noexcept { return w.qp_num; }
   /// The sending queue pair (UD receives).
   static std::uint32_t get_src_qp(const wc& w) noexcept { return w.src_qp; }
-  /// The sender's LID and service level (UD receives on InfiniBand; 0 on RoCE).
+  /// The sender's LID (UD receives on InfiniBand; 0 on RoCE).
   static std::uint16_t get_slid(const wc& w) noexcept { return w.slid; }
+  /// The sender's service level (UD receives on InfiniBand; 0 on RoCE).
   static std::uint8_t get_sl(const wc& w) noexcept { return w.sl; }
   /// Whether the completion carries immediate data and a GRH.
   static wc_flags get_wc_flags(const wc& w) noexcept { return w.flags; }
