@@ -151,13 +151,14 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
   // An SRQ's receives are checked against its own PD; rxe 6.1 checks them against the
   // QP's (docs/semantics.md#rxe-differs).
   pd_obj* pd = d->srq && !f.as_rxe() ? d->srq->pd : d->pd;
-  std::uint64_t before = 0;  // bytes of the SGEs before this one
+  std::uint64_t room = 0;    // bytes of the SGEs so far: all of them after the loop
+  std::uint64_t usable = 0;  // bytes of the SGEs before the first bad one
   for (const auto& s : rw.sges) {
     // rxe looks an SGE up only once the data reaches it; the spec checks them all.
-    if (!f.as_rxe() || (before < need && s.length != 0)) sges_ok = sges_ok && local_sge_ok(f, pd, s, true);
-    before += s.length;
+    if (!f.as_rxe() || (room < need && s.length != 0)) sges_ok = sges_ok && local_sge_ok(f, pd, s, true);
+    if (sges_ok) usable += s.length;
+    room += s.length;
   }
-  const std::uint64_t room = sge_total(rw.sges);
   if (sges_ok && room >= need && m.head_bytes) {
     // The leading packets of a message whose last never came: written, and the receive
     // waits for the rest (a flush completes it).
@@ -183,11 +184,6 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     // rxe writes an RC or UC message packet by packet: the whole packets that fit in the
     // receive's good SGEs, before the one that does not, are written (rxe 6.1, observed).
     if (!ud && f.as_rxe()) {
-      std::uint64_t usable = 0;
-      for (const auto& s : taken.sges) {
-        if (!local_sge_ok(f, pd, s, true)) break;
-        usable += s.length;
-      }
       const std::uint64_t pmtu = mtu_bytes(d->attr.path_mtu);
       const std::uint64_t whole = usable / pmtu * pmtu;
       if (whole && whole < need) scatter(taken.sges, m.bytes(), whole);

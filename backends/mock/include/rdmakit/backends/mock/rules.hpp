@@ -190,12 +190,6 @@ inline void scatter(std::span<const sge> sges, const std::uint8_t* data, std::si
   }
 }
 
-inline std::uint64_t sge_total(std::span<const sge> sges) {
-  std::uint64_t t = 0;
-  for (const auto& s : sges) t += s.length;
-  return t;
-}
-
 /// The (device, port) that owns an address, or false.
 inline bool route(fabric_state& f, const ah_attr& av, std::uint32_t& dev, std::uint8_t& port) {
   for (auto& d : f.devices)
