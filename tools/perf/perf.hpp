@@ -433,6 +433,7 @@ class runner {
         }
       });
       peer_qpn_.push_back(peer.ep.qpn);
+      if (j == 0) client_ep_ = peer.ep;  // (a server's peer: the one to end the run)
       if (!peer.region)
         throw perf_failure("the peer sent no memory region: is it rdmakit-perf running the same test?");
       take_peer_region(*peer.region);
@@ -1059,10 +1060,11 @@ class runner {
     };
     std::shared_ptr<state> st = std::make_shared<state>();
     std::thread th;
-    void start(peer_link& link, const connection_info& me) {
-      th = std::thread([s = st, &link, me] {
+    template <class Wait>
+    void start(Wait wait) {
+      th = std::thread([s = st, wait] {
         try {
-          (void)link.finish(me, {});
+          wait();
         } catch (...) {
           s->error = std::current_exception();
         }
@@ -1075,16 +1077,35 @@ class runner {
     ~finish_watch() { join(); }
   };
 
+  // Waits for the client's end-of-run record. Only this run's client (the peer of the
+  // first queue pair, from the TCP exchange) ends the run: a record from another queue
+  // pair, a second client on this port, is answered and reported, and the wait goes on.
+  // (Taken as the end, it stopped the server, and the real client's WRs then failed with
+  // "retry counter exceeded", far from the cause.) -R's finish waits for the connection's
+  // own disconnect and names no peer.
+  void await_client_done(const connection_info& me) {
+    for (;;) {
+      const connection_info peer = link_.finish(me, {});
+      if (!client_ep_ || (peer.ep.qpn == client_ep_->qpn && peer.ep.lid == client_ep_->lid &&
+                          peer.ep.gid == client_ep_->gid))
+        return;
+      std::fprintf(stderr,
+                   "rdmakit-perf: server: ignored an end-of-run message from QP %u at %s, which is not this run's "
+                   "client (QP %u at %s): is another client using this server's port?\n",
+                   peer.ep.qpn, peer.ep.gid.to_string().c_str(), client_ep_->qpn, client_ep_->gid.to_string().c_str());
+    }
+  }
+
   void serve(run_report& rep) {
     const connection_info me(qps_[0].local_endpoint());
     if (t_.kind != test_kind::send_bw && t_.kind != test_kind::send_lat && t_.kind != test_kind::write_lat) {
       // One-sided tests: the client does everything; wait until it says it is done.
-      (void)link_.finish(me, {});
+      await_client_done(me);
       rep.note = "server: passive side of " + std::string(t_.name) + " (results on the client)";
       return;
     }
     finish_watch w;
-    w.start(link_, me);
+    w.start([this, me] { await_client_done(me); });
     try {
       if (t_.kind == test_kind::send_bw)
         send_bw_server(rep, w.st->done);
@@ -1213,6 +1234,7 @@ class runner {
   typename cm_members<cm_able_, B, T, S>::connections conns_;
   std::vector<live_qp> qps_;
   std::vector<std::uint32_t> peer_qpn_;
+  std::optional<endpoint> client_ep_;  // server, TCP exchange: its first queue pair's peer
   std::vector<remote_t> remote_;
   std::atomic<bool> finish_cancelled_{false};  // -R server: link_.cancel_finish was called
   std::vector<local_buffer> rbufs_;
