@@ -19,6 +19,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -369,7 +370,14 @@ class runner {
       throw perf_failure(dev_.name() + " does not support atomics (atomic_cap is NONE)");
     pd_ = dev_.create_pd();
     slot_ = static_cast<std::uint32_t>((std::uint64_t{o_.size} + T::recv_offset + 63) / 64 * 64);
-    mr_ = pd_.template allocate<rights>(std::size_t{2} * slot_ * o_.num_qps);
+    try {
+      mr_ = pd_.template allocate<rights>(std::size_t{2} * slot_ * o_.num_qps);
+    } catch (const std::bad_alloc&) {
+      throw perf_failure("couldn't allocate the buffers of -s " + std::to_string(o_.size) + " with -q " +
+                         std::to_string(o_.num_qps) + " (" + std::to_string(std::uint64_t{2} * slot_ * o_.num_qps) +
+                         " bytes, 2 x -s per QP): out of memory (or over this process's limit, ulimit -v): lower -s "
+                         "or -q");
+    }
     std::memset(mr_.data(), 0, mr_.size());
 
     // Inline only for sends and writes (the parser refuses -I on the others). The default

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <optional>
 #include <string>
 #include <thread>
@@ -118,7 +119,15 @@ int run_pingpong(const pingpong_options& o, const exchange_fn& exchange, printer
   // One buffer, as in ibv_*_pingpong: receives land at its start (UD: GRH first),
   // sends go out of it after the GRH area.
   const std::size_t buf_len = std::size_t{o.size} + T::recv_offset;
-  auto mr = pd.template allocate<access::local_write>(buf_len);
+  auto mr = [&] {
+    try {
+      return pd.template allocate<access::local_write>(buf_len);
+    } catch (const std::bad_alloc&) {
+      throw pingpong_failure("couldn't allocate the " + std::to_string(buf_len) + "-byte buffer of -s " +
+                             std::to_string(o.size) + ": out of memory (or over this process's limit, ulimit -v): "
+                             "lower -s");
+    }
+  }();
   std::memset(mr.data(), 0x7b, buf_len);
   const local_buffer recv_buf = mr.local();
   const local_buffer send_buf = mr.local(T::recv_offset, o.size);
