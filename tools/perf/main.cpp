@@ -134,7 +134,8 @@ int parse(int argc, char** argv, cli& c) {
                  rdmakit_tools::uint_hint(arg).c_str());
     return 1;
   };
-  bool size_given = false, iters_given = false, tx_given = false, q_given = false, inline_given = false;
+  bool size_given = false, iters_given = false, tx_given = false, q_given = false, inline_given = false,
+       atomic_given = false;
   bool duration_given = false;
   bool manual = false;
   unsigned long long v = 0;
@@ -201,6 +202,7 @@ int parse(int argc, char** argv, cli& c) {
         break;
       }
       case 'A': {
+        atomic_given = true;
         std::string a = optarg;
         if (a == "FETCH_AND_ADD" || a == "fetch_and_add") c.o.cmp_swap = false;
         else if (a == "CMP_AND_SWAP" || a == "cmp_and_swap") c.o.cmp_swap = true;
@@ -296,6 +298,13 @@ int parse(int argc, char** argv, cli& c) {
     return fail(me, std::string(t->name) + ": -I " + std::to_string(o.inline_size) +
                         ": inline data is for the write and send tests (a READ or an atomic sends no "
                         "payload); drop -I");
+  // Options of another kind of test would be dropped without a word.
+  if (atomic_given && t->op != op_kind::atomic)
+    return fail(me, std::string(t->name) + ": -A chooses the operation of the atomic tests (atomic_bw, "
+                                           "atomic_lat); drop -A");
+  if (o.mock_wrong_rkey && t->op == op_kind::send)
+    return fail(me, std::string(t->name) + ": --mock-wrong-rkey makes the client's WRs name a wrong rkey, and a "
+                                           "SEND names none; use it with a write, read or atomic test");
   if (t->op == op_kind::atomic) {
     if (size_given && o.size != 8)
       std::fprintf(stderr, "%s: atomics move 8 bytes: -s %u ignored\n", me, o.size);
@@ -326,7 +335,12 @@ int parse(int argc, char** argv, cli& c) {
     return fail(me, std::string(t->name) + ": --use_srq is for the send tests (send_bw, send_lat), the only ones "
                                            "that post receives");
 
-  // Test-specific limits.
+  // Test-specific limits. (-Q above -t was refused for the bandwidth tests only: a
+  // ping-pong latency test then ran with a deeper send queue than -t said.)
+  if (q_given && o.cq_mod > o.tx_depth && (t->bw || pingpong))
+    return fail(me, "-Q " + std::to_string(o.cq_mod) + " is larger than the send queue (-t " +
+                        std::to_string(o.tx_depth) + "): a completion every " + std::to_string(o.cq_mod) +
+                        " WRs needs at least that many slots; lower -Q or raise -t");
   if (!t->bw) {
     if (o.num_qps != 1) return fail(me, std::string(t->name) + ": latency tests use one QP (drop -q)");
     if (o.post_list != 1) return fail(me, std::string(t->name) + ": post lists (-l) are for bandwidth tests");
@@ -340,10 +354,6 @@ int parse(int argc, char** argv, cli& c) {
     else if (!q_given) o.cq_mod = pingpong ? std::min<std::uint32_t>(16, o.tx_depth) : 1;
   } else {
     if (!q_given) o.cq_mod = std::min<std::uint32_t>(64, o.tx_depth);
-    if (o.cq_mod > o.tx_depth)
-      return fail(me, "-Q " + std::to_string(o.cq_mod) + " is larger than the send queue (-t " +
-                          std::to_string(o.tx_depth) + "): a completion every " + std::to_string(o.cq_mod) +
-                          " WRs needs at least that many slots; lower -Q or raise -t");
     if (o.post_list > o.tx_depth)
       return fail(me, "-l " + std::to_string(o.post_list) + " is larger than the send queue (-t " +
                           std::to_string(o.tx_depth) + ")");
