@@ -14,6 +14,7 @@
 
 #include <doctest/doctest.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -76,7 +78,12 @@ struct backend_traits<rdmakit::backends::ibverbs> {
   /// rxe, index 1 there; on InfiniBand or a NIC another index may be right).
   static int gid_index(rdmakit::backends::ibverbs::context ctx) {
     const char* g = std::getenv("RDMAKIT_GID_INDEX");
-    return g && *g ? std::atoi(g) : rdmakit::detail::choose_gid<rdmakit::backends::ibverbs>(ctx, 1);
+    if (!g || !*g) return rdmakit::detail::choose_gid<rdmakit::backends::ibverbs>(ctx, 1);
+    int i = -1;
+    const std::string_view v(g);
+    if (auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), i); ec != std::errc{} || end != v.data() + v.size() || i < 0)
+      FAIL("RDMAKIT_GID_INDEX=" << std::string(v) << " is not a GID index: give a number from 0 (ibv_devinfo -v lists them)");
+    return i;
   }
   /// Between two empty polls: the device progresses on its own.
   static void idle(scope&) { std::this_thread::sleep_for(1ms); }
@@ -98,7 +105,7 @@ struct backend_traits<rdmakit::backends::mock> {
     const char* p = std::getenv("RDMAKIT_MOCK_PROFILE");
     if (!p || std::string_view(p) == "spec") return "spec";
     if (std::string_view(p) == "rxe") return "rxe";
-    FAIL("RDMAKIT_MOCK_PROFILE=" << p << " is not a device profile: use spec or rxe");
+    FAIL("RDMAKIT_MOCK_PROFILE=" << std::string(p) << " is not a device profile: use spec or rxe");
     return "spec";
   }
   static rdmakit::mock::fabric_config profile_config() {

@@ -8,12 +8,15 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -33,7 +36,12 @@ bool no_device() { return !device_under_test(); }
 std::optional<int> gid_index_from_env() {
   const char* g = std::getenv("RDMAKIT_GID_INDEX");
   if (!g || !*g) return std::nullopt;
-  return std::atoi(g);
+  int i = -1;
+  const std::string_view v(g);
+  if (auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), i); ec != std::errc{} || end != v.data() + v.size() || i < 0)
+    throw std::invalid_argument("RDMAKIT_GID_INDEX=" + std::string(v) +
+                                " is not a GID index: give a number from 0 (ibv_devinfo -v lists them)");
+  return i;
 }
 
 }  // namespace
