@@ -56,6 +56,22 @@ inline std::string uint_hint(const char* s) {
   return "";
 }
 
+/// What to append to an "invalid <option> "<value>"" message for an option taking
+/// lo..hi: uint_hint's reason for a malformed number, the range for a well-formed one
+/// outside it (": from 8 to 1048576"), nothing for a word. hi 0: no range (uint_hint).
+inline std::string range_hint(const char* s, unsigned long long lo, unsigned long long hi) {
+  if (std::string why = uint_hint(s); !why.empty() || hi == 0) return why;
+  if (!s || !*s) return "";
+  const bool hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  const char* p = hex ? s + 2 : s;
+  if (!*p) return "";
+  for (; *p; ++p) {
+    const bool digit = (*p >= '0' && *p <= '9') || (hex && ((*p >= 'a' && *p <= 'f') || (*p >= 'A' && *p <= 'F')));
+    if (!digit) return "";
+  }
+  return ": from " + std::to_string(lo) + " to " + std::to_string(hi);
+}
+
 /// A plain decimal number ("2", "0.25", ".5"): digits with at most one point, and
 /// nothing else; false for a sign, a space, an exponent, hex or an empty string (strtod
 /// takes " +1e-3" and "0x1p-3"). Its value in `out`.

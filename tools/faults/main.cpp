@@ -77,8 +77,9 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       {"dup", required_argument, nullptr, o_dup},     {"reorder", required_argument, nullptr, o_reorder},
       {"seed", required_argument, nullptr, o_seed},   {"profile", required_argument, nullptr, o_profile},
       {"help", no_argument, nullptr, 'h'},            {nullptr, 0, nullptr, 0}};
-  auto bad = [&](const char* what, const char* arg) {
-    std::fprintf(stderr, "rdmakit-faults: invalid %s \"%s\"%s\n", what, arg, uint_hint(arg).c_str());
+  auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0) {
+    std::fprintf(stderr, "rdmakit-faults: invalid %s \"%s\"%s\n", what, arg,
+                 rdmakit_tools::range_hint(arg, lo, hi).c_str());
     return 2;
   };
   auto bad_probability = [&](const char* arg) {
@@ -104,16 +105,16 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         else return bad("op (send, write_imm or write)", optarg);
         break;
       case 'n':
-        if (!parse_uint(optarg, 100000, v) || v < 1) return bad("count", optarg);
+        if (!parse_uint(optarg, 100000, v) || v < 1) return bad("count", optarg, 1, 100000);
         c.fo.count = static_cast<std::uint32_t>(v);
         break;
       case 's':
-        if (!parse_uint(optarg, 1u << 20, v) || v < 8) return bad("size (at least 8)", optarg);
+        if (!parse_uint(optarg, 1u << 20, v) || v < 8) return bad("size", optarg, 8, 1u << 20);
         c.fo.size = static_cast<std::uint32_t>(v);
         size_given = true;
         break;
       case 'w':
-        if (!parse_uint(optarg, 1024, v) || v < 1) return bad("window", optarg);
+        if (!parse_uint(optarg, 1024, v) || v < 1) return bad("window", optarg, 1, 1024);
         c.fo.window = static_cast<std::uint32_t>(v);
         break;
       case 'm':
@@ -121,11 +122,11 @@ int parse(int argc, char** argv, cli& c, bool& help) {
           return bad("MTU", optarg);
         break;
       case 't':
-        if (!parse_uint(optarg, 31, v)) return bad("timeout exponent", optarg);
+        if (!parse_uint(optarg, 31, v)) return bad("timeout exponent", optarg, 0, 31);
         c.fo.timeout = static_cast<std::uint8_t>(v);
         break;
       case 'R':
-        if (!parse_uint(optarg, 7, v)) return bad("retry count", optarg);
+        if (!parse_uint(optarg, 7, v)) return bad("retry count", optarg, 0, 7);
         c.fo.retry_cnt = static_cast<std::uint8_t>(v);
         break;
       case 'd':
@@ -133,11 +134,11 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         c.fo.device = optarg;
         break;
       case 'g':
-        if (!parse_uint(optarg, 0xffff, v)) return bad("GID index", optarg);
+        if (!parse_uint(optarg, 0xffff, v)) return bad("GID index", optarg, 0, 0xffff);
         c.fo.gid_index = static_cast<int>(v);
         break;
       case 'p':
-        if (!parse_uint(optarg, 65535, v)) return bad("port", optarg);
+        if (!parse_uint(optarg, 65535, v)) return bad("port", optarg, 0, 65535);
         c.port = static_cast<std::uint16_t>(v);
         break;
       case o_loss:
@@ -160,7 +161,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         if (!mock_option) mock_option = "--reorder";
         break;
       case o_seed:
-        if (!parse_uint(optarg, ~0ull, v)) return bad("seed", optarg);
+        if (!parse_uint(optarg, ~0ull, v)) return bad("seed", optarg, 0, ~0ull);
         c.seed = v;
         if (!mock_option) mock_option = "--seed";
         break;

@@ -129,9 +129,9 @@ int parse(int argc, char** argv, cli& c) {
       {"mock-wrong-rkey", no_argument, nullptr, o_wrong_rkey},
       {"help", no_argument, nullptr, 'h'},              {nullptr, 0, nullptr, 0}};
   const char* me = argv[0];
-  auto bad = [&](const char* what, const char* arg) {
+  auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0) {
     std::fprintf(stderr, "%s: invalid %s \"%s\"%s (see --help)\n", me, what, arg,
-                 rdmakit_tools::uint_hint(arg).c_str());
+                 rdmakit_tools::range_hint(arg, lo, hi).c_str());
     return 1;
   };
   bool size_given = false, iters_given = false, tx_given = false, q_given = false, inline_given = false,
@@ -143,12 +143,12 @@ int parse(int argc, char** argv, cli& c) {
   while ((ch = getopt_long(argc, argv, "s:n:D:t:r:Q:l:I:eq:c:A:d:i:x:m:p:Rh", longs, nullptr)) != -1) {
     switch (ch) {
       case 's':
-        if (!parse_uint(optarg, 1u << 30, v) || v < 1) return bad("size", optarg);
+        if (!parse_uint(optarg, 1u << 30, v) || v < 1) return bad("size", optarg, 1, 1u << 30);
         c.o.size = static_cast<std::uint32_t>(v);
         size_given = true;
         break;
       case 'n':
-        if (!parse_uint(optarg, 1ull << 40, v) || v < 1) return bad("iteration count", optarg);
+        if (!parse_uint(optarg, 1ull << 40, v) || v < 1) return bad("iteration count", optarg, 1, 1ull << 40);
         c.o.iters = v;
         iters_given = true;
         break;
@@ -164,31 +164,31 @@ int parse(int argc, char** argv, cli& c) {
         break;
       }
       case 't':
-        if (!parse_uint(optarg, 1u << 15, v) || v < 1) return bad("tx depth", optarg);
+        if (!parse_uint(optarg, 1u << 15, v) || v < 1) return bad("tx depth", optarg, 1, 1u << 15);
         c.o.tx_depth = static_cast<std::uint32_t>(v);
         tx_given = true;
         break;
       case 'r':
-        if (!parse_uint(optarg, 1u << 15, v) || v < 1) return bad("rx depth", optarg);
+        if (!parse_uint(optarg, 1u << 15, v) || v < 1) return bad("rx depth", optarg, 1, 1u << 15);
         c.o.rx_depth = static_cast<std::uint32_t>(v);
         break;
       case 'Q':
-        if (!parse_uint(optarg, 1u << 15, v) || v < 1) return bad("cq moderation", optarg);
+        if (!parse_uint(optarg, 1u << 15, v) || v < 1) return bad("cq moderation", optarg, 1, 1u << 15);
         c.o.cq_mod = static_cast<std::uint32_t>(v);
         q_given = true;
         break;
       case 'l':
-        if (!parse_uint(optarg, max_post_list, v) || v < 1) return bad("post list (1..64)", optarg);
+        if (!parse_uint(optarg, max_post_list, v) || v < 1) return bad("post list", optarg, 1, max_post_list);
         c.o.post_list = static_cast<std::uint32_t>(v);
         break;
       case 'I':
-        if (!parse_uint(optarg, 4096, v)) return bad("inline size", optarg);
+        if (!parse_uint(optarg, 4096, v)) return bad("inline size", optarg, 0, 4096);
         c.o.inline_size = static_cast<std::uint32_t>(v);
         inline_given = true;
         break;
       case 'e': c.o.events = true; break;
       case 'q':
-        if (!parse_uint(optarg, 256, v) || v < 1) return bad("number of QPs (1..256)", optarg);
+        if (!parse_uint(optarg, 256, v) || v < 1) return bad("number of QPs (1..256)", optarg, 1, 256);
         c.o.num_qps = static_cast<std::uint32_t>(v);
         break;
       case 'c':
@@ -214,11 +214,11 @@ int parse(int argc, char** argv, cli& c) {
         c.o.device = optarg;
         break;
       case 'i':
-        if (!parse_uint(optarg, 255, v) || v < 1) return bad("IB port", optarg);
+        if (!parse_uint(optarg, 255, v) || v < 1) return bad("IB port", optarg, 1, 255);
         c.o.ib_port = static_cast<std::uint8_t>(v);
         break;
       case 'x':
-        if (!parse_uint(optarg, 0xffff, v)) return bad("GID index", optarg);
+        if (!parse_uint(optarg, 0xffff, v)) return bad("GID index", optarg, 0, 0xffff);
         c.o.gid_index = static_cast<int>(v);
         break;
       case 'm': {
@@ -229,18 +229,18 @@ int parse(int argc, char** argv, cli& c) {
         break;
       }
       case 'p':
-        if (!parse_uint(optarg, 65535, v)) return bad("port", optarg);
+        if (!parse_uint(optarg, 65535, v)) return bad("port", optarg, 0, 65535);
         c.e.port = static_cast<std::uint16_t>(v);
         c.e.port_given = true;
         break;
       case o_json: c.o.json = true; break;
       case o_mock: c.mock = true; break;
       case o_timeout:
-        if (!parse_uint(optarg, 86'400'000, v) || v < 1) return bad("timeout (ms)", optarg);
+        if (!parse_uint(optarg, 86'400'000, v) || v < 1) return bad("timeout (ms)", optarg, 1, 86'400'000);
         c.o.timeout = std::chrono::milliseconds(v);
         break;
       case o_accept:
-        if (!parse_uint(optarg, 86'400'000, v) || v < 1) return bad("accept timeout (ms)", optarg);
+        if (!parse_uint(optarg, 86'400'000, v) || v < 1) return bad("accept timeout (ms)", optarg, 1, 86'400'000);
         c.o.accept_timeout = std::chrono::milliseconds(v);
         break;
       case o_signal:

@@ -111,8 +111,9 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       {"iodp", no_argument, nullptr, 'O'},            {"prefetch", no_argument, nullptr, 'P'},
       {"ts", no_argument, nullptr, 't'},              {"dm", no_argument, nullptr, 'j'},
       {"new_send", no_argument, nullptr, 'N'},        {nullptr, 0, nullptr, 0}};
-  auto bad = [&](const char* what, const char* arg) {
-    std::fprintf(stderr, "%s: invalid %s \"%s\"%s\n", argv[0], what, arg, rdmakit_tools::uint_hint(arg).c_str());
+  auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0) {
+    std::fprintf(stderr, "%s: invalid %s \"%s\"%s\n", argv[0], what, arg,
+                 rdmakit_tools::range_hint(arg, lo, hi).c_str());
     usage(argv[0], stderr);
     return 1;
   };
@@ -121,7 +122,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   while ((ch = getopt_long(argc, argv, "p:d:i:s:m:r:n:l:eg:cT:W:hoOPtjN", longs, nullptr)) != -1) {
     switch (ch) {
       case 'p':
-        if (!parse_uint(optarg, 65535, v)) return bad("port", optarg);
+        if (!parse_uint(optarg, 65535, v)) return bad("port", optarg, 0, 65535);
         c.port = static_cast<std::uint16_t>(v);
         c.port_given = true;
         break;
@@ -130,11 +131,11 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         c.pp.device = optarg;
         break;
       case 'i':
-        if (!parse_uint(optarg, 255, v) || v < 1) return bad("IB port", optarg);
+        if (!parse_uint(optarg, 255, v) || v < 1) return bad("IB port", optarg, 1, 255);
         c.pp.ib_port = static_cast<std::uint8_t>(v);
         break;
       case 's':
-        if (!parse_uint(optarg, 0x7fffffff, v) || v < 1) return bad("size", optarg);
+        if (!parse_uint(optarg, 0x7fffffff, v) || v < 1) return bad("size", optarg, 1, 0x7fffffff);
         c.pp.size = static_cast<std::uint32_t>(v);
         c.size_given = true;
         break;
@@ -143,20 +144,20 @@ int parse(int argc, char** argv, cli& c, bool& help) {
           return bad("MTU (256, 512, 1024, 2048 or 4096)", optarg);
         break;
       case 'r':
-        if (!parse_uint(optarg, 1u << 20, v) || v < 1) return bad("rx depth", optarg);
+        if (!parse_uint(optarg, 1u << 20, v) || v < 1) return bad("rx depth", optarg, 1, 1u << 20);
         c.pp.rx_depth = static_cast<std::uint32_t>(v);
         break;
       case 'n':
-        if (!parse_uint(optarg, 0x7fffffff, v) || v < 1) return bad("iteration count", optarg);
+        if (!parse_uint(optarg, 0x7fffffff, v) || v < 1) return bad("iteration count", optarg, 1, 0x7fffffff);
         c.pp.iters = static_cast<std::uint32_t>(v);
         break;
       case 'l':
-        if (!parse_uint(optarg, 15, v)) return bad("service level", optarg);
+        if (!parse_uint(optarg, 15, v)) return bad("service level", optarg, 0, 15);
         c.pp.sl = static_cast<std::uint8_t>(v);
         break;
       case 'e': c.pp.events = true; break;
       case 'g':
-        if (!parse_uint(optarg, 0xffff, v)) return bad("GID index", optarg);
+        if (!parse_uint(optarg, 0xffff, v)) return bad("GID index", optarg, 0, 0xffff);
         c.pp.gid_index = static_cast<int>(v);
         break;
       case 'c': c.pp.check = true; break;
@@ -172,11 +173,11 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         else return bad("wire format (pingpong or rdmakit)", optarg);
         break;
       case opt_timeout:
-        if (!parse_uint(optarg, 86'400'000, v) || v < 1) return bad("timeout (ms)", optarg);
+        if (!parse_uint(optarg, 86'400'000, v) || v < 1) return bad("timeout (ms)", optarg, 1, 86'400'000);
         c.xo.timeout = c.pp.stall_timeout = std::chrono::milliseconds(v);
         break;
       case opt_accept_timeout:
-        if (!parse_uint(optarg, 86'400'000, v) || v < 1) return bad("accept timeout (ms)", optarg);
+        if (!parse_uint(optarg, 86'400'000, v) || v < 1) return bad("accept timeout (ms)", optarg, 1, 86'400'000);
         c.xo.accept_timeout = std::chrono::milliseconds(v);
         break;
       case 'h': help = true; return 0;

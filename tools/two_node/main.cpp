@@ -59,8 +59,9 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       {"only", required_argument, nullptr, 's'},   {"wait", required_argument, nullptr, 'w'},
       {"list", no_argument, nullptr, 'l'},         {"profile", required_argument, nullptr, o_profile},
       {"help", no_argument, nullptr, 'h'},         {nullptr, 0, nullptr, 0}};
-  auto bad = [&](const char* what, const char* arg) {
-    std::fprintf(stderr, "rdmakit-two-node: invalid %s \"%s\"%s\n", what, arg, uint_hint(arg).c_str());
+  auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0) {
+    std::fprintf(stderr, "rdmakit-two-node: invalid %s \"%s\"%s\n", what, arg,
+                 rdmakit_tools::range_hint(arg, lo, hi).c_str());
     return 2;
   };
   unsigned long long v = 0;
@@ -72,15 +73,15 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         c.o.device = optarg;
         break;
       case 'i':
-        if (!parse_uint(optarg, 255, v) || v < 1) return bad("device port", optarg);
+        if (!parse_uint(optarg, 255, v) || v < 1) return bad("device port", optarg, 1, 255);
         c.o.ib_port = static_cast<std::uint8_t>(v);
         break;
       case 'g':
-        if (!parse_uint(optarg, 0xffff, v)) return bad("GID index", optarg);
+        if (!parse_uint(optarg, 0xffff, v)) return bad("GID index", optarg, 0, 0xffff);
         c.o.gid_index = static_cast<int>(v);
         break;
       case 'p':
-        if (!parse_uint(optarg, 65535, v)) return bad("port", optarg);
+        if (!parse_uint(optarg, 65535, v)) return bad("port", optarg, 0, 65535);
         c.port = static_cast<std::uint16_t>(v);
         break;
       case 's':
@@ -93,7 +94,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         c.o.only = optarg;
         break;
       case 'w':
-        if (!parse_uint(optarg, 600'000, v) || v < 1) return bad("wait", optarg);
+        if (!parse_uint(optarg, 600'000, v) || v < 1) return bad("wait", optarg, 1, 600'000);
         c.o.wait = std::chrono::milliseconds{v};
         break;
       case 'l': c.list = true; break;
