@@ -392,6 +392,7 @@ class runner {
     inline_ = std::min(inline_, max_inline);
     sq_depth_ = t_.bw ? o_.tx_depth : std::max(o_.tx_depth, o_.cq_mod);
     const std::uint32_t rq = receives() ? o_.rx_depth : 1;
+    check_device_limits(rq);
     qp_options qo;
     qo.port = o_.ib_port;
     qo.gid_index = o_.gid_index;
@@ -445,6 +446,29 @@ class runner {
       if (!peer.region)
         throw perf_failure("the peer sent no memory region: is it rdmakit-perf running the same test?");
       take_peer_region(*peer.region);
+    }
+  }
+
+  // The device's limits, checked against the options that reach them: the verbs'
+  // refusal names a CQ size or a depth the user never typed.
+  void check_device_limits(std::uint32_t rq) const {
+    const device_attr& a = dev_.attr();
+    const std::string on = " on " + dev_.name();
+    if (sq_depth_ > a.max_qp_wr)
+      throw perf_failure("-t " + std::to_string(sq_depth_) + ": a send queue of at most " +
+                         std::to_string(a.max_qp_wr) + " WRs" + on + " (its max_qp_wr): lower -t");
+    if (receives() && rq > (srq_ ? a.max_srq_wr : a.max_qp_wr))
+      throw perf_failure("-r " + std::to_string(rq) + ": a receive queue of at most " +
+                         std::to_string(srq_ ? a.max_srq_wr : a.max_qp_wr) + " WRs" + on +
+                         (srq_ ? " (its max_srq_wr)" : " (its max_qp_wr)") + ": lower -r");
+    const std::uint64_t q = o_.num_qps;
+    const std::uint64_t cqe = srq_ ? q * sq_depth_ + rq : q * (sq_depth_ + std::uint64_t{rq});
+    if (cqe > a.max_cqe) {
+      const std::string t = "-t " + std::to_string(sq_depth_), r = receives() ? "-r " + std::to_string(rq) : "1";
+      throw perf_failure("a CQ of " + std::to_string(cqe) + " entries (-q " + std::to_string(q) + " x " +
+                         (srq_ ? t + " + " + r : "(" + t + " + " + r + ")") + ") is more than the " +
+                         std::to_string(a.max_cqe) + on + " (its max_cqe): lower -q" +
+                         (receives() ? ", -t or -r" : " or -t"));
     }
   }
 

@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdint>
@@ -132,6 +133,13 @@ int run_pingpong(const pingpong_options& o, const exchange_fn& exchange, printer
   const local_buffer recv_buf = mr.local();
   const local_buffer send_buf = mr.local(T::recv_offset, o.size);
 
+  // The device's limits, named by the option that reaches them (the verbs' refusal names
+  // a CQ size the user never typed).
+  if (const device_attr& a = dev.attr(); o.rx_depth > a.max_qp_wr || o.rx_depth + std::uint64_t{1} > a.max_cqe)
+    throw pingpong_failure("-r " + std::to_string(o.rx_depth) + ": " + dev.name() + " takes at most " +
+                           std::to_string(std::min<std::uint64_t>(a.max_qp_wr, a.max_cqe - std::uint64_t{1})) +
+                           " receives (its max_qp_wr " + std::to_string(a.max_qp_wr) + ", and max_cqe " +
+                           std::to_string(a.max_cqe) + " for them and the send): lower -r");
   auto cq = dev.template create_cq<P>(static_cast<int>(o.rx_depth) + 1);
   qp_options qo;
   qo.port = o.ib_port;
