@@ -87,6 +87,8 @@ int parse(int argc, char** argv, cli& c, bool& help) {
     return 2;
   };
   bool size_given = false;
+  const char* rc_only = nullptr;  // -t or -R: RC's retransmission, which UC and UD do not have
+  bool mtu_given = false;
   const char* mock_option = nullptr;  // the first mock-only option given (refused with -d)
   unsigned long long v = 0;
   int ch;
@@ -120,14 +122,17 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       case 'm':
         if (!parse_uint(optarg, 4096, v) || !mtu_from_bytes(static_cast<std::uint32_t>(v), c.fo.path_mtu))
           return bad("MTU", optarg);
+        mtu_given = true;
         break;
       case 't':
         if (!parse_uint(optarg, 31, v)) return bad("timeout exponent", optarg, 0, 31);
         c.fo.timeout = static_cast<std::uint8_t>(v);
+        rc_only = "-t";
         break;
       case 'R':
         if (!parse_uint(optarg, 7, v)) return bad("retry count", optarg, 0, 7);
         c.fo.retry_cnt = static_cast<std::uint8_t>(v);
+        rc_only = "-R";
         break;
       case 'd':
         if (!*optarg) return bad(empty_device, optarg);
@@ -179,6 +184,19 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   if (optind == argc - 1 && c.host.empty()) {  // a script's unset "$HOST": it would become a server
     std::fprintf(stderr, "rdmakit-faults: an empty host argument: give the server's host name or address, or none "
                          "to be the server\n");
+    return 2;
+  }
+  // Options the transport has no use for would be dropped without a word.
+  if (rc_only && c.transport != qp_type::rc) {
+    std::fprintf(stderr,
+                 "rdmakit-faults: %s sets RC's retransmission (-t its ACK timeout, -R its retry count); %s never "
+                 "retransmits, a lost message is gone: drop %s, or use -T rc\n",
+                 rc_only, c.transport == qp_type::uc ? "UC" : "UD", rc_only);
+    return 2;
+  }
+  if (mtu_given && c.transport == qp_type::ud) {
+    std::fprintf(stderr, "rdmakit-faults: -m sets a connection's path MTU; UD has none (each message is one packet "
+                         "of at most the port's MTU): drop -m\n");
     return 2;
   }
   if (!size_given && c.transport == qp_type::ud) c.fo.size = 1024;

@@ -37,6 +37,7 @@ struct cli {
   pingpong_options pp;
   qp_type transport = qp_type::rc;
   bool size_given = false;
+  bool mtu_given = false;
   bool port_given = false;
   std::uint16_t port = pingpong_port;
   std::string host;
@@ -142,6 +143,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       case 'm':
         if (!parse_uint(optarg, 4096, v) || !mtu_from_bytes(static_cast<std::uint32_t>(v), c.pp.path_mtu))
           return bad("MTU (256, 512, 1024, 2048 or 4096)", optarg);
+        c.mtu_given = true;
         break;
       case 'r':
         if (!parse_uint(optarg, 1u << 20, v) || v < 1) return bad("rx depth", optarg, 1, 1u << 20);
@@ -197,6 +199,12 @@ int parse(int argc, char** argv, cli& c, bool& help) {
     }
   } else if (optind < argc) {
     usage(argv[0], stderr);
+    return 1;
+  }
+  // (ibv_ud_pingpong has no -m: it would be dropped without a word.)
+  if (c.mtu_given && c.transport == qp_type::ud) {
+    std::fprintf(stderr, "%s: -m sets a connection's path MTU; UD has none (each message is one packet of at most "
+                         "the port's MTU): drop -m\n", argv[0]);
     return 1;
   }
   if (!c.size_given && c.transport == qp_type::ud) c.pp.size = 1024;

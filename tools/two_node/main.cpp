@@ -113,6 +113,11 @@ int parse(int argc, char** argv, cli& c, bool& help) {
                          "none to be the server\n");
     return 2;
   }
+  if (c.list && !c.host.empty()) {
+    std::fprintf(stderr, "rdmakit-two-node: -l only prints the scenario names: drop the host (%s), or -l to run\n",
+                 c.host.c_str());
+    return 2;
+  }
   // Below it the scenarios FAIL on a sound device: the RNR one's SEND completes only after
   // its responder's pause.
   if (c.o.wait < two_node_min_wait) {
