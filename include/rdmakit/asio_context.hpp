@@ -290,9 +290,11 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   }
 
   // Sources with work that no descriptor announces (the mock's simulated time) are
-  // called again from a posted handler until they have none.
+  // called again from a posted handler until they have none, while a task runs (as the
+  // waits are armed): work nobody awaits, the mock retrying a SEND for ever, would keep
+  // io_context::run() from returning after the last task.
   void kick_progress_() noexcept {
-    if (progress_posted_ || !io_) return;
+    if (progress_posted_ || !io_ || tasks_ == 0) return;
     for (auto& [w, e] : watches_) {
       if (!w->progress || !w->progress(w->ctx)) continue;
       progress_posted_ = true;

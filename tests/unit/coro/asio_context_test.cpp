@@ -178,3 +178,34 @@ TEST_CASE("asio_context: async objects outlive the asio_context and the io_conte
   events.reset();
   p.reset();  // the queue pairs and completion queues, after the io_context
 }
+
+// Work the mock keeps pending with no task left (a SEND retried for ever against a peer
+// without receives, rnr_retry 7) kept io_context::run() polling the mock's clock for
+// ever after the last task had finished: the progress handler was posted again whenever
+// the mock had work, task or not. It is posted only while a task runs, as the waits are.
+TEST_CASE("asio_context: io_context::run() returns when its tasks are done, whatever the mock still has pending") {
+  mock::fabric fab;
+  ::asio::io_context io;
+  asio_context rdma(io);
+  device<B> da(fab, "mock0"), db(fab, "mock1");
+  auto pa = da.create_pd(), pb = db.create_pd();
+  acq ca(rdma, da.create_cq<event_driven<>>(64)), cb(rdma, db.create_cq<event_driven<>>(64));
+  async_queue_pair<B, rc> x(ca, pa.create_qp<rc>(ca.queue(), qp_cap{16, 16}));
+  async_queue_pair<B, rc> y(cb, pb.create_qp<rc>(cb.queue(), qp_cap{16, 16}));
+  connect_options forever;
+  forever.rnr_retry = 7;
+  const endpoint ex = x.local_endpoint(), ey = y.local_endpoint();
+  auto sender = std::move(x).connect(ey, forever);
+  auto receiver = std::move(y).connect(ex, forever);
+  auto m = pa.allocate<rw>(4096);
+  auto sends = [](rts_qp<>& qp, memory_region<B, rw>& m) -> task<int> {
+    const wr_result<B> r = co_await qp.send(m.local(0, 8)).within(20ms);
+    co_return r.outcome() == wr_outcome::timed_out ? 1 : -1;
+  };
+  int result = 0;
+  asio_spawn(rdma, sends(sender, m), [&](std::exception_ptr e, int v) { result = e ? -2 : v; });
+  io.run_for(2s);  // returns at once when run() would; else after 2 s of polling
+  CHECK(result == 1);
+  CHECK(rdma.tasks() == 0);
+  CHECK(io.stopped());
+}
