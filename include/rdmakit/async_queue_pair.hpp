@@ -280,7 +280,8 @@ class wr_awaiter final : wr_waiter<B> {
   }
   wr_awaiter& operator=(wr_awaiter&&) = delete;
   /// Not awaited, timed out, or destroyed with its coroutine: the WR's completion, when
-  /// it comes, is dropped (its credits still go back).
+  /// it comes, is dropped (its credits still go back). A WR still waiting for credits was
+  /// never on the device: it is withdrawn, never posted.
   ~wr_awaiter() {
     if (!core_) return;
     if (state_ == state::posted) core_->abandon(slot_);
@@ -289,7 +290,8 @@ class wr_awaiter final : wr_waiter<B> {
 
   /// Bounds the wait (from when it is awaited): after `timeout` the result is
   /// wr_outcome::timed_out and the WR goes on. `co_await qp.write(src, dst).within(100ms)`
-  /// bounds a temporary's wait: its completion, should it come later, is dropped.
+  /// bounds a temporary's wait: its completion, should it come later, is dropped (and a
+  /// WR still waiting for credits is withdrawn with the temporary).
   /// Any duration type: one past the steady clock's range (milliseconds::max()) is no limit.
   template <class Rep, class Period>
   wr_awaiter within(std::chrono::duration<Rep, Period> timeout) && noexcept {

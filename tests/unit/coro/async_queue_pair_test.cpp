@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <span>
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <tuple>
@@ -282,6 +283,27 @@ TEST_CASE_FIXTURE(rig<>, "async_queue_pair: a WR waiting for credits that timed 
     for (auto& s : sends) CHECK((co_await s.within(5s)).ok());
     for (auto& rv : recvs) CHECK((co_await rv.within(5s)).ok());
     CHECK((co_await extra.within(5s)).ok());
+  };
+  loop.run(run());
+}
+
+// The temporary of co_await qp.recv(buf).within(d) destroyed while its WR still waits
+// for credits takes the WR with it: it was never on the device, so it is withdrawn, and
+// the next message goes to the next receive posted, not to the withdrawn buffer.
+TEST_CASE_FIXTURE(rig<>, "async_queue_pair: a temporary that timed out waiting for credits withdraws its WR") {
+  auto run = [&]() -> task<void> {
+    std::vector<decltype(c.y().recv(mb.local(0, 64)))> recvs;
+    for (std::uint32_t i = 0; i < 16; ++i) recvs.push_back(c.y().recv(mb.local(i * 64, 64)));
+    std::memset(mb.data() + 16 * 64, 0, 64);
+    CHECK((co_await c.y().recv(mb.local(16 * 64, 64)).within(1ms)).outcome() == wr_outcome::timed_out);
+    for (int i = 0; i < 16; ++i) CHECK((co_await c.x().send(ma.local(0, 8)).within(5s)).ok());
+    for (auto& rv : recvs) CHECK((co_await rv.within(5s)).ok());
+    auto next = c.y().recv(mb.local(17 * 64, 64));
+    std::memcpy(ma.data(), "the 17th", 8);
+    CHECK((co_await c.x().send(ma.local(0, 8)).within(5s)).ok());
+    CHECK((co_await next.within(5s)).ok());
+    CHECK(std::memcmp(mb.data() + 17 * 64, "the 17th", 8) == 0);
+    CHECK(std::all_of(mb.data() + 16 * 64, mb.data() + 17 * 64, [](std::byte b) { return b == std::byte{0}; }));
   };
   loop.run(run());
 }
