@@ -21,6 +21,7 @@
 #include <rdmakit/async_completion_queue.hpp>
 #include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/in_place_await.hpp>
 #include <rdmakit/detail/scheduler.hpp>
 #include <rdmakit/task.hpp>
 #include <rdmakit/operations.hpp>
@@ -283,6 +284,7 @@ class wr_awaiter final : wr_waiter<B> {
   /// it comes, is dropped (its credits still go back). A WR still waiting for credits was
   /// never on the device: it is withdrawn, never posted.
   ~wr_awaiter() {
+    if (in_place_) in_place_->orphan(*loop_);
     if (!core_) return;
     if (state_ == state::posted) core_->abandon(slot_);
     if (state_ == state::credits) core_->stop_waiting(*this);
@@ -311,17 +313,13 @@ class wr_awaiter final : wr_waiter<B> {
 
   /// `co_await w` (and `co_await w.within(d)`) awaits `w` itself, in place, with either
   /// compiler (GCC 12 would otherwise copy an lvalue operand): after a timeout `w` still
-  /// holds the WR, to await again.
-  struct in_place_awaiter {
-    wr_awaiter* w;
-    bool await_ready() const noexcept { return w->await_ready(); }
-    void await_suspend(std::coroutine_handle<> h) { w->await_suspend(h); }
-    wr_result<B> await_resume() noexcept { return w->await_resume(); }
-  };
-  in_place_awaiter operator co_await() & noexcept { return {this}; }
+  /// holds the WR, to await again. Destroyed by other code while the coroutine waits on
+  /// it, `w` resumes the coroutine, whose co_await throws usage_error.
+  in_place_awaiter<wr_awaiter> operator co_await() & noexcept { return in_place_awaiter<wr_awaiter>(*this); }
   /// A temporary, or `co_await std::move(w)`: moved into the awaiter the coroutine keeps.
   wr_awaiter operator co_await() && noexcept { return std::move(*this); }
 
+  static constexpr const char* co_await_text() noexcept { return "co_await on a work request"; }
   // A result a suspended coroutine waits to be resumed with is that coroutine's.
   bool await_ready() const noexcept { return result_.has_value() && !suspended_; }
   void await_suspend(std::coroutine_handle<> h) {
@@ -395,9 +393,11 @@ class wr_awaiter final : wr_waiter<B> {
     resume_.run();  // last: the coroutine may destroy this awaiter
   }
 
+  friend class in_place_awaiter<wr_awaiter>;
   core_type* core_;
   Post post_;
   std::shared_ptr<scheduler> loop_;
+  in_place_awaiter<wr_awaiter>* in_place_ = nullptr;  // the coroutine awaiting this in place
   std::optional<std::chrono::steady_clock::duration> timeout_;
   state state_ = state::done;
   bool suspended_ = false;

@@ -13,6 +13,7 @@
 #include <rdmakit/config.hpp>
 #include <rdmakit/detail/await_checks.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/in_place_await.hpp>
 #include <rdmakit/detail/scheduler.hpp>
 #include <rdmakit/detail/work_queue.hpp>
 #include <rdmakit/error.hpp>
@@ -264,6 +265,14 @@ class event_loop {
      public:
       awaiter(std::shared_ptr<detail::loop_core> core, std::chrono::steady_clock::duration d) noexcept
           : core_(std::move(core)), d_(d) {}
+      ~awaiter() {
+        if (in_place_) in_place_->orphan(*core_);
+      }
+      // Awaited where it is, with either compiler: destroyed by other code while the
+      // coroutine sleeps on it, it resumes the coroutine, whose co_await throws usage_error.
+      detail::in_place_awaiter<awaiter> operator co_await() & noexcept { return detail::in_place_awaiter<awaiter>(*this); }
+      detail::in_place_awaiter<awaiter> operator co_await() && noexcept { return detail::in_place_awaiter<awaiter>(*this); }
+      static constexpr const char* co_await_text() noexcept { return "co_await sleep_for()"; }
       bool await_ready() const noexcept { return false; }
       void await_suspend(std::coroutine_handle<> h) {
         // Sleeping, or woken and not yet resumed: a second coroutine would take the resumption.
@@ -280,8 +289,10 @@ class event_loop {
       void await_resume() const noexcept {}
 
      private:
+      friend class detail::in_place_awaiter<awaiter>;
       std::shared_ptr<detail::loop_core> core_;  // shared: the awaiter may outlive its loop
       std::chrono::steady_clock::duration d_;
+      detail::in_place_awaiter<awaiter>* in_place_ = nullptr;  // the coroutine awaiting this in place
       detail::work_item resume_;
       detail::timer_node timer_;  // after resume_: disarmed before resume_ goes away
     };

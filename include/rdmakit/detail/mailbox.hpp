@@ -5,6 +5,7 @@
 #include <rdmakit/config.hpp>
 #include <rdmakit/detail/await_checks.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/in_place_await.hpp>
 #include <rdmakit/detail/scheduler.hpp>
 #include <rdmakit/error.hpp>
 
@@ -73,8 +74,16 @@ class mailbox_awaiter final : mailbox<T>::waiter {
   }
   mailbox_awaiter& operator=(mailbox_awaiter&&) = delete;
   ~mailbox_awaiter() {
+    if (in_place_) in_place_->orphan(source_->loop());
     if (waiting_) source_->mailbox().remove(*this);
   }
+
+  /// `co_await n` (or `co_await std::move(n)`) awaits `n` where it is, with either
+  /// compiler: destroyed by other code while the coroutine waits on it, `n` resumes the
+  /// coroutine, whose co_await throws usage_error.
+  in_place_awaiter<mailbox_awaiter> operator co_await() & noexcept { return in_place_awaiter<mailbox_awaiter>(*this); }
+  in_place_awaiter<mailbox_awaiter> operator co_await() && noexcept { return in_place_awaiter<mailbox_awaiter>(*this); }
+  static constexpr const char* co_await_text() noexcept { return "co_await next()"; }
 
   bool await_ready() {
     // Moved from (GCC's `co_await std::move(n)` moves it into the frame: no source to
@@ -128,8 +137,10 @@ class mailbox_awaiter final : mailbox<T>::waiter {
     resume_.run();  // last: the coroutine may destroy this awaiter
   }
 
+  friend class in_place_awaiter<mailbox_awaiter>;
   std::shared_ptr<Source> source_;
   std::optional<std::chrono::steady_clock::duration> timeout_;
+  in_place_awaiter<mailbox_awaiter>* in_place_ = nullptr;  // the coroutine awaiting this in place
   std::optional<T> got_;
   bool waiting_ = false;
   bool awaited_ = false;  // resumed with its value: each next() gives one

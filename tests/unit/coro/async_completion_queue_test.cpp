@@ -1,6 +1,7 @@
 #include "fixture.hpp"
 
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 using namespace coro_test;
@@ -55,6 +56,15 @@ TEST_CASE("async_completion_queue: next() awaited by a task of another event_loo
   event_loop other;
   auto waits = [&]() -> task<void> { (void)co_await p.a.cq.next(10ms); };
   CHECK_THROWS_WITH_AS(other.run(waits()), doctest::Contains("another event_loop"), usage_error);
+}
+
+// As a WR's awaitable (async_queue_pair_test): a next() destroyed by other code while a
+// coroutine awaited it in place left that coroutine waiting for ever, its timeout too.
+TEST_CASE("async_completion_queue: a next() destroyed while a coroutine awaits it in place refuses the wait") {
+  plain_pair p;
+  std::optional<decltype(p.a.cq.next(50ms))> n;
+  n.emplace(p.a.cq.next(50ms));
+  CHECK(destroyed_while_awaited(p.loop, n, [](auto& n) -> task<void> { (void)co_await *n; }));
 }
 
 // The on() handler of a queue pair used directly threw inside the loop's drain, which

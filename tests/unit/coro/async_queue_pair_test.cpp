@@ -308,6 +308,15 @@ TEST_CASE_FIXTURE(rig<>, "async_queue_pair: a temporary that timed out waiting f
   loop.run(run());
 }
 
+// Destroyed by other code while a coroutine awaited it in place (`co_await w`, as
+// coroutines.md shows), an awaitable disarmed its timer and unlinked the resumption: the
+// coroutine waited for ever, its timeout too. It is resumed now, and its co_await throws.
+TEST_CASE_FIXTURE(rig<>, "async_queue_pair: an awaitable destroyed while a coroutine awaits it in place refuses the wait") {
+  std::optional<decltype(c.y().recv(mb.local(0, 64)))> w;
+  w.emplace(c.y().recv(mb.local(0, 64)));
+  CHECK(destroyed_while_awaited(loop, w, [](auto& w) -> task<void> { (void)co_await w->within(50ms); }));
+}
+
 // A completion and the deadline in one turn of the loop (within(0ns) on the mock): the
 // timeout handler ran after the completion had queued the resumption, resumed the
 // coroutine itself and left that resumption queued, so the coroutine was resumed a

@@ -1,5 +1,6 @@
 #include "fixture.hpp"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,14 @@ TEST_CASE("event_loop: timers resume in deadline order, and run() ends when ever
   loop.run();
   CHECK(loop.tasks() == 0);
   CHECK(order == std::vector<int>{1, 2, 3});
+}
+
+// As a WR's awaitable (async_queue_pair_test): a sleep destroyed by other code while a
+// coroutine slept on it in place left that coroutine asleep for ever.
+TEST_CASE("event_loop: a sleep destroyed while a coroutine awaits it in place refuses the wait") {
+  event_loop loop;
+  std::unique_ptr<decltype(loop.sleep_for(50ms))> s(new auto(loop.sleep_for(50ms)));  // (not movable)
+  CHECK(destroyed_while_awaited(loop, s, [](auto& s) -> task<void> { co_await *s; }));
 }
 
 // sleep_for took a steady_clock::duration: seconds::max() overflowed converting to it (at

@@ -93,6 +93,36 @@ struct rig {
   memory_region<B, rw> ma, mb;
 };
 
+/// Turns `loop` until its spawned tasks are done or `limit` passed: false then (a test
+/// of a wait that would never end fails instead of hanging).
+inline bool run_within(event_loop& loop, std::chrono::steady_clock::duration limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (loop.tasks() != 0 && std::chrono::steady_clock::now() < end) loop.poll();
+  return loop.tasks() == 0;
+}
+
+/// A coroutine awaits `*held` in place while another destroys it (after 1 ms): the first
+/// must be resumed, its co_await throwing usage_error, not left waiting for ever.
+/// `await(held)` is the first coroutine's co_await. True when that is what happened.
+template <class Held, class Await>
+bool destroyed_while_awaited(event_loop& loop, Held& held, Await await) {
+  bool refused = false;
+  auto waiter = [&]() -> task<void> {
+    try {
+      co_await await(held);
+    } catch (const usage_error& e) {
+      refused = std::string(e.what()).find("was destroyed while it waited") != std::string::npos;
+    }
+  };
+  auto destroyer = [&]() -> task<void> {
+    co_await loop.sleep_for(1ms);
+    held.reset();
+  };
+  loop.spawn(waiter());
+  loop.spawn(destroyer());
+  return run_within(loop, 2s) && refused;
+}
+
 /// Awaits the awaiter `a` in place, as the standard (and clang) awaits an awaiter that is
 /// a glvalue; GCC 12 copies or moves it instead, so its tests would miss what clang does.
 template <class Awaiter>
