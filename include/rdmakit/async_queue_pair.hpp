@@ -100,7 +100,12 @@ class async_qp_core {
         (void)rcq;
         self.on_completion_(c);
       });
-      policy_access::link(qp)->async_owned = true;  // on() refuses to replace that handler now
+      // on() refuses to replace that handler now, and its completions reach it whichever
+      // call polls the CQ (poll() or wait() on queue() too).
+      auto* link = policy_access::link(qp);
+      link->async_owned = true;
+      link->send_cq->stop_caching(link);
+      link->recv_cq->stop_caching(link);
     };
     watch_ = watch;
     watch(*this, qp);  // on() is the last step that may throw

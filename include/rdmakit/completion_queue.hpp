@@ -400,7 +400,12 @@ class completion_queue {
     // The QP of the previous completion needs no null test: find()'s cache, unrolled.
     auto routed = [&](detail::qp_link<B>* l) {
       if constexpr (Account) l->account(w);
-      g(l, completion<B>(w, l->recv_offset));
+      // An async_queue_pair's goes to the async layer, whoever polled (never `last`: its
+      // completions all come this way, qp_link.hpp's stop_caching). Its handler is noexcept.
+      if (RDMAKIT_UNLIKELY(l->async_owned))
+        call_handler_(*l, completion<B>(w, l->recv_offset));
+      else
+        g(l, completion<B>(w, l->recv_offset));
     };
     const std::uint32_t qpn = B::get_qp_num(w);
     if (RDMAKIT_LIKELY(qpn == b.last_qpn)) {

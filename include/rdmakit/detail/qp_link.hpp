@@ -314,8 +314,22 @@ struct cq_block {
     auto it = std::lower_bound(routes.begin(), routes.end(), qpn,
                                [](const auto& r, std::uint32_t n) { return r.first < n; });
     if (it == routes.end() || it->first != qpn) return nullptr;
+    if (RDMAKIT_UNLIKELY(it->second->async_owned)) return it->second;  // (never cached: see stop_caching)
     last_qpn = qpn;
     return last = it->second;
+  }
+
+  /// `l` became an async_queue_pair's: its completions no longer take the fast path of
+  /// `last` (which hands them to whatever call polled), but the routed one, which gives
+  /// them to its handler, the async layer's, whichever call polls (completion_queue::
+  /// deliver_). Not cached from now on, and this CQ is never `sole` again.
+  void stop_caching(const qp_link<B>* l) noexcept {
+    if (last == l) {
+      last = nullptr;
+      last_qpn = no_qpn;
+    }
+    sole = false;
+    had_others = true;
   }
 
   /// Attaches `l` with its `entries`; a throw (out of memory) changes nothing, and the

@@ -457,3 +457,24 @@ TEST_CASE("async_completion_queue: a next() awaited by a second coroutine before
   REQUIRE(got);
   CHECK(got->wr_id() == 5);
 }
+
+// poll() and wait() on queue() (rather than dispatch(), which the loop runs) took an
+// async_queue_pair's completions for their own caller: the coroutine awaiting the WR
+// never heard of it. They now go to the async layer whichever call polls them.
+TEST_CASE_FIXTURE(rig<>, "async_completion_queue: poll() or wait() on queue() leaves an async_queue_pair's completions to it") {
+  auto thief = [&]() -> int {
+    int n = 0;
+    SUBCASE("poll()") { n = c.a.cq.queue().poll(); }
+    SUBCASE("wait()") { n = c.a.cq.queue().wait(0ms).count(); }
+    SUBCASE("poll(f)") {
+      n = c.a.cq.queue().poll([](const completion<B>&) { FAIL("an async_queue_pair's completion was handed out"); });
+    }
+    return n;
+  };
+  auto run = [&]() -> task<void> {
+    auto w = c.x().write(ma.local(0, 8), mb.remote().sub(0, 8));
+    CHECK(thief() == 1);  // the WRITE's completion, polled (and counted) by the thief
+    CHECK((co_await w.within(2s)).ok());
+  };
+  loop.run(run());
+}
