@@ -197,7 +197,12 @@ class async_qp_core {
     std::replace(credit_waiters_.begin(), credit_waiters_.end(), &from, &to);
   }
 
-  void wait_credits(wr_waiter<B>& w) { credit_waiters_.push_back(&w); }
+  /// Queues `w` until credits come back. Only the first wait allocates (the awaitable's
+  /// construction): a retry that waits again goes into room made here (wake_waiters_).
+  void wait_credits(wr_waiter<B>& w) {
+    retrying_.reserve(credit_waiters_.size() + 1);
+    credit_waiters_.push_back(&w);
+  }
   void stop_waiting(wr_waiter<B>& w) noexcept { std::erase(credit_waiters_, &w); }
 
  private:
@@ -237,9 +242,15 @@ class async_qp_core {
     for (auto* w : std::exchange(credit_waiters_, {})) w->cancel();
   }
 
-  // Retries in waiting order; one still without credits waits again, behind the rest.
+  // Retries in waiting order; one still without credits waits again, behind the rest,
+  // in the list's room: retrying_ holds as many as credit_waiters_ (wait_credits), so
+  // the swap leaves credit_waiters_ room for every one that waits again, and a retry
+  // allocates nothing (it did, and failed its WR, whenever a completion gave back fewer
+  // credits than the waiting WRs need).
   void wake_waiters_() noexcept {
-    for (auto* w : std::exchange(credit_waiters_, {})) w->retry();
+    retrying_.swap(credit_waiters_);
+    for (auto* w : retrying_) w->retry();
+    retrying_.clear();
   }
 
   std::shared_ptr<scheduler> loop_;
@@ -248,6 +259,7 @@ class async_qp_core {
   std::vector<slot> slots_;
   std::vector<std::uint32_t> free_;
   std::vector<wr_waiter<B>*> credit_waiters_;
+  std::vector<wr_waiter<B>*> retrying_;  // wake_waiters_'s, empty between its calls
   void (*watch_)(async_qp_core&, init_qp&) = nullptr;  // routes a (new) INIT queue pair's completions here
   std::uint32_t qpn_ = 0;
   std::variant<init_qp, rts_qp> qp_;  // last: destroyed first, while the rest still stands
