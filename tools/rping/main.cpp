@@ -221,6 +221,15 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "rdmakit-rping: --mock needs -C count\n");
         return 1;
       }
+      // The client runs on mock1 (10.0.0.2): a source on the server's mock0 would route
+      // its connection there, away from the client's PD (a library error about devices).
+      if (std::uint32_t v4 = o.source.ipv4; !o.source.is_any() &&
+          (o.source.is_ipv6 ? o.source.mapped_ipv4(v4) && v4 == 0x0A000001 : v4 == 0x0A000001)) {
+        std::fprintf(stderr, "rdmakit-rping: --mock -I %s: 10.0.0.1 is the server's device (mock0); the client runs "
+                             "on mock1, 10.0.0.2: give -I 10.0.0.2 or leave -I out\n",
+                     o.source.to_string().c_str());
+        return 1;
+      }
       mock::fabric fab;
       using B = backends::mock;
       rping_side<B> srv(device<B>(fab, "mock0"), o);
