@@ -6,6 +6,9 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -39,6 +42,23 @@ TEST_CASE("mock: reg_mr refuses what ibv_reg_mr refuses") {
   CHECK(errno_of([&] { B::reg_mr(fx.pd, nullptr, 128, acc::local_write); }) == EINVAL);
   auto& ok = fx.make_buffer(128, acc::remote_read);  // remote read alone is fine
   CHECK(ok.lkey() != 0);
+}
+
+// ibv_reg_mr cannot pin pages that are not mapped (EFAULT); the mock registered them,
+// then touched the hole itself (SEGV) when a WRITE named the region.
+TEST_CASE("mock: reg_mr refuses a range that is not all mapped memory, as ibv_reg_mr does (EFAULT)") {
+  fx_t fx;
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  void* m = ::mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(m != MAP_FAILED);
+  auto* base = static_cast<char*>(m);
+  REQUIRE(::munmap(base + 2 * page, page) == 0);  // a hole in the third page
+  CHECK(errno_of([&] { B::reg_mr(fx.pd, base, 4 * page, acc::local_write); }) == EFAULT);
+  CHECK(errno_of([&] { B::reg_mr(fx.pd, base + page + 10, page, acc::local_write); }) == EFAULT);  // ends in it
+  auto mr = B::reg_mr(fx.pd, base, 2 * page, acc::local_write);  // the mapped part is fine
+  CHECK(B::dereg_mr(mr) == 0);
+  ::munmap(base, 2 * page);
+  ::munmap(base + 3 * page, page);
 }
 
 TEST_CASE("mock: create_qp refuses CQs of another device") {

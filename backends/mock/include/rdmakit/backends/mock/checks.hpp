@@ -4,6 +4,12 @@
 #include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/error.hpp>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -23,6 +29,27 @@ inline void check_room(std::uint32_t count, std::uint32_t max, const char* verb,
     fail(verb, ENOMEM,
          cat(max, " ", what, " exist on ", dev.cfg.name, " already (its ", limit,
              "): destroy one first (mock: or raise device_config::limits.", limit, ")"));
+}
+
+// ibv_reg_mr pins the range's pages and fails with EFAULT when some are not mapped (a
+// freed buffer, a length past its mapping): a mock that accepted them would touch the
+// hole itself when a WR names it. mincore() fails with ENOMEM on an unmapped page; one
+// call per 16 MiB of the page-aligned range.
+inline void check_mapped(const void* addr, std::size_t length) {
+  static const std::uintptr_t page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const std::uintptr_t first = reinterpret_cast<std::uintptr_t>(addr) & ~(page - 1);
+  const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(addr) + length;  // (no wrap: checked before)
+  constexpr std::size_t chunk_pages = 4096;
+  unsigned char resident[chunk_pages];
+  for (std::uintptr_t at = first; at < end;) {
+    const std::size_t pages = std::min<std::uintptr_t>(chunk_pages, (end - at + page - 1) / page);
+    if (::mincore(reinterpret_cast<void*>(at), pages * page, resident) != 0 && errno == ENOMEM)
+      fail("ibv_reg_mr", EFAULT,
+           cat("the range ", rdmakit::detail::hex(reinterpret_cast<std::uintptr_t>(addr)), "+", length,
+               " is not all mapped memory: the device cannot pin it; register memory the process has mapped (a freed buffer, or a length "
+               "past the end of its allocation)"));
+    at += pages * page;
+  }
 }
 
 inline const port_rt& port_checked(fabric_state& f, context_obj* ctx, std::uint8_t port, const char* verb) {

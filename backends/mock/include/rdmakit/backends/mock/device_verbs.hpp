@@ -160,6 +160,7 @@ RDMAKIT_DECL mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access 
     mockd::fail("ibv_reg_mr", EINVAL,
                 detail::cat("REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE too (", to_string(flags),
                             " was asked)"));
+  mockd::check_mapped(addr, length);
   auto& dev = f.devices[p->ctx->dev];
   mockd::check_room(dev.count.mr, limits.max_mr, "ibv_reg_mr", "memory regions", "max_mr", dev);
   auto m = detail::make_unique_owner<mockd::mr_obj>();
