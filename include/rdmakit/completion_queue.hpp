@@ -271,7 +271,7 @@ class completion_queue {
     // handle away or reassigns it: count there, not through blk_.
     detail::cq_block<B>* const b = blk_.get();
     std::exception_ptr first;
-    const int n = poll_impl_<false, true>([&](detail::qp_link<B>* l, const completion<B>& c) noexcept {
+    const int n = poll_impl_<false, true, false>([&](detail::qp_link<B>* l, const completion<B>& c) noexcept {
       try {
         if (l && l->handler)
           call_handler_(*l, c);
@@ -336,7 +336,9 @@ class completion_queue {
   // handler may destroy queue pairs, their handlers and this CQ's state (its handle
   // moved from or reassigned): each completion is then routed after the call before
   // it, and the block outlives the delivery (cq_delivery).
-  template <bool Inert, bool NoThrow, class G>
+  // `Divert` (all but dispatch, whose g hands every completion to its QP's handler): an
+  // async_queue_pair's completions go to the async layer, not to g, nor in the count.
+  template <bool Inert, bool NoThrow, bool Divert = true, class G>
   RDMAKIT_ALWAYS_INLINE int poll_impl_(G&& g) noexcept(NoThrow) {
     if (RDMAKIT_UNLIKELY(!blk_)) return -EBADF;
     typename B::wc wcs[P::batch];
@@ -358,68 +360,76 @@ class completion_queue {
           if (RDMAKIT_LIKELY(b.last == l))
             g(l, completion<B>(wcs[i], l->recv_offset));
           else
-            deliver_<false>(b, wcs[i], g);
+            (void)deliver_<false, Divert>(b, wcs[i], g);  // (the batch is `l`'s: none is async)
         }
       }
       return n;
     }
-    return poll_routed_<Inert, NoThrow>(wcs, n, g);
+    return poll_routed_<Inert, NoThrow, Divert>(wcs, n, g);
   }
 
   // A batch with a failure, a receive or more than one QP: each completion routed and
-  // accounted on its own. Out of line, so the inlined poll stays small.
-  template <bool Inert, bool NoThrow, class G>
+  // accounted on its own. Out of line, so the inlined poll stays small. Returns the
+  // completions given to g (under Divert, not those the async layer took).
+  template <bool Inert, bool NoThrow, bool Divert, class G>
   RDMAKIT_NOINLINE int poll_routed_(const typename B::wc* wcs, int n, G& g) noexcept(NoThrow) {
     auto& b = *blk_;
+    int given = 0;
     if constexpr (Inert) {
-      for (int i = 0; i < n; ++i) deliver_<true>(b, wcs[i], g);
+      for (int i = 0; i < n; ++i) given += deliver_<true, Divert>(b, wcs[i], g);
     } else if constexpr (NoThrow) {
       detail::cq_delivery<B> in_use(b);
-      for (int i = 0; i < n; ++i) deliver_<true>(b, wcs[i], g);
+      for (int i = 0; i < n; ++i) given += deliver_<true, Divert>(b, wcs[i], g);
     } else {
       detail::cq_delivery<B> in_use(b);
       int i = 0;
       try {
-        for (; i < n; ++i) deliver_<true>(b, wcs[i], g);
+        for (; i < n; ++i) given += deliver_<true, Divert>(b, wcs[i], g);
       } catch (...) {
         // The handler of wcs[i] threw (after its accounting): the rest give their
         // credits back undelivered, as the fast path's batch accounting does.
         auto undelivered = [](detail::qp_link<B>*, const completion<B>&) noexcept {};
-        for (++i; i < n; ++i) deliver_<true>(b, wcs[i], undelivered);
+        for (++i; i < n; ++i) (void)deliver_<true, Divert>(b, wcs[i], undelivered);
         throw;
       }
     }
-    return n;
+    return Divert ? given : n;
   }
 
   // One completion to g, through the queue pair its qp_num names now (after the call
-  // before it, which may have destroyed that queue pair), `Account`ed there.
-  template <bool Account, class G>
-  static RDMAKIT_ALWAYS_INLINE void deliver_(detail::cq_block<B>& b, const typename B::wc& w,
-                                            G& g) noexcept(noexcept(g(nullptr, std::declval<const completion<B>&>()))) {
+  // before it, which may have destroyed that queue pair), `Account`ed there. 1 when g
+  // got it, 0 when the async layer did (Divert).
+  template <bool Account, bool Divert, class G>
+  static RDMAKIT_ALWAYS_INLINE int deliver_(detail::cq_block<B>& b, const typename B::wc& w,
+                                           G& g) noexcept(noexcept(g(nullptr, std::declval<const completion<B>&>()))) {
     // The QP of the previous completion needs no null test: find()'s cache, unrolled.
     auto routed = [&](detail::qp_link<B>* l) {
       if constexpr (Account) l->account(w);
       // An async_queue_pair's goes to the async layer, whoever polled (never `last`: its
       // completions all come this way, qp_link.hpp's stop_caching). Its handler is noexcept.
-      if (RDMAKIT_UNLIKELY(l->async_owned))
-        call_handler_(*l, completion<B>(w, l->recv_offset));
-      else
-        g(l, completion<B>(w, l->recv_offset));
+      if constexpr (Divert) {
+        if (RDMAKIT_UNLIKELY(l->async_owned)) {
+          call_handler_(*l, completion<B>(w, l->recv_offset));
+          return 0;
+        }
+      }
+      g(l, completion<B>(w, l->recv_offset));
+      return 1;
     };
     const std::uint32_t qpn = B::get_qp_num(w);
     if (RDMAKIT_LIKELY(qpn == b.last_qpn)) {
-      routed(b.last);
+      return routed(b.last);
     } else if (detail::qp_link<B>* l = b.find_route(qpn); RDMAKIT_LIKELY(l != nullptr)) {
-      routed(l);
+      return routed(l);
     } else if (RDMAKIT_UNLIKELY(!b.retired_links.empty()) &&
                (l = b.find_retired(qpn, (B::get_wr_id(w) & detail::recv_wr_bit) != 0)) != nullptr) {
-      routed(l);  // a QP replaced by reset(): its entry in this CQ is free again
+      return routed(l);  // a QP replaced by reset(): its entry in this CQ is free again
     } else {
       ++b.unrouted;
       std::uint32_t offset = 0;
       if (RDMAKIT_UNLIKELY(!b.departed.empty())) offset = b.departed_polled(qpn);  // a destroyed QP's
       g(l, completion<B>(w, offset));
+      return 1;
     }
   }
 

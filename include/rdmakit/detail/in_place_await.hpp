@@ -11,6 +11,7 @@
 #include <rdmakit/error.hpp>
 
 #include <coroutine>
+#include <utility>
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
@@ -25,8 +26,10 @@ class in_place_awaiter {
   explicit in_place_awaiter(A& a) noexcept : a_(&a) {}
   in_place_awaiter(const in_place_awaiter&) = delete;  // made where it is awaited (a prvalue)
   in_place_awaiter& operator=(const in_place_awaiter&) = delete;
+  // Lives to the end of the co_await's statement, when the awaitable may be gone: it
+  // touches the awaitable only while registered with it (waiting_on_).
   ~in_place_awaiter() {
-    if (a_ && a_->in_place_ == this) a_->in_place_ = nullptr;  // the coroutine's frame went first
+    if (waiting_on_) waiting_on_->in_place_ = nullptr;  // the coroutine's frame went first
   }
 
   decltype(auto) await_ready() { return a_->await_ready(); }
@@ -34,25 +37,29 @@ class in_place_awaiter {
     a_->await_suspend(h);
     orphan_resume_.bind(h);
     a_->in_place_ = this;  // only once suspended: a refusal above leaves nothing to undo
+    waiting_on_ = a_;
   }
   decltype(auto) await_resume() {
-    if (!a_)
+    if (orphaned_)
       throw usage_error(cat(A::co_await_text(), ": the awaitable this coroutine awaited in place was destroyed while "
                                               "it waited, by other code (another coroutine, a handler): keep it "
                                               "alive until the co_await that awaits it returns"));
-    a_->in_place_ = nullptr;
-    return a_->await_resume();
+    if (waiting_on_) std::exchange(waiting_on_, nullptr)->in_place_ = nullptr;
+    return std::exchange(a_, nullptr)->await_resume();
   }
 
   /// The awaitable is being destroyed while the coroutine waits on it: the coroutine is
   /// resumed on `loop`, and its co_await throws.
   void orphan(scheduler& loop) noexcept {
-    a_ = nullptr;
+    a_ = waiting_on_ = nullptr;
+    orphaned_ = true;
     loop.post(orphan_resume_);
   }
 
  private:
-  A* a_;
+  A* a_;                      // the awaitable, until await_resume
+  A* waiting_on_ = nullptr;   // the awaitable while it points back here (suspended)
+  bool orphaned_ = false;
   work_item orphan_resume_;
 };
 

@@ -317,6 +317,27 @@ TEST_CASE_FIXTURE(rig<>, "async_queue_pair: an awaitable destroyed while a corou
   CHECK(destroyed_while_awaited(loop, w, [](auto& w) -> task<void> { (void)co_await w->within(50ms); }));
 }
 
+// As event_loop_test's sleep: the WR's awaitable destroyed while the statement of its
+// co_await goes on waiting (an RPC-style `co_await reply_to(co_await w)`).
+TEST_CASE_FIXTURE(rig<>, "async_queue_pair: an awaitable destroyed after its co_await returned, in the same statement, is not touched again") {
+  std::optional<decltype(c.y().recv(mb.local(0, 64)))> w;
+  w.emplace(c.y().recv(mb.local(0, 64)));
+  auto then_sleep = [&](wr_outcome o) -> task<wr_outcome> {
+    co_await loop.sleep_for(20ms);
+    co_return o;
+  };
+  wr_outcome got = wr_outcome::completed;
+  auto waiter = [&]() -> task<void> { got = co_await then_sleep((co_await w->within(1ms)).outcome()); };
+  auto destroyer = [&]() -> task<void> {
+    co_await loop.sleep_for(10ms);
+    w.reset();
+  };
+  loop.spawn(waiter());
+  loop.spawn(destroyer());
+  CHECK(run_within(loop, 2s));
+  CHECK(got == wr_outcome::timed_out);
+}
+
 // A completion and the deadline in one turn of the loop (within(0ns) on the mock): the
 // timeout handler ran after the completion had queued the resumption, resumed the
 // coroutine itself and left that resumption queued, so the coroutine was resumed a

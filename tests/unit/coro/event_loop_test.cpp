@@ -30,6 +30,24 @@ TEST_CASE("event_loop: a sleep destroyed while a coroutine awaits it in place re
   CHECK(destroyed_while_awaited(loop, s, [](auto& s) -> task<void> { co_await *s; }));
 }
 
+// The in-place awaiter lives to the end of its co_await's statement, which may wait
+// again after it: another coroutine may then destroy the awaitable, nobody awaiting it
+// any more. The awaiter's destructor read the freed awaitable (ASan: heap-use-after-free).
+TEST_CASE("event_loop: a sleep destroyed after its co_await returned, in the same statement, is not touched again") {
+  event_loop loop;
+  std::unique_ptr<decltype(loop.sleep_for(1ms))> s(new auto(loop.sleep_for(1ms)));
+  int x = 0;
+  auto waiter = [&]() -> task<void> { x = (co_await *s, co_await loop.sleep_for(20ms), 2); };
+  auto destroyer = [&]() -> task<void> {
+    co_await loop.sleep_for(10ms);
+    s.reset();
+  };
+  loop.spawn(waiter());
+  loop.spawn(destroyer());
+  CHECK(run_within(loop, 2s));
+  CHECK(x == 2);
+}
+
 // sleep_for took a steady_clock::duration: seconds::max() overflowed converting to it (at
 // the caller's, undefined behaviour), came out negative, and the sleep ended at once.
 TEST_CASE("event_loop: sleep_for a duration past the clock's range sleeps, not returns at once") {
