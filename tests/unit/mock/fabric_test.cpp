@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <span>
+#include <string>
 #include <vector>
 
 using namespace conf;
@@ -280,6 +281,24 @@ TEST_CASE("fabric: traffic after advance() to its end keeps the clock going forw
   CHECK(fx.poll_one(a.send_cq).status == wc_status::rnr_retry_exc_err);
   CHECK(fab(fx).now() - t0 >= 3 * rnr_ns(0));  // three retries of 655 ms, past where advance() stops
   CHECK(fab(fx).now() > t0);
+}
+
+// Delay faults of a year each are allowed; a few hundred hitting one message added up
+// past the clock's range, and now() went negative (fabric.hpp: now() never wraps). The
+// delays of one message are held to a year in all.
+TEST_CASE("fabric: delay faults stacked on one message hold it a year at most") {
+  fx_t fx;
+  auto [a, b] = fx.make_pair({.type = qp_type::uc});
+  for (int i = 0; i < 300; ++i)
+    fab(fx).inject({.kind = rm::fault_kind::delay, .src_qp_num = a.num, .delay = std::chrono::hours(24 * 365)});
+  auto& src = fx.make_buffer(64);
+  auto& dst = fx.make_buffer(64);
+  REQUIRE(fx.post_recv(b, 1, {dst.sge(0, 64)}) == 0);
+  REQUIRE(fx.post_send(a, 2, opcode::send, {src.sge(0, 64)}) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+  CHECK(fx.poll_one(b.recv_cq).status == wc_status::success);  // an empty poll jumps the clock to it
+  CHECK(fab(fx).now() > std::chrono::nanoseconds::zero());
+  CHECK(fab(fx).now() <= std::chrono::hours(24 * 365) + std::chrono::seconds(1));
 }
 
 TEST_CASE("fabric: RNR retries are spaced by the responder's min_rnr_timer") {
@@ -771,7 +790,39 @@ TEST_CASE("fabric: a configuration, fault or clock step it cannot simulate is re
               gid_entry{gid::from_ipv4(10, 1, 1, 1), 2, gid_type::roce_v1, true}};
     c.devices = {{.name = "a", .ports = {p}}, {.name = "b", .ports = {p}}};
   }, "device b port 1: GID 0000:0000:0000:0000:0000:ffff:0a01:0101 (index 1) is also device a port 1's");
+  // Values no enumerator names were silently another (a slot rule that never gave slots
+  // back, the spec profile, a fault that did nothing); a GID type that is none failed at
+  // create_qp with advice about IP addresses; an Ethernet port's LID was dropped; no
+  // completion vector made every create_cq fail.
+  config_refused([](rm::fabric_config& c) { c.profile = static_cast<rm::device_profile>(7); },
+                 "fabric_config::profile = 7 is no device_profile");
+  config_refused([](rm::fabric_config& c) { c.slots = static_cast<rm::slot_release>(9); },
+                 "fabric_config::slots = 9 is no slot_release");
+  port_refused("t", [](rm::port_config& p) {
+    p.gids = {gid_entry{gid::from_ipv4(10, 1, 1, 1), 1, static_cast<gid_type>(9), true}};
+  }, "device t port 1: port_config::gids holds index 1 of type 9, which is none");
+  port_refused("e", [](rm::port_config& p) { p.lid = 5; },
+               "device e port 1: port_config::lid = 5 on an Ethernet (RoCE) port, which has no LID");
+  config_refused([](rm::fabric_config& c) {
+    c.devices = {{.name = "v", .ports = {rm::port_config{}}}};
+    c.devices[0].limits.num_comp_vectors = 0;
+  }, "device v has limits.num_comp_vectors = 0");
+  // 300 devices of default GIDs: the device number took 8 bits, and device 256's GIDs
+  // were device 0's.
+  {
+    rm::fabric_config c;
+    for (int i = 0; i < 300; ++i) c.devices.push_back({.name = "d" + std::to_string(i), .ports = {rm::port_config{}}});
+    rm::fabric many(c);
+    auto d0 = B::open_device(many, "d0");
+    auto d256 = B::open_device(many, "d256");
+    CHECK(B::query_gid(d0, 1, 1).value != B::query_gid(d256, 1, 1).value);
+    CHECK(B::query_gid(d0, 1, 0).value != B::query_gid(d256, 1, 0).value);
+    B::close_device(d256);
+    B::close_device(d0);
+  }
   rm::fabric f;
+  refused([&] { f.inject({.kind = static_cast<rm::fault_kind>(9)}); }, "fault::kind = 9 is no fault_kind");
+  refused([&] { f.inject({.kind = rm::fault_kind::drop, .delay = 5ms}); }, "fault::delay is for fault_kind::delay");
   refused([&] { f.inject({.kind = rm::fault_kind::delay, .delay = nanoseconds(-1)}); }, "fault::delay = -1 ns");
   refused([&] { f.inject({.kind = rm::fault_kind::drop, .probability = 1.5}); }, "fault::probability = 1.5");
   f.advance(seconds(5));

@@ -62,6 +62,14 @@ inline void check_port(const fabric_config& c, std::size_t di, std::size_t pi) {
         throw usage_error(cat(where, "port_config::gids holds index ", p.gids[i].index,
                               " twice: give each entry its own index"));
   }
+  for (const auto& g : p.gids)
+    if (g.type != gid_type::ib && g.type != gid_type::roce_v1 && g.type != gid_type::roce_v2)
+      throw usage_error(cat(where, "port_config::gids holds index ", g.index, " of type ",
+                            static_cast<std::uint32_t>(g.type),
+                            ", which is none: give gid_type::ib, gid_type::roce_v1 or gid_type::roce_v2"));
+  if (p.layer == link_layer::ethernet && p.lid != 0)
+    throw usage_error(cat(where, "port_config::lid = ", p.lid,
+                          " on an Ethernet (RoCE) port, which has no LID (RoCE addresses by GID): leave lid 0"));
   if (p.layer != link_layer::infiniband || p.lid == 0) return;
   if (p.lid >= 0xc000)
     throw usage_error(cat(where, "port_config::lid = ", ::rdmakit::detail::hex(p.lid),
@@ -76,8 +84,22 @@ inline void check_port(const fabric_config& c, std::size_t di, std::size_t pi) {
     }
 }
 inline void check_config(const fabric_config& c) {
+  using ::rdmakit::detail::cat;
+  // Enumerations given a value they do not name would be silently something else.
+  if (c.profile != device_profile::spec && c.profile != device_profile::rxe)
+    throw usage_error(cat("mock::fabric: fabric_config::profile = ", static_cast<int>(c.profile),
+                          " is no device_profile: give device_profile::spec or device_profile::rxe"));
+  if (c.slots != slot_release::on_signaled_poll && c.slots != slot_release::on_completion)
+    throw usage_error(cat("mock::fabric: fabric_config::slots = ", static_cast<int>(c.slots),
+                          " is no slot_release: give slot_release::on_signaled_poll or slot_release::on_completion"));
+  // The default GIDs and IPv4 addresses number the devices in 16 bits (10.hi.port.lo).
+  if (c.devices.size() > 65534)
+    throw usage_error(cat("mock::fabric: ", c.devices.size(), " devices: at most 65534"));
   for (std::size_t i = 0; i < c.devices.size(); ++i) {
     const auto& d = c.devices[i];
+    if (d.limits.num_comp_vectors == 0)
+      throw usage_error(cat("mock::fabric: device ", d.name,
+                            " has limits.num_comp_vectors = 0: a device has at least one completion vector"));
     if (d.name.empty())
       throw usage_error(::rdmakit::detail::cat("mock::fabric: device ", i,
                                                " has no name: devices are opened by name, give each one"));
@@ -106,6 +128,14 @@ inline void check_config(const fabric_config& c) {
         "use reuse_qp_numbers with device_profile::spec");
 }
 inline void check_fault(const fault& f) {
+  using ::rdmakit::detail::cat;
+  if (f.kind != fault_kind::drop && f.kind != fault_kind::duplicate && f.kind != fault_kind::reorder &&
+      f.kind != fault_kind::delay)
+    throw usage_error(cat("mock::fabric::inject(): fault::kind = ", static_cast<int>(f.kind),
+                          " is no fault_kind: give drop, duplicate, reorder or delay"));
+  if (f.kind != fault_kind::delay && f.delay != std::chrono::nanoseconds::zero())
+    throw usage_error(cat("mock::fabric::inject(): fault::delay is for fault_kind::delay; this fault is another "
+                          "kind: leave delay 0, or make it a delay fault"));
   if (!(f.probability >= 0.0 && f.probability <= 1.0)) {
     char p[32];
     std::snprintf(p, sizeof p, "%g", f.probability);
@@ -159,13 +189,14 @@ inline void build_devices(fabric_state& f) {
       port.up = port.cfg.up;
       port.gids.resize(gid_table_len);
       for (std::uint32_t i = 0; i < gid_table_len; ++i) port.gids[i].index = i;
-      const std::uint8_t host = static_cast<std::uint8_t>(d + 1);
+      const auto host = static_cast<std::uint16_t>(d + 1);  // (check_config: below 65535)
       gid link_local;
       link_local.raw[0] = 0xfe;
       link_local.raw[1] = 0x80;
       link_local.raw[8] = 0x02;
       link_local.raw[13] = static_cast<std::uint8_t>(p + 1);
-      link_local.raw[15] = host;
+      link_local.raw[14] = static_cast<std::uint8_t>(host >> 8);
+      link_local.raw[15] = static_cast<std::uint8_t>(host);
       if (port.cfg.layer == link_layer::infiniband) {
         if (port.cfg.lid) {
           port.lid = port.cfg.lid;
@@ -176,7 +207,9 @@ inline void build_devices(fabric_state& f) {
         if (port.cfg.gids.empty()) port.gids[0] = make_gid(link_local, 0, gid_type::ib);
       } else if (port.cfg.gids.empty()) {
         port.gids[0] = make_gid(link_local, 0, gid_type::roce_v2);
-        port.gids[1] = make_gid(gid::from_ipv4(10, 0, static_cast<std::uint8_t>(p), host), 1, gid_type::roce_v2);
+        port.gids[1] = make_gid(gid::from_ipv4(10, static_cast<std::uint8_t>(host >> 8), static_cast<std::uint8_t>(p),
+                                               static_cast<std::uint8_t>(host)),
+                                1, gid_type::roce_v2);
       }
       for (const auto& g : port.cfg.gids)
         if (g.index < gid_table_len) port.gids[g.index] = {g.value, g.index, g.type, true};

@@ -6,6 +6,8 @@
 #include <rdmakit/backends/mock/windows.hpp>
 #include <rdmakit/detail/algorithm.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -70,6 +72,11 @@ inline bool fault_hits(fabric_state& f, fault& ft, std::uint32_t src, std::uint3
 inline void transmit(fabric_state& f, qp_obj* q, message& m) {
   f.packets += m.npkts;
   clock_ns at = f.now + static_cast<clock_ns>(f.cfg.latency.count());
+  // Each delay fault is a year at most (check_fault); the delays of all the faults that
+  // hit a message are held to a year too, so the clock never nears its end (stacked, a
+  // few hundred wrapped it).
+  constexpr auto year = static_cast<clock_ns>(std::chrono::nanoseconds(std::chrono::hours(24 * 365)).count());
+  const clock_ns latest = at + year;
   bool drop = false, dup = false, hold = false;
   for (auto it = f.faults.begin(); it != f.faults.end();) {
     if (!fault_hits(f, *it, q->qpn, m.npkts)) {
@@ -80,7 +87,7 @@ inline void transmit(fabric_state& f, qp_obj* q, message& m) {
       case fault_kind::drop: drop = true; break;
       case fault_kind::duplicate: dup = true; break;
       case fault_kind::reorder: hold = true; break;
-      case fault_kind::delay: at += static_cast<clock_ns>(it->delay.count()); break;
+      case fault_kind::delay: at = std::min(at + static_cast<clock_ns>(it->delay.count()), latest); break;
     }
     if (it->count && --it->count == 0)
       it = f.faults.erase(it);
