@@ -16,6 +16,7 @@
 #include <rdmakit/completion.hpp>
 #include <rdmakit/completion_queue.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/sge_list.hpp>
 #include <rdmakit/detail/text.hpp>
 #include <rdmakit/device.hpp>
 #include <rdmakit/error.hpp>
@@ -30,6 +31,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <climits>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -368,6 +370,16 @@ class loopback {
       throw usage_error(rdmakit::detail::cat("bench::loopback: loopback_options::timeout = ", o.timeout.count(),
                                              " ms: the longest wait for a completion must be positive; give it in "
                                              "milliseconds (default 1000), or milliseconds::max() for no limit"));
+    // What the buffers and the CQs are made from, refused here by name: past them a
+    // size wrapped (bytes + the GRH area) or a CQ size went negative in the int cast,
+    // and the error named allocate() or create_cq(), which the caller never called.
+    if (bytes == 0 || bytes > rdmakit::detail::max_message_bytes)
+      throw usage_error(rdmakit::detail::cat("bench::loopback: a message of ", bytes,
+                                             " bytes: give 1 to 2^31 (the largest message verbs carry)"));
+    if (std::uint64_t{o.caps.max_send_wr} + o.caps.max_recv_wr > static_cast<std::uint64_t>(INT_MAX))
+      throw usage_error(rdmakit::detail::cat("bench::loopback: loopback_options::caps asks for ", o.caps.max_send_wr,
+                                             " send and ", o.caps.max_recv_wr,
+                                             " receive WRs, more than a CQ can count (each side's CQ holds both)"));
     init_(a, dev_a);
     init_(b, dev_b);
     auto qa = rdmakit::create_qp<T, S>(a.pd, a.cq, o.caps);

@@ -222,3 +222,16 @@ TEST_CASE("loopback: a timeout of zero or less is refused, naming the field") {
   bench::loopback<B, rc> lp(device<B>("mock0"), 64, {.timeout = 1ms});  // the smallest positive one
   CHECK(lp.bytes() == 64);
 }
+
+// A size past a message's (UD's bytes + 40 wrapped to a 39-byte buffer, silently), or
+// of 0, and queue depths whose sum a CQ cannot count (create_cq was told 0 or a negative
+// size) are refused by loopback, naming what it was given.
+TEST_CASE("loopback: a message size or queue depths it cannot make buffers and CQs for are refused") {
+  CHECK_THROWS_WITH_AS((bench::loopback<B, ud>(device<B>("mock0"), SIZE_MAX)),
+                       doctest::Contains("bench::loopback: a message of 18446744073709551615 bytes"), usage_error);
+  CHECK_THROWS_WITH_AS((bench::loopback<B, rc>(device<B>("mock0"), 0)),
+                       doctest::Contains("bench::loopback: a message of 0 bytes"), usage_error);
+  CHECK_THROWS_WITH_AS((bench::loopback<B, rc>(device<B>("mock0"), 64, {.caps = {1u << 31, 1u << 31}})),
+                       doctest::Contains("loopback_options::caps asks for 2147483648 send and 2147483648 receive"),
+                       usage_error);
+}
