@@ -18,7 +18,8 @@ struct qp_options {
   std::optional<int> gid_index{};     ///< unset: automatic (RoCEv2 IPv4-mapped first; index 0 on InfiniBand)
   std::uint16_t pkey_index = 0;       ///< P_Key table entry; 0 is the default partition
   std::uint32_t qkey = default_qkey;  ///< UD only
-  /// What peers may do to this QP's memory (RC/UC; UC keeps only remote_write).
+  /// What peers may do to this QP's memory (RC/UC; UC keeps only remote_write): the
+  /// remote bits only, any other is refused at creation.
   access remote_access = access::remote_write | access::remote_read | access::remote_atomic;
   std::optional<std::uint32_t> psn{};  ///< first send PSN; default derived from the QP number
   bool auto_inline = true;             ///< send data inline when it fits max_inline_data

@@ -127,6 +127,15 @@ void modify_step(qp_parts<B>& p, const qp_attr& a, qp_attr_mask m, qp_state from
 // address vector's 8-bit sgid_index: above 255 (valid on rxe's 1024-entry tables) it
 // would become another slot.
 inline void check_qp_options(const qp_options& o) {
+  // What peers may do to this QP's memory: only the remote bits mean anything there
+  // (the local ones and mw_bind are an MR's; the device called them "unknown bits").
+  constexpr access remote_bits = access::remote_write | access::remote_read | access::remote_atomic;
+  if (has_any(o.remote_access, ~remote_bits))
+    throw usage_error(cat("create_qp(): qp_options::remote_access = ", to_string(o.remote_access),
+                          " holds ", to_string(o.remote_access & ~remote_bits),
+                          ": it says what peers may do to this queue pair's memory, so only remote_write, "
+                          "remote_read and remote_atomic belong there (local access and window binding are a "
+                          "memory region's)"));
   if (o.psn && *o.psn > psn_mask)
     throw usage_error(cat("create_qp(): qp_options::psn = ", *o.psn, " is out of range (0..", psn_mask,
                           "): packet sequence numbers have 24 bits"));
@@ -215,6 +224,10 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
 
   const port_attr pa = dev.port(o.port);
   p.gid_index = o.gid_index ? *o.gid_index : choose_gid<B>(dev.ctx, o.port);
+  if (o.gid_index && static_cast<std::uint32_t>(*o.gid_index) >= pa.gid_tbl_len)
+    throw usage_error(cat("create_qp(): qp_options::gid_index = ", *o.gid_index, " is past the ", pa.gid_tbl_len,
+                          "-entry GID table of port ", o.port, ": use an index whose device::gid(port, index) is "
+                          "valid, or leave gid_index unset to choose one automatically"));
   if (pa.layer == link_layer::ethernet || o.gid_index) {
     const auto entry = B::query_gid(dev.ctx, o.port, p.gid_index);
     if (o.gid_index && !entry.valid)

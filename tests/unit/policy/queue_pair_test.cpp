@@ -123,6 +123,17 @@ TEST_CASE("PSNs wider than 24 bits and a gid_index naming an empty GID slot are 
   CHECK_THROWS_WITH_AS(x.pd.create_qp<rc>(x.cq, qp_cap{4, 4}, {.gid_index = 5}),
                        doctest::Contains("qp_options::gid_index = 5 names an empty slot"), usage_error);
   CHECK(x.cq.attached() == 0);  // nothing was left attached
+  // Past the table (16 entries on the mock): the device's query_gid refusal came out as
+  // a verbs_error naming ibv_query_gid, not the option.
+  CHECK_THROWS_WITH_AS(x.pd.create_qp<rc>(x.cq, qp_cap{4, 4}, {.gid_index = 16}),
+                       doctest::Contains("qp_options::gid_index = 16 is past the 16-entry GID table of port 1"),
+                       usage_error);
+  // Local access or window binding in remote_access: "unknown bits in qp_access_flags",
+  // a verbs_error, at RESET→INIT.
+  CHECK_THROWS_WITH_AS(
+      x.pd.create_qp<rc>(x.cq, qp_cap{4, 4}, {.remote_access = access::remote_write | access::local_write}),
+      doctest::Contains("qp_options::remote_access = "), usage_error);
+  CHECK(x.cq.attached() == 0);
 
   auto qx = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
   auto qy = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
