@@ -4,6 +4,7 @@
 #include <rdmakit/backend.hpp>
 #include <rdmakit/detail/ah_registry.hpp>
 #include <rdmakit/detail/device_state.hpp>
+#include <rdmakit/detail/text.hpp>
 #include <rdmakit/endpoint.hpp>
 #include <rdmakit/error.hpp>
 
@@ -74,9 +75,11 @@ class address_handle {
 
   /// False for an empty (default-constructed or moved-from) handle.
   explicit operator bool() const noexcept { return record_ != nullptr; }
-  /// The destination for UD sends to QP `qpn` behind this address.
+  /// The destination for UD sends to QP `qpn` behind this address. A number past 24
+  /// bits is refused (usage_error): no QP has one, and the datagram would be lost.
   ud_address<B> to(std::uint32_t qpn, std::uint32_t qkey = default_qkey) const {
     if (!record_) detail::throw_empty("address_handle", "to");
+    if (RDMAKIT_UNLIKELY(qpn > 0xFFFFFFu)) refuse_qpn_(qpn);
     return {record_, qpn, qkey};
   }
   /// The destination for UD sends to the queue pair `peer` describes (its QPN and Q_Key).
@@ -87,6 +90,11 @@ class address_handle {
   typename B::ah native() const noexcept { return record_ ? record_->handle() : typename B::ah{}; }
 
  private:
+  [[noreturn]] RDMAKIT_NOINLINE static void refuse_qpn_(std::uint32_t qpn) {
+    throw usage_error(detail::cat("address_handle::to(): QP number ", qpn,
+                                  " has more than 24 bits, which no queue pair has (its datagrams would go "
+                                  "nowhere): check where the peer's QP number came from"));
+  }
   static detail::ah_record<B>* hold_(typename B::ah ah) {
     try {
       return detail::ah_registry<B>::hold(ah);

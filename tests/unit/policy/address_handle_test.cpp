@@ -16,6 +16,8 @@ TEST_CASE("UD: an address handle names the destination; receives start with the 
   CHECK(dest.qkey() == default_qkey);
   CHECK(dest.native() == ah.native());
   CHECK(dest.live());
+  // A QP number past 24 bits was taken, and the datagram went nowhere: refused.
+  CHECK_THROWS_WITH_AS(ah.to(p.b.qp_num() | 1u << 24), doctest::Contains("has more than 24 bits"), usage_error);
 
   auto tx = x.pd.allocate<access::local_write>(256);
   auto rx = y.pd.allocate<access::local_write>(256);
