@@ -32,6 +32,7 @@ enum class post_rule : std::uint8_t {
   atomic_length,     ///< an atomic whose local buffer is not 8 bytes
   atomic_alignment,  ///< an atomic whose remote address is not 8-byte aligned
   message_size,      ///< SGEs adding up to more than 2 GiB (2^31 bytes), the largest message
+  inline_op,         ///< send_flags::inline_data on a READ or an atomic, which carry no data out
 };
 
 /// Outcome of a post (one WR or a list). `posted` counts the WRs of a list that
@@ -96,11 +97,15 @@ struct [[nodiscard]] post_result {
               case post_rule::message_size:
                 return "the WR was refused (EINVAL): its SGEs add up to more than 2 GiB (2^31 bytes), "
                        "the largest message a WR carries; split it into several WRs";
+              case post_rule::inline_op:
+                return "the device rejected the WR (EINVAL): a READ or an atomic carries no data out, so it "
+                       "cannot be sent inline; drop send_flags::inline_data";
               case post_rule::unknown: break;
             }
             return "the device rejected the WR (EINVAL): too many SGEs, inline data above "
-                   "max_inline_data, a bad opcode for the transport, the queue pair state, or (UD) "
-                   "an address handle that was destroyed";
+                   "max_inline_data, a bad opcode for the transport, the queue pair state, (a READ or "
+                   "an atomic) a connection made with connect_options::max_rd_atomic 0, or (UD) an "
+                   "address handle that was destroyed";
           case ENOMEM: return "the device queue is full (ENOMEM)";
           default: return "the device rejected the WR (see err)";
         }

@@ -98,6 +98,13 @@ TEST_CASE("a single send the device refuses with EINVAL: the rule is read back f
   auto misaligned = pair.a.fetch_add(mr.local(0, 8), odd, 1, 8);
   CHECK(misaligned.rule == post_rule::atomic_alignment);
   CHECK(std::string(misaligned.message()).find("aligned") != std::string::npos);
+  // Inline data on a READ or an atomic: the generic "too many SGEs, inline data above
+  // max_inline_data, ..." named nothing that was wrong (the spec profile refuses it).
+  auto read_inline = pair.a.read(mr.local(0, 8), dst.remote().sub(0, 8), 10, send_flags::inline_data);
+  CHECK(read_inline.rule == post_rule::inline_op);
+  CHECK(std::string(read_inline.message()).find("cannot be sent inline") != std::string::npos);
+  CHECK(pair.a.fetch_add(mr.local(0, 8), dst.remote().sub(0, 8), 1, 11, send_flags::inline_data).rule ==
+        post_rule::inline_op);
   CHECK(pair.a.send_credits() == 16);  // nothing refused took a credit
   CHECK(pair.a.write(mr.local(0, 8), dst.remote(), 9).ok());
 }

@@ -547,6 +547,8 @@ RDMAKIT_NOINLINE post_result refused_send(const qp_cap& caps, int e, std::uint32
     r.rule = post_rule::atomic_alignment;
   else if (f.length > max_message_bytes)
     r.rule = post_rule::message_size;
+  else if (has_any(f.flags, send_flags::inline_data) && (atomic || f.op == opcode::rdma_read))
+    r.rule = post_rule::inline_op;
   else if (has_any(f.flags, send_flags::inline_data) && f.length > caps.max_inline_data)
     r.rule = post_rule::inline_size;
   return r;
