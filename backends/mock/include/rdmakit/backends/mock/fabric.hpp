@@ -26,8 +26,8 @@ struct port_config {
   mtu active_mtu = mtu::mtu_1024;  ///< rxe on a 1500-byte netdev reports 1024
   std::uint16_t lid = 0;           ///< InfiniBand only (0 assigns one); an Ethernet port has none: 0
   /// GID table. Empty: like rxe on an IPv4 interface, index 0 is the link-local GID
-  /// and index 1 the IPv4-mapped RoCEv2 GID (::ffff:10.0.<port index>.<device number
-  /// + 1>; past 254 devices the number's high byte is the second octet).
+  /// and index 1 the IPv4-mapped RoCEv2 GID, ::ffff:10.0.P.D for port index P and
+  /// device number D - 1 (past 254 devices, D's high byte is the second octet).
   /// Otherwise each entry at its index (0..15, once each, valid = true); the slots
   /// no entry names are empty.
   std::vector<gid_entry> gids;

@@ -133,9 +133,6 @@ inline void check_fault(const fault& f) {
       f.kind != fault_kind::delay)
     throw usage_error(cat("mock::fabric::inject(): fault::kind = ", static_cast<int>(f.kind),
                           " is no fault_kind: give drop, duplicate, reorder or delay"));
-  if (f.kind != fault_kind::delay && f.delay != std::chrono::nanoseconds::zero())
-    throw usage_error(cat("mock::fabric::inject(): fault::delay is for fault_kind::delay; this fault is another "
-                          "kind: leave delay 0, or make it a delay fault"));
   if (!(f.probability >= 0.0 && f.probability <= 1.0)) {
     char p[32];
     std::snprintf(p, sizeof p, "%g", f.probability);

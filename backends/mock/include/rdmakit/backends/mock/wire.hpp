@@ -5,9 +5,8 @@
 #include <rdmakit/backends/mock/completions.hpp>
 #include <rdmakit/backends/mock/windows.hpp>
 #include <rdmakit/detail/algorithm.hpp>
+#include <rdmakit/detail/chrono.hpp>
 
-#include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <string>
 
