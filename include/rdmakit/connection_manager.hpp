@@ -494,12 +494,19 @@ queue_pair<B, T, S, qp_state::init> cm_prepared_qp(const shared_owner<cm_id_bloc
                                                    const cm_options& o, const char* call, Prepare& prepare) {
   auto init = policy_access::adopt<queue_pair<B, T, S, qp_state::init>>(
       cm_make_parts<B, T, S>(blk, pd, send_cq, recv_cq, caps, o, call));
+  const auto made = init.native();
   prepare(init);
   // The hook gets the queue pair to post on, not to keep: taken, the connection would
   // come up without it (and the handle taken would be an INIT one on a connected QP).
   if (!init)
     throw usage_error(cat(call, ": the prepare hook moved the queue pair out: post its receives there, and take the "
                                 "queue pair from the connection (qp()) once it is established"));
+  // Nor to replace: the CM's queue pair went with the old handle, and the accept or
+  // connect would have gone out with none (the device's EINVAL, naming librdmacm).
+  if (init.native() != made)
+    throw usage_error(cat(call, ": the prepare hook replaced the queue pair (assigned another to it, or reset it): "
+                                "post its receives on the one it is given, and take the queue pair from the "
+                                "connection (qp()) once it is established"));
   return init;
 }
 
@@ -810,7 +817,10 @@ class cm_request {
                                     ": send less"));
     auto blk = take_("reject");
     if (int e = B::cm_reject(blk->id, reason.empty() ? nullptr : reason.data(), static_cast<std::uint8_t>(reason.size())))
-      throw verbs_error("rdma_reject", e, "rejecting a connect request");
+      throw verbs_error("rdma_reject", e,
+                        e == EINVAL ? "rejecting a connect request that is no longer being set up: its client gave up "
+                                      "(its connect timed out) or reset it, so there is nothing left to reject"
+                                    : "rejecting a connect request");
   }
 
  private:

@@ -365,6 +365,34 @@ TEST_CASE("cm: an accept that fails before the accept goes out leaves the reques
   CHECK(srv.cq.attached() == 0);  // the first try's queue pair is gone, the second with the future
 }
 
+// A hook that replaced the queue pair (assigned another to the handle) destroyed the
+// CM's: the accept went out with none, the device refused it with an EINVAL naming
+// rdma_create_qp, and the request was used up (the client rejected).
+TEST_CASE("cm: a prepare hook that replaces the queue pair is a usage_error; the request can be accepted again") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto server = std::async(std::launch::async, [&] {
+    auto req = l.next_request(5s);
+    std::string refusal;
+    try {
+      (void)std::move(req).accept<rc>(srv.pd, srv.cq, caps, {}, {},
+                                      [&](auto& qp) { qp = srv.pd.create_qp<rc>(srv.cq, caps); });
+    } catch (const usage_error& e) {
+      refusal = e.what();
+    }
+    const bool kept = static_cast<bool>(req);
+    auto c = std::move(req).accept<rc>(srv.pd, srv.cq, caps, bytes("second try"));
+    return refusal.find("the prepare hook replaced the queue pair") != std::string::npos && kept &&
+           static_cast<bool>(c);
+  });
+  cm_options o;
+  o.timeout = 3s;
+  auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o);
+  CHECK(text(c.peer_data(), 10) == "second try");
+  CHECK(server.get());
+}
+
 #if !RDMAKIT_CM_RDMACM
 TEST_CASE("cm (mock): an accept whose queue pair the device refuses (max_qp) leaves the request to reject") {
   mock::fabric_config cfg = testbed::config();
@@ -823,6 +851,29 @@ TEST_CASE("cm: accepting a request whose client gave up fails at once, saying so
   }
   CHECK(std::chrono::steady_clock::now() - t0 < 2s);  // not the accept's timeout
 }
+
+// Rejecting such a request failed with a bare "rdma_reject: rejecting a connect request:
+// EINVAL" (a server that turns away stale requests, as rping -P, learned nothing). On the
+// mock only: whether the kernel's CM refuses that reject too was not measured on rxe.
+#if !RDMAKIT_CM_RDMACM
+TEST_CASE("cm (mock): rejecting a request whose client gave up says so") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  cm_options o;
+  o.timeout = 300ms;
+  CHECK_THROWS_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, o), cm_error);  // it gave up
+  auto req = l.next_request(1s);
+  std::this_thread::sleep_for(100ms);  // the REJ crosses the wire (rxe)
+  try {
+    std::move(req).reject(bytes("busy"));
+    FAIL("rejected the request of a client that is gone");
+  } catch (const verbs_error& e) {
+    CHECK(e.errno_value() == EINVAL);
+    CHECK(std::string(e.what()).find("its client gave up") != std::string::npos);
+  }
+}
+#endif
 
 // The kernel's CM crosses the two sides' parameters: a side serves READs and atomics
 // when the other side may initiate them (its initiator_depth), whatever its own
