@@ -328,12 +328,8 @@ TEST_CASE_FIXTURE(rig<>, "async_queue_pair: an awaitable destroyed after its co_
   };
   wr_outcome got = wr_outcome::completed;
   auto waiter = [&]() -> task<void> { got = co_await then_sleep((co_await w->within(1ms)).outcome()); };
-  auto destroyer = [&]() -> task<void> {
-    co_await loop.sleep_for(10ms);
-    w.reset();
-  };
   loop.spawn(waiter());
-  loop.spawn(destroyer());
+  loop.spawn(destroy_after(loop, w, 10ms));
   CHECK(run_within(loop, 2s));
   CHECK(got == wr_outcome::timed_out);
 }

@@ -38,12 +38,8 @@ TEST_CASE("event_loop: a sleep destroyed after its co_await returned, in the sam
   std::unique_ptr<decltype(loop.sleep_for(1ms))> s(new auto(loop.sleep_for(1ms)));
   int x = 0;
   auto waiter = [&]() -> task<void> { x = (co_await *s, co_await loop.sleep_for(20ms), 2); };
-  auto destroyer = [&]() -> task<void> {
-    co_await loop.sleep_for(10ms);
-    s.reset();
-  };
   loop.spawn(waiter());
-  loop.spawn(destroyer());
+  loop.spawn(destroy_after(loop, s, 10ms));
   CHECK(run_within(loop, 2s));
   CHECK(x == 2);
 }

@@ -101,6 +101,13 @@ inline bool run_within(event_loop& loop, std::chrono::steady_clock::duration lim
   return loop.tasks() == 0;
 }
 
+/// Destroys `held` (an optional or a pointer) after `d`, from a coroutine of `loop`.
+template <class Held>
+task<void> destroy_after(event_loop& loop, Held& held, std::chrono::milliseconds d) {
+  co_await loop.sleep_for(d);
+  held.reset();
+}
+
 /// A coroutine awaits `*held` in place while another destroys it (after 1 ms): the first
 /// must be resumed, its co_await throwing usage_error, not left waiting for ever.
 /// `await(held)` is the first coroutine's co_await. True when that is what happened.
@@ -114,12 +121,8 @@ bool destroyed_while_awaited(event_loop& loop, Held& held, Await await) {
       refused = std::string(e.what()).find("was destroyed while it waited") != std::string::npos;
     }
   };
-  auto destroyer = [&]() -> task<void> {
-    co_await loop.sleep_for(1ms);
-    held.reset();
-  };
   loop.spawn(waiter());
-  loop.spawn(destroyer());
+  loop.spawn(destroy_after(loop, held, 1ms));
   return run_within(loop, 2s) && refused;
 }
 
