@@ -249,7 +249,9 @@ class async_qp_core {
   // credits than the waiting WRs need).
   void wake_waiters_() noexcept {
     retrying_.swap(credit_waiters_);
-    for (auto* w : retrying_) w->retry();
+    // By index: a retry that waits again reserves in retrying_ (a no-op then, as it holds
+    // more than credit_waiters_ can reach meanwhile, but an iterator would not survive one).
+    for (std::size_t i = 0; i < retrying_.size(); ++i) retrying_[i]->retry();
     retrying_.clear();
   }
 

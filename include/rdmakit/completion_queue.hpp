@@ -408,7 +408,7 @@ class completion_queue {
       // An async_queue_pair's goes to the async layer, whoever polled (never `last`: its
       // completions all come this way, qp_link.hpp's stop_caching). Its handler is noexcept.
       if constexpr (Divert) {
-        if (RDMAKIT_UNLIKELY(l->async_owned)) {
+        if (RDMAKIT_UNLIKELY(l->async_owned) && l->handler) {
           call_handler_(*l, completion<B>(w, l->recv_offset));
           return 0;
         }
