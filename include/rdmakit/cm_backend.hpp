@@ -293,6 +293,12 @@ inline cm_address cm_address::parse(std::string_view text, std::uint16_t p) {
   for (std::size_t i = 0; i <= text.size(); ++i) {
     const char c = i < text.size() ? text[i] : '.';
     if (c >= '0' && c <= '9') {
+      // "010" is 8 to getaddrinfo and inet_aton (octal), which rping uses, and refused by
+      // inet_pton: read as 10 here, the two would name different hosts.
+      if (digit && cur == 0)
+        throw usage_error(detail::cat("cm_address: '", text,
+                                      "' has an octet with a leading 0, which the C resolvers read as octal: write "
+                                      "each octet in decimal without leading zeros"));
       cur = cur * 10 + static_cast<std::uint32_t>(c - '0');
       digit = true;
       if (cur > 255) break;

@@ -350,6 +350,17 @@ inline bool cm_data_is_zero(const std::byte* d, std::size_t n) {
   return true;
 }
 
+// The timeout of a wait the caller bounds (next_request, wait_disconnected): saturated
+// and rounded up to milliseconds (ms_timeout); a negative one is refused, as
+// cm_options::timeout's is (it was taken as 0, and its message said "within -9223... ms").
+template <class Rep, class Period>
+std::chrono::milliseconds cm_wait_timeout(std::chrono::duration<Rep, Period> period, const char* call) {
+  const std::chrono::milliseconds t = ms_timeout(period);
+  if (t.count() < 0)
+    throw usage_error(cat(call, ": a negative timeout (", t.count(), " ms): give 0 (look once) or more"));
+  return t;
+}
+
 // The wait left until `deadline`: rounded up (0.4 ms is a wait of 1, not none) and 0
 // once it passed. The waits below look at the channel once more then, so a timeout of 0
 // takes an event already queued.
@@ -666,8 +677,9 @@ class cm_connection {
   /// Any duration type: one past the range of milliseconds (hours::max()) is no limit.
   template <class Rep, class Period>
   bool wait_disconnected(std::chrono::duration<Rep, Period> period) {
-    // Saturated, not converted implicitly: hours::max() overflowed to a negative timeout.
-    const auto timeout = detail::saturating_cast<std::chrono::milliseconds>(period);
+    // Saturated, not converted implicitly (hours::max() overflowed to a negative timeout),
+    // and rounded up: 500us cut to 0 ms was a single look.
+    const std::chrono::milliseconds timeout = detail::cm_wait_timeout(period, "cm_connection::wait_disconnected");
     auto& b = id("wait_disconnected");
     if (!b.disconnected) {
       const auto deadline = detail::deadline_after(timeout);
@@ -878,8 +890,9 @@ class cm_listener {
   /// Any duration type: one past the range of milliseconds (hours::max()) is no limit.
   template <class Rep, class Period>
   cm_request<B> next_request(std::chrono::duration<Rep, Period> period) {
-    // Saturated, not converted implicitly: hours::max() overflowed to a negative timeout.
-    const auto timeout = detail::saturating_cast<std::chrono::milliseconds>(period);
+    // Saturated, not converted implicitly (hours::max() overflowed to a negative timeout),
+    // and rounded up: 500us cut to 0 ms was a single look.
+    const std::chrono::milliseconds timeout = detail::cm_wait_timeout(period, "cm_listener::next_request");
     if (!id_) detail::throw_empty("cm_listener", "next_request");
     const auto deadline = detail::deadline_after(timeout);
     for (;;) {  // at least one look, so a timeout of 0 takes a request already queued

@@ -726,6 +726,11 @@ TEST_CASE("cm: cm_address parses IPv4 and IPv6 (rping -a ::1)") {
   CHECK_THROWS_WITH_AS(cm_address::parse("fe80::1%no-such-if0", 1), doctest::Contains("no network interface"),
                        usage_error);
   CHECK_THROWS_AS(cm_address::parse("10.0.0", 1), usage_error);
+  // A leading 0 is octal to getaddrinfo (rping: 8.0.0.1) and refused by inet_pton; it was
+  // read as decimal here, and any number of zeros were skipped.
+  CHECK_THROWS_WITH_AS(cm_address::parse("010.0.0.1", 1), doctest::Contains("leading 0"), usage_error);
+  CHECK_THROWS_WITH_AS(cm_address::parse("1.2.3.0004", 1), doctest::Contains("leading 0"), usage_error);
+  CHECK(cm_address::parse("10.0.0.0", 1).ipv4 == 0x0A000000u);  // a lone 0 is an octet
   // getaddrinfo stopped at the NUL and took "::ffff:1" (found by fuzzing).
   using namespace std::string_view_literals;
   CHECK_THROWS_WITH_AS(cm_address::parse("::ffff:1\0.2.3.4"sv, 1), doctest::Contains("NUL"), usage_error);
@@ -1058,6 +1063,10 @@ TEST_CASE("cm: next_request(0ms) takes a request already queued; a 1 ms step tak
   side srv(tb.open(0)), cli(tb.open(1));
   cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
   CHECK_THROWS_AS((void)l.next_request(0ms), cm_error);  // nothing queued: a timeout at once
+  // A finer unit is rounded up, as cm_options::timeout is (500us was cut to a single
+  // look), and a negative timeout is refused (it was taken as 0, "within -1 ms").
+  CHECK_THROWS_WITH_AS((void)l.next_request(500us), doctest::Contains("within 1 ms"), cm_error);
+  CHECK_THROWS_WITH_AS((void)l.next_request(-5ms), doctest::Contains("a negative timeout (-5 ms)"), usage_error);
   auto client = connect_aside(cli, l.address());
   pollfd p{l.event_fd(), POLLIN, 0};
   REQUIRE(::poll(&p, 1, 3000) == 1);
