@@ -66,16 +66,21 @@ inline bool fault_hits(fabric_state& f, fault& ft, std::uint32_t src, std::uint3
   return false;
 }
 
+// A message's arrival `at` pushed back by a delay fault. Each is a year at most
+// (check_fault); all those that hit one message are held to a year past its latency too,
+// so the clock never nears its end (stacked, a few hundred wrapped it). Off the path of
+// messages no delay fault hits.
+inline clock_ns delayed(const fabric_state& f, clock_ns at, std::chrono::nanoseconds delay) noexcept {
+  constexpr auto year = static_cast<clock_ns>(std::chrono::nanoseconds(std::chrono::hours(24 * 365)).count());
+  const clock_ns latest = f.now + static_cast<clock_ns>(f.cfg.latency.count()) + year;
+  return std::min(at + static_cast<clock_ns>(delay.count()), latest);
+}
+
 /// Puts a message on the wire, applying injected faults. `m` may be left with any
 /// content (its buffer is reused by the next message).
 inline void transmit(fabric_state& f, qp_obj* q, message& m) {
   f.packets += m.npkts;
   clock_ns at = f.now + static_cast<clock_ns>(f.cfg.latency.count());
-  // Each delay fault is a year at most (check_fault); the delays of all the faults that
-  // hit a message are held to a year too, so the clock never nears its end (stacked, a
-  // few hundred wrapped it).
-  constexpr auto year = static_cast<clock_ns>(std::chrono::nanoseconds(std::chrono::hours(24 * 365)).count());
-  const clock_ns latest = at + year;
   bool drop = false, dup = false, hold = false;
   for (auto it = f.faults.begin(); it != f.faults.end();) {
     if (!fault_hits(f, *it, q->qpn, m.npkts)) {
@@ -86,7 +91,7 @@ inline void transmit(fabric_state& f, qp_obj* q, message& m) {
       case fault_kind::drop: drop = true; break;
       case fault_kind::duplicate: dup = true; break;
       case fault_kind::reorder: hold = true; break;
-      case fault_kind::delay: at = std::min(at + static_cast<clock_ns>(it->delay.count()), latest); break;
+      case fault_kind::delay: at = delayed(f, at, it->delay); break;
     }
     if (it->count && --it->count == 0)
       it = f.faults.erase(it);
