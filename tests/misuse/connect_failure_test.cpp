@@ -3,6 +3,7 @@
 #include "fixture.hpp"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -75,6 +76,16 @@ TEST_CASE("options out of range are refused before the QP is touched; connect ca
   endpoint far = peer.local_endpoint();
   far.qpn = 1u << 24;
   CHECK_THROWS_WITH_AS((void)std::move(qp).connect(far), doctest::Contains("24 bits"), usage_error);
+  // A peer MTU that names none (a garbled record) connected at this port's MTU.
+  for (const char* m : {"0", "6", "4096"}) {
+    endpoint garbled = peer.local_endpoint();
+    garbled.mtu = static_cast<mtu>(std::stoul(m));
+    CAPTURE(m);
+    CHECK_THROWS_WITH_AS((void)std::move(qp).connect(garbled),
+                         doctest::Contains(("endpoint::mtu (peer) = " + std::string(m) + " names no MTU").c_str()),
+                         usage_error);
+    CHECK(qp.query_state() == qp_state::init);
+  }
   auto live = std::move(qp).connect(peer.local_endpoint());
   CHECK(live.query_state() == qp_state::rts);
 }

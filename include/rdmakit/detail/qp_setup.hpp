@@ -251,7 +251,7 @@ qp_attr rtr_attributes(const qp_parts<B>& p, const endpoint& peer, const connect
   qp_attr a;
   a.state = qp_state::rtr;
   mtu m = pa.active_mtu;
-  if (mtu_bytes(peer.mtu) != 0 && peer.mtu < m) m = peer.mtu;
+  if (peer.mtu < m) m = peer.mtu;  // check_connect refused one that names no MTU
   if (o.path_mtu && *o.path_mtu < m) m = *o.path_mtu;
   a.path_mtu = m;
   a.dest_qp_num = peer.qpn;

@@ -56,6 +56,11 @@ RDMAKIT_NOINLINE RDMAKIT_DECL void check_connect(const endpoint& peer, const con
                           " names a management QP (QP0/QP1), not a peer's queue pair: check the endpoint exchange "
                           "(the peer's local_endpoint().qpn)"));
   field("endpoint::psn (peer)", peer.psn, psn_mask, "packet sequence numbers have 24 bits: check the endpoint exchange");
+  // A peer MTU that names none was taken as "the peer said nothing" (this port's MTU).
+  if (mtu_bytes(peer.mtu) == 0)
+    throw usage_error(cat("connect(): endpoint::mtu (peer) = ", static_cast<std::uint32_t>(peer.mtu),
+                          " names no MTU (1..5: 256..4096 bytes): check the endpoint exchange (the peer's "
+                          "local_endpoint().mtu)"));
   if (o.path_mtu && mtu_bytes(*o.path_mtu) == 0)
     throw usage_error("connect(): connect_options::path_mtu is not one of 256, 512, 1024, 2048, 4096");
 }
