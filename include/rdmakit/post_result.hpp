@@ -18,7 +18,7 @@ enum class post_status : std::uint8_t {
   backend_error,   ///< the device refused the WR; `err` holds the errno
   empty_handle,    ///< the queue pair was moved from (or default-constructed)
   bad_wr_id,       ///< the wr_id uses bit 63, which rdmakit keeps to tell receives from sends
-  list_too_long,   ///< a list of more WRs than the queue has slots: it never fits; split it
+  list_too_long,   ///< a list of more WRs than the queue has slots (any WR on a queue of none): it never fits
   stale_address,   ///< a UD destination whose address_handle was destroyed (or an empty ud_address)
 };
 
@@ -71,8 +71,9 @@ struct [[nodiscard]] post_result {
         return "wr_id uses bit 63, which rdmakit reserves to tell receive completions from send "
                "completions (flushed ones included): use wr_ids below 2^63";
       case post_status::list_too_long:
-        return "the list holds more WRs than the queue has slots (max_send_wr, max_recv_wr), so "
-               "no amount of polling makes room for it: split it, or create the queue pair deeper";
+        return "the list holds more WRs than the queue has slots (max_send_wr, max_recv_wr; 0 for a queue "
+               "pair made without that queue), so no amount of polling makes room for it: split it, or "
+               "create the queue pair deeper";
       case post_status::stale_address:
         return "the UD destination's address_handle was destroyed (or the ud_address is empty), so "
                "nothing was sent: keep the address_handle while you post through its addresses, or take "

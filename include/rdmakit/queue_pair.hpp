@@ -738,8 +738,10 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   // a bandwidth loop meets it once per reap. The others are found out of line.
   RDMAKIT_ALWAYS_INLINE post_result refused_credits_(const detail::qp_link<B>& l,
                                                      std::uint64_t wr_id_bits) const noexcept {
-    // The closed link of an empty handle is in error too: refusal_ tells them apart.
-    if (RDMAKIT_LIKELY(!l.error && !(wr_id_bits & detail::recv_wr_bit))) return {post_status::sq_full, 0, 0};
+    // An open ledger has slots and its QP is not in ERR (the closed link of an empty
+    // handle is in error too): refusal_ tells the others apart, a queue of no slots too.
+    if (RDMAKIT_LIKELY(l.sq.open_depth() != 0 && !(wr_id_bits & detail::recv_wr_bit)))
+      return {post_status::sq_full, 0, 0};
     return refusal_(wr_id_bits);
   }
 
@@ -771,6 +773,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (!parts_.link) return {post_status::empty_handle, 0, 0};
     if (wr_id_bits & detail::recv_wr_bit) return {post_status::bad_wr_id, 0, 0};
     if (parts_.link->error) return {post_status::qp_error, 0, 0};
+    // max_send_wr 0 (a receive-only queue pair): no polling ever makes room.
+    if (parts_.link->sq.depth() == 0) return {post_status::list_too_long, 0, 0};
     return {post_status::sq_full, 0, 0};  // what is left: fewer than n credits
   }
 
@@ -822,7 +826,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if constexpr (T::recv_offset != 0)
       if (RDMAKIT_UNLIKELY(total < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
-    if (RDMAKIT_UNLIKELY(l.rq.held >= l.rq_depth)) return {post_status::rq_full, 0, 0};
+    if (RDMAKIT_UNLIKELY(l.rq.held >= l.rq_depth))  // max_recv_wr 0: never any room
+      return {l.rq_depth == 0 ? post_status::list_too_long : post_status::rq_full, 0, 0};
     typename B::recv_wr w;
     B::set_recv(w, wr_id | detail::recv_wr_bit, s, n);
     typename B::recv_wr* bad = nullptr;

@@ -3,7 +3,9 @@
 
 using namespace policy_test;
 
-TEST_CASE("max_send_wr = 0 is a receive-only queue pair (legal in verbs): sends say sq_full") {
+// A queue without slots said sq_full (or rq_full), whose advice (poll, then post again)
+// cannot help, and the async layer waited for credits that never come.
+TEST_CASE("max_send_wr = 0 is a receive-only queue pair (legal in verbs): sends say list_too_long, not sq_full") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");
   auto rx = x.pd.allocate<rw_access>(64);
@@ -12,7 +14,19 @@ TEST_CASE("max_send_wr = 0 is a receive-only queue pair (legal in verbs): sends 
   REQUIRE(q.post_recv(rx.local(), 1).ok());
   auto live = std::move(q).connect(peer.local_endpoint());
   CHECK(live.send_credits() == 0);
-  CHECK(live.send(rx.local(0, 8), 2).status == post_status::sq_full);
+  const post_result r = live.send(rx.local(0, 8), 2);
+  CHECK(r.status == post_status::list_too_long);
+  CHECK(std::string(r.message()).find("max_send_wr") != std::string::npos);
+  auto w = live.prepare(op::send{rx.local(0, 8)}, 3);
+  CHECK(live.post(w).status == post_status::list_too_long);
+  auto list = decltype(live)::make_batch<2>();
+  (void)list.add(op::send{rx.local(0, 8)}, 4);
+  CHECK(live.post(list).status == post_status::list_too_long);
+  // And a send-only one: receives say the same.
+  auto s = x.pd.create_qp<rc>(x.cq, qp_cap{8, 0});
+  CHECK(s.post_recv(rx.local(), 5).status == post_status::list_too_long);
+  const local_buffer two[] = {rx.local(0, 8), rx.local(8, 8)};
+  CHECK(s.post_recvs(two, 6).status == post_status::list_too_long);
   auto too_shallow = [&] { return x.pd.create_qp<rc, signal_every<8>>(x.cq, qp_cap{4, 4}); };
   CHECK_THROWS_WITH_AS((void)too_shallow(), doctest::Contains("signal_every<8> signals every 8th WR"), usage_error);
 }

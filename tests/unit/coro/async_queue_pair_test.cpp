@@ -415,6 +415,28 @@ TEST_CASE("async_queue_pair: awaiting a WR's moved-from awaitable is refused wit
   loop.run(run());
 }
 
+// A send on a receive-only queue pair (max_send_wr = 0) waited for send credits that
+// never come: a hang without a timeout.
+TEST_CASE("async_queue_pair: a WR on a queue without slots (max_send_wr or max_recv_wr 0) fails at once") {
+  testbed bed;
+  event_loop loop;
+  side a(bed.open(0), loop), b(bed.open(1), loop);
+  auto m = a.pd.allocate<rw>(64);
+  async_queue_pair<B, rc> ia(a.cq, a.pd.create_qp<rc>(a.cq.queue(), qp_cap{0, 4}));
+  async_queue_pair<B, rc> ib(b.cq, b.pd.create_qp<rc>(b.cq.queue(), qp_cap{4, 0}));
+  const endpoint ea = ia.local_endpoint(), eb = ib.local_endpoint();
+  auto x = std::move(ia).connect(eb);
+  auto y = std::move(ib).connect(ea);
+  std::vector<post_status> seen;
+  auto go = [&]() -> task<void> {
+    seen.push_back((co_await x.send(m.local(0, 8))).post().status);
+    seen.push_back((co_await y.recv(m.local(0, 8))).post().status);
+  };
+  loop.spawn(go());
+  REQUIRE(run_within(loop, 2s));
+  CHECK(seen == std::vector<post_status>{post_status::list_too_long, post_status::list_too_long});
+}
+
 TEST_CASE("async_queue_pair: refuses a queue pair made on other completion queues") {
   testbed bed;
   event_loop loop;
