@@ -171,6 +171,10 @@ class shared_receive_queue {
     };
     range("max_wr", a.max_wr, "max_srq_wr", dev.max_srq_wr);
     range("max_sge", a.max_sge, "max_srq_sge", dev.max_srq_sge);
+    if (a.max_sge > detail::max_stack_sge)  // a post hands the device at most 32
+      throw usage_error(detail::cat("create_srq(): max_sge ", a.max_sge, " is above the ", detail::max_stack_sge,
+                                    " SGEs rdmakit hands the device in one receive: ask for ",
+                                    detail::max_stack_sge, " or fewer"));
     if (a.limit > a.max_wr)
       throw usage_error(detail::cat("create_srq(): limit ", a.limit, " is above max_wr ", a.max_wr,
                                     ": the event fires when fewer than `limit` receives are posted"));

@@ -146,6 +146,19 @@ inline void check_qp_options(const qp_options& o) {
                           "use an index 0..255, or leave gid_index unset to choose one automatically"));
 }
 
+// A post hands the device at most max_stack_sge SGEs (built on the stack): a queue pair
+// asking for more, on a device that grants them, would refuse each such post later.
+inline void check_sge_caps(const qp_cap& caps) {
+  auto at_most = [](const char* field, std::uint32_t v) {
+    if (v > max_stack_sge)
+      throw usage_error(cat("create_qp(): qp_cap::", field, " = ", v, " is above the ", max_stack_sge,
+                            " SGEs rdmakit hands the device in one WR: ask for ", max_stack_sge,
+                            " or fewer (split a longer gather into several WRs)"));
+  };
+  at_most("max_send_sge", caps.max_send_sge);
+  at_most("max_recv_sge", caps.max_recv_sge);
+}
+
 // Creates the native QP on checked CQs, attaches it to them and takes it to INIT. With
 // `srq` (transport on_srq<X> only) the receives come from it: the receive CQ reserves
 // the SRQ's max_wr once for all its QPs. With `make_qp` (the connection manager) the
@@ -160,6 +173,7 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
   cq_block<B>* rcq = recv_blk.get();
   const device_state<B>& dev = *pd->dev;
   check_sq_depth<S>(caps);
+  check_sge_caps(caps);
   check_qp_options(o);
   qp_cap room = caps;  // what the CQs must have room for
   if constexpr (shares_receives<T>) {

@@ -114,6 +114,27 @@ TEST_CASE("connect options the spec cannot encode are refused before any transit
   CHECK(qx.query_state() == qp_state::init);  // untouched
 }
 
+// A device granting more than 32 SGEs made queue pairs whose every post of 33 or more
+// was refused later, on the data path (rdmakit hands at most 32 to the device at once).
+TEST_CASE("create_qp and create_srq refuse more than the 32 SGEs a post hands the device, on a device that has more") {
+  mock::fabric_config cfg;
+  cfg.devices.resize(1);
+  cfg.devices[0].name = "wide";
+  cfg.devices[0].limits.max_sge = 64;
+  cfg.devices[0].limits.max_srq_sge = 64;
+  mock::fabric fab(cfg);
+  side x(fab, "wide");
+  CHECK_THROWS_WITH_AS(x.pd.create_qp<rc>(x.cq, qp_cap{4, 4, 33, 1}),
+                       doctest::Contains("qp_cap::max_send_sge = 33 is above the 32 SGEs"), usage_error);
+  CHECK_THROWS_WITH_AS(x.pd.create_qp<rc>(x.cq, qp_cap{4, 4, 1, 64}),
+                       doctest::Contains("qp_cap::max_recv_sge = 64 is above the 32 SGEs"), usage_error);
+  CHECK(x.cq.attached() == 0);
+  CHECK_THROWS_WITH_AS(x.pd.create_srq({.max_wr = 8, .max_sge = 33}),
+                       doctest::Contains("max_sge 33 is above the 32 SGEs"), usage_error);
+  auto q = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4, 32, 32});  // 32 is taken
+  CHECK(q.caps().max_send_sge == 32);
+}
+
 TEST_CASE("PSNs wider than 24 bits and a gid_index naming an empty GID slot are refused, not masked or used") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");
