@@ -87,6 +87,65 @@ class task_promise<void> : public task_promise_base {
   void take() const { rethrow_if_failed(); }
 };
 
+#define RDMAKIT_DETAIL_TASK_AWAITER_KEPT                                                           \
+  "co_await on a task's awaiter kept in a variable: await the task itself (co_await std::move(t)); " \
+  "an awaiter kept by hand can be destroyed by other code while a coroutine waits on it"
+
+/// What `co_await std::move(t)` awaits: it owns the task's frame from then on.
+template <class T>
+class task_awaiter {
+ public:
+  using handle_type = std::coroutine_handle<task_promise<T>>;
+  explicit task_awaiter(handle_type h) noexcept : h_(h) {}
+  task_awaiter(task_awaiter&& o) noexcept : h_(std::exchange(o.h_, {})) {}
+  task_awaiter& operator=(task_awaiter&&) = delete;
+  ~task_awaiter() {
+    if (h_) h_.destroy();
+  }
+  bool await_ready() const noexcept { return !h_; }
+  bool await_suspend(std::coroutine_handle<> awaiting) noexcept {
+    // Awaited already (this awaiter, awaited in place by a second coroutine): resuming
+    // the task would resume it where it waits on something else. Refused in await_resume.
+    auto& p = h_.promise();
+    if (p.continuation_) return false;
+    p.continuation_ = awaiting;
+    p.started_inline_ = true;
+    h_.resume();  // returns when the task first waits, or when it finished
+    if (p.finished_inline_) return false;  // finished: go on, no resumption nested
+    p.started_inline_ = false;  // it waits: its end resumes `awaiting`
+    return true;
+  }
+  T await_resume() {
+    if (!h_)
+      throw usage_error("co_await task: this task is empty: moved from, default-constructed or already "
+                        "awaited (a task is awaited once: await it in one coroutine and pass its result on)");
+    if (!h_.done())
+      throw usage_error("co_await task: this task is awaited by another coroutine already (a task is "
+                        "awaited once: await it in one coroutine and pass its result on)");
+    // The frame goes with its result: awaited again, this awaiter is empty.
+    struct destroy_at_exit {
+      handle_type h;
+      ~destroy_at_exit() { h.destroy(); }
+    } frame{std::exchange(h_, {})};
+    return frame.h.promise().take();
+  }
+
+  // `co_await aw` on an awaiter kept by hand (`auto aw = std::move(t).operator co_await()`)
+  // would await it where it is kept, and other code destroying it then left the awaiting
+  // coroutine waiting for ever: only the temporary of `co_await std::move(t)` is awaited.
+  template <class U = T>
+  void operator co_await() & {
+    static_assert(sizeof(U) == 0, RDMAKIT_DETAIL_TASK_AWAITER_KEPT);
+  }
+  template <class U = T>
+  void operator co_await() && {
+    static_assert(sizeof(U) == 0, RDMAKIT_DETAIL_TASK_AWAITER_KEPT);
+  }
+
+ private:
+  handle_type h_;
+};
+
 }  // namespace detail
 
 /// A lazily started coroutine that produces a T (or nothing). Move-only; `co_await`
@@ -123,50 +182,10 @@ class [[nodiscard]] task {
 
   /// Starts the task and resumes the awaiting coroutine when it ends, with its value or
   /// its exception. The coroutine moves into the awaiting one (this task is left empty),
-  /// so nothing but the awaiter can destroy it while it is awaited. An empty task (moved
-  /// from, default-constructed or awaited before) throws usage_error when awaited.
-  auto operator co_await() && noexcept {
-    class awaiter {
-     public:
-      explicit awaiter(handle_type h) noexcept : h_(h) {}
-      awaiter(awaiter&& o) noexcept : h_(std::exchange(o.h_, {})) {}
-      awaiter& operator=(awaiter&&) = delete;
-      ~awaiter() {
-        if (h_) h_.destroy();
-      }
-      bool await_ready() const noexcept { return !h_; }
-      bool await_suspend(std::coroutine_handle<> awaiting) noexcept {
-        // Awaited already (this awaiter, awaited in place by a second coroutine): resuming
-        // the task would resume it where it waits on something else. Refused in await_resume.
-        auto& p = h_.promise();
-        if (p.continuation_) return false;
-        p.continuation_ = awaiting;
-        p.started_inline_ = true;
-        h_.resume();  // returns when the task first waits, or when it finished
-        if (p.finished_inline_) return false;  // finished: go on, no resumption nested
-        p.started_inline_ = false;  // it waits: its end resumes `awaiting`
-        return true;
-      }
-      T await_resume() {
-        if (!h_)
-          throw usage_error("co_await task: this task is empty: moved from, default-constructed or already "
-                            "awaited (a task is awaited once: await it in one coroutine and pass its result on)");
-        if (!h_.done())
-          throw usage_error("co_await task: this task is awaited by another coroutine already (a task is "
-                            "awaited once: await it in one coroutine and pass its result on)");
-        // The frame goes with its result: awaited again, this awaiter is empty.
-        struct destroy_at_exit {
-          handle_type h;
-          ~destroy_at_exit() { h.destroy(); }
-        } frame{std::exchange(h_, {})};
-        return frame.h.promise().take();
-      }
-
-     private:
-      handle_type h_;
-    };
-    return awaiter(std::exchange(h_, {}));
-  }
+  /// so nothing but the awaiter can destroy it while it is awaited: `co_await` on the
+  /// awaiter kept in a variable does not compile. An empty task (moved from,
+  /// default-constructed or awaited before) throws usage_error when awaited.
+  auto operator co_await() && noexcept { return detail::task_awaiter<T>(std::exchange(h_, {})); }
 
   /// The coroutine (event_loop drives spawned tasks through it).
   handle_type handle() const noexcept { return h_; }
