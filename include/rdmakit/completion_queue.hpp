@@ -345,7 +345,7 @@ class completion_queue {
     auto& b = *blk_;
     const int n = B::poll_cq(b.cq, P::batch, wcs);
     if (RDMAKIT_UNLIKELY(n <= 0)) {
-      if (n == 0 && RDMAKIT_UNLIKELY(!b.departed.empty())) b.forget_departed();  // empty: none is left
+      if (n == 0 && RDMAKIT_UNLIKELY(b.watch_empty)) b.forget_departed();  // empty: none is left
       return n;
     }
     if (const int recvs = b.receives_if_all_of_last(wcs, n); RDMAKIT_LIKELY(recvs >= 0)) {

@@ -58,6 +58,10 @@ struct qp_link {
   std::uint32_t retired_sends = 0;
   std::uint32_t retired_recvs = 0;
   std::uint32_t retired_signaled = 0;
+  // Once replaced on an SRQ that was posted to: receive completions of it may be in its
+  // receive CQ, which no count knows (the receives are the SRQ's), until a poll finds
+  // that CQ empty (cq_block::forget_departed), the QP being in ERR by then.
+  bool retired_srq_receives = false;
   // Failed send completions polled (the failure and the flushes after it): they give
   // no slot back (the ledger is closed), but are completions no longer to come.
   std::uint32_t send_errors = 0;
@@ -82,7 +86,9 @@ struct qp_link {
   /// outstanding were polled: the next replacement may then let it go (what may be left
   /// are flushes of unsignaled WRs, which may as well have completed unseen; the
   /// device drops them with the QP).
-  bool retired_done() const noexcept { return retired_recvs == 0 && retired_signaled == 0; }
+  bool retired_done() const noexcept {
+    return retired_recvs == 0 && retired_signaled == 0 && !retired_srq_receives;
+  }
 
   qp_link() = default;
   /// The closed link (closed_link<B>): in error, so the inline refusal path tells a
@@ -226,6 +232,9 @@ struct cq_block {
     std::uint32_t recv_offset;
   };
   std::vector<departed_qp> departed;
+  // True while something waits for a poll that finds this CQ empty: a departed record,
+  // or a retired QP's SRQ receives (forget_departed clears it; at most one call too many).
+  bool watch_empty = false;
   std::vector<std::pair<std::uint32_t, qp_link<B>*>> routes;  // live QPs, sorted by qp_num
   // Retired QPs (reset() replaced them): found only when `routes` has no match, so the
   // live routing pays nothing for them; never cached as `last`.
@@ -401,6 +410,9 @@ struct cq_block {
   RDMAKIT_NOINLINE void forget_departed() noexcept {
     for (const auto& d : departed) flushing -= std::min<std::uint64_t>(flushing, d.left);
     departed.clear();
+    for (qp_link<B>* l : retired_links)
+      if (l->recv_cq == this) l->retired_srq_receives = false;  // in ERR: none can come after
+    watch_empty = false;
   }
 
   /// A QP moved to ERR by reset(): routed apart from now on, holding at most `flushes`
@@ -462,6 +474,7 @@ struct cq_block {
     assert(departed.size() < departed.capacity());  // kept by keep_departed_room_: no allocation
     departed.push_back({qpn, left, recv_offset});
     flushing += left;
+    watch_empty = true;
   }
 
   /// A destroyed QP: its `entries` (its depths, or once retired its flushes, which

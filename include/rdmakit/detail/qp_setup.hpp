@@ -290,11 +290,14 @@ bool keeps_for_flushes(const qp_link<B>& l) noexcept {
 // come). The CQs made room in their retired_links first (replace_with_fresh). Any other
 // exception from the move to ERR (out of memory: the device changed nothing) goes on
 // with `p` as it was.
+// `srq_receives`: p's QP is on an SRQ that was posted to, so completions of receives
+// it took may be in its receive CQ (no count says how many): it is kept until a poll
+// finds that CQ empty.
 template <class B>
-void retire(qp_parts<B>& p) {
+void retire(qp_parts<B>& p, bool srq_receives = false) {
   auto& l = *p.link;
   const std::uint32_t sends = l.sends_to_come(), recvs = l.rq.held;
-  if (!keeps_for_flushes(l)) return p.release();
+  if (!keeps_for_flushes(l) && !srq_receives) return p.release();
   try {
     qp_attr err;
     err.state = qp_state::err;
@@ -305,6 +308,8 @@ void retire(qp_parts<B>& p) {
   l.retired_sends = sends;
   l.retired_recvs = recvs;
   l.retired_signaled = l.signaled_to_come();
+  l.retired_srq_receives = srq_receives;
+  if (srq_receives) l.recv_cq->watch_empty = true;
   if (l.send_cq == l.recv_cq) {
     l.send_cq->retire(&l, p.asked.max_send_wr + p.asked.max_recv_wr, sends + recvs);
   } else {
@@ -381,9 +386,9 @@ void replace_with_fresh(qp_parts<B>& p) {
   auto old = make_unique_owner<qp_parts<B>>();
   *old = std::move(p);
   auto older = std::move(old->retired);
-  auto retire_or_put_back = [&] {
+  auto retire_or_put_back = [&](bool srq_receives) {
     try {
-      retire(*old);  // first: the CQs' reservations go back before the new QP asks for them
+      retire(*old, srq_receives);  // first: the CQs' reservations go back before the new QP asks for them
     } catch (...) {
       old->retired = std::move(older);
       p = std::move(*old);
@@ -400,7 +405,7 @@ void replace_with_fresh(qp_parts<B>& p) {
     auto& held_by = *held_owner;
     held_by.attach_srq(id, srq->attr.max_wr);  // attached already: a count, no allocation
     try {
-      retire_or_put_back();
+      retire_or_put_back(srq->traffic.ever_posted());
     } catch (...) {
       held_by.detach_srq(id, old_qpn, old_offset, false);  // the old QP's own count stays
       throw;
@@ -413,7 +418,7 @@ void replace_with_fresh(qp_parts<B>& p) {
     }
     held_by.detach_srq(id, old_qpn, old_offset, false);  // the new QP holds it now
   } else {
-    retire_or_put_back();
+    retire_or_put_back(false);
     p = create_parts<B, T, S>(std::move(pd), std::move(scq), std::move(rcq), asked, o);
   }
   if (old->qp != typename B::qp{}) {
