@@ -355,12 +355,14 @@ class completion_queue {
         for (int i = 0; i < n; ++i) g(l, completion<B>(wcs[i], l->recv_offset));
       } else {
         detail::cq_delivery<B> in_use(b);
+        // `last` is a live link or null (a destroyed queue pair's is cleared), told by
+        // its serial: a link made by a handler may be where `l` was freed.
+        const std::uint64_t serial = l->serial, made_by = detail::last_qp_serial();
         for (int i = 0; i < n; ++i) {
-          // `last` is a live link or null (a destroyed queue pair's is cleared).
-          if (RDMAKIT_LIKELY(b.last == l))
+          if (RDMAKIT_LIKELY(b.last_serial == serial))
             g(l, completion<B>(wcs[i], l->recv_offset));
           else
-            (void)deliver_<false, Divert>(b, wcs[i], g);  // (the batch is `l`'s: none is async)
+            (void)deliver_<false, Divert, true>(b, wcs[i], g, made_by);  // (the batch is `l`'s: none is async)
         }
       }
       return n;
@@ -379,17 +381,19 @@ class completion_queue {
       for (int i = 0; i < n; ++i) given += deliver_<true, Divert>(b, wcs[i], g);
     } else if constexpr (NoThrow) {
       detail::cq_delivery<B> in_use(b);
-      for (int i = 0; i < n; ++i) given += deliver_<true, Divert>(b, wcs[i], g);
+      const std::uint64_t made_by = detail::last_qp_serial();  // queue pairs made later own none of these
+      for (int i = 0; i < n; ++i) given += deliver_<true, Divert, true>(b, wcs[i], g, made_by);
     } else {
       detail::cq_delivery<B> in_use(b);
+      const std::uint64_t made_by = detail::last_qp_serial();
       int i = 0;
       try {
-        for (; i < n; ++i) given += deliver_<true, Divert>(b, wcs[i], g);
+        for (; i < n; ++i) given += deliver_<true, Divert, true>(b, wcs[i], g, made_by);
       } catch (...) {
         // The handler of wcs[i] threw (after its accounting): the rest give their
         // credits back undelivered, as the fast path's batch accounting does.
         auto undelivered = [](detail::qp_link<B>*, const completion<B>&) noexcept {};
-        for (++i; i < n; ++i) (void)deliver_<true, Divert>(b, wcs[i], undelivered);
+        for (++i; i < n; ++i) (void)deliver_<true, Divert, true>(b, wcs[i], undelivered, made_by);
         throw;
       }
     }
@@ -399,9 +403,19 @@ class completion_queue {
   // One completion to g, through the queue pair its qp_num names now (after the call
   // before it, which may have destroyed that queue pair), `Account`ed there. 1 when g
   // got it, 0 when the async layer did (Divert).
-  template <bool Account, bool Divert, class G>
-  static RDMAKIT_ALWAYS_INLINE int deliver_(detail::cq_block<B>& b, const typename B::wc& w,
-                                           G& g) noexcept(noexcept(g(nullptr, std::declval<const completion<B>&>()))) {
+  // `Checked` (user code ran since the batch was polled): a queue pair made since, with
+  // a serial above `made_by`, is never this completion's, whatever number it took (a
+  // destroyed one's, reused at once as mlx5 does): the completion is a departed one's.
+  template <bool Account, bool Divert, bool Checked = false, class G>
+  static RDMAKIT_ALWAYS_INLINE int deliver_(detail::cq_block<B>& b, const typename B::wc& w, G& g,
+                                           [[maybe_unused]] std::uint64_t made_by = 0)
+      noexcept(noexcept(g(nullptr, std::declval<const completion<B>&>()))) {
+    auto polled_before = [&](const detail::qp_link<B>* l) {
+      if constexpr (Checked)
+        return l->serial <= made_by;
+      else
+        return true;
+    };
     // The QP of the previous completion needs no null test: find()'s cache, unrolled.
     auto routed = [&](detail::qp_link<B>* l) {
       if constexpr (Account) l->account(w);
@@ -417,9 +431,9 @@ class completion_queue {
       return 1;
     };
     const std::uint32_t qpn = B::get_qp_num(w);
-    if (RDMAKIT_LIKELY(qpn == b.last_qpn)) {
+    if (RDMAKIT_LIKELY(qpn == b.last_qpn) && polled_before(b.last)) {
       return routed(b.last);
-    } else if (detail::qp_link<B>* l = b.find_route(qpn); RDMAKIT_LIKELY(l != nullptr)) {
+    } else if (detail::qp_link<B>* l = b.find_route(qpn); RDMAKIT_LIKELY(l != nullptr) && polled_before(l)) {
       return routed(l);
     } else if (RDMAKIT_UNLIKELY(!b.retired_links.empty()) &&
                (l = b.find_retired(qpn, (B::get_wr_id(w) & detail::recv_wr_bit) != 0)) != nullptr) {
@@ -428,7 +442,7 @@ class completion_queue {
       ++b.unrouted;
       std::uint32_t offset = 0;
       if (RDMAKIT_UNLIKELY(!b.departed.empty())) offset = b.departed_polled(qpn);  // a destroyed QP's
-      g(l, completion<B>(w, offset));
+      g(nullptr, completion<B>(w, offset));
       return 1;
     }
   }

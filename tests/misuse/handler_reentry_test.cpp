@@ -284,3 +284,69 @@ TEST_CASE("a handler's exception leaves wait_for and a routed batch (two queue p
 static_assert(!noexcept(std::declval<completion_queue<B>&>().poll([](const completion<B>&) {})));
 static_assert(noexcept(std::declval<completion_queue<B>&>().poll([](const completion<B>&) noexcept {})));
 static_assert(noexcept(std::declval<completion_queue<B>&>().poll()));
+
+// A handler destroyed the queue pair of a batch's completions and made a new one on the
+// same CQ, whose completion a nested dispatch polled: the batch's check for its queue
+// pair compared the link's address, and the new queue pair's link, allocated where the
+// old one was freed, passed it. The rest of the old queue pair's batch went to the new
+// one's handler. (With a sanitizer the address is not reused: the plain build fails.)
+TEST_CASE("a batch's queue pair destroyed by a handler: the rest never reach a new queue pair's handler") {
+  four_sends t;
+  const std::uint32_t old_qpn = t.a->qp_num();
+  std::optional<qp_pair<rc>> n;
+  std::vector<std::uint32_t> to_new;  // qp_num of each completion the new handler got
+  int fallback = 0;
+  t.x.cq.on(*t.a, [&](const completion<B>&) {
+    if (n) return;
+    t.a.reset();
+    n.emplace(make_pair<rc>(t.x.pd, t.x.cq, t.y.pd, t.y.cq, qp_cap{8, 8}));
+    t.x.cq.on(n->a, [&](const completion<B>& c) { to_new.push_back(c.qp_num()); });
+    REQUIRE(n->a.write(t.src.local(0, 8), t.dst.remote().sub(0, 8), 99).ok());
+    (void)t.x.cq.dispatch();  // the new queue pair's completion: its link is `last` now
+  });
+  (void)t.x.cq.dispatch([&](const completion<B>& c) {
+    CHECK(c.qp_num() == old_qpn);
+    ++fallback;
+  });
+  REQUIRE(n);
+  CHECK(to_new == std::vector<std::uint32_t>{n->a.qp_num()});
+  CHECK(fallback == 3);  // delivered as a destroyed queue pair's
+  CHECK(t.x.cq.unrouted() == 3);
+}
+
+// With QP numbers reused at once (mlx5; the mock's reuse_qp_numbers), a queue pair made
+// by a handler took the number of one it had destroyed, and the rest of the destroyed
+// one's completions in the batch were routed and accounted to it: its receive count
+// went below 0 and, once it was destroyed, the CQ's flushing() near 2^32 refused every
+// create_qp.
+TEST_CASE("completions of a destroyed queue pair are never routed to a new one that took its number") {
+  mock::fabric fab({.reuse_qp_numbers = true});
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(5 * 16);
+  auto c = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  std::optional<queue_pair<B, rc, signal_all, qp_state::rts>> b(std::move(p.b));
+  REQUIRE(c.b.post_recv(dst.local(0, 16), 100).ok());
+  for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(b->post_recv(dst.local(16 + 16 * i, 16), i).ok());
+  REQUIRE(c.a.send(src.local(0, 16), 1).ok());
+  for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(p.a.send(src.local(0, 16), 10 + i).ok());
+  REQUIRE(collect(x.cq, 5).size() == 5);
+  const std::uint32_t b_qpn = b->qp_num();
+  std::optional<queue_pair<B, rc, signal_all, qp_state::init>> n;
+  std::vector<std::uint64_t> ids;
+  const int got = y.cq.poll([&](const completion<B>& w) {
+    ids.push_back(w.wr_id());
+    if (n) return;
+    b.reset();
+    n.emplace(y.pd.create_qp<rc>(y.cq, qp_cap{4, 4}));
+    REQUIRE(n->qp_num() == b_qpn);  // the number came back at once
+  });
+  CHECK(got == 5);
+  CHECK(ids == std::vector<std::uint64_t>{100, 0, 1, 2, 3});
+  CHECK(y.cq.unrouted() == 4);
+  CHECK(n->posted_recvs() == 0);
+  n.reset();
+  CHECK(y.cq.flushing() <= 4);
+  CHECK_NOTHROW((void)y.pd.create_qp<rc>(y.cq, qp_cap{4, 4}));
+}

@@ -156,12 +156,13 @@ struct qp_link {
   }
 };
 
+/// The last serial given to a native QP of the process (next_qp_serial).
+inline constinit std::uint64_t qp_serial_counter = 0;
 /// A number no other native QP of the process had: set on each qp_link (a reset() makes
 /// a new QP, hence a new link and number).
-inline std::uint64_t next_qp_serial() noexcept {
-  static constinit std::uint64_t last = 0;
-  return __atomic_add_fetch(&last, 1, __ATOMIC_RELAXED);
-}
+inline std::uint64_t next_qp_serial() noexcept { return __atomic_add_fetch(&qp_serial_counter, 1, __ATOMIC_RELAXED); }
+/// The last serial given: a link of a larger one was made after this call.
+inline std::uint64_t last_qp_serial() noexcept { return __atomic_load_n(&qp_serial_counter, __ATOMIC_RELAXED); }
 
 // The link every empty link_ptr points at: constant-initialized at namespace scope,
 // so using it costs no guard (a function-local static with a destructor would test one).
@@ -241,6 +242,9 @@ struct cq_block {
   std::vector<qp_link<B>*> retired_links;
   qp_link<B>* last = nullptr;
   std::uint32_t last_qpn = no_qpn;  // last's qp_num, kept here: one compare per completion
+  // last's serial (0: none): a batch delivered to user code tells its queue pair's link
+  // by it, not by address, which a link made meanwhile may have taken.
+  std::uint64_t last_serial = 0;
   // True while exactly one QP was ever attached and it was never retired or detached:
   // every completion polled here is then `last`'s (no other QP can have left any).
   bool sole = false;
@@ -325,6 +329,7 @@ struct cq_block {
     if (it == routes.end() || it->first != qpn) return nullptr;
     if (RDMAKIT_UNLIKELY(it->second->async_owned)) return it->second;  // (never cached: see stop_caching)
     last_qpn = qpn;
+    last_serial = it->second->serial;
     return last = it->second;
   }
 
@@ -336,6 +341,7 @@ struct cq_block {
     if (last == l) {
       last = nullptr;
       last_qpn = no_qpn;
+      last_serial = 0;
     }
     sole = false;
     had_others = true;
@@ -354,6 +360,7 @@ struct cq_block {
     if (sole) {
       last = l;
       last_qpn = l->qp_num;
+      last_serial = l->serial;
     }
   }
 
@@ -424,6 +431,7 @@ struct cq_block {
     if (last == l) {
       last = nullptr;
       last_qpn = no_qpn;
+      last_serial = 0;
     }
     reserved -= std::min<std::uint64_t>(reserved, entries);
     flushing += flushes;
@@ -494,6 +502,7 @@ struct cq_block {
     if (last == l) {
       last = nullptr;
       last_qpn = no_qpn;
+      last_serial = 0;
     }
   }
 };
