@@ -227,9 +227,12 @@ class completion_queue {
     using clock = std::chrono::steady_clock;
     const auto deadline = detail::deadline_after(timeout);
     int total = 0;
-    while (total < n) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now());
-      if (left.count() <= 0) return wait_result{0};
+    for (bool first = true; total < n; first = false) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now());
+      if (left.count() <= 0) {
+        if (!first) return wait_result{0};
+        left = std::chrono::milliseconds{0};  // a past deadline looks once, as wait() does
+      }
       const wait_result r = wait(f, left);
       if (r.failed()) return r;
       total += r.count();

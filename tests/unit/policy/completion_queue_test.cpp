@@ -252,6 +252,23 @@ TEST_CASE("wait, wait_for: an unsigned or floating-point timeout waits, not give
   CHECK(seen == 2);
 }
 
+// wait(f, 0ms) looks once, as a past deadline does in every wait; wait_for gave up
+// before its first look and left completions already there undelivered.
+TEST_CASE("wait_for with a zero or negative timeout looks once: completions already there are delivered") {
+  writer w;
+  auto& cqx = w.cqx;
+  int seen = 0;
+  for (const auto t : {std::chrono::milliseconds(0), std::chrono::milliseconds(-1), std::chrono::milliseconds::min()}) {
+    CAPTURE(t.count());
+    w.write(2);
+    const wait_result r = cqx.wait_for(2, [&](const completion<B>&) { ++seen; }, t);
+    CHECK(r.count() == 2);
+    CHECK_FALSE(r.timed_out());
+    CHECK(cqx.wait_for(1, [&](const completion<B>&) { ++seen; }, t).timed_out());  // none left
+  }
+  CHECK(seen == 6);
+}
+
 TEST_CASE("completion queue: bad sizes are setup errors; handles move") {
   mock::fabric fab;
   device<B> d(fab, "mock0");
