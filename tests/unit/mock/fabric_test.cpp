@@ -510,6 +510,27 @@ TEST_CASE("fabric: reorder on UD -- the hit message arrives after the next one")
   CHECK(r[1].byte_len == 10 + grh_bytes);
 }
 
+// With every message hit (count 0, probability 1), each was held behind the next, which
+// was held too: nothing ever arrived, and the held messages piled up without bound.
+// The message that releases a held one goes first, as the one it swaps with.
+TEST_CASE("fabric: reorder hitting every message swaps them in pairs; none is held for ever") {
+  fx_t fx;
+  auto [a, b] = fx.make_pair({.type = qp_type::ud});
+  auto ah = fx.make_ah(fx.loopback_av());
+  auto& buf = fx.make_buffer(1024);
+  REQUIRE(fx.post_recv_list(b, {{1, {buf.sge(0, 128)}}, {2, {buf.sge(128, 128)}}, {3, {buf.sge(256, 128)}},
+                                {4, {buf.sge(384, 128)}}}).rc == 0);
+  fab(fx).inject({.kind = rm::fault_kind::reorder, .src_qp_num = a.num, .count = 0, .probability = 1.0});
+  for (std::uint32_t k = 1; k <= 4; ++k) REQUIRE(fx.post_ud(a, k, ah, b.num, default_qkey, {buf.sge(512, k)}) == 0);
+  CHECK(fx.poll(a.send_cq, 4).size() == 4);
+  auto r = fx.poll(b.recv_cq, 4);
+  REQUIRE(r.size() == 4);
+  CHECK(r[0].byte_len == 2 + grh_bytes);
+  CHECK(r[1].byte_len == 1 + grh_bytes);
+  CHECK(r[2].byte_len == 4 + grh_bytes);
+  CHECK(r[3].byte_len == 3 + grh_bytes);
+}
+
 TEST_CASE("fabric: delay on UC -- the message arrives only once the clock passes the delay") {
   fx_t fx;
   auto [a, b] = fx.make_pair({.type = qp_type::uc});

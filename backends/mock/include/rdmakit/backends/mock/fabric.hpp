@@ -114,7 +114,7 @@ struct fabric_config {
 enum class fault_kind {
   drop,       ///< the message is lost (UC/UD; RC: retransmitted, so only delays it)
   duplicate,  ///< the message arrives twice
-  reorder,    ///< the message arrives after the next one from the same QP
+  reorder,    ///< the message arrives after the next one from the same QP (which is not held itself)
   delay,      ///< the message arrives `delay` later on the simulated clock
 };
 

@@ -99,7 +99,9 @@ inline void transmit(fabric_state& f, qp_obj* q, message& m) {
       ++it;
   }
   if (drop) return;
-  if (hold) {
+  // A message that finds one held goes first, as the one it swaps with: held behind a
+  // held one, with every message hit (count 0, probability 1), none would ever arrive.
+  if (hold && q->held.empty()) {
     q->held.push_back(m);
     return;
   }
