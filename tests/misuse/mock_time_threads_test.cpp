@@ -61,3 +61,34 @@ TEST_CASE("one thread alone still jumps the clock: a retry budget toward a peer 
   CHECK(steady_clock::now() - t0 < milliseconds(400));  // 7 × 67 ms simulated, not waited
   CHECK(fab.now() >= milliseconds(7 * 67));
 }
+
+// A thread that only flips ports (or injects faults) did not count as using the fabric:
+// the one thread that posted kept jumping the clock, and an RC WRITE posted while the
+// peer's port was down for 50 ms of wall time spent its whole retry budget in that time.
+TEST_CASE("a port flipped from another thread paces the clock: RC retries outlast a 50 ms unplug") {
+  using namespace std::chrono;
+  mock::fabric fab;
+  std::atomic<int> stage{0};  // 1: connected; 2: port down; 3: posted
+  wc_status status = wc_status::general_err;
+  std::thread worker([&] {  // the only thread that calls verbs
+    side x(fab, "mock0"), y(fab, "mock1");
+    auto src = x.pd.allocate<rw_access>(64);
+    auto dst = y.pd.allocate<rw_access>(64);
+    auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});  // 67 ms ACK timeout, 6 retries
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    const bool posted = p.a.write(src.local(0, 8), dst.remote().sub(0, 8), 1).ok();
+    stage = 3;
+    const auto t0 = steady_clock::now();
+    while (posted && status == wc_status::general_err && steady_clock::now() - t0 < seconds(5))
+      (void)x.cq.poll([&](const completion<B>& c) { status = c.status(); });
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  fab.set_port_up("mock1", 1, false);
+  stage = 2;
+  while (stage.load() != 3) std::this_thread::yield();
+  std::this_thread::sleep_for(milliseconds(50));
+  fab.set_port_up("mock1", 1, true);
+  worker.join();
+  CHECK(status == wc_status::success);
+}

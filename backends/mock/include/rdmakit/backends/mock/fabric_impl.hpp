@@ -273,19 +273,25 @@ RDMAKIT_DECL void fabric::advance(std::chrono::nanoseconds by) {
   detail::run_due(*state_);
 }
 
+// A thread that only injects faults or flips ports uses the fabric too: while it does,
+// simulated time follows the wall clock (clock.hpp, touch), or the thread that posts
+// would spend a retry budget in an instant while a port is down for milliseconds.
 RDMAKIT_DECL void fabric::inject(const fault& f) {
   detail::check_fault(f);
   std::lock_guard lk(state_->mu);
+  detail::touch(*state_);
   state_->faults.push_back(f);
 }
 
 RDMAKIT_DECL void fabric::clear_faults() {
   std::lock_guard lk(state_->mu);
+  detail::touch(*state_);
   state_->faults.clear();
 }
 
 RDMAKIT_DECL void fabric::set_port_up(std::string_view device, std::uint8_t port, bool up) {
   std::lock_guard lk(state_->mu);
+  detail::touch(*state_);
   for (auto& d : state_->devices) {
     if (d.cfg.name != device) continue;
     if (port < 1 || port > d.ports.size())
