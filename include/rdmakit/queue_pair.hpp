@@ -738,10 +738,9 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   // a bandwidth loop meets it once per reap. The others are found out of line.
   RDMAKIT_ALWAYS_INLINE post_result refused_credits_(const detail::qp_link<B>& l,
                                                      std::uint64_t wr_id_bits) const noexcept {
-    // An open ledger has slots and its QP is not in ERR (the closed link of an empty
-    // handle is in error too): refusal_ tells the others apart, a queue of no slots too.
-    if (RDMAKIT_LIKELY(l.sq.open_depth() != 0 && !(wr_id_bits & detail::recv_wr_bit)))
-      return {post_status::sq_full, 0, 0};
+    // Not in ERR and not without slots (the closed link of an empty handle is neither):
+    // refusal_ tells the others apart.
+    if (RDMAKIT_LIKELY(l.sends_possible && !(wr_id_bits & detail::recv_wr_bit))) return {post_status::sq_full, 0, 0};
     return refusal_(wr_id_bits);
   }
 

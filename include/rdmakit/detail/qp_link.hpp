@@ -39,6 +39,9 @@ struct qp_link {
   };
   rq_count rq;
   bool error = false;
+  // False in ERR and for a queue pair made without send slots (max_send_wr 0): the one
+  // test by which a post refused for credits says sq_full (refusal_ tells the others).
+  bool sends_possible = true;
   // An async_queue_pair holds this QP: its handler (the async one's) routes completions
   // to the awaiters, and completion_queue::on() refuses to replace it.
   bool async_owned = false;
@@ -94,7 +97,7 @@ struct qp_link {
   /// The closed link (closed_link<B>): in error, so the inline refusal path tells a
   /// full SQ from every other refusal with one test.
   struct closed_t {};
-  constexpr explicit qp_link(closed_t) noexcept : error(true) {}
+  constexpr explicit qp_link(closed_t) noexcept : error(true), sends_possible(false) {}
   qp_link(const qp_link&) = delete;
   qp_link& operator=(const qp_link&) = delete;
   ~qp_link() { reset_handler(); }
@@ -102,6 +105,7 @@ struct qp_link {
   /// The QP went to ERR: posts are refused (qp_error) until it is reset.
   void set_error() noexcept {
     error = true;
+    sends_possible = false;
     sq.close();
   }
 
