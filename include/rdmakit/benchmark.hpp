@@ -409,10 +409,11 @@ class loopback {
 
   /// Posts `o` on side a; when a has no send credit left it first waits on a's CQ
   /// (policy P) until a completion returns one, up to the timeout (then the result is
-  /// sq_full). A refused post or a failed completion counts in `failures`.
+  /// sq_full). A queue pair in ERR has none to wait for: the post says qp_error at once.
+  /// A refused post or a failed completion counts in `failures`.
   template <operation Op>
   post_result post(const Op& o, std::uint64_t wr_id = 0, send_flags flags = send_flags::none) {
-    while (a.qp.send_credits() == 0)
+    while (a.qp.send_credits() == 0 && !a.qp.in_error())
       if (!wait_(a)) return {post_status::sq_full, 0, 0};
     const post_result r = a.qp.post(o, wr_id, flags);
     if (!r) failed_(r.message());
@@ -441,8 +442,9 @@ class loopback {
   /// `st.SkipWithError` when a post or completion failed or a wait timed out. Call it
   /// after the timing loop; true when nothing went wrong.
   bool finish(benchmark::State& st) {
-    // Held slots beyond the trailing unsignaled run belong to signaled WRs not polled yet.
-    while (opts_.caps.max_send_wr - a.qp.send_credits() > a.qp.unsignaled_run())
+    // Held slots beyond the trailing unsignaled run belong to signaled WRs not polled yet
+    // (in ERR their flushes are already there: the drains below take them).
+    while (opts_.caps.max_send_wr - a.qp.send_credits() > a.qp.unsignaled_run() && !a.qp.in_error())
       if (!wait_(a)) break;
     (void)a.cq.drain(reap_());
     (void)b.cq.drain(reap_());

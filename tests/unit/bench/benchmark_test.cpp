@@ -206,6 +206,25 @@ TEST_CASE("loopback: WRITE, READ, SEND on every transport, completions accounted
   CHECK(error == "skipped");
 }
 
+// A queue pair in ERR has no send credit either: post() waited out the whole timeout for
+// one, then said sq_full ("poll, then post again", which a loop did for ever, a timeout
+// each pass); the device's own answer is qp_error.
+TEST_CASE("loopback: after a failed completion, post() says qp_error at once, not sq_full after the timeout") {
+  using namespace std::chrono;
+  bench::loopback<B, rc, signal_every<4>> lp(device<B>("mock0"), device<B>("mock1"), 64,
+                                              {.caps = {8, 8}, .timeout = 300ms});
+  const auto wrong = remote_region<access::remote_write>::unchecked(lp.b.remote.addr(), lp.b.remote.rkey() ^ 0x55, 64);
+  REQUIRE(lp.post(op::write{lp.a.msg, wrong}, 1, send_flags::signaled).ok());
+  const auto t0 = steady_clock::now();
+  post_status last = post_status::ok;
+  for (std::uint64_t i = 0; i < 12 && last == post_status::ok; ++i)
+    last = lp.post(op::write{lp.a.msg, lp.b.remote}, 2 + i).status;
+  CHECK(last == post_status::qp_error);
+  CHECK(steady_clock::now() - t0 < 250ms);
+  CHECK(lp.timeouts == 0);
+  CHECK(lp.failures >= 1);
+}
+
 // A timeout of 0 or less made every wait for a send credit a few polls: on a device a
 // run failed with "wait(s) timed out" (naming no option), on the mock it went unnoticed.
 TEST_CASE("loopback: a timeout of zero or less is refused, naming the field") {
