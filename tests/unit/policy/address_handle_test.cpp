@@ -132,6 +132,21 @@ TEST_CASE("UD: a send through the address of a destroyed address handle is refus
   CHECK(p.a.send_credits() == 8);
 }
 
+// The device's refusal listed "(UD) an address handle that was destroyed" (refused
+// before the device since, as stale_address) and not the handle of another PD.
+TEST_CASE("UD: a send through an address handle of another protection domain is refused, saying so") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto other_pd = x.dev.create_pd();
+  auto ah = other_pd.create_ah(p.b.local_endpoint());
+  auto tx = x.pd.allocate<access::local_write>(64);
+  const post_result r = p.a.send(ah.to(p.b.qp_num()), tx.local(0, 8), 1);
+  CHECK(r.status == post_status::backend_error);
+  CHECK(r.err == EINVAL);
+  CHECK(std::string(r.message()).find("an address handle of another protection domain") != std::string::npos);
+}
+
 TEST_CASE("UD: an empty ud_address is refused (it names no handle)") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");
