@@ -361,6 +361,7 @@ class completion_queue {
         // `last` is a live link or null (a destroyed queue pair's is cleared), told by
         // its serial: a link made by a handler may be where `l` was freed.
         const std::uint64_t serial = l->serial, made_by = detail::last_qp_serial();
+        detail::batch_in_delivery<B> batch(b, serial);  // a reset() meanwhile keeps `l` for the rest
         for (int i = 0; i < n; ++i) {
           if (RDMAKIT_LIKELY(b.last_serial == serial))
             g(l, completion<B>(wcs[i], l->recv_offset));
@@ -438,13 +439,16 @@ class completion_queue {
       return routed(b.last);
     } else if (detail::qp_link<B>* l = b.find_route(qpn); RDMAKIT_LIKELY(l != nullptr) && polled_before(l)) {
       return routed(l);
-    } else if (RDMAKIT_UNLIKELY(!b.retired_links.empty()) &&
-               (l = b.find_retired(qpn, (B::get_wr_id(w) & detail::recv_wr_bit) != 0)) != nullptr) {
-      return routed(l);  // a QP replaced by reset(): its entry in this CQ is free again
+    } else if (RDMAKIT_UNLIKELY(!b.retired_links.empty()) && (l = b.find_retired(qpn)) != nullptr &&
+               polled_before(l)) {
+      // A QP replaced by reset(): its entry in this CQ is free again (unless its batch
+      // counted it before the reset).
+      if constexpr (Account) b.retired_polled(*l, (B::get_wr_id(w) & detail::recv_wr_bit) != 0);
+      return routed(l);
     } else {
       ++b.unrouted;
       std::uint32_t offset = 0;
-      if (RDMAKIT_UNLIKELY(!b.departed.empty())) offset = b.departed_polled(qpn);  // a destroyed QP's
+      if (RDMAKIT_UNLIKELY(!b.departed.empty())) offset = b.departed_polled(qpn, !Account);  // a destroyed QP's
       g(nullptr, completion<B>(w, offset));
       return 1;
     }

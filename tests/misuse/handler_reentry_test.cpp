@@ -350,3 +350,111 @@ TEST_CASE("completions of a destroyed queue pair are never routed to a new one t
   CHECK(y.cq.flushing() <= 4);
   CHECK_NOTHROW((void)y.pd.create_qp<rc>(y.cq, qp_cap{4, 4}));
 }
+
+// A batch of one queue pair's successes is accounted whole before its handler runs. A
+// handler that reset that queue pair had the rest of the batch counted again on the old
+// one, as flushes still to come: the old queue pair looked done, the next reset let it
+// go, and a receive still posted on it never flushed to the application.
+TEST_CASE("reset() by a handler in the middle of its queue pair's batch: the rest and the flushes still come") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto mx = x.pd.allocate<rw_access>(256);
+  auto my = y.pd.allocate<rw_access>(64);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  std::optional<queue_pair<B, rc, signal_all, qp_state::rts>> a(std::move(p.a));
+  for (std::uint64_t id : {101, 102, 103}) REQUIRE(a->post_recv(mx.local(64 * (id - 100), 64), id).ok());
+  REQUIRE(p.b.send(my.local(0, 8), 1).ok());
+  REQUIRE(p.b.send(my.local(0, 8), 2).ok());
+  REQUIRE(collect(y.cq, 2).size() == 2);  // x's CQ holds two receives of a: one batch
+  std::optional<queue_pair<B, rc, signal_all, qp_state::init>> fresh;
+  std::vector<std::uint64_t> handled;
+  x.cq.on(*a, [&](const completion<B>& c) {
+    handled.push_back(c.wr_id());
+    if (!fresh) fresh.emplace(std::move(*a).reset());
+  });
+  int fallback = 0;
+  (void)x.cq.dispatch([&](const completion<B>&) { ++fallback; });
+  CHECK(handled == std::vector<std::uint64_t>{101, 102});
+  CHECK(fallback == 0);
+  CHECK(x.cq.flushing() == 1);  // receive 103's flush
+  auto again = std::move(*fresh).reset();  // the old one is not done: kept
+  for (int i = 0; i < 10 && handled.size() < 3; ++i) (void)x.cq.dispatch();
+  REQUIRE(handled.size() == 3);
+  CHECK(handled[2] == 103);
+  CHECK(x.cq.flushing() == 0);
+}
+
+// The same with a signaled send: everything the old queue pair had was accounted, so
+// reset() destroyed it at once, and the batch's rest went to the fallback, not to the
+// handler that stays with the old queue pair.
+TEST_CASE("reset() by a handler in the middle of its batch: the batch's rest reaches that handler") {
+  four_sends t;
+  std::optional<queue_pair<B, rc, signal_all, qp_state::init>> fresh;
+  std::vector<std::uint64_t> handled;
+  t.x.cq.on(*t.a, [&](const completion<B>& c) {
+    handled.push_back(c.wr_id());
+    if (!fresh) fresh.emplace(std::move(*t.a).reset());
+  });
+  int fallback = 0;
+  (void)t.x.cq.dispatch([&](const completion<B>&) { ++fallback; });
+  CHECK(handled == std::vector<std::uint64_t>{10, 11, 12, 13});
+  CHECK(fallback == 0);
+  CHECK(t.x.cq.unrouted() == 0);
+}
+
+// A destroyed one: its destruction counted the completions still in the CQ as its to come,
+// and each of the batch's rest (polled and counted already) was taken off that count again:
+// the CQ's room came back while a completion was still there, and it could overflow.
+TEST_CASE("a queue pair destroyed in the middle of its batch: what is still in the CQ keeps its room") {
+  mock::fabric_config cfg;
+  cfg.profile = mock::device_profile::rxe;  // keeps a destroyed queue pair's completions
+  mock::fabric fab(cfg);
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto cq = x.dev.create_cq<busy_poll<2>>(8);
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto p = make_pair<rc>(x.pd, cq, y.pd, y.cq, qp_cap{4, 4});
+  std::optional<queue_pair<B, rc, signal_all, qp_state::rts>> a(std::move(p.a));
+  for (std::uint64_t i = 1; i <= 3; ++i) REQUIRE(a->write(src.local(0, 8), dst.remote().sub(0, 8), i).ok());
+  (void)cq.poll([&](const completion<B>&) { a.reset(); });  // a batch of 2: the third stays in the CQ
+  CHECK(cq.flushing() == 1);
+  CHECK(cq.unrouted() == 1);
+  (void)cq.poll();
+  CHECK(cq.flushing() == 0);
+}
+
+// With QP numbers reused at once, a queue pair made and reset by a handler (retired, kept
+// for its receive's flush) took the number of the batch's destroyed one: the rest of that
+// batch went to the retired one's handler and counted as its flush, which then never came.
+TEST_CASE("completions of a destroyed queue pair never reach a retired one that took its number") {
+  mock::fabric fab({.reuse_qp_numbers = true});
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto mx = x.pd.allocate<rw_access>(512);
+  auto my = y.pd.allocate<rw_access>(64);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  auto z = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 0});
+  std::optional<queue_pair<B, rc, signal_all, qp_state::rts>> X(std::move(p.a));
+  REQUIRE(X->post_recv(mx.local(0, 64), 101).ok());
+  REQUIRE(X->post_recv(mx.local(64, 64), 102).ok());
+  REQUIRE(p.b.send(my.local(0, 8), 1).ok());
+  REQUIRE(p.b.send(my.local(0, 8), 2).ok());
+  REQUIRE(z.a.write(mx.local(0, 8), my.remote().sub(0, 8), 301).ok());  // a second queue pair in the batch
+  std::optional<queue_pair<B, rc, signal_all, qp_state::init>> Y, Y2;
+  std::vector<std::uint64_t> to_y;
+  x.cq.on(*X, [&](const completion<B>&) {
+    if (Y) return;
+    const std::uint32_t number = X->qp_num();
+    X.reset();
+    Y.emplace(x.pd.create_qp<rc>(x.cq, qp_cap{4, 4}));
+    REQUIRE(Y->qp_num() == number);
+    REQUIRE(Y->post_recv(mx.local(256, 64), 201).ok());
+    x.cq.on(*Y, [&](const completion<B>& c) { to_y.push_back(c.wr_id()); });
+    Y2.emplace(std::move(*Y).reset());  // retired: its receive flushes
+  });
+  (void)x.cq.dispatch();
+  CHECK(to_y.empty());
+  CHECK(x.cq.flushing() == 1);
+  auto Y3 = std::move(*Y2).reset();  // Y is not done: kept
+  for (int i = 0; i < 10 && to_y.empty(); ++i) (void)x.cq.dispatch();
+  CHECK(to_y == std::vector<std::uint64_t>{201});
+}

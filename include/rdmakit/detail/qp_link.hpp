@@ -249,6 +249,9 @@ struct cq_block {
   // last's serial (0: none): a batch delivered to user code tells its queue pair's link
   // by it, not by address, which a link made meanwhile may have taken.
   std::uint64_t last_serial = 0;
+  // The serial of the queue pair whose batch, accounted whole, is being delivered to user
+  // code (0: none): reset() keeps that queue pair for the batch's rest (retire).
+  std::uint64_t batch_serial = 0;
   // True while exactly one QP was ever attached and it was never retired or detached:
   // every completion polled here is then `last`'s (no other QP can have left any).
   bool sole = false;
@@ -382,34 +385,36 @@ struct cq_block {
     return false;
   }
 
-  /// A retired QP's completion polled here: the entry it held is free again. Null
-  /// when no retired QP has that number. Off the data path: only a completion whose
+  /// The retired QP numbered `qpn`, or null. Off the data path: only a completion whose
   /// qp_num no live route matches comes here.
-  RDMAKIT_NOINLINE qp_link<B>* find_retired(std::uint32_t qpn, bool recv) noexcept {
+  RDMAKIT_NOINLINE qp_link<B>* find_retired(std::uint32_t qpn) noexcept {
     for (qp_link<B>* l : retired_links)
-      if (l->qp_num == qpn) {
-        std::uint32_t& left = recv ? l->retired_recvs : l->retired_sends;
-        if (left != 0) {
-          --left;
-          if (flushing) --flushing;
-        }
-        // Any send completion counts: a flush does not say whether its WR was signaled.
-        // Under signal_all this is exact; under selective signaling, once as many sends
-        // completed as were signaled, what may be left are flushes of unsignaled WRs.
-        if (!recv && l->retired_signaled) --l->retired_signaled;
-        return l;
-      }
+      if (l->qp_num == qpn) return l;
     return nullptr;
   }
+  /// A completion of retired QP `l` polled here (not one its batch accounted before
+  /// `l` was retired): the entry it held is free again.
+  RDMAKIT_NOINLINE void retired_polled(qp_link<B>& l, bool recv) noexcept {
+    std::uint32_t& left = recv ? l.retired_recvs : l.retired_sends;
+    if (left != 0) {
+      --left;
+      if (flushing) --flushing;
+    }
+    // Any send completion counts: a flush does not say whether its WR was signaled.
+    // Under signal_all this is exact; under selective signaling, once as many sends
+    // completed as were signaled, what may be left are flushes of unsignaled WRs.
+    if (!recv && l.retired_signaled) --l.retired_signaled;
+  }
 
-  /// A completion of a destroyed QP polled here: the entry it held is free again.
+  /// A completion of a destroyed QP polled here: the entry it held is free again, unless
+  /// `counted` (its batch accounted it before the QP went, which left it out of `left`).
   /// Returns where that QP's receive payloads start (0 when it is not known here).
-  RDMAKIT_NOINLINE std::uint32_t departed_polled(std::uint32_t qpn) noexcept {
+  RDMAKIT_NOINLINE std::uint32_t departed_polled(std::uint32_t qpn, bool counted = false) noexcept {
     std::uint32_t offset = 0;
     for (auto it = departed.begin(); it != departed.end(); ++it) {
       if (it->qpn != qpn) continue;
       offset = it->recv_offset;
-      if (it->left == 0) continue;  // kept for its offset
+      if (it->left == 0 || counted) continue;  // kept for its offset
       if (flushing) --flushing;
       if (--it->left == 0 && it->recv_offset == 0) departed.erase(it);
       return offset;
@@ -509,6 +514,23 @@ struct cq_block {
       last_serial = 0;
     }
   }
+};
+
+// Marks the delivery of a batch that was accounted whole on one queue pair (serial
+// `serial`) before user code runs: a reset() of that queue pair meanwhile keeps it, as
+// the batch's rest is still its (retire). The block outlives it (cq_delivery).
+template <class B>
+class batch_in_delivery {
+ public:
+  RDMAKIT_ALWAYS_INLINE batch_in_delivery(cq_block<B>& b, std::uint64_t serial) noexcept
+      : b_(b), outer_(std::exchange(b.batch_serial, serial)) {}
+  batch_in_delivery(const batch_in_delivery&) = delete;
+  batch_in_delivery& operator=(const batch_in_delivery&) = delete;
+  RDMAKIT_ALWAYS_INLINE ~batch_in_delivery() { b_.batch_serial = outer_; }
+
+ private:
+  cq_block<B>& b_;
+  std::uint64_t outer_;
 };
 
 // Marks a delivery to user handlers: the block stays alive until it ends, even if the

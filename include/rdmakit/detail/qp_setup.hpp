@@ -285,6 +285,13 @@ bool keeps_for_flushes(const qp_link<B>& l) noexcept {
   return l.rq.held + l.signaled_to_come() != 0;
 }
 
+// Whether a batch of `l`'s completions, accounted already, is being delivered by one of
+// its CQs: its rest is still to reach `l`'s handler (a reset() from that handler).
+template <class B>
+bool batch_being_delivered(const qp_link<B>& l) noexcept {
+  return (l.send_cq && l.send_cq->batch_serial == l.serial) || (l.recv_cq && l.recv_cq->batch_serial == l.serial);
+}
+
 // Moves a replaced QP to ERR so its outstanding WRs flush, and shrinks its CQ
 // reservation to what those flushes can take; destroys it at once when nothing
 // certainly comes (keeps_for_flushes) or the device refuses ERR (then no flush can
@@ -298,7 +305,7 @@ template <class B>
 void retire(qp_parts<B>& p, bool srq_receives = false) {
   auto& l = *p.link;
   const std::uint32_t sends = l.sends_to_come(), recvs = l.rq.held;
-  if (!keeps_for_flushes(l) && !srq_receives) return p.release();
+  if (!keeps_for_flushes(l) && !srq_receives && !batch_being_delivered(l)) return p.release();
   try {
     qp_attr err;
     err.state = qp_state::err;
