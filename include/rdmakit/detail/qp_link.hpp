@@ -65,6 +65,11 @@ struct qp_link {
   // receive CQ, which no count knows (the receives are the SRQ's), until a poll finds
   // that CQ empty (cq_block::forget_departed), the QP being in ERR by then.
   bool retired_srq_receives = false;
+  // Once replaced with unsignaled sends out (selective signaling): a flush does not say
+  // whether its WR was signaled, and those of unsignaled WRs come first, so no count
+  // tells when the signaled ones' came; and an unsignaled WR that completed unseen never
+  // flushes. Until a poll finds its send CQ empty (forget_departed, in ERR by then).
+  bool retired_unsure_sends = false;
   // Failed send completions polled (the failure and the flushes after it): they give
   // no slot back (the ledger is closed), but are completions no longer to come.
   std::uint32_t send_errors = 0;
@@ -90,7 +95,7 @@ struct qp_link {
   /// are flushes of unsignaled WRs, which may as well have completed unseen; the
   /// device drops them with the QP).
   bool retired_done() const noexcept {
-    return retired_recvs == 0 && retired_signaled == 0 && !retired_srq_receives;
+    return retired_recvs == 0 && retired_signaled == 0 && !retired_srq_receives && !retired_unsure_sends;
   }
 
   qp_link() = default;
@@ -426,8 +431,15 @@ struct cq_block {
   RDMAKIT_NOINLINE void forget_departed() noexcept {
     for (const auto& d : departed) flushing -= std::min<std::uint64_t>(flushing, d.left);
     departed.clear();
-    for (qp_link<B>* l : retired_links)
-      if (l->recv_cq == this) l->retired_srq_receives = false;  // in ERR: none can come after
+    for (qp_link<B>* l : retired_links) {  // in ERR: none of theirs can come after
+      if (l->recv_cq == this) l->retired_srq_receives = false;
+      if (l->send_cq == this && l->retired_unsure_sends) {
+        l->retired_unsure_sends = false;
+        flushing -= std::min<std::uint64_t>(flushing, l->retired_sends);  // WRs that completed unseen
+        l->retired_sends = 0;
+        l->retired_signaled = 0;
+      }
+    }
     watch_empty = false;
   }
 

@@ -305,7 +305,9 @@ template <class B>
 void retire(qp_parts<B>& p, bool srq_receives = false) {
   auto& l = *p.link;
   const std::uint32_t sends = l.sends_to_come(), recvs = l.rq.held;
-  if (!keeps_for_flushes(l) && !srq_receives && !batch_being_delivered(l)) return p.release();
+  // Unsignaled sends out (selective signaling): no count says when the last flush came.
+  const bool unsure_sends = sends > l.signaled_to_come();
+  if (!keeps_for_flushes(l) && !srq_receives && !unsure_sends && !batch_being_delivered(l)) return p.release();
   try {
     qp_attr err;
     err.state = qp_state::err;
@@ -318,6 +320,8 @@ void retire(qp_parts<B>& p, bool srq_receives = false) {
   l.retired_signaled = l.signaled_to_come();
   l.retired_srq_receives = srq_receives;
   if (srq_receives) l.recv_cq->watch_empty = true;
+  l.retired_unsure_sends = unsure_sends;
+  if (unsure_sends) l.send_cq->watch_empty = true;
   if (l.send_cq == l.recv_cq) {
     l.send_cq->retire(&l, p.asked.max_send_wr + p.asked.max_recv_wr, sends + recvs);
   } else {

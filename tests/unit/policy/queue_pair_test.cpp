@@ -726,6 +726,72 @@ TEST_CASE("reset() after an error whose completions were all polled fits a CQ si
   SUBCASE("signal_manual") { reset_after_polled_error_fits<signal_manual>(); }
 }
 
+// Under selective signaling a flush does not say whether its WR was signaled: every send
+// completion of the old queue pair was counted against its signaled ones, and flushes of
+// unsignaled WRs posted before a signaled one made it look done (or, after a polled
+// failure of an unsignaled WR, reset() destroyed it at once): the signaled WR's flush
+// never reached the application.
+TEST_CASE("reset() under selective signaling: a signaled WR's flush comes whatever unsignaled ones flush first") {
+  mock::fabric_config cfg;
+  cfg.latency = std::chrono::microseconds(5);  // the WRITEs are still in flight at reset()
+  mock::fabric fab(cfg);
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto cq = x.dev.create_cq<busy_poll<1>>(16);  // a poll takes one completion
+  auto mr = x.pd.allocate<rw_access>(64);
+  auto rmr = y.pd.allocate<rw_access>(64);
+  auto q0 = x.pd.create_qp<rc, signal_manual>(cq, qp_cap{4, 0});
+  auto peer0 = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
+  auto q = std::move(q0).connect(peer0.local_endpoint());
+  auto peer = std::move(peer0).connect(q.local_endpoint());
+  std::vector<std::uint64_t> ids;
+  auto keep = [&](const completion<B>& c) { ids.push_back(c.wr_id()); };
+  std::optional<queue_pair<B, rc, signal_manual, qp_state::init>> fresh;  // keeps the old one's chain
+  SUBCASE("flushes of unsignaled WRs first") {
+    REQUIRE(q.write(mr.local(0, 8), rmr.remote().sub(0, 8), 1).ok());
+    REQUIRE(q.write(mr.local(0, 8), rmr.remote().sub(0, 8), 2).ok());
+    REQUIRE(q.write(mr.local(0, 8), rmr.remote().sub(0, 8), 3, send_flags::signaled).ok());
+    auto q2 = std::move(q).reset();
+    (void)cq.poll(keep);  // one flush, an unsignaled WR's
+    fresh.emplace(std::move(q2).reset());  // the old queue pair is not done
+  }
+  SUBCASE("after a polled failure of an unsignaled WR") {
+    REQUIRE(q.write(mr.local(0, 8), remote_region<>::unchecked(0x1000, 0xdead, 8), 1).ok());  // REM_ACCESS_ERR
+    REQUIRE(q.write(mr.local(0, 8), rmr.remote().sub(0, 8), 3, send_flags::signaled).ok());
+    for (int i = 0; i < 1000 && ids.empty(); ++i) (void)cq.poll(keep);  // the failure
+    fresh.emplace(std::move(q).reset());
+  }
+  for (int i = 0; i < 1000 && (ids.empty() || ids.back() != 3); ++i) (void)cq.poll(keep);
+  REQUIRE_FALSE(ids.empty());
+  CHECK(ids.back() == 3);
+  CHECK(cq.unrouted() == 0);
+}
+
+// The old queue pair held room for every unsignaled WR it had out, as each might flush;
+// those that had completed unseen never did, and the room stayed held, though a poll
+// found the CQ empty, until that queue pair was reset again or destroyed.
+TEST_CASE("reset() under selective signaling: room held for unsignaled WRs comes back once a poll finds the CQ empty") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto cq = x.dev.create_cq(16);
+  auto mr = x.pd.allocate<rw_access>(128);
+  auto rmr = y.pd.allocate<rw_access>(64);
+  auto q0 = x.pd.create_qp<rc, signal_every<4>>(cq, qp_cap{4, 4});
+  auto peer0 = y.pd.create_qp<rc, signal_every<4>>(y.cq, qp_cap{4, 4});
+  auto q = std::move(q0).connect(peer0.local_endpoint());
+  auto peer = std::move(peer0).connect(q.local_endpoint());
+  REQUIRE(q.write(mr.local(0, 8), rmr.remote().sub(0, 8), 1).ok());  // complete unseen
+  REQUIRE(q.write(mr.local(0, 8), rmr.remote().sub(0, 8), 2).ok());
+  REQUIRE(q.post_recv(mr.local(64, 64), 3).ok());
+  auto q2 = std::move(q).reset();
+  CHECK(cq.flushing() == 3);
+  const auto got = collect(cq, 1);  // the receive's flush
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].wr_id == 3);
+  (void)cq.poll();  // empty
+  CHECK(cq.flushing() == 0);
+  CHECK_NOTHROW((void)x.pd.create_qp<rc, signal_every<4>>(cq, qp_cap{4, 4}));  // 8 + 8: the live depths
+}
+
 // The older generation used to be destroyed by the next reset() whatever it still had
 // to complete: its flushes vanished with it (an awaiter of one waited for ever).
 TEST_CASE("reset() twice before polling: the first queue pair's flushes still come, with their wr_ids") {
