@@ -739,10 +739,8 @@ TEST_CASE("reset() under selective signaling: a signaled WR's flush comes whatev
   auto cq = x.dev.create_cq<busy_poll<1>>(16);  // a poll takes one completion
   auto mr = x.pd.allocate<rw_access>(64);
   auto rmr = y.pd.allocate<rw_access>(64);
-  auto q0 = x.pd.create_qp<rc, signal_manual>(cq, qp_cap{4, 0});
-  auto peer0 = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
-  auto q = std::move(q0).connect(peer0.local_endpoint());
-  auto peer = std::move(peer0).connect(q.local_endpoint());
+  auto p = make_pair<rc, signal_manual>(x.pd, cq, y.pd, y.cq, qp_cap{4, 0});
+  auto& q = p.a;
   std::vector<std::uint64_t> ids;
   auto keep = [&](const completion<B>& c) { ids.push_back(c.wr_id()); };
   std::optional<queue_pair<B, rc, signal_manual, qp_state::init>> fresh;  // keeps the old one's chain
@@ -775,10 +773,8 @@ TEST_CASE("reset() under selective signaling: room held for unsignaled WRs comes
   auto cq = x.dev.create_cq(16);
   auto mr = x.pd.allocate<rw_access>(128);
   auto rmr = y.pd.allocate<rw_access>(64);
-  auto q0 = x.pd.create_qp<rc, signal_every<4>>(cq, qp_cap{4, 4});
-  auto peer0 = y.pd.create_qp<rc, signal_every<4>>(y.cq, qp_cap{4, 4});
-  auto q = std::move(q0).connect(peer0.local_endpoint());
-  auto peer = std::move(peer0).connect(q.local_endpoint());
+  auto p = make_pair<rc, signal_every<4>>(x.pd, cq, y.pd, y.cq, qp_cap{4, 4});
+  auto& q = p.a;
   REQUIRE(q.write(mr.local(0, 8), rmr.remote().sub(0, 8), 1).ok());  // complete unseen
   REQUIRE(q.write(mr.local(0, 8), rmr.remote().sub(0, 8), 2).ok());
   REQUIRE(q.post_recv(mr.local(64, 64), 3).ok());
