@@ -68,6 +68,13 @@ struct canary {
   }
 };
 
+// A fabric that gives a destroyed queue pair's number to the next one at once, as mlx5 does.
+mock::fabric_config reusing_qp_numbers() {
+  mock::fabric_config cfg;
+  cfg.reuse_qp_numbers = true;
+  return cfg;
+}
+
 }  // namespace
 
 TEST_CASE("a poll handler that destroys its queue pair gets the rest of the batch as unrouted") {
@@ -320,7 +327,7 @@ TEST_CASE("a batch's queue pair destroyed by a handler: the rest never reach a n
 // went below 0 and, once it was destroyed, the CQ's flushing() near 2^32 refused every
 // create_qp.
 TEST_CASE("completions of a destroyed queue pair are never routed to a new one that took its number") {
-  mock::fabric fab({.reuse_qp_numbers = true});
+  mock::fabric fab(reusing_qp_numbers());
   side x(fab, "mock0"), y(fab, "mock1");
   auto src = x.pd.allocate<rw_access>(64);
   auto dst = y.pd.allocate<rw_access>(5 * 16);
@@ -427,7 +434,7 @@ TEST_CASE("a queue pair destroyed in the middle of its batch: what is still in t
 // for its receive's flush) took the number of the batch's destroyed one: the rest of that
 // batch went to the retired one's handler and counted as its flush, which then never came.
 TEST_CASE("completions of a destroyed queue pair never reach a retired one that took its number") {
-  mock::fabric fab({.reuse_qp_numbers = true});
+  mock::fabric fab(reusing_qp_numbers());
   side x(fab, "mock0"), y(fab, "mock1");
   auto mx = x.pd.allocate<rw_access>(512);
   auto my = y.pd.allocate<rw_access>(64);

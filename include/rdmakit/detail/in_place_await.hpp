@@ -40,7 +40,7 @@ class in_place_awaiter {
     waiting_on_ = a_;
   }
   decltype(auto) await_resume() {
-    if (orphaned_)
+    if (!a_)  // orphan() let go of it: only await_resume does otherwise
       throw usage_error(cat(A::co_await_text(), ": the awaitable this coroutine awaited in place was destroyed while "
                                               "it waited, by other code (another coroutine, a handler): keep it "
                                               "alive until the co_await that awaits it returns"));
@@ -52,14 +52,12 @@ class in_place_awaiter {
   /// resumed on `loop`, and its co_await throws.
   void orphan(scheduler& loop) noexcept {
     a_ = waiting_on_ = nullptr;
-    orphaned_ = true;
     loop.post(orphan_resume_);
   }
 
  private:
-  A* a_;                      // the awaitable, until await_resume
-  A* waiting_on_ = nullptr;   // the awaitable while it points back here (suspended)
-  bool orphaned_ = false;
+  A* a_;                     // the awaitable, until await_resume (or orphan)
+  A* waiting_on_ = nullptr;  // the awaitable while it points back here (suspended)
   work_item orphan_resume_;
 };
 

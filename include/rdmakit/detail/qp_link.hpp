@@ -90,10 +90,9 @@ struct qp_link {
     const std::uint32_t s = sq.pending_signaled();
     return s > send_errors ? s - send_errors : 0;
   }
-  /// Whether its receives and as many send completions as it had signaled WRs
-  /// outstanding were polled: the next replacement may then let it go (what may be left
-  /// are flushes of unsignaled WRs, which may as well have completed unseen; the
-  /// device drops them with the QP).
+  /// Whether its receives and signaled sends were polled, and a poll found its CQ empty
+  /// where no count can tell (SRQ receives, unsignaled sends): the next replacement may
+  /// then let it go.
   bool retired_done() const noexcept {
     return retired_recvs == 0 && retired_signaled == 0 && !retired_srq_receives && !retired_unsure_sends;
   }
@@ -406,8 +405,8 @@ struct cq_block {
       if (flushing) --flushing;
     }
     // Any send completion counts: a flush does not say whether its WR was signaled.
-    // Under signal_all this is exact; under selective signaling, once as many sends
-    // completed as were signaled, what may be left are flushes of unsignaled WRs.
+    // Exact under signal_all; with unsignaled sends out, retired_unsure_sends waits for
+    // the empty poll that ends the doubt.
     if (!recv && l.retired_signaled) --l.retired_signaled;
   }
 

@@ -276,13 +276,12 @@ qp_attr rtr_attributes(const qp_parts<B>& p, const endpoint& peer, const connect
   return a;
 }
 
-// Whether a replaced QP is kept (retired) for completions that certainly come: a
-// receive posted, or a signaled send not polled. Otherwise it is destroyed at once; what
-// it may still have then are flushes of unsignaled sends (none under signal_all), which
-// the device drops with it.
+// Whether a replaced QP is kept (retired) for the flushes of what it has out: a receive
+// posted, or a send not polled (an unsignaled one too: it may flush before a signaled
+// one, or have completed unseen; see retire). Otherwise it is destroyed at once.
 template <class B>
 bool keeps_for_flushes(const qp_link<B>& l) noexcept {
-  return l.rq.held + l.signaled_to_come() != 0;
+  return l.rq.held + l.sends_to_come() != 0;
 }
 
 // Whether a batch of `l`'s completions, accounted already, is being delivered by one of
@@ -293,9 +292,8 @@ bool batch_being_delivered(const qp_link<B>& l) noexcept {
 }
 
 // Moves a replaced QP to ERR so its outstanding WRs flush, and shrinks its CQ
-// reservation to what those flushes can take; destroys it at once when nothing
-// certainly comes (keeps_for_flushes) or the device refuses ERR (then no flush can
-// come). The CQs made room in their retired_links first (replace_with_fresh). Any other
+// reservation to what those flushes can take; destroys it at once when nothing can
+// come (keeps_for_flushes) or the device refuses ERR (then no flush can come). The CQs made room in their retired_links first (replace_with_fresh). Any other
 // exception from the move to ERR (out of memory: the device changed nothing) goes on
 // with `p` as it was.
 // `srq_receives`: p's QP is on an SRQ that was posted to, so completions of receives
@@ -305,9 +303,7 @@ template <class B>
 void retire(qp_parts<B>& p, bool srq_receives = false) {
   auto& l = *p.link;
   const std::uint32_t sends = l.sends_to_come(), recvs = l.rq.held;
-  // Unsignaled sends out (selective signaling): no count says when the last flush came.
-  const bool unsure_sends = sends > l.signaled_to_come();
-  if (!keeps_for_flushes(l) && !srq_receives && !unsure_sends && !batch_being_delivered(l)) return p.release();
+  if (!keeps_for_flushes(l) && !srq_receives && !batch_being_delivered(l)) return p.release();
   try {
     qp_attr err;
     err.state = qp_state::err;
@@ -320,8 +316,9 @@ void retire(qp_parts<B>& p, bool srq_receives = false) {
   l.retired_signaled = l.signaled_to_come();
   l.retired_srq_receives = srq_receives;
   if (srq_receives) l.recv_cq->watch_empty = true;
-  l.retired_unsure_sends = unsure_sends;
-  if (unsure_sends) l.send_cq->watch_empty = true;
+  // Unsignaled sends out (selective signaling): no count says when the last flush came.
+  l.retired_unsure_sends = sends > l.retired_signaled;
+  if (l.retired_unsure_sends) l.send_cq->watch_empty = true;
   if (l.send_cq == l.recv_cq) {
     l.send_cq->retire(&l, p.asked.max_send_wr + p.asked.max_recv_wr, sends + recvs);
   } else {
@@ -352,18 +349,14 @@ void prune_retired(unique_owner<qp_parts<B>>& head) noexcept {
 template <class B>
 std::string no_room_for_replacement(const qp_parts<B>& p, const char* call) {
   const auto& l = *p.link;
-  // Kept or destroyed at once (keeps_for_flushes), the old QP's outstanding WRs keep
-  // their entries (flushing): unsignaled sends too, whose completions may be left.
+  // The old QP is kept (retire) while they may flush: they keep their entries (flushing).
   const std::uint32_t sends = l.sends_to_come(), recvs = l.rq.held;
-  const char* const fate = keeps_for_flushes(l) ? "complete as flushes once it is replaced"
-                                                : "may still be in the CQ once it is destroyed (unsignaled sends: "
-                                                  "the completion of a signaled send after them frees them)";
   auto check = [&](const char* which, const cq_block<B>& c, std::uint32_t s, std::uint32_t r) -> std::string {
     const std::uint64_t need = c.reserved + c.flushing + s + r;
     if (need <= static_cast<std::uint64_t>(c.capacity)) return {};
     return cat(call, ": the ", which, "CQ of ", c.capacity, " entries cannot hold a new queue pair beside QP ",
                l.qp_num, "'s outstanding WRs (", s, " send + ", r,
-               " receive), which ", fate, ": ", c.reserved,
+               " receive), which complete as flushes once it is replaced: ", c.reserved,
                " entries are promised to the attached queue pairs (the new one takes over this one's), ",
                c.flushing, " to completions of queue pairs replaced or destroyed before; poll the CQ (a "
                "completion polled gives its entry back; receives still posted complete only once the queue pair is "
