@@ -232,17 +232,46 @@ using connected_t = decltype(std::declval<QP&&>().connect(std::declval<const end
 // A peer record that names QP 0 or 1 (the subnet's management QPs: a zeroed or garbled
 // record) is the network's fault, not the caller's: refused before connect() would take
 // it for a misuse (usage_error).
-inline void check_peer_qpn(const endpoint& peer) {
+// A record with neither a LID nor a GID (ibv_*_pingpong run on RoCE without -g) names
+// nothing to address either.
+inline void check_peer_record(const endpoint& peer) {
   if (peer.qpn <= 1)
     throw exchange_error(exchange_errc::malformed,
                          cat("the peer's record names QP ", peer.qpn, ", a management QP (QP0/QP1), not its queue "
                              "pair: is the peer sending its queue pair's local_endpoint()?"));
+  if (peer.lid == 0 && peer.gid.is_zero())
+    throw exchange_error(exchange_errc::malformed,
+                         "the peer's record has neither a LID nor a GID, so nothing to address: on RoCE, run "
+                         "ibv_*_pingpong with -g <GID index>; an rdmakit peer sends its local_endpoint()");
+}
+
+// Runs an exchange whose on_peer connects `qp` into `live`. If the exchange fails after
+// that (the peer went away before the acknowledgement), the caller's `qp` is given back
+// reset (a fresh INIT queue pair, new QP number): a retry may call again, and the
+// connected one, whose peer is gone, is not destroyed unseen.
+template <class QP, class Live, class Exchange>
+connection_info exchange_connecting(QP& qp, std::optional<Live>& live, Exchange&& exchange) {
+  try {
+    return exchange();
+  } catch (...) {
+    if constexpr (requires { qp = std::move(*live).reset(); }) {
+      if (live) {
+        try {
+          qp = std::move(*live).reset();
+        } catch (...) {  // no room for a new queue pair: the connected one is gone, `qp` stays empty
+        }
+      }
+    }
+    throw;
+  }
 }
 }  // namespace detail
 
 /// Client side of "exchange, then connect" for an RC/UC queue pair: sends its
 /// local_endpoint() (and `region`, rdmakit format only) to the server at host:port and
-/// connects it to the answer (`connect(peer, args...)`) before acknowledging.
+/// connects it to the answer (`connect(peer, args...)`) before acknowledging. On an
+/// exchange_error the queue pair is the caller's again: unconnected if the error came
+/// first, else given back reset (a fresh INIT queue pair) for a retry.
 template <class QP, class... ConnectArgs>
 exchanged<detail::connected_t<QP, ConnectArgs...>> connect_client(QP&& qp, const std::string& host,
                                                                   std::uint16_t port,
@@ -253,15 +282,18 @@ exchanged<detail::connected_t<QP, ConnectArgs...>> connect_client(QP&& qp, const
   std::optional<detail::connected_t<QP, ConnectArgs...>> live;
   connection_info local(qp.local_endpoint());
   local.region = region;
-  connection_info peer = exchange_client(host, port, local, o, [&](const connection_info& p) {
-    detail::check_peer_qpn(p.ep);
-    live.emplace(std::move(qp).connect(p.ep, args...));
+  connection_info peer = detail::exchange_connecting(qp, live, [&] {
+    return exchange_client(host, port, local, o, [&](const connection_info& p) {
+      detail::check_peer_record(p.ep);
+      live.emplace(std::move(qp).connect(p.ep, args...));
+    });
   });
   return {std::move(*live), std::move(peer)};
 }
 
 /// Server side: waits on `listener` for one client, connects `qp` to it before
-/// answering (so the client may send as soon as it returns).
+/// answering (so the client may send as soon as it returns). On an exchange_error the
+/// queue pair is the caller's again, as for connect_client.
 template <class QP, class... ConnectArgs>
 exchanged<detail::connected_t<QP, ConnectArgs...>> connect_server(QP&& qp, exchange_listener& listener,
                                                                   const exchange_options& o = {},
@@ -271,9 +303,11 @@ exchanged<detail::connected_t<QP, ConnectArgs...>> connect_server(QP&& qp, excha
   std::optional<detail::connected_t<QP, ConnectArgs...>> live;
   connection_info local(qp.local_endpoint());
   local.region = region;
-  connection_info peer = listener.exchange(local, o, [&](const connection_info& p) {
-    detail::check_peer_qpn(p.ep);
-    live.emplace(std::move(qp).connect(p.ep, args...));
+  connection_info peer = detail::exchange_connecting(qp, live, [&] {
+    return listener.exchange(local, o, [&](const connection_info& p) {
+      detail::check_peer_record(p.ep);
+      live.emplace(std::move(qp).connect(p.ep, args...));
+    });
   });
   return {std::move(*live), std::move(peer)};
 }

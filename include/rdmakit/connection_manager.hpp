@@ -871,14 +871,19 @@ class cm_listener {
     addr_.port = B::cm_bound_port(blk->id);
     id_ = std::move(blk);
   }
-  /// Takes over `other`'s listener; `other` becomes empty.
-  cm_listener(cm_listener&&) noexcept = default;
+  /// Takes over `other`'s listener; `other` becomes empty (its address() too).
+  cm_listener(cm_listener&& other) noexcept
+      : id_(std::move(other.id_)), addr_(std::exchange(other.addr_, cm_address{})) {}
   /// Stops listening, then takes over `other`'s listener.
-  cm_listener& operator=(cm_listener&&) noexcept = default;
+  cm_listener& operator=(cm_listener&& other) noexcept {
+    id_ = std::move(other.id_);
+    addr_ = std::exchange(other.addr_, cm_address{});
+    return *this;
+  }
 
   /// False when empty.
   explicit operator bool() const noexcept { return id_ != nullptr; }
-  /// The address listened on, with the port actually bound.
+  /// The address listened on, with the port actually bound; all zero when empty.
   const cm_address& address() const noexcept { return addr_; }
   /// A descriptor readable while a connect request is queued (for epoll).
   int event_fd() const {

@@ -15,6 +15,8 @@
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/in_place_await.hpp>
 #include <rdmakit/detail/scheduler.hpp>
+#include <rdmakit/detail/text.hpp>
+#include <rdmakit/detail/thread.hpp>
 #include <rdmakit/detail/work_queue.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/task.hpp>
@@ -22,6 +24,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <coroutine>
 #include <cstddef>
@@ -54,6 +57,10 @@ class loop_core final : public scheduler {
 
   /// Queues `w` to run on the loop's next turn.
   void post(work_item& w) noexcept override { ready_.push_back(w); }
+
+  /// The thread inside run(), poll() or spawn() (null: none). A loop is its thread's: a
+  /// second thread's call while one is inside raced on the task list and ready queue.
+  std::atomic<const void*> user{nullptr};
 
   /// Starts waiting on `w.fd`; throws verbs_error when epoll refuses it.
   void watch(fd_watch& w) override {
@@ -196,6 +203,32 @@ class root_task {
     work_item start_;
   };
 };
+
+// Marks `core` used by the calling thread for a call's duration (nested calls on that
+// thread pass); a call from another thread meanwhile is a usage_error, not a data race.
+class loop_user {
+ public:
+  loop_user(loop_core& core, const char* call) : core_(core) {
+    const void* me = this_thread_tag();
+    const void* cur = nullptr;
+    if (core_.user.compare_exchange_strong(cur, me, std::memory_order_acquire)) {
+      first_ = true;
+    } else if (cur != me) {
+      throw usage_error(cat("event_loop::", call, " called while another thread is inside run(), poll() or spawn() of "
+                            "the same loop: a loop and what waits on it belong to one thread at a time; give each "
+                            "thread its own loop, and hand work to a loop's thread through your own queue"));
+    }
+  }
+  loop_user(const loop_user&) = delete;
+  loop_user& operator=(const loop_user&) = delete;
+  ~loop_user() {
+    if (first_) core_.user.store(nullptr, std::memory_order_release);
+  }
+
+ private:
+  loop_core& core_;
+  bool first_ = false;
+};
 }  // namespace detail
 
 /// Runs coroutines on the calling thread; see the top of this header.
@@ -213,6 +246,7 @@ class event_loop {
   /// exception escaping it is rethrown by run().
   void spawn(task<void> t) {
     if (!t) detail::throw_empty_argument("task", "event_loop::spawn");
+    detail::loop_user in_use(*core_, "spawn()");
     (void)drive_(*this, std::move(t));
   }
 
@@ -246,6 +280,7 @@ class event_loop {
   /// that interleave the loop with their own polling).
   void poll() {
     const auto core = core_;  // a task may destroy this loop
+    detail::loop_user in_use(*core, "poll()");
     refuse_reentry_(*core, "poll()");
     core->run_ready();
     if (core->roots.abandoned()) throw_abandoned_();
@@ -310,6 +345,7 @@ class event_loop {
   template <class Done>
   void run_until_(Done done, bool awaits_one_task = false) {
     const auto core = core_;
+    detail::loop_user in_use(*core, "run()");
     refuse_reentry_(*core, "run()");
     for (;;) {
       core->run_ready();
@@ -330,8 +366,9 @@ class event_loop {
   }
   [[noreturn]] static void throw_abandoned_() {
     throw usage_error(
-        "event_loop: destroyed by one of its own tasks while it ran: that task ran on until it waited or "
-        "finished, then every unfinished task was destroyed; destroy the loop after run() returns");
+        "event_loop: destroyed by one of its own tasks while it ran (or by a completion handler it ran): that "
+        "code ran on until it waited or returned, then every unfinished task was destroyed; destroy the loop "
+        "after run() returns");
   }
 
   static detail::root_task drive_(event_loop&, task<void> t) { co_await std::move(t); }

@@ -90,9 +90,15 @@ inline std::string excerpt(std::string_view bytes, std::size_t max = 60) {
 [[noreturn]] inline void malformed(const std::string& what, std::string_view bytes = {}) {
   throw exchange_error(exchange_errc::malformed, bytes.empty() ? what : cat(what, " in ", excerpt(bytes)));
 }
-/// Parses "0x<hex>" or "<decimal>" into at most `max`.
+/// True for a decimal number written with a leading 0 ("010"), which a peer parsing
+/// with C's strtoul(…, 0) reads as octal: refused, not guessed.
+inline bool leading_zero(std::string_view s) noexcept {
+  return s.size() > 1 && s[0] == '0' && s[1] != 'x' && s[1] != 'X';
+}
+/// Parses "0x<hex>" or "<decimal>" (no leading 0) into at most `max`.
 inline bool parse_number(std::string_view s, std::uint64_t max, std::uint64_t& out) noexcept {
   int base = 10;
+  if (leading_zero(s)) return false;
   if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
     s.remove_prefix(2);
     base = 16;
@@ -180,6 +186,14 @@ inline endpoint parse_pingpong(std::string_view rec, mtu assumed_mtu = mtu::mtu_
   for (std::size_t i = 0; i < 16; ++i)
     ep.gid.raw[i] = static_cast<std::uint8_t>(detail::hex_value(rec[19 + 2 * i]) << 4 |
                                               detail::hex_value(rec[20 + 2 * i]));
+  if (tail.size() == 1 && tail[0] != '\0') {  // the record's size read, something else where its NUL goes
+    if (tail[0] == ':' || detail::hex_value(tail[0]) >= 0)
+      throw exchange_error(exchange_errc::too_large,
+                           detail::cat("ibv_*_pingpong record longer than its ", text, " characters: byte ", text,
+                                       " is ", detail::excerpt(tail), " where its NUL should be"));
+    detail::malformed(detail::cat("ibv_*_pingpong record ends with ", detail::excerpt(tail), " where its NUL should be (byte ",
+                                  text, ")"));
+  }
   if (!tail.empty() && tail != std::string_view("", 1))
     throw exchange_error(exchange_errc::too_large,
                          detail::cat("ibv_*_pingpong record followed by ", tail.size(), " more bytes (it has ", text,
@@ -297,6 +311,10 @@ inline connection_info decode_payload(std::string_view payload) {
     seen[k] = true;
     std::uint64_t v = 0;
     auto number = [&](std::uint64_t max) {
+      if (detail::leading_zero(value))
+        detail::malformed(detail::cat("rdmakit record: ", key, " is a decimal number with a leading 0, which C "
+                                      "reads as octal: write it without the 0, or in hex with 0x"),
+                          line);
       if (!detail::parse_number(value, max, v))
         detail::malformed(detail::cat("rdmakit record: bad or out-of-range ", key), line);
       return v;

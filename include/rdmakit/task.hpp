@@ -187,9 +187,6 @@ class [[nodiscard]] task {
   /// default-constructed or awaited before) throws usage_error when awaited.
   auto operator co_await() && noexcept { return detail::task_awaiter<T>(std::exchange(h_, {})); }
 
-  /// The coroutine (event_loop drives spawned tasks through it).
-  handle_type handle() const noexcept { return h_; }
-
  private:
   friend class detail::task_promise<T>;
   explicit task(handle_type h) noexcept : h_(h) {}

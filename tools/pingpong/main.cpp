@@ -239,9 +239,9 @@ const char* transport_name(qp_type t) {
 int run_mock_loopback(const cli& c) {
   if (!c.host.empty()) {
     std::fprintf(stderr,
-                 "rdmakit-pingpong: a host was given without -d: the mock loopback runs both ends in this "
-                 "process; give -d <device> to talk to %s\n",
-                 c.host.c_str());
+                 "rdmakit-pingpong: a host was given %s: the mock loopback runs both ends in this process; "
+                 "drop the host, or give -d <an RDMA device> to talk to %s\n",
+                 c.pp.device.empty() ? "without -d" : "with -d mock", c.host.c_str());
     return 1;
   }
   mock::fabric fab;  // both ends open their devices from it, explicitly

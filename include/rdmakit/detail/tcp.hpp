@@ -363,7 +363,9 @@ inline void read_exact(int fd, void* buf, std::size_t n, const deadline& d, cons
     }
     if (errno == ECONNRESET)
       throw exchange_error(exchange_errc::connection_closed,
-                           cat("the peer reset the connection while we read ", what), errno);
+                           cat("the peer reset the connection after ", got, " of ", n, " bytes of ", what,
+                               ": it exited or refused our record (see its output), or a firewall cut it off"),
+                           errno);
     throw_system("recv", errno);
   }
 }

@@ -1161,6 +1161,26 @@ TEST_CASE("cm (mock): binding an address no port has, or a port in use, is refus
 #endif
 
 #if !RDMAKIT_CM_RDMACM
+// A moved-from listener still gave its successor's address (the moves copied it), as a
+// moved-from exchange_listener's port() once did.
+TEST_CASE("cm (mock): a moved-from listener's address is empty") {
+  testbed tb;
+  auto dev = tb.open(0);
+  cm_listener<B> a(dev, cm_address::parse("10.0.0.1", 0));
+  const std::uint16_t port = a.address().port;
+  cm_listener<B> b(std::move(a));
+  CHECK(b.address().port == port);
+  CHECK_FALSE(a);
+  CHECK(a.address().port == 0);
+  CHECK(a.address().ipv4 == 0);
+  cm_listener<B> c;
+  c = std::move(b);
+  CHECK(c.address().port == port);
+  CHECK(b.address().port == 0);
+}
+#endif
+
+#if !RDMAKIT_CM_RDMACM
 // Port 0 took the next number of a counter: a port listened on explicitly was picked
 // again (EADDRINUSE), and after 25,536 picks the counter wrapped and bound port 0.
 TEST_CASE("cm (mock): port 0 picks a port nobody uses, and never 0") {

@@ -662,3 +662,52 @@ TEST_CASE("connect_client: a peer record naming QP 0 or 1 is a malformed record;
     CHECK(q.query_state() == qp_state::init);
   }
 }
+
+// A peer record with neither a LID nor a GID (ibv_rc_pingpong run on RoCE without -g)
+// was refused by connect() as the caller's misuse (usage_error, "send the peer's GID"),
+// though the data came from the network.
+TEST_CASE("connect_client: a peer record with neither LID nor GID is a malformed record; the queue pair is kept") {
+  one_device d;
+  auto other = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
+  auto q = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
+  exchange_listener l(0, "127.0.0.1");
+  auto server = std::async(std::launch::async, [&] {
+    endpoint e = other.local_endpoint();
+    e.lid = 0;
+    e.gid = {};
+    try {
+      (void)l.exchange(connection_info(e), fast());
+    } catch (const exchange_error&) {  // no acknowledgement comes
+    }
+  });
+  CHECK(error_of([&] { (void)connect_client(std::move(q), "127.0.0.1", l.port(), fast()); }) ==
+        exchange_errc::malformed);
+  CHECK(last_error.find("-g") != std::string::npos);
+  server.get();
+  CHECK(static_cast<bool>(q));
+  CHECK(q.query_state() == qp_state::init);
+}
+
+// A client that left after the server had connected its queue pair (before the
+// acknowledgement) failed the exchange, and the connected queue pair died with it: the
+// caller's variable was empty, and a server loop retrying with it got a usage_error
+// about a moved-from queue pair.
+TEST_CASE("connect_server: a client gone after the queue pair was connected gives it back reset, for a retry") {
+  one_device d;
+  auto other = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
+  auto q = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
+  const std::uint32_t first_qpn = q.local_endpoint().qpn;
+  exchange_listener l(0, "127.0.0.1");
+  auto server = std::async(std::launch::async, [&] { return error_of([&] { (void)connect_server(std::move(q), l, fast()); }); });
+  {  // a client that sends its record, reads the start of the server's, and leaves
+    auto c = tcp::connect("127.0.0.1", l.port(), tcp::deadline::after(2s), false);
+    const std::string rec = wire::encode(other.local_endpoint());
+    tcp::write_all(c.get(), rec.data(), rec.size(), tcp::deadline::after(2s), "the record");
+    char header[wire::header_size];
+    tcp::read_exact(c.get(), header, sizeof header, tcp::deadline::after(2s), "the header");
+  }
+  CHECK(server.get() == exchange_errc::connection_closed);
+  REQUIRE(static_cast<bool>(q));
+  CHECK(q.query_state() == qp_state::init);
+  CHECK(q.local_endpoint().qpn != first_qpn);  // a new queue pair: the connected one's peer is gone
+}

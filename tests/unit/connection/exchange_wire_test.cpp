@@ -49,8 +49,15 @@ TEST_CASE("pingpong record: malformed input is rejected with the reason") {
   std::string bad_qpn = good;
   bad_qpn[6] = ' ';
   CHECK(error_of([&] { wire::parse_pingpong(bad_qpn); }) == exchange_errc::malformed);
-  std::string no_nul = good + 'x';
-  CHECK(error_of([&] { wire::parse_pingpong(no_nul); }) == exchange_errc::too_large);
+  // The record's 52 bytes with something else where the NUL goes: said as it is, not as
+  // "followed by 1 more bytes" (there may be none): a record that runs on is too long, any
+  // other byte ends it wrongly.
+  CHECK(error_of([&] { wire::parse_pingpong(good + 'x'); }) == exchange_errc::malformed);
+  CHECK(error_of([&] { wire::parse_pingpong(good + '\n'); }) == exchange_errc::malformed);
+  CHECK(last_error.find("ends with \"\\n\" where its NUL should be") != std::string::npos);
+  CHECK(error_of([&] { wire::parse_pingpong(good + '0'); }) == exchange_errc::too_large);
+  CHECK(last_error.find("longer than its 51 characters") != std::string::npos);
+  CHECK(error_of([&] { wire::parse_pingpong(good + std::string("\0x", 2)); }) == exchange_errc::too_large);
   CHECK(error_of([&] { wire::parse_pingpong(good + "0123456789"); }) == exchange_errc::too_large);
   std::string rdmakit_frame = wire::encode(sample_endpoint()).substr(0, 52);
   CHECK(error_of([&] { wire::parse_pingpong(rdmakit_frame); }) == exchange_errc::wrong_format);
@@ -127,6 +134,15 @@ TEST_CASE("rdmakit record: malformed, oversized and foreign input is rejected") 
         }) == exchange_errc::malformed);
   CHECK(wire::decode_payload(base + "addr=0xfffffffffffff000\nrkey=0x1\nlen=4096\naccess=0x2\n").region->length ==
         4096);
+  // A decimal number with a leading 0 was read as decimal, where a peer using C's
+  // strtoul(…, 0) means octal ("qpn=010": 8, not 10): refused, naming why.
+  const std::string tail = "psn=0x1\ngid=00000000000000000000ffff0a000001\n";
+  CHECK(error_of([&] { wire::decode_payload("lid=0x1\nqpn=010\n" + tail + "mtu=1024\n"); }) ==
+        exchange_errc::malformed);
+  CHECK(last_error.find("leading 0") != std::string::npos);
+  CHECK(error_of([&] { wire::decode_payload("lid=0x1\nqpn=0x10\n" + tail + "mtu=01024\n"); }) ==
+        exchange_errc::malformed);
+  CHECK(wire::decode_payload("lid=0\nqpn=0x010\n" + tail + "mtu=1024\n").ep.qpn == 16);  // hex may pad
   CHECK(error_of([&] { wire::decode_payload(base + "no equals sign\n"); }) == exchange_errc::malformed);
   CHECK(last_error.find("\"no equals sign\"") != std::string::npos);
   // An empty line has no text to show: the message says what it is.

@@ -1,7 +1,9 @@
 #include "fixture.hpp"
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace coro_test;
@@ -311,4 +313,50 @@ TEST_CASE("event_loop: run(), run(t) and poll() called from one of its own tasks
   CHECK(other_ran);
   REQUIRE(errors.size() == 3);
   for (const auto& e : errors) CHECK(e.find("from inside one of its own tasks") != std::string::npos);
+}
+
+// A loop is its thread's (docs/coroutines.md), but nothing said so: spawn() from a second
+// thread while the first was inside run() pushed onto the task list run() was reading (a
+// data race, TSan), and epoll_wait was never woken for the new task.
+TEST_CASE("event_loop: spawn(), run() or poll() from another thread while one runs the loop is a usage_error") {
+  event_loop loop;
+  std::atomic<bool> inside{false};
+  auto sleeper = [&]() -> task<void> {
+    inside = true;
+    co_await loop.sleep_for(400ms);
+  };
+  auto noop = []() -> task<void> { co_return; };
+  loop.spawn(sleeper());
+  std::vector<std::string> errors;
+  std::thread other([&] {
+    while (!inside) std::this_thread::yield();
+    auto refused = [&](auto call) {
+      try {
+        call();
+        errors.push_back("not refused");
+      } catch (const usage_error& e) {
+        errors.push_back(e.what());
+      }
+    };
+    refused([&] { loop.spawn(noop()); });
+    refused([&] { loop.run(); });
+    refused([&] { loop.poll(); });
+  });
+  loop.run();
+  other.join();
+  REQUIRE(errors.size() == 3);
+  for (const auto& e : errors) CHECK(e.find("another thread is inside") != std::string::npos);
+  // Handed over in turn, as when a loop is built on one thread and run on another: fine.
+  bool ran = false;
+  auto marks = [&]() -> task<void> {
+    ran = true;
+    co_return;
+  };
+  std::thread later([&] {
+    loop.spawn(marks());
+    loop.run();
+  });
+  later.join();
+  CHECK(ran);
+  CHECK(loop.tasks() == 0);
 }
