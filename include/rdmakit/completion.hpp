@@ -16,6 +16,15 @@ RDMAKIT_BEGIN_NAMESPACE
 
 namespace detail {
 inline constexpr std::uint64_t recv_wr_bit = std::uint64_t{1} << 63;
+/// The wr_id of the drain marker reset() posts on the queue pair it replaces (retire,
+/// qp_setup.hpp): a receive's as the layer writes them (bit 63), which no receive takes.
+inline constexpr std::uint64_t drain_wr_id = ~std::uint64_t{0};
+/// The wr_ids a receive may have: below 2^63 - 1 (bit 63 and drain_wr_id are the layer's).
+inline constexpr std::uint64_t recv_wr_id_end = recv_wr_bit - 1;
+/// Whether receives with wr_ids first, first + 1, ... (n of them) take an id they may not.
+inline bool bad_recv_ids(std::uint64_t first, std::size_t n) noexcept {
+  return n != 0 && (first >= recv_wr_id_end || n - 1 >= recv_wr_id_end - first);
+}
 
 constexpr std::uint32_t net_to_host32(std::uint32_t v) noexcept {
   if constexpr (std::endian::native == std::endian::little)

@@ -401,7 +401,7 @@ class completion_queue {
         throw;
       }
     }
-    return Divert ? given : n;
+    return given;  // (only the async layer's and drain markers are not given to g)
   }
 
   // One completion to g, through the queue pair its qp_num names now (after the call
@@ -442,13 +442,18 @@ class completion_queue {
     } else if (RDMAKIT_UNLIKELY(!b.retired_links.empty()) && (l = b.find_retired(qpn)) != nullptr &&
                polled_before(l)) {
       // A QP replaced by reset(): its entry in this CQ is free again (unless its batch
-      // counted it before the reset).
+      // counted it before the reset). Its drain marker is the layer's, not delivered.
+      if (RDMAKIT_UNLIKELY(B::get_wr_id(w) == detail::drain_wr_id)) {
+        if constexpr (Account) b.drained(*l);
+        return 0;
+      }
       if constexpr (Account) b.retired_polled(*l, (B::get_wr_id(w) & detail::recv_wr_bit) != 0);
       return routed(l);
     } else {
-      ++b.unrouted;
       std::uint32_t offset = 0;
       if (RDMAKIT_UNLIKELY(!b.departed.empty())) offset = b.departed_polled(qpn, !Account);  // a destroyed QP's
+      if (RDMAKIT_UNLIKELY(B::get_wr_id(w) == detail::drain_wr_id)) return 0;  // (its retired QP's, destroyed since)
+      ++b.unrouted;
       g(nullptr, completion<B>(w, offset));
       return 1;
     }

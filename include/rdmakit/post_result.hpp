@@ -17,7 +17,7 @@ enum class post_status : std::uint8_t {
   recv_too_small,  ///< a UD receive smaller than the 40-byte GRH area
   backend_error,   ///< the device refused the WR; `err` holds the errno
   empty_handle,    ///< the queue pair was moved from (or default-constructed)
-  bad_wr_id,       ///< the wr_id uses bit 63, which rdmakit keeps to tell receives from sends
+  bad_wr_id,       ///< the wr_id uses bit 63, which rdmakit keeps to tell receives from sends (a receive's is also not 2^63 - 1)
   list_too_long,   ///< a list of more WRs than the queue has slots (any WR on a queue of none): it never fits
   stale_address,   ///< a UD destination whose address_handle was destroyed (or an empty ud_address)
 };
@@ -69,7 +69,8 @@ struct [[nodiscard]] post_result {
                "connect()/activate() or the factory returned";
       case post_status::bad_wr_id:
         return "wr_id uses bit 63, which rdmakit reserves to tell receive completions from send "
-               "completions (flushed ones included): use wr_ids below 2^63";
+               "completions (flushed ones included): use wr_ids below 2^63 (for a receive, below 2^63 - 1, "
+               "the one reset() marks its last flush with)";
       case post_status::list_too_long:
         return "the list holds more WRs than the queue has slots (max_send_wr, max_recv_wr; 0 for a queue "
                "pair made without that queue), so no amount of polling makes room for it: split it, or "

@@ -126,7 +126,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     link_("reset");
     detail::prune_retired(parts_.retired);
     // Refused before anything changes: this queue pair stays as it was.
-    if (auto why = detail::no_room_for_replacement(parts_, "reset()"); !why.empty()) throw usage_error(why);
+    if (auto why = detail::no_room_for_replacement(parts_, "reset()", !T::needs_ah); !why.empty()) throw usage_error(why);
     const auto& l = *parts_.link;
     const std::uint32_t old_qpn = l.qp_num, outstanding = l.sends_to_come() + l.rq.held;
     queue_pair<B, T, S, qp_state::init> fresh(std::move(parts_));
@@ -285,8 +285,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     static_assert(!detail::shares_receives<T>, RDMAKIT_DETAIL_SHARED_RECEIVES);
     if (RDMAKIT_UNLIKELY(!parts_.link)) return {post_status::empty_handle, 0, 0};
     auto& l = *parts_.link;
-    if (RDMAKIT_UNLIKELY(!bufs.empty() && ((first_wr_id | (first_wr_id + bufs.size() - 1)) & detail::recv_wr_bit)))
-      return {post_status::bad_wr_id, 0, 0};
+    if (RDMAKIT_UNLIKELY(detail::bad_recv_ids(first_wr_id, bufs.size()))) return {post_status::bad_wr_id, 0, 0};
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
     if (RDMAKIT_UNLIKELY(l.rq_depth - l.rq.held < bufs.size()))
       return {bufs.size() > l.rq_depth ? post_status::list_too_long : post_status::rq_full, 0, 0};
@@ -821,7 +820,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
                                                std::uint64_t wr_id) noexcept {
     if (RDMAKIT_UNLIKELY(!parts_.link)) return {post_status::empty_handle, 0, 0};
     auto& l = *parts_.link;
-    if (RDMAKIT_UNLIKELY(wr_id & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
+    if (RDMAKIT_UNLIKELY(wr_id >= detail::recv_wr_id_end)) return {post_status::bad_wr_id, 0, 0};
     if constexpr (T::recv_offset != 0)
       if (RDMAKIT_UNLIKELY(total < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};

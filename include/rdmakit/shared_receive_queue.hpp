@@ -134,8 +134,7 @@ class shared_receive_queue {
   /// doorbell per 32 receives. `posted` says how many went in.
   [[nodiscard]] post_result post_recvs(std::span<const local_buffer> bufs, std::uint64_t first_wr_id) noexcept {
     if (RDMAKIT_UNLIKELY(!st_)) return {post_status::empty_handle, 0, 0};
-    if (RDMAKIT_UNLIKELY(!bufs.empty() && ((first_wr_id | (first_wr_id + bufs.size() - 1)) & detail::recv_wr_bit)))
-      return {post_status::bad_wr_id, 0, 0};
+    if (RDMAKIT_UNLIKELY(detail::bad_recv_ids(first_wr_id, bufs.size()))) return {post_status::bad_wr_id, 0, 0};
     const std::uint32_t need = st_->offset.get();
     for (const auto& b : bufs)
       if (RDMAKIT_UNLIKELY(b.length < need)) return {post_status::recv_too_small, 0, 0};
@@ -195,7 +194,7 @@ class shared_receive_queue {
   RDMAKIT_ALWAYS_INLINE post_result post_(typename B::sge* s, int n, std::uint32_t total,
                                           std::uint64_t wr_id) noexcept {
     if (RDMAKIT_UNLIKELY(!st_)) return {post_status::empty_handle, 0, 0};
-    if (RDMAKIT_UNLIKELY(wr_id & detail::recv_wr_bit)) return {post_status::bad_wr_id, 0, 0};
+    if (RDMAKIT_UNLIKELY(wr_id >= detail::recv_wr_id_end)) return {post_status::bad_wr_id, 0, 0};
     if (RDMAKIT_UNLIKELY(total < st_->offset.get())) return {post_status::recv_too_small, 0, 0};
     st_->traffic.note_post();
     typename B::recv_wr w;

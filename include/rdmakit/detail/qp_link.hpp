@@ -5,12 +5,14 @@
 #include <rdmakit/backend.hpp>
 #include <rdmakit/completion.hpp>
 #include <rdmakit/detail/algorithm.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/detail/reserve_room.hpp>
 #include <rdmakit/signaling.hpp>
 
 #include <bit>
 #include <cassert>
+#include <cerrno>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -70,6 +72,18 @@ struct qp_link {
   // tells when the signaled ones' came; and an unsignaled WR that completed unseen never
   // flushes. Until a poll finds its send CQ empty (forget_departed, in ERR by then).
   bool retired_unsure_sends = false;
+  // How such a QP says when its last send completion came: a drain marker, a signaled WR
+  // of no data posted in ERR after every other (the idea of Linux's ib_drain_sq). Send
+  // completions come in SQ order, so once its flush is polled none of the QP's is left
+  // (a poll finding the CQ empty proves nothing: a device writes flushes after
+  // modify_qp returns). `none`: no marker (UD has no address for it, or the device
+  // refused it): that empty poll decides instead. A marker not polled by `drain_deadline`
+  // (drain_grace after the reset: rxe 6.1 sometimes never completes a WR posted in ERR)
+  // is given up at the first poll after it that finds the CQ empty.
+  enum class drain : std::uint8_t { none, posted, waits_for_slot };
+  drain drain_marker = drain::none;
+  typename B::qp native_qp{};  // the retired QP, to post the marker once a slot is free
+  std::chrono::steady_clock::time_point drain_deadline{};
   // Failed send completions polled (the failure and the flushes after it): they give
   // no slot back (the ledger is closed), but are completions no longer to come.
   std::uint32_t send_errors = 0;
@@ -163,6 +177,32 @@ struct qp_link {
     }
   }
 };
+
+/// How long a drain marker may take (qp_link::drain): a device writes flushes within
+/// microseconds of the move to ERR, or never (rxe 6.1, for a WR posted in ERR).
+inline constexpr std::chrono::seconds drain_grace{1};
+
+/// Posts the drain marker of retired QP `l` (qp_link::drain), whose entry is counted in
+/// its retired_sends and its send CQ's `flushing`. A full SQ (ENOMEM): again when a send
+/// completion of `l` gives a slot back (cq_block::retired_polled). Refused otherwise: no
+/// marker comes, and a poll that finds the send CQ empty decides instead.
+template <class B>
+void post_drain_marker(qp_link<B>& l) noexcept {
+  typename B::send_wr w{};
+  B::set_send(w, drain_wr_id, opcode::send, send_flags::signaled, nullptr, 0);
+  typename B::send_wr* bad = nullptr;
+  const int e = B::post_send(l.native_qp, &w, &bad);
+  if (e == 0) {
+    l.drain_marker = qp_link<B>::drain::posted;
+  } else if (e == ENOMEM) {
+    l.drain_marker = qp_link<B>::drain::waits_for_slot;
+  } else {
+    l.drain_marker = qp_link<B>::drain::none;
+    if (l.retired_sends) --l.retired_sends;
+    if (l.send_cq->flushing) --l.send_cq->flushing;
+    l.send_cq->watch_empty = true;
+  }
+}
 
 /// The last serial given to a native QP of the process (next_qp_serial).
 inline constinit std::uint64_t qp_serial_counter = 0;
@@ -406,8 +446,20 @@ struct cq_block {
     }
     // Any send completion counts: a flush does not say whether its WR was signaled.
     // Exact under signal_all; with unsignaled sends out, retired_unsure_sends waits for
-    // the empty poll that ends the doubt.
+    // the drain marker (drained) that ends the doubt.
     if (!recv && l.retired_signaled) --l.retired_signaled;
+    if (!recv && RDMAKIT_UNLIKELY(l.drain_marker == qp_link<B>::drain::waits_for_slot)) post_drain_marker(l);
+  }
+
+  /// Retired QP `l`'s drain marker was polled here: every send completion of `l` came
+  /// before it, so the room held for the rest (unsignaled WRs that completed unseen,
+  /// which never flush) comes back, with the marker's own.
+  RDMAKIT_NOINLINE void drained(qp_link<B>& l) noexcept {
+    flushing -= std::min<std::uint64_t>(flushing, l.retired_sends);
+    l.retired_sends = 0;
+    l.retired_signaled = 0;
+    l.retired_unsure_sends = false;
+    l.drain_marker = qp_link<B>::drain::none;
   }
 
   /// A completion of a destroyed QP polled here: the entry it held is free again, unless
@@ -427,19 +479,27 @@ struct cq_block {
   }
   /// A poll found the CQ empty: whatever the destroyed QPs left here was polled or was
   /// never there (a device that cleans the CQ at destroy_qp, or WRs that never completed).
+  /// Retired QPs without a drain marker, or whose marker is overdue, are taken as done
+  /// too (in ERR); those whose marker may still come keep this CQ watched.
   RDMAKIT_NOINLINE void forget_departed() noexcept {
     for (const auto& d : departed) flushing -= std::min<std::uint64_t>(flushing, d.left);
     departed.clear();
-    for (qp_link<B>* l : retired_links) {  // in ERR: none of theirs can come after
+    bool waiting = false;
+    for (qp_link<B>* l : retired_links) {
       if (l->recv_cq == this) l->retired_srq_receives = false;
       if (l->send_cq == this && l->retired_unsure_sends) {
+        if (l->drain_marker != qp_link<B>::drain::none && std::chrono::steady_clock::now() < l->drain_deadline) {
+          waiting = true;
+          continue;
+        }
         l->retired_unsure_sends = false;
+        l->drain_marker = qp_link<B>::drain::none;  // (one polled later is still not delivered)
         flushing -= std::min<std::uint64_t>(flushing, l->retired_sends);  // WRs that completed unseen
         l->retired_sends = 0;
         l->retired_signaled = 0;
       }
     }
-    watch_empty = false;
+    watch_empty = waiting;
   }
 
   /// A QP moved to ERR by reset(): routed apart from now on, holding at most `flushes`

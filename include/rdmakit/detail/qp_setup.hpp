@@ -284,6 +284,14 @@ bool keeps_for_flushes(const qp_link<B>& l) noexcept {
   return l.rq.held + l.sends_to_come() != 0;
 }
 
+// The entry retire() adds to `l`'s flushes for its drain marker (qp_link::drain): one
+// when sends are out that no count can follow (unsignaled ones) and the transport can
+// post the marker (`may_drain`: not UD, whose sends need an address).
+template <class B>
+std::uint32_t drain_entries(const qp_link<B>& l, bool may_drain) noexcept {
+  return may_drain && l.sends_to_come() > l.signaled_to_come() ? 1 : 0;
+}
+
 // Whether a batch of `l`'s completions, accounted already, is being delivered by one of
 // its CQs: its rest is still to reach `l`'s handler (a reset() from that handler).
 template <class B>
@@ -298,11 +306,12 @@ bool batch_being_delivered(const qp_link<B>& l) noexcept {
 // with `p` as it was.
 // `srq_receives`: p's QP is on an SRQ that was posted to, so completions of receives
 // it took may be in its receive CQ (no count says how many): it is kept until a poll
-// finds that CQ empty.
+// finds that CQ empty. `may_drain`: see drain_entries.
 template <class B>
-void retire(qp_parts<B>& p, bool srq_receives = false) {
+void retire(qp_parts<B>& p, bool srq_receives, bool may_drain) {
   auto& l = *p.link;
-  const std::uint32_t sends = l.sends_to_come(), recvs = l.rq.held;
+  const std::uint32_t marker = drain_entries(l, may_drain);
+  const std::uint32_t sends = l.sends_to_come() + marker, recvs = l.rq.held;
   if (!keeps_for_flushes(l) && !srq_receives && !batch_being_delivered(l)) return p.release();
   try {
     qp_attr err;
@@ -316,9 +325,10 @@ void retire(qp_parts<B>& p, bool srq_receives = false) {
   l.retired_signaled = l.signaled_to_come();
   l.retired_srq_receives = srq_receives;
   if (srq_receives) l.recv_cq->watch_empty = true;
-  // Unsignaled sends out (selective signaling): no count says when the last flush came.
-  l.retired_unsure_sends = sends > l.retired_signaled;
-  if (l.retired_unsure_sends) l.send_cq->watch_empty = true;
+  // Unsignaled sends out (selective signaling): no count says when the last flush came,
+  // the drain marker does (or, without one, a poll finding the send CQ empty).
+  l.retired_unsure_sends = sends - marker > l.retired_signaled;
+  if (l.retired_unsure_sends && !marker) l.send_cq->watch_empty = true;
   if (l.send_cq == l.recv_cq) {
     l.send_cq->retire(&l, p.asked.max_send_wr + p.asked.max_recv_wr, sends + recvs);
   } else {
@@ -326,6 +336,12 @@ void retire(qp_parts<B>& p, bool srq_receives = false) {
     l.recv_cq->retire(&l, p.asked.max_recv_wr, recvs);
   }
   p.is_retired = true;
+  if (marker) {
+    l.native_qp = p.qp;
+    l.drain_deadline = std::chrono::steady_clock::now() + drain_grace;
+    l.send_cq->watch_empty = true;  // (for the deadline)
+    post_drain_marker(l);
+  }
 }
 
 // Lets go of the retired generations under `head` whose receives and signaled sends
@@ -347,10 +363,11 @@ void prune_retired(unique_owner<qp_parts<B>>& head) noexcept {
 // may still have once in ERR (its outstanding WRs), and what to do; empty when they
 // can. The new queue pair takes over `p`'s reservation.
 template <class B>
-std::string no_room_for_replacement(const qp_parts<B>& p, const char* call) {
+std::string no_room_for_replacement(const qp_parts<B>& p, const char* call, bool may_drain) {
   const auto& l = *p.link;
-  // The old QP is kept (retire) while they may flush: they keep their entries (flushing).
-  const std::uint32_t sends = l.sends_to_come(), recvs = l.rq.held;
+  // The old QP is kept (retire) while they may flush: they keep their entries (flushing),
+  // as does its drain marker.
+  const std::uint32_t sends = l.sends_to_come() + drain_entries(l, may_drain), recvs = l.rq.held;
   auto check = [&](const char* which, const cq_block<B>& c, std::uint32_t s, std::uint32_t r) -> std::string {
     const std::uint64_t need = c.reserved + c.flushing + s + r;
     if (need <= static_cast<std::uint64_t>(c.capacity)) return {};
@@ -393,7 +410,7 @@ void replace_with_fresh(qp_parts<B>& p) {
   auto older = std::move(old->retired);
   auto retire_or_put_back = [&](bool srq_receives) {
     try {
-      retire(*old, srq_receives);  // first: the CQs' reservations go back before the new QP asks for them
+      retire(*old, srq_receives, !T::needs_ah);  // first: the CQs' reservations go back before the new QP asks for them
     } catch (...) {
       old->retired = std::move(older);
       p = std::move(*old);

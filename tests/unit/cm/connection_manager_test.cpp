@@ -473,14 +473,13 @@ TEST_CASE("cm: a rejected connect: its QP went to ERR (librdmacm does), the rece
     MESSAGE("rxe destroyed the queue pair before flushing its receive: no completion");
   }
 #else
-  // The mock cleans a destroyed QP's completions out of its CQs (as mlx5 does); as rxe
-  // it leaves them, and its flush always runs before the destroy: the flush comes.
-  if (testbed::config().profile == mock::device_profile::rxe) {
-    CHECK(seen == qpn);
-    CHECK(st == wc_status::wr_flush_err);
-  } else {
-    CHECK(seen == 0);
-  }
+  // The mock writes a flush once a poll has found the CQ empty (as a device writes it
+  // after the verb that caused it), and cm_connect destroyed the queue pair before any
+  // poll: its flush never comes, as in rxe's runs where the destroy came first (and as
+  // rxe would leave it, a spec device would clean it out of the CQ).
+  CHECK(seen == 0);
+  (void)qpn;
+  (void)st;
 #endif
 }
 

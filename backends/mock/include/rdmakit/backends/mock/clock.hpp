@@ -190,6 +190,7 @@ bool wait_for_event(fabric_state& f, std::unique_lock<std::mutex>& lk, std::chro
       }
       continue;
     }
+    if (write_due_flushes(f)) continue;  // the device writes them while we would sleep
     auto slice = until;
     if (f.paced && pending(f))  // the next event falls due on the wall clock
       slice = std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(1));

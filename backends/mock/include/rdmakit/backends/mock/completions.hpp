@@ -159,18 +159,69 @@ inline void reserve_for_error(qp_obj* q) {
   for (context_obj* c : {q->send_cq->ctx, q->recv_cq->ctx, q->pd->ctx}) c->async_q.reserve(c->async_q.size() + 3);
 }
 
-/// Moves a QP to ERR: every outstanding send WR and posted receive completes with
-/// WR_FLUSH_ERR, in queue order, signaled or not; a QP on an SRQ raises
-/// QP_LAST_WQE_REACHED instead of flushing the SRQ's receives.
+/// Writes the flushes of QP `q` in ERR now: every outstanding send WR and posted receive
+/// completes with WR_FLUSH_ERR, in queue order, signaled or not.
+inline void write_flushes(fabric_state& f, qp_obj* q) {
+  flush_sends(f, q);
+  auto rq = std::move(q->rq);
+  q->rq.clear();
+  for (auto& r : rq) flush_recv(f, q, r);
+}
+
+/// Takes `q` off the list of QPs whose flushes are due (destroyed or reset: they never come).
+inline void drop_due_flushes(fabric_state& f, qp_obj* q) {
+  if (!q->flush_due) return;
+  qp_obj* before = nullptr;
+  for (qp_obj* p = f.first_due; p != q; p = p->next_due) before = p;
+  (before ? before->next_due : f.first_due) = q->next_due;
+  if (f.last_due == q) f.last_due = before;
+  q->flush_due = false;
+  q->next_due = nullptr;
+}
+
+/// The flushes of `q`, in ERR, come later (write_due_flushes), as a device writes them
+/// after the verb that caused them returns. Unless a CQ of `q` is armed: a thread may
+/// sleep on its channel, and the device's event would wake it.
+inline void flush_later(fabric_state& f, qp_obj* q) {
+  if (q->send_cq->armed || q->recv_cq->armed) {
+    drop_due_flushes(f, q);  // (in queue order: none of its flushes may overtake these)
+    return write_flushes(f, q);
+  }
+  if (q->flush_due) return;
+  q->flush_due = true;
+  (f.last_due ? f.last_due->next_due : f.first_due) = q;
+  f.last_due = q;
+}
+
+/// A WR posted to `q` in ERR: flushed with the rest while they are still due, and after
+/// they were written unless fabric_config::lose_posts_in_error says otherwise.
+inline void posted_in_error(fabric_state& f, qp_obj* q) {
+  if (q->flush_due || !f.cfg.lose_posts_in_error) flush_later(f, q);
+}
+
+/// Writes every flush that is due; false when none was. Run when a poll finds its CQ
+/// empty and before a wait blocks: the device's own time to write them.
+inline bool write_due_flushes(fabric_state& f) {
+  if (!f.first_due) return false;
+  while (qp_obj* q = f.first_due) {
+    f.first_due = q->next_due;
+    if (!f.first_due) f.last_due = nullptr;
+    q->flush_due = false;
+    q->next_due = nullptr;
+    write_flushes(f, q);
+  }
+  return true;
+}
+
+/// Moves a QP to ERR: every outstanding send WR and posted receive will complete with
+/// WR_FLUSH_ERR (flush_later); a QP on an SRQ raises QP_LAST_WQE_REACHED instead of
+/// flushing the SRQ's receives.
 inline void to_error(fabric_state& f, qp_obj* q) {
   if (q->state == qp_state::err) return;
   q->state = qp_state::err;
   disarm_timer(f, q);
   q->held.clear();
-  flush_sends(f, q);
-  auto rq = std::move(q->rq);
-  q->rq.clear();
-  for (auto& r : rq) flush_recv(f, q, r);
+  flush_later(f, q);
   if (q->srq && !f.as_rxe()) {
     // The SRQ's receives are not the QP's to flush: the QP says it will take no more
     // (rxe 6.1 raises nothing).

@@ -92,6 +92,9 @@ RDMAKIT_DECL int mock::poll_cq(cq c, int n, wc* out) noexcept {
   mockd::run_due(f);
   int got = mockd::take(f, c, n, out);
   if (got == 0 && mockd::jump(f)) got = mockd::take(f, c, n, out);
+  // Flushes of QPs moved to ERR are written once a poll has found nothing: as on a
+  // device, a poll may find the CQ empty before they come.
+  if (got == 0) mockd::write_due_flushes(f);
   return got;
 }
 
@@ -110,6 +113,7 @@ RDMAKIT_DECL int mock::req_notify_cq(cq c, bool solicited_only) noexcept {
   // the event (IBA C11-31/C11-32): the event still comes on the next completion.
   c->solicited_only = c->armed ? c->solicited_only && solicited_only : solicited_only;
   c->armed = true;
+  mockd::write_due_flushes(f);  // a thread may now sleep on the channel (epoll) and poll nothing
   return 0;
 }
 

@@ -108,6 +108,10 @@ struct fabric_config {
   /// leaves a destroyed QP's completions in the CQ, where a QP given its number would
   /// take them for its own.
   bool reuse_qp_numbers = false;
+  /// A WR posted to a QP in ERR after its flushes were written never completes, as rxe
+  /// (kernel 6.1) does in some runs (docs/semantics.md §13, posting.post_to_qp_in_err).
+  /// False, the default: it is flushed, as the specification says.
+  bool lose_posts_in_error = false;
 };
 
 /// What a fault does to the messages it hits.

@@ -296,6 +296,11 @@ class qp_obj {
   std::uint64_t report_from = 1;
   slot_ring<recv_wqe> rq;
   srq_obj* srq = nullptr;  // receives come from here instead of rq (rq stays empty)
+  // In ERR with its flushes not written yet (fabric_state::first_due's list): a device
+  // writes them after modify_qp returns (rxe's tasks, a NIC's hardware), so a poll may
+  // find the CQ empty before they come.
+  bool flush_due = false;
+  qp_obj* next_due = nullptr;
 
   // Requester.
   std::uint32_t next_psn = 0;
@@ -419,6 +424,10 @@ class fabric_state {
   message direct;  // see issue()
   std::uint64_t order = 0;
   std::vector<qp_obj*> timed;  // QPs with a deadline (qp_obj::timed_slot)
+  // QPs whose flushes are due (qp_obj::flush_due), in the order they went to ERR: linked
+  // through the QPs, so queuing one allocates nothing.
+  qp_obj* first_due = nullptr;
+  qp_obj* last_due = nullptr;
   std::uint64_t qp_epoch = 1;
   std::uint64_t mr_epoch = 1;  // bumped when an MR is deregistered: key caches go stale  // bumped when a QP is destroyed: message hints go stale
   std::vector<fault> faults;

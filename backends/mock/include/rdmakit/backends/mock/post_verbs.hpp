@@ -119,8 +119,7 @@ RDMAKIT_DECL int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
   }
   if (bad_wr) *bad_wr = err ? mockd::refused_wr(f, q, w) : nullptr;
   if (q->state == qp_state::err) {
-    // Posting to a QP in ERR completes the WRs at once with flush errors.
-    mockd::flush_sends(f, q);
+    mockd::posted_in_error(f, q);
   } else {
     mockd::issue(f, q);
   }
@@ -151,10 +150,8 @@ RDMAKIT_DECL int mock::post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept {
     mockd::recv_wqe r;
     r.wr_id = w->wr_id;
     r.sges.assign(w->sg_list, static_cast<std::size_t>(w->num_sge));
-    if (q->state == qp_state::err)
-      mockd::flush_recv(f, q, r);
-    else
-      q->rq.push_back() = std::move(r);
+    q->rq.push_back() = std::move(r);
+    if (q->state == qp_state::err) mockd::posted_in_error(f, q);
   }
   if (bad_wr) *bad_wr = err ? w : nullptr;
   mockd::run_due(f);
@@ -190,7 +187,7 @@ RDMAKIT_DECL int mock::bind_mw(qp q, mw w, mr m, std::uint64_t addr, std::uint64
   e.remote_addr = addr;
   w->user_rkey = next;
   if (q->state == qp_state::err)
-    mockd::flush_sends(f, q);
+    mockd::posted_in_error(f, q);
   else
     mockd::issue(f, q);
   mockd::run_due(f);

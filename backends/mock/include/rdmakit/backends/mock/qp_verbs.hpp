@@ -78,6 +78,7 @@ RDMAKIT_DECL int mock::destroy_qp(qp q) noexcept {
     for (auto* c : {q->send_cq, q->recv_cq})
       c->entries.remove_if([&](const mockd::cq_entry& x) { return x.wc.qp_num == q->qpn; });
   mockd::disarm_timer(f, q);
+  mockd::drop_due_flushes(f, q);  // as rxe: flushes not written by the destroy never are
   for (auto& [i, w] : f.mws)
     if (w->qp == q) w->qp = nullptr;  // its type 2 windows stay bound, usable through no QP
   f.qps.erase(q->qpn);

@@ -63,6 +63,7 @@ inline void modify_qp_locked(fabric_state& f, qp_obj* q, const qp_attr& a, qp_at
     case qp_state::reset:
       // Everything outstanding is dropped without completions.
       disarm_timer(f, q);
+      drop_due_flushes(f, q);
       q->sq.clear();
       q->rq.clear();
       q->held.clear();
