@@ -58,15 +58,6 @@ constexpr auto rw = access::local_write | access::remote_write | access::remote_
 const connect_options quick{.timeout = 8, .retry_cnt = 1, .rnr_retry = 1, .min_rnr_timer = 1};
 constexpr std::uint32_t srq_depth = 8;
 constexpr qp_cap peer_caps{.max_send_wr = 16, .max_recv_wr = 16};
-// Two library bugs, open when this test was written, let a queue pair kept by reset() go
-// while completions of it polled by an outer poll are still being delivered (they reach
-// the fallback, not its handler, against docs/ownership-and-threads.md): a handler that
-// resets the queue pair reset() returned for its batch's one (a second reset in one batch),
-// and one that resets after a nested poll found the CQ empty (taken as proof that none of
-// the kept one's completions is left). False keeps handlers from both: each lane is reset
-// at most once a step from handlers, and not after a nested poll. True fails within the
-// default seeds (115 of the rxe case, in a GCC 12 -O2 build of this file alone).
-constexpr bool handlers_reset_freely = false;
 
 enum class setup { spec, rxe, reused_numbers };
 
@@ -144,8 +135,6 @@ class run {
     const int steps = 300 + static_cast<int>(pick_(1700));
     for (int step = 0; step < steps && !failed_; ++step) {
       CAPTURE(step);
-      handler_resets_ = 0;
-      nested_poll_ = false;
       one_step_();
       top_up_peers_();
       check_();
@@ -251,7 +240,6 @@ class run {
   // One of poll, wait, drain, dispatch, dispatch_wait on A's CQ k (nested ones included).
   int poll_some_(int k) {
     const int outer = std::exchange(cq_now_, k);
-    nested_poll_ = nested_poll_ || depth_ > 0;
     cq_type& cq = cqs_[static_cast<std::size_t>(k)];
     int n = 0;
     switch (pick_(6)) {
@@ -329,11 +317,6 @@ class run {
   template <class L>
   void reset_(L& l, bool reconnect) {
     if (!l.live()) return;
-    if (depth_ > 0 && !handlers_reset_freely) {  // around the open bugs (see handlers_reset_freely)
-      const unsigned bit = 1u << lane_index_(l);
-      if ((handler_resets_ & bit) || nested_poll_) return;
-      handler_resets_ |= bit;
-    }
     std::optional<typename L::init_qp> fresh;
     try {
       fresh.emplace(l.rts ? std::move(*l.rts).reset() : std::move(*l.init).reset());
@@ -560,8 +543,6 @@ class run {
       const auto before = fab_.now();
       int got = 0;
       for (std::size_t k = 0; k < cqs_.size(); ++k) {
-        handler_resets_ = 0;
-        nested_poll_ = false;
         got += poll_some_(static_cast<int>(k));
       }
       got += std::max(0, cb_.poll(on_peer_));
@@ -638,8 +619,6 @@ class run {
   std::uint32_t srq_out_ = 0;  // receives posted to the current SRQ, not delivered
   int cq_now_ = 0;             // the CQ being polled (nested polls restore it)
   int depth_ = 0;              // handlers acting inside handlers
-  unsigned handler_resets_ = 0;  // lanes a handler reset since the step began (handlers_reset_freely)
-  bool nested_poll_ = false;     // a handler polled since the step began
   bool acting_ = true, failed_ = false;
   std::function<void(const completion<B>&)> on_poll_ = [this](const completion<B>& c) { seen_(c, via::poll, 0); };
   std::function<void(const completion<B>&)> on_fallback_ = [this](const completion<B>& c) {

@@ -480,8 +480,11 @@ struct cq_block {
   /// A poll found the CQ empty: whatever the destroyed QPs left here was polled or was
   /// never there (a device that cleans the CQ at destroy_qp, or WRs that never completed).
   /// Retired QPs without a drain marker, or whose marker is overdue, are taken as done
-  /// too (in ERR); those whose marker may still come keep this CQ watched.
+  /// too (in ERR); those whose marker may still come keep this CQ watched. Not from a
+  /// poll nested in a delivery (a handler's): the outer poll may hold completions of
+  /// theirs not delivered yet, so the CQ's emptiness proves nothing; the next poll decides.
   RDMAKIT_NOINLINE void forget_departed() noexcept {
+    if (delivering != 0) return;
     for (const auto& d : departed) flushing -= std::min<std::uint64_t>(flushing, d.left);
     departed.clear();
     bool waiting = false;

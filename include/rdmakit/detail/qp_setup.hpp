@@ -345,12 +345,14 @@ void retire(qp_parts<B>& p, bool srq_receives, bool may_drain) {
 }
 
 // Lets go of the retired generations under `head` whose receives and signaled sends
-// were all polled (retired_done): their room in the CQs comes back.
+// were all polled (retired_done): their room in the CQs comes back. Not one whose batch
+// is being delivered (a handler's reset): the batch's rest, accounted already, is still
+// its handler's.
 template <class B>
 void prune_retired(unique_owner<qp_parts<B>>& head) noexcept {
   unique_owner<qp_parts<B>>* at = &head;
   while (*at) {
-    if ((*at)->link->retired_done()) {
+    if ((*at)->link->retired_done() && !batch_being_delivered(*(*at)->link)) {
       auto rest = std::move((*at)->retired);
       *at = std::move(rest);  // destroys the one that is done
     } else {

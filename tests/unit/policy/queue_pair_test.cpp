@@ -845,6 +845,31 @@ TEST_CASE("reset() under selective signaling with the send queue full: the drain
   }
 }
 
+// A handler reset its queue pair, which kept it for the rest of the batch, then reset the
+// queue pair that reset returned: that second reset let the first one go (its
+// completions were all accounted, by the batch), and the batch's rest reached the fallback.
+TEST_CASE("reset() twice in one batch: the rest of the batch still reaches the old queue pair's handler") {
+  mock::fabric fab;
+  side x{fab, "mock0"}, y{fab, "mock1"};
+  auto src = x.pd.allocate<rw_access>(256);
+  auto dst = y.pd.allocate<rw_access>(256);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  std::optional<queue_pair<B, rc, signal_all, qp_state::rts>> a(std::move(p.a));
+  for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(a->write(src.local(0, 8), dst.remote().sub(0, 8), 10 + i).ok());
+  std::optional<queue_pair<B, rc, signal_all, qp_state::init>> fresh;
+  std::vector<std::uint64_t> handled;
+  x.cq.on(*a, [&](const completion<B>& c) {
+    handled.push_back(c.wr_id());
+    if (handled.size() == 1) fresh.emplace(std::move(*a).reset());  // keeps a for the batch's rest
+    else if (handled.size() == 2) fresh.emplace(std::move(*fresh).reset());
+  });
+  int fallback = 0;
+  CHECK(x.cq.dispatch([&](const completion<B>&) { ++fallback; }) == 4);  // one batch of a's 4 successes
+  CHECK(handled == std::vector<std::uint64_t>{10, 11, 12, 13});
+  CHECK(fallback == 0);
+  CHECK(x.cq.unrouted() == 0);
+}
+
 // The old queue pair held room for every unsignaled WR it had out, as each might flush;
 // those that had completed unseen never did, and the room stayed held, though a poll
 // found the CQ empty, until that queue pair was reset again or destroyed. It comes back

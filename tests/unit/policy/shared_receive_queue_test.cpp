@@ -443,3 +443,31 @@ TEST_CASE("shared_receive_queue: reset() keeps a queue pair whose SRQ receives m
     CHECK(again);
   }
 }
+
+// A handler's nested poll found the CQ empty while the outer batch still held a receive
+// completion of a queue pair replaced by reset() (kept for its SRQ receives): that empty
+// poll was taken as proof that none of its completions was left, the handler's next
+// reset let it go, and the outer batch's completion reached the fallback.
+TEST_CASE("shared_receive_queue: a nested empty poll does not let a reset queue pair go while the outer batch holds its receive") {
+  mock::fabric fab;
+  srq_setup s(fab);
+  auto src = s.x.pd.allocate<rw_access>(64);
+  auto dst = s.y.pd.allocate<rw_access>(2 * 64);
+  REQUIRE(s.srq.post_recv(dst.local(0, 64), 100).ok());
+  REQUIRE(s.srq.post_recv(dst.local(64, 64), 101).ok());
+  REQUIRE(s.a2.send(src.local(0, 4), 1).ok());  // b2's receive, first in y's CQ
+  REQUIRE(s.a1.send(src.local(0, 4), 2).ok());  // then b1's
+  REQUIRE(collect(s.x.cq, 2).size() == 2);
+  std::vector<std::uint64_t> to_old;
+  s.y.cq.on(s.b1, [&](const completion<B>& c) { to_old.push_back(c.wr_id()); });
+  std::optional<queue_pair<B, on_srq<rc>, signal_all, qp_state::init>> fresh(std::move(s.b1).reset());
+  s.y.cq.on(s.b2, [&](const completion<B>&) {
+    CHECK(s.y.cq.poll() == 0);  // the outer batch took both
+    fresh.emplace(std::move(*fresh).reset());
+  });
+  int fallback = 0;
+  CHECK(s.y.cq.dispatch([&](const completion<B>&) { ++fallback; }) == 2);
+  CHECK(to_old == std::vector<std::uint64_t>{101});
+  CHECK(fallback == 0);
+  CHECK(s.y.cq.unrouted() == 0);
+}
