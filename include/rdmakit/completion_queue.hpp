@@ -386,11 +386,16 @@ class completion_queue {
     } else if constexpr (NoThrow) {
       detail::cq_delivery<B> in_use(b);
       const std::uint64_t made_by = detail::last_qp_serial();  // queue pairs made later own none of these
-      for (int i = 0; i < n; ++i) given += deliver_<true, Divert, true>(b, wcs[i], g, made_by);
+      int i = 0;
+      detail::batch_frame<B> frame{wcs, &i, n, nullptr};
+      detail::batch_frame_scope<B> held(b, frame);
+      for (; i < n; ++i) given += deliver_<true, Divert, true>(b, wcs[i], g, made_by);
     } else {
       detail::cq_delivery<B> in_use(b);
       const std::uint64_t made_by = detail::last_qp_serial();
       int i = 0;
+      detail::batch_frame<B> frame{wcs, &i, n, nullptr};
+      detail::batch_frame_scope<B> held(b, frame);
       try {
         for (; i < n; ++i) given += deliver_<true, Divert, true>(b, wcs[i], g, made_by);
       } catch (...) {

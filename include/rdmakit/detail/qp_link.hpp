@@ -23,6 +23,8 @@ namespace detail {
 
 template <class B>
 struct cq_block;
+template <class B>
+struct batch_frame;
 
 template <class B>
 struct qp_link {
@@ -319,6 +321,16 @@ struct cq_block {
   // destroyed when the outermost delivery ends (cq_delivery).
   unsigned delivering = 0;
   shared_count* doomed = nullptr;
+  // Routed batches being delivered (batch_frame), innermost first.
+  batch_frame<B>* frames = nullptr;
+
+  /// Whether a batch being delivered still holds a completion of QP `qpn` (not yet given).
+  bool holds_undelivered(std::uint32_t qpn) const noexcept {
+    for (const batch_frame<B>* f = frames; f; f = f->outer)
+      for (int j = *f->at + 1; j < f->n; ++j)
+        if (B::get_qp_num(f->wcs[j]) == qpn) return true;
+    return false;
+  }
 
   cq_block() = default;
   cq_block(const cq_block&) = delete;
@@ -588,6 +600,34 @@ struct cq_block {
       last_serial = 0;
     }
   }
+};
+
+// A batch of completions being delivered one by one to user code (the routed poll): its
+// undelivered rest may hold completions of a queue pair replaced by reset(), which must
+// not be let go meanwhile, whatever a nested poll found (prune_retired). Linked through
+// the delivering calls' frames, innermost first.
+template <class B>
+struct batch_frame {
+  const typename B::wc* wcs;
+  const int* at;  // the index being delivered: the rest follows it
+  int n;
+  batch_frame* outer;
+};
+
+// Registers `f` on `b` for its scope (the block outlives it: cq_delivery).
+template <class B>
+class batch_frame_scope {
+ public:
+  batch_frame_scope(cq_block<B>& b, batch_frame<B>& f) noexcept : b_(b) {
+    f.outer = b.frames;
+    b.frames = &f;
+  }
+  batch_frame_scope(const batch_frame_scope&) = delete;
+  batch_frame_scope& operator=(const batch_frame_scope&) = delete;
+  ~batch_frame_scope() { b_.frames = b_.frames->outer; }
+
+ private:
+  cq_block<B>& b_;
 };
 
 // Marks the delivery of a batch that was accounted whole on one queue pair (serial

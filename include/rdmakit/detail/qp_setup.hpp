@@ -299,6 +299,14 @@ bool batch_being_delivered(const qp_link<B>& l) noexcept {
   return (l.send_cq && l.send_cq->batch_serial == l.serial) || (l.recv_cq && l.recv_cq->batch_serial == l.serial);
 }
 
+// Whether a routed batch being delivered by one of `l`'s CQs still holds a completion of
+// `l` (a nested poll may have taken later ones, its drain marker among them).
+template <class B>
+bool held_by_a_batch(const qp_link<B>& l) noexcept {
+  return (l.send_cq && l.send_cq->holds_undelivered(l.qp_num)) ||
+         (l.recv_cq && l.recv_cq != l.send_cq && l.recv_cq->holds_undelivered(l.qp_num));
+}
+
 // Moves a replaced QP to ERR so its outstanding WRs flush, and shrinks its CQ
 // reservation to what those flushes can take; destroys it at once when nothing can
 // come (keeps_for_flushes) or the device refuses ERR (then no flush can come). The CQs made room in their retired_links first (replace_with_fresh). Any other
@@ -345,14 +353,15 @@ void retire(qp_parts<B>& p, bool srq_receives, bool may_drain) {
 }
 
 // Lets go of the retired generations under `head` whose receives and signaled sends
-// were all polled (retired_done): their room in the CQs comes back. Not one whose batch
-// is being delivered (a handler's reset): the batch's rest, accounted already, is still
+// were all polled (retired_done): their room in the CQs comes back. Not one with
+// completions still to deliver from a batch polled before (a handler's reset): those are
 // its handler's.
 template <class B>
 void prune_retired(unique_owner<qp_parts<B>>& head) noexcept {
   unique_owner<qp_parts<B>>* at = &head;
   while (*at) {
-    if ((*at)->link->retired_done() && !batch_being_delivered(*(*at)->link)) {
+    const auto& l = *(*at)->link;
+    if (l.retired_done() && !batch_being_delivered(l) && !held_by_a_batch(l)) {
       auto rest = std::move((*at)->retired);
       *at = std::move(rest);  // destroys the one that is done
     } else {
