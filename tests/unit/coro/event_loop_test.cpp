@@ -8,6 +8,19 @@
 
 using namespace coro_test;
 
+namespace {
+// What `call` was refused with (usage_error's text), or "not refused".
+template <class F>
+std::string refusal(F call) {
+  try {
+    call();
+    return "not refused";
+  } catch (const usage_error& e) {
+    return e.what();
+  }
+}
+}  // namespace
+
 TEST_CASE("event_loop: timers resume in deadline order, and run() ends when every task has") {
   event_loop loop;
   std::vector<int> order;
@@ -294,17 +307,9 @@ TEST_CASE("event_loop: run(), run(t) and poll() called from one of its own tasks
   auto value = []() -> task<int> { co_return 1; };
   std::vector<std::string> errors;
   auto reenters = [&]() -> task<void> {
-    auto refused = [&](auto call) {
-      try {
-        call();
-        errors.push_back("not refused");
-      } catch (const usage_error& e) {
-        errors.push_back(e.what());
-      }
-    };
-    refused([&] { loop.run(); });
-    refused([&] { (void)loop.run(value()); });
-    refused([&] { loop.poll(); });
+    errors.push_back(refusal([&] { loop.run(); }));
+    errors.push_back(refusal([&] { (void)loop.run(value()); }));
+    errors.push_back(refusal([&] { loop.poll(); }));
     co_return;
   };
   loop.spawn(other());
@@ -330,17 +335,9 @@ TEST_CASE("event_loop: spawn(), run() or poll() from another thread while one ru
   std::vector<std::string> errors;
   std::thread other([&] {
     while (!inside) std::this_thread::yield();
-    auto refused = [&](auto call) {
-      try {
-        call();
-        errors.push_back("not refused");
-      } catch (const usage_error& e) {
-        errors.push_back(e.what());
-      }
-    };
-    refused([&] { loop.spawn(noop()); });
-    refused([&] { loop.run(); });
-    refused([&] { loop.poll(); });
+    errors.push_back(refusal([&] { loop.spawn(noop()); }));
+    errors.push_back(refusal([&] { loop.run(); }));
+    errors.push_back(refusal([&] { loop.poll(); }));
   });
   loop.run();
   other.join();

@@ -765,6 +765,30 @@ TEST_CASE("reset() under selective signaling: a signaled WR's flush comes whatev
   CHECK(cq.unrouted() == 0);
 }
 
+namespace {
+// An RC pair under signal_every<4> whose WRITEs stay in flight (5 us of wire latency),
+// its first queue pair on a CQ of 16 entries, for reset() while sends are out.
+struct in_flight_every4 {
+  in_flight_every4(mock::fabric_config cfg, std::uint32_t depth)
+      : fab(with_latency(std::move(cfg))), p(make_pair<rc, signal_every<4>>(x.pd, cq, y.pd, y.cq, qp_cap{depth, 0})) {}
+  // WRITEs with wr_ids first..last (the 4th of a run is signaled, the others not).
+  void write(std::uint64_t first, std::uint64_t last) {
+    for (std::uint64_t id = first; id <= last; ++id)
+      REQUIRE(p.a.write(src.local(0, 8), dst.remote().sub(0, 8), id).ok());
+  }
+  static mock::fabric_config with_latency(mock::fabric_config cfg) {
+    cfg.latency = std::chrono::microseconds(5);
+    return cfg;
+  }
+  mock::fabric fab;
+  side x{fab, "mock0"}, y{fab, "mock1"};
+  completion_queue<B> cq = x.dev.create_cq(16);
+  memory_region<B, rw_access> src = x.pd.allocate<rw_access>(64);
+  memory_region<B, rw_access> dst = y.pd.allocate<rw_access>(64);
+  qp_pair<rc, signal_every<4>> p;
+};
+}  // namespace
+
 // A device writes the flushes of a queue pair moved to ERR after modify_qp returns (rxe's
 // tasks, a NIC's hardware; the mock once a poll has found nothing), so a poll may find
 // the CQ empty before they come. Under selective signaling the old queue pair was let go
@@ -777,21 +801,15 @@ TEST_CASE("reset() under selective signaling: the old queue pair waits for its f
     CAPTURE(static_cast<int>(profile));
     mock::fabric_config cfg;
     cfg.profile = profile;
-    cfg.latency = std::chrono::microseconds(5);  // the WRITEs are still in flight at reset()
-    mock::fabric fab(cfg);
-    side x(fab, "mock0"), y(fab, "mock1");
-    auto cq = x.dev.create_cq(16);
-    auto mr = x.pd.allocate<rw_access>(64);
-    auto rmr = y.pd.allocate<rw_access>(64);
-    auto p = make_pair<rc, signal_every<4>>(x.pd, cq, y.pd, y.cq, qp_cap{8, 0});
-    auto& q = p.a;
+    in_flight_every4 t(cfg, 8);
+    auto& cq = t.cq;
     std::vector<std::uint64_t> ids;
-    cq.on(q, [&](const completion<B>& c) {
+    cq.on(t.p.a, [&](const completion<B>& c) {
       CHECK(c.status() == wc_status::wr_flush_err);
       ids.push_back(c.wr_id());
     });
-    for (std::uint64_t id = 1; id <= 6; ++id) REQUIRE(q.write(mr.local(0, 8), rmr.remote().sub(0, 8), id).ok());
-    auto q2 = std::move(q).reset();  // 4 is signaled, 1-3, 5 and 6 are not
+    t.write(1, 6);
+    auto q2 = std::move(t.p.a).reset();  // 4 is signaled, 1-3, 5 and 6 are not
     CHECK(cq.poll() == 0);  // the flushes are not written yet
     auto q3 = std::move(q2).reset();  // lets go of what is done
     for (int i = 0; i < 100 && ids.size() < 6; ++i) (void)cq.dispatch();
@@ -813,19 +831,13 @@ TEST_CASE("reset() under selective signaling with the send queue full: the drain
     mock::fabric_config cfg;
     cfg.profile = mock::device_profile::rxe;  // slots come back as WRs complete
     cfg.lose_posts_in_error = lost;
-    cfg.latency = std::chrono::microseconds(5);  // the WRITEs are still in flight at reset()
-    mock::fabric fab(cfg);
-    side x(fab, "mock0"), y(fab, "mock1");
-    auto cq = x.dev.create_cq(16);
-    auto mr = x.pd.allocate<rw_access>(64);
-    auto rmr = y.pd.allocate<rw_access>(64);
-    auto p = make_pair<rc, signal_every<4>>(x.pd, cq, y.pd, y.cq, qp_cap{4, 0});
-    auto& q = p.a;
+    in_flight_every4 t(cfg, 4);
+    auto& cq = t.cq;
     std::vector<std::uint64_t> ids;
-    cq.on(q, [&](const completion<B>& c) { ids.push_back(c.wr_id()); });
-    for (std::uint64_t id = 1; id <= 4; ++id) REQUIRE(q.write(mr.local(0, 8), rmr.remote().sub(0, 8), id).ok());
-    REQUIRE(q.send_credits() == 0);
-    auto q2 = std::move(q).reset();
+    cq.on(t.p.a, [&](const completion<B>& c) { ids.push_back(c.wr_id()); });
+    t.write(1, 4);
+    REQUIRE(t.p.a.send_credits() == 0);
+    auto q2 = std::move(t.p.a).reset();
     CHECK(cq.flushing() == 5);  // four sends and the marker
     for (int i = 0; i < 100 && ids.size() < 4; ++i) (void)cq.dispatch();
     CHECK(ids == std::vector<std::uint64_t>{1, 2, 3, 4});
