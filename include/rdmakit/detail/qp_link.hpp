@@ -72,7 +72,8 @@ struct qp_link {
   // Once replaced with unsignaled sends out (selective signaling): a flush does not say
   // whether its WR was signaled, and those of unsignaled WRs come first, so no count
   // tells when the signaled ones' came; and an unsignaled WR that completed unseen never
-  // flushes. Until a poll finds its send CQ empty (forget_departed, in ERR by then).
+  // flushes. Until its drain marker is polled (cq_block::drained) or, without one, a poll
+  // finds its send CQ empty (forget_departed).
   bool retired_unsure_sends = false;
   // How such a QP says when its last send completion came: a drain marker, a signaled WR
   // of no data posted in ERR after every other (the idea of Linux's ib_drain_sq). Send
