@@ -640,26 +640,34 @@ TEST_CASE("connect_client: a peer that never answers leaves the queue pair uncon
 // The peer's record named QP 0 or 1 (a zeroed or garbled record): connect() refused it
 // with a usage_error, the error for the caller's own misuse, though the data came from
 // the network. It is a malformed record now, and the queue pair stays the caller's.
+namespace {
+// connect_client against a server whose record is `peer`: the client's error (its text:
+// last_error). The queue pair must stay the caller's, unconnected.
+exchange_errc client_refusal_of(one_device& d, const endpoint& peer) {
+  auto q = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
+  exchange_listener l(0, "127.0.0.1");
+  auto server = std::async(std::launch::async, [&] {
+    try {
+      (void)l.exchange(connection_info(peer), fast());
+    } catch (const exchange_error&) {  // no acknowledgement comes
+    }
+  });
+  const exchange_errc e = error_of([&] { (void)connect_client(std::move(q), "127.0.0.1", l.port(), fast()); });
+  server.get();
+  CHECK(static_cast<bool>(q));
+  CHECK(q.query_state() == qp_state::init);
+  return e;
+}
+}  // namespace
+
 TEST_CASE("connect_client: a peer record naming QP 0 or 1 is a malformed record; the queue pair is kept") {
   one_device d;
   auto other = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
   for (std::uint32_t bad : {0u, 1u}) {
     CAPTURE(bad);
-    auto q = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
-    exchange_listener l(0, "127.0.0.1");
-    auto server = std::async(std::launch::async, [&] {
-      endpoint e = other.local_endpoint();
-      e.qpn = bad;
-      try {
-        (void)l.exchange(connection_info(e), fast());
-      } catch (const exchange_error&) {  // no acknowledgement comes
-      }
-    });
-    CHECK(error_of([&] { (void)connect_client(std::move(q), "127.0.0.1", l.port(), fast()); }) ==
-          exchange_errc::malformed);
-    server.get();
-    CHECK(static_cast<bool>(q));
-    CHECK(q.query_state() == qp_state::init);
+    endpoint e = other.local_endpoint();
+    e.qpn = bad;
+    CHECK(client_refusal_of(d, e) == exchange_errc::malformed);
   }
 }
 
@@ -669,23 +677,11 @@ TEST_CASE("connect_client: a peer record naming QP 0 or 1 is a malformed record;
 TEST_CASE("connect_client: a peer record with neither LID nor GID is a malformed record; the queue pair is kept") {
   one_device d;
   auto other = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
-  auto q = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
-  exchange_listener l(0, "127.0.0.1");
-  auto server = std::async(std::launch::async, [&] {
-    endpoint e = other.local_endpoint();
-    e.lid = 0;
-    e.gid = {};
-    try {
-      (void)l.exchange(connection_info(e), fast());
-    } catch (const exchange_error&) {  // no acknowledgement comes
-    }
-  });
-  CHECK(error_of([&] { (void)connect_client(std::move(q), "127.0.0.1", l.port(), fast()); }) ==
-        exchange_errc::malformed);
+  endpoint e = other.local_endpoint();
+  e.lid = 0;
+  e.gid = {};
+  CHECK(client_refusal_of(d, e) == exchange_errc::malformed);
   CHECK(last_error.find("-g") != std::string::npos);
-  server.get();
-  CHECK(static_cast<bool>(q));
-  CHECK(q.query_state() == qp_state::init);
 }
 
 // A client that left after the server had connected its queue pair (before the
