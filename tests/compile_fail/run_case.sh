@@ -1,17 +1,20 @@
 #!/bin/sh
 # Runs one compile-fail case:
-#   run_case.sh [--only] [--fail-arg=ARG]... "<expected message>" <case.cpp> <compiler and flags...>
+#   run_case.sh [--only] [--no-control] [--fail-arg=ARG]... "<expected message>" <case.cpp> <compiler and flags...>
 #  1. compiled with -DRDMAKIT_CF_CONTROL (the offending line left out) it must compile:
-#     the rest of the case is valid, so the failure below is the one we mean;
+#     the rest of the case is valid, so the failure below is the one we mean. With
+#     --no-control another test does it (run_controls.sh: every case's in one compiler run);
 #  2. compiled as is (plus each --fail-arg, e.g. --fail-arg=-std=c++17) it must FAIL, and
 #     the diagnostics must contain the expected message; with --only, it must be the one
 #     and only error or warning the compiler reports.
 # A case that accidentally compiles, or fails for another reason, makes the test fail.
 only=0
+control=1
 fail_args=""
 while :; do
   case $1 in
     --only) only=1; shift ;;
+    --no-control) control=0; shift ;;
     --fail-arg=*) fail_args="$fail_args ${1#--fail-arg=}"; shift ;;
     *) break ;;
   esac
@@ -19,7 +22,7 @@ done
 expect=$1
 src=$2
 shift 2
-if ! out=$("$@" -DRDMAKIT_CF_CONTROL "$src" 2>&1); then
+if [ $control = 1 ] && ! out=$("$@" -DRDMAKIT_CF_CONTROL "$src" 2>&1); then
   printf '%s\n' "$out" | head -40
   echo "FAIL: $src does not compile even without its offending line"
   exit 1
