@@ -113,8 +113,8 @@ struct cm_options {
   /// Any duration type: one past the range of milliseconds (hours::max()) is no
   /// limit; a finer one is rounded up to whole milliseconds.
   detail::ms_timeout timeout{std::chrono::milliseconds{5000}};
-  std::uint8_t responder_resources = 1;  ///< RDMA READs/atomics the peer may have in flight here
-  std::uint8_t initiator_depth = 1;      ///< RDMA READs/atomics this side may have in flight
+  std::uint8_t responder_resources = 1;  ///< RDMA READs/atomics the peer may have in flight here; RC accept: 0 is refused
+  std::uint8_t initiator_depth = 1;      ///< RDMA READs/atomics this side may have in flight; RC accept: 0 is refused
   std::uint8_t retry_count = 7;          ///< RC transport retries (0..7)
   std::uint8_t rnr_retry_count = 7;      ///< RC RNR retries (0..7; 7: forever)
   bool auto_inline = true;               ///< as qp_options::auto_inline
@@ -312,10 +312,15 @@ shared_owner<cm_id_block<B>> cm_new_id(std::shared_ptr<cm_channel_block<B>> chan
   return blk;
 }
 
-// The options checked before anything is done: the timeout, and the retry counts the
-// CM's messages carry in 3 bits (librdmacm's kernel side clamps a larger one to 7,
-// forever on some devices, without a word).
-inline void check_cm_timeout(const cm_options& o) {
+// The options checked before anything is done: the timeout, the retry counts the CM's
+// messages carry in 3 bits (librdmacm's kernel side clamps a larger one to 7, forever on
+// some devices, without a word), and (`accept_reads`: an accept on a transport with READ
+// or atomics) depths of 0. The passive side's READ depth is its own initiator_depth, the
+// active side's the passive side's responder_resources (the CM crosses them): at 0, rxe
+// takes a READ or an atomic posted on that queue pair and never starts it, and the queue
+// pair stalls behind it without an error. (An active side's own depths cannot do that:
+// its initiator_depth 0 only keeps the server from serving its READs, an error.)
+inline void check_cm_options(const cm_options& o, bool accept_reads) {
   if (o.timeout.count() <= 0)
     throw usage_error(cat("cm_options::timeout must be positive (got ", o.timeout.count(),
                           " ms): give the longest wait for each connection step in milliseconds"));
@@ -325,6 +330,14 @@ inline void check_cm_timeout(const cm_options& o) {
   if (o.rnr_retry_count > 7)
     throw usage_error(cat("cm_options::rnr_retry_count = ", o.rnr_retry_count,
                           " is out of range (0..7): the CM carries it in 3 bits; 7 means retry forever"));
+  if (accept_reads && o.initiator_depth == 0)
+    throw usage_error("cm_request::accept: cm_options::initiator_depth = 0 leaves this side no READ or atomic in "
+                      "flight: one posted would never run on rxe, and the queue pair would stall behind it; give 1 "
+                      "or more");
+  if (accept_reads && o.responder_resources == 0)
+    throw usage_error("cm_request::accept: cm_options::responder_resources = 0 becomes the client's READ depth (the "
+                      "CM crosses them): a READ or atomic it posted would never run on rxe, and its queue pair would "
+                      "stall behind it; give 1 or more");
 }
 
 template <class B>
@@ -779,7 +792,7 @@ class cm_request {
                                 completion_queue<B, PR>& recv_cq, const qp_cap& caps,
                                 std::span<const std::byte> reply = {}, const cm_options& o = {},
                                 Prepare prepare = {}) && {
-    detail::check_cm_timeout(o);
+    detail::check_cm_options(o, T::supports_read || T::supports_atomic);
     const auto param = detail::cm_param(o, reply, "cm_request::accept", false);
     if (!id_) detail::throw_empty("cm_request", "accept");
     detail::cm_check_qp_args<B, T, S>(pd, send_cq, recv_cq, caps, "cm_request::accept");
@@ -801,7 +814,7 @@ class cm_request {
     requires cm_user_qp_backend<B>
   cm_connection<B, T, S> accept(queue_pair<B, T, S, qp_state::init>&& qp, std::span<const std::byte> reply = {},
                                 const cm_options& o = {}) && {
-    detail::check_cm_timeout(o);
+    detail::check_cm_options(o, T::supports_read || T::supports_atomic);
     auto param = detail::cm_param(o, reply, "cm_request::accept", false);
     if (!id_) detail::throw_empty("cm_request", "accept");
     detail::cm_check_user_qp(qp, "cm_request::accept");
@@ -938,7 +951,7 @@ cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_que
                                   completion_queue<B, PR>& recv_cq, const qp_cap& caps, const cm_address& to,
                                   std::span<const std::byte> data = {}, const cm_options& o = {},
                                   Prepare prepare = {}) {
-  detail::check_cm_timeout(o);
+  detail::check_cm_options(o, false);
   const auto param = detail::cm_param(o, data, "cm_connect", true);
   detail::cm_check_qp_args<B, T, S>(pd, send_cq, recv_cq, caps, "cm_connect");  // before the address is resolved
   auto pref = detail::policy_access::pd_ref(pd, "cm_connect");
@@ -966,7 +979,7 @@ template <cm_backend B, transport T, signaling S>
   requires cm_user_qp_backend<B>
 cm_connection<B, T, S> cm_connect(queue_pair<B, T, S, qp_state::init>&& qp, const cm_address& to,
                                   std::span<const std::byte> data = {}, const cm_options& o = {}) {
-  detail::check_cm_timeout(o);
+  detail::check_cm_options(o, false);
   auto param = detail::cm_param(o, data, "cm_connect", true);
   detail::cm_check_user_qp(qp, "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(detail::policy_access::parts(qp).pd->dev);

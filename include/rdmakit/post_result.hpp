@@ -105,8 +105,7 @@ struct [[nodiscard]] post_result {
               case post_rule::unknown: break;
             }
             return "the device rejected the WR (EINVAL): too many SGEs, inline data above "
-                   "max_inline_data, a bad opcode for the transport, the queue pair state, (a READ or "
-                   "an atomic) a connection made with connect_options::max_rd_atomic 0, or (UD) an "
+                   "max_inline_data, a bad opcode for the transport, the queue pair state, or (UD) an "
                    "address handle of another protection domain or device than the queue pair's";
           case ENOMEM: return "the device queue is full (ENOMEM)";
           default: return "the device rejected the WR (see err)";

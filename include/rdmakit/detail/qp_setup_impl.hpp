@@ -38,7 +38,7 @@ RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std:
   return s;
 }
 
-RDMAKIT_NOINLINE RDMAKIT_DECL void check_connect(const endpoint& peer, const connect_options& o) {
+RDMAKIT_NOINLINE RDMAKIT_DECL void check_connect(const endpoint& peer, const connect_options& o, bool reads) {
   auto field = [](const char* name, unsigned v, unsigned max, const char* what) {
     if (v > max)
       throw usage_error(cat("connect(): ", name, " = ", v, " is out of range (0..", max, "): ", what));
@@ -63,6 +63,12 @@ RDMAKIT_NOINLINE RDMAKIT_DECL void check_connect(const endpoint& peer, const con
                           "local_endpoint().mtu)"));
   if (o.path_mtu && mtu_bytes(*o.path_mtu) == 0)
     throw usage_error("connect(): connect_options::path_mtu is not one of 256, 512, 1024, 2048, 4096");
+  // rxe takes a READ or an atomic posted on such a queue pair and never starts it: the
+  // queue pair stalls behind it without an error (other devices refuse the post).
+  if (reads && o.max_rd_atomic == 0)
+    throw usage_error("connect(): connect_options::max_rd_atomic = 0 leaves no READ or atomic in flight: one "
+                      "posted would never run on rxe, and the queue pair would stall behind it; give 1 or more "
+                      "(the default, 16, is clamped to the device's maximum)");
 }
 
 }  // namespace detail

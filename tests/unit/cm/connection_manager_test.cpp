@@ -1118,6 +1118,30 @@ TEST_CASE("cm: retry counts the CM cannot carry are refused before anything is d
   }
 }
 
+TEST_CASE("cm: an RC accept giving a side no READ depth (initiator_depth or responder_resources 0) is refused") {
+  // The server's READ depth is its initiator_depth, the client's the server's
+  // responder_resources (crossed): at 0, rxe takes a READ posted on that queue pair and
+  // never runs it (the queue pair stalls, without an error).
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  for (int field = 0; field < 2; ++field) {
+    cm_options zero;
+    (field == 0 ? zero.initiator_depth : zero.responder_resources) = 0;
+    const std::string says =
+        std::string("cm_options::") + (field == 0 ? "initiator_depth" : "responder_resources") + " = 0";
+    auto server = std::async(std::launch::async, [&] {
+      auto req = l.next_request(5s);
+      CHECK_THROWS_WITH_AS((void)std::move(req).accept<rc>(srv.pd, srv.cq, caps, {}, zero),
+                           doctest::Contains(says.c_str()), usage_error);
+    });
+    cm_options brief;
+    brief.timeout = 500ms;
+    CHECK_THROWS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, brief));  // unanswered
+    server.get();
+  }
+}
+
 TEST_CASE("cm: a region in private data that is malformed is refused, as the TCP exchange's record is") {
   const region_descriptor good(0x1000, 0x55, 4096, access::remote_write | access::remote_read);
   const auto data = cm_region_data(good);

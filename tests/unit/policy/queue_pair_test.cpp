@@ -194,6 +194,22 @@ TEST_CASE("connect to QP number 0 or 1 (the subnet's management QPs) is refused 
   }
 }
 
+TEST_CASE("an RC connect allowing no READ or atomic in flight (max_rd_atomic 0) is refused; UC ignores it") {
+  // rxe takes a READ or an atomic posted on such a queue pair and never runs it: the
+  // queue pair stalls behind it (its requester has no slot to start one), without an
+  // error, until it goes to ERR. The mock said EINVAL at the post.
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto qy = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
+  auto qx = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
+  CHECK_THROWS_WITH_AS((void)std::move(qx).connect(qy.local_endpoint(), {.max_rd_atomic = 0}),
+                       doctest::Contains("connect_options::max_rd_atomic = 0 leaves no READ or atomic"), usage_error);
+  CHECK(qx.query_state() == qp_state::init);  // untouched
+  auto ux = x.pd.create_qp<uc>(x.cq, qp_cap{4, 4});
+  auto uy = y.pd.create_qp<uc>(y.cq, qp_cap{4, 4});
+  CHECK(std::move(ux).connect(uy.local_endpoint(), {.max_rd_atomic = 0}).query_state() == qp_state::rts);
+}
+
 TEST_CASE("send/write with immediate: the receiver sees the value in host order") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");
