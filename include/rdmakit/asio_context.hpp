@@ -18,7 +18,10 @@
 /// `token` (any asio completion token: use_awaitable, detached, a callback) with
 /// (std::exception_ptr, T), so asio coroutines await RDMA work through rdmakit tasks.
 /// A failure of the RDMA side itself (a completion queue that cannot be polled) is
-/// thrown out of io_context::run(). Use the asio_context from the io_context's thread.
+/// thrown out of io_context::run(). The io_context is run by one thread: the first that
+/// runs one of this context's handlers owns it; a handler another thread picks up goes
+/// back to the io_context for the owner, and that thread's run() ends with usage_error
+/// (docs/coroutines.md, Threads). Use the asio_context from the owner's thread.
 #include <rdmakit/detail/scheduler.hpp>
 #include <rdmakit/error.hpp>
 #include <rdmakit/task.hpp>
@@ -34,6 +37,7 @@
 
 #include <poll.h>
 
+#include <atomic>
 #include <coroutine>
 #include <cstddef>
 #include <exception>
@@ -41,6 +45,7 @@
 #include <memory>
 #include <optional>
 #include <system_error>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -54,7 +59,7 @@ namespace detail {
 // when unwatched: they belong to the verbs objects); deadlines are steady_timers.
 class asio_scheduler final : public scheduler, public std::enable_shared_from_this<asio_scheduler> {
  public:
-  explicit asio_scheduler(::asio::io_context& io) : io_(&io) {}
+  explicit asio_scheduler(::asio::io_context& io) : io_(&io), exec_(io.get_executor()) {}
   asio_scheduler(const asio_scheduler&) = delete;
   asio_scheduler& operator=(const asio_scheduler&) = delete;
   ~asio_scheduler() {
@@ -62,6 +67,17 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   }
 
   ::asio::io_context& io() noexcept { return *io_; }
+
+  /// Refuses a call that changes this scheduler (a task started, a descriptor watched)
+  /// from another thread than the one that runs its handlers, once one does: it would
+  /// race with them.
+  void check_thread(const char* call) const {
+    const auto owner = owner_.load(std::memory_order_acquire);
+    if (owner != std::thread::id{} && owner != std::this_thread::get_id())
+      throw usage_error(cat(call, ": called on a second thread: the asio_context belongs to the thread that runs "
+                              "its io_context; post the call there (asio::post(io, ...)), or give this thread its "
+                              "own io_context and asio_context"));
+  }
 
   /// Its asio_context goes: the descriptors and timers made on the io_context are let go
   /// (now, or when the run of work items a task destroyed the context from ends), so the
@@ -81,6 +97,7 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   }
 
   void watch(fd_watch& w) override {
+    check_thread("asio_context (an async object made on it)");
     if (!io_)
       throw usage_error("asio_context: the context this scheduler belonged to was destroyed: make async objects on a "
                         "live asio_context");
@@ -123,8 +140,12 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     if (!fail_posted_) {
       fail_posted_ = true;
       post_in_(fail_slot_, [weak = weak_from_this(), e] {
-        if (auto self = weak.lock()) self->fail_posted_ = false;
-        std::rethrow_exception(e);
+        auto self = weak.lock();
+        if (!self) std::rethrow_exception(e);
+        self->owned_([s = self.get(), e] {
+          s->fail_posted_ = false;
+          std::rethrow_exception(e);
+        });
       });
       return;
     }
@@ -151,11 +172,13 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     timer->async_wait([weak = weak_from_this(), id = t.id()](const std::error_code& ec) {
       auto self = weak.lock();
       if (ec || !self) return;
-      auto it = self->timers_.find(id);
-      if (it == self->timers_.end()) return;
-      timer_node* node = it->second.first;
-      self->timers_.erase(it);
-      self->post(node->fired());
+      self->owned_([s = self.get(), id] {
+        auto it = s->timers_.find(id);
+        if (it == s->timers_.end()) return;
+        timer_node* node = it->second.first;
+        s->timers_.erase(it);
+        s->post(node->fired());
+      });
     });
   }
   void stop_timer(timer_node& t) noexcept override {
@@ -197,11 +220,32 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
                                              [keep = slot, f = std::move(f)]() mutable { f(); }));
   }
 
+  // Runs `f`, a handler's body, on the thread that owns this scheduler: the first one
+  // that runs one of its handlers (docs/coroutines.md, Threads). Two threads inside would
+  // resume tasks and change this state at once. Picked up by another thread (an
+  // io_context run by two), the body goes back to the io_context for the owner, and that
+  // thread's run() ends with usage_error.
+  template <class F>
+  void owned_(F f) {
+    const auto me = std::this_thread::get_id();
+    std::thread::id owner{};
+    if (owner_.compare_exchange_strong(owner, me, std::memory_order_acq_rel) || owner == me) {
+      f();
+      return;
+    }
+    ::asio::post(exec_, [weak = weak_from_this(), f = std::move(f)]() mutable {
+      if (auto self = weak.lock()) self->owned_(std::move(f));
+    });
+    throw usage_error("asio_context: its io_context is run by a second thread: the first thread that ran one of its "
+                      "handlers runs them all (this one went back to the io_context for it). Run the io_context on "
+                      "one thread, or give each thread its own io_context and asio_context");
+  }
+
   void schedule_drain_() noexcept {
     if (drain_posted_) return;
     drain_posted_ = true;
     post_in_(drain_slot_, [weak = weak_from_this()] {
-      if (auto self = weak.lock()) self->drain_();
+      if (auto self = weak.lock()) self->owned_([s = self.get()] { s->drain_(); });
     });
   }
   void drain_() {
@@ -243,16 +287,23 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
                     [this, weak = weak_from_this(), alive = e.alive, &e](const std::error_code& ec) {
                       auto self = weak.lock();
                       if (ec || !self || !*alive) return;  // cancelled: armed was cleared then
-                      e.armed = false;
-                      e.watch->on_ready(e.watch->ctx);
-                      if (*alive && tasks_ > 0) arm_(e);
-                      kick_progress_();
+                      owned_([this, alive, &e] {
+                        if (!*alive) return;  // let go while the body waited for the owner
+                        e.armed = false;
+                        e.watch->on_ready(e.watch->ctx);
+                        if (*alive && tasks_ > 0) arm_(e);
+                        kick_progress_();
+                      });
                     });
     e.armed = true;  // only once the wait is pending: async_wait may throw (its handler's memory)
     pollfd p{e.watch->fd, POLLIN, 0};
     if (::poll(&p, 1, 0) > 0)
       ::asio::post(*io_, [weak = weak_from_this(), alive = e.alive, w = e.watch] {
-        if (weak.lock() && *alive) w->on_ready(w->ctx);
+        auto self = weak.lock();
+        if (self && *alive)
+          self->owned_([alive, w] {
+            if (*alive) w->on_ready(w->ctx);
+          });
       });
   }
 
@@ -301,19 +352,23 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
       post_in_(progress_slot_, [weak = weak_from_this()] {
         auto self = weak.lock();
         if (!self) return;
-        self->progress_posted_ = false;
-        std::vector<fd_watch*> busy;
-        for (auto& [w, e] : self->watches_)
-          if (w->progress && w->progress(w->ctx)) busy.push_back(w);
-        for (auto* w : busy)
-          if (self->watches_.count(w)) w->on_ready(w->ctx);
-        self->kick_progress_();
+        self->owned_([s = self.get()] {
+          s->progress_posted_ = false;
+          std::vector<fd_watch*> busy;
+          for (auto& [w, e] : s->watches_)
+            if (w->progress && w->progress(w->ctx)) busy.push_back(w);
+          for (auto* w : busy)
+            if (s->watches_.count(w)) w->on_ready(w->ctx);
+          s->kick_progress_();
+        });
       });
       return;
     }
   }
 
   ::asio::io_context* io_;  // null once detached (detach_io)
+  ::asio::io_context::executor_type exec_;  // for a handler another thread gave back (owned_)
+  std::atomic<std::thread::id> owner_{};   // the thread that runs the handlers, once one has
   work_list ready_;
   bool detach_pending_ = false;
   bool drain_posted_ = false;
@@ -344,6 +399,7 @@ class asio_root {
    public:
     template <class Ctx, class... Args>
     promise_type(Ctx& ctx, Args&...) : sched_(*ctx.sched_) {
+      sched_.check_thread("asio_spawn");
       auto h = std::coroutine_handle<promise_type>::from_promise(*this);
       start_.bind(h);
       // When this constructor throws, the frame is freed: nothing may keep its handle (the

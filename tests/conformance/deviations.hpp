@@ -78,6 +78,7 @@ struct outcome {
   tri remote_ran = tri::either;   ///< the remote side of a failed WR ran (an atomic's target changed)
   int hop_limit = -1;  ///< the hop limit (IPv4: TTL) of a UD receive's GRH area; -1: the address handle's
   tri head_written = tri::either;  ///< a failed message's leading packets reached the responder's memory
+  bool rounds_grants = false;  ///< create_qp's send caps and create_cq's size come back above the request
 };
 
 struct deviation_row {
@@ -117,6 +118,7 @@ inline constexpr std::string_view destroyed_qp_completions = "cq.destroyed_qp_co
 inline constexpr std::string_view srq_recv_in_srq_pd = "srq.recv_buffer_in_srq_pd";
 inline constexpr std::string_view srq_recv_in_qp_pd = "srq.recv_buffer_in_qp_pd";
 inline constexpr std::string_view sender_imm_flag = "completion.sender_with_imm_flag";
+inline constexpr std::string_view create_grants = "create.grants_rounded_up";
 inline constexpr std::string_view responder_error_event = "async.responder_access_error_event";
 inline constexpr std::string_view ud_grh_hop_limit = "ud.grh_hop_limit";
 inline constexpr std::string_view atomic_inline = "opcode.atomic_inline";
@@ -241,6 +243,13 @@ inline constexpr std::array deviation_table{
                   "spec §4: ENOMEM once max_send_wr / max_recv_wr WRs are outstanding"},
     deviation_row{ids::queue_capacity, "rxe", {.exact_capacity = false},
                   "rxe (kernel 6.1, observed): create_qp reports the requested depth, the ring holds 2^k-1"},
+    // What create_qp grants of the send caps, and create_cq of the size.
+    deviation_row{ids::create_grants, "spec", {.rounds_grants = false},
+                  "spec §4 (ibv_create_qp(3), ibv_create_cq(3)): at least what was asked; the mock grants exactly that"},
+    deviation_row{ids::create_grants, "rxe", {.rounds_grants = true},
+                  "rxe (kernel 6.1, observed): a send WQE holds max(16 x max_send_sge, max_inline_data) bytes and "
+                  "both are granted from it (SGE 1, inline 0 gives inline 16; SGE 1, inline 64 gives 4 SGEs); "
+                  "create_cq(n) reports 2^k-1 >= n (10 gives 15, 16 gives 31)"},
     // An atomic whose local SGE is longer than 8 bytes.
     deviation_row{ids::atomic_len_over_8, "spec", {.post_errno = EINVAL, .req = status_set::nothing()},
                   "spec §3: local length != 8 is EINVAL at post"},

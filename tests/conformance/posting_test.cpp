@@ -28,6 +28,30 @@ CONFORMANCE_CASE("posting: create_qp and create_cq write back at least what was 
   CHECK(errno_of([&] { fx.make_qp({.caps = too_deep}); }) == EINVAL);
 }
 
+// The library reads the grant back (auto_inline sends what fits max_inline_data; a CQ's
+// room for its queue pairs is create_cq's size), so the mock must grant what rxe does.
+CONFORMANCE_CASE("create: the send caps and the CQ size granted (rxe grants more than asked, and says so)") {
+  fixture<B> fx;
+  const auto want = expected(ids::create_grants, backend_traits<B>::profile());
+  struct row {
+    std::uint32_t sge, inline_data, want_sge, want_inline;
+  };
+  const row rows[] = {{1, 0, 1, 16}, {1, 64, 4, 64}, {2, 0, 2, 32}, {3, 16, 3, 48}};
+  for (const row& r : rows) {
+    auto q = fx.make_qp({.caps = {4, 4, r.sge, 1, r.inline_data}});
+    CAPTURE(r.sge);
+    CAPTURE(r.inline_data);
+    CHECK(q.caps.max_send_sge == (want.rounds_grants ? r.want_sge : r.sge));
+    CHECK(q.caps.max_inline_data == (want.rounds_grants ? r.want_inline : r.inline_data));
+    CHECK(q.caps.max_recv_sge == 1);  // the receive side as asked, on both
+  }
+  for (int cqe : {1, 10, 16, 100}) {
+    CAPTURE(cqe);
+    const int rounded = cqe == 1 ? 1 : cqe == 10 ? 15 : cqe == 16 ? 31 : 127;
+    CHECK(B::cq_capacity(fx.make_cq(cqe)) == (want.rounds_grants ? rounded : cqe));
+  }
+}
+
 CONFORMANCE_CASE("posting: SQ full -> ENOMEM, bad_wr is the first WR not posted, earlier ones were posted") {
   fixture<B> fx;
   const auto want = expected(ids::queue_capacity, backend_traits<B>::profile());

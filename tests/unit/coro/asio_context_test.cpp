@@ -9,6 +9,8 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <thread>
 
 using namespace coro_test;
 
@@ -208,4 +210,44 @@ TEST_CASE("asio_context: io_context::run() returns when its tasks are done, what
   CHECK(result == 1);
   CHECK(rdma.tasks() == 0);
   CHECK(io.stopped());
+}
+
+// io_context::run() on two threads ran this context's handlers, and the tasks they
+// resume, on both at once: heap-use-after-free in a queue pair's slots, races (TSan) and
+// completions lost, with no error. The first thread that runs one of its handlers owns
+// it; one another thread picks up goes back to the io_context, for the owner, and that
+// thread's run() ends with usage_error.
+TEST_CASE("asio_context: a second thread running its io_context gets usage_error; the owner runs every task") {
+  ::asio::io_context io;
+  asio_context rdma(io);
+  int done = 0, completed = 0;
+  auto counts = [&]() -> task<void> {
+    ++done;
+    co_return;
+  };
+  auto completes = [&](std::exception_ptr e) { completed += e ? 100 : 1; };
+  asio_spawn(rdma, counts(), completes);
+  io.poll();  // this thread runs the first handler: it owns the context now
+  REQUIRE(done == 1);
+  io.restart();
+  asio_spawn(rdma, counts(), completes);  // its handler is the only one ready
+  std::string refused;
+  std::thread([&] {
+    try {
+      io.run_one();
+    } catch (const usage_error& e) {
+      refused = e.what();
+    }
+  }).join();
+  CHECK_MESSAGE(refused.find("io_context is run by a second thread") != std::string::npos, refused);
+  CHECK(done == 1);  // not run there
+  io.run();  // handed back: the owner runs it
+  CHECK(done == 2);
+  CHECK(completed == 2);
+  // asio_spawn from another thread than the owner is refused before anything is done.
+  std::thread([&] {
+    CHECK_THROWS_WITH_AS(asio_spawn(rdma, counts(), completes), doctest::Contains("asio_spawn: called on a second thread"),
+                         usage_error);
+  }).join();
+  CHECK(rdma.tasks() == 0);
 }

@@ -987,7 +987,7 @@ TEST_CASE("destroying a queue pair keeps the room of its unpolled completions un
   mock::fabric fab(cfg);
   side x(fab, "mock0"), y(fab, "mock1");
   auto cq = x.dev.create_cq(4);
-  REQUIRE(cq.capacity() == 4);
+  REQUIRE(cq.capacity() == 7);  // rxe grants 2^k - 1 (create.grants_rounded_up): 4 + 4 do not fit
   auto src = x.pd.allocate<rw_access>(64);
   auto dst = y.pd.allocate<rw_access>(64);
   std::uint32_t gone = 0;

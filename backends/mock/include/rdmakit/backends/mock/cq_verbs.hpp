@@ -50,7 +50,14 @@ RDMAKIT_DECL mock::cq mock::create_cq(context ctx, int cqe, channel ch, int comp
   auto c = detail::make_unique_owner<mockd::cq_obj>();
   c->ctx = ctx;
   c->channel = ch;
+  // rxe's ring has a power of two of slots, one kept empty, and reports what it holds
+  // (create.grants_rounded_up); the spec profile grants exactly what was asked.
   c->capacity = cqe;
+  if (f.as_rxe()) {
+    std::uint32_t slots = 2;
+    while (slots < static_cast<std::uint32_t>(cqe) + 1) slots *= 2;  // cqe <= max_cqe: no overflow
+    c->capacity = static_cast<int>(slots - 1);
+  }
   f.cqs.insert(c.get());  // the last step that may throw
   ++dev.count.cq;
   if (ch) ++ch->cqs;
