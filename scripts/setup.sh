@@ -4,8 +4,8 @@
 set -euo pipefail
 pkgs=(meson ninja-build pkg-config g++ cmake python3 doctest-dev libbenchmark-dev doxygen
       libibverbs-dev librdmacm-dev rdma-core ibverbs-providers valgrind ccache libasio-dev
-      clang libclang-rt-14-dev)  # clang: the examples and the compile-fail control compile
-      # with it too (tests), and CI's sanitizer stage builds with it (its runtimes: rt-14-dev)
+      clang libclang-rt-14-dev)  # clang: the compile-fail control compiles with it too
+      # (tests), and CI's sanitizer stage builds with it (its runtimes: rt-14-dev)
 if [ "${RDMAKIT_WITH_RXE:-0}" = 1 ]; then
   pkgs+=(qemu-system-x86 busybox-static kmod cpio ibverbs-utils rdmacm-utils perftest iproute2 xz-utils zstd)
 fi

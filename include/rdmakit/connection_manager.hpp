@@ -792,7 +792,7 @@ class cm_request {
                                 completion_queue<B, PR>& recv_cq, const qp_cap& caps,
                                 std::span<const std::byte> reply = {}, const cm_options& o = {},
                                 Prepare prepare = {}) && {
-    detail::check_cm_options(o, T::supports_read || T::supports_atomic);
+    detail::check_cm_options(o, initiates_reads<T>);
     const auto param = detail::cm_param(o, reply, "cm_request::accept", false);
     if (!id_) detail::throw_empty("cm_request", "accept");
     detail::cm_check_qp_args<B, T, S>(pd, send_cq, recv_cq, caps, "cm_request::accept");
@@ -814,7 +814,7 @@ class cm_request {
     requires cm_user_qp_backend<B>
   cm_connection<B, T, S> accept(queue_pair<B, T, S, qp_state::init>&& qp, std::span<const std::byte> reply = {},
                                 const cm_options& o = {}) && {
-    detail::check_cm_options(o, T::supports_read || T::supports_atomic);
+    detail::check_cm_options(o, initiates_reads<T>);
     auto param = detail::cm_param(o, reply, "cm_request::accept", false);
     if (!id_) detail::throw_empty("cm_request", "accept");
     detail::cm_check_user_qp(qp, "cm_request::accept");

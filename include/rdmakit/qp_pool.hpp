@@ -117,7 +117,7 @@ class qp_pool {
                                     " queue pairs needs as many peer endpoints, got ", peers.size()));
     check_members_("connect");
     for (std::size_t i = 0; i < qps_.size(); ++i) {
-      detail::check_connect(peers[i], o, T::supports_read || T::supports_atomic);
+      detail::check_connect(peers[i], o, initiates_reads<T>);
       // What INIT→RTR would refuse before the device (a RoCE peer without a GID...).
       (void)detail::rtr_attributes<B, T>(detail::policy_access::parts(qps_[i]), peers[i], o);
     }

@@ -197,6 +197,11 @@ constexpr bool allows(opcode op) noexcept {
   return false;
 }
 
+/// Whether transport T initiates READs or atomics, whose depth (max_rd_atomic) must then
+/// not be 0: rxe takes one posted at 0 and never runs it (connect() refuses that).
+template <transport T>
+inline constexpr bool initiates_reads = T::supports_read || T::supports_atomic;
+
 static_assert(transport<rc> && transport<uc> && transport<ud>);
 
 /// Transport T on a shared receive queue: what protection_domain::create_qp(cq, srq, caps)

@@ -53,7 +53,7 @@ RDMAKIT_DECL mock::qp mock::create_qp_on_srq(pd p, cq send_cq, cq recv_cq, srq s
     // rxe sizes a send WQE for the larger of the SGEs and the inline data, and grants
     // both from it (docs/semantics.md §13, create.grants_rounded_up).
     const std::uint32_t wqe = std::max(caps.max_send_sge * 16, caps.max_inline_data);
-    caps.max_send_sge = std::min(wqe / 16, std::max(caps.max_send_sge, limits.max_sge));
+    caps.max_send_sge = std::min(wqe / 16, limits.max_sge);  // at least as asked: checked above
     caps.max_inline_data = wqe;
   }
   q->caps = caps;  // the spec profile grants exactly what was asked
