@@ -250,4 +250,11 @@ TEST_CASE("asio_context: a second thread running its io_context gets usage_error
                          usage_error);
   }).join();
   CHECK(rdma.tasks() == 0);
+  // So is an async object made on it there: it would watch its descriptor meanwhile.
+  mock::fabric fab;
+  device<B> d(fab, "mock0");
+  std::thread([&] {
+    CHECK_THROWS_WITH_AS(acq(rdma, d.create_cq<event_driven<>>(8)),
+                         doctest::Contains("an async object made on it): called on a second thread"), usage_error);
+  }).join();
 }

@@ -87,6 +87,18 @@ TEST_CASE("qp_pool: UD pools activate; wrong endpoint counts are refused") {
   CHECK_THROWS_AS(std::move(pr).connect(one), usage_error);
 }
 
+// As connect() of one queue pair: rxe would take a READ at depth 0 and never run it.
+TEST_CASE("qp_pool: an RC pool connected with max_rd_atomic 0 is refused before any queue pair moves") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto px = x.pd.create_qp_pool<rc>(x.cq, 2, qp_cap{4, 4});
+  auto py = y.pd.create_qp_pool<rc>(y.cq, 2, qp_cap{4, 4});
+  CHECK_THROWS_WITH_AS((void)std::move(px).connect(py.local_endpoints(), {.max_rd_atomic = 0}),
+                       doctest::Contains("connect_options::max_rd_atomic = 0"), usage_error);
+  CHECK(px.size() == 2);
+  CHECK(px[0].query_state() == qp_state::init);
+}
+
 // operator[] hands out the pool's queue pairs by reference, so one can be moved out
 // (`auto q = std::move(pool[0]);`, or connected on its own). connect() then read the
 // empty member's protection domain while checking the endpoints (a null dereference:
