@@ -1,4 +1,4 @@
-#include "async_cases.hpp"
+#include <async_cases.hpp>
 
 void f() {
   rdmakit::async_completion_queue<fd_archetype, rdmakit::event_driven<>> fine(

@@ -1,4 +1,4 @@
-#include "async_cases.hpp"
+#include <async_cases.hpp>
 
 rdmakit::task<void> f() {
   auto& q = async_fresh<rc>();

@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 void f() {
   auto& q = connected<ud>(); (void)q.send(ah().to(7), region().local(), 1);

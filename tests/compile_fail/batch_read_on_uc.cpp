@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 void f() {
   auto b = connected<uc>().make_batch<4>(); b.write(region().local(), region().remote(), 1);

@@ -1,4 +1,5 @@
-#pragma once
+#ifndef RDMAKIT_TESTS_COMPILE_FAIL_CASES_HPP  // a guard, not #pragma once: meson.build precompiles this header (GCC)
+#define RDMAKIT_TESTS_COMPILE_FAIL_CASES_HPP
 // Shared declarations for the compile-fail cases. They only need to type-check, so the
 // objects come from declared-but-undefined functions over the archetype backend (which
 // proves the checks rely on the verbs_backend concept alone).
@@ -19,3 +20,4 @@ memory_region<B, rdmakit::access::local_write>& local_only_region();
 protection_domain<B>& pd();
 completion_queue<B>& cq();
 address_handle<B>& ah();
+#endif

@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 #include <rdmakit/connection_manager.hpp>
 

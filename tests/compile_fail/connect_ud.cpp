@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 void f() {
   auto& q = fresh<ud>(); (void)q.local_endpoint();

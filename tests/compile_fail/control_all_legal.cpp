@@ -1,6 +1,6 @@
 // Positive control: everything the compile-fail cases forbid has a legal spelling that
 // compiles. If this file stops compiling, the cases prove nothing.
-#include "cases.hpp"
+#include <cases.hpp>
 
 void f() {
   auto& r = region();

@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 void f() {
   auto b = connected<ud>().make_batch<4>(); b.add(op::ud_send{region().local(), ah().to(1)}, 1);

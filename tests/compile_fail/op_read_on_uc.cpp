@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 void f() {
   auto& q = connected<uc>(); (void)q.post(op::write{region().local(), region().remote()}, 1);

@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 void f() {
   auto remote = region().remote().narrow<rdmakit::access::remote_read>();

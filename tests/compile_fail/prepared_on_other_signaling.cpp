@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 // A WR prepared on a signal_all queue pair is built signaled and posted without a flag
 // write there; a queue pair that decides its signals per post must not post it.

@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 void f() {
   auto& r = local_only_region(); (void)r.local();

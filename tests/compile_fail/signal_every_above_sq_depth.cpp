@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 void f() {
   auto ok = pd().create_qp<rc, signal_every<32>>(cq(), static_caps<32, 32>{});

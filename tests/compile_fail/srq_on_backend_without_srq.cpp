@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 void f() {
   (void)pd().create_ah(ah_attr{});

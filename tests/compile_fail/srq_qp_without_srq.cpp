@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 void f() {
   auto q = pd().create_qp<rc>(cq(), qp_cap{8, 8});

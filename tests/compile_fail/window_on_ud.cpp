@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 // Memory windows are bound on RC or UC queue pairs only.
 using BW = rdmakit::archetype_mw_backend;

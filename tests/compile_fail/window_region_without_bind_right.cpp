@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 // A region registered without access::mw_bind cannot have a window bound to it.
 using BW = rdmakit::archetype_mw_backend;

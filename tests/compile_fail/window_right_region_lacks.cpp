@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 // A window granting REMOTE_WRITE cannot be bound to a region registered read-only.
 using BW = rdmakit::archetype_mw_backend;

@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 void f() {
   auto& q = fresh<uc>(); (void)q.post_recv(region().local(), 1);

@@ -1,4 +1,4 @@
-#include "cases.hpp"
+#include <cases.hpp>
 
 void f() {
   auto& q = connected<rc>(); auto ro = region().remote().narrow<rdmakit::access::remote_read>(); (void)q.read(region().local(), ro, 1);
