@@ -1017,6 +1017,13 @@ std::optional<R> with_server(std::future<std::pair<std::optional<R>, bool>>& ser
   return std::move(s.first);
 }
 
+// Sets `done` when the client's attempt ends, however it ends: a server that failed
+// sends the client away until then.
+struct done_on_exit {
+  std::atomic<bool>& done;
+  ~done_on_exit() { done = true; }
+};
+
 // A connection through the mock's CM and a WRITE over it. The injection armed on this
 // thread stays here (client) or moves to the server's thread. Every wait is short, so a
 // side that fails ends the other's wait soon.
@@ -1034,21 +1041,35 @@ void cm_scenario(world& w, armed_side armed) {
   o.timeout = 1s;
   cm_listener<B> l(ds, cm_address::parse("10.0.0.1", 7471));
   const oom::handoff h = armed == armed_side::server ? oom::take() : oom::handoff{};
-  std::atomic<bool> client_gave_up{false};
+  std::atomic<bool> client_gave_up{false}, client_done{false};
   auto server = std::async(std::launch::async, [&] {
     return serve_armed<cm_connection<B, rc>>(h, [&] {
-      for (;;) {
-        try {
-          auto req = l.next_request(20ms);
-          return std::move(req).accept<rc>(spd, scq, caps, cm_region_data(smr.remote()), o);
-        } catch (const cm_error& e) {
-          if (e.code() != cm_errc::timeout || client_gave_up) throw;
+      try {
+        for (;;) {
+          try {
+            auto req = l.next_request(20ms);
+            return std::move(req).accept<rc>(spd, scq, caps, cm_region_data(smr.remote()), o);
+          } catch (const cm_error& e) {
+            if (e.code() != cm_errc::timeout || client_gave_up) throw;
+          }
         }
+      } catch (...) {
+        // A server that fails rejects the client's request (dropped unanswered) until the
+        // client is done, rather than leaving it to wait for its whole timeout.
+        while (!client_done) try {
+            (void)l.next_request(5ms);
+          } catch (...) {  // a timeout, or memory still failing (in a row): again
+          }
+        throw;
       }
     });
   });
   std::optional<cm_connection<B, rc>> c;
-  auto s = with_server(server, [&] { c.emplace(cm_connect<rc>(cpd, ccq, caps, l.address(), {}, o)); },
+  auto s = with_server(server,
+                       [&] {
+                         const done_on_exit done{client_done};
+                         c.emplace(cm_connect<rc>(cpd, ccq, caps, l.address(), {}, o));
+                       },
                        [&] { client_gave_up = true; });
   ensure(c && s, "both sides connected");
   auto dst = c->peer_region();
@@ -1112,11 +1133,28 @@ void tcp_scenario(world& w, armed_side armed) {
   exchange_listener l(0, "127.0.0.1");
   using live = queue_pair<B, rc, signal_all, qp_state::rts>;
   const oom::handoff h = armed == armed_side::server ? oom::take() : oom::handoff{};
+  // A server that fails sends the client away until it is done (its connect would sit in
+  // the listener's backlog, or its read wait, for the whole timeout).
+  std::atomic<bool> client_done{false};
   auto server = std::async(std::launch::async, [&] {
-    return serve_armed<live>(h, [&] { return connect_server(std::move(sqp), l, o, region_descriptor(smr.remote())).qp; });
+    return serve_armed<live>(h, [&] {
+      try {
+        return connect_server(std::move(sqp), l, o, region_descriptor(smr.remote())).qp;
+      } catch (...) {
+        while (!client_done) try {
+            (void)l.turn_away(5ms);
+          } catch (...) {  // memory still failing (in a row): try again
+          }
+        throw;
+      }
+    });
   });
   std::optional<exchanged<live>> c;
-  auto s = with_server(server, [&] { c.emplace(connect_client(std::move(cqp), "127.0.0.1", l.port(), o)); },
+  auto s = with_server(server,
+                       [&] {
+                         const done_on_exit done{client_done};
+                         c.emplace(connect_client(std::move(cqp), "127.0.0.1", l.port(), o));
+                       },
                        [&] { knock(l.port()); });
   ensure(s.has_value() && c->peer.region.has_value(), "both sides connected, the region came along");
   const auto dst = c->peer.region->as<access::remote_write>();
