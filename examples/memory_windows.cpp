@@ -1,8 +1,11 @@
 // Lending part of a buffer through memory windows: the server binds a window to 1 KiB of
 // a region and hands the client only the window's descriptor. The client READs through
-// a type 1 window, WRITEs through a type 2 one, and once the server has invalidated the
-// type 2 window the client's next WRITE fails with REM_ACCESS_ERR (the server's region
-// stays registered all along). Windows need a region registered with access::mw_bind.
+// a type 1 window and WRITEs through a type 2 one, then gives the type 2 window back
+// itself with a SEND_WITH_INV (op::send_inv): the server's poll of that receive tells the
+// window, whose invalidate() then refuses (there is nothing left to revoke). The server
+// binds it again, the client WRITEs, and once the server has invalidated it the client's
+// next WRITE fails with REM_ACCESS_ERR (the server's region stays registered all along).
+// Windows need a region registered with access::mw_bind.
 #include "example_backend.hpp"
 
 #include <rdmakit/memory_window.hpp>
@@ -53,11 +56,34 @@ int main(int argc, char** argv) try {
   std::memcpy(mine.data() + 8, "written!", 8);
   const bool wrote = client.write(mine.local(8, 8), writer.remote(), 4).ok() &&
                      status_of(ccq) == wc_status::success && std::memcmp(lent.data() + 4096, "written!", 8) == 0;
-  const bool revoked = writer.invalidate(server, 5).ok() && status_of(scq) == wc_status::success;
-  const wc_status after = client.write(mine.local(8, 8), writer.remote(), 6).ok() ? status_of(ccq) : wc_status::general_err;
-  std::printf("type 2 window rkey %#x: bound %d, WRITE %s, invalidated %d, WRITE after: %s\n", writer.rkey(), bound2,
-              wrote ? "ok" : "failed", revoked, to_string(after));
-  return bound1 && read && bound2 && wrote && revoked && after == wc_status::rem_access_err ? 0 : 1;
+
+  // The client gives the window back: a SEND that also invalidates it. The server's poll
+  // of the receive is what tells the window (on any queue pair of the device); a LOCAL_INV
+  // of a window already invalidated would fail (and panics rxe's kernel), so invalidate()
+  // refuses it.
+  const bool given_back = server.post_recv(lent.local(0, 64), 5).ok() &&
+                          client.post(op::send_inv{mine.local(8, 8), writer.remote()}, 6).ok() &&
+                          status_of(ccq) == wc_status::success && status_of(scq) == wc_status::success;
+  bool refused = false;
+  try {
+    (void)writer.invalidate(server, 7);
+  } catch (const usage_error& e) {
+    refused = std::strstr(e.what(), "send_inv invalidated") != nullptr;
+  }
+  std::printf("type 2 window rkey %#x: bound %d, WRITE %s, given back by the client %d, invalidate() refused %d\n",
+              writer.rkey(), bound2, wrote ? "ok" : "failed", given_back, refused);
+
+  // Bound again (a new rkey), written through, and this time invalidated by the server.
+  const bool rebound = writer.bind(server, lent, 4096, 1024, 8).ok() && status_of(scq) == wc_status::success;
+  const bool rewrote = client.write(mine.local(8, 8), writer.remote(), 9).ok() && status_of(ccq) == wc_status::success;
+  const bool revoked = writer.invalidate(server, 10).ok() && status_of(scq) == wc_status::success;
+  const wc_status after = client.write(mine.local(8, 8), writer.remote(), 11).ok() ? status_of(ccq) : wc_status::general_err;
+  std::printf("type 2 window rkey %#x: bound again %d, WRITE %s, invalidated %d, WRITE after: %s\n", writer.rkey(),
+              rebound, rewrote ? "ok" : "failed", revoked, to_string(after));
+  return bound1 && read && bound2 && wrote && given_back && refused && rebound && rewrote && revoked &&
+                 after == wc_status::rem_access_err
+             ? 0
+             : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "error: %s\n", e.what());
   return 1;

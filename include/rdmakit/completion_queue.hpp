@@ -439,6 +439,7 @@ class completion_queue {
       g(l, completion<B>(w, l->recv_offset));
       return 1;
     };
+    b.note_invalidation(w);
     const std::uint32_t qpn = B::get_qp_num(w);
     if (RDMAKIT_LIKELY(qpn == b.last_qpn) && polled_before(b.last)) {
       return routed(b.last);

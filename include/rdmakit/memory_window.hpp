@@ -238,10 +238,24 @@ class memory_window {
       next = B::mw_rkey(mw_);
     } else {
       next = detail::next_rkey(rkey_);
-      r = qp.post(op::bind_window<B>({mw_, blk->mr, Access}, addr, length, next), wr_id, flags);
-      // The next BIND_MW names the window by ibv_mw::rkey, which nothing else updates for
-      // type 2 (type 1: ibv_bind_mw does): rxe refuses a bind naming an older rkey.
-      if (r.ok()) B::set_mw_rkey(mw_, next);
+      // The device's record of its bound type 2 windows, which its CQs' polls tell of a
+      // peer's send_inv (peer_invalidations): the entry first, as it may throw.
+      auto& windows = pd_->dev->windows;
+      windows.binding(next);
+      try {
+        r = qp.post(op::bind_window<B>({mw_, blk->mr, Access}, addr, length, next), wr_id, flags);
+      } catch (...) {
+        windows.forget(next);
+        throw;
+      }
+      if (r.ok()) {
+        windows.bound(bound_ ? rkey_ : 0, next);
+        // The next BIND_MW names the window by ibv_mw::rkey, which nothing else updates for
+        // type 2 (type 1: ibv_bind_mw does): rxe refuses a bind naming an older rkey.
+        B::set_mw_rkey(mw_, next);
+      } else {
+        windows.forget(next);
+      }
     }
     if (r.ok()) {
       rkey_ = next;
@@ -263,7 +277,8 @@ class memory_window {
   /// rkey that no longer grants anything. A window is invalidated through the queue pair
   /// it was last bound through (its WR then runs after the bind, or is flushed when the
   /// bind failed). Throws usage_error before the first bind, when the window is not
-  /// bound, or for another queue pair.
+  /// bound, for another queue pair, and for a type 2 window a peer's send_inv invalidated
+  /// (its receive polled from any CQ of the device: see take_invalidation).
   template <transport T, signaling S>
   [[nodiscard]] post_result invalidate(queue_pair<B, T, S, qp_state::rts>& qp, std::uint64_t wr_id,
                          send_flags flags = send_flags::none) {
@@ -286,6 +301,17 @@ class memory_window {
       throw usage_error("memory_window::invalidate(): a window is invalidated through the queue pair it was bound "
                         "through (the last bind's qp; not another one, nor that one's replacement after reset()); "
                         "to stop using the window otherwise, destroy it");
+    if constexpr (Type == mw_type::type2) {
+      // A peer's send_inv that a poll of the device's CQs saw, on any of its queue pairs
+      // (take_invalidation() not told of it, or another queue pair's receive).
+      if (pd_->dev->windows.invalidated(rkey_)) {
+        pd_->dev->windows.forget(rkey_);
+        bound_ = false;
+        throw usage_error("memory_window::invalidate(): a peer's send_inv invalidated the window already (its "
+                          "receive was polled, on a queue pair of this device): there is nothing to revoke; bind "
+                          "it again first");
+      }
+    }
     if constexpr (Type == mw_type::type1) {
       const auto r = detail::policy_access::post_call(qp, wr_id, flags, [&](typename B::qp q, send_flags fl) noexcept {
         return B::bind_mw(q, mw_, region_->mr, addr_, 0, access::none, wr_id, fl);
@@ -298,7 +324,10 @@ class memory_window {
       return r;
     } else {
       const post_result r = qp.post(op::invalidate_window(rkey_), wr_id, flags);
-      if (r.ok()) bound_ = false;
+      if (r.ok()) {
+        pd_->dev->windows.forget(rkey_);
+        bound_ = false;
+      }
       pd_->release_retained();
       return r;
     }
@@ -306,9 +335,10 @@ class memory_window {
 
   /// Records that the peer's op::send_inv invalidated this window when `c` says so (a
   /// successful receive without immediate data whose invalidated_rkey() is this window's
-  /// rkey()): true then. Give it the receive completions of the queue pair the window is
-  /// bound through: the window is then unbound, invalidate() refuses (rxe's kernel
-  /// panics on a LOCAL_INV of an unbound type 2 window) and bind() binds it again.
+  /// rkey()): true then, and the window is unbound: bind() binds it again. You need not
+  /// call it for invalidate() to know: every poll of the device's CQs notes such a
+  /// receive, whichever queue pair it came on (rxe's kernel panics on a LOCAL_INV of a
+  /// type 2 window a peer invalidated); it tells you which completion it was.
   bool take_invalidation(const completion<B>& c) noexcept {
     if constexpr (Type == mw_type::type1) {
       return false;  // a SEND_WITH_INV invalidates type 2 windows only
@@ -319,6 +349,7 @@ class memory_window {
       if (!bound_ || c.status() != wc_status::success || !c.is_recv() || c.has_imm() ||
           c.invalidated_rkey() != rkey_)
         return false;
+      pd_->dev->windows.forget(rkey_);
       bound_ = false;
       return true;
     }
@@ -338,6 +369,7 @@ class memory_window {
                         "domain (a device refuses the bind otherwise)");
   }
   void release() noexcept {
+    if (Type == mw_type::type2 && bound_) pd_->dev->windows.forget(rkey_);
     if (mw_ != typename B::mw{}) B::dealloc_mw(mw_);  // first: then the region may be deregistered
     mw_ = {};
     region_.reset();

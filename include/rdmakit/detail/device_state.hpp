@@ -7,6 +7,7 @@
 // (shared_owner copies); the data path only follows raw pointers held by live objects.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/detail/owning_ptr.hpp>
+#include <rdmakit/detail/peer_invalidations.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -47,6 +48,8 @@ struct device_state {
     return true;
   }
   void end_next_event() const noexcept { __atomic_fetch_sub(&events_readers, events_next_call, __ATOMIC_RELEASE); }
+  // Its bound type 2 memory windows, and the peers' invalidations of them its CQs polled.
+  mutable peer_invalidations windows;
 
   device_state() = default;
   device_state(const device_state&) = delete;

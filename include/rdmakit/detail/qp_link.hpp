@@ -379,11 +379,35 @@ struct cq_block {
       odd |= static_cast<std::uint64_t>(B::get_status(wcs[i])) | (B::get_qp_num(wcs[i]) ^ last_qpn);
       recvs += static_cast<std::uint32_t>(B::get_wr_id(wcs[i]) >> 63);
     }
+    if constexpr (mw_backend<B>) {
+      // Receives while a type 2 window of the device is bound: one by one, so that a
+      // peer's invalidation among them is noted (note_invalidation).
+      if (recvs != 0 && RDMAKIT_UNLIKELY(dev->windows.watched())) return -1;
+    }
     return odd == 0 ? static_cast<int>(recvs) : -1;
+  }
+
+  /// Notes a peer's SEND_WITH_INV among this CQ's completions for the device's type 2
+  /// windows (peer_invalidations), while one is bound: memory_window::invalidate then
+  /// refuses the window it invalidated. Every completion polled comes here, whatever
+  /// queue pair it names.
+  RDMAKIT_ALWAYS_INLINE void note_invalidation(const typename B::wc& w) const noexcept {
+    if constexpr (mw_backend<B>) {
+      if (RDMAKIT_UNLIKELY(dev->windows.watched())) note_invalidation_(w);
+    }
   }
 
   static RDMAKIT_ALWAYS_INLINE std::uint32_t status_bits_(const typename B::wc& w) noexcept {
     return static_cast<std::uint32_t>(B::get_status(w));  // 0: success
+  }
+
+  // A successful receive without immediate data whose rkey field names a bound window:
+  // the receive of a SEND_WITH_INV, by memory_window::take_invalidation's rule. Not by
+  // wc_flags::with_inv: rxe 6.1 does not set it (semantics.md §13, mw.recv_with_inv_flag).
+  RDMAKIT_NOINLINE void note_invalidation_(const typename B::wc& w) const noexcept {
+    if (B::get_status(w) == wc_status::success && (B::get_wr_id(w) & recv_wr_bit) != 0 &&
+        !has_any(B::get_wc_flags(w), wc_flags::with_imm))
+      dev->windows.note(B::get_invalidated_rkey(w));
   }
 
   /// find() past its one-entry cache: the routes, searched; null when none matches.

@@ -331,6 +331,49 @@ TEST_CASE("memory_window: take_invalidation records the peer's send_inv, so inva
   CHECK(one(y.cq).status == wc_status::success);
 }
 
+// A peer's send_inv the window was not told of (take_invalidation) left it believing it
+// was bound, and invalidate() posted a LOCAL_INV of an unbound type 2 window: the mock
+// completes it LOC_QP_OP_ERR, rxe's kernel panics (Linux 6.1, seen in the guest). The
+// peer may send it on any queue pair of the window's device, not only the binding one.
+// Any poll of the device's CQs now notes it, and invalidate() refuses.
+TEST_CASE("memory_window: a peer's send_inv polled anywhere on the device makes invalidate() refuse") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<all_access>(64);
+  auto region = y.pd.allocate<window_region>(256);
+  auto inbox = y.pd.allocate<access::local_write>(64);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto other_cq = y.dev.create_cq(64);  // a second connection into the PD, with its own CQ
+  auto q = make_pair<rc>(x.pd, x.cq, y.pd, other_cq, qp_cap{16, 16, 1, 1, 0});
+  auto w = y.pd.alloc_window<access::remote_write>();
+  auto kept = y.pd.alloc_window<access::remote_write>();  // not named: stays bound
+  REQUIRE(w.bind(p.b, region, 0, 256, 1).ok());
+  REQUIRE(kept.bind(p.b, region, 0, 64, 2).ok());
+  (void)collect(y.cq, 2);
+  SUBCASE("on the binding queue pair, polled without take_invalidation") {
+    REQUIRE(p.b.post_recv(inbox.local(), 10).ok());
+    REQUIRE(p.a.post(op::send_inv{src.local(0, 4), w.remote()}, 3).ok());
+    CHECK(one(y.cq).status == wc_status::success);
+  }
+  SUBCASE("on another queue pair and CQ, by a handler") {
+    REQUIRE(q.b.post_recv(inbox.local(), 10).ok());
+    REQUIRE(q.a.post(op::send_inv{src.local(0, 4), w.remote()}, 3).ok());
+    int got = 0;
+    for (int i = 0; i < 1000 && got == 0; ++i) got += other_cq.poll([](const completion<B>&) {});
+    REQUIRE(got == 1);
+  }
+  (void)collect(x.cq, 1);
+  CHECK_THROWS_WITH_AS((void)w.invalidate(p.b, 5), doctest::Contains("send_inv invalidated"), usage_error);
+  CHECK(y.cq.poll() == 0);  // no LOCAL_INV was posted
+  CHECK_THROWS_WITH_AS((void)w.invalidate(p.b, 5), doctest::Contains("not bound"), usage_error);
+  REQUIRE(kept.invalidate(p.b, 6).ok());
+  CHECK(one(y.cq).status == wc_status::success);
+  REQUIRE(w.bind(p.b, region, 0, 64, 7).ok());  // bound again: invalidated as usual
+  CHECK(one(y.cq).status == wc_status::success);
+  REQUIRE(w.invalidate(p.b, 8).ok());
+  CHECK(one(y.cq).status == wc_status::success);
+}
+
 // A type 2 bind that fails (here flushed: its queue pair is in ERR) leaves the device's
 // window unbound while the window believes it bound. A LOCAL_INV of it posted on another
 // queue pair then reaches an unbound window, which panics rxe's kernel (Linux 6.1), and
