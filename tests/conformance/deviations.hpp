@@ -79,6 +79,7 @@ struct outcome {
   int hop_limit = -1;  ///< the hop limit (IPv4: TTL) of a UD receive's GRH area; -1: the address handle's
   tri head_written = tri::either;  ///< a failed message's leading packets reached the responder's memory
   bool rounds_grants = false;  ///< create_qp's send caps and create_cq's size come back above the request
+  tri window_invalidated = tri::either;  ///< the window a SEND_WITH_INV named no longer grants access
 };
 
 struct deviation_row {
@@ -113,6 +114,7 @@ inline constexpr std::string_view write_imm_bad_rkey_2_packets = "fault.write_im
 inline constexpr std::string_view arm_without_channel = "cq.req_notify_without_channel";
 inline constexpr std::string_view mw_out_of_window = "mw.access_outside_window";
 inline constexpr std::string_view recv_with_inv_flag = "mw.recv_with_inv_flag";
+inline constexpr std::string_view send_inv_other_pd = "mw.send_inv_other_pd";
 inline constexpr std::string_view srq_last_wqe_event = "srq.qp_to_err_last_wqe_reached";
 inline constexpr std::string_view destroyed_qp_completions = "cq.destroyed_qp_completions_left";
 inline constexpr std::string_view srq_recv_in_srq_pd = "srq.recv_buffer_in_srq_pd";
@@ -310,8 +312,18 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::recv_with_inv_flag, "spec", {.inv_flag = tri::yes},
                   "spec §10.5: wc_flags has WITH_INV, the completion names the rkey"},
     deviation_row{ids::recv_with_inv_flag, "rxe", {.inv_flag = tri::no},
-                  "rxe 6.1 names the rkey but sets the kernel's IB_WC_WITH_INVALIDATE bit (1 << 2), which user "
-                  "space reads as IBV_WC_IP_CSUM_OK: no WITH_INV"},
+                  "rxe 6.1 names the rkey but sets no WITH_INV (observed: the receive's wc_flags are GRH alone, "
+                  "as on every RC/UC receive)"},
+    // A SEND_WITH_INV naming a type 2 window of another PD of the receiving device.
+    deviation_row{ids::send_inv_other_pd, "spec",
+                  {.req = {wc_status::rem_inv_req_err}, .resp = {wc_status::rem_inv_req_err},
+                   .window_invalidated = tri::no},
+                  "spec §10.5: an rkey outside the receiving QP's PD is invalid: REM_INV_REQ_ERR, the window "
+                  "untouched"},
+    deviation_row{ids::send_inv_other_pd, "rxe",
+                  {.req = {wc_status::success}, .resp = {wc_status::success}, .window_invalidated = tri::yes},
+                  "rxe 6.1 (observed) looks the rkey up device-wide: the SEND lands and the other PD's window is "
+                  "invalidated"},
     // A QP on an SRQ moved to ERR: the Last WQE Reached event.
     deviation_row{ids::srq_last_wqe_event, "spec", {.async_event = tri::yes},
                   "IB spec (affiliated async events): QP_LAST_WQE_REACHED once the QP takes no more SRQ WQEs"},

@@ -213,6 +213,38 @@ CONFORMANCE_CASE("mw: type 2 invalidated by the peer's SEND_WITH_INV") {
   CHECK(write_through(fx, a, src, dst.addr(0), rkey, 2) == wc_status::rem_access_err);
 }
 
+// The spec checks a SEND_WITH_INV's rkey against the receiving QP's PD; rxe looks it up
+// in the whole device, so a peer connected to another PD's queue pair revokes the window.
+// memory_window's record of peers' invalidations is the device's, not the PD's, for this.
+CONFORMANCE_CASE("mw: a SEND_WITH_INV naming a type 2 window of another PD of the device") {
+  fixture<B> fx;
+  const auto want = expected(ids::send_inv_other_pd, backend_traits<B>::profile());
+  auto [a, b] = fx.make_pair();
+  auto pd2 = fx.make_pd();
+  auto a2 = fx.make_qp({});
+  auto c = fx.make_qp({}, {}, {}, pd2);
+  fx.connect(a2, c);
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto& inbox = fx.make_buffer(256, acc::local_write, pd2);
+  auto w = make_mw(fx, mw_type::type2);
+  const std::uint32_t rkey = inc_rkey(B::mw_rkey(w));
+  REQUIRE(bind2(fx, b, w, rkey, dst, 0, 4096, rw, 70) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  REQUIRE(fx.post_recv(c, 80, {inbox.sge(0, 256)}) == 0);
+  REQUIRE(fx.post_send(a2, 1, opcode::send_with_inv, {src.sge(0, 32)}, send_flags::signaled,
+                       [&](typename B::send_wr& wr) { B::set_invalidate(wr, rkey); }) == 0);
+  const auto sent = fx.poll_one(a2.send_cq, "the SEND_WITH_INV's completion");
+  CHECK_MESSAGE(want.req.allows(sent.status), "requester: ", to_string(sent.status), ", expected ",
+                want.req.to_string());
+  const auto got = fx.poll_one(c.recv_cq, "its receive's completion");
+  CHECK_MESSAGE(want.resp.allows(got.status), "responder: ", to_string(got.status), ", expected ",
+                want.resp.to_string());
+  const wc_status after = write_through(fx, a, src, dst.addr(0), rkey, 2);
+  if (want.window_invalidated == tri::yes) CHECK(after == wc_status::rem_access_err);
+  if (want.window_invalidated == tri::no) CHECK(after == wc_status::success);
+}
+
 CONFORMANCE_CASE("mw: binding to a region registered without MW_BIND completes with MW_BIND_ERR") {
   fixture<B> fx;
   auto [a, b] = fx.make_pair();

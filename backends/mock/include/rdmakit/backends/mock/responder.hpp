@@ -224,7 +224,7 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     e.wc.imm_data = m.imm;
   }
   if (m.op == opcode::send_with_inv) {
-    if (!invalidate_window(f, d->pd, m.imm)) {
+    if (!invalidate_window(f, f.as_rxe() ? nullptr : d->pd, m.imm)) {
       // As rxe: the receive fails, the QP goes to ERR and the requester gets a NAK.
       e.wc.status = wc_status::rem_inv_req_err;
       recv_cqe(f, d, e, false);
@@ -232,8 +232,7 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
       if (m.type == qp_type::rc) respond(f, m, nak(wc_status::rem_inv_req_err));
       return;
     }
-    // rxe 6.1 sets the kernel's WITH_INVALIDATE bit, which user space reads as
-    // IBV_WC_IP_CSUM_OK (deviations.hpp, mw.recv_with_inv_flag): no with_inv.
+    // rxe 6.1 sets no WITH_INV (deviations.hpp, mw.recv_with_inv_flag): GRH alone.
     if (!f.as_rxe()) e.wc.flags |= wc_flags::with_inv;
     e.wc.imm_data = m.imm;  // the rkey, host order (ibv_wc::invalidated_rkey)
   }

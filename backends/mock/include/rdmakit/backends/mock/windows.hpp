@@ -40,12 +40,13 @@ inline wc_status execute_bind(fabric_state& f, qp_obj* q, const send_wqe& e) {
   return wc_status::success;
 }
 
-// Invalidates the type 2 window `rkey` names for a QP of `pd`; false if it cannot (an
+// Invalidates the type 2 window `rkey` names for a QP of `pd` (null: of any PD, as rxe's
+// SEND_WITH_INV does, deviations.hpp mw.send_inv_other_pd); false if it cannot (an
 // unknown or stale key, a region's key, a type 1 window, another PD).
 inline bool invalidate_window(fabric_state& f, pd_obj* pd, std::uint32_t rkey) {
   if (!is_mw_key(rkey)) return false;
   mw_obj* w = find_mw(f, rkey);
-  if (!w || w->type != mw_type::type2 || w->pd != pd) return false;
+  if (!w || w->type != mw_type::type2 || (pd && w->pd != pd)) return false;
   w->mr = nullptr;
   w->qp = nullptr;
   w->addr = w->length = 0;
