@@ -88,6 +88,14 @@ struct policy_access {
   static std::uint64_t serial_of(const QP& qp) noexcept {
     return qp.parts_.link->serial;
   }
+  // The queue pair's qp_native_hold, made on first use (bad_alloc), for a type 2 memory
+  // window bound through it.
+  template <class QP>
+  static auto native_hold_of(QP& qp) {
+    auto& h = qp.parts_.native_hold;
+    if (!h) h = make_shared_owner<typename std::remove_cvref_t<decltype(*h)>>();
+    return h;
+  }
   // A protection domain's control block (throws usage_error when empty).
   template <class PD>
   static auto pd_ref(const PD& pd, const char* call) {

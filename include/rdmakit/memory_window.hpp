@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 RDMAKIT_BEGIN_NAMESPACE
 
@@ -165,7 +166,8 @@ class memory_window {
         addr_(std::exchange(o.addr_, 0)),
         length_(std::exchange(o.length_, 0)),
         bound_(std::exchange(o.bound_, false)),
-        bound_through_(std::exchange(o.bound_through_, 0)) {}
+        bound_through_(std::exchange(o.bound_through_, 0)),
+        holds_(std::move(o.holds_)) {}
   /// Frees this window, then takes over `o`'s; `o` becomes empty.
   memory_window& operator=(memory_window&& o) noexcept {
     if (this != &o) {
@@ -178,6 +180,7 @@ class memory_window {
       length_ = std::exchange(o.length_, 0);
       bound_ = std::exchange(o.bound_, false);
       bound_through_ = std::exchange(o.bound_through_, 0);
+      holds_ = std::move(o.holds_);
     }
     return *this;
   }
@@ -238,6 +241,12 @@ class memory_window {
       next = B::mw_rkey(mw_);
     } else {
       next = detail::next_rkey(rkey_);
+      // The queue pair's native QP, which this window keeps until it is freed: the device
+      // holds it for the binding (qp_native_hold). Made before the post, as it may throw.
+      auto hold = detail::policy_access::native_hold_of(qp);
+      bool new_hold = true;
+      for (const auto& h : holds_) new_hold = new_hold && !(h == hold);
+      if (new_hold) holds_.reserve(holds_.size() + 1);
       // The device's record of its bound type 2 windows, which its CQs' polls tell of a
       // peer's send_inv (peer_invalidations): the entry first, as it may throw.
       auto& windows = pd_->dev->windows;
@@ -249,6 +258,10 @@ class memory_window {
         throw;
       }
       if (r.ok()) {
+        if (new_hold) {
+          __atomic_fetch_add(&hold->windows, 1, __ATOMIC_RELEASE);
+          holds_.push_back(std::move(hold));  // (room reserved above)
+        }
         windows.bound(bound_ ? rkey_ : 0, next);
         // The next BIND_MW names the window by ibv_mw::rkey, which nothing else updates for
         // type 2 (type 1: ibv_bind_mw does): rxe refuses a bind naming an older rkey.
@@ -372,6 +385,10 @@ class memory_window {
     if (Type == mw_type::type2 && bound_) pd_->dev->windows.forget(rkey_);
     if (mw_ != typename B::mw{}) B::dealloc_mw(mw_);  // first: then the region may be deregistered
     mw_ = {};
+    // Then the QPs it was bound through: the device let go of them with the window, and
+    // one whose queue pair went meanwhile is destroyed now (qp_native_hold).
+    for (auto& h : holds_) __atomic_fetch_sub(&h->windows, 1, __ATOMIC_RELEASE);
+    holds_.clear();
     region_.reset();
     if (pd_) pd_->release_retained();  // regions this window kept the device from letting go
     pd_.reset();
@@ -392,6 +409,8 @@ class memory_window {
   bool bound_ = false;
   // The serial of the queue pair last bound through (detail::qp_link::serial).
   std::uint64_t bound_through_ = 0;
+  // Type 2: the native QPs it was bound through, kept until it is freed (qp_native_hold).
+  std::vector<detail::shared_owner<detail::qp_native_hold<B>>> holds_;
 };
 
 RDMAKIT_END_NAMESPACE

@@ -108,6 +108,41 @@ struct cm_qp_owner {
   virtual ~cm_qp_owner() = default;
 };
 
+// A native QP that type 2 memory windows were bound through, shared with those windows.
+// The device holds a reference to that QP in each such window until it is invalidated or
+// freed: rxe's destroy_qp then waits 50 s for it, warns, and frees the QP under the
+// window, which drops the reference later on whatever QP took its memory (kernel 6.1,
+// seen in the guest). A queue pair that goes while a window holds this (`windows` > 0)
+// moves its QP to ERR and leaves the QP here, with what it needs (its CQs, SRQ, PD, the
+// CM id): the last owner, the last such window once it has freed its own native window,
+// destroys it.
+template <class B>
+struct qp_native_hold {
+  unsigned windows = 0;  // windows holding this (__atomic builtins, as shared_count)
+  typename B::qp qp{};   // the orphaned QP, set by qp_parts::release
+  shared_owner<cm_qp_owner<B>> cm;
+  shared_owner<srq_state<B>> srq;
+  shared_owner<cq_block<B>> scq, rcq;
+  pd_ref<B> pd;
+
+  qp_native_hold() = default;
+  qp_native_hold(const qp_native_hold&) = delete;
+  qp_native_hold& operator=(const qp_native_hold&) = delete;
+  ~qp_native_hold() {
+    if (qp != typename B::qp{}) {
+      if (cm)
+        cm->destroy_qp(qp);
+      else
+        B::destroy_qp(qp);
+    }
+    cm.reset();  // after the QP, as qp_parts::release
+    srq.reset();
+    scq.reset();
+    rcq.reset();
+    pd.reset();
+  }
+};
+
 // What a queue pair owns. It keeps its PD (and so its device), its CQs and its shared
 // receive queue alive: the native QP is destroyed before any of them, whatever order
 // the handles go in.
@@ -140,6 +175,8 @@ struct qp_parts {
   // before it (a chain, oldest last).
   unique_owner<qp_parts> retired;
   bool is_retired = false;
+  // Made by the first type 2 memory window bound through this QP (memory_window::bind).
+  shared_owner<qp_native_hold<B>> native_hold;
 
   const device_state<B>& dev() const noexcept { return *pd->dev; }
 
@@ -169,6 +206,7 @@ struct qp_parts {
       active_mtu = o.active_mtu;
       retired = std::move(o.retired);
       is_retired = o.is_retired;
+      native_hold = std::move(o.native_hold);
     }
     return *this;
   }
@@ -176,12 +214,29 @@ struct qp_parts {
 
   void release() noexcept {
     if (qp != typename B::qp{}) {
-      if (cm)
+      if (native_hold && __atomic_load_n(&native_hold->windows, __ATOMIC_ACQUIRE) != 0) {
+        // A type 2 window bound through it is not freed yet (qp_native_hold): stopped
+        // now (the peer's accesses fail), destroyed by the last such window.
+        try {
+          qp_attr err;
+          err.state = qp_state::err;
+          B::modify_qp(qp, err, qp_attr_mask::state);
+        } catch (...) {  // already in ERR, most likely: destroyed later all the same
+        }
+        native_hold->qp = qp;
+        native_hold->cm = cm;
+        native_hold->srq = srq;
+        native_hold->scq = scq;
+        native_hold->rcq = rcq;
+        native_hold->pd = pd;
+      } else if (cm) {
         cm->destroy_qp(qp);
-      else
+      } else {
         B::destroy_qp(qp);
+      }
     }
     qp = {};
+    native_hold.reset();
     if (link) {
       // What this QP holds in its CQs: its depths, or once retired, what its flushes
       // may still take there. What it may have left in them (completions not polled,
