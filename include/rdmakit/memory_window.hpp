@@ -42,8 +42,20 @@ struct window_rule {
   template <class T>
   static constexpr void check() noexcept {
     static_assert(T::connected,
-                  "memory windows are bound and invalidated on RC or UC queue pairs (and SEND_WITH_INV is "
-                  "RC/UC only): UD has none");
+                  "memory windows are bound and invalidated on RC or UC queue pairs: UD has none");
+  }
+};
+
+// SEND_WITH_INV exists on RC only: the IBA defines its opcodes for RC (and XRC), none for
+// UC (rxe completes one posted on UC with LOC_QP_OP_ERR, its queue pair in ERR).
+struct send_inv_rule {
+  template <class T>
+  static constexpr bool allowed_on = bool(T::supports_read);  // (RC: the transport with READ)
+  template <class T>
+  static constexpr void check() noexcept {
+    static_assert(T::supports_read,
+                  "send_inv (SEND_WITH_INV) needs an RC queue pair: the IBA has no SEND_WITH_INV opcode for UC or "
+                  "UD; invalidate the window on its side instead (memory_window::invalidate)");
   }
 };
 
@@ -57,7 +69,7 @@ class memory_window;
 namespace op {
 
 /// SEND that also invalidates the peer's type 2 window whose descriptor is `window`
-/// (RC, UC). The peer's receive completion names the rkey (completion::invalidated_rkey).
+/// (RC only). The peer's receive completion names the rkey (completion::invalidated_rkey).
 template <access A, detail::local_side L = local_buffer>
 struct send_inv {
   /// The buffer or scatter/gather list sent.
@@ -67,7 +79,7 @@ struct send_inv {
   /// The opcode the work request carries.
   static constexpr opcode code = opcode::send_with_inv;
   /// What the transport must offer; posting on one without it does not compile, with a sentence why.
-  using rule = detail::window_rule;
+  using rule = detail::send_inv_rule;
   /// Sets the opcode-specific fields of the descriptor; called by queue_pair::post and send_batch::add.
   template <class D>
   RDMAKIT_ALWAYS_INLINE void fill(D& d) const noexcept {

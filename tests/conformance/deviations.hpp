@@ -115,6 +115,7 @@ inline constexpr std::string_view arm_without_channel = "cq.req_notify_without_c
 inline constexpr std::string_view mw_out_of_window = "mw.access_outside_window";
 inline constexpr std::string_view recv_with_inv_flag = "mw.recv_with_inv_flag";
 inline constexpr std::string_view send_inv_other_pd = "mw.send_inv_other_pd";
+inline constexpr std::string_view local_inv_on_uc = "mw.local_inv_on_uc";
 inline constexpr std::string_view srq_last_wqe_event = "srq.qp_to_err_last_wqe_reached";
 inline constexpr std::string_view destroyed_qp_completions = "cq.destroyed_qp_completions_left";
 inline constexpr std::string_view srq_recv_in_srq_pd = "srq.recv_buffer_in_srq_pd";
@@ -324,6 +325,12 @@ inline constexpr std::array deviation_table{
                   {.req = {wc_status::success}, .resp = {wc_status::success}, .window_invalidated = tri::yes},
                   "rxe 6.1 (observed) looks the rkey up device-wide: the SEND lands and the other PD's window is "
                   "invalidated"},
+    // LOCAL_INV of a type 2 window bound through a UC queue pair, posted there.
+    deviation_row{ids::local_inv_on_uc, "spec", {.req = {wc_status::success}},
+                  "spec §10.5 (and rdmavt): LOCAL_INV is a local operation of RC and UC queue pairs"},
+    deviation_row{ids::local_inv_on_uc, "rxe", {.req = {wc_status::loc_qp_op_err}},
+                  "rxe 6.1 (observed) takes LOCAL_INV on RC only: LOC_QP_OP_ERR, the queue pair in ERR (the window "
+                  "stays bound)"},
     // A QP on an SRQ moved to ERR: the Last WQE Reached event.
     deviation_row{ids::srq_last_wqe_event, "spec", {.async_event = tri::yes},
                   "IB spec (affiliated async events): QP_LAST_WQE_REACHED once the QP takes no more SRQ WQEs"},

@@ -245,6 +245,23 @@ CONFORMANCE_CASE("mw: a SEND_WITH_INV naming a type 2 window of another PD of th
   if (want.window_invalidated == tri::no) CHECK(after == wc_status::success);
 }
 
+// rdmavt and the IBA take LOCAL_INV on UC as on RC; rxe's opcode table has it for RC only.
+CONFORMANCE_CASE("mw: LOCAL_INV of a type 2 window on the UC queue pair it was bound through") {
+  fixture<B> fx;
+  const auto want = expected(ids::local_inv_on_uc, backend_traits<B>::profile());
+  auto [a, b] = fx.make_pair({.type = qp_type::uc});
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, acc::local_write | acc::remote_write | acc::mw_bind);
+  auto w = make_mw(fx, mw_type::type2);
+  const std::uint32_t rkey = inc_rkey(B::mw_rkey(w));
+  REQUIRE(bind2(fx, b, w, rkey, dst, 0, 4096, acc::remote_write, 70) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  CHECK(write_through(fx, a, src, dst.addr(0), rkey, 1) == wc_status::success);
+  REQUIRE(local_inv(fx, b, rkey, 71) == 0);
+  const auto c = fx.poll_one(b.send_cq, "the LOCAL_INV's completion");
+  CHECK_MESSAGE(want.req.allows(c.status), "LOCAL_INV: ", to_string(c.status), ", expected ", want.req.to_string());
+}
+
 CONFORMANCE_CASE("mw: binding to a region registered without MW_BIND completes with MW_BIND_ERR") {
   fixture<B> fx;
   auto [a, b] = fx.make_pair();

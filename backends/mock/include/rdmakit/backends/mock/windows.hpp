@@ -57,6 +57,9 @@ inline bool invalidate_window(fabric_state& f, pd_obj* pd, std::uint32_t rkey) {
 // A local WQE (BIND_MW, LOCAL_INV) run when it reaches the head of the send queue.
 inline wc_status execute_local(fabric_state& f, qp_obj* q, const send_wqe& e) {
   if (e.op == opcode::bind_mw) return execute_bind(f, q, e);
+  // rxe takes LOCAL_INV on RC only (its opcode table), where the IBA has it on UC too
+  // (deviations.hpp, mw.local_inv_on_uc).
+  if (f.as_rxe() && q->type == qp_type::uc) return wc_status::loc_qp_op_err;
   return invalidate_window(f, q->pd, e.imm) ? wc_status::success : wc_status::loc_qp_op_err;
 }
 
