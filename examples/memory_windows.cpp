@@ -5,6 +5,7 @@
 // window, whose invalidate() then refuses (there is nothing left to revoke). The server
 // binds it again, the client WRITEs, and once the server has invalidated it the client's
 // next WRITE fails with REM_ACCESS_ERR (the server's region stays registered all along).
+// A third window stays bound to the end, and outlives the queue pairs.
 // Windows need a region registered with access::mw_bind.
 #include "example_backend.hpp"
 
@@ -25,6 +26,10 @@ int main(int argc, char** argv) try {
   auto scq = devices.second.create_cq(64);
   auto mine = cpd.allocate<access::local_write>(64);
   auto lent = spd.allocate<access::local_write | access::remote_read | access::remote_write | access::mw_bind>(8192);
+  // Declared before the queue pairs, so it outlives the one it is bound through, and left
+  // bound at the end: the device holds that QP for the window, and the window keeps it
+  // until it is freed (a QP destroyed under it stalls rxe's kernel 50 s).
+  auto kept = spd.alloc_window<access::remote_read>();
   auto c = cpd.create_qp<rc>(ccq, qp_cap{8, 8});
   auto s = spd.create_qp<rc>(scq, qp_cap{8, 8});
   const endpoint ce = c.local_endpoint();
@@ -73,6 +78,9 @@ int main(int argc, char** argv) try {
   std::printf("type 2 window rkey %#x: bound %d, WRITE %s, given back by the client %d, invalidate() refused %d\n",
               writer.rkey(), bound2, wrote ? "ok" : "failed", given_back, refused);
 
+  const bool kept_bound = kept.bind(server, lent, 2048, 1024, 12).ok() && status_of(scq) == wc_status::success;
+  std::printf("type 2 window rkey %#x: bound to the end %d\n", kept.rkey(), kept_bound);
+
   // Bound again (a new rkey), written through, and this time invalidated by the server.
   const bool rebound = writer.bind(server, lent, 4096, 1024, 8).ok() && status_of(scq) == wc_status::success;
   const bool rewrote = client.write(mine.local(8, 8), writer.remote(), 9).ok() && status_of(ccq) == wc_status::success;
@@ -80,7 +88,7 @@ int main(int argc, char** argv) try {
   const wc_status after = client.write(mine.local(8, 8), writer.remote(), 11).ok() ? status_of(ccq) : wc_status::general_err;
   std::printf("type 2 window rkey %#x: bound again %d, WRITE %s, invalidated %d, WRITE after: %s\n", writer.rkey(),
               rebound, rewrote ? "ok" : "failed", revoked, to_string(after));
-  return bound1 && read && bound2 && wrote && given_back && refused && rebound && rewrote && revoked &&
+  return bound1 && read && bound2 && wrote && given_back && refused && kept_bound && rebound && rewrote && revoked &&
                  after == wc_status::rem_access_err
              ? 0
              : 1;
