@@ -329,8 +329,7 @@ class memory_window {
     if constexpr (Type == mw_type::type2) {
       // A peer's send_inv that a poll of the device's CQs saw, on any of its queue pairs
       // (take_invalidation() not told of it, or another queue pair's receive).
-      if (pd_->dev->windows.invalidated(rkey_)) {
-        pd_->dev->windows.forget(rkey_);
+      if (pd_->dev->windows.take_invalidated(rkey_)) {
         bound_ = false;
         throw usage_error("memory_window::invalidate(): a peer's send_inv invalidated the window already (its "
                           "receive was polled, on a queue pair of this device): there is nothing to revoke; bind "
@@ -368,12 +367,8 @@ class memory_window {
     if constexpr (Type == mw_type::type1) {
       return false;  // a SEND_WITH_INV invalidates type 2 windows only
     } else {
-      // Not wc_flags::with_inv alone: rxe 6.1 sets another bit (semantics.md §13). The
-      // rkey field shares the immediate's, hence !has_imm(); a stale rkey left in a
-      // completion without the flag is one this window had, so it was invalidated.
-      if (!bound_ || c.status() != wc_status::success || !c.is_recv() || c.has_imm() ||
-          c.invalidated_rkey() != rkey_)
-        return false;
+      // By the rule the device's polls note it by (detail::invalidated_by_peer).
+      if (!bound_ || detail::invalidated_by_peer<B>(c.native()) != rkey_) return false;
       pd_->dev->windows.forget(rkey_);
       bound_ = false;
       return true;

@@ -59,11 +59,13 @@ class peer_invalidations {
       if (e.rkey == rkey) e.invalidated = true;
     unlock_();
   }
-  /// Whether a peer's SEND_WITH_INV naming `rkey` was polled since its bind.
-  bool invalidated(std::uint32_t rkey) const noexcept {
+  /// Whether a peer's SEND_WITH_INV naming `rkey` was polled since its bind: its entry
+  /// goes then (the window is unbound).
+  bool take_invalidated(std::uint32_t rkey) noexcept {
     lock_();
     bool found = false;
     for (const entry& e : entries_) found = found || (e.rkey == rkey && e.invalidated);
+    if (found) erase_(rkey);
     unlock_();
     return found;
   }

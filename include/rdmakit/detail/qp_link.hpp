@@ -26,6 +26,19 @@ struct cq_block;
 template <class B>
 struct batch_frame;
 
+/// The rkey a peer's SEND_WITH_INV names when `w` is its receive (0 when not): a
+/// successful receive without immediate data (the field holds the rkey then). Not told
+/// by wc_flags::with_inv: rxe 6.1 does not set it (semantics.md §13, mw.recv_with_inv_flag).
+template <class B>
+std::uint32_t invalidated_by_peer(const typename B::wc& w) noexcept {
+  if constexpr (mw_backend<B>) {
+    if (B::get_status(w) == wc_status::success && (B::get_wr_id(w) & recv_wr_bit) != 0 &&
+        !has_any(B::get_wc_flags(w), wc_flags::with_imm))
+      return B::get_invalidated_rkey(w);
+  }
+  return 0;
+}
+
 template <class B>
 struct qp_link {
   std::uint32_t qp_num = 0;
@@ -401,13 +414,8 @@ struct cq_block {
     return static_cast<std::uint32_t>(B::get_status(w));  // 0: success
   }
 
-  // A successful receive without immediate data whose rkey field names a bound window:
-  // the receive of a SEND_WITH_INV, by memory_window::take_invalidation's rule. Not by
-  // wc_flags::with_inv: rxe 6.1 does not set it (semantics.md §13, mw.recv_with_inv_flag).
   RDMAKIT_NOINLINE void note_invalidation_(const typename B::wc& w) const noexcept {
-    if (B::get_status(w) == wc_status::success && (B::get_wr_id(w) & recv_wr_bit) != 0 &&
-        !has_any(B::get_wc_flags(w), wc_flags::with_imm))
-      dev->windows.note(B::get_invalidated_rkey(w));
+    dev->windows.note(invalidated_by_peer<B>(w));
   }
 
   /// find() past its one-entry cache: the routes, searched; null when none matches.
