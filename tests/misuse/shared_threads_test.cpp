@@ -4,7 +4,10 @@
 #include "fixture.hpp"
 
 #include <array>
+#include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 using namespace policy_test;
 
@@ -30,4 +33,127 @@ TEST_CASE("UD queue pairs on one shared receive queue, created and destroyed on 
   auto buf = y.pd.allocate<rw_access>(64);
   CHECK(srq.post_recv(buf.local(0, 39), 1).status == post_status::recv_too_small);
   CHECK(srq.post_recv(buf.local(0, 64), 2).ok());
+}
+
+namespace {
+constexpr auto window_region = all_access | access::mw_bind;
+
+// The mock, logging (under a lock: two threads destroy) the native QPs and windows it
+// frees, in order.
+struct freeing_log : backends::mock {
+  static inline std::mutex mu;
+  static inline std::vector<std::pair<const void*, bool>> log;  // (handle, is_qp)
+  static int destroy_qp(qp q) noexcept {
+    {
+      std::lock_guard lk(mu);
+      log.emplace_back(q, true);
+    }
+    return backends::mock::destroy_qp(q);
+  }
+  static int dealloc_mw(mw w) noexcept {
+    {
+      std::lock_guard lk(mu);
+      log.emplace_back(w, false);
+    }
+    return backends::mock::dealloc_mw(w);
+  }
+};
+
+// Completions of `cq` until `n` arrived (or a bounded number of polls); their statuses.
+template <class CQ>
+std::vector<wc_status> statuses(CQ& cq, int n) {
+  std::vector<wc_status> got;
+  for (int i = 0; i < 100000 && static_cast<int>(got.size()) < n; ++i)
+    (void)cq.poll([&](const auto& c) { got.push_back(c.status()); });
+  return got;
+}
+}  // namespace
+
+// A type 2 window keeps the native QP it was bound through until it is freed
+// (qp_native_hold): a queue pair and its window destroyed on two threads at once meet on
+// that hold's count. Whichever goes first, each native QP is destroyed once, after the
+// window's native dealloc.
+TEST_CASE("queue pairs and the type 2 windows bound through them, destroyed on two threads at once") {
+  using R = freeing_log;
+  mock::fabric fab;
+  basic_side<R> x(fab, "mock0"), y(fab, "mock1");
+  auto region = y.pd.allocate<window_region>(256);
+  constexpr int n = 40;
+  std::vector<queue_pair<R, rc, signal_all, qp_state::rts>> qps, peers;
+  std::vector<memory_window<R, access::remote_write>> windows;
+  std::vector<std::pair<const void*, const void*>> bound;  // (native QP, native window)
+  for (int i = 0; i < n; ++i) {
+    auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4, 1, 1, 0});
+    auto w = y.pd.alloc_window<access::remote_write>();
+    REQUIRE(w.bind(p.b, region, 0, 256, static_cast<std::uint64_t>(i)).ok());
+    REQUIRE(statuses(y.cq, 1) == std::vector{wc_status::success});
+    bound.emplace_back(p.b.native(), w.native());
+    peers.push_back(std::move(p.a));
+    qps.push_back(std::move(p.b));
+    windows.push_back(std::move(w));
+  }
+  R::log.clear();
+  std::thread a([&] {
+    for (auto& q : qps) q = {};
+  });
+  std::thread b([&] {
+    for (auto it = windows.rbegin(); it != windows.rend(); ++it) *it = {};  // meets a half way
+  });
+  a.join();
+  b.join();
+  std::lock_guard lk(R::mu);
+  for (const auto& [qp, mw] : bound) {
+    int qp_at = -1, mw_at = -1, qp_times = 0;
+    for (int i = 0; i < static_cast<int>(R::log.size()); ++i) {
+      if (R::log[i].first == qp && R::log[i].second) qp_at = i, ++qp_times;
+      if (R::log[i].first == mw && !R::log[i].second) mw_at = i;
+    }
+    CHECK(qp_times == 1);
+    CHECK(mw_at >= 0);
+    CHECK(mw_at < qp_at);
+  }
+}
+
+// The device's record of peers' invalidations (detail::peer_invalidations) is shared by
+// every queue pair and CQ of the device: windows bound and invalidated on one thread
+// while another polls SEND_WITH_INVs naming its own windows on another CQ.
+TEST_CASE("type 2 windows bound and invalidated on one thread while another polls peers' send_inv on the device") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto region = y.pd.allocate<window_region>(256);
+  auto src = x.pd.allocate<all_access>(64);
+  auto x2 = x.dev.create_cq(256);
+  auto y2 = y.dev.create_cq(256);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto q = make_pair<rc>(x.pd, x2, y.pd, y2, qp_cap{16, 16, 1, 1, 0});
+  constexpr int rounds = 1000;
+  int a_ok = 0, b_refused = 0;
+  std::thread a([&] {  // binds and invalidates its window through p.b
+    auto w = y.pd.alloc_window<access::remote_write>();
+    for (int i = 0; i < rounds; ++i) {
+      if (!w.bind(p.b, region, 0, 256, 1).ok() || !w.invalidate(p.b, 2).ok()) return;
+      if (statuses(y.cq, 2) != std::vector{wc_status::success, wc_status::success}) return;
+      ++a_ok;
+    }
+  });
+  std::thread b([&] {  // binds its window through q.b; the peer revokes it with send_inv
+    auto w = y.pd.alloc_window<access::remote_write>();
+    auto inbox = y.pd.allocate<access::local_write>(64);
+    for (int i = 0; i < rounds; ++i) {
+      if (!w.bind(q.b, region, 0, 256, 1).ok() || statuses(y2, 1) != std::vector{wc_status::success}) return;
+      if (!q.b.post_recv(inbox.local(), 3).ok() || !q.a.post(op::send_inv{src.local(0, 4), w.remote()}, 4).ok())
+        return;
+      if (statuses(x2, 1) != std::vector{wc_status::success} || statuses(y2, 1) != std::vector{wc_status::success})
+        return;
+      try {
+        (void)w.invalidate(q.b, 5);  // the poll above noted the peer's invalidation
+      } catch (const usage_error&) {
+        ++b_refused;
+      }
+    }
+  });
+  a.join();
+  b.join();
+  CHECK(a_ok == rounds);
+  CHECK(b_refused == rounds);
 }
