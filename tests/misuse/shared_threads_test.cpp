@@ -4,7 +4,6 @@
 #include "fixture.hpp"
 
 #include <array>
-#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -37,27 +36,6 @@ TEST_CASE("UD queue pairs on one shared receive queue, created and destroyed on 
 
 namespace {
 constexpr auto window_region = all_access | access::mw_bind;
-
-// The mock, logging (under a lock: two threads destroy) the native QPs and windows it
-// frees, in order.
-struct freeing_log : backends::mock {
-  static inline std::mutex mu;
-  static inline std::vector<std::pair<const void*, bool>> log;  // (handle, is_qp)
-  static int destroy_qp(qp q) noexcept {
-    {
-      std::lock_guard lk(mu);
-      log.emplace_back(q, true);
-    }
-    return backends::mock::destroy_qp(q);
-  }
-  static int dealloc_mw(mw w) noexcept {
-    {
-      std::lock_guard lk(mu);
-      log.emplace_back(w, false);
-    }
-    return backends::mock::dealloc_mw(w);
-  }
-};
 
 // Completions of `cq` until `n` arrived (or a bounded number of polls); their statuses.
 template <class CQ>
@@ -92,7 +70,7 @@ TEST_CASE("queue pairs and the type 2 windows bound through them, destroyed on t
     qps.push_back(std::move(p.b));
     windows.push_back(std::move(w));
   }
-  R::log.clear();
+  R::clear(4 * n);
   std::thread a([&] {
     for (auto& q : qps) q = {};
   });
@@ -101,12 +79,11 @@ TEST_CASE("queue pairs and the type 2 windows bound through them, destroyed on t
   });
   a.join();
   b.join();
-  std::lock_guard lk(R::mu);
   for (const auto& [qp, mw] : bound) {
     int qp_at = -1, mw_at = -1, qp_times = 0;
     for (int i = 0; i < static_cast<int>(R::log.size()); ++i) {
-      if (R::log[i].first == qp && R::log[i].second) qp_at = i, ++qp_times;
-      if (R::log[i].first == mw && !R::log[i].second) mw_at = i;
+      if (R::log[i].handle == qp && R::log[i].verb == "destroy_qp") qp_at = i, ++qp_times;
+      if (R::log[i].handle == mw && R::log[i].verb == "dealloc_mw") mw_at = i;
     }
     CHECK(qp_times == 1);
     CHECK(mw_at >= 0);

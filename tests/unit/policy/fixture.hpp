@@ -8,6 +8,8 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <mutex>
+#include <string_view>
 #include <vector>
 
 namespace policy_test {
@@ -150,6 +152,44 @@ struct inline_pair {
   char stack_buf[16] = "unregistered";
   local_buffer unregistered{reinterpret_cast<std::uint64_t>(stack_buf), 12, 0};
   inline_pair() { flag_recording::seen = send_flags::none; }
+};
+
+/// The mock, logging the native QPs and windows it frees, in order: the teardown tests
+/// check which goes first. Under a lock: some destroy on two threads.
+struct freeing_log : backends::mock {
+  struct freed {
+    std::string_view verb;
+    const void* handle;
+  };
+  static inline std::mutex mu;
+  static inline std::vector<freed> log;
+  static int destroy_qp(qp q) noexcept {
+    record("destroy_qp", q);
+    return backends::mock::destroy_qp(q);
+  }
+  static int dealloc_mw(mw w) noexcept {
+    record("dealloc_mw", w);
+    return backends::mock::dealloc_mw(w);
+  }
+  /// The verbs logged so far, in order.
+  static std::vector<std::string_view> verbs() {
+    std::lock_guard lk(mu);
+    std::vector<std::string_view> out;
+    for (const freed& f : log) out.push_back(f.verb);
+    return out;
+  }
+  /// Forgets the log, with room for n entries (a test's frees then allocate nothing).
+  static void clear(std::size_t n) {
+    std::lock_guard lk(mu);
+    log.clear();
+    log.reserve(n);
+  }
+
+ private:
+  static void record(std::string_view verb, const void* handle) noexcept {
+    std::lock_guard lk(mu);
+    log.push_back({verb, handle});
+  }
 };
 
 }  // namespace policy_test

@@ -375,21 +375,7 @@ TEST_CASE("memory_window: a peer's send_inv polled anywhere on the device makes 
   CHECK(one(y.cq).status == wc_status::success);
 }
 
-namespace {
-// The mock, logging the native calls whose order the next test checks.
-struct teardown_recording : backends::mock {
-  static inline std::vector<const char*> log;
-  static int destroy_qp(qp q) noexcept {
-    log.push_back("destroy_qp");
-    return backends::mock::destroy_qp(q);
-  }
-  static int dealloc_mw(mw w) noexcept {
-    log.push_back("dealloc_mw");
-    return backends::mock::dealloc_mw(w);
-  }
-};
-using teardown = std::vector<const char*>;
-}  // namespace
+using teardown = std::vector<std::string_view>;
 
 // The device holds the QP a type 2 window was bound through until the window is
 // invalidated or freed: rxe's destroy_qp then waited 50 s, warned, and freed the QP under
@@ -398,7 +384,7 @@ using teardown = std::vector<const char*>;
 // destroyed after it), or a reset() of that queue pair, got there. The window now keeps
 // the native QP, in ERR, until it is freed.
 TEST_CASE("memory_window: a queue pair's native QP outlives the type 2 windows bound through it") {
-  using R = teardown_recording;
+  using R = freeing_log;
   mock::fabric fab;
   basic_side<R> x(fab, "mock0"), y(fab, "mock1");
   auto region = y.pd.allocate<window_region>(256);
@@ -406,20 +392,19 @@ TEST_CASE("memory_window: a queue pair's native QP outlives the type 2 windows b
   auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
   REQUIRE(w.bind(p.b, region, 0, 256, 1).ok());
   REQUIRE(collect(y.cq, 1).size() == 1);
-  R::log.clear();
-  R::log.reserve(8);
+  R::clear(8);
   SUBCASE("the queue pair destroyed") {
     { auto gone = std::move(p.b); }
-    CHECK(R::log == teardown{});
+    CHECK(R::verbs() == teardown{});
   }
   SUBCASE("the queue pair reset, and its replacement destroyed") {
     { auto fresh = std::move(p.b).reset(); }
-    CHECK(R::log == teardown{"destroy_qp"});  // the replacement; the retired one stays
-    R::log.clear();
+    CHECK(R::verbs() == teardown{"destroy_qp"});  // the replacement; the retired one stays
+    R::clear(8);
   }
   CHECK(y.cq.poll() >= 0);  // the CQ goes on
   w = {};                   // the window first, then the QP it held
-  CHECK(R::log == teardown{"dealloc_mw", "destroy_qp"});
+  CHECK(R::verbs() == teardown{"dealloc_mw", "destroy_qp"});
 }
 
 // A type 2 bind that fails (here flushed: its queue pair is in ERR) leaves the device's
