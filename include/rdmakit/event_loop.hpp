@@ -130,6 +130,7 @@ class loop_core final : public scheduler {
     if (n < 0 && errno != EINTR) throw verbs_error("epoll_wait", errno, "waiting in the event loop");
     // A handler may destroy a source whose event or progress comes later in this turn
     // (a completion handler dropping another async CQ): each is looked up first.
+    const dispatching in_handlers(*this);
     for (int i = 0; i < n; ++i) {
       auto* w = static_cast<fd_watch*>(evs[i].data.ptr);
       if (watching_(w)) w->on_ready(w->ctx);
@@ -141,7 +142,23 @@ class loop_core final : public scheduler {
     rethrow_();
   }
 
+  /// Whether the loop is inside a source's callbacks (a CQ's drain, which runs on()
+  /// handlers): such a drain cannot finish before they return.
+  bool in_handlers() const noexcept { return handler_depth_ != 0; }
+
  private:
+  // Marks the callbacks' run (nested turns from a handler's poll() count on).
+  class dispatching {
+   public:
+    explicit dispatching(loop_core& core) noexcept : core_(core) { ++core_.handler_depth_; }
+    dispatching(const dispatching&) = delete;
+    dispatching& operator=(const dispatching&) = delete;
+    ~dispatching() { --core_.handler_depth_; }
+
+   private:
+    loop_core& core_;
+  };
+
   using timer_key = std::pair<clock::time_point, std::uint64_t>;  // deadline, then arming order
 
   void start_timer(timer_node& t) override { timers_.emplace(timer_key{t.when(), t.id()}, &t); }
@@ -177,6 +194,7 @@ class loop_core final : public scheduler {
   std::map<timer_key, timer_node*> timers_;
   std::exception_ptr error_;
   std::vector<std::exception_ptr> more_errors_;  // after error_, in order
+  int handler_depth_ = 0;                        // dispatching scopes open (in_handlers())
 };
 
 }  // namespace detail
@@ -252,7 +270,9 @@ class event_loop {
 
   /// Runs until every spawned task has finished. Rethrows the first exception that
   /// escaped a task (the others keep their state: run() may be called again, and
-  /// rethrows the next task's exception, if another one failed meanwhile).
+  /// rethrows the next task's exception, if another one failed meanwhile). From one of
+  /// the loop's tasks, or from an on() handler its drain of a CQ runs, run() and run(t)
+  /// throw usage_error: neither caller could go on until they returned.
   void run() {
     run_until_([core = core_.get()] { return core->roots.empty(); });
   }
@@ -347,6 +367,12 @@ class event_loop {
     const auto core = core_;
     detail::loop_user in_use(*core, "run()");
     refuse_reentry_(*core, "run()");
+    if (RDMAKIT_UNLIKELY(core->in_handlers()))
+      throw usage_error(
+          "event_loop::run() called from a completion handler the loop is running (one set with on() on an "
+          "async completion queue's queue()): the loop's drain of that CQ cannot finish until the handler "
+          "returns, and the completions run() would wait for may be in it; call poll() there (it does not "
+          "block), or spawn() a task that co_awaits what you need");
     for (;;) {
       core->run_ready();
       if (RDMAKIT_UNLIKELY(core->roots.abandoned())) {

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 using namespace coro_test;
 
@@ -81,6 +83,30 @@ TEST_CASE("async_completion_queue: an on() handler's exception leaves the loop's
   CHECK_THROWS_WITH_AS(p.loop.run(pause()), "from the handler", std::runtime_error);
   p.loop.run(pause());
   CHECK(calls == 2);
+  CHECK(p.qa.send_credits() == 8);
+}
+
+// An on() handler runs inside the loop's drain of the CQ, which cannot finish until the
+// handler returns: a run() there waited for tasks whose completions that drain still
+// held, in epoll_wait for ever (found by an audit). run() and run(t) are refused there,
+// as from a task; poll() does not block and stays allowed.
+TEST_CASE("async_completion_queue: run() or run(t) from an on() handler the loop runs is refused; poll() works") {
+  plain_pair p;
+  auto value = []() -> task<int> { co_return 1; };
+  std::vector<std::string> errors;
+  bool polled = false;
+  p.a.cq.queue().on(p.qa, [&](const completion<B>&) {
+    errors.push_back(refusal([&] { p.loop.run(); }));
+    errors.push_back(refusal([&] { (void)p.loop.run(value()); }));
+    p.loop.poll();
+    polled = true;
+  });
+  REQUIRE(p.qa.write(p.ma.local(0, 8), p.mb.remote().sub(0, 8), 1).ok());
+  auto pause = [&]() -> task<void> { co_await p.loop.sleep_for(20ms); };
+  p.loop.run(pause());
+  REQUIRE(errors.size() == 2);
+  for (const auto& e : errors) CHECK(e.find("from a completion handler the loop is running") != std::string::npos);
+  CHECK(polled);
   CHECK(p.qa.send_credits() == 8);
 }
 

@@ -8,18 +8,6 @@
 
 using namespace coro_test;
 
-namespace {
-// What `call` was refused with (usage_error's text), or "not refused".
-template <class F>
-std::string refusal(F call) {
-  try {
-    call();
-    return "not refused";
-  } catch (const usage_error& e) {
-    return e.what();
-  }
-}
-}  // namespace
 
 TEST_CASE("event_loop: timers resume in deadline order, and run() ends when every task has") {
   event_loop loop;

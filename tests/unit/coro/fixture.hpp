@@ -39,6 +39,17 @@ template <transport T = rc, signaling S = signal_all>
 using rts_qp = async_queue_pair<B, T, S, qp_state::rts>;
 inline constexpr rdmakit::access rw = access::local_write | access::remote_write | access::remote_read;
 
+/// What `call` was refused with (usage_error's text), or "not refused".
+template <class F>
+std::string refusal(F call) {
+  try {
+    call();
+    return "not refused";
+  } catch (const usage_error& e) {
+    return e.what();
+  }
+}
+
 /// Where the two sides' devices come from.
 struct testbed {
 #if RDMAKIT_CORO_IBVERBS
