@@ -219,6 +219,7 @@ consteval bool models_verbs_backend() {
 /// still models verbs_backend, and only `shared_receive_queue<B>` asks for this.
 ///  - create_srq(pd, attr): attr.max_wr/max_sge asked, written back as granted; a
 ///    non-zero attr.limit is armed right after creation (as arm_srq_limit would).
+///    query_srq(srq).max_wr is the receives the SRQ takes (rxe's is above the write-back).
 ///  - destroy_srq returns EBUSY while a QP uses the SRQ.
 ///  - arm_srq_limit(srq, limit) (ibv_modify_srq with IBV_SRQ_LIMIT) returns 0 or an errno.
 ///  - create_qp_on_srq: as create_qp, receives come from the SRQ; the receive

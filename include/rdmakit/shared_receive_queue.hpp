@@ -46,6 +46,17 @@ struct srq_state {
 
   srq_state(pd_ref<B> p, const srq_attr& asked) : pd(std::move(p)), attr(asked) {
     srq = B::create_srq(pd->pd, attr);
+    // What the SRQ takes, not the write-back: rxe reports max_wr as asked and takes its
+    // ring's 2^k - 1 receives, which the receive CQs must have room for (else a CQ
+    // overflows and a completion is lost). query_srq reports the ring.
+    try {
+      const srq_attr held = B::query_srq(srq);
+      if (held.max_wr > attr.max_wr) attr.max_wr = held.max_wr;
+      if (held.max_sge > attr.max_sge) attr.max_sge = held.max_sge;
+    } catch (...) {
+      B::destroy_srq(srq);
+      throw;
+    }
   }
   srq_state(const srq_state&) = delete;
   srq_state& operator=(const srq_state&) = delete;
@@ -88,7 +99,8 @@ class shared_receive_queue {
   explicit operator bool() const noexcept { return st_ != nullptr; }
   /// The backend's SRQ (ibv_srq* on ibverbs), for calls rdmakit does not wrap.
   typename B::srq native() const noexcept { return st_ ? st_->srq : typename B::srq{}; }
-  /// max_wr and max_sge as the device granted them (at least those asked for).
+  /// max_wr and max_sge as the device granted them (at least those asked for): max_wr is
+  /// the receives the SRQ takes, as query_srq reports it (rxe: its ring's 2^k - 1).
   const srq_attr& caps() const { return state("caps").attr; }
   /// Whether the asynchronous event `ev` (device::next_event) is about this SRQ:
   /// SRQ_LIMIT_REACHED or SRQ_ERR.

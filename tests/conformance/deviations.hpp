@@ -120,6 +120,7 @@ inline constexpr std::string_view srq_last_wqe_event = "srq.qp_to_err_last_wqe_r
 inline constexpr std::string_view destroyed_qp_completions = "cq.destroyed_qp_completions_left";
 inline constexpr std::string_view srq_recv_in_srq_pd = "srq.recv_buffer_in_srq_pd";
 inline constexpr std::string_view srq_recv_in_qp_pd = "srq.recv_buffer_in_qp_pd";
+inline constexpr std::string_view srq_ring = "srq.ring_above_max_wr";
 inline constexpr std::string_view sender_imm_flag = "completion.sender_with_imm_flag";
 inline constexpr std::string_view create_grants = "create.grants_rounded_up";
 inline constexpr std::string_view responder_error_event = "async.responder_access_error_event";
@@ -246,6 +247,12 @@ inline constexpr std::array deviation_table{
                   "spec §4: ENOMEM once max_send_wr / max_recv_wr WRs are outstanding"},
     deviation_row{ids::queue_capacity, "rxe", {.exact_capacity = false},
                   "rxe (kernel 6.1, observed): create_qp reports the requested depth, the ring holds 2^k-1"},
+    // Where SRQ posts start failing with ENOMEM, against the max_wr create wrote back.
+    deviation_row{ids::srq_ring, "spec", {.exact_capacity = true},
+                  "spec (ibv_create_srq(3)): the grant is written back; max_wr receives posted fill the SRQ"},
+    deviation_row{ids::srq_ring, "rxe", {.exact_capacity = false},
+                  "rxe (kernel 6.1, observed): create writes back max_wr as asked; the ring takes 2^k-1 receives "
+                  "(and a limit up to that), which query_srq reports"},
     // What create_qp grants of the send caps, and create_cq of the size.
     deviation_row{ids::create_grants, "spec", {.rounds_grants = false},
                   "spec §4 (ibv_create_qp(3), ibv_create_cq(3)): at least what was asked; the mock grants exactly that"},

@@ -151,6 +151,31 @@ CONFORMANCE_CASE("srq: a receive a message took frees its slot before its comple
   CHECK(got[1].wr_id == 101);
 }
 
+// rxe takes more receives than the max_wr its create reports: a receive CQ with room
+// for only that many overflowed (a completion lost, a queue pair stuck; seen in the
+// guest). query_srq reports what the SRQ takes, on every device the suite runs on, and
+// shared_receive_queue sizes by it.
+CONFORMANCE_CASE("srq: full at the max_wr query_srq reports, which takes the limit too (rxe: above create's)") {
+  fixture<B> fx;
+  const auto want = expected(ids::srq_ring, backend_traits<B>::profile());
+  srq_attr a{.max_wr = 8, .max_sge = 1};
+  auto srq = fx.make_srq(a);
+  const std::uint32_t held = B::query_srq(srq).max_wr;
+  CHECK(a.max_wr >= 8);
+  if (want.exact_capacity) {
+    CHECK(held == a.max_wr);
+  } else {
+    CHECK(a.max_wr == 8);  // as asked
+    CHECK(held == 15);     // 16 slots, one kept empty
+  }
+  REQUIRE(held <= 64);
+  auto& buf = fx.make_buffer(64);
+  for (std::uint32_t k = 0; k < held; ++k) REQUIRE(fx.post_srq_recv(srq, k, {buf.sge(0, 64)}) == 0);
+  CHECK(fx.post_srq_recv(srq, 99, {buf.sge(0, 64)}) == ENOMEM);
+  CHECK(B::arm_srq_limit(srq, held + 1) == EINVAL);
+  CHECK(B::arm_srq_limit(srq, held) == 0);
+}
+
 CONFORMANCE_CASE("srq: a limit given at creation is armed") {
   fixture<B> fx;
   srq_attr a{.max_wr = 16, .max_sge = 1, .limit = 2};

@@ -57,7 +57,8 @@ using cq_type = completion_queue<B, busy_poll<4>>;  // small batches: more of th
 constexpr auto rw = access::local_write | access::remote_write | access::remote_read;
 // Short timers: a peer destroyed or without receives puts the sender in ERR soon (simulated time).
 const connect_options quick{.timeout = 8, .retry_cnt = 1, .rnr_retry = 1, .min_rnr_timer = 1};
-constexpr std::uint32_t srq_depth = 8;
+// 2^k - 1: the SRQ takes exactly this many under both profiles (rxe's ring takes 2^k - 1).
+constexpr std::uint32_t srq_depth = 7;
 constexpr qp_cap peer_caps{.max_send_wr = 16, .max_recv_wr = 16};
 
 enum class setup { spec, rxe, reused_numbers };

@@ -398,9 +398,10 @@ class runner {
     qo.gid_index = o_.gid_index;
     std::vector<init_qp> init;
     if constexpr (srq_) {
-      // One SRQ of rx_depth receives for all QPs: the CQ holds it once.
-      cq_ = dev_.template create_cq<P>(static_cast<int>(o_.num_qps * sq_depth_ + rq));
+      // One SRQ of rx_depth receives for all QPs: the CQ holds it once, as many as it
+      // takes (rxe: its ring's 2^k - 1, above rx_depth).
       srq_q_ = pd_.create_srq({.max_wr = rq, .max_sge = 1});
+      cq_ = dev_.template create_cq<P>(static_cast<int>(o_.num_qps * sq_depth_ + srq_q_.caps().max_wr));
       const qp_cap caps{sq_depth_, 0, 1, 0, inline_};
       for (std::uint32_t j = 0; j < o_.num_qps; ++j)
         init.push_back(pd_.template create_qp<typename T::base, S>(cq_, srq_q_, caps, qo));

@@ -316,8 +316,9 @@ TEST_CASE("shared_receive_queue: reset() of a queue pair on an SRQ gives a fresh
 }
 
 namespace {
-// As rxe: receiver `y` with a CQ of 5 entries, exactly what one RC queue pair of send
-// depth 1 on an SRQ of 4 takes; `make_b()` connects one to a sender on `x`.
+// As rxe: receiver `y` with a CQ of 5 entries (granted 7), exactly what one RC queue pair
+// of send depth 4 on an SRQ of 3 (which takes 3) reserves; `make_b()` connects one to a
+// sender on `x`.
 struct rxe_srq_rig {
   static mock::fabric_config rxe() {
     mock::fabric_config cfg;
@@ -327,14 +328,14 @@ struct rxe_srq_rig {
   mock::fabric fab{rxe()};
   side x{fab, "mock0"}, y{fab, "mock1"};
   completion_queue<B> cq = y.dev.create_cq(5);
-  shared_receive_queue<B> srq = y.pd.create_srq({.max_wr = 4, .max_sge = 1});
+  shared_receive_queue<B> srq = y.pd.create_srq({.max_wr = 3, .max_sge = 1});
   memory_region<B, rw_access> src = x.pd.allocate<rw_access>(64);
   memory_region<B, rw_access> dst = y.pd.allocate<rw_access>(4 * 64);
   queue_pair<B, rc, signal_all, qp_state::rts> a;
 
   queue_pair<B, on_srq<rc>, signal_all, qp_state::rts> make_b() {
     auto ai = x.pd.create_qp<rc>(x.cq, qp_cap{4, 0});
-    auto bi = y.pd.create_qp<rc>(cq, srq, qp_cap{1, 0});  // 1 + the SRQ's 4 of the CQ's 7
+    auto bi = y.pd.create_qp<rc>(cq, srq, qp_cap{4, 0});  // 4 + the SRQ's 3: the CQ's 7
     const auto ea = ai.local_endpoint();
     a = std::move(ai).connect(bi.local_endpoint());
     return std::move(bi).connect(ea);
@@ -359,21 +360,21 @@ TEST_CASE("shared_receive_queue: the last queue pair of an SRQ on a CQ, destroye
   std::uint32_t gone = 0;
   {
     auto b = r.make_b();
-    CHECK(r.cq.reserved() == 5);
+    CHECK(r.cq.reserved() == 7);
     r.receive(2);
     gone = b.qp_num();
   }  // b destroyed with its two receive completions in the CQ
   CHECK(r.cq.reserved() == 0);
-  CHECK(r.cq.flushing() == 4);
-  CHECK_THROWS_AS((void)r.y.pd.create_qp<rc>(r.cq, r.srq, qp_cap{1, 0}), usage_error);
+  CHECK(r.cq.flushing() == 3);
+  CHECK_THROWS_AS((void)r.y.pd.create_qp<rc>(r.cq, r.srq, qp_cap{4, 0}), usage_error);
   const auto left = collect(r.cq, 2);
   REQUIRE(left.size() == 2);
   CHECK(left[0].qp_num == gone);
-  CHECK(r.cq.flushing() == 2);  // up to max_wr were counted: the rest at the next empty poll
+  CHECK(r.cq.flushing() == 1);  // up to max_wr were counted: the rest at the next empty poll
   CHECK(r.cq.poll([](const auto&) {}) == 0);
   CHECK(r.cq.flushing() == 0);
-  auto again = r.y.pd.create_qp<rc>(r.cq, r.srq, qp_cap{1, 0});
-  CHECK(r.cq.reserved() == 5);
+  auto again = r.y.pd.create_qp<rc>(r.cq, r.srq, qp_cap{4, 0});
+  CHECK(r.cq.reserved() == 7);
 }
 
 TEST_CASE("shared_receive_queue: an SRQ never posted to keeps no room once its last queue pair is destroyed") {
@@ -395,7 +396,7 @@ TEST_CASE("shared_receive_queue: reset() after SRQ traffic keeps the SRQ's share
   auto b = r.make_b();
   r.receive(1);
   auto fresh = std::move(b).reset();  // the receive's completion is still in the CQ
-  CHECK(r.cq.reserved() == 5);
+  CHECK(r.cq.reserved() == 7);
   CHECK(r.cq.flushing() == 0);
   const auto got = collect(r.cq, 1);
   REQUIRE(got.size() == 1);
@@ -470,4 +471,29 @@ TEST_CASE("shared_receive_queue: a nested empty poll does not let a reset queue 
   CHECK(to_old == std::vector<std::uint64_t>{101});
   CHECK(fallback == 0);
   CHECK(s.y.cq.unrouted() == 0);
+}
+
+// rxe writes back an SRQ's max_wr as asked but takes its ring's 2^k - 1 receives (the
+// mock's rxe profile too): the receive CQs reserved only the max_wr asked, so a CQ the
+// library accepted overflowed, a completion was lost and its queue pair answered sq_full
+// for good (seen in the guest, found by an audit). caps() is now what the SRQ takes, and
+// CQ room and arm_limit() follow it.
+TEST_CASE("shared_receive_queue: caps() is what the device takes (rxe: more than asked); CQs keep room for it") {
+  mock::fabric_config cfg;
+  cfg.profile = mock::device_profile::rxe;
+  mock::fabric fab(cfg);
+  side y(fab, "mock1");
+  auto srq = y.pd.create_srq({.max_wr = 8, .max_sge = 1});
+  CHECK(srq.caps().max_wr == 15);  // 16 slots, one kept empty
+  auto buf = y.pd.allocate<rw_access>(64);
+  std::uint32_t posted = 0;
+  while (posted < 100 && srq.post_recv(buf.local(), posted).ok()) ++posted;
+  CHECK(posted == srq.caps().max_wr);
+  auto small = y.dev.create_cq(9);  // granted 15: the SRQ's receives fill it, no room for a send
+  CHECK_THROWS_WITH_AS((void)y.pd.create_qp<rc>(small, srq, qp_cap{1, 0}), doctest::Contains("too small"),
+                       usage_error);
+  auto big = y.dev.create_cq(16);  // granted 31
+  CHECK_NOTHROW((void)y.pd.create_qp<rc>(big, srq, qp_cap{1, 0}));
+  CHECK_THROWS_AS(srq.arm_limit(16), usage_error);
+  CHECK_NOTHROW(srq.arm_limit(15));
 }

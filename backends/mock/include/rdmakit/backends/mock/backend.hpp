@@ -236,14 +236,15 @@ struct mock {
 
   // Shared receive queues (srq_backend).
   /// Creates an SRQ of attr.max_wr receives of attr.max_sge SGEs (granted as asked) and
-  /// arms attr.limit when it is not 0.
+  /// arms attr.limit when it is not 0. Under the rxe profile it holds its ring's 2^k - 1
+  /// receives, as rxe does: query_srq reports that, the write-back max_wr as asked.
   static srq create_srq(pd p, srq_attr& attr);
   /// Destroys an SRQ; EBUSY while a queue pair uses it.
   static int destroy_srq(srq s) noexcept;
   /// Posts the receive WR list starting at `wr` to the SRQ. Returns 0 or an errno (ENOMEM:
   /// full); on failure `*bad_wr` is the first WR not posted.
   static int post_srq_recv(srq s, recv_wr* wr, recv_wr** bad_wr) noexcept;
-  /// Arms the limit event (0 disarms). EINVAL above max_wr.
+  /// Arms the limit event (0 disarms). EINVAL above the receives it holds.
   static int arm_srq_limit(srq s, std::uint32_t limit) noexcept;
   /// The SRQ's max_wr, max_sge and armed limit (0 once the event fired).
   static srq_attr query_srq(srq s);

@@ -192,6 +192,9 @@ class srq_obj {
  public:
   pd_obj* pd = nullptr;
   srq_attr attr;  // granted max_wr, max_sge; limit: armed watermark (0: disarmed)
+  // Receives it holds: max_wr, or under the rxe profile its ring's 2^k - 1 (create
+  // reports max_wr as asked, query_srq the ring).
+  std::uint32_t capacity = 0;
   slot_ring<recv_wqe> wqes;
   int qps = 0;  // queue pairs created on it
 };

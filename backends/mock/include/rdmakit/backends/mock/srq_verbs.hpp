@@ -31,6 +31,14 @@ RDMAKIT_DECL mock::srq mock::create_srq(pd p, srq_attr& attr) {
   auto s = detail::make_unique_owner<mockd::srq_obj>();
   s->pd = p;
   s->attr = attr;  // granted exactly as asked; the limit armed
+  // rxe's ring has a power of two of slots, one kept empty, and takes that many receives;
+  // its create reports max_wr as asked, its query the ring (srq.ring_above_max_wr).
+  s->capacity = attr.max_wr;
+  if (f.as_rxe()) {
+    std::uint32_t slots = 2;
+    while (slots < attr.max_wr + 1) slots *= 2;  // max_wr <= max_srq_wr: no overflow
+    s->capacity = slots - 1;
+  }
   f.srqs.insert(s.get());  // the last step that may throw
   ++dev.count.srq;
   ++p->children;
@@ -63,7 +71,7 @@ RDMAKIT_DECL int mock::post_srq_recv(srq s, recv_wr* wr, recv_wr** bad_wr) noexc
       err = EINVAL;
       break;
     }
-    if (s->wqes.size() >= s->attr.max_wr) {
+    if (s->wqes.size() >= s->capacity) {
       err = ENOMEM;
       break;
     }
@@ -81,7 +89,7 @@ RDMAKIT_DECL int mock::arm_srq_limit(srq s, std::uint32_t limit) noexcept {
   if (!s) return EINVAL;
   auto& f = mockd::fab_of(s);
   std::lock_guard lk(f.mu);
-  if (limit > s->attr.max_wr) return EINVAL;
+  if (limit > s->capacity) return EINVAL;
   s->attr.limit = limit;
   return 0;
 }
@@ -89,7 +97,9 @@ RDMAKIT_DECL int mock::arm_srq_limit(srq s, std::uint32_t limit) noexcept {
 RDMAKIT_DECL srq_attr mock::query_srq(srq s) {
   auto& f = mockd::fab_of(s);
   std::lock_guard lk(f.mu);
-  return s->attr;
+  srq_attr a = s->attr;
+  a.max_wr = s->capacity;
+  return a;
 }
 
 }  // namespace backends
