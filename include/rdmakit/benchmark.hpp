@@ -303,6 +303,7 @@ auto register_grid(std::string_view name, F loop) {
 /// How a loopback pair is made.
 struct loopback_options {
   /// Both queue pairs' capacities; each side's CQ holds max_send_wr + max_recv_wr.
+  /// max_send_wr at least 1 (else the constructor throws usage_error).
   qp_cap caps{64, 64};
   /// RC/UC connection attributes (both directions).
   connect_options connect{};
@@ -376,6 +377,10 @@ class loopback {
     if (bytes == 0 || bytes > rdmakit::detail::max_message_bytes)
       throw usage_error(rdmakit::detail::cat("bench::loopback: a message of ", bytes,
                                              " bytes: give 1 to 2^31 (the largest message verbs carry)"));
+    // post() waits for a send credit: with no slot it waited out every timeout.
+    if (o.caps.max_send_wr == 0)
+      throw usage_error("bench::loopback: loopback_options::caps.max_send_wr = 0: side a posts, so its send queue "
+                        "needs at least one slot (default 64)");
     if (std::uint64_t{o.caps.max_send_wr} + o.caps.max_recv_wr > static_cast<std::uint64_t>(INT_MAX))
       throw usage_error(rdmakit::detail::cat("bench::loopback: loopback_options::caps asks for ", o.caps.max_send_wr,
                                              " send and ", o.caps.max_recv_wr,

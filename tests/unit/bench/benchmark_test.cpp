@@ -253,4 +253,9 @@ TEST_CASE("loopback: a message size or queue depths it cannot make buffers and C
   CHECK_THROWS_WITH_AS((bench::loopback<B, rc>(device<B>("mock0"), 64, {.caps = {1u << 31, 1u << 31}})),
                        doctest::Contains("loopback_options::caps asks for 2147483648 send and 2147483648 receive"),
                        usage_error);
+  // A send queue of 0 slots: every post() waited out the timeout for a credit that never
+  // comes and said sq_full (found by an audit), and {0, 0} named create_cq().
+  for (const qp_cap caps : {qp_cap{0, 8}, qp_cap{0, 0}})
+    CHECK_THROWS_WITH_AS((bench::loopback<B, rc>(device<B>("mock0"), 64, {.caps = caps})),
+                         doctest::Contains("loopback_options::caps.max_send_wr = 0"), usage_error);
 }
