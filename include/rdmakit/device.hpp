@@ -70,7 +70,12 @@ class device {
     st->ctx = open();  // closed by ~device_state if a query below throws
     st->name = B::device_name(st->ctx);
     st->attr = B::query_device(st->ctx);
-    st_ = std::move(st);
+    // A context another device object has open: its state, shared (st gives its borrow
+    // of the context back).
+    if constexpr (detail::shares_contexts<B>)
+      st_ = detail::open_devices<B>::share_or_add(std::move(st));
+    else
+      st_ = std::move(st);
   }
 
  public:

@@ -19,10 +19,72 @@ RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 
 template <class B>
+struct device_state;
+
+/// Whether B's open_device may lend a context another device object has open (a backend
+/// says so with `static constexpr bool shares_contexts = true`: rdmacm, whose contexts
+/// are librdmacm's, one per device). Such device objects share one device_state.
+template <class B>
+inline constexpr bool shares_contexts = [] {
+  if constexpr (requires { B::shares_contexts; })
+    return static_cast<bool>(B::shares_contexts);
+  else
+    return false;
+}();
+
+/// The device states open in the process, by context, under shares_contexts<B>: a
+/// context has one event queue, read by one device_events, and one set of windows,
+/// whichever device object made them. A spinlock (no <mutex> in the core): setup only.
+template <class B>
+class open_devices {
+ public:
+  /// The live state of `st`'s context if there is one, else `st`, now registered (its
+  /// destructor removes it). Throws bad_alloc before anything is registered.
+  static shared_owner<const device_state<B>> share_or_add(shared_owner<device_state<B>> st) {
+    lock_();
+    for (const auto& w : states_)
+      if (w.get()->ctx == st->ctx)
+        if (auto live = w.share()) {  // empty: its last owner went, it is being destroyed
+          unlock_();
+          return live;
+        }
+    try {
+      states_.emplace_back(shared_owner<const device_state<B>>(st));
+    } catch (...) {
+      unlock_();
+      throw;
+    }
+    st->registered = true;
+    unlock_();
+    return st;
+  }
+  static void remove(const device_state<B>* st) noexcept {
+    lock_();
+    for (std::size_t i = 0; i < states_.size(); ++i)
+      if (states_[i].get() == st) {
+        states_[i] = states_.back();
+        states_.pop_back();
+        break;
+      }
+    unlock_();
+  }
+
+ private:
+  static void lock_() noexcept {
+    while (__atomic_test_and_set(&locked_, __ATOMIC_ACQUIRE)) {
+    }
+  }
+  static void unlock_() noexcept { __atomic_clear(&locked_, __ATOMIC_RELEASE); }
+  static inline bool locked_ = false;
+  static inline std::vector<shared_watch<const device_state<B>>> states_;
+};
+
+template <class B>
 struct device_state {
   typename B::context ctx{};
   std::string name;
   device_attr attr{};
+  bool registered = false;  // in open_devices<B> (shares_contexts<B>)
   // Who reads this context's asynchronous events: bit 0, a device_events on an event loop;
   // the rest, 2 per device::next_event() running (on any thread). A device_events is the
   // only reader: another reader would take some of its events, so it is refused while a
@@ -55,6 +117,7 @@ struct device_state {
   device_state(const device_state&) = delete;
   device_state& operator=(const device_state&) = delete;
   ~device_state() {
+    if (registered) open_devices<B>::remove(this);  // first: no device object shares it now
     if (ctx != typename B::context{}) B::close_device(ctx);
   }
 

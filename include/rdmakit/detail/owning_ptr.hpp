@@ -9,6 +9,10 @@
 //                     block records how to destroy its object, so an owner can be
 //                     dropped where T is incomplete, and an owner of a base class
 //                     destroys the derived object it was made from (as shared_ptr).
+// shared_watch<T>:    names a shared object without owning it; share() gives an owner
+//                     while another owner keeps it alive. Valid only while the object
+//                     exists: its destructor must drop every watch on it (as a registry
+//                     entry the object removes, under the lock share() is called in).
 #include <rdmakit/config.hpp>
 
 #include <cstddef>
@@ -156,6 +160,29 @@ class shared_owner {
     if (c_ && __atomic_fetch_sub(&c_->owners, 1, __ATOMIC_ACQ_REL) == 1) c_->destroy(c_);
   }
 
+  T* p_ = nullptr;
+  shared_count* c_ = nullptr;
+
+  template <class>
+  friend class shared_watch;
+};
+
+template <class T>
+class shared_watch {
+ public:
+  shared_watch() noexcept = default;
+  explicit shared_watch(const shared_owner<T>& o) noexcept : p_(o.p_), c_(o.c_) {}
+  T* get() const noexcept { return p_; }
+  /// An owner, or an empty one once the last owner went (the object is being destroyed).
+  shared_owner<T> share() const noexcept {
+    long n = __atomic_load_n(&c_->owners, __ATOMIC_RELAXED);
+    do {
+      if (n == 0) return {};
+    } while (!__atomic_compare_exchange_n(&c_->owners, &n, n + 1, true, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED));
+    return shared_owner<T>(p_, c_);
+  }
+
+ private:
   T* p_ = nullptr;
   shared_count* c_ = nullptr;
 };

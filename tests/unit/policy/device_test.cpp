@@ -1,5 +1,8 @@
 #include "fixture.hpp"
 
+#include <rdmakit/device_events.hpp>
+#include <rdmakit/event_loop.hpp>
+
 #include <atomic>
 #include <optional>
 #include <thread>
@@ -167,4 +170,39 @@ TEST_CASE("device::next_event: a responder's QP_ACCESS_ERR wakes a thread alread
   REQUIRE(got.has_value());
   CHECK(got->type == async_event_type::qp_access_err);
   CHECK(waited < std::chrono::seconds(4));  // woken by the event, not by its timeout
+}
+
+// librdmacm lends one context per device (backends::rdmacm): two device objects of one
+// device read one queue of asynchronous events, but each kept its own record of readers,
+// so a device_events on one and next_event() on the other were both accepted and each
+// event went to whichever read first (seen on rxe, found by an audit). Such device
+// objects now share one state: one reader, one record of the device's windows.
+TEST_CASE("device: objects of a backend that lends one context per device share its event reader and windows") {
+  using R = shared_context_mock;
+  mock::fabric_config cfg;
+  cfg.profile = mock::device_profile::rxe;  // a peer's send_inv revokes a window of any PD of the device
+  mock::fabric fab(cfg);
+  basic_side<R> x(fab, "mock0"), y(fab, "mock1"), y2(fab, "mock1");  // y and y2: one context
+  REQUIRE(y.dev.native() == y2.dev.native());
+  SUBCASE("a device_events on one object refuses next_event() on the other") {
+    event_loop loop;
+    device_events<R> events(loop, y.dev);
+    CHECK_THROWS_WITH_AS((void)y2.dev.next_event(), doctest::Contains("a device_events awaits"), usage_error);
+  }
+  SUBCASE("a peer's send_inv polled on the other object's CQ makes invalidate() refuse") {
+    constexpr auto window_region = all_access | access::mw_bind;
+    auto region = y.pd.allocate<window_region>(256);
+    auto inbox = y2.pd.allocate<access::local_write>(64);
+    auto src = x.pd.allocate<all_access>(64);
+    auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+    auto q = make_pair<rc>(x.pd, x.cq, y2.pd, y2.cq, qp_cap{16, 16, 1, 1, 0});
+    auto w = y.pd.alloc_window<access::remote_write>();
+    REQUIRE(w.bind(p.b, region, 0, 256, 1).ok());
+    REQUIRE(collect(y.cq, 1).size() == 1);
+    REQUIRE(q.b.post_recv(inbox.local(), 2).ok());
+    REQUIRE(q.a.post(op::send_inv{src.local(0, 4), w.remote()}, 3).ok());
+    REQUIRE(collect(x.cq, 1).size() == 1);
+    REQUIRE(collect(y2.cq, 1).size() == 1);
+    CHECK_THROWS_WITH_AS((void)w.invalidate(p.b, 4), doctest::Contains("send_inv invalidated"), usage_error);
+  }
 }

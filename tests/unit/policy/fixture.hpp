@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -152,6 +153,45 @@ struct inline_pair {
   char stack_buf[16] = "unregistered";
   local_buffer unregistered{reinterpret_cast<std::uint64_t>(stack_buf), 12, 0};
   inline_pair() { flag_recording::seen = send_flags::none; }
+};
+
+/// The mock lending contexts as librdmacm does (backends::rdmacm): one per device of a
+/// fabric, whatever the number of device objects that open it (shares_contexts).
+struct shared_context_mock : backends::mock {
+  static constexpr bool shares_contexts = true;
+  using backends::mock::open_device;  // the other sources: not lent (the tests open from a fabric)
+  static context open_device(rdmakit::mock::fabric& fab, std::string_view name) {
+    std::lock_guard lk(mu);
+    for (loan& l : lent)
+      if (l.fab == &fab && l.name == name) {
+        ++l.borrows;
+        return l.ctx;
+      }
+    const context ctx = backends::mock::open_device(fab, name);
+    lent.push_back({&fab, std::string(name), ctx, 1});
+    return ctx;
+  }
+  static void close_device(context ctx) noexcept {
+    std::lock_guard lk(mu);
+    for (std::size_t i = 0; i < lent.size(); ++i)
+      if (lent[i].ctx == ctx) {
+        if (--lent[i].borrows == 0) {
+          backends::mock::close_device(ctx);
+          lent.erase(lent.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        return;
+      }
+  }
+
+ private:
+  struct loan {
+    const rdmakit::mock::fabric* fab;
+    std::string name;
+    context ctx;
+    int borrows;
+  };
+  static inline std::mutex mu;
+  static inline std::vector<loan> lent;
 };
 
 /// The mock, logging the native QPs and windows it frees, in order: the teardown tests

@@ -37,6 +37,9 @@ struct rdmacm : ibverbs {
 
   /// The backend's name, as errors print it.
   static constexpr std::string_view name = "rdmacm";
+  /// open_device lends librdmacm's one context per device: device objects of one device
+  /// share one state (one reader of its asynchronous events, one record of its windows).
+  static constexpr bool shares_contexts = true;
 
   /// librdmacm's context of device `dev_name` (empty: the first), borrowed until close_device.
   static context open_device(std::string_view dev_name) {
