@@ -407,7 +407,7 @@ class runner {
         init.push_back(pd_.template create_qp<typename T::base, S>(cq_, srq_q_, caps, qo));
       if (receives()) {
         rbufs_.assign(o_.rx_depth, mr_.local(recv_off(0), slot_));
-        auto r = srq_q_.post_recvs(rbufs_, 0);
+        auto r = srq_q_.post_recvs(rbufs_, recv_wr_id(0));
         if (!r) throw perf_failure("couldn't post " + std::to_string(o_.rx_depth) + " receives to the SRQ: " + r.message());
       }
     } else {
@@ -423,7 +423,7 @@ class runner {
       for (std::uint32_t j = 0; j < o_.num_qps; ++j) {
         std::fill(rbufs_.begin(), rbufs_.end(), mr_.local(recv_off(j), slot_));
         if constexpr (!srq_) {
-          auto r = init[j].post_recvs(rbufs_, j);
+          auto r = init[j].post_recvs(rbufs_, recv_wr_id(j));
           if (!r) throw perf_failure("couldn't post " + std::to_string(o_.rx_depth) + " receives: " + r.message());
         }
       }
@@ -503,7 +503,7 @@ class runner {
         return [this, j](auto& qp) {
           if (!receives()) return;
           rbufs_.assign(o_.rx_depth, mr_.local(recv_off(j), slot_));
-          auto r = qp.post_recvs(rbufs_, j);
+          auto r = qp.post_recvs(rbufs_, recv_wr_id(j));
           if (!r) throw perf_failure("couldn't post " + std::to_string(o_.rx_depth) + " receives: " + r.message());
         };
       };
@@ -1157,6 +1157,14 @@ class runner {
     if (w.st->error) std::rethrow_exception(w.st->error);
   }
 
+  // A send test's receives of QP j (the SRQ's: j = 0) have wr_ids j * rx_depth onwards:
+  // post_recvs numbers its buffers from the first, and a QP never holds more than
+  // rx_depth, so a completion's wr_id names its QP (its slot's offset does not).
+  std::uint64_t recv_wr_id(std::uint32_t j) const noexcept { return std::uint64_t{j} * o_.rx_depth; }
+  std::uint32_t recv_qp_of(std::uint64_t wr_id) const noexcept {
+    return static_cast<std::uint32_t>(wr_id / o_.rx_depth);
+  }
+
   void send_bw_server(run_report& rep, const std::atomic<bool>& finished) {
     const std::uint32_t q = o_.num_qps;
     std::vector<std::uint32_t> consumed(q, 0);
@@ -1164,7 +1172,7 @@ class runner {
     auto on_wc = [&](const completion<B>& c) noexcept {
       if (!c.ok()) return record_failure(c);
       if (!c.is_recv()) return;
-      const auto j = static_cast<std::uint32_t>(c.wr_id());
+      const auto j = recv_qp_of(c.wr_id());  // the SRQ's: 0
       if (j < q) ++consumed[j];
       ++recvd;
     };
@@ -1190,9 +1198,9 @@ class runner {
         std::fill_n(rbufs_.begin(), consumed[j], mr_.local(recv_off(j), slot_));
         post_result r;
         if constexpr (srq_)
-          r = srq_q_.post_recvs(std::span(rbufs_.data(), consumed[j]), j);  // all receives are wr_id 0: j is 0
+          r = srq_q_.post_recvs(std::span(rbufs_.data(), consumed[j]), recv_wr_id(j));  // j is 0
         else
-          r = qps_[j].post_recvs(std::span(rbufs_.data(), consumed[j]), j);
+          r = qps_[j].post_recvs(std::span(rbufs_.data(), consumed[j]), recv_wr_id(j));
         if (!r) throw perf_failure(std::string("couldn't repost receives: ") + r.message());
         consumed[j] = 0;
       }
