@@ -198,6 +198,8 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       return 1;
     }
   } else if (optind < argc) {
+    std::fprintf(stderr, "%s: unexpected argument \"%s\": give at most one host (the server's), after the options\n",
+                 argv[0], argv[optind + 1]);
     usage(argv[0], stderr);
     return 1;
   }
