@@ -106,6 +106,8 @@ inline constexpr std::string_view slot_release = "signaling.unsignaled_slot_rele
 inline constexpr std::string_view grh_flag_rc_uc = "recv.grh_flag.rc_uc";
 inline constexpr std::string_view invalid_opcode = "opcode.invalid_for_transport";
 inline constexpr std::string_view post_below_rts = "posting.send_below_rts";
+inline constexpr std::string_view recv_refused_bad_wr = "posting.recv_refused_bad_wr";
+inline constexpr std::string_view uc_write_imm_bad_rkey = "uc.write_imm_bad_rkey_takes_srq_receive";
 inline constexpr std::string_view queue_capacity = "posting.queue_full_at_reported_capacity";
 inline constexpr std::string_view post_in_err = "posting.post_to_qp_in_err";
 inline constexpr std::string_view atomic_len_over_8 = "opcode.atomic_local_length_over_8";
@@ -242,6 +244,17 @@ inline constexpr std::array deviation_table{
                   "spec §4: EINVAL, bad_wr names the first WR"},
     deviation_row{ids::post_below_rts, "rxe", {.post_errno = EINVAL, .bad_wr_set = false},
                   "rxe (kernel 6.1, observed): the doorbell fails after the WQE sits in the ring; bad_wr is NULL"},
+    // A UC WRITE_WITH_IMM the responder refuses (bad rkey), a receive posted.
+    deviation_row{ids::uc_write_imm_bad_rkey, "spec", {.resp = status_set::nothing()},
+                  "spec (UC): dropped silently, no NAK; the receive stays posted"},
+    deviation_row{ids::uc_write_imm_bad_rkey, "rxe", {.resp = {wc_status::rem_access_err}},
+                  "rxe (kernel 6.1, observed): from a shared receive queue a receive is taken and completes "
+                  "REM_ACCESS_ERR (a QP's own receive stays); the QP stays in RTS"},
+    // post_recv on a QP in RESET, or on a QP created on an SRQ.
+    deviation_row{ids::recv_refused_bad_wr, "spec", {.post_errno = EINVAL, .bad_wr_set = true},
+                  "spec §4: EINVAL, bad_wr names the first WR"},
+    deviation_row{ids::recv_refused_bad_wr, "rxe", {.post_errno = EINVAL, .bad_wr_set = false},
+                  "rxe (kernel 6.1, observed): its provider refuses before it reads a WR; bad_wr is NULL"},
     // Where SQ/RQ posts start failing with ENOMEM.
     deviation_row{ids::queue_capacity, "spec", {.exact_capacity = true},
                   "spec §4: ENOMEM once max_send_wr / max_recv_wr WRs are outstanding"},

@@ -203,6 +203,26 @@ CONFORMANCE_CASE("posting: a WRITE or SEND whose target overlaps its source gets
   }
 }
 
+CONFORMANCE_CASE("posting: post_recv in RESET is EINVAL") {
+  fixture<B> fx;
+  const auto want = expected(ids::recv_refused_bad_wr, backend_traits<B>::profile());
+  auto& buf = fx.make_buffer(128);
+  for (qp_type t : {qp_type::rc, qp_type::uc, qp_type::ud}) {
+    CAPTURE(t);
+    auto e = fx.make_qp({.type = t});
+    const auto r = fx.post_recv_list(e, {{1, {buf.sge(0, 64)}}, {2, {buf.sge(64, 64)}}});
+    CHECK(r.rc == want.post_errno);
+    CHECK(r.bad_index == (want.bad_wr_set ? 0 : -1));
+    fx.to_init(e);  // takes receives from INIT on; none of the refused ones is there
+    REQUIRE(fx.post_recv(e, 3, {buf.sge(0, 64)}) == 0);
+    fx.move_to(e, qp_state::err);
+    auto flushed = fx.poll(e.recv_cq, 1, "the one receive posted in INIT");
+    REQUIRE(flushed.size() == 1);
+    CHECK(flushed[0].wr_id == 3);
+    CHECK(fx.drain(e.recv_cq, 3).empty());
+  }
+}
+
 CONFORMANCE_CASE("posting: post_send below RTS is EINVAL") {
   fixture<B> fx;
   const auto want = expected(ids::post_below_rts, backend_traits<B>::profile());

@@ -73,6 +73,48 @@ CONFORMANCE_CASE("uc: an access violation (bad rkey) is dropped silently and the
   CHECK(dst.holds(6, 0, 40));
 }
 
+// A UC WRITE_WITH_IMM whose rkey the responder refuses, with a receive posted: the spec
+// drops it silently (UC has no NAK), the receive stays posted. rxe does so for a QP's own
+// receive queue, but takes a receive of a shared receive queue first and completes it
+// REM_ACCESS_ERR (seen in the guest by a differential fuzzer); the QP stays in RTS.
+CONFORMANCE_CASE("uc: RDMA_WRITE_WITH_IMM with a bad rkey and a receive posted (own queue, SRQ)") {
+  for (const bool on_srq : {false, true}) {
+    CAPTURE(on_srq);
+    fixture<B> fx;
+    const auto want = expected(ids::uc_write_imm_bad_rkey, backend_traits<B>::profile());
+    srq_attr sa{.max_wr = 4, .max_sge = 1};
+    auto srq = on_srq ? fx.make_srq(sa) : typename B::srq{};
+    auto a = fx.make_qp({.type = qp_type::uc});
+    auto b = on_srq ? fx.make_qp_on_srq(srq, {.type = qp_type::uc}) : fx.make_qp({.type = qp_type::uc});
+    fx.connect(a, b);
+    auto& src = fx.make_buffer(256);
+    auto& dst = fx.make_buffer(256);
+    src.fill(6);
+    REQUIRE((on_srq ? fx.post_srq_recv(srq, 10, {dst.sge(128, 64)}) : fx.post_recv(b, 10, {dst.sge(128, 64)})) == 0);
+    REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write_with_imm, src.sge(0, 40), dst.addr(0), dst.rkey() ^ 0x3300,
+                         send_flags::signaled, to_be32(5)) == 0);
+    CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+    fx.settle();
+    CHECK(dst.u64(0) == 0);
+    const auto got = fx.drain(b.recv_cq);
+    const bool taken = on_srq && !want.resp.is_nothing();
+    if (!taken) {
+      CHECK(got.empty());
+    } else {
+      REQUIRE(got.size() == 1);
+      CHECK(got[0].wr_id == 10);
+      CHECK(want.resp.allows(got[0].status));
+    }
+    CHECK(B::query_qp_state(b.qp) == qp_state::rts);
+    // The next message takes the receive if it is still there, else finds none (dropped).
+    REQUIRE(fx.post_rdma(a, 2, opcode::rdma_write_with_imm, src.sge(0, 40), dst.addr(0), dst.rkey(),
+                         send_flags::signaled, to_be32(6)) == 0);
+    CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+    fx.settle();
+    CHECK(fx.drain(b.recv_cq).size() == (taken ? 0u : 1u));
+  }
+}
+
 CONFORMANCE_CASE("uc: a multi-packet SEND (several MTUs) arrives whole") {
   fixture<B> fx;
   auto [a, b] = fx.make_pair({.type = qp_type::uc});

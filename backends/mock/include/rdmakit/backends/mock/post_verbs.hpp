@@ -136,6 +136,12 @@ RDMAKIT_DECL int mock::post_recv(qp q, recv_wr* wr, recv_wr** bad_wr) noexcept {
   for (; w; w = w->next) {
     if (q->state == qp_state::reset || q->srq) {  // a QP on an SRQ has no receive queue of its own
       err = EINVAL;
+      // rxe's provider refuses these before it looks at a WR: bad_wr stays NULL
+      // (posting.recv_refused_bad_wr).
+      if (f.as_rxe()) {
+        if (bad_wr) *bad_wr = nullptr;
+        return err;
+      }
       break;
     }
     if (w->num_sge < 0 || static_cast<std::uint32_t>(w->num_sge) > q->caps.max_recv_sge ||

@@ -252,7 +252,11 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
     // rxe refuses the rkey on a message's first packet, and only its last one, which
     // carries the immediate, would take a receive: a longer message takes none.
     const bool first_packet_has_imm = !f.as_rxe() || m.length <= mtu_bytes(d->attr.path_mtu);
-    if (m.type == qp_type::rc && imm && first_packet_has_imm && !receives(d).empty()) {  // the receive the immediate would have used
+    // (UC: rxe takes a receive of a shared receive queue before the rkey check and
+    // completes it, the QP staying in RTS; the spec drops the message, no NAK, and so
+    // does rxe for a QP's own receive queue: uc.write_imm_bad_rkey_takes_srq_receive.)
+    const bool takes_receive = m.type == qp_type::rc || (m.type == qp_type::uc && f.as_rxe() && d->srq);
+    if (takes_receive && imm && first_packet_has_imm && !receives(d).empty()) {  // the receive the immediate would have used
       cq_entry e;
       e.wc.wr_id = take_receive(f, d).wr_id;
       e.wc.qp_num = d->qpn;
