@@ -95,6 +95,7 @@ inline constexpr std::string_view recv_too_small_rc = "fault.recv_too_small.rc";
 inline constexpr std::string_view recv_bad_lkey_rc = "fault.recv_sge_bad_lkey.rc";
 inline constexpr std::string_view recv_no_local_write_rc = "fault.recv_sge_no_local_write.rc";
 inline constexpr std::string_view recv_bad_lkey_unreached_rc = "fault.recv_sge_bad_lkey_unreached.rc";
+inline constexpr std::string_view recv_past_region_unreached_rc = "fault.recv_sge_past_region_unreached.rc";
 inline constexpr std::string_view send_bad_lkey = "fault.send_sge_bad_lkey";
 inline constexpr std::string_view send_other_pd = "fault.send_sge_other_pd";
 inline constexpr std::string_view send_out_of_range = "fault.send_sge_out_of_range";
@@ -162,6 +163,13 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::recv_bad_lkey_unreached_rc, "rxe",
                   {.req = {wc_status::success}, .resp = {wc_status::success}},
                   "rxe (kernel 6.1, observed; copy_data looks an SGE up when the data enters it): the SEND lands"},
+    deviation_row{ids::recv_past_region_unreached_rc, "spec",
+                  {.req = {wc_status::rem_op_err}, .resp = {wc_status::loc_prot_err}},
+                  "spec §9: a receive SGE must lie in its region: resp LOC_PROT_ERR, req REM_OP_ERR"},
+    deviation_row{ids::recv_past_region_unreached_rc, "rxe",
+                  {.req = {wc_status::success}, .resp = {wc_status::success}},
+                  "rxe (kernel 6.1, observed by a differential fuzzer): it checks the bytes it copies, which lie in "
+                  "the region: the SEND lands"},
     // Invalid local SGE on the send side.
     deviation_row{ids::send_bad_lkey, "spec", {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing()},
                   "spec §3: req LOC_PROT_ERR"},

@@ -388,6 +388,26 @@ CONFORMANCE_CASE("faults: RC receive whose second SGE has a bad lkey, for a mess
   }
 }
 
+CONFORMANCE_CASE("faults: RC receive whose SGE runs past its region, for a message the region holds") {
+  fixture<B> fx;
+  const auto want = expected(ids::recv_past_region_unreached_rc, backend_traits<B>::profile());
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(256);
+  src.fill(5);
+  REQUIRE(fx.post_recv(b, 800, {dst.sge(200, 100)}) == 0);  // 44 bytes past the region's end
+  REQUIRE(fx.post_send(a, 1, opcode::send, {src.sge(0, 6)}) == 0);
+  CONF_CHECK_STATUS(want.req, fx.poll_one(a.send_cq).status);
+  auto r = fx.poll_one(b.recv_cq);
+  CHECK(r.wr_id == 800);
+  CONF_CHECK_STATUS(want.resp, r.status);
+  if (r.status == wc_status::success) {
+    CHECK(r.byte_len == 6);
+    CHECK(dst.holds(5, 200, 6));
+    CHECK(B::query_qp_state(b.qp) == qp_state::rts);
+  }
+}
+
 CONFORMANCE_CASE("faults: RC receive into an MR without LOCAL_WRITE -> resp error, req REM_OP_ERR") {
   fixture<B> fx;
   faulty_pair<B> p(fx);

@@ -154,8 +154,16 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
   std::uint64_t room = 0;    // bytes of the SGEs so far: all of them after the loop
   std::uint64_t usable = 0;  // bytes of the SGEs before the first bad one
   for (const auto& s : rw.sges) {
-    // rxe looks an SGE up only once the data reaches it; the spec checks them all.
-    if (!f.as_rxe() || (room < need && s.length != 0)) sges_ok = sges_ok && local_sge_ok(f, pd, s, true);
+    // rxe looks an SGE up only once the data reaches it, and checks the bytes it copies
+    // there, not the SGE's whole length (fault.recv_sge_past_region_unreached.rc); the
+    // spec checks them all.
+    if (!f.as_rxe()) {
+      sges_ok = sges_ok && local_sge_ok(f, pd, s, true);
+    } else if (room < need && s.length != 0) {
+      auto copied = s;
+      if (need - room < copied.length) copied.length = static_cast<std::uint32_t>(need - room);
+      sges_ok = sges_ok && local_sge_ok(f, pd, copied, true);
+    }
     if (sges_ok) usable += s.length;
     room += s.length;
   }
