@@ -53,6 +53,26 @@ void check_responder_flushed(fixture<B>& fx, const endpoint<B>& b, std::vector<s
   check_flushes(fx.poll(b.recv_cq, wr_ids.size(), "responder receive flushes"), wr_ids, b.num);
 }
 
+// A SEND of `len` bytes (of 5s) from `a` into a receive of `b` with SGEs `sg`, whose
+// fault lies where the bytes do not reach: outcome `want`; landed, they are at dst[at, at + len).
+template <class B>
+void send_short_of_receive_fault(fixture<B>& fx, const outcome& want, const endpoint<B>& a, const endpoint<B>& b,
+                                 buffer<B>& dst, std::vector<rdmakit::sge> sg, std::uint32_t len, std::size_t at) {
+  auto& src = fx.make_buffer(256);
+  src.fill(5);
+  REQUIRE(fx.post_recv(b, 800, std::move(sg)) == 0);
+  REQUIRE(fx.post_send(a, 1, opcode::send, {src.sge(0, len)}) == 0);
+  CONF_CHECK_STATUS(want.req, fx.poll_one(a.send_cq).status);
+  auto r = fx.poll_one(b.recv_cq);
+  CHECK(r.wr_id == 800);
+  CONF_CHECK_STATUS(want.resp, r.status);
+  if (r.status == wc_status::success) {
+    CHECK(r.byte_len == len);
+    CHECK(dst.holds(5, at, len));
+    CHECK(B::query_qp_state(b.qp) == qp_state::rts);
+  }
+}
+
 }  // namespace
 
 // --- local SGE faults on the send side (rxe differs: deviation table) ---
@@ -372,40 +392,16 @@ CONFORMANCE_CASE("faults: RC receive whose second SGE has a bad lkey, for a mess
   fixture<B> fx;
   const auto want = expected(ids::recv_bad_lkey_unreached_rc, backend_traits<B>::profile());
   auto [a, b] = fx.make_pair({.caps = {16, 16, 1, 2, 0}});
-  auto& src = fx.make_buffer(256);
   auto& dst = fx.make_buffer(256);
-  src.fill(5);
-  REQUIRE(fx.post_recv(b, 800, {dst.sge(0, 64), {dst.addr(64), 64, dst.lkey() ^ 0x5a5a00}}) == 0);
-  REQUIRE(fx.post_send(a, 1, opcode::send, {src.sge(0, 32)}) == 0);
-  CONF_CHECK_STATUS(want.req, fx.poll_one(a.send_cq).status);
-  auto r = fx.poll_one(b.recv_cq);
-  CHECK(r.wr_id == 800);
-  CONF_CHECK_STATUS(want.resp, r.status);
-  if (r.status == wc_status::success) {
-    CHECK(r.byte_len == 32);
-    CHECK(dst.holds(5, 0, 32));
-    CHECK(B::query_qp_state(b.qp) == qp_state::rts);
-  }
+  send_short_of_receive_fault(fx, want, a, b, dst, {dst.sge(0, 64), {dst.addr(64), 64, dst.lkey() ^ 0x5a5a00}}, 32, 0);
 }
 
 CONFORMANCE_CASE("faults: RC receive whose SGE runs past its region, for a message the region holds") {
   fixture<B> fx;
   const auto want = expected(ids::recv_past_region_unreached_rc, backend_traits<B>::profile());
   auto [a, b] = fx.make_pair();
-  auto& src = fx.make_buffer(256);
   auto& dst = fx.make_buffer(256);
-  src.fill(5);
-  REQUIRE(fx.post_recv(b, 800, {dst.sge(200, 100)}) == 0);  // 44 bytes past the region's end
-  REQUIRE(fx.post_send(a, 1, opcode::send, {src.sge(0, 6)}) == 0);
-  CONF_CHECK_STATUS(want.req, fx.poll_one(a.send_cq).status);
-  auto r = fx.poll_one(b.recv_cq);
-  CHECK(r.wr_id == 800);
-  CONF_CHECK_STATUS(want.resp, r.status);
-  if (r.status == wc_status::success) {
-    CHECK(r.byte_len == 6);
-    CHECK(dst.holds(5, 200, 6));
-    CHECK(B::query_qp_state(b.qp) == qp_state::rts);
-  }
+  send_short_of_receive_fault(fx, want, a, b, dst, {dst.sge(200, 100)}, 6, 200);  // 44 bytes past the region's end
 }
 
 CONFORMANCE_CASE("faults: RC receive into an MR without LOCAL_WRITE -> resp error, req REM_OP_ERR") {
