@@ -25,6 +25,7 @@
 #include <rdmakit/connection_info.hpp>
 #include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/chrono.hpp>
+#include <rdmakit/detail/spin_lock.hpp>
 #include <rdmakit/detail/text.hpp>
 #include <rdmakit/device.hpp>
 #include <rdmakit/protection_domain.hpp>
@@ -227,7 +228,7 @@ struct cm_id_block final : cm_qp_owner<B> {
   // two meet on the QP (destroyed, or moved to ERR by this id or by the CM's disconnect),
   // so each holds this lock while it touches the QP. Short and rare: a spin lock.
   void destroy_qp(typename B::qp q) noexcept override {
-    const qp_lock held(*this);
+    const spin_lock::hold held(qp_lock_);
     if (q != typename B::qp{} && q == user_qp) {
       user_qp = {};
       B::destroy_qp(q);
@@ -237,7 +238,7 @@ struct cm_id_block final : cm_qp_owner<B> {
   }
   void disconnect() noexcept {
     if (established && !disconnect_sent && !disconnected) {
-      const qp_lock held(*this);
+      const spin_lock::hold held(qp_lock_);
       user_qp_to_err();
       B::cm_disconnect(id);
     }
@@ -249,7 +250,7 @@ struct cm_id_block final : cm_qp_owner<B> {
   void on_disconnected() noexcept {
     disconnected = true;
     if (!disconnect_sent) {
-      const qp_lock held(*this);
+      const spin_lock::hold held(qp_lock_);
       user_qp_to_err();
       B::cm_disconnect(id);
     }
@@ -257,19 +258,9 @@ struct cm_id_block final : cm_qp_owner<B> {
   }
 
  private:
-  struct qp_lock {
-    cm_id_block& b;
-    explicit qp_lock(cm_id_block& blk) noexcept : b(blk) {
-      while (__atomic_test_and_set(&b.qp_locked_, __ATOMIC_ACQUIRE)) {
-      }
-    }
-    ~qp_lock() { __atomic_clear(&b.qp_locked_, __ATOMIC_RELEASE); }
-    qp_lock(const qp_lock&) = delete;
-    qp_lock& operator=(const qp_lock&) = delete;
-  };
-  bool qp_locked_ = false;
+  spin_lock qp_lock_;
 
-  // rping -q does the same before rdma_disconnect: its outstanding WRs flush. Under qp_lock.
+  // rping -q does the same before rdma_disconnect: its outstanding WRs flush. Under qp_lock_.
   void user_qp_to_err() noexcept {
     if (user_qp == typename B::qp{}) return;
     try {

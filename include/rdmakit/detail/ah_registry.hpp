@@ -10,6 +10,7 @@
 // still be checked. A destroyed handle's record is reused by the next one, so memory
 // stays at the most handles alive at once, however many come and go.
 #include <rdmakit/config.hpp>
+#include <rdmakit/detail/spin_lock.hpp>
 
 #include <cstdint>
 #include <type_traits>
@@ -45,10 +46,10 @@ class ah_registry {
  public:
   // A record holding `ah` (a reused one, or a new one); throws only std::bad_alloc.
   static ah_record<B>* hold(typename B::ah ah) {
-    lock_();
+    lock_.lock();
     ah_record<B>* r = free_;
     if (r) free_ = r->next_free;
-    unlock_();
+    lock_.unlock();
     if (!r) r = new ah_record<B>;  // before the handle is published: may throw
     __atomic_store(&r->ah, &ah, __ATOMIC_RELEASE);
     return r;
@@ -60,10 +61,10 @@ class ah_registry {
     typename B::ah none{};  // not const: clang's __atomic_store takes a pointer to non-const
     __atomic_store_n(&r->generation, r->generation + 1, __ATOMIC_RELEASE);
     __atomic_store(&r->ah, &none, __ATOMIC_RELEASE);
-    lock_();
+    lock_.lock();
     r->next_free = free_;
     free_ = r;
-    unlock_();
+    lock_.unlock();
     return h;
   }
   // The record of no handle, where an empty ud_address points: its generation is never
@@ -71,14 +72,9 @@ class ah_registry {
   static const ah_record<B>* none() noexcept { return &none_; }
 
  private:
-  static void lock_() noexcept {
-    while (__atomic_test_and_set(&locked_, __ATOMIC_ACQUIRE)) {
-    }
-  }
-  static void unlock_() noexcept { __atomic_clear(&locked_, __ATOMIC_RELEASE); }
 
   static inline ah_record<B>* free_ = nullptr;
-  static inline bool locked_ = false;
+  static inline spin_lock lock_;
   static inline const ah_record<B> none_{typename B::ah{}, 1, nullptr};
 };
 

@@ -8,6 +8,7 @@
 #include <rdmakit/backend.hpp>
 #include <rdmakit/detail/owning_ptr.hpp>
 #include <rdmakit/detail/peer_invalidations.hpp>
+#include <rdmakit/detail/spin_lock.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -34,48 +35,43 @@ inline constexpr bool shares_contexts = [] {
 
 /// The device states open in the process, by context, under shares_contexts<B>: a
 /// context has one event queue, read by one device_events, and one set of windows,
-/// whichever device object made them. A spinlock (no <mutex> in the core): setup only.
+/// whichever device object made them. Setup only.
 template <class B>
 class open_devices {
  public:
   /// The live state of `st`'s context if there is one, else `st`, now registered (its
   /// destructor removes it). Throws bad_alloc before anything is registered.
   static shared_owner<const device_state<B>> share_or_add(shared_owner<device_state<B>> st) {
-    lock_();
+    lock_.lock();
     for (const auto& w : states_)
       if (w.get()->ctx == st->ctx)
         if (auto live = w.share()) {  // empty: its last owner went, it is being destroyed
-          unlock_();
+          lock_.unlock();
           return live;
         }
     try {
       states_.emplace_back(shared_owner<const device_state<B>>(st));
     } catch (...) {
-      unlock_();
+      lock_.unlock();
       throw;
     }
     st->registered = true;
-    unlock_();
+    lock_.unlock();
     return st;
   }
   static void remove(const device_state<B>* st) noexcept {
-    lock_();
+    lock_.lock();
     for (std::size_t i = 0; i < states_.size(); ++i)
       if (states_[i].get() == st) {
         states_[i] = states_.back();
         states_.pop_back();
         break;
       }
-    unlock_();
+    lock_.unlock();
   }
 
  private:
-  static void lock_() noexcept {
-    while (__atomic_test_and_set(&locked_, __ATOMIC_ACQUIRE)) {
-    }
-  }
-  static void unlock_() noexcept { __atomic_clear(&locked_, __ATOMIC_RELEASE); }
-  static inline bool locked_ = false;
+  static inline spin_lock lock_;
   static inline std::vector<shared_watch<const device_state<B>>> states_;
 };
 
@@ -149,27 +145,27 @@ struct pd_state {
   // posted, and a failed one leaves the window where it was). Its buffer is kept too:
   // a peer may still write it through the window.
   void retain(typename B::mr mr, std::byte* owned) const noexcept {
-    lock_();
+    lock_.lock();
     try {
       retained_.push_back({mr, owned});
       __atomic_store_n(&any_retained_, true, __ATOMIC_RELEASE);
     } catch (...) {  // no memory to remember it: it stays registered and allocated
     }
-    unlock_();
+    lock_.unlock();
   }
   // Deregisters (and frees) the retained registrations the device now lets go: called
   // when a window of this PD is bound, invalidated or freed, and when the PD goes. With
   // none retained (nearly always), one load.
   void release_retained() const noexcept {
     if (!__atomic_load_n(&any_retained_, __ATOMIC_ACQUIRE)) return;
-    lock_();
+    lock_.lock();
     std::erase_if(retained_, [](const retained_mr& r) {
       if (B::dereg_mr(r.mr) != 0) return false;
       if (r.owned) free_page_aligned(r.owned);
       return true;
     });
     __atomic_store_n(&any_retained_, !retained_.empty(), __ATOMIC_RELEASE);
-    unlock_();
+    lock_.unlock();
   }
 
  private:
@@ -177,16 +173,9 @@ struct pd_state {
     typename B::mr mr;
     std::byte* owned;  // null when the region borrowed its memory
   };
-  // Regions of one PD may go on different threads; this path is rare and short.
-  void lock_() const noexcept {
-    while (__atomic_test_and_set(&locked_, __ATOMIC_ACQUIRE)) {
-    }
-  }
-  void unlock_() const noexcept { __atomic_clear(&locked_, __ATOMIC_RELEASE); }
-
   mutable std::vector<retained_mr> retained_;
   mutable bool any_retained_ = false;  // !retained_.empty(), read without the lock
-  mutable bool locked_ = false;
+  spin_lock lock_;  // regions of one PD may go on different threads; this path is rare and short
 };
 
 template <class B>

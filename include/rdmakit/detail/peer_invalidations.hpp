@@ -5,9 +5,10 @@
 // on any queue pair of the device, not only the one the window is bound through: every
 // poll of the device's CQs notes such receives here (completion_queue::deliver_), and
 // memory_window::invalidate asks here before it posts. Windows and CQs may be on
-// different threads: a spinlock, as pd_state's (no <mutex> in the core); `watched_` is
+// different threads: a spin_lock, as pd_state's; `watched_` is
 // read without it, so a device with no bound window costs a poll one load.
 #include <rdmakit/config.hpp>
+#include <rdmakit/detail/spin_lock.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -24,49 +25,49 @@ class peer_invalidations {
   /// A bind to `rkey` is about to be posted: its entry, not yet live. Throws bad_alloc
   /// before anything is posted.
   void binding(std::uint32_t rkey) {
-    lock_();
+    lock_.lock();
     try {
       entries_.push_back({rkey, false});
     } catch (...) {
-      unlock_();
+      lock_.unlock();
       throw;
     }
     publish_();
-    unlock_();
+    lock_.unlock();
   }
   /// The window's bind to `rkey` was posted: its previous binding's entry (`old`, 0 for
   /// none) goes, and a peer's invalidation noted for `rkey` before (a stale one: the
   /// key byte came round) is forgotten.
   void bound(std::uint32_t old, std::uint32_t rkey) noexcept {
-    lock_();
+    lock_.lock();
     if (old != 0 && old != rkey) erase_(old);
     for (entry& e : entries_)
       if (e.rkey == rkey) e.invalidated = false;
-    unlock_();
+    lock_.unlock();
   }
   /// The window bound to `rkey` is no longer (invalidated, its bind refused, or freed).
   void forget(std::uint32_t rkey) noexcept {
-    lock_();
+    lock_.lock();
     erase_(rkey);
-    unlock_();
+    lock_.unlock();
   }
   /// A successful receive of a SEND_WITH_INV naming `rkey` was polled (or of a SEND
   /// whose rkey field holds it: only a bound window's entry is marked).
   void note(std::uint32_t rkey) noexcept {
     if (rkey == 0) return;  // a plain SEND's, on the devices that clear the field
-    lock_();
+    lock_.lock();
     for (entry& e : entries_)
       if (e.rkey == rkey) e.invalidated = true;
-    unlock_();
+    lock_.unlock();
   }
   /// Whether a peer's SEND_WITH_INV naming `rkey` was polled since its bind: its entry
   /// goes then (the window is unbound).
   bool take_invalidated(std::uint32_t rkey) noexcept {
-    lock_();
+    lock_.lock();
     bool found = false;
     for (const entry& e : entries_) found = found || (e.rkey == rkey && e.invalidated);
     if (found) erase_(rkey);
-    unlock_();
+    lock_.unlock();
     return found;
   }
 
@@ -85,15 +86,10 @@ class peer_invalidations {
     publish_();
   }
   void publish_() noexcept { __atomic_store_n(&watched_, entries_.empty() ? 0u : 1u, __ATOMIC_RELEASE); }
-  void lock_() const noexcept {
-    while (__atomic_test_and_set(&locked_, __ATOMIC_ACQUIRE)) {
-    }
-  }
-  void unlock_() const noexcept { __atomic_clear(&locked_, __ATOMIC_RELEASE); }
 
   std::vector<entry> entries_;
   unsigned watched_ = 0;  // !entries_.empty(), read without the lock
-  mutable bool locked_ = false;
+  spin_lock lock_;
 };
 
 }  // namespace detail

@@ -4,6 +4,7 @@
 #include <rdmakit/backend.hpp>
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/detail/qp_link.hpp>
+#include <rdmakit/detail/spin_lock.hpp>
 #include <rdmakit/qp_options.hpp>
 #include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/types.hpp>
@@ -67,27 +68,21 @@ struct srq_offset {
   RDMAKIT_ALWAYS_INLINE std::uint32_t get() const noexcept { return __atomic_load_n(&recv_offset_, __ATOMIC_ACQUIRE); }
   void add(std::uint32_t offset) noexcept {
     if (offset == 0) return;
-    lock_();
+    lock_.lock();
     ++users_;
     __atomic_store_n(&recv_offset_, std::max(recv_offset_, offset), __ATOMIC_RELEASE);
-    unlock_();
+    lock_.unlock();
   }
   void remove() noexcept {
-    lock_();
+    lock_.lock();
     if (users_ != 0 && --users_ == 0) __atomic_store_n(&recv_offset_, 0u, __ATOMIC_RELEASE);
-    unlock_();
+    lock_.unlock();
   }
 
  private:
-  void lock_() noexcept {
-    while (__atomic_test_and_set(&locked_, __ATOMIC_ACQUIRE)) {
-    }
-  }
-  void unlock_() noexcept { __atomic_clear(&locked_, __ATOMIC_RELEASE); }
-
   std::uint32_t recv_offset_ = 0;
-  std::uint32_t users_ = 0;  // queue pairs on the SRQ that need it (UD); under locked_
-  bool locked_ = false;
+  std::uint32_t users_ = 0;  // queue pairs on the SRQ that need it (UD); under lock_
+  spin_lock lock_;
 };
 
 // Whether a receive was ever posted to a shared receive queue (part of srq_state; here so
