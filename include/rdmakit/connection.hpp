@@ -229,22 +229,33 @@ namespace detail {
 template <class QP, class... ConnectArgs>
 using connected_t = decltype(std::declval<QP&&>().connect(std::declval<const endpoint&>(),
                                                          std::declval<const ConnectArgs&>()...));
-// A peer record that names QP 0 or 1 (the subnet's management QPs: a zeroed or garbled
-// record) is the network's fault, not the caller's: refused before connect() would take
-// it for a misuse (usage_error).
-// A record with neither a LID nor a GID (ibv_*_pingpong run on RoCE without -g) names
-// nothing to address either.
+}  // namespace detail
+
+/// Throws exchange_error (malformed) when a peer's record cannot name a queue pair to
+/// reach: QP 0 or 1 (the subnet's management QPs: a zeroed or garbled record), a
+/// multicast GID (a group's, never a port's), or neither a LID nor a GID (ibv_*_pingpong
+/// run on RoCE without -g). Such a record is the network's fault, not the caller's: an
+/// on_peer callback calls this before connect() or create_ah(), which would take it for
+/// a misuse (usage_error) or send where no peer answers. connect_client and
+/// connect_server call it.
 inline void check_peer_record(const endpoint& peer) {
   if (peer.qpn <= 1)
     throw exchange_error(exchange_errc::malformed,
-                         cat("the peer's record names QP ", peer.qpn, ", a management QP (QP0/QP1), not its queue "
-                             "pair: is the peer sending its queue pair's local_endpoint()?"));
+                         detail::cat("the peer's record names QP ", peer.qpn,
+                                     ", a management QP (QP0/QP1), not its queue pair: is the peer sending its "
+                                     "queue pair's local_endpoint()?"));
+  if (peer.gid.is_multicast())
+    throw exchange_error(exchange_errc::malformed,
+                         detail::cat("the peer's record names GID ", peer.gid.to_string(),
+                                     ", a multicast group's, not a port's: is the peer sending its queue pair's "
+                                     "local_endpoint()?"));
   if (peer.lid == 0 && peer.gid.is_zero())
     throw exchange_error(exchange_errc::malformed,
                          "the peer's record has neither a LID nor a GID, so nothing to address: on RoCE, run "
                          "ibv_*_pingpong with -g <GID index>; an rdmakit peer sends its local_endpoint()");
 }
 
+namespace detail {
 // Runs an exchange whose on_peer connects `qp` into `live`. If the exchange fails after
 // that (the peer went away before the acknowledgement), the caller's `qp` is given back
 // reset (a fresh INIT queue pair, new QP number): a retry may call again, and the
@@ -284,7 +295,7 @@ exchanged<detail::connected_t<QP, ConnectArgs...>> connect_client(QP&& qp, const
   local.region = region;
   connection_info peer = detail::exchange_connecting(qp, live, [&] {
     return exchange_client(host, port, local, o, [&](const connection_info& p) {
-      detail::check_peer_record(p.ep);
+      check_peer_record(p.ep);
       live.emplace(std::move(qp).connect(p.ep, args...));
     });
   });
@@ -305,7 +316,7 @@ exchanged<detail::connected_t<QP, ConnectArgs...>> connect_server(QP&& qp, excha
   local.region = region;
   connection_info peer = detail::exchange_connecting(qp, live, [&] {
     return listener.exchange(local, o, [&](const connection_info& p) {
-      detail::check_peer_record(p.ep);
+      check_peer_record(p.ep);
       live.emplace(std::move(qp).connect(p.ep, args...));
     });
   });

@@ -253,6 +253,8 @@ struct gid {
   }
   /// `fe80::/10`: a link-local GID (InfiniBand, RoCE v1 from the MAC).
   constexpr bool is_link_local() const noexcept { return raw[0] == 0xfe && (raw[1] & 0xc0) == 0x80; }
+  /// `ff00::/8`: a multicast group's GID, never a port's own.
+  constexpr bool is_multicast() const noexcept { return raw[0] == 0xff; }
   /// The IPv4-mapped GID of `a.b.c.d`, as RoCE v2 gives an interface's IPv4 address.
   static constexpr gid from_ipv4(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d) noexcept {
     gid g;

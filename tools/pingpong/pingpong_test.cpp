@@ -132,3 +132,28 @@ TEST_CASE("UD: a size above the port MTU is refused before anything is exchanged
   CHECK_THROWS_WITH_AS((run_pingpong<B, ud, busy_poll<>>(o, never, p, device<B>(fab, o.device))),
                        doctest::Contains("larger than the port MTU (1024)"), pingpong_failure);
 }
+
+// A UD peer record naming QP 1 or a multicast GID went into the address handle: the
+// run sent where no peer answers and ended at the stall timeout, naming a lost message.
+TEST_CASE("UD: a peer record naming a management QP or a multicast GID is refused as malformed") {
+  mock::fabric fab;
+  printer p(nullptr);
+  pingpong_options o;
+  o.device = "mock0";
+  o.size = 256;
+  o.stall_timeout = 300ms;
+  for (const bool multicast : {false, true}) {
+    CAPTURE(multicast);
+    exchange_fn garbled = [&](const connection_info& local, const on_peer_fn& cb) {
+      connection_info peer = local;
+      if (multicast)
+        REQUIRE(gid::parse("ff0e0000000000000000000000000001", peer.ep.gid));
+      else
+        peer.ep.qpn = 1;
+      cb(peer);
+      return peer;
+    };
+    CHECK_THROWS_WITH_AS((run_pingpong<B, ud, busy_poll<>>(o, garbled, p, device<B>(fab, o.device))),
+                         doctest::Contains(multicast ? "multicast" : "management QP"), exchange_error);
+  }
+}

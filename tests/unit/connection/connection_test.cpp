@@ -684,6 +684,18 @@ TEST_CASE("connect_client: a peer record with neither LID nor GID is a malformed
   CHECK(last_error.find("-g") != std::string::npos);
 }
 
+// A peer record naming a multicast GID (a group's, never a port's) was taken: connect()
+// moved the queue pair towards a group that no queue pair answers from.
+TEST_CASE("connect_client: a peer record naming a multicast GID is a malformed record; the queue pair is kept") {
+  one_device d;
+  auto other = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
+  endpoint e = other.local_endpoint();
+  REQUIRE(gid::parse("ff0e0000000000000000000000000001", e.gid));
+  CHECK(client_refusal_of(d, e) == exchange_errc::malformed);
+  CHECK(last_error.find("multicast") != std::string::npos);
+  CHECK(last_error.find("ff0e:0000:") != std::string::npos);
+}
+
 // A client that left after the server had connected its queue pair (before the
 // acknowledgement) failed the exchange, and the connected queue pair died with it: the
 // caller's variable was empty, and a server loop retrying with it got a usage_error

@@ -65,4 +65,8 @@ TEST_CASE("GIDs: IPv4 mapping, printing and parsing both text forms") {
   CHECK_FALSE(gid::parse("fe80:0000:0000:0000:0000:0000:00000001", parsed));
   CHECK_FALSE(gid::parse("fe800000:0000:0000:0000:0000:0000:0001", parsed));
   CHECK(gid{}.is_zero());
+  CHECK_FALSE(parsed.is_multicast());
+  CHECK_FALSE(g.is_multicast());
+  REQUIRE(gid::parse("ff0e0000000000000000000000000001", parsed));
+  CHECK(parsed.is_multicast());
 }
