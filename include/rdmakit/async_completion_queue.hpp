@@ -78,6 +78,7 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
       keep->drain_();
     };
     watch_.progress = [](void* self) noexcept { return static_cast<async_cq_core*>(self)->progress_(); };
+    watch_.delivering = [](void* self) noexcept { return static_cast<async_cq_core*>(self)->watched_->delivering != 0; };
     loop_->watch(watch_);
     // Arms the CQ, so the first completion raises an event (nothing is polled yet: no
     // queue pair can be attached).

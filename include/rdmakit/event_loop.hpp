@@ -142,9 +142,15 @@ class loop_core final : public scheduler {
     rethrow_();
   }
 
-  /// Whether the loop is inside a source's callbacks (a CQ's drain, which runs on()
-  /// handlers): such a drain cannot finish before they return.
-  bool in_handlers() const noexcept { return handler_depth_ != 0; }
+  /// Whether user code a source runs is on the stack: the loop's callbacks (a CQ's
+  /// drain, which runs on() handlers), or a watched CQ's delivery of a batch to on()
+  /// handlers from the application's own poll of it. Neither can finish before they return.
+  bool in_handlers() const noexcept {
+    if (handler_depth_ != 0) return true;
+    for (const fd_watch* w : watches_)
+      if (w->delivering && w->delivering(w->ctx)) return true;
+    return false;
+  }
 
  private:
   // Marks the callbacks' run (nested turns from a handler's poll() count on).
@@ -271,8 +277,10 @@ class event_loop {
   /// Runs until every spawned task has finished. Rethrows the first exception that
   /// escaped a task (the others keep their state: run() may be called again, and
   /// rethrows the next task's exception, if another one failed meanwhile). From one of
-  /// the loop's tasks, or from an on() handler its drain of a CQ runs, run() and run(t)
-  /// throw usage_error: neither caller could go on until they returned.
+  /// the loop's tasks, or from an on() handler of an async completion queue's queue()
+  /// (run by the loop's drain or by a poll of your own), run() and run(t) throw
+  /// usage_error, and run(t) has not started t: neither caller could go on until they
+  /// returned.
   void run() {
     run_until_([core = core_.get()] { return core->roots.empty(); });
   }
@@ -282,6 +290,10 @@ class event_loop {
   /// exception ends it first (rethrown here), `t` goes on as a spawned task.
   template <class T>
   T run(task<T> t) {
+    // Refused before t is spawned: it would run later, on the caller's objects, gone by then.
+    const auto core = core_;  // a task may destroy this loop
+    detail::loop_user in_use(*core, "run()");
+    refuse_run_(*core);
     // Shared with t's driver, not a local: when another task's exception ends this call,
     // t runs on (as spawned) and delivers its result here, unread.
     if constexpr (std::is_void_v<T>) {
@@ -366,13 +378,7 @@ class event_loop {
   void run_until_(Done done, bool awaits_one_task = false) {
     const auto core = core_;
     detail::loop_user in_use(*core, "run()");
-    refuse_reentry_(*core, "run()");
-    if (RDMAKIT_UNLIKELY(core->in_handlers()))
-      throw usage_error(
-          "event_loop::run() called from a completion handler the loop is running (one set with on() on an "
-          "async completion queue's queue()): the loop's drain of that CQ cannot finish until the handler "
-          "returns, and the completions run() would wait for may be in it; call poll() there (it does not "
-          "block), or spawn() a task that co_awaits what you need");
+    refuse_run_(*core);
     for (;;) {
       core->run_ready();
       if (RDMAKIT_UNLIKELY(core->roots.abandoned())) {
@@ -382,6 +388,16 @@ class event_loop {
       if (done()) return;
       core->wait(true);
     }
+  }
+  // Where run() could never return: from a task, or from a completion handler.
+  static void refuse_run_(const detail::loop_core& core) {
+    refuse_reentry_(core, "run()");
+    if (RDMAKIT_UNLIKELY(core.in_handlers()))
+      throw usage_error(
+          "event_loop::run() called from a completion handler (one set with on() on an async completion queue's "
+          "queue()), run by the loop or by a poll of that queue: the poll's delivery of its batch cannot finish "
+          "until the handler returns, and the completions run() would wait for may be in it; call poll() there "
+          "(it does not block), or spawn() a task that co_awaits what you need");
   }
   // The calling task cannot go on until the call returns, and run() would wait for it too.
   static void refuse_reentry_(const detail::loop_core& core, const char* call) {

@@ -35,44 +35,37 @@ inline constexpr bool shares_contexts = [] {
 
 /// The device states open in the process, by context, under shares_contexts<B>: a
 /// context has one event queue, read by one device_events, and one set of windows,
-/// whichever device object made them. Setup only.
+/// whichever device object made them. Setup only. A list through the states themselves,
+/// whose head is a pointer: nothing of it is destroyed at exit, so a device object of
+/// static storage duration may remove its state after every other static is gone.
 template <class B>
 class open_devices {
  public:
   /// The live state of `st`'s context if there is one, else `st`, now registered (its
-  /// destructor removes it). Throws bad_alloc before anything is registered.
-  static shared_owner<const device_state<B>> share_or_add(shared_owner<device_state<B>> st) {
-    lock_.lock();
-    for (const auto& w : states_)
-      if (w.get()->ctx == st->ctx)
-        if (auto live = w.share()) {  // empty: its last owner went, it is being destroyed
-          lock_.unlock();
-          return live;
-        }
-    try {
-      states_.emplace_back(shared_owner<const device_state<B>>(st));
-    } catch (...) {
-      lock_.unlock();
-      throw;
-    }
-    st->registered = true;
-    lock_.unlock();
+  /// destructor removes it).
+  static shared_owner<const device_state<B>> share_or_add(shared_owner<device_state<B>> st) noexcept {
+    spin_lock::hold h(lock_);
+    for (const device_state<B>* s = head_; s; s = s->registry_next)
+      if (s->ctx == st->ctx)
+        if (auto live = s->registry_self.share()) return live;  // empty: its last owner went, it is going
+    st->registry_self = shared_watch<const device_state<B>>(st);
+    st->registry_next = head_;
+    if (head_) head_->registry_prev = st.get();
+    head_ = st.get();
     return st;
   }
-  static void remove(const device_state<B>* st) noexcept {
-    lock_.lock();
-    for (std::size_t i = 0; i < states_.size(); ++i)
-      if (states_[i].get() == st) {
-        states_[i] = states_.back();
-        states_.pop_back();
-        break;
-      }
-    lock_.unlock();
+  static void remove(device_state<B>* st) noexcept {
+    spin_lock::hold h(lock_);
+    if (st->registry_prev)
+      st->registry_prev->registry_next = st->registry_next;
+    else
+      head_ = st->registry_next;
+    if (st->registry_next) st->registry_next->registry_prev = st->registry_prev;
   }
 
  private:
-  static inline spin_lock lock_;
-  static inline std::vector<shared_watch<const device_state<B>>> states_;
+  static constinit inline spin_lock lock_;
+  static constinit inline device_state<B>* head_ = nullptr;
 };
 
 template <class B>
@@ -80,7 +73,11 @@ struct device_state {
   typename B::context ctx{};
   std::string name;
   device_attr attr{};
-  bool registered = false;  // in open_devices<B> (shares_contexts<B>)
+  // open_devices<B>'s list (shares_contexts<B>): a watch on this state, set when it is
+  // registered, and its neighbours.
+  shared_watch<const device_state> registry_self;
+  device_state* registry_prev = nullptr;
+  device_state* registry_next = nullptr;
   // Who reads this context's asynchronous events: bit 0, a device_events on an event loop;
   // the rest, 2 per device::next_event() running (on any thread). A device_events is the
   // only reader: another reader would take some of its events, so it is refused while a
@@ -113,7 +110,7 @@ struct device_state {
   device_state(const device_state&) = delete;
   device_state& operator=(const device_state&) = delete;
   ~device_state() {
-    if (registered) open_devices<B>::remove(this);  // first: no device object shares it now
+    if (registry_self.get()) open_devices<B>::remove(this);  // first: no device object shares it now
     if (ctx != typename B::context{}) B::close_device(ctx);
   }
 

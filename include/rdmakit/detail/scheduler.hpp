@@ -20,11 +20,14 @@ namespace detail {
 /// A descriptor to wait on, and what to do when it is readable. `progress`, when set,
 /// says the source has work to do without the descriptor (the mock's simulated time, a
 /// batch left for the next turn): the scheduler then polls it instead of sleeping.
+/// `delivering`, when set, says the source is handing a batch to user code, whoever
+/// polled it: a blocking run() there could wait for what the batch's rest holds.
 struct fd_watch {
   int fd = -1;
   void* ctx = nullptr;
   void (*on_ready)(void*) noexcept = nullptr;
   bool (*progress)(void*) noexcept = nullptr;
+  bool (*delivering)(void*) noexcept = nullptr;
 };
 
 /// The drivers of the tasks an event_loop or asio_context started and that have not

@@ -285,14 +285,20 @@ TEST_CASE("event_loop: a sleep_for awaited by a second coroutine is a usage_erro
 // run() from inside one of the loop's tasks waited for every task, the caller too, which
 // could not finish until run() returned: it blocked for ever on a loop with a completion
 // queue, and on this bare loop ended with a message about sources nothing can wake.
-TEST_CASE("event_loop: run(), run(t) and poll() called from one of its own tasks are refused, saying why") {
+TEST_CASE("event_loop: run(), run(t) and poll() called from one of its own tasks are refused, saying why; t never runs") {
   event_loop loop;
   bool other_ran = false;
   auto other = [&]() -> task<void> {
     co_await loop.sleep_for(20ms);
     other_ran = true;
   };
-  auto value = []() -> task<int> { co_return 1; };
+  // A refused run(t) had spawned t already: it ran later, on the caller's objects, gone
+  // by then (an audit's use-after-free).
+  bool value_ran = false;
+  auto value = [&]() -> task<int> {
+    value_ran = true;
+    co_return 1;
+  };
   std::vector<std::string> errors;
   auto reenters = [&]() -> task<void> {
     errors.push_back(refusal([&] { loop.run(); }));
@@ -306,6 +312,8 @@ TEST_CASE("event_loop: run(), run(t) and poll() called from one of its own tasks
   CHECK(other_ran);
   REQUIRE(errors.size() == 3);
   for (const auto& e : errors) CHECK(e.find("from inside one of its own tasks") != std::string::npos);
+  CHECK_FALSE(value_ran);
+  CHECK(loop.tasks() == 0);
 }
 
 // A loop is its thread's (docs/coroutines.md), but nothing said so: spawn() from a second

@@ -161,6 +161,7 @@ struct shared_context_mock : backends::mock {
   static constexpr bool shares_contexts = true;
   using backends::mock::open_device;  // the other sources: not lent (the tests open from a fabric)
   static context open_device(rdmakit::mock::fabric& fab, std::string_view name) {
+    auto& [mu, lent] = loans();
     std::lock_guard lk(mu);
     for (loan& l : lent)
       if (l.fab == &fab && l.name == name) {
@@ -172,6 +173,7 @@ struct shared_context_mock : backends::mock {
     return ctx;
   }
   static void close_device(context ctx) noexcept {
+    auto& [mu, lent] = loans();
     std::lock_guard lk(mu);
     for (std::size_t i = 0; i < lent.size(); ++i)
       if (lent[i].ctx == ctx) {
@@ -190,8 +192,16 @@ struct shared_context_mock : backends::mock {
     context ctx;
     int borrows;
   };
-  static inline std::mutex mu;
-  static inline std::vector<loan> lent;
+  struct loan_book {
+    std::mutex mu;
+    std::vector<loan> lent;
+  };
+  // Never destroyed, as librdmacm's own: a device object of static storage duration
+  // closes its context at exit, after this file's statics would be gone.
+  static loan_book& loans() {
+    static loan_book* book = new loan_book;
+    return *book;
+  }
 };
 
 /// The mock, logging the native QPs and windows it frees, in order: the teardown tests
