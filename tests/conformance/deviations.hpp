@@ -99,6 +99,7 @@ inline constexpr std::string_view recv_past_region_unreached_rc = "fault.recv_sg
 inline constexpr std::string_view send_bad_lkey = "fault.send_sge_bad_lkey";
 inline constexpr std::string_view send_other_pd = "fault.send_sge_other_pd";
 inline constexpr std::string_view send_out_of_range = "fault.send_sge_out_of_range";
+inline constexpr std::string_view send_out_of_range_before_bad_lkey = "fault.send_sge_out_of_range_before_bad_lkey";
 inline constexpr std::string_view atomic_result_bad_lkey = "fault.atomic_result_sge_bad_lkey";
 inline constexpr std::string_view ud_over_mtu = "ud.send_over_mtu";
 inline constexpr std::string_view ud_over_mtu_bad_lkey = "ud.send_over_mtu_bad_lkey";
@@ -188,6 +189,14 @@ inline constexpr std::array deviation_table{
                    .resp = status_set::nothing()},
                   "rxe: LOC_PROT_ERR observed (kernel 6.1: the lkey is valid, the range check fails); "
                   "LOC_QP_OP_ERR or WR_FLUSH_ERR as for other send-side SGE faults on other kernels"},
+    // The same, the bad range (an SGE starting at its MR's end) followed by an SGE with a bad lkey.
+    deviation_row{ids::send_out_of_range_before_bad_lkey, "spec",
+                  {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing()}, "spec §3: req LOC_PROT_ERR"},
+    deviation_row{ids::send_out_of_range_before_bad_lkey, "rxe",
+                  {.req = {wc_status::loc_prot_err, wc_status::wr_flush_err}, .resp = status_set::nothing()},
+                  "rxe (kernel 6.1, observed by a differential fuzzer): the first SGE it copies from decides "
+                  "(copy_data): its range check fails, LOC_PROT_ERR, before the bad lkey is looked up; "
+                  "WR_FLUSH_ERR as for other send-side SGE faults on newer kernels"},
     // The same, a SEND or WRITE whose SGE runs past its MR three packets in (path MTU 1024).
     deviation_row{ids::send_runs_out_later, "spec",
                   {.req = {wc_status::loc_prot_err}, .resp = status_set::nothing(), .head_written = tri::no},

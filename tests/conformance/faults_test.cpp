@@ -8,12 +8,13 @@ using namespace conf;
 namespace {
 
 /// A connected RC pair whose requester `a` does not signal by default (errors must
-/// still produce a CQE) and has receives posted (they must flush too). Separate
-/// send and receive CQs, so the order within each queue is observable.
+/// still produce a CQE), takes up to three SGEs a send and has receives posted (they
+/// must flush too). Separate send and receive CQs, so the order within each queue is
+/// observable.
 template <class B>
 struct faulty_pair {
   explicit faulty_pair(fixture<B>& f, link_opts la = {}, link_opts lb = {})
-      : fx(f), a(f.make_qp({.caps = {16, 16, 1, 1, 0}, .sig_all = false})), b(f.make_qp()),
+      : fx(f), a(f.make_qp({.caps = {16, 16, 3, 1, 0}, .sig_all = false})), b(f.make_qp()),
         src(f.make_buffer(4096)), dst(f.make_buffer(4096)), abuf(f.make_buffer(256)) {
     fx.connect(a, b, la, lb);
     src.fill(5);
@@ -128,6 +129,27 @@ CONFORMANCE_CASE("faults: send SGE beyond the MR's range -> req error, QP ERR, r
   REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 4096)}) == 0);
   p.run_requester({.sg = {p.src.sge(4000, 200)}}, want.req);
   if (want.resp.is_nothing()) CHECK(fx.drain(p.b.recv_cq, 5).empty());
+}
+
+// Two bad SGEs: the one a device meets first, in list order, gives the status (the
+// first holds no byte of its MR: it starts at the MR's end).
+CONFORMANCE_CASE("faults: send SGEs with a bad range and a bad lkey -> the first one's status") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  const auto past_end = p.src.sge(4096, 4);
+  const rdmakit::sge bad_lkey{p.src.addr(0), 64, p.src.lkey() ^ 0x5a5a00};
+  REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 4096)}) == 0);
+  outcome want;
+  SUBCASE("bad range first") {
+    want = expected(ids::send_out_of_range_before_bad_lkey, backend_traits<B>::profile());
+    p.run_requester({.sg = {past_end, bad_lkey}}, want.req);
+  }
+  SUBCASE("bad lkey first") {
+    want = expected(ids::send_bad_lkey, backend_traits<B>::profile());
+    p.run_requester({.sg = {bad_lkey, past_end}}, want.req);
+  }
+  if (want.resp.is_nothing()) CHECK(fx.drain(p.b.recv_cq, 5).empty());
+  CHECK(B::query_qp_state(p.b.qp) == qp_state::rts);
 }
 
 // A device reads a message's bytes as it makes its packets: those made before the bad

@@ -171,6 +171,17 @@ RDMAKIT_ALWAYS_INLINE void fill_request(fabric_state& f, qp_obj* q, const send_w
   m.sgid_type = have_sgid ? sg[m.av.grh.sgid_index].type : gid_type::ib;
 }
 
+// rxe's status for a send WQE with a bad SGE: copy_data meets the SGEs in list order,
+// and the first it cannot read decides: an lkey lookup_mr refuses (unknown, another
+// PD's region) is LOC_QP_OP_ERR, a range rxe_mr_copy refuses (mr_check_range: the
+// lkey is fine) LOC_PROT_ERR. An empty SGE is never looked up.
+inline wc_status rxe_bad_send_sge_status(fabric_state& f, pd_obj* pd, const sge_list& sges) {
+  for (const auto& s : sges)
+    if (!local_sge_ok(f, pd, s, false))
+      return local_sge_key_ok(f, pd, s) ? wc_status::loc_prot_err : wc_status::loc_qp_op_err;
+  return wc_status::loc_prot_err;
+}
+
 // rxe copies a SEND's or WRITE's bytes packet by packet and looks an SGE up when a packet
 // reaches it: the whole packets before the first byte it cannot read are sent (and the
 // responder writes them) before the WQE fails (rxe 6.1, observed). Sends those, if any.
@@ -262,10 +273,8 @@ inline void issue(fabric_state& f, qp_obj* q) {
     if (!ok) {
       w.state = send_wqe::phase::done;
       w.status = wc_status::loc_prot_err;
-      // rxe: an unknown lkey or another PD's MR is LOC_QP_OP_ERR (a bad range stays LOC_PROT_ERR).
       if (f.as_rxe()) {
-        for (const auto& s : w.sges)
-          if (!local_sge_key_ok(f, q->pd, s)) w.status = wc_status::loc_qp_op_err;
+        w.status = rxe_bad_send_sge_status(f, q->pd, w.sges);
         send_head_before_bad_sge(f, q, w, mtu);
       }
       break;
