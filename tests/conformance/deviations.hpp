@@ -132,6 +132,7 @@ inline constexpr std::string_view ud_grh_hop_limit = "ud.grh_hop_limit";
 inline constexpr std::string_view atomic_inline = "opcode.atomic_inline";
 inline constexpr std::string_view rkey_as_lkey = "mr.rkey_used_as_lkey";
 inline constexpr std::string_view send_runs_out_later = "fault.send_sge_runs_out_after_packets";
+inline constexpr std::string_view send_bad_after_refused_packet = "fault.send_sge_bad_after_refused_packet";
 inline constexpr std::string_view recv_too_small_later = "fault.recv_too_small_after_packets.rc";
 
 }  // namespace ids
@@ -207,6 +208,17 @@ inline constexpr std::array deviation_table{
                    .resp = status_set::nothing(), .head_written = tri::yes},
                   "rxe (kernel 6.1, observed): the three packets before the bad byte are sent and written (a "
                   "SEND's into the receive, which stays posted until flushed); LOC_PROT_ERR"},
+    // The same, a 2-packet WRITE_WITH_IMM whose second SGE (another PD's) the first packet does
+    // not reach, to a responder QP without REMOTE_WRITE.
+    deviation_row{ids::send_bad_after_refused_packet, "spec",
+                  {.req = {wc_status::loc_prot_err}, .stays_rts = tri::yes},
+                  "spec §3: req LOC_PROT_ERR; the spec profile checks every SGE before it sends: nothing "
+                  "reaches the responder"},
+    deviation_row{ids::send_bad_after_refused_packet, "rxe",
+                  {.req = {wc_status::rem_inv_req_err}, .stays_rts = tri::no},
+                  "rxe (kernel 6.1, observed by a differential fuzzer): the first packet goes out and the "
+                  "responder, on the same device, NAKs it before the requester reaches the bad SGE: "
+                  "REM_INV_REQ_ERR, the responder in ERR"},
     // A SEND of three packets (path MTU 1024) into a receive with room for two and a half.
     deviation_row{ids::recv_too_small_later, "spec", {.head_written = tri::no},
                   "spec §3: the failed receive's bytes are undefined; the spec profile writes none"},

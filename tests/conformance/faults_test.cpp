@@ -178,6 +178,36 @@ CONFORMANCE_CASE("faults: send SGE running past its MR three packets in -> req e
   }
 }
 
+// The packets a device sends before it meets a bad SGE may be answered first: on rxe,
+// where the responder on the same device handles them at once, a NAK decides the
+// WQE's status; an RNR NAK leaves it to the bad SGE.
+CONFORMANCE_CASE("faults: send SGE of another PD after a packet the responder answers -> its NAK, or the SGE's fault") {
+  fixture<B> fx;
+  link_opts lb;
+  SUBCASE("WRITE_WITH_IMM, no REMOTE_WRITE") { lb.qp_access = acc::remote_read | acc::remote_atomic; }
+  SUBCASE("SEND, no receive posted") {}
+  const bool write = !has_any(lb.qp_access, acc::remote_write);
+  faulty_pair<B> p(fx, {}, lb);
+  auto other_pd = fx.make_pd();
+  auto& foreign = fx.make_buffer(64, acc::local_write, other_pd);
+  const std::vector<rdmakit::sge> sg{p.src.sge(0, 1677), foreign.sge(0, 7)};  // two packets of 1024
+  const auto want = expected(write ? ids::send_bad_after_refused_packet : ids::send_other_pd,
+                             backend_traits<B>::profile());
+  if (write) {
+    REQUIRE(fx.post_recv(p.b, 800, {p.dst.sge(0, 64)}) == 0);
+    p.run_requester({.op = opcode::rdma_write_with_imm, .sg = sg, .remote_addr = p.dst.addr(0),
+                     .rkey = p.dst.rkey()},
+                    want.req);
+  } else {
+    p.run_requester({.sg = sg}, want.req);
+  }
+  if (want.stays_rts == tri::no)
+    check_responder_flushed(fx, p.b, {800});
+  else
+    CHECK(B::query_qp_state(p.b.qp) == qp_state::rts);
+  CHECK(p.dst.zero(0, 4096));
+}
+
 // --- local faults where the HCA writes the result ---
 
 CONFORMANCE_CASE("faults: RDMA_READ into an MR without LOCAL_WRITE -> LOC_PROT_ERR") {

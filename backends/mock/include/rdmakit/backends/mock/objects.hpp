@@ -242,7 +242,9 @@ struct message {
 
 /// The responder's answer to an RC request.
 struct response {
-  enum class kind { ack, rnr_nak, nak } what = kind::ack;
+  // bad_sge_reached: not the responder's; it follows the head of a message whose
+  // requester stopped at a bad SGE (rxe profile, RC): see send_head_before_bad_sge.
+  enum class kind { ack, rnr_nak, nak, bad_sge_reached } what = kind::ack;
   wc_status status = wc_status::success;  // for nak: the requester's status
   std::uint8_t rnr_timer = 0;
   std::vector<std::uint8_t> data;  // READ data or the atomic's original value

@@ -10,12 +10,22 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {
 
-/// Go-back-N: every WQE from `from` on that was sent goes back to the queue.
+/// Go-back-N: every WQE from `from` on that was sent goes back to the queue (one that
+/// stopped at a bad SGE drops the status it held: issue() finds the fault again).
 inline void rewind(qp_obj* q, send_wqe& from) {
   for (std::size_t i = sq_index(q, from.seq); i < q->sq.size(); ++i)
-    if (q->sq[i].state == send_wqe::phase::issued) q->sq[i].state = send_wqe::phase::queued;
+    if (q->sq[i].state == send_wqe::phase::issued) {
+      q->sq[i].state = send_wqe::phase::queued;
+      q->sq[i].status = wc_status::success;
+    }
   q->issue_from = std::min(q->issue_from, from.seq);
   q->next_psn = from.psn;
+}
+
+// An RC WQE whose head went out before its requester stopped at a bad SGE (rxe profile):
+// in flight, holding its local fault's status until the head's answer (on_response).
+inline bool stopped_at_bad_sge(const send_wqe& w) {
+  return w.state == send_wqe::phase::issued && w.status != wc_status::success;
 }
 
 // Reported WQEs are done, so the search starts at report_from.
@@ -69,6 +79,9 @@ inline void on_response(fabric_state& f, const reply_to& to, const response& r) 
         break;
       }
       if (q->attr.rnr_retry != 7) --q->rnr_left;
+      // rxe's requester does not wait for the RNR timer to build the next packet, which
+      // meets the bad SGE: its fault follows (bad_sge_reached; rxe 6.1, observed).
+      if (stopped_at_bad_sge(*w)) break;
       rewind(q, *w);
       q->rnr_wait = true;
       set_timer(f, q, f.now + rnr_timer_ns(r.rnr_timer));
@@ -76,6 +89,9 @@ inline void on_response(fabric_state& f, const reply_to& to, const response& r) 
     case response::kind::nak:
       w->state = send_wqe::phase::done;
       w->status = r.status;
+      break;
+    case response::kind::bad_sge_reached:  // no NAK came first: the local fault it holds
+      w->state = send_wqe::phase::done;
       break;
   }
   report_sends(f, q);
@@ -185,9 +201,13 @@ inline wc_status rxe_bad_send_sge_status(fabric_state& f, pd_obj* pd, const sge_
 // rxe copies a SEND's or WRITE's bytes packet by packet and looks an SGE up when a packet
 // reaches it: the whole packets before the first byte it cannot read are sent (and the
 // responder writes them) before the WQE fails (rxe 6.1, observed). Sends those, if any.
-RDMAKIT_NOINLINE inline void send_head_before_bad_sge(fabric_state& f, qp_obj* q, const send_wqe& w,
-                                                      std::uint32_t mtu) {
-  if (q->type == qp_type::ud || !carries_payload(w.op) || w.is_inline) return;
+// On RC the responder's answer to them comes first (rxe on one device: the responder
+// handles each packet as it is sent, and the completer its NAK, before the requester
+// builds the next): a NAK decides the WQE's status (rxe 6.1, observed), else its local
+// fault does. So the WQE (its status set: the fault) stays in flight, and a
+// bad_sge_reached response follows the head (deliver). True when it does.
+RDMAKIT_NOINLINE inline bool send_head_before_bad_sge(fabric_state& f, qp_obj* q, send_wqe& w, std::uint32_t mtu) {
+  if (q->type == qp_type::ud || !carries_payload(w.op) || w.is_inline) return false;
   std::uint64_t readable = 0;
   for (const auto& s : w.sges) {
     if (local_sge_ok(f, q->pd, s, false)) {
@@ -201,7 +221,7 @@ RDMAKIT_NOINLINE inline void send_head_before_bad_sge(fabric_state& f, qp_obj* q
     break;
   }
   const std::uint64_t whole = readable / mtu * mtu;
-  if (whole == 0 || whole >= w.length) return;
+  if (whole == 0 || whole >= w.length) return false;
   message& m = f.outbox;
   fill_request(f, q, w, device_of(q), m);
   m.head_bytes = static_cast<std::uint32_t>(whole);
@@ -209,7 +229,14 @@ RDMAKIT_NOINLINE inline void send_head_before_bad_sge(fabric_state& f, qp_obj* q
   gather_head(w.sges, whole, m.payload);
   m.psn = q->next_psn;
   m.npkts = m.head_bytes / mtu;
-  transmit(f, q, m);  // the WQE is done: its completion and the QP's ERR follow
+  if (q->type == qp_type::rc) {
+    w.state = send_wqe::phase::issued;
+    w.psn = m.psn;
+    w.npkts = m.npkts;
+    q->next_psn = (q->next_psn + m.npkts) & psn_mask;
+  }
+  transmit(f, q, m);  // UC: the WQE is done: its completion and the QP's ERR follow
+  return q->type == qp_type::rc;
 }
 
 /// The requester side: sends every queued WQE it may (fence and rd_atomic limits),
@@ -235,6 +262,7 @@ inline void issue(fabric_state& f, qp_obj* q) {
   for (; i < q->sq.size(); ++i) {
     send_wqe& w = q->sq[i];
     if (w.state != send_wqe::phase::queued) {
+      if (RDMAKIT_UNLIKELY(stopped_at_bad_sge(w))) break;  // nothing goes out past it
       if (reads_counted && w.state == send_wqe::phase::issued && is_read_or_atomic(w.op)) ++reads_in_flight;
       continue;
     }
@@ -275,7 +303,7 @@ inline void issue(fabric_state& f, qp_obj* q) {
       w.status = wc_status::loc_prot_err;
       if (f.as_rxe()) {
         w.status = rxe_bad_send_sge_status(f, q->pd, w.sges);
-        send_head_before_bad_sge(f, q, w, mtu);
+        if (send_head_before_bad_sge(f, q, w, mtu)) sent_any = true;  // the ACK timer: the head may be lost
       }
       break;
     }

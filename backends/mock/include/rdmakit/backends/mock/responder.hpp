@@ -334,8 +334,8 @@ inline void receive_atomic(fabric_state& f, qp_obj* d, const message& m) {
   respond(f, m, std::move(r));
 }
 
-/// The responder side: checks and executes one request message.
-inline void deliver(fabric_state& f, const message& m) {
+// Checks and executes one request message.
+inline void execute_request(fabric_state& f, const message& m) {
   qp_obj* d = responder_for(f, m);
   if (!d || !in_sequence(f, d, m)) return;
   switch (m.op) {
@@ -349,6 +349,18 @@ inline void deliver(fabric_state& f, const message& m) {
     case opcode::atomic_fetch_and_add: return receive_atomic(f, d, m);
     case opcode::bind_mw:
     case opcode::local_inv: return;  // never sent
+  }
+}
+
+/// The responder side: one request message. The head of an RC message (its requester
+/// stopped at a bad SGE after it, rxe profile) is followed by the requester's own
+/// bad_sge_reached, behind any answer the responder gave it (send_head_before_bad_sge).
+inline void deliver(fabric_state& f, const message& m) {
+  execute_request(f, m);
+  if (RDMAKIT_UNLIKELY(m.head_bytes != 0) && m.type == qp_type::rc) {
+    response r;
+    r.what = response::kind::bad_sge_reached;
+    respond(f, m, std::move(r));
   }
 }
 
