@@ -134,6 +134,7 @@ inline constexpr std::string_view rkey_as_lkey = "mr.rkey_used_as_lkey";
 inline constexpr std::string_view send_runs_out_later = "fault.send_sge_runs_out_after_packets";
 inline constexpr std::string_view send_bad_after_refused_packet = "fault.send_sge_bad_after_refused_packet";
 inline constexpr std::string_view recv_too_small_later = "fault.recv_too_small_after_packets.rc";
+inline constexpr std::string_view recv_bad_sge_mid_packet = "fault.recv_sge_bad_mid_packet.rc";
 
 }  // namespace ids
 
@@ -224,6 +225,12 @@ inline constexpr std::array deviation_table{
                   "spec §3: the failed receive's bytes are undefined; the spec profile writes none"},
     deviation_row{ids::recv_too_small_later, "rxe", {.head_written = tri::yes},
                   "rxe (kernel 6.1, observed): the two packets that fit are written before the third fails"},
+    // An RC receive whose bad SGE (a bad lkey) the SEND reaches inside a packet.
+    deviation_row{ids::recv_bad_sge_mid_packet, "spec", {.head_written = tri::no},
+                  "spec §3: the failed receive's bytes are undefined; the spec profile writes none"},
+    deviation_row{ids::recv_bad_sge_mid_packet, "rxe", {.head_written = tri::yes},
+                  "rxe (kernel 6.1, observed by a differential fuzzer): copy_data writes a packet SGE by SGE, "
+                  "so every byte before the bad SGE is written, those of the failing packet too"},
     // An atomic whose result SGE has a bad lkey.
     deviation_row{ids::atomic_result_bad_lkey, "spec",
                   {.req = {wc_status::loc_prot_err}, .remote_ran = tri::no},

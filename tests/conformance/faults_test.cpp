@@ -9,12 +9,12 @@ namespace {
 
 /// A connected RC pair whose requester `a` does not signal by default (errors must
 /// still produce a CQE), takes up to three SGEs a send and has receives posted (they
-/// must flush too). Separate send and receive CQs, so the order within each queue is
-/// observable.
+/// must flush too); `b` takes up to three a receive. Separate send and receive CQs, so
+/// the order within each queue is observable.
 template <class B>
 struct faulty_pair {
   explicit faulty_pair(fixture<B>& f, link_opts la = {}, link_opts lb = {})
-      : fx(f), a(f.make_qp({.caps = {16, 16, 3, 1, 0}, .sig_all = false})), b(f.make_qp()),
+      : fx(f), a(f.make_qp({.caps = {16, 16, 3, 1, 0}, .sig_all = false})), b(f.make_qp({.caps = {16, 16, 1, 3, 0}})),
         src(f.make_buffer(4096)), dst(f.make_buffer(4096)), abuf(f.make_buffer(256)) {
     fx.connect(a, b, la, lb);
     src.fill(5);
@@ -422,6 +422,47 @@ CONFORMANCE_CASE("faults: RC SEND of three packets into a receive with room for 
     CHECK(p.dst.zero(2048, 4096 - 2048));
   } else {
     CHECK(p.dst.zero(0, 4096));
+  }
+}
+
+// A receive fails where the data meets its bad SGE, which may lie inside a packet: at
+// the SGE for a bad lkey, at the region's end for a range.
+CONFORMANCE_CASE("faults: RC SEND reaching a receive's bad SGE inside a packet -> the bytes before it") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  auto& region = fx.make_buffer(1200);
+  const auto want = expected(ids::recv_bad_sge_mid_packet, backend_traits<B>::profile());
+  const auto status_want = expected(ids::recv_bad_lkey_rc, backend_traits<B>::profile());
+  const rdmakit::sge bad_lkey{p.dst.addr(2048), 23, p.dst.lkey() ^ 0x4400};
+  std::vector<rdmakit::sge> sg;
+  std::uint32_t len = 0, in_dst = 0, in_region = 0;  // the bytes rxe writes to each
+  SUBCASE("bad lkey, in the only packet") {
+    sg = {p.dst.sge(0, 21), bad_lkey, p.dst.sge(2100, 1000)};
+    len = 559;
+    in_dst = 21;
+  }
+  SUBCASE("bad lkey, in the second packet") {
+    sg = {p.dst.sge(0, 1500), bad_lkey, p.dst.sge(2100, 1000)};
+    len = 2000;
+    in_dst = 1500;
+  }
+  SUBCASE("past its region, in the second packet") {  // the first packet's piece lies inside
+    sg = {p.dst.sge(0, 100), region.sge(0, 1900)};
+    len = 2000;
+    in_dst = 100;
+    in_region = 924;
+  }
+  REQUIRE(fx.post_recv(p.b, 800, sg) == 0);
+  p.run_requester({.sg = {p.src.sge(0, len)}}, status_want.req);
+  auto rq = fx.poll(p.b.recv_cq, 1, "the failed receive");
+  REQUIRE(rq.size() == 1);
+  CONF_CHECK_STATUS(status_want.resp, rq[0].status);
+  if (want.head_written == tri::no) in_dst = in_region = 0;
+  if (want.head_written != tri::either) {
+    CHECK(p.dst.holds(5, 0, in_dst));
+    CHECK(p.dst.zero(in_dst, 4096 - in_dst));
+    CHECK(region.holds(5, 0, in_region, in_dst));
+    CHECK(region.zero(in_region, 1200 - in_region));
   }
 }
 

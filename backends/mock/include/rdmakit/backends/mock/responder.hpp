@@ -141,6 +141,36 @@ inline recv_wqe take_receive(fabric_state& f, qp_obj* d) {
   return r;
 }
 
+// The bytes of a receive's region from `s.addr` on that rxe can write: none for an lkey,
+// PD or rights it refuses (lookup_mr), else up to the region's end (mr_check_range).
+inline std::uint64_t rxe_writable_bytes(fabric_state& f, pd_obj* pd, const sge& s) {
+  const mr_obj* mr = find_mr(f, f.by_lkey, nullptr, s.lkey);
+  if (!mr || mr->pd != pd || !has_all(mr->flags, access::local_write)) return 0;
+  if (s.addr < mr->addr || s.addr >= mr->addr + mr->length) return 0;
+  return mr->addr + mr->length - s.addr;
+}
+
+// The bytes of a failed RC/UC receive that rxe has written (rxe 6.1, observed): copy_data
+// takes each packet of `pmtu` bytes SGE by SGE. It refuses a packet longer than the room
+// left before copying any of it, and stops at the first piece it cannot write: the bad
+// SGE's first (for its lkey or rights), or the piece that crosses its region's end.
+inline std::uint64_t rxe_bytes_before_receive_fault(fabric_state& f, pd_obj* pd, const sge_list& sges,
+                                                    std::uint64_t need, std::uint64_t room, std::uint64_t pmtu) {
+  const std::uint64_t packets_that_fit = room < need ? room / pmtu * pmtu : need;
+  std::uint64_t at = 0;  // where this SGE starts in the message
+  for (const auto& s : sges) {
+    if (at >= packets_that_fit) break;
+    auto copied = s;
+    if (need - at < copied.length) copied.length = static_cast<std::uint32_t>(need - at);
+    if (!local_sge_ok(f, pd, copied, true)) {
+      const std::uint64_t bad_byte = at + rxe_writable_bytes(f, pd, s);
+      return std::min(packets_that_fit, std::max(at, bad_byte / pmtu * pmtu));
+    }
+    at += s.length;
+  }
+  return packets_that_fit;
+}
+
 inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
   const bool ud = m.type == qp_type::ud;
   if (receives(d).empty()) return receiver_not_ready(f, d, m);
@@ -151,8 +181,7 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
   // An SRQ's receives are checked against its own PD; rxe 6.1 checks them against the
   // QP's (docs/semantics.md#rxe-differs).
   pd_obj* pd = d->srq && !f.as_rxe() ? d->srq->pd : d->pd;
-  std::uint64_t room = 0;    // bytes of the SGEs so far: all of them after the loop
-  std::uint64_t usable = 0;  // bytes of the SGEs before the first bad one
+  std::uint64_t room = 0;  // bytes of the SGEs so far: all of them after the loop
   for (const auto& s : rw.sges) {
     // rxe looks an SGE up only once the data reaches it, and checks the bytes it copies
     // there, not the SGE's whole length (fault.recv_sge_past_region_unreached.rc); the
@@ -164,7 +193,6 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
       if (need - room < copied.length) copied.length = static_cast<std::uint32_t>(need - room);
       sges_ok = sges_ok && local_sge_ok(f, pd, copied, true);
     }
-    if (sges_ok) usable += s.length;
     room += s.length;
   }
   if (sges_ok && room >= need && m.head_bytes) {
@@ -189,12 +217,13 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
       write_grh_area(f, m, grh);
       scatter(taken.sges, grh, grh_bytes);
     }
-    // rxe writes an RC or UC message packet by packet: the whole packets that fit in the
-    // receive's good SGEs, before the one that does not, are written (rxe 6.1, observed).
+    // rxe writes an RC or UC message packet by packet, and each packet SGE by SGE: what
+    // it wrote before the fault stays (fault.recv_too_small_after_packets.rc,
+    // fault.recv_sge_bad_mid_packet.rc).
     if (!ud && f.as_rxe()) {
-      const std::uint64_t pmtu = mtu_bytes(d->attr.path_mtu);
-      const std::uint64_t whole = usable / pmtu * pmtu;
-      if (whole && whole < need) scatter(taken.sges, m.bytes(), whole);
+      const std::uint64_t written =
+          rxe_bytes_before_receive_fault(f, pd, taken.sges, need, room, mtu_bytes(d->attr.path_mtu));
+      if (written) scatter(taken.sges, m.bytes(), written);
     }
     recv_cqe(f, d, e, false);
     // A UD datagram that does not fit costs its receive, not the QP: the QP stays in RTS
