@@ -97,8 +97,8 @@ inline std::string decimal_hint(const char* s) {
 }
 
 /// What the tools say of an empty -d (a script's unset "$DEV"), which would otherwise
-/// run on the mock: the `what` of their "invalid <what>" message.
+/// run on the mock: the hint after their "invalid device """ message.
 inline constexpr const char* empty_device =
-    "device: an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock";
+    ": an empty device name: give the device (e.g. rxe0), or leave -d out to run on the mock";
 
 }  // namespace rdmakit_tools

@@ -77,9 +77,10 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       {"dup", required_argument, nullptr, o_dup},     {"reorder", required_argument, nullptr, o_reorder},
       {"seed", required_argument, nullptr, o_seed},   {"profile", required_argument, nullptr, o_profile},
       {"help", no_argument, nullptr, 'h'},            {nullptr, 0, nullptr, 0}};
-  auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0) {
+  auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0,
+                 const char* hint = nullptr) {
     std::fprintf(stderr, "rdmakit-faults: invalid %s \"%s\"%s\n", what, arg,
-                 rdmakit_tools::range_hint(arg, lo, hi).c_str());
+                 hint ? hint : rdmakit_tools::range_hint(arg, lo, hi).c_str());
     return 2;
   };
   auto bad_probability = [&](const char* arg) {
@@ -135,7 +136,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         rc_only = "-R";
         break;
       case 'd':
-        if (!*optarg) return bad(empty_device, optarg);
+        if (!*optarg) return bad("device", optarg, 0, 0, empty_device);
         c.fo.device = optarg;
         break;
       case 'g':

@@ -129,9 +129,10 @@ int parse(int argc, char** argv, cli& c) {
       {"mock-wrong-rkey", no_argument, nullptr, o_wrong_rkey},
       {"help", no_argument, nullptr, 'h'},              {nullptr, 0, nullptr, 0}};
   const char* me = argv[0];
-  auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0) {
+  auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0,
+                 const char* hint = nullptr) {
     std::fprintf(stderr, "%s: invalid %s \"%s\"%s (see --help)\n", me, what, arg,
-                 rdmakit_tools::range_hint(arg, lo, hi).c_str());
+                 hint ? hint : rdmakit_tools::range_hint(arg, lo, hi).c_str());
     return 1;
   };
   bool size_given = false, iters_given = false, tx_given = false, q_given = false, inline_given = false,
@@ -210,7 +211,7 @@ int parse(int argc, char** argv, cli& c) {
         break;
       }
       case 'd':
-        if (!*optarg) return bad(rdmakit_tools::empty_device, optarg);
+        if (!*optarg) return bad("device", optarg, 0, 0, rdmakit_tools::empty_device);
         c.o.device = optarg;
         break;
       case 'i':

@@ -112,9 +112,10 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       {"iodp", no_argument, nullptr, 'O'},            {"prefetch", no_argument, nullptr, 'P'},
       {"ts", no_argument, nullptr, 't'},              {"dm", no_argument, nullptr, 'j'},
       {"new_send", no_argument, nullptr, 'N'},        {nullptr, 0, nullptr, 0}};
-  auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0) {
+  auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0,
+                 const char* hint = nullptr) {
     std::fprintf(stderr, "%s: invalid %s \"%s\"%s\n", argv[0], what, arg,
-                 rdmakit_tools::range_hint(arg, lo, hi).c_str());
+                 hint ? hint : rdmakit_tools::range_hint(arg, lo, hi).c_str());
     usage(argv[0], stderr);
     return 1;
   };
@@ -128,7 +129,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         c.port_given = true;
         break;
       case 'd':
-        if (!*optarg) return bad(empty_device, optarg);
+        if (!*optarg) return bad("device", optarg, 0, 0, empty_device);
         c.pp.device = optarg;
         break;
       case 'i':

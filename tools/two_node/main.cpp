@@ -59,9 +59,10 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       {"only", required_argument, nullptr, 's'},   {"wait", required_argument, nullptr, 'w'},
       {"list", no_argument, nullptr, 'l'},         {"profile", required_argument, nullptr, o_profile},
       {"help", no_argument, nullptr, 'h'},         {nullptr, 0, nullptr, 0}};
-  auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0) {
+  auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0,
+                 const char* hint = nullptr) {
     std::fprintf(stderr, "rdmakit-two-node: invalid %s \"%s\"%s\n", what, arg,
-                 rdmakit_tools::range_hint(arg, lo, hi).c_str());
+                 hint ? hint : rdmakit_tools::range_hint(arg, lo, hi).c_str());
     return 2;
   };
   unsigned long long v = 0;
@@ -69,7 +70,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   while ((ch = getopt_long(argc, argv, "d:i:g:p:s:w:lh", longs, nullptr)) != -1) {
     switch (ch) {
       case 'd':
-        if (!*optarg) return bad(empty_device, optarg);
+        if (!*optarg) return bad("device", optarg, 0, 0, empty_device);
         c.o.device = optarg;
         break;
       case 'i':
