@@ -72,10 +72,11 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
     watched_ = policy_access::shared_block(cq_);
     watch_.fd = B::channel_fd(cq_.native_channel());
     watch_.ctx = this;
-    // Kept alive while it drains: a completion handler may drop its last owner.
+    // Kept alive while it drains: a completion handler may drop its last owner. No owner
+    // yet: the constructor's own drain runs a handler (of a CQ wrapped with completions
+    // in it) that called loop.poll(), and that drain goes on when it returns.
     watch_.on_ready = [](void* self) noexcept {
-      const auto keep = static_cast<async_cq_core*>(self)->shared_from_this();
-      keep->drain_();
+      if (const auto keep = static_cast<async_cq_core*>(self)->weak_from_this().lock()) keep->drain_();
     };
     watch_.progress = [](void* self) noexcept { return static_cast<async_cq_core*>(self)->progress_(); };
     watch_.delivering = [](void* self) noexcept { return static_cast<async_cq_core*>(self)->watched_->delivering != 0; };
@@ -178,6 +179,10 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
     // (once; true makes that turn end without sleeping, so the loop throws it).
     if (RDMAKIT_UNLIKELY(replaced_())) return report_replaced_();
     if (again_) return true;
+    // A drain leaves the CQ armed: unarmed, the application's own wait() on queue() took
+    // its event, and no later completion would raise one until a drain arms it again.
+    if constexpr (P::needs_channel)
+      if (!watched_->armed) return true;
     if constexpr (has_progress_pending<B>)
       return B::progress_pending(const_cast<completion_queue<B, P>&>(cq_).native_channel());
     return false;

@@ -4,6 +4,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace coro_test;
@@ -136,6 +137,60 @@ TEST_CASE("async_completion_queue: run() or run(t) from an on() handler of the a
   for (const auto& e : errors) CHECK(e.find("from a completion handler") != std::string::npos);
   CHECK(p.loop.tasks() == 0);
   p.loop.run();  // nothing left to run: returns
+}
+
+// The application's own wait() on queue() took the CQ's event and left it unarmed: no
+// later completion raised one, and a coroutine awaiting a work request on that CQ slept
+// for ever (found by an audit). The loop drains such a CQ on its next turn now.
+TEST_CASE("async_completion_queue: after the application's own wait() on queue(), the loop still wakes for completions") {
+  rig<> r;
+  auto peer_cq = r.c.b.dev.create_cq<event_driven<>>(16);
+  auto qd0 = r.c.a.pd.create_qp<rc>(r.c.a.cq.queue(), qp_cap{8, 8});
+  auto qe0 = r.c.b.pd.create_qp<rc>(peer_cq, qp_cap{8, 8});
+  const endpoint ed = qd0.local_endpoint(), ee = qe0.local_endpoint();
+  auto qd = std::move(qd0).connect(ee);
+  auto qe = std::move(qe0).connect(ed);
+  REQUIRE(qd.post_recv(r.ma.local(512, 64), 7).ok());
+  std::thread peer([&] {  // the remote side sends while this side sleeps in wait()
+    std::this_thread::sleep_for(50ms);
+    (void)qe.send(r.mb.local(0, 8), 9);
+  });
+  const wait_result got = r.c.a.cq.queue().wait(5s);
+  peer.join();
+  REQUIRE(got.count() == 1);
+  auto write = [&]() -> task<wr_outcome> {
+    co_return (co_await r.c.x().write(r.ma.local(8, 8), r.mb.remote().sub(8, 8)).within(2s)).outcome();
+  };
+  CHECK(r.loop.run(write()) == wr_outcome::completed);
+}
+
+// A CQ used directly, wrapped with completions in it: the constructor's drain ran their
+// on() handler, whose loop.poll() (allowed there) reached the CQ's watch before anything
+// owned it: bad_weak_ptr out of a noexcept callback, std::terminate (found by an audit).
+TEST_CASE("async_completion_queue: a CQ wrapped with completions whose handler calls loop.poll()") {
+  testbed bed;
+  event_loop loop;
+  side a(bed.open(0), loop), b(bed.open(1), loop);
+  auto ma = a.pd.allocate<rw>(256);
+  auto mb = b.pd.allocate<rw>(256);
+  auto cq = a.dev.create_cq<event_driven<>>(64);
+  auto ia = a.pd.create_qp<rc>(cq, qp_cap{8, 8});
+  auto ib = b.pd.create_qp<rc>(b.cq.queue(), qp_cap{8, 8});
+  const endpoint ea = ia.local_endpoint(), eb = ib.local_endpoint();
+  auto qa = std::move(ia).connect(eb);
+  auto qb = std::move(ib).connect(ea);
+  (void)cq.wait(0ms);  // arms the CQ: its first completion raises an event
+  int calls = 0;
+  cq.on(qa, [&](const completion<B>&) {
+    ++calls;
+    loop.poll();
+  });
+  REQUIRE(qa.write(ma.local(0, 8), mb.remote().sub(0, 8), 1).ok());
+  REQUIRE(qa.write(ma.local(8, 8), mb.remote().sub(8, 8), 2).ok());
+  acq wrapped(loop, std::move(cq));
+  const auto end = std::chrono::steady_clock::now() + 5s;
+  while (calls < 2 && std::chrono::steady_clock::now() < end) loop.poll();
+  CHECK(calls == 2);
 }
 
 TEST_CASE("async_completion_queue: completions nobody awaits yet are kept, oldest first") {
