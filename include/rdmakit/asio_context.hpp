@@ -79,6 +79,34 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
                               "own io_context and asio_context"));
   }
 
+  /// Marks the scheduler changed by this thread for a call's scope (asio_spawn, a
+  /// descriptor watched), nested ones passing. Before any thread owns it, two threads
+  /// could both pass check_thread: the second one inside is refused, and a handler's body
+  /// waits for the call to end (owned_).
+  class call_scope {
+   public:
+    call_scope(const asio_scheduler& s, const char* call) : user_(s.user_) {
+      const auto me = std::this_thread::get_id();
+      std::thread::id cur{};
+      if (user_.compare_exchange_strong(cur, me, std::memory_order_acquire))
+        first_ = true;
+      else if (cur != me)
+        throw usage_error(cat(call, ": called on a second thread while another thread uses the asio_context: it "
+                                "belongs to one thread at a time; post the call to the thread that runs its "
+                                "io_context (asio::post(io, ...)), or give this thread its own io_context and "
+                                "asio_context"));
+    }
+    call_scope(const call_scope&) = delete;
+    call_scope& operator=(const call_scope&) = delete;
+    ~call_scope() {
+      if (first_) user_.store(std::thread::id{}, std::memory_order_release);
+    }
+
+   private:
+    std::atomic<std::thread::id>& user_;
+    bool first_ = false;
+  };
+
   /// Its asio_context goes: the descriptors and timers made on the io_context are let go
   /// (now, or when the run of work items a task destroyed the context from ends), so the
   /// async objects that keep this scheduler may outlive the io_context. Nothing runs here
@@ -98,6 +126,7 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
 
   void watch(fd_watch& w) override {
     check_thread("asio_context (an async object made on it)");
+    const call_scope in_use(*this, "asio_context (an async object made on it)");
     if (!io_)
       throw usage_error("asio_context: the context this scheduler belonged to was destroyed: make async objects on a "
                         "live asio_context");
@@ -225,20 +254,53 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   // resume tasks and change this state at once. Picked up by another thread (an
   // io_context run by two), the body goes back to the io_context for the owner, and that
   // thread's run() ends with usage_error.
+  //
+  // A body that would run inside another one (the io_context run from an on() handler or
+  // from a task, or from a handler the application's own poll of a CQ runs) goes back
+  // too, and that run ends with usage_error: the outer code cannot go on until the run
+  // returns, and the run would wait for it (as event_loop refuses run() there).
   template <class F>
   void owned_(F f) {
     const auto me = std::this_thread::get_id();
     std::thread::id owner{};
     if (owner_.compare_exchange_strong(owner, me, std::memory_order_acq_rel) || owner == me) {
+      if (RDMAKIT_UNLIKELY(depth_ != 0 || delivering_())) {
+        give_back_(std::move(f));
+        throw usage_error("asio_context: its io_context was run (run(), poll(), run_one()...) from inside one of its "
+                          "tasks or completion handlers (on() on an async completion queue's queue()), which cannot "
+                          "go on until that run returns, while the run may wait for them: co_await what the task "
+                          "waits for, or return from the handler");
+      }
+      // A call another thread began before this one owned the scheduler ends first.
+      for (std::thread::id cur{}; !user_.compare_exchange_weak(cur, me, std::memory_order_acquire); cur = {}) {
+      }
+      ++depth_;
+      struct leave {
+        asio_scheduler& s;
+        ~leave() {
+          --s.depth_;
+          s.user_.store(std::thread::id{}, std::memory_order_release);
+        }
+      } on_exit{*this};
       f();
       return;
     }
-    ::asio::post(exec_, [weak = weak_from_this(), f = std::move(f)]() mutable {
-      if (auto self = weak.lock()) self->owned_(std::move(f));
-    });
+    give_back_(std::move(f));
     throw usage_error("asio_context: its io_context is run by a second thread: the first thread that ran one of its "
                       "handlers runs them all (this one went back to the io_context for it). Run the io_context on "
                       "one thread, or give each thread its own io_context and asio_context");
+  }
+  template <class F>
+  void give_back_(F f) {
+    ::asio::post(exec_, [weak = weak_from_this(), f = std::move(f)]() mutable {
+      if (auto self = weak.lock()) self->owned_(std::move(f));
+    });
+  }
+  // Whether a watched CQ is delivering a batch to user code (its own poll, not the loop's).
+  bool delivering_() const noexcept {
+    for (const auto& [w, e] : watches_)
+      if (w->delivering && w->delivering(w->ctx)) return true;
+    return false;
   }
 
   void schedule_drain_() noexcept {
@@ -369,6 +431,10 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   ::asio::io_context* io_;  // null once detached (detach_io)
   ::asio::io_context::executor_type exec_;  // for a handler another thread gave back (owned_)
   std::atomic<std::thread::id> owner_{};   // the thread that runs the handlers, once one has
+  // The thread inside a call that changes this scheduler or a handler's body (call_scope,
+  // owned_): mutual exclusion before an owner is known.
+  mutable std::atomic<std::thread::id> user_{};
+  int depth_ = 0;  // handler bodies running (owned_): one inside another is refused
   work_list ready_;
   bool detach_pending_ = false;
   bool drain_posted_ = false;
@@ -400,6 +466,7 @@ class asio_root {
     template <class Ctx, class... Args>
     promise_type(Ctx& ctx, Args&...) : sched_(*ctx.sched_) {
       sched_.check_thread("asio_spawn");
+      const asio_scheduler::call_scope in_use(sched_, "asio_spawn");
       auto h = std::coroutine_handle<promise_type>::from_promise(*this);
       start_.bind(h);
       // When this constructor throws, the frame is freed: nothing may keep its handle (the

@@ -7,10 +7,12 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include <atomic>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 using namespace coro_test;
 
@@ -257,4 +259,80 @@ TEST_CASE("asio_context: a second thread running its io_context gets usage_error
     CHECK_THROWS_WITH_AS(acq(rdma, d.create_cq<event_driven<>>(8)),
                          doctest::Contains("an async object made on it): called on a second thread"), usage_error);
   }).join();
+}
+
+// io_context::run() from inside one of the context's tasks, or from an on() handler it
+// ran, waited for ever: the waits stay armed while a task runs, and the completion the
+// outer code waited for was behind it (found by an audit; event_loop refuses its run()
+// there). The first of the context's handlers such a run reaches goes back to the
+// io_context, and the run ends with usage_error.
+TEST_CASE("asio_context: io_context::run() from one of its tasks or on() handlers is refused, saying why") {
+  mock::fabric fab;
+  ::asio::io_context io;
+  asio_context rdma(io);
+  asio_pair p(fab, rdma);
+  auto mem = p.pa.allocate<rw>(256);
+  auto peer = p.pb.allocate<rw>(256);
+  std::vector<std::string> errors;
+  int written = 0;
+  auto writes = [&]() -> task<void> {
+    if ((co_await p.qa.first.write(mem.local(0, 8), peer.remote().sub(0, 8))).ok()) ++written;
+  };
+  auto ignore = [](std::exception_ptr) {};
+  SUBCASE("from a task") {
+    auto reenters = [&]() -> task<void> {
+      errors.push_back(refusal([&] { io.run(); }));
+      co_return;
+    };
+    asio_spawn(rdma, writes(), ignore);
+    asio_spawn(rdma, reenters(), ignore);
+  }
+  SUBCASE("from an on() handler") {
+    auto ia = p.pa.create_qp<rc>(p.ca.queue(), qp_cap{4, 4});
+    auto ib = p.pb.create_qp<rc>(p.cb.queue(), qp_cap{4, 4});
+    const endpoint ea = ia.local_endpoint(), eb = ib.local_endpoint();
+    auto qa = std::move(ia).connect(eb);
+    auto qb = std::move(ib).connect(ea);
+    p.ca.queue().on(qa, [&](const completion<B>&) { errors.push_back(refusal([&] { io.run(); })); });
+    REQUIRE(qa.write(mem.local(8, 8), peer.remote().sub(8, 8), 1).ok());
+    asio_spawn(rdma, writes(), ignore);
+    io.run();
+  }
+  io.run();
+  REQUIRE(errors.size() == 1);
+  CHECK_MESSAGE(errors[0].find("run (run(), poll(), run_one()...) from inside one of its tasks or completion handlers") !=
+                    std::string::npos,
+                errors[0]);
+  CHECK(written == 1);
+  CHECK(rdma.tasks() == 0);
+}
+
+// Before any thread ran one of its handlers, two threads calling asio_spawn at once both
+// passed the thread check and pushed onto its task list together (a data race under TSan,
+// found by an audit). One is inside at a time now; the other is refused.
+TEST_CASE("asio_context: asio_spawn on two threads at once, before an owner: one at a time, the other refused") {
+  ::asio::io_context io;
+  asio_context rdma(io);
+  constexpr int per_thread = 2000;
+  std::atomic<int> ran{0}, refused{0}, completed{0};
+  auto counts = [&]() -> task<void> {
+    ++ran;
+    co_return;
+  };
+  auto spawner = [&] {
+    for (int i = 0; i < per_thread; ++i) {
+      try {
+        asio_spawn(rdma, counts(), [&](std::exception_ptr) { ++completed; });
+      } catch (const usage_error&) {
+        ++refused;
+      }
+    }
+  };
+  std::thread other(spawner);
+  spawner();
+  other.join();
+  io.run();
+  CHECK(ran + refused == 2 * per_thread);
+  CHECK(completed == ran);
+  CHECK(rdma.tasks() == 0);
 }
