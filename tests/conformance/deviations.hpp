@@ -135,6 +135,7 @@ inline constexpr std::string_view send_runs_out_later = "fault.send_sge_runs_out
 inline constexpr std::string_view send_bad_after_refused_packet = "fault.send_sge_bad_after_refused_packet";
 inline constexpr std::string_view recv_too_small_later = "fault.recv_too_small_after_packets.rc";
 inline constexpr std::string_view recv_bad_sge_mid_packet = "fault.recv_sge_bad_mid_packet.rc";
+inline constexpr std::string_view rnr_nak_packets_behind = "fault.rnr_nak_packets_behind";
 
 }  // namespace ids
 
@@ -231,6 +232,18 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::recv_bad_sge_mid_packet, "rxe", {.head_written = tri::yes},
                   "rxe (kernel 6.1, observed by a differential fuzzer): copy_data writes a packet SGE by SGE, "
                   "so every byte before the bad SGE is written, those of the failing packet too"},
+    // An RC SEND to a QP without a receive, with packets behind the one refused (a
+    // SEND's later packets, a later WR), from a requester with RETRY_CNT 0.
+    deviation_row{ids::rnr_nak_packets_behind, "spec",
+                  {.req = {wc_status::rnr_retry_exc_err}, .resp = status_set::nothing()},
+                  "spec §8.3: RNR_RETRY_EXC_ERR once RNR_RETRY is spent; a request ahead of the expected PSN is "
+                  "dropped (§8.4)"},
+    deviation_row{ids::rnr_nak_packets_behind, "rxe",
+                  {.req = {wc_status::retry_exc_err}, .resp = status_set::nothing()},
+                  "rxe (kernel 6.1, observed by a differential fuzzer; rxe_resp.c, rxe_comp.c): the responder NAKs "
+                  "the packet behind the refused one with a PSN sequence error, which the requester takes as a "
+                  "transport retry (the first since an ACK; RETRY_CNT 7: for ever): with RETRY_CNT 0 "
+                  "RETRY_EXC_ERR at once, whatever RNR_RETRY and the timers"},
     // An atomic whose result SGE has a bad lkey.
     deviation_row{ids::atomic_result_bad_lkey, "spec",
                   {.req = {wc_status::loc_prot_err}, .remote_ran = tri::no},

@@ -539,6 +539,49 @@ CONFORMANCE_CASE("faults: RC SEND without a posted receive and small rnr_retry -
   CHECK(fx.drain(p.b.recv_cq, 5).empty());
 }
 
+// A device sends a message's packets, and the next WRs', before any answer comes: the
+// responder that refuses one for want of a receive meets more behind it. rxe NAKs the
+// first of those with a PSN sequence error, which costs its requester a transport retry
+// (the first since an ACK only): with RETRY_CNT 0 the WR fails at once.
+CONFORMANCE_CASE("faults: RNR NAK with packets behind it, retry_cnt 0 -> the status of the row") {
+  const auto want = expected(ids::rnr_nak_packets_behind, backend_traits<B>::profile());
+  // With RETRY_CNT 1 the one retry goes and the RNR budget decides, on every device.
+  auto each_retry_cnt = [&](auto&& send) {
+    for (const int retry_cnt : {0, 1}) {
+      CAPTURE(retry_cnt);
+      fixture<B> fx;
+      link_opts la, lb;
+      la.retry_cnt = static_cast<std::uint8_t>(retry_cnt);
+      la.rnr_retry = 3;
+      lb.min_rnr_timer = 1;  // 0.01 ms
+      faulty_pair<B> p(fx, la, lb);
+      send(fx, p, retry_cnt == 0 ? want.req : status_set{wc_status::rnr_retry_exc_err});
+      if (want.resp.is_nothing()) CHECK(fx.drain(p.b.recv_cq, 5).empty());
+      CHECK(B::query_qp_state(p.b.qp) == qp_state::rts);
+    }
+  };
+  // run_requester posts two SENDs behind it.
+  SUBCASE("SEND") {
+    each_retry_cnt([](fixture<B>&, faulty_pair<B>& p, status_set req) {
+      p.run_requester({.sg = {p.src.sge(0, 64)}}, req);
+    });
+  }
+  SUBCASE("SEND of three packets") {
+    each_retry_cnt([](fixture<B>&, faulty_pair<B>& p, status_set req) {
+      p.run_requester({.sg = {p.src.sge(0, 2500)}}, req);
+    });
+  }
+  SUBCASE("SEND of three packets, alone") {
+    each_retry_cnt([](fixture<B>& fx, faulty_pair<B>& p, status_set req) {
+      REQUIRE(fx.post_send(p.a, 1, opcode::send, {p.src.sge(0, 2500)}) == 0);
+      auto c = fx.poll_one(p.a.send_cq, "the SEND's error");
+      CHECK(c.wr_id == 1);
+      CONF_CHECK_STATUS(req, c.status);
+      CHECK(fx.wait_state(p.a, qp_state::err) == qp_state::err);
+    });
+  }
+}
+
 CONFORMANCE_CASE("faults: RNR with rnr_retry = 7 retries until a receive is posted, then succeeds") {
   fixture<B> fx;
   link_opts la, lb;

@@ -311,6 +311,9 @@ class qp_obj {
   std::uint32_t next_psn = 0;
   int retries_left = 0;
   int rnr_left = 0;
+  // rxe profile: a transport retry was started since the last ACK (rxe's started_retry):
+  // a PSN sequence NAK then starts none (rnr_nak_packets_behind).
+  bool retry_started = false;
   clock_ns deadline = 0;  // ack timeout or RNR back-off; 0 = none
   std::size_t timed_slot = 0;  // 1 + its index in fabric_state::timed; 0 = not there
   bool rnr_wait = false;

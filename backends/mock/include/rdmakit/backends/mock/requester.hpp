@@ -46,6 +46,31 @@ inline void rearm_ack_timer(fabric_state& f, qp_obj* q) {
 }
 
 
+// rxe's requester sends a WQE's packets and the next WQEs' without waiting for an answer,
+// and its responder, having refused one with an RNR NAK, NAKs the next with a PSN
+// sequence error (once, until a packet in sequence comes). Whether a packet followed
+// the one `w` had refused: a SEND's later packets (it needs the receive at its first),
+// or a later WQE already sent.
+inline bool rxe_packet_behind_rnr(qp_obj* q, const send_wqe& w) {
+  const bool send = w.op == opcode::send || w.op == opcode::send_with_imm || w.op == opcode::send_with_inv;
+  if (send && w.npkts > 1) return true;
+  for (std::size_t i = sq_index(q, w.seq) + 1; i < q->sq.size(); ++i)
+    if (q->sq[i].state == send_wqe::phase::issued) return true;
+  return false;
+}
+
+// rxe's completer takes that sequence NAK as a transport retry, the first since an ACK
+// only, with retry_cnt 7 endless: with none left the WQE fails RETRY_EXC_ERR (true),
+// else the retry waits for the RNR timer (rxe 6.1, observed: within a millisecond of the
+// RNR NAK, whatever the timers; row rnr_nak_packets_behind).
+inline bool rxe_sequence_nak_exhausts(qp_obj* q, const send_wqe& w) {
+  if (q->retry_started || !rxe_packet_behind_rnr(q, w)) return false;
+  if (q->retries_left == 0) return true;
+  if (q->attr.retry_cnt != 7) --q->retries_left;
+  q->retry_started = true;
+  return false;
+}
+
 inline void on_response(fabric_state& f, const reply_to& to, const response& r) {
   qp_obj* q = find_qp(f, to.qpn, to.hint, to.epoch);
   if (!q) return;
@@ -71,6 +96,7 @@ inline void on_response(fabric_state& f, const reply_to& to, const response& r) 
       }
       q->retries_left = q->attr.retry_cnt;
       q->rnr_left = q->attr.rnr_retry;
+      q->retry_started = false;
       break;
     case response::kind::rnr_nak:
       if (q->attr.rnr_retry != 7 && q->rnr_left == 0) {
@@ -82,6 +108,11 @@ inline void on_response(fabric_state& f, const reply_to& to, const response& r) 
       // rxe's requester does not wait for the RNR timer to build the next packet, which
       // meets the bad SGE: its fault follows (bad_sge_reached; rxe 6.1, observed).
       if (stopped_at_bad_sge(*w)) break;
+      if (f.as_rxe() && rxe_sequence_nak_exhausts(q, *w)) {
+        w->state = send_wqe::phase::done;
+        w->status = wc_status::retry_exc_err;
+        break;
+      }
       rewind(q, *w);
       q->rnr_wait = true;
       set_timer(f, q, f.now + rnr_timer_ns(r.rnr_timer));
@@ -118,6 +149,7 @@ inline void on_deadline(fabric_state& f, qp_obj* q) {
     return;
   }
   --q->retries_left;
+  q->retry_started = true;
   rewind(q, *w);
   issue(f, q);
 }

@@ -82,6 +82,7 @@ inline void modify_qp_locked(fabric_state& f, qp_obj* q, const qp_attr& a, qp_at
         q->next_psn = s.sq_psn;
         q->retries_left = s.retry_cnt;
         q->rnr_left = s.rnr_retry;
+        q->retry_started = false;
       }
       issue(f, q);
       run_due(f);
