@@ -149,6 +149,11 @@ struct invalidate_window {
 
 }  // namespace op
 
+template <class B>
+inline constexpr bool detail::window_op<op::bind_window<B>> = true;
+template <>
+inline constexpr bool detail::window_op<op::invalidate_window> = true;
+
 /// A memory window of type `Type` granting peers `Access` (remote_write, remote_read,
 /// remote_atomic) on the part of a region it is bound to. See the file comment.
 template <verbs_backend B, access Access, mw_type Type>
@@ -243,6 +248,16 @@ class memory_window {
       throw usage_error(detail::cat("memory_window::bind(): ", length, " bytes from offset ", offset,
                                     " do not fit the ", region.size(),
                                     "-byte region (and a window grants at least one byte; invalidate() unbinds)"));
+    if constexpr (Type == mw_type::type2) {
+      // The device refuses a bind of a bound type 2 window (MW_BIND_ERR), its queue pair
+      // going to ERR, and rkey() would name a binding it never made. A peer's send_inv
+      // that a poll of the device's CQs saw unbound it.
+      if (bound_ && !pd_->dev->windows.take_invalidated(rkey_))
+        throw usage_error("memory_window::bind(): this type 2 window is bound: the device refuses to bind it again "
+                          "(MW_BIND_ERR, and its queue pair goes to ERR); invalidate() it first, or bind it once a "
+                          "peer's send_inv of it was polled");
+      bound_ = false;
+    }
     const std::uint64_t addr = reinterpret_cast<std::uint64_t>(region.data()) + offset;
     post_result r;
     std::uint32_t next = 0;

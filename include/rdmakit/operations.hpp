@@ -363,12 +363,27 @@ compare_swap(local_buffer, remote_region<A>, std::uint64_t, std::uint64_t) -> co
 
 static_assert(detail::gathers<op::send<std::span<const local_buffer>>> && !detail::gathers<op::send<>>);
 
-/// A send-queue operation: a type with the facts above (any type with them is one).
+namespace detail {
+/// memory_window's own operations (op::bind_window, op::invalidate_window; set true
+/// beside them): only they may carry BIND_MW and LOCAL_INV, whose descriptor fields only
+/// they fill, and only memory_window makes them, knowing the window's state.
+template <class Op>
+inline constexpr bool window_op = false;
+template <class Op>
+constexpr bool carries_opcode_of_its_own() {
+  constexpr opcode c = Op::code;
+  return (c != opcode::bind_mw && c != opcode::local_inv) || window_op<Op>;
+}
+}  // namespace detail
+
+/// A send-queue operation: a type with the facts above (any type with them is one, but
+/// for BIND_MW and LOCAL_INV: memory_window's bind() and invalidate() post those).
 template <class Op>
 concept operation = requires(const Op& o) {
   { Op::code } -> std::convertible_to<opcode>;
   typename Op::rule;
   requires detail::local_side<std::remove_cvref_t<decltype(o.local)>>;
+  requires detail::carries_opcode_of_its_own<Op>();
 };
 
 /// Whether queue pair type QP can post Op: connected (RTS) and the transport has it.

@@ -275,6 +275,31 @@ TEST_CASE("memory_window: a type 2 window is bound again after each invalidation
   }
 }
 
+// A second bind of a bound type 2 window was posted: the device refused it (MW_BIND_ERR),
+// its queue pair went to ERR, and rkey() named a binding never made, so every later
+// bind failed the same way (found by an audit). It is a usage_error before anything is
+// posted; after invalidate() (or a peer's send_inv, above) it binds again.
+TEST_CASE("memory_window: binding a bound type 2 window is a usage_error; the queue pair and window go on") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<all_access>(64);
+  auto region = y.pd.allocate<window_region>(256);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto w = y.pd.alloc_window<access::remote_write>();
+  REQUIRE(w.bind(p.b, region, 0, 256, 1).ok());
+  REQUIRE(one(y.cq).status == wc_status::success);
+  const auto granted = w.remote();
+  CHECK_THROWS_WITH_AS((void)w.bind(p.b, region, 0, 128, 2), doctest::Contains("invalidate() it first"), usage_error);
+  CHECK(y.cq.poll() == 0);  // nothing was posted
+  CHECK(w.rkey() == granted.rkey());
+  REQUIRE(p.a.write(src.local(0, 8), w.remote(), 3).ok());  // the binding and the queue pair still work
+  CHECK(one(x.cq).status == wc_status::success);
+  REQUIRE(w.invalidate(p.b, 4).ok());
+  REQUIRE(one(y.cq).status == wc_status::success);
+  REQUIRE(w.bind(p.b, region, 0, 128, 5).ok());
+  CHECK(one(y.cq).status == wc_status::success);
+}
+
 // rxe (Linux 6.1) panics the kernel on a LOCAL_INV of a type 2 window that is not bound
 // (never, or invalidated already): observed in the guest. invalidate() posted one for
 // a second call; the window now knows it is unbound and refuses.

@@ -89,3 +89,22 @@ TEST_CASE("batch.add(op): lists take every operation, including gathered READs a
   CHECK(in[0].has_imm);
   CHECK(in[0].imm == 0xfeed);
 }
+
+// A type of the user's own carrying BIND_MW or LOCAL_INV was an operation: posted, its
+// BIND_MW read window arguments nobody had set (a null pointer: SIGSEGV in the noexcept
+// post), and its LOCAL_INV reached a window unbound (which panics rxe's kernel), past
+// memory_window's checks (found by an audit). Only memory_window's own ops carry them.
+namespace {
+template <opcode Code>
+struct own_window_op {
+  std::span<const local_buffer> local;
+  static constexpr opcode code = Code;
+  using rule = detail::window_rule;
+  template <class D>
+  void fill(D&) const noexcept {}
+};
+static_assert(!operation<own_window_op<opcode::bind_mw>>);
+static_assert(!operation<own_window_op<opcode::local_inv>>);
+static_assert(operation<own_window_op<opcode::send>>);
+static_assert(operation<op::bind_window<B>> && operation<op::invalidate_window>);
+}  // namespace
