@@ -754,9 +754,13 @@ class run {
     }
     window_model& m = windows_[w.id];
     if (m.key_changes >= 200) return;  // (a window that old is freed by the other steps)
-    // A bound type 2 window is bound again now and then only: the device refuses it
-    // (MW_BIND_ERR), and the window can never be bound again.
-    if (m.type2 && m.bound && pick_(8)) return;
+    // A bound type 2 window is refused before anything is posted (the device would refuse
+    // it, MW_BIND_ERR, and the window could never be bound again).
+    if (m.type2 && m.bound) {
+      CHECK_THROWS_WITH_AS((void)w.h.bind(qp.h, region.h, at, len, id), doctest::Contains("invalidate() it first"),
+                           usage_error);
+      return;
+    }
     const post_status expected = refusal_for_(qp.h);
     const post_result r = w.h.bind(qp.h, region.h, at, len, id, flags_());
     check_post_(r, expected, "bind");
