@@ -255,6 +255,18 @@ inline void check_peer_record(const endpoint& peer) {
                          "ibv_*_pingpong with -g <GID index>; an rdmakit peer sends its local_endpoint()");
 }
 
+/// The same, and a record this side's port cannot address: a LID without a GID, when
+/// `local` (this queue pair's local_endpoint()) says the port is RoCE (LID 0), which
+/// addresses by GID (an InfiniBand peer's ibv_*_pingpong run without -g).
+inline void check_peer_record(const endpoint& peer, const endpoint& local) {
+  check_peer_record(peer);
+  if (local.lid == 0 && peer.gid.is_zero())
+    throw exchange_error(exchange_errc::malformed,
+                         detail::cat("the peer's record has LID ", peer.lid,
+                                     " but no GID, and this port is RoCE, which addresses by GID: run "
+                                     "ibv_*_pingpong with -g <GID index>; an rdmakit peer sends its local_endpoint()"));
+}
+
 namespace detail {
 // Runs an exchange whose on_peer connects `qp` into `live`. If the exchange fails after
 // that (the peer went away before the acknowledgement), the caller's `qp` is given back
@@ -295,7 +307,7 @@ exchanged<detail::connected_t<QP, ConnectArgs...>> connect_client(QP&& qp, const
   local.region = region;
   connection_info peer = detail::exchange_connecting(qp, live, [&] {
     return exchange_client(host, port, local, o, [&](const connection_info& p) {
-      check_peer_record(p.ep);
+      check_peer_record(p.ep, local.ep);
       live.emplace(std::move(qp).connect(p.ep, args...));
     });
   });
@@ -316,7 +328,7 @@ exchanged<detail::connected_t<QP, ConnectArgs...>> connect_server(QP&& qp, excha
   local.region = region;
   connection_info peer = detail::exchange_connecting(qp, live, [&] {
     return listener.exchange(local, o, [&](const connection_info& p) {
-      check_peer_record(p.ep);
+      check_peer_record(p.ep, local.ep);
       live.emplace(std::move(qp).connect(p.ep, args...));
     });
   });

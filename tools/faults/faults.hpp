@@ -177,7 +177,7 @@ faults_report run_faults(const faults_options& o, const exchange_fn& exchange, d
   connection_info local(qp.local_endpoint());
   if (o.server) local.region = region_descriptor(mr.remote());
   const connection_info peer = exchange(local, [&](const connection_info& p) {
-    check_peer_record(p.ep);
+    check_peer_record(p.ep, local.ep);
     if constexpr (T::connected) {
       live.emplace(std::move(qp).connect(p.ep, co));
     } else {

@@ -435,7 +435,7 @@ class runner {
     for (std::uint32_t j = 0; j < o_.num_qps; ++j) {
       connection_info info(init[j].local_endpoint(), mr_.remote().sub(recv_off(j), slot_));
       connection_info peer = link_.exchange(info, [&](const connection_info& p) {
-        check_peer_record(p.ep);
+        check_peer_record(p.ep, info.ep);
         if constexpr (T::connected) {
           qps_.push_back(std::move(init[j]).connect(p.ep, co));
         } else {

@@ -163,7 +163,7 @@ int run_pingpong(const pingpong_options& o, const exchange_fn& exchange, printer
   co.path_mtu = o.path_mtu;
   co.sl = o.sl;
   const connection_info peer = exchange(local, [&](const connection_info& p) {
-    check_peer_record(p.ep);
+    check_peer_record(p.ep, local);
     if constexpr (T::connected) {
       live.emplace(std::move(qp).connect(p.ep, co));
     } else {

@@ -225,7 +225,7 @@ two_node_result run_two_node_scenario(const two_node_scenario& sc, std::uint32_t
       co.retry_cnt = 1;
     }
     auto bring_up = [&](const connection_info& p) {
-      check_peer_record(p.ep);
+      check_peer_record(p.ep, qp.local_endpoint());
       if constexpr (T::connected) {
         live.emplace(std::move(qp).connect(p.ep, co));
       } else {

@@ -684,6 +684,19 @@ TEST_CASE("connect_client: a peer record with neither LID nor GID is a malformed
   CHECK(last_error.find("-g") != std::string::npos);
 }
 
+// A record with a LID but no GID (an InfiniBand peer's ibv_rc_pingpong run without -g),
+// on a RoCE port, which addresses by GID: connect() refused it as the caller's misuse
+// (usage_error), though the data came from the network (found by an audit).
+TEST_CASE("connect_client: a peer record with a LID but no GID, on a RoCE port, is a malformed record") {
+  one_device d;  // mock0: RoCE, LID 0
+  auto other = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
+  endpoint e = other.local_endpoint();
+  e.lid = 5;
+  e.gid = {};
+  CHECK(client_refusal_of(d, e) == exchange_errc::malformed);
+  CHECK(last_error.find("LID 5 but no GID") != std::string::npos);
+}
+
 // A peer record naming a multicast GID (a group's, never a port's) was taken: connect()
 // moved the queue pair towards a group that no queue pair answers from.
 TEST_CASE("connect_client: a peer record naming a multicast GID is a malformed record; the queue pair is kept") {
