@@ -286,6 +286,7 @@ TEST_CASE("asio_context: io_context::run() from one of its tasks or on() handler
     };
     asio_spawn(rdma, writes(), ignore);
     asio_spawn(rdma, reenters(), ignore);
+    io.run();  // here: the coroutine runs in `reenters`, which the subcase's end destroys
   }
   SUBCASE("from an on() handler") {
     auto ia = p.pa.create_qp<rc>(p.ca.queue(), qp_cap{4, 4});
