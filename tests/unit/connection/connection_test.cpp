@@ -671,42 +671,34 @@ TEST_CASE("connect_client: a peer record naming QP 0 or 1 is a malformed record;
   }
 }
 
-// A peer record with neither a LID nor a GID (ibv_rc_pingpong run on RoCE without -g)
-// was refused by connect() as the caller's misuse (usage_error, "send the peer's GID"),
-// though the data came from the network.
-TEST_CASE("connect_client: a peer record with neither LID nor GID is a malformed record; the queue pair is kept") {
-  one_device d;
-  auto other = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
-  endpoint e = other.local_endpoint();
-  e.lid = 0;
-  e.gid = {};
-  CHECK(client_refusal_of(d, e) == exchange_errc::malformed);
-  CHECK(last_error.find("-g") != std::string::npos);
-}
-
-// A record with a LID but no GID (an InfiniBand peer's ibv_rc_pingpong run without -g),
-// on a RoCE port, which addresses by GID: connect() refused it as the caller's misuse
-// (usage_error), though the data came from the network (found by an audit).
-TEST_CASE("connect_client: a peer record with a LID but no GID, on a RoCE port, is a malformed record") {
+// Peer records that address nothing this port can reach, though they name a queue pair:
+// - neither a LID nor a GID (ibv_rc_pingpong run on RoCE without -g), and a LID without
+//   a GID on this RoCE port (an InfiniBand peer's, found by an audit): connect() refused
+//   them as the caller's misuse (usage_error), though the data came from the network;
+// - a multicast GID (a group's, never a port's): connect() took it, towards a group no
+//   queue pair answers from.
+TEST_CASE("connect_client: a peer record this port cannot address is a malformed record; the queue pair is kept") {
   one_device d;  // mock0: RoCE, LID 0
   auto other = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
   endpoint e = other.local_endpoint();
-  e.lid = 5;
-  e.gid = {};
-  CHECK(client_refusal_of(d, e) == exchange_errc::malformed);
-  CHECK(last_error.find("LID 5 but no GID") != std::string::npos);
-}
-
-// A peer record naming a multicast GID (a group's, never a port's) was taken: connect()
-// moved the queue pair towards a group that no queue pair answers from.
-TEST_CASE("connect_client: a peer record naming a multicast GID is a malformed record; the queue pair is kept") {
-  one_device d;
-  auto other = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
-  endpoint e = other.local_endpoint();
-  REQUIRE(gid::parse("ff0e0000000000000000000000000001", e.gid));
-  CHECK(client_refusal_of(d, e) == exchange_errc::malformed);
-  CHECK(last_error.find("multicast") != std::string::npos);
-  CHECK(last_error.find("ff0e:0000:") != std::string::npos);
+  SUBCASE("neither a LID nor a GID") {
+    e.lid = 0;
+    e.gid = {};
+    CHECK(client_refusal_of(d, e) == exchange_errc::malformed);
+    CHECK(last_error.find("-g") != std::string::npos);
+  }
+  SUBCASE("a LID but no GID, on a RoCE port") {
+    e.lid = 5;
+    e.gid = {};
+    CHECK(client_refusal_of(d, e) == exchange_errc::malformed);
+    CHECK(last_error.find("LID 5 but no GID") != std::string::npos);
+  }
+  SUBCASE("a multicast GID") {
+    REQUIRE(gid::parse("ff0e0000000000000000000000000001", e.gid));
+    CHECK(client_refusal_of(d, e) == exchange_errc::malformed);
+    CHECK(last_error.find("multicast") != std::string::npos);
+    CHECK(last_error.find("ff0e:0000:") != std::string::npos);
+  }
 }
 
 // A client that left after the server had connected its queue pair (before the
