@@ -44,6 +44,16 @@ class mailbox {
       s.fail(std::current_exception());
     }
   }
+  /// Puts back `v`, handed to a waiter that went away before it used it: first in line
+  /// again. (Nothing is kept while a coroutine waits: put() hands values over.)
+  void give_back(const T& v, scheduler& s) noexcept {
+    if (!waiters_.empty()) return put(v, s);
+    try {
+      kept_.push_front(v);
+    } catch (...) {
+      s.fail(std::current_exception());
+    }
+  }
   /// The oldest value kept (none: nothing came that nobody took).
   std::optional<T> take() {
     if (kept_.empty()) return std::nullopt;
@@ -74,6 +84,9 @@ class mailbox_awaiter final : mailbox<T>::waiter {
   }
   mailbox_awaiter& operator=(mailbox_awaiter&&) = delete;
   ~mailbox_awaiter() {
+    // Given its value, destroyed before its coroutine resumed to take it: the value goes
+    // to the next waiter or next(), not with this awaiter.
+    if (RDMAKIT_UNLIKELY(resume_.linked()) && got_) source_->mailbox().give_back(*got_, source_->loop());
     if (in_place_) in_place_->orphan(source_->loop());
     if (waiting_) source_->mailbox().remove(*this);
   }

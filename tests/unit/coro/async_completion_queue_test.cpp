@@ -70,6 +70,43 @@ TEST_CASE("async_completion_queue: a next() destroyed while a coroutine awaits i
   CHECK(destroyed_while_awaited(p.loop, n, [](auto& n) -> task<void> { (void)co_await *n; }));
 }
 
+// One drain hands two completions to two waiting next()s. The first one's coroutine,
+// resumed first, destroys the second next() before that one's coroutine resumed: the
+// completion it had been given went with it, and no later next() ever saw it.
+TEST_CASE("async_completion_queue: a completion given to a next() destroyed before its coroutine resumed goes to the next next()") {
+  plain_pair p;
+  std::optional<decltype(p.a.cq.next(1s))> second_next;
+  second_next.emplace(p.a.cq.next(1s));
+  std::optional<completion<B>> first_got, later;
+  bool second_refused = false;
+  auto first = [&]() -> task<void> {
+    first_got = co_await p.a.cq.next(1s);
+    second_next.reset();  // given the second completion already, its coroutine not resumed
+    later = co_await p.a.cq.next(1s);
+  };
+  auto second = [&]() -> task<void> {
+    try {
+      (void)co_await *second_next;
+    } catch (const usage_error&) {
+      second_refused = true;
+    }
+  };
+  auto post_two = [&]() -> task<void> {
+    REQUIRE(p.qa.write(p.ma.local(0, 8), p.mb.remote().sub(0, 8), 1).ok());
+    REQUIRE(p.qa.write(p.ma.local(0, 8), p.mb.remote().sub(0, 8), 2).ok());
+    co_return;
+  };
+  p.loop.spawn(first());
+  p.loop.spawn(second());
+  p.loop.spawn(post_two());
+  REQUIRE(run_within(p.loop, 5s));
+  REQUIRE(first_got);
+  CHECK(first_got->wr_id() == 1);
+  CHECK(second_refused);
+  REQUIRE(later);
+  CHECK(later->wr_id() == 2);
+}
+
 // The on() handler of a queue pair used directly threw inside the loop's drain, which
 // was noexcept: std::terminate(). Now the loop's run rethrows it and goes on after.
 TEST_CASE("async_completion_queue: an on() handler's exception leaves the loop's run, which goes on after it") {
