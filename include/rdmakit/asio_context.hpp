@@ -166,13 +166,16 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     // The failure is often a failed allocation (a completion handler that could not be
     // posted): the first one pending goes in a slot made beforehand, so reporting it
     // allocates nothing.
+    if (fail_posted_ && e == posted_failure_) return;  // (a source may report one at every turn)
     if (!fail_posted_) {
       fail_posted_ = true;
+      posted_failure_ = e;
       post_in_(fail_slot_, [weak = weak_from_this(), e] {
         auto self = weak.lock();
         if (!self) std::rethrow_exception(e);
         self->owned_([s = self.get(), e] {
           s->fail_posted_ = false;
+          s->posted_failure_ = nullptr;
           std::rethrow_exception(e);
         });
       });
@@ -440,6 +443,7 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   bool drain_posted_ = false;
   bool progress_posted_ = false;
   bool fail_posted_ = false;
+  std::exception_ptr posted_failure_;  // the failure fail_posted_ says is on its way
   std::shared_ptr<handler_slot> drain_slot_ = std::make_shared<handler_slot>();
   std::shared_ptr<handler_slot> progress_slot_ = std::make_shared<handler_slot>();
   std::shared_ptr<handler_slot> fail_slot_ = std::make_shared<handler_slot>();

@@ -175,9 +175,11 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
   }
 
   bool progress_() noexcept {
-    // Asked on every turn of the loop: a CQ replaced through queue() is reported there
-    // (once; true makes that turn end without sleeping, so the loop throws it).
-    if (RDMAKIT_UNLIKELY(replaced_())) return report_replaced_();
+    // Asked on every turn of the loop: a CQ replaced through queue() is reported there,
+    // at every run's first turn until this core goes (true: that turn ends without
+    // sleeping, so the loop throws it). Reported once, later runs waited on a CQ nobody
+    // drained any more, and the one it was made with kept its descriptor readable: a spin.
+    if (RDMAKIT_UNLIKELY(replaced_())) return report_replaced_(), true;
     if (again_) return true;
     // A drain leaves the CQ armed: unarmed, the application's own wait() on queue() took
     // its event, and no later completion would raise one until a drain arms it again.
@@ -192,11 +194,17 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
       "the completion queue of this async_completion_queue was replaced or moved out through queue(); the loop "
       "waits on the one it was made with: make a new async_completion_queue for another CQ";
   bool replaced_() const noexcept { return policy_access::block(cq_) != watched_.get(); }
-  bool report_replaced_() noexcept {
-    if (replaced_reported_) return false;
-    replaced_reported_ = true;
-    loop_->fail(std::make_exception_ptr(usage_error(cat("async_completion_queue: ", replaced_message))));
-    return true;
+  // One exception, made once: a loop records a failure still pending once (scheduler::fail).
+  void report_replaced_() noexcept {
+    if (!replaced_error_) {
+      try {
+        replaced_error_ = std::make_exception_ptr(usage_error(cat("async_completion_queue: ", replaced_message)));
+      } catch (...) {
+        replaced_error_ = std::current_exception();
+      }
+      unawaited_.close(replaced_error_);  // next() waits on nothing that can come: refused
+    }
+    loop_->fail(replaced_error_);
   }
 
   std::shared_ptr<scheduler> loop_;
@@ -206,7 +214,7 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
   shared_owner<cq_block<B>> watched_;
   completion_queue<B, P> cq_;
   fd_watch watch_;
-  bool replaced_reported_ = false;
+  std::exception_ptr replaced_error_;
   bool again_ = false;
   detail::mailbox<completion<B>> unawaited_;
   std::map<std::uint32_t, bool> forgotten_;  // number, receives forgotten too

@@ -81,7 +81,11 @@ class loop_core final : public scheduler {
 
   /// Records a failure of something the loop drives; run_ready() and wait() rethrow them,
   /// one a call, in the order they came. (Out of memory for a later one, the first is kept.)
+  /// One still pending is not recorded again.
   void fail(std::exception_ptr e) noexcept override {
+    if (e == error_) return;  // (a source may report one at every turn)
+    for (const auto& pending : more_errors_)
+      if (pending == e) return;
     if (!error_) {
       error_ = std::move(e);
       return;

@@ -25,6 +25,7 @@ class mailbox {
   class waiter {
    public:
     virtual void deliver(const T& v) noexcept = 0;
+    virtual void refuse() noexcept = 0;  // the mailbox closed: no value will come
 
    protected:
     ~waiter() = default;
@@ -62,12 +63,21 @@ class mailbox {
     return v;
   }
   std::size_t kept() const noexcept { return kept_.size(); }
+  /// No value comes any more: every waiter, and every later await once the values kept
+  /// are taken, gets `why`.
+  void close(std::exception_ptr why) noexcept {
+    closed_ = std::move(why);
+    for (waiter* w : std::exchange(waiters_, {})) w->refuse();
+  }
+  /// Why it was closed (null: open).
+  const std::exception_ptr& closed() const noexcept { return closed_; }
   void add(waiter& w) { waiters_.push_back(&w); }
   void remove(waiter& w) noexcept { std::erase(waiters_, &w); }
 
  private:
   std::deque<T> kept_;
   std::deque<waiter*> waiters_;
+  std::exception_ptr closed_;
 };
 
 /// Awaits the next value of `Source`'s mailbox (Source has mailbox() and loop()), or
@@ -111,6 +121,7 @@ class mailbox_awaiter final : mailbox<T>::waiter {
       throw usage_error("co_await next(): this awaitable is awaited by another coroutine already: call next() "
                         "in each coroutine");
     got_ = source_->mailbox().take();
+    if (!got_ && source_->mailbox().closed()) std::rethrow_exception(source_->mailbox().closed());
     return got_.has_value();
   }
   void await_suspend(std::coroutine_handle<> h) {
@@ -129,9 +140,10 @@ class mailbox_awaiter final : mailbox<T>::waiter {
     resume_.bind(h);
   }
   /// The value, or std::nullopt when the timeout passed first. Once: awaited again, this
-  /// awaitable is refused.
-  std::optional<T> await_resume() noexcept {
+  /// awaitable is refused. Throws why the source closed while it waited.
+  std::optional<T> await_resume() {
     awaited_ = true;
+    if (RDMAKIT_UNLIKELY(refused_)) std::rethrow_exception(source_->mailbox().closed());
     return std::move(got_);
   }
 
@@ -140,6 +152,12 @@ class mailbox_awaiter final : mailbox<T>::waiter {
     waiting_ = false;
     timer_.disarm();
     got_.emplace(v);
+    source_->loop().post(resume_);
+  }
+  void refuse() noexcept override {
+    waiting_ = false;
+    refused_ = true;
+    timer_.disarm();
     source_->loop().post(resume_);
   }
   bool busy_() const noexcept { return waiting_ || resume_.linked(); }
@@ -157,6 +175,7 @@ class mailbox_awaiter final : mailbox<T>::waiter {
   std::optional<T> got_;
   bool waiting_ = false;
   bool awaited_ = false;  // resumed with its value: each next() gives one
+  bool refused_ = false;  // the mailbox closed while it waited
   work_item resume_;
   work_item timed_out_;
   timer_node timer_;  // last: disarmed before the items it points to go away

@@ -214,6 +214,45 @@ TEST_CASE("asio_context: io_context::run() returns when its tasks are done, what
   CHECK(io.stopped());
 }
 
+// As on event_loop (async_completion_queue_test): a CQ replaced through queue() was
+// reported once, and the task awaiting its next() waited on for nothing.
+TEST_CASE("asio_context: a CQ replaced through queue() ends io_context::run() with usage_error; next() resumes with it") {
+  mock::fabric fab;
+  ::asio::io_context io;
+  asio_context rdma(io);
+  device<B> d(fab, "mock0");
+  std::optional<acq> c(std::in_place, rdma, d.create_cq<event_driven<>>(64));
+  c->queue() = d.create_cq<event_driven<>>(128);
+  auto waits = [&]() -> task<int> {
+    (void)co_await c->next(10s);
+    co_return 1;
+  };
+  std::string waited;
+  asio_spawn(rdma, waits(), [&](std::exception_ptr e, int) {
+    try {
+      if (e) std::rethrow_exception(e);
+    } catch (const usage_error& u) {
+      waited = u.what();
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(io.run(), doctest::Contains("queue()"), usage_error);
+  // The task's resumption may come after the failure ended that run: the next run has it.
+  for (int run = 0; run < 3 && waited.empty(); ++run) {
+    io.restart();
+    CHECK_THROWS_WITH_AS(io.run(), doctest::Contains("queue()"), usage_error);
+  }
+  CHECK(waited.find("queue()") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  c.reset();
+  int result = 0;
+  auto seven = []() -> task<int> { co_return 7; };
+  asio_spawn(rdma, seven(), [&](std::exception_ptr e, int v) { result = e ? -1 : v; });
+  io.restart();
+  io.run();
+  CHECK(result == 7);
+}
+
 // io_context::run() on two threads ran this context's handlers, and the tasks they
 // resume, on both at once: heap-use-after-free in a queue pair's slots, races (TSan) and
 // completions lost, with no error. The first thread that runs one of its handlers owns

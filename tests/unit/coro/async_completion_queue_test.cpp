@@ -303,6 +303,36 @@ TEST_CASE("async_completion_queue: a CQ replaced or moved out through queue() is
     auto wait = [&]() -> task<void> { (void)co_await c.next(50ms); };
     CHECK_THROWS_WITH_AS(loop.run(wait()), doctest::Contains("queue()"), usage_error);
   }
+  // Reported once, the replaced CQ was then let be: a later run() waited for its next()
+  // to time out (without a timeout, for ever), and completions on the CQ it was made
+  // with, which the loop no longer drained, kept its descriptor readable: the loop spun.
+  // Each run() says it now, at its first turn, until the async CQ is destroyed.
+  SUBCASE("replaced, reported, and run again") {
+    std::optional<acq> c(std::in_place, loop, a.dev.create_cq<event_driven<>>(64));
+    c->queue() = a.dev.create_cq<event_driven<>>(128);
+    int refused = 0;
+    auto waits = [&]() -> task<void> {
+      try {
+        (void)co_await c->next(10s);
+      } catch (const usage_error& e) {
+        refused += std::string(e.what()).find("queue()") != std::string::npos;
+      }
+    };
+    auto sleeps = [&]() -> task<void> { co_await loop.sleep_for(10s); };
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH_AS(loop.run(waits()), doctest::Contains("queue()"), usage_error);
+    loop.run(waits());  // the first next() resumes with the error, a new one is refused at once
+    CHECK(refused == 2);
+    CHECK_THROWS_WITH_AS(loop.run(sleeps()), doctest::Contains("queue()"), usage_error);
+    CHECK_THROWS_WITH_AS(loop.poll(), doctest::Contains("queue()"), usage_error);
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+    c.reset();  // the loop runs on without it
+    auto short_sleep = [&]() -> task<int> {
+      co_await loop.sleep_for(1ms);
+      co_return 7;
+    };
+    CHECK(loop.run(short_sleep()) == 7);
+  }
   SUBCASE("moved out and destroyed, then another async CQ made") {
     std::optional<acq> first(std::in_place, loop, a.dev.create_cq<event_driven<>>(64));
     { auto taken = std::move(first->queue()); }
