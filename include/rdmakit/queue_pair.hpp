@@ -184,7 +184,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// usage_error when empty, or when n is more than the send queue ever holds).
   bool can_post(std::uint32_t n = 1) const {
     const auto& sq = parts_.link->sq;
-    if (RDMAKIT_LIKELY(sq.admits(n))) return true;
+    // (A closed ledger admits 0 WRs: n == 0 asks the link. n is most often a constant.)
+    if (RDMAKIT_LIKELY(sq.admits(n))) return n != 0 || !link_("can_post").error;
     // One compare for the rest: a closed ledger (ERR, or the empty handle's) is 0 deep.
     if (RDMAKIT_UNLIKELY(n > sq.open_depth())) return cannot_post_(n);
     return false;
@@ -469,7 +470,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// Posts every WR of `batch` with one doorbell. All or nothing on credits; if the
   /// device refuses a WR, `posted` is the index of that WR (its bad_wr), the ones before
   /// it are posted and removed from the batch, which keeps the rest. The batch is
-  /// cleared when all were posted.
+  /// cleared when all were posted. An empty batch posts nothing: ok, whatever the
+  /// credits, but empty_handle or qp_error as any post.
   template <std::size_t Max, std::size_t SgePerWr, bool SignalEach>
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(send_batch<B, T, Max, SgePerWr, SignalEach>& batch) noexcept {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
@@ -513,7 +515,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       }
     }
     const std::size_t n = batch.size();
-    if (n == 0) return {post_status::ok, 0, 0};  // whatever the credits
+    // Whatever the credits; refused as any post on an empty handle or a QP in ERR.
+    if (n == 0) return parts_.link->error ? refusal_(0) : post_result{post_status::ok, 0, 0};
     if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_list_credits_(l, n);
     const bool odd = batch.odd_ != 0;  // one test for the refusal and the plain path
     if (RDMAKIT_UNLIKELY(odd) && batch.refused_()) return batch.refusal_();

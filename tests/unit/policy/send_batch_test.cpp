@@ -26,17 +26,19 @@ TEST_CASE_FIXTURE(two_regions, "a post list signals the policy's positions acros
   CHECK(p.a.send_credits() == 16);
 }
 
-TEST_CASE_FIXTURE(two_regions, "an empty post list posts nothing, whatever the credits, the state and the policy") {
-  auto check_empty_posts = [&](auto& qp) {
+// An empty list on an empty handle (the object connect() took) or a QP in ERR was ok:
+// the misuse went unreported whenever the list happened to be empty (found by an audit).
+TEST_CASE_FIXTURE(two_regions, "an empty post list posts nothing, whatever the credits and the policy; refused as any post on an empty handle or in ERR") {
+  auto check_empty_posts = [&](auto& qp, post_status expected = post_status::ok) {
     auto batch = std::remove_reference_t<decltype(qp)>::template make_batch<4>();
     auto r = qp.post(batch);
-    CHECK(r.ok());
+    CHECK(r.status == expected);
     CHECK(r.posted == 0);
     batch.reuse();
     for (std::uint64_t i = 1; i <= 4; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
     batch.clear();  // a reused list emptied: still nothing to post
     r = qp.post(batch);
-    CHECK(r.ok());
+    CHECK(r.status == expected);
     CHECK(r.posted == 0);
   };
   auto every = make_pair<rc, signal_every<4>>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
@@ -48,11 +50,20 @@ TEST_CASE_FIXTURE(two_regions, "an empty post list posts nothing, whatever the c
   for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(every.a.write(src.local(0, 8), dst.remote(), i).ok());
   REQUIRE_FALSE(every.a.can_post());
   check_empty_posts(every.a);  // a full send queue
+  CHECK(every.a.can_post(0));
   decltype(every.a) moved = std::move(every.a);
-  check_empty_posts(every.a);  // an empty handle
+  check_empty_posts(every.a, post_status::empty_handle);
   CHECK(every.a.post(op::write{src.local(0, 8), dst.remote()}, 9).status == post_status::empty_handle);
+  CHECK_THROWS_WITH_AS((void)every.a.can_post(0), doctest::Contains("empty"), usage_error);
   CHECK(collect(x.cq, 1).size() == 1);
   CHECK(moved.send_credits() == 4);
+  // A WRITE the peer refuses (a wrong rkey) puts the queue pair in ERR once polled.
+  const auto wrong_key = remote_region<access::remote_write>::unchecked(dst.remote().addr(), dst.remote().rkey() ^ 0x55, 8);
+  REQUIRE(all.a.write(src.local(0, 8), wrong_key, 1).ok());
+  REQUIRE(collect(x.cq, 1).size() == 1);
+  REQUIRE(all.a.in_error());
+  check_empty_posts(all.a, post_status::qp_error);
+  CHECK_FALSE(all.a.can_post(0));
 }
 
 TEST_CASE_FIXTURE(two_regions, "after a partial post the batch keeps the refused WRs in place until cleared") {
