@@ -321,7 +321,7 @@ class wr_awaiter final : wr_waiter<B> {
   }
   /// Bounds the wait of one kept in a variable, awaited in place: `co_await w.within(1s)`.
   /// If it times out, awaiting `w` again (bounded or not) waits for the same WR: a
-  /// receive that timed out still gets its message.
+  /// receive that timed out still gets its message. The bound is for that one await.
   template <class Rep, class Period>
   wr_awaiter& within(std::chrono::duration<Rep, Period> timeout) & noexcept {
     timeout_ = detail::steady_duration(timeout);
@@ -358,6 +358,7 @@ class wr_awaiter final : wr_waiter<B> {
   /// The result, taken: awaited again, this awaitable is refused (a WR is awaited once),
   /// unless the result was timed_out: then it waits for the WR again.
   wr_result<B> await_resume() noexcept {
+    timeout_.reset();  // within()'s bound is this await's: the next one is unbounded unless given one
     wr_result<B> r = std::move(*result_);
     result_.reset();
     return r;

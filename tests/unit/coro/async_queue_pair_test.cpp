@@ -264,6 +264,23 @@ TEST_CASE_FIXTURE(rig<>, "async_queue_pair: a wait that timed out, awaited again
     CHECK((co_await c.x().send(ma.local(0, 8))).ok());
     auto moved = std::move(second);
     CHECK((co_await moved).ok());
+
+    // The bound is the one await's: an unbounded await after it (in place, or of the
+    // awaitable moved to) waits past it, for a message sent later. The bound stayed with
+    // the awaitable, so these timed out after 1 ms too (found by an audit).
+    auto late_send = [&]() -> task<void> {
+      co_await loop.sleep_for(30ms);
+      CHECK((co_await c.x().send(ma.local(0, 8))).ok());
+    };
+    auto third = c.y().recv(mb.local(128, 64));
+    CHECK((co_await third.within(1ms)).outcome() == wr_outcome::timed_out);
+    loop.spawn(late_send());
+    CHECK((co_await third).ok());
+    auto fourth = c.y().recv(mb.local(192, 64));
+    CHECK((co_await fourth.within(1ms)).outcome() == wr_outcome::timed_out);
+    auto fourth_moved = std::move(fourth);
+    loop.spawn(late_send());
+    CHECK((co_await fourth_moved).ok());
   };
   loop.run(run());
   CHECK(c.b.cq.pending() == 0);
