@@ -255,9 +255,10 @@ inline void check_peer_record(const endpoint& peer) {
                          "ibv_*_pingpong with -g <GID index>; an rdmakit peer sends its local_endpoint()");
 }
 
-/// The same, and a record this side's port cannot address: a LID without a GID, when
-/// `local` (this queue pair's local_endpoint()) says the port is RoCE (LID 0), which
-/// addresses by GID (an InfiniBand peer's ibv_*_pingpong run without -g).
+/// The same, and a record this side's port cannot address, by what `local` (this queue
+/// pair's local_endpoint()) says of the port: on RoCE (LID 0), which addresses by GID, a
+/// LID without a GID (an InfiniBand peer's ibv_*_pingpong run without -g); on
+/// InfiniBand (a LID), which addresses by LID, across subnets too, no LID (a RoCE peer's).
 inline void check_peer_record(const endpoint& peer, const endpoint& local) {
   check_peer_record(peer);
   if (local.lid == 0 && peer.gid.is_zero())
@@ -265,6 +266,12 @@ inline void check_peer_record(const endpoint& peer, const endpoint& local) {
                          detail::cat("the peer's record has LID ", peer.lid,
                                      " but no GID, and this port is RoCE, which addresses by GID: run "
                                      "ibv_*_pingpong with -g <GID index>; an rdmakit peer sends its local_endpoint()"));
+  if (local.lid != 0 && peer.lid == 0)
+    throw exchange_error(exchange_errc::malformed,
+                         detail::cat("the peer's record has a GID (", peer.gid.to_string(),
+                                     ") but no LID, and this port is InfiniBand (LID ", local.lid,
+                                     "), which addresses by LID: the peer is on RoCE, another link layer, or "
+                                     "its port is not active"));
 }
 
 namespace detail {

@@ -620,6 +620,9 @@ TEST_CASE("connect_client/connect_server: RC queue pairs connected over TCP, reg
 namespace {
 // A mock device with a PD and a CQ, for queue pairs to connect through an exchange.
 struct one_device {
+  one_device() = default;
+  // One device, "a", of one port as given.
+  explicit one_device(const mock::port_config& port) : fab(mock::fabric_config{.devices = {{.name = "a", .ports = {port}}}}), dev(fab, "a") {}
   mock::fabric fab;
   device<backends::mock> dev{fab, "mock0"};
   protection_domain<backends::mock> pd = dev.create_pd();
@@ -698,6 +701,19 @@ TEST_CASE("connect_client: a peer record this port cannot address is a malformed
     CHECK(client_refusal_of(d, e) == exchange_errc::malformed);
     CHECK(last_error.find("multicast") != std::string::npos);
     CHECK(last_error.find("ff0e:0000:") != std::string::npos);
+  }
+  // A RoCE peer's record (a GID, LID 0) at an InfiniBand port, which addresses by LID
+  // (across subnets too: the GRH rides on a router's LID): connect() failed with a
+  // verbs_error of the mock's, on a record the network brought.
+  SUBCASE("a GID but no LID, on an InfiniBand port") {
+    mock::port_config ib;
+    ib.layer = link_layer::infiniband;
+    ib.lid = 7;
+    one_device ibd(ib);
+    REQUIRE(e.lid == 0);
+    REQUIRE_FALSE(e.gid.is_zero());
+    CHECK(client_refusal_of(ibd, e) == exchange_errc::malformed);
+    CHECK(last_error.find("no LID") != std::string::npos);
   }
 }
 
