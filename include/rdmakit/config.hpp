@@ -9,7 +9,10 @@
 #define RDMAKIT_HAS_CXX20 1
 #else
 #define RDMAKIT_HAS_CXX20 0
-#error "rdmakit requires C++20: compile with -std=c++20 (MSVC: /std:c++20) or later"
+// The compilation ends here, with this one diagnostic, whichever rdmakit header came
+// first: after an #error the compiler goes on, into hundreds of errors about concepts
+// and requires-clauses, while a header that is not found is fatal (GCC, clang, MSVC).
+#include <rdmakit requires C++20: compile with -std=c++20 (MSVC: /std:c++20) or later>
 #endif
 
 // Release version (meson.build's project version; a test checks they agree). Versioned

@@ -3,8 +3,7 @@
 /// (<rdmakit/backends/mock.hpp> or <rdmakit/backends/ibverbs.hpp>) to use it. The
 /// TCP endpoint exchange is not in here: it needs POSIX sockets and threads, and most
 /// translation units do not exchange anything; include <rdmakit/connection.hpp>.
-#include <rdmakit/config.hpp>  // first: below C++20, its #error is the one diagnostic
-#if RDMAKIT_HAS_CXX20
+#include <rdmakit/config.hpp>  // first: below C++20, the compilation ends there
 #include <rdmakit/address_handle.hpp>
 #include <rdmakit/backend.hpp>
 #include <rdmakit/completion.hpp>
@@ -26,4 +25,3 @@
 #include <rdmakit/signaling.hpp>
 #include <rdmakit/transport.hpp>
 #include <rdmakit/types.hpp>
-#endif
