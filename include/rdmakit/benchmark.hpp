@@ -35,6 +35,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -143,6 +144,12 @@ struct concat<list<A...>> {
 template <class... A, class... B, class... Rest>
 struct concat<list<A...>, list<B...>, Rest...> : concat<list<A..., B...>, Rest...> {};
 
+// Whether no type is listed twice.
+template <class... Ts>
+struct distinct : std::true_type {};
+template <class T, class... Rest>
+struct distinct<T, Rest...> : std::bool_constant<(!std::is_same_v<T, Rest> && ...) && distinct<Rest...>::value> {};
+
 // config<T, S, P> when the loop F can be called with it, else nothing.
 template <class F, class T, class S, class P>
 using keep = std::conditional_t<std::is_invocable_v<F&, config<T, S, P>, benchmark::State&>, list<config<T, S, P>>,
@@ -157,6 +164,10 @@ struct product<F, list<Ts...>, list<Ss...>, list<Ps...>> {
   static_assert((transport<Ts> && ...), "the transports list holds a type that is not a transport policy");
   static_assert((signaling<Ss> && ...), "the signalings list holds a type that is not a signaling policy");
   static_assert((polling<Ps> && ...), "the pollings list holds a type that is not a polling policy");
+  // (Twice in a list, a policy made two benchmarks of one name.)
+  static_assert(distinct<Ts...>::value, "the transports list names a policy twice");
+  static_assert(distinct<Ss...>::value, "the signalings list names a policy twice");
+  static_assert(distinct<Ps...>::value, "the pollings list names a policy twice");
   template <class T, class S>
   using row = typename concat<keep<F, T, S, Ps>...>::type;
   template <class T>
@@ -170,6 +181,20 @@ struct product<F, list<Ts...>, list<Ss...>, list<Ps...>> {
     return n + axis_name<T, Ts...>() + "/" + axis_name<S, Ss...>() + "/" + axis_name<P, Ps...>();
   }
 };
+
+// One benchmark's run of the loop. What it throws (a loopback it could not make: a bad
+// size or device) fails this benchmark, named, and the program's other ones still run:
+// out of a Google Benchmark function it would end the program (std::terminate).
+template <class F, class Cfg>
+void run_loop(F& loop, Cfg cfg, benchmark::State& st, const std::string& name) {
+  try {
+    std::invoke(loop, cfg, st);
+  } catch (const std::exception& e) {
+    st.SkipWithError((name + ": " + e.what()).c_str());
+  } catch (...) {
+    st.SkipWithError((name + ": an exception of a type not derived from std::exception").c_str());
+  }
+}
 
 template <class Policy, class... Ps>
 std::string axis_name() {
@@ -280,11 +305,20 @@ class family<list<Configs...>> {
 /// `[]<class T, class S, class P>(bench::config<T, S, P>, benchmark::State& st)`.
 /// Combinations the loop cannot be called with are not registered: constrain it to
 /// leave some out (`requires T::supports_read`); an unconstrained loop that does not
-/// compile for some combination is a compile error, never a silent gap. Call it before
+/// compile for some combination is a compile error, never a silent gap, and so is a
+/// loop that takes no combination, or a list that names a policy twice. What the loop
+/// throws (a `bench::loopback` it could not make) fails its benchmark
+/// (`SkipWithError`, named), and the others run. Call it before
 /// `benchmark::Initialize` (in main, or to initialize a namespace-scope variable).
 template <class Transports, class Signalings, class Pollings, class F>
 auto register_grid(std::string_view name, F loop) {
   using grid = detail::product<F, Transports, Signalings, Pollings>;
+  // A loop that takes no combination registered nothing, silently: most often its
+  // parameters are not (config, State&) (swapped, or a State*).
+  static_assert(family<typename grid::type>::size() != 0,
+                "register_grid: the loop takes none of these combinations: it is called as "
+                "loop(bench::config<T, S, P>{}, benchmark::State&) (write [](auto cfg, benchmark::State& st)), "
+                "and its constraints must leave at least one combination of the three lists");
   family<typename grid::type> fam;
   [&]<class... Cfgs>(list<Cfgs...>) {
     (fam.names_.push_back(grid::template name<typename Cfgs::transport_policy, typename Cfgs::signaling_policy,
@@ -292,11 +326,12 @@ auto register_grid(std::string_view name, F loop) {
      ...);
   }(typename grid::type{});
   std::size_t i = 0;
-  [&]<class... Cfgs>(list<Cfgs...>) {
-    (fam.members_.push_back(benchmark::RegisterBenchmark(
-         fam.names_[i++].c_str(), [loop](benchmark::State& st) mutable { std::invoke(loop, Cfgs{}, st); })),
-     ...);
-  }(typename grid::type{});
+  auto add = [&]<class Cfg>(Cfg) {
+    const std::string& n = fam.names_[i++];
+    fam.members_.push_back(benchmark::RegisterBenchmark(
+        n.c_str(), [loop, n](benchmark::State& st) mutable { detail::run_loop(loop, Cfg{}, st, n); }));
+  };
+  [&]<class... Cfgs>(list<Cfgs...>) { (add(Cfgs{}), ...); }(typename grid::type{});
   return fam;
 }
 
