@@ -15,7 +15,8 @@
 #                             with rdmakit through the wrap, run briefly
 # Environment (set by tests/consumer/meson.build): RDMAKIT_CXX, the build's compiler
 # command (may start with ccache); RDMAKIT_VERSION, meson.project_version();
-# RDMAKIT_HAVE_IBVERBS, true when the build has the ibverbs backend.
+# RDMAKIT_HAVE_IBVERBS, true when the build has the ibverbs backend; RDMAKIT_HAVE_RDMACM,
+# its rdmacm backend (librdmacm) too.
 set -euo pipefail
 mode=$1
 work=$2
@@ -24,6 +25,7 @@ project=$root/tests/consumer/project
 read -r -a cxx <<<"${RDMAKIT_CXX:-c++}"
 version=${RDMAKIT_VERSION:?}
 have_ibverbs=${RDMAKIT_HAVE_IBVERBS:-false}
+have_rdmacm=${RDMAKIT_HAVE_RDMACM:-false}
 # The nested rdmakit builds follow this build: the ibverbs backend where it has one.
 ibverbs_opt=auto
 [ "$have_ibverbs" = true ] || ibverbs_opt=disabled
@@ -44,7 +46,8 @@ step() {
 no_warnings() {
   if grep -n -E "WARNING|CMake Warning|warning:" "$1"; then fail "$1 has warnings (above)"; fi
 }
-# The program's own check, plus the version and whether the ibverbs part was built.
+# The program's own check, plus the version and whether the ibverbs ($2) and rdmacm ($3,
+# default: the build's) parts were built.
 check_run() {
   local out
   out=$("$1") || { printf '%s\n' "$out"; fail "$1 failed"; }
@@ -54,6 +57,11 @@ check_run() {
     grep -q "^ibverbs backend: built" <<<"$out" || fail "$1: the ibverbs backend was not found"
   else
     grep -q "^ibverbs backend: not built" <<<"$out" || fail "$1: the ibverbs backend was built"
+  fi
+  if [ "${3:-$have_rdmacm}" = true ]; then
+    grep -q "^rdmacm backend: built" <<<"$out" || fail "$1: the rdmacm backend was not found"
+  else
+    grep -q "^rdmacm backend: not built" <<<"$out" || fail "$1: the rdmacm backend was built"
   fi
 }
 # The ten-line benchmark (tests/consumer/bench-project/bench.cpp), run briefly: the whole
@@ -93,6 +101,9 @@ install_rdmakit() {
     if [ "$have_ibverbs" = true ]; then [ -f "prefix/$f" ] || fail "not installed: $f"
     else [ ! -e "prefix/$f" ] || fail "installed without libibverbs: $f"; fi
   done
+  local cm_pc=${pcdir#"$work/prefix/"}/rdmakit-rdmacm.pc
+  if [ "$have_rdmacm" = true ]; then [ -f "prefix/$cm_pc" ] || fail "not installed: $cm_pc"
+  else [ ! -e "prefix/$cm_pc" ] || fail "installed without librdmacm: $cm_pc"; fi
   [ ! -e prefix/bin ] || fail "a header-only install put programs in bin/: $(ls prefix/bin)"
   if grep -n -e "-std" "$pcdir"/*.pc; then fail "a .pc file sets the C++ standard (above)"; fi
 }
@@ -107,7 +118,7 @@ with_wrap() {
   ln -s "$root" consumer/subprojects/rdmakit
   fallback=()
   if pkg-config --exists rdmakit-mock; then
-    fallback=(--force-fallback-for=rdmakit,rdmakit-mock,rdmakit-ibverbs,rdmakit-bench)
+    fallback=(--force-fallback-for=rdmakit,rdmakit-mock,rdmakit-ibverbs,rdmakit-rdmacm,rdmakit-bench)
   fi
   export CXX="${cxx[*]}"
 }
@@ -131,6 +142,8 @@ subproject)
   no_warnings setup-no-ibverbs.log
   grep -q "Dependency rdmakit-ibverbs found: NO (overridden)" setup-no-ibverbs.log ||
     fail "rdmakit-ibverbs was not a not-found dependency with -Drdmakit:ibverbs=disabled (setup-no-ibverbs.log)"
+  grep -q "Dependency rdmakit-rdmacm found: NO (overridden)" setup-no-ibverbs.log ||
+    fail "rdmakit-rdmacm was not a not-found dependency with -Drdmakit:ibverbs=disabled (setup-no-ibverbs.log)"
   ;;
 install)
   install_rdmakit
@@ -147,9 +160,12 @@ install)
   # Plain pkg-config, as a Makefile would do it: the standard comes from the user.
   read -r -a flags <<<"$(pkg-config --cflags --libs rdmakit-mock)"
   step plain "${cxx[@]}" -std=c++20 consumer/main.cpp -o plain-consumer "${flags[@]}"
-  check_run ./plain-consumer false
+  check_run ./plain-consumer false false
   if [ "$have_ibverbs" = true ]; then
     pkg-config --libs rdmakit-ibverbs | grep -q -e "-libverbs" || fail "rdmakit-ibverbs.pc does not link libibverbs"
+  fi
+  if [ "$have_rdmacm" = true ]; then
+    pkg-config --libs rdmakit-rdmacm | grep -q -e "-lrdmacm" || fail "rdmakit-rdmacm.pc does not link librdmacm"
   fi
   if pkg-config --exists benchmark; then
     pkg-config --libs rdmakit-bench | grep -q -e "-lbenchmark" || fail "rdmakit-bench.pc does not link Google Benchmark"

@@ -1,11 +1,15 @@
 // A downstream program on the mock HCA: a fabric, one device, two connected RC queue
 // pairs, a SEND matched by a RECV, then an RDMA WRITE; each completion checked by wr_id
-// and status, and the bytes compared. Built by tests/consumer/run.sh as a Meson
+// and status, and the bytes compared. Where found, the ibverbs and rdmacm components are
+// linked and called. Built by tests/consumer/run.sh as a Meson
 // subproject user, against an install (Meson and plain pkg-config) and with CMake.
 #include <rdmakit/backends/mock.hpp>
 #include <rdmakit/rdmakit.hpp>
 #if CONSUMER_HAVE_IBVERBS
 #include <rdmakit/backends/ibverbs.hpp>
+#endif
+#if CONSUMER_HAVE_RDMACM
+#include <rdmakit/backends/rdmacm.hpp>
 #endif
 
 #include <cstdint>
@@ -51,6 +55,16 @@ int main() try {
   std::printf("ibverbs backend: built, %zu RDMA devices\n", backends::ibverbs::device_names().size());
 #else
   std::printf("ibverbs backend: not built\n");
+#endif
+#if CONSUMER_HAVE_RDMACM
+  // Linked: librdmacm's rdma_get_devices is called (no device here is fine).
+  try {
+    (void)rdmakit::device<backends::rdmacm>("");
+  } catch (const std::exception&) {
+  }
+  std::printf("rdmacm backend: built\n");
+#else
+  std::printf("rdmacm backend: not built\n");
 #endif
   return sent && written ? 0 : 1;
 } catch (const std::exception& e) {
