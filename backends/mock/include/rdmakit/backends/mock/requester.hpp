@@ -394,3 +394,7 @@ inline void issue(fabric_state& f, qp_obj* q) {
 
 }  // namespace mock::detail
 RDMAKIT_END_NAMESPACE
+
+// The responder, whose deliver() (declared in wire.hpp) the requester calls: included
+// alone, this header would use an inline function it never defines.
+#include <rdmakit/backends/mock/responder.hpp>
