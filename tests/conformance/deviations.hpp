@@ -136,6 +136,7 @@ inline constexpr std::string_view send_bad_after_refused_packet = "fault.send_sg
 inline constexpr std::string_view recv_too_small_later = "fault.recv_too_small_after_packets.rc";
 inline constexpr std::string_view recv_bad_sge_mid_packet = "fault.recv_sge_bad_mid_packet.rc";
 inline constexpr std::string_view rnr_nak_packets_behind = "fault.rnr_nak_packets_behind";
+inline constexpr std::string_view srq_create_limit = "srq.create_limit_above_max_wr";
 
 }  // namespace ids
 
@@ -435,6 +436,13 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::ud_grh_hop_limit, "rxe", {.hop_limit = 64},
                   "rxe (kernel 6.1, observed): 64 whatever the address handle asks; the IPv4 header's checksum "
                   "is 0 and its identification varies"},
+    // A limit given to create_srq above max_wr, up to the receives the SRQ takes.
+    deviation_row{ids::srq_create_limit, "spec", {.verb_errno = EINVAL},
+                  "spec §9.1: a limit is at most max_wr, the grant: EINVAL"},
+    deviation_row{ids::srq_create_limit, "rxe", {.verb_errno = 0},
+                  "rxe (kernel 6.1, observed; rxe_srq.c rxe_srq_chk_attr checks IB_SRQ_LIMIT against the ring's "
+                  "index_mask): armed up to the 2^k-1 receives the ring takes; a raw ibv_create_srq takes any "
+                  "srq_limit unchecked"},
 };
 
 /// The row for a scenario under a device profile, or null when there is none.

@@ -304,3 +304,19 @@ CONFORMANCE_CASE("srq: a receive whose buffer is in the SRQ's PD (the QP in anot
 CONFORMANCE_CASE("srq: a receive whose buffer is in the QP's PD, not the SRQ's") {
   send_into_srq_buffer<B>(false, ids::srq_recv_in_qp_pd);
 }
+
+CONFORMANCE_CASE("srq: a limit given at creation above max_wr, up to the receives the SRQ takes") {
+  fixture<B> fx;
+  const auto want = expected(ids::srq_create_limit, backend_traits<B>::profile());
+  srq_attr plain{.max_wr = 10, .max_sge = 1};
+  const std::uint32_t held = B::query_srq(fx.make_srq(plain)).max_wr;  // rxe: 15, its ring
+  CHECK(errno_of([&] {
+          srq_attr a{.max_wr = 10, .max_sge = 1, .limit = 11};
+          auto s = fx.make_srq(a);
+          CHECK(B::query_srq(s).limit == 11);
+        }) == want.verb_errno);
+  CHECK(errno_of([&] {  // above what the SRQ takes: refused everywhere
+          srq_attr a{.max_wr = 10, .max_sge = 1, .limit = held + 1};
+          (void)fx.make_srq(a);
+        }) == EINVAL);
+}

@@ -25,20 +25,23 @@ RDMAKIT_DECL mock::srq mock::create_srq(pd p, srq_attr& attr) {
     bad(detail::cat("max_wr ", attr.max_wr, " is outside 1..", limits.max_srq_wr, " (the device's max_srq_wr)"));
   if (attr.max_sge == 0 || attr.max_sge > limits.max_srq_sge)
     bad(detail::cat("max_sge ", attr.max_sge, " is outside 1..", limits.max_srq_sge, " (the device's max_srq_sge)"));
-  if (attr.limit > attr.max_wr)
-    bad(detail::cat("limit ", attr.limit, " is above max_wr ", attr.max_wr));
+  // rxe's ring has a power of two of slots, one kept empty, and takes that many receives;
+  // its create reports max_wr as asked, its query the ring (srq.ring_above_max_wr).
+  std::uint32_t capacity = attr.max_wr;
+  if (f.as_rxe()) {
+    std::uint32_t slots = 2;
+    while (slots < attr.max_wr + 1) slots *= 2;  // max_wr <= max_srq_wr: no overflow
+    capacity = slots - 1;
+  }
+  // A limit is armed as arm_srq_limit arms it: up to what the SRQ takes (rxe: its ring,
+  // rxe_srq_chk_attr's index_mask; srq.create_limit_above_max_wr).
+  if (attr.limit > capacity)
+    bad(detail::cat("limit ", attr.limit, " is above max_wr ", capacity));
   mockd::check_room(dev.count.srq, limits.max_srq, "ibv_create_srq", "shared receive queues", "max_srq", dev);
   auto s = detail::make_unique_owner<mockd::srq_obj>();
   s->pd = p;
   s->attr = attr;  // granted exactly as asked; the limit armed
-  // rxe's ring has a power of two of slots, one kept empty, and takes that many receives;
-  // its create reports max_wr as asked, its query the ring (srq.ring_above_max_wr).
-  s->capacity = attr.max_wr;
-  if (f.as_rxe()) {
-    std::uint32_t slots = 2;
-    while (slots < attr.max_wr + 1) slots *= 2;  // max_wr <= max_srq_wr: no overflow
-    s->capacity = slots - 1;
-  }
+  s->capacity = capacity;
   f.srqs.insert(s.get());  // the last step that may throw
   ++dev.count.srq;
   ++p->children;
