@@ -137,6 +137,7 @@ inline constexpr std::string_view recv_too_small_later = "fault.recv_too_small_a
 inline constexpr std::string_view recv_bad_sge_mid_packet = "fault.recv_sge_bad_mid_packet.rc";
 inline constexpr std::string_view rnr_nak_packets_behind = "fault.rnr_nak_packets_behind";
 inline constexpr std::string_view srq_create_limit = "srq.create_limit_above_max_wr";
+inline constexpr std::string_view ud_ah_other_pd = "ud.ah_other_pd";
 
 }  // namespace ids
 
@@ -443,6 +444,13 @@ inline constexpr std::array deviation_table{
                   "rxe (kernel 6.1, observed; rxe_srq.c rxe_srq_chk_attr checks IB_SRQ_LIMIT against the ring's "
                   "index_mask): armed up to the 2^k-1 receives the ring takes; a raw ibv_create_srq takes any "
                   "srq_limit unchecked"},
+    // A UD send whose address handle belongs to another PD than the QP's.
+    deviation_row{ids::ud_ah_other_pd, "spec", {.post_errno = EINVAL, .bad_wr_set = true},
+                  "spec §4.1: a UD WR with an AH of another PD is EINVAL at post"},
+    deviation_row{ids::ud_ah_other_pd, "rxe",
+                  {.post_errno = 0, .req = {wc_status::loc_qp_op_err}, .stays_rts = tri::no},
+                  "rxe (kernel 6.1, observed; rxe_av.c rxe_get_av: PDs don't match for AH and QP): posted, then "
+                  "the requester finds no address vector: LOC_QP_OP_ERR, the QP in ERR"},
 };
 
 /// The row for a scenario under a device profile, or null when there is none.

@@ -267,3 +267,28 @@ CONFORMANCE_CASE("ud: one QP receives from two senders and tells them apart by s
   CHECK(r[1].src_qp == c.num);
   CHECK(r[1].byte_len == 20 + grh_bytes);
 }
+
+CONFORMANCE_CASE("ud: a SEND through an address handle of another PD") {
+  fixture<B> fx;
+  const auto want = expected(ids::ud_ah_other_pd, backend_traits<B>::profile());
+  auto [a, b] = fx.make_pair({.type = qp_type::ud});
+  auto ah = fx.make_ah(fx.loopback_av(), fx.make_pd());
+  auto& buf = fx.make_buffer(2048);
+  REQUIRE(fx.post_recv(b, 50, {buf.sge(0, 1024)}) == 0);
+  typename B::sge s;
+  B::set_sge(s, buf.addr(1024), 64, buf.lkey());
+  typename B::send_wr wr{};
+  B::set_send(wr, 1, opcode::send, send_flags::signaled, &s, 1);
+  B::set_ud(wr, ah, b.num, default_qkey);
+  typename B::send_wr* bad = nullptr;
+  CHECK(B::post_send(a.qp, &wr, &bad) == want.post_errno);
+  if (want.post_errno != 0) {
+    CHECK(bad == (want.bad_wr_set ? &wr : nullptr));
+    CHECK(fx.drain(a.send_cq).empty());
+  } else {
+    CONF_CHECK_STATUS(want.req, fx.poll_one(a.send_cq, "the SEND's completion").status);
+  }
+  CHECK((fx.wait_state(a, qp_state::rts) == qp_state::rts) == (want.stays_rts != tri::no));
+  fx.settle();
+  CHECK(fx.drain(b.recv_cq).empty());  // nothing was delivered
+}

@@ -1114,13 +1114,16 @@ class run {
     post_status expected = refusal_for_(q);
     if (!live_(a.ah))
       expected = post_status::stale_address;  // checked first, before the queue pair
-    else if (expected == post_status::ok && pd_of_(a.ah) != pd)
+    else if (expected == post_status::ok && pd_of_(a.ah) != pd && !rxe_)
       expected = post_status::backend_error;  // an address handle of another PD: EINVAL
     const post_result r = pick_(2) ? q.send(a.to, buf->b, id, flags_())
                                    : q.send_imm(a.to, buf->b, static_cast<std::uint32_t>(id), id, flags_());
     if (expected == post_status::backend_error && r.status == post_status::sq_full) return;
     check_post_(r, expected, "UD send");
-    note_(r, id, local_fault_(*buf, pd), {.qp = tracked});
+    const char* fault = local_fault_(*buf, pd);
+    if (!fault && live_(a.ah) && pd_of_(a.ah) != pd)  // rxe posts it (deviations.hpp ud.ah_other_pd)
+      fault = "its address handle is in another protection domain (rxe: LOC_QP_OP_ERR)";
+    note_(r, id, fault, {.qp = tracked});
   }
 
   // A post list of datagrams, an address handle destroyed after its WR was added.

@@ -174,6 +174,7 @@ struct send_wqe {
   std::uint32_t ud_port = 1;
   std::uint32_t remote_qpn = 0;
   std::uint32_t remote_qkey = 0;
+  bool ud_ah_other_pd = false;  // rxe profile: posted with an AH of another PD (ud.ah_other_pd)
 
   enum class phase { queued, issued, done } state = phase::queued;
   wc_status status = wc_status::success;

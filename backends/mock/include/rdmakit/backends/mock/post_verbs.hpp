@@ -28,6 +28,7 @@ inline rdmakit::backends::mock::send_wr* refused_wr(const fabric_state& f, const
 // `as_rxe`: rxe's provider accepts an opcode the transport lacks (the WR fails later), an
 // atomic whose SGEs hold 8 bytes or more in any number of SGEs (the first 8 take the
 // result), and a READ or an atomic marked inline (its SGEs are then lost: see on_response).
+// It accepts a UD WR whose AH is of another PD (the requester fails it: LOC_QP_OP_ERR).
 inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::backends::mock::send_wr& w,
                          std::uint64_t& total) noexcept {
   const bool as_rxe = f.as_rxe();
@@ -44,7 +45,8 @@ inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::
   if (is_read_or_atomic(w.op) && q->attr.max_rd_atomic == 0 && opcode_allowed(q->type, w.op))
     return EINVAL;  // max_rd_atomic 0 can never issue it: refuse instead of stalling
   // A destroyed address handle is refused, not read: a device would read freed memory.
-  if (q->type == qp_type::ud && (!w.ud.address || !f.ahs.count(w.ud.address) || w.ud.address->pd != q->pd))
+  if (q->type == qp_type::ud &&
+      (!w.ud.address || !f.ahs.count(w.ud.address) || (!as_rxe && w.ud.address->pd != q->pd)))
     return EINVAL;
   if (is_local_op(w.op) && (inl || w.num_sge != 0)) return EINVAL;  // no data: no SGEs, nothing inline
   if (w.op == opcode::bind_mw && (!w.bind_mw.window || w.bind_mw.window->type != mw_type::type2)) return EINVAL;
@@ -92,6 +94,7 @@ RDMAKIT_ALWAYS_INLINE void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::
     e.ud_port = 1;
     e.remote_qpn = w.ud.remote_qpn;
     e.remote_qkey = w.ud.remote_qkey;
+    e.ud_ah_other_pd = w.ud.address->pd != q->pd;  // accepted at post by the rxe profile only
   }
   e.state = send_wqe::phase::queued;
   e.status = wc_status::success;

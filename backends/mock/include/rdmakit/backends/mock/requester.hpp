@@ -321,6 +321,11 @@ inline void issue(fabric_state& f, qp_obj* q) {
       w.state = send_wqe::phase::done;
       continue;
     }
+    if (RDMAKIT_UNLIKELY(w.ud_ah_other_pd)) {  // rxe: no address vector for it (ud.ah_other_pd)
+      w.state = send_wqe::phase::done;
+      w.status = wc_status::loc_qp_op_err;
+      break;
+    }
     bool ok = true;
     // rxe looks at a READ's or an atomic's result SGEs only when the response comes
     // (on_response): the remote side runs first.
