@@ -138,6 +138,8 @@ inline constexpr std::string_view recv_bad_sge_mid_packet = "fault.recv_sge_bad_
 inline constexpr std::string_view rnr_nak_packets_behind = "fault.rnr_nak_packets_behind";
 inline constexpr std::string_view srq_create_limit = "srq.create_limit_above_max_wr";
 inline constexpr std::string_view ud_ah_other_pd = "ud.ah_other_pd";
+inline constexpr std::string_view mw_bind_wr_type1 = "mw.bind_wr_type1";
+inline constexpr std::string_view mw_bind_wr_imm = "mw.bind_wr_imm_data";
 
 }  // namespace ids
 
@@ -451,6 +453,19 @@ inline constexpr std::array deviation_table{
                   {.post_errno = 0, .req = {wc_status::loc_qp_op_err}, .stays_rts = tri::no},
                   "rxe (kernel 6.1, observed; rxe_av.c rxe_get_av: PDs don't match for AH and QP): posted, then "
                   "the requester finds no address vector: LOC_QP_OP_ERR, the QP in ERR"},
+    // A BIND_MW WR (post_send) naming a type 1 window.
+    deviation_row{ids::mw_bind_wr_type1, "spec", {.post_errno = EINVAL, .bad_wr_set = true},
+                  "spec §10.5 (ibv_post_send(3)): a BIND_MW WR binds a type 2 window; a type 1 window is bound "
+                  "by ibv_bind_mw: EINVAL at post"},
+    deviation_row{ids::mw_bind_wr_type1, "rxe", {.post_errno = 0, .req = {wc_status::success}},
+                  "rxe (kernel 6.1, observed; rxe_mw.c rxe_check_bind_mw only asks a type 1 window to be valid): "
+                  "the window is bound with the WR's rkey (ibv_mw::rkey unchanged), as ibv_bind_mw would"},
+    // A BIND_MW WR whose imm_data is not 0.
+    deviation_row{ids::mw_bind_wr_imm, "spec", {.post_errno = 0, .req = {wc_status::success}},
+                  "ibv_post_send(3): imm_data is read by the *_WITH_IMM opcodes only: the bind runs"},
+    deviation_row{ids::mw_bind_wr_imm, "rxe", {.post_errno = EINVAL, .bad_wr_set = true},
+                  "rxe provider (rdma-core providers/rxe/rxe.c validate_send_wr): a BIND_MW with imm_data, SGEs "
+                  "or on a QP other than RC or UC is EINVAL"},
 };
 
 /// The row for a scenario under a device profile, or null when there is none.

@@ -392,3 +392,66 @@ CONFORMANCE_CASE("mw: a type 2 BIND_MW names the window's current rkey; a stale 
     CHECK(fx.poll_one(b.send_cq).status == wc_status::mw_bind_err);
   }
 }
+
+CONFORMANCE_CASE("mw: a BIND_MW WR naming a type 1 window") {
+  fixture<B> fx;
+  const auto want = expected(ids::mw_bind_wr_type1, backend_traits<B>::profile());
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type1);
+  const std::uint32_t before = B::mw_rkey(w);
+  const std::uint32_t rkey = inc_rkey(before);
+  typename B::send_wr wr{};
+  B::set_send(wr, 70, opcode::bind_mw, send_flags::signaled, nullptr, 0);
+  B::set_bind_mw(wr, w, rkey, dst.mr, dst.addr(0), 1024, rw);
+  typename B::send_wr* bad = nullptr;
+  CHECK(B::post_send(b.qp, &wr, &bad) == want.post_errno);
+  CHECK(B::mw_rkey(w) == before);  // a WR leaves ibv_mw::rkey alone
+  if (want.post_errno != 0) {
+    CHECK(bad == &wr);
+    CHECK(fx.drain(b.send_cq).empty());
+    return;
+  }
+  auto bc = fx.poll_one(b.send_cq, "the bind's completion");
+  CONF_CHECK_STATUS(want.req, bc.status);
+  CHECK(bc.op == wc_opcode::bind_mw);
+  src.fill(3);
+  CHECK(write_through(fx, a, src, dst.addr(0), rkey, 1) == wc_status::success);
+  CHECK(dst.holds(3, 0, 64));
+}
+
+CONFORMANCE_CASE("mw: a BIND_MW WR with imm_data, or on a UD queue pair") {
+  fixture<B> fx;
+  const auto want = expected(ids::mw_bind_wr_imm, backend_traits<B>::profile());
+  auto [a, b] = fx.make_pair();
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type2);
+  const std::uint32_t rkey = inc_rkey(B::mw_rkey(w));
+  typename B::send_wr wr{};
+  B::set_send(wr, 80, opcode::bind_mw, send_flags::signaled, nullptr, 0);
+  B::set_bind_mw(wr, w, rkey, dst.mr, dst.addr(0), 1024, rw);
+  B::set_imm(wr, to_be32(5));
+  typename B::send_wr* bad = nullptr;
+  CHECK(B::post_send(b.qp, &wr, &bad) == want.post_errno);
+  if (want.post_errno != 0) {
+    CHECK(bad == (want.bad_wr_set ? &wr : nullptr));
+    CHECK(fx.drain(b.send_cq).empty());
+  } else {
+    CONF_CHECK_STATUS(want.req, fx.poll_one(b.send_cq, "the bind's completion").status);
+    B::set_mw_rkey(w, rkey);
+  }
+  CHECK(B::query_qp_state(b.qp) == qp_state::rts);
+  // On UD a BIND_MW is refused at post everywhere (spec §2; rxe's provider checks the type).
+  auto [u1, u2] = fx.make_pair({.type = qp_type::ud});
+  auto ah = fx.make_ah(fx.loopback_av());
+  typename B::send_wr uwr{};
+  B::set_send(uwr, 81, opcode::bind_mw, send_flags::signaled, nullptr, 0);
+  B::set_bind_mw(uwr, w, inc_rkey(B::mw_rkey(w)), dst.mr, dst.addr(0), 1024, rw);
+  B::set_ud(uwr, ah, u2.num, default_qkey);
+  bad = nullptr;
+  CHECK(B::post_send(u1.qp, &uwr, &bad) == EINVAL);
+  CHECK(bad == &uwr);
+  CHECK(fx.drain(u1.send_cq).empty());
+  CHECK(B::query_qp_state(u1.qp) == qp_state::rts);
+}

@@ -177,6 +177,7 @@ struct mock {
   /// Fills a type 2 BIND_MW WR.
   static void set_bind_mw(send_wr& wr, mw w, std::uint32_t rkey, mr m, std::uint64_t addr, std::uint64_t length,
                           access rights) noexcept {
+    wr.imm_data = 0;  // rxe's provider refuses a BIND_MW whose imm_data is not 0 (mw.bind_wr_imm_data)
     wr.bind_mw = {w, rkey, m, addr, length, rights};
   }
   /// The rkey a LOCAL_INV or SEND_WITH_INV invalidates.

@@ -28,7 +28,10 @@ inline rdmakit::backends::mock::send_wr* refused_wr(const fabric_state& f, const
 // `as_rxe`: rxe's provider accepts an opcode the transport lacks (the WR fails later), an
 // atomic whose SGEs hold 8 bytes or more in any number of SGEs (the first 8 take the
 // result), and a READ or an atomic marked inline (its SGEs are then lost: see on_response).
-// It accepts a UD WR whose AH is of another PD (the requester fails it: LOC_QP_OP_ERR).
+// It accepts a UD WR whose AH is of another PD (the requester fails it: LOC_QP_OP_ERR)
+// and a BIND_MW WR naming a type 1 window (the kernel binds it as ibv_bind_mw would); it
+// refuses a BIND_MW whose imm_data is not 0, or on a QP that is not RC or UC
+// (rdma-core providers/rxe/rxe.c, validate_send_wr).
 inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::backends::mock::send_wr& w,
                          std::uint64_t& total) noexcept {
   const bool as_rxe = f.as_rxe();
@@ -44,12 +47,15 @@ inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::
     return EINVAL;
   if (is_read_or_atomic(w.op) && q->attr.max_rd_atomic == 0 && opcode_allowed(q->type, w.op))
     return EINVAL;  // max_rd_atomic 0 can never issue it: refuse instead of stalling
+  if (is_local_op(w.op) && (inl || w.num_sge != 0)) return EINVAL;  // no data: no SGEs, nothing inline
+  if (w.op == opcode::bind_mw) {
+    if (!w.bind_mw.window || (!as_rxe && w.bind_mw.window->type != mw_type::type2)) return EINVAL;
+    if (as_rxe && (w.imm_data != 0 || (q->type != qp_type::rc && q->type != qp_type::uc))) return EINVAL;
+  }
   // A destroyed address handle is refused, not read: a device would read freed memory.
   if (q->type == qp_type::ud &&
       (!w.ud.address || !f.ahs.count(w.ud.address) || (!as_rxe && w.ud.address->pd != q->pd)))
     return EINVAL;
-  if (is_local_op(w.op) && (inl || w.num_sge != 0)) return EINVAL;  // no data: no SGEs, nothing inline
-  if (w.op == opcode::bind_mw && (!w.bind_mw.window || w.bind_mw.window->type != mw_type::type2)) return EINVAL;
   if (q->sq.size() >= q->caps.max_send_wr) return ENOMEM;
   return 0;
 }
