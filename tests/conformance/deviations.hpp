@@ -140,6 +140,7 @@ inline constexpr std::string_view srq_create_limit = "srq.create_limit_above_max
 inline constexpr std::string_view ud_ah_other_pd = "ud.ah_other_pd";
 inline constexpr std::string_view mw_bind_wr_type1 = "mw.bind_wr_type1";
 inline constexpr std::string_view mw_bind_wr_imm = "mw.bind_wr_imm_data";
+inline constexpr std::string_view below_rts_left_in_ring = "posting.send_below_rts_left_in_ring";
 
 }  // namespace ids
 
@@ -296,7 +297,8 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::post_below_rts, "spec", {.post_errno = EINVAL, .bad_wr_set = true},
                   "spec §4: EINVAL, bad_wr names the first WR"},
     deviation_row{ids::post_below_rts, "rxe", {.post_errno = EINVAL, .bad_wr_set = false},
-                  "rxe (kernel 6.1, observed): the doorbell fails after the WQE sits in the ring; bad_wr is NULL"},
+                  "rxe (kernel 6.1, observed): the doorbell fails after the WQE sits in the ring; bad_wr is NULL "
+                  "(posting.send_below_rts_left_in_ring: what becomes of the WQE)"},
     // A UC WRITE_WITH_IMM the responder refuses (bad rkey), a receive posted.
     deviation_row{ids::uc_write_imm_bad_rkey, "spec", {.resp = status_set::nothing()},
                   "spec (UC): dropped silently, no NAK; the receive stays posted"},
@@ -466,6 +468,12 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::mw_bind_wr_imm, "rxe", {.post_errno = EINVAL, .bad_wr_set = true},
                   "rxe provider (rdma-core providers/rxe/rxe.c validate_send_wr): a BIND_MW with imm_data, SGEs "
                   "or on a QP other than RC or UC is EINVAL"},
+    // What becomes of a send refused below RTS once the QP is in RTS.
+    deviation_row{ids::below_rts_left_in_ring, "spec", {.req = status_set::nothing()},
+                  "spec §4.1: a refused WR was not posted: it never runs, nor flushes"},
+    deviation_row{ids::below_rts_left_in_ring, "rxe", {.req = {wc_status::success}},
+                  "rxe (kernel 6.1, observed; rxe_verbs.c rxe_post_send refuses below RTS after the provider "
+                  "wrote the WQE into the ring): the next post in RTS sends it first; a move to ERR flushes it"},
 };
 
 /// The row for a scenario under a device profile, or null when there is none.

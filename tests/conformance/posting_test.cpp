@@ -253,6 +253,55 @@ CONFORMANCE_CASE("posting: post_send below RTS is EINVAL") {
   }
 }
 
+CONFORMANCE_CASE("posting: a send refused below RTS, once the QP is in RTS or ERR") {
+  fixture<B> fx;
+  const auto want = expected(ids::below_rts_left_in_ring, backend_traits<B>::profile());
+  const bool runs = !want.req.allows_nothing();
+  auto& src = fx.make_buffer(1024);
+  auto& dst = fx.make_buffer(1024);
+  src.fill(4);
+  for (int where = 0; where < 3; ++where) {  // refused in RESET, INIT, RTR
+    CAPTURE(where);
+    auto a = fx.make_qp();
+    auto b = fx.make_qp();
+    fx.bring_up(b, a.num);
+    for (int k = 0; k < 2; ++k) REQUIRE(fx.post_recv(b, 100 + k, {dst.sge(256 * k, 256)}) == 0);
+    if (where >= 1) fx.to_init(a);
+    if (where >= 2) fx.to_rtr(a, b.num);
+    CHECK(fx.post_send(a, 1, opcode::send, {src.sge(0, 64)}) == EINVAL);
+    if (where < 1) fx.to_init(a);
+    if (where < 2) fx.to_rtr(a, b.num);
+    fx.to_rts(a);
+    fx.settle();
+    CHECK(fx.drain(a.send_cq).empty());  // nothing goes out at the move to RTS itself
+    REQUIRE(fx.post_send(a, 2, opcode::send, {src.sge(64, 64)}) == 0);
+    auto sent = fx.poll(a.send_cq, runs ? 2 : 1, "the SENDs");
+    REQUIRE(sent.size() == (runs ? 2u : 1u));
+    if (runs) {
+      CHECK(sent[0].wr_id == 1);
+      CONF_CHECK_STATUS(want.req, sent[0].status);
+    }
+    CHECK(sent.back().wr_id == 2);
+    CHECK(sent.back().status == wc_status::success);
+    auto got = fx.poll(b.recv_cq, runs ? 2 : 1, "the receives");
+    REQUIRE(got.size() == (runs ? 2u : 1u));
+    CHECK(dst.holds(4, 0, 64, runs ? 0 : 64));
+    CHECK(fx.drain(a.send_cq).empty());
+  }
+  // Refused in INIT, then moved to ERR: flushed where it sits in the ring.
+  auto a = fx.make_qp();
+  fx.to_init(a);
+  CHECK(fx.post_send(a, 7, opcode::send, {src.sge(0, 64)}) == EINVAL);
+  fx.move_to(a, qp_state::err);
+  if (runs) {
+    auto c = fx.poll_one(a.send_cq, "the flush");
+    CHECK(c.wr_id == 7);
+    CHECK(c.status == wc_status::wr_flush_err);
+  }
+  fx.settle();
+  CHECK(fx.drain(a.send_cq).empty());
+}
+
 CONFORMANCE_CASE("posting: post_recv is EINVAL in RESET and allowed from INIT on") {
   fixture<B> fx;
   auto a = fx.make_qp();

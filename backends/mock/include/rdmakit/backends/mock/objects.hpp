@@ -318,6 +318,9 @@ class qp_obj {
   clock_ns deadline = 0;  // ack timeout or RNR back-off; 0 = none
   std::size_t timed_slot = 0;  // 1 + its index in fabric_state::timed; 0 = not there
   bool rnr_wait = false;
+  // rxe profile: WQEs a post below RTS wrote into the ring (its doorbell refused them)
+  // wait for the next doorbell, a post_send once the QP is in RTS (posting.send_below_rts_left_in_ring).
+  bool doorbell_owed = false;
   std::vector<message> held;  // messages held back by a reorder fault
 
   // RC/UC: where attr.av leads (route()) and the destination QP, found once per

@@ -14,13 +14,6 @@ inline bool below_rts(const qp_obj* q) noexcept {
   return q->state == qp_state::reset || q->state == qp_state::init || q->state == qp_state::rtr;
 }
 
-// The bad_wr of a refused post_send: the WR refused, or none below RTS on rxe, whose
-// doorbell fails after the WQEs were written (send_wr_error refused the first WR there).
-inline rdmakit::backends::mock::send_wr* refused_wr(const fabric_state& f, const qp_obj* q,
-                                                    rdmakit::backends::mock::send_wr* w) noexcept {
-  return below_rts(q) && f.as_rxe() ? nullptr : w;
-}
-
 // Why a device refuses send WR `w` on `q` now (EINVAL for a malformed WR or a QP not
 // in RTS/SQD/ERR, ENOMEM for a full send queue), or 0; `total` gets its length. The
 // send queue counts every slot still held, unsignaled WRs waiting for a later
@@ -28,6 +21,8 @@ inline rdmakit::backends::mock::send_wr* refused_wr(const fabric_state& f, const
 // `as_rxe`: rxe's provider accepts an opcode the transport lacks (the WR fails later), an
 // atomic whose SGEs hold 8 bytes or more in any number of SGEs (the first 8 take the
 // result), and a READ or an atomic marked inline (its SGEs are then lost: see on_response).
+// It writes a WR into its ring whatever the QP's state (the kernel's doorbell refuses
+// below RTS: post_send).
 // It accepts a UD WR whose AH is of another PD (the requester fails it: LOC_QP_OP_ERR)
 // and a BIND_MW WR naming a type 1 window (the kernel binds it as ibv_bind_mw would); it
 // refuses a BIND_MW whose imm_data is not 0, or on a QP that is not RC or UC
@@ -35,7 +30,7 @@ inline rdmakit::backends::mock::send_wr* refused_wr(const fabric_state& f, const
 inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::backends::mock::send_wr& w,
                          std::uint64_t& total) noexcept {
   const bool as_rxe = f.as_rxe();
-  if (below_rts(q)) return EINVAL;
+  if (below_rts(q) && !as_rxe) return EINVAL;
   if (w.num_sge < 0 || static_cast<std::uint32_t>(w.num_sge) > q->caps.max_send_sge ||
       (w.num_sge && !w.sg_list) || (!as_rxe && !opcode_allowed(q->type, w.op)))
     return EINVAL;
@@ -126,7 +121,16 @@ RDMAKIT_DECL int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
     if ((err = mockd::send_wr_error(f, q, *w, total))) break;
     mockd::fill_send_wqe(q->sq.push_back(), q, *w, total);
   }
-  if (bad_wr) *bad_wr = err ? mockd::refused_wr(f, q, w) : nullptr;
+  if (RDMAKIT_UNLIKELY(mockd::below_rts(q))) {
+    // Only the rxe profile gets here with WRs checked: its provider wrote them into the
+    // ring (bad_wr is the one it refused, if any), then the kernel's doorbell failed. They
+    // stay there: a later post in RTS sends them first, a move to ERR flushes them.
+    if (w != wr) q->doorbell_owed = true;
+    err = EINVAL;
+  } else {
+    q->doorbell_owed = false;  // the doorbell rings for every WQE in the ring
+  }
+  if (bad_wr) *bad_wr = err ? w : nullptr;
   if (q->state == qp_state::err) {
     mockd::posted_in_error(f, q);
   } else {
@@ -201,6 +205,7 @@ RDMAKIT_DECL int mock::bind_mw(qp q, mw w, mr m, std::uint64_t addr, std::uint64
   e.mw_rights = rights;
   e.remote_addr = addr;
   w->user_rkey = next;
+  q->doorbell_owed = false;  // rxe's provider posts the bind through post_send
   if (q->state == qp_state::err)
     mockd::posted_in_error(f, q);
   else

@@ -279,7 +279,7 @@ RDMAKIT_NOINLINE inline bool send_head_before_bad_sge(fabric_state& f, qp_obj* q
 /// after this call, before anything else. It is delivered at the end of this call
 /// instead, without a wire slot, borrowing the bytes of a one-SGE WQE.
 inline void issue(fabric_state& f, qp_obj* q) {
-  if (q->state != qp_state::rts || q->rnr_wait) return;
+  if (q->state != qp_state::rts || q->rnr_wait || q->doorbell_owed) return;
   std::size_t i = sq_index(q, q->issue_from);
   if (i == q->sq.size()) return report_sends(f, q);  // nothing queued (an ACK's call, usually)
   const bool may_direct = f.faults.empty() && q->held.empty() && f.cfg.latency.count() == 0 && !f.running &&
