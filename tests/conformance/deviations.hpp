@@ -141,6 +141,7 @@ inline constexpr std::string_view ud_ah_other_pd = "ud.ah_other_pd";
 inline constexpr std::string_view mw_bind_wr_type1 = "mw.bind_wr_type1";
 inline constexpr std::string_view mw_bind_wr_imm = "mw.bind_wr_imm_data";
 inline constexpr std::string_view below_rts_left_in_ring = "posting.send_below_rts_left_in_ring";
+inline constexpr std::string_view read_max_rd_atomic_0 = "posting.read_with_max_rd_atomic_0";
 
 }  // namespace ids
 
@@ -474,6 +475,13 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::below_rts_left_in_ring, "rxe", {.req = {wc_status::success}},
                   "rxe (kernel 6.1, observed; rxe_verbs.c rxe_post_send refuses below RTS after the provider "
                   "wrote the WQE into the ring): the next post in RTS sends it first; a move to ERR flushes it"},
+    // A READ or atomic on a QP connected with max_rd_atomic 0.
+    deviation_row{ids::read_max_rd_atomic_0, "spec", {.post_errno = EINVAL, .bad_wr_set = true},
+                  "spec §4.1: it could never issue: EINVAL at post"},
+    deviation_row{ids::read_max_rd_atomic_0, "rxe",
+                  {.post_errno = 0, .req = status_set::nothing(), .stays_rts = tri::yes},
+                  "rxe (kernel 6.1, observed; rxe_req.c check_init_depth finds no rd_atomic credit): posted, never "
+                  "issued, and every WR behind it waits; the QP stays in RTS, a move to ERR flushes them"},
 };
 
 /// The row for a scenario under a device profile, or null when there is none.

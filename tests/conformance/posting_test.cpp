@@ -302,6 +302,35 @@ CONFORMANCE_CASE("posting: a send refused below RTS, once the QP is in RTS or ER
   CHECK(fx.drain(a.send_cq).empty());
 }
 
+CONFORMANCE_CASE("posting: READ and atomics on a QP connected with max_rd_atomic 0") {
+  fixture<B> fx;
+  const auto want = expected(ids::read_max_rd_atomic_0, backend_traits<B>::profile());
+  link_opts la;
+  la.max_rd_atomic = 0;
+  auto a = fx.make_qp();
+  auto b = fx.make_qp();
+  fx.connect(a, b, la);
+  auto& src = fx.make_buffer(1024);
+  auto& dst = fx.make_buffer(1024);
+  dst.fill(9);
+  CHECK(fx.post_rdma(a, 1, opcode::rdma_read, src.sge(0, 64), dst.addr(0), dst.rkey()) == want.post_errno);
+  CHECK(fx.post_atomic(a, 2, opcode::atomic_fetch_and_add, src.sge(512, 8), dst.addr(512), dst.rkey(), 1) ==
+        want.post_errno);
+  REQUIRE(fx.post_rdma(a, 3, opcode::rdma_write, src.sge(128, 8), dst.addr(256), dst.rkey()) == 0);
+  fx.settle();
+  if (want.post_errno != 0) {  // nothing ahead of the WRITE
+    CHECK(fx.poll_one(a.send_cq, "the WRITE").wr_id == 3);
+    return;
+  }
+  CHECK(want.req.is_nothing());
+  CHECK(fx.drain(a.send_cq).empty());  // the READ never issues, and the WRITE waits behind it
+  CHECK(src.zero(0, 64));        // nothing was read
+  CHECK(dst.holds(9, 512, 8, 512));  // the atomic's target as it was
+  CHECK((B::query_qp_state(a.qp) == qp_state::rts) == (want.stays_rts == tri::yes));
+  fx.move_to(a, qp_state::err);
+  check_flushes(fx.poll(a.send_cq, 3, "the flushes"), {1, 2, 3}, a.num);
+}
+
 CONFORMANCE_CASE("posting: post_recv is EINVAL in RESET and allowed from INIT on") {
   fixture<B> fx;
   auto a = fx.make_qp();

@@ -22,7 +22,8 @@ inline bool below_rts(const qp_obj* q) noexcept {
 // atomic whose SGEs hold 8 bytes or more in any number of SGEs (the first 8 take the
 // result), and a READ or an atomic marked inline (its SGEs are then lost: see on_response).
 // It writes a WR into its ring whatever the QP's state (the kernel's doorbell refuses
-// below RTS: post_send).
+// below RTS: post_send) and takes a READ or an atomic on a QP whose max_rd_atomic is 0 (it
+// never issues: the requester waits for a credit that never comes, rxe_req.c check_init_depth).
 // It accepts a UD WR whose AH is of another PD (the requester fails it: LOC_QP_OP_ERR)
 // and a BIND_MW WR naming a type 1 window (the kernel binds it as ibv_bind_mw would); it
 // refuses a BIND_MW whose imm_data is not 0, or on a QP that is not RC or UC
@@ -40,7 +41,7 @@ inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::
   if (inl && (total > q->caps.max_inline_data || (!as_rxe && is_read_or_atomic(w.op)))) return EINVAL;
   if (is_atomic(w.op) && (total < 8 || (!as_rxe && (w.num_sge != 1 || total != 8)) || (w.atomic.remote_addr & 7) != 0))
     return EINVAL;
-  if (is_read_or_atomic(w.op) && q->attr.max_rd_atomic == 0 && opcode_allowed(q->type, w.op))
+  if (is_read_or_atomic(w.op) && q->attr.max_rd_atomic == 0 && !as_rxe && opcode_allowed(q->type, w.op))
     return EINVAL;  // max_rd_atomic 0 can never issue it: refuse instead of stalling
   if (is_local_op(w.op) && (inl || w.num_sge != 0)) return EINVAL;  // no data: no SGEs, nothing inline
   if (w.op == opcode::bind_mw) {
