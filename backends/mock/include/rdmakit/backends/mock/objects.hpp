@@ -319,7 +319,8 @@ class qp_obj {
   std::size_t timed_slot = 0;  // 1 + its index in fabric_state::timed; 0 = not there
   bool rnr_wait = false;
   // rxe profile: WQEs a post below RTS wrote into the ring (its doorbell refused them)
-  // wait for the next doorbell, a post_send once the QP is in RTS (posting.send_below_rts_left_in_ring).
+  // are not issued by the move to RTS, only by the next doorbell, a post_send once the
+  // QP is in RTS (posting.send_below_rts_left_in_ring).
   bool doorbell_owed = false;
   std::vector<message> held;  // messages held back by a reorder fault
 

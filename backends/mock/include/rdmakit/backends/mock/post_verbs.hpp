@@ -14,8 +14,8 @@ inline bool below_rts(const qp_obj* q) noexcept {
   return q->state == qp_state::reset || q->state == qp_state::init || q->state == qp_state::rtr;
 }
 
-// Why a device refuses send WR `w` on `q` now (EINVAL for a malformed WR or a QP not
-// in RTS/SQD/ERR, ENOMEM for a full send queue), or 0; `total` gets its length. The
+// Why a device refuses send WR `w` on `q` now (EINVAL for a malformed WR, ENOMEM for a
+// full send queue; a QP below RTS is post_below_rts's), or 0; `total` gets its length. The
 // send queue counts every slot still held, unsignaled WRs waiting for a later
 // signaled completion included.
 // `as_rxe`: rxe's provider accepts an opcode the transport lacks (the WR fails later), an
@@ -31,7 +31,6 @@ inline bool below_rts(const qp_obj* q) noexcept {
 inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::backends::mock::send_wr& w,
                          std::uint64_t& total) noexcept {
   const bool as_rxe = f.as_rxe();
-  if (below_rts(q) && !as_rxe) return EINVAL;
   if (w.num_sge < 0 || static_cast<std::uint32_t>(w.num_sge) > q->caps.max_send_sge ||
       (w.num_sge && !w.sg_list) || (!as_rxe && !opcode_allowed(q->type, w.op)))
     return EINVAL;
@@ -105,6 +104,25 @@ RDMAKIT_ALWAYS_INLINE void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::
   e.npkts = 1;
 }
 
+// A post_send on a QP below RTS: EINVAL. The spec profile refuses the first WR. rxe's
+// provider writes each WR it accepts into the ring (bad_wr: the one it refused, if any),
+// then the kernel's doorbell fails; the WQEs stay, for the next post in RTS to send
+// first (the move to RTS does not issue them: doorbell_owed), or a move to ERR to flush.
+RDMAKIT_NOINLINE inline int post_below_rts(fabric_state& f, qp_obj* q, rdmakit::backends::mock::send_wr* wr,
+                                           rdmakit::backends::mock::send_wr** bad_wr) noexcept {
+  auto* w = wr;
+  if (f.as_rxe()) {
+    for (; w; w = w->next) {
+      std::uint64_t total = 0;
+      if (send_wr_error(f, q, *w, total)) break;
+      fill_send_wqe(q->sq.push_back(), q, *w, total);
+    }
+    if (w != wr) q->doorbell_owed = true;
+  }
+  if (bad_wr) *bad_wr = w;
+  return EINVAL;
+}
+
 }  // namespace mock::detail
 
 namespace backends {
@@ -115,21 +133,13 @@ RDMAKIT_DECL int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
   auto& f = mockd::fab_of(q);
   std::lock_guard lk(f.mu);
   mockd::touch(f);
+  if (RDMAKIT_UNLIKELY(mockd::below_rts(q))) return mockd::post_below_rts(f, q, wr, bad_wr);
   int err = 0;
   send_wr* w = wr;
   for (; w; w = w->next) {
     std::uint64_t total = 0;
     if ((err = mockd::send_wr_error(f, q, *w, total))) break;
     mockd::fill_send_wqe(q->sq.push_back(), q, *w, total);
-  }
-  if (RDMAKIT_UNLIKELY(mockd::below_rts(q))) {
-    // Only the rxe profile gets here with WRs checked: its provider wrote them into the
-    // ring (bad_wr is the one it refused, if any), then the kernel's doorbell failed. They
-    // stay there: a later post in RTS sends them first, a move to ERR flushes them.
-    if (w != wr) q->doorbell_owed = true;
-    err = EINVAL;
-  } else {
-    q->doorbell_owed = false;  // the doorbell rings for every WQE in the ring
   }
   if (bad_wr) *bad_wr = err ? w : nullptr;
   if (q->state == qp_state::err) {
@@ -206,7 +216,6 @@ RDMAKIT_DECL int mock::bind_mw(qp q, mw w, mr m, std::uint64_t addr, std::uint64
   e.mw_rights = rights;
   e.remote_addr = addr;
   w->user_rkey = next;
-  q->doorbell_owed = false;  // rxe's provider posts the bind through post_send
   if (q->state == qp_state::err)
     mockd::posted_in_error(f, q);
   else

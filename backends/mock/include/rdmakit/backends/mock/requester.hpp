@@ -279,7 +279,7 @@ RDMAKIT_NOINLINE inline bool send_head_before_bad_sge(fabric_state& f, qp_obj* q
 /// after this call, before anything else. It is delivered at the end of this call
 /// instead, without a wire slot, borrowing the bytes of a one-SGE WQE.
 inline void issue(fabric_state& f, qp_obj* q) {
-  if (q->state != qp_state::rts || q->rnr_wait || q->doorbell_owed) return;
+  if (q->state != qp_state::rts || q->rnr_wait) return;
   std::size_t i = sq_index(q, q->issue_from);
   if (i == q->sq.size()) return report_sends(f, q);  // nothing queued (an ACK's call, usually)
   const bool may_direct = f.faults.empty() && q->held.empty() && f.cfg.latency.count() == 0 && !f.running &&
@@ -317,14 +317,16 @@ inline void issue(fabric_state& f, qp_obj* q) {
     }
     if (is_read_or_atomic(w.op) && reads_in_flight >= q->attr.max_rd_atomic) break;
     const bool ud_over_mtu = q->type == qp_type::ud && w.length > mtu;
-    if (ud_over_mtu && f.as_rxe()) {  // rxe: SUCCESS, nothing sent, before its SGEs are looked at
-      w.state = send_wqe::phase::done;
-      continue;
-    }
-    if (RDMAKIT_UNLIKELY(w.ud_ah_other_pd)) {  // rxe: no address vector for it (ud.ah_other_pd)
-      w.state = send_wqe::phase::done;
-      w.status = wc_status::loc_qp_op_err;
-      break;
+    if (q->type == qp_type::ud) {
+      if (ud_over_mtu && f.as_rxe()) {  // rxe: SUCCESS, nothing sent, before its SGEs are looked at
+        w.state = send_wqe::phase::done;
+        continue;
+      }
+      if (RDMAKIT_UNLIKELY(w.ud_ah_other_pd)) {  // rxe: no address vector for it (ud.ah_other_pd)
+        w.state = send_wqe::phase::done;
+        w.status = wc_status::loc_qp_op_err;
+        break;
+      }
     }
     bool ok = true;
     // rxe looks at a READ's or an atomic's result SGEs only when the response comes

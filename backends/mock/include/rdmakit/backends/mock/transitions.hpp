@@ -85,7 +85,12 @@ inline void modify_qp_locked(fabric_state& f, qp_obj* q, const qp_attr& a, qp_at
         q->rnr_left = s.rnr_retry;
         q->retry_started = false;
       }
-      issue(f, q);
+      // WQEs a post below RTS left in the ring (rxe profile) wait for the next post's
+      // doorbell, which issues them first: nothing else issues, as nothing was sent yet.
+      if (q->doorbell_owed)
+        q->doorbell_owed = false;
+      else
+        issue(f, q);
       run_due(f);
       break;
     default:
