@@ -116,8 +116,11 @@ struct cm_options {
   detail::ms_timeout timeout{std::chrono::milliseconds{5000}};
   std::uint8_t responder_resources = 1;  ///< RDMA READs/atomics the peer may have in flight here; RC accept: 0 is refused
   std::uint8_t initiator_depth = 1;      ///< RDMA READs/atomics this side may have in flight; RC accept: 0 is refused
-  std::uint8_t retry_count = 7;          ///< RC transport retries (0..7)
-  std::uint8_t rnr_retry_count = 7;      ///< RC RNR retries (0..7; 7: forever)
+  /// RC transport retries (0..7). 7 means "forever" on rxe: a WR to a peer that died
+  /// never completed; 6, as connect_options, fails it with retry_exc_err.
+  std::uint8_t retry_count = 6;
+  /// RC RNR retries (0..7; 7: forever, as a peer that never posts a receive is waited for).
+  std::uint8_t rnr_retry_count = 6;
   bool auto_inline = true;               ///< as qp_options::auto_inline
   /// cm_connect: the local address to connect from (rdma_resolve_addr's source, rping's
   /// -I); 0.0.0.0, the default: the CM picks the one routing to the peer. Port 0: any.

@@ -1102,6 +1102,17 @@ TEST_CASE("cm: misuse is a usage_error naming what to do") {
   CHECK(cm_region_from(bytes("not a region, just some bytes")) == std::nullopt);
 }
 
+// At 7 (forever on rxe), the defaults left a WRITE to a peer that died without a
+// completion, and a queue full of them refused every post after (an audit on rxe: no
+// completion in 90 s; with 6, retry_exc_err after 16 s). The mock's spec profile counts
+// 7 as seven retries, so only the defaults themselves can be checked here.
+TEST_CASE("cm: the default retry counts end, as connect_options': a dead peer fails WRs instead of hanging them") {
+  constexpr cm_options o;
+  static_assert(o.retry_count == 6 && o.rnr_retry_count == 6);
+  constexpr connect_options c;
+  static_assert(o.retry_count == c.retry_cnt && o.rnr_retry_count == c.rnr_retry);
+}
+
 TEST_CASE("cm: retry counts the CM cannot carry are refused before anything is done, naming the option") {
   // The REQ's retry fields have 3 bits: librdmacm's kernel side clamps 9 to 7 (forever
   // on some devices) without a word; connect_options refuses them, cm_options did not.
