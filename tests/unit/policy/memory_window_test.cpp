@@ -9,6 +9,17 @@ using namespace policy_test;
 namespace {
 constexpr auto window_region = all_access | access::mw_bind;
 
+// x writes through a type 2 window on y's region, over an RC pair: the setup of the
+// tests that bind, invalidate and bind again.
+struct window_rig {
+  mock::fabric fab;
+  side x{fab, "mock0"}, y{fab, "mock1"};
+  memory_region<B, all_access> src = x.pd.allocate<all_access>(64);
+  memory_region<B, window_region> region = y.pd.allocate<window_region>(256);
+  qp_pair<rc, signal_all, B> p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  memory_window<B, access::remote_write> w = y.pd.alloc_window<access::remote_write>();
+};
+
 // The first completion of `cq` (or a failed check).
 template <class CQ>
 seen one(CQ& cq) {
@@ -72,13 +83,7 @@ TEST_CASE("memory_window: type 2 bound by a WR grants WRITE, READ and atomics on
   CHECK(one(x.cq).status == wc_status::rem_access_err);
 }
 
-TEST_CASE("memory_window: type 2 invalidated by LOCAL_INV refuses the peer with REM_ACCESS_ERR") {
-  mock::fabric fab;
-  side x(fab, "mock0"), y(fab, "mock1");
-  auto src = x.pd.allocate<all_access>(64);
-  auto region = y.pd.allocate<window_region>(256);
-  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
-  auto w = y.pd.alloc_window<access::remote_write>();
+TEST_CASE_FIXTURE(window_rig, "memory_window: type 2 invalidated by LOCAL_INV refuses the peer with REM_ACCESS_ERR") {
   REQUIRE(w.bind(p.b, region, 0, 256, 1).ok());
   CHECK(one(y.cq).op == wc_opcode::bind_mw);
   REQUIRE(w.invalidate(p.b, 2).ok());
@@ -279,13 +284,7 @@ TEST_CASE("memory_window: a type 2 window is bound again after each invalidation
 // its queue pair went to ERR, and rkey() named a binding never made, so every later
 // bind failed the same way (found by an audit). It is a usage_error before anything is
 // posted; after invalidate() (or a peer's send_inv, above) it binds again.
-TEST_CASE("memory_window: binding a bound type 2 window is a usage_error; the queue pair and window go on") {
-  mock::fabric fab;
-  side x(fab, "mock0"), y(fab, "mock1");
-  auto src = x.pd.allocate<all_access>(64);
-  auto region = y.pd.allocate<window_region>(256);
-  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
-  auto w = y.pd.alloc_window<access::remote_write>();
+TEST_CASE_FIXTURE(window_rig, "memory_window: binding a bound type 2 window is a usage_error; the queue pair and window go on") {
   REQUIRE(w.bind(p.b, region, 0, 256, 1).ok());
   REQUIRE(one(y.cq).status == wc_status::success);
   const auto granted = w.remote();
