@@ -2,7 +2,8 @@
 /// Connection setup through a connection manager (librdmacm's rdma_cm, or the mock's),
 /// the alternative to the TCP exchange of connection.hpp: the CM resolves the peer's
 /// IP address to a device, port and GID, carries a connect request and its answer with
-/// private data, and moves the queue pair it created to RTR and RTS. What comes out is
+/// private data, and moves the queue pair it created to RTR and RTS. RC only: rdma_cm's
+/// TCP port space gives a connection RC's attributes, which a UC queue pair refuses. What comes out is
 /// the library's usual `queue_pair<B, T, S, qp_state::rts>`: the data path, signaling
 /// and credit ledger are the same as after connect(peer).
 ///
@@ -40,6 +41,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -463,7 +465,9 @@ void cm_check_route_device(const device_state<B>& dev, const cm_route& r, const 
 template <class B, class T, class S, polling PS, polling PR>
 void cm_check_qp_args(const protection_domain<B>& pd, completion_queue<B, PS>& send_cq,
                       completion_queue<B, PR>& recv_cq, const qp_cap& caps, const char* call) {
-  static_assert(T::connected, "the connection manager connects RC and UC queue pairs (UD: use address handles)");
+  static_assert(std::is_same_v<T, rc> || shares_receives<T>,
+                "the connection manager connects RC queue pairs only (rdma_cm's TCP port space; a device "
+                "refuses a UC queue pair: connect UC with connect(peer); UD: use address handles)");
   static_assert(!shares_receives<T>, "connection_manager: queue pairs on a shared receive queue are not supported yet");
   const auto pref = policy_access::pd_ref(pd, call);
   const auto* scq = policy_access::block(send_cq);
@@ -575,7 +579,9 @@ void cm_resolve(cm_id_block<B>& blk, const cm_address& to, const cm_options& o, 
 // before anything is done: a refused one stays the caller's).
 template <class B, class T, class S>
 void cm_check_user_qp(const queue_pair<B, T, S, qp_state::init>& qp, const char* call) {
-  static_assert(T::connected, "the connection manager connects RC and UC queue pairs (UD: use address handles)");
+  static_assert(std::is_same_v<T, rc> || shares_receives<T>,
+                "the connection manager connects RC queue pairs only (rdma_cm's TCP port space; a device "
+                "refuses a UC queue pair: connect UC with connect(peer); UD: use address handles)");
   static_assert(!shares_receives<T>, "connection_manager: queue pairs on a shared receive queue are not supported yet");
   const auto& given = policy_access::parts(qp);
   if (given.qp == typename B::qp{}) throw_empty("queue_pair", call);

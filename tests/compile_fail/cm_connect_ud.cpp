@@ -13,7 +13,7 @@ void f() {
 #else
   auto c = cm_connect<rc>(cm_pd(), cm_cq(), qp_cap{}, to);  // the whole CM layer on the concept alone
   cm_listener<CB> l;
-  auto s = l.next_request(std::chrono::milliseconds{1}).accept<uc, signal_every<4>>(cm_pd(), cm_cq(), qp_cap{});
+  auto s = l.next_request(std::chrono::milliseconds{1}).accept<rc, signal_every<4>>(cm_pd(), cm_cq(), qp_cap{});
   (void)s.qp().write(region().local(), region().remote(), 1);
 #endif
 }

@@ -60,7 +60,7 @@ void usage(const char* argv0, std::FILE* to) {
                "  -m, --mtu=<bytes>         path MTU cap (default: the port's active MTU)\n"
                "  -p, --port=<port>         TCP port of the exchange (default 18515; mock: ephemeral)\n"
                "  -R, --rdma_cm             connect through the RDMA connection manager (librdmacm; the mock's\n"
-               "                            on the mock) instead of the TCP exchange: RC or UC, no --use_srq,\n"
+               "                            on the mock) instead of the TCP exchange: RC only, no --use_srq,\n"
                "                            the client's <host> is the server's IP address (none on the mock), -p its CM port\n"
                "\n"
                "rdmakit options:\n"
@@ -327,8 +327,9 @@ int parse(int argc, char** argv, cli& c) {
     return fail(me, std::string(t->name) + " needs RDMA WRITE, which UD does not have (RC and UC do): use "
                                            "--transport rc or uc");
 
-  if (o.rdma_cm && o.transport == qp_type::ud)
-    return fail(me, "-R: the connection manager connects RC and UC queue pairs, not UD: use --transport rc or uc");
+  if (o.rdma_cm && o.transport != qp_type::rc)
+    return fail(me, "-R: the connection manager connects RC queue pairs only (rdma_cm's TCP port space: a device "
+                    "refuses UC there): use --transport rc, or drop -R for the TCP exchange");
   if (o.rdma_cm && o.use_srq) return fail(me, "-R and --use_srq together are not supported: drop one");
   // The CM listens on -p itself: port 0 would be one the client cannot know.
   if (o.rdma_cm && c.e.port_given && c.e.port == 0)

@@ -316,9 +316,9 @@ class runner {
   static constexpr std::uint64_t seq_mask = (std::uint64_t{1} << 48) - 1;
   // --use_srq: T is on_srq<X>, every QP takes its receives from srq_ (wr_id 0, slot 0).
   static constexpr bool srq_ = rdmakit::detail::shares_receives<T>;
-  // -R: backends with a connection manager, for RC and UC without an SRQ.
+  // -R: backends with a connection manager, for RC without an SRQ (the CM connects RC only).
   static constexpr bool cm_able_ = [] {
-    if constexpr (cm_backend<B>) return T::connected && !srq_;
+    if constexpr (cm_backend<B>) return std::is_same_v<T, rc>;
     return false;
   }();
 
