@@ -217,6 +217,7 @@ struct cm_id_block final : cm_qp_owner<B> {
   bool established = false;
   bool disconnected = false;  // DISCONNECTED seen
   bool disconnect_sent = false;
+  bool removed = false;  // DEVICE_REMOVAL seen: every later wait reports it
 
   // A QP the application made (cm_user_qp_backend), not the CM's: the CM neither
   // destroys it nor moves it to ERR on a disconnect, so this does. Null once destroyed.
@@ -261,6 +262,18 @@ struct cm_id_block final : cm_qp_owner<B> {
     }
     disconnect_sent = true;
   }
+  // DEVICE_REMOVAL came: the kernel removes the device once every object on it is gone,
+  // and until then it sends nothing (rxe: posts were taken and never completed). The QP
+  // goes to ERR, so its outstanding WRs flush.
+  void on_removed() noexcept {
+    removed = true;
+    if (established && !disconnect_sent) {
+      const spin_lock::hold held(qp_lock_);
+      user_qp_to_err();
+      B::cm_disconnect(id);  // librdmacm moves the CM's own QP to ERR first
+    }
+    disconnect_sent = true;
+  }
 
  private:
   spin_lock qp_lock_;
@@ -276,6 +289,21 @@ struct cm_id_block final : cm_qp_owner<B> {
     }
   }
 };
+
+// What a wait on an id whose device went away throws, then at every later wait: `then`
+// says what to do.
+[[noreturn]] inline void throw_device_removed(const char* call, const char* then) {
+  throw cm_error(cm_errc::connect,
+                 cat(call, ": RDMA_CM_EVENT_DEVICE_REMOVAL: the RDMA device went away; ", then,
+                     " (the kernel removes the device once every object on it is destroyed)"),
+                 cm_event_type::device_removal);
+}
+inline constexpr const char* removed_connection =
+    "the queue pair is in ERR and its outstanding WRs flush: destroy the connection, its queue pair and everything "
+    "else on the device, then connect through another device";
+inline constexpr const char* removed_listener =
+    "the listener takes no more requests: destroy it and everything else on the device, then listen on another "
+    "device's address";
 
 // Owns a CM id until a cm_id_block takes it (release): an exception in between (no
 // memory for the block, no event channel for it) destroys the id instead of leaking it;
@@ -686,30 +714,41 @@ class cm_connection {
   /// Waits up to `timeout` for DISCONNECTED (the peer's disconnect, or the answer to
   /// this side's): true once it came (and then reads any later event the CM queued,
   /// without waiting). A peer's disconnect is answered at once (this side's QP goes to
-  /// ERR too), as librdmacm applications do.
+  /// ERR too), as librdmacm applications do. Once the device went away
+  /// (DEVICE_REMOVAL), this and every later call throw cm_error(connect), and the QP
+  /// is moved to ERR so its outstanding WRs flush.
   /// Any duration type: one past the range of milliseconds (hours::max()) is no limit.
   template <class Rep, class Period>
   bool wait_disconnected(std::chrono::duration<Rep, Period> period) {
     // Saturated, not converted implicitly (hours::max() overflowed to a negative timeout),
     // and rounded up: 500us cut to 0 ms was a single look.
     const std::chrono::milliseconds timeout = detail::cm_wait_timeout(period, "cm_connection::wait_disconnected");
+    constexpr const char* call = "cm_connection::wait_disconnected";
     auto& b = id("wait_disconnected");
-    if (!b.disconnected) {
+    if (!b.disconnected && !b.removed) {
       const auto deadline = detail::deadline_after(timeout);
       for (;;) {  // at least one look, so a timeout of 0 polls
-        auto ev = detail::cm_wait<B>(b.chan->ch, detail::cm_time_left(deadline), "cm_connection::wait_disconnected");
+        auto ev = detail::cm_wait<B>(b.chan->ch, detail::cm_time_left(deadline), call);
         if (ev.type == cm_event_type::disconnected) {
           b.on_disconnected();
+          break;
+        }
+        if (ev.type == cm_event_type::device_removal) {
+          b.on_removed();
           break;
         }
         if (ev.type == cm_event_type::none && std::chrono::steady_clock::now() >= deadline) return false;
       }
     }
-    // What the CM queues after DISCONNECTED (TIMEWAIT_EXIT) is read too, so that the
-    // event_fd of a connection that is over is not left readable.
-    while (detail::cm_wait<B>(b.chan->ch, std::chrono::milliseconds(0), "cm_connection::wait_disconnected").type !=
-           cm_event_type::none) {
+    // What the CM queues after DISCONNECTED (TIMEWAIT_EXIT), or after the disconnect a
+    // removal makes, is read too, so that the event_fd of a connection that is over is
+    // not left readable.
+    for (;;) {
+      const auto type = detail::cm_wait<B>(b.chan->ch, std::chrono::milliseconds(0), call).type;
+      if (type == cm_event_type::none) break;
+      if (type == cm_event_type::device_removal) b.on_removed();
     }
+    if (b.removed) detail::throw_device_removed(call, detail::removed_connection);
     return true;
   }
   /// A descriptor readable while a CM event for this connection is queued (for epoll).
@@ -904,20 +943,28 @@ class cm_listener {
     return B::cm_channel_fd(id_->chan->ch);
   }
 
-  /// The next connect request, waiting up to `timeout`; cm_error(timeout) if none came.
+  /// The next connect request, waiting up to `timeout`; cm_error(timeout) if none came,
+  /// cm_error(connect) from the moment the device of the listener's address went away
+  /// (DEVICE_REMOVAL; not for a listener on 0.0.0.0, which the kernel keeps).
   /// Any duration type: one past the range of milliseconds (hours::max()) is no limit.
   template <class Rep, class Period>
   cm_request<B> next_request(std::chrono::duration<Rep, Period> period) {
     // Saturated, not converted implicitly (hours::max() overflowed to a negative timeout),
     // and rounded up: 500us cut to 0 ms was a single look.
-    const std::chrono::milliseconds timeout = detail::cm_wait_timeout(period, "cm_listener::next_request");
+    constexpr const char* call = "cm_listener::next_request";
+    const std::chrono::milliseconds timeout = detail::cm_wait_timeout(period, call);
     if (!id_) detail::throw_empty("cm_listener", "next_request");
+    if (id_->removed) removed_(call);
     const auto deadline = detail::deadline_after(timeout);
     for (;;) {  // at least one look, so a timeout of 0 takes a request already queued
-      auto ev = detail::cm_wait<B>(id_->chan->ch, detail::cm_time_left(deadline), "cm_listener::next_request");
+      auto ev = detail::cm_wait<B>(id_->chan->ch, detail::cm_time_left(deadline), call);
       if (ev.type == cm_event_type::none && std::chrono::steady_clock::now() >= deadline)
         throw cm_error(cm_errc::timeout, detail::cat("cm_listener::next_request: no connect request on ",
                                                      addr_.to_string(), " within ", timeout.count(), " ms"));
+      if (ev.type == cm_event_type::device_removal) {
+        id_->on_removed();
+        removed_(call);
+      }
       if (ev.type != cm_event_type::connect_request) continue;
       // The new id is ours from here: should its channel or block not be made, it is
       // rejected and destroyed, not leaked with its peer left waiting.
@@ -932,6 +979,16 @@ class cm_listener {
   }
 
  private:
+  // Once the device went away: reads what else the channel holds, so its fd is not left
+  // readable (requests are rejected, their ids destroyed), and throws.
+  [[noreturn]] void removed_(const char* call) {
+    for (;;) {
+      auto ev = detail::cm_wait<B>(id_->chan->ch, std::chrono::milliseconds(0), call);
+      if (ev.type == cm_event_type::none) break;
+      if (ev.type == cm_event_type::connect_request) detail::cm_id_guard<B> rejected(ev.id, true);
+    }
+    detail::throw_device_removed(call, detail::removed_listener);
+  }
   static detail::device_ref<B> dev_ref_(const device<B>& dev) {
     if (!dev) detail::throw_empty("device", "cm_listener");
     return detail::policy_access::device_ref(dev);

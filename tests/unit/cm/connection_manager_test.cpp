@@ -1538,6 +1538,61 @@ TEST_CASE("cm (mock): the active side gives up on its request: REJECTED once acc
 }
 #endif
 
+#if !RDMAKIT_CM_RDMACM
+// `rdma link delete` of an rxe device gives every CM id bound to it DEVICE_REMOVAL (rxe,
+// observed). next_request reported a timeout and wait_disconnected false, and both
+// consumed the event: nothing told the application, whose posts were taken and never
+// completed, while the kernel waited for it to let go of the device.
+TEST_CASE("cm (mock): a device removed: its listener and connection say so at every wait, the WRs flush") {
+  const auto removed = [](auto&& wait, const char* call, const char* then) {
+    try {
+      wait();
+      FAIL("no cm_error after the device went away");
+    } catch (const cm_error& e) {
+      INFO(e.what());
+      CHECK(e.code() == cm_errc::connect);
+      CHECK(e.event() == cm_event_type::device_removal);
+      const std::string w = e.what();
+      CHECK(w.rfind(call, 0) == 0);
+      CHECK(w.find("RDMA_CM_EVENT_DEVICE_REMOVAL") != std::string::npos);
+      CHECK(w.find(then) != std::string::npos);
+    }
+  };
+  for (const bool own_qp : {false, true}) {  // the CM's queue pair, or one the application made
+    CAPTURE(own_qp);
+    testbed tb;
+    side srv(tb.open(0)), cli(tb.open(1));
+    cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+    cm_listener<B> any(srv.dev, cm_address::parse("0.0.0.0", next_port()));
+    auto server = std::async(std::launch::async, [&] {
+      auto req = l.next_request(5s);
+      return own_qp ? std::move(req).accept(srv.pd.create_qp<rc>(srv.cq, caps))
+                    : std::move(req).accept<rc>(srv.pd, srv.cq, caps);
+    });
+    auto c = cm_connect<rc>(cli.pd, cli.cq, caps, l.address());
+    auto s = server.get();
+    tb.fab.remove_device("mock0");
+    tb.fab.remove_device("mock0");  // once
+    CHECK_THROWS_AS(tb.fab.set_port_up("mock0", 1, true), verbs_error);
+    // Posted after, as rxe takes it: it must flush once the removal is read.
+    REQUIRE(s.qp().write(srv.mr.local(0, 8), cli.mr.remote().sub(0, 8), 7));
+    CHECK(readable(l.event_fd()));
+    CHECK(readable(s.event_fd()));
+    CHECK_FALSE(readable(any.event_fd()));  // the kernel keeps a wildcard listener
+    CHECK_FALSE(readable(c.event_fd()));    // the client's device is another
+    for (int i = 0; i < 2; ++i) {           // the event, then every later wait
+      removed([&] { (void)s.wait_disconnected(0ms); }, "cm_connection::wait_disconnected", "queue pair is in ERR");
+      removed([&] { (void)l.next_request(0ms); }, "cm_listener::next_request", "takes no more requests");
+    }
+    CHECK_FALSE(readable(s.event_fd()));
+    const done d = wait_one(srv.cq);
+    CHECK(d.wr_id == 7);
+    CHECK(d.status == wc_status::wr_flush_err);
+    CHECK_THROWS_WITH_AS((void)any.next_request(0ms), doctest::Contains("no connect request"), cm_error);
+  }
+}
+#endif
+
 // A connection's queue pair moved out and used on its own thread, as any queue pair may
 // be: it shares the connection's CM id, which destroys the queue pair (and moves an
 // application's QP to ERR at a disconnect). The connection disconnecting on one thread

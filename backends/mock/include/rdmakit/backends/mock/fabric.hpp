@@ -172,6 +172,14 @@ class fabric {
   /// RETRY_EXC_ERR); contexts on the device get PORT_ERR / PORT_ACTIVE.
   void set_port_up(std::string_view device, std::uint8_t port, bool up);
 
+  /// Removes a device as `rdma link delete` removes an rxe device: every connection
+  /// manager id bound to it (a connection, a request, a listener on one of its
+  /// addresses; not one on 0.0.0.0) gets RDMA_CM_EVENT_DEVICE_REMOVAL, and its ports
+  /// drop every packet from then on, without PORT_ERR. Its objects stay usable until
+  /// they are destroyed, as the kernel waits for them before the device goes. Once:
+  /// a second call does nothing, and set_port_up on it is refused.
+  void remove_device(std::string_view device);
+
   /// Called at the start of every req_notify_cq on this fabric, outside its lock,
   /// with the CQ handle: lets a test make a completion land between the last poll and the arm.
   void set_arm_hook(std::function<void(const void* cq)> hook);

@@ -46,6 +46,7 @@ struct device_rt {
   std::uint32_t index = 0;
   std::vector<port_rt> ports;  // ports[0] is port 1
   object_counts count;
+  bool removed = false;  // fabric::remove_device: its ports stay down
 };
 
 class context_obj {
