@@ -142,6 +142,7 @@ inline constexpr std::string_view mw_bind_wr_type1 = "mw.bind_wr_type1";
 inline constexpr std::string_view mw_bind_wr_imm = "mw.bind_wr_imm_data";
 inline constexpr std::string_view below_rts_left_in_ring = "posting.send_below_rts_left_in_ring";
 inline constexpr std::string_view read_max_rd_atomic_0 = "posting.read_with_max_rd_atomic_0";
+inline constexpr std::string_view retry_cnt_7 = "fault.retry_cnt_7";
 
 }  // namespace ids
 
@@ -482,6 +483,12 @@ inline constexpr std::array deviation_table{
                   {.post_errno = 0, .req = status_set::nothing(), .stays_rts = tri::yes},
                   "rxe (kernel 6.1, observed; rxe_req.c check_init_depth finds no rd_atomic credit): posted, never "
                   "issued, and every WR behind it waits; the QP stays in RTS, a move to ERR flushes them"},
+    // RC with RETRY_CNT 7 towards a peer that never answers.
+    deviation_row{ids::retry_cnt_7, "spec", {.req = {wc_status::retry_exc_err}},
+                  "spec §8.2: RETRY_CNT 7 is seven retries (RNR_RETRY 7 alone means for ever): RETRY_EXC_ERR"},
+    deviation_row{ids::retry_cnt_7, "rxe", {.req = status_set::nothing(), .stays_rts = tri::yes},
+                  "rxe (kernel 6.1, observed; rxe_comp.c never counts RETRY_CNT 7 down): retried for ever, no "
+                  "completion; the QP stays in RTS"},
 };
 
 /// The row for a scenario under a device profile, or null when there is none.

@@ -624,6 +624,37 @@ CONFORMANCE_CASE("faults: RC towards a QP number that does not exist -> RETRY_EX
   CHECK(fx.wait_state(a, qp_state::err) == qp_state::err);
 }
 
+// connect_options and cm_options default RETRY_CNT to 6 for this: on rxe a WR to a peer
+// that died never completed, and every post after it found the queue full.
+CONFORMANCE_CASE("faults: RC with retry_cnt 7 towards a QP number that does not exist -> the status of the row") {
+  const auto want = expected(ids::retry_cnt_7, backend_traits<B>::profile());
+  fixture<B> fx;
+  auto& buf = fx.make_buffer(256);
+  const auto send_to_nobody = [&](std::uint8_t retry_cnt) {
+    link_opts l;
+    l.timeout = 1;  // 8 µs (rxe's timer ticks in jiffies)
+    l.retry_cnt = retry_cnt;
+    auto a = fx.make_qp();
+    fx.bring_up(a, 0xfffff0, l);
+    REQUIRE(fx.post_send(a, 1, opcode::send, {buf.sge(0, 64)}) == 0);
+    return a;
+  };
+  // RETRY_CNT 6 ends everywhere: the time it takes bounds the wait below.
+  auto six = send_to_nobody(6);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(fx.poll_one(six.send_cq, "retry exceeded").status == wc_status::retry_exc_err);
+  const auto six_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  auto seven = send_to_nobody(7);
+  if (want.req.is_nothing()) {
+    // 300 looks (1 ms apart on a device, expiries on the mock), or three times RETRY_CNT 6's time.
+    CHECK(fx.drain(seven.send_cq, std::max(300, 3 * static_cast<int>(six_ms.count()))).empty());
+    CHECK(B::query_qp_state(seven.qp) == qp_state::rts);
+  } else {
+    CHECK(want.req.allows(fx.poll_one(seven.send_cq, "retry exceeded").status));
+    CHECK(fx.wait_state(seven, qp_state::err) == qp_state::err);
+  }
+}
+
 CONFORMANCE_CASE("faults: RC towards a peer that is not in RTR -> RETRY_EXC_ERR") {
   fixture<B> fx;
   link_opts l;

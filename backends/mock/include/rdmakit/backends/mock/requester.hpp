@@ -148,7 +148,8 @@ inline void on_deadline(fabric_state& f, qp_obj* q) {
     report_sends(f, q);
     return;
   }
-  --q->retries_left;
+  // rxe's completer never counts RETRY_CNT 7 down (rxe_comp.c): for ever (row retry_cnt_7).
+  if (!f.as_rxe() || q->attr.retry_cnt != 7) --q->retries_left;
   q->retry_started = true;
   rewind(q, *w);
   issue(f, q);
