@@ -2,10 +2,10 @@
 /// Connection setup through a connection manager (librdmacm's rdma_cm, or the mock's),
 /// the alternative to the TCP exchange of connection.hpp: the CM resolves the peer's
 /// IP address to a device, port and GID, carries a connect request and its answer with
-/// private data, and moves the queue pair it created to RTR and RTS. RC only: rdma_cm's
-/// TCP port space gives a connection RC's attributes, which a UC queue pair refuses. What comes out is
+/// private data, and moves the queue pair it created to RTR and RTS. What comes out is
 /// the library's usual `queue_pair<B, T, S, qp_state::rts>`: the data path, signaling
-/// and credit ledger are the same as after connect(peer).
+/// and credit ledger are the same as after connect(peer). RC only: rdma_cm's TCP port
+/// space gives a connection RC's attributes, which a UC queue pair refuses.
 ///
 ///     // passive side
 ///     cm_listener<B> l(dev, cm_address::parse("10.0.0.1", 7471));
@@ -722,8 +722,8 @@ class cm_connection {
   bool wait_disconnected(std::chrono::duration<Rep, Period> period) {
     // Saturated, not converted implicitly (hours::max() overflowed to a negative timeout),
     // and rounded up: 500us cut to 0 ms was a single look.
-    const std::chrono::milliseconds timeout = detail::cm_wait_timeout(period, "cm_connection::wait_disconnected");
     constexpr const char* call = "cm_connection::wait_disconnected";
+    const std::chrono::milliseconds timeout = detail::cm_wait_timeout(period, call);
     auto& b = id("wait_disconnected");
     if (!b.disconnected && !b.removed) {
       const auto deadline = detail::deadline_after(timeout);
