@@ -235,15 +235,23 @@ int main(int argc, char** argv) {
       rping_side<B> srv(device<B>(fab, "mock0"), o);
       cm_listener<B> l(device<B>(fab, "mock0"), cm_address::parse("10.0.0.1", port));
       say_port_if_picked(port, l.address().port);
+      // The server's loop runs until `stop`, which the client's side sets when it ends,
+      // by an exception too: the server's future waits for the loop in its destructor.
+      std::atomic<bool> stop{false};
+      struct stop_when_done {
+        std::atomic<bool>& stop;
+        ~stop_when_done() { stop = true; }
+      };
       if (o.persistent) {  // two clients in a row against one persistent server
-        std::atomic<bool> stop{false};
         auto server = std::async(std::launch::async, [&] { return srv.serve_persistent(l, [&] { return stop.load(); }); });
         bool ok = true;
-        for (int i = 0; i < 2 && ok; ++i) {
-          rping_side<B> cli(device<B>(fab, "mock1"), o);
-          ok = cli.ping(l.address());
+        {
+          const stop_when_done done{stop};
+          for (int i = 0; i < 2 && ok; ++i) {
+            rping_side<B> cli(device<B>(fab, "mock1"), o);
+            ok = cli.ping(l.address());
+          }
         }
-        stop = true;
         const int served = server.get();
         if (ok && served != 2) {
           std::fprintf(stderr, "rdmakit-rping: the persistent server served %d clients, not 2\n", served);
@@ -254,15 +262,11 @@ int main(int argc, char** argv) {
       // -a: the client connects there (the server listens on 10.0.0.1 whatever -a says).
       const cm_address to = have_addr ? o.addr : l.address();
       rping_side<B> cli(device<B>(fab, "mock1"), o);
-      std::atomic<bool> stop{false};  // the client failed before connecting: the server stops waiting
       auto server = std::async(std::launch::async, [&] { srv.serve(l, [&] { return stop.load(); }); });
       bool ok = false;
-      try {
+      {
+        const stop_when_done done{stop};
         ok = cli.ping(to);
-      } catch (...) {
-        stop = true;
-        server.wait();
-        throw;
       }
       server.get();
       return ok ? 0 : 1;
