@@ -19,9 +19,11 @@ struct faults_pair {
   faults_report client, server;
 };
 
-/// `xo`: the loopback's exchange options (tests shorten them).
+/// `xo`: the loopback's exchange options (tests shorten them); `port`: its TCP port (0:
+/// an ephemeral one).
 template <transport T>
-faults_pair run_faults_on_mock(faults_options o, const mock_faults& f, exchange_options xo = {}) {
+faults_pair run_faults_on_mock(faults_options o, const mock_faults& f, exchange_options xo = {},
+                               std::uint16_t port = 0) {
   mock::fabric_config cfg;
   cfg.seed = f.seed;
   cfg.profile = f.profile;
@@ -36,7 +38,7 @@ faults_pair run_faults_on_mock(faults_options o, const mock_faults& f, exchange_
   // (a long -t under loss outlasted it). A client that fails wakes the server at once.
   const auto client_bound = o.stall_timeout * (std::int64_t{o.count} + 1);
   if (xo.accept_timeout < client_bound) xo.accept_timeout = client_bound;
-  const auto lb = run_loopback(0, xo, [&](bool is_server, const exchange_fn& ex) {
+  const auto lb = run_loopback(port, xo, [&](bool is_server, const exchange_fn& ex) {
     faults_options mine = o;
     mine.server = is_server;
     (is_server ? out.server : out.client) = run_faults<backends::mock, T, yielding_poll<>>(

@@ -33,6 +33,7 @@ struct cli {
   faults_options fo;
   qp_type transport = qp_type::rc;
   std::uint16_t port = 18700;
+  bool port_given = false;  // the mock's loopback takes an ephemeral port unless -p names one
   std::string host;
   double loss = 0, dup = 0, reorder = 0;
   std::uint64_t seed = 1;
@@ -54,7 +55,7 @@ void usage(std::FILE* to) {
                "  -R, --retry=N              RC retry count (default 6)\n"
                "  -d, --ib-dev=DEV           device (none, or mock: both ends here on the mock)\n"
                "  -g, --gid-idx=N            GID index\n"
-               "  -p, --port=PORT            TCP port of the exchange (default 18700)\n"
+               "  -p, --port=PORT            TCP port of the exchange (default 18700; mock: ephemeral)\n"
                "Mock only (refused with -d DEV: on a device, netem on the link makes the faults):\n"
                "  --loss=P --dup=P --reorder=P  per-packet fault probabilities (0..1)\n"
                "  --seed=N                   fabric seed (default 1)\n"
@@ -146,6 +147,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       case 'p':
         if (!parse_uint(optarg, 65535, v)) return bad("port", optarg, 0, 65535);
         c.port = static_cast<std::uint16_t>(v);
+        c.port_given = true;
         break;
       case o_loss:
         if (!parse_prob(optarg, c.loss)) return bad_probability(optarg);
@@ -268,11 +270,12 @@ int run_mock(const cli& c) {
   }
   mock_faults f{c.loss, c.dup, c.reorder, c.seed,
                 c.spec_profile ? mock::device_profile::spec : mock::device_profile::rxe};
+  const std::uint16_t port = c.port_given ? c.port : 0;
   faults_pair r;
   switch (c.transport) {
-    case qp_type::rc: r = run_faults_on_mock<rc>(c.fo, f); break;
-    case qp_type::uc: r = run_faults_on_mock<uc>(c.fo, f); break;
-    case qp_type::ud: r = run_faults_on_mock<ud>(c.fo, f); break;
+    case qp_type::rc: r = run_faults_on_mock<rc>(c.fo, f, {}, port); break;
+    case qp_type::uc: r = run_faults_on_mock<uc>(c.fo, f, {}, port); break;
+    case qp_type::ud: r = run_faults_on_mock<ud>(c.fo, f, {}, port); break;
   }
   faults_options o = c.fo;
   o.server = false;

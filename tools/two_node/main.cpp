@@ -31,6 +31,7 @@ namespace {
 struct cli {
   two_node_options o;
   std::uint16_t port = 18800;
+  bool port_given = false;  // the mock's loopback takes an ephemeral port unless -p names one
   std::string host;
   bool spec_profile = false;
   bool list = false;
@@ -42,7 +43,7 @@ void usage(std::FILE* to) {
                "  -d, --ib-dev=DEV      device (none, or mock: both roles here on the mock)\n"
                "  -i, --ib-port=PORT    device port (default 1)\n"
                "  -g, --gid-idx=N       GID index\n"
-               "  -p, --port=PORT       TCP port of the exchange (default 18800)\n"
+               "  -p, --port=PORT       TCP port of the exchange (default 18800; mock: ephemeral)\n"
                "  -s, --only=TEXT       only the scenarios whose name contains TEXT (give both sides the same;\n"
                "                        matching none is refused)\n"
                "  -w, --wait=MS         longest wait for a completion (default 10000, at least 200)\n"
@@ -84,6 +85,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       case 'p':
         if (!parse_uint(optarg, 65535, v)) return bad("port", optarg, 0, 65535);
         c.port = static_cast<std::uint16_t>(v);
+        c.port_given = true;
         break;
       case 's':
         // (Empty would select every scenario: a script's unset variable.)
@@ -156,7 +158,7 @@ int run_mock(const cli& c) {
     return 2;
   }
   const auto p = c.spec_profile ? mock::device_profile::spec : mock::device_profile::rxe;
-  const auto r = run_two_node_on_mock(c.o, p);
+  const auto r = run_two_node_on_mock(c.o, p, {}, c.port_given ? c.port : 0);
   for (const auto& x : r.server) std::printf("%s\n", x.line().c_str());
   // The two sides agree on PASS/FAIL; the client's reasons complete the server's.
   for (std::size_t i = 0; i < r.client.size(); ++i)

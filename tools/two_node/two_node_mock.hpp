@@ -14,9 +14,11 @@ struct two_node_pair {
   std::vector<two_node_result> client, server;
 };
 
-/// Both sides; `setup` may inject faults into the fabric before the run.
+/// Both sides; `setup` may inject faults into the fabric before the run; `port`: the
+/// loopback's TCP port (0: an ephemeral one).
 inline two_node_pair run_two_node_on_mock(two_node_options o, mock::device_profile profile,
-                                          const std::function<void(mock::fabric&)>& setup = {}) {
+                                          const std::function<void(mock::fabric&)>& setup = {},
+                                          std::uint16_t port = 0) {
   mock::fabric_config cfg;
   cfg.profile = profile;
   mock::fabric fab(cfg);
@@ -25,7 +27,7 @@ inline two_node_pair run_two_node_on_mock(two_node_options o, mock::device_profi
   exchange_options xo;
   xo.timeout = std::chrono::milliseconds{60'000};
   two_node_pair out;
-  const auto lb = run_loopback(0, xo, [&](bool is_server, const exchange_fn& ex) {
+  const auto lb = run_loopback(port, xo, [&](bool is_server, const exchange_fn& ex) {
     two_node_options mine = o;
     mine.server = is_server;
     (is_server ? out.server : out.client) = run_two_node<backends::mock, yielding_poll<>>(
