@@ -123,7 +123,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         break;
       case 'm':
         if (!parse_uint(optarg, 4096, v) || !mtu_from_bytes(static_cast<std::uint32_t>(v), c.fo.path_mtu))
-          return bad("MTU", optarg);
+          return bad("MTU (256, 512, 1024, 2048 or 4096)", optarg);
         mtu_given = true;
         break;
       case 't':
@@ -183,7 +183,13 @@ int parse(int argc, char** argv, cli& c, bool& help) {
     }
   }
   if (optind == argc - 1) c.host = argv[optind];
-  else if (optind < argc) { usage(stderr); return 2; }
+  else if (optind < argc) {
+    std::fprintf(stderr,
+                 "rdmakit-faults: unexpected argument \"%s\": give at most one host (the server's), after the options\n",
+                 argv[optind + 1]);
+    usage(stderr);
+    return 2;
+  }
   if (optind == argc - 1 && c.host.empty()) {  // a script's unset "$HOST": it would become a server
     std::fprintf(stderr, "rdmakit-faults: an empty host argument: give the server's host name or address, or none "
                          "to be the server\n");

@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
       case 'P': o.persistent = true; break;
       case 'p':
         if (!parse_uint(optarg, 65535, v)) {
-          std::fprintf(stderr, "rdmakit-rping: invalid port '%s'%s\n", optarg, uint_hint(optarg).c_str());
+          std::fprintf(stderr, "rdmakit-rping: invalid port '%s'%s\n", optarg, range_hint(optarg, 0, 65535).c_str());
           return 1;
         }
         port = static_cast<std::uint16_t>(v);

@@ -432,8 +432,10 @@ two_node_result run_two_node_scenario(const two_node_scenario& sc, std::uint32_t
     throw detail2n::desync(std::string("exchange with the peer failed: ") + e.what());
   }
   two_node_result res{sc.name, f.ok() && !peer_failed, f.text};
+  // "too" when this side failed as well: not a failure of this side caused by the peer.
   if (peer_failed)
-    res.detail += std::string(res.detail.empty() ? "" : "; ") + "the " + (o.server ? "client" : "server") + " failed";
+    res.detail += std::string(res.detail.empty() ? "the " : "; the ") + (o.server ? "client" : "server") +
+                  (res.detail.empty() ? " failed" : " failed too");
   return res;
 }
 
