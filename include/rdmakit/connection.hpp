@@ -109,6 +109,14 @@ inline connection_info receive_record(int fd, const connection_info& local, cons
   return peer;
 }
 
+// Runs the callback, and moves the deadline by the time it took: the callback's own
+// time is not the peer's (restarted in full, a slow peer got the timeout twice).
+inline void run_on_peer(const on_peer_fn& on_peer, const connection_info& peer, tcp::deadline& d) {
+  const auto t0 = tcp::clock::now();
+  on_peer(peer);
+  d = d.later_by(tcp::clock::now() - t0);
+}
+
 inline void send_ack(int fd, const exchange_options& o, const tcp::deadline& d) {
   if (o.format == wire_format::pingpong) {
     tcp::write_all(fd, wire::pingpong_ack.data(), wire::pingpong_ack.size(), d, "the \"done\" acknowledgement");
@@ -157,10 +165,7 @@ class exchange_listener {
     detail::tcp::socket_fd c = listener_.accept(detail::tcp::deadline::after(accept_budget));
     auto d = detail::tcp::deadline::after(o.timeout);
     connection_info peer = detail::receive_record(c.get(), local, o, d, true);
-    if (on_peer) {
-      on_peer(peer);
-      d = detail::tcp::deadline::after(o.timeout);  // the callback's own time is not the peer's fault
-    }
+    if (on_peer) detail::run_on_peer(on_peer, peer, d);
     detail::send_record(c.get(), record, o, d);
     detail::receive_ack(c.get(), o, d);
     return peer;
@@ -208,10 +213,7 @@ inline connection_info exchange_client(const std::string& host, std::uint16_t po
   detail::tcp::socket_fd c = detail::tcp::connect(host, port, d, o.retry_refused);
   detail::send_record(c.get(), record, o, d);
   connection_info peer = detail::receive_record(c.get(), local, o, d, true);
-  if (on_peer) {
-    on_peer(peer);
-    d = detail::tcp::deadline::after(o.timeout);
-  }
+  if (on_peer) detail::run_on_peer(on_peer, peer, d);
   detail::send_ack(c.get(), o, d);
   return peer;
 }

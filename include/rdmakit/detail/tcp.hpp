@@ -49,6 +49,10 @@ struct deadline {
     return left > INT_MAX ? INT_MAX : static_cast<int>(left);
   }
   bool expired() const noexcept { return clock::now() >= at; }
+  /// The same deadline `by` later (saturated): for time the peer is not waited for.
+  deadline later_by(clock::duration by) const noexcept {
+    return {by >= clock::time_point::max() - at ? clock::time_point::max() : at + by, budget};
+  }
 };
 
 inline std::string errno_text(int e) { return cat(std::strerror(e), " (errno ", e, ")"); }
@@ -151,6 +155,29 @@ inline void resolve(addrinfo_list& out, const std::string& host, std::uint16_t p
                              ": check the host name (or use a numeric address)"));
 }
 
+/// Whether `fd` is connected to itself. A connect to a local port nobody listens on can
+/// take that very port as its source (it is in the ephemeral range listeners pick from
+/// too), and Linux completes it by a simultaneous open: the client would read its own
+/// record back as the server's.
+inline bool connected_to_itself(int fd) noexcept {
+  sockaddr_storage mine{}, peer{};
+  socklen_t ml = sizeof mine, pl = sizeof peer;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &ml) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0 || mine.ss_family != peer.ss_family)
+    return false;
+  if (mine.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(mine);
+    const auto& b = reinterpret_cast<const sockaddr_in&>(peer);
+    return a.sin_port == b.sin_port && a.sin_addr.s_addr == b.sin_addr.s_addr;
+  }
+  if (mine.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(mine);
+    const auto& b = reinterpret_cast<const sockaddr_in6&>(peer);
+    return a.sin6_port == b.sin6_port && std::memcmp(&a.sin6_addr, &b.sin6_addr, sizeof a.sin6_addr) == 0;
+  }
+  return false;
+}
+
 /// Connects to the first of `addrs` (a getaddrinfo list) that accepts, in order, all
 /// within `d`; `target` names them in messages (host:port). See connect.
 inline socket_fd connect_to(const addrinfo* addrs, const std::string& target, const deadline& d,
@@ -182,6 +209,13 @@ inline socket_fd connect_to(const addrinfo* addrs, const std::string& target, co
           socklen_t len = sizeof err;
           if (::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
         }
+      }
+      if (err == 0 && connected_to_itself(s.get())) {
+        // Nobody listens there. Closed with a reset, so the port is free for the retry at
+        // once (a close would hold it in TIME_WAIT for a minute).
+        const linger reset{1, 0};
+        ::setsockopt(s.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+        err = ECONNREFUSED;
       }
       if (err == 0) {
         int one = 1;

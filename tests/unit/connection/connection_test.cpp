@@ -3,6 +3,12 @@
 #include <rdmakit/rdmakit.hpp>  // the whole library alongside: no name clashes
 
 #include <doctest/doctest.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <climits>
@@ -255,6 +261,47 @@ TEST_CASE("retry_refused waits for a server that starts late") {
   CHECK(client.get().ep == sample_endpoint());
 }
 
+// A connect to a local port nobody listens on may take that very port as its own: Linux
+// then connects the socket to itself (a simultaneous open), and the client read its own
+// record back as the server's (an audit; the ephemeral range covers the ports listeners
+// pick). Shown in a child process in a network namespace of its own whose ephemeral
+// range is that one port, so every retry meets it; without CAP_SYS_ADMIN, skipped.
+TEST_CASE("retry_refused never takes the client's own socket for a server") {
+  constexpr std::uint16_t port = 40002;
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // exit 77: no namespace; 0: refused, as nobody listens; 1: "connected"
+    if (::unshare(CLONE_NEWNET) != 0) ::_exit(77);
+    const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq lo{};
+    std::strcpy(lo.ifr_name, "lo");
+    if (fd < 0 || ::ioctl(fd, SIOCGIFFLAGS, &lo) != 0) ::_exit(77);
+    lo.ifr_flags = static_cast<short>(lo.ifr_flags | IFF_UP);
+    if (::ioctl(fd, SIOCSIFFLAGS, &lo) != 0) ::_exit(77);
+    std::FILE* range = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "w");
+    if (!range || std::fprintf(range, "%u %u", port, port) < 0 || std::fclose(range) != 0) ::_exit(77);
+    exchange_options o = fast();
+    o.timeout = 300ms;
+    o.retry_refused = true;
+    try {
+      (void)exchange_client("127.0.0.1", port, sample_endpoint(), o);
+      ::_exit(1);
+    } catch (const exchange_error& e) {
+      ::_exit(e.code() == exchange_errc::connection_refused ? 0 : 2);
+    } catch (...) {
+      ::_exit(3);
+    }
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) {
+    MESSAGE("skipped: no network namespace of its own here (needs CAP_SYS_ADMIN)");
+    return;
+  }
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
 // A name resolving to an address that does not answer (an IPv6 one the host cannot
 // reach, say) before one that does: the first timeout ended the connect, with the whole
 // budget spent on it and the next address never tried.
@@ -345,6 +392,26 @@ TEST_CASE("client: a server that answers but never acknowledges... is the client
   CHECK(wire::parse_pingpong(std::string_view(reply, 52)).qpn == sample_endpoint().qpn);
   // ...and no "done".
   CHECK(error_of([&] { server.get(); }) == exchange_errc::timeout);
+}
+
+// The deadline started again in full after the on_peer callback (connect_server always
+// passes one), so a client slow with its record and silent after it held the server for
+// up to twice the timeout (an audit: 1740 ms for 1000). The callback's time is excluded;
+// the peer's is not.
+TEST_CASE("server: an on_peer callback does not give a slow client a second timeout") {
+  exchange_listener l(0, "127.0.0.1");
+  exchange_options o = fast();
+  o.timeout = 400ms;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto server = serve(l, sample_endpoint(), o, [](const connection_info&) { std::this_thread::sleep_for(50ms); });
+  auto s = raw_client(l.port());
+  std::this_thread::sleep_for(300ms);  // the record comes late, within the timeout...
+  raw_write(s, wire::encode(other_endpoint()));
+  // ...and no acknowledgement after it.
+  CHECK(error_of([&] { server.get(); }) == exchange_errc::timeout);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= 450ms);  // the timeout and the callback's 50 ms
+  CHECK(took < 650ms);   // restarted, it was 300 + 50 + 400
 }
 
 TEST_CASE("milliseconds::max() timeouts mean no practical limit, not an overflow") {
