@@ -235,8 +235,8 @@ using connected_t = decltype(std::declval<QP&&>().connect(std::declval<const end
 
 /// Throws exchange_error (malformed) when a peer's record cannot name a queue pair to
 /// reach: QP 0 or 1 (the subnet's management QPs: a zeroed or garbled record), a
-/// multicast GID (a group's, never a port's), or neither a LID nor a GID (ibv_*_pingpong
-/// run on RoCE without -g). Such a record is the network's fault, not the caller's: an
+/// multicast GID or LID (a group's, never a port's; LIDs from 0xC000, the permissive
+/// 0xFFFF too), or neither a LID nor a GID (ibv_*_pingpong run on RoCE without -g). Such a record is the network's fault, not the caller's: an
 /// on_peer callback calls this before connect() or create_ah(), which would take it for
 /// a misuse (usage_error) or send where no peer answers. connect_client and
 /// connect_server call it.
@@ -251,6 +251,12 @@ inline void check_peer_record(const endpoint& peer) {
                          detail::cat("the peer's record names GID ", peer.gid.to_string(),
                                      ", a multicast group's, not a port's: is the peer sending its queue pair's "
                                      "local_endpoint()?"));
+  if (peer.lid >= 0xC000)
+    throw exchange_error(exchange_errc::malformed,
+                         detail::cat("the peer's record names LID ", detail::hex(peer.lid),
+                                     peer.lid == 0xFFFF ? ", the permissive LID" : ", a multicast group's",
+                                     ", not a port's (unicast LIDs are 0x1 to 0xbfff): is the peer sending its queue "
+                                     "pair's local_endpoint()?"));
   if (peer.lid == 0 && peer.gid.is_zero())
     throw exchange_error(exchange_errc::malformed,
                          "the peer's record has neither a LID nor a GID, so nothing to address: on RoCE, run "

@@ -59,8 +59,10 @@ inline ah_attr make_av(const endpoint& peer, std::uint8_t port, const port_attr&
   if (pa.layer == link_layer::ethernet || force_grh) {
     if (peer.gid.is_zero())
       throw usage_error(cat("port ", port, " of ", dev_name,
-                            " is RoCE (Ethernet), which needs a GRH, but the peer endpoint has "
-                            "no GID: send the peer's local_endpoint().gid along with its QPN"));
+                            pa.layer == link_layer::ethernet ? " is RoCE (Ethernet), which needs a GRH"
+                                                             : " is InfiniBand, and connect_options::force_grh asks a GRH",
+                            ", but the peer endpoint has no GID: send the peer's local_endpoint().gid along with "
+                            "its QPN"));
     av.is_global = true;
     av.grh.dgid = peer.gid;
     av.grh.sgid_index = static_cast<std::uint8_t>(gid_index);

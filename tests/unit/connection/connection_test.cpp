@@ -782,6 +782,43 @@ TEST_CASE("connect_client: a peer record this port cannot address is a malformed
     CHECK(client_refusal_of(ibd, e) == exchange_errc::malformed);
     CHECK(last_error.find("no LID") != std::string::npos);
   }
+  // A multicast LID, or the permissive one, names no port: connect() took it (an audit),
+  // where the multicast GID beside it was refused.
+  SUBCASE("a multicast or the permissive LID, on an InfiniBand port") {
+    mock::port_config ib;
+    ib.layer = link_layer::infiniband;
+    ib.lid = 7;
+    one_device ibd(ib);
+    for (const std::uint16_t lid : {0xc001, 0xffff}) {
+      CAPTURE(lid);
+      e.lid = lid;
+      CHECK(client_refusal_of(ibd, e) == exchange_errc::malformed);
+      CHECK(last_error.find(lid == 0xffff ? "LID 0xffff, the permissive LID" : "LID 0xc001, a multicast") !=
+            std::string::npos);
+    }
+  }
+}
+
+// connect_options::force_grh on an InfiniBand port, towards a peer without a GID: the
+// refusal said the port was "RoCE (Ethernet)".
+TEST_CASE("connect: force_grh towards a peer without a GID, on an InfiniBand port, names force_grh") {
+  mock::port_config ib;
+  ib.layer = link_layer::infiniband;
+  ib.lid = 7;
+  one_device d(ib);
+  auto q = d.pd.create_qp<rc>(d.cq, qp_cap{4, 4, 1, 1, 0});
+  endpoint e = q.local_endpoint();
+  e.gid = {};
+  connect_options o;
+  o.force_grh = true;
+  try {
+    (void)std::move(q).connect(e, o);
+    FAIL("connected with a GRH towards no GID");
+  } catch (const usage_error& x) {
+    const std::string w = x.what();
+    CHECK(w.find("is InfiniBand, and connect_options::force_grh asks a GRH") != std::string::npos);
+    CHECK(w.find("RoCE") == std::string::npos);
+  }
 }
 
 // A client that left after the server had connected its queue pair (before the
