@@ -36,7 +36,9 @@ struct exchange_options {
   wire_format format = wire_format::rdmakit;
   /// Bound on one exchange once a client is there: connect, send, receive, callback
   /// excluded, acknowledgement. Must be positive; any duration, saturated: hours::max()
-  /// (or milliseconds::max()) is no practical limit.
+  /// (or milliseconds::max()) is no practical limit. A host name's lookup comes before
+  /// it and is bounded by the resolver's own timeouts (resolv.conf); a numeric address
+  /// needs none.
   detail::ms_timeout timeout{std::chrono::milliseconds{10'000}};
   /// How long a server waits for a client to connect; 0 (the default): `timeout`.
   /// Negative: refused.
@@ -172,8 +174,8 @@ class exchange_listener {
   }
 
   /// Closes, unanswered, the connection of each client waiting to be served and of each
-  /// that connects within `wait`: its exchange fails at once ("the peer closed the
-  /// connection") instead of at its timeout. For a server that cannot serve, its own
+  /// that connects within `wait`: its exchange fails at once (connection_closed; a reset,
+  /// as its record goes unread) instead of at its timeout. For a server that cannot serve, its own
   /// setup having failed, while a client may be waiting for its record. Returns how many
   /// were turned away. Throws usage_error on a moved-from listener.
   std::size_t turn_away(std::chrono::milliseconds wait = std::chrono::milliseconds{0}) {

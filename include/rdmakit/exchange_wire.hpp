@@ -298,6 +298,10 @@ inline connection_info decode_payload(std::string_view payload) {
     const auto eq = line.find('=');
     if (line.empty()) detail::malformed("rdmakit record has an empty line (one key=value per line, none blank)");
     if (eq == std::string_view::npos || eq == 0) detail::malformed("rdmakit record line is not key=value", line);
+    if (line.back() == '\r')
+      detail::malformed("rdmakit record: a line ends in a carriage return (CRLF line endings): end each line with "
+                        "LF only",
+                        line);
     const std::string_view key = line.substr(0, eq), value = line.substr(eq + 1);
     int k = 0;
     while (k < k_count && names[k] != key) ++k;

@@ -338,8 +338,10 @@ class listener {
     addrinfo_list list;
     resolve(list, host, port, true);
     int last_err = EADDRNOTAVAIL;
+    bool no_socket = false;  // the last failure was socket() out of descriptors or memory: not the address's
     for (addrinfo* a = list.head; a; a = a->ai_next) {
       socket_fd s(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+      no_socket = !s && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM);
       if (!s) {
         last_err = errno;
         continue;
@@ -353,6 +355,8 @@ class listener {
       last_err = errno;
     }
     if (last_err == EADDRINUSE) throw_in_use(port);
+    if (no_socket)
+      throw_system(cat("socket() to listen on ", (host.empty() ? std::string_view("*") : host), ":", port), last_err);
     throw exchange_error(exchange_errc::address,
                          cat("cannot listen on ", (host.empty() ? std::string_view("*") : host), ":", port, ": ",
                              errno_text(last_err)),

@@ -6,6 +6,7 @@
 #include <net/if.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -392,6 +393,31 @@ TEST_CASE("client: a server that answers but never acknowledges... is the client
   CHECK(wire::parse_pingpong(std::string_view(reply, 52)).qpn == sample_endpoint().qpn);
   // ...and no "done".
   CHECK(error_of([&] { server.get(); }) == exchange_errc::timeout);
+}
+
+// Out of descriptors, a listener's socket() failure was an `address` error, as if the
+// address or port were at fault; the same in accept or connect is `system` (an audit).
+TEST_CASE("a listener out of file descriptors is a system error, not an address error") {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // exit 0: system error; 1: another kind; 2: no error
+    rlimit none{0, 0};
+    ::getrlimit(RLIMIT_NOFILE, &none);
+    none.rlim_cur = 0;
+    if (::setrlimit(RLIMIT_NOFILE, &none) != 0) ::_exit(77);
+    try {
+      exchange_listener l(0, "127.0.0.1");
+      ::_exit(2);
+    } catch (const exchange_error& e) {
+      ::_exit(e.code() == exchange_errc::system ? 0 : 1);
+    } catch (...) {
+      ::_exit(3);
+    }
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 // The deadline started again in full after the on_peer callback (connect_server always

@@ -145,6 +145,11 @@ TEST_CASE("rdmakit record: malformed, oversized and foreign input is rejected") 
   CHECK(wire::decode_payload("lid=0\nqpn=0x010\n" + tail + "mtu=1024\n").ep.qpn == 16);  // hex may pad
   CHECK(error_of([&] { wire::decode_payload(base + "no equals sign\n"); }) == exchange_errc::malformed);
   CHECK(last_error.find("\"no equals sign\"") != std::string::npos);
+  // Windows line endings: "lid=0\r" was blamed on a leading 0 (an audit).
+  CHECK(error_of([&] { wire::decode_payload("lid=0\r\nqpn=0x10\r\n" + tail + "mtu=1024\n"); }) ==
+        exchange_errc::malformed);
+  CHECK(last_error.find("CRLF") != std::string::npos);
+  CHECK(last_error.find("leading 0") == std::string::npos);
   // An empty line has no text to show: the message says what it is.
   CHECK(error_of([&] { wire::decode_payload(base + "\n"); }) == exchange_errc::malformed);
   CHECK(last_error.find("empty line") != std::string::npos);
