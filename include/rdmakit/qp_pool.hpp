@@ -31,6 +31,9 @@ class qp_pool {
   {
     auto* blk = detail::policy_access::block(cq);
     if (!blk) detail::throw_empty_argument("completion_queue", "create_qp_pool");
+    if (count == 0)
+      throw usage_error("create_qp_pool(): a pool of 0 queue pairs has nothing to connect or use: give a count of 1 "
+                        "or more");
     detail::check_qp_options(o);  // before the members' PSNs (o.psn + i) wrap at 24 bits
     const std::uint64_t per = std::uint64_t{caps.max_send_wr} + caps.max_recv_wr;
     const std::uint64_t taken = blk->reserved + blk->flushing;  // reset or destroyed queue pairs' completions too
@@ -91,7 +94,8 @@ class qp_pool {
 
   /// The next queue pair in round-robin order (spreads load over the pool).
   queue_pair_type& next() {
-    if (qps_.empty()) throw usage_error("qp_pool::next(): the pool is empty (moved from, or a failed connect)");
+    if (qps_.empty())
+      throw usage_error("qp_pool::next(): the pool is empty (moved from, or emptied by a refused connect or activate)");
     auto& q = qps_[cursor_];
     cursor_ = cursor_ + 1 == qps_.size() ? 0 : cursor_ + 1;
     return q;
@@ -112,10 +116,10 @@ class qp_pool {
   /// empty (size() 0) and the error says so (as after std::bad_alloc on the way).
   qp_pool<B, T, S, qp_state::rts> connect(std::span<const endpoint> peers, const connect_options& o = {}) && {
     static_assert(State == qp_state::init, "connect(): this pool is already connected");
+    check_members_("connect");
     if (peers.size() != qps_.size())
       throw usage_error(detail::cat("qp_pool::connect(): a pool of ", qps_.size(),
                                     " queue pairs needs as many peer endpoints, got ", peers.size()));
-    check_members_("connect");
     for (std::size_t i = 0; i < qps_.size(); ++i) {
       detail::check_connect(peers[i], o, initiates_reads<T>);
       // What INIT→RTR would refuse before the device (a RoCE peer without a GID...).
@@ -165,6 +169,9 @@ class qp_pool {
   // A member moved out through operator[] (or connected on its own) leaves an empty
   // queue pair: refused before any member is touched.
   void check_members_(const char* call) const {
+    if (qps_.empty())
+      throw usage_error(detail::cat("qp_pool::", call, "(): the pool is empty (moved from, or emptied by a refused "
+                                    "connect or activate): create a new pool"));
     for (std::size_t i = 0; i < qps_.size(); ++i)
       if (!qps_[i])
         throw usage_error(detail::cat("qp_pool::", call, "(): queue pair ", i, " of ", qps_.size(),

@@ -144,3 +144,24 @@ TEST_CASE("qp_pool: more queue pairs than the device's max_qp is a usage_error, 
                          doctest::Contains("max_qp"), usage_error);
   CHECK(x.cq.attached() == 0);
 }
+
+// An empty pool (moved from, or emptied by a refused connect) went through connect() and
+// activate() as another empty pool, and create_qp_pool(cq, 0, ...) made one whose next()
+// blamed a move or a failed connect: setup calls on empty handles are usage_errors
+// (docs/errors.md), and a pool of none is refused where it is asked for (an audit).
+TEST_CASE("qp_pool: a pool of none is refused at creation; an empty pool's connect and activate are usage_errors") {
+  mock::fabric fab;
+  side x(fab, "mock0");
+  CHECK_THROWS_WITH_AS((void)x.pd.create_qp_pool<rc>(x.cq, 0, qp_cap{4, 4}), doctest::Contains("a pool of 0"),
+                       usage_error);
+  auto rc_pool = x.pd.create_qp_pool<rc>(x.cq, 2, qp_cap{4, 4});
+  auto rc_kept = std::move(rc_pool);
+  CHECK_THROWS_WITH_AS((void)std::move(rc_pool).connect(std::span<const endpoint>{}),
+                       doctest::Contains("qp_pool::connect(): the pool is empty"), usage_error);
+  auto ud_pool = x.pd.create_qp_pool<ud>(x.cq, 1, qp_cap{4, 4});
+  auto ud_kept = std::move(ud_pool);
+  CHECK_THROWS_WITH_AS((void)std::move(ud_pool).activate(), doctest::Contains("qp_pool::activate(): the pool is empty"),
+                       usage_error);
+  CHECK(rc_kept.size() == 2);
+  CHECK(ud_kept.size() == 1);
+}
