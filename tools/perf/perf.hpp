@@ -10,6 +10,7 @@
 #include <rdmakit/rdmakit.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -176,31 +177,58 @@ std::string polling_name() {
 
 // ---- statistics --------------------------------------------------------------------
 
-/// Latency statistics of samples in microseconds (sorted in place).
-inline lat_result lat_stats(std::vector<double>& us, std::uint32_t bytes) {
-  lat_result r;
-  r.bytes = bytes;
-  r.iters = us.size();
-  if (us.empty()) return r;
-  std::sort(us.begin(), us.end());
-  const std::size_t n = us.size();
-  double sum = 0;
-  for (double v : us) sum += v;
-  r.t_min = us.front();
-  r.t_max = us.back();
-  r.t_typical = us[n / 2];
-  r.t_avg = sum / static_cast<double>(n);
-  double sq = 0;
-  for (double v : us) sq += (v - r.t_avg) * (v - r.t_avg);
-  r.t_stdev = std::sqrt(sq / static_cast<double>(n));
-  auto pct = [&](double p) {
-    std::size_t i = static_cast<std::size_t>(std::ceil(p * static_cast<double>(n)));
-    return us[std::min(n - 1, i ? i - 1 : 0)];
-  };
-  r.p99 = pct(0.99);
-  r.p999 = pct(0.999);
-  return r;
-}
+/// A latency run's samples in microseconds: count, extremes, mean and deviation of all of
+/// them, and for the percentiles all of them up to `most`, then a uniform sample of that
+/// size (reservoir sampling): a long -D run kept one double per operation, without end
+/// (20 MB/s in an audit).
+class lat_samples {
+ public:
+  explicit lat_samples(std::size_t most) : most_(most) { kept_.reserve(most); }
+  void add(double us) {
+    ++n_;
+    min_ = std::min(min_, us);
+    max_ = std::max(max_, us);
+    const double delta = us - mean_;  // Welford: no sum of squares to lose precision in
+    mean_ += delta / static_cast<double>(n_);
+    m2_ += delta * (us - mean_);
+    if (kept_.size() < most_) {
+      kept_.push_back(us);
+      return;
+    }
+    rng_ ^= rng_ << 13;  // xorshift64: any fair draw of 0..n-1 will do
+    rng_ ^= rng_ >> 7;
+    rng_ ^= rng_ << 17;
+    if (const std::uint64_t j = rng_ % n_; j < most_) kept_[j] = us;
+  }
+  /// The statistics (sorts what is kept).
+  lat_result stats(std::uint32_t bytes) {
+    lat_result r;
+    r.bytes = bytes;
+    r.iters = n_;
+    if (n_ == 0) return r;
+    std::sort(kept_.begin(), kept_.end());
+    const std::size_t n = kept_.size();
+    r.t_min = min_;
+    r.t_max = max_;
+    r.t_typical = kept_[n / 2];
+    r.t_avg = mean_;
+    r.t_stdev = std::sqrt(m2_ / static_cast<double>(n_));
+    auto pct = [&](double p) {
+      std::size_t i = static_cast<std::size_t>(std::ceil(p * static_cast<double>(n)));
+      return kept_[std::min(n - 1, i ? i - 1 : 0)];
+    };
+    r.p99 = pct(0.99);
+    r.p999 = pct(0.999);
+    return r;
+  }
+
+ private:
+  std::vector<double> kept_;
+  std::size_t most_;
+  std::uint64_t n_ = 0;
+  double min_ = std::numeric_limits<double>::infinity(), max_ = 0, mean_ = 0, m2_ = 0;
+  std::uint64_t rng_ = 0x9e3779b97f4a7c15ull;
+};
 
 /// Throughput marks: (when, operations completed so far), one per poll that made progress.
 template <class Stamp>
@@ -215,6 +243,17 @@ struct marks_at {
   RDMAKIT_ALWAYS_INLINE void push(Stamp t, std::uint64_t ops) {
     last = ops;
     v.emplace_back(t, ops);
+  }
+  /// Keeps a timed run's marks under `most` (one per poll grew without end: 20 MB/s in an
+  /// audit): at `most`, every other one goes, the last kept. Called outside the posting
+  /// loop, where the deadline is checked. The peak is then found among fewer windows:
+  /// never above what all the marks give.
+  void bound(std::size_t most) {
+    if (v.size() < most) return;
+    const std::size_t keep_last = (v.size() - 1) % 2;  // the parity of the last index, so it stays
+    std::size_t k = 0;
+    for (std::size_t i = keep_last; i < v.size(); i += 2) v[k++] = v[i];
+    v.resize(k);
   }
 };
 using bw_marks = marks_at<clock_type::time_point>;
@@ -882,6 +921,7 @@ class runner {
         const auto now = clock_type::now();
         pm.tick(now, total);
         if (timed && now >= deadline) break;
+        if (timed) marks.bound(1 << 20);  // 16 MiB
       }
     }
     const auto end = clock_type::now();
@@ -969,11 +1009,12 @@ class runner {
   }
 
   std::uint64_t lat_iters() const { return o_.duration > 0 ? seq_mask : o_.iters; }
+  /// Samples kept for the percentiles: every one up to 2^24 (128 MiB), a uniform sample past it.
+  std::size_t lat_kept() const { return static_cast<std::size_t>(std::min<std::uint64_t>(lat_iters(), 1 << 24)); }
 
   /// read_lat, atomic_lat: one operation at a time, timed from post to completion.
   lat_result rtt_client() {
-    std::vector<double> us;
-    us.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(lat_iters(), 1 << 24)));
+    lat_samples us(lat_kept());
     std::uint64_t done = 0;
     auto on_wc = [&](const completion<B>& c) noexcept {
       if (!c.ok()) return record_failure(c);
@@ -988,17 +1029,16 @@ class runner {
       if (!r) post_failed(r, i);
       while (done <= i) pump(on_wc, "waiting for an operation to complete");
       const auto t1 = clock_type::now();
-      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      us.add(std::chrono::duration<double, std::micro>(t1 - t0).count());
       pm.tick(t1, i + 1);
       if (o_.duration > 0 && t1 - start >= std::chrono::duration<double>(o_.duration)) break;
     }
-    return lat_stats(us, t_.op == op_kind::atomic ? 8 : o_.size);
+    return us.stats(t_.op == op_kind::atomic ? 8 : o_.size);
   }
 
   /// send_lat: ping-pong of SENDs; half the round trip.
   lat_result send_lat_client() {
-    std::vector<double> us;
-    us.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(lat_iters(), 1 << 24)));
+    lat_samples us(lat_kept());
     std::uint64_t recvd = 0;
     auto on_wc = [&](const completion<B>& c) noexcept { on_lat_recv(c, recvd); };
     const auto start = clock_type::now();
@@ -1010,11 +1050,11 @@ class runner {
       if (!r) post_failed(r, i);
       while (recvd <= i) pump(on_wc, "waiting for the reply");
       const auto t1 = clock_type::now();
-      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
+      us.add(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
       pm.tick(t1, i + 1);
       if (o_.duration > 0 && t1 - start >= std::chrono::duration<double>(o_.duration)) break;
     }
-    return lat_stats(us, o_.size);
+    return us.stats(o_.size);
   }
 
   void on_lat_recv(const completion<B>& c, std::uint64_t& recvd) noexcept {
@@ -1059,8 +1099,7 @@ class runner {
     if constexpr (!T::supports_write) {
       throw perf_failure("write_lat needs RDMA WRITE");
     } else {
-      std::vector<double> us;
-      us.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(lat_iters(), 1 << 24)));
+      lat_samples us(lat_kept());
       auto on_wc = [&](const completion<B>& c) noexcept {
         if (!c.ok()) record_failure(c);
       };
@@ -1076,11 +1115,11 @@ class runner {
         if (!r) post_failed(r, i);
         spin_for(v, on_wc, nullptr);
         const auto t1 = clock_type::now();
-        us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
+        us.add(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
         pm.tick(t1, i + 1);
         if (o_.duration > 0 && t1 - start >= std::chrono::duration<double>(o_.duration)) break;
       }
-      return lat_stats(us, o_.size);
+      return us.stats(o_.size);
     }
   }
 
@@ -1189,6 +1228,7 @@ class runner {
       if (n > 0) {
         if (first == clock_type::time_point{}) first = now;
         marks.add(now, recvd);
+        marks.bound(1 << 20);  // 16 MiB, however long the run
         last_progress = now;
       } else if (!fin && recvd > 0 && now - last_progress > o_.timeout) {
         throw perf_failure("no message from the client (" + link_.peer + ") for " +
