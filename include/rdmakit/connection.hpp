@@ -156,16 +156,18 @@ class exchange_listener {
   /// The port it listens on (the one picked when constructed with 0); 0 when moved from.
   std::uint16_t port() const noexcept { return listener_.port(); }
 
-  /// Waits for one client (up to `accept_timeout`) and exchanges records with it. Throws
-  /// usage_error on a moved-from listener.
+  /// Waits for one client (up to `accept_timeout`) and exchanges records with it: the
+  /// first connected client whose record starts to come, so that a connection that stays
+  /// silent (a port scan, a stuck client) does not hold up the clients behind it; one
+  /// left unheard for `timeout` is closed. Throws usage_error on a moved-from listener.
   connection_info exchange(const connection_info& local, const exchange_options& o = {},
                            const on_peer_fn& on_peer = {}) {
     if (!listener_) detail::throw_empty("exchange_listener", "exchange");
     detail::check_timeouts(o);
     const std::string record = detail::encode_record(local, o);
     const auto accept_budget = o.accept_timeout.count() > 0 ? o.accept_timeout : o.timeout;
-    detail::tcp::socket_fd c = listener_.accept(detail::tcp::deadline::after(accept_budget));
     auto d = detail::tcp::deadline::after(o.timeout);
+    detail::tcp::socket_fd c = listener_.next_client(detail::tcp::deadline::after(accept_budget), o.timeout, d);
     connection_info peer = detail::receive_record(c.get(), local, o, d, true);
     if (on_peer) detail::run_on_peer(on_peer, peer, d);
     detail::send_record(c.get(), record, o, d);
@@ -181,7 +183,7 @@ class exchange_listener {
   std::size_t turn_away(std::chrono::milliseconds wait = std::chrono::milliseconds{0}) {
     if (!listener_) detail::throw_empty("exchange_listener", "turn_away");
     const auto d = detail::tcp::deadline::after(wait);
-    std::size_t n = 0;
+    std::size_t n = listener_.drop_waiting();
     while (listener_.accept_within(d)) ++n;  // each connection closes as it goes
     return n;
   }

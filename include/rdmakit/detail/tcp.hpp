@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail::tcp {
@@ -278,11 +279,13 @@ class listener {
                                      : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   }
 
-  /// Takes over `o`'s socket; `o` is left empty (port 0).
-  listener(listener&& o) noexcept : fd_(std::move(o.fd_)), port_(std::exchange(o.port_, 0)) {}
+  /// Takes over `o`'s socket and waiting clients; `o` is left empty (port 0).
+  listener(listener&& o) noexcept
+      : fd_(std::move(o.fd_)), port_(std::exchange(o.port_, 0)), waiting_(std::exchange(o.waiting_, {})) {}
   listener& operator=(listener&& o) noexcept {
     fd_ = std::move(o.fd_);
     port_ = std::exchange(o.port_, 0);
+    waiting_ = std::exchange(o.waiting_, {});
     return *this;
   }
 
@@ -316,7 +319,54 @@ class listener {
     }
   }
 
+  /// The next client to serve, and in `d` its deadline (`timeout` from its accept): the
+  /// first, among the clients connected, whose first bytes came (or who hung up), so
+  /// that a connection that stays silent does not hold up those behind it. Served in
+  /// order, each silent one made every client behind it wait out a timeout, and fail
+  /// with the same timeout. One whose deadline passed unheard is served then (its
+  /// exchange fails on that deadline, as before), and so is the oldest when `accept_d`
+  /// passes with none heard; with none connected, no client came: a timeout error.
+  socket_fd next_client(const deadline& accept_d, std::chrono::milliseconds timeout, deadline& d) {
+    std::vector<pollfd> fds;
+    for (;;) {
+      while (socket_fd c = accept_within(deadline::after(std::chrono::milliseconds{0})))
+        waiting_.push_back({std::move(c), deadline::after(timeout)});
+      for (std::size_t i = 0; i < waiting_.size(); ++i)
+        if (waiting_[i].d.expired()) return take_waiting_(i, d);
+      fds.assign(1, pollfd{fd_.get(), POLLIN, 0});
+      int wait_ms = accept_d.remaining_ms();
+      for (const waiting& w : waiting_) {
+        fds.push_back(pollfd{w.fd.get(), POLLIN, 0});
+        wait_ms = std::min(wait_ms, w.d.remaining_ms());
+      }
+      if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) throw_system("poll", errno);
+      for (std::size_t i = 1; i < fds.size(); ++i)
+        if (fds[i].revents != 0) return take_waiting_(i - 1, d);
+      if (accept_d.expired() && fds[0].revents == 0) {
+        if (!waiting_.empty()) return take_waiting_(0, d);
+        throw exchange_error(exchange_errc::timeout,
+                             cat("no client connected to port ", port_, " within ", accept_d.budget.count(),
+                                 " ms: start the client (or raise the timeout)"),
+                             ETIMEDOUT);
+      }
+    }
+  }
+  /// Closes the connections of the clients waiting to be served (next_client took them
+  /// in); how many.
+  std::size_t drop_waiting() noexcept { return std::exchange(waiting_, {}).size(); }
+
  private:
+  struct waiting {
+    socket_fd fd;
+    deadline d;
+  };
+  socket_fd take_waiting_(std::size_t i, deadline& d) {
+    socket_fd c = std::move(waiting_[i].fd);
+    d = waiting_[i].d;
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+    return c;
+  }
+
   bool try_bind_any6(std::uint16_t port) {
     socket_fd s(::socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!s) return false;  // no IPv6 in this kernel
@@ -372,6 +422,7 @@ class listener {
 
   socket_fd fd_;
   std::uint16_t port_ = 0;
+  std::vector<waiting> waiting_;  // connected, not served yet: oldest first
 };
 
 /// Reads exactly `n` bytes within `d`. `what` names the data for messages.

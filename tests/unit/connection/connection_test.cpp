@@ -420,6 +420,26 @@ TEST_CASE("a listener out of file descriptors is a system error, not an address 
   CHECK(WEXITSTATUS(status) == 0);
 }
 
+// exchange() served the connections in the order they came and waited out `timeout` on
+// each: two silent connections ahead of a good client made it fail, its own timeout
+// spent in the queue (an audit: a port scan, or any stuck client, blocks a server).
+TEST_CASE("server: silent connections ahead of a client do not hold it up") {
+  exchange_listener l(0, "127.0.0.1");
+  const exchange_options o = fast();  // the same timeout on both sides
+  auto silent1 = raw_client(l.port());
+  auto silent2 = raw_client(l.port());
+  auto server = serve(l, sample_endpoint(), o);
+  const auto t0 = std::chrono::steady_clock::now();
+  const connection_info got = exchange_client("127.0.0.1", l.port(), other_endpoint(), o);
+  CHECK(got.ep == sample_endpoint());
+  CHECK(server.get().ep == other_endpoint());
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(o.timeout) / 2);
+  // The silent ones are still waiting: a later exchange serves one of them when it talks.
+  auto later = serve(l, sample_endpoint(), o);
+  raw_write(silent2, wire::encode(other_endpoint()));
+  CHECK(error_of([&] { later.get(); }) == exchange_errc::timeout);  // it never acknowledges
+}
+
 // The deadline started again in full after the on_peer callback (connect_server always
 // passes one), so a client slow with its record and silent after it held the server for
 // up to twice the timeout (an audit: 1740 ms for 1000). The callback's time is excluded;
