@@ -59,7 +59,8 @@ void usage(std::FILE* to) {
                "Mock only (refused with -d DEV: on a device, netem on the link makes the faults):\n"
                "  --loss=P --dup=P --reorder=P  per-packet fault probabilities (0..1)\n"
                "  --seed=N                   fabric seed (default 1)\n"
-               "  --profile=rxe|spec         device profile (default rxe)\n");
+               "  --profile=rxe|spec         device profile (default rxe)\n"
+               "  -h, --help                 this text\n");
 }
 
 bool parse_prob(const char* s, double& p) {

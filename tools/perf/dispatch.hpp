@@ -71,7 +71,8 @@ run_report run_runner(const perf_options& o, peer_link& link, device<B> dev) {
     (void)link;
     (void)dev;
     throw perf_failure("-R runs RC with busy polling and -Q 1, 16 or 64 (it has " + std::string(T::name) + " / " +
-                       signaling_name<S>() + " / " + polling_name<P>() + "): drop -e and -c, give -Q 1, 16 or 64");
+                       signaling_name<S>() + " / " + polling_name<P>() + "): " + (P::needs_channel ? "drop -e, " : "") +
+                       (T::type != qp_type::rc ? "drop -c, " : "") + "give -Q 1, 16 or 64");
   } else if constexpr (compiled_in<T, S, P>()) {
     return runner<B, T, S, P>(o, link, std::move(dev)).run();
   } else if constexpr (rdmakit::detail::shares_receives<T>) {
@@ -82,7 +83,7 @@ run_report run_runner(const perf_options& o, peer_link& link, device<B> dev) {
       throw perf_failure("this rdmakit-perf was built with -Dperf_dispatch=tested and has no " + std::string(T::name) +
                          " --use_srq runner: rebuild with -Dperf_dispatch=full (the default)");
     throw perf_failure("--use_srq runs with busy polling and -Q 16 or 64 only (it has " + signaling_name<S>() + " / " +
-                       polling_name<P>() + "): drop -e, give -Q 16 or -Q 64");
+                       polling_name<P>() + "): " + (P::needs_channel ? "drop -e, " : "") + "give -Q 16 or -Q 64");
   } else {
     (void)o;
     (void)link;

@@ -36,8 +36,9 @@ void usage(const char* argv0, std::FILE* to) {
                "Tests: write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat\n"
                "\n"
                "Options (as perftest's ib_*_bw / ib_*_lat):\n"
-               "  -s, --size=<bytes>        message size (default 65536 for bw, 2 for lat; atomics: 8); the\n"
-               "                            buffers, 2 x -s per QP and side, must fit the machine's memory\n"
+               "  -s, --size=<bytes>        message size (default 65536 for bw, 2 for lat; UD sends 1024;\n"
+               "                            atomics: 8); the buffers, 2 x -s per QP and side, must fit the\n"
+               "                            machine's memory\n"
                "  -n, --iters=<n>           operations per QP (default 5000 bw, 1000 lat)\n"
                "  -D, --duration=<sec>      run for this many seconds instead of -n\n"
                "  -t, --tx-depth=<n>        send queue depth (default 128 bw, 16 send/write_lat, 1 read/atomic_lat)\n"
@@ -136,7 +137,7 @@ int parse(int argc, char** argv, cli& c) {
     return 1;
   };
   bool size_given = false, iters_given = false, tx_given = false, q_given = false, inline_given = false,
-       atomic_given = false;
+       atomic_given = false, rx_given = false;
   bool duration_given = false;
   bool manual = false;
   unsigned long long v = 0;
@@ -172,6 +173,7 @@ int parse(int argc, char** argv, cli& c) {
       case 'r':
         if (!parse_uint(optarg, 1u << 15, v) || v < 1) return bad("rx depth", optarg, 1, 1u << 15);
         c.o.rx_depth = static_cast<std::uint32_t>(v);
+        rx_given = true;
         break;
       case 'Q':
         if (!parse_uint(optarg, 1u << 15, v) || v < 1) return bad("cq moderation", optarg, 1, 1u << 15);
@@ -338,6 +340,12 @@ int parse(int argc, char** argv, cli& c) {
   if (o.use_srq && t->op != op_kind::send)
     return fail(me, std::string(t->name) + ": --use_srq is for the send tests (send_bw, send_lat), the only ones "
                                            "that post receives");
+  if (rx_given && t->op != op_kind::send)
+    return fail(me, std::string(t->name) + ": -r sets the receives posted, and only the send tests (send_bw, "
+                                           "send_lat) post any; drop -r");
+  if (o.path_mtu && o.transport == qp_type::ud)
+    return fail(me, "-m sets a connection's path MTU; UD has none (each datagram is one packet of at most the "
+                    "port's MTU): drop -m");
 
   // Test-specific limits. (-Q above -t was refused for the bandwidth tests only: a
   // ping-pong latency test then ran with a deeper send queue than -t said.)

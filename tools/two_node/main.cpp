@@ -49,7 +49,8 @@ void usage(std::FILE* to) {
                "  -w, --wait=MS         longest wait for a completion (default 10000, at least 200)\n"
                "  -l, --list            print the scenario names and exit\n"
                "  --profile=rxe|spec    the deviation table's rows to expect (default rxe); on the mock\n"
-               "                        also the device profile it runs as\n");
+               "                        also the device profile it runs as\n"
+               "  -h, --help            this text\n");
 }
 
 int parse(int argc, char** argv, cli& c, bool& help) {
