@@ -1,5 +1,6 @@
 #pragma once
 // Command-line parsing shared by the tools: one reading of numbers for every option.
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -94,6 +95,23 @@ inline std::string decimal_hint(const char* s) {
   double ignored = 0;
   if (!s || !*s || parse_decimal(s, ignored)) return "";
   return ": a decimal number, digits with at most one point (as 0.25), no sign, spaces or exponent";
+}
+
+/// The host argument after the options (none: this side is the server) into `host`.
+/// Refuses a second argument and an empty one (a script's unset "$HOST", which would
+/// make a server), naming it; false then (the message is printed: exit).
+inline bool take_host(const char* tool, int argc, char** argv, int first, std::string& host) {
+  if (first >= argc) return true;
+  if (first < argc - 1) {
+    std::fprintf(stderr, "%s: unexpected argument \"%s\": give at most one host (the server's), after the options\n",
+                 tool, argv[first + 1]);
+    return false;
+  }
+  host = argv[first];
+  if (!host.empty()) return true;
+  std::fprintf(stderr, "%s: an empty host argument: give the server's host name or address, or none to be the server\n",
+               tool);
+  return false;
 }
 
 /// What the tools say of an empty -d (a script's unset "$DEV"), which would otherwise

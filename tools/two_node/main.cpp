@@ -110,19 +110,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       default: usage(stderr); return 2;
     }
   }
-  if (optind == argc - 1) c.host = argv[optind];
-  else if (optind < argc) {
-    std::fprintf(stderr,
-                 "rdmakit-two-node: unexpected argument \"%s\": give at most one host (the server's), after the options\n",
-                 argv[optind + 1]);
-    usage(stderr);
-    return 2;
-  }
-  if (optind == argc - 1 && c.host.empty()) {  // a script's unset "$HOST": it would become a server
-    std::fprintf(stderr, "rdmakit-two-node: an empty host argument: give the server's host name or address, or "
-                         "none to be the server\n");
-    return 2;
-  }
+  if (!take_host("rdmakit-two-node", argc, argv, optind, c.host)) return 2;
   if (c.list && !c.host.empty()) {
     std::fprintf(stderr, "rdmakit-two-node: -l only prints the scenario names: drop the host (%s), or -l to run\n",
                  c.host.c_str());

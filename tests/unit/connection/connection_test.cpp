@@ -57,6 +57,19 @@ std::uint16_t free_port() {
   return l.port();
 }
 
+/// Runs `body` in a child process (for what changes the process: limits, namespaces) and
+/// returns the exit status it returned.
+template <class F>
+int in_child(F&& body) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) ::_exit(body());
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
 /// A listener on 127.0.0.1 whose accept queue is full: the kernel drops a new SYN, so a
 /// connect to it gets no answer, as from a host that is down (deterministic, no network).
 struct unanswering {
@@ -269,38 +282,33 @@ TEST_CASE("retry_refused waits for a server that starts late") {
 // range is that one port, so every retry meets it; without CAP_SYS_ADMIN, skipped.
 TEST_CASE("retry_refused never takes the client's own socket for a server") {
   constexpr std::uint16_t port = 40002;
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {  // exit 77: no namespace; 0: refused, as nobody listens; 1: "connected"
-    if (::unshare(CLONE_NEWNET) != 0) ::_exit(77);
+  const int status = in_child([] {  // 77: no namespace; 0: refused, as nobody listens; 1: "connected"
+    if (::unshare(CLONE_NEWNET) != 0) return 77;
     const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     ifreq lo{};
     std::strcpy(lo.ifr_name, "lo");
-    if (fd < 0 || ::ioctl(fd, SIOCGIFFLAGS, &lo) != 0) ::_exit(77);
+    if (fd < 0 || ::ioctl(fd, SIOCGIFFLAGS, &lo) != 0) return 77;
     lo.ifr_flags = static_cast<short>(lo.ifr_flags | IFF_UP);
-    if (::ioctl(fd, SIOCSIFFLAGS, &lo) != 0) ::_exit(77);
+    if (::ioctl(fd, SIOCSIFFLAGS, &lo) != 0) return 77;
     std::FILE* range = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "w");
-    if (!range || std::fprintf(range, "%u %u", port, port) < 0 || std::fclose(range) != 0) ::_exit(77);
+    if (!range || std::fprintf(range, "%u %u", port, port) < 0 || std::fclose(range) != 0) return 77;
     exchange_options o = fast();
     o.timeout = 300ms;
     o.retry_refused = true;
     try {
       (void)exchange_client("127.0.0.1", port, sample_endpoint(), o);
-      ::_exit(1);
+      return 1;
     } catch (const exchange_error& e) {
-      ::_exit(e.code() == exchange_errc::connection_refused ? 0 : 2);
+      return e.code() == exchange_errc::connection_refused ? 0 : 2;
     } catch (...) {
-      ::_exit(3);
+      return 3;
     }
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  if (WEXITSTATUS(status) == 77) {
+  });
+  if (status == 77) {
     MESSAGE("skipped: no network namespace of its own here (needs CAP_SYS_ADMIN)");
     return;
   }
-  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(status == 0);
 }
 
 // A name resolving to an address that does not answer (an IPv6 one the host cannot
@@ -398,26 +406,20 @@ TEST_CASE("client: a server that answers but never acknowledges... is the client
 // Out of descriptors, a listener's socket() failure was an `address` error, as if the
 // address or port were at fault; the same in accept or connect is `system` (an audit).
 TEST_CASE("a listener out of file descriptors is a system error, not an address error") {
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {  // exit 0: system error; 1: another kind; 2: no error
-    rlimit none{0, 0};
-    ::getrlimit(RLIMIT_NOFILE, &none);
-    none.rlim_cur = 0;
-    if (::setrlimit(RLIMIT_NOFILE, &none) != 0) ::_exit(77);
-    try {
-      exchange_listener l(0, "127.0.0.1");
-      ::_exit(2);
-    } catch (const exchange_error& e) {
-      ::_exit(e.code() == exchange_errc::system ? 0 : 1);
-    } catch (...) {
-      ::_exit(3);
-    }
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(in_child([] {  // 0: a system error; 1: another kind; 2: no error
+          rlimit none{0, 0};
+          ::getrlimit(RLIMIT_NOFILE, &none);
+          none.rlim_cur = 0;
+          if (::setrlimit(RLIMIT_NOFILE, &none) != 0) return 77;
+          try {
+            exchange_listener l(0, "127.0.0.1");
+            return 2;
+          } catch (const exchange_error& e) {
+            return e.code() == exchange_errc::system ? 0 : 1;
+          } catch (...) {
+            return 3;
+          }
+        }) == 0);
 }
 
 // exchange() served the connections in the order they came and waited out `timeout` on
