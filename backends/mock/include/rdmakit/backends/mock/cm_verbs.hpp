@@ -822,15 +822,17 @@ RDMAKIT_DECL void fabric::remove_device(std::string_view device) {
   for (auto& x : f.devices)
     if (x.cfg.name == device) d = &x;
   if (!d) throw verbs_error("mock::fabric::remove_device", ENODEV, detail::cat("no mock device named '", device, "'"));
-  if (d->removed) return;
+  if (d->ports.empty() || d->ports.front().removed) return;
   // The ids bound to it: a route or a bound address (port 0: unbound, or listening on 0.0.0.0).
   const auto bound = [&](const detail::cm_id_obj* id) { return id->port != 0 && id->dev == d->index; };
   std::size_t n = 0;
   for (auto* id : f.cm_ids) n += bound(id);
   for (auto* id : f.cm_ids)  // room first: the only step that may throw
     if (bound(id)) detail::cm_make_room(*id->ch, n);
-  d->removed = true;
-  for (auto& p : d->ports) p.up = false;
+  for (auto& p : d->ports) {
+    p.up = false;
+    p.removed = true;
+  }
   for (auto* id : f.cm_ids)
     if (bound(id)) detail::cm_queue(f, detail::cm_event(id, cm_event_type::device_removal));
 }

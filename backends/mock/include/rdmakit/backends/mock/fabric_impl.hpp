@@ -297,7 +297,7 @@ RDMAKIT_DECL void fabric::set_port_up(std::string_view device, std::uint8_t port
     if (port < 1 || port > d.ports.size())
       throw verbs_error("mock::fabric::set_port_up", EINVAL,
                         ::rdmakit::detail::cat("no port ", port, " on ", d.cfg.name));
-    if (d.removed)
+    if (d.ports[port - 1].removed)
       throw verbs_error("mock::fabric::set_port_up", ENODEV,
                         ::rdmakit::detail::cat(d.cfg.name, " was removed (fabric::remove_device): its ports stay down"));
     if (d.ports[port - 1].up == up) return;

@@ -34,6 +34,7 @@ struct port_rt {
   std::uint16_t lid = 0;
   std::vector<gid_entry> gids;  // gid_tbl_len entries; empty slots are !valid
   bool up = true;
+  bool removed = false;  // its device was removed (fabric::remove_device): it stays down
 };
 
 // How many of each object a device has, against cfg.limits (max_pd, max_mr, ...).
@@ -46,7 +47,6 @@ struct device_rt {
   std::uint32_t index = 0;
   std::vector<port_rt> ports;  // ports[0] is port 1
   object_counts count;
-  bool removed = false;  // fabric::remove_device: its ports stay down
 };
 
 class context_obj {
