@@ -159,15 +159,15 @@ class exchange_listener {
   /// Waits for one client (up to `accept_timeout`) and exchanges records with it: the
   /// first connected client whose record starts to come, so that a connection that stays
   /// silent (a port scan, a stuck client) does not hold up the clients behind it; one
-  /// left unheard for `timeout` is closed. Throws usage_error on a moved-from listener.
+  /// left unheard for `timeout` is served then, and fails with `timeout`. Throws
+  /// usage_error on a moved-from listener.
   connection_info exchange(const connection_info& local, const exchange_options& o = {},
                            const on_peer_fn& on_peer = {}) {
     if (!listener_) detail::throw_empty("exchange_listener", "exchange");
     detail::check_timeouts(o);
     const std::string record = detail::encode_record(local, o);
     const auto accept_budget = o.accept_timeout.count() > 0 ? o.accept_timeout : o.timeout;
-    auto d = detail::tcp::deadline::after(o.timeout);
-    detail::tcp::socket_fd c = listener_.next_client(detail::tcp::deadline::after(accept_budget), o.timeout, d);
+    auto [c, d] = listener_.next_client(detail::tcp::deadline::after(accept_budget), o.timeout);
     connection_info peer = detail::receive_record(c.get(), local, o, d, true);
     if (on_peer) detail::run_on_peer(on_peer, peer, d);
     detail::send_record(c.get(), record, o, d);
@@ -177,9 +177,9 @@ class exchange_listener {
 
   /// Closes, unanswered, the connection of each client waiting to be served and of each
   /// that connects within `wait`: its exchange fails at once (connection_closed; a reset,
-  /// as its record goes unread) instead of at its timeout. For a server that cannot serve, its own
-  /// setup having failed, while a client may be waiting for its record. Returns how many
-  /// were turned away. Throws usage_error on a moved-from listener.
+  /// as its record goes unread) instead of at its timeout. For a server that cannot
+  /// serve, its own setup having failed, while a client may be waiting for its record.
+  /// Returns how many were turned away. Throws usage_error on a moved-from listener.
   std::size_t turn_away(std::chrono::milliseconds wait = std::chrono::milliseconds{0}) {
     if (!listener_) detail::throw_empty("exchange_listener", "turn_away");
     const auto d = detail::tcp::deadline::after(wait);
@@ -240,10 +240,10 @@ using connected_t = decltype(std::declval<QP&&>().connect(std::declval<const end
 /// Throws exchange_error (malformed) when a peer's record cannot name a queue pair to
 /// reach: QP 0 or 1 (the subnet's management QPs: a zeroed or garbled record), a
 /// multicast GID or LID (a group's, never a port's; LIDs from 0xC000, the permissive
-/// 0xFFFF too), or neither a LID nor a GID (ibv_*_pingpong run on RoCE without -g). Such a record is the network's fault, not the caller's: an
-/// on_peer callback calls this before connect() or create_ah(), which would take it for
-/// a misuse (usage_error) or send where no peer answers. connect_client and
-/// connect_server call it.
+/// 0xFFFF too), or neither a LID nor a GID (ibv_*_pingpong run on RoCE without -g).
+/// Such a record is the network's fault, not the caller's: an on_peer callback calls
+/// this before connect() or create_ah(), which would take it for a misuse (usage_error)
+/// or send where no peer answers. connect_client and connect_server call it.
 inline void check_peer_record(const endpoint& peer) {
   if (peer.qpn <= 1)
     throw exchange_error(exchange_errc::malformed,

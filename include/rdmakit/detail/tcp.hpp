@@ -297,10 +297,7 @@ class listener {
   /// Accepts one connection within `d`.
   socket_fd accept(const deadline& d) {
     if (socket_fd c = accept_within(d)) return c;
-    throw exchange_error(exchange_errc::timeout,
-                         cat("no client connected to port ", port_, " within ", d.budget.count(),
-                             " ms: start the client (or raise the timeout)"),
-                         ETIMEDOUT);
+    throw_no_client_(d);
   }
   /// One connection accepted within `d`, or an empty socket when none came.
   socket_fd accept_within(const deadline& d) {
@@ -319,35 +316,37 @@ class listener {
     }
   }
 
-  /// The next client to serve, and in `d` its deadline (`timeout` from its accept): the
-  /// first, among the clients connected, whose first bytes came (or who hung up), so
-  /// that a connection that stays silent does not hold up those behind it. Served in
-  /// order, each silent one made every client behind it wait out a timeout, and fail
-  /// with the same timeout. One whose deadline passed unheard is served then (its
-  /// exchange fails on that deadline, as before), and so is the oldest when `accept_d`
-  /// passes with none heard; with none connected, no client came: a timeout error.
-  socket_fd next_client(const deadline& accept_d, std::chrono::milliseconds timeout, deadline& d) {
+  /// A connected client and the deadline of its exchange (`timeout` from its accept).
+  struct client {
+    socket_fd fd;
+    deadline d;
+  };
+  /// The next client to serve: the first, among the clients connected, whose first bytes
+  /// came (or who hung up), so that a connection that stays silent does not hold up
+  /// those behind it. Served in order, each silent one made every client behind it wait
+  /// out a timeout, and fail with the same timeout. One whose deadline passed unheard is
+  /// served then (its exchange fails on that deadline, as before), and so is the oldest
+  /// when `accept_d` passes with none heard; with none connected, no client came: a
+  /// timeout error.
+  client next_client(const deadline& accept_d, std::chrono::milliseconds timeout) {
     std::vector<pollfd> fds;
     for (;;) {
       while (socket_fd c = accept_within(deadline::after(std::chrono::milliseconds{0})))
         waiting_.push_back({std::move(c), deadline::after(timeout)});
       for (std::size_t i = 0; i < waiting_.size(); ++i)
-        if (waiting_[i].d.expired()) return take_waiting_(i, d);
+        if (waiting_[i].d.expired()) return take_waiting_(i);
       fds.assign(1, pollfd{fd_.get(), POLLIN, 0});
       int wait_ms = accept_d.remaining_ms();
-      for (const waiting& w : waiting_) {
+      for (const client& w : waiting_) {
         fds.push_back(pollfd{w.fd.get(), POLLIN, 0});
         wait_ms = std::min(wait_ms, w.d.remaining_ms());
       }
       if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) throw_system("poll", errno);
       for (std::size_t i = 1; i < fds.size(); ++i)
-        if (fds[i].revents != 0) return take_waiting_(i - 1, d);
+        if (fds[i].revents != 0) return take_waiting_(i - 1);
       if (accept_d.expired() && fds[0].revents == 0) {
-        if (!waiting_.empty()) return take_waiting_(0, d);
-        throw exchange_error(exchange_errc::timeout,
-                             cat("no client connected to port ", port_, " within ", accept_d.budget.count(),
-                                 " ms: start the client (or raise the timeout)"),
-                             ETIMEDOUT);
+        if (!waiting_.empty()) return take_waiting_(0);
+        throw_no_client_(accept_d);
       }
     }
   }
@@ -356,15 +355,16 @@ class listener {
   std::size_t drop_waiting() noexcept { return std::exchange(waiting_, {}).size(); }
 
  private:
-  struct waiting {
-    socket_fd fd;
-    deadline d;
-  };
-  socket_fd take_waiting_(std::size_t i, deadline& d) {
-    socket_fd c = std::move(waiting_[i].fd);
-    d = waiting_[i].d;
+  client take_waiting_(std::size_t i) {
+    client c = std::move(waiting_[i]);
     waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     return c;
+  }
+  [[noreturn]] void throw_no_client_(const deadline& d) const {
+    throw exchange_error(exchange_errc::timeout,
+                         cat("no client connected to port ", port_, " within ", d.budget.count(),
+                             " ms: start the client (or raise the timeout)"),
+                         ETIMEDOUT);
   }
 
   bool try_bind_any6(std::uint16_t port) {
@@ -422,7 +422,7 @@ class listener {
 
   socket_fd fd_;
   std::uint16_t port_ = 0;
-  std::vector<waiting> waiting_;  // connected, not served yet: oldest first
+  std::vector<client> waiting_;  // connected, not served yet: oldest first
 };
 
 /// Reads exactly `n` bytes within `d`. `what` names the data for messages.
