@@ -263,16 +263,11 @@ struct cm_id_block final : cm_qp_owner<B> {
     disconnect_sent = true;
   }
   // DEVICE_REMOVAL came: the kernel removes the device once every object on it is gone,
-  // and until then it sends nothing (rxe: posts were taken and never completed). The QP
-  // goes to ERR, so its outstanding WRs flush.
+  // and until then it sends nothing (rxe: posts were taken and never completed). A
+  // disconnect moves the QP to ERR (librdmacm's own QP too), so its outstanding WRs flush.
   void on_removed() noexcept {
     removed = true;
-    if (established && !disconnect_sent) {
-      const spin_lock::hold held(qp_lock_);
-      user_qp_to_err();
-      B::cm_disconnect(id);  // librdmacm moves the CM's own QP to ERR first
-    }
-    disconnect_sent = true;
+    disconnect();
   }
 
  private:
@@ -487,16 +482,22 @@ void cm_check_route_device(const device_state<B>& dev, const cm_route& r, const 
                         "that cm_options::source names)"));
 }
 
+// The transports the CM connects, for its own queue pair and one the application made.
+template <class T>
+constexpr void cm_check_transport() {
+  static_assert(std::is_same_v<T, rc> || shares_receives<T>,
+                "the connection manager connects RC queue pairs only (rdma_cm's TCP port space; a device "
+                "refuses a UC queue pair: connect UC with connect(peer); UD: use address handles)");
+  static_assert(!shares_receives<T>, "connection_manager: queue pairs on a shared receive queue are not supported yet");
+}
+
 // The usage_errors creating the QP would throw (empty handles, a send queue shallower
 // than the signaling policy needs, CQs too small for `caps`), checked before the
 // address is resolved or the request taken: a misuse then changes nothing.
 template <class B, class T, class S, polling PS, polling PR>
 void cm_check_qp_args(const protection_domain<B>& pd, completion_queue<B, PS>& send_cq,
                       completion_queue<B, PR>& recv_cq, const qp_cap& caps, const char* call) {
-  static_assert(std::is_same_v<T, rc> || shares_receives<T>,
-                "the connection manager connects RC queue pairs only (rdma_cm's TCP port space; a device "
-                "refuses a UC queue pair: connect UC with connect(peer); UD: use address handles)");
-  static_assert(!shares_receives<T>, "connection_manager: queue pairs on a shared receive queue are not supported yet");
+  cm_check_transport<T>();
   const auto pref = policy_access::pd_ref(pd, call);
   const auto* scq = policy_access::block(send_cq);
   const auto* rcq = policy_access::block(recv_cq);
@@ -607,10 +608,7 @@ void cm_resolve(cm_id_block<B>& blk, const cm_address& to, const cm_options& o, 
 // before anything is done: a refused one stays the caller's).
 template <class B, class T, class S>
 void cm_check_user_qp(const queue_pair<B, T, S, qp_state::init>& qp, const char* call) {
-  static_assert(std::is_same_v<T, rc> || shares_receives<T>,
-                "the connection manager connects RC queue pairs only (rdma_cm's TCP port space; a device "
-                "refuses a UC queue pair: connect UC with connect(peer); UD: use address handles)");
-  static_assert(!shares_receives<T>, "connection_manager: queue pairs on a shared receive queue are not supported yet");
+  cm_check_transport<T>();
   const auto& given = policy_access::parts(qp);
   if (given.qp == typename B::qp{}) throw_empty("queue_pair", call);
   if (given.cm)
