@@ -244,11 +244,13 @@ struct marks_at {
     last = ops;
     v.emplace_back(t, ops);
   }
-  /// Keeps a timed run's marks under `most` (one per poll grew without end: 20 MB/s in an
+  /// The most marks a run keeps: 16 MiB.
+  static constexpr std::size_t most_kept = std::size_t{1} << 20;
+  /// Keeps a run's marks under `most` (one per poll grew without end: 20 MB/s in an
   /// audit): at `most`, every other one goes, the last kept. Called outside the posting
   /// loop, where the deadline is checked. The peak is then found among fewer windows:
   /// never above what all the marks give.
-  void bound(std::size_t most) {
+  void bound(std::size_t most = most_kept) {
     if (v.size() < most) return;
     const std::size_t keep_last = (v.size() - 1) % 2;  // the parity of the last index, so it stays
     std::size_t k = 0;
@@ -921,7 +923,7 @@ class runner {
         const auto now = clock_type::now();
         pm.tick(now, total);
         if (timed && now >= deadline) break;
-        if (timed) marks.bound(1 << 20);  // 16 MiB
+        if (timed) marks.bound();
       }
     }
     const auto end = clock_type::now();
@@ -1228,7 +1230,7 @@ class runner {
       if (n > 0) {
         if (first == clock_type::time_point{}) first = now;
         marks.add(now, recvd);
-        marks.bound(1 << 20);  // 16 MiB, however long the run
+        marks.bound();  // however long the run
         last_progress = now;
       } else if (!fin && recvd > 0 && now - last_progress > o_.timeout) {
         throw perf_failure("no message from the client (" + link_.peer + ") for " +
