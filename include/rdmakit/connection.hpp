@@ -111,6 +111,19 @@ inline connection_info receive_record(int fd, const connection_info& local, cons
   return peer;
 }
 
+// The bytes of the peer's record, from those of it queued so far: what the listener waits
+// for before serving a client (next_client). A header that does not parse needs no more:
+// the exchange then reads it and says what is wrong with it.
+inline std::size_t record_size(std::string_view queued, wire_format f) {
+  if (f == wire_format::pingpong) return wire::pingpong_record_size;
+  if (queued.size() < wire::header_size) return wire::header_size;
+  try {
+    return wire::header_size + wire::parse_header(queued.substr(0, wire::header_size));
+  } catch (const exchange_error&) {
+    return wire::header_size;
+  }
+}
+
 // Runs the callback, and moves the deadline by the time it took: the callback's own
 // time is not the peer's (restarted in full, a slow peer got the timeout twice).
 inline void run_on_peer(const on_peer_fn& on_peer, const connection_info& peer, tcp::deadline& d) {
@@ -157,9 +170,10 @@ class exchange_listener {
   std::uint16_t port() const noexcept { return listener_.port(); }
 
   /// Waits for one client (up to `accept_timeout`) and exchanges records with it: the
-  /// first connected client whose record starts to come, so that a connection that stays
-  /// silent (a port scan, a stuck client) does not hold up the clients behind it; one
-  /// left unheard for `timeout` is served then, and fails with `timeout`. Throws
+  /// first connected client whose whole record came, so that a connection that stays
+  /// silent or stalls part way (a port scan, a stuck client) does not hold up the
+  /// clients behind it; one whose record is not there within `timeout` is served then,
+  /// and fails with `timeout`. Throws
   /// usage_error on a moved-from listener.
   connection_info exchange(const connection_info& local, const exchange_options& o = {},
                            const on_peer_fn& on_peer = {}) {
@@ -167,7 +181,8 @@ class exchange_listener {
     detail::check_timeouts(o);
     const std::string record = detail::encode_record(local, o);
     const auto accept_budget = o.accept_timeout.count() > 0 ? o.accept_timeout : o.timeout;
-    auto [c, d] = listener_.next_client(detail::tcp::deadline::after(accept_budget), o.timeout);
+    auto [c, d] = listener_.next_client(detail::tcp::deadline::after(accept_budget), o.timeout,
+                                        [&](std::string_view queued) { return detail::record_size(queued, o.format); });
     connection_info peer = detail::receive_record(c.get(), local, o, d, true);
     if (on_peer) detail::run_on_peer(on_peer, peer, d);
     detail::send_record(c.get(), record, o, d);

@@ -321,14 +321,16 @@ class listener {
     socket_fd fd;
     deadline d;
   };
-  /// The next client to serve: the first, among the clients connected, whose first bytes
-  /// came (or who hung up), so that a connection that stays silent does not hold up
-  /// those behind it. Served in order, each silent one made every client behind it wait
-  /// out a timeout, and fail with the same timeout. One whose deadline passed unheard is
-  /// served then (its exchange fails on that deadline, as before), and so is the oldest
-  /// when `accept_d` passes with none heard; with none connected, no client came: a
-  /// timeout error.
-  client next_client(const deadline& accept_d, std::chrono::milliseconds timeout) {
+  /// The next client to serve: the first, among the clients connected, whose whole first
+  /// message came (`message_size(queued)`: how many bytes it takes, from those queued so
+  /// far; peeked, not read), or who hung up, so that a connection that stays silent, or
+  /// stalls part way, does not hold up those behind it. Served in order, each such one
+  /// made every client behind it wait out a timeout, and fail with the same timeout. One
+  /// whose deadline passed is served then (its exchange fails on that deadline, as
+  /// before), and so is the oldest when `accept_d` passes with none ready; with none
+  /// connected, no client came: a timeout error.
+  template <class MessageSize>
+  client next_client(const deadline& accept_d, std::chrono::milliseconds timeout, MessageSize message_size) {
     std::vector<pollfd> fds;
     for (;;) {
       while (socket_fd c = accept_within(deadline::after(std::chrono::milliseconds{0})))
@@ -343,7 +345,7 @@ class listener {
       }
       if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) throw_system("poll", errno);
       for (std::size_t i = 1; i < fds.size(); ++i)
-        if (fds[i].revents != 0) return take_waiting_(i - 1);
+        if (fds[i].revents != 0 && message_came_(fds[i], message_size)) return take_waiting_(i - 1);
       if (accept_d.expired() && fds[0].revents == 0) {
         if (!waiting_.empty()) return take_waiting_(0);
         throw_no_client_(accept_d);
@@ -355,8 +357,28 @@ class listener {
   std::size_t drop_waiting() noexcept { return std::exchange(waiting_, {}).size(); }
 
  private:
+  // Whether the client polled in `p` can be served: a hang-up or an error (its exchange
+  // reports it), or its whole first message is queued. Otherwise poll wakes for it
+  // again only once that many bytes are there (SO_RCVLOWAT; a hang-up wakes it too), so
+  // a partial message is not polled in a busy loop.
+  template <class MessageSize>
+  static bool message_came_(const pollfd& p, MessageSize& message_size) {
+    if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
+    char queued[peek_limit];
+    const ssize_t r = ::recv(p.fd, queued, sizeof queued, MSG_PEEK | MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+    if (r <= 0) return true;  // closed, or an error its exchange reports
+    const std::size_t need = std::min(message_size(std::string_view(queued, static_cast<std::size_t>(r))), peek_limit);
+    if (static_cast<std::size_t>(r) >= need) return true;
+    const int lowat = static_cast<int>(need);
+    return ::setsockopt(p.fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof lowat) != 0;  // else served now, as before
+  }
+  static constexpr std::size_t peek_limit = 2048;  // above the largest record (exchange_wire.hpp)
+
   client take_waiting_(std::size_t i) {
     client c = std::move(waiting_[i]);
+    const int one = 1;  // reads after this one wake at the first byte again
+    ::setsockopt(c.fd.get(), SOL_SOCKET, SO_RCVLOWAT, &one, sizeof one);
     waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     return c;
   }

@@ -442,6 +442,36 @@ TEST_CASE("server: silent connections ahead of a client do not hold it up") {
   CHECK(error_of([&] { later.get(); }) == exchange_errc::timeout);  // it never acknowledges
 }
 
+// Only silent connections were passed over: one that sent part of its record and
+// stalled was served, and held the clients behind it for its timeout (an audit's
+// "left alone", s59). A client is served once its whole record is there.
+TEST_CASE("server: clients stalled part way through their records do not hold up a client") {
+  for (auto fmt : {wire_format::rdmakit, wire_format::pingpong}) {
+    CAPTURE(fmt == wire_format::pingpong);
+    exchange_listener l(0, "127.0.0.1");
+    exchange_options o = fast(fmt);
+    o.timeout = 1000ms;  // the stalled ones stay unexpired while the good one is served
+    std::string rec = fmt == wire_format::pingpong ? wire::format_pingpong(other_endpoint()) + '\0'
+                                                   : wire::encode(other_endpoint());
+    auto in_header = raw_client(l.port());  // stops inside the rdmakit header (or the pingpong record)
+    raw_write(in_header, std::string_view(rec).substr(0, 5));
+    auto in_payload = raw_client(l.port());  // stops one byte short of its record
+    raw_write(in_payload, std::string_view(rec).substr(0, rec.size() - 1));
+    auto server = serve(l, sample_endpoint(), o);
+    const auto t0 = std::chrono::steady_clock::now();
+    const connection_info got = exchange_client("127.0.0.1", l.port(), other_endpoint(), o);
+    CHECK(got.ep.qpn == sample_endpoint().qpn);  // (the pingpong record carries no MTU)
+    CHECK(server.get().ep.qpn == other_endpoint().qpn);
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(o.timeout) / 2);
+    // The one that completes its record later is served then (and fails: no acknowledgement).
+    auto later = serve(l, sample_endpoint(), o);
+    raw_write(in_payload, std::string_view(rec).substr(rec.size() - 1));
+    char reply[16];
+    CHECK_NOTHROW(tcp::read_exact(in_payload.get(), reply, sizeof reply, tcp::deadline::after(o.timeout), "reply"));
+    CHECK(error_of([&] { later.get(); }) == exchange_errc::timeout);
+  }
+}
+
 // The deadline started again in full after the on_peer callback (connect_server always
 // passes one), so a client slow with its record and silent after it held the server for
 // up to twice the timeout (an audit: 1740 ms for 1000). The callback's time is excluded;
