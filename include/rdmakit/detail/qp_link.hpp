@@ -267,6 +267,15 @@ class link_ptr {
   qp_link<B>* p_ = closed();
 };
 
+// Whether a native QP that a type 2 memory window keeps (qp_native_hold) is not
+// destroyed yet: its CQs' records of it (cq_block::departed) read it, the hold clears it
+// once it has destroyed the QP, on whatever thread frees the last such window.
+struct native_qp_kept {
+  bool alive_ = true;  // __atomic builtins
+  bool alive() const noexcept { return __atomic_load_n(&alive_, __ATOMIC_ACQUIRE); }
+  void destroyed() noexcept { __atomic_store_n(&alive_, false, __ATOMIC_RELEASE); }
+};
+
 // Owned by the completion_queue handle and by every queue pair attached to it: the
 // native CQ is destroyed when the last of them goes, after its QPs.
 template <class B>
@@ -291,10 +300,14 @@ struct cq_block {
   // A UD QP's record keeps its receives' payload offset (the GRH's 40 bytes), also once
   // `left` is 0 (an SRQ's receives hold their room apart): its receive completions polled
   // later still have their payload where it is.
+  // A record whose QP a type 2 memory window keeps (`kept`: qp_native_hold) proves
+  // nothing by an empty poll until that QP is destroyed: it is in ERR, and its WRs flush
+  // here later.
   struct departed_qp {
     std::uint32_t qpn;
     std::uint32_t left;
     std::uint32_t recv_offset;
+    shared_owner<native_qp_kept> kept;
   };
   std::vector<departed_qp> departed;
   // True while something waits for a poll that finds this CQ empty: a departed record,
@@ -530,9 +543,15 @@ struct cq_block {
   /// theirs not delivered yet, so the CQ's emptiness proves nothing; the next poll decides.
   RDMAKIT_NOINLINE void forget_departed() noexcept {
     if (delivering != 0) return;
-    for (const auto& d : departed) flushing -= std::min<std::uint64_t>(flushing, d.left);
-    departed.clear();
     bool waiting = false;
+    std::erase_if(departed, [&](const departed_qp& d) {
+      if (d.kept && d.kept->alive()) {  // still flushing here: kept, and the CQ watched
+        waiting = true;
+        return false;
+      }
+      flushing -= std::min<std::uint64_t>(flushing, d.left);
+      return true;
+    });
     for (qp_link<B>* l : retired_links) {
       if (l->recv_cq == this) l->retired_srq_receives = false;
       if (l->send_cq == this && l->retired_unsure_sends) {
@@ -605,10 +624,11 @@ struct cq_block {
     reserve_room(departed, departed.size() + routes.size() + retired_links.size() + srqs.size() + 1);
   }
 
-  void hold_departed_(std::uint32_t qpn, std::uint32_t left, std::uint32_t recv_offset) noexcept {
+  void hold_departed_(std::uint32_t qpn, std::uint32_t left, std::uint32_t recv_offset,
+                      shared_owner<native_qp_kept> kept = {}) noexcept {
     if (left == 0 && recv_offset == 0) return;
     assert(departed.size() < departed.capacity());  // kept by keep_departed_room_: no allocation
-    departed.push_back({qpn, left, recv_offset});
+    departed.push_back({qpn, left, recv_offset, std::move(kept)});
     flushing += left;
     watch_empty = true;
   }
@@ -616,15 +636,16 @@ struct cq_block {
   /// A destroyed QP: its `entries` (its depths, or once retired its flushes, which
   /// `flushing` holds) are let go, but for the `left` completions it may have left here
   /// (and, `srq_receives`, its SRQ's receive completions, whose room the SRQ holds).
-  void detach(qp_link<B>* l, std::uint32_t entries, std::uint32_t left, bool was_retired,
-              bool srq_receives = false) noexcept {
+  /// `kept`: a type 2 memory window keeps its native QP, in ERR, until it is destroyed.
+  void detach(qp_link<B>* l, std::uint32_t entries, std::uint32_t left, bool was_retired, bool srq_receives = false,
+              const shared_owner<native_qp_kept>& kept = {}) noexcept {
     auto& pool = was_retired ? flushing : reserved;
     pool -= std::min<std::uint64_t>(pool, entries);
     if (was_retired)
       std::erase(retired_links, l);
     else
       std::erase_if(routes, [l](const auto& r) { return r.second == l; });
-    hold_departed_(l->qp_num, left, left != 0 || srq_receives ? l->recv_offset : 0);
+    hold_departed_(l->qp_num, left, left != 0 || srq_receives ? l->recv_offset : 0, kept);
     sole = false;
     had_others = true;
     if (last == l) {

@@ -119,6 +119,8 @@ struct qp_native_hold {
   shared_owner<srq_state<B>> srq;
   shared_owner<cq_block<B>> scq, rcq;
   pd_ref<B> pd;
+  // Cleared once the QP is destroyed: its CQs keep its room until then (cq_block::departed).
+  shared_owner<native_qp_kept> kept = make_shared_owner<native_qp_kept>();
 
   qp_native_hold() = default;
   qp_native_hold(const qp_native_hold&) = delete;
@@ -129,6 +131,7 @@ struct qp_native_hold {
         cm->destroy_qp(qp);
       else
         B::destroy_qp(qp);
+      kept->destroyed();
     }
     cm.reset();  // after the QP, as qp_parts::release
     srq.reset();
@@ -208,6 +211,7 @@ struct qp_parts {
   ~qp_parts() { release(); }
 
   void release() noexcept {
+    shared_owner<native_qp_kept> kept;  // set when a window keeps the native QP
     if (qp != typename B::qp{}) {
       if (native_hold && __atomic_load_n(&native_hold->windows, __ATOMIC_ACQUIRE) != 0) {
         // A type 2 window bound through it is not freed yet (qp_native_hold): stopped
@@ -224,6 +228,7 @@ struct qp_parts {
         native_hold->scq = scq;
         native_hold->rcq = rcq;
         native_hold->pd = pd;
+        kept = native_hold->kept;
       } else if (cm) {
         cm->destroy_qp(qp);
       } else {
@@ -243,10 +248,10 @@ struct qp_parts {
       const bool srq_receives = srq_id && srq_seen->ever_posted();  // some may be this QP's, in its CQ
       if (link->send_cq == link->recv_cq) {
         if (link->send_cq)
-          link->send_cq->detach(link.get(), sends + recvs, sends_left + recvs_left, is_retired, srq_receives);
+          link->send_cq->detach(link.get(), sends + recvs, sends_left + recvs_left, is_retired, srq_receives, kept);
       } else {
-        if (link->send_cq) link->send_cq->detach(link.get(), sends, sends_left, is_retired);
-        if (link->recv_cq) link->recv_cq->detach(link.get(), recvs, recvs_left, is_retired, srq_receives);
+        if (link->send_cq) link->send_cq->detach(link.get(), sends, sends_left, is_retired, false, kept);
+        if (link->recv_cq) link->recv_cq->detach(link.get(), recvs, recvs_left, is_retired, srq_receives, kept);
       }
       if (srq_id && link->recv_cq)
         link->recv_cq->detach_srq(srq_id, link->qp_num, link->recv_offset, srq_seen->ever_posted());

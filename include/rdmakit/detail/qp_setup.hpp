@@ -392,7 +392,8 @@ std::string no_room_for_replacement(const qp_parts<B>& p, const char* call, bool
                c.flushing, " to completions of queue pairs replaced or destroyed before; poll the CQ (a "
                "completion polled gives its entry back; receives still posted complete only once the queue pair is "
                "in ERR), create the CQ with at least ", need, " entries, or destroy this queue pair (its WRs are "
-               "dropped; its room comes back once a poll finds the CQ empty) and create a new one");
+               "dropped; its room comes back once a poll finds the CQ empty, or, while a type 2 memory window bound "
+               "through it is not freed, once its flushes are polled) and create a new one");
   };
   if (l.send_cq == l.recv_cq) return check("", *l.send_cq, sends, recvs);
   if (auto why = check("send ", *l.send_cq, sends, 0); !why.empty()) return why;

@@ -431,6 +431,44 @@ TEST_CASE("memory_window: a queue pair's native QP outlives the type 2 windows b
   CHECK(R::verbs() == teardown{"dealloc_mw", "destroy_qp"});
 }
 
+// The queue pair a type 2 window keeps (above) is in ERR, and its WRs flush into its CQ
+// later; the CQ took it for destroyed and let its room go at the first poll that found
+// the CQ empty, which comes before those flushes. A queue pair created in that room
+// then lost its completions to the overrun (CQ_ERR), and its credits with them, for
+// good (an audit). The room comes back once the window has let the QP be destroyed.
+TEST_CASE("memory_window: the room of a queue pair kept by a window stays until its flushes are polled") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1", 32);
+  const std::uint32_t half = static_cast<std::uint32_t>(y.cq.capacity() / 2);
+  auto src = x.pd.allocate<all_access>(4096);
+  auto rbuf = y.pd.allocate<all_access>(1 << 16);
+  auto region = y.pd.allocate<window_region>(256);
+  auto w = y.pd.alloc_window<access::remote_write>();  // outlives the queue pair below
+  {
+    auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{half, half, 1, 1, 0});
+    for (std::uint32_t i = 0; i < half; ++i) REQUIRE(p.b.post_recv(rbuf.local(i * 64, 64), i).ok());
+    REQUIRE(w.bind(p.b, region, 0, 64, 1000).ok());
+    REQUIRE(collect(y.cq, 1).size() == 1);
+  }  // kept in ERR by the window: its receives flush later
+  CHECK(y.cq.poll() == 0);  // before the flushes
+  // No room for a queue pair of the same depths beside the flushes to come.
+  CHECK_THROWS_AS((void)make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{half, half, 1, 1, 0}), usage_error);
+  auto flushed = collect(y.cq, half);
+  CHECK(flushed.size() == half);
+  for (const auto& c : flushed) CHECK(c.status == wc_status::wr_flush_err);
+  // Polled: the room is back, and a new queue pair's completions all arrive.
+  auto q = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{half, half, 1, 1, 0});
+  for (std::uint32_t i = 0; i < half; ++i) REQUIRE(q.b.post_recv(rbuf.local(32768 + i * 64, 64), 100 + i).ok());
+  for (std::uint32_t i = 0; i < half; ++i) REQUIRE(q.a.send(src.local(0, 8), 200 + i).ok());
+  for (std::uint32_t i = 0; i < half; ++i) REQUIRE(q.a.post_recv(src.local(1024 + i * 64, 64), 400 + i).ok());
+  for (std::uint32_t i = 0; i < half; ++i) REQUIRE(q.b.send(rbuf.local(60000, 8), 300 + i).ok());
+  const auto got = collect(y.cq, 2 * half);  // the CQ's whole capacity
+  CHECK(got.size() == 2 * half);
+  for (const auto& c : got) CHECK(c.status == wc_status::success);
+  CHECK(q.b.send_credits() == half);
+  CHECK_FALSE(y.dev.next_event());  // no CQ_ERR
+}
+
 // A type 2 bind that fails (here flushed: its queue pair is in ERR) leaves the device's
 // window unbound while the window believes it bound. A LOCAL_INV of it posted on another
 // queue pair then reaches an unbound window, which panics rxe's kernel (Linux 6.1), and
