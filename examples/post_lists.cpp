@@ -39,7 +39,7 @@ int main(int argc, char** argv) try {
   for (std::uint32_t l = 0; l < lists; ++l) {
     for (std::uint32_t k = 0; k < per_list; ++k) {
       const std::uint32_t i = l * per_list + k, off = i * size;
-      batch.add(op::write{src.local(off, size), remote.sub(off, size)}, i);  // false when full
+      if (!batch.add(op::write{src.local(off, size), remote.sub(off, size)}, i)) return 1;  // false: full
     }
     // One doorbell for 32 WRs. sq_full: the slots held by unsignaled WRs are not back
     // yet: poll (which frees them) and try again. The batch is kept until it goes in.

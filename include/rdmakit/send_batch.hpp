@@ -87,7 +87,8 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   /// batch holds (SgePerWr; post_rule::sge_count) or SGEs adding up to more than 2 GiB
   /// (post_rule::message_size).
   template <operation Op>
-  RDMAKIT_ALWAYS_INLINE bool add(const Op& o, std::uint64_t wr_id, send_flags flags = send_flags::none) noexcept {
+  [[nodiscard]] RDMAKIT_ALWAYS_INLINE bool add(const Op& o, std::uint64_t wr_id,
+                                               send_flags flags = send_flags::none) noexcept {
     Op::rule::template check<T>();
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(o.local)>, local_buffer>)
       return add_(Op::code, {&o.local, 1}, wr_id, flags, o);
