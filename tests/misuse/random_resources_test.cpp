@@ -1578,10 +1578,14 @@ class run {
       for (auto& q : ud_pool_.h) check_datagram_(q, pd_of_(ud_pool_.id), 0);
   }
 
-  // Every queue pair destroyed, in a random order, and the CQs polled until empty: no
-  // entry stays reserved or held for flushes.
+  // Every queue pair and window destroyed, in a random order, and the CQs polled until
+  // empty: no entry stays reserved or held for flushes. (A type 2 window keeps the QPs
+  // it was bound through, in ERR, and their CQs hold room for their flushes until the
+  // window lets them be destroyed: memory.md.)
   void check_teardown_() {
     std::vector<std::function<void()>> destroy;
+    for (auto& w : windows2_) destroy.push_back([this, &w] { destroy_(w); });
+    for (auto& w : windows1_) destroy.push_back([this, &w] { destroy_(w); });
     for (auto& qps : ud_)
       for (auto& q : qps) destroy.push_back([this, &q] { destroy_(q); });
     for (auto* qps : {&pair_a_, &pair_b_})
