@@ -70,6 +70,7 @@ class device {
     st->ctx = open();  // closed by ~device_state if a query below throws
     st->name = B::device_name(st->ctx);
     st->attr = B::query_device(st->ctx);
+    st->windows.open(detail::device_identity<B>(st->ctx));
     // A context another device object has open: its state, shared (st gives its borrow
     // of the context back).
     if constexpr (detail::shares_contexts<B>)

@@ -22,6 +22,16 @@ namespace detail {
 template <class B>
 struct device_state;
 
+/// What names the device behind context `ctx`, the same for every context open on it
+/// (B::device_identity), or null when the backend cannot tell.
+template <class B>
+const void* device_identity(typename B::context ctx) noexcept {
+  if constexpr (requires { B::device_identity(ctx); })
+    return B::device_identity(ctx);
+  else
+    return nullptr;
+}
+
 /// Whether B's open_device may lend a context another device object has open (a backend
 /// says so with `static constexpr bool shares_contexts = true`: rdmacm, whose contexts
 /// are librdmacm's, one per device). Such device objects share one device_state.
@@ -103,8 +113,9 @@ struct device_state {
     return true;
   }
   void end_next_event() const noexcept { __atomic_fetch_sub(&events_readers, events_next_call, __ATOMIC_RELEASE); }
-  // Its bound type 2 memory windows, and the peers' invalidations of them its CQs polled.
-  mutable peer_invalidations windows;
+  // Its device's bound type 2 memory windows, and the peers' invalidations of them its
+  // CQs polled: a record shared with every device object open on the same device.
+  mutable device_windows windows;
 
   device_state() = default;
   device_state(const device_state&) = delete;

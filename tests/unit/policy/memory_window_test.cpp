@@ -399,6 +399,40 @@ TEST_CASE("memory_window: a peer's send_inv polled anywhere on the device makes 
   CHECK(one(y.cq).status == wc_status::success);
 }
 
+// rxe looks a SEND_WITH_INV's rkey up in the whole device, whichever context (device
+// object) the receiving queue pair was made from. The record of peers' invalidations was
+// kept per device object, so one received through a second device object opened on the
+// same device was not seen, and invalidate() posted the LOCAL_INV of an unbound window
+// (an audit). The record is the device's now, shared by its device objects.
+TEST_CASE("memory_window: a peer's send_inv through another device object on the same device makes invalidate() "
+          "refuse") {
+  mock::fabric_config cfg;
+  cfg.profile = mock::device_profile::rxe;  // (the spec profile refuses a send_inv of another PD's window)
+  mock::fabric fab(cfg);
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<all_access>(64);
+  auto region = y.pd.allocate<window_region>(256);
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+  auto w = y.pd.alloc_window<access::remote_write>();
+  REQUIRE(w.bind(p.b, region, 0, 256, 1).ok());
+  (void)collect(y.cq, 1);
+  {
+    side again(fab, "mock1");  // the same device, opened a second time
+    auto inbox = again.pd.allocate<access::local_write>(64);
+    auto q = make_pair<rc>(x.pd, x.cq, again.pd, again.cq, qp_cap{16, 16, 1, 1, 0});
+    REQUIRE(q.b.post_recv(inbox.local(), 10).ok());
+    REQUIRE(q.a.post(op::send_inv{src.local(0, 4), w.remote()}, 3).ok());
+    CHECK(one(again.cq).status == wc_status::success);
+    (void)collect(x.cq, 1);
+  }
+  CHECK_THROWS_WITH_AS((void)w.invalidate(p.b, 5), doctest::Contains("send_inv invalidated"), usage_error);
+  CHECK(y.cq.poll() == 0);  // no LOCAL_INV was posted
+  REQUIRE(w.bind(p.b, region, 0, 64, 7).ok());  // bound again: invalidated as usual
+  CHECK(one(y.cq).status == wc_status::success);
+  REQUIRE(w.invalidate(p.b, 8).ok());
+  CHECK(one(y.cq).status == wc_status::success);
+}
+
 using teardown = std::vector<std::string_view>;
 
 // The device holds the QP a type 2 window was bound through until the window is

@@ -76,6 +76,9 @@ struct ibverbs {
 
   /// ibv_get_device_name: the device's name, as device_names() lists it.
   static std::string device_name(context ctx) { return rdmakit::ibverbs::detail::ctx_name(ctx); }
+  /// What names the device behind `ctx`, the same for every context open on it:
+  /// libibverbs keeps one ibv_device per device while a context of it is open.
+  static const void* device_identity(context ctx) noexcept { return ctx ? ctx->device : nullptr; }
 
   /// ibv_query_device, plus max_inline_data for RC QPs, probed on each call (the typed
   /// layer calls this once per device open and keeps the result).

@@ -134,6 +134,9 @@ struct mock {
   static void close_device(context ctx) noexcept;
   /// The device's name, as device_names() lists it.
   static std::string device_name(context ctx);
+  /// What names the device behind `ctx`, the same for every context open on it (the
+  /// device's record in its fabric, fixed once the fabric is built).
+  static const void* device_identity(context ctx) noexcept;
   /// The device's capabilities, which the typed layer checks requests against.
   static device_attr query_device(context ctx);
   /// The attributes of port `port` (1-based).

@@ -77,6 +77,8 @@ RDMAKIT_DECL std::string mock::device_name(context ctx) {
   return f.devices[ctx->dev].cfg.name;
 }
 
+RDMAKIT_DECL const void* mock::device_identity(context ctx) noexcept { return &ctx->fab->devices[ctx->dev]; }
+
 RDMAKIT_DECL device_attr mock::query_device(context ctx) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
