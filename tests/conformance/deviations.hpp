@@ -115,6 +115,7 @@ inline constexpr std::string_view post_in_err = "posting.post_to_qp_in_err";
 inline constexpr std::string_view atomic_len_over_8 = "opcode.atomic_local_length_over_8";
 inline constexpr std::string_view write_imm_bad_rkey = "fault.write_imm_bad_rkey.responder";
 inline constexpr std::string_view write_imm_bad_rkey_2_packets = "fault.write_imm_bad_rkey_2_packets.responder";
+inline constexpr std::string_view write_imm_bad_rkey_no_receive = "fault.write_imm_bad_rkey_no_receive.responder";
 inline constexpr std::string_view arm_without_channel = "cq.req_notify_without_channel";
 inline constexpr std::string_view mw_out_of_window = "mw.access_outside_window";
 inline constexpr std::string_view recv_with_inv_flag = "mw.recv_with_inv_flag";
@@ -358,6 +359,15 @@ inline constexpr std::array deviation_table{
                   {.req = {wc_status::rem_access_err}, .resp = {wc_status::wr_flush_err}},
                   "rxe (kernel 6.1, observed) refuses the rkey on the first packet, which takes no receive: the "
                   "receive is flushed with the QP"},
+    // The same (one packet; or to an MR without REMOTE_WRITE) with no receive posted, RNR retry count 0.
+    deviation_row{ids::write_imm_bad_rkey_no_receive, "spec", {.req = {wc_status::rem_access_err}, .stays_rts = tri::no},
+                  "spec §3: the rkey is refused whether or not a receive is posted: REM_ACCESS_ERR, the responder "
+                  "in ERR"},
+    deviation_row{ids::write_imm_bad_rkey_no_receive, "rxe",
+                  {.req = {wc_status::rnr_retry_exc_err}, .stays_rts = tri::yes},
+                  "rxe (kernel 6.1, observed; rxe_resp.c check_resource runs before check_rkey): the packet that "
+                  "carries the immediate finds no receive and is RNR NAKed before its rkey is looked at: "
+                  "RNR_RETRY_EXC_ERR, the responder stays in RTS"},
     // req_notify_cq on a CQ created without a completion channel: no event can ever come.
     deviation_row{ids::arm_without_channel, "spec", {.verb_errno = EINVAL},
                   "the mock refuses an arm that can never deliver an event, so the bug is loud"},

@@ -292,6 +292,40 @@ CONFORMANCE_CASE("faults: RDMA_WRITE_WITH_IMM with a bad rkey -> REM_ACCESS_ERR;
   CHECK(fx.wait_state(p.b, qp_state::err) == qp_state::err);
 }
 
+// The same with no receive posted (RNR retry count 0): the receive the immediate needs is
+// missing as well as the rkey; which is found first differs (deviation table).
+CONFORMANCE_CASE("faults: RDMA_WRITE_WITH_IMM with a bad rkey and no receive posted -> RNR or REM_ACCESS_ERR") {
+  fixture<B> fx;
+  link_opts la;
+  la.rnr_retry = 0;
+  faulty_pair<B> p(fx, la);  // path MTU 1024; b has no receive
+  auto& ro = fx.make_buffer(2048, acc::local_write | acc::remote_read);
+  std::string_view id = ids::write_imm_bad_rkey_no_receive;
+  std::uint32_t length = 64;
+  std::uint64_t remote = p.dst.addr(128);
+  std::uint32_t rkey = p.dst.rkey() ^ 0x77700;
+  SUBCASE("bad rkey, one packet") {}
+  SUBCASE("MR without REMOTE_WRITE, one packet") {
+    remote = ro.addr(0);
+    rkey = ro.rkey();
+  }
+  SUBCASE("bad rkey, two packets") {  // the first packet takes no receive: the rkey is checked first
+    id = ids::write_imm_bad_rkey_2_packets;
+    length = 2048;
+  }
+  const auto want = expected(id, backend_traits<B>::profile());
+  p.run_requester({.op = opcode::rdma_write_with_imm, .sg = {p.src.sge(0, length)}, .remote_addr = remote,
+                   .rkey = rkey, .imm_be = to_be32(9)},
+                  want.req);
+  const bool rnr = want.req.allows(wc_status::rnr_retry_exc_err);
+  CHECK(fx.wait_state(p.b, rnr ? qp_state::rts : qp_state::err) == (rnr ? qp_state::rts : qp_state::err));
+  if (want.stays_rts != tri::either)
+    CHECK((B::query_qp_state(p.b.qp) == qp_state::rts) == (want.stays_rts == tri::yes));
+  CHECK(fx.drain(p.b.recv_cq).empty());
+  CHECK(p.dst.zero(0, 4096));
+  CHECK(ro.zero(0, 2048));
+}
+
 CONFORMANCE_CASE("faults: RDMA_WRITE beyond the remote MR's range -> REM_ACCESS_ERR") {
   fixture<B> fx;
   faulty_pair<B> p(fx);

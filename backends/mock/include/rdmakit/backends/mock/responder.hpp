@@ -293,6 +293,11 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
     // completes it, the QP staying in RTS; the spec drops the message, no NAK, and so
     // does rxe for a QP's own receive queue: uc.write_imm_bad_rkey_takes_srq_receive.)
     const bool takes_receive = m.type == qp_type::rc || (m.type == qp_type::uc && f.as_rxe() && d->srq);
+    // rxe checks for a receive (check_resource) before the rkey (check_rkey): an RC packet
+    // that carries the immediate and finds none is RNR NAKed
+    // (fault.write_imm_bad_rkey_no_receive.responder).
+    if (f.as_rxe() && m.type == qp_type::rc && imm && first_packet_has_imm && receives(d).empty())
+      return receiver_not_ready(f, d, m);
     if (takes_receive && imm && first_packet_has_imm && !receives(d).empty()) {  // the receive the immediate would have used
       cq_entry e;
       e.wc.wr_id = take_receive(f, d).wr_id;
