@@ -142,6 +142,7 @@ inline constexpr std::string_view ud_ah_other_pd = "ud.ah_other_pd";
 inline constexpr std::string_view mw_bind_wr_type1 = "mw.bind_wr_type1";
 inline constexpr std::string_view mw_bind_wr_imm = "mw.bind_wr_imm_data";
 inline constexpr std::string_view below_rts_left_in_ring = "posting.send_below_rts_left_in_ring";
+inline constexpr std::string_view sqd_post_waits_for_doorbell = "posting.send_in_sqd_waits_for_doorbell";
 inline constexpr std::string_view read_max_rd_atomic_0 = "posting.read_with_max_rd_atomic_0";
 inline constexpr std::string_view retry_cnt_7 = "fault.retry_cnt_7";
 
@@ -486,6 +487,13 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::below_rts_left_in_ring, "rxe", {.req = {wc_status::success}},
                   "rxe (kernel 6.1, observed; rxe_verbs.c rxe_post_send refuses below RTS after the provider "
                   "wrote the WQE into the ring): the next post in RTS sends it first; a move to ERR flushes it"},
+    // A send posted in SQD, once SQD->RTS: what sends it.
+    deviation_row{ids::sqd_post_waits_for_doorbell, "spec", {.req = {wc_status::success}},
+                  "spec §4.1: a WR posted in SQD executes after SQD->RTS"},
+    deviation_row{ids::sqd_post_waits_for_doorbell, "rxe", {.req = status_set::nothing()},
+                  "rxe (kernel 6.1, observed; rxe_qp.c rxe_qp_from_attr's RTS case sets req.state READY without "
+                  "running the requester): it waits in the ring for the next post_send's doorbell, which sends it "
+                  "first; a move to ERR flushes it"},
     // A READ or atomic on a QP connected with max_rd_atomic 0.
     deviation_row{ids::read_max_rd_atomic_0, "spec", {.post_errno = EINVAL, .bad_wr_set = true},
                   "spec §4.1: it could never issue: EINVAL at post"},

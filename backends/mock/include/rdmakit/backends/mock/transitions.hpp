@@ -87,7 +87,9 @@ inline void modify_qp_locked(fabric_state& f, qp_obj* q, const qp_attr& a, qp_at
       }
       // WQEs a post below RTS left in the ring (rxe profile) wait for the next post's
       // doorbell, which issues them first: nothing else issues, as nothing was sent yet.
-      if (q->doorbell_owed)
+      // rxe's move from SQD does not run the requester either: what was posted in SQD
+      // waits for that doorbell too (posting.send_in_sqd_waits_for_doorbell).
+      if (q->doorbell_owed || (cur == qp_state::sqd && f.as_rxe()))
         q->doorbell_owed = false;
       else
         issue(f, q);
