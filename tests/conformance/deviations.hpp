@@ -142,6 +142,7 @@ inline constexpr std::string_view ud_ah_other_pd = "ud.ah_other_pd";
 inline constexpr std::string_view mw_bind_wr_type1 = "mw.bind_wr_type1";
 inline constexpr std::string_view mw_bind_wr_imm = "mw.bind_wr_imm_data";
 inline constexpr std::string_view below_rts_left_in_ring = "posting.send_below_rts_left_in_ring";
+inline constexpr std::string_view err_then_reset_flushes = "qp.err_then_reset_keeps_flushes";
 inline constexpr std::string_view sqd_post_waits_for_doorbell = "posting.send_in_sqd_waits_for_doorbell";
 inline constexpr std::string_view read_max_rd_atomic_0 = "posting.read_with_max_rd_atomic_0";
 inline constexpr std::string_view retry_cnt_7 = "fault.retry_cnt_7";
@@ -494,6 +495,14 @@ inline constexpr std::array deviation_table{
                   "rxe (kernel 6.1, observed; rxe_qp.c rxe_qp_from_attr's RTS case sets req.state READY without "
                   "running the requester): it waits in the ring for the next post_send's doorbell, which sends it "
                   "first; a move to ERR flushes it"},
+    // A QP with sends stuck (RNR) and receives posted, moved to ERR and at once to RESET.
+    deviation_row{ids::err_then_reset_flushes, "spec", {.req = status_set::nothing(), .resp = status_set::nothing()},
+                  "spec §1.3: →RESET drops outstanding WRs without completions; the mock writes a move to ERR's "
+                  "flushes once a poll finds nothing, so a RESET before that drops them"},
+    deviation_row{ids::err_then_reset_flushes, "rxe", {.req = {wc_status::wr_flush_err}, .resp = {wc_status::wr_flush_err}},
+                  "rxe (kernel 6.1, observed; rxe_qp.c rxe_qp_error runs the responder and completer tasks): the "
+                  "move to ERR flushes the receives and sends into the CQs at once, and the RESET after it leaves "
+                  "them there"},
     // A READ or atomic on a QP connected with max_rd_atomic 0.
     deviation_row{ids::read_max_rd_atomic_0, "spec", {.post_errno = EINVAL, .bad_wr_set = true},
                   "spec §4.1: it could never issue: EINVAL at post"},

@@ -61,8 +61,14 @@ inline void modify_qp_locked(fabric_state& f, qp_obj* q, const qp_attr& a, qp_at
 
   switch (next) {
     case qp_state::reset:
-      // Everything outstanding is dropped without completions.
+      // Everything outstanding is dropped without completions. rxe has flushed a QP in
+      // ERR into its CQs already (rxe_qp_error runs its tasks): the rxe profile writes the
+      // flushes still due first (qp.err_then_reset_keeps_flushes).
       disarm_timer(f, q);
+      if (cur == qp_state::err && q->flush_due && f.as_rxe()) {
+        drop_due_flushes(f, q);
+        write_flushes(f, q);
+      }
       drop_due_flushes(f, q);
       q->sq.clear();
       q->rq.clear();
