@@ -113,6 +113,9 @@ inline constexpr std::string_view uc_write_imm_bad_rkey = "uc.write_imm_bad_rkey
 inline constexpr std::string_view queue_capacity = "posting.queue_full_at_reported_capacity";
 inline constexpr std::string_view post_in_err = "posting.post_to_qp_in_err";
 inline constexpr std::string_view atomic_len_over_8 = "opcode.atomic_local_length_over_8";
+inline constexpr std::string_view atomic_sge_past_result_unreached = "opcode.atomic_sge_past_result_unreached";
+inline constexpr std::string_view atomic_result_split_bad_sge = "opcode.atomic_result_split_bad_sge";
+inline constexpr std::string_view read_response_bad_sge_after_bytes = "fault.read_response_sge_bad_after_bytes";
 inline constexpr std::string_view write_imm_bad_rkey = "fault.write_imm_bad_rkey.responder";
 inline constexpr std::string_view write_imm_bad_rkey_2_packets = "fault.write_imm_bad_rkey_2_packets.responder";
 inline constexpr std::string_view write_imm_bad_rkey_no_receive = "fault.write_imm_bad_rkey_no_receive.responder";
@@ -254,6 +257,13 @@ inline constexpr std::array deviation_table{
                   "the packet behind the refused one with a PSN sequence error, which the requester takes as a "
                   "transport retry (the first since an ACK; RETRY_CNT 7: for ever): with RETRY_CNT 0 "
                   "RETRY_EXC_ERR at once, whatever RNR_RETRY and the timers"},
+    // An RDMA READ whose local SGEs are good, then bad (a bad lkey), in the response's first or second packet.
+    deviation_row{ids::read_response_bad_sge_after_bytes, "spec", {.req = {wc_status::loc_prot_err}, .head_written = tri::no},
+                  "spec §3: req LOC_PROT_ERR; the failed WR's local bytes are undefined; the spec profile checks "
+                  "every SGE before it sends, and writes none"},
+    deviation_row{ids::read_response_bad_sge_after_bytes, "rxe", {.req = {wc_status::loc_prot_err}, .head_written = tri::yes},
+                  "rxe (kernel 6.1, observed; rxe_comp.c do_read copies each response packet with copy_data, SGE "
+                  "by SGE): every byte before the bad SGE is written, then LOC_PROT_ERR"},
     // An atomic whose result SGE has a bad lkey.
     deviation_row{ids::atomic_result_bad_lkey, "spec",
                   {.req = {wc_status::loc_prot_err}, .remote_ran = tri::no},
@@ -339,6 +349,20 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::atomic_len_over_8, "rxe", {.post_errno = 0, .req = {wc_status::success}},
                   "rxe provider (observed): only fewer than 8 bytes in the SGEs are refused, in any number of "
                   "SGEs; the first 8 take the result and the completion's byte_len is the SGEs' total"},
+    // An atomic with 8 good bytes in its first SGE and a bad one after (bad lkey, or past its region).
+    deviation_row{ids::atomic_sge_past_result_unreached, "spec", {.post_errno = EINVAL, .req = status_set::nothing()},
+                  "spec §3: an atomic's local data is one SGE of 8 bytes: EINVAL at post"},
+    deviation_row{ids::atomic_sge_past_result_unreached, "rxe",
+                  {.post_errno = 0, .req = {wc_status::success}, .remote_ran = tri::yes, .head_written = tri::yes},
+                  "rxe (kernel 6.1, observed; rxe_comp.c do_atomic copies the 8 result bytes with copy_data, which "
+                  "looks an SGE up only when the bytes reach it): the SGE past them is never looked at: success"},
+    // An atomic whose 8 result bytes are split 4 (good) + 4 (bad lkey, or crossing their region's end).
+    deviation_row{ids::atomic_result_split_bad_sge, "spec", {.post_errno = EINVAL, .req = status_set::nothing()},
+                  "spec §3: an atomic's local data is one SGE of 8 bytes: EINVAL at post"},
+    deviation_row{ids::atomic_result_split_bad_sge, "rxe",
+                  {.post_errno = 0, .req = {wc_status::loc_prot_err}, .remote_ran = tri::yes, .head_written = tri::yes},
+                  "rxe (kernel 6.1, observed; rxe_comp.c copy_data writes SGE by SGE): the atomic runs, the first 4 "
+                  "bytes of the original value are written, then LOC_PROT_ERR at the bad SGE"},
     // An atomic with IBV_SEND_INLINE (on a QP with max_inline_data 64).
     deviation_row{ids::atomic_inline, "spec", {.post_errno = EINVAL, .req = status_set::nothing(),
                   .remote_ran = tri::no},

@@ -244,6 +244,33 @@ CONFORMANCE_CASE("faults: atomic whose result SGE has a bad lkey -> LOC_PROT_ERR
   if (want.remote_ran != tri::either) CHECK(p.dst.u64(0) == (want.remote_ran == tri::yes ? 42u : 41u));
 }
 
+// A READ whose second local SGE has a bad lkey: the response's bytes before it.
+CONFORMANCE_CASE("faults: RDMA_READ into a bad local SGE after a good one -> LOC_PROT_ERR; the bytes before it") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  const auto want = expected(ids::read_response_bad_sge_after_bytes, backend_traits<B>::profile());
+  auto& land = fx.make_buffer(1024);
+  p.dst.fill(7);
+  std::vector<rdmakit::sge> sg;
+  std::uint32_t len = 0, in_land = 0;  // the bytes rxe writes to land
+  SUBCASE("bad lkey, in the only packet") {
+    sg = {land.sge(0, 100), {land.addr(512), 100, land.lkey() ^ 0x6600}};
+    len = 200;
+    in_land = 100;
+  }
+  SUBCASE("bad lkey, in the second packet") {
+    sg = {land.sge(0, 1000), p.src.sge(0, 200), {land.addr(1000), 24, land.lkey() ^ 0x6600}};
+    len = 1224;
+    in_land = 1000;
+  }
+  p.run_requester({.op = opcode::rdma_read, .sg = sg, .remote_addr = p.dst.addr(0), .rkey = p.dst.rkey()}, want.req);
+  if (want.head_written == tri::no) in_land = 0;
+  if (want.head_written != tri::either) {
+    CHECK(land.holds(7, 0, in_land));
+    CHECK(land.zero(in_land, 1024 - in_land));
+  }
+}
+
 // --- remote access faults ---
 
 CONFORMANCE_CASE("faults: RDMA_WRITE with a bad rkey -> REM_ACCESS_ERR, responder ERR") {
