@@ -147,6 +147,34 @@ CONFORMANCE_CASE("transitions: RTS->SQD->RTS") {
   });
 }
 
+CONFORMANCE_CASE("transitions: SQD->SQD, with the state alone or an optional attribute") {
+  fixture<B> fx;
+  for_each_transport([&](qp_type t) {
+    auto e = qp_in(fx, t, qp_state::sqd);
+    REQUIRE(fx.wait_state(e, qp_state::sqd) == qp_state::sqd);
+    qp_attr a;
+    a.state = qp_state::sqd;
+    CHECK(modify_errno(e, a, qp_attr_mask::state) == 0);
+    CHECK(B::query_qp_state(e.qp) == qp_state::sqd);
+    // An attribute the table makes optional here (UD: QKEY; RC, UC: ACCESS_FLAGS).
+    qp_attr_mask mask = qp_attr_mask::state;
+    if (t == qp_type::ud) {
+      a.qkey = default_qkey;
+      mask = mask | qp_attr_mask::qkey;
+    } else {
+      a.access_flags = acc::remote_write | acc::remote_read;
+      mask = mask | qp_attr_mask::access_flags;
+    }
+    CHECK(modify_errno(e, a, mask) == 0);
+    CHECK(B::query_qp_state(e.qp) == qp_state::sqd);
+    // One it does not (SQ_PSN) is still refused.
+    a.sq_psn = 5;
+    CHECK(modify_errno(e, a, qp_attr_mask::state | qp_attr_mask::sq_psn) == EINVAL);
+    fx.move_to(e, qp_state::rts);
+    CHECK(B::query_qp_state(e.qp) == qp_state::rts);
+  });
+}
+
 CONFORMANCE_CASE("transitions: INIT, RTR, RTS, SQD and ERR may all move to ERR") {
   fixture<B> fx;
   for_each_transport([&](qp_type t) {
