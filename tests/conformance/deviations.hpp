@@ -113,8 +113,12 @@ inline constexpr std::string_view uc_write_imm_bad_rkey = "uc.write_imm_bad_rkey
 inline constexpr std::string_view queue_capacity = "posting.queue_full_at_reported_capacity";
 inline constexpr std::string_view post_in_err = "posting.post_to_qp_in_err";
 inline constexpr std::string_view atomic_len_over_8 = "opcode.atomic_local_length_over_8";
+inline constexpr std::string_view atomic_sge_past_result_unreached = "opcode.atomic_sge_past_result_unreached";
+inline constexpr std::string_view atomic_result_split_bad_sge = "opcode.atomic_result_split_bad_sge";
+inline constexpr std::string_view read_response_bad_sge_after_bytes = "fault.read_response_sge_bad_after_bytes";
 inline constexpr std::string_view write_imm_bad_rkey = "fault.write_imm_bad_rkey.responder";
 inline constexpr std::string_view write_imm_bad_rkey_2_packets = "fault.write_imm_bad_rkey_2_packets.responder";
+inline constexpr std::string_view write_imm_bad_rkey_no_receive = "fault.write_imm_bad_rkey_no_receive.responder";
 inline constexpr std::string_view arm_without_channel = "cq.req_notify_without_channel";
 inline constexpr std::string_view mw_out_of_window = "mw.access_outside_window";
 inline constexpr std::string_view recv_with_inv_flag = "mw.recv_with_inv_flag";
@@ -141,6 +145,8 @@ inline constexpr std::string_view ud_ah_other_pd = "ud.ah_other_pd";
 inline constexpr std::string_view mw_bind_wr_type1 = "mw.bind_wr_type1";
 inline constexpr std::string_view mw_bind_wr_imm = "mw.bind_wr_imm_data";
 inline constexpr std::string_view below_rts_left_in_ring = "posting.send_below_rts_left_in_ring";
+inline constexpr std::string_view err_then_reset_flushes = "qp.err_then_reset_keeps_flushes";
+inline constexpr std::string_view sqd_post_waits_for_doorbell = "posting.send_in_sqd_waits_for_doorbell";
 inline constexpr std::string_view read_max_rd_atomic_0 = "posting.read_with_max_rd_atomic_0";
 inline constexpr std::string_view retry_cnt_7 = "fault.retry_cnt_7";
 
@@ -251,6 +257,13 @@ inline constexpr std::array deviation_table{
                   "the packet behind the refused one with a PSN sequence error, which the requester takes as a "
                   "transport retry (the first since an ACK; RETRY_CNT 7: for ever): with RETRY_CNT 0 "
                   "RETRY_EXC_ERR at once, whatever RNR_RETRY and the timers"},
+    // An RDMA READ whose local SGEs are good, then bad (a bad lkey), in the response's first or second packet.
+    deviation_row{ids::read_response_bad_sge_after_bytes, "spec", {.req = {wc_status::loc_prot_err}, .head_written = tri::no},
+                  "spec §3: req LOC_PROT_ERR; the failed WR's local bytes are undefined; the spec profile checks "
+                  "every SGE before it sends, and writes none"},
+    deviation_row{ids::read_response_bad_sge_after_bytes, "rxe", {.req = {wc_status::loc_prot_err}, .head_written = tri::yes},
+                  "rxe (kernel 6.1, observed; rxe_comp.c do_read copies each response packet with copy_data, SGE "
+                  "by SGE): every byte before the bad SGE is written, then LOC_PROT_ERR"},
     // An atomic whose result SGE has a bad lkey.
     deviation_row{ids::atomic_result_bad_lkey, "spec",
                   {.req = {wc_status::loc_prot_err}, .remote_ran = tri::no},
@@ -336,6 +349,20 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::atomic_len_over_8, "rxe", {.post_errno = 0, .req = {wc_status::success}},
                   "rxe provider (observed): only fewer than 8 bytes in the SGEs are refused, in any number of "
                   "SGEs; the first 8 take the result and the completion's byte_len is the SGEs' total"},
+    // An atomic with 8 good bytes in its first SGE and a bad one after (bad lkey, or past its region).
+    deviation_row{ids::atomic_sge_past_result_unreached, "spec", {.post_errno = EINVAL, .req = status_set::nothing()},
+                  "spec §3: an atomic's local data is one SGE of 8 bytes: EINVAL at post"},
+    deviation_row{ids::atomic_sge_past_result_unreached, "rxe",
+                  {.post_errno = 0, .req = {wc_status::success}, .remote_ran = tri::yes, .head_written = tri::yes},
+                  "rxe (kernel 6.1, observed; rxe_comp.c do_atomic copies the 8 result bytes with copy_data, which "
+                  "looks an SGE up only when the bytes reach it): the SGE past them is never looked at: success"},
+    // An atomic whose 8 result bytes are split 4 (good) + 4 (bad lkey, or crossing their region's end).
+    deviation_row{ids::atomic_result_split_bad_sge, "spec", {.post_errno = EINVAL, .req = status_set::nothing()},
+                  "spec §3: an atomic's local data is one SGE of 8 bytes: EINVAL at post"},
+    deviation_row{ids::atomic_result_split_bad_sge, "rxe",
+                  {.post_errno = 0, .req = {wc_status::loc_prot_err}, .remote_ran = tri::yes, .head_written = tri::yes},
+                  "rxe (kernel 6.1, observed; rxe_comp.c copy_data writes SGE by SGE): the atomic runs, the first 4 "
+                  "bytes of the original value are written, then LOC_PROT_ERR at the bad SGE"},
     // An atomic with IBV_SEND_INLINE (on a QP with max_inline_data 64).
     deviation_row{ids::atomic_inline, "spec", {.post_errno = EINVAL, .req = status_set::nothing(),
                   .remote_ran = tri::no},
@@ -358,6 +385,15 @@ inline constexpr std::array deviation_table{
                   {.req = {wc_status::rem_access_err}, .resp = {wc_status::wr_flush_err}},
                   "rxe (kernel 6.1, observed) refuses the rkey on the first packet, which takes no receive: the "
                   "receive is flushed with the QP"},
+    // The same (one packet; or to an MR without REMOTE_WRITE) with no receive posted, RNR retry count 0.
+    deviation_row{ids::write_imm_bad_rkey_no_receive, "spec", {.req = {wc_status::rem_access_err}, .stays_rts = tri::no},
+                  "spec §3: the rkey is refused whether or not a receive is posted: REM_ACCESS_ERR, the responder "
+                  "in ERR"},
+    deviation_row{ids::write_imm_bad_rkey_no_receive, "rxe",
+                  {.req = {wc_status::rnr_retry_exc_err}, .stays_rts = tri::yes},
+                  "rxe (kernel 6.1, observed; rxe_resp.c check_resource runs before check_rkey): the packet that "
+                  "carries the immediate finds no receive and is RNR NAKed before its rkey is looked at: "
+                  "RNR_RETRY_EXC_ERR, the responder stays in RTS"},
     // req_notify_cq on a CQ created without a completion channel: no event can ever come.
     deviation_row{ids::arm_without_channel, "spec", {.verb_errno = EINVAL},
                   "the mock refuses an arm that can never deliver an event, so the bug is loud"},
@@ -476,6 +512,21 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::below_rts_left_in_ring, "rxe", {.req = {wc_status::success}},
                   "rxe (kernel 6.1, observed; rxe_verbs.c rxe_post_send refuses below RTS after the provider "
                   "wrote the WQE into the ring): the next post in RTS sends it first; a move to ERR flushes it"},
+    // A send posted in SQD, once SQD->RTS: what sends it.
+    deviation_row{ids::sqd_post_waits_for_doorbell, "spec", {.req = {wc_status::success}},
+                  "spec §4.1: a WR posted in SQD executes after SQD->RTS"},
+    deviation_row{ids::sqd_post_waits_for_doorbell, "rxe", {.req = status_set::nothing()},
+                  "rxe (kernel 6.1, observed; rxe_qp.c rxe_qp_from_attr's RTS case sets req.state READY without "
+                  "running the requester): it waits in the ring for the next post_send's doorbell, which sends it "
+                  "first; a move to ERR flushes it"},
+    // A QP with sends stuck (RNR) and receives posted, moved to ERR and at once to RESET.
+    deviation_row{ids::err_then_reset_flushes, "spec", {.req = status_set::nothing(), .resp = status_set::nothing()},
+                  "spec §1.3: →RESET drops outstanding WRs without completions; the mock writes a move to ERR's "
+                  "flushes once a poll finds nothing, so a RESET before that drops them"},
+    deviation_row{ids::err_then_reset_flushes, "rxe", {.req = {wc_status::wr_flush_err}, .resp = {wc_status::wr_flush_err}},
+                  "rxe (kernel 6.1, observed; rxe_qp.c rxe_qp_error runs the responder and completer tasks): the "
+                  "move to ERR flushes the receives and sends into the CQs at once, and the RESET after it leaves "
+                  "them there"},
     // A READ or atomic on a QP connected with max_rd_atomic 0.
     deviation_row{ids::read_max_rd_atomic_0, "spec", {.post_errno = EINVAL, .bad_wr_set = true},
                   "spec §4.1: it could never issue: EINVAL at post"},

@@ -244,6 +244,33 @@ CONFORMANCE_CASE("faults: atomic whose result SGE has a bad lkey -> LOC_PROT_ERR
   if (want.remote_ran != tri::either) CHECK(p.dst.u64(0) == (want.remote_ran == tri::yes ? 42u : 41u));
 }
 
+// A READ whose second local SGE has a bad lkey: the response's bytes before it.
+CONFORMANCE_CASE("faults: RDMA_READ into a bad local SGE after a good one -> LOC_PROT_ERR; the bytes before it") {
+  fixture<B> fx;
+  faulty_pair<B> p(fx);
+  const auto want = expected(ids::read_response_bad_sge_after_bytes, backend_traits<B>::profile());
+  auto& land = fx.make_buffer(1024);
+  p.dst.fill(7);
+  std::vector<rdmakit::sge> sg;
+  std::uint32_t len = 0, in_land = 0;  // the bytes rxe writes to land
+  SUBCASE("bad lkey, in the only packet") {
+    sg = {land.sge(0, 100), {land.addr(512), 100, land.lkey() ^ 0x6600}};
+    len = 200;
+    in_land = 100;
+  }
+  SUBCASE("bad lkey, in the second packet") {
+    sg = {land.sge(0, 1000), p.src.sge(0, 200), {land.addr(1000), 24, land.lkey() ^ 0x6600}};
+    len = 1224;
+    in_land = 1000;
+  }
+  p.run_requester({.op = opcode::rdma_read, .sg = sg, .remote_addr = p.dst.addr(0), .rkey = p.dst.rkey()}, want.req);
+  if (want.head_written == tri::no) in_land = 0;
+  if (want.head_written != tri::either) {
+    CHECK(land.holds(7, 0, in_land));
+    CHECK(land.zero(in_land, 1024 - in_land));
+  }
+}
+
 // --- remote access faults ---
 
 CONFORMANCE_CASE("faults: RDMA_WRITE with a bad rkey -> REM_ACCESS_ERR, responder ERR") {
@@ -290,6 +317,40 @@ CONFORMANCE_CASE("faults: RDMA_WRITE_WITH_IMM with a bad rkey -> REM_ACCESS_ERR;
   CHECK(rq[0].qp_num == p.b.num);
   check_flushes({rq[1]}, {801}, p.b.num);
   CHECK(fx.wait_state(p.b, qp_state::err) == qp_state::err);
+}
+
+// The same with no receive posted (RNR retry count 0): the receive the immediate needs is
+// missing as well as the rkey; which is found first differs (deviation table).
+CONFORMANCE_CASE("faults: RDMA_WRITE_WITH_IMM with a bad rkey and no receive posted -> RNR or REM_ACCESS_ERR") {
+  fixture<B> fx;
+  link_opts la;
+  la.rnr_retry = 0;
+  faulty_pair<B> p(fx, la);  // path MTU 1024; b has no receive
+  auto& ro = fx.make_buffer(2048, acc::local_write | acc::remote_read);
+  std::string_view id = ids::write_imm_bad_rkey_no_receive;
+  std::uint32_t length = 64;
+  std::uint64_t remote = p.dst.addr(128);
+  std::uint32_t rkey = p.dst.rkey() ^ 0x77700;
+  SUBCASE("bad rkey, one packet") {}
+  SUBCASE("MR without REMOTE_WRITE, one packet") {
+    remote = ro.addr(0);
+    rkey = ro.rkey();
+  }
+  SUBCASE("bad rkey, two packets") {  // the first packet takes no receive: the rkey is checked first
+    id = ids::write_imm_bad_rkey_2_packets;
+    length = 2048;
+  }
+  const auto want = expected(id, backend_traits<B>::profile());
+  p.run_requester({.op = opcode::rdma_write_with_imm, .sg = {p.src.sge(0, length)}, .remote_addr = remote,
+                   .rkey = rkey, .imm_be = to_be32(9)},
+                  want.req);
+  const bool rnr = want.req.allows(wc_status::rnr_retry_exc_err);
+  CHECK(fx.wait_state(p.b, rnr ? qp_state::rts : qp_state::err) == (rnr ? qp_state::rts : qp_state::err));
+  if (want.stays_rts != tri::either)
+    CHECK((B::query_qp_state(p.b.qp) == qp_state::rts) == (want.stays_rts == tri::yes));
+  CHECK(fx.drain(p.b.recv_cq).empty());
+  CHECK(p.dst.zero(0, 4096));
+  CHECK(ro.zero(0, 2048));
 }
 
 CONFORMANCE_CASE("faults: RDMA_WRITE beyond the remote MR's range -> REM_ACCESS_ERR") {

@@ -253,6 +253,66 @@ CONFORMANCE_CASE("posting: post_send below RTS is EINVAL") {
   }
 }
 
+// A send posted in SQD is accepted and waits; what sends it after SQD->RTS differs
+// (deviation table).
+CONFORMANCE_CASE("posting: a send posted in SQD, once the QP is back in RTS or in ERR") {
+  fixture<B> fx;
+  const auto want = expected(ids::sqd_post_waits_for_doorbell, backend_traits<B>::profile());
+  const bool at_rts = !want.req.allows_nothing();  // it runs at the move to RTS itself
+  auto& src = fx.make_buffer(1024);
+  src.fill(4);
+  for (bool to_err : {false, true}) {
+    CAPTURE(to_err);
+    auto& dst = fx.make_buffer(1024);
+    auto a = fx.make_qp();
+    auto b = fx.make_qp();
+    fx.connect(a, b);
+    for (int k = 0; k < 2; ++k) REQUIRE(fx.post_recv(b, 100 + k, {dst.sge(256 * k, 256)}) == 0);
+    fx.move_to(a, qp_state::sqd);
+    REQUIRE(fx.wait_state(a, qp_state::sqd) == qp_state::sqd);
+    REQUIRE(fx.post_send(a, 1, opcode::send, {src.sge(0, 64)}) == 0);
+    fx.settle();
+    CHECK(fx.drain(a.send_cq).empty());  // nothing goes out in SQD
+    fx.move_to(a, qp_state::rts);
+    if (at_rts) {
+      auto c = fx.poll_one(a.send_cq, "the SEND, at the move to RTS");
+      CHECK(c.wr_id == 1);
+      CONF_CHECK_STATUS(want.req, c.status);
+      CHECK(fx.poll_one(b.recv_cq, "its receive").wr_id == 100);
+    } else {
+      fx.settle();
+      CHECK(fx.drain(a.send_cq).empty());
+      CHECK(fx.drain(b.recv_cq).empty());
+    }
+    if (to_err) {  // the move to ERR flushes what still waits
+      fx.move_to(a, qp_state::err);
+      if (!at_rts) {
+        auto c = fx.poll_one(a.send_cq, "the flush");
+        CHECK(c.wr_id == 1);
+        CHECK(c.status == wc_status::wr_flush_err);
+      }
+      CHECK(fx.drain(a.send_cq).empty());
+      CHECK(dst.zero(at_rts ? 64 : 0, at_rts ? 960 : 1024));
+      continue;
+    }
+    REQUIRE(fx.post_send(a, 2, opcode::send, {src.sge(64, 64)}) == 0);  // the next doorbell
+    auto sent = fx.poll(a.send_cq, at_rts ? 1 : 2, "the SENDs");
+    REQUIRE(sent.size() == (at_rts ? 1u : 2u));
+    if (!at_rts) {
+      CHECK(sent[0].wr_id == 1);
+      CHECK(sent[0].status == wc_status::success);
+    }
+    CHECK(sent.back().wr_id == 2);
+    CHECK(sent.back().status == wc_status::success);
+    auto got = fx.poll(b.recv_cq, at_rts ? 1 : 2, "the receives");
+    REQUIRE(got.size() == (at_rts ? 1u : 2u));
+    CHECK(got.back().wr_id == 101);
+    CHECK(dst.holds(4, 0, 64, 0));
+    CHECK(dst.holds(4, 256, 64, 64));
+    CHECK(fx.drain(a.send_cq).empty());
+  }
+}
+
 CONFORMANCE_CASE("posting: a send refused below RTS, once the QP is in RTS or ERR") {
   fixture<B> fx;
   const auto want = expected(ids::below_rts_left_in_ring, backend_traits<B>::profile());

@@ -107,6 +107,26 @@ CONFORMANCE_CASE("srq: RC SEND with the SRQ empty is RNR NAKed") {
   }
 }
 
+// The immediate needs a receive the empty SRQ does not have, and the rkey is bad: which is
+// found first differs (deviation table, as for a QP's own empty receive queue).
+CONFORMANCE_CASE("srq: RC WRITE_WITH_IMM with a bad rkey and the SRQ empty -> RNR or REM_ACCESS_ERR") {
+  fixture<B> fx;
+  link_opts la;
+  la.rnr_retry = 0;
+  srq_pairs<B> p(fx, la);
+  const auto want = expected(ids::write_imm_bad_rkey_no_receive, backend_traits<B>::profile());
+  REQUIRE(fx.post_rdma(p.a1, 1, opcode::rdma_write_with_imm, p.src.sge(0, 64), p.dst.addr(0), p.dst.rkey() ^ 0x77700,
+                       send_flags::signaled, to_be32(9)) == 0);
+  CONF_CHECK_STATUS(want.req, fx.poll_one(p.a1.send_cq).status);
+  if (want.stays_rts == tri::no) CHECK(fx.wait_state(p.b1, qp_state::err) == qp_state::err);
+  if (want.stays_rts == tri::yes) {
+    fx.settle();
+    CHECK(B::query_qp_state(p.b1.qp) == qp_state::rts);
+  }
+  CHECK(fx.drain(p.recv_cq, 5).empty());
+  CHECK(p.dst.zero(0, 4096));
+}
+
 CONFORMANCE_CASE("srq: the armed limit raises SRQ_LIMIT_REACHED once, then is disarmed") {
   fixture<B> fx;
   srq_pairs<B> p(fx);

@@ -1,5 +1,6 @@
 // QP state machine (docs/semantics.md#qp-states): every legal transition per transport, a sample
 // of illegal ones, and the attribute checks of modify_qp.
+#include "deviations.hpp"
 #include "harness.hpp"
 
 using namespace conf;
@@ -141,6 +142,34 @@ CONFORMANCE_CASE("transitions: RTS->SQD->RTS") {
     auto e = qp_in(fx, t, qp_state::rts);
     fx.move_to(e, qp_state::sqd);
     CHECK(fx.wait_state(e, qp_state::sqd) == qp_state::sqd);
+    fx.move_to(e, qp_state::rts);
+    CHECK(B::query_qp_state(e.qp) == qp_state::rts);
+  });
+}
+
+CONFORMANCE_CASE("transitions: SQD->SQD, with the state alone or an optional attribute") {
+  fixture<B> fx;
+  for_each_transport([&](qp_type t) {
+    auto e = qp_in(fx, t, qp_state::sqd);
+    REQUIRE(fx.wait_state(e, qp_state::sqd) == qp_state::sqd);
+    qp_attr a;
+    a.state = qp_state::sqd;
+    CHECK(modify_errno(e, a, qp_attr_mask::state) == 0);
+    CHECK(B::query_qp_state(e.qp) == qp_state::sqd);
+    // An attribute the table makes optional here (UD: QKEY; RC, UC: ACCESS_FLAGS).
+    qp_attr_mask mask = qp_attr_mask::state;
+    if (t == qp_type::ud) {
+      a.qkey = default_qkey;
+      mask = mask | qp_attr_mask::qkey;
+    } else {
+      a.access_flags = acc::remote_write | acc::remote_read;
+      mask = mask | qp_attr_mask::access_flags;
+    }
+    CHECK(modify_errno(e, a, mask) == 0);
+    CHECK(B::query_qp_state(e.qp) == qp_state::sqd);
+    // One it does not (SQ_PSN) is still refused.
+    a.sq_psn = 5;
+    CHECK(modify_errno(e, a, qp_attr_mask::state | qp_attr_mask::sq_psn) == EINVAL);
     fx.move_to(e, qp_state::rts);
     CHECK(B::query_qp_state(e.qp) == qp_state::rts);
   });
@@ -376,4 +405,33 @@ CONFORMANCE_CASE("transitions: moving to RESET drops outstanding WRs without com
   CHECK(c.wr_id == 3);
   CHECK(c.status == wc_status::success);
   CHECK(fx.poll_one(b.recv_cq).wr_id == 50);
+}
+
+// ERR, then RESET before anything is polled: whether the flushes the move to ERR
+// caused are already in the CQs differs (deviation table).
+CONFORMANCE_CASE("transitions: ERR then at once RESET: the flushes the move to ERR wrote, or none") {
+  fixture<B> fx;
+  const auto want = expected(ids::err_then_reset_flushes, backend_traits<B>::profile());
+  auto& buf = fx.make_buffer(256);
+  auto [a, b] = stalled_pair(fx, buf);
+  fx.move_to(a, qp_state::err);
+  fx.move_to(a, qp_state::reset);
+  CHECK(B::query_qp_state(a.qp) == qp_state::reset);
+  fx.settle();
+  auto sends = fx.drain(a.send_cq, 5);
+  auto recvs = fx.drain(a.recv_cq, 5);
+  if (want.req.is_nothing()) CHECK(sends.empty());
+  if (want.req.allows(wc_status::wr_flush_err) && !want.req.allows_nothing()) check_flushes(sends, {1, 2}, a.num);
+  if (want.resp.is_nothing()) CHECK(recvs.empty());
+  if (want.resp.allows(wc_status::wr_flush_err) && !want.resp.allows_nothing())
+    check_flushes(recvs, {900, 901}, a.num);
+  // Nothing more comes, and the QP is usable again.
+  fx.bring_up(a, b.num);
+  REQUIRE(fx.post_recv(b, 50, {buf.sge(192, 64)}) == 0);
+  REQUIRE(fx.post_send(a, 3, opcode::send, {buf.sge(128, 8)}) == 0);
+  auto c = fx.poll_one(a.send_cq);
+  CHECK(c.wr_id == 3);
+  CHECK(c.status == wc_status::success);
+  CHECK(fx.poll_one(b.recv_cq).wr_id == 50);
+  CHECK(fx.drain(a.recv_cq).empty());
 }

@@ -53,6 +53,16 @@ constexpr transition_rule rule_for(qp_state from, qp_state to, qp_type type) noe
       break;
     case s::sqd:
       if (to == s::rts) return {true, m::none, rts_optional};
+      // SQD→SQD changes attributes while drained (the IB spec's table, and the
+      // kernel's ib_modify_qp_is_ok qp_state_table for every device).
+      if (to == s::sqd) {
+        if (ud) return {true, m::none, m::pkey_index | m::qkey};
+        const m uc_opt = m::av | m::alt_path | m::access_flags | m::pkey_index | m::path_mig_state;
+        if (!rc) return {true, m::none, uc_opt};
+        return {true, m::none,
+                uc_opt | m::port | m::timeout | m::retry_cnt | m::rnr_retry | m::max_qp_rd_atomic |
+                    m::max_dest_rd_atomic | m::min_rnr_timer};
+      }
       break;
     case s::sqe:
       if (to == s::rts && !rc) return {true, m::none, ud ? (m::cur_state | m::qkey) : (m::cur_state | m::access_flags)};

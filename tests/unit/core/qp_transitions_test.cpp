@@ -20,6 +20,15 @@ TEST_CASE("legal and illegal transitions") {
     CHECK(rule_for(s::rts, s::sqd, t).optional == m::en_sqd_async_notify);
   }
   CHECK_FALSE(rule_for(s::sqe, s::rts, qp_type::rc).legal);  // RC has no SQE
+  // SQD→SQD is legal, attributes optional (the kernel's ib_modify_qp_is_ok, every device).
+  CHECK(rule_for(s::sqd, s::sqd, qp_type::ud).legal);
+  CHECK(rule_for(s::sqd, s::sqd, qp_type::ud).optional == (m::pkey_index | m::qkey));
+  CHECK(rule_for(s::sqd, s::sqd, qp_type::uc).required == m::none);
+  CHECK(rule_for(s::sqd, s::sqd, qp_type::uc).optional ==
+        (m::av | m::alt_path | m::access_flags | m::pkey_index | m::path_mig_state));
+  CHECK(has_all(rule_for(s::sqd, s::sqd, qp_type::rc).optional,
+                m::port | m::timeout | m::retry_cnt | m::rnr_retry | m::min_rnr_timer | m::max_dest_rd_atomic));
+  CHECK_FALSE(has_any(rule_for(s::sqd, s::sqd, qp_type::rc).optional, m::cur_state | m::sq_psn));
   CHECK(rule_for(s::sqe, s::rts, qp_type::uc).optional == (m::cur_state | m::access_flags));
   CHECK(rule_for(s::sqe, s::rts, qp_type::ud).optional == (m::cur_state | m::qkey));
 }

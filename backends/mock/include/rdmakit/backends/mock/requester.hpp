@@ -71,6 +71,64 @@ inline bool rxe_sequence_nak_exhausts(qp_obj* q, const send_wqe& w) {
   return false;
 }
 
+// The bytes of a receive's region from `s.addr` on that rxe can write: none for an lkey,
+// PD or rights it refuses (lookup_mr), else up to the region's end (mr_check_range).
+inline std::uint64_t rxe_writable_bytes(fabric_state& f, pd_obj* pd, const sge& s) {
+  const mr_obj* mr = find_mr(f, f.by_lkey, nullptr, s.lkey);
+  if (!mr || mr->pd != pd || !has_all(mr->flags, access::local_write)) return 0;
+  if (s.addr < mr->addr || s.addr >= mr->addr + mr->length) return 0;
+  return mr->addr + mr->length - s.addr;
+}
+
+// The bytes of a failed RC/UC receive, or of a READ response or atomic result failing at
+// a local SGE, that rxe has written (rxe 6.1, observed): copy_data takes each packet of
+// `pmtu` bytes SGE by SGE. It refuses a packet longer than the room
+// left before copying any of it, and stops at the first piece it cannot write: the bad
+// SGE's first (for its lkey or rights), or the piece that crosses its region's end.
+inline std::uint64_t rxe_bytes_before_receive_fault(fabric_state& f, pd_obj* pd, const sge_list& sges,
+                                                    std::uint64_t need, std::uint64_t room, std::uint64_t pmtu) {
+  const std::uint64_t packets_that_fit = room < need ? room / pmtu * pmtu : need;
+  std::uint64_t at = 0;  // where this SGE starts in the message
+  for (const auto& s : sges) {
+    if (at >= packets_that_fit) break;
+    auto copied = s;
+    if (need - at < copied.length) copied.length = static_cast<std::uint32_t>(need - at);
+    if (!local_sge_ok(f, pd, copied, true)) {
+      const std::uint64_t bad_byte = at + rxe_writable_bytes(f, pd, s);
+      return std::min(packets_that_fit, std::max(at, bad_byte / pmtu * pmtu));
+    }
+    at += s.length;
+  }
+  return packets_that_fit;
+}
+
+// rxe (rxe_comp.c copy_data) lands a READ response, or an atomic's 8 result bytes, SGE by
+// SGE: it looks up only the SGEs the bytes reach, and checks the bytes it copies there,
+// and what it wrote before a bad SGE stays (opcode.atomic_sge_past_result_unreached,
+// opcode.atomic_result_split_bad_sge, fault.read_response_sge_bad_after_bytes).
+RDMAKIT_NOINLINE inline void rxe_land_response(fabric_state& f, qp_obj* q, send_wqe& w, const response& r) {
+  if (w.is_inline) {  // its bytes took the place of its SGEs: nothing to land in
+    w.status = wc_status::loc_prot_err;
+    return;
+  }
+  const std::uint64_t need = r.data.size();
+  std::uint64_t at = 0;
+  bool ok = true;
+  for (const auto& s : w.sges) {
+    if (at >= need) break;
+    auto copied = s;
+    if (need - at < copied.length) copied.length = static_cast<std::uint32_t>(need - at);
+    ok = ok && local_sge_ok(f, q->pd, copied, true);
+    at += s.length;
+  }
+  std::uint64_t written = need;
+  if (!ok) {
+    w.status = wc_status::loc_prot_err;
+    written = rxe_bytes_before_receive_fault(f, q->pd, w.sges, need, need, path_mtu_bytes(q));
+  }
+  if (written) scatter(w.sges, r.data.data(), written);
+}
+
 inline void on_response(fabric_state& f, const reply_to& to, const response& r) {
   qp_obj* q = find_qp(f, to.qpn, to.hint, to.epoch);
   if (!q) return;
@@ -85,14 +143,17 @@ inline void on_response(fabric_state& f, const reply_to& to, const response& r) 
       if (w->op == opcode::rdma_read || is_atomic(w->op)) {
         // The local region may have been deregistered since the WR was issued: the HCA
         // writes only into live regions, else the WR fails (LOC_PROT_ERR), as hardware.
-        // rxe (the only profile that takes them) keeps an inline WR's bytes where its SGEs
-        // were, so the response finds no SGE to land in.
-        bool live = !w->is_inline;
-        for (const auto& s : w->sges) live = live && local_sge_ok(f, q->pd, s, true);
-        if (live)
-          scatter(w->sges, r.data.data(), r.data.size());
-        else
-          w->status = wc_status::loc_prot_err;
+        // rxe writes SGE by SGE, what the bytes reach (rxe_land_response).
+        if (f.as_rxe()) {
+          rxe_land_response(f, q, *w, r);
+        } else {
+          bool live = true;
+          for (const auto& s : w->sges) live = live && local_sge_ok(f, q->pd, s, true);
+          if (live)
+            scatter(w->sges, r.data.data(), r.data.size());
+          else
+            w->status = wc_status::loc_prot_err;
+        }
       }
       q->retries_left = q->attr.retry_cnt;
       q->rnr_left = q->attr.rnr_retry;

@@ -61,8 +61,14 @@ inline void modify_qp_locked(fabric_state& f, qp_obj* q, const qp_attr& a, qp_at
 
   switch (next) {
     case qp_state::reset:
-      // Everything outstanding is dropped without completions.
+      // Everything outstanding is dropped without completions. rxe has flushed a QP in
+      // ERR into its CQs already (rxe_qp_error runs its tasks): the rxe profile writes the
+      // flushes still due first (qp.err_then_reset_keeps_flushes).
       disarm_timer(f, q);
+      if (cur == qp_state::err && q->flush_due && f.as_rxe()) {
+        drop_due_flushes(f, q);
+        write_flushes(f, q);
+      }
       drop_due_flushes(f, q);
       q->sq.clear();
       q->rq.clear();
@@ -87,7 +93,9 @@ inline void modify_qp_locked(fabric_state& f, qp_obj* q, const qp_attr& a, qp_at
       }
       // WQEs a post below RTS left in the ring (rxe profile) wait for the next post's
       // doorbell, which issues them first: nothing else issues, as nothing was sent yet.
-      if (q->doorbell_owed)
+      // rxe's move from SQD does not run the requester either: what was posted in SQD
+      // waits for that doorbell too (posting.send_in_sqd_waits_for_doorbell).
+      if (q->doorbell_owed || (cur == qp_state::sqd && f.as_rxe()))
         q->doorbell_owed = false;
       else
         issue(f, q);
