@@ -211,5 +211,36 @@ inline bool route(fabric_state& f, const ah_attr& av, std::uint32_t& dev, std::u
   return false;
 }
 
+// The bytes of a receive's region from `s.addr` on that rxe can write: none for an lkey,
+// PD or rights it refuses (lookup_mr), else up to the region's end (mr_check_range).
+inline std::uint64_t rxe_writable_bytes(fabric_state& f, pd_obj* pd, const sge& s) {
+  const mr_obj* mr = find_mr(f, f.by_lkey, nullptr, s.lkey);
+  if (!mr || mr->pd != pd || !has_all(mr->flags, access::local_write)) return 0;
+  if (s.addr < mr->addr || s.addr >= mr->addr + mr->length) return 0;
+  return mr->addr + mr->length - s.addr;
+}
+
+// The bytes of a failed RC/UC receive, or of a READ response or atomic result failing at
+// a local SGE, that rxe has written (rxe 6.1, observed): copy_data takes each packet of
+// `pmtu` bytes SGE by SGE. It refuses a packet longer than the room
+// left before copying any of it, and stops at the first piece it cannot write: the bad
+// SGE's first (for its lkey or rights), or the piece that crosses its region's end.
+inline std::uint64_t rxe_bytes_before_receive_fault(fabric_state& f, pd_obj* pd, const sge_list& sges,
+                                                    std::uint64_t need, std::uint64_t room, std::uint64_t pmtu) {
+  const std::uint64_t packets_that_fit = room < need ? room / pmtu * pmtu : need;
+  std::uint64_t at = 0;  // where this SGE starts in the message
+  for (const auto& s : sges) {
+    if (at >= packets_that_fit) break;
+    auto copied = s;
+    if (need - at < copied.length) copied.length = static_cast<std::uint32_t>(need - at);
+    if (!local_sge_ok(f, pd, copied, true)) {
+      const std::uint64_t bad_byte = at + rxe_writable_bytes(f, pd, s);
+      return std::min(packets_that_fit, std::max(at, bad_byte / pmtu * pmtu));
+    }
+    at += s.length;
+  }
+  return packets_that_fit;
+}
+
 }  // namespace mock::detail
 RDMAKIT_END_NAMESPACE
