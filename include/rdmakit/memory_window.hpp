@@ -252,11 +252,13 @@ class memory_window {
       // The device refuses a bind of a bound type 2 window (MW_BIND_ERR), its queue pair
       // going to ERR, and rkey() would name a binding it never made. A peer's send_inv
       // that a poll of the device's CQs saw unbound it.
-      if (bound_ && !pd_->dev->windows.take_invalidated(rkey_))
-        throw usage_error("memory_window::bind(): this type 2 window is bound: the device refuses to bind it again "
-                          "(MW_BIND_ERR, and its queue pair goes to ERR); invalidate() it first, or bind it once a "
-                          "peer's send_inv of it was polled");
-      bound_ = false;
+      if (bound_) {
+        if (!pd_->dev->windows.take_invalidated(rkey_))
+          throw usage_error("memory_window::bind(): this type 2 window is bound: the device refuses to bind it "
+                            "again (MW_BIND_ERR, and its queue pair goes to ERR); invalidate() it first, or bind it "
+                            "once a peer's send_inv of it was polled");
+        peer_invalidated_();
+      }
     }
     const std::uint64_t addr = reinterpret_cast<std::uint64_t>(region.data()) + offset;
     post_result r;
@@ -345,7 +347,7 @@ class memory_window {
       // A peer's send_inv that a poll of the device's CQs saw, on any of its queue pairs
       // (take_invalidation() not told of it, or another queue pair's receive).
       if (pd_->dev->windows.take_invalidated(rkey_)) {
-        bound_ = false;
+        peer_invalidated_();
         throw usage_error("memory_window::invalidate(): a peer's send_inv invalidated the window already (its "
                           "receive was polled, on a queue pair of this device): there is nothing to revoke; bind "
                           "it again first");
@@ -385,7 +387,7 @@ class memory_window {
       // By the rule the device's polls note it by (detail::invalidated_by_peer).
       if (!bound_ || detail::invalidated_by_peer<B>(c.native()) != rkey_) return false;
       pd_->dev->windows.forget(rkey_);
-      bound_ = false;
+      peer_invalidated_();
       return true;
     }
   }
@@ -403,14 +405,25 @@ class memory_window {
       throw usage_error("memory_window: the window, the region and the queue pair must belong to one protection "
                         "domain (a device refuses the bind otherwise)");
   }
+  // A peer's send_inv of the binding ran (its receive was polled): the window is unbound,
+  // and the device holds none of the QPs it was bound through for it (the binding the
+  // peer invalidated ran after every earlier one was invalidated, or it would have
+  // failed), so they go, as when the window is freed.
+  void peer_invalidated_() noexcept {
+    bound_ = false;
+    let_qps_go_();
+  }
+  // The QPs it was bound through, which the device no longer holds for it: one whose
+  // queue pair went meanwhile is destroyed now (qp_native_hold).
+  void let_qps_go_() noexcept {
+    for (auto& h : holds_) __atomic_fetch_sub(&h->windows, 1, __ATOMIC_RELEASE);
+    holds_.clear();
+  }
   void release() noexcept {
     if (Type == mw_type::type2 && bound_) pd_->dev->windows.forget(rkey_);
     if (mw_ != typename B::mw{}) B::dealloc_mw(mw_);  // first: then the region may be deregistered
     mw_ = {};
-    // Then the QPs it was bound through: the device let go of them with the window, and
-    // one whose queue pair went meanwhile is destroyed now (qp_native_hold).
-    for (auto& h : holds_) __atomic_fetch_sub(&h->windows, 1, __ATOMIC_RELEASE);
-    holds_.clear();
+    let_qps_go_();  // then the QPs: the device let go of them with the window
     region_.reset();
     if (pd_) pd_->release_retained();  // regions this window kept the device from letting go
     pd_.reset();
@@ -431,7 +444,8 @@ class memory_window {
   bool bound_ = false;
   // The serial of the queue pair last bound through (detail::qp_link::serial).
   std::uint64_t bound_through_ = 0;
-  // Type 2: the native QPs it was bound through, kept until it is freed (qp_native_hold).
+  // Type 2: the native QPs it was bound through, kept until it is freed or a peer's
+  // send_inv of its binding is known to have run (qp_native_hold).
   std::vector<detail::shared_owner<detail::qp_native_hold<B>>> holds_;
 };
 

@@ -503,6 +503,53 @@ TEST_CASE("memory_window: the room of a queue pair kept by a window stays until 
   CHECK_FALSE(y.dev.next_event());  // no CQ_ERR
 }
 
+// A window kept every queue pair it was ever bound through until it was freed: one
+// window lent to client after client kept every client's QP (in ERR) and its CQ room
+// (an audit). Once it knows a peer's send_inv of its binding ran, the device holds none
+// of them for it: it lets them go.
+TEST_CASE("memory_window: told of a peer's send_inv, the window lets its queue pairs go") {
+  using R = freeing_log;
+  mock::fabric fab;
+  basic_side<R> x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<all_access>(64);
+  auto region = y.pd.allocate<window_region>(256);
+  auto inbox = y.pd.allocate<access::local_write>(64);
+  auto w = y.pd.alloc_window<access::remote_write>();  // declared first: destroyed last
+  for (int client = 0; client < 3; ++client) {
+    CAPTURE(client);
+    auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 1, 1, 0});
+    REQUIRE(w.bind(p.b, region, 0, 256, 1).ok());
+    REQUIRE(collect(y.cq, 1).size() == 1);
+    REQUIRE(p.b.post_recv(inbox.local(), 10).ok());
+    REQUIRE(p.a.post(op::send_inv{src.local(0, 4), w.remote()}, 3).ok());
+    (void)collect(x.cq, 1);
+    R::clear(8);
+    int taken = 0;
+    for (int i = 0; i < 1000 && taken == 0; ++i)
+      (void)y.cq.poll([&](const completion<R>& c) { taken += w.take_invalidation(c); });
+    REQUIRE(taken == 1);
+    if (client == 2)
+      CHECK(R::verbs() == teardown{"destroy_qp"});  // client 1's, kept for the owner's invalidation below
+    else
+      CHECK(R::verbs() == teardown{});
+    if (client == 1) {
+      REQUIRE(w.bind(p.b, region, 0, 64, 7).ok());  // bound again, through the same queue pair
+      REQUIRE(collect(y.cq, 1).size() == 1);
+      REQUIRE(w.invalidate(p.b, 8).ok());  // the owner's LOCAL_INV: the window cannot know it ran
+      REQUIRE(collect(y.cq, 1).size() == 1);
+    }
+    R::clear(8);
+    p = {};
+    if (client == 1)
+      CHECK(R::verbs() == teardown{"destroy_qp"});  // the peer's; the window keeps its own
+    else
+      CHECK(R::verbs() == teardown{"destroy_qp", "destroy_qp"});  // both: the window let its QP go
+  }
+  R::clear(8);
+  w = {};
+  CHECK(R::verbs() == teardown{"dealloc_mw"});
+}
+
 // A type 2 bind that fails (here flushed: its queue pair is in ERR) leaves the device's
 // window unbound while the window believes it bound. A LOCAL_INV of it posted on another
 // queue pair then reaches an unbound window, which panics rxe's kernel (Linux 6.1), and
