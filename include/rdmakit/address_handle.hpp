@@ -57,7 +57,7 @@ class address_handle {
   address_handle() = default;
   /// Creates the handle on `pd`'s device. Prefer protection_domain::create_ah.
   address_handle(detail::pd_ref<B> pd, const ah_attr& attr)
-      : pd_(std::move(pd)), record_(hold_(B::create_ah(pd_->pd, attr))), attr_(attr) {}
+      : pd_(std::move(pd)), record_(hold_(B::create_ah(pd_->pd, attr), pd_.get())), attr_(attr) {}
   /// Takes over the handle (the addresses taken from it stay good); `o` becomes empty.
   address_handle(address_handle&& o) noexcept
       : pd_(std::move(o.pd_)), record_(std::exchange(o.record_, nullptr)), attr_(o.attr_) {}
@@ -95,9 +95,9 @@ class address_handle {
                                   " has more than 24 bits, which no queue pair has (its datagrams would go "
                                   "nowhere): check where the peer's QP number came from"));
   }
-  static detail::ah_record<B>* hold_(typename B::ah ah) {
+  static detail::ah_record<B>* hold_(typename B::ah ah, const void* pd) {
     try {
-      return detail::ah_registry<B>::hold(ah);
+      return detail::ah_registry<B>::hold(ah, pd);
     } catch (...) {
       B::destroy_ah(ah);
       throw;

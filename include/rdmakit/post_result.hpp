@@ -33,6 +33,7 @@ enum class post_rule : std::uint8_t {
   atomic_alignment,  ///< an atomic whose remote address is not 8-byte aligned
   message_size,      ///< SGEs adding up to more than 2 GiB (2^31 bytes), the largest message
   inline_op,         ///< send_flags::inline_data on a READ or an atomic, which carry no data out
+  address_pd,        ///< (UD) an address handle of another protection domain than the queue pair's
 };
 
 /// Outcome of a post (one WR or a list). `posted` counts the WRs of a list that
@@ -102,11 +103,14 @@ struct [[nodiscard]] post_result {
               case post_rule::inline_op:
                 return "the device rejected the WR (EINVAL): a READ or an atomic carries no data out, so it "
                        "cannot be sent inline; drop send_flags::inline_data";
+              case post_rule::address_pd:
+                return "the WR was refused (EINVAL): its destination is an address handle of another protection "
+                       "domain than the queue pair's (a device refuses it, or fails the queue pair); create the "
+                       "address handle on the queue pair's protection domain";
               case post_rule::unknown: break;
             }
             return "the device rejected the WR (EINVAL): too many SGEs, inline data above "
-                   "max_inline_data, a bad opcode for the transport, the queue pair state, or (UD) an "
-                   "address handle of another protection domain or device than the queue pair's";
+                   "max_inline_data, a bad opcode for the transport, or the queue pair state";
           case ENOMEM: return "the device queue is full (ENOMEM)";
           default: return "the device rejected the WR (see err)";
         }

@@ -329,8 +329,13 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     d.wr_id = wr_id;
     d.op = Op::code;
     d.flags = flags;
-    if constexpr (requires { o.to; })  // UD: the handle must still live (address_handle.hpp)
+    if constexpr (requires { o.to; }) {  // UD: the handle must still live (address_handle.hpp)...
       if (RDMAKIT_UNLIKELY(!o.to.live())) return {post_status::stale_address, 0, 0};
+      // ...on this PD: a device refuses another's, or fails the QP (an empty handle's
+      // refusal comes later)
+      if (RDMAKIT_UNLIKELY(!detail::ud_address_access::ticket(o.to).in_pd(parts_.pd.get())) && parts_.pd)
+        return detail::refused_list(post_rule::address_pd);
+    }
     o.fill(d);
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(o.local)>, local_buffer>) {
       typename B::sge s;
@@ -522,6 +527,9 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (RDMAKIT_UNLIKELY(odd) && batch.refused_()) return batch.refusal_();
     if constexpr (T::needs_ah)  // a WR's handle may have gone since it was added
       if (RDMAKIT_UNLIKELY(!batch.addresses_live_())) return {post_status::stale_address, 0, 0};
+    if constexpr (T::needs_ah)
+      if (RDMAKIT_UNLIKELY(!batch.addresses_in_pd_(parts_.pd.get())) && parts_.pd)
+        return detail::refused_list(post_rule::address_pd);
     auto* w = batch.front_();
     auto plan = l.sq.start();
     const std::uint32_t inline_limit = parts_.inline_limit;

@@ -144,6 +144,14 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     if (odd_ & odd_bad_id) return {post_status::bad_wr_id, 0, 0};
     return detail::refused_list((odd_ & odd_too_many_sges) ? post_rule::sge_count : post_rule::message_size);
   }
+  // UD: whether every WR's address handle was made on protection domain `pd` (after
+  // addresses_live_).
+  bool addresses_in_pd_(const void* pd) const noexcept {
+    const detail::ah_ticket<B>* t = tickets_.data();
+    for (std::size_t i = first_, end = end_ / sizeof(slot_); i < end; ++i)
+      if (!t[i].in_pd(pd)) return false;
+    return true;
+  }
   // UD: whether every WR's address handle still lives (post checks before posting).
   bool addresses_live_() const noexcept {
     const detail::ah_ticket<B>* t = tickets_.data();

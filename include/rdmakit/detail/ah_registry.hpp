@@ -27,6 +27,9 @@ struct ah_record {
   typename B::ah ah{};
   std::uint64_t generation = 0;
   ah_record* next_free = nullptr;
+  // The protection domain the handle was made on (its pd_state): a post from a queue pair
+  // of another is refused (post_rule::address_pd). Read after current().
+  const void* pd = nullptr;
 
   // True while no handle was destroyed since an address of generation `gen` was taken.
   RDMAKIT_ALWAYS_INLINE bool current(std::uint64_t gen) const noexcept {
@@ -45,12 +48,13 @@ template <class B>
 class ah_registry {
  public:
   // A record holding `ah` (a reused one, or a new one); throws only std::bad_alloc.
-  static ah_record<B>* hold(typename B::ah ah) {
+  static ah_record<B>* hold(typename B::ah ah, const void* pd) {
     lock_.lock();
     ah_record<B>* r = free_;
     if (r) free_ = r->next_free;
     lock_.unlock();
     if (!r) r = new ah_record<B>;  // before the handle is published: may throw
+    r->pd = pd;
     __atomic_store(&r->ah, &ah, __ATOMIC_RELEASE);
     return r;
   }
@@ -75,7 +79,7 @@ class ah_registry {
 
   static inline ah_record<B>* free_ = nullptr;
   static inline spin_lock lock_;
-  static inline const ah_record<B> none_{typename B::ah{}, 1, nullptr};
+  static inline const ah_record<B> none_{typename B::ah{}, 1, nullptr, nullptr};
 };
 
 // What an address checks at a post: its handle's record and the generation it was taken
@@ -85,6 +89,8 @@ struct ah_ticket {
   const ah_record<B>* record = ah_registry<B>::none();
   std::uint64_t generation = 0;
   RDMAKIT_ALWAYS_INLINE bool live() const noexcept { return record->current(generation); }
+  // Whether the handle was made on protection domain `pd` (read once live()).
+  RDMAKIT_ALWAYS_INLINE bool in_pd(const void* pd) const noexcept { return record->pd == pd; }
 };
 
 // ud_address's ticket, for the post paths (the address shows users only live()).

@@ -133,18 +133,37 @@ TEST_CASE("UD: a send through the address of a destroyed address handle is refus
 }
 
 // The device's refusal listed "(UD) an address handle that was destroyed" (refused
-// before the device since, as stale_address) and not the handle of another PD.
+// before the device since, as stale_address) and not the handle of another PD. Then it
+// named five causes (rule unknown), and rxe took the WR and failed the queue pair later
+// (LOC_QP_OP_ERR, row ud.ah_other_pd; an audit): the layer refuses it before the
+// device now, naming it, single posts and post lists alike.
 TEST_CASE("UD: a send through an address handle of another protection domain is refused, saying so") {
-  mock::fabric fab;
-  side x(fab, "mock0"), y(fab, "mock1");
-  auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
-  auto other_pd = x.dev.create_pd();
-  auto ah = other_pd.create_ah(p.b.local_endpoint());
-  auto tx = x.pd.allocate<access::local_write>(64);
-  const post_result r = p.a.send(ah.to(p.b.qp_num()), tx.local(0, 8), 1);
-  CHECK(r.status == post_status::backend_error);
-  CHECK(r.err == EINVAL);
-  CHECK(std::string(r.message()).find("an address handle of another protection domain") != std::string::npos);
+  for (auto profile : {mock::device_profile::spec, mock::device_profile::rxe}) {
+    CAPTURE(profile == mock::device_profile::rxe);
+    mock::fabric_config cfg;
+    cfg.profile = profile;
+    mock::fabric fab(cfg);
+    side x(fab, "mock0"), y(fab, "mock1");
+    auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+    auto other_pd = x.dev.create_pd();
+    auto ah = other_pd.create_ah(p.b.local_endpoint());
+    auto tx = x.pd.allocate<access::local_write>(64);
+    const post_result r = p.a.send(ah.to(p.b.qp_num()), tx.local(0, 8), 1);
+    CHECK(r.status == post_status::backend_error);
+    CHECK(r.err == EINVAL);
+    CHECK(r.rule == post_rule::address_pd);
+    CHECK(std::string(r.message()).find("address handle of another protection domain") != std::string::npos);
+    auto batch = p.a.make_batch<4>();
+    const auto good = x.pd.create_ah(p.b.local_endpoint());
+    REQUIRE(batch.add(op::ud_send{tx.local(0, 8), good.to(p.b.qp_num())}, 2));
+    REQUIRE(batch.add(op::ud_send{tx.local(0, 8), ah.to(p.b.qp_num())}, 3));
+    const post_result rl = p.a.post(batch);
+    CHECK(rl.rule == post_rule::address_pd);
+    CHECK(rl.posted == 0);  // refused whole, before the device
+    CHECK(x.cq.poll() == 0);
+    CHECK_FALSE(p.a.in_error());
+    CHECK(p.a.send_credits() == 8);
+  }
 }
 
 TEST_CASE("UD: an empty ud_address is refused (it names no handle)") {
