@@ -1114,16 +1114,13 @@ class run {
     post_status expected = refusal_for_(q);
     if (!live_(a.ah))
       expected = post_status::stale_address;  // checked first, before the queue pair
-    else if (expected == post_status::ok && pd_of_(a.ah) != pd && !rxe_)
-      expected = post_status::backend_error;  // an address handle of another PD: EINVAL
+    else if (holds(q) && pd_of_(a.ah) != pd)
+      expected = post_status::backend_error;  // an address handle of another PD: refused before the device
     const post_result r = pick_(2) ? q.send(a.to, buf->b, id, flags_())
                                    : q.send_imm(a.to, buf->b, static_cast<std::uint32_t>(id), id, flags_());
-    if (expected == post_status::backend_error && r.status == post_status::sq_full) return;
     check_post_(r, expected, "UD send");
-    const char* fault = local_fault_(*buf, pd);
-    if (!fault && live_(a.ah) && pd_of_(a.ah) != pd)  // rxe posts it (deviations.hpp ud.ah_other_pd)
-      fault = "its address handle is in another protection domain (rxe: LOC_QP_OP_ERR)";
-    note_(r, id, fault, {.qp = tracked});
+    if (expected == post_status::backend_error) CHECK(r.rule == post_rule::address_pd);
+    note_(r, id, local_fault_(*buf, pd), {.qp = tracked});
   }
 
   // A post list of datagrams, an address handle destroyed after its WR was added.
@@ -1151,12 +1148,16 @@ class run {
                                       [this, &q](std::uint64_t h) { return pd_of_(h) != pd_of_(q.id); });
     // Refused for an empty queue pair, one in ERR, too few credits, then a stale address.
     post_status expected = refusal_for_(q.h);
-    if (expected == post_status::ok && any_stale) expected = post_status::stale_address;
+    if (expected == post_status::ok && any_stale)
+      expected = post_status::stale_address;
+    else if (expected == post_status::ok && other_pd)
+      expected = post_status::backend_error;  // another PD's address handle: the list is refused before the device
     const post_result r = q.h.post(list);
     if (r.status == post_status::sq_full)
-      CHECK((expected == post_status::ok || expected == post_status::stale_address));
-    else if (!(expected == post_status::ok && other_pd))  // (another PD: refused by the device part-way)
+      CHECK(expected != post_status::empty_handle);  // (credits are checked before the addresses)
+    else
       check_post_(r, expected, "UD post list");
+    if (r.status == post_status::backend_error) CHECK(r.rule == post_rule::address_pd);
     CHECK(r.posted <= wrs.size());
     for (std::uint32_t k = 0; k < r.posted; ++k) note_(post_result{}, wrs[k].first, wrs[k].second, {.qp = q.id});
   }
