@@ -115,7 +115,7 @@ struct device_state {
   void end_next_event() const noexcept { __atomic_fetch_sub(&events_readers, events_next_call, __ATOMIC_RELEASE); }
   // Its device's bound type 2 memory windows, and the peers' invalidations of them its
   // CQs polled: a record shared with every device object open on the same device.
-  mutable device_windows windows;
+  mutable device_windows<B> windows;
 
   device_state() = default;
   device_state(const device_state&) = delete;

@@ -21,6 +21,9 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 
+// (Templates on the backend, though nothing here depends on it: a translation unit that
+// opens no device of B instantiates none of it, issue 12's compile cost.)
+template <class B>
 class peer_invalidations {
  public:
   /// The record of the device `identity` names (device_identity), shared with the device
@@ -148,6 +151,7 @@ class peer_invalidations {
 
 /// One context's view of its device's record: the flag its polls read inline, and the
 /// shared record the rest goes to.
+template <class B>
 class device_windows {
  public:
   device_windows() = default;
@@ -158,7 +162,7 @@ class device_windows {
   }
   /// Joins the record of the device `identity` names (peer_invalidations::of_device).
   void open(const void* identity) {
-    auto r = peer_invalidations::of_device(identity);
+    auto r = peer_invalidations<B>::of_device(identity);
     r->join(&watched_);
     record_ = std::move(r);
   }
@@ -173,7 +177,7 @@ class device_windows {
 
  private:
   unsigned watched_ = 0;  // __atomic builtins
-  shared_owner<peer_invalidations> record_;
+  shared_owner<peer_invalidations<B>> record_;
 };
 
 }  // namespace detail
