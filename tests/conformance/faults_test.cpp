@@ -252,15 +252,13 @@ CONFORMANCE_CASE("faults: RDMA_READ into a bad local SGE after a good one -> LOC
   auto& land = fx.make_buffer(1024);
   p.dst.fill(7);
   std::vector<rdmakit::sge> sg;
-  std::uint32_t len = 0, in_land = 0;  // the bytes rxe writes to land
+  std::uint32_t in_land = 0;  // the bytes rxe writes to land
   SUBCASE("bad lkey, in the only packet") {
     sg = {land.sge(0, 100), {land.addr(512), 100, land.lkey() ^ 0x6600}};
-    len = 200;
     in_land = 100;
   }
   SUBCASE("bad lkey, in the second packet") {
     sg = {land.sge(0, 1000), p.src.sge(0, 200), {land.addr(1000), 24, land.lkey() ^ 0x6600}};
-    len = 1224;
     in_land = 1000;
   }
   p.run_requester({.op = opcode::rdma_read, .sg = sg, .remote_addr = p.dst.addr(0), .rkey = p.dst.rkey()}, want.req);

@@ -226,6 +226,24 @@ CONFORMANCE_CASE("opcodes: an atomic on an unaligned remote address or with leng
   CHECK(B::query_qp_state(a.qp) == qp_state::rts);
 }
 
+// Posts FETCH_AND_ADD 1 on `remote`'s first 8 bytes, its result into `sg` (wr_id 3),
+// checks the post against `want`, and returns the completions; with none expected, also
+// that `remote` is unchanged.
+template <class B>
+auto fetch_add_one(fixture<B>& fx, endpoint<B>& a, const std::vector<rdmakit::sge>& sg, buffer<B>& remote,
+                   const outcome& want) {
+  const std::uint64_t before = remote.u64(0);
+  const int rc = fx.post_send(a, 3, opcode::atomic_fetch_and_add, sg, send_flags::signaled,
+                              [&](typename B::send_wr& w) { B::set_atomic(w, remote.addr(0), remote.rkey(), 1, 0); });
+  CHECK(rc == want.post_errno);
+  auto got = fx.drain(a.send_cq, 5);
+  if (want.req.is_nothing()) {
+    CHECK(got.empty());
+    CHECK(remote.u64(0) == before);
+  }
+  return got;
+}
+
 CONFORMANCE_CASE("opcodes: an atomic with a local SGE longer than 8 bytes") {
   fixture<B> fx;
   const auto want = expected(ids::atomic_len_over_8, backend_traits<B>::profile());
@@ -237,14 +255,8 @@ CONFORMANCE_CASE("opcodes: an atomic with a local SGE longer than 8 bytes") {
   std::vector<rdmakit::sge> sg{local.sge(0, 16)};
   SUBCASE("one SGE of 16 bytes") {}
   SUBCASE("two SGEs of 4 bytes and one of 8") { sg = {local.sge(0, 4), local.sge(32, 4), local.sge(48, 8)}; }
-  const int rc = fx.post_send(a, 3, opcode::atomic_fetch_and_add, sg, send_flags::signaled,
-                              [&](typename B::send_wr& w) { B::set_atomic(w, remote.addr(0), remote.rkey(), 1, 0); });
-  CHECK(rc == want.post_errno);
-  auto got = fx.drain(a.send_cq, 5);
-  if (want.req.is_nothing()) {
-    CHECK(got.empty());
-    CHECK(remote.u64(0) == before);
-  } else {
+  auto got = fetch_add_one(fx, a, sg, remote, want);
+  if (!want.req.is_nothing()) {
     REQUIRE(got.size() == 1);
     CONF_CHECK_STATUS(want.req, got[0].status);
     // The completion counts every byte of the SGEs; the original value fills the first 8.
@@ -288,15 +300,8 @@ CONFORMANCE_CASE("opcodes: an atomic's SGEs past its 8 result bytes, or bad afte
     sg = {local.sge(0, 4), {local.addr(62), 4, local.lkey()}};
   }
   const auto want = expected(id, backend_traits<B>::profile());
-  const int rc = fx.post_send(a, 3, opcode::atomic_fetch_and_add, sg, send_flags::signaled,
-                              [&](typename B::send_wr& w) { B::set_atomic(w, remote.addr(0), remote.rkey(), 1, 0); });
-  CHECK(rc == want.post_errno);
-  auto got = fx.drain(a.send_cq, 5);
-  if (want.req.is_nothing()) {
-    CHECK(got.empty());
-    CHECK(remote.u64(0) == before);
-    return;
-  }
+  auto got = fetch_add_one(fx, a, sg, remote, want);
+  if (want.req.is_nothing()) return;
   REQUIRE(got.size() == 1);
   CHECK(got[0].wr_id == 3u);
   CONF_CHECK_STATUS(want.req, got[0].status);
