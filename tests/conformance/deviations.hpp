@@ -255,7 +255,8 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::rnr_nak_packets_behind, "rxe",
                   {.req = {wc_status::retry_exc_err}, .resp = status_set::nothing()},
                   "rxe (kernel 6.1, observed by a differential fuzzer; rxe_resp.c, rxe_comp.c): the responder NAKs "
-                  "the packet behind the refused one with a PSN sequence error, which the requester takes as a "
+                  "the packet behind the refused one (also one a post_send during the RNR wait sends) with a PSN "
+                  "sequence error, which the requester takes as a "
                   "transport retry (the first since an ACK; RETRY_CNT 7: for ever): with RETRY_CNT 0 "
                   "RETRY_EXC_ERR at once, whatever RNR_RETRY and the timers"},
     // An RDMA READ whose local SGEs are good, then bad (a bad lkey), in the response's first or second packet.

@@ -671,13 +671,13 @@ CONFORMANCE_CASE("faults: RC SEND without a posted receive and small rnr_retry -
 CONFORMANCE_CASE("faults: RNR NAK with packets behind it, retry_cnt 0 -> the status of the row") {
   const auto want = expected(ids::rnr_nak_packets_behind, backend_traits<B>::profile());
   // With RETRY_CNT 1 the one retry goes and the RNR budget decides, on every device.
-  auto each_retry_cnt = [&](auto&& send) {
+  auto each_retry_cnt = [&](auto&& send, std::uint8_t rnr_retry = 3) {
     for (const int retry_cnt : {0, 1}) {
       CAPTURE(retry_cnt);
       fixture<B> fx;
       link_opts la, lb;
       la.retry_cnt = static_cast<std::uint8_t>(retry_cnt);
-      la.rnr_retry = 3;
+      la.rnr_retry = rnr_retry;
       lb.min_rnr_timer = 1;  // 0.01 ms
       faulty_pair<B> p(fx, la, lb);
       send(fx, p, retry_cnt == 0 ? want.req : status_set{wc_status::rnr_retry_exc_err});
@@ -695,6 +695,22 @@ CONFORMANCE_CASE("faults: RNR NAK with packets behind it, retry_cnt 0 -> the sta
     each_retry_cnt([](fixture<B>&, faulty_pair<B>& p, status_set req) {
       p.run_requester({.sg = {p.src.sge(0, 2500)}}, req);
     });
+  }
+  // The packets behind come from a later post_send, made while the SEND waits for its
+  // RNR timer: rxe's requester sends them then (audit note N3). RNR_RETRY 1: the resend
+  // the timer makes is the last.
+  SUBCASE("SEND, then a WRITE posted by a later post_send") {
+    each_retry_cnt([](fixture<B>& fx, faulty_pair<B>& p, status_set req) {
+      REQUIRE(fx.post_send(p.a, 1, opcode::send, {p.src.sge(0, 64)}) == 0);
+      REQUIRE(fx.post_rdma(p.a, 2, opcode::rdma_write, p.src.sge(0, 64), p.dst.addr(0), p.dst.rkey()) == 0);
+      auto sq = fx.poll(p.a.send_cq, 2, "the SEND's error and the WRITE's flush");
+      REQUIRE(sq.size() == 2);
+      CHECK(sq[0].wr_id == 1);
+      CONF_CHECK_STATUS(req, sq[0].status);
+      check_flushes({sq[1]}, {2}, p.a.num);
+      CHECK(fx.wait_state(p.a, qp_state::err) == qp_state::err);
+      CHECK(p.dst.zero(0, 4096));
+    }, 1);
   }
   SUBCASE("SEND of three packets, alone") {
     each_retry_cnt([](fixture<B>& fx, faulty_pair<B>& p, status_set req) {
