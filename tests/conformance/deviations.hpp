@@ -149,6 +149,7 @@ inline constexpr std::string_view err_then_reset_flushes = "qp.err_then_reset_ke
 inline constexpr std::string_view sqd_post_waits_for_doorbell = "posting.send_in_sqd_waits_for_doorbell";
 inline constexpr std::string_view read_max_rd_atomic_0 = "posting.read_with_max_rd_atomic_0";
 inline constexpr std::string_view retry_cnt_7 = "fault.retry_cnt_7";
+inline constexpr std::string_view local_fault_behind_unacked = "fault.send_sge_bad_behind_unacknowledged";
 
 }  // namespace ids
 
@@ -254,7 +255,8 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::rnr_nak_packets_behind, "rxe",
                   {.req = {wc_status::retry_exc_err}, .resp = status_set::nothing()},
                   "rxe (kernel 6.1, observed by a differential fuzzer; rxe_resp.c, rxe_comp.c): the responder NAKs "
-                  "the packet behind the refused one with a PSN sequence error, which the requester takes as a "
+                  "the packet behind the refused one (also one a post_send during the RNR wait sends) with a PSN "
+                  "sequence error, which the requester takes as a "
                   "transport retry (the first since an ACK; RETRY_CNT 7: for ever): with RETRY_CNT 0 "
                   "RETRY_EXC_ERR at once, whatever RNR_RETRY and the timers"},
     // An RDMA READ whose local SGEs are good, then bad (a bad lkey), in the response's first or second packet.
@@ -540,6 +542,18 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::retry_cnt_7, "rxe", {.req = status_set::nothing(), .stays_rts = tri::yes},
                   "rxe (kernel 6.1, observed; rxe_comp.c never counts RETRY_CNT 7 down): retried for ever, no "
                   "completion; the QP stays in RTS"},
+    // RC: a WRITE with a bad lkey behind a WR still waiting for its answer (an RNR retry, a
+    // peer in ERR that answers nothing), RETRY_CNT 2, RNR_RETRY 1.
+    deviation_row{ids::local_fault_behind_unacked, "spec",
+                  {.req = {wc_status::rnr_retry_exc_err, wc_status::retry_exc_err}, .stays_rts = tri::no},
+                  "spec §8.2: the WR ahead runs out of retries (RNR_RETRY_EXC_ERR, or RETRY_EXC_ERR), the QP "
+                  "goes to ERR and the faulty WR flushes"},
+    deviation_row{ids::local_fault_behind_unacked, "rxe",
+                  {.req = status_set{wc_status::rnr_retry_exc_err, wc_status::retry_exc_err} | status_set::nothing()},
+                  "rxe (kernel 6.1, observed; rxe_req.c's err path sets req.state ERROR without rxe_qp_error(), "
+                  "rxe_comp.c re-arms its retry timer only while req.state is READY): no completion: the WR ahead "
+                  "is never sent again and the QP stays in RTS until a move to ERR flushes both. The mock's rxe "
+                  "profile does not model it: it completes as the spec (docs/semantics.md §13 says why)"},
 };
 
 /// The row for a scenario under a device profile, or null when there is none.

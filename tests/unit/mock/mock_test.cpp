@@ -261,3 +261,62 @@ TEST_CASE("mock: an INIT→RTR refused for its address vector names the verb and
     CHECK(count("ibv_modify_qp") == 1);
   }
 }
+
+// rxe looks a SEND_WITH_INV's rkey up in the receiving device's pool only (any PD of it:
+// mw.send_inv_other_pd); the mock's windows are indexed fabric-wide, so the receiving
+// QP's device must be checked: a SEND_WITH_INV received on mock0 naming a type 2 window
+// of mock1 fails (REM_INV_REQ_ERR, as an rkey rxe does not find) and leaves it bound.
+TEST_CASE("mock: a SEND_WITH_INV received on one device never invalidates a window of another") {
+  for (const auto profile : {rm::device_profile::spec, rm::device_profile::rxe}) {
+    CAPTURE(static_cast<int>(profile));
+    rm::fabric_config cfg;
+    cfg.profile = profile;
+    fx_t fx(cfg);
+    auto ctx1 = B::open_device(fx.scope().fabric, "mock1");
+    fx.on_cleanup([ctx1] { B::close_device(ctx1); });
+    auto pd1 = B::alloc_pd(ctx1);
+    fx.on_cleanup([pd1] { CHECK(B::dealloc_pd(pd1) == 0); });
+    auto cq1 = B::create_cq(ctx1, 64, {}, 0);
+    fx.on_cleanup([cq1] { CHECK(B::destroy_cq(cq1) == 0); });
+    // mock1's address, for the QPs of mock0 (those of mock1 take the default, mock0's).
+    link_opts to1;
+    ah_attr av1 = fx.loopback_av();
+    av1.grh.dgid = B::query_gid(ctx1, fx.port_num, fx.gid_index).value;
+    av1.dlid = B::query_port(ctx1, fx.port_num).lid;
+    to1.av = av1;
+    const auto cross = [&](const endpoint<B>& on0, const endpoint<B>& on1) {
+      fx.bring_up(on0, on1.num, to1);
+      fx.bring_up(on1, on0.num);
+    };
+    auto y = fx.make_qp({}, cq1, cq1, pd1);   // mock1: the window is bound through it
+    auto x2 = fx.make_qp();                   // mock0: writes through the window
+    auto z = fx.make_qp({}, cq1, cq1, pd1);   // mock1: sends the SEND_WITH_INV
+    auto x = fx.make_qp();                    // mock0: receives it
+    cross(x2, y);
+    cross(x, z);
+    auto& src = fx.make_buffer(256);
+    auto& inbox = fx.make_buffer(256);
+    auto& zsrc = fx.make_buffer(256, access::local_write, pd1);
+    auto& region = fx.make_buffer(4096, access::local_write | access::remote_write | access::mw_bind, pd1);
+    auto w = B::alloc_mw(pd1, mw_type::type2);
+    fx.on_cleanup([w] { CHECK(B::dealloc_mw(w) == 0); });
+    const std::uint32_t rkey = (B::mw_rkey(w) & ~0xFFu) | ((B::mw_rkey(w) + 1) & 0xFFu);
+    REQUIRE(fx.post_send(y, 70, opcode::bind_mw, {}, send_flags::signaled, [&](B::send_wr& wr) {
+      B::set_bind_mw(wr, w, rkey, region.mr, region.addr(0), 4096, access::remote_write);
+    }) == 0);
+    REQUIRE(fx.poll_one(cq1, "the bind").status == wc_status::success);
+    REQUIRE(fx.post_rdma(x2, 1, opcode::rdma_write, src.sge(0, 64), region.addr(0), rkey) == 0);
+    REQUIRE(fx.poll_one(x2.send_cq, "a WRITE through the window").status == wc_status::success);
+
+    REQUIRE(fx.post_recv(x, 80, {inbox.sge(0, 256)}) == 0);
+    REQUIRE(fx.post_send(z, 2, opcode::send_with_inv, {zsrc.sge(0, 32)}, send_flags::signaled,
+                         [&](B::send_wr& wr) { B::set_invalidate(wr, rkey); }) == 0);
+    const auto got = fx.poll_one(x.recv_cq, "the SEND_WITH_INV's receive");
+    CHECK(got.wr_id == 80);
+    CHECK(got.status == wc_status::rem_inv_req_err);
+    CHECK(fx.poll_one(cq1, "the SEND_WITH_INV's completion").status == wc_status::rem_inv_req_err);
+
+    REQUIRE(fx.post_rdma(x2, 3, opcode::rdma_write, src.sge(0, 64), region.addr(64), rkey) == 0);
+    CHECK(fx.poll_one(x2.send_cq, "a WRITE through the window, still bound").status == wc_status::success);
+  }
+}

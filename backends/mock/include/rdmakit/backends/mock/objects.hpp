@@ -319,6 +319,9 @@ class qp_obj {
   clock_ns deadline = 0;  // ack timeout or RNR back-off; 0 = none
   std::size_t timed_slot = 0;  // 1 + its index in fabric_state::timed; 0 = not there
   bool rnr_wait = false;
+  // rxe profile, during an RNR wait: the first WQE its requester had not sent when the
+  // RNR NAK came; a doorbell sends those from here on (rxe_doorbell_in_rnr_wait).
+  std::uint64_t rnr_resume_seq = 0;
   // rxe profile: WQEs a post below RTS wrote into the ring (its doorbell refused them)
   // are not issued by the move to RTS, only by the next doorbell, a post_send once the
   // QP is in RTS (posting.send_below_rts_left_in_ring).

@@ -71,6 +71,44 @@ inline bool rxe_sequence_nak_exhausts(qp_obj* q, const send_wqe& w) {
   return false;
 }
 
+// rxe's requester, run by a doorbell (a post_send) while the WQE at issue_from waits for
+// its RNR timer, goes on with the WQEs it had not sent (rxe 6.1, observed; it resends
+// from the refused one only when the timer fires). The responder, still expecting the
+// refused packet, drops them, NAKing the first with a PSN sequence error: a transport
+// retry, as for packets already behind at the RNR NAK (fault.rnr_nak_packets_behind):
+// with none left the WQE ahead fails RETRY_EXC_ERR. The WQEs stay queued for the
+// timer's resend. Walked: SENDs and WRITEs whose SGEs are good; a READ, an atomic, a
+// local operation, a fence or a bad SGE ends the walk (not modelled: a bad SGE stops
+// rxe's requester for good, row fault.send_sge_bad_behind_unacknowledged).
+RDMAKIT_NOINLINE inline void rxe_doorbell_in_rnr_wait(fabric_state& f, qp_obj* q) {
+  if (!f.as_rxe() || q->type != qp_type::rc) return;
+  send_wqe* head = wqe_at(q, q->issue_from);
+  if (!head || head->state != send_wqe::phase::queued) return;
+  std::size_t i = sq_index(q, std::max(q->rnr_resume_seq, head->seq + 1));
+  bool sends = false;  // a packet goes out
+  for (; i < q->sq.size(); ++i) {
+    const send_wqe& w = q->sq[i];
+    const bool plain = w.op == opcode::send || w.op == opcode::send_with_imm || w.op == opcode::send_with_inv ||
+                       w.op == opcode::rdma_write || w.op == opcode::rdma_write_with_imm;
+    if (w.state != send_wqe::phase::queued || !plain || has_all(w.flags, send_flags::fence)) break;
+    bool ok = true;
+    if (!w.is_inline)
+      for (const auto& s : w.sges) ok = ok && local_sge_ok(f, q->pd, s, false);
+    if (!ok) break;
+    sends = true;
+  }
+  q->rnr_resume_seq = i < q->sq.size() ? q->sq[i].seq : q->next_seq;
+  if (!sends || q->retry_started) return;
+  if (q->retries_left == 0) {  // its completion takes the QP to ERR, which ends the RNR wait
+    head->state = send_wqe::phase::done;
+    head->status = wc_status::retry_exc_err;
+    report_sends(f, q);
+    return;
+  }
+  if (q->attr.retry_cnt != 7) --q->retries_left;
+  q->retry_started = true;
+}
+
 // rxe (rxe_comp.c copy_data) lands a READ response, or an atomic's 8 result bytes, SGE by
 // SGE: it looks up only the SGEs the bytes reach, and checks the bytes it copies there,
 // and what it wrote before a bad SGE stays (opcode.atomic_sge_past_result_unreached,
@@ -143,6 +181,7 @@ inline void on_response(fabric_state& f, const reply_to& to, const response& r) 
         w->status = wc_status::retry_exc_err;
         break;
       }
+      q->rnr_resume_seq = q->issue_from;  // what it had not sent yet (rxe_doorbell_in_rnr_wait)
       rewind(q, *w);
       q->rnr_wait = true;
       set_timer(f, q, f.now + rnr_timer_ns(r.rnr_timer));
@@ -314,7 +353,8 @@ RDMAKIT_NOINLINE inline bool send_head_before_bad_sge(fabric_state& f, qp_obj* q
 /// after this call, before anything else. It is delivered at the end of this call
 /// instead, without a wire slot, borrowing the bytes of a one-SGE WQE.
 inline void issue(fabric_state& f, qp_obj* q) {
-  if (q->state != qp_state::rts || q->rnr_wait) return;
+  if (q->state != qp_state::rts) return;
+  if (RDMAKIT_UNLIKELY(q->rnr_wait)) return rxe_doorbell_in_rnr_wait(f, q);
   std::size_t i = sq_index(q, q->issue_from);
   if (i == q->sq.size()) return report_sends(f, q);  // nothing queued (an ACK's call, usually)
   const bool may_direct = f.faults.empty() && q->held.empty() && f.cfg.latency.count() == 0 && !f.running &&

@@ -231,7 +231,7 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     e.wc.imm_data = m.imm;
   }
   if (m.op == opcode::send_with_inv) {
-    if (!invalidate_window(f, f.as_rxe() ? nullptr : d->pd, m.imm)) {
+    if (!invalidate_window(f, d, f.as_rxe(), m.imm)) {
       // As rxe: the receive fails, the QP goes to ERR and the requester gets a NAK.
       e.wc.status = wc_status::rem_inv_req_err;
       recv_cqe(f, d, e, false);

@@ -40,13 +40,16 @@ inline wc_status execute_bind(fabric_state& f, qp_obj* q, const send_wqe& e) {
   return wc_status::success;
 }
 
-// Invalidates the type 2 window `rkey` names for a QP of `pd` (null: of any PD, as rxe's
-// SEND_WITH_INV does, deviations.hpp mw.send_inv_other_pd); false if it cannot (an
-// unknown or stale key, a region's key, a type 1 window, another PD).
-inline bool invalidate_window(fabric_state& f, pd_obj* pd, std::uint32_t rkey) {
+// Invalidates the type 2 window `rkey` names for QP `q`: a window of its PD, or with
+// `any_pd` of any PD of its device, as rxe's SEND_WITH_INV looks the rkey up in the
+// receiving device's pool (deviations.hpp mw.send_inv_other_pd; never another device's);
+// false if it cannot (an unknown or stale key, a region's key, a type 1 window, another
+// PD or device).
+inline bool invalidate_window(fabric_state& f, const qp_obj* q, bool any_pd, std::uint32_t rkey) {
   if (!is_mw_key(rkey)) return false;
   mw_obj* w = find_mw(f, rkey);
-  if (!w || w->type != mw_type::type2 || (pd && w->pd != pd)) return false;
+  if (!w || w->type != mw_type::type2) return false;
+  if (any_pd ? w->pd->ctx->dev != q->pd->ctx->dev : w->pd != q->pd) return false;
   w->mr = nullptr;
   w->qp = nullptr;
   w->addr = w->length = 0;
@@ -60,7 +63,7 @@ inline wc_status execute_local(fabric_state& f, qp_obj* q, const send_wqe& e) {
   // rxe takes LOCAL_INV on RC only (its opcode table), where the IBA has it on UC too
   // (deviations.hpp, mw.local_inv_on_uc).
   if (f.as_rxe() && q->type == qp_type::uc) return wc_status::loc_qp_op_err;
-  return invalidate_window(f, q->pd, e.imm) ? wc_status::success : wc_status::loc_qp_op_err;
+  return invalidate_window(f, q, false, e.imm) ? wc_status::success : wc_status::loc_qp_op_err;
 }
 
 }  // namespace mock::detail
