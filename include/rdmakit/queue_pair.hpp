@@ -194,7 +194,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   std::uint32_t unsignaled_run() const { return link_("unsignaled_run").sq.unsignaled_run(); }
   /// Receives posted and not completed yet.
   std::uint32_t posted_recvs() const { return link_("posted_recvs").rq.held; }
-  /// True once a completion of this QP failed (the QP is in ERR; posts return qp_error).
+  /// True once a completion of this QP failed (the QP is in ERR; posts return qp_error);
+  /// not for a UD receive too small for its datagram (LOC_LEN_ERR: the QP stays in RTS).
   bool in_error() const {
     // The closed link of an empty handle is in error: only then is the handle tested.
     if (RDMAKIT_LIKELY(!parts_.link->error)) return false;
@@ -204,9 +205,17 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// nothing else failed (success if none).
   wc_status first_error() const { return link_("first_error").first_error; }
   /// The GID index used for this QP's address (chosen automatically unless given).
-  int gid_index() const noexcept { return parts_.gid_index; }
-  /// The local port the queue pair uses (qp_options::port).
-  std::uint8_t port() const noexcept { return parts_.opts.port; }
+  /// Throws usage_error on an empty handle (0 is a GID index too).
+  int gid_index() const {
+    (void)link_("gid_index");
+    return parts_.gid_index;
+  }
+  /// The local port the queue pair uses (qp_options::port). Throws usage_error on an
+  /// empty handle.
+  std::uint8_t port() const {
+    (void)link_("port");
+    return parts_.opts.port;
+  }
   /// The backend's queue pair (ibv_qp* on ibverbs), for calls rdmakit does not wrap.
   typename B::qp native() const noexcept { return parts_.qp; }
   /// The state the device reports (a setup call: it may throw).

@@ -23,6 +23,9 @@ TEST_CASE("moved-from queue pair: posts return empty_handle, accessors and conne
   CHECK_THROWS_AS((void)qp.posted_recvs(), usage_error);
   CHECK_THROWS_AS((void)qp.local_endpoint(), usage_error);
   CHECK_THROWS_AS((void)qp.query_state(), usage_error);
+  // gid_index() returned 0, a real GID index, and port() 1 (an audit): they throw too.
+  CHECK_THROWS_WITH_AS((void)qp.gid_index(), doctest::Contains("gid_index"), usage_error);
+  CHECK_THROWS_WITH_AS((void)qp.port(), doctest::Contains("port"), usage_error);
   CHECK_THROWS_WITH_AS((void)std::move(qp).connect(peer.local_endpoint()),
                        doctest::Contains("queue_pair::connect(): this queue_pair is empty"), usage_error);
 
