@@ -534,11 +534,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_list_credits_(l, n);
     const bool odd = batch.odd_ != 0;  // one test for the refusal and the plain path
     if (RDMAKIT_UNLIKELY(odd) && batch.refused_()) return batch.refusal_();
-    if constexpr (T::needs_ah)  // a WR's handle may have gone since it was added
-      if (RDMAKIT_UNLIKELY(!batch.addresses_live_())) return {post_status::stale_address, 0, 0};
-    if constexpr (T::needs_ah)
-      if (RDMAKIT_UNLIKELY(!batch.addresses_in_pd_(parts_.pd.get())) && parts_.pd)
-        return detail::refused_list(post_rule::address_pd);
+    if constexpr (T::needs_ah)  // a WR's handle may have gone since it was added, or be another PD's
+      if (const post_result r = batch.address_refusal_(parts_.pd.get()); RDMAKIT_UNLIKELY(!r.ok())) return r;
     auto* w = batch.front_();
     auto plan = l.sq.start();
     const std::uint32_t inline_limit = parts_.inline_limit;

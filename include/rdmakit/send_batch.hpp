@@ -144,20 +144,17 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     if (odd_ & odd_bad_id) return {post_status::bad_wr_id, 0, 0};
     return detail::refused_list((odd_ & odd_too_many_sges) ? post_rule::sge_count : post_rule::message_size);
   }
-  // UD: whether every WR's address handle was made on protection domain `pd` (after
-  // addresses_live_).
-  bool addresses_in_pd_(const void* pd) const noexcept {
+  // UD: why the list's WRs cannot go from a queue pair of protection domain `pd`, in one
+  // pass: a handle destroyed since its WR was added (stale_address) before a handle of
+  // another PD (post_rule::address_pd); ok when neither.
+  post_result address_refusal_(const void* pd) const noexcept {
     const detail::ah_ticket<B>* t = tickets_.data();
-    for (std::size_t i = first_, end = end_ / sizeof(slot_); i < end; ++i)
-      if (!t[i].in_pd(pd)) return false;
-    return true;
-  }
-  // UD: whether every WR's address handle still lives (post checks before posting).
-  bool addresses_live_() const noexcept {
-    const detail::ah_ticket<B>* t = tickets_.data();
-    for (std::size_t i = first_, end = end_ / sizeof(slot_); i < end; ++i)
-      if (!t[i].live()) return false;
-    return true;
+    bool other_pd = false;
+    for (std::size_t i = first_, end = end_ / sizeof(slot_); i < end; ++i) {
+      if (!t[i].live()) return {post_status::stale_address, 0, 0};
+      other_pd = other_pd || !t[i].in_pd(pd);
+    }
+    return other_pd ? detail::refused_list(post_rule::address_pd) : post_result{};
   }
   // Where one WR lives: the native WR first (a pointer to it is a pointer to its slot),
   // its SGEs and what post decides its flags by. One base address for the three: an
