@@ -320,3 +320,29 @@ TEST_CASE("mock: a SEND_WITH_INV received on one device never invalidates a wind
     CHECK(fx.poll_one(x2.send_cq, "a WRITE through the window, still bound").status == wc_status::success);
   }
 }
+
+TEST_CASE("mock: a failed or flushed receive completes with opcode SEND, as rxe's: status() comes first") {
+  // ibv_poll_cq(3) leaves the opcode of a failed completion undefined, and rxe 6.1 reports
+  // IBV_WC_SEND (0) for a receive that failed or was flushed. A mock that said RECV would
+  // hide a program that dispatches on the opcode before it looks at the status.
+  for (const auto profile : {rm::device_profile::spec, rm::device_profile::rxe}) {
+    CAPTURE(static_cast<int>(profile));
+    rm::fabric_config cfg;
+    cfg.profile = profile;
+    fx_t fx(cfg);
+    auto [a, b] = fx.make_pair();
+    auto& buf = fx.make_buffer(256);
+    // Too small: the receive fails (LOC_LEN_ERR, rxe LOC_QP_OP_ERR) and b goes to ERR.
+    REQUIRE(fx.post_recv(b, 10, {buf.sge(128, 8)}) == 0);
+    REQUIRE(fx.post_recv(b, 11, {buf.sge(128, 64)}) == 0);
+    REQUIRE(fx.post_send(a, 1, opcode::send, {buf.sge(0, 32)}) == 0);
+    const auto failed = fx.poll_one(b.recv_cq, "the receive too small");
+    CHECK(failed.wr_id == 10);
+    CHECK(failed.status != wc_status::success);
+    CHECK(failed.op == wc_opcode::send);
+    const auto flushed = fx.poll_one(b.recv_cq, "the receive flushed behind it");
+    CHECK(flushed.wr_id == 11);
+    CHECK(flushed.status == wc_status::wr_flush_err);
+    CHECK(flushed.op == wc_opcode::send);
+  }
+}

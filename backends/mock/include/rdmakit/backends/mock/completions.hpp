@@ -81,8 +81,7 @@ inline void flush_recv(fabric_state& f, qp_obj* q, const recv_wqe& r) {
   cq_entry e;
   e.wc.wr_id = r.wr_id;
   e.wc.status = wc_status::wr_flush_err;
-  e.wc.qp_num = q->qpn;
-  e.wc.opcode = wc_opcode::recv;
+  e.wc.qp_num = q->qpn;  // opcode SEND, as rxe's flushed receives (receive_send says why)
   recv_cqe(f, q, e, false);
 }
 

@@ -175,7 +175,9 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
   cq_entry e;
   e.wc.wr_id = taken.wr_id;
   e.wc.qp_num = d->qpn;
-  e.wc.opcode = wc_opcode::recv;
+  // A failed receive keeps opcode SEND (0), as rxe reports it: the opcode is undefined
+  // unless the status is success (ibv_poll_cq(3)), and RECV would hide a program that
+  // reads it first.
   if (!sges_ok || room < need) {
     // rxe reports every receive-side fault as LOC_QP_OP_ERR and NAKs with REM_OP_ERR.
     e.wc.status = f.as_rxe() ? wc_status::loc_qp_op_err : sges_ok ? wc_status::loc_len_err : wc_status::loc_prot_err;
@@ -243,6 +245,7 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     if (!f.as_rxe()) e.wc.flags |= wc_flags::with_inv;
     e.wc.imm_data = m.imm;  // the rkey, host order (ibv_wc::invalidated_rkey)
   }
+  e.wc.opcode = wc_opcode::recv;
   recv_cqe(f, d, e, m.solicited);
   if (ud) return;
   advance_psn(d, m);
