@@ -160,7 +160,7 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
   template <class F>
   void forget_destroyed_(F& fallback) noexcept {
     try {
-      if (cq_.dispatch(fallback) != 0) return;
+      if (policy_access::dispatch_until_given(cq_, fallback) != 0) return;
     } catch (...) {
       return handler_threw_();
     }

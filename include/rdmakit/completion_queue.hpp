@@ -58,6 +58,12 @@ struct policy_access {
   static auto shared_block(CQ& cq) noexcept {
     return cq.blk_;
   }
+  // dispatch(fallback) batch after batch until one gives a completion (its count) or
+  // poll_cq finds the CQ empty (0): a batch of drain markers alone is not the end.
+  template <class CQ, class F>
+  static int dispatch_until_given(CQ& cq, F& fallback) {
+    return CQ::given_or_empty_([&](int& polled) { return cq.dispatch_batch_(fallback, polled); });
+  }
   template <class SRQ>
   static auto shared_block(const SRQ& srq) noexcept
     requires requires { srq.st_; }
@@ -198,10 +204,13 @@ class completion_queue {
   int drain(F&& f) noexcept(nothrow<F>) {
     int total = 0;
     for (;;) {
-      int n = poll(f);
-      if (n < 0) return n;
-      total += n;
-      if (n < P::batch) return total;
+      // Ends on a batch poll_cq returned short: one that held completions f is not given
+      // (a reset queue pair's drain marker, an async queue pair's) is not the end.
+      int polled = 0;
+      const int given = poll_batch_(f, polled);
+      if (polled < 0) return polled;
+      total += given;
+      if (polled < P::batch) return total;
     }
   }
 
@@ -278,24 +287,8 @@ class completion_queue {
   /// the others), then the first exception leaves dispatch (later ones are dropped).
   template <class F>
   int dispatch(F&& fallback) {
-    // The CQ's state outlives the batch (cq_delivery) even when a handler moves this
-    // handle away or reassigns it: count there, not through blk_.
-    detail::cq_block<B>* const b = blk_.get();
-    std::exception_ptr first;
-    const int n = poll_impl_<false, true, false>([&](detail::qp_link<B>* l, const completion<B>& c) noexcept {
-      try {
-        if (l && l->handler)
-          call_handler_(*l, c);
-        else if constexpr (std::is_same_v<std::remove_cvref_t<F>, count_unrouted>)
-          b->unrouted += l != nullptr;  // one with no queue pair is counted already (deliver_)
-        else
-          fallback(c);
-      } catch (...) {
-        if (!first) first = std::current_exception();
-      }
-    });
-    if (RDMAKIT_UNLIKELY(first != nullptr)) std::rethrow_exception(first);
-    return n;
+    int polled = 0;
+    return dispatch_batch_(fallback, polled);
   }
   /// As dispatch(fallback), counting unhandled completions in unrouted().
   int dispatch() { return dispatch(count_unrouted{}); }
@@ -335,6 +328,52 @@ class completion_queue {
   template <class F>
   static constexpr bool nothrow = std::is_nothrow_invocable_v<F&, const completion<B>&>;
 
+  // One batch for f: the completions given to f (or -errno), and in `polled` what
+  // poll_cq returned, which counts those f is not given (drain markers, an async queue
+  // pair's).
+  template <class F>
+  int poll_batch_(F& f, int& polled) noexcept(nothrow<F>) {
+    constexpr bool inert = std::is_same_v<std::remove_cvref_t<F>, ignore_completion>;
+    int given = 0;
+    polled = poll_impl_<inert, nothrow<F>, true, true>(
+        [&](detail::qp_link<B>*, const completion<B>& c) noexcept(nothrow<F>) { ++given, f(c); });
+    return polled < 0 ? polled : given;
+  }
+  template <class F>
+  int dispatch_batch_(F& fallback, int& polled) {
+    // The CQ's state outlives the batch (cq_delivery) even when a handler moves this
+    // handle away or reassigns it: count there, not through blk_.
+    detail::cq_block<B>* const b = blk_.get();
+    std::exception_ptr first;
+    int given = 0;
+    polled = poll_impl_<false, true, false, true>([&](detail::qp_link<B>* l, const completion<B>& c) noexcept {
+      ++given;
+      try {
+        if (l && l->handler)
+          call_handler_(*l, c);
+        else if constexpr (std::is_same_v<std::remove_cvref_t<F>, count_unrouted>)
+          b->unrouted += l != nullptr;  // one with no queue pair is counted already (deliver_)
+        else
+          fallback(c);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    });
+    if (RDMAKIT_UNLIKELY(first != nullptr)) std::rethrow_exception(first);
+    return polled < 0 ? polled : given;
+  }
+  // A polling policy's poll: 0 only when poll_cq found the CQ empty. A batch that gave
+  // nothing (drain markers only) is polled past, or the policy would take it for an
+  // empty CQ and sleep with completions behind it.
+  template <class Batch>
+  static int given_or_empty_(Batch&& batch) noexcept(noexcept(batch(std::declval<int&>()))) {
+    for (;;) {
+      int polled = 0;
+      const int given = batch(polled);
+      if (given != 0 || polled <= 0) return given;
+    }
+  }
+
   // The policy's wait, past the inlined first poll: the ops it is handed are made here,
   // so the inlined path stores none of them.
   template <class F>
@@ -349,7 +388,8 @@ class completion_queue {
   // it, and the block outlives the delivery (cq_delivery).
   // `Divert` (all but dispatch, whose g hands every completion to its QP's handler): an
   // async_queue_pair's completions go to the async layer, not to g, nor in the count.
-  template <bool Inert, bool NoThrow, bool Divert = true, class G>
+  // `Polled`: returns the count poll_cq returned, not the count given to g.
+  template <bool Inert, bool NoThrow, bool Divert = true, bool Polled = false, class G>
   RDMAKIT_ALWAYS_INLINE int poll_impl_(G&& g) noexcept(NoThrow) {
     if (RDMAKIT_UNLIKELY(!blk_)) return -EBADF;
     typename B::wc wcs[P::batch];
@@ -379,7 +419,8 @@ class completion_queue {
       }
       return n;
     }
-    return poll_routed_<Inert, NoThrow, Divert>(wcs, n, g);
+    const int given = poll_routed_<Inert, NoThrow, Divert>(wcs, n, g);
+    return Polled ? n : given;
   }
 
   // A batch with a failure, a receive or more than one QP: each completion routed and
@@ -526,7 +567,9 @@ class completion_queue {
   struct ops {
     completion_queue* cq;
     F& f;
-    RDMAKIT_ALWAYS_INLINE int poll() noexcept(nothrow<F>) { return cq->poll(f); }
+    int poll() noexcept(nothrow<F>) {
+      return given_or_empty_([this](int& polled) noexcept(nothrow<F>) { return cq->poll_batch_(f, polled); });
+    }
     int arm() noexcept { return cq->arm_(); }
     int wait_event(std::chrono::milliseconds t) noexcept { return cq->wait_event_(t); }
   };
@@ -534,7 +577,9 @@ class completion_queue {
   struct dispatch_ops {
     completion_queue* cq;
     F& f;
-    RDMAKIT_ALWAYS_INLINE int poll() { return cq->dispatch(f); }
+    int poll() {
+      return given_or_empty_([this](int& polled) { return cq->dispatch_batch_(f, polled); });
+    }
     int arm() noexcept { return cq->arm_(); }
     int wait_event(std::chrono::milliseconds t) noexcept { return cq->wait_event_(t); }
   };
