@@ -76,13 +76,13 @@ class async_qp_core {
     // Completions come to this object by wr_id, its own slot tokens: those of WRs posted
     // before would be dropped, or taken for an awaiter's whose token they happen to match.
     if (link->sq.held() != 0 || link->rq.held != 0)
-      throw usage_error(detail::cat("async_queue_pair: queue pair ", link->qp_num, " has ", link->sq.held(),
+      throw usage_error(detail::cat("async_queue_pair: QP ", detail::hex(link->qp_num), " has ", link->sq.held(),
                                     " send and ", link->rq.held,
                                     " receive work requests outstanding, posted on it directly: their completions "
                                     "would not reach you; make the async_queue_pair before posting (its "
                                     "awaitables post), or poll those completions first"));
     if (link->send_cq != policy_access::block(scq->queue()) || link->recv_cq != policy_access::block(rcq->queue()))
-      throw usage_error(detail::cat("async_queue_pair: queue pair ", link->qp_num,
+      throw usage_error(detail::cat("async_queue_pair: QP ", detail::hex(link->qp_num),
                                     " was not created on these completion queues: create it on the async completion "
                                     "queues' queue() (send CQ first, then receive CQ)"));
     if (&scq->loop() != &rcq->loop())

@@ -73,8 +73,10 @@ inline const char* explain(wc_status s) noexcept {
 
 namespace detail {
 /// completion::status_message's text. Not a template: compiled once per program in
-/// separate builds, once per translation unit (not per backend) otherwise.
-std::string status_message(wc_status s, bool recv, std::uint64_t wr_id, std::uint32_t qp_num);
+/// separate builds, once per translation unit (not per backend) otherwise. Without
+/// `show_wr_id` (an awaited WR: the wr_id is the async layer's, not the caller's) the
+/// text names the queue pair alone.
+std::string status_message(wc_status s, bool recv, std::uint64_t wr_id, std::uint32_t qp_num, bool show_wr_id = true);
 }  // namespace detail
 
 /// One work completion, as polled from a completion queue.

@@ -267,10 +267,10 @@ class completion_queue {
     auto* link = detail::policy_access::link(qp);
     if (!link) detail::throw_empty_argument("queue_pair", "completion_queue::on");
     if (link->send_cq != blk_.get() && link->recv_cq != blk_.get())
-      throw usage_error(detail::cat("completion_queue::on(): QP ", link->qp_num, " is not attached to this CQ"));
+      throw usage_error(detail::cat("completion_queue::on(): QP ", detail::hex(link->qp_num), " is not attached to this CQ"));
     if (link->async_owned)
       throw usage_error(detail::cat(
-          "completion_queue::on(): QP ", link->qp_num,
+          "completion_queue::on(): QP ", detail::hex(link->qp_num),
           " belongs to an async_queue_pair, whose own handler resumes the coroutines awaiting its work requests: "
           "another handler would leave them waiting for ever; co_await its WRs instead, or set handlers on a "
           "queue pair not wrapped in an async_queue_pair"));

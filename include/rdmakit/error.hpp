@@ -130,6 +130,11 @@ namespace detail {
 [[noreturn]] void throw_empty(const char* type, const char* call);
 /// "create_qp: send CQ: the completion_queue given is empty ...": an argument of `call`.
 [[noreturn]] void throw_empty_argument(const char* type, const char* call);
+/// "memory_region::local(4000, 200): the range runs past the region's 4096 bytes ...":
+/// a buffer cut from `what` (`size` bytes) is never shortened, so a WR carries the
+/// length its caller gave or is not built.
+[[noreturn]] void throw_range(const char* call, const char* what, std::uint64_t offset, std::uint64_t len,
+                              std::uint64_t size);
 }  // namespace detail
 
 RDMAKIT_END_NAMESPACE

@@ -35,14 +35,15 @@ struct local_buffer {
   /// The local key of the region the buffer lies in.
   std::uint32_t lkey = 0;
 
-  /// `len` bytes from `offset` (clamped to this buffer).
-  constexpr local_buffer sub(std::uint32_t offset, std::uint32_t len) const noexcept {
-    if (offset > length) offset = length;
-    if (len > length - offset) len = length - offset;
+  /// `len` bytes from `offset`; usage_error when they are not all inside this buffer
+  /// (a buffer is never shortened: a WR carries the length asked for).
+  constexpr local_buffer sub(std::uint32_t offset, std::uint32_t len) const {
+    if (RDMAKIT_UNLIKELY(offset > length || len > length - offset))
+      detail::throw_range("local_buffer::sub", "buffer", offset, len, length);
     return {addr + offset, len, lkey};
   }
-  /// The first `len` bytes.
-  constexpr local_buffer first(std::uint32_t len) const noexcept { return sub(0, len); }
+  /// The first `len` bytes (usage_error past the end, as sub).
+  constexpr local_buffer first(std::uint32_t len) const { return sub(0, len); }
   /// The buffer's bytes, for the CPU to fill or read.
   std::byte* data() const noexcept { return reinterpret_cast<std::byte*>(addr); }
 };
@@ -72,10 +73,11 @@ class remote_region {
   /// The region's size in bytes.
   constexpr std::uint64_t length() const noexcept { return length_; }
 
-  /// `len` bytes from `offset` (clamped to this region).
-  constexpr remote_region sub(std::uint64_t offset, std::uint64_t len) const noexcept {
-    if (offset > length_) offset = length_;
-    if (len > length_ - offset) len = length_ - offset;
+  /// `len` bytes from `offset`; usage_error when they are not all inside this region
+  /// (a descriptor is never shortened).
+  constexpr remote_region sub(std::uint64_t offset, std::uint64_t len) const {
+    if (RDMAKIT_UNLIKELY(offset > length_ || len > length_ - offset))
+      detail::throw_range("remote_region::sub", "remote region", offset, len, length_);
     return remote_region(addr_ + offset, rkey_, len);
   }
 
@@ -139,6 +141,10 @@ using mr_ref = shared_owner<const mr_block<B>>;
 /// registration (and an owned buffer) alive past the region's own destruction.
 template <verbs_backend B, access Access>
 class memory_region {
+  static_assert(!has_any(Access, access::remote_write | access::remote_atomic) || has_any(Access, access::local_write),
+                "memory_region: access::remote_write and access::remote_atomic need access::local_write too "
+                "(every device refuses the registration without it): add access::local_write");
+
  public:
   /// The access rights the region was registered with.
   static constexpr access rights = Access;
@@ -198,14 +204,16 @@ class memory_region {
   /// The backend's region (ibv_mr* on ibverbs), for calls rdmakit does not wrap.
   typename B::mr native() const noexcept { return mr_; }
 
-  /// The whole region as a local buffer (regions above 4 GiB: use local(offset, len)).
+  /// The whole region as a local buffer (usage_error for a region of 4 GiB or more,
+  /// more than one SGE holds: use local(offset, len)).
   local_buffer local() const { return local(0, size_); }
-  /// `len` bytes from `offset` as a local buffer (clamped to the region).
+  /// `len` bytes from `offset` as a local buffer; usage_error when they are not all in
+  /// the region (a buffer is never shortened: a WR carries the length asked for), or
+  /// for 4 GiB or more.
   local_buffer local(std::size_t offset, std::size_t len) const {
     const std::uint32_t key = B::mr_lkey(native_("local"));
-    if (offset > size_) offset = size_;
-    if (len > size_ - offset) len = size_ - offset;
-    if (len > 0xFFFFFFFFu) len = 0xFFFFFFFFu;
+    if (RDMAKIT_UNLIKELY(offset > size_ || len > size_ - offset || len > 0xFFFFFFFFu))
+      detail::throw_range("memory_region::local", "region", offset, len, size_);
     return {reinterpret_cast<std::uint64_t>(data_ + offset), static_cast<std::uint32_t>(len), key};
   }
 
@@ -332,9 +340,11 @@ class registered_pool {
     std::uint32_t lkey() const { return state_("lkey").region.lkey(); }
     /// The whole slice as a local buffer (carries the pool's lkey).
     local_buffer local() const { return state_("local").region.local(offset(), size()); }
-    /// The first `len` bytes of the slice.
+    /// The first `len` bytes of the slice (usage_error past its end).
     local_buffer local(std::size_t len) const {
-      return state_("local").region.local(offset(), len < size() ? len : size());
+      const auto& st = state_("local");
+      if (RDMAKIT_UNLIKELY(len > st.slot_size)) detail::throw_range("registered_pool::slice::local", "slice", 0, len, st.slot_size);
+      return st.region.local(offset(), len);
     }
     /// This slice as a remote descriptor (pools with remote access only).
     remote_region<Access & remote_access_bits> remote() const {

@@ -20,6 +20,7 @@ enum class post_status : std::uint8_t {
   bad_wr_id,       ///< the wr_id uses bit 63, which rdmakit keeps to tell receives from sends (a receive's is also not 2^63 - 1)
   list_too_long,   ///< a list of more WRs than the queue has slots (any WR on a queue of none): it never fits
   stale_address,   ///< a UD destination whose address_handle was destroyed (or an empty ud_address)
+  empty_list,      ///< a post list with no WR: its post emptied it (no reuse()), or none was added
 };
 
 /// Which rule a WR refused with EINVAL broke, found by the queue pair on the failure path
@@ -80,6 +81,9 @@ struct [[nodiscard]] post_result {
         return "the UD destination's address_handle was destroyed (or the ud_address is empty), so "
                "nothing was sent: keep the address_handle while you post through its addresses, or take "
                "the address again from a live one (ah.to(peer))";
+      case post_status::empty_list:
+        return "the post list holds no WR, so nothing was posted: a list posted without reuse() is emptied "
+               "by its post; call reuse() once to post the same WRs again, or add WRs before each post";
       case post_status::backend_error:
         switch (err) {
           case EINVAL:
@@ -134,6 +138,22 @@ constexpr const char* to_string(post_status s) noexcept {
     case post_status::bad_wr_id: return "bad_wr_id";
     case post_status::list_too_long: return "list_too_long";
     case post_status::stale_address: return "stale_address";
+    case post_status::empty_list: return "empty_list";
+  }
+  return "unknown";
+}
+
+/// Short name of a post rule ("inline_size").
+constexpr const char* to_string(post_rule r) noexcept {
+  switch (r) {
+    case post_rule::unknown: return "unknown";
+    case post_rule::sge_count: return "sge_count";
+    case post_rule::inline_size: return "inline_size";
+    case post_rule::atomic_length: return "atomic_length";
+    case post_rule::atomic_alignment: return "atomic_alignment";
+    case post_rule::message_size: return "message_size";
+    case post_rule::inline_op: return "inline_op";
+    case post_rule::address_pd: return "address_pd";
   }
   return "unknown";
 }

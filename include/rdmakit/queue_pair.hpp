@@ -49,6 +49,13 @@
 
 RDMAKIT_BEGIN_NAMESPACE
 
+namespace detail {
+// False, and dependent: the static_assert of a call made on an lvalue that must be
+// made on an rvalue fires only when that call is made.
+template <class...>
+inline constexpr bool consumed_by_call = false;
+}  // namespace detail
+
 /// A queue pair of transport T with signaling policy S, in state State (init or rts).
 /// The operations are also member functions (`qp.write(src, dst, wr_id)`, ...: see
 /// detail/operation_calls.hpp), each the same as `qp.post(op::write{src, dst}, wr_id)`.
@@ -135,7 +142,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     } catch (const verbs_error& e) {
       // The old QP went with the refused new one: say so, not only the device's "destroy one first".
       const std::string what = detail::cat(
-          e.detail(), "; reset(): the new queue pair could not be made, and QP ", old_qpn, " was destroyed",
+          e.detail(), "; reset(): the new queue pair could not be made, and QP ", detail::hex(old_qpn), " was destroyed",
           outstanding ? detail::cat(" with its ", outstanding, " outstanding WRs (they may never complete)") : "",
           ": this queue pair is now empty; create a new one");
       if (const auto* t = e.transition()) throw verbs_error(e.verb(), e.errno_value(), what, *t);
@@ -254,6 +261,30 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     T::rts_attr(b, o, parts_.dev().attr);
     detail::to_rts_or_back_to_init<B, T, S>(parts_, b, "connect");
     return queue_pair<B, T, S, qp_state::rts>(std::move(parts_));
+  }
+
+  /// connect(), activate() and reset() consume this object (the queue pair moves to the
+  /// one they return): called on an lvalue they do not compile, with this message
+  /// rather than the compiler's "discards qualifiers".
+  template <class... Args>
+  void connect(const Args&...) const& {
+    static_assert(detail::consumed_by_call<Args...>,
+                  "connect() consumes the INIT queue pair and returns the connected one: write "
+                  "auto live = std::move(qp).connect(peer);");
+  }
+  /// Does not compile: activate() consumes the queue pair (std::move(qp).activate()).
+  template <class... Args>
+  void activate(const Args&...) const& {
+    static_assert(detail::consumed_by_call<Args...>,
+                  "activate() consumes the INIT queue pair and returns the active one: write "
+                  "auto live = std::move(qp).activate();");
+  }
+  /// Does not compile: reset() consumes the queue pair (std::move(qp).reset()).
+  template <class... Args>
+  void reset(const Args&...) const& {
+    static_assert(detail::consumed_by_call<Args...>,
+                  "reset() consumes the queue pair and returns a fresh INIT one: write "
+                  "auto init = std::move(qp).reset();");
   }
 
   /// INIT→RTR→RTS of a UD queue pair (no peer: each send names its destination).
@@ -484,8 +515,9 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// Posts every WR of `batch` with one doorbell. All or nothing on credits; if the
   /// device refuses a WR, `posted` is the index of that WR (its bad_wr), the ones before
   /// it are posted and removed from the batch, which keeps the rest. The batch is
-  /// cleared when all were posted. An empty batch posts nothing: ok, whatever the
-  /// credits, but empty_handle or qp_error as any post.
+  /// cleared when all were posted (unless reuse()). An empty batch posts nothing and is
+  /// refused: empty_list, whatever the credits (empty_handle or qp_error first, as any
+  /// post), so a list posted again without reuse() is not taken for a post of its WRs.
   template <std::size_t Max, std::size_t SgePerWr, bool SignalEach>
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE post_result post(send_batch<B, T, Max, SgePerWr, SignalEach>& batch) noexcept {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
@@ -530,7 +562,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     }
     const std::size_t n = batch.size();
     // Whatever the credits; refused as any post on an empty handle or a QP in ERR.
-    if (n == 0) return parts_.link->error ? refusal_(0) : post_result{post_status::ok, 0, 0};
+    if (n == 0) return parts_.link->error ? refusal_(0) : post_result{post_status::empty_list, 0, 0};
     if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_list_credits_(l, n);
     const bool odd = batch.odd_ != 0;  // one test for the refusal and the plain path
     if (RDMAKIT_UNLIKELY(odd) && batch.refused_()) return batch.refusal_();

@@ -66,9 +66,13 @@ class wr_result {
   }
   /// Why the post was refused (outcome() == not_posted; a default post_result otherwise).
   const post_result& post() const noexcept { return post_; }
-  /// One line: the completion's status message, or what happened instead.
+  /// One line: the completion's status message (without its wr_id, which the async
+  /// layer chose), or what happened instead.
   std::string message() const {
-    if (completion_) return completion_->status_message();
+    if (completion_) {
+      const auto& c = *completion_;
+      return detail::status_message(c.status(), c.is_recv(), 0, c.qp_num(), false);
+    }
     if (outcome_ == wr_outcome::not_posted) return detail::cat("not posted: ", post_.message());
     return to_string(outcome_);
   }

@@ -502,8 +502,10 @@ class run {
     auto& kept = s.buffers[static_cast<int>(u)];
     if (pick_(8) == 0 && !kept.empty()) {
       buffer b = kept[pick_(kept.size())];
-      b.b = b.b.first(len);
-      if (b.b.length == len) return b;
+      if (b.b.length >= len) {  // (first() refuses more than the buffer holds)
+        b.b = b.b.first(len);
+        return b;
+      }
     }
     if (pick_(5) == 0) {
       auto& sl = s.slices[pick_(s.slices.size())];

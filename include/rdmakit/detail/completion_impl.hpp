@@ -9,11 +9,13 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 
-RDMAKIT_DECL std::string status_message(wc_status s, bool recv, std::uint64_t wr_id, std::uint32_t qp_num) {
+RDMAKIT_DECL std::string status_message(wc_status s, bool recv, std::uint64_t wr_id, std::uint32_t qp_num,
+                                        bool show_wr_id) {
   std::string text = to_string(s);
   if (s == wc_status::success) return text;
   text += recv ? " on receive" : " on send";
-  append(text, " wr_id ", wr_id, " of QP ", qp_num, ": ", explain(s));
+  if (show_wr_id) append(text, " wr_id ", wr_id);
+  append(text, " of QP ", hex(qp_num), ": ", explain(s));
   return text;
 }
 

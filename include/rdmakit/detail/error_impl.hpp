@@ -27,6 +27,19 @@ RDMAKIT_NOINLINE RDMAKIT_DECL void throw_empty(const char* type, const char* cal
                         "the factory returned"));
 }
 
+RDMAKIT_NOINLINE RDMAKIT_DECL void throw_range(const char* call, const char* what, std::uint64_t offset,
+                                               std::uint64_t len, std::uint64_t size) {
+  if (offset > size)
+    throw usage_error(cat(call, "(", offset, ", ", len, "): offset ", offset, " is past the end of the ", what, " (",
+                          size, " bytes); rdmakit never shortens a buffer, so compute the offset within it"));
+  if (len > size - offset)
+    throw usage_error(cat(call, "(", offset, ", ", len, "): the range runs past the end of the ", what, " (", size,
+                          " bytes): at most ", size - offset, " bytes start at offset ", offset,
+                          "; rdmakit never shortens a buffer, so ask for the length the WR should carry"));
+  throw usage_error(cat(call, "(", offset, ", ", len, "): a local buffer (one SGE) holds at most 4294967295 bytes, ",
+                        "and one WR carries at most 2 GiB: cut the ", what, " into smaller buffers"));
+}
+
 }  // namespace detail
 
 RDMAKIT_DECL verbs_error::verbs_error(std::string_view verb, int err, std::string_view detail)

@@ -120,7 +120,7 @@ void modify_step(qp_parts<B>& p, const qp_attr& a, qp_attr_mask m, qp_state from
     t.missing = rule.required & ~m;
     t.extra = m & ~(rule.required | rule.optional | qp_attr_mask::state);
     throw verbs_error(e.verb(), e.errno_value(),
-                      cat(step, " of ", T::name, " QP ", t.qp_num, " with mask ", to_string(m), " failed: ",
+                      cat(step, " of ", T::name, " QP ", hex(t.qp_num), " with mask ", to_string(m), " failed: ",
                           e.detail()),
                       t);
   }
@@ -549,8 +549,8 @@ std::string taken_back_note(const taken_back& t, const qp_parts<B>& p, const cha
     case taken_back::reset_in_place:
       return cat(back_to_init_note, "was reset to INIT: ", call, " can be retried");
     case taken_back::replaced:
-      return cat(back_to_init_note, "was replaced by a new one in INIT, QP ", p.link->qp_num, ": its ", t.posted,
-                 " posted receive(s) complete on QP ", t.old_qpn,
+      return cat(back_to_init_note, "was replaced by a new one in INIT, QP ", hex(p.link->qp_num), ": its ", t.posted,
+                 " posted receive(s) complete on QP ", hex(t.old_qpn),
                  " (WR_FLUSH_ERR unless a message took them); post receives again and give the peer the new "
                  "endpoint before retrying ",
                  call);

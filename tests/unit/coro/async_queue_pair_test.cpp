@@ -182,6 +182,9 @@ TEST_CASE("async_queue_pair: a queue pair that goes to ERR resumes every awaitin
     auto bad = remote_region<access::remote_write>::unchecked(mb.remote().addr(), mb.remote().rkey() + 7, 64);
     wr_result<B> w = co_await c.x().write(ma.local(128, 64), bad);
     CHECK(w.status() == wc_status::rem_access_err);
+    // The wr_id is the async layer's, not one the caller gave: the text leaves it out.
+    CHECK(w.message().find("on send of QP 0x") != std::string::npos);
+    CHECK(w.message().find("wr_id") == std::string::npos);
     wr_result<B> f1 = co_await r1;
     wr_result<B> f2 = co_await r2;
     CHECK(f1.outcome() == wr_outcome::completed);

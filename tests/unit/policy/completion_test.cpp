@@ -40,7 +40,7 @@ TEST_CASE("send completions have no payload offset, even on UD") {
   CHECK(c.payload_len() == 16);
 }
 
-TEST_CASE("status_message names the status, the queue, the wr_id, the QP and the usual cause") {
+TEST_CASE("status_message names the status, the queue, the wr_id, the QP (in hex) and the usual cause") {
   B::wc w;
   w.wr_id = 3;
   w.status = wc_status::rem_access_err;
@@ -49,8 +49,13 @@ TEST_CASE("status_message names the status, the queue, the wr_id, the QP and the
   auto s = c.status_message();
   CHECK(s.find("remote access error") != std::string::npos);
   CHECK(s.find("send wr_id 3") != std::string::npos);
-  CHECK(s.find("QP 17") != std::string::npos);
+  CHECK(s.find("of QP 0x11:") != std::string::npos);  // in hex, as endpoints and the tools print it
   CHECK(s.find("remote key") != std::string::npos);
+  // An awaited WR's text (wr_result::message): its wr_id is the async layer's, left out.
+  const std::string awaited = detail::status_message(c.status(), c.is_recv(), c.wr_id(), c.qp_num(), false);
+  CHECK(awaited == to_string(wc_status::rem_access_err) + std::string(" on send of QP 0x11: ") +
+                       explain(wc_status::rem_access_err));
+  CHECK(awaited.find("wr_id") == std::string::npos);
   CHECK(c.error_code() == make_error_code(wc_status::rem_access_err));
 
   w.status = wc_status::wr_flush_err;

@@ -16,7 +16,7 @@ TEST_CASE("memory_region: access rights are part of the type") {
   CHECK(r.addr() == reinterpret_cast<std::uint64_t>(rw.data()));
   CHECK(r.rkey() == rw.rkey());
   CHECK(r.length() == 64);
-  CHECK(r.sub(16, 100).length() == 48);
+  CHECK(r.sub(16, 48).length() == 48);
   CHECK(r.sub(16, 8).addr() == r.addr() + 16);
   auto ro = r.narrow<access::remote_read>();
   static_assert(decltype(ro)::rights == access::remote_read);
@@ -25,19 +25,29 @@ TEST_CASE("memory_region: access rights are part of the type") {
   static_assert(decltype(u)::rights == remote_access_bits);
 }
 
-TEST_CASE("memory_region: local buffers clamp to the region and carry the lkey") {
+// A range past the end was clamped: an offset off by a few bytes became a short or an
+// empty message that both sides completed with success (helper-98's new-user audit).
+TEST_CASE("memory_region: local buffers and remote descriptors are what was asked or refused, never shortened") {
   mock::fabric fab;
   side x(fab, "mock0");
-  auto mr = x.pd.allocate<access::local_write>(100);
+  auto mr = x.pd.allocate<access::local_write | access::remote_write>(100);
   auto all = mr.local();
   CHECK(all.length == 100);
   CHECK(all.lkey == mr.lkey());
-  auto part = mr.local(90, 50);
+  auto part = mr.local(90, 10);
   CHECK(part.length == 10);
   CHECK(part.addr == all.addr + 90);
+  CHECK(mr.local(100, 0).length == 0);  // the end itself, empty: inside
+  CHECK_THROWS_WITH_AS(mr.local(90, 50), doctest::Contains("memory_region::local(90, 50): the range runs past the end of the region (100 bytes): at most 10 bytes"), usage_error);
+  CHECK_THROWS_WITH_AS(mr.local(200, 5), doctest::Contains("offset 200 is past the end of the region (100 bytes)"), usage_error);
   CHECK(all.sub(10, 5).addr == all.addr + 10);
   CHECK(all.first(7).length == 7);
-  CHECK(all.sub(200, 5).length == 0);
+  CHECK_THROWS_WITH_AS(all.sub(200, 5), doctest::Contains("local_buffer::sub(200, 5)"), usage_error);
+  CHECK_THROWS_WITH_AS(all.first(101), doctest::Contains("runs past the end of the buffer (100 bytes)"), usage_error);
+  const auto remote = mr.remote();
+  CHECK(remote.sub(96, 4).length() == 4);
+  CHECK_THROWS_WITH_AS(remote.sub(96, 8), doctest::Contains("remote_region::sub(96, 8): the range runs past the end of the remote region (100 bytes)"), usage_error);
+  static_assert(local_buffer{0x1000, 64, 7}.sub(8, 56).length == 56);  // still constexpr
   auto moved = std::move(mr);
   CHECK(moved.size() == 100);
   CHECK_FALSE(static_cast<bool>(mr));
@@ -58,6 +68,7 @@ TEST_CASE("registered_pool: one registration, slices with the pool's lkey, retur
     CHECK(a.local().lkey == pool.region().lkey());
     CHECK(a.local().length == 128);
     CHECK(a.local(10).length == 10);
+    CHECK_THROWS_WITH_AS((void)a.local(129), doctest::Contains("registered_pool::slice::local(0, 129): the range runs past the end of the slice (128 bytes)"), usage_error);
     CHECK(a.data() != b.data());
     CHECK(a.remote().rkey() == pool.region().rkey());
     CHECK(a.remote().length() == 128);

@@ -1,5 +1,7 @@
 #include "fixture.hpp"
 
+#include <set>
+
 using namespace policy_test;
 
 TEST_CASE("post_result: ok, explicit bool, and a sentence for every status") {
@@ -15,4 +17,21 @@ TEST_CASE("post_result: ok, explicit bool, and a sentence for every status") {
   CHECK(std::string(post_result{post_status::backend_error, EINVAL, 2}.message()).find("EINVAL") !=
         std::string::npos);
   static_assert(!std::is_convertible_v<post_result, bool>, "statuses must not silently become bools");
+}
+
+TEST_CASE("every post_status and post_rule has a name, and every status a sentence of its own") {
+  std::set<std::string> names, sentences;
+  for (int i = 0; i <= static_cast<int>(post_status::empty_list); ++i) {
+    const auto s = static_cast<post_status>(i);
+    CAPTURE(i);
+    CHECK(std::string(to_string(s)) != "unknown");
+    names.insert(to_string(s));
+    if (s != post_status::backend_error) sentences.insert(post_result{s, 0, 0}.message());
+  }
+  CHECK(names.size() == static_cast<std::size_t>(post_status::empty_list) + 1);
+  CHECK(sentences.size() == static_cast<std::size_t>(post_status::empty_list));
+  std::set<std::string> rules;
+  for (int i = 0; i <= static_cast<int>(post_rule::address_pd); ++i) rules.insert(to_string(static_cast<post_rule>(i)));
+  CHECK(rules.size() == static_cast<std::size_t>(post_rule::address_pd) + 1);
+  CHECK(std::string(to_string(post_rule::inline_size)) == "inline_size");
 }

@@ -624,7 +624,7 @@ TEST_CASE("reset(): the new queue pair refused by the device: the error says the
     CHECK(e.errno_value() == ENOMEM);
     CHECK(w.find("max_qp") != std::string::npos);
     CHECK(w.find("reset()") != std::string::npos);
-    CHECK(w.find(detail::cat("QP ", qpn, " was destroyed")) != std::string::npos);
+    CHECK(w.find(detail::cat("QP ", detail::hex(qpn), " was destroyed")) != std::string::npos);
     CHECK(w.find("1 outstanding") != std::string::npos);
     CHECK(w.find("now empty") != std::string::npos);
   }

@@ -28,8 +28,11 @@ TEST_CASE_FIXTURE(two_regions, "a post list signals the policy's positions acros
 
 // An empty list on an empty handle (the object connect() took) or a QP in ERR was ok:
 // the misuse went unreported whenever the list happened to be empty (found by an audit).
-TEST_CASE_FIXTURE(two_regions, "an empty post list posts nothing, whatever the credits and the policy; refused as any post on an empty handle or in ERR") {
-  auto check_empty_posts = [&](auto& qp, post_status expected = post_status::ok) {
+// On a live queue pair it was ok too, which hid a list posted again without reuse()
+// (its first post emptied it): a bandwidth loop "succeeded" sending nothing (helper-98's
+// audit). It is empty_list now.
+TEST_CASE_FIXTURE(two_regions, "an empty post list posts nothing and is refused as empty_list, whatever the credits and the policy; on an empty handle or in ERR as any post") {
+  auto check_empty_posts = [&](auto& qp, post_status expected = post_status::empty_list) {
     auto batch = std::remove_reference_t<decltype(qp)>::template make_batch<4>();
     auto r = qp.post(batch);
     CHECK(r.status == expected);
@@ -87,6 +90,22 @@ TEST_CASE_FIXTURE(two_regions, "after a partial post the batch keeps the refused
   for (const auto& c : collect(x.cq, 2)) ids.push_back(c.wr_id);
   CHECK(ids == std::vector<std::uint64_t>{4, 5});
   CHECK(p.a.send_credits() == 16);
+}
+
+TEST_CASE_FIXTURE(two_regions, "a list posted again without reuse() is refused as empty_list, saying to call reuse()") {
+  auto p = make_pair<rc, signal_every<16>>(x.pd, x.cq, y.pd, y.cq, qp_cap{64, 4});
+  auto batch = decltype(p.a)::make_batch<32>();  // reuse() forgotten
+  for (std::uint64_t i = 0; i < 32; ++i) REQUIRE(batch.write(src.local(0, 8), dst.remote(), i));
+  const post_result first = p.a.post(batch);
+  REQUIRE(first.ok());
+  CHECK(first.posted == 32);
+  const post_result again = p.a.post(batch);
+  CHECK(again.status == post_status::empty_list);
+  CHECK(again.posted == 0);
+  CHECK(std::string(again.message()).find("reuse()") != std::string::npos);
+  CHECK(std::string(to_string(again.status)) == "empty_list");
+  CHECK(collect(x.cq, 2).size() == 2);  // the first post's signals (16th and 32nd)
+  CHECK(p.a.send_credits() == 64);
 }
 
 // add() is false only when the batch is full: a WR with more SGEs than a WR of the batch

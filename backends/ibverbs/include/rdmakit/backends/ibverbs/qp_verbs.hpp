@@ -75,7 +75,7 @@ RDMAKIT_DECL qp_state query_qp_state(ibv_qp* q) {
   std::memset(&a, 0, sizeof a);
   std::memset(&ia, 0, sizeof ia);
   if (int err = rc_errno(ibv_query_qp(q, &a, IBV_QP_STATE, &ia)))
-    throw verbs_error("ibv_query_qp", err, cat("QP ", q->qp_num));
+    throw verbs_error("ibv_query_qp", err, cat("QP ", rdmakit::detail::hex(q->qp_num)));
   return static_cast<qp_state>(a.qp_state);
 }
 
@@ -92,7 +92,7 @@ inline verbs_error modify_error(ibv_qp* q, const qp_attr& attr, qp_attr_mask mas
     }
   }
   const qp_state to = has_all(mask, qp_attr_mask::state) ? attr.state : from;
-  std::string why = cat(to_string(type), " QP ", q->qp_num, " on ", ctx_name(q->context), ": ", to_string(from),
+  std::string why = cat(to_string(type), " QP ", rdmakit::detail::hex(q->qp_num), " on ", ctx_name(q->context), ": ", to_string(from),
                         "->", to_string(to), " with mask ", to_string(mask), ": ");
   const std::string mask_problem = explain_mask(type, from, to, mask);
   std::string value_problem;

@@ -79,7 +79,7 @@ inline void validate_attr(fabric_state& f, qp_obj* q, const qp_attr& a, qp_attr_
   auto& dev = device_of(q);
   const char* verb = "ibv_modify_qp";
   auto bad = [&](const std::string& what) {
-    fail(verb, EINVAL, cat(to_string(q->type), " QP ", q->qpn, ": ", what));
+    fail(verb, EINVAL, cat(to_string(q->type), " QP ", rdmakit::detail::hex(q->qpn), ": ", what));
   };
   std::uint8_t port = has_all(mask, m::port) ? a.port_num : q->attr.port_num;
   if (has_all(mask, m::port) && (a.port_num < 1 || a.port_num > dev.ports.size()))

@@ -20,7 +20,7 @@ inline void modify_qp_locked(fabric_state& f, qp_obj* q, const qp_attr& a, qp_at
   const qp_state next = has_all(mask, m::state) ? a.state : cur;
   auto bad = [&](const std::string& what) {
     fail("ibv_modify_qp", EINVAL,
-         rdmakit::detail::cat(to_string(q->type), " QP ", q->qpn, " ", to_string(cur), "->", to_string(next), ": ",
+         rdmakit::detail::cat(to_string(q->type), " QP ", rdmakit::detail::hex(q->qpn), " ", to_string(cur), "->", to_string(next), ": ",
                               what));
   };
   if (has_all(mask, m::cur_state) && a.cur_state != cur)
