@@ -411,8 +411,8 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
   // io_context::run() from returning after the last task.
   void kick_progress_() noexcept {
     if (progress_posted_ || !io_ || tasks_ == 0) return;
-    for (auto& [w, e] : watches_) {
-      if (!w->progress || !w->progress(w->ctx)) continue;
+    for (auto& [src, entry] : watches_) {
+      if (!src->progress || !src->progress(src->ctx)) continue;
       progress_posted_ = true;
       post_in_(progress_slot_, [weak = weak_from_this()] {
         auto self = weak.lock();
@@ -567,7 +567,9 @@ template <class T, class Token>
 auto asio_spawn(asio_context& ctx, task<T> t, Token&& token) {
   if (!t) detail::throw_empty_argument("task", "asio_spawn");
   return ::asio::async_initiate<Token, typename detail::spawn_signature<T>::type>(
-      [&ctx](auto handler, task<T> t) { (void)asio_context::drive_<T>(ctx, std::move(t), std::move(handler)); },
+      [&ctx](auto handler, task<T> spawned) {
+        (void)asio_context::drive_<T>(ctx, std::move(spawned), std::move(handler));
+      },
       token, std::move(t));
 }
 

@@ -87,25 +87,25 @@ class async_qp_core {
                                     "queues' queue() (send CQ first, then receive CQ)"));
     if (&scq->loop() != &rcq->loop())
       throw usage_error("async_queue_pair: the send and receive completion queues belong to different event loops");
-    auto watch = [](async_qp_core& self, auto& qp) {
-      self.qpn_ = policy_access::link(qp)->qp_num;
+    auto watch = [](async_qp_core& self, auto& q) {
+      self.qpn_ = policy_access::link(q)->qp_num;
       self.scq_->remember_qp(self.qpn_);
       self.rcq_->remember_qp(self.qpn_);
       // One handler per queue pair serves both CQs: dispatch calls the QP's handler.
-      auto* rcq = &static_cast<async_cq_core<B, PR>&>(*self.rcq_);
-      static_cast<async_cq_core<B, PS>&>(*self.scq_).queue().on(qp, [&self, rcq](const completion<B>& c) {
+      auto* recv_core = &static_cast<async_cq_core<B, PR>&>(*self.rcq_);
+      static_cast<async_cq_core<B, PS>&>(*self.scq_).queue().on(q, [&self, recv_core](const completion<B>& c) {
         // On a shared receive queue its receives are the SRQ's, posted by the application: next()'s.
         if constexpr (shares_receives<T>)
-          if (c.is_recv()) return rcq->unawaited(c);
-        (void)rcq;
+          if (c.is_recv()) return recv_core->unawaited(c);
+        (void)recv_core;
         self.on_completion_(c);
       });
       // on() refuses to replace that handler now, and its completions reach it whichever
       // call polls the CQ (poll() or wait() on queue() too).
-      auto* link = policy_access::link(qp);
-      link->async_owned = true;
-      link->send_cq->stop_caching(link);
-      link->recv_cq->stop_caching(link);
+      auto* qlink = policy_access::link(q);
+      qlink->async_owned = true;
+      qlink->send_cq->stop_caching(qlink);
+      qlink->recv_cq->stop_caching(qlink);
     };
     watch_ = watch;
     watch(*this, qp);  // on() is the last step that may throw

@@ -139,9 +139,11 @@ class loop_core final : public scheduler {
       auto* w = static_cast<fd_watch*>(evs[i].data.ptr);
       if (watching_(w)) w->on_ready(w->ctx);
     }
-    if (progress)  // a copy: a handler may register or unregister a source
-      for (auto* w : std::vector<fd_watch*>(watches_))
+    if (progress) {
+      const std::vector<fd_watch*> sources = watches_;  // a copy: a handler may (un)register a source
+      for (auto* w : sources)
         if (watching_(w) && w->progress && w->progress(w->ctx)) w->on_ready(w->ctx);
+    }
     fire_due_timers_();
     rethrow_();
   }

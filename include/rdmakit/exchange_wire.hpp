@@ -220,7 +220,7 @@ inline std::string encode(const connection_info& info) {
   char buf[160];
   int n = std::snprintf(buf, sizeof buf, "lid=0x%04x\nqpn=0x%06x\npsn=0x%06x\ngid=%s\nmtu=%u\n",
                         static_cast<unsigned>(ep.lid), static_cast<unsigned>(ep.qpn), static_cast<unsigned>(ep.psn),
-                        detail::gid_hex(ep.gid).c_str(), static_cast<unsigned>(mtu_bytes(ep.mtu)));
+                        detail::gid_hex(ep.gid).c_str(), mtu_bytes(ep.mtu));
   std::string payload(buf, static_cast<std::size_t>(n));
   if (ep.qkey != default_qkey) {
     n = std::snprintf(buf, sizeof buf, "qkey=0x%08x\n", static_cast<unsigned>(ep.qkey));
@@ -239,7 +239,7 @@ inline std::string encode(const connection_info& info) {
     n = std::snprintf(buf, sizeof buf, "addr=0x%016llx\nrkey=0x%08x\nlen=%llu\naccess=0x%x\n",
                       static_cast<unsigned long long>(info.region->addr), static_cast<unsigned>(info.region->rkey),
                       static_cast<unsigned long long>(info.region->length),
-                      static_cast<unsigned>(to_underlying(info.region->rights)));
+                      to_underlying(info.region->rights));
     payload.append(buf, static_cast<std::size_t>(n));
   }
   return frame_header(payload.size()) + payload;
@@ -275,7 +275,7 @@ inline std::size_t parse_header(std::string_view h) {
     throw exchange_error(exchange_errc::too_large, detail::cat("the peer announced a ", len,
                                                                "-byte record; rdmakit records are at most ",
                                                                max_payload, " bytes"));
-  return static_cast<std::size_t>(len);
+  return len;
 }
 
 /// Parses an rdmakit payload (the part after the header). Throws exchange_error.

@@ -247,7 +247,7 @@ struct gid {
   }
   /// `::ffff:a.b.c.d`: the RoCEv2 GID of an IPv4 address.
   constexpr bool is_ipv4_mapped() const noexcept {
-    for (int i = 0; i < 10; ++i)
+    for (std::size_t i = 0; i < 10; ++i)
       if (raw[i]) return false;
     return raw[10] == 0xff && raw[11] == 0xff;
   }

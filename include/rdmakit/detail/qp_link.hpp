@@ -384,7 +384,7 @@ struct cq_block {
   /// the queue pair the previous completion was for (find()'s cache); -1 otherwise.
   /// Branch-free over the batch: a bandwidth loop's polls then cost no routing or
   /// per-completion accounting (on_polled_batch gives the credits back at once).
-  template <int Batch>
+  template <std::size_t Batch>
   RDMAKIT_ALWAYS_INLINE int receives_if_all_of_last(const typename B::wc (&wcs)[Batch], int n) const noexcept {
     if (sole && !last->may_receive_on(this)) {
       // One QP, no receive of it can be here: only the statuses need a look. Four at a

@@ -136,7 +136,10 @@ class scheduler {
 
  protected:
   friend class timer_node;
-  ~scheduler() = default;
+  // Never destroyed through this base (its shared owners were made with the final class,
+  // loop_core or asio_scheduler); virtual all the same, as a polymorphic base's: with a
+  // friend, GCC's -Wnon-virtual-dtor takes a protected destructor for an accessible one.
+  virtual ~scheduler() = default;
   /// Starts `t`'s deadline (t.when(), keyed by t.id()); calls t.fired() when it passes.
   virtual void start_timer(timer_node& t) = 0;
   virtual void stop_timer(timer_node& t) noexcept = 0;

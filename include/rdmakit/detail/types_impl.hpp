@@ -155,7 +155,7 @@ RDMAKIT_DECL std::string to_string(access a) {
 RDMAKIT_DECL std::string gid::to_string() const {
   char buf[40];
   int n = 0;
-  for (int i = 0; i < 16; i += 2)
+  for (std::size_t i = 0; i < 16; i += 2)
     n += std::snprintf(buf + n, sizeof buf - static_cast<std::size_t>(n), i ? ":%02x%02x" : "%02x%02x",
                        raw[i], raw[i + 1]);
   return std::string(buf, static_cast<std::size_t>(n));

@@ -21,8 +21,8 @@ class work_item {
   work_item& operator=(const work_item&) = delete;
   ~work_item() { unlink(); }
 
-  void bind(run_fn run, void* ctx) noexcept {
-    run_ = run;
+  void bind(run_fn fn, void* ctx) noexcept {
+    run_ = fn;
     ctx_ = ctx;
   }
   /// Bound to resume `h`.

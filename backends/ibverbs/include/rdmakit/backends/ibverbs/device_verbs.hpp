@@ -216,7 +216,8 @@ RDMAKIT_DECL ibv_mw* alloc_mw(ibv_pd* p, mw_type type) {
 
 RDMAKIT_DECL ibv_mr* reg_mr(ibv_pd* p, void* addr, std::size_t length, access flags) {
   errno = 0;
-  ibv_mr* m = ibv_reg_mr(p, addr, length, static_cast<int>(to_underlying(flags)));
+  // The flags as they are (unsigned): current rdma-core's ibv_reg_mr is a macro taking unsigned int.
+  ibv_mr* m = ibv_reg_mr(p, addr, length, to_underlying(flags));
   if (m) return m;
   const int err = null_errno();
   std::string why = cat(length, " bytes at ", ::rdmakit::detail::hex(reinterpret_cast<std::uintptr_t>(addr)),

@@ -125,11 +125,11 @@ struct mock {
   /// Names of the devices of the fabric whose state `st` is (fabric::shared_state()).
   static std::vector<std::string> device_names(rdmakit::detail::shared_owner<rdmakit::mock::detail::fabric_state> st);
   /// Opens a device by name; an empty name opens the first one.
-  static context open_device(std::string_view name);
+  static context open_device(std::string_view dev_name);
   /// Opens a device of `fab`.
-  static context open_device(rdmakit::mock::fabric& fab, std::string_view name);
+  static context open_device(rdmakit::mock::fabric& fab, std::string_view dev_name);
   /// Opens a device of the fabric whose state `st` is; the device keeps that state alive.
-  static context open_device(rdmakit::detail::shared_owner<rdmakit::mock::detail::fabric_state> st, std::string_view name);
+  static context open_device(rdmakit::detail::shared_owner<rdmakit::mock::detail::fabric_state> st, std::string_view dev_name);
   /// Closes a device opened by open_device; a none handle is ignored.
   static void close_device(context ctx) noexcept;
   /// The device's name, as device_names() lists it.

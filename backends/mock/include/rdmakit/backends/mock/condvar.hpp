@@ -10,7 +10,6 @@
 #include <pthread.h>
 #include <time.h>
 
-#include <cstdint>
 #include <mutex>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -34,11 +33,13 @@ class condvar {
   /// Waits for a notification until `until`; false when it has passed (as
   /// std::cv_status::timeout: judged by the clock after waking).
   bool wait_until(std::unique_lock<std::mutex>& lk, std::chrono::steady_clock::time_point until) noexcept {
-    const std::int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch()).count();
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch());
     timespec ts{};
-    if (ns > 0) {
-      ts.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
-      ts.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    if (ns.count() > 0) {
+      // Counted in the fields' own types (time_t and long: 32 bits on some ABIs).
+      const auto sec = std::chrono::duration_cast<std::chrono::duration<time_t>>(ns);
+      ts.tv_sec = sec.count();
+      ts.tv_nsec = std::chrono::duration_cast<std::chrono::duration<long, std::nano>>(ns - sec).count();
     }
     pthread_cond_timedwait(&c_, lk.mutex()->native_handle(), &ts);
     return std::chrono::steady_clock::now() < until;

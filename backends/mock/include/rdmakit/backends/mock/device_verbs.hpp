@@ -30,20 +30,20 @@ RDMAKIT_DECL std::vector<std::string> mock::device_names(rdmakit::detail::shared
   return out;
 }
 
-RDMAKIT_DECL mock::context mock::open_device(std::string_view name) {
-  return open_device(rdmakit::mock::default_fabric(), name);
+RDMAKIT_DECL mock::context mock::open_device(std::string_view dev_name) {
+  return open_device(rdmakit::mock::default_fabric(), dev_name);
 }
 
-RDMAKIT_DECL mock::context mock::open_device(rdmakit::mock::fabric& fab, std::string_view name) {
-  return open_device(fab.shared_state(), name);
+RDMAKIT_DECL mock::context mock::open_device(rdmakit::mock::fabric& fab, std::string_view dev_name) {
+  return open_device(fab.shared_state(), dev_name);
 }
 
-RDMAKIT_DECL mock::context mock::open_device(rdmakit::detail::shared_owner<mockd::fabric_state> st, std::string_view name) {
+RDMAKIT_DECL mock::context mock::open_device(rdmakit::detail::shared_owner<mockd::fabric_state> st, std::string_view dev_name) {
   auto& f = *st;
   std::lock_guard lk(f.mu);
   mockd::touch(f);
   for (auto& d : f.devices) {
-    if (!name.empty() && d.cfg.name != name) continue;
+    if (!dev_name.empty() && d.cfg.name != dev_name) continue;
     auto c = detail::make_unique_owner<mockd::context_obj>();
     c->fab = &f;
     c->dev = d.index;
@@ -54,8 +54,8 @@ RDMAKIT_DECL mock::context mock::open_device(rdmakit::detail::shared_owner<mockd
   std::string names;
   for (auto& d : f.devices) detail::append(names, names.empty() ? "" : ", ", d.cfg.name);
   mockd::fail("ibv_open_device", ENODEV,
-              name.empty() ? "the mock fabric has no devices"
-                           : detail::cat("no mock device named '", name, "'; devices: ", names));
+              dev_name.empty() ? "the mock fabric has no devices"
+                               : detail::cat("no mock device named '", dev_name, "'; devices: ", names));
 }
 
 RDMAKIT_DECL void mock::close_device(context ctx) noexcept {

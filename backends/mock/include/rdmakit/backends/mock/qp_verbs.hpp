@@ -32,9 +32,9 @@ RDMAKIT_DECL mock::qp mock::create_qp_on_srq(pd p, cq send_cq, cq recv_cq, srq s
     caps.max_recv_sge = 0;
   }
   if (type != qp_type::rc && type != qp_type::uc && type != qp_type::ud) bad("unknown QP type");
-  auto limit = [&](std::uint32_t v, std::uint32_t max, const char* name, const char* dev_name) {
+  auto limit = [&](std::uint32_t v, std::uint32_t max, const char* cap, const char* dev_cap) {
     if (v > max)
-      bad(detail::cat(name, " ", v, " exceeds the device's ", dev_name, " ", max));
+      bad(detail::cat(cap, " ", v, " exceeds the device's ", dev_cap, " ", max));
   };
   limit(caps.max_send_wr, limits.max_qp_wr, "max_send_wr", "max_qp_wr");
   limit(caps.max_recv_wr, limits.max_qp_wr, "max_recv_wr", "max_qp_wr");

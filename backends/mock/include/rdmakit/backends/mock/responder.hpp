@@ -96,7 +96,7 @@ inline void write_grh_area(const fabric_state& f, const message& m, std::uint8_t
   const std::uint8_t hop_limit = f.as_rxe() ? 64 : r.hop_limit;
   const bool roce_v2 = m.sgid_type == gid_type::roce_v2;
   // After the network header: UDP (RoCE v2), BTH 12, DETH 8, the immediate, the payload, ICRC 4.
-  const std::uint32_t after = (roce_v2 ? 8 : 0) + 12 + 8 + (m.op == opcode::send_with_imm ? 4 : 0) + m.length + 4;
+  const std::uint32_t after = (roce_v2 ? 8u : 0u) + 12 + 8 + (m.op == opcode::send_with_imm ? 4u : 0u) + m.length + 4;
   auto put16 = [&](int at, std::uint32_t v) {
     out[at] = static_cast<std::uint8_t>(v >> 8);
     out[at + 1] = static_cast<std::uint8_t>(v);
@@ -116,7 +116,7 @@ inline void write_grh_area(const fabric_state& f, const message& m, std::uint8_t
   }
   const std::uint32_t flow = r.flow_label & 0xfffff;
   out[0] = static_cast<std::uint8_t>(0x60 | r.traffic_class >> 4);
-  out[1] = static_cast<std::uint8_t>((r.traffic_class & 0x0f) << 4 | flow >> 16);
+  out[1] = static_cast<std::uint8_t>((r.traffic_class & 0x0fu) << 4 | flow >> 16);
   put16(2, flow & 0xffff);
   put16(4, after);
   out[6] = roce_v2 ? 17 : 0x1b;
