@@ -9,8 +9,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <span>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 using namespace conf;
@@ -375,6 +378,186 @@ TEST_CASE("fabric: get_async_event moves simulated time to the event it waits fo
   CHECK(fab(fx).now() - t0 >= std::chrono::nanoseconds(10us));
   CHECK(fx.poll_one(a.send_cq).status == wc_status::rem_access_err);
   CHECK(B::get_async_event(fx.ctx, 10ms, ev) == ETIMEDOUT);  // nothing pending: no jump past it
+}
+
+// ------------------------------------------------------------------ clock modes and threads
+
+namespace {
+/// An RC sender `a` and a receiver `b` with no receive posted: a's SEND waits in RNR
+/// until one is, for `rnr_retry` back-offs of `min_rnr_timer` (b's).
+struct rnr_pair {
+  rnr_pair(const rm::fabric_config& cfg, std::uint8_t rnr_retry, std::uint8_t min_rnr_timer) : fx(cfg) {
+    link_opts la, lb;
+    la.rnr_retry = rnr_retry;
+    lb.min_rnr_timer = min_rnr_timer;
+    std::tie(a, b) = fx.make_pair({}, la, lb);
+    buf = &fx.make_buffer(64);
+  }
+  int send() { return fx.post_send(a, 7, opcode::send, {buf->sge(0, 8)}); }
+  int recv() { return fx.post_recv(b, 1, {buf->sge(0, 64)}); }
+  /// The status of a's completion, polled for up to 5 s of wall time (general_err: none).
+  /// Between empty polls a short sleep leaves the CPU and the fabric's lock to the other
+  /// thread (two cores, shared with other builds).
+  wc_status sent() {
+    B::wc w[1];
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (std::chrono::steady_clock::now() < until) {
+      if (B::poll_cq(a.send_cq, 1, w) == 1) return to_completion<B>(w[0]).status;
+      std::this_thread::sleep_for(20us);
+    }
+    return wc_status::general_err;
+  }
+  fx_t fx;
+  endpoint<B> a, b;
+  buffer<B>* buf = nullptr;
+};
+
+rm::fabric_config clocked(rm::clock_mode m) {
+  rm::fabric_config c;
+  c.clock = m;
+  return c;
+}
+}  // namespace
+
+// The audit's two-thread program (audit 8, A1): the receiver thread is started but busy
+// before its first call into the fabric. Until it makes one it does not count, the
+// sender's poll jumps the clock, and the RNR budget is spent at once: here, the whole
+// 123 ms of it while the receiver has not run (it waits for the sender to finish, so the
+// run is the same however loaded the machine). A NIC would wait for it.
+TEST_CASE("fabric: clock_mode::automatic -- a thread started but not yet in a call does not count: RNR budget spent") {
+  rnr_pair s(clocked(rm::clock_mode::automatic), 6, 22);  // 6 x 20.48 ms
+  std::atomic<bool> sender_done{false};
+  int reposted = -1;
+  std::thread receiver([&] {
+    while (!sender_done.load()) std::this_thread::sleep_for(100us);
+    reposted = s.recv();
+  });
+  CHECK(s.send() == 0);
+  const wc_status status = s.sent();
+  sender_done = true;
+  receiver.join();
+  CHECK(status == wc_status::rnr_retry_exc_err);
+  CHECK(fab(s.fx).now() >= 6 * rnr_ns(22));  // the budget, on the simulated clock
+  CHECK(reposted == 0);
+}
+
+// The same program with fabric_config::clock = wall: the receiver thread, busy for 1 ms
+// before its first call, reposts well inside the budget (6 x 20.48 ms of wall time), and
+// the next RNR retry finds the receive, as on a NIC. In automatic mode (all there was
+// before clock_mode) it fails as above whenever the sender polls before that first call.
+TEST_CASE("fabric: clock_mode::wall -- a receiver thread that reposts 1 ms after it starts is reached by RNR retries") {
+  rnr_pair s(clocked(rm::clock_mode::wall), 6, 22);
+  std::atomic<bool> started{false};
+  int reposted = -1;
+  std::thread receiver([&] {
+    started = true;
+    std::this_thread::sleep_for(1ms);  // busy: its first call into the fabric comes 1 ms later
+    reposted = s.recv();
+  });
+  while (!started.load()) std::this_thread::yield();
+  const auto p0 = fab(s.fx).packets_sent();
+  CHECK(s.send() == 0);
+  const wc_status status = s.sent();
+  receiver.join();
+  CHECK(reposted == 0);
+  CHECK(status == wc_status::success);
+  CHECK(fab(s.fx).packets_sent() - p0 >= 2);  // refused (RNR NAK), then sent again
+  CHECK(fab(s.fx).now() >= rnr_ns(22));        // one back-off at least
+}
+
+// Wall: the clock follows the wall clock for one thread alone too, from the present:
+// setup time that passed with nothing pending is not spent from a budget at the first
+// poll (the clock catches up with the wall clock at each call, before the call schedules
+// anything), and advance() moves it on without holding later timers back by as much.
+TEST_CASE("fabric: clock_mode::wall -- one thread's RNR back-offs take their wall-clock time, after idle time and advance()") {
+  using std::chrono::steady_clock;
+  rm::fabric_config cfg = clocked(rm::clock_mode::wall);
+  rnr_pair s(cfg, 2, 18);  // 2 x 5.12 ms
+  std::this_thread::sleep_for(20ms);  // longer than the budget, nothing pending
+  auto t0 = steady_clock::now();
+  REQUIRE(s.send() == 0);
+  CHECK(s.sent() == wc_status::rnr_retry_exc_err);
+  CHECK(steady_clock::now() - t0 >= 2 * rnr_ns(18));
+  // advance() 3 s ahead: the next back-offs still take 5.12 ms each, not 3 s more.
+  rnr_pair again(cfg, 2, 18);
+  fab(again.fx).advance(3s);
+  CHECK(fab(again.fx).now() >= 3s);
+  t0 = steady_clock::now();
+  REQUIRE(again.send() == 0);
+  CHECK(again.sent() == wc_status::rnr_retry_exc_err);
+  const auto took = steady_clock::now() - t0;
+  CHECK(took >= 2 * rnr_ns(18));
+  CHECK(took < 2s);
+}
+
+// Automatic, paced by a second thread: as with wall, the clock catches up with the wall
+// clock at each call. It lagged at the last event run, so a post after 150 ms of idle
+// time had its RNR back-offs (123 ms) all due at the first poll.
+TEST_CASE("fabric: clock_mode::automatic -- paced by a second thread, time idle before a post is not spent from its budget") {
+  rnr_pair s(clocked(rm::clock_mode::automatic), 6, 22);  // 6 x 20.48 ms
+  std::atomic<int> stage{0};  // 1: the receiver has called; 2: the sender posted
+  int reposted = -1;
+  std::thread receiver([&] {
+    B::wc w[1];
+    (void)B::poll_cq(s.b.recv_cq, 1, w);  // counts from here
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    std::this_thread::sleep_for(1ms);
+    reposted = s.recv();
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  std::this_thread::sleep_for(150ms);  // idle: nothing pending
+  CHECK(s.send() == 0);
+  stage = 2;
+  const wc_status status = s.sent();
+  receiver.join();
+  CHECK(reposted == 0);
+  CHECK(status == wc_status::success);
+}
+
+// The improvement to automatic: a thread counts from its first call that creates an
+// object, a CQ here (it counted only once it opened a device, created a QP or SRQ,
+// posted, polled or waited). While it counts the clock follows the wall clock, so the
+// other thread's back-offs take their time.
+TEST_CASE("fabric: clock_mode::automatic -- a thread that only created a CQ counts: the clock follows the wall clock") {
+  rnr_pair s(clocked(rm::clock_mode::automatic), 2, 18);  // 2 x 5.12 ms
+  std::thread other([&] { (void)s.fx.make_cq(4); });
+  other.join();
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(s.send() == 0);
+  CHECK(s.sent() == wc_status::rnr_retry_exc_err);
+  CHECK(std::chrono::steady_clock::now() - t0 >= 2 * rnr_ns(18));  // not a jump
+}
+
+// Simulated: the clock always jumps, whatever the threads: a second thread that polls
+// does not pace it, and the time at which the budget ends is the same in every run. Here
+// 6 x 655 ms of simulated time pass in a moment (automatic: 3.9 s of wall time).
+TEST_CASE("fabric: clock_mode::simulated -- jumps with two threads too, the same in every run") {
+  auto run = [] {
+    rnr_pair s(clocked(rm::clock_mode::simulated), 6, 0);  // 6 x 655.36 ms
+    const auto t0 = std::chrono::steady_clock::now();
+    std::atomic<bool> polled{false}, done{false};
+    std::thread other([&] {  // polls all along: in automatic, this would pace the clock
+      B::wc w[1];
+      (void)B::poll_cq(s.b.recv_cq, 1, w);
+      polled = true;
+      while (!done.load()) {
+        std::this_thread::sleep_for(100us);
+        (void)B::poll_cq(s.b.recv_cq, 1, w);
+      }
+    });
+    while (!polled.load()) std::this_thread::yield();
+    CHECK(s.send() == 0);
+    CHECK(s.sent() == wc_status::rnr_retry_exc_err);
+    done = true;
+    other.join();
+    const auto now = fab(s.fx).now();
+    CHECK(now >= 6 * rnr_ns(0));
+    CHECK(now > std::chrono::steady_clock::now() - t0);  // ahead of the wall clock
+    return now;
+  };
+  const auto first = run();
+  CHECK(run() == first);
 }
 
 // ------------------------------------------------------------------ slot rule
@@ -819,6 +1002,9 @@ TEST_CASE("fabric: a configuration, fault or clock step it cannot simulate is re
                  "fabric_config::profile = 7 is no device_profile");
   config_refused([](rm::fabric_config& c) { c.slots = static_cast<rm::slot_release>(9); },
                  "fabric_config::slots = 9 is no slot_release");
+  config_refused([](rm::fabric_config& c) { c.clock = static_cast<rm::clock_mode>(3); },
+                 "fabric_config::clock = 3 is no clock_mode: give clock_mode::automatic, clock_mode::wall or "
+                 "clock_mode::simulated");
   port_refused("t", [](rm::port_config& p) {
     p.gids = {gid_entry{gid::from_ipv4(10, 1, 1, 1), 1, static_cast<gid_type>(9), true}};
   }, "device t port 1: port_config::gids holds index 1 of type 9, which is none");

@@ -80,45 +80,88 @@ inline void run_due(fabric_state& f) {
   f.running = false;
 }
 
-/// Idle: jump the simulated clock to the next pending event and run it.
-// Simulated time and threads. One thread alone may jump the clock to the next event:
-// nobody can observe the difference, and runs stay deterministic. Once a second thread
-// uses the fabric, a jump could burn a retry or RNR budget in microseconds while the
-// other thread has not had the wall-clock time to act (a peer reaching RTR 50 ms late
-// must still be reached, as on a NIC). So while more than one thread has used the
-// fabric in the last second, simulated time follows the wall clock.
+/// Moves the clock to `target`, running everything that falls due on the way at its own
+/// time (fabric::advance, and a paced clock catching up with the wall clock).
+inline void run_until(fabric_state& f, clock_ns target) {
+  for (;;) {
+    clock_ns t = next_due(f);
+    if (t == 0 || t > target) break;
+    f.now = std::max(f.now, t);
+    run_due(f);
+  }
+  f.now = std::max(f.now, target);
+  run_due(f);
+}
+
+// Simulated time and threads (fabric_config::clock). One thread alone may jump the clock
+// to the next event: nobody can observe the difference, and runs stay deterministic. Once
+// a second thread uses the fabric, a jump could burn a retry or RNR budget in
+// microseconds while the other thread has not had the wall-clock time to act (a peer
+// reaching RTR 50 ms late must still be reached, as on a NIC). So in clock_mode::automatic,
+// while more than one thread has used the fabric in the last second, simulated time
+// follows the wall clock ("paced"); clock_mode::wall paces from the fabric's construction,
+// clock_mode::simulated never.
 inline constexpr auto paced_window = std::chrono::seconds(1);
 
-/// Notes the calling thread; called by the verbs threads meet in (under the lock).
-inline void touch(fabric_state& f) {
-  const void* id = rdmakit::detail::this_thread_tag();
-  if (id == f.last_thread) return;
-  const auto wall = std::chrono::steady_clock::now();
-  if (f.last_thread != nullptr) {
-    if (!f.paced) {
-      f.paced = true;
-      f.wall_base = wall;
-      f.sim_base = f.now;
-    }
-    f.last_switch = wall;
+/// Starts following the wall clock from `wall`, at the current simulated time.
+inline void start_pacing(fabric_state& f, std::chrono::steady_clock::time_point wall) {
+  f.paced = true;
+  f.wall_base = wall;
+  f.sim_base = f.now;
+}
+
+/// Paced: the latest simulated time the wall clock allows at `wall`; or no limit once no
+/// other thread has used the fabric for paced_window (automatic: one thread again).
+inline clock_ns allowed_at(fabric_state& f, std::chrono::steady_clock::time_point wall) {
+  if (f.cfg.clock == clock_mode::automatic && wall - f.last_switch > paced_window) {
+    f.paced = false;
+    return ~clock_ns{0};
   }
-  f.last_thread = id;
+  const auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(wall - f.wall_base).count();
+  return f.sim_base + static_cast<clock_ns>(std::max<std::int64_t>(elapsed, 0));
 }
 
 /// The latest simulated time the wall clock allows (paced), or no limit.
 inline clock_ns allowed_now(fabric_state& f) {
   if (!f.paced) return ~clock_ns{0};
-  const auto wall = std::chrono::steady_clock::now();
-  if (wall - f.last_switch > paced_window) {
-    f.paced = false;  // one thread again
-    return ~clock_ns{0};
-  }
-  const auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(wall - f.wall_base).count();
-  return f.sim_base + static_cast<clock_ns>(elapsed);
+  return allowed_at(f, std::chrono::steady_clock::now());
 }
 
-/// Moves simulated time to the next event and runs it; false when nothing is pending
-/// or (paced) the wall clock has not reached it yet.
+/// Paced: brings the clock up to the wall clock (`wall`) before a call does anything, so
+/// what the call schedules (a retry or RNR timer, a message's arrival) counts from the
+/// present. Without it the clock stayed at the last event run: the wall time that passed
+/// with nothing pending (setup, a thread busy elsewhere) was there for the next poll to
+/// spend at once, a whole RNR budget after 4 ms of it. Out of line: touch() stays small
+/// on the data path. Not while the wire runs (f.running): its events run in order there.
+RDMAKIT_NOINLINE inline void catch_up(fabric_state& f, std::chrono::steady_clock::time_point wall) {
+  if (f.running) return;
+  const clock_ns limit = allowed_at(f, wall);
+  if (f.paced && limit > f.now) run_until(f, limit);
+}
+
+/// Notes the calling thread; called under the lock by the verbs that open a device, create
+/// an object, modify a QP, post, poll, arm or wait, and by fabric::inject, clear_faults,
+/// set_port_up and remove_device (a thread counts from its first such call).
+/// While the clock jumps and the thread that called last calls again, one comparison: the
+/// data path reads no wall clock then. Past it: the wall clock is read, a change of thread
+/// noted (automatic: the clock follows the wall clock from there) and, paced, the clock
+/// caught up. Always inlined, with catch_up out of line: as a call, or with the slow part
+/// out of line, the post path took 2 to 10 more instructions (bench/run_mock_rate.sh).
+RDMAKIT_ALWAYS_INLINE void touch(fabric_state& f) {
+  const void* id = rdmakit::detail::this_thread_tag();
+  if (id == f.jumping_thread) return;
+  const auto wall = std::chrono::steady_clock::now();
+  if (f.last_thread != nullptr && f.last_thread != id) {
+    if (!f.paced && f.cfg.clock == clock_mode::automatic) start_pacing(f, wall);
+    f.last_switch = wall;
+  }
+  f.last_thread = id;
+  if (f.paced) catch_up(f, wall);
+  f.jumping_thread = f.paced ? nullptr : id;  // paced: every call comes here
+}
+
+/// Idle: moves simulated time to the next event and runs it; false when nothing is
+/// pending or (paced) the wall clock has not reached it yet.
 inline bool jump(fabric_state& f) {
   if (!pending(f)) return false;
   const clock_ns limit = allowed_now(f);

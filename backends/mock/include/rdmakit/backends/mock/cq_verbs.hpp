@@ -15,6 +15,7 @@ namespace mockd = rdmakit::mock::detail;
 RDMAKIT_DECL mock::channel mock::create_comp_channel(context ctx) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
+  mockd::touch(f);
   auto ch = detail::make_unique_owner<mockd::channel_obj>();
   ch->ctx = ctx;
   f.channels.insert(ch.get());  // the last step that may throw
@@ -36,6 +37,7 @@ RDMAKIT_DECL int mock::destroy_comp_channel(channel ch) noexcept {
 RDMAKIT_DECL mock::cq mock::create_cq(context ctx, int cqe, channel ch, int comp_vector) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
+  mockd::touch(f);
   const auto& limits = f.devices[ctx->dev].cfg.limits;
   if (cqe < 1 || static_cast<std::uint32_t>(cqe) > limits.max_cqe)
     mockd::fail("ibv_create_cq", EINVAL,

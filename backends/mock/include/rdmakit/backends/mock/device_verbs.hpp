@@ -126,6 +126,7 @@ RDMAKIT_DECL int mock::async_fd(context ctx) noexcept { return ctx ? ctx->async_
 RDMAKIT_DECL mock::pd mock::alloc_pd(context ctx) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
+  mockd::touch(f);
   auto& dev = f.devices[ctx->dev];
   mockd::check_room(dev.count.pd, dev.cfg.limits.max_pd, "ibv_alloc_pd", "protection domains", "max_pd", dev);
   auto p = detail::make_unique_owner<mockd::pd_obj>();
@@ -151,6 +152,7 @@ RDMAKIT_DECL int mock::dealloc_pd(pd p) noexcept {
 RDMAKIT_DECL mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access flags) {
   auto& f = mockd::fab_of(p);
   std::lock_guard lk(f.mu);
+  mockd::touch(f);
   const auto& limits = f.devices[p->ctx->dev].cfg.limits;
   if (!addr || length == 0)
     mockd::fail("ibv_reg_mr", EINVAL, "nothing to register: the buffer is null or has length 0");
@@ -210,6 +212,7 @@ RDMAKIT_DECL std::uint32_t mock::mr_rkey(mr m) noexcept { return m->rkey; }
 RDMAKIT_DECL mock::mw mock::alloc_mw(pd p, mw_type t) {
   auto& f = mockd::fab_of(p);
   std::lock_guard lk(f.mu);
+  mockd::touch(f);
   if (t != mw_type::type1 && t != mw_type::type2) mockd::fail("ibv_alloc_mw", EINVAL, "unknown memory window type");
   if (f.next_mw >= (1u << 22)) mockd::fail("ibv_alloc_mw", ENOMEM, "the mock ran out of window indexes");
   auto w = detail::make_unique_owner<mockd::mw_obj>();
@@ -243,6 +246,7 @@ RDMAKIT_DECL void mock::set_mw_rkey(mw w, std::uint32_t rkey) noexcept {
 RDMAKIT_DECL mock::ah mock::create_ah(pd p, const ah_attr& attr) {
   auto& f = mockd::fab_of(p);
   std::lock_guard lk(f.mu);
+  mockd::touch(f);
   mockd::check_av(f, p->ctx, attr, "ibv_create_ah");
   auto& dev = f.devices[p->ctx->dev];
   mockd::check_room(dev.count.ah, dev.cfg.limits.max_ah, "ibv_create_ah", "address handles", "max_ah", dev);

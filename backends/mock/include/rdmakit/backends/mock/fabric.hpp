@@ -86,8 +86,33 @@ enum class device_profile {
   rxe,
 };
 
+/// How a fabric's simulated clock moves (docs/mock.md, "The simulated clock"). Timers (RC
+/// ACK timeout, RNR back-off), wire latency and delay faults run on it.
+enum class clock_mode {
+  /// The default. While one thread uses the fabric, a poll that finds nothing jumps the
+  /// clock to the next pending event: a run is deterministic for a seed, and a 67 ms RC
+  /// retry takes microseconds. While more than one thread has used the fabric in the last
+  /// second, the clock follows the wall clock. A thread counts from its first call into
+  /// the fabric (opening a device, creating an object, posting, polling, ...): a thread
+  /// started but not yet in its first call does not, so a poll on the first thread still
+  /// jumps and can spend an RNR or retry budget before the other thread reposts or
+  /// connects. Make the other thread's first call before the first post, or use `wall`.
+  automatic,
+  /// The clock follows the wall clock from the fabric's construction, whatever the
+  /// threads: simulated time is the wall time since then (plus what fabric::advance
+  /// added), and a timer falls due when that much wall time has passed, as on a NIC.
+  /// For programs whose threads start on their own schedule. Retries and back-offs take
+  /// their real time (an RC retry 67 ms by default), and runs are not deterministic.
+  wall,
+  /// The clock always jumps, however many threads call: deterministic for a seed when the
+  /// threads take turns (one hands the fabric to the next) instead of racing. A thread
+  /// that acts on its own wall-clock schedule may find a peer's retry budget already
+  /// spent, as in `automatic` before it counts.
+  simulated,
+};
+
 /// What a fabric is made of and how it behaves: devices, random seed, device profile,
-/// SQ slot release and wire latency.
+/// SQ slot release, wire latency and clock.
 struct fabric_config {
   /// Empty: two RoCE devices, "mock0" (10.0.0.1) and "mock1" (10.0.0.2), one port each.
   std::vector<device_config> devices;
@@ -112,6 +137,10 @@ struct fabric_config {
   /// (kernel 6.1) does in some runs (docs/semantics.md §13, posting.post_to_qp_in_err).
   /// False, the default: it is flushed, as the specification says.
   bool lose_posts_in_error = false;
+  /// How the simulated clock moves: automatic (the default: jumps while one thread uses
+  /// the fabric, follows the wall clock while several do), wall (follows the wall clock
+  /// from construction) or simulated (always jumps). See clock_mode.
+  clock_mode clock = clock_mode::automatic;
 };
 
 /// What a fault does to the messages it hits.
@@ -155,12 +184,14 @@ class fabric {
   fabric& operator=(const fabric&) = delete;
 
   /// Simulated time. It advances when a poll finds nothing to return while events
-  /// are pending (it jumps to the next one), or when `advance` is called.
+  /// are pending (it jumps to the next one; while it follows the wall clock, as far as
+  /// the wall clock allows: fabric_config::clock), or when `advance` is called.
   std::chrono::nanoseconds now() const;
   /// Moves the clock forward and runs everything that falls due. A negative `by`, or
   /// one that would take the clock past half of nanoseconds::max() (146 years; the
   /// other half is left to the timers of traffic after it, so now() never wraps), is a
-  /// usage_error, the clock unchanged.
+  /// usage_error, the clock unchanged. While the clock follows the wall clock, it goes
+  /// on following it from the new time (timers after it are not held back by `by`).
   void advance(std::chrono::nanoseconds by);
 
   /// Adds a fault; it applies to messages sent from now on, until its count runs out.

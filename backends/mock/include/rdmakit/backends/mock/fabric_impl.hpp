@@ -92,6 +92,9 @@ inline void check_config(const fabric_config& c) {
   if (c.slots != slot_release::on_signaled_poll && c.slots != slot_release::on_completion)
     throw usage_error(cat("mock::fabric: fabric_config::slots = ", static_cast<int>(c.slots),
                           " is no slot_release: give slot_release::on_signaled_poll or slot_release::on_completion"));
+  if (c.clock != clock_mode::automatic && c.clock != clock_mode::wall && c.clock != clock_mode::simulated)
+    throw usage_error(cat("mock::fabric: fabric_config::clock = ", static_cast<int>(c.clock),
+                          " is no clock_mode: give clock_mode::automatic, clock_mode::wall or clock_mode::simulated"));
   // The default GIDs and IPv4 addresses number the devices in 16 bits (10.hi.port.lo).
   if (c.devices.size() > 65534)
     throw usage_error(cat("mock::fabric: ", c.devices.size(), " devices: at most 65534"));
@@ -229,6 +232,8 @@ RDMAKIT_DECL fabric::fabric(fabric_config config) : state_(rdmakit::detail::make
   if (state_->cfg.profile == device_profile::rxe) state_->cfg.slots = slot_release::on_completion;
   state_->rng.seed(state_->cfg.seed);
   detail::build_devices(*state_);
+  // Following the wall clock from here: simulated time is the wall time since now.
+  if (state_->cfg.clock == clock_mode::wall) detail::start_pacing(*state_, std::chrono::steady_clock::now());
 }
 
 // Devices opened from the fabric hold its state (context_obj::keep): nothing to do here.
@@ -262,15 +267,10 @@ RDMAKIT_DECL void fabric::advance(std::chrono::nanoseconds by) {
                                              " ns, 146 years: the rest is left to what traffic schedules after): "
                                              "give at most ",
                                              room, " ns"));
-  const detail::clock_ns target = state_->now + static_cast<detail::clock_ns>(by.count());
-  for (;;) {
-    detail::clock_ns t = detail::next_due(*state_);
-    if (t == 0 || t > target) break;
-    state_->now = std::max(state_->now, t);
-    detail::run_due(*state_);
-  }
-  state_->now = target;
-  detail::run_due(*state_);
+  detail::run_until(*state_, state_->now + static_cast<detail::clock_ns>(by.count()));
+  // Paced, the clock goes on following the wall clock from the new time: without this,
+  // what falls due after it would wait `by` of wall time first.
+  if (state_->paced) state_->sim_base += static_cast<detail::clock_ns>(by.count());
 }
 
 // A thread that only injects faults or flips ports uses the fabric too: while it does,

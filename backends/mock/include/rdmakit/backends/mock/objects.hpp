@@ -471,9 +471,13 @@ class fabric_state {
   std::uint16_t next_cm_port = 40000;
   std::uint32_t next_cm_psn = 1;
   bool running = false;  // guards against re-entering the event loop
-  // Threads (engine.hpp, touch/jump): while a second thread has used the fabric in the
-  // last second, simulated time follows the wall clock from (wall_base, sim_base).
+  // Threads and the clock (clock.hpp, touch/jump): while paced (clock_mode::wall, or a
+  // second thread has used the fabric in the last second), simulated time follows the
+  // wall clock from (wall_base, sim_base).
   const void* last_thread = nullptr;  // detail::this_thread_tag() of the last caller
+  // last_thread while the clock jumps, else null: touch()'s one comparison on the data
+  // path; a call from another thread, or any call while paced, goes past it.
+  const void* jumping_thread = nullptr;
   std::chrono::steady_clock::time_point last_switch{};
   bool paced = false;
   std::chrono::steady_clock::time_point wall_base{};
