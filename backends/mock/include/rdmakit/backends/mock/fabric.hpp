@@ -30,7 +30,7 @@ struct port_config {
   /// device number D - 1 (past 254 devices, D's high byte is the second octet).
   /// Otherwise each entry at its index (0..15, once each, valid = true); the slots
   /// no entry names are empty.
-  std::vector<gid_entry> gids;
+  std::vector<gid_entry> gids{};
   bool up = true;  ///< false: the port starts unplugged (see fabric::set_port_up)
 };
 
@@ -62,7 +62,7 @@ inline device_attr default_device_limits() {
 /// One mock device: its name, its ports and the limits query_device reports (and the
 /// mock enforces, as a real device would).
 struct device_config {
-  std::string name;                               ///< what device_names() lists and open_device takes
+  std::string name{};                             ///< what device_names() lists and open_device takes
   std::vector<port_config> ports{port_config{}};  ///< numbered from 1; one RoCE port by default
   device_attr limits = default_device_limits();   ///< rxe's limits by default
 };
@@ -115,7 +115,7 @@ enum class clock_mode {
 /// SQ slot release, wire latency and clock.
 struct fabric_config {
   /// Empty: two RoCE devices, "mock0" (10.0.0.1) and "mock1" (10.0.0.2), one port each.
-  std::vector<device_config> devices;
+  std::vector<device_config> devices{};
   std::uint64_t seed = 1;  ///< drives probabilistic faults; same seed, same run
   slot_release slots = slot_release::on_signaled_poll;  ///< on_completion: behave as rxe does
   /// spec, or rxe (which also makes `slots` on_completion).
