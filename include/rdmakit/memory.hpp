@@ -11,6 +11,7 @@
 #include <rdmakit/error.hpp>
 
 #include <cassert>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -167,7 +168,7 @@ class memory_region {
     if (length > static_cast<std::size_t>(PTRDIFF_MAX))
       throw usage_error(detail::cat("allocate(): ", length, " bytes is more than the address space can hold (one ",
                                     "buffer takes at most ", PTRDIFF_MAX, "): ask for the bytes the program needs"));
-    auto buf = detail::allocate_zeroed(length);
+    auto buf = zeroed_(length);
     void* addr = buf.get();
     return memory_region(std::move(pd), addr, length, std::move(buf));
   }
@@ -246,6 +247,18 @@ class memory_region {
       throw usage_error(detail::cat("allocate()/register_memory(): ", length, " bytes is more than one registration on ",
                                     pd->dev->name, " may cover (its max_mr_size is ", most,
                                     "): register several smaller regions"));
+  }
+
+  // The buffer, or a verbs_error naming the call and the size where the allocator has no
+  // memory for it (a bare std::bad_alloc named neither).
+  static detail::aligned_bytes zeroed_(std::size_t length) {
+    try {
+      return detail::allocate_zeroed(length);
+    } catch (const std::bad_alloc&) {
+      throw verbs_error("allocate()", ENOMEM,
+                        detail::cat(length, " bytes could not be allocated (out of memory): ask for fewer bytes, ",
+                                    "or register a buffer of your own with register_memory()"));
+    }
   }
 
   // A borrowed range's checks (allocate makes its own, within the limits checked first).
