@@ -74,9 +74,10 @@ struct [[nodiscard]] post_result {
                "completions (flushed ones included): use wr_ids below 2^63 (for a receive, below 2^63 - 1, "
                "the one reset() marks its last flush with)";
       case post_status::list_too_long:
-        return "the list holds more WRs than the queue has slots (max_send_wr, max_recv_wr; 0 for a queue "
-               "pair made without that queue), so no amount of polling makes room for it: split it, or "
-               "create the queue pair deeper";
+        return "more WRs than the queue has slots (max_send_wr, max_recv_wr), so no amount of polling "
+               "makes room for them: split the list, or create the queue pair deeper (a queue pair made "
+               "without that queue has 0 slots, so even one WR is too many: post it on a queue pair "
+               "that has the queue)";
       case post_status::stale_address:
         return "the UD destination's address_handle was destroyed (or the ud_address is empty), so "
                "nothing was sent: keep the address_handle while you post through its addresses, or take "

@@ -17,6 +17,8 @@ TEST_CASE("max_send_wr = 0 is a receive-only queue pair (legal in verbs): sends 
   const post_result r = live.send(rx.local(0, 8), 2);
   CHECK(r.status == post_status::list_too_long);
   CHECK(std::string(r.message()).find("max_send_wr") != std::string::npos);
+  // One WR and no list: the message says why even one is too many (helper-98's audit).
+  CHECK(std::string(r.message()).find("0 slots, so even one WR is too many") != std::string::npos);
   auto w = live.prepare(op::send{rx.local(0, 8)}, 3);
   CHECK(live.post(w).status == post_status::list_too_long);
   auto list = decltype(live)::make_batch<2>();
