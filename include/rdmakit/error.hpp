@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -123,6 +124,20 @@ class verbs_error : public std::system_error {
 class usage_error : public std::logic_error {
  public:
   using std::logic_error::logic_error;
+};
+
+/// Thrown by allocate() when there is no memory for its buffer: a std::bad_alloc (code
+/// that handles running out of memory catches it as such) whose what() names the call,
+/// the size and what to do.
+class allocation_error : public std::bad_alloc {
+ public:
+  /// `what`: the call, the size and what to do.
+  explicit allocation_error(const std::string& what) : what_(what) {}
+  /// The message given at construction.
+  const char* what() const noexcept override { return what_.what(); }
+
+ private:
+  std::runtime_error what_;  // its copies share the text and do not throw, as an exception's must not
 };
 
 namespace detail {

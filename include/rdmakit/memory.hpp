@@ -11,7 +11,6 @@
 #include <rdmakit/error.hpp>
 
 #include <cassert>
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -249,15 +248,14 @@ class memory_region {
                                     "): register several smaller regions"));
   }
 
-  // The buffer, or a verbs_error naming the call and the size where the allocator has no
-  // memory for it (a bare std::bad_alloc named neither).
+  // The buffer, or an allocation_error naming the call and the size where the allocator
+  // has no memory for it (a bare std::bad_alloc named neither).
   static detail::aligned_bytes zeroed_(std::size_t length) {
     try {
       return detail::allocate_zeroed(length);
     } catch (const std::bad_alloc&) {
-      throw verbs_error("allocate()", ENOMEM,
-                        detail::cat(length, " bytes could not be allocated (out of memory): ask for fewer bytes, ",
-                                    "or register a buffer of your own with register_memory()"));
+      throw allocation_error(detail::cat("allocate(): ", length, " bytes could not be allocated (out of memory, or ",
+                                         "over this process's limit): ask for fewer bytes"));
     }
   }
 
