@@ -114,9 +114,9 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       {"new_send", no_argument, nullptr, 'N'},        {nullptr, 0, nullptr, 0}};
   auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0,
                  const char* hint = nullptr) {
-    std::fprintf(stderr, "%s: invalid %s \"%s\"%s\n", argv[0], what, arg,
+    // One line naming the value (the whole usage after it buried that line).
+    std::fprintf(stderr, "%s: invalid %s \"%s\"%s (see --help)\n", argv[0], what, arg,
                  hint ? hint : rdmakit_tools::range_hint(arg, lo, hi).c_str());
-    usage(argv[0], stderr);
     return 1;
   };
   int ch;
@@ -199,9 +199,9 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       return 1;
     }
   } else if (optind < argc) {
-    std::fprintf(stderr, "%s: unexpected argument \"%s\": give at most one host (the server's), after the options\n",
+    std::fprintf(stderr,
+                 "%s: unexpected argument \"%s\": give at most one host (the server's), after the options (see --help)\n",
                  argv[0], argv[optind + 1]);
-    usage(argv[0], stderr);
     return 1;
   }
   // (ibv_ud_pingpong has no -m: it would be dropped without a word.)
