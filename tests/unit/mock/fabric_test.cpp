@@ -445,18 +445,20 @@ TEST_CASE("fabric: clock_mode::automatic -- a thread started but not yet in a ca
 // before its first call, reposts well inside the budget (6 x 20.48 ms of wall time), and
 // the next RNR retry finds the receive, as on a NIC. In automatic mode (all there was
 // before clock_mode) it fails as above whenever the sender polls before that first call.
-TEST_CASE("fabric: clock_mode::wall -- a receiver thread that reposts 1 ms after it starts is reached by RNR retries") {
+// (Its 1 ms counts from the send: counted from the thread's start, a loaded machine that
+// ran the receiver first had it repost before the send, with no RNR NAK to retry.)
+TEST_CASE("fabric: clock_mode::wall -- a receiver thread that reposts 1 ms after the send is reached by RNR retries") {
   rnr_pair s(clocked(rm::clock_mode::wall), 6, 22);
-  std::atomic<bool> started{false};
+  std::atomic<bool> sent{false};
   int reposted = -1;
   std::thread receiver([&] {
-    started = true;
+    while (!sent.load()) std::this_thread::yield();
     std::this_thread::sleep_for(1ms);  // busy: its first call into the fabric comes 1 ms later
     reposted = s.recv();
   });
-  while (!started.load()) std::this_thread::yield();
   const auto p0 = fab(s.fx).packets_sent();
   CHECK(s.send() == 0);
+  sent = true;
   const wc_status status = s.sent();
   receiver.join();
   CHECK(reposted == 0);
