@@ -7,7 +7,8 @@
 //               signal: the credit ledger signals only the WR that takes the last free
 //               SQ slot, i.e. one completion per SQ depth)
 //   polling     busy_poll<16>, event_driven<16, 16>, adaptive<1024, 16, 16> on the
-//               sender's CQ (the receiver's CQ is only drained, never waited on)
+//               sender's CQ (the receiver's is drained, and waited on only when its
+//               receive queue holds no receive for the next SEND)
 //   sizes       8 B, 64 B, 4 KiB, 64 KiB (a runtime argument: one code path per
 //               policy combination serves every size, as in perftest); UD stops at
 //               4 KiB (a UD message must fit the path MTU, 4096 here); atomics are 8 B
@@ -16,8 +17,10 @@
 // waiting on the sender's CQ with the polling policy whenever the ledger has no send
 // credit left (bench::loopback::post), like a bandwidth test that keeps the send queue
 // full. Send/recv iterations first reap the receiver's CQ and refill its receive queue
-// (64 receives), so no message ever meets an empty receive queue. Counters: bytes/s
-// (SetBytesProcessed) and msg/s.
+// (64 receives), and post() gives each SEND a receive no message on the way will take,
+// waiting on the receiver's CQ when there is none, so no message ever meets an empty
+// receive queue. Counters: bytes/s (SetBytesProcessed) and msg/s, per second of wall-clock
+// time (register_grid's UseRealTime).
 #include <rdmakit/backends/mock.hpp>
 #include <rdmakit/benchmark.hpp>
 

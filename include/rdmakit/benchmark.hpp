@@ -161,6 +161,12 @@ struct product {
 };
 template <class F, class... Ts, class... Ss, class... Ps>
 struct product<F, list<Ts...>, list<Ss...>, list<Ps...>> {
+  // (An empty list left the grid without a combination, and the error blamed the loop.)
+  static_assert(sizeof...(Ts) != 0, "register_grid: the transports list is empty: name at least one (bench::list<rc>)");
+  static_assert(sizeof...(Ss) != 0,
+                "register_grid: the signalings list is empty: name at least one (bench::list<signal_all>)");
+  static_assert(sizeof...(Ps) != 0,
+                "register_grid: the pollings list is empty: name at least one (bench::list<busy_poll<>>)");
   static_assert((transport<Ts> && ...), "the transports list holds a type that is not a transport policy");
   static_assert((signaling<Ss> && ...), "the signalings list holds a type that is not a signaling policy");
   static_assert((polling<Ps> && ...), "the pollings list holds a type that is not a polling policy");
@@ -276,7 +282,8 @@ class family<list<Configs...>> {
   family& Repetitions(int n) {
     return each([&](benchmark::internal::Benchmark* b) { b->Repetitions(n); });
   }
-  /// `Benchmark::UseRealTime` on each.
+  /// `Benchmark::UseRealTime` on each (register_grid already did: rates are per second
+  /// of wall-clock time).
   family& UseRealTime() {
     return each([](benchmark::internal::Benchmark* b) { b->UseRealTime(); });
   }
@@ -308,7 +315,8 @@ class family<list<Configs...>> {
 /// compile for some combination is a compile error, never a silent gap, and so is a
 /// loop that takes no combination, or a list that names a policy twice. What the loop
 /// throws (a `bench::loopback` it could not make) fails its benchmark
-/// (`SkipWithError`, named), and the others run. Call it before
+/// (`SkipWithError`, named), and the others run. Each benchmark measures wall-clock
+/// time (`UseRealTime`), so its rates are per real second. Call it before
 /// `benchmark::Initialize` (in main, or to initialize a namespace-scope variable).
 template <class Transports, class Signalings, class Pollings, class F>
 auto register_grid(std::string_view name, F loop) {
@@ -328,8 +336,12 @@ auto register_grid(std::string_view name, F loop) {
   std::size_t i = 0;
   auto add = [&]<class Cfg>(Cfg) {
     const std::string& n = fam.names_[i++];
-    fam.members_.push_back(benchmark::RegisterBenchmark(
-        n.c_str(), [loop, n](benchmark::State& st) mutable { detail::run_loop(loop, Cfg{}, st, n); }));
+    // Rates per second of wall-clock time: a polling policy that sleeps (event_driven)
+    // uses little CPU time, and per CPU second it ranked above busy polling.
+    fam.members_.push_back(
+        benchmark::RegisterBenchmark(n.c_str(), [loop, n](benchmark::State& st) mutable {
+          detail::run_loop(loop, Cfg{}, st, n);
+        })->UseRealTime());
   };
   [&]<class... Cfgs>(list<Cfgs...>) { (add(Cfgs{}), ...); }(typename grid::type{});
   return fam;
@@ -350,9 +362,11 @@ struct loopback_options {
 /// Two queue pairs of one grid combination connected to each other (RC/UC: connected;
 /// UD: activated, each with an address handle to the other), each with its own
 /// protection domain, completion queue (polled with P) and registered buffer, on one
-/// device or two. `post` keeps side a's send queue full as a bandwidth test does;
-/// `refill` keeps side b's receive queue full; `finish` waits for what is outstanding
-/// and fails the benchmark when anything went wrong.
+/// device or two. `post` keeps side a's send queue full as a bandwidth test does, and
+/// gives each SEND (or WRITE with immediate) a receive on side b first; `finish` waits
+/// for what is outstanding, on both sides, and fails the benchmark when anything went
+/// wrong: a refused post, a failed completion, a wait that timed out, or a message
+/// that never reached b (UC and UD lose them without telling the sender).
 ///
 ///     bench::loopback lp(cfg, device<backends::mock>("mock0"), bytes);
 ///     for (auto _ : st)
@@ -395,6 +409,8 @@ class loopback {
   std::uint64_t timeouts = 0;
   /// Successful receive completions reaped so far.
   std::uint64_t received = 0;
+  /// WRs posted on a that take one of b's receives (SENDs, WRITEs with immediate).
+  std::uint64_t sent = 0;
 
   /// Both sides on `dev`, buffers of `bytes` (plus the GRH area on UD).
   loopback(const device<B>& dev, std::size_t bytes, const loopback_options& o = {}) : loopback(dev, dev, bytes, o) {}
@@ -410,8 +426,18 @@ class loopback {
     // size wrapped (bytes + the GRH area) or a CQ size went negative in the int cast,
     // and the error named allocate() or create_cq(), which the caller never called.
     if (bytes == 0 || bytes > rdmakit::detail::max_message_bytes)
-      throw usage_error(rdmakit::detail::cat("bench::loopback: a message of ", bytes,
-                                             " bytes: give 1 to 2^31 (the largest message verbs carry)"));
+      throw usage_error(rdmakit::detail::cat(
+          "bench::loopback: a message of ", bytes, " bytes: give 1 to 2^31 (the largest message verbs carry)",
+          bytes > static_cast<std::size_t>(INT64_MAX) ? "; a negative Arg() converts to a size this large" : ""));
+    // A UD message is one packet: above the MTU each completion failed, after buffers
+    // of that size were allocated (gigabytes).
+    if constexpr (T::needs_ah) {
+      for (const device<B>* d : {&dev_a, &dev_b})
+        if (const std::uint32_t mtu = mtu_bytes(d->port().active_mtu); bytes > mtu)
+          throw usage_error(rdmakit::detail::cat("bench::loopback: a UD message of ", bytes, " bytes on ", d->name(),
+                                                 ", whose port 1 carries at most ", mtu,
+                                                 " bytes in one packet: give at most ", mtu));
+    }
     // post() waits for a send credit: with no slot it waited out every timeout.
     if (o.caps.max_send_wr == 0)
       throw usage_error("bench::loopback: loopback_options::caps.max_send_wr = 0: side a posts, so its send queue "
@@ -449,13 +475,23 @@ class loopback {
 
   /// Posts `o` on side a; when a has no send credit left it first waits on a's CQ
   /// (policy P) until a completion returns one, up to the timeout (then the result is
-  /// sq_full). A queue pair in ERR has none to wait for: the post says qp_error at once.
-  /// A refused post or a failed completion counts in `failures`.
+  /// sq_full). A SEND or a WRITE with immediate takes one of b's receives: unless b has
+  /// one that no message on the way will take, it is posted first, after waiting on
+  /// b's CQ for room when b's receive queue is full (up to the timeout, then the result
+  /// is rq_full: messages on the way were lost, or b stalled). A queue pair in ERR has
+  /// nothing to wait for: the post says qp_error at once. A refused post or a failed
+  /// completion counts in `failures`.
   template <operation Op>
   post_result post(const Op& o, std::uint64_t wr_id = 0, send_flags flags = send_flags::none) {
     if (RDMAKIT_UNLIKELY(a.qp.send_credits() == 0) && !wait_for_credit_()) return {post_status::sq_full, 0, 0};
+    constexpr bool takes_receive = takes_receive_(Op::code);
+    if constexpr (takes_receive)
+      if (!receive_for_next_()) return {post_status::rq_full, 0, 0};
     const post_result r = a.qp.post(o, wr_id, flags);
-    if (!r) failed_(r.message());
+    if (!r)
+      failed_(r.message());
+    else if constexpr (takes_receive)
+      ++sent;
     return r;
   }
   /// SENDs `a.msg` to side b (UD: through `a.to`), as post() does.
@@ -466,7 +502,7 @@ class loopback {
       return post(op::send<>{a.msg}, wr_id, flags);
   }
   /// Reaps side b's CQ and posts receives (the whole of `b.buf`) until b's receive
-  /// queue is full again, so no SEND meets an empty receive queue.
+  /// queue is full again. Optional: post() gives each message a receive itself.
   void refill() {
     (void)b.cq.drain(reap_());
     const std::uint32_t want = opts_.caps.max_recv_wr;
@@ -476,17 +512,30 @@ class loopback {
         break;
       }
   }
-  /// Waits for the completions of side a's signaled WRs still outstanding (unsignaled
-  /// WRs after the last signaled one have none to wait for), reaps both CQs, and calls
-  /// `st.SkipWithError` when a post or completion failed or a wait timed out. Call it
-  /// after the timing loop; true when nothing went wrong.
+  /// Waits for every WR posted on side a to complete and for b to receive every
+  /// message a sent, reaps both CQs, and calls `st.SkipWithError` when a post or
+  /// completion failed, a wait timed out, or a message never arrived. Call it after the
+  /// timing loop (its waits are not timed: with the default minimum time they are a
+  /// small part of a run, with a few iterations a large one); true when nothing went
+  /// wrong.
   bool finish(benchmark::State& st) {
-    // Held slots beyond the trailing unsignaled run belong to signaled WRs not polled yet
-    // (in ERR their flushes are already there: the drains below take them).
-    while (opts_.caps.max_send_wr - a.qp.send_credits() > a.qp.unsignaled_run() && !a.qp.in_error())
+    // The WRs after the last signaled one have no completion of their own, so their
+    // failures were never seen: one more WR, signaled, completes after them (in order).
+    if (a.qp.unsignaled_run() != 0 && !a.qp.in_error()) (void)post_signaled_();
+    // Held slots belong to WRs not polled yet (in ERR their flushes are already there:
+    // the drains below take them).
+    while (a.qp.send_credits() < opts_.caps.max_send_wr && !a.qp.in_error())
       if (!wait_(a)) break;
     (void)a.cq.drain(reap_());
+    // RC's messages are in b's CQ once a's completions are; UC's and UD's may still be
+    // on the way, or lost (their sender completes without an acknowledgement).
+    while (received < sent && !b.qp.in_error() && b.cq.wait(reap_(), opts_.timeout)) {
+    }
     (void)b.cq.drain(reap_());
+    if (received < sent)
+      failed_(rdmakit::detail::cat(sent - received, " of the ", sent,
+                                   " messages a sent never reached b (lost on the way, or failed), so a rate that "
+                                   "counts them is wrong"));
     if (failures == 0 && timeouts == 0) return true;
     std::string why = "rdmakit::bench::loopback: " + std::to_string(failures) + " failed post(s) or completion(s), " +
                       std::to_string(timeouts) + " wait(s) timed out";
@@ -516,6 +565,39 @@ class loopback {
         ++received;
       }
     };
+  }
+  // Whether a WR of this opcode takes a receive at the other end.
+  static constexpr bool takes_receive_(opcode c) noexcept {
+    return c == opcode::send || c == opcode::send_with_imm || c == opcode::send_with_inv ||
+           c == opcode::rdma_write_with_imm;
+  }
+  // True once b has a receive that no message on the way will take (posting one when b's
+  // receive queue has room, else waiting on b's CQ for receives to complete); false when
+  // none came within the timeout, or b refused a receive. Messages lost on the way keep
+  // their receives counted as taken: past max_recv_wr of them, the wait times out.
+  bool receive_for_next_() {
+    for (;;) {
+      const std::uint64_t on_the_way = sent - received;
+      const std::uint32_t posted = b.qp.posted_recvs();
+      if (posted > on_the_way) return true;
+      if (posted < opts_.caps.max_recv_wr) {
+        if (const post_result r = b.qp.post_recv(b.buf.local(), 0); !r) {
+          failed_(r.message());
+          return false;
+        }
+      } else if (b.cq.drain(reap_()) == 0 && !wait_(b)) {
+        return false;
+      }
+    }
+  }
+  // One WR posted signaled, of one byte: a WRITE to b (RC, UC), else a SEND.
+  post_result post_signaled_() {
+    if constexpr (T::needs_ah)
+      return post(op::ud_send<B>{a.msg.first(1), a.to}, 0, send_flags::signaled);
+    else if constexpr (T::supports_write)
+      return post(op::write{a.msg.first(1), b.remote.sub(0, 1)}, 0, send_flags::signaled);
+    else
+      return post(op::send<>{a.msg.first(1)}, 0, send_flags::signaled);
   }
   // Waits on a's CQ until a send credit comes back (true), the timeout passes (false), or
   // a's queue pair is in ERR (true: its post says qp_error). Out of line: once per reap.

@@ -75,9 +75,9 @@ struct [[nodiscard]] post_result {
                "the one reset() marks its last flush with)";
       case post_status::list_too_long:
         return "more WRs than the queue has slots (max_send_wr, max_recv_wr), so no amount of polling "
-               "makes room for them: split the list, or create the queue pair deeper (a queue pair made "
-               "without that queue has 0 slots, so even one WR is too many: post it on a queue pair "
-               "that has the queue)";
+               "makes room for them: split it into shorter lists, or create the queue pair deeper (a queue "
+               "pair made without that queue has 0 slots, so even one WR is too many: post it on a queue "
+               "pair that has the queue)";
       case post_status::stale_address:
         return "the UD destination's address_handle was destroyed (or the ud_address is empty), so "
                "nothing was sent: keep the address_handle while you post through its addresses, or take "

@@ -71,7 +71,7 @@ check_bench() {
   step bench "$1" --benchmark_min_time=0.01
   cat bench.log
   if grep -q "ERROR OCCURRED" bench.log; then fail "a benchmark stopped with an error (above)"; fi
-  for n in "write/RC/signal_all/busy_poll<16>/64" "write/UC/signal_every<16>/adaptive<1024,16,16>/4096"; do
+  for n in "write/RC/signal_all/busy_poll<16>/64/real_time" "write/UC/signal_every<16>/adaptive<1024,16,16>/4096/real_time"; do
     grep -q -F "$n " bench.log || fail "benchmark $n did not run"
   done
   [ "$(grep -c "^write/" bench.log)" = 16 ] || fail "the grid did not run 16 benchmarks (bench.log)"

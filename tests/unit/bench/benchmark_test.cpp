@@ -141,10 +141,11 @@ TEST_CASE("register_grid: what the loop throws fails its benchmark, named; the o
   const auto runs = run("^unit_throws", &errors);
   CHECK(runs.size() == 3);
   REQUIRE(errors.size() == 2);
-  const std::string& bad_size = errors["unit_throws/RC/signal_all/plain_poll"];
+  // (Google Benchmark names a run measured in wall-clock time ".../real_time".)
+  const std::string& bad_size = errors["unit_throws/RC/signal_all/plain_poll/real_time"];
   CHECK(bad_size.find("unit_throws/RC/signal_all/plain_poll: ") == 0);
   CHECK(bad_size.find("a message of 0 bytes") != std::string::npos);
-  CHECK(errors["unit_throws_not_std/RC/signal_all/plain_poll"].find("not derived from std::exception") !=
+  CHECK(errors["unit_throws_not_std/RC/signal_all/plain_poll/real_time"].find("not derived from std::exception") !=
         std::string::npos);
   CHECK(later_runs == 1);
 }
@@ -161,9 +162,9 @@ TEST_CASE("family: settings for all, or per combination; each benchmark gets its
     if constexpr (decltype(cfg)::transport_policy::connected) b->Arg(65536);
   });
   const auto runs = run("^unit_each/");
-  CHECK(runs == std::vector<std::string>{"unit_each/RC/signal_all/plain_poll/8/iterations:1",
-                                         "unit_each/RC/signal_all/plain_poll/65536/iterations:1",
-                                         "unit_each/UD/signal_all/plain_poll/8/iterations:1"});
+  CHECK(runs == std::vector<std::string>{"unit_each/RC/signal_all/plain_poll/8/iterations:1/real_time",
+                                         "unit_each/RC/signal_all/plain_poll/65536/iterations:1/real_time",
+                                         "unit_each/UD/signal_all/plain_poll/8/iterations:1/real_time"});
   CHECK(calls == std::map<std::string, int>{{"RC/signal_all/plain_poll", 2}, {"UD/signal_all/plain_poll", 1}});
 }
 
@@ -255,6 +256,103 @@ TEST_CASE("loopback: after a failed completion, post() says qp_error at once, no
   CHECK(lp.failures >= 1);
 }
 
+// finish() waited only for signaled WRs: under signal_every<N> and signal_manual the WRs
+// after the last signaled one have no completion of their own, and their failures went
+// unseen: the link went down under the last 8 of 40 WRITEs and the run reported success
+// (helper-101's audit, F1). finish() now posts one signaled WR after them.
+TEST_CASE("loopback: finish() sees a failure among the unsignaled WRs after the last signaled one") {
+  static std::map<std::string, std::pair<bool, std::uint64_t>> results;  // finish(), failures
+  bench::register_grid<list<rc>, list<signal_every<16>, signal_manual>, list<busy_poll<8>>>(
+      "unit_tail", [](auto cfg, benchmark::State& st) {
+        mock::fabric fab;
+        bench::loopback lp(cfg, device<B>(fab, "mock0"), device<B>(fab, "mock1"), 64, {.caps = {64, 8}});
+        int i = 0;
+        for (auto _ : st) {
+          if (i++ == 40 - 8) fab.set_port_up("mock1", 1, false);
+          if (!lp.post(op::write{lp.a.msg, lp.b.remote})) break;
+        }
+        const bool ok = lp.finish(st);
+        results[decltype(cfg)::name()] = {ok, lp.failures};
+      })
+      .Iterations(40);
+  std::map<std::string, std::string> errors;
+  (void)run("^unit_tail/", &errors);
+  CHECK(results.size() == 2);
+  for (const auto& [config, r] : results) {
+    const std::string& name = config;
+    INFO(name);
+    CHECK_FALSE(r.first);
+    CHECK(r.second >= 1);
+  }
+  CHECK(errors.size() == 2);
+}
+
+// post() gave a SEND no receive of its own: refill() topped b's receive queue up without
+// counting the SENDs on the way, so with wire latency UD and UC SENDs found none and
+// were dropped (36-46 % of them) in a run that reported success, and RC's met RNR
+// (helper-101's audit, F2). Here as bench/policy_grid.cpp posts: a refill, then a
+// window of 64 SENDs as deep as b's receive queue.
+TEST_CASE("loopback: with messages on the way, every SEND finds a receive at b") {
+  static std::map<std::string, std::pair<bool, std::uint64_t>> results;  // finish(), received
+  bench::register_grid<list<rc, uc, ud>, list<signal_every<16>>, list<busy_poll<16>>>(
+      "unit_on_the_way", [](auto cfg, benchmark::State& st) {
+        mock::fabric_config c;
+        c.latency = std::chrono::microseconds(200);
+        c.clock = mock::clock_mode::wall;
+        mock::fabric fab(c);
+        bench::loopback lp(cfg, device<B>(fab, "mock0"), device<B>(fab, "mock1"), 64);
+        for (auto _ : st) {
+          lp.refill();
+          for (int w = 0; w < 64; ++w)
+            if (!lp.send()) break;
+        }
+        const bool ok = lp.finish(st);
+        results[decltype(cfg)::name()] = {ok, lp.received};
+      })
+      .Iterations(10);
+  (void)run("^unit_on_the_way/");
+  CHECK(results.size() == 3);
+  for (const auto& [config, r] : results) {
+    const std::string& name = config;
+    INFO(name);
+    CHECK(r.first);
+    CHECK(r.second == 10 * 64);
+  }
+}
+
+// UC and UD lose messages without telling the sender: 10 % of them dropped on the way,
+// the run reported success and its rate counted them (helper-101's audit, F3).
+TEST_CASE("loopback: messages lost on the way fail the run, saying how many") {
+  static std::map<std::string, std::pair<bool, std::uint64_t>> results;  // finish(), received
+  bench::register_grid<list<uc, ud>, list<signal_all>, list<busy_poll<16>>>(
+      "unit_lost", [](auto cfg, benchmark::State& st) {
+        mock::fabric fab;
+        fab.inject({.kind = mock::fault_kind::drop, .count = 0, .probability = 0.1});
+        bench::loopback lp(cfg, device<B>(fab, "mock0"), device<B>(fab, "mock1"), 64,
+                           {.timeout = std::chrono::milliseconds(50)});
+        for (auto _ : st)
+          if (!lp.send()) break;
+        const bool ok = lp.finish(st);
+        results[decltype(cfg)::name()] = {ok, lp.received};
+      })
+      .Iterations(400);
+  std::map<std::string, std::string> errors;
+  (void)run("^unit_lost/", &errors);
+  CHECK(results.size() == 2);
+  for (const auto& [config, r] : results) {
+    const std::string& name = config;
+    INFO(name);
+    CHECK_FALSE(r.first);
+    CHECK(r.second < 400);
+    CHECK(r.second > 300);
+  }
+  REQUIRE(errors.size() == 2);
+  for (const auto& [name, message] : errors) {
+    INFO(message);
+    CHECK(message.find(" of the 400 messages a sent never reached b") != std::string::npos);
+  }
+}
+
 // A timeout of 0 or less made every wait for a send credit a few polls: on a device a
 // run failed with "wait(s) timed out" (naming no option), on the mock it went unnoticed.
 TEST_CASE("loopback: a timeout of zero or less is refused, naming the field") {
@@ -280,6 +378,17 @@ TEST_CASE("loopback: a message size or queue depths it cannot make buffers and C
                        doctest::Contains("bench::loopback: a message of 18446744073709551615 bytes"), usage_error);
   CHECK_THROWS_WITH_AS((bench::loopback<B, rc>(device<B>("mock0"), 0)),
                        doctest::Contains("bench::loopback: a message of 0 bytes"), usage_error);
+  // Arg(-1), as the size_t it becomes: the message said only "18446744073709551615 bytes".
+  CHECK_THROWS_WITH_AS((bench::loopback<B, rc>(device<B>("mock0"), static_cast<std::size_t>(std::int64_t{-1}))),
+                       doctest::Contains("a negative Arg() converts to a size this large"), usage_error);
+  // A UD message above the MTU failed at each completion, after its buffers were
+  // allocated (4.4 GB at 2^31 bytes; helper-101's audit, F7).
+  const std::uint32_t mtu = mtu_bytes(device<B>("mock0").port().active_mtu);
+  const std::string above_mtu = "bench::loopback: a UD message of " + std::to_string(mtu + 1) +
+                                " bytes on mock0, whose port 1 carries at most " + std::to_string(mtu);
+  CHECK_THROWS_WITH_AS((bench::loopback<B, ud>(device<B>("mock0"), std::size_t{mtu} + 1)),
+                       doctest::Contains(above_mtu.c_str()), usage_error);
+  CHECK_NOTHROW((void)bench::loopback<B, ud>(device<B>("mock0"), mtu));
   CHECK_THROWS_WITH_AS((bench::loopback<B, rc>(device<B>("mock0"), 64, {.caps = {1u << 31, 1u << 31}})),
                        doctest::Contains("loopback_options::caps asks for 2147483648 send and 2147483648 receive"),
                        usage_error);
