@@ -35,6 +35,7 @@ enum class post_rule : std::uint8_t {
   message_size,      ///< SGEs adding up to more than 2 GiB (2^31 bytes), the largest message
   inline_op,         ///< send_flags::inline_data on a READ or an atomic, which carry no data out
   address_pd,        ///< (UD) an address handle of another protection domain than the queue pair's
+  ud_mtu,            ///< (UD) a message larger than the port's MTU: a UD message is one packet
 };
 
 /// Outcome of a post (one WR or a list). `posted` counts the WRs of a list that
@@ -114,6 +115,10 @@ struct [[nodiscard]] post_result {
                 return "the WR was refused (EINVAL): its destination is an address handle of another protection "
                        "domain than the queue pair's (a device refuses it, or fails the queue pair); create the "
                        "address handle on the queue pair's protection domain";
+              case post_rule::ud_mtu:
+                return "the WR was refused (EINVAL): a UD message is one packet, and this one is larger than the "
+                       "queue pair's port MTU (a device takes it and fails the queue pair, every later post with "
+                       "it); send at most the MTU per datagram";
               case post_rule::unknown: break;
             }
             return "the device rejected the WR (EINVAL): too many SGEs, inline data above "
@@ -155,6 +160,7 @@ constexpr const char* to_string(post_rule r) noexcept {
     case post_rule::message_size: return "message_size";
     case post_rule::inline_op: return "inline_op";
     case post_rule::address_pd: return "address_pd";
+    case post_rule::ud_mtu: return "ud_mtu";
   }
   return "unknown";
 }

@@ -383,6 +383,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       d.sg = &s;
       d.num_sge = 1;
       d.total = o.local.length;
+      if constexpr (T::needs_ah)
+        if (RDMAKIT_UNLIKELY(d.total > ud_mtu_())) return detail::refused_list(post_rule::ud_mtu);
       return post_send_(d);
     } else {
       typename B::sge s[detail::max_stack_sge];
@@ -391,6 +393,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       d.sg = s;
       d.num_sge = list.count;
       d.total = list.total;
+      if constexpr (T::needs_ah)
+        if (RDMAKIT_UNLIKELY(d.total > ud_mtu_())) return detail::refused_list(post_rule::ud_mtu);
       return post_send_(d);
     }
   }
@@ -566,8 +570,9 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_list_credits_(l, n);
     const bool odd = batch.odd_ != 0;  // one test for the refusal and the plain path
     if (RDMAKIT_UNLIKELY(odd) && batch.refused_()) return batch.refusal_();
-    if constexpr (T::needs_ah)  // a WR's handle may have gone since it was added, or be another PD's
-      if (const post_result r = batch.address_refusal_(parts_.pd.get()); RDMAKIT_UNLIKELY(!r.ok())) return r;
+    if constexpr (T::needs_ah)  // a WR's handle may have gone since it was added, or be another PD's...
+      if (const post_result r = batch.address_refusal_(parts_.pd.get(), ud_mtu_()); RDMAKIT_UNLIKELY(!r.ok()))
+        return r;  // ...or a WR be larger than a datagram
     auto* w = batch.front_();
     auto plan = l.sq.start();
     const std::uint32_t inline_limit = parts_.inline_limit;
@@ -751,6 +756,11 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     batch.drop_front_(k);  // the batch keeps exactly the WRs that were not posted
     return r;
   }
+
+  // The largest UD message: one packet of the port's MTU. A device takes a larger one and
+  // fails it (LOC_LEN_ERR), which puts the queue pair in ERR: every peer's address of it
+  // is lost with the reset that follows.
+  std::uint32_t ud_mtu_() const noexcept { return mtu_bytes(parts_.active_mtu); }
 
   RDMAKIT_NOINLINE post_result refused_(int e, std::uint32_t posted, const typename B::send_wr* wr) const noexcept {
     return detail::refused_send<B>(parts_.caps, e, posted, wr);

@@ -53,6 +53,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   bool full() const noexcept { return end_ == Max * sizeof(slot_); }
   /// Empties the list without posting it.
   void clear() noexcept {
+    if constexpr (T::needs_ah) largest_ = {};
     end_ = first_ = 0;
     ended_ = nullptr;
     odd_ = 0;
@@ -144,17 +145,19 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     if (odd_ & odd_bad_id) return {post_status::bad_wr_id, 0, 0};
     return detail::refused_list((odd_ & odd_too_many_sges) ? post_rule::sge_count : post_rule::message_size);
   }
-  // UD: why the list's WRs cannot go from a queue pair of protection domain `pd`, in one
-  // pass: a handle destroyed since its WR was added (stale_address) before a handle of
-  // another PD (post_rule::address_pd); ok when neither.
-  post_result address_refusal_(const void* pd) const noexcept {
+  // UD: why the list's WRs cannot go from a queue pair of protection domain `pd` whose
+  // port carries `mtu` bytes a packet, in one pass: a handle destroyed since its WR was
+  // added (stale_address) before a handle of another PD (post_rule::address_pd) before
+  // a WR larger than a datagram (post_rule::ud_mtu); ok when none.
+  post_result address_refusal_(const void* pd, std::uint32_t mtu) const noexcept {
     const detail::ah_ticket<B>* t = tickets_.data();
     bool other_pd = false;
     for (std::size_t i = first_, end = end_ / sizeof(slot_); i < end; ++i) {
       if (!t[i].live()) return {post_status::stale_address, 0, 0};
       other_pd = other_pd || !t[i].in_pd(pd);
     }
-    return other_pd ? detail::refused_list(post_rule::address_pd) : post_result{};
+    if (other_pd) return detail::refused_list(post_rule::address_pd);
+    return largest_.bytes > mtu ? detail::refused_list(post_rule::ud_mtu) : post_result{};
   }
   // Where one WR lives: the native WR first (a pointer to it is a pointer to its slot),
   // its SGEs and what post decides its flags by. One base address for the three: an
@@ -258,7 +261,12 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
       total += sgl[i].length;
     }
     o.fill(d);
-    if constexpr (requires { o.to; }) tickets_[end / sizeof(slot_)] = detail::ud_address_access::ticket(o.to);
+    if constexpr (requires { o.to; }) {
+      tickets_[end / sizeof(slot_)] = detail::ud_address_access::ticket(o.to);
+      const std::uint64_t bytes = total;  // (above 2^31 the list is refused anyway: message_size)
+      if (bytes > largest_.bytes)
+        largest_.bytes = bytes > detail::max_message_bytes ? ~std::uint32_t{0} : static_cast<std::uint32_t>(bytes);
+    }
     auto* w = &slot.wr;
     constexpr send_flags base = SignalEach ? send_flags::signaled : send_flags::none;
     const send_flags kept = flags & ~send_flags::no_auto_inline;  // rdmakit's own flag stays here
@@ -299,6 +307,11 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   struct no_tickets {};
   [[no_unique_address]] std::conditional_t<T::needs_ah, detail::uninit_array<detail::ah_ticket<B>, Max>, no_tickets>
       tickets_;
+  // UD: the largest message added since clear(), held to the queue pair's MTU at post.
+  struct largest_message {
+    std::uint32_t bytes = 0;
+  };
+  [[no_unique_address]] std::conditional_t<T::needs_ah, largest_message, no_tickets> largest_;
   // Which WR slots are built with send_flags::signaled set (for the flags post sets):
   // a post rewrites only the slots whose bit changes. Set by reuse(): only a reused
   // list reads it.

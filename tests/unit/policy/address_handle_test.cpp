@@ -166,6 +166,53 @@ TEST_CASE("UD: a send through an address handle of another protection domain is 
   }
 }
 
+// A UD send larger than the port's MTU was posted: it then completed LOC_LEN_ERR and put
+// the queue pair in ERR, every later post qp_error, and the reset that recovers it gives
+// a new QP number, so every peer's address of it was lost (helper-102's audit). Refused
+// before the device now, single posts, gathers and post lists alike; the queue pair
+// stays usable.
+TEST_CASE("UD: a message larger than the port's MTU is refused before the device; the queue pair stays usable") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  const std::uint32_t mtu = mtu_bytes(x.dev.port().active_mtu);
+  auto tx = x.pd.allocate<access::local_write>(2 * mtu);
+  auto rx = y.pd.allocate<access::local_write>(2 * mtu + grh_bytes);
+  const auto ah = x.pd.create_ah(p.b.local_endpoint());
+  const auto to = ah.to(p.b.qp_num());
+  const post_result r = p.a.send(to, tx.local(0, mtu + 1), 1);
+  CHECK(r.status == post_status::backend_error);
+  CHECK(r.err == EINVAL);
+  CHECK(r.rule == post_rule::ud_mtu);
+  CHECK(std::string(r.message()).find("larger than the queue pair's port MTU") != std::string::npos);
+  CHECK(std::string(to_string(r.rule)) == "ud_mtu");
+  CHECK(p.a.send_imm(to, tx.local(0, mtu + 1), 7, 2).rule == post_rule::ud_mtu);
+  const local_buffer gather[] = {tx.local(0, mtu), tx.local(mtu, 1)};
+  CHECK(p.a.post(op::ud_send{std::span<const local_buffer>(gather), to}, 3).rule == post_rule::ud_mtu);
+  auto batch = p.a.make_batch<4, 2>();
+  REQUIRE(batch.add(op::ud_send{tx.local(0, 8), to}, 4));
+  REQUIRE(batch.add(op::ud_send{std::span<const local_buffer>(gather), to}, 5));
+  const post_result rl = p.a.post(batch);
+  CHECK(rl.rule == post_rule::ud_mtu);
+  CHECK(rl.posted == 0);
+  CHECK(x.cq.poll() == 0);  // nothing reached the device
+  CHECK_FALSE(p.a.in_error());
+  CHECK(p.a.send_credits() == 8);
+  // The MTU itself goes, and arrives; after clear() the list takes WRs that fit.
+  REQUIRE(p.b.post_recv(rx.local(), 9).ok());
+  REQUIRE(p.a.send(to, tx.local(0, mtu), 6, send_flags::signaled).ok());
+  int sent_ok = 0, received = 0;
+  for (int i = 0; i < 100 && (sent_ok == 0 || received == 0); ++i) {
+    (void)x.cq.poll([&](const completion<B>& c) { sent_ok += c.ok(); });
+    (void)y.cq.poll([&](const completion<B>& c) { received += c.ok() && c.byte_len() == mtu + grh_bytes; });
+  }
+  CHECK(sent_ok == 1);
+  CHECK(received == 1);
+  batch.clear();
+  REQUIRE(batch.add(op::ud_send{tx.local(0, 8), to}, 7));
+  CHECK(p.a.post(batch).ok());
+}
+
 TEST_CASE("UD: an empty ud_address is refused (it names no handle)") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");

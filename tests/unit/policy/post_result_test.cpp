@@ -31,7 +31,7 @@ TEST_CASE("every post_status and post_rule has a name, and every status a senten
   CHECK(names.size() == static_cast<std::size_t>(post_status::empty_list) + 1);
   CHECK(sentences.size() == static_cast<std::size_t>(post_status::empty_list));
   std::set<std::string> rules;
-  for (int i = 0; i <= static_cast<int>(post_rule::address_pd); ++i) rules.insert(to_string(static_cast<post_rule>(i)));
-  CHECK(rules.size() == static_cast<std::size_t>(post_rule::address_pd) + 1);
+  for (int i = 0; i <= static_cast<int>(post_rule::ud_mtu); ++i) rules.insert(to_string(static_cast<post_rule>(i)));
+  CHECK(rules.size() == static_cast<std::size_t>(post_rule::ud_mtu) + 1);
   CHECK(std::string(to_string(post_rule::inline_size)) == "inline_size");
 }
