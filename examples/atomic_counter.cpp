@@ -1,7 +1,9 @@
 // A shared 64-bit counter in one server's memory, bumped by two clients with RDMA
 // fetch-and-add (each returns the value it replaced), then reset with compare-and-swap.
 // Atomics are RC only; the counter is 8 bytes, 8-aligned, registered with remote_atomic,
-// and each old value lands in an 8-byte local buffer registered with local_write.
+// and each old value lands in an 8-byte local buffer registered with local_write (in
+// host byte order on the mock and rxe; mlx5 devices on x86 write it big-endian:
+// docs/semantics.md §8.1).
 #include "example_backend.hpp"
 
 #include <chrono>

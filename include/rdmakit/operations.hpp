@@ -289,7 +289,8 @@ struct read {
 };
 
 /// 64-bit fetch-and-add at `remote` (8 bytes, 8-aligned); the old value lands in the
-/// local buffer (8 bytes, LOCAL_WRITE). RC only.
+/// local buffer (8 bytes, LOCAL_WRITE). RC only. The old value is in host byte order on
+/// rxe and the mock, big-endian on mlx5 devices of a little-endian host (semantics.md §8.1).
 template <access A>
 struct fetch_add {
   static_assert(has_all(A, access::remote_atomic),
@@ -314,6 +315,7 @@ struct fetch_add {
 };
 
 /// 64-bit compare-and-swap at `remote`; the old value lands in the local buffer. RC only.
+/// Its byte order is fetch_add's (semantics.md §8.1).
 template <access A>
 struct compare_swap {
   static_assert(has_all(A, access::remote_atomic),

@@ -112,7 +112,10 @@ class shared_receive_queue {
   /// Arms the low watermark: when a receive taken leaves fewer than `limit` posted, the
   /// device raises SRQ_LIMIT_REACHED once (device::next_event) and disarms it; arm it
   /// again after reposting. 0 disarms. Throws usage_error above max_wr, verbs_error when
-  /// the device refuses.
+  /// the device refuses. Reposting on the event, before the completions of the receives
+  /// taken are polled, can put more than max_wr receive completions in the CQ on rxe and
+  /// the mock, and overflow a CQ sized for max_wr (docs/ownership-and-threads.md): refill
+  /// from the completions you poll, or give the CQ room for the receives you let wait.
   void arm_limit(std::uint32_t limit) {
     const auto& s = state("arm_limit");
     if (limit > s.attr.max_wr)

@@ -231,3 +231,35 @@ TEST_CASE("a list longer than its queue is refused as such, not as a queue to wa
   CHECK(rr.posted == 0);
   CHECK(pair.b.post_recvs(std::span<const local_buffer>(nine).first(8), 100).ok());
 }
+
+// After a failure under selective signaling, the unsignaled WRs that completed before it
+// have no completion, so the ledger counts them until the queue pair is replaced. On a
+// CQ sized exactly for the queue pair, reset() was refused with "poll the CQ", which
+// could never help (helper-102's audit): the message now says so.
+TEST_CASE("reset() refused after a failure under selective signaling: the message does not promise that polling helps") {
+  mock::fabric fab;
+  device<B> d0(fab, "mock0"), d1(fab, "mock1");
+  auto pd0 = d0.create_pd();
+  auto pd1 = d1.create_pd();
+  const qp_cap caps{.max_send_wr = 16, .max_recv_wr = 16};
+  auto cq0 = d0.create_cq(32);
+  auto cq1 = d1.create_cq(32);
+  auto m0 = pd0.allocate<access::local_write | access::remote_write>(4096);
+  auto m1 = pd1.allocate<access::local_write | access::remote_write>(4096);
+  auto a0 = pd0.create_qp<rc, signal_every<8>>(cq0, caps);
+  auto b0 = pd1.create_qp<rc, signal_every<8>>(cq1, caps);
+  const auto ea = a0.local_endpoint();
+  auto a = std::move(a0).connect(b0.local_endpoint());
+  auto b = std::move(b0).connect(ea);
+  for (std::uint64_t i = 0; i < 16; ++i) REQUIRE(b.post_recv(m1.local(64 * i, 64), i).ok());
+  for (std::uint64_t i = 0; i < 15; ++i) REQUIRE(a.send(m0.local(0, 8), 100 + i).ok());
+  const auto bad = remote_region<>::unchecked(m1.remote().addr(), m1.remote().rkey() + 1, 64);
+  REQUIRE(a.post(op::write{m0.local(0, 8), bad}, 999).ok());  // the 16th WR: signaled
+  int failed = 0;
+  for (int i = 0; i < 20; ++i) (void)cq0.poll([&](const completion<B>& c) { failed += !c.ok(); });
+  REQUIRE(failed == 1);
+  REQUIRE(a.in_error());
+  CHECK_THROWS_WITH_AS((void)std::move(a).reset(),
+                       doctest::Contains("not those of unsignaled WRs that completed unseen before the failure"),
+                       usage_error);
+}

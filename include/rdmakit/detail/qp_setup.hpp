@@ -382,6 +382,9 @@ std::string no_room_for_replacement(const qp_parts<B>& p, const char* call, bool
   // The old QP is kept (retire) while they may flush: they keep their entries (flushing),
   // as does its drain marker.
   const std::uint32_t sends = l.sends_to_come() + drain_entries(l, may_drain), recvs = l.rq.held;
+  // After a failure under selective signaling, unsignaled WRs that completed before it
+  // count among those to come (no completion tells them apart), and no poll returns them.
+  const bool unseen = l.error && l.sends_to_come() > l.signaled_to_come();
   auto check = [&](const char* which, const cq_block<B>& c, std::uint32_t s, std::uint32_t r) -> std::string {
     const std::uint64_t need = c.reserved + c.flushing + s + r;
     if (need <= static_cast<std::uint64_t>(c.capacity)) return {};
@@ -389,9 +392,13 @@ std::string no_room_for_replacement(const qp_parts<B>& p, const char* call, bool
                l.qp_num, "'s outstanding WRs (", s, " send + ", r,
                " receive), which complete as flushes once it is replaced: ", c.reserved,
                " entries are promised to the attached queue pairs (the new one takes over this one's), ",
-               c.flushing, " to completions of queue pairs replaced or destroyed before; poll the CQ (a "
-               "completion polled gives its entry back; receives still posted complete only once the queue pair is "
-               "in ERR), create the CQ with at least ", need, " entries, or destroy this queue pair (its WRs are "
+               c.flushing, " to completions of queue pairs replaced or destroyed before; ",
+               unseen ? "polling gives back the entries of the flushes still to come, not those of unsignaled WRs "
+                        "that completed unseen before the failure, which count until the queue pair is replaced: "
+                      : "",
+               "poll the CQ (a completion polled gives its entry back; receives still posted complete only once the "
+               "queue pair is in ERR), create the CQ with at least ", need,
+               " entries, or destroy this queue pair (its WRs are "
                "dropped; its room comes back once a poll finds the CQ empty, or, while a type 2 memory window bound "
                "through it is not freed, once its flushes are polled) and create a new one");
   };
