@@ -208,6 +208,28 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (RDMAKIT_LIKELY(!parts_.link->error)) return false;
     return link_("in_error").error;
   }
+  /// Whether the asynchronous event `ev` (device::next_event) is about this queue pair:
+  /// QP_FATAL, QP_REQ_ERR or QP_ACCESS_ERR (the device moved it to ERR: as a responder it
+  /// learns so from no completion of its own, so in_error() stays false until one of
+  /// its own WRs fails), COMM_EST, SQ_DRAINED, PATH_MIG, PATH_MIG_ERR or
+  /// LAST_WQE_REACHED. False on an empty handle, and for an event of the queue pair a
+  /// reset() replaced (told apart by the QP number as well as the handle, which a
+  /// device may reuse; unless it reuses the number too, as the mock's reuse_qp_numbers).
+  bool raised(const async_event& ev) const noexcept {
+    if (parts_.qp == typename B::qp{} || ev.object != static_cast<const void*>(parts_.qp)) return false;
+    if (ev.qp_num != parts_.link->qp_num) return false;
+    switch (ev.type) {
+      case async_event_type::qp_fatal:
+      case async_event_type::qp_req_err:
+      case async_event_type::qp_access_err:
+      case async_event_type::comm_est:
+      case async_event_type::sq_drained:
+      case async_event_type::path_mig:
+      case async_event_type::path_mig_err:
+      case async_event_type::qp_last_wqe_reached: return true;
+      default: return false;
+    }
+  }
   /// The status that put the queue pair in error: the root cause, a flush only when
   /// nothing else failed (success if none).
   wc_status first_error() const { return link_("first_error").first_error; }

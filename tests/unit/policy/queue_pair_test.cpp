@@ -1030,3 +1030,30 @@ TEST_CASE("a destroyed queue pair's room comes back at the first poll that finds
   auto q = x.pd.create_qp<rc>(cq, qp_cap{4, 0});
   CHECK(cq.reserved() == 4);
 }
+
+// A responder the device moved to ERR (a peer's WRITE with a bad rkey) learns so from no
+// completion of its own: in_error() stays false, and the only sign is the device's
+// QP_ACCESS_ERR event, which a program told apart by comparing backend handles
+// (helper-102's audit). raised(ev) says whose event it is, as shared_receive_queue's does.
+TEST_CASE("queue_pair::raised: the device's event about this queue pair, not another's") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  const auto wrong = remote_region<access::remote_write>::unchecked(dst.remote().addr(), dst.remote().rkey() ^ 1, 64);
+  REQUIRE(p.a.write(src.local(), wrong, 1).ok());
+  REQUIRE(collect(x.cq, 1).size() == 1);
+  const std::optional<async_event> ev = y.dev.next_event(std::chrono::seconds(1));
+  REQUIRE(ev.has_value());
+  CHECK(ev->type == async_event_type::qp_access_err);
+  CHECK(p.b.raised(*ev));
+  CHECK_FALSE(p.b.in_error());
+  CHECK_FALSE(p.a.raised(*ev));
+  CHECK_FALSE(decltype(p.b){}.raised(*ev));  // an empty handle
+  async_event other = *ev;
+  other.type = async_event_type::srq_limit_reached;  // not a queue pair's event
+  CHECK_FALSE(p.b.raised(other));
+  auto fresh = std::move(p.b).reset();  // the new queue pair's events are its own
+  CHECK_FALSE(fresh.raised(*ev));
+}
