@@ -540,7 +540,7 @@ class completion_queue {
   int arm_() noexcept {
     if constexpr (P::needs_channel) {
       if (blk_->armed) return 0;
-      int e = B::req_notify_cq(blk_->cq, false);
+      int e = B::req_notify_cq(blk_->cq, detail::arms_solicited<P>);
       if (e == 0) blk_->armed = true;
       return e;
     } else {

@@ -6,6 +6,8 @@
 ///    poll and the arm is found by the re-poll instead of being stranded; events are
 ///    acknowledged in batches of AckBatch and all of them before the CQ is destroyed.
 ///  - `adaptive<Spin, Batch, AckBatch>`: poll Spin times, then wait like event_driven.
+///  - `solicited_only<P>`: P (event_driven or adaptive) woken only by solicited
+///    completions (send_flags::solicited) and failed ones.
 /// The wait algorithms work on any `Ops` with poll()/arm()/wait_event(timeout), so
 /// they are tested on their own as well as through the completion queue.
 #include <rdmakit/config.hpp>
@@ -120,7 +122,34 @@ struct adaptive {
   }
 };
 
+/// A sleeping policy P (event_driven, adaptive, or your own with a channel) whose waits
+/// wake only for a solicited completion (a SEND or SEND with immediate posted with
+/// send_flags::solicited, as `ib_send_lat -e` posts them) or a failed one: the CQ is
+/// armed solicited-only (`ibv_req_notify_cq(cq, 1)`). Other completions stay in the CQ
+/// until such a one wakes the thread, a poll before the sleep finds them, or the
+/// timeout's last poll does. A server that should wake for requests and not for the
+/// completions of its own sends uses it.
+template <class P>
+struct solicited_only : P {
+  static_assert(P::needs_channel, "solicited_only<P>: P must sleep on a completion channel (event_driven or "
+                                  "adaptive); busy_poll never sleeps, so it has nothing to arm");
+  /// The policy's name, as benchmark reports print it.
+  static constexpr std::string_view name = "solicited_only";
+  /// The CQ is armed for solicited completions only.
+  static constexpr bool solicited = true;
+};
+
 namespace detail {
+/// Whether P arms its CQ for solicited completions only (`static constexpr bool
+/// solicited = true`, as solicited_only<P> has).
+template <class P>
+inline constexpr bool arms_solicited = [] {
+  if constexpr (requires { P::solicited; })
+    return static_cast<bool>(P::solicited);
+  else
+    return false;
+}();
+
 /// What completion_queue hands a polling policy's wait: poll() (count or -errno), arm()
 /// (errno), wait_event(timeout) (0, ETIMEDOUT/EAGAIN, or errno).
 struct wait_ops_archetype {
@@ -158,5 +187,6 @@ inline constexpr bool polls_first = [] {
 static_assert(polling<busy_poll<>>);
 static_assert(polling<event_driven<>>);
 static_assert(polling<adaptive<>>);
+static_assert(polling<solicited_only<event_driven<>>>);
 
 RDMAKIT_END_NAMESPACE

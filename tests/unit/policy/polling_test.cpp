@@ -213,6 +213,47 @@ TEST_CASE_TEMPLATE("event policies sleep on the channel and wake for a completio
   CHECK(cqx.unacked_events() == 0);
 }
 
+// Every sleeping wait armed its CQ for the next completion: a server could not sleep
+// through its own sends' completions and wake only for requests, as `ib_send_lat -e`
+// and servers arming with ibv_req_notify_cq(cq, 1) do (helper-102's audit).
+TEST_CASE_TEMPLATE("solicited_only: a wait sleeps through unsolicited completions and wakes for a solicited one", P,
+                   solicited_only<event_driven<4, 2>>, solicited_only<adaptive<16, 4, 2>>) {
+  static_assert(polling<P> && detail::arms_solicited<P> && !detail::arms_solicited<event_driven<>>);
+  CHECK(P::name == "solicited_only");
+  mock::fabric fab;
+  device<B> dx(fab, "mock0"), dy(fab, "mock1");
+  auto pdx = dx.create_pd();
+  auto pdy = dy.create_pd();
+  auto cqx = dx.create_cq<P>(64);
+  auto cqy = dy.create_cq(64);
+  auto p = make_pair<rc>(pdx, cqx, pdy, cqy, qp_cap{8, 8});
+  auto rx = pdx.allocate<rw_access>(64);
+  auto tx = pdy.allocate<rw_access>(64);
+  REQUIRE(p.a.post_recv(rx.local(0, 32), 1).ok());
+  REQUIRE(p.a.post_recv(rx.local(32, 32), 2).ok());
+  std::atomic<bool> armed{false}, woke{false};
+  fab.set_arm_hook([&](const void* cq) {
+    if (cq == cqx.native()) armed = true;
+  });
+  int n = -1;
+  std::vector<std::uint64_t> got;
+  std::thread waiter([&] {
+    n = cqx.wait([&](const completion<B>& c) { got.push_back(c.wr_id()); }, 5000ms).count();
+    woke = true;
+  });
+  while (!armed.load()) std::this_thread::yield();
+  std::this_thread::sleep_for(10ms);  // the arm has taken effect, the waiter sleeps
+  REQUIRE(p.b.send(tx.local(0, 8), 100).ok());  // not solicited: no event
+  std::this_thread::sleep_for(50ms);
+  CHECK_FALSE(woke.load());
+  REQUIRE(p.b.send(tx.local(0, 8), 101, send_flags::solicited).ok());
+  waiter.join();
+  fab.set_arm_hook({});
+  CHECK(n == 2);  // woken by the solicited one, and both are there
+  CHECK(got == std::vector<std::uint64_t>{1, 2});
+  (void)collect(cqy, 2);
+}
+
 TEST_CASE("an event-driven wait times out cleanly when nothing comes") {
   mock::fabric fab;
   device<B> dx(fab, "mock0");
