@@ -32,6 +32,8 @@
 
 #include <doctest/doctest.h>
 
+#include "sanitized.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -632,13 +634,6 @@ class run {
 // RDMAKIT_FUZZ_SEEDS=first:last widens the range for a manual run. Under a sanitizer
 // (about ten times slower at -O0) the last hundred, 375 among them, within the test's
 // two minutes.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define RDMAKIT_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define RDMAKIT_TEST_SANITIZED 1
-#endif
-#endif
 std::pair<unsigned, unsigned> seed_range() {
 #ifdef RDMAKIT_TEST_SANITIZED
   unsigned first = 301, last = 400;

@@ -1,4 +1,5 @@
 #include "fixture.hpp"
+#include "sanitized.hpp"
 
 #include <cstring>
 
@@ -147,13 +148,6 @@ TEST_CASE("memory_region: allocate() of more than the address space is refused, 
 // the call nor the size. 2^47 bytes is the whole of x86-64's user address space, which
 // no mapping can take whatever the overcommit policy. (A sanitizer's allocator reports
 // the size itself and stops the program: not run there.)
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define RDMAKIT_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define RDMAKIT_TEST_SANITIZED 1
-#endif
-#endif
 #ifndef RDMAKIT_TEST_SANITIZED
 TEST_CASE("memory_region: allocate() of more than memory holds is a bad_alloc naming the call and the size") {
   mock::fabric fab;

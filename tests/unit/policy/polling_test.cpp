@@ -141,34 +141,37 @@ TEST_CASE("polling policies have names") {
 // ---- on the mock: a completion lands between the last poll and the arm ------------------
 
 namespace {
+// An RC pair whose side a's CQ (cqx) waits with policy P; side b's CQ (y.cq) polls. rx: a
+// buffer a receives into, tx: one b sends from.
+template <class P>
+struct polled_pair {
+  mock::fabric fab;
+  side x{fab, "mock0"}, y{fab, "mock1"};
+  completion_queue<B, P> cqx = x.dev.template create_cq<P>(64);
+  qp_pair<rc, signal_all, B> p = make_pair<rc>(x.pd, cqx, y.pd, y.cq, qp_cap{8, 8});
+  memory_region<B, rw_access> rx = x.pd.allocate<rw_access>(64), tx = y.pd.allocate<rw_access>(64);
+};
+
 template <class P>
 void arm_race() {
-  mock::fabric fab;
-  device<B> dx(fab, "mock0"), dy(fab, "mock1");
-  auto pdx = dx.create_pd();
-  auto pdy = dy.create_pd();
-  auto cqx = dx.create_cq<P>(64);
-  auto cqy = dy.create_cq(64);
-  auto p = make_pair<rc>(pdx, cqx, pdy, cqy, qp_cap{8, 8});
-  auto rx = pdx.allocate<rw_access>(64);
-  auto tx = pdy.allocate<rw_access>(64);
-  REQUIRE(p.a.post_recv(rx.local(), 10).ok());
+  polled_pair<P> s;
+  REQUIRE(s.p.a.post_recv(s.rx.local(), 10).ok());
 
   int hook_calls = 0;
-  fab.set_arm_hook([&](const void* cq) {
-    if (cq != cqx.native() || hook_calls++) return;
+  s.fab.set_arm_hook([&](const void* cq) {
+    if (cq != s.cqx.native() || hook_calls++) return;
     // The peer's SEND arrives now, before the arm takes effect.
-    REQUIRE(p.b.send(tx.local(0, 8), 20).ok());
+    REQUIRE(s.p.b.send(s.tx.local(0, 8), 20).ok());
   });
-  if (!P::needs_channel) REQUIRE(p.b.send(tx.local(0, 8), 20).ok());  // busy_poll never arms
+  if (!P::needs_channel) REQUIRE(s.p.b.send(s.tx.local(0, 8), 20).ok());  // busy_poll never arms
 
   std::vector<std::uint64_t> got;
   // No event will ever come for it: a policy that does not re-poll after arming would
   // sleep out the whole timeout (and only then find it, or lose it).
   const auto t0 = std::chrono::steady_clock::now();
-  int n = cqx.wait([&](const completion<B>& c) { got.push_back(c.wr_id()); }, 3000ms).count();
+  int n = s.cqx.wait([&](const completion<B>& c) { got.push_back(c.wr_id()); }, 3000ms).count();
   CHECK(std::chrono::steady_clock::now() - t0 < 1000ms);
-  fab.set_arm_hook({});
+  s.fab.set_arm_hook({});
   CHECK(n == 1);
   CHECK(got == std::vector<std::uint64_t>{10});
   if (P::needs_channel) CHECK(hook_calls >= 1);
@@ -182,35 +185,27 @@ TEST_CASE_TEMPLATE("no polling policy strands a completion that lands before the
 
 TEST_CASE_TEMPLATE("event policies sleep on the channel and wake for a completion from another thread", P,
                    event_driven<4, 2>, adaptive<16, 4, 2>) {
-  mock::fabric fab;
-  device<B> dx(fab, "mock0"), dy(fab, "mock1");
-  auto pdx = dx.create_pd();
-  auto pdy = dy.create_pd();
-  auto cqx = dx.create_cq<P>(64);
-  auto cqy = dy.create_cq(64);
-  auto p = make_pair<rc>(pdx, cqx, pdy, cqy, qp_cap{8, 8});
-  auto rx = pdx.allocate<rw_access>(64);
-  auto tx = pdy.allocate<rw_access>(64);
+  polled_pair<P> s;
   int received = 0;
   for (int round = 0; round < 5; ++round) {
-    REQUIRE(p.a.post_recv(rx.local(), static_cast<std::uint64_t>(round)).ok());
+    REQUIRE(s.p.a.post_recv(s.rx.local(), static_cast<std::uint64_t>(round)).ok());
     std::thread peer([&] {
       std::this_thread::sleep_for(10ms);
-      REQUIRE(p.b.send(tx.local(0, 8), 100).ok());
+      REQUIRE(s.p.b.send(s.tx.local(0, 8), 100).ok());
     });
-    int n = cqx.wait([&](const completion<B>& c) {
+    int n = s.cqx.wait([&](const completion<B>& c) {
       CHECK(c.ok());
       CHECK(c.wr_id() == static_cast<std::uint64_t>(round));
       ++received;
     }, 5000ms).count();
     peer.join();
     CHECK(n == 1);
-    (void)collect(cqy, 1);
+    (void)collect(s.y.cq, 1);
   }
   CHECK(received == 5);
-  CHECK(cqx.unacked_events() < P::ack_batch);  // acked in batches as they come
-  cqx.ack_events();
-  CHECK(cqx.unacked_events() == 0);
+  CHECK(s.cqx.unacked_events() < P::ack_batch);  // acked in batches as they come
+  s.cqx.ack_events();
+  CHECK(s.cqx.unacked_events() == 0);
 }
 
 // Every sleeping wait armed its CQ for the next completion: a server could not sleep
@@ -220,38 +215,30 @@ TEST_CASE_TEMPLATE("solicited_only: a wait sleeps through unsolicited completion
                    solicited_only<event_driven<4, 2>>, solicited_only<adaptive<16, 4, 2>>) {
   static_assert(polling<P> && detail::arms_solicited<P> && !detail::arms_solicited<event_driven<>>);
   CHECK(P::name == "solicited_only");
-  mock::fabric fab;
-  device<B> dx(fab, "mock0"), dy(fab, "mock1");
-  auto pdx = dx.create_pd();
-  auto pdy = dy.create_pd();
-  auto cqx = dx.create_cq<P>(64);
-  auto cqy = dy.create_cq(64);
-  auto p = make_pair<rc>(pdx, cqx, pdy, cqy, qp_cap{8, 8});
-  auto rx = pdx.allocate<rw_access>(64);
-  auto tx = pdy.allocate<rw_access>(64);
-  REQUIRE(p.a.post_recv(rx.local(0, 32), 1).ok());
-  REQUIRE(p.a.post_recv(rx.local(32, 32), 2).ok());
+  polled_pair<P> s;
+  REQUIRE(s.p.a.post_recv(s.rx.local(0, 32), 1).ok());
+  REQUIRE(s.p.a.post_recv(s.rx.local(32, 32), 2).ok());
   std::atomic<bool> armed{false}, woke{false};
-  fab.set_arm_hook([&](const void* cq) {
-    if (cq == cqx.native()) armed = true;
+  s.fab.set_arm_hook([&](const void* cq) {
+    if (cq == s.cqx.native()) armed = true;
   });
   int n = -1;
   std::vector<std::uint64_t> got;
   std::thread waiter([&] {
-    n = cqx.wait([&](const completion<B>& c) { got.push_back(c.wr_id()); }, 5000ms).count();
+    n = s.cqx.wait([&](const completion<B>& c) { got.push_back(c.wr_id()); }, 5000ms).count();
     woke = true;
   });
   while (!armed.load()) std::this_thread::yield();
   std::this_thread::sleep_for(10ms);  // the arm has taken effect, the waiter sleeps
-  REQUIRE(p.b.send(tx.local(0, 8), 100).ok());  // not solicited: no event
+  REQUIRE(s.p.b.send(s.tx.local(0, 8), 100).ok());  // not solicited: no event
   std::this_thread::sleep_for(50ms);
   CHECK_FALSE(woke.load());
-  REQUIRE(p.b.send(tx.local(0, 8), 101, send_flags::solicited).ok());
+  REQUIRE(s.p.b.send(s.tx.local(0, 8), 101, send_flags::solicited).ok());
   waiter.join();
-  fab.set_arm_hook({});
+  s.fab.set_arm_hook({});
   CHECK(n == 2);  // woken by the solicited one, and both are there
   CHECK(got == std::vector<std::uint64_t>{1, 2});
-  (void)collect(cqy, 2);
+  (void)collect(s.y.cq, 2);
 }
 
 TEST_CASE("an event-driven wait times out cleanly when nothing comes") {
