@@ -31,6 +31,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <climits>
 #include <concepts>
 #include <cstddef>
@@ -202,6 +203,13 @@ void run_loop(F& loop, Cfg cfg, benchmark::State& st, const std::string& name) {
   }
 }
 
+// The names register_grid gave benchmarks so far (registration runs on one thread,
+// before benchmark::Initialize).
+inline std::vector<std::string>& grid_names() {
+  static std::vector<std::string> names;
+  return names;
+}
+
 template <class Policy, class... Ps>
 std::string axis_name() {
   const std::string names[] = {policy_name<Ps>()...};
@@ -315,7 +323,9 @@ class family<list<Configs...>> {
 /// compile for some combination is a compile error, never a silent gap, and so is a
 /// loop that takes no combination, or a list that names a policy twice. What the loop
 /// throws (a `bench::loopback` it could not make) fails its benchmark
-/// (`SkipWithError`, named), and the others run. Each benchmark measures wall-clock
+/// (`SkipWithError`, named), and the others run. A name one of this program's grids
+/// gave a benchmark already throws usage_error, before anything is registered. Each
+/// benchmark measures wall-clock
 /// time (`UseRealTime`), so its rates are per real second. Call it before
 /// `benchmark::Initialize` (in main, or to initialize a namespace-scope variable).
 template <class Transports, class Signalings, class Pollings, class F>
@@ -333,6 +343,14 @@ auto register_grid(std::string_view name, F loop) {
                                               typename Cfgs::polling_policy>(name)),
      ...);
   }(typename grid::type{});
+  // Two grids of one name made rows of one name, each another loop's, without a word.
+  std::vector<std::string>& taken = detail::grid_names();
+  for (const std::string& n : fam.names_)
+    if (std::find(taken.begin(), taken.end(), n) != taken.end())
+      throw usage_error(rdmakit::detail::cat("register_grid: a benchmark named \"", n,
+                                             "\" is registered already, by an earlier register_grid call: give this "
+                                             "grid a name of its own"));
+  taken.insert(taken.end(), fam.names_.begin(), fam.names_.end());
   std::size_t i = 0;
   auto add = [&]<class Cfg>(Cfg) {
     const std::string& n = fam.names_[i++];

@@ -150,6 +150,20 @@ TEST_CASE("register_grid: what the loop throws fails its benchmark, named; the o
   CHECK(later_runs == 1);
 }
 
+// Two grids of one name registered rows of one name, each another loop's, silently
+// (helper-101's audit, F8).
+TEST_CASE("register_grid: a name a grid gave already is refused, before anything is registered") {
+  auto loop = [](auto, benchmark::State& st) {
+    for (auto _ : st) {
+    }
+  };
+  (void)bench::register_grid<list<rc>, list<signal_all>, list<plain_poll>>("unit_dup", loop);
+  CHECK_THROWS_WITH_AS((bench::register_grid<list<uc, rc>, list<signal_all>, list<plain_poll>>("unit_dup", loop)),
+                       doctest::Contains("a benchmark named \"unit_dup/RC/signal_all/plain_poll\" is registered already"),
+                       usage_error);
+  CHECK(run("^unit_dup/").size() == 1);  // the refused grid's UC row was not registered either
+}
+
 TEST_CASE("family: settings for all, or per combination; each benchmark gets its own config") {
   static std::map<std::string, int> calls;  // configuration name -> runs
   auto fam = bench::register_grid<list<rc, ud>, list<signal_all>, list<plain_poll>>(
