@@ -496,12 +496,35 @@ class async_queue_pair {
   }
 
   /// `co_await aqp.post(op::write{src, dst})`: posts any operation of operations.hpp
-  /// signaled and resumes with its completion.
+  /// signaled and resumes with its completion. With send_flags::inline_data the bytes
+  /// are copied when the awaitable is made, so the buffer may be reused at once, as
+  /// verbs lets it after an inline post (other buffers stay in use until the WR
+  /// completes: it may wait for credits and be posted later).
   template <operation Op>
   auto post(const Op& o, send_flags flags = send_flags::none) {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     Op::rule::template check<T>();
-    if constexpr (detail::gathers<Op>) {
+    if constexpr (detail::may_inline(Op::code)) {
+      // Inline data is read when its WR is posted, and verbs lets the buffer be reused
+      // then; a WR that waits for credits is posted later: the awaitable keeps a copy
+      // of the bytes, taken now (up to max_inline_data: a larger one is refused anyway).
+      std::vector<std::byte> bytes;
+      const bool copied = has_any(flags, send_flags::inline_data) && copy_inline_(o, bytes);
+      std::vector<local_buffer> sges;  // a gather's list, kept as below
+      if constexpr (detail::gathers<Op>)
+        if (!copied) sges.assign(o.local.begin(), o.local.end());
+      return awaiter_("post", [o, flags, copied, bytes = std::move(bytes), sges = std::move(sges)](
+                                  core_type& c, std::uint64_t id) {
+        Op own = o;
+        const auto size = static_cast<std::uint32_t>(bytes.size());
+        const local_buffer copy{reinterpret_cast<std::uintptr_t>(bytes.data()), size, 0};
+        if constexpr (detail::gathers<Op>)
+          own.local = copied ? std::span<const local_buffer>(&copy, 1) : std::span<const local_buffer>(sges);
+        else if (copied)
+          own.local = copy;
+        return c.template get<queue_pair_type>().post(own, id, flags | send_flags::signaled);
+      });
+    } else if constexpr (detail::gathers<Op>) {
       // A WR that waits for credits is posted later, when the caller's list may be gone:
       // the awaitable keeps a copy of it.
       return awaiter_("post", [o, flags, sges = std::vector<local_buffer>(o.local.begin(), o.local.end())](
@@ -562,6 +585,25 @@ class async_queue_pair {
   core_type& core_ref_(const char* call) const {
     if (!core_) detail::throw_empty("async_queue_pair", call);
     return *core_;
+  }
+  // The bytes of an inline WR's buffers into `out`; false (nothing copied) when they are
+  // more than the queue pair takes inline.
+  template <class Op>
+  bool copy_inline_(const Op& o, std::vector<std::byte>& out) const {
+    std::span<const local_buffer> bufs;
+    if constexpr (detail::gathers<Op>)
+      bufs = o.local;
+    else
+      bufs = std::span<const local_buffer>(&o.local, 1);
+    std::uint64_t total = 0;
+    for (const local_buffer& b : bufs) total += b.length;
+    if (total > qp().caps().max_inline_data) return false;
+    out.reserve(static_cast<std::size_t>(total));
+    for (const local_buffer& b : bufs) {
+      const auto* p = reinterpret_cast<const std::byte*>(static_cast<std::uintptr_t>(b.addr));
+      out.insert(out.end(), p, p + b.length);
+    }
+    return true;
   }
   template <class Post>
   detail::wr_awaiter<B, T, S, Post> awaiter_(const char* call, Post post) {
