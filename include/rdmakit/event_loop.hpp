@@ -96,6 +96,20 @@ class loop_core final : public scheduler {
     }
   }
 
+  /// Puts `e`, rethrown already, back in front of the failures still to rethrow: the next
+  /// run() or poll() rethrows it (run(t) whose t finished in the same turn returns t's
+  /// value first). Out of memory, it is dropped.
+  void fail_again(std::exception_ptr e) noexcept {
+    if (error_) {
+      try {
+        more_errors_.insert(more_errors_.begin(), std::move(error_));
+      } catch (...) {
+        return;
+      }
+    }
+    error_ = std::move(e);
+  }
+
   /// Runs what was ready when called; work it queues waits for the next call, so the
   /// descriptors get a look in between. Rethrows what a task failed with.
   void run_ready() {
@@ -293,7 +307,8 @@ class event_loop {
 
   /// Spawns `t` and runs until it has finished (other tasks run meanwhile and may still
   /// be unfinished); returns its value or rethrows its exception. When another task's
-  /// exception ends it first (rethrown here), `t` goes on as a spawned task.
+  /// exception ends it first (rethrown here), `t` goes on as a spawned task; one that
+  /// comes in the turn `t` finished in is rethrown by the next run() or poll() instead.
   template <class T>
   T run(task<T> t) {
     // Refused before t is spawned: it would run later, on the caller's objects, gone by then.
@@ -305,11 +320,11 @@ class event_loop {
     if constexpr (std::is_void_v<T>) {
       auto finished = std::make_shared<bool>(false);
       spawn(finish_(std::move(t), finished));
-      run_until_([&] { return *finished; }, true);
+      run_for_(*core, [&] { return *finished; });
     } else {
       auto out = std::make_shared<std::optional<T>>();
       spawn(capture_(std::move(t), out));
-      run_until_([&] { return out->has_value(); }, true);
+      run_for_(*core, [&] { return out->has_value(); });
       return std::move(**out);
     }
   }
@@ -393,6 +408,19 @@ class event_loop {
       }
       if (done()) return;
       core->wait(true);
+    }
+  }
+  // run(t)'s turns until `done` (t finished). Another task's exception ends them, unless t
+  // finished in the same turn: then t's result is returned and the exception kept for the
+  // next run() or poll() (t's effects, at a peer too, happened: a caller told it failed
+  // would repeat them).
+  template <class Done>
+  void run_for_(detail::loop_core& core, Done done) {
+    try {
+      run_until_(done, true);
+    } catch (...) {
+      if (!done()) throw;
+      core.fail_again(std::current_exception());
     }
   }
   // Where run() could never return: from a task, or from a completion handler.

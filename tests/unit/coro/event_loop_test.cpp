@@ -82,6 +82,33 @@ TEST_CASE("event_loop: a task that throws stops run(), which can be called again
   CHECK(other_done);
 }
 
+// run(t) rethrew another task's exception from the turn t finished in, and t's value
+// was lost, though its effects (here a SEND the peer received) had happened: a caller
+// told it failed would repeat them (helper-104's audit). t's value comes back, and the
+// next run() rethrows the other one.
+TEST_CASE("event_loop: run(t) returns t's value when another task fails in the turn t finished in") {
+  rig<> r;
+  // The server's receive and the client's send complete in one turn (no wire latency).
+  auto server = [](rts_qp<>& q, memory_region<B, rw>& m) -> task<void> {
+    (void)co_await q.recv(m.local(0, 8));
+    throw std::runtime_error("server task failed");
+  };
+  auto client = [](rts_qp<>& q, memory_region<B, rw>& m, bool& finished) -> task<int> {
+    const wr_result<B> sent = co_await q.send(m.local(0, 8));
+    finished = true;
+    co_return sent.ok() ? 42 : -1;
+  };
+  r.loop.spawn(server(r.c.y(), r.mb));
+  r.loop.poll();  // the receive is posted
+  bool finished = false;
+  int value = 0;
+  CHECK_NOTHROW(value = r.loop.run(client(r.c.x(), r.ma, finished)));
+  CHECK(finished);
+  CHECK(value == 42);
+  CHECK_THROWS_WITH_AS(r.loop.run(), "server task failed", std::runtime_error);
+  CHECK(r.loop.tasks() == 0);
+}
+
 TEST_CASE("event_loop: waiting for something nothing can wake is a usage error, not a hang") {
   event_loop loop;
   mock::fabric fab;
