@@ -369,6 +369,18 @@ int parse(int argc, char** argv, cli& c) {
     if (o.post_list > o.tx_depth)
       return fail(me, "-l " + std::to_string(o.post_list) + " is larger than the send queue (-t " +
                           std::to_string(o.tx_depth) + ")");
+    // A list is posted whole or not at all. Unless the lists tile the -Q interval, the
+    // send queue can fill with unsignaled WRs while a list waits for slots that no
+    // completion frees (-t 64 -l 3: 21 lists, one slot left, the 64th WR never posted):
+    // the run stalled for --timeout, then blamed the peer. As perftest, -Q follows -l.
+    if (o.post_list > 1 && o.cq_mod % o.post_list != 0 && o.post_list % o.cq_mod != 0) {
+      if (q_given)
+        return fail(me, "-l " + std::to_string(o.post_list) + " with -Q " + std::to_string(o.cq_mod) +
+                            ": a list is posted whole or not at all, so the send queue could fill with unsignaled "
+                            "WRs that no completion frees; give a -Q that is a multiple or a divisor of -l (-Q " +
+                            std::to_string(o.post_list) + ", say)");
+      o.cq_mod = o.post_list;
+    }
   }
   if (o.cq_mod == 1 && !manual) o.signal = signal_choice::all;
   else if (manual) o.signal = signal_choice::manual;
