@@ -100,6 +100,13 @@ struct perf_options {
   std::chrono::milliseconds accept_timeout{600'000};  ///< server waiting for the client
 };
 
+/// How long the server waits for the client's end-of-run message: the accept timeout,
+/// counted from the start of the run, plus a -D run's duration (a run longer than the
+/// accept timeout failed at its end, "no client connected").
+inline std::chrono::milliseconds finish_timeout(const perf_options& o) {
+  return o.accept_timeout + std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(o.duration * 1000.0)));
+}
+
 inline constexpr std::uint32_t max_post_list = 64;
 
 struct bw_result {
@@ -626,12 +633,12 @@ class runner {
           return connection_info{};
         }
         // In steps, so that cancel_finish is seen within one.
-        const auto until = clock_type::now() + o_.accept_timeout;
+        const auto budget = finish_timeout(o_);
+        const auto until = clock_type::now() + budget;
         while (!conns_[0].wait_disconnected(std::chrono::milliseconds{100})) {
           if (finish_cancelled_.load(std::memory_order_acquire)) throw perf_failure("stopped waiting for the client");
           if (clock_type::now() >= until)
-            throw perf_failure("the client did not disconnect within " + std::to_string(o_.accept_timeout.count()) +
-                               " ms");
+            throw perf_failure("the client did not disconnect within " + std::to_string(budget.count()) + " ms");
         }
         return connection_info{};
       };

@@ -29,7 +29,11 @@ int run_device(const perf_options& o, const endpoint_options& e) {
     link.exchange = [listener, xo](const connection_info& l, const on_peer_fn& cb) {
       return listener->exchange(l, xo, cb);
     };
-    link.finish = link.exchange;
+    exchange_options fxo = xo;  // the end-of-run message comes after the run: a -D run's seconds more
+    fxo.accept_timeout = finish_timeout(o);
+    link.finish = [listener, fxo](const connection_info& l, const on_peer_fn& cb) {
+      return listener->exchange(l, fxo, cb);
+    };
     link.cancel_finish = [listener] { rdmakit_tools::wake_listener(listener->port()); };
     perf_options so = o;
     so.server = true;

@@ -28,7 +28,9 @@ int run_mock_loopback(const perf_options& o, const endpoint_options& e) {
   mock::fabric fab;  // both ends open their devices from it, explicitly
   exchange_options xo;
   xo.timeout = o.timeout;
-  xo.accept_timeout = o.accept_timeout;
+  // One listener serves the setup and the end-of-run message, which comes after the
+  // run: a -D run's seconds more (the client here connects at once for the setup).
+  xo.accept_timeout = finish_timeout(o);
   run_report server, client;
   const std::uint16_t port = e.port_given ? e.port : 0;
   const auto lb = rdmakit_tools::run_loopback(port, xo, [&](bool is_server, const exchange_fn& ex,
