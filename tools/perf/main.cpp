@@ -308,6 +308,11 @@ int parse(int argc, char** argv, cli& c) {
   if (o.mock_wrong_rkey && t->op == op_kind::send)
     return fail(me, std::string(t->name) + ": --mock-wrong-rkey makes the client's WRs name a wrong rkey, and a "
                                            "SEND names none; use it with a write, read or atomic test");
+  // (A UC WRITE to a wrong rkey is dropped at the peer, which sends no NAK: the run
+  // reported full bandwidth and exit 0, though no byte landed.)
+  if (o.mock_wrong_rkey && o.transport == qp_type::uc)
+    return fail(me, std::string(t->name) + ": --mock-wrong-rkey shows a failed completion, and UC has none to "
+                                           "show: the peer drops a WRITE to a wrong rkey without a NAK; use -c RC");
   if (t->op == op_kind::atomic) {
     // Run with 8 bytes and a warning, it reported a size it was not asked for.
     if (size_given && o.size != 8)
