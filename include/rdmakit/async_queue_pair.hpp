@@ -595,10 +595,10 @@ class async_queue_pair {
       bufs = o.local;
     else
       bufs = std::span<const local_buffer>(&o.local, 1);
-    std::uint64_t total = 0;
+    std::size_t total = 0;
     for (const local_buffer& b : bufs) total += b.length;
     if (total > qp().caps().max_inline_data) return false;
-    out.reserve(static_cast<std::size_t>(total));
+    out.reserve(total);
     for (const local_buffer& b : bufs) {
       const auto* p = reinterpret_cast<const std::byte*>(static_cast<std::uintptr_t>(b.addr));
       out.insert(out.end(), p, p + b.length);
