@@ -294,6 +294,10 @@ int parse(int argc, char** argv, cli& c) {
   // signal every 16th (signal_every<16>); read/atomic latency signal every operation.
   const bool pingpong = t->kind == test_kind::send_lat || t->kind == test_kind::write_lat;
   if (!tx_given && !t->bw) o.tx_depth = pingpong ? 16 : 1;
+  // (It was accepted and printed as the tx depth, and one operation is outstanding.)
+  if (tx_given && (t->kind == test_kind::read_lat || t->kind == test_kind::atomic_lat))
+    return fail(me, std::string(t->name) + " has one operation outstanding at a time, timed to its own "
+                                           "completion: -t does not apply (drop -t)");
   if (!inline_given) o.inline_size = (t->op == op_kind::write || t->op == op_kind::send) ? 220 : 0;
   o.inline_given = inline_given;
   // As perftest: READs and atomics carry no data out, -I would be dropped without a word.
