@@ -504,13 +504,17 @@ class async_queue_pair {
   auto post(const Op& o, send_flags flags = send_flags::none) {
     static_assert(State == qp_state::rts, RDMAKIT_DETAIL_NEEDS_RTS);
     Op::rule::template check<T>();
-    if constexpr (detail::may_inline(Op::code)) {
-      // Inline data is read when its WR is posted, and verbs lets the buffer be reused
-      // then; a WR that waits for credits is posted later: the awaitable keeps a copy
-      // of the bytes, taken now (up to max_inline_data: a larger one is refused anyway).
+    if constexpr (detail::may_inline(Op::code) || detail::gathers<Op>) {
+      // A WR that waits for credits is posted later, when the caller's buffers may have
+      // changed: inline data is read at the post, and verbs lets its buffer be reused
+      // then, so the awaitable keeps a copy of the bytes, taken now (up to
+      // max_inline_data: a larger one is refused anyway); a gather's list may be gone,
+      // so it keeps a copy of the list.
       std::vector<std::byte> bytes;
-      const bool copied = has_any(flags, send_flags::inline_data) && copy_inline_(o, bytes);
-      std::vector<local_buffer> sges;  // a gather's list, kept as below
+      bool copied = false;
+      if constexpr (detail::may_inline(Op::code))
+        copied = has_any(flags, send_flags::inline_data) && copy_inline_(o, bytes);
+      std::vector<local_buffer> sges;
       if constexpr (detail::gathers<Op>)
         if (!copied) sges.assign(o.local.begin(), o.local.end());
       return awaiter_("post", [o, flags, copied, bytes = std::move(bytes), sges = std::move(sges)](
@@ -522,15 +526,6 @@ class async_queue_pair {
           own.local = copied ? std::span<const local_buffer>(&copy, 1) : std::span<const local_buffer>(sges);
         else if (copied)
           own.local = copy;
-        return c.template get<queue_pair_type>().post(own, id, flags | send_flags::signaled);
-      });
-    } else if constexpr (detail::gathers<Op>) {
-      // A WR that waits for credits is posted later, when the caller's list may be gone:
-      // the awaitable keeps a copy of it.
-      return awaiter_("post", [o, flags, sges = std::vector<local_buffer>(o.local.begin(), o.local.end())](
-                                  core_type& c, std::uint64_t id) {
-        Op own = o;
-        own.local = std::span<const local_buffer>(sges);
         return c.template get<queue_pair_type>().post(own, id, flags | send_flags::signaled);
       });
     } else {

@@ -405,8 +405,6 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       d.sg = &s;
       d.num_sge = 1;
       d.total = o.local.length;
-      if constexpr (T::needs_ah)
-        if (RDMAKIT_UNLIKELY(d.total > ud_mtu_())) return detail::refused_list(post_rule::ud_mtu);
       return post_send_(d);
     } else {
       typename B::sge s[detail::max_stack_sge];
@@ -415,8 +413,6 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       d.sg = s;
       d.num_sge = list.count;
       d.total = list.total;
-      if constexpr (T::needs_ah)
-        if (RDMAKIT_UNLIKELY(d.total > ud_mtu_())) return detail::refused_list(post_rule::ud_mtu);
       return post_send_(d);
     }
   }
@@ -858,6 +854,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   }
 
   RDMAKIT_ALWAYS_INLINE post_result post_send_(const detail::send_desc<B>& d) noexcept {
+    if constexpr (T::needs_ah)  // a datagram is one packet
+      if (RDMAKIT_UNLIKELY(d.total > ud_mtu_())) return detail::refused_list(post_rule::ud_mtu);
     auto& l = *parts_.link;
     // One compare refuses a full SQ, a QP in ERR and an empty handle (closed ledgers).
     if (RDMAKIT_UNLIKELY(l.sq.blocked() || (d.wr_id & detail::recv_wr_bit))) return refused_credits_(l, d.wr_id);
