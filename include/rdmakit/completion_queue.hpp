@@ -219,7 +219,7 @@ class completion_queue {
   /// limit; a finer unit rounded up to milliseconds.)
   template <completion_handler<B> F>
   RDMAKIT_ALWAYS_INLINE wait_result wait(F&& f,
-                                         detail::ms_timeout timeout = std::chrono::milliseconds{1000}) noexcept(nothrow<F>) {
+                                         detail::ms_timeout timeout = detail::default_wait) noexcept(nothrow<F>) {
     if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
     // The policy's own first step, inlined: completions already there end the wait.
     if constexpr (detail::polls_first<P>)
@@ -228,7 +228,7 @@ class completion_queue {
   }
 
   /// Waits as wait(f, timeout), for the accounting only, as poll() does.
-  RDMAKIT_ALWAYS_INLINE wait_result wait(detail::ms_timeout timeout = std::chrono::milliseconds{1000}) noexcept {
+  RDMAKIT_ALWAYS_INLINE wait_result wait(detail::ms_timeout timeout = detail::default_wait) noexcept {
     ignore_completion none;
     return wait(none, timeout);
   }
@@ -239,7 +239,7 @@ class completion_queue {
   /// come), or the error of a failed wait (EINVAL for n below 1: nothing to wait for).
   template <completion_handler<B> F>
   wait_result wait_for(int n, F&& f,
-                       detail::ms_timeout timeout = std::chrono::milliseconds{1000}) noexcept(nothrow<F>) {
+                       detail::ms_timeout timeout = detail::default_wait) noexcept(nothrow<F>) {
     if (RDMAKIT_UNLIKELY(n < 1)) return wait_result{-EINVAL};
     using clock = std::chrono::steady_clock;
     const auto deadline = detail::deadline_after(timeout);
@@ -301,7 +301,7 @@ class completion_queue {
     return wait_result{P::wait(o, timeout)};
   }
   /// As dispatch_wait(fallback, timeout), counting unhandled completions in unrouted().
-  wait_result dispatch_wait(detail::ms_timeout timeout = std::chrono::milliseconds{1000}) {
+  wait_result dispatch_wait(detail::ms_timeout timeout = detail::default_wait) {
     if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
     return dispatch_wait(count_unrouted{}, timeout);
   }

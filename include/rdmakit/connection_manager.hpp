@@ -14,7 +14,7 @@
 ///     // active side
 ///     auto c = cm_connect<rc>(pd, cq, caps, cm_address::parse("10.0.0.1", 7471));
 ///     auto dst = c.peer_region()->as<access::remote_write>();  // from the accept's private data
-///     c.qp().write(src, dst, 1);
+///     if (!c.qp().write(src, dst, 1).ok()) { /* a post_result says why */ }
 ///
 /// Every wait is bounded (cm_options::timeout); every failure is a cm_error saying which
 /// step failed and what to do (rejected, with the peer's private data; unreachable;

@@ -3,8 +3,8 @@
 /// opcode, the right it needs on the remote region, the transports it is valid on and
 /// how to fill the descriptor:
 ///
-///     qp.post(op::write{src, dst}, wr_id);            // one WR
-///     batch.add(op::read{dst, remote}, wr_id);        // the same value in a post list
+///     post_result r = qp.post(op::write{src, dst}, wr_id);  // one WR
+///     bool added = batch.add(op::read{dst, remote}, wr_id);  // the same value in a post list
 ///
 /// queue_pair::post and send_batch::add take any of them through one path each, so
 /// single posts and post lists cannot drift. The local side is one `local_buffer` or a

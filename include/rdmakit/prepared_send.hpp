@@ -2,7 +2,7 @@
 /// Work requests built once and posted many times, as perftest posts them:
 ///
 ///     auto w = qp.prepare(op::write{src, dst}, wr_id);   // the native WR, built here
-///     for (...) qp.post(w);                               // only the send flags change
+///     for (...) r = qp.post(w);                           // only the send flags change
 ///
 /// A bandwidth or latency loop posts the same WR over and over. `queue_pair::post(op,
 /// wr_id)` builds it anew each time (the SGE, the opcode fields, the inline decision);

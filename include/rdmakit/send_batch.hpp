@@ -1,6 +1,6 @@
 #pragma once
-/// Post lists: `auto batch = qp.make_batch<32>(); batch.add(op::write{src, dst}, id);
-/// qp.post(batch);` posts every WR with one doorbell. The same operation values as
+/// Post lists: `auto batch = qp.make_batch<32>(); (void)batch.add(op::write{src, dst}, id);
+/// post_result r = qp.post(batch);` posts every WR with one doorbell. The same operation values as
 /// queue_pair::post, checked against the transport at compile time.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/detail/operation_calls.hpp>

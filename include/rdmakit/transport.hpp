@@ -190,7 +190,7 @@ constexpr bool allows(opcode op) noexcept {
     case opcode::rdma_read: return T::supports_read;
     case opcode::atomic_cmp_and_swp:
     case opcode::atomic_fetch_and_add: return T::supports_atomic;
-    case opcode::send_with_inv:
+    case opcode::send_with_inv: return T::supports_read;  // RC only: the IBA has no UC SEND_WITH_INV
     case opcode::bind_mw:
     case opcode::local_inv: return bool(T::connected);  // memory windows: RC and UC
   }

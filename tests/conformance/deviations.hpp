@@ -277,7 +277,8 @@ inline constexpr std::array deviation_table{
                   "atomic ran on the target, then LOC_PROT_ERR"},
     // UD send larger than the path MTU.
     deviation_row{ids::ud_over_mtu, "spec", {.req = {wc_status::loc_len_err}, .resp = status_set::nothing()},
-                  "spec §3: an error completion (the mock reports LOC_LEN_ERR), nothing delivered"},
+                  "spec §3: an error completion (the mock reports LOC_LEN_ERR), nothing delivered: stricter than "
+                  "IBA C10-93.1.1 (nothing sent, no error), so that the bug shows"},
     deviation_row{ids::ud_over_mtu, "rxe", {.req = {wc_status::success}, .resp = status_set::nothing()},
                   "rxe: SUCCESS and nothing is sent"},
     // The same from an SGE with a bad lkey: which of the two faults is reported.

@@ -794,6 +794,65 @@ CONFORMANCE_CASE("faults: RC with retry_cnt 7 towards a QP number that does not 
   }
 }
 
+// A responder answers its own peer only (docs/semantics.md#wrong-peer): a QP brought up
+// towards another's responder (a QP number mixed up in an exchange, a second client on a
+// server's QP) is never answered. A device may execute what it sent (its ACK goes to the
+// peer); the mock drops it. Either way the sender ends in RETRY_EXC_ERR.
+CONFORMANCE_CASE("faults: RC from a QP that is not the responder's peer -> RETRY_EXC_ERR") {
+  fixture<B> fx;
+  link_opts l;
+  l.timeout = 1;
+  l.retry_cnt = 1;
+  auto& buf = fx.make_buffer(256);
+  SUBCASE("a third QP writes to a connected one") {
+    auto a = fx.make_qp();
+    auto b = fx.make_qp();
+    auto c = fx.make_qp();
+    fx.connect(a, b, l, l);
+    fx.bring_up(c, b.num, l);
+    REQUIRE(fx.post_rdma(c, 1, opcode::rdma_write, buf.sge(0, 64), buf.addr(128), buf.rkey()) == 0);
+    CHECK(fx.poll_one(c.send_cq, "retry exceeded").status == wc_status::retry_exc_err);
+    CHECK(fx.drain(a.send_cq, 3).empty());
+  }
+  SUBCASE("two clients SEND to one server QP") {
+    auto s = fx.make_qp();
+    auto c1 = fx.make_qp();
+    auto c2 = fx.make_qp();
+    fx.connect(s, c1, l, l);
+    fx.bring_up(c2, s.num, l);
+    for (std::uint64_t i = 0; i < 2; ++i) REQUIRE(fx.post_recv(s, 100 + i, {buf.sge(64 * i, 64)}) == 0);
+    REQUIRE(fx.post_send(c1, 1, opcode::send, {buf.sge(128, 8)}) == 0);
+    CHECK(fx.poll_one(c1.send_cq).status == wc_status::success);
+    REQUIRE(fx.post_send(c2, 2, opcode::send, {buf.sge(128, 8)}) == 0);
+    CHECK(fx.poll_one(c2.send_cq, "retry exceeded").status == wc_status::retry_exc_err);
+  }
+}
+
+// A READ behind the responder's expected PSN that it never executed (PSNs mixed up in an
+// exchange; one side reset and brought up again while its peer was not) is dropped: a
+// device answers a duplicate READ only from the responder resource of the READ it
+// executed (docs/semantics.md#rc-duplicates). The mock re-read the memory, and answered a
+// READ with a wrong rkey with SUCCESS and no bytes.
+CONFORMANCE_CASE("faults: RC READ behind the responder's PSN that it never executed -> RETRY_EXC_ERR") {
+  fixture<B> fx;
+  link_opts la;
+  la.timeout = 1;
+  la.retry_cnt = 1;
+  la.sq_psn = 0x100;
+  link_opts lb;
+  lb.rq_psn = 0x200;  // b expects 0x200 from a
+  auto [a, b] = fx.make_pair({}, la, lb);
+  auto& local = fx.make_buffer(64);
+  auto& remote = fx.make_buffer(64);
+  remote.fill(9);
+  std::uint32_t rkey = remote.rkey();
+  SUBCASE("its rkey right") {}
+  SUBCASE("its rkey wrong") { rkey ^= 0x5500; }
+  REQUIRE(fx.post_rdma(a, 1, opcode::rdma_read, local.sge(0, 64), remote.addr(), rkey) == 0);
+  CHECK(fx.poll_one(a.send_cq, "retry exceeded").status == wc_status::retry_exc_err);
+  CHECK(local.zero(0, 64));
+}
+
 CONFORMANCE_CASE("faults: RC towards a peer that is not in RTR -> RETRY_EXC_ERR") {
   fixture<B> fx;
   link_opts l;

@@ -338,7 +338,7 @@ CONFORMANCE_CASE("opcodes: an atomic marked inline") {
   CHECK(local.u64(0) == 0);  // the result lands nowhere
 }
 
-CONFORMANCE_CASE("opcodes: an opcode the transport lacks (UC READ/atomic, UD WRITE/READ)") {
+CONFORMANCE_CASE("opcodes: an opcode the transport lacks (UC READ/atomic/SEND_WITH_INV, UD WRITE/READ)") {
   fixture<B> fx;
   const auto want = expected(ids::invalid_opcode, backend_traits<B>::profile());
   auto& local = fx.make_buffer(64);
@@ -361,6 +361,13 @@ CONFORMANCE_CASE("opcodes: an opcode the transport lacks (UC READ/atomic, UD WRI
     auto [a, b] = fx.make_pair({.type = qp_type::uc});
     check_one(a, fx.post_atomic(a, 1, opcode::atomic_fetch_and_add, local.sge(0, 8), remote.addr(0), remote.rkey(), 1));
     CHECK(remote.u64(0) == 0);
+  }
+  SUBCASE("UC SEND_WITH_INV") {  // the IBA defines it for RC (and XRC) only
+    auto [a, b] = fx.make_pair({.type = qp_type::uc});
+    REQUIRE(fx.post_recv(b, 80, {remote.sge(0, 64)}) == 0);
+    check_one(a, fx.post_send(a, 1, opcode::send_with_inv, {local.sge(0, 8)}, send_flags::signaled,
+                              [&](typename B::send_wr& w) { B::set_invalidate(w, remote.rkey()); }));
+    CHECK(fx.drain(b.recv_cq, 3).empty());
   }
   SUBCASE("UD RDMA_WRITE") {
     auto pair = fx.make_pair({.type = qp_type::ud});

@@ -291,6 +291,11 @@ TEST_CASE("a handler's exception leaves wait_for and a routed batch (two queue p
 static_assert(!noexcept(std::declval<completion_queue<B>&>().poll([](const completion<B>&) {})));
 static_assert(noexcept(std::declval<completion_queue<B>&>().poll([](const completion<B>&) noexcept {})));
 static_assert(noexcept(std::declval<completion_queue<B>&>().poll()));
+// The waits with their default timeout too (docs/polling.md: noexcept when the handler is).
+static_assert(noexcept(std::declval<completion_queue<B>&>().wait([](const completion<B>&) noexcept {})));
+static_assert(noexcept(std::declval<completion_queue<B>&>().wait()));
+static_assert(noexcept(std::declval<completion_queue<B>&>().wait_for(1, [](const completion<B>&) noexcept {})));
+static_assert(!noexcept(std::declval<completion_queue<B>&>().wait([](const completion<B>&) {})));
 
 // A handler destroyed the queue pair of a batch's completions and made a new one on the
 // same CQ, whose completion a nested dispatch polled: the batch's check for its queue

@@ -105,5 +105,10 @@ struct ms_timeout : std::chrono::milliseconds {
   }
 };
 
+/// The waits' default timeout, one second: a constant, so that the default argument is a
+/// copy, which cannot throw (a `std::chrono::milliseconds{1000}` there is a constructor
+/// call the standard does not declare noexcept, and `noexcept(cq.wait(f))` was false).
+inline constexpr ms_timeout default_wait{std::chrono::milliseconds{1000}};
+
 }  // namespace detail
 RDMAKIT_END_NAMESPACE

@@ -26,9 +26,16 @@ TEST_CASE("transport facts follow semantics.md §2 and §7") {
     CHECK(allows<uc>(op));
     CHECK_FALSE(allows<ud>(op));
   }
-  for (auto op : {opcode::rdma_read, opcode::atomic_cmp_and_swp, opcode::atomic_fetch_and_add}) {
+  // SEND_WITH_INV as op::send_inv (memory_window.hpp): the IBA has it on RC only.
+  for (auto op : {opcode::rdma_read, opcode::atomic_cmp_and_swp, opcode::atomic_fetch_and_add,
+                  opcode::send_with_inv}) {
     CHECK(allows<rc>(op));
     CHECK_FALSE(allows<uc>(op));
+    CHECK_FALSE(allows<ud>(op));
+  }
+  for (auto op : {opcode::bind_mw, opcode::local_inv}) {
+    CHECK(allows<rc>(op));
+    CHECK(allows<uc>(op));
     CHECK_FALSE(allows<ud>(op));
   }
 }

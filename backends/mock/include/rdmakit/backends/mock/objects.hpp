@@ -252,35 +252,50 @@ struct response {
   std::vector<std::uint8_t> data;  // READ data or the atomic's original value
 };
 
-/// The original values of the last 256 atomics a responder executed, by PSN: a
-/// duplicate request (a retry) is answered with its value, not executed again.
-class atomic_replays {
+/// What a responder keeps of the last 256 READs or atomics it executed, by PSN: a
+/// duplicate request (a retry) is answered from it, not executed again, and one it holds
+/// nothing for was never executed and is dropped (rxe_resp.c duplicate_request).
+template <class Record>
+class replay_ring {
  public:
-  void record(std::uint32_t psn, std::uint64_t original) {
+  void record(const Record& r) {
     if (entries_.size() < capacity)
-      entries_.push_back({psn, original});
+      entries_.push_back(r);
     else
-      entries_[next_] = {psn, original};  // the oldest
+      entries_[next_] = r;  // the oldest
     next_ = (next_ + 1) % capacity;
   }
-  /// The value recorded last for `psn`; null when none is kept.
-  const std::uint64_t* find(std::uint32_t psn) const noexcept {
+  /// Forgets every record (a QP reset holds no responder resources).
+  void clear() noexcept {
+    entries_.clear();
+    next_ = 0;
+  }
+  /// The record kept last for `psn`; null when none is kept.
+  const Record* find(std::uint32_t psn) const noexcept {
     const std::size_t n = entries_.size();
     for (std::size_t k = 1; k <= n; ++k) {  // newest first (next_ - 1, next_ - 2, ...)
-      const entry& e = entries_[(next_ + n - k) % n];
-      if (e.psn == psn) return &e.original;
+      const Record& e = entries_[(next_ + n - k) % n];
+      if (e.psn == psn) return &e;
     }
     return nullptr;
   }
 
  private:
   static constexpr std::size_t capacity = 256;
-  struct entry {
-    std::uint32_t psn;
-    std::uint64_t original;
-  };
-  std::vector<entry> entries_;
+  std::vector<Record> entries_;
   std::size_t next_ = 0;  // where the next record goes (the oldest once full)
+};
+/// An atomic executed: its original value, the answer to its duplicates.
+struct atomic_record {
+  std::uint32_t psn;
+  std::uint64_t original;
+};
+/// A READ executed: what its duplicates may read again (the same bytes or fewer).
+struct read_record {
+  std::uint32_t psn;
+  std::uint32_t rkey;
+  std::uint64_t addr;
+  std::uint32_t length;
 };
 
 class qp_obj {
@@ -340,7 +355,8 @@ class qp_obj {
 
   // Responder.
   std::uint32_t expected_psn = 0;
-  atomic_replays atomic_replay;  // the original values of the last atomics executed
+  replay_ring<atomic_record> atomic_replay;  // the last atomics executed
+  replay_ring<read_record> read_replay;      // the last READs executed
 };
 
 class cm_id_obj;

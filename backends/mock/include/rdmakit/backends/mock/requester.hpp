@@ -240,10 +240,7 @@ inline std::uint32_t reads_issued_before(qp_obj* q, std::size_t upto) {
 inline void address_from_qp(fabric_state& f, qp_obj* q, message& m) {
   m.av = q->attr.av;
   m.dest_qpn = q->attr.dest_qp_num;
-  if (!q->route_known) {
-    q->route_ok = route(f, q->attr.av, q->route_dev, q->route_port);
-    q->route_known = true;
-  }
+  learn_route(f, q);
   m.routed = q->route_ok;
   m.to_dev = q->route_dev;
   m.to_port = q->route_port;

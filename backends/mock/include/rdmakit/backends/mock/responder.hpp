@@ -11,6 +11,18 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {
 
+// RC/UC: whether `m` comes from the address `d` is connected to, and on RC from the QP
+// it is connected to. A device drops an RC/UC packet from another address (rxe_recv.c
+// check_addr) and sends every answer to its own peer (rxe_resp.c send_ack: the QP's
+// address and dest_qp_num), so an RC sender that is not the peer is never answered: the
+// mock drops its requests, and it ends in RETRY_EXC_ERR as on a device (a device may
+// have executed them: docs/semantics.md#wrong-peer).
+inline bool from_peer(fabric_state& f, qp_obj* d, const message& m) {
+  learn_route(f, d);
+  return d->route_ok && d->route_dev == m.src_dev && d->route_port == m.src_port &&
+         (m.type == qp_type::uc || d->attr.dest_qp_num == m.src_qpn);
+}
+
 // The QP a request is for, if it can take it (route, ports up, its device and port,
 // transport, a receiving state); null drops the message.
 inline qp_obj* responder_for(fabric_state& f, const message& m) {
@@ -22,23 +34,30 @@ inline qp_obj* responder_for(fabric_state& f, const message& m) {
   if (!d) return nullptr;
   if (d->pd->ctx->dev != dev || d->attr.port_num != port || d->type != m.type) return nullptr;
   if (d->state != qp_state::rtr && d->state != qp_state::rts && d->state != qp_state::sqd) return nullptr;
+  if (d->type != qp_type::ud && !from_peer(f, d, m)) return nullptr;
   return d;
 }
 
 // RC: a duplicate is answered again without executing twice (READ re-read, atomic
-// replayed); a message ahead of sequence is dropped (the requester retransmits).
+// replayed); a message ahead of sequence is dropped (the requester retransmits). A READ or
+// atomic behind the expected PSN that this QP never executed is dropped too, as a device
+// holds no responder resource for it (docs/semantics.md#rc-duplicates).
 inline void answer_duplicate(fabric_state& f, qp_obj* d, const message& m) {
   response r;
   if (m.op == opcode::rdma_read) {
-    if (remote_mr_ok(f, d, m.rkey, m.remote_addr, m.length, access::remote_read)) {
-      r.data.resize(m.length);
-      if (m.length) std::memcpy(r.data.data(), reinterpret_cast<const void*>(m.remote_addr), m.length);
-    }
+    const read_record* done = d->read_replay.find(m.psn);
+    if (!done || done->rkey != m.rkey || m.remote_addr < done->addr ||
+        m.remote_addr - done->addr + m.length > done->length)
+      return;
+    // (A region deregistered since is not read: the retry finds no answer.)
+    if (m.length && !remote_mr_ok(f, d, m.rkey, m.remote_addr, m.length, access::remote_read)) return;
+    r.data.resize(m.length);
+    if (m.length) std::memcpy(r.data.data(), reinterpret_cast<const void*>(m.remote_addr), m.length);
   } else if (is_atomic(m.op)) {
-    const std::uint64_t* old = d->atomic_replay.find(m.psn);
-    if (!old) return;
+    const atomic_record* done = d->atomic_replay.find(m.psn);
+    if (!done) return;
     r.data.resize(8);
-    std::memcpy(r.data.data(), old, 8);
+    std::memcpy(r.data.data(), &done->original, 8);
   }
   respond(f, m, std::move(r));
 }
@@ -319,6 +338,7 @@ inline void receive_read(fabric_state& f, qp_obj* d, const message& m) {
   response r;
   r.data.resize(m.length);
   if (m.length) std::memcpy(r.data.data(), reinterpret_cast<const void*>(m.remote_addr), m.length);
+  d->read_replay.record({m.psn, m.rkey, m.remote_addr, m.length});
   advance_psn(d, m);
   respond(f, m, std::move(r));
 }
@@ -333,7 +353,7 @@ inline void receive_atomic(fabric_state& f, qp_obj* d, const message& m) {
   const std::uint64_t next =
       m.op == opcode::atomic_fetch_and_add ? old + m.compare_add : (old == m.compare_add ? m.swap : old);
   std::memcpy(reinterpret_cast<void*>(m.remote_addr), &next, 8);
-  d->atomic_replay.record(m.psn, old);
+  d->atomic_replay.record({m.psn, old});
   response r;
   r.data.resize(8);
   std::memcpy(r.data.data(), &old, 8);

@@ -63,11 +63,11 @@ inline bool opcode_allowed(qp_type t, opcode op) {
   switch (op) {
     case opcode::send:
     case opcode::send_with_imm: return true;
-    case opcode::send_with_inv:
     case opcode::bind_mw:
     case opcode::local_inv:
     case opcode::rdma_write:
     case opcode::rdma_write_with_imm: return t != qp_type::ud;
+    case opcode::send_with_inv:  // the IBA has no UC opcode for it (rxe: LOC_QP_OP_ERR)
     case opcode::rdma_read:
     case opcode::atomic_cmp_and_swp:
     case opcode::atomic_fetch_and_add: return t == qp_type::rc;
@@ -209,6 +209,13 @@ inline bool route(fabric_state& f, const ah_attr& av, std::uint32_t& dev, std::u
       }
     }
   return false;
+}
+
+// Routes `q`'s address (attr.av) once per modify_qp: q->route_ok, route_dev, route_port.
+inline void learn_route(fabric_state& f, qp_obj* q) {
+  if (q->route_known) return;
+  q->route_ok = route(f, q->attr.av, q->route_dev, q->route_port);
+  q->route_known = true;
 }
 
 // The bytes of a receive's region from `s.addr` on that rxe can write: none for an lkey,

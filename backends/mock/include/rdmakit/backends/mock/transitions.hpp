@@ -73,6 +73,8 @@ inline void modify_qp_locked(fabric_state& f, qp_obj* q, const qp_attr& a, qp_at
       q->sq.clear();
       q->rq.clear();
       q->held.clear();
+      q->atomic_replay.clear();
+      q->read_replay.clear();
       q->doorbell_owed = false;
       q->state = qp_state::reset;
       break;
