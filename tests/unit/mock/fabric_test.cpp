@@ -356,6 +356,46 @@ TEST_CASE("fabric: with a wire latency a completion waits for the simulated roun
   CHECK(fx.poll_one(b.recv_cq).status == wc_status::success);
 }
 
+// SQD drains: a device finishes the messages in progress, retries included, and starts
+// no new one (IBA: SQ Drain). A WR in flight when the QP moved to SQD was never sent
+// again: lost, NAKed for RNR or unanswered, it stayed without a completion until RTS
+// (audit 13, F3).
+TEST_CASE("fabric: in SQD a WR already in flight is retried to its end; one posted later waits for RTS") {
+  rm::fabric_config cfg;
+  cfg.latency = 2us;  // so the WR is on the wire when the QP moves to SQD
+  fx_t fx(cfg);
+  auto& src = fx.make_buffer(64);
+  auto& dst = fx.make_buffer(64);
+  src.fill(3);
+  SUBCASE("its packet lost: the retry lands") {
+    auto [a, b] = fx.make_pair({}, {.timeout = 10, .retry_cnt = 3}, {});
+    fab(fx).inject({.kind = rm::fault_kind::drop, .src_qp_num = a.num, .count = 1});
+    REQUIRE(fx.post_rdma(a, 7, opcode::rdma_write, src.sge(0, 64), dst.addr(), dst.rkey()) == 0);
+    fx.move_to(a, qp_state::sqd);
+    REQUIRE(fx.post_rdma(a, 8, opcode::rdma_write, src.sge(0, 8), dst.addr(), dst.rkey()) == 0);
+    const auto got = fx.drain(a.send_cq, 200);
+    REQUIRE(got.size() == 1);  // not the one posted in SQD
+    CHECK(got[0].wr_id == 7);
+    CHECK(got[0].status == wc_status::success);
+    CHECK(dst.holds(3, 0, 64));
+    fx.move_to(a, qp_state::rts);
+    CHECK(fx.poll_one(a.send_cq).wr_id == 8);
+  }
+  SUBCASE("no answer: RETRY_EXC_ERR") {
+    auto [a, b] = fx.make_pair({}, {.timeout = 10, .retry_cnt = 2}, {});
+    fx.move_to(b, qp_state::err);
+    REQUIRE(fx.post_rdma(a, 7, opcode::rdma_write, src.sge(0, 64), dst.addr(), dst.rkey()) == 0);
+    fx.move_to(a, qp_state::sqd);
+    CHECK(fx.poll_one(a.send_cq, "retry exceeded").status == wc_status::retry_exc_err);
+  }
+  SUBCASE("RNR NAKed: RNR_RETRY_EXC_ERR") {
+    auto [a, b] = fx.make_pair({}, {.rnr_retry = 2}, {.min_rnr_timer = 1});
+    REQUIRE(fx.post_send(a, 9, opcode::send, {src.sge(0, 16)}) == 0);  // b has no receive
+    fx.move_to(a, qp_state::sqd);
+    CHECK(fx.poll_one(a.send_cq, "RNR retry exceeded").status == wc_status::rnr_retry_exc_err);
+  }
+}
+
 // A thread that waits for the device's async events, and polls nothing, is what moves
 // simulated time forward then (as get_cq_event and poll_cq do): the WRITE's refusal at
 // the responder, and with it the responder's async event, is 10 us of wire away.

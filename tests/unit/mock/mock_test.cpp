@@ -44,6 +44,66 @@ TEST_CASE("mock: reg_mr refuses what ibv_reg_mr refuses") {
   CHECK(ok.lkey() != 0);
 }
 
+// A device pins a writable registration's pages for writing (ib_umem_get with FOLL_WRITE),
+// which fails on read-only memory: ibv_reg_mr returns EFAULT (an mmap(PROT_READ)ed file,
+// a const table registered with the usual LOCAL_WRITE). The mock registered it.
+TEST_CASE("mock: reg_mr with a write right refuses read-only memory (EFAULT); without one it registers it") {
+  fx_t fx;
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  void* m = ::mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(m != MAP_FAILED);
+  auto* base = static_cast<char*>(m);
+  REQUIRE(::mprotect(base + page, page, PROT_READ) == 0);  // the middle page read-only
+  for (auto a : {acc::local_write, acc::local_write | acc::remote_write, acc::local_write | acc::remote_atomic})
+    CHECK(errno_of([&] { B::reg_mr(fx.pd, base, 3 * page, a); }) == EFAULT);
+  CHECK(errno_of([&] { B::reg_mr(fx.pd, base + page + 8, 16, acc::local_write); }) == EFAULT);
+  auto ro = B::reg_mr(fx.pd, base + page, page, acc::remote_read);  // read rights only: fine
+  CHECK(B::dereg_mr(ro) == 0);
+  auto rw = B::reg_mr(fx.pd, base + 2 * page, page, acc::local_write);  // the writable page: fine
+  CHECK(B::dereg_mr(rw) == 0);
+  ::munmap(base, 3 * page);
+}
+
+// PATH_MTU above the active MTU of the ports (the classic hard-coded IBV_MTU_4096 on a
+// 1500-byte RoCE link, active MTU 1024): a packet longer than a link's MTU is dropped, so
+// messages up to the active MTU go through and longer ones are lost (RC: RETRY_EXC_ERR;
+// a READ's response packets are sized by the responder's PATH_MTU). The mock carried
+// them. (Not a conformance case: rxe's loopback skips the netdev and its MTU.)
+TEST_CASE("mock: PATH_MTU above the ports' active MTU loses every message longer than the active MTU") {
+  fx_t fx;
+  REQUIRE(fx.port.active_mtu == mtu::mtu_1024);
+  link_opts big;
+  big.path_mtu = mtu::mtu_4096;
+  big.timeout = 1;
+  big.retry_cnt = 1;
+  auto& src = fx.make_buffer(4096);
+  auto& dst = fx.make_buffer(4096);
+  src.fill(4);
+  SUBCASE("RC WRITE") {
+    auto [a, b] = fx.make_pair({}, big, big);
+    REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, src.sge(0, 1024), dst.addr(), dst.rkey()) == 0);
+    CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+    REQUIRE(fx.post_rdma(a, 2, opcode::rdma_write, src.sge(0, 1025), dst.addr(2048), dst.rkey()) == 0);
+    CHECK(fx.poll_one(a.send_cq, "retry exceeded").status == wc_status::retry_exc_err);
+    CHECK(dst.zero(2048, 1025));
+  }
+  SUBCASE("RC READ: the responder's PATH_MTU sizes its response") {
+    link_opts fine;  // the requester's 1024 is not what sizes the response
+    fine.timeout = 1;
+    fine.retry_cnt = 1;
+    auto [a, b] = fx.make_pair({}, fine, big);
+    REQUIRE(fx.post_rdma(a, 1, opcode::rdma_read, dst.sge(0, 2048), src.addr(), src.rkey()) == 0);
+    CHECK(fx.poll_one(a.send_cq, "retry exceeded").status == wc_status::retry_exc_err);
+  }
+  SUBCASE("UC WRITE: completes, nothing lands") {
+    auto [a, b] = fx.make_pair({.type = qp_type::uc}, big, big);
+    REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, src.sge(0, 2048), dst.addr(), dst.rkey()) == 0);
+    CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+    CHECK(fx.drain(b.recv_cq, 3).empty());
+    CHECK(dst.zero(0, 2048));
+  }
+}
+
 // ibv_reg_mr cannot pin pages that are not mapped (EFAULT); the mock registered them,
 // then touched the hole itself (SEGV) when a WRITE named the region.
 TEST_CASE("mock: reg_mr refuses a range that is not all mapped memory, as ibv_reg_mr does (EFAULT)") {

@@ -316,6 +316,10 @@ class qp_obj {
   // every WQE before issue_from is issued or done, every WQE before report_from reported.
   std::uint64_t issue_from = 1;
   std::uint64_t report_from = 1;
+  // Every WQE before this one was sent at least once (issue() moves it on; a retry's
+  // rewind does not take it back). In SQD those are still sent again by retries and RNR
+  // back-offs, as a device drains the messages in progress; later ones wait for RTS.
+  std::uint64_t started_until = 1;
   slot_ring<recv_wqe> rq;
   srq_obj* srq = nullptr;  // receives come from here instead of rq (rq stays empty)
   // In ERR with its flushes not written yet (fabric_state::first_due's list): a device
@@ -348,6 +352,9 @@ class qp_obj {
   bool route_known = false, route_ok = false;
   std::uint32_t route_dev = 0;
   std::uint8_t route_port = 0;
+  // RC/UC: messages longer than this are lost on the wire (a PATH_MTU above the active
+  // MTU of a port the route crosses: learn_route); no limit otherwise.
+  std::uint32_t lost_above = ~std::uint32_t{0};
   qp_obj* peer = nullptr;
   std::uint64_t peer_epoch = 0;
   key_cache lkeys;  // the requester's SGEs

@@ -350,7 +350,7 @@ RDMAKIT_NOINLINE inline bool send_head_before_bad_sge(fabric_state& f, qp_obj* q
 /// after this call, before anything else. It is delivered at the end of this call
 /// instead, without a wire slot, borrowing the bytes of a one-SGE WQE.
 inline void issue(fabric_state& f, qp_obj* q) {
-  if (q->state != qp_state::rts) return;
+  if (q->state != qp_state::rts && !(q->state == qp_state::sqd && q->issue_from < q->started_until)) return;
   if (RDMAKIT_UNLIKELY(q->rnr_wait)) return rxe_doorbell_in_rnr_wait(f, q);
   std::size_t i = sq_index(q, q->issue_from);
   if (i == q->sq.size()) return report_sends(f, q);  // nothing queued (an ACK's call, usually)
@@ -358,13 +358,17 @@ inline void issue(fabric_state& f, qp_obj* q) {
                           f.wire_now.empty() && f.wire_later.empty();
   bool direct = false;
   auto& dev = device_of(q);
+  if (q->type != qp_type::ud) learn_route(f, q);  // (its lost_above, tested below)
   const std::uint32_t mtu = path_mtu_bytes(q);
   // Counted only when a READ, an atomic or a fence needs it: then as the full walk would.
   std::uint32_t reads_in_flight = 0;
   bool reads_counted = false;
   bool sent_any = false;
+  // SQD: only the WQEs started before it (their retries); RTS: all of them.
+  const std::uint64_t stop = q->state == qp_state::rts ? ~std::uint64_t{0} : q->started_until;
   for (; i < q->sq.size(); ++i) {
     send_wqe& w = q->sq[i];
+    if (RDMAKIT_UNLIKELY(w.seq >= stop)) break;
     if (w.state != send_wqe::phase::queued) {
       if (RDMAKIT_UNLIKELY(stopped_at_bad_sge(w))) break;  // nothing goes out past it
       if (reads_counted && w.state == send_wqe::phase::issued && is_read_or_atomic(w.op)) ++reads_in_flight;
@@ -426,8 +430,10 @@ inline void issue(fabric_state& f, qp_obj* q) {
     // Without faults (or messages they hold back) the message is built in its wire slot,
     // or in f.direct (above); otherwise in the outbox for transmit(). All are reused:
     // every field is set below.
-    direct = may_direct && !sent_any && i + 1 == q->sq.size();
-    const bool plain = !direct && f.faults.empty() && q->held.empty();
+    // (A message longer than lost_above goes through transmit(), which loses it.)
+    const bool fits = w.length <= q->lost_above;
+    direct = may_direct && fits && !sent_any && i + 1 == q->sq.size();
+    const bool plain = !direct && fits && f.faults.empty() && q->held.empty();
     wire_event* slot = plain ? &schedule(f, f.now + static_cast<clock_ns>(f.cfg.latency.count()), false) : nullptr;
     message& m = direct ? f.direct : plain ? slot->m : f.outbox;
     fill_request(f, q, w, dev, m);
@@ -460,6 +466,7 @@ inline void issue(fabric_state& f, qp_obj* q) {
     }
   }
   q->issue_from = i < q->sq.size() ? q->sq[i].seq : q->next_seq;
+  if (q->issue_from > q->started_until) q->started_until = q->issue_from;
   // rearm_ack_timer, knowing a WQE is in flight (the one just sent; not rnr_wait).
   if (q->type == qp_type::rc && sent_any && q->deadline == 0)
     if (const clock_ns t = ack_timeout_ns(q->attr.timeout)) set_timer(f, q, f.now + t);

@@ -51,6 +51,7 @@ inline void answer_duplicate(fabric_state& f, qp_obj* d, const message& m) {
       return;
     // (A region deregistered since is not read: the retry finds no answer.)
     if (m.length && !remote_mr_ok(f, d, m.rkey, m.remote_addr, m.length, access::remote_read)) return;
+    if (RDMAKIT_UNLIKELY(m.length > d->lost_above)) return;  // lost again, as the first response
     r.data.resize(m.length);
     if (m.length) std::memcpy(r.data.data(), reinterpret_cast<const void*>(m.remote_addr), m.length);
   } else if (is_atomic(m.op)) {
@@ -340,6 +341,7 @@ inline void receive_read(fabric_state& f, qp_obj* d, const message& m) {
   if (m.length) std::memcpy(r.data.data(), reinterpret_cast<const void*>(m.remote_addr), m.length);
   d->read_replay.record({m.psn, m.rkey, m.remote_addr, m.length});
   advance_psn(d, m);
+  if (RDMAKIT_UNLIKELY(m.length > d->lost_above)) return;  // its response packets exceed a link's MTU
   respond(f, m, std::move(r));
 }
 

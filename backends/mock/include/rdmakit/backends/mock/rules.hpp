@@ -211,11 +211,21 @@ inline bool route(fabric_state& f, const ah_attr& av, std::uint32_t& dev, std::u
   return false;
 }
 
-// Routes `q`'s address (attr.av) once per modify_qp: q->route_ok, route_dev, route_port.
+// Routes `q`'s address (attr.av) once per modify_qp: q->route_ok, route_dev, route_port,
+// and q->lost_above: RC/UC packets are PATH_MTU long, and a link drops a packet longer
+// than the active MTU of the ports at its ends (a PATH_MTU of 4096 on a 1500-byte RoCE
+// link, active MTU 1024), so every message longer than that MTU is lost.
 inline void learn_route(fabric_state& f, qp_obj* q) {
   if (q->route_known) return;
   q->route_ok = route(f, q->attr.av, q->route_dev, q->route_port);
   q->route_known = true;
+  q->lost_above = ~std::uint32_t{0};
+  if (q->route_ok && q->type != qp_type::ud) {
+    const mtu here = device_of(q).ports[q->attr.port_num - 1].cfg.active_mtu;
+    const mtu there = f.devices[q->route_dev].ports[q->route_port - 1].cfg.active_mtu;
+    const mtu link = std::min(here, there);
+    if (q->attr.path_mtu > link) q->lost_above = mtu_bytes(link);
+  }
 }
 
 // The bytes of a receive's region from `s.addr` on that rxe can write: none for an lkey,

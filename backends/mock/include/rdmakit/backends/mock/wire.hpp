@@ -80,6 +80,7 @@ inline clock_ns delayed(const fabric_state& f, clock_ns at, std::chrono::nanosec
 /// content (its buffer is reused by the next message).
 inline void transmit(fabric_state& f, qp_obj* q, message& m) {
   f.packets += m.npkts;
+  if (RDMAKIT_UNLIKELY(m.length > q->lost_above)) return;  // its packets exceed a link's MTU
   clock_ns at = f.now + static_cast<clock_ns>(f.cfg.latency.count());
   bool drop = false, dup = false, hold = false;
   for (auto it = f.faults.begin(); it != f.faults.end();) {
