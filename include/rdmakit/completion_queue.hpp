@@ -257,10 +257,13 @@ class completion_queue {
     return wait_result{total};
   }
 
-  /// Routes this QP's completions to `handler` (called by dispatch). Replaces any
-  /// previous handler. The QP must be attached to this CQ, and not held by an
-  /// async_queue_pair (usage_error: its awaiters would never resume). A handler may
-  /// replace itself or destroy its queue pair: it is freed once it returns.
+  /// Routes this QP's completions to `handler` (called by dispatch). One handler per
+  /// queue pair: with separate send and receive CQs it takes the completions of both,
+  /// whichever CQ dispatches them (`c.is_recv()` tells them apart). Replaces any previous
+  /// handler set through this CQ; one set through the QP's other CQ is refused
+  /// (usage_error: it would silently take over both). The QP must be attached to this CQ,
+  /// and not held by an async_queue_pair (usage_error: its awaiters would never resume).
+  /// A handler may replace itself or destroy its queue pair: it is freed once it returns.
   template <class QP, class F>
   void on(QP& qp, F handler) {
     if (!blk_) detail::throw_empty("completion_queue", "on");
@@ -274,8 +277,15 @@ class completion_queue {
           " belongs to an async_queue_pair, whose own handler resumes the coroutines awaiting its work requests: "
           "another handler would leave them waiting for ever; co_await its WRs instead, or set handlers on a "
           "queue pair not wrapped in an async_queue_pair"));
+    if (link->handler && link->handler_cq != blk_.get())
+      throw usage_error(detail::cat(
+          "completion_queue::on(): QP ", detail::hex(link->qp_num),
+          " has a handler set through its other CQ, and one handler takes the completions of both its send and "
+          "receive CQs (whichever dispatches them): this one would replace it for both. Set one handler and tell "
+          "sends from receives by completion::is_recv(), or replace it through the CQ that set it"));
     F* made = new F(std::move(handler));  // first: out of memory, the old handler stays
     link->reset_handler();
+    link->handler_cq = blk_.get();
     link->handler_ctx = made;
     link->handler = [](void* ctx, const completion<B>& c) { (*static_cast<F*>(ctx))(c); };
     link->handler_free = [](void* ctx) { delete static_cast<F*>(ctx); };

@@ -2,10 +2,12 @@
 /// A pool of queue pairs of one type sharing completion queues: created together
 /// (the CQ capacity is checked for all of them before the first is made), connected
 /// together (one peer endpoint each), then used by index, by qp_num, or round-robin.
+#include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/queue_pair.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <span>
 #include <string>
 #include <string_view>
@@ -63,13 +65,17 @@ class qp_pool {
   }
 
   /// Takes over the queue pairs; `o` becomes empty.
-  qp_pool(qp_pool&& o) noexcept : qps_(std::move(o.qps_)), cursor_(std::exchange(o.cursor_, 0)) { o.qps_.clear(); }
+  qp_pool(qp_pool&& o) noexcept
+      : qps_(std::move(o.qps_)), by_num_(std::move(o.by_num_)), cursor_(std::exchange(o.cursor_, 0)) {
+    o.empty_();
+  }
   /// Destroys this pool's queue pairs, then takes over `o`'s; `o` becomes empty.
   qp_pool& operator=(qp_pool&& o) noexcept {
     if (this != &o) {
       qps_ = std::move(o.qps_);
-      o.qps_.clear();
+      by_num_ = std::move(o.by_num_);
       cursor_ = std::exchange(o.cursor_, 0);
+      o.empty_();
     }
     return *this;
   }
@@ -85,10 +91,23 @@ class qp_pool {
   /// Past the last queue pair.
   auto end() noexcept { return qps_.end(); }
 
-  /// The queue pair with this number, or nullptr.
+  /// The queue pair with this number, or nullptr: a binary search of an index of the
+  /// members' numbers (a completion handler calls it for every completion). A number the
+  /// index does not give is looked for in every member (one may have been replaced
+  /// through operator[]), and the index made again when one has it: a number of no
+  /// member costs a pass over the pool.
   queue_pair_type* find(std::uint32_t qp_num) noexcept {
-    for (auto& q : qps_)
+    const auto it = std::lower_bound(by_num_.begin(), by_num_.end(), qp_num,
+                                     [](const numbered& e, std::uint32_t n) { return e.qp_num < n; });
+    if (it != by_num_.end() && it->qp_num == qp_num && it->index < qps_.size()) {
+      queue_pair_type& q = qps_[it->index];
       if (q && q.qp_num() == qp_num) return &q;
+    }
+    for (auto& q : qps_)
+      if (q && q.qp_num() == qp_num) {
+        index_();
+        return &q;
+      }
     return nullptr;
   }
 
@@ -137,7 +156,7 @@ class qp_pool {
         throw;
       }
     }
-    qps_.clear();
+    empty_();
     return out;
   }
 
@@ -159,7 +178,7 @@ class qp_pool {
         throw;
       }
     }
-    qps_.clear();
+    empty_();
     return out;
   }
 
@@ -194,10 +213,29 @@ class qp_pool {
 
   void empty_() noexcept {
     qps_.clear();
+    by_num_.clear();
     cursor_ = 0;
   }
 
+  // find()'s index: the members' numbers, sorted. Made by the first find() that needs
+  // it; without memory for it find() passes over the members.
+  struct numbered {
+    std::uint32_t qp_num;
+    std::uint32_t index;
+  };
+  void index_() noexcept {
+    try {
+      by_num_.clear();
+      for (std::size_t i = 0; i < qps_.size(); ++i)
+        if (qps_[i]) by_num_.push_back({qps_[i].qp_num(), static_cast<std::uint32_t>(i)});
+      std::sort(by_num_.begin(), by_num_.end(), [](const numbered& a, const numbered& b) { return a.qp_num < b.qp_num; });
+    } catch (const std::bad_alloc&) {
+      by_num_.clear();
+    }
+  }
+
   std::vector<queue_pair_type> qps_;
+  std::vector<numbered> by_num_;
   std::size_t cursor_ = 0;
 };
 

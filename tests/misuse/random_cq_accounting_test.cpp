@@ -72,6 +72,7 @@ struct object {
   std::uint32_t depth = 0;  // max_send_wr as asked: the credits
   int srq_gen = -1;         // on the lane's SRQ of that generation (-1: receives of its own)
   bool handler = false, destroyed = false, retired = false, failed = false;
+  int handler_cq = -1;  // the CQ whose on() set the handler
   std::uint32_t recvs = 0;            // receives posted, not delivered
   std::vector<std::uint64_t> sends;   // wr_ids in post order
   std::size_t freed = 0;              // sends before this index gave their credits back
@@ -349,10 +350,17 @@ class run {
   void set_handler_(L& l) {
     const std::uint64_t id = l.current();
     if (!id) return;
-    with_qp_(l, [&](auto& q) {
-      cq_(pick_(2) ? l.scq : l.rcq).on(q, [this, id](const completion<B>& c) { seen_(c, via::handler, id); });
-    });
-    objs_[id].handler = true;
+    const int k = pick_(2) ? l.scq : l.rcq;
+    object& o = objs_[id];
+    if (o.handler && k != o.handler_cq) {
+      // One handler takes both CQs' completions: on() through the other CQ is refused,
+      // and the handler set stays (it is what seen_ then checks).
+      with_qp_(l, [&](auto& q) { CHECK_THROWS_AS(cq_(k).on(q, [](const completion<B>&) {}), usage_error); });
+      return;
+    }
+    with_qp_(l, [&](auto& q) { cq_(k).on(q, [this, id](const completion<B>& c) { seen_(c, via::handler, id); }); });
+    o.handler = true;
+    o.handler_cq = k;
   }
 
   template <class L>

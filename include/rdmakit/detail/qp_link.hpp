@@ -68,6 +68,9 @@ struct qp_link {
   void (*handler)(void*, const completion<B>&) = nullptr;
   void* handler_ctx = nullptr;
   void (*handler_free)(void*) = nullptr;
+  // The CQ whose on() set the handler: one handler takes the completions of both CQs, so
+  // on() through the other one is refused (it would silently replace it for both).
+  const cq_block<B>* handler_cq = nullptr;
   // While dispatch runs the handler: where to say it was dropped (replaced, or its
   // queue pair destroyed) during its own call, which then frees it once it returns.
   bool* handler_dropped = nullptr;
@@ -151,6 +154,7 @@ struct qp_link {
     handler = nullptr;
     handler_ctx = nullptr;
     handler_free = nullptr;
+    handler_cq = nullptr;
   }
 
   /// Whether a completion on `cq` may be one of this QP's receives: its receives go

@@ -169,6 +169,42 @@ TEST_CASE("dispatch: completions of a QP without a handler go to the fallback (o
   CHECK_THROWS_AS(other.on(p.a, [](const completion<B>&) {}), usage_error);
 }
 
+// One handler a queue pair takes both its CQs' completions. Set through the send CQ and
+// then through the receive CQ, the second replaced the first for both: send completions
+// reached the receive handler, silently (audit 14). Now refused.
+TEST_CASE("on(): one handler per queue pair, for both its CQs; on() through the other CQ is refused") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto scq = x.dev.create_cq(16);
+  auto rcq = x.dev.create_cq(16);
+  auto a0 = x.pd.create_qp<rc>(scq, rcq, qp_cap{4, 4});
+  auto b0 = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
+  const auto ea = a0.local_endpoint();
+  auto a = std::move(a0).connect(b0.local_endpoint());
+  auto b = std::move(b0).connect(ea);
+  auto mem = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  std::vector<std::uint64_t> sends, recvs;
+  scq.on(a, [&](const completion<B>& c) { (c.is_recv() ? recvs : sends).push_back(c.wr_id()); });
+  CHECK_THROWS_WITH_AS(rcq.on(a, [](const completion<B>&) {}),
+                       doctest::Contains("has a handler set through its other CQ"), usage_error);
+  REQUIRE(a.post_recv(mem.local(0, 64), 5).ok());
+  REQUIRE(b.send(dst.local(0, 8), 6).ok());
+  REQUIRE(a.write(mem.local(0, 8), dst.remote(), 7).ok());
+  for (int i = 0; i < 20 && (sends.empty() || recvs.empty()); ++i) {
+    (void)scq.dispatch();
+    (void)rcq.dispatch();
+    (void)y.cq.poll();
+  }
+  CHECK(sends == std::vector<std::uint64_t>{7});
+  CHECK(recvs == std::vector<std::uint64_t>{5});
+  int replaced = 0;
+  scq.on(a, [&](const completion<B>&) { ++replaced; });  // through the CQ that set it: replaced
+  REQUIRE(a.write(mem.local(0, 8), dst.remote(), 8).ok());
+  for (int i = 0; i < 20 && replaced == 0; ++i) (void)scq.dispatch();
+  CHECK(replaced == 1);
+}
+
 namespace {
 
 // An RC pair whose writer polls its CQ in batches of 2, and a region to write to.
