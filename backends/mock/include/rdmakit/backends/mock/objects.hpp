@@ -316,9 +316,10 @@ class qp_obj {
   // every WQE before issue_from is issued or done, every WQE before report_from reported.
   std::uint64_t issue_from = 1;
   std::uint64_t report_from = 1;
-  // Every WQE before this one was sent at least once (issue() moves it on; a retry's
-  // rewind does not take it back). In SQD those are still sent again by retries and RNR
-  // back-offs, as a device drains the messages in progress; later ones wait for RTS.
+  // Every WQE before this one was sent at least once: issue_from, or past it after a
+  // retry's rewind (set there and at the move to SQD, off the data path). In SQD those
+  // are still sent again by retries and RNR back-offs, as a device drains the messages in
+  // progress; later ones wait for RTS.
   std::uint64_t started_until = 1;
   slot_ring<recv_wqe> rq;
   srq_obj* srq = nullptr;  // receives come from here instead of rq (rq stays empty)

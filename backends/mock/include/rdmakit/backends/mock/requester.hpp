@@ -17,6 +17,7 @@ inline void rewind(qp_obj* q, send_wqe& from) {
     if (q->sq[i].state == send_wqe::phase::issued) {
       q->sq[i].state = send_wqe::phase::queued;
       q->sq[i].status = wc_status::success;
+      q->started_until = std::max(q->started_until, q->sq[i].seq + 1);
     }
   q->issue_from = std::min(q->issue_from, from.seq);
   q->next_psn = from.psn;
@@ -365,10 +366,9 @@ inline void issue(fabric_state& f, qp_obj* q) {
   bool reads_counted = false;
   bool sent_any = false;
   // SQD: only the WQEs started before it (their retries); RTS: all of them.
-  const std::uint64_t stop = q->state == qp_state::rts ? ~std::uint64_t{0} : q->started_until;
-  for (; i < q->sq.size(); ++i) {
+  const std::size_t end = q->state == qp_state::rts ? q->sq.size() : sq_index(q, q->started_until);
+  for (; i < end; ++i) {
     send_wqe& w = q->sq[i];
-    if (RDMAKIT_UNLIKELY(w.seq >= stop)) break;
     if (w.state != send_wqe::phase::queued) {
       if (RDMAKIT_UNLIKELY(stopped_at_bad_sge(w))) break;  // nothing goes out past it
       if (reads_counted && w.state == send_wqe::phase::issued && is_read_or_atomic(w.op)) ++reads_in_flight;
@@ -466,7 +466,6 @@ inline void issue(fabric_state& f, qp_obj* q) {
     }
   }
   q->issue_from = i < q->sq.size() ? q->sq[i].seq : q->next_seq;
-  if (q->issue_from > q->started_until) q->started_until = q->issue_from;
   // rearm_ack_timer, knowing a WQE is in flight (the one just sent; not rnr_wait).
   if (q->type == qp_type::rc && sent_any && q->deadline == 0)
     if (const clock_ns t = ack_timeout_ns(q->attr.timeout)) set_timer(f, q, f.now + t);

@@ -215,8 +215,7 @@ inline bool route(fabric_state& f, const ah_attr& av, std::uint32_t& dev, std::u
 // and q->lost_above: RC/UC packets are PATH_MTU long, and a link drops a packet longer
 // than the active MTU of the ports at its ends (a PATH_MTU of 4096 on a 1500-byte RoCE
 // link, active MTU 1024), so every message longer than that MTU is lost.
-inline void learn_route(fabric_state& f, qp_obj* q) {
-  if (q->route_known) return;
+RDMAKIT_NOINLINE inline void route_once(fabric_state& f, qp_obj* q) {
   q->route_ok = route(f, q->attr.av, q->route_dev, q->route_port);
   q->route_known = true;
   q->lost_above = ~std::uint32_t{0};
@@ -226,6 +225,10 @@ inline void learn_route(fabric_state& f, qp_obj* q) {
     const mtu link = std::min(here, there);
     if (q->attr.path_mtu > link) q->lost_above = mtu_bytes(link);
   }
+}
+// route_once() when the QP was modified since: one test on the data path.
+RDMAKIT_ALWAYS_INLINE void learn_route(fabric_state& f, qp_obj* q) {
+  if (RDMAKIT_UNLIKELY(!q->route_known)) route_once(f, q);
 }
 
 // The bytes of a receive's region from `s.addr` on that rxe can write: none for an lkey,

@@ -103,6 +103,10 @@ inline void modify_qp_locked(fabric_state& f, qp_obj* q, const qp_attr& a, qp_at
         issue(f, q);
       run_due(f);
       break;
+    case qp_state::sqd:
+      if (cur == qp_state::rts) q->started_until = std::max(q->started_until, q->issue_from);
+      q->state = next;
+      break;
     default:
       q->state = next;
       break;
