@@ -109,7 +109,11 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
     if (RDMAKIT_UNLIKELY(!forgotten_.empty()) && is_forgotten_(c)) return;
     unawaited_.put(c, *loop_);
   }
-  void remember_qp(std::uint32_t qpn) noexcept override { forgotten_.erase(qpn); }
+  void remember_qp(std::uint32_t qpn) noexcept override {
+    // Made by a handler while a batch is delivered: the rest of that batch is still the
+    // forgotten queue pair's (is_forgotten_); let go once it ends (batch_scope).
+    if (delivering_ == 0) forgotten_.erase(qpn);
+  }
 
  private:
   // Drains the CQ and leaves it armed and empty, so the next completion wakes epoll. A
@@ -119,6 +123,7 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
     for (int round = 0; round < 8; ++round) {
       wait_result r{0};
       try {
+        const batch_scope batch(*this);
         r = cq_.dispatch_wait(fallback, std::chrono::milliseconds{0});
       } catch (...) {
         return handler_threw_();
@@ -145,13 +150,36 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
 
   // A completion of a queue pair forgotten (forget_qp): its number is in the map (with its
   // receives, unless only its sends were: an SRQ's receives are next()'s) and no
-  // queue pair attached here has it now (one that does is a new queue pair the device
-  // gave the number to, used directly: dispatch hands the fallback those without a
-  // handler). Off the data path: only while some number is forgotten.
+  // queue pair attached here had it when its batch was polled (one that does is a new
+  // queue pair the device gave the number to, used directly: dispatch hands the fallback
+  // those without a handler; one made by a handler during the batch is not: the batch's
+  // completions of that number are the forgotten one's). Off the data path: only while
+  // some number is forgotten.
   bool is_forgotten_(const completion<B>& c) const noexcept {
     const auto it = forgotten_.find(c.qp_num());
-    return it != forgotten_.end() && (it->second || !c.is_recv()) && !watched_->has_qp(c.qp_num());
+    if (it == forgotten_.end() || !(it->second || !c.is_recv())) return false;
+    const std::uint64_t attached = watched_->serial_of(c.qp_num());
+    return attached == 0 || (delivering_ != 0 && attached > polled_after_);
   }
+
+  // Marks the delivery of one polled batch (a handler's loop.poll() may deliver another
+  // inside it): the queue pairs made after polled_after_ were not there when it was
+  // polled. Once the outermost ends, numbers a queue pair has again are let go.
+  struct batch_scope {
+    explicit batch_scope(async_cq_core& c) noexcept : core(c), outer(c.polled_after_) {
+      ++c.delivering_;
+      c.polled_after_ = last_qp_serial();
+    }
+    ~batch_scope() {
+      core.polled_after_ = outer;
+      if (--core.delivering_ == 0 && !core.forgotten_.empty())
+        std::erase_if(core.forgotten_, [this](const auto& f) { return core.watched_->has_qp(f.first); });
+    }
+    batch_scope(const batch_scope&) = delete;
+    batch_scope& operator=(const batch_scope&) = delete;
+    async_cq_core& core;
+    std::uint64_t outer;
+  };
 
   // The drain found the CQ empty: the numbers of queue pairs destroyed before that are
   // let go (none of their completions can be left, or come). A poll of its own says the
@@ -160,6 +188,7 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
   template <class F>
   void forget_destroyed_(F& fallback) noexcept {
     try {
+      const batch_scope batch(*this);
       if (policy_access::dispatch_until_given(cq_, fallback) != 0) return;
     } catch (...) {
       return handler_threw_();
@@ -218,6 +247,8 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
   bool again_ = false;
   detail::mailbox<completion<B>> unawaited_;
   std::map<std::uint32_t, bool> forgotten_;  // number, receives forgotten too
+  int delivering_ = 0;              // batches being delivered (nested: a handler's loop.poll())
+  std::uint64_t polled_after_ = 0;  // last_qp_serial() when the innermost one was polled
 };
 
 }  // namespace detail

@@ -21,7 +21,7 @@ struct qp_options {
   /// What peers may do to this QP's memory (RC/UC; UC keeps only remote_write): the
   /// remote bits only, any other is refused at creation.
   access remote_access = access::remote_write | access::remote_read | access::remote_atomic;
-  std::optional<std::uint32_t> psn{};  ///< first send PSN; default derived from the QP number
+  std::optional<std::uint32_t> psn{};  ///< first send PSN; default: a fresh one for each queue pair
   bool auto_inline = true;             ///< send data inline when it fits max_inline_data
 };
 

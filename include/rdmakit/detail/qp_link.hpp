@@ -482,13 +482,16 @@ struct cq_block {
 
   /// Whether a queue pair numbered `qpn` is attached here, live or retired by reset().
   /// Off the data path (the async layer asks about destroyed queue pairs' numbers).
-  bool has_qp(std::uint32_t qpn) const noexcept {
+  bool has_qp(std::uint32_t qpn) const noexcept { return serial_of(qpn) != 0; }
+  /// The serial (next_qp_serial) of the queue pair numbered `qpn` attached here, live or
+  /// retired; 0 when none is. Off the data path, as has_qp.
+  std::uint64_t serial_of(std::uint32_t qpn) const noexcept {
     auto it = std::lower_bound(routes.begin(), routes.end(), qpn,
                                [](const auto& r, std::uint32_t n) { return r.first < n; });
-    if (it != routes.end() && it->first == qpn) return true;
+    if (it != routes.end() && it->first == qpn) return it->second->serial;
     for (const qp_link<B>* l : retired_links)
-      if (l->qp_num == qpn) return true;
-    return false;
+      if (l->qp_num == qpn) return l->serial;
+    return 0;
   }
 
   /// The retired QP numbered `qpn`, or null. Off the data path: only a completion whose

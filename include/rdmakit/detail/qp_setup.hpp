@@ -5,6 +5,7 @@
 // refused RTR→RTS, the retirement of a replaced QP, and the diagnosis of a refused post.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/detail/algorithm.hpp>
+#include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/detail/gid_choice.hpp>
 #include <rdmakit/detail/qp_link.hpp>
@@ -19,6 +20,7 @@
 #include <rdmakit/transport.hpp>
 #include <rdmakit/types.hpp>
 
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -162,6 +164,22 @@ inline void check_sge_caps(const qp_cap& caps) {
   at_most("max_recv_sge", caps.max_recv_sge);
 }
 
+// A queue pair's first PSN when none is asked for. The IBA's advice is a random one: a
+// device may give a destroyed QP's number to the next QP (mlx5), and packets of the old
+// connection still on the wire must not fall in the new one's sequence. Mixed from the QP
+// number, a count of the queue pairs this process made and a seed of the process (the
+// clock when the first was made, and where ASLR put the count).
+inline std::uint32_t fresh_psn(std::uint32_t qp_num) noexcept {
+  static std::atomic<std::uint32_t> made{0};
+  static const std::uint64_t seed =
+      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+      reinterpret_cast<std::uintptr_t>(&made);
+  std::uint64_t x = seed ^ (std::uint64_t{qp_num} << 32) ^ made.fetch_add(1, std::memory_order_relaxed);
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9u;  // splitmix64's finalizer
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBu;
+  return static_cast<std::uint32_t>(x ^ (x >> 31)) & psn_mask;
+}
+
 // Creates the native QP on checked CQs, attaches it to them and takes it to INIT. With
 // `srq` (transport on_srq<X> only) the receives come from it: the receive CQ reserves
 // the SRQ's max_wr once for all its QPs. With `make_qp` (the connection manager) the
@@ -256,7 +274,7 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
   }
   p.lid = pa.lid;
   p.active_mtu = pa.active_mtu;
-  p.psn = (o.psn ? *o.psn : l.qp_num * 0x9E3779B1u) & psn_mask;
+  p.psn = (o.psn ? *o.psn : fresh_psn(l.qp_num)) & psn_mask;
   if constexpr (!by_cm) modify_step<B, T>(p, T::init_attr(o), T::init_mask, qp_state::reset, "RESET→INIT");
   return p;
 }

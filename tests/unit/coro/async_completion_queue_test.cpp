@@ -497,6 +497,66 @@ TEST_CASE("async_completion_queue: a queue pair used directly that reuses a dest
   loop.run(run());
 }
 
+// The same number given again inside one batch: a queue pair used directly has an on()
+// handler that destroys an async queue pair whose completions are later in the batch,
+// then makes a queue pair that the device gives its number. The rest of the batch is the
+// destroyed one's, but the new number being attached let them through to next(), with
+// the async layer's own wr_ids (audit 16).
+TEST_CASE("async_completion_queue: a destroyed async queue pair's completions in the batch stay dropped when a handler gives its number again") {
+  bool async_again = false;
+  SUBCASE("the new one used directly") {}
+  SUBCASE("the new one an async queue pair") { async_again = true; }
+  mock::fabric_config cfg;
+  cfg.reuse_qp_numbers = true;
+  testbed bed(cfg);
+  event_loop loop;
+  side a(bed.open(0), loop), b(bed.open(1), loop);
+  auto ma = a.pd.allocate<rw>(256);
+  auto mb = b.pd.allocate<rw>(256);
+  auto pd0 = a.pd.create_qp<rc>(a.cq.queue(), qp_cap{8, 8});
+  auto pe0 = b.pd.create_qp<rc>(b.cq.queue(), qp_cap{8, 8});
+  const endpoint ed = pd0.local_endpoint(), ee = pe0.local_endpoint();
+  auto d = std::move(pd0).connect(ee);
+  auto e = std::move(pe0).connect(ed);
+  std::optional<rts_qp<>> x;
+  {
+    async_queue_pair<B, rc> ix(a.cq, a.pd.create_qp<rc>(a.cq.queue(), qp_cap{8, 8}));
+    async_queue_pair<B, rc> iy(b.cq, b.pd.create_qp<rc>(b.cq.queue(), qp_cap{8, 8}));
+    const endpoint ex = ix.local_endpoint(), ey = iy.local_endpoint();
+    x.emplace(std::move(ix).connect(ey));
+    auto y = std::move(iy).connect(ex);
+    const std::uint32_t gone = x->qp_num();
+    std::optional<queue_pair<B, rc>> fresh_direct;
+    std::optional<async_queue_pair<B, rc>> fresh_async;
+    a.cq.queue().on(d, [&](const completion<B>&) {
+      x.reset();
+      if (async_again)
+        fresh_async.emplace(a.cq, a.pd.create_qp<rc>(a.cq.queue(), qp_cap{8, 8}));
+      else
+        fresh_direct.emplace(a.pd.create_qp<rc>(a.cq.queue(), qp_cap{8, 8}));
+    });
+    std::vector<wr_outcome> outcomes;
+    auto await_one = [](auto aw, std::vector<wr_outcome>& out) -> task<void> {
+      const auto r = co_await std::move(aw);
+      out.push_back(r.outcome());
+    };
+    auto run = [&]() -> task<void> {
+      REQUIRE(d.write(ma.local(0, 8), mb.remote().sub(0, 8), 7).ok());  // first in the batch
+      for (int i = 0; i < 3; ++i) loop.spawn(await_one(x->write(ma.local(8, 8), mb.remote().sub(8, 8)), outcomes));
+      co_return;
+    };
+    loop.run(run());
+    auto rest = [&]() -> task<void> {
+      std::optional<completion<B>> c = co_await a.cq.next(50ms);  // the batch is drained here
+      CHECK_FALSE(c.has_value());  // none of the destroyed one's
+    };
+    loop.run(rest());
+    REQUIRE((fresh_async || fresh_direct));
+    CHECK((fresh_async ? fresh_async->qp_num() : fresh_direct->qp_num()) == gone);
+    CHECK(outcomes == std::vector<wr_outcome>(3, wr_outcome::cancelled));
+  }
+}
+
 // The other side of that: a destroyed async queue pair's completions that a device
 // leaves in the CQ (rxe) are still dropped, however many empty drains came before them
 // while the queue pair lived, and a queue pair used directly afterwards gets its own.

@@ -64,6 +64,33 @@ TEST_CASE("typestate: create gives INIT (receives only), connect gives RTS") {
   static_assert(!std::is_copy_constructible_v<decltype(live)>);
 }
 
+// The starting PSN was the QP number's hash: a device that gives a destroyed QP's number
+// to the next QP (mlx5; the mock with reuse_qp_numbers) gave it the same PSN too, so a
+// SEND of the old connection still on the wire completed the new connection's receive
+// (audit 16). Each queue pair starts at a PSN of its own (the IBA's advice: a random one).
+TEST_CASE("a queue pair given a destroyed one's QP number starts at another PSN") {
+  mock::fabric_config cfg;
+  cfg.reuse_qp_numbers = true;
+  mock::fabric fab(cfg);
+  side x(fab, "mock0");
+  std::uint32_t num = 0, psn = 0;
+  {
+    auto first = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
+    num = first.qp_num();
+    psn = first.local_endpoint().psn;
+  }
+  for (int i = 0; i < 4; ++i) {
+    auto again = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
+    REQUIRE(again.qp_num() == num);
+    CHECK(again.local_endpoint().psn != psn);
+    CHECK(again.local_endpoint().psn <= psn_mask);
+    psn = again.local_endpoint().psn;
+  }
+  qp_options o;
+  o.psn = 0x123456;  // one asked for is kept
+  CHECK(x.pd.create_qp<rc>(x.cq, qp_cap{4, 4}, o).local_endpoint().psn == 0x123456);
+}
+
 TEST_CASE("connect takes the smaller of the port's and the peer's MTU") {
   mock::fabric_config cfg;
   for (auto name : {"m0", "m1"}) {
