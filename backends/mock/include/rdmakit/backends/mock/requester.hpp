@@ -237,11 +237,11 @@ inline std::uint32_t reads_issued_before(qp_obj* q, std::size_t upto) {
   return n;
 }
 
-// Where RC/UC messages of `q` go, routed once per modify_qp and found once per qp_epoch.
+// Where RC/UC messages of `q` go, routed once per modify_qp (learn_route, which issue(),
+// the only caller, ran first) and found once per qp_epoch.
 inline void address_from_qp(fabric_state& f, qp_obj* q, message& m) {
   m.av = q->attr.av;
   m.dest_qpn = q->attr.dest_qp_num;
-  learn_route(f, q);
   m.routed = q->route_ok;
   m.to_dev = q->route_dev;
   m.to_port = q->route_port;
