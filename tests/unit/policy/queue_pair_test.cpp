@@ -91,6 +91,33 @@ TEST_CASE("a queue pair given a destroyed one's QP number starts at another PSN"
   CHECK(x.pd.create_qp<rc>(x.cq, qp_cap{4, 4}, o).local_endpoint().psn == 0x123456);
 }
 
+// A UC responder takes packets from the address it is connected to only (rxe_recv.c
+// check_addr; docs/semantics.md#wrong-peer): a UC WRITE from another device, to a queue
+// pair connected to one of this device's, completes (UC has no answer) and lands nowhere.
+// The RC side of it is a conformance case ("not the responder's peer").
+TEST_CASE("UC: a WRITE from another address than the responder's peer is dropped") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto t0 = x.pd.create_qp<uc>(x.cq, qp_cap{4, 4});
+  auto p0 = x.pd.create_qp<uc>(x.cq, qp_cap{4, 4});
+  auto s0 = y.pd.create_qp<uc>(y.cq, qp_cap{4, 4});
+  const endpoint et = t0.local_endpoint(), ep = p0.local_endpoint();
+  auto target = std::move(t0).connect(ep);
+  auto peer = std::move(p0).connect(et);
+  auto stranger = std::move(s0).connect(et);  // towards target, whose peer is on mock0
+  auto dst = x.pd.allocate<rw_access>(64);
+  auto src_x = x.pd.allocate<rw_access>(64);
+  auto src_y = y.pd.allocate<rw_access>(64);
+  std::memset(src_x.data(), 1, 64);
+  std::memset(src_y.data(), 2, 64);
+  REQUIRE(stranger.write(src_y.local(0, 8), dst.remote().sub(0, 8), 1).ok());
+  CHECK(collect(y.cq, 1).at(0).status == wc_status::success);
+  CHECK(dst.bytes()[0] == std::byte{0});  // dropped
+  REQUIRE(peer.write(src_x.local(0, 8), dst.remote().sub(0, 8), 2).ok());  // the peer's lands
+  CHECK(collect(x.cq, 1).at(0).status == wc_status::success);
+  CHECK(dst.bytes()[0] == std::byte{1});
+}
+
 TEST_CASE("connect takes the smaller of the port's and the peer's MTU") {
   mock::fabric_config cfg;
   for (auto name : {"m0", "m1"}) {
