@@ -1108,3 +1108,29 @@ TEST_CASE("fabric: QP numbers only grow, unless reuse_qp_numbers gives a destroy
     B::close_device(ctx);
   }
 }
+
+// A WR behind one that failed its local check is never sent: the requester stops at the
+// failed WQE (as a device does, its QP going to ERR), even while an earlier WR is still
+// in flight and the failure's completion waits behind it. The requester skipped past the
+// failed WQE at the next post: the third WRITE landed, and completed with SUCCESS.
+TEST_CASE("fabric: a WR posted behind one that failed its local check is not sent") {
+  rm::fabric_config cfg;
+  cfg.latency = 10us;  // so the first WRITE is still in flight at the later posts
+  fx_t fx(cfg);
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(64);
+  auto& dst = fx.make_buffer(64);
+  src.fill(5);
+  auto bad = src.sge(0, 8);
+  bad.lkey ^= 0x5500;
+  REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, src.sge(0, 8), dst.addr(0), dst.rkey()) == 0);
+  REQUIRE(fx.post_rdma(a, 2, opcode::rdma_write, bad, dst.addr(16), dst.rkey()) == 0);
+  REQUIRE(fx.post_rdma(a, 3, opcode::rdma_write, src.sge(0, 8), dst.addr(32), dst.rkey()) == 0);
+  const auto got = fx.drain(a.send_cq, 200);
+  REQUIRE(got.size() == 3);
+  CHECK(got[0].status == wc_status::success);
+  CHECK(got[1].status == wc_status::loc_prot_err);
+  CHECK(got[2].status == wc_status::wr_flush_err);
+  CHECK(dst.holds(5, 0, 8));
+  CHECK(dst.zero(32, 8));  // never sent
+}

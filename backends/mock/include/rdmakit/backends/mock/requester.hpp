@@ -370,7 +370,9 @@ inline void issue(fabric_state& f, qp_obj* q) {
   for (; i < end; ++i) {
     send_wqe& w = q->sq[i];
     if (w.state != send_wqe::phase::queued) {
-      if (RDMAKIT_UNLIKELY(stopped_at_bad_sge(w))) break;  // nothing goes out past it
+      // Nothing goes out past a failed WQE, its completion waiting behind one in flight
+      // (done) or its head sent before a bad SGE (stopped_at_bad_sge).
+      if (RDMAKIT_UNLIKELY(w.status != wc_status::success)) break;
       if (reads_counted && w.state == send_wqe::phase::issued && is_read_or_atomic(w.op)) ++reads_in_flight;
       continue;
     }
