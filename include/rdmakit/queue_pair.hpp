@@ -127,7 +127,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// Throws usage_error, changing nothing, when the CQs cannot hold the new QP's depths
   /// beside the old one's outstanding WRs (and earlier resets' unpolled flushes);
   /// verbs_error if the new QP cannot be made (then the old one is destroyed with its
-  /// outstanding WRs, this object is empty, and the error says so). std::bad_alloc
+  /// outstanding WRs, this object is empty, and the error says so), or if the device
+  /// refuses to move the old QP to ERR (then this queue pair is as it was). std::bad_alloc
   /// before the old QP went to ERR changes nothing; after, it is as verbs_error's case.
   queue_pair<B, T, S, qp_state::init> reset() && {
     link_("reset");
@@ -140,6 +141,16 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     try {
       detail::replace_with_fresh<B, T, S>(fresh.parts_);
     } catch (const verbs_error& e) {
+      if (fresh.parts_.qp != typename B::qp{}) {  // the old QP refused ERR: it is this object's again, as it was
+        parts_ = std::move(fresh.parts_);
+        const std::string what = detail::cat(
+            e.detail(), "; reset(): QP ", detail::hex(old_qpn), " could not be moved to ERR",
+            outstanding ? detail::cat(", so its ", outstanding, " outstanding WRs cannot flush") : "",
+            ": this queue pair is as it was; retry reset(), or destroy it",
+            outstanding ? " (its WRs are dropped without completions)" : "");
+        if (const auto* t = e.transition()) throw verbs_error(e.verb(), e.errno_value(), what, *t);
+        throw verbs_error(e.verb(), e.errno_value(), what);
+      }
       // The old QP went with the refused new one: say so, not only the device's "destroy one first".
       const std::string what = detail::cat(
           e.detail(), "; reset(): the new queue pair could not be made, and QP ", detail::hex(old_qpn), " was destroyed",

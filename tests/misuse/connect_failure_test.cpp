@@ -13,16 +13,20 @@ namespace {
 
 // The mock, except that it refuses the next `refuse_rts` RTR→RTS transitions after
 // `allow_rts` more succeed (a device-side failure half-way through connect), and the
-// next `refuse_to[s]` transitions to state s (INIT, RTR).
+// next `refuse_init`, `refuse_rtr`, `refuse_err` transitions to that state.
 struct rts_refusing : backends::mock {
   static inline int allow_rts = 0;
   static inline int refuse_rts = 0;
   static inline int refuse_init = 0;
   static inline int refuse_rtr = 0;
+  static inline int refuse_err = 0;
   // Runs just before an RTR→RTS refusal: what the peer does while this side is in RTR.
   static inline std::function<void()> before_refusal;
   static void modify_qp(qp q, const qp_attr& a, qp_attr_mask m) {
-    int* refuse = a.state == qp_state::init ? &refuse_init : a.state == qp_state::rtr ? &refuse_rtr : nullptr;
+    int* refuse = a.state == qp_state::init  ? &refuse_init
+                  : a.state == qp_state::rtr ? &refuse_rtr
+                  : a.state == qp_state::err ? &refuse_err
+                                             : nullptr;
     if (refuse && *refuse > 0) {
       --*refuse;
       throw verbs_error("ibv_modify_qp", EINVAL, "injected: transition refused");
@@ -414,4 +418,39 @@ TEST_CASE("every step of create and connect refused in turn: nothing leaks, the 
   auto live = std::move(qp).connect(peer.local_endpoint());  // nothing refused: RTS
   CHECK(live.query_state() == qp_state::rts);
   CHECK(x.cq.attached() == 1);
+}
+
+// reset() moves the old QP to ERR so that its outstanding WRs flush. When the device
+// refused that move, reset() destroyed the old QP and returned a new one without a word:
+// the receive never completed, and a program waiting for its flush to take its buffer
+// back waited for ever (audit 17, F1). The queue pair is now left as it was, and the
+// error says so.
+TEST_CASE("reset(): a refused move to ERR leaves the queue pair as it was, its WRs still to flush") {
+  mock::fabric fab;
+  rside x(fab, "mock0"), y(fab, "mock1");
+  auto rx = x.pd.allocate<rw_access>(64);
+  auto a = x.pd.create_qp<rc>(x.cq, qp_cap{8, 8});
+  auto b = y.pd.create_qp<rc>(y.cq, qp_cap{8, 8});
+  const auto ae = a.local_endpoint();
+  auto la = std::move(a).connect(b.local_endpoint());
+  auto lb = std::move(b).connect(ae);
+  REQUIRE(la.post_recv(rx.local(), 77).ok());
+  const auto qpn = la.qp_num();
+  R::refuse_err = 1;
+  CHECK_THROWS_WITH_AS((void)std::move(la).reset(),
+                       doctest::Contains("could not be moved to ERR, so its 1 outstanding WRs cannot flush: this "
+                                         "queue pair is as it was"),
+                       verbs_error);
+  REQUIRE(la);
+  CHECK(la.qp_num() == qpn);
+  CHECK(la.posted_recvs() == 1);
+  CHECK(la.query_state() == qp_state::rts);
+  auto fresh = std::move(la).reset();  // the device no longer refuses
+  std::vector<std::uint64_t> flushed;
+  for (int i = 0; i < 20 && flushed.empty(); ++i)
+    (void)x.cq.poll([&](const completion<R>& c) {
+      CHECK(c.status() == wc_status::wr_flush_err);
+      flushed.push_back(c.wr_id());
+    });
+  CHECK(flushed == std::vector<std::uint64_t>{77});
 }

@@ -330,9 +330,9 @@ bool held_by_a_batch(const qp_link<B>& l) noexcept {
 
 // Moves a replaced QP to ERR so its outstanding WRs flush, and shrinks its CQ
 // reservation to what those flushes can take; destroys it at once when nothing can
-// come (keeps_for_flushes) or the device refuses ERR (then no flush can come). The CQs made room in their retired_links first (replace_with_fresh). Any other
-// exception from the move to ERR (out of memory: the device changed nothing) goes on
-// with `p` as it was.
+// come (keeps_for_flushes). The CQs made room in their retired_links first
+// (replace_with_fresh). A refusal of the move to ERR (the device changed nothing) goes
+// on with `p` as it was: destroyed, its WRs would never flush, and nothing would say so.
 // `srq_receives`: p's QP is on an SRQ that was posted to, so completions of receives
 // it took may be in its receive CQ (no count says how many): it is kept until a poll
 // finds that CQ empty. `may_drain`: see drain_entries.
@@ -342,13 +342,9 @@ void retire(qp_parts<B>& p, bool srq_receives, bool may_drain) {
   const std::uint32_t marker = drain_entries(l, may_drain);
   const std::uint32_t sends = l.sends_to_come() + marker, recvs = l.rq.held;
   if (!keeps_for_flushes(l) && !srq_receives && !batch_being_delivered(l)) return p.release();
-  try {
-    qp_attr err;
-    err.state = qp_state::err;
-    B::modify_qp(p.qp, err, qp_attr_mask::state);
-  } catch (const verbs_error&) {
-    return p.release();
-  }
+  qp_attr err;
+  err.state = qp_state::err;
+  B::modify_qp(p.qp, err, qp_attr_mask::state);
   l.retired_sends = sends;
   l.retired_recvs = recvs;
   l.retired_signaled = l.signaled_to_come();

@@ -534,6 +534,23 @@ TEST_CASE("cm: a source address (rping -I) is the connection's local address on 
   CHECK(std::string(srv.buf.data()) == "from the source");
 }
 
+// librdmacm keeps a connection's peer address (rdma_get_peer_addr) after the peer went;
+// the mock's route() read it from the peer's id, and gave an all-zero dgid once that id
+// was destroyed (audit 18, F3).
+TEST_CASE("cm: route() still names the peer's address after the peer went") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  auto [c, s] = connect_rc(l, srv, cli, {});
+  REQUIRE(c);
+  REQUIRE(s);
+  const gid peer = s.route().dgid;
+  CHECK(peer != gid{});
+  { auto gone = std::move(c); }
+  CHECK(s.wait_disconnected(5s));
+  CHECK(s.route().dgid == peer);
+}
+
 TEST_CASE("cm: one listener serves two clients one after the other (rping -P)") {
   testbed tb;
   side srv(tb.open(0)), cli(tb.open(1));
@@ -1535,6 +1552,88 @@ TEST_CASE("cm (mock): the active side gives up on its request: REJECTED once acc
   CHECK(B::cm_destroy_id(r.ls) == 0);
   CHECK(B::cm_destroy_channel(r.cc) == 0);
   CHECK(B::cm_destroy_channel(r.cs) == 0);
+}
+#endif
+
+#if !RDMAKIT_CM_RDMACM
+// A channel keeps room for the two events that may end each id's connection
+// (DISCONNECTED, then TIMEWAIT_EXIT), queued by verbs that cannot fail. A new id, an id
+// migrated to another channel (what cm_listener::next_request does with a request) and
+// a request's id were given room for one: an active side with its own queue pair that
+// gave up after CONNECT_RESPONSE queued both on the request's id, past the room kept
+// (the mock's assertion failed; without asserts, a vector grew inside a noexcept verb)
+// (audit 18, F1).
+TEST_CASE("cm (mock): an id gets its DISCONNECTED and TIMEWAIT_EXIT in the room its channel kept, migrated or not") {
+  for (const bool migrated : {false, true}) {
+    CAPTURE(migrated);
+    requested r;
+    B::cm_channel own = migrated ? B::cm_create_channel(r.srv.dev.native()) : B::cm_channel{};
+    if (migrated) B::cm_migrate_id(r.child, own);
+    const B::cm_channel at = migrated ? own : r.cs;
+    cm_conn_param ps;
+    ps.qp_num = r.qs.qp_num();
+    B::cm_accept(r.child, ps);
+    REQUIRE(B::cm_get_event(r.cc, 1000ms, r.ev) == 0);
+    REQUIRE(r.ev.type == cm_event_type::connect_response);
+    REQUIRE(B::cm_destroy_id(r.ci) == 0);  // gives up before its RTU
+    std::vector<cm_event_type> got;
+    while (B::cm_get_event(at, 0ms, r.ev) == 0) got.push_back(r.ev.type);
+    CHECK(got == std::vector<cm_event_type>{cm_event_type::disconnected, cm_event_type::timewait_exit});
+    CHECK(B::cm_destroy_id(r.child) == 0);
+    CHECK(B::cm_destroy_id(r.ls) == 0);
+    if (migrated) CHECK(B::cm_destroy_channel(own) == 0);
+    CHECK(B::cm_destroy_channel(r.cc) == 0);
+    CHECK(B::cm_destroy_channel(r.cs) == 0);
+  }
+}
+
+// An active side whose CM-made queue pair is destroyed (rdma_destroy_qp: what
+// cm_connect does at its timeout, before it destroys the id) has given up. The id kept
+// the number of its queue pair, so an accept that came while another queue pair held
+// that number (one being destroyed on the active side's thread, or a new one the device
+// gave it to) took the id for one with the application's own queue pair: it sent it
+// CONNECT_RESPONSE, and the passive side a DISCONNECTED later, not REJECTED (audit 18, F2).
+TEST_CASE("cm (mock): an accept after the active side's CM queue pair was destroyed is REJECTED, though a new one took its number") {
+  mock::fabric_config c;  // (the spec profile: rxe does not reuse numbers soon)
+  c.reuse_qp_numbers = true;
+  mock::fabric fab{c};
+  device<B> ds(fab, "mock0"), dc(fab, "mock1");
+  auto ps_pd = ds.create_pd();
+  auto pc_pd = dc.create_pd();
+  auto cqs = ds.create_cq(64);
+  auto cqc = dc.create_cq(64);
+  auto qs = ps_pd.create_qp<rc>(cqs, caps);
+  B::cm_channel cs = B::cm_create_channel(ds.native()), cc = B::cm_create_channel(dc.native());
+  B::cm_id ls = B::cm_create_id(cs), ci = B::cm_create_id(cc);
+  basic_cm_event<B::cm_id> ev;
+  const auto port = next_port();
+  B::cm_listen(ls, cm_address::parse("10.0.0.1", port), 8);
+  B::cm_resolve_addr(ci, cm_address{}, cm_address::parse("10.0.0.1", port), 1000ms);
+  REQUIRE(B::cm_get_event(cc, 1000ms, ev) == 0);
+  B::cm_resolve_route(ci, 1000ms);
+  REQUIRE(B::cm_get_event(cc, 1000ms, ev) == 0);
+  qp_cap qc = caps;
+  auto* cm_qp = B::cm_create_qp(ci, pc_pd.native(), cqc.native(), cqc.native(), qp_type::rc, qc);
+  const auto old_num = B::qp_num(cm_qp);
+  B::cm_connect(ci, cm_conn_param{});
+  REQUIRE(B::cm_get_event(cs, 1000ms, ev) == 0);
+  REQUIRE(ev.type == cm_event_type::connect_request);
+  const B::cm_id child = ev.id;
+  REQUIRE(B::cm_destroy_qp(ci) == 0);
+  auto other = pc_pd.create_qp<rc>(cqc, caps);  // takes the number the CM's queue pair had
+  REQUIRE(other.qp_num() == old_num);
+  cm_conn_param ps;
+  ps.qp_num = qs.qp_num();
+  B::cm_accept(child, ps);
+  REQUIRE(B::cm_get_event(cs, 300ms, ev) == 0);
+  CHECK(ev.type == cm_event_type::rejected);
+  CHECK(ev.status == 4);
+  CHECK(B::cm_get_event(cc, 50ms, ev) == ETIMEDOUT);  // no CONNECT_RESPONSE
+  CHECK(B::cm_destroy_id(ci) == 0);
+  CHECK(B::cm_destroy_id(child) == 0);
+  CHECK(B::cm_destroy_id(ls) == 0);
+  CHECK(B::cm_destroy_channel(cc) == 0);
+  CHECK(B::cm_destroy_channel(cs) == 0);
 }
 #endif
 

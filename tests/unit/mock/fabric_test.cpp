@@ -1134,3 +1134,76 @@ TEST_CASE("fabric: a WR posted behind one that failed its local check is not sen
   CHECK(dst.holds(5, 0, 8));
   CHECK(dst.zero(32, 8));  // never sent
 }
+
+// A device reads a WR's bytes by DMA some time after the post, and the buffer is the
+// device's until the WR's completion: a program that writes it before then sends what it
+// wrote (or a mix). The mock read them at the post, so that classic mistake never showed
+// on it. It reads an RC SEND's or WRITE's bytes when the message reaches the responder;
+// UC and UD complete once sent, so theirs are read at the post (docs/mock.md).
+TEST_CASE("fabric: an RC WR's bytes are read when its message arrives, a UC WR's at the post") {
+  rm::fabric_config cfg;
+  cfg.latency = 10us;
+  fx_t fx(cfg);
+  auto& src = fx.make_buffer(64);
+  auto& dst = fx.make_buffer(64);
+  for (qp_type t : {qp_type::rc, qp_type::uc}) {
+    for (opcode op : {opcode::rdma_write, opcode::send}) {
+      CAPTURE(t);
+      CAPTURE(op);
+      auto [a, b] = fx.make_pair({.type = t, .caps = {16, 16, 2, 2, 0}});
+      src.fill(5);
+      dst.clear();
+      if (op == opcode::send) REQUIRE(fx.post_recv(b, 9, {dst.sge(0, 64)}) == 0);
+      // Two SGEs, so that it cannot go as one borrowed buffer either.
+      const std::vector<rdmakit::sge> sg{src.sge(0, 32), src.sge(32, 32)};
+      if (op == opcode::send)
+        REQUIRE(fx.post_send(a, 1, op, sg) == 0);
+      else
+        REQUIRE(fx.post_send_list(a, {{.wr_id = 1, .op = op, .sg = sg, .remote_addr = dst.addr(), .rkey = dst.rkey()}}).rc == 0);
+      src.fill(9);  // before the completion: a mistake on a device
+      CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+      fab(fx).advance(1ms);  // UC: its completion came before the message arrived
+      CHECK(dst.holds(t == qp_type::rc ? 9 : 5, 0, 64));
+      if (op == opcode::send) CHECK(fx.poll_one(b.recv_cq).status == wc_status::success);
+    }
+  }
+}
+
+// Reading at arrival has its failures, as a device's DMA does: a region deregistered
+// before the WR's completion (another classic mistake) fails the WR with LOC_PROT_ERR
+// and the QP with it, and nothing behind it lands.
+TEST_CASE("fabric: an RC WR whose region is deregistered before its message arrives fails; none behind it lands") {
+  rm::fabric_config cfg;
+  cfg.latency = 10us;
+  fx_t fx(cfg);
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(64);
+  auto& dst = fx.make_buffer(64);
+  src.fill(5);
+  auto* own = B::reg_mr(fx.pd, src.data(), 64, access::local_write);
+  REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, {src.addr(0), 32, B::mr_lkey(own)}, dst.addr(0), dst.rkey()) == 0);
+  REQUIRE(fx.post_rdma(a, 2, opcode::rdma_write, src.sge(32, 32), dst.addr(32), dst.rkey()) == 0);
+  REQUIRE(B::dereg_mr(own) == 0);
+  const auto got = fx.drain(a.send_cq, 200);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].status == wc_status::loc_prot_err);
+  CHECK(got[1].status == wc_status::wr_flush_err);
+  CHECK(dst.zero(0, 64));
+  CHECK(fx.drain(b.recv_cq, 10).empty());
+}
+
+// A WR not read yet when its QP is reset (or destroyed, or moved to ERR) was never sent:
+// its buffer, the program's again once the QP is reset, is not read afterwards.
+TEST_CASE("fabric: an RC WRITE still on the wire when its QP is reset does not land") {
+  rm::fabric_config cfg;
+  cfg.latency = 10us;
+  fx_t fx(cfg);
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(64);
+  auto& dst = fx.make_buffer(64);
+  src.fill(5);
+  REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, src.sge(0, 64), dst.addr(), dst.rkey()) == 0);
+  fx.move_to(a, qp_state::reset);
+  fab(fx).advance(1ms);
+  CHECK(dst.zero(0, 64));
+}

@@ -29,7 +29,7 @@ inline bool pending(const fabric_state& f) {
   return !f.wire_now.empty() || !f.wire_later.empty() || !f.timed.empty();
 }
 
-inline void run_event(fabric_state& f, const wire_event& ev) {
+inline void run_event(fabric_state& f, wire_event& ev) {
   if (ev.is_response)
     on_response(f, ev.to, ev.r);
   else
@@ -51,7 +51,7 @@ inline bool run_next_event(fabric_state& f) {
   }
   if (!now_due) return false;
   // Run in place: the slot stays intact while the run pushes more (slot_ring::push_back).
-  const wire_event& ev = f.wire_now.front();
+  wire_event& ev = f.wire_now.front();
   f.wire_now.pop_front();
   run_event(f, ev);
   f.wire_now.release_retired();

@@ -296,7 +296,7 @@ RDMAKIT_DECL mock::cm_id mock::cm_create_id(cm_channel c) {
   std::lock_guard lk(f.mu);
   auto id = detail::make_unique_owner<mockd::cm_id_obj>();
   id->ch = c;
-  mockd::cm_make_room(*c, 1);  // the new id's final event
+  mockd::cm_make_room(*c, 2);  // the new id's final events
   f.cm_ids.insert(id.get());  // the last step that may throw
   ++c->ids;
   return id.release();
@@ -378,7 +378,7 @@ RDMAKIT_DECL void mock::cm_migrate_id(cm_id id, cm_channel c) {
   std::size_t events = 0, later_events = 0;
   for (const auto& r : id->ch->events) events += r.id == id;
   for (const auto& r : id->ch->later) later_events += r.id == id;
-  mockd::cm_make_room(*c, events + 1);
+  mockd::cm_make_room(*c, events + 2);  // its events, and the two final ones it may get here
   c->later.reserve(c->later.size() + later_events);
   auto& from = id->ch->events;
   for (auto it = from.begin(); it != from.end();) {
@@ -512,7 +512,11 @@ RDMAKIT_DECL cm_route mock::cm_query_route(cm_id id) {
   cm_route r;
   r.port = id->port;
   r.sgid = mockd::cm_gid_of(f, id);
-  if (id->peer) r.dgid = mockd::cm_gid_of(f, id->peer);
+  if (id->peer)
+    r.dgid = mockd::cm_gid_of(f, id->peer);
+  else if (id->remote_ip)  // the peer's id is gone: its address stays the id's, as librdmacm's route does
+    r.dgid = gid::from_ipv4(static_cast<std::uint8_t>(id->remote_ip >> 24), static_cast<std::uint8_t>(id->remote_ip >> 16),
+                            static_cast<std::uint8_t>(id->remote_ip >> 8), static_cast<std::uint8_t>(id->remote_ip));
   return r;
 }
 
@@ -560,6 +564,7 @@ RDMAKIT_DECL int mock::cm_destroy_qp(cm_id id) noexcept {
     auto& f = mockd::fab_of(id);
     std::lock_guard lk(f.mu);
     q = std::exchange(id->qp, nullptr);
+    if (q) id->qpn = 0;  // the CM's QP is going: no accept may take the id for one with an application's QP
   }
   return q ? destroy_qp(q) : 0;
 }
@@ -624,7 +629,7 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
   child->listener = l;
   f.cm_ids.insert(child);
   try {
-    mockd::cm_make_room(*l->ch, 2);  // the request, and the child's final event
+    mockd::cm_make_room(*l->ch, 3);  // the request, and the child's final events
     mockd::cm_push(f, child, cm_event_type::connect_request, 0, prm.private_data, prm.private_data_len, l);
   } catch (...) {  // cm_push changed nothing: neither does this call
     f.cm_ids.erase(child);

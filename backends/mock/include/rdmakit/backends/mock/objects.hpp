@@ -219,6 +219,9 @@ struct message {
   // A message delivered within the post that sends it (issue()) may borrow its bytes
   // from the sender's registered buffer instead: then `view` points at `length` bytes.
   const std::uint8_t* view = nullptr;
+  // RC SEND/WRITE on the wire: its bytes are still in the sender's buffer, read when the
+  // message reaches the responder (read_sender_bytes), as late as a device may read them.
+  bool read_at_delivery = false;
   const std::uint8_t* bytes() const { return view ? view : payload.data(); }
   std::size_t byte_count() const { return view ? length : payload.size(); }
   std::uint32_t length = 0;

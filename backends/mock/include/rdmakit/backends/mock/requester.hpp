@@ -265,6 +265,7 @@ RDMAKIT_ALWAYS_INLINE void fill_request(fabric_state& f, qp_obj* q, const send_w
   m.wqe_seq = w.seq;
   m.length = w.length;
   m.head_bytes = 0;
+  m.read_at_delivery = false;
   m.imm = w.imm;
   m.solicited = has_all(w.flags, send_flags::solicited);
   m.remote_addr = w.remote_addr;
@@ -341,6 +342,40 @@ RDMAKIT_NOINLINE inline bool send_head_before_bad_sge(fabric_state& f, qp_obj* q
   }
   transmit(f, q, m);  // UC: the WQE is done: its completion and the QP's ERR follow
   return q->type == qp_type::rc;
+}
+
+// The requester's WQE `w` could not read its bytes when its message went out: it fails
+// as if its SGE had been bad at the post, and nothing behind it goes out (what is on the
+// wire already is dropped at delivery, or arrives out of sequence).
+RDMAKIT_NOINLINE inline void fail_unreadable_send(fabric_state& f, qp_obj* q, send_wqe& w) {
+  w.state = send_wqe::phase::done;
+  w.status = f.as_rxe() ? rxe_bad_send_sge_status(f, q->pd, w.sges) : wc_status::loc_prot_err;
+  for (std::size_t i = sq_index(q, w.seq + 1); i < q->sq.size(); ++i)
+    if (q->sq[i].state == send_wqe::phase::issued) q->sq[i].state = send_wqe::phase::queued;
+  q->issue_from = std::min(q->issue_from, w.seq);
+  report_sends(f, q);
+}
+
+// An RC SEND's or WRITE's bytes are read from the sender's buffer when its message
+// reaches the responder: a device reads them by DMA some time after the post, and until
+// the WR's completion the buffer is the device's. A program that writes it before then
+// sends what it wrote, as it may on a device (docs/mock.md#send-buffers). False when the
+// message is not to be executed: its WQE is no longer in flight (completed, flushed,
+// reset or destroyed: a device would not have read it), or its region went away.
+inline bool read_sender_bytes(fabric_state& f, message& m) {
+  qp_obj* q = find_qp(f, m.src_qpn, m.src_hint, m.epoch);
+  send_wqe* w = q && (q->state == qp_state::rts || q->state == qp_state::sqd) ? wqe_at(q, m.wqe_seq) : nullptr;
+  if (!w || w->state != send_wqe::phase::issued || w->psn != m.psn) return false;
+  for (const auto& s : w->sges)
+    if (!local_sge_ok(f, q->pd, s, false, &q->lkeys)) {
+      fail_unreadable_send(f, q, *w);
+      return false;
+    }
+  if (w->sges.size() == 1)
+    m.view = reinterpret_cast<const std::uint8_t*>(w->sges[0].addr);
+  else
+    gather_into(w->sges, m.payload);
+  return true;
 }
 
 /// The requester side: sends every queued WQE it may (fence and rd_atomic limits),
@@ -446,8 +481,10 @@ inline void issue(fabric_state& f, qp_obj* q) {
       m.view = reinterpret_cast<const std::uint8_t*>(w.sges[0].addr);
     else if (w.is_inline)
       m.payload.assign(w.inline_data.begin(), w.inline_data.end());
+    else if (!direct && q->type == qp_type::rc)
+      m.read_at_delivery = true;  // its WQE holds the buffer until the ACK (read_sender_bytes)
     else
-      gather_into(w.sges, m.payload);
+      gather_into(w.sges, m.payload);  // UC/UD complete once sent: the buffer is the user's again
     m.psn = q->next_psn;
     m.npkts = is_atomic(w.op) ? 1 : packets_for(w.length, mtu);
     q->next_psn = (q->next_psn + m.npkts) & psn_mask;
