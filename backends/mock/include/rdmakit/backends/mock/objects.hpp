@@ -219,9 +219,6 @@ struct message {
   // A message delivered within the post that sends it (issue()) may borrow its bytes
   // from the sender's registered buffer instead: then `view` points at `length` bytes.
   const std::uint8_t* view = nullptr;
-  // RC SEND/WRITE on the wire: its bytes are still in the sender's buffer, read when the
-  // message reaches the responder (read_sender_bytes), as late as a device may read them.
-  bool read_at_delivery = false;
   const std::uint8_t* bytes() const { return view ? view : payload.data(); }
   std::size_t byte_count() const { return view ? length : payload.size(); }
   std::uint32_t length = 0;
@@ -230,6 +227,9 @@ struct message {
   std::uint32_t head_bytes = 0;
   std::uint32_t imm = 0;
   bool solicited = false;
+  // RC SEND/WRITE on the wire: its bytes are still in the sender's buffer, read when the
+  // message reaches the responder (read_sender_bytes), as late as a device may read them.
+  bool read_at_delivery = false;
   std::uint64_t remote_addr = 0;
   std::uint32_t rkey = 0;
   std::uint64_t compare_add = 0;
@@ -472,8 +472,8 @@ class fabric_state {
   // through the QPs, so queuing one allocates nothing.
   qp_obj* first_due = nullptr;
   qp_obj* last_due = nullptr;
-  std::uint64_t qp_epoch = 1;
-  std::uint64_t mr_epoch = 1;  // bumped when an MR is deregistered: key caches go stale  // bumped when a QP is destroyed: message hints go stale
+  std::uint64_t qp_epoch = 1;  // bumped when a QP is destroyed: message hints go stale
+  std::uint64_t mr_epoch = 1;  // bumped when an MR is deregistered: key caches go stale
   std::vector<fault> faults;
   std::function<void(const void*)> arm_hook;
   std::uint64_t packets = 0;

@@ -362,7 +362,7 @@ RDMAKIT_NOINLINE inline void fail_unreadable_send(fabric_state& f, qp_obj* q, se
 // sends what it wrote, as it may on a device (docs/mock.md#send-buffers). False when the
 // message is not to be executed: its WQE is no longer in flight (completed, flushed,
 // reset or destroyed: a device would not have read it), or its region went away.
-inline bool read_sender_bytes(fabric_state& f, message& m) {
+RDMAKIT_NOINLINE inline bool read_sender_bytes(fabric_state& f, message& m) {
   qp_obj* q = find_qp(f, m.src_qpn, m.src_hint, m.epoch);
   send_wqe* w = q && (q->state == qp_state::rts || q->state == qp_state::sqd) ? wqe_at(q, m.wqe_seq) : nullptr;
   if (!w || w->state != send_wqe::phase::issued || w->psn != m.psn) return false;

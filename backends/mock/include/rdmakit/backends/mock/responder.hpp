@@ -391,15 +391,10 @@ inline void execute_request(fabric_state& f, const message& m) {
 }
 
 /// The responder side: one request message.
-inline void deliver(fabric_state& f, message& m) {
-  if (m.read_at_delivery && !read_sender_bytes(f, m)) return;
+inline void deliver(fabric_state& f, const message& m) {
   execute_request(f, m);
   if (RDMAKIT_UNLIKELY(m.head_bytes != 0) && m.type == qp_type::rc) follow_head_with_bad_sge(f, m);
 }
 
 }  // namespace mock::detail
 RDMAKIT_END_NAMESPACE
-
-// The requester, whose read_sender_bytes() (declared in wire.hpp) deliver() calls:
-// included alone, this header would use an inline function it never defines.
-#include <rdmakit/backends/mock/requester.hpp>

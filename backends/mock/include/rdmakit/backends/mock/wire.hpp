@@ -49,8 +49,7 @@ inline qp_obj* find_qp(fabric_state& f, std::uint32_t qpn, qp_obj* hint, std::ui
   return it == f.qps.end() ? nullptr : it->second;
 }
 
-inline void deliver(fabric_state& f, message& m);
-inline bool read_sender_bytes(fabric_state& f, message& m);
+inline void deliver(fabric_state& f, const message& m);
 inline void on_response(fabric_state& f, const reply_to& to, const response& r);
 inline void issue(fabric_state& f, qp_obj* q);
 
