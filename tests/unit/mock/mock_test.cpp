@@ -131,6 +131,25 @@ TEST_CASE("mock: create_qp refuses CQs of another device") {
   B::close_device(other);
 }
 
+// A capacity above the device's limit named the limit but not what to do (audit 19, F5).
+TEST_CASE("mock: create_qp above a device limit says what to ask for, and which mock limit to raise") {
+  fx_t fx;
+  auto cq = B::create_cq(fx.ctx, 64, {}, 0);
+  const auto max_inline = B::query_device(fx.ctx).max_inline_data;
+  qp_cap caps{4, 4, 1, 1, max_inline + 1};
+  try {
+    B::create_qp(fx.pd, cq, cq, qp_type::rc, caps, true);
+    FAIL("created");
+  } catch (const rdmakit::verbs_error& e) {
+    CHECK(e.errno_value() == EINVAL);
+    const std::string what = e.what();
+    CHECK(what.find("max_inline_data " + std::to_string(max_inline + 1) + " exceeds") != std::string::npos);
+    CHECK(what.find("ask for at most " + std::to_string(max_inline)) != std::string::npos);
+    CHECK(what.find("device_config::limits.max_inline_data") != std::string::npos);
+  }
+  CHECK(B::destroy_cq(cq) == 0);
+}
+
 TEST_CASE("mock: cm_migrate_id onto the id's own channel keeps its events; another fabric's channel is EINVAL") {
   rm::fabric f;
   auto ctx = B::open_device(f, "mock0");

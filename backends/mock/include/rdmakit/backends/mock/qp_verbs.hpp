@@ -34,7 +34,8 @@ RDMAKIT_DECL mock::qp mock::create_qp_on_srq(pd p, cq send_cq, cq recv_cq, srq s
   if (type != qp_type::rc && type != qp_type::uc && type != qp_type::ud) bad("unknown QP type");
   auto limit = [&](std::uint32_t v, std::uint32_t max, const char* cap, const char* dev_cap) {
     if (v > max)
-      bad(detail::cat(cap, " ", v, " exceeds the device's ", dev_cap, " ", max));
+      bad(detail::cat(cap, " ", v, " exceeds the device's ", dev_cap, " ", max, ": ask for at most ", max,
+                      " (query_device reports it; mock: or raise device_config::limits.", dev_cap, ")"));
   };
   limit(caps.max_send_wr, limits.max_qp_wr, "max_send_wr", "max_qp_wr");
   limit(caps.max_recv_wr, limits.max_qp_wr, "max_recv_wr", "max_qp_wr");
