@@ -61,6 +61,23 @@ ah_attr av_to(const gid& g) {
 
 rm::fabric& fab(fx_t& fx) { return fx.scope().fabric; }
 
+// An RC pair on a wire of 10 us (so a WR is still in flight at the next step), a source
+// of 64 bytes filled with seed 5 and a target of 64 zero bytes.
+struct slow_wire {
+  static rm::fabric_config config() {
+    rm::fabric_config c;
+    c.latency = std::chrono::microseconds(10);
+    return c;
+  }
+  fx_t fx{config()};
+  std::pair<endpoint<B>, endpoint<B>> ab = fx.make_pair();
+  endpoint<B>& a = ab.first;
+  endpoint<B>& b = ab.second;
+  buffer<B>& src = fx.make_buffer(64);
+  buffer<B>& dst = fx.make_buffer(64);
+  slow_wire() { src.fill(5); }
+};
+
 std::chrono::nanoseconds rnr_ns(int code) {
   // IB encoding of min_rnr_timer, microseconds (1..31; 0 = 655.36 ms).
   static constexpr int us[32] = {655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,   320,
@@ -1114,13 +1131,8 @@ TEST_CASE("fabric: QP numbers only grow, unless reuse_qp_numbers gives a destroy
 // in flight and the failure's completion waits behind it. The requester skipped past the
 // failed WQE at the next post: the third WRITE landed, and completed with SUCCESS.
 TEST_CASE("fabric: a WR posted behind one that failed its local check is not sent") {
-  rm::fabric_config cfg;
-  cfg.latency = 10us;  // so the first WRITE is still in flight at the later posts
-  fx_t fx(cfg);
-  auto [a, b] = fx.make_pair();
-  auto& src = fx.make_buffer(64);
-  auto& dst = fx.make_buffer(64);
-  src.fill(5);
+  slow_wire w;  // the first WRITE is still in flight at the later posts
+  auto [fx, a, src, dst] = std::tie(w.fx, w.a, w.src, w.dst);
   auto bad = src.sge(0, 8);
   bad.lkey ^= 0x5500;
   REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, src.sge(0, 8), dst.addr(0), dst.rkey()) == 0);
@@ -1173,13 +1185,8 @@ TEST_CASE("fabric: an RC WR's bytes are read when its message arrives, a UC WR's
 // before the WR's completion (another classic mistake) fails the WR with LOC_PROT_ERR
 // and the QP with it, and nothing behind it lands.
 TEST_CASE("fabric: an RC WR whose region is deregistered before its message arrives fails; none behind it lands") {
-  rm::fabric_config cfg;
-  cfg.latency = 10us;
-  fx_t fx(cfg);
-  auto [a, b] = fx.make_pair();
-  auto& src = fx.make_buffer(64);
-  auto& dst = fx.make_buffer(64);
-  src.fill(5);
+  slow_wire w;
+  auto [fx, a, b, src, dst] = std::tie(w.fx, w.a, w.b, w.src, w.dst);
   auto* own = B::reg_mr(fx.pd, src.data(), 64, access::local_write);
   REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, {src.addr(0), 32, B::mr_lkey(own)}, dst.addr(0), dst.rkey()) == 0);
   REQUIRE(fx.post_rdma(a, 2, opcode::rdma_write, src.sge(32, 32), dst.addr(32), dst.rkey()) == 0);
@@ -1195,15 +1202,9 @@ TEST_CASE("fabric: an RC WR whose region is deregistered before its message arri
 // A WR not read yet when its QP is reset (or destroyed, or moved to ERR) was never sent:
 // its buffer, the program's again once the QP is reset, is not read afterwards.
 TEST_CASE("fabric: an RC WRITE still on the wire when its QP is reset does not land") {
-  rm::fabric_config cfg;
-  cfg.latency = 10us;
-  fx_t fx(cfg);
-  auto [a, b] = fx.make_pair();
-  auto& src = fx.make_buffer(64);
-  auto& dst = fx.make_buffer(64);
-  src.fill(5);
-  REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, src.sge(0, 64), dst.addr(), dst.rkey()) == 0);
-  fx.move_to(a, qp_state::reset);
-  fab(fx).advance(1ms);
-  CHECK(dst.zero(0, 64));
+  slow_wire w;
+  REQUIRE(w.fx.post_rdma(w.a, 1, opcode::rdma_write, w.src.sge(0, 64), w.dst.addr(), w.dst.rkey()) == 0);
+  w.fx.move_to(w.a, qp_state::reset);
+  fab(w.fx).advance(1ms);
+  CHECK(w.dst.zero(0, 64));
 }
