@@ -1150,33 +1150,41 @@ TEST_CASE("fabric: a WR posted behind one that failed its local check is not sen
 // A device reads a WR's bytes by DMA some time after the post, and the buffer is the
 // device's until the WR's completion: a program that writes it before then sends what it
 // wrote (or a mix). The mock read them at the post, so that classic mistake never showed
-// on it. It reads an RC SEND's or WRITE's bytes when the message reaches the responder;
-// UC and UD complete once sent, so theirs are read at the post (docs/mock.md).
-TEST_CASE("fabric: an RC WR's bytes are read when its message arrives, a UC WR's at the post") {
-  rm::fabric_config cfg;
-  cfg.latency = 10us;
-  fx_t fx(cfg);
-  auto& src = fx.make_buffer(64);
-  auto& dst = fx.make_buffer(64);
-  for (qp_type t : {qp_type::rc, qp_type::uc}) {
-    for (opcode op : {opcode::rdma_write, opcode::send}) {
-      CAPTURE(t);
-      CAPTURE(op);
-      auto [a, b] = fx.make_pair({.type = t, .caps = {16, 16, 2, 2, 0}});
-      src.fill(5);
-      dst.clear();
-      if (op == opcode::send) REQUIRE(fx.post_recv(b, 9, {dst.sge(0, 64)}) == 0);
-      // Two SGEs, so that it cannot go as one borrowed buffer either.
-      const std::vector<rdmakit::sge> sg{src.sge(0, 32), src.sge(32, 32)};
-      if (op == opcode::send)
-        REQUIRE(fx.post_send(a, 1, op, sg) == 0);
-      else
-        REQUIRE(fx.post_send_list(a, {{.wr_id = 1, .op = op, .sg = sg, .remote_addr = dst.addr(), .rkey = dst.rkey()}}).rc == 0);
-      src.fill(9);  // before the completion: a mistake on a device
-      CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
-      fab(fx).advance(1ms);  // UC: its completion came before the message arrived
-      CHECK(dst.holds(t == qp_type::rc ? 9 : 5, 0, 64));
-      if (op == opcode::send) CHECK(fx.poll_one(b.recv_cq).status == wc_status::success);
+// on it. The spec profile reads an RC SEND's or WRITE's bytes when the message reaches
+// the responder; UC and UD complete once sent, so theirs are read at the post, and so
+// are the rxe profile's (rxe copies a user QP's first transmission inside
+// ibv_post_send) (docs/mock.md).
+TEST_CASE("fabric: an RC WR's bytes are read when its message arrives (spec), a UC WR's and rxe's at the post") {
+  for (auto profile : {rm::device_profile::spec, rm::device_profile::rxe}) {
+    rm::fabric_config cfg;
+    cfg.latency = 10us;
+    cfg.profile = profile;
+    fx_t fx(cfg);
+    auto& src = fx.make_buffer(64);
+    auto& dst = fx.make_buffer(64);
+    for (qp_type t : {qp_type::rc, qp_type::uc}) {
+      for (opcode op : {opcode::rdma_write, opcode::send}) {
+        CAPTURE(profile);
+        CAPTURE(t);
+        CAPTURE(op);
+        auto [a, b] = fx.make_pair({.type = t, .caps = {16, 16, 2, 2, 0}});
+        src.fill(5);
+        dst.clear();
+        if (op == opcode::send) REQUIRE(fx.post_recv(b, 9, {dst.sge(0, 64)}) == 0);
+        // Two SGEs, so that it cannot go as one borrowed buffer either.
+        const std::vector<rdmakit::sge> sg{src.sge(0, 32), src.sge(32, 32)};
+        if (op == opcode::send)
+          REQUIRE(fx.post_send(a, 1, op, sg) == 0);
+        else
+          REQUIRE(fx.post_send_list(a, {{.wr_id = 1, .op = op, .sg = sg, .remote_addr = dst.addr(), .rkey = dst.rkey()}})
+                      .rc == 0);
+        src.fill(9);  // before the completion: a mistake on a device
+        CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+        fab(fx).advance(1ms);  // UC: its completion came before the message arrived
+        const bool at_arrival = t == qp_type::rc && profile == rm::device_profile::spec;
+        CHECK(dst.holds(at_arrival ? 9 : 5, 0, 64));
+        if (op == opcode::send) CHECK(fx.poll_one(b.recv_cq).status == wc_status::success);
+      }
     }
   }
 }
@@ -1207,4 +1215,73 @@ TEST_CASE("fabric: an RC WRITE still on the wire when its QP is reset does not l
   w.fx.move_to(w.a, qp_state::reset);
   fab(w.fx).advance(1ms);
   CHECK(w.dst.zero(0, 64));
+}
+
+// A destroyed QP's WRITE still on the wire was read from the WQE of the QP that took its
+// number (reuse_qp_numbers) when that WQE had the same place and PSN: 4096 bytes from the
+// new WR's 8-byte buffer (a heap overflow under ASan), written where the old WR asked,
+// and the new WR, taken for its duplicate, completed with SUCCESS and never landed
+// (audit 20, F1). A message and its answers are for the QP that sent them.
+TEST_CASE("fabric: a destroyed QP's WRITE on the wire is not read from the QP that took its number") {
+  rm::fabric_config cfg;
+  cfg.latency = 10us;
+  cfg.reuse_qp_numbers = true;
+  fx_t fx(cfg);
+  auto b = fx.make_qp();
+  auto raw = [&] {  // destroyed by hand, not by the fixture
+    endpoint<B> e;
+    e.send_cq = fx.make_cq(16);
+    e.recv_cq = e.send_cq;
+    e.caps = {16, 16, 1, 1, 0};
+    e.qp = B::create_qp(fx.pd, e.send_cq, e.recv_cq, qp_type::rc, e.caps, true);
+    e.num = B::qp_num(e.qp);
+    return e;
+  };
+  auto a = raw();
+  fx.connect(a, b);
+  auto& big = fx.make_buffer(4096);
+  auto& small = fx.make_buffer(4096);  // the new WR sends its first 8 bytes
+  auto& dst = fx.make_buffer(8192);
+  big.fill(5);
+  small.fill(7);
+  REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, big.sge(0, 4096), dst.addr(0), dst.rkey()) == 0);
+  REQUIRE(B::destroy_qp(a.qp) == 0);  // its WRITE still on the wire
+  auto a2 = raw();
+  REQUIRE(a2.num == a.num);
+  fx.bring_up(a2, b.num);  // the same PSN as a's
+  fx.on_cleanup([q = a2.qp] { CHECK(B::destroy_qp(q) == 0); });
+  REQUIRE(fx.post_rdma(a2, 1, opcode::rdma_write, small.sge(0, 8), dst.addr(4096), dst.rkey()) == 0);
+  const auto got = fx.drain(a2.send_cq, 50);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].status == wc_status::success);
+  CHECK(dst.zero(0, 4096));          // the old WRITE was never read: its QP is gone
+  CHECK(dst.holds(7, 4096, 8));      // the new one landed
+}
+
+// Timers that fall due together ran in the order of their QPs' addresses, so a second
+// run of one seed in the same process (its QPs elsewhere in memory) could take another
+// order (audit 20, F5). They run in the order the QPs were made: here the allocator
+// hands the requesters the places of three QPs just destroyed, last freed first, so
+// their addresses fall in the reverse of their creation order.
+TEST_CASE("fabric: timers that fall due together run in the order their QPs were made, not their addresses") {
+  fx_t fx;
+  auto cq = fx.make_cq(64);
+  qp_cap caps{4, 4, 1, 1, 0};
+  std::vector<B::qp> gone;
+  for (int i = 0; i < 3; ++i) gone.push_back(B::create_qp(fx.pd, cq, cq, qp_type::rc, caps, true));
+  for (auto q : gone) REQUIRE(B::destroy_qp(q) == 0);
+  std::vector<endpoint<B>> req;
+  for (int i = 0; i < 3; ++i) req.push_back(fx.make_qp({}, cq, cq));
+  auto& buf = fx.make_buffer(64);
+  for (auto& a : req) {
+    fx.bring_up(a, 0xFFFFFF, {.timeout = 10, .retry_cnt = 1});  // nobody answers: each ACK timer runs out
+    REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, buf.sge(0, 8), buf.addr(8), buf.rkey()) == 0);
+  }
+  const auto got = fx.drain(cq, 200);
+  REQUIRE(got.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(got[i].status == wc_status::retry_exc_err);
+    CHECK(got[i].qp_num == req[i].num);
+  }
 }

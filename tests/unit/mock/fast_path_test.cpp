@@ -181,3 +181,43 @@ TEST_CASE("fast path: a post list's sources are read when each message goes (UC)
     CHECK(std::memcmp(mem.data() + 64, mem.data(), 64) == 0);
   }
 }
+
+// A SEND of no bytes whose one SGE is {0, 0}: the message borrowed "address 0", which
+// reads as "no borrowed buffer", so the receive was written with what an earlier message
+// left in the reused message (byte_len 0 all the same): alone, on the one-message path,
+// every time; in a post list, most times (audit 20, F2).
+TEST_CASE("fast path: a SEND of no bytes writes nothing into its receive, alone or in a post list") {
+  fx_t fx;
+  auto [a, b] = fx.make_pair({.caps = {64, 64, 2, 2, 0}});
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(2048);
+  src.fill(5);
+  const std::vector<rdmakit::sge> two{src.sge(0, 32), src.sge(32, 32)};  // gathered: a payload of its own
+  const rdmakit::sge empty{0, 0, src.lkey()};
+  for (const bool list : {false, true}) {
+    for (int round = 0; round < 6; ++round) {
+      CAPTURE(list);
+      CAPTURE(round);
+      dst.clear(std::byte{0xAB});
+      for (int pad = 0; pad < round % 3; ++pad) {  // moves the messages to other wire slots
+        REQUIRE(fx.post_recv(b, 9, {dst.sge(1536, 64)}) == 0);
+        REQUIRE(fx.post_send(a, 9, opcode::send, {src.sge(0, 8)}) == 0);
+      }
+      REQUIRE(fx.post_recv(b, 1, {dst.sge(0, 64)}) == 0);
+      REQUIRE(fx.post_recv(b, 2, {dst.sge(1024, 64)}) == 0);
+      if (list) {
+        REQUIRE(fx.post_send_list(a, {{.wr_id = 1, .op = opcode::send, .sg = two},
+                                      {.wr_id = 2, .op = opcode::send, .sg = {empty}}})
+                    .rc == 0);
+      } else {
+        REQUIRE(fx.post_send(a, 1, opcode::send, two) == 0);
+        REQUIRE(fx.post_send(a, 2, opcode::send, {empty}) == 0);
+      }
+      const auto got = fx.poll(b.recv_cq, 2 + round % 3);
+      REQUIRE(got.size() == std::size_t(2 + round % 3));
+      CHECK(got.back().byte_len == 0);
+      CHECK(std::all_of(dst.data() + 1024, dst.data() + 1088, [](std::byte x) { return x == std::byte{0xAB}; }));
+      fx.drain(a.send_cq, 3);
+    }
+  }
+}

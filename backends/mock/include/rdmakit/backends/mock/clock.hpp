@@ -58,12 +58,12 @@ inline bool run_next_event(fabric_state& f) {
   return true;
 }
 
-// The earliest QP whose deadline has passed, in address order (as a std::set of QPs
-// would list them: runs stay the same), or null.
+// The QP whose deadline has passed that was made first, or null. (Not by address: a
+// second run in one process allocates its QPs elsewhere, and took another order.)
 inline qp_obj* due_timer(const fabric_state& f) {
   qp_obj* due = nullptr;
   for (auto* q : f.timed)
-    if (q->deadline && q->deadline <= f.now && (!due || std::less<qp_obj*>{}(q, due))) due = q;
+    if (q->deadline && q->deadline <= f.now && (!due || q->serial < due->serial)) due = q;
   return due;
 }
 

@@ -219,8 +219,9 @@ struct message {
   // A message delivered within the post that sends it (issue()) may borrow its bytes
   // from the sender's registered buffer instead: then `view` points at `length` bytes.
   const std::uint8_t* view = nullptr;
+  // (A message of no bytes may borrow address 0: it has none, whatever `payload` held.)
   const std::uint8_t* bytes() const { return view ? view : payload.data(); }
-  std::size_t byte_count() const { return view ? length : payload.size(); }
+  std::size_t byte_count() const { return view || !length ? length : payload.size(); }
   std::uint32_t length = 0;
   // Nonzero: only the leading packets came, holding these first bytes of the `length`
   // (the rxe profile's requester failed on a later one): written, never completed.
@@ -239,6 +240,7 @@ struct message {
   // since): the sending QP, the destination QP, and the (device, port) routed to.
   std::uint64_t epoch = 0;
   qp_obj* src_hint = nullptr;
+  std::uint64_t src_serial = 0;  // the sending QP's qp_obj::serial
   qp_obj* dest_hint = nullptr;
   bool routed = false;
   std::uint32_t to_dev = 0;
@@ -310,6 +312,10 @@ class qp_obj {
   qp_cap caps;
   bool sq_sig_all = false;
   std::uint32_t qpn = 0;
+  // Which QP this is, among every QP the fabric made: a number a reused QP number does
+  // not repeat (a message or an answer is for the QP that sent it, not a successor), and
+  // the order of timers that fall due together (creation order: runs repeat).
+  std::uint64_t serial = 0;
   qp_state state = qp_state::reset;
   qp_attr attr;  // current values of every attribute set so far
 
@@ -427,6 +433,7 @@ struct reply_to {
   std::uint32_t psn = 0;
   qp_obj* hint = nullptr;
   std::uint64_t epoch = 0;
+  std::uint64_t serial = 0;  // the requester's qp_obj::serial
 };
 
 /// What travels on the wire: a request message to deliver, or a response.
@@ -478,6 +485,7 @@ class fabric_state {
   std::function<void(const void*)> arm_hook;
   std::uint64_t packets = 0;
   std::uint32_t next_qpn = 0x11;
+  std::uint64_t qps_made = 0;  // qp_obj::serial
   std::vector<std::uint32_t> free_qpns;  // fabric_config::reuse_qp_numbers: destroyed QPs' numbers
   std::uint32_t next_key = 0x100;
   object_map<qp_obj> qps;

@@ -68,6 +68,7 @@ RDMAKIT_DECL mock::qp mock::create_qp_on_srq(pd p, cq send_cq, cq recv_cq, srq s
     f.free_qpns.pop_back();
   else
     ++f.next_qpn;
+  q->serial = ++f.qps_made;
   ++dev.count.qp;
   if (s) ++s->qps;
   ++send_cq->qps;

@@ -138,7 +138,7 @@ RDMAKIT_NOINLINE inline void rxe_land_response(fabric_state& f, qp_obj* q, send_
 }
 
 inline void on_response(fabric_state& f, const reply_to& to, const response& r) {
-  qp_obj* q = find_qp(f, to.qpn, to.hint, to.epoch);
+  qp_obj* q = find_sender(f, to.qpn, to.hint, to.epoch, to.serial);
   if (!q) return;
   if (q->state != qp_state::rts && q->state != qp_state::sqd) return;
   const std::uint32_t psn = to.psn;
@@ -274,6 +274,7 @@ RDMAKIT_ALWAYS_INLINE void fill_request(fabric_state& f, qp_obj* q, const send_w
   m.swap = w.swap;
   m.epoch = f.qp_epoch;
   m.src_hint = q;
+  m.src_serial = q->serial;
   if (q->type == qp_type::ud) {
     m.av = w.ud_av;
     m.dest_qpn = w.remote_qpn;
@@ -363,7 +364,7 @@ RDMAKIT_NOINLINE inline void fail_unreadable_send(fabric_state& f, qp_obj* q, se
 // message is not to be executed: its WQE is no longer in flight (completed, flushed,
 // reset or destroyed: a device would not have read it), or its region went away.
 RDMAKIT_NOINLINE inline bool read_sender_bytes(fabric_state& f, message& m) {
-  qp_obj* q = find_qp(f, m.src_qpn, m.src_hint, m.epoch);
+  qp_obj* q = find_sender(f, m.src_qpn, m.src_hint, m.epoch, m.src_serial);
   send_wqe* w = q && (q->state == qp_state::rts || q->state == qp_state::sqd) ? wqe_at(q, m.wqe_seq) : nullptr;
   if (!w || w->state != send_wqe::phase::issued || w->psn != m.psn) return false;
   for (const auto& s : w->sges)
@@ -481,10 +482,10 @@ inline void issue(fabric_state& f, qp_obj* q) {
       m.view = reinterpret_cast<const std::uint8_t*>(w.sges[0].addr);
     else if (w.is_inline)
       m.payload.assign(w.inline_data.begin(), w.inline_data.end());
-    else if (!direct && q->type == qp_type::rc)
+    else if (!direct && q->type == qp_type::rc && !f.as_rxe())
       m.read_at_delivery = true;  // its WQE holds the buffer until the ACK (read_sender_bytes)
     else
-      gather_into(w.sges, m.payload);  // UC/UD complete once sent: the buffer is the user's again
+      gather_into(w.sges, m.payload);  // UC/UD complete once sent; rxe copies in the post
     m.psn = q->next_psn;
     m.npkts = is_atomic(w.op) ? 1 : packets_for(w.length, mtu);
     q->next_psn = (q->next_psn + m.npkts) & psn_mask;

@@ -49,6 +49,15 @@ inline qp_obj* find_qp(fabric_state& f, std::uint32_t qpn, qp_obj* hint, std::ui
   return it == f.qps.end() ? nullptr : it->second;
 }
 
+// The QP that sent a request, for its answer or its bytes: null once it is gone, though
+// a new QP took its number (reuse_qp_numbers; the new one may even be at the same WQE
+// and PSN).
+inline qp_obj* find_sender(fabric_state& f, std::uint32_t qpn, qp_obj* hint, std::uint64_t epoch,
+                           std::uint64_t serial) {
+  qp_obj* q = find_qp(f, qpn, hint, epoch);
+  return q && q->serial == serial ? q : nullptr;
+}
+
 inline void deliver(fabric_state& f, const message& m);
 inline void on_response(fabric_state& f, const reply_to& to, const response& r);
 inline void issue(fabric_state& f, qp_obj* q);
@@ -115,7 +124,7 @@ inline void transmit(fabric_state& f, qp_obj* q, message& m) {
 
 inline void respond(fabric_state& f, const message& m, response r) {
   wire_event& ev = schedule(f, f.now + static_cast<clock_ns>(f.cfg.latency.count()), true);
-  ev.to = reply_to{m.src_qpn, m.wqe_seq, m.psn, m.src_hint, m.epoch};
+  ev.to = reply_to{m.src_qpn, m.wqe_seq, m.psn, m.src_hint, m.epoch, m.src_serial};
   ev.r = std::move(r);
   scheduled(f, ev);
 }
