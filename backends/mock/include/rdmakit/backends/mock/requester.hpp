@@ -348,21 +348,23 @@ RDMAKIT_NOINLINE inline bool send_head_before_bad_sge(fabric_state& f, qp_obj* q
 // The requester's WQE `w` could not read its bytes when its message went out: it fails
 // as if its SGE had been bad at the post, and nothing behind it goes out (what is on the
 // wire already is dropped at delivery, or arrives out of sequence).
+// (The spec profile's: the rxe profile reads at the post, as rxe, and meets a bad SGE there.)
 RDMAKIT_NOINLINE inline void fail_unreadable_send(fabric_state& f, qp_obj* q, send_wqe& w) {
   w.state = send_wqe::phase::done;
-  w.status = f.as_rxe() ? rxe_bad_send_sge_status(f, q->pd, w.sges) : wc_status::loc_prot_err;
+  w.status = wc_status::loc_prot_err;
   for (std::size_t i = sq_index(q, w.seq + 1); i < q->sq.size(); ++i)
     if (q->sq[i].state == send_wqe::phase::issued) q->sq[i].state = send_wqe::phase::queued;
   q->issue_from = std::min(q->issue_from, w.seq);
   report_sends(f, q);
 }
 
-// An RC SEND's or WRITE's bytes are read from the sender's buffer when its message
-// reaches the responder: a device reads them by DMA some time after the post, and until
-// the WR's completion the buffer is the device's. A program that writes it before then
-// sends what it wrote, as it may on a device (docs/mock.md#send-buffers). False when the
-// message is not to be executed: its WQE is no longer in flight (completed, flushed,
-// reset or destroyed: a device would not have read it), or its region went away.
+// Spec profile: an RC SEND's or WRITE's bytes are read from the sender's buffer when its
+// message reaches the responder: a device reads them by DMA some time after the post,
+// and until the WR's completion the buffer is the device's. A program that writes it
+// before then sends what it wrote, as it may on a device (docs/mock.md#send-buffers).
+// False when the message is not to be executed: its WQE is no longer in flight
+// (completed, flushed, reset or destroyed: a device would not have read it), or its
+// region went away.
 RDMAKIT_NOINLINE inline bool read_sender_bytes(fabric_state& f, message& m) {
   qp_obj* q = find_sender(f, m.src_qpn, m.src_hint, m.epoch, m.src_serial);
   send_wqe* w = q && (q->state == qp_state::rts || q->state == qp_state::sqd) ? wqe_at(q, m.wqe_seq) : nullptr;
