@@ -96,9 +96,9 @@ struct [[nodiscard]] post_result {
                        "create the queue pair or the list with more, or gather less";
               case post_rule::inline_size:
                 return "the device rejected the WR (EINVAL): its inline data is larger than the queue "
-                       "pair's max_inline_data (a WR prepared inline on a queue pair that takes more is "
-                       "refused on one that takes less); drop send_flags::inline_data, prepare the WR on "
-                       "this queue pair, or ask for more inline";
+                       "pair's max_inline_data; drop send_flags::inline_data, or create the queue pair "
+                       "with more max_inline_data (a WR prepared on another queue pair: prepare it on "
+                       "this one)";
               case post_rule::atomic_length:
                 return "the device rejected the WR (EINVAL): an atomic's local buffer must be exactly "
                        "8 bytes";
