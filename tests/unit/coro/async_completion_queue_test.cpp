@@ -458,18 +458,25 @@ TEST_CASE("async_completion_queue: a handler may destroy its own async CQ, or an
   CHECK_FALSE(ca.has_value());
 }
 
+// Two sides on a fabric that gives a destroyed QP's number to the next QP made (as mlx5
+// does), each with 256 registered bytes.
+struct reused_numbers {
+  static mock::fabric_config config() {
+    mock::fabric_config c;
+    c.reuse_qp_numbers = true;
+    return c;
+  }
+  testbed bed{config()};
+  event_loop loop;
+  side a{bed.open(0), loop}, b{bed.open(1), loop};
+  memory_region<B, rw> ma = a.pd.allocate<rw>(256), mb = b.pd.allocate<rw>(256);
+};
+
 // An async queue pair destroyed with a WR outstanding made its CQ drop the completions of
 // its QP number, for good: a queue pair used directly that the device later gave the same
 // number (mlx5 reuses them; the mock with reuse_qp_numbers) had its completions dropped
 // too, and next() never saw them.
-TEST_CASE("async_completion_queue: a queue pair used directly that reuses a destroyed async queue pair's number gets its completions") {
-  mock::fabric_config cfg;
-  cfg.reuse_qp_numbers = true;
-  testbed bed(cfg);
-  event_loop loop;
-  side a(bed.open(0), loop), b(bed.open(1), loop);
-  auto ma = a.pd.allocate<rw>(256);
-  auto mb = b.pd.allocate<rw>(256);
+TEST_CASE_FIXTURE(reused_numbers, "async_completion_queue: a queue pair used directly that reuses a destroyed async queue pair's number gets its completions") {
   std::uint32_t gone = 0;
   {
     async_queue_pair<B, rc> doomed(a.cq, a.pd.create_qp<rc>(a.cq.queue(), qp_cap{8, 8}));
@@ -502,17 +509,10 @@ TEST_CASE("async_completion_queue: a queue pair used directly that reuses a dest
 // then makes a queue pair that the device gives its number. The rest of the batch is the
 // destroyed one's, but the new number being attached let them through to next(), with
 // the async layer's own wr_ids (audit 16).
-TEST_CASE("async_completion_queue: a destroyed async queue pair's completions in the batch stay dropped when a handler gives its number again") {
+TEST_CASE_FIXTURE(reused_numbers, "async_completion_queue: a destroyed async queue pair's completions in the batch stay dropped when a handler gives its number again") {
   bool async_again = false;
   SUBCASE("the new one used directly") {}
   SUBCASE("the new one an async queue pair") { async_again = true; }
-  mock::fabric_config cfg;
-  cfg.reuse_qp_numbers = true;
-  testbed bed(cfg);
-  event_loop loop;
-  side a(bed.open(0), loop), b(bed.open(1), loop);
-  auto ma = a.pd.allocate<rw>(256);
-  auto mb = b.pd.allocate<rw>(256);
   auto pd0 = a.pd.create_qp<rc>(a.cq.queue(), qp_cap{8, 8});
   auto pe0 = b.pd.create_qp<rc>(b.cq.queue(), qp_cap{8, 8});
   const endpoint ed = pd0.local_endpoint(), ee = pe0.local_endpoint();
