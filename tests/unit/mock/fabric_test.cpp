@@ -61,8 +61,8 @@ ah_attr av_to(const gid& g) {
 
 rm::fabric& fab(fx_t& fx) { return fx.scope().fabric; }
 
-// An RC pair on a wire of 10 us (so a WR is still in flight at the next step), a source
-// of 64 bytes filled with seed 5 and a target of 64 zero bytes.
+// A pair (RC unless asked) on a wire of 10 us (so a WR is still in flight at the next
+// step), a source of 64 bytes filled with seed 5 and a target of 64 zero bytes.
 struct slow_wire {
   static rm::fabric_config config() {
     rm::fabric_config c;
@@ -70,12 +70,12 @@ struct slow_wire {
     return c;
   }
   fx_t fx{config()};
-  std::pair<endpoint<B>, endpoint<B>> ab = fx.make_pair();
+  std::pair<endpoint<B>, endpoint<B>> ab;
   endpoint<B>& a = ab.first;
   endpoint<B>& b = ab.second;
   buffer<B>& src = fx.make_buffer(64);
   buffer<B>& dst = fx.make_buffer(64);
-  slow_wire() { src.fill(5); }
+  explicit slow_wire(qp_type t = qp_type::rc) : ab(fx.make_pair({.type = t})) { src.fill(5); }
 };
 
 std::chrono::nanoseconds rnr_ns(int code) {
@@ -1150,39 +1150,44 @@ TEST_CASE("fabric: a WR posted behind one that failed its local check is not sen
 // A device reads a WR's bytes by DMA some time after the post, and the buffer is the
 // device's until the WR's completion: a program that writes it before then sends what it
 // wrote (or a mix). The mock read them at the post, so that classic mistake never showed
-// on it. The spec profile reads an RC SEND's or WRITE's bytes when the message reaches
-// the responder; UC and UD complete once sent, so theirs are read at the post, and so
-// are the rxe profile's (rxe copies a user QP's first transmission inside
-// ibv_post_send) (docs/mock.md).
-TEST_CASE("fabric: an RC WR's bytes are read when its message arrives (spec), a UC WR's and rxe's at the post") {
+// on it. The spec profile reads a SEND's or WRITE's bytes when its message reaches the
+// responder: an RC WR completes on its ACK after that, a UC or UD WR completes then (it
+// was sent). The rxe profile reads them at the post, as rxe copies a user QP's first
+// transmission inside ibv_post_send (docs/mock.md). UC and UD were read at the post on
+// both profiles, their completions coming at the post.
+TEST_CASE("fabric: a WR's bytes are read when its message arrives (spec), at the post (rxe)") {
   for (auto profile : {rm::device_profile::spec, rm::device_profile::rxe}) {
     rm::fabric_config cfg;
     cfg.latency = 10us;
     cfg.profile = profile;
     fx_t fx(cfg);
     auto& src = fx.make_buffer(64);
-    auto& dst = fx.make_buffer(64);
-    for (qp_type t : {qp_type::rc, qp_type::uc}) {
+    auto& dst = fx.make_buffer(64 + grh_bytes);
+    for (qp_type t : {qp_type::rc, qp_type::uc, qp_type::ud}) {
       for (opcode op : {opcode::rdma_write, opcode::send}) {
+        if (t == qp_type::ud && op == opcode::rdma_write) continue;
         CAPTURE(profile);
         CAPTURE(t);
         CAPTURE(op);
         auto [a, b] = fx.make_pair({.type = t, .caps = {16, 16, 2, 2, 0}});
+        const std::uint32_t at = t == qp_type::ud ? grh_bytes : 0;  // where the payload lands
         src.fill(5);
         dst.clear();
-        if (op == opcode::send) REQUIRE(fx.post_recv(b, 9, {dst.sge(0, 64)}) == 0);
+        if (op == opcode::send) REQUIRE(fx.post_recv(b, 9, {dst.sge(0, 64 + at)}) == 0);
         // Two SGEs, so that it cannot go as one borrowed buffer either.
         const std::vector<rdmakit::sge> sg{src.sge(0, 32), src.sge(32, 32)};
-        if (op == opcode::send)
+        if (t == qp_type::ud)
+          REQUIRE(fx.post_ud(a, 1, fx.make_ah(fx.loopback_av()), b.num, default_qkey, sg) == 0);
+        else if (op == opcode::send)
           REQUIRE(fx.post_send(a, 1, op, sg) == 0);
         else
           REQUIRE(fx.post_send_list(a, {{.wr_id = 1, .op = op, .sg = sg, .remote_addr = dst.addr(), .rkey = dst.rkey()}})
                       .rc == 0);
         src.fill(9);  // before the completion: a mistake on a device
         CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
-        fab(fx).advance(1ms);  // UC: its completion came before the message arrived
-        const bool at_arrival = t == qp_type::rc && profile == rm::device_profile::spec;
-        CHECK(dst.holds(at_arrival ? 9 : 5, 0, 64));
+        fab(fx).advance(1ms);
+        const bool at_arrival = profile == rm::device_profile::spec;
+        CHECK(dst.holds(at_arrival ? 9 : 5, at, 64));
         if (op == opcode::send) CHECK(fx.poll_one(b.recv_cq).status == wc_status::success);
       }
     }
@@ -1192,29 +1197,104 @@ TEST_CASE("fabric: an RC WR's bytes are read when its message arrives (spec), a 
 // Reading at arrival has its failures, as a device's DMA does: a region deregistered
 // before the WR's completion (another classic mistake) fails the WR with LOC_PROT_ERR
 // and the QP with it, and nothing behind it lands.
-TEST_CASE("fabric: an RC WR whose region is deregistered before its message arrives fails; none behind it lands") {
-  slow_wire w;
-  auto [fx, a, b, src, dst] = std::tie(w.fx, w.a, w.b, w.src, w.dst);
-  auto* own = B::reg_mr(fx.pd, src.data(), 64, access::local_write);
-  REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, {src.addr(0), 32, B::mr_lkey(own)}, dst.addr(0), dst.rkey()) == 0);
-  REQUIRE(fx.post_rdma(a, 2, opcode::rdma_write, src.sge(32, 32), dst.addr(32), dst.rkey()) == 0);
-  REQUIRE(B::dereg_mr(own) == 0);
-  const auto got = fx.drain(a.send_cq, 200);
-  REQUIRE(got.size() == 2);
-  CHECK(got[0].status == wc_status::loc_prot_err);
-  CHECK(got[1].status == wc_status::wr_flush_err);
-  CHECK(dst.zero(0, 64));
-  CHECK(fx.drain(b.recv_cq, 10).empty());
+TEST_CASE("fabric: a WR whose region is deregistered before its message arrives fails; none behind it lands") {
+  for (qp_type t : {qp_type::rc, qp_type::uc}) {
+    CAPTURE(t);
+    slow_wire w(t);
+    auto [fx, a, b, src, dst] = std::tie(w.fx, w.a, w.b, w.src, w.dst);
+    auto* own = B::reg_mr(fx.pd, src.data(), 64, access::local_write);
+    REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, {src.addr(0), 32, B::mr_lkey(own)}, dst.addr(0), dst.rkey()) == 0);
+    REQUIRE(fx.post_rdma(a, 2, opcode::rdma_write, src.sge(32, 32), dst.addr(32), dst.rkey()) == 0);
+    REQUIRE(B::dereg_mr(own) == 0);
+    const auto got = fx.drain(a.send_cq, 200);
+    REQUIRE(got.size() == 2);
+    CHECK(got[0].status == wc_status::loc_prot_err);
+    CHECK(got[1].status == wc_status::wr_flush_err);
+    CHECK(dst.zero(0, 64));
+    CHECK(fx.drain(b.recv_cq, 10).empty());
+  }
+}
+
+// A UC or UD WR completes once its message goes, which on the mock is when it arrives
+// (a wire of 10 us): until then its buffer is the device's. (It completed at the post.)
+TEST_CASE("fabric: a UC or UD WR completes when its message goes, not at its post") {
+  for (qp_type t : {qp_type::uc, qp_type::ud}) {
+    CAPTURE(t);
+    fx_t fx(slow_wire::config());
+    auto [a, b] = fx.make_pair({.type = t});
+    auto ah = fx.make_ah(fx.loopback_av());
+    auto& buf = fx.make_buffer(256);
+    REQUIRE(fx.post_recv(b, 1, {buf.sge(0, 128)}) == 0);
+    const auto posted = fab(fx).now();
+    REQUIRE((t == qp_type::ud ? fx.post_ud(a, 10, ah, b.num, default_qkey, {buf.sge(128, 16)})
+                              : fx.post_send(a, 10, opcode::send, {buf.sge(128, 16)})) == 0);
+    CHECK(fx.poll_one(a.send_cq).wr_id == 10);  // (its empty poll moves the clock to the arrival)
+    CHECK(fab(fx).now() - posted >= 10us);
+    CHECK(fx.poll_one(b.recv_cq).wr_id == 1);
+  }
+}
+
+// A UC or UD WR that a fault hits went out before the network decided its fate: it
+// completes at the post, with the bytes the buffer held then, whether it is dropped,
+// duplicated, held back or delayed.
+TEST_CASE("fabric: a UC or UD WR a fault hits completes at its post with the bytes of then") {
+  for (auto kind : {rm::fault_kind::drop, rm::fault_kind::duplicate, rm::fault_kind::reorder, rm::fault_kind::delay}) {
+    for (qp_type t : {qp_type::uc, qp_type::ud}) {
+      CAPTURE(kind);
+      CAPTURE(t);
+      fx_t fx(slow_wire::config());
+      auto [a, b] = fx.make_pair({.type = t});
+      auto ah = fx.make_ah(fx.loopback_av());
+      auto& src = fx.make_buffer(64);
+      auto& dst = fx.make_buffer(512);
+      const std::uint32_t at = t == qp_type::ud ? grh_bytes : 0;
+      REQUIRE(fx.post_recv(b, 1, {dst.sge(0, 128)}) == 0);
+      REQUIRE(fx.post_recv(b, 2, {dst.sge(128, 128)}) == 0);
+      REQUIRE(fx.post_recv(b, 3, {dst.sge(256, 128)}) == 0);
+      auto send = [&](std::uint64_t id) {
+        return t == qp_type::ud ? fx.post_ud(a, id, ah, b.num, default_qkey, {src.sge(0, 64)})
+                                : fx.post_send(a, id, opcode::send, {src.sge(0, 64)});
+      };
+      fab(fx).inject({.kind = kind, .src_qp_num = a.num, .count = 1, .delay = 5ms});
+      src.fill(5);
+      REQUIRE(send(10) == 0);
+      src.fill(9);  // a mistake before the completion, were it not polled already
+      B::wc wc;
+      REQUIRE(B::poll_cq(a.send_cq, 1, &wc) == 1);  // found without moving the clock: completed at the post
+      CHECK(B::get_wr_id(wc) == 10);
+      REQUIRE(send(11) == 0);  // releases a held message
+      fab(fx).advance(10ms);
+      CHECK(fx.poll_one(a.send_cq).wr_id == 11);
+      const auto got = fx.drain(b.recv_cq);
+      CHECK(got.size() == (kind == rm::fault_kind::drop ? 1u : kind == rm::fault_kind::duplicate ? 3u : 2u));
+      // Receives are taken in arrival order: the held message or the delayed one comes
+      // after WR 11's (seed 9), a duplicate's two copies first (seed 5).
+      if (kind == rm::fault_kind::duplicate) {
+        CHECK(dst.holds(5, at, 64));
+        CHECK(dst.holds(5, 128 + at, 64));
+      } else if (kind == rm::fault_kind::reorder || kind == rm::fault_kind::delay) {
+        CHECK(dst.holds(9, at, 64));
+        CHECK(dst.holds(5, 128 + at, 64));
+      }
+    }
+  }
 }
 
 // A WR not read yet when its QP is reset (or destroyed, or moved to ERR) was never sent:
 // its buffer, the program's again once the QP is reset, is not read afterwards.
-TEST_CASE("fabric: an RC WRITE still on the wire when its QP is reset does not land") {
-  slow_wire w;
-  REQUIRE(w.fx.post_rdma(w.a, 1, opcode::rdma_write, w.src.sge(0, 64), w.dst.addr(), w.dst.rkey()) == 0);
-  w.fx.move_to(w.a, qp_state::reset);
-  fab(w.fx).advance(1ms);
-  CHECK(w.dst.zero(0, 64));
+TEST_CASE("fabric: a WRITE still on the wire when its QP is reset or moved to ERR does not land") {
+  for (qp_type t : {qp_type::rc, qp_type::uc}) {
+    for (qp_state to : {qp_state::reset, qp_state::err}) {
+      CAPTURE(t);
+      CAPTURE(to);
+      slow_wire w(t);
+      REQUIRE(w.fx.post_rdma(w.a, 1, opcode::rdma_write, w.src.sge(0, 64), w.dst.addr(), w.dst.rkey()) == 0);
+      w.fx.move_to(w.a, to);
+      fab(w.fx).advance(1ms);
+      CHECK(w.dst.zero(0, 64));
+      if (to == qp_state::err) CHECK(w.fx.poll_one(w.a.send_cq).status == wc_status::wr_flush_err);
+    }
+  }
 }
 
 // A destroyed QP's WRITE still on the wire was read from the WQE of the QP that took its

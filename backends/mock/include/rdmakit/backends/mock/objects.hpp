@@ -228,8 +228,9 @@ struct message {
   std::uint32_t head_bytes = 0;
   std::uint32_t imm = 0;
   bool solicited = false;
-  // RC SEND/WRITE on the wire: its bytes are still in the sender's buffer, read when the
-  // message reaches the responder (read_sender_bytes), as late as a device may read them.
+  // SEND/WRITE on the wire (spec profile): its bytes are still in the sender's buffer,
+  // read when the message reaches the responder (read_sender_bytes), as late as a device
+  // may read them; a UC or UD WR completes then.
   bool read_at_delivery = false;
   std::uint64_t remote_addr = 0;
   std::uint32_t rkey = 0;

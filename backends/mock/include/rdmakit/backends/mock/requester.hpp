@@ -358,10 +358,11 @@ RDMAKIT_NOINLINE inline void fail_unreadable_send(fabric_state& f, qp_obj* q, se
   report_sends(f, q);
 }
 
-// Spec profile: an RC SEND's or WRITE's bytes are read from the sender's buffer when its
+// Spec profile: a SEND's or WRITE's bytes are read from the sender's buffer when its
 // message reaches the responder: a device reads them by DMA some time after the post,
 // and until the WR's completion the buffer is the device's. A program that writes it
 // before then sends what it wrote, as it may on a device (docs/mock.md#send-buffers).
+// A UC or UD WR, sent once read, completes here; an RC WR waits for its ACK.
 // False when the message is not to be executed: its WQE is no longer in flight
 // (completed, flushed, reset or destroyed: a device would not have read it), or its
 // region went away.
@@ -378,6 +379,10 @@ RDMAKIT_NOINLINE inline bool read_sender_bytes(fabric_state& f, message& m) {
     m.view = reinterpret_cast<const std::uint8_t*>(w->sges[0].addr);
   else
     gather_into(w->sges, m.payload);
+  if (q->type != qp_type::rc) {  // (the buffer is read before anything runs the program's code)
+    w->state = send_wqe::phase::done;
+    report_sends(f, q);
+  }
   return true;
 }
 
@@ -484,10 +489,10 @@ inline void issue(fabric_state& f, qp_obj* q) {
       m.view = reinterpret_cast<const std::uint8_t*>(w.sges[0].addr);
     else if (w.is_inline)
       m.payload.assign(w.inline_data.begin(), w.inline_data.end());
-    else if (!direct && q->type == qp_type::rc && !f.as_rxe())
-      m.read_at_delivery = true;  // its WQE holds the buffer until the ACK (read_sender_bytes)
+    else if (!direct && !f.as_rxe())
+      m.read_at_delivery = true;  // its WQE holds the buffer until it arrives (read_sender_bytes)
     else
-      gather_into(w.sges, m.payload);  // UC/UD complete once sent; rxe copies in the post
+      gather_into(w.sges, m.payload);  // delivered in this call; rxe copies in the post
     m.psn = q->next_psn;
     m.npkts = is_atomic(w.op) ? 1 : packets_for(w.length, mtu);
     q->next_psn = (q->next_psn + m.npkts) & psn_mask;
@@ -495,7 +500,7 @@ inline void issue(fabric_state& f, qp_obj* q) {
     w.npkts = m.npkts;
     w.state = send_wqe::phase::issued;
     if (is_read_or_atomic(w.op)) ++reads_in_flight;
-    if (q->type != qp_type::rc) w.state = send_wqe::phase::done;  // UC/UD: complete once sent
+    if (q->type != qp_type::rc && !m.read_at_delivery) w.state = send_wqe::phase::done;  // UC/UD: complete once sent
     sent_any = true;
     if (direct) {
       f.packets += m.npkts;

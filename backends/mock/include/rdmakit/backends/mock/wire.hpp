@@ -85,13 +85,30 @@ inline clock_ns delayed(const fabric_state& f, clock_ns at, std::chrono::nanosec
   return std::min(at + static_cast<clock_ns>(delay.count()), latest);
 }
 
+// A UC or UD message whose bytes were to be read at its arrival (read_sender_bytes), and
+// that a fault hits (lost, held back, duplicated, delayed): its WR was sent, and completes
+// with this post, before the fault's network decides when it arrives; a message that
+// still goes takes its bytes now (one arriving after the completion gave the buffer back
+// would read the program's next data).
+inline void sent_at_post(qp_obj* q, message& m, bool goes) {
+  m.read_at_delivery = false;
+  send_wqe* w = wqe_at(q, m.wqe_seq);
+  if (!w) return;  // (never: transmit's caller, issue(), holds it, its SGEs just checked)
+  if (goes) gather_into(w->sges, m.payload);
+  w->state = send_wqe::phase::done;
+}
+
 /// Puts a message on the wire, applying injected faults. `m` may be left with any
 /// content (its buffer is reused by the next message).
 inline void transmit(fabric_state& f, qp_obj* q, message& m) {
   f.packets += m.npkts;
-  if (RDMAKIT_UNLIKELY(m.length > q->lost_above)) return;  // its packets exceed a link's MTU
+  const bool completes_on_arrival = m.read_at_delivery && m.type != qp_type::rc;
+  if (RDMAKIT_UNLIKELY(m.length > q->lost_above)) {  // its packets exceed a link's MTU
+    if (completes_on_arrival) sent_at_post(q, m, false);
+    return;
+  }
   clock_ns at = f.now + static_cast<clock_ns>(f.cfg.latency.count());
-  bool drop = false, dup = false, hold = false;
+  bool drop = false, dup = false, hold = false, late = false;
   for (auto it = f.faults.begin(); it != f.faults.end();) {
     if (!fault_hits(f, *it, q->qpn, m.npkts)) {
       ++it;
@@ -101,13 +118,17 @@ inline void transmit(fabric_state& f, qp_obj* q, message& m) {
       case fault_kind::drop: drop = true; break;
       case fault_kind::duplicate: dup = true; break;
       case fault_kind::reorder: hold = true; break;
-      case fault_kind::delay: at = delayed(f, at, it->delay); break;
+      case fault_kind::delay:
+        at = delayed(f, at, it->delay);
+        late = true;
+        break;
     }
     if (it->count && --it->count == 0)
       it = f.faults.erase(it);
     else
       ++it;
   }
+  if (completes_on_arrival && (drop || dup || hold || late)) sent_at_post(q, m, !drop);
   if (drop) return;
   // A message that finds one held goes first, as the one it swaps with: held behind a
   // held one, with every message hit (count 0, probability 1), none would ever arrive.
