@@ -1243,7 +1243,8 @@ TEST_CASE("fabric: a UC or UD WR a fault hits completes at its post with the byt
       CAPTURE(kind);
       CAPTURE(t);
       fx_t fx(slow_wire::config());
-      auto [a, b] = fx.make_pair({.type = t});
+      const auto pair = fx.make_pair({.type = t});
+      const auto &a = pair.first, &b = pair.second;
       auto ah = fx.make_ah(fx.loopback_av());
       auto& src = fx.make_buffer(64);
       auto& dst = fx.make_buffer(512);
