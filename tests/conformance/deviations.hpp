@@ -126,6 +126,7 @@ inline constexpr std::string_view send_inv_other_pd = "mw.send_inv_other_pd";
 inline constexpr std::string_view local_inv_on_uc = "mw.local_inv_on_uc";
 inline constexpr std::string_view srq_last_wqe_event = "srq.qp_to_err_last_wqe_reached";
 inline constexpr std::string_view destroyed_qp_completions = "cq.destroyed_qp_completions_left";
+inline constexpr std::string_view send_overflow = "cq.send_completion_lost_to_overflow";
 inline constexpr std::string_view srq_recv_in_srq_pd = "srq.recv_buffer_in_srq_pd";
 inline constexpr std::string_view srq_recv_in_qp_pd = "srq.recv_buffer_in_qp_pd";
 inline constexpr std::string_view srq_ring = "srq.ring_above_max_wr";
@@ -457,6 +458,15 @@ inline constexpr std::array deviation_table{
                   "ibv_destroy_qp(3) cleans them out of the CQ, as mlx5 does: a poll returns none"},
     deviation_row{ids::destroyed_qp_completions, "rxe", {.req = {wc_status::success}},
                   "rxe (kernel 6.1, observed) leaves them: later polls return them, with the destroyed QP's number"},
+    // A send completion lost to a full CQ: the QP, its event, and the next send's completion
+    // once the CQ was polled empty.
+    deviation_row{ids::send_overflow, "spec",
+                  {.req = status_set::nothing(), .stays_rts = tri::no, .async_event = tri::yes},
+                  "IBA C9-218: the QP goes to ERR with an affiliated error (QP_FATAL; mlx5 raises it on every QP "
+                  "of the CQ); C11-37: the CQ takes no more completions (the next send's is lost)"},
+    deviation_row{ids::send_overflow, "rxe", {.req = {wc_status::success}, .stays_rts = tri::yes, .async_event = tri::no},
+                  "rxe (kernel 6.1; rxe_comp.c ignores rxe_cq_post's failure): only the completion that did not fit "
+                  "is lost; the QP stays in RTS and the CQ takes the next completion once it has room"},
     // The sender's completion of SEND_WITH_IMM / RDMA_WRITE_WITH_IMM.
     deviation_row{ids::sender_imm_flag, "spec", {.imm_flag = tri::no},
                   "ibv_poll_cq(3): IBV_WC_WITH_IMM says the receive carries an immediate; the send side has none"},

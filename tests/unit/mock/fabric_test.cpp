@@ -662,6 +662,84 @@ TEST_CASE("fabric: slot_release::on_completion frees unsignaled slots at once, l
   CHECK(fx.drain(a.send_cq, 3).empty());
 }
 
+// ------------------------------------------------------------------ CQ overrun
+
+// A receive completion that finds its CQ full is lost, and its QP goes to ERR (IBA C9-218;
+// the spec profile raises QP_FATAL, rxe 6.1 none) without acknowledging the message: the
+// sender runs out of retries. The QP carried on, and the message was acknowledged.
+TEST_CASE("fabric: a receive completion lost to a full CQ takes its QP to ERR, unacknowledged") {
+  for (auto profile : {rm::device_profile::spec, rm::device_profile::rxe}) {
+    CAPTURE(profile);
+    rm::fabric_config cfg;
+    cfg.profile = profile;
+    fx_t fx(cfg);
+    auto small = fx.make_cq(1);
+    const int cap = B::cq_capacity(small);
+    auto a = fx.make_qp({.caps = {std::uint32_t(cap + 4), 4, 1, 1, 0}, .cqe = 2 * cap + 8});
+    auto b = fx.make_qp({.caps = {4, std::uint32_t(cap + 4), 1, 1, 0}}, fx.make_cq(16), small);
+    link_opts l;
+    l.timeout = 10;
+    l.retry_cnt = 1;
+    fx.connect(a, b, l, l);
+    auto& buf = fx.make_buffer(64);
+    for (int i = 0; i <= cap; ++i) REQUIRE(fx.post_recv(b, 100 + i, {buf.sge(0, 64)}) == 0);
+    for (int i = 0; i <= cap; ++i) REQUIRE(fx.post_send(a, i, opcode::send, {buf.sge(0, 8)}) == 0);
+    const auto sent = fx.poll(a.send_cq, std::size_t(cap) + 1);
+    REQUIRE(sent.size() == std::size_t(cap) + 1);
+    for (int i = 0; i < cap; ++i) CHECK(sent[i].status == wc_status::success);
+    CHECK(sent[cap].status == wc_status::retry_exc_err);  // never acknowledged
+    CHECK(B::query_qp_state(b.qp) == qp_state::err);
+    async_event ev;
+    REQUIRE(B::get_async_event(fx.ctx, 0ms, ev) == 0);
+    CHECK(ev.type == async_event_type::cq_err);
+    const bool fatal = B::get_async_event(fx.ctx, 0ms, ev) == 0;
+    CHECK(fatal == (profile == rm::device_profile::spec));
+    if (fatal) {
+      CHECK(ev.type == async_event_type::qp_fatal);
+      CHECK(ev.qp_num == b.num);
+    }
+    CHECK(fx.drain(small).size() == std::size_t(cap));
+  }
+}
+
+// A CQ that overflowed takes no more completions (IBA C11-37), and a QP that completes
+// into it afterwards goes to ERR with QP_FATAL too, though its completion would fit now.
+// (The CQ took the next completion once polled, and the QP carried on.)
+TEST_CASE("fabric: a CQ that overflowed takes no completion of any of its queue pairs") {
+  fx_t fx;
+  auto small = fx.make_cq(1);
+  const int cap = B::cq_capacity(small);
+  auto a = fx.make_qp({.caps = {std::uint32_t(cap + 4), 4, 1, 1, 0}}, small, fx.make_cq(16));
+  auto c = fx.make_qp({.caps = {4, 4, 1, 1, 0}}, small, fx.make_cq(16));
+  auto b = fx.make_qp({.caps = {4, std::uint32_t(cap + 8), 1, 1, 0}, .cqe = 2 * cap + 16});
+  auto d = fx.make_qp();
+  fx.connect(a, b);
+  fx.connect(c, d);
+  auto& buf = fx.make_buffer(64);
+  for (int i = 0; i <= cap; ++i) REQUIRE(fx.post_recv(b, 100 + i, {buf.sge(0, 64)}) == 0);
+  for (int i = 0; i <= cap; ++i) REQUIRE(fx.post_send(a, i, opcode::send, {buf.sge(0, 8)}) == 0);
+  CHECK(fx.poll(b.recv_cq, std::size_t(cap) + 1).size() == std::size_t(cap) + 1);
+  CHECK(fx.drain(small).size() == std::size_t(cap));  // room again
+  REQUIRE(fx.post_recv(d, 1, {buf.sge(0, 64)}) == 0);
+  REQUIRE(fx.post_send(c, 7, opcode::send, {buf.sge(0, 8)}) == 0);
+  CHECK(fx.poll_one(d.recv_cq).status == wc_status::success);  // the message went
+  CHECK(fx.drain(small).empty());                              // its completion did not come
+  CHECK(B::query_qp_state(a.qp) == qp_state::err);
+  CHECK(B::query_qp_state(c.qp) == qp_state::err);
+  std::vector<async_event_type> got;
+  std::vector<std::uint32_t> qps;
+  for (async_event ev; B::get_async_event(fx.ctx, 0ms, ev) == 0;) {
+    got.push_back(ev.type);
+    qps.push_back(ev.qp_num);
+  }
+  REQUIRE(got.size() == 3);  // one CQ_ERR, then each QP's QP_FATAL
+  CHECK(got[0] == async_event_type::cq_err);
+  CHECK(got[1] == async_event_type::qp_fatal);
+  CHECK(qps[1] == a.num);
+  CHECK(got[2] == async_event_type::qp_fatal);
+  CHECK(qps[2] == c.num);
+}
+
 // ------------------------------------------------------------------ faults, UC/UD
 
 TEST_CASE("fabric: drop on UC and UD -- nothing arrives, the sender sees SUCCESS") {

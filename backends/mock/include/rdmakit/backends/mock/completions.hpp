@@ -25,13 +25,17 @@ inline void raise_async(fabric_state& f, context_obj* c, const async_event& ev) 
   f.cv.notify_all();
 }
 
-/// Adds a CQE; false when the CQ was full (the CQE is lost and CQ_ERR raised).
+/// Adds a CQE; false when it is lost: the CQ was full (CQ_ERR raised) or, on the spec
+/// profile, is in error since it was (IBA C11-37: it takes no more completions; rxe
+/// loses only what does not fit).
 inline bool push_cqe(fabric_state& f, cq_obj* cq, const cq_entry& e, bool solicited) {
-  if (static_cast<int>(cq->entries.size()) >= cq->capacity) {
+  if (RDMAKIT_UNLIKELY(static_cast<int>(cq->entries.size()) >= cq->capacity || cq->overrun)) {
+    if (cq->overrun) return false;
     async_event ev;
     ev.type = async_event_type::cq_err;
     ev.object = cq;
     raise_async(f, cq->ctx, ev);
+    cq->overrun = !f.as_rxe();
     return false;
   }
   cq->entries.push_back() = e;
@@ -57,6 +61,26 @@ inline void retire_front_on_completion(fabric_state& f, qp_obj* q) {
   while (!q->sq.empty() && q->sq.front().reported) q->sq.pop_front();
 }
 
+inline void to_error(fabric_state& f, qp_obj* q);
+
+/// A completion of `q` was lost to its CQ's overrun (push_cqe). IBA C9-218: the QP goes to
+/// ERR with an affiliated error, QP_FATAL (mlx5 raises it for every QP of the CQ; the spec
+/// for each that completes into it), and its flushes are lost with the CQ. rxe (6.1): a
+/// lost receive completion moves its QP to ERR, silently; a lost send completion, nothing.
+inline void lost_completion(fabric_state& f, qp_obj* q, bool send) {
+  if (q->state == qp_state::err || (send && f.as_rxe())) return;
+  if (!f.as_rxe()) {
+    async_event ev;
+    ev.type = async_event_type::qp_fatal;
+    ev.qp_num = q->qpn;
+    ev.object = q;
+    raise_async(f, q->pd->ctx, ev);
+  }
+  to_error(f, q);
+}
+
+/// A send CQE for `w`. When it is lost, `q` may go to ERR here, its flushes retiring WQEs:
+/// the caller finds its place again by sequence number.
 inline void send_cqe(fabric_state& f, qp_obj* q, send_wqe& w, wc_status status) {
   cq_entry e;
   e.wc.wr_id = w.wr_id;
@@ -69,12 +93,19 @@ inline void send_cqe(fabric_state& f, qp_obj* q, send_wqe& w, wc_status status) 
     if (f.as_rxe() && (w.op == opcode::send_with_imm || w.op == opcode::rdma_write_with_imm))
       e.wc.flags = wc_flags::with_imm;
   }
-  e.release_upto = f.cfg.slots == slot_release::on_signaled_poll ? w.seq : 0;
-  if (!push_cqe(f, q->send_cq, e, false)) release_slots(f, q, w.seq);
+  const std::uint64_t seq = w.seq;
+  e.release_upto = f.cfg.slots == slot_release::on_signaled_poll ? seq : 0;
+  if (RDMAKIT_UNLIKELY(!push_cqe(f, q->send_cq, e, false))) {
+    release_slots(f, q, seq);
+    lost_completion(f, q, true);
+  }
 }
 
-inline void recv_cqe(fabric_state& f, qp_obj* q, const cq_entry& e, bool solicited) {
-  push_cqe(f, q->recv_cq, e, solicited);
+/// A receive CQE; false when it is lost to the CQ's overrun (then `q` is in ERR).
+inline bool recv_cqe(fabric_state& f, qp_obj* q, const cq_entry& e, bool solicited) {
+  if (RDMAKIT_LIKELY(push_cqe(f, q->recv_cq, e, solicited))) return true;
+  lost_completion(f, q, false);
+  return false;
 }
 
 inline void flush_recv(fabric_state& f, qp_obj* q, const recv_wqe& r) {

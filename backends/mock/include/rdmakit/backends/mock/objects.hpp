@@ -138,6 +138,8 @@ class cq_obj {
   channel_obj* channel = nullptr;
   int capacity = 0;
   slot_ring<cq_entry> entries;
+  // Spec profile: a completion found it full (IBA C11-37): it takes no more.
+  bool overrun = false;
   bool armed = false;
   bool solicited_only = false;
   std::uint64_t events_delivered = 0;

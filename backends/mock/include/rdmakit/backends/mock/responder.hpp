@@ -266,8 +266,8 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     e.wc.imm_data = m.imm;  // the rkey, host order (ibv_wc::invalidated_rkey)
   }
   e.wc.opcode = wc_opcode::recv;
-  recv_cqe(f, d, e, m.solicited);
-  if (ud) return;
+  // A completion lost to an overrun took the QP to ERR: the message is not acknowledged.
+  if (!recv_cqe(f, d, e, m.solicited) || ud) return;
   advance_psn(d, m);
   if (m.type == qp_type::rc) respond(f, m, response{});
 }
@@ -325,7 +325,7 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
     e.wc.byte_len = m.length;
     e.wc.flags = f.as_rxe() ? wc_flags::with_imm | wc_flags::grh : wc_flags::with_imm;
     e.wc.imm_data = m.imm;
-    recv_cqe(f, d, e, m.solicited);
+    if (!recv_cqe(f, d, e, m.solicited)) return;  // lost to an overrun: the QP is in ERR
   }
   advance_psn(d, m);
   if (m.type == qp_type::rc) respond(f, m, response{});
