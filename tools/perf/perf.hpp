@@ -93,6 +93,8 @@ struct perf_options {
   std::uint16_t cm_port = 18515;
   bool yield_when_idle = false;  ///< both ends share the CPU (mock loopback): yield in spin loops
   bool mock_wrong_rkey = false;  ///< --mock-wrong-rkey: the client names a wrong rkey (its WRs fail)
+  std::chrono::nanoseconds mock_latency{0};  ///< --mock-latency: the mock loopback fabric's one-way wire latency
+  bool mock_rxe = false;                     ///< --mock-profile=rxe: the mock loopback's devices behave as rxe
   /// Mock loopback: set when the other side failed; this side's waits stop on it.
   const std::atomic<bool>* peer_failed = nullptr;
   bool progress = true;
