@@ -1282,8 +1282,15 @@ class runner {
     bw_marks marks;
     clock_type::time_point first{};
     auto last_progress = clock_type::now();
+    // Messages the client sent before its end-of-run message may still be on the wire
+    // after it: UC and UD complete a send at its post. With --mock-latency (0 on a device)
+    // that is milliseconds, and a drain that stopped at the first empty poll counted none
+    // of them; it goes on for two one-way latencies after the end-of-run message.
+    std::optional<clock_type::time_point> drain_until;
     for (bool draining = false;;) {
       const bool fin = finished.load(std::memory_order_acquire);
+      if (fin && !drain_until)
+        drain_until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(2 * o_.mock_latency);
       const int n = fin ? cq_.poll(on_wc) : wait_some(on_wc, std::chrono::milliseconds(100));
       check_failure();
       if (n < 0) throw perf_failure(std::string("polling the CQ failed: ") + std::strerror(-n));
@@ -1308,7 +1315,10 @@ class runner {
         if (!r) throw perf_failure(std::string("couldn't repost receives: ") + r.message());
         consumed[j] = 0;
       }
-      if (draining && n == 0) break;
+      if (draining && n == 0) {
+        if (clock_type::now() >= *drain_until) break;
+        if (o_.yield_when_idle) std::this_thread::yield();
+      }
       if (fin) draining = true;
     }
     if (!marks.v.empty()) {
