@@ -31,8 +31,9 @@ faults_pair run_faults_on_mock(faults_options o, const mock_faults& f, exchange_
   cfg.profile = f.profile;
   cfg.latency = f.latency;
   mock::fabric fab(cfg);
-  // A completion comes up to a round trip later, and a UC or UD message a latency after
-  // its send completed: the client's wait and the server's drain after the client's end
+  // A completion comes up to a round trip later, and a UC or UD message up to a latency
+  // after its send completed (the rxe profile, the default here, completes it at the
+  // post): the client's wait and the server's drain after the client's end
   // grow by four latencies (the options' values are the wire's own otherwise).
   o.stall_timeout = wait_with_latency(o.stall_timeout, f.latency);
   o.grace = wait_with_latency(o.grace, f.latency);

@@ -1283,7 +1283,8 @@ class runner {
     clock_type::time_point first{};
     auto last_progress = clock_type::now();
     // Messages the client sent before its end-of-run message may still be on the wire
-    // after it: UC and UD complete a send at its post. With --mock-latency (0 on a device)
+    // after it: a UC or UD send may complete at its post (the mock's rxe profile, a
+    // message a fault hits; a device once it is sent). With --mock-latency (0 on a device)
     // that is milliseconds, and a drain that stopped at the first empty poll counted none
     // of them; it goes on for two one-way latencies after the end-of-run message.
     std::optional<clock_type::time_point> drain_until;
