@@ -1,7 +1,11 @@
 #pragma once
 // Command-line parsing shared by the tools: one reading of numbers for every option.
+#include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace rdmakit_tools {
@@ -95,6 +99,83 @@ inline std::string decimal_hint(const char* s) {
   double ignored = 0;
   if (!s || !*s || parse_decimal(s, ignored)) return "";
   return ": a decimal number, digits with at most one point (as 0.25), no sign, spaces or exponent";
+}
+
+// ---- --mock-latency and --mock-profile (every tool with a mock loopback) -------------
+
+/// The largest --mock-latency, in microseconds: 1 s one way. A wire is microseconds; more
+/// than this only makes a run wait.
+inline constexpr unsigned long long max_mock_latency_us = 1'000'000;
+
+/// What the tools call --mock-latency in an "invalid <what> "<value>"" message: the unit,
+/// the form and the range, i.e. what to write instead.
+inline constexpr const char* mock_latency_what =
+    "--mock-latency (the mock's one-way wire latency in microseconds: a plain decimal from 0 to 1000000, "
+    "i.e. at most 1 s, as 2 or 0.5)";
+
+/// --mock-latency=<microseconds>: a plain decimal (parse_decimal) from 0 to
+/// max_mock_latency_us, into nanoseconds (rounded). False for anything else.
+inline bool parse_mock_latency(const char* s, std::chrono::nanoseconds& out) {
+  double us = 0;
+  if (!parse_decimal(s, us) || us > static_cast<double>(max_mock_latency_us)) return false;
+  out = std::chrono::nanoseconds(std::llround(us * 1000.0));
+  return true;
+}
+
+/// --mock-profile=spec|rxe: true for either, `rxe` set to which.
+inline bool parse_mock_profile(const char* s, bool& rxe) {
+  if (!s) return false;
+  if (!std::strcmp(s, "spec")) rxe = false;
+  else if (!std::strcmp(s, "rxe")) rxe = true;
+  else return false;
+  return true;
+}
+
+/// A latency as the tools print it: microseconds, the fraction only when there is one
+/// ("20 us", "0.5 us").
+inline std::string format_latency(std::chrono::nanoseconds d) {
+  const long long ns = d.count();
+  std::string s = std::to_string(ns / 1000);
+  if (const long long frac = ns % 1000) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, ".%03lld", frac);
+    std::string f = buf;
+    while (f.back() == '0') f.pop_back();
+    s += f;
+  }
+  return s + " us";
+}
+
+/// A wait for a completion on a mock fabric with `latency`: `wait` plus four one-way
+/// latencies (a round trip to the peer and back, twice over), so a latency the options
+/// allow never makes a sound run report "no completion" (the tools say so in --help).
+template <class Rep, class Period>
+std::chrono::duration<Rep, Period> wait_with_latency(std::chrono::duration<Rep, Period> wait,
+                                                     std::chrono::nanoseconds latency) {
+  using D = std::chrono::duration<Rep, Period>;
+  return wait + std::chrono::ceil<D>(4 * latency);
+}
+
+/// Why an RC run on a mock fabric with `latency` cannot work: a WR's ACK comes a round
+/// trip after it is sent, and a requester that waits for it less than that, over all its
+/// tries (`timeout`: the ACK timeout's exponent, 4.096 us * 2^timeout per try;
+/// `retry_cnt` retries after the first; 7 is endless), fails every WR with a retry
+/// exceeded error. The text after "--mock-latency=<value>: "; empty when the round trip
+/// fits (or the retries are endless). `how`: what the tool lets the user change instead.
+inline std::string rc_latency_refusal(std::chrono::nanoseconds latency, std::uint8_t timeout, std::uint8_t retry_cnt,
+                                      const char* how) {
+  if (retry_cnt >= 7 || timeout == 0 || timeout > 31) return "";
+  const double per_try_ms = 4.096e-3 * static_cast<double>(1ull << timeout);
+  const double budget_ms = per_try_ms * (retry_cnt + 1);
+  const double round_trip_ms = 2e-6 * static_cast<double>(latency.count());
+  if (round_trip_ms < budget_ms) return "";
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "a round trip (%.0f ms) outlasts RC's wait for an ACK (%u tries of %.0f ms, %.0f ms in all): every "
+                "WR would fail with a retry exceeded error; give --mock-latency below %.0f%s%s",
+                round_trip_ms, retry_cnt + 1u, per_try_ms, budget_ms, budget_ms * 500.0, how && *how ? ", " : "",
+                how ? how : "");
+  return buf;
 }
 
 /// The host argument after the options (none: this side is the server) into `host`.

@@ -1,6 +1,7 @@
 #pragma once
 // The scenario of faults.hpp with both ends on one mock fabric in this process (a
 // thread each, exchange over 127.0.0.1) and per-message faults injected into its wire.
+#include "../common/cli.hpp"
 #include "faults.hpp"
 
 #include <rdmakit/backends/mock.hpp>
@@ -13,6 +14,7 @@ struct mock_faults {
   double loss = 0, dup = 0, reorder = 0;  ///< per-message probabilities, for the whole run
   std::uint64_t seed = 1;
   mock::device_profile profile = mock::device_profile::rxe;
+  std::chrono::nanoseconds latency{0};  ///< the fabric's one-way wire latency (--mock-latency)
 };
 
 struct faults_pair {
@@ -27,7 +29,14 @@ faults_pair run_faults_on_mock(faults_options o, const mock_faults& f, exchange_
   mock::fabric_config cfg;
   cfg.seed = f.seed;
   cfg.profile = f.profile;
+  cfg.latency = f.latency;
   mock::fabric fab(cfg);
+  // A completion comes up to a round trip later, and a UC or UD message up to a latency
+  // after its send completed (the rxe profile, the default here, completes it at the
+  // post): the client's wait and the server's drain after the client's end
+  // grow by four latencies (the options' values are the wire's own otherwise).
+  o.stall_timeout = wait_with_latency(o.stall_timeout, f.latency);
+  o.grace = wait_with_latency(o.grace, f.latency);
   // count 0: every message the probability picks, until the end.
   if (f.loss > 0) fab.inject({.kind = mock::fault_kind::drop, .count = 0, .probability = f.loss});
   if (f.dup > 0) fab.inject({.kind = mock::fault_kind::duplicate, .count = 0, .probability = f.dup});

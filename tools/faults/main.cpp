@@ -38,6 +38,7 @@ struct cli {
   double loss = 0, dup = 0, reorder = 0;
   std::uint64_t seed = 1;
   bool spec_profile = false;
+  std::chrono::nanoseconds latency{0};  // --mock-latency
   std::chrono::milliseconds xtimeout{60'000};
 };
 
@@ -59,7 +60,10 @@ void usage(std::FILE* to) {
                "Mock only (refused with -d DEV: on a device, netem on the link makes the faults):\n"
                "  --loss=P --dup=P --reorder=P  per-packet fault probabilities (0..1)\n"
                "  --seed=N                   fabric seed (default 1)\n"
-               "  --profile=rxe|spec         device profile (default rxe)\n"
+               "  --profile=rxe|spec         device profile (default rxe); --mock-profile=rxe|spec is the same\n"
+               "  --mock-latency=US          one-way wire latency in microseconds (a decimal, e.g. 2 or 0.5; at\n"
+               "                             most 1000000; default 0); the client's wait for a completion and the\n"
+               "                             server's drain after the last message grow by 4 latencies\n"
                "  -h, --help                 this text\n");
 }
 
@@ -68,7 +72,7 @@ bool parse_prob(const char* s, double& p) {
 }
 
 int parse(int argc, char** argv, cli& c, bool& help) {
-  enum { o_loss = 1000, o_dup, o_reorder, o_seed, o_profile };
+  enum { o_loss = 1000, o_dup, o_reorder, o_seed, o_profile, o_mock_profile, o_mock_latency };
   static const option longs[] = {
       {"transport", required_argument, nullptr, 'T'}, {"op", required_argument, nullptr, 'o'},
       {"count", required_argument, nullptr, 'n'},     {"size", required_argument, nullptr, 's'},
@@ -78,6 +82,8 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       {"port", required_argument, nullptr, 'p'},      {"loss", required_argument, nullptr, o_loss},
       {"dup", required_argument, nullptr, o_dup},     {"reorder", required_argument, nullptr, o_reorder},
       {"seed", required_argument, nullptr, o_seed},   {"profile", required_argument, nullptr, o_profile},
+      {"mock-profile", required_argument, nullptr, o_mock_profile},
+      {"mock-latency", required_argument, nullptr, o_mock_latency},
       {"help", no_argument, nullptr, 'h'},            {nullptr, 0, nullptr, 0}};
   auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0,
                  const char* hint = nullptr) {
@@ -93,6 +99,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   const char* rc_only = nullptr;  // -t or -R: RC's retransmission, which UC and UD do not have
   bool mtu_given = false;
   const char* mock_option = nullptr;  // the first mock-only option given (refused with -d)
+  const char* latency_arg = nullptr;  // --mock-latency as given
   unsigned long long v = 0;
   int ch;
   while ((ch = getopt_long(argc, argv, "T:o:n:s:w:m:t:R:d:g:p:h", longs, nullptr)) != -1) {
@@ -179,6 +186,18 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         else if (std::strcmp(optarg, "rxe")) return bad("profile (rxe or spec)", optarg);
         if (!mock_option) mock_option = "--profile";
         break;
+      case o_mock_profile: {
+        bool rxe = true;
+        if (!parse_mock_profile(optarg, rxe)) return bad("--mock-profile (rxe or spec)", optarg);
+        c.spec_profile = !rxe;
+        if (!mock_option) mock_option = "--mock-profile";
+        break;
+      }
+      case o_mock_latency:
+        if (!parse_mock_latency(optarg, c.latency)) return bad(mock_latency_what, optarg, 0, 0, decimal_hint(optarg).c_str());
+        latency_arg = optarg;
+        if (!mock_option) mock_option = "--mock-latency";
+        break;
       case 'h': help = true; return 0;
       default: usage(stderr); return 2;
     }
@@ -229,6 +248,15 @@ int parse(int argc, char** argv, cli& c, bool& help) {
                  static_cast<long long>(c.fo.stall_timeout.count() / 1000), max_exp);
     return 2;
   }
+  // A round trip past the ACK timeout's tries fails every WR, loss or not.
+  if (c.transport == qp_type::rc) {
+    if (const std::string why = rc_latency_refusal(c.latency, c.fo.timeout, c.fo.retry_cnt,
+                                                   "or raise -t or -R, or use -T uc or ud");
+        !why.empty()) {
+      std::fprintf(stderr, "rdmakit-faults: --mock-latency=%s: %s\n", latency_arg, why.c_str());
+      return 2;
+    }
+  }
   // The server keeps one slot per message: refuse what it could not allocate.
   constexpr std::uint64_t max_server_bytes = std::uint64_t{1} << 30;
   if (std::uint64_t{c.fo.count} * (c.fo.size + 40) > max_server_bytes) {
@@ -264,7 +292,7 @@ int run_mock(const cli& c) {
     return 2;
   }
   mock_faults f{c.loss, c.dup, c.reorder, c.seed,
-                c.spec_profile ? mock::device_profile::spec : mock::device_profile::rxe};
+                c.spec_profile ? mock::device_profile::spec : mock::device_profile::rxe, c.latency};
   const std::uint16_t port = c.port_given ? c.port : 0;
   faults_pair r;
   switch (c.transport) {

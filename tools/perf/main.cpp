@@ -74,6 +74,10 @@ void usage(const char* argv0, std::FILE* to) {
                "      --no-progress         no progress lines on stderr\n"
                "      --mock-wrong-rkey     mock loopback: the client names an rkey the server never gave, so its\n"
                "                            WRs fail (shows how a failed completion is reported)\n"
+               "      --mock-latency=<us>   mock loopback: one-way wire latency in microseconds (a decimal, e.g. 2\n"
+               "                            or 0.5; at most 1000000; default 0: a WR completes almost at its post);\n"
+               "                            the longest wait for a completion (--timeout) grows by 4 latencies\n"
+               "      --mock-profile=spec|rxe  mock loopback: the device profile (default spec)\n"
                "  -h, --help                this text\n",
                argv0, argv0, max_post_list);
 }
@@ -111,7 +115,8 @@ int fail(const char* argv0, const std::string& msg) {
 }
 
 int parse(int argc, char** argv, cli& c) {
-  enum { o_json = 1000, o_mock, o_timeout, o_accept, o_signal, o_transport, o_noprog, o_srq, o_wrong_rkey };
+  enum { o_json = 1000, o_mock, o_timeout, o_accept, o_signal, o_transport, o_noprog, o_srq, o_wrong_rkey,
+         o_mock_latency, o_mock_profile };
   static const option longs[] = {
       {"size", required_argument, nullptr, 's'},        {"iters", required_argument, nullptr, 'n'},
       {"duration", required_argument, nullptr, 'D'},    {"tx-depth", required_argument, nullptr, 't'},
@@ -128,6 +133,8 @@ int parse(int argc, char** argv, cli& c) {
       {"use_srq", no_argument, nullptr, o_srq},         {"use-srq", no_argument, nullptr, o_srq},
       {"rdma_cm", no_argument, nullptr, 'R'},           {"rdma-cm", no_argument, nullptr, 'R'},
       {"mock-wrong-rkey", no_argument, nullptr, o_wrong_rkey},
+      {"mock-latency", required_argument, nullptr, o_mock_latency},
+      {"mock-profile", required_argument, nullptr, o_mock_profile},
       {"help", no_argument, nullptr, 'h'},              {nullptr, 0, nullptr, 0}};
   const char* me = argv[0];
   auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0,
@@ -140,6 +147,8 @@ int parse(int argc, char** argv, cli& c) {
        atomic_given = false, rx_given = false;
   bool duration_given = false;
   bool manual = false;
+  const char* mock_option = nullptr;  // the first of --mock-latency and --mock-profile given
+  std::string mock_latency_arg;
   unsigned long long v = 0;
   int ch;
   while ((ch = getopt_long(argc, argv, "s:n:D:t:r:Q:l:I:eq:c:A:d:i:x:m:p:Rh", longs, nullptr)) != -1) {
@@ -254,6 +263,16 @@ int parse(int argc, char** argv, cli& c) {
       case o_noprog: c.o.progress = false; break;
       case o_srq: c.o.use_srq = true; break;
       case o_wrong_rkey: c.o.mock_wrong_rkey = true; break;
+      case o_mock_latency:
+        if (!rdmakit_tools::parse_mock_latency(optarg, c.o.mock_latency))
+          return bad(rdmakit_tools::mock_latency_what, optarg, 0, 0, rdmakit_tools::decimal_hint(optarg).c_str());
+        mock_latency_arg = optarg;
+        if (!mock_option) mock_option = "--mock-latency";
+        break;
+      case o_mock_profile:
+        if (!rdmakit_tools::parse_mock_profile(optarg, c.o.mock_rxe)) return bad("--mock-profile (spec or rxe)", optarg);
+        if (!mock_option) mock_option = "--mock-profile";
+        break;
       case 'R': c.o.rdma_cm = true; break;
       case 'h': c.help = true; return 0;
       default:  // getopt said which option and what was wrong with it
@@ -429,6 +448,22 @@ int parse(int argc, char** argv, cli& c) {
   if (o.mock_wrong_rkey && !c.mock)
     return fail(me, "--mock-wrong-rkey makes the mock loopback's client fail; on a device (-d " + o.device +
                         ") leave it out");
+  if (mock_option && !c.mock)
+    return fail(me, std::string(mock_option) + " is for the mock loopback (no -d, or --mock): on a device (-d " +
+                        o.device + ") the wire and the device are the real ones; drop " + mock_option +
+                        ", or drop -d to run on the mock");
+  // (The client alone opens mock1 of the process default fabric, whose settings are fixed.)
+  if (mock_option && !c.e.host.empty())
+    return fail(me, std::string(mock_option) + " with a host (" + c.e.host + "): it sets the fabric of the mock "
+                        "loopback, which runs both ends in this process; drop the host");
+  // -R: the mock's connection manager gives the QPs an ACK timeout of 2.1 s per try, longer
+  // than any round trip --mock-latency allows; the TCP exchange connects with the defaults.
+  if (!o.rdma_cm) {
+    const connect_options co;
+    const std::string why =
+        rdmakit_tools::rc_latency_refusal(o.mock_latency, co.timeout, co.retry_cnt, "or use -c UC or UD, or -R");
+    if (o.transport == qp_type::rc && !why.empty()) return fail(me, "--mock-latency=" + mock_latency_arg + ": " + why);
+  }
   return 0;
 }
 

@@ -93,6 +93,8 @@ struct perf_options {
   std::uint16_t cm_port = 18515;
   bool yield_when_idle = false;  ///< both ends share the CPU (mock loopback): yield in spin loops
   bool mock_wrong_rkey = false;  ///< --mock-wrong-rkey: the client names a wrong rkey (its WRs fail)
+  std::chrono::nanoseconds mock_latency{0};  ///< --mock-latency: the mock loopback fabric's one-way wire latency
+  bool mock_rxe = false;                     ///< --mock-profile=rxe: the mock loopback's devices behave as rxe
   /// Mock loopback: set when the other side failed; this side's waits stop on it.
   const std::atomic<bool>* peer_failed = nullptr;
   bool progress = true;
@@ -1280,8 +1282,16 @@ class runner {
     bw_marks marks;
     clock_type::time_point first{};
     auto last_progress = clock_type::now();
+    // Messages the client sent before its end-of-run message may still be on the wire
+    // after it: a UC or UD send may complete at its post (the mock's rxe profile, a
+    // message a fault hits; a device once it is sent). With --mock-latency (0 on a device)
+    // that is milliseconds, and a drain that stopped at the first empty poll counted none
+    // of them; it goes on for two one-way latencies after the end-of-run message.
+    std::optional<clock_type::time_point> drain_until;
     for (bool draining = false;;) {
       const bool fin = finished.load(std::memory_order_acquire);
+      if (fin && !drain_until)
+        drain_until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(2 * o_.mock_latency);
       const int n = fin ? cq_.poll(on_wc) : wait_some(on_wc, std::chrono::milliseconds(100));
       check_failure();
       if (n < 0) throw perf_failure(std::string("polling the CQ failed: ") + std::strerror(-n));
@@ -1306,7 +1316,10 @@ class runner {
         if (!r) throw perf_failure(std::string("couldn't repost receives: ") + r.message());
         consumed[j] = 0;
       }
-      if (draining && n == 0) break;
+      if (draining && n == 0) {
+        if (clock_type::now() >= *drain_until) break;
+        if (o_.yield_when_idle) std::this_thread::yield();
+      }
       if (fin) draining = true;
     }
     if (!marks.v.empty()) {

@@ -1,4 +1,5 @@
 // rdmakit-perf on the mock backend: both ends in one process.
+#include "../common/cli.hpp"
 #include "dispatch.hpp"
 #include "sides.hpp"
 
@@ -25,7 +26,10 @@ int run_mock_loopback(const perf_options& o, const endpoint_options& e) {
     print_report(r, so, "mock", "client");
     return 0;
   }
-  mock::fabric fab;  // both ends open their devices from it, explicitly
+  mock::fabric_config cfg;
+  cfg.latency = o.mock_latency;
+  cfg.profile = o.mock_rxe ? mock::device_profile::rxe : mock::device_profile::spec;
+  mock::fabric fab(cfg);  // both ends open their devices from it, explicitly
   exchange_options xo;
   xo.timeout = o.timeout;
   // One listener serves the setup and the end-of-run message, which comes after the
@@ -36,6 +40,7 @@ int run_mock_loopback(const perf_options& o, const endpoint_options& e) {
   const auto lb = rdmakit_tools::run_loopback(port, xo, [&](bool is_server, const exchange_fn& ex,
                                                              const rdmakit_tools::loopback_control& ctl) {
     perf_options so = o;
+    so.timeout = rdmakit_tools::wait_with_latency(o.timeout, o.mock_latency);  // each wait: a round trip more, twice
     so.peer_failed = ctl.peer_failed;
     so.server = is_server;
     so.device = is_server ? "mock0" : "mock1";
@@ -50,9 +55,15 @@ int run_mock_loopback(const perf_options& o, const endpoint_options& e) {
   });
   const std::string where = "127.0.0.1:" + std::to_string(lb.port);
   if (lb.ok()) {
-    if (!o.json)
-      std::printf("mock loopback: client mock1 -> server mock0, %s\n",
-                  o.rdma_cm ? "connected through the mock's connection manager (-R)" : ("exchange over " + where).c_str());
+    if (!o.json) {
+      // The fabric's settings only when not the defaults (the line is otherwise as it was).
+      std::string fabric_note;
+      if (o.mock_latency.count()) fabric_note += ", wire latency " + rdmakit_tools::format_latency(o.mock_latency);
+      if (o.mock_rxe) fabric_note += ", rxe profile";
+      std::printf("mock loopback: client mock1 -> server mock0, %s%s\n",
+                  o.rdma_cm ? "connected through the mock's connection manager (-R)" : ("exchange over " + where).c_str(),
+                  fabric_note.c_str());
+    }
     if (!server.note.empty()) client.note = server.note;
     // A SEND is counted where it arrives too, as perftest's receiver reports: UC and UD
     // drop one that finds no receive, and their sender completes it all the same (the

@@ -42,6 +42,10 @@ struct cli {
   std::uint16_t port = pingpong_port;
   std::string host;
   exchange_options xo;
+  std::chrono::nanoseconds mock_latency{0};  ///< --mock-latency: the mock fabric's one-way wire latency
+  std::string mock_latency_arg;              ///< as given
+  bool mock_rxe = false;                     ///< --mock-profile=rxe
+  const char* mock_option = nullptr;         ///< the first of them given (refused with a device)
 };
 
 void usage(const char* argv0, std::FILE* to) {
@@ -74,6 +78,10 @@ void usage(const char* argv0, std::FILE* to) {
                "                         any completion (default 10000); the client retries a\n"
                "                         refused connection that long\n"
                "      --accept-timeout=<ms>  how long the server waits for a client (default 120000)\n"
+               "      --mock-latency=<us>  mock loopback: one-way wire latency in microseconds (a decimal,\n"
+               "                         e.g. 2 or 0.5; at most 1000000; default 0: a WR completes almost at\n"
+               "                         its post); the wait for a completion (--timeout) grows by 4 latencies\n"
+               "      --mock-profile=spec|rxe  mock loopback: the device profile (default spec)\n"
                "  -h, --help             this text\n"
                "\n"
                "Not supported (ibv_*_pingpong options): -o/--odp, -O/--iodp, -P/--prefetch,\n"
@@ -98,7 +106,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   c.transport = transport_from_name(argv[0]);
   c.xo.format = wire_format::pingpong;
   c.xo.accept_timeout = std::chrono::milliseconds{120'000};
-  enum { opt_timeout = 1000, opt_accept_timeout };
+  enum { opt_timeout = 1000, opt_accept_timeout, opt_mock_latency, opt_mock_profile };
   static const option longs[] = {
       {"port", required_argument, nullptr, 'p'},      {"ib-dev", required_argument, nullptr, 'd'},
       {"ib-port", required_argument, nullptr, 'i'},   {"size", required_argument, nullptr, 's'},
@@ -108,6 +116,8 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       {"chk", no_argument, nullptr, 'c'},             {"transport", required_argument, nullptr, 'T'},
       {"wire", required_argument, nullptr, 'W'},      {"timeout", required_argument, nullptr, opt_timeout},
       {"accept-timeout", required_argument, nullptr, opt_accept_timeout},
+      {"mock-latency", required_argument, nullptr, opt_mock_latency},
+      {"mock-profile", required_argument, nullptr, opt_mock_profile},
       {"help", no_argument, nullptr, 'h'},            {"odp", no_argument, nullptr, 'o'},
       {"iodp", no_argument, nullptr, 'O'},            {"prefetch", no_argument, nullptr, 'P'},
       {"ts", no_argument, nullptr, 't'},              {"dm", no_argument, nullptr, 'j'},
@@ -183,6 +193,16 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         if (!parse_uint(optarg, 86'400'000, v) || v < 1) return bad("accept timeout (ms)", optarg, 1, 86'400'000);
         c.xo.accept_timeout = std::chrono::milliseconds(v);
         break;
+      case opt_mock_latency:
+        if (!parse_mock_latency(optarg, c.mock_latency)) return bad(mock_latency_what, optarg, 0, 0,
+                                                                    decimal_hint(optarg).c_str());
+        c.mock_latency_arg = optarg;
+        if (!c.mock_option) c.mock_option = "--mock-latency";
+        break;
+      case opt_mock_profile:
+        if (!parse_mock_profile(optarg, c.mock_rxe)) return bad("--mock-profile (spec or rxe)", optarg);
+        if (!c.mock_option) c.mock_option = "--mock-profile";
+        break;
       case 'h': help = true; return 0;
       case 'o': case 'O': case 'P': case 't': case 'j': case 'N':
         std::fprintf(stderr, "%s: option -%c is not supported by rdmakit-pingpong (see --help)\n", argv[0], ch);
@@ -211,6 +231,21 @@ int parse(int argc, char** argv, cli& c, bool& help) {
     return 1;
   }
   if (!c.size_given && c.transport == qp_type::ud) c.pp.size = 1024;
+  // The mock's options on a device would be dropped without a word.
+  if (c.mock_option && !c.pp.device.empty() && c.pp.device != "mock") {
+    std::fprintf(stderr, "%s: %s is for the mock loopback (no -d, or -d mock): on a device (-d %s) the wire and the "
+                         "device are the real ones; drop %s, or drop -d to run on the mock\n",
+                 argv[0], c.mock_option, c.pp.device.c_str(), c.mock_option);
+    return 1;
+  }
+  if (c.transport == qp_type::rc) {
+    const connect_options co;  // run_pingpong's ACK timeout and retry count
+    if (const std::string why = rc_latency_refusal(c.mock_latency, co.timeout, co.retry_cnt, "or use -T uc or ud");
+        !why.empty()) {
+      std::fprintf(stderr, "%s: --mock-latency=%s: %s\n", argv[0], c.mock_latency_arg.c_str(), why.c_str());
+      return 1;
+    }
+  }
   c.pp.server = c.host.empty();
   return 0;
 }
@@ -247,20 +282,28 @@ int run_mock_loopback(const cli& c) {
                  c.pp.device.empty() ? "without -d" : "with -d mock", c.host.c_str());
     return 1;
   }
-  mock::fabric fab;  // both ends open their devices from it, explicitly
+  mock::fabric_config cfg;
+  cfg.latency = c.mock_latency;
+  cfg.profile = c.mock_rxe ? mock::device_profile::rxe : mock::device_profile::spec;
+  mock::fabric fab(cfg);  // both ends open their devices from it, explicitly
   std::string out[2];  // server, client
   int rc[2] = {1, 1};
   const std::uint16_t port = c.port_given ? c.port : 0;
   const auto lb = rdmakit_tools::run_loopback(port, c.xo, [&](bool is_server, const exchange_fn& ex) {
     printer p(&out[is_server ? 0 : 1]);
     pingpong_options o = c.pp;
+    o.stall_timeout = wait_with_latency(o.stall_timeout, c.mock_latency);
     o.server = is_server;
     o.device = is_server ? "mock0" : "mock1";
     rc[is_server ? 0 : 1] =
         dispatch<backends::mock, yielding_poll<>>(o, c.transport, ex, p, device<backends::mock>(fab, o.device));
   });
-  std::printf("mock loopback, %s, exchange over 127.0.0.1:%u (%s format)\n", transport_name(c.transport), lb.port,
-              c.xo.format == wire_format::pingpong ? "ibv_*_pingpong" : "rdmakit");
+  // The fabric's settings only when not the defaults (the line is otherwise as it was).
+  std::string fabric_note;
+  if (c.mock_latency.count()) fabric_note += ", wire latency " + format_latency(c.mock_latency);
+  if (c.mock_rxe) fabric_note += ", rxe profile";
+  std::printf("mock loopback, %s, exchange over 127.0.0.1:%u (%s format)%s\n", transport_name(c.transport), lb.port,
+              c.xo.format == wire_format::pingpong ? "ibv_*_pingpong" : "rdmakit", fabric_note.c_str());
   const rdmakit_tools::loopback_side* sides[2] = {&lb.server, &lb.client};
   for (int i = 0; i < 2; ++i) {
     std::printf("[%s]\n%s", i == 0 ? "server mock0" : "client mock1", out[i].c_str());

@@ -53,7 +53,10 @@ void usage(const char* argv0, std::FILE* to) {
                "rdmakit options:\n"
                "\t--mock\t\tboth ends in this process on a mock fabric (needs -C; with -P: two clients in a row)\n"
                "\t--ib-dev=dev\tthe RDMA device (default: the one the address is on; not with --mock)\n"
-               "\t--timeout=ms\tbound on each wait (default 10000)\n"
+               "\t--timeout=ms\tbound on each wait (default 10000; with --mock-latency, 4 latencies more)\n"
+               "\t--mock-latency=us  with --mock: one-way wire latency in microseconds (a decimal, e.g. 2 or 0.5;\n"
+               "\t\t\tat most 1000000; default 0)\n"
+               "\t--mock-profile=spec|rxe  with --mock: the device profile (default spec)\n"
                "\t-h, --help\tthis text\n",
                argv0, argv0, rping_min_size, rping_max_size);
 }
@@ -131,8 +134,13 @@ int main(int argc, char** argv) {
   static const option longs[] = {{"mock", no_argument, nullptr, 'M'},
                                  {"ib-dev", required_argument, nullptr, 'D'},
                                  {"timeout", required_argument, nullptr, 'T'},
+                                 {"mock-latency", required_argument, nullptr, 1000},
+                                 {"mock-profile", required_argument, nullptr, 1001},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
+  std::chrono::nanoseconds latency{0};  // --mock-latency
+  bool rxe = false;                     // --mock-profile=rxe
+  const char* mock_option = nullptr;    // the first of them given (they need --mock)
   int op;
   unsigned long long v = 0;
   while ((op = getopt_long(argc, argv, "a:I:Pp:C:S:t:scvVdqh", longs, nullptr)) != -1) {
@@ -196,6 +204,21 @@ int main(int argc, char** argv) {
         }
         o.timeout = std::chrono::milliseconds{v};
         break;
+      case 1000:
+        if (!parse_mock_latency(optarg, latency)) {
+          std::fprintf(stderr, "rdmakit-rping: invalid %s '%s'%s\n", mock_latency_what, optarg,
+                       decimal_hint(optarg).c_str());
+          return 1;
+        }
+        if (!mock_option) mock_option = "--mock-latency";
+        break;
+      case 1001:
+        if (!parse_mock_profile(optarg, rxe)) {
+          std::fprintf(stderr, "rdmakit-rping: invalid --mock-profile '%s' (spec or rxe)\n", optarg);
+          return 1;
+        }
+        if (!mock_option) mock_option = "--mock-profile";
+        break;
       case 'h': usage(argv[0], stdout); return 0;
       case 'q': o.self_qp = true; break;
       case 't':
@@ -214,6 +237,13 @@ int main(int argc, char** argv) {
                  ib_dev.c_str());
     return 1;
   }
+  if (mock_option && !mock) {
+    std::fprintf(stderr, "rdmakit-rping: %s sets the fabric of --mock (both ends in this process on the mock): "
+                         "on a device%s%s the wire and the device are the real ones; add --mock, or drop %s\n",
+                 mock_option, ib_dev.empty() ? "" : " (--ib-dev ", ib_dev.empty() ? "" : (ib_dev + ")").c_str(),
+                 mock_option);
+    return 1;
+  }
   o.addr.port = port;
   try {
     if (mock) {
@@ -230,7 +260,13 @@ int main(int argc, char** argv) {
                      o.source.to_string().c_str());
         return 1;
       }
-      mock::fabric fab;
+      // The mock CM connects with an ACK timeout of 2.1 s per try (19): longer than any
+      // round trip --mock-latency allows, so no latency fails a WR's retries.
+      mock::fabric_config cfg;
+      cfg.latency = latency;
+      cfg.profile = rxe ? mock::device_profile::rxe : mock::device_profile::spec;
+      mock::fabric fab(cfg);
+      o.timeout = wait_with_latency(o.timeout, latency);  // each wait: a round trip more, twice
       using B = backends::mock;
       rping_side<B> srv(device<B>(fab, "mock0"), o);
       cm_listener<B> l(device<B>(fab, "mock0"), cm_address::parse("10.0.0.1", port));

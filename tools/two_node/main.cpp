@@ -35,6 +35,8 @@ struct cli {
   std::string host;
   bool spec_profile = false;
   bool list = false;
+  std::chrono::nanoseconds latency{0};  // --mock-latency
+  const char* mock_option = nullptr;    // the first of --mock-latency and --mock-profile given
 };
 
 void usage(std::FILE* to) {
@@ -50,16 +52,22 @@ void usage(std::FILE* to) {
                "  -l, --list            print the scenario names and exit\n"
                "  --profile=rxe|spec    the deviation table's rows to expect (default rxe); on the mock\n"
                "                        also the device profile it runs as\n"
+               "  --mock-profile=rxe|spec  mock only: the device profile it runs as, and the rows to expect\n"
+               "                        (--profile on the mock; refused with -d, where --profile says the rows)\n"
+               "  --mock-latency=US     mock only: one-way wire latency in microseconds (a decimal, e.g. 2 or\n"
+               "                        0.5; at most 1000000; default 0); -w grows by 4 latencies\n"
                "  -h, --help            this text\n");
 }
 
 int parse(int argc, char** argv, cli& c, bool& help) {
-  enum { o_profile = 1000 };
+  enum { o_profile = 1000, o_mock_profile, o_mock_latency };
   static const option longs[] = {
       {"ib-dev", required_argument, nullptr, 'd'}, {"ib-port", required_argument, nullptr, 'i'},
       {"gid-idx", required_argument, nullptr, 'g'}, {"port", required_argument, nullptr, 'p'},
       {"only", required_argument, nullptr, 's'},   {"wait", required_argument, nullptr, 'w'},
       {"list", no_argument, nullptr, 'l'},         {"profile", required_argument, nullptr, o_profile},
+      {"mock-profile", required_argument, nullptr, o_mock_profile},
+      {"mock-latency", required_argument, nullptr, o_mock_latency},
       {"help", no_argument, nullptr, 'h'},         {nullptr, 0, nullptr, 0}};
   auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0,
                  const char* hint = nullptr) {
@@ -68,6 +76,7 @@ int parse(int argc, char** argv, cli& c, bool& help) {
     return 2;
   };
   unsigned long long v = 0;
+  const char* latency_arg = nullptr;  // --mock-latency as given
   int ch;
   while ((ch = getopt_long(argc, argv, "d:i:g:p:s:w:lh", longs, nullptr)) != -1) {
     switch (ch) {
@@ -106,11 +115,44 @@ int parse(int argc, char** argv, cli& c, bool& help) {
         if (!std::strcmp(optarg, "spec")) c.spec_profile = true;
         else if (std::strcmp(optarg, "rxe")) return bad("profile (rxe or spec)", optarg);
         break;
+      case o_mock_profile: {
+        bool rxe = true;
+        if (!parse_mock_profile(optarg, rxe)) return bad("--mock-profile (rxe or spec)", optarg);
+        c.spec_profile = !rxe;
+        if (!c.mock_option) c.mock_option = "--mock-profile";
+        break;
+      }
+      case o_mock_latency:
+        if (!parse_mock_latency(optarg, c.latency)) return bad(mock_latency_what, optarg, 0, 0, decimal_hint(optarg).c_str());
+        latency_arg = optarg;
+        if (!c.mock_option) c.mock_option = "--mock-latency";
+        break;
       case 'h': help = true; return 0;
       default: usage(stderr); return 2;
     }
   }
   if (!take_host("rdmakit-two-node", argc, argv, optind, c.host)) return 2;
+  if (c.mock_option && !c.o.device.empty() && c.o.device != "mock") {
+    std::fprintf(stderr,
+                 "rdmakit-two-node: %s is for the mock (no -d): on a device (-d %s) the wire and the device are the "
+                 "real ones; drop %s%s, or drop -d to run on the mock\n",
+                 c.mock_option, c.o.device.c_str(), c.mock_option,
+                 std::strcmp(c.mock_option, "--mock-profile") ? "" : " (--profile says which deviation rows to expect there)");
+    return 2;
+  }
+  // The RC scenarios connect with the default ACK timeout and retry count (the peer-gone
+  // ones expect their retries to run out: they do, latency or not).
+  bool any_rc = false;
+  for (const auto& s : two_node_scenarios())
+    any_rc = any_rc || (s.name.rfind("rc.", 0) == 0 && (c.o.only.empty() || s.name.find(c.o.only) != std::string::npos));
+  if (any_rc) {
+    const connect_options co;
+    if (const std::string why = rc_latency_refusal(c.latency, co.timeout, co.retry_cnt, "or --only uc. or ud.");
+        !why.empty() && !c.list) {
+      std::fprintf(stderr, "rdmakit-two-node: --mock-latency=%s: %s\n", latency_arg, why.c_str());
+      return 2;
+    }
+  }
   if (c.list && !c.host.empty()) {
     std::fprintf(stderr, "rdmakit-two-node: -l only prints the scenario names: drop the host (%s), or -l to run\n",
                  c.host.c_str());
@@ -153,12 +195,16 @@ int run_mock(const cli& c) {
     return 2;
   }
   const auto p = c.spec_profile ? mock::device_profile::spec : mock::device_profile::rxe;
-  const auto r = run_two_node_on_mock(c.o, p, {}, c.port_given ? c.port : 0);
+  two_node_options o = c.o;
+  o.wait = wait_with_latency(o.wait, c.latency);  // a completion may come a round trip later, twice over
+  const auto r = run_two_node_on_mock(o, p, {}, c.port_given ? c.port : 0, c.latency);
   for (const auto& x : r.server) std::printf("%s\n", x.line().c_str());
   // The two sides agree on PASS/FAIL; the client's reasons complete the server's.
   for (std::size_t i = 0; i < r.client.size(); ++i)
     if (!r.client[i].pass) std::printf("  client: %s\n", r.client[i].line().c_str());
-  return summary(r.server, c.spec_profile ? "mock, spec profile" : "mock, rxe profile");
+  std::string who = c.spec_profile ? "mock, spec profile" : "mock, rxe profile";
+  if (c.latency.count()) who += ", wire latency " + format_latency(c.latency);  // only when not the default
+  return summary(r.server, who.c_str());
 }
 
 #if RDMAKIT_HAVE_IBVERBS

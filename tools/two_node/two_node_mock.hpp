@@ -15,12 +15,13 @@ struct two_node_pair {
 };
 
 /// Both sides; `setup` may inject faults into the fabric before the run; `port`: the
-/// loopback's TCP port (0: an ephemeral one).
+/// loopback's TCP port (0: an ephemeral one); `latency`: the fabric's one-way wire latency.
 inline two_node_pair run_two_node_on_mock(two_node_options o, mock::device_profile profile,
                                           const std::function<void(mock::fabric&)>& setup = {},
-                                          std::uint16_t port = 0) {
+                                          std::uint16_t port = 0, std::chrono::nanoseconds latency = {}) {
   mock::fabric_config cfg;
   cfg.profile = profile;
+  cfg.latency = latency;
   mock::fabric fab(cfg);
   if (setup) setup(fab);
   o.profile = profile == mock::device_profile::rxe ? "rxe" : "spec";
