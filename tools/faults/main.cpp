@@ -220,9 +220,9 @@ int parse(int argc, char** argv, cli& c, bool& help) {
   // On a device the link's faults are netem's: a run would go on without the mock's.
   if (mock_option && !c.fo.device.empty() && c.fo.device != "mock") {
     std::fprintf(stderr,
-                 "rdmakit-faults: %s is for the mock (no -d): on a device (-d %s) the faults are the link's; put "
-                 "netem on it (tests/rxe/netem.sh), or drop -d to run on the mock\n",
-                 mock_option, c.fo.device.c_str());
+                 "rdmakit-faults: %s is for the mock (no -d): on a device (-d %s) the faults%s are the link's; "
+                 "put netem on it (tests/rxe/netem.sh), or drop -d to run on the mock\n",
+                 mock_option, c.fo.device.c_str(), c.latency.count() ? " and the latency" : "");
     return 2;
   }
   // 0 switches the requester's ACK timer off: a lost last packet is never sent again, and
