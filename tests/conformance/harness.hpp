@@ -108,9 +108,22 @@ struct backend_traits<rdmakit::backends::mock> {
     FAIL("RDMAKIT_MOCK_PROFILE=" << std::string(p) << " is not a device profile: use spec or rxe");
     return "spec";
   }
+  /// The fabric's one-way wire latency: RDMAKIT_MOCK_LATENCY_US=<microseconds>, else 0.
+  /// The scenarios hold with a latency, as on a device: an RC WR completes a round trip
+  /// after its post, and a SEND's or WRITE's bytes are read when its message arrives.
+  static std::chrono::microseconds latency() {
+    const char* l = std::getenv("RDMAKIT_MOCK_LATENCY_US");
+    if (!l) return {};
+    char* end = nullptr;
+    const long us = std::strtol(l, &end, 10);
+    if (end == l || *end || us < 0 || us > 1'000'000)
+      FAIL("RDMAKIT_MOCK_LATENCY_US=" << std::string(l) << " is not a latency: microseconds, 0 to 1000000");
+    return std::chrono::microseconds(us);
+  }
   static rdmakit::mock::fabric_config profile_config() {
     rdmakit::mock::fabric_config c;
     c.profile = profile() == "rxe" ? rdmakit::mock::device_profile::rxe : rdmakit::mock::device_profile::spec;
+    c.latency = latency();
     return c;
   }
   /// A fresh fabric per scenario, so no state leaks from one to the next.
