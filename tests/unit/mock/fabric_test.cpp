@@ -702,6 +702,79 @@ TEST_CASE("fabric: a receive completion lost to a full CQ takes its QP to ERR, u
   }
 }
 
+// A receive that fails (too small; a WRITE with immediate naming a bad rkey) and whose
+// completion is lost to a full CQ: the QP goes to ERR for the lost completion, and the
+// message is answered no more than a good one would be (the sender runs out of retries),
+// with one affiliated error. The NAK went out from the QP in ERR, and the bad rkey raised
+// QP_ACCESS_ERR after QP_FATAL (audit 22, F2).
+TEST_CASE("fabric: a failed receive whose completion is lost to a full CQ is not answered") {
+  for (int what = 0; what < 2; ++what) {  // a receive too small; WRITE_WITH_IMM with a bad rkey
+    CAPTURE(what);
+    fx_t fx;
+    auto small = fx.make_cq(1);
+    const int cap = B::cq_capacity(small);
+    auto a = fx.make_qp({.caps = {std::uint32_t(cap + 4), 4, 1, 1, 0}, .cqe = 2 * cap + 8});
+    auto b = fx.make_qp({.caps = {4, std::uint32_t(cap + 4), 1, 1, 0}}, fx.make_cq(16), small);
+    link_opts l;
+    l.timeout = 10;
+    l.retry_cnt = 1;
+    fx.connect(a, b, l, l);
+    auto& buf = fx.make_buffer(256);
+    for (int i = 0; i < cap; ++i) REQUIRE(fx.post_recv(b, 100 + i, {buf.sge(0, 64)}) == 0);
+    for (int i = 0; i < cap; ++i) REQUIRE(fx.post_send(a, i, opcode::send, {buf.sge(0, 8)}) == 0);
+    REQUIRE(fx.poll(a.send_cq, std::size_t(cap)).size() == std::size_t(cap));  // b's CQ is full
+    REQUIRE(fx.post_recv(b, 200, {buf.sge(0, what == 0 ? 4 : 64)}) == 0);
+    if (what == 0)
+      REQUIRE(fx.post_send(a, 50, opcode::send, {buf.sge(0, 8)}) == 0);
+    else
+      REQUIRE(fx.post_rdma(a, 50, opcode::rdma_write_with_imm, buf.sge(0, 8), buf.addr(0), buf.rkey() ^ 0x100) == 0);
+    CHECK(fx.poll_one(a.send_cq).status == wc_status::retry_exc_err);
+    CHECK(B::query_qp_state(b.qp) == qp_state::err);
+    std::vector<async_event_type> b_events;
+    for (async_event ev; B::get_async_event(fx.ctx, 0ms, ev) == 0;)
+      if (ev.qp_num == b.num) b_events.push_back(ev.type);
+    CHECK(b_events == std::vector<async_event_type>{async_event_type::qp_fatal});
+  }
+}
+
+// A post list [BIND_MW, SEND] whose BIND_MW completion is lost to a full CQ: the QP goes
+// to ERR in the post and the SEND behind it flushes, so it is not sent, with or without a
+// latency. Without one it went out on the one-message path all the same (audit 22, F3).
+TEST_CASE("fabric: a SEND flushed in its own post by a lost completion ahead of it is not sent") {
+  for (int us : {0, 1}) {
+    CAPTURE(us);
+    rm::fabric_config cfg;
+    cfg.latency = std::chrono::microseconds(us);
+    fx_t fx(cfg);
+    auto scq = fx.make_cq(1);
+    const int cap = B::cq_capacity(scq);
+    auto a = fx.make_qp({.type = qp_type::uc, .caps = {std::uint32_t(cap + 4), 4, 1, 1, 0}}, scq, fx.make_cq(16));
+    auto b = fx.make_qp({.type = qp_type::uc, .caps = {4, std::uint32_t(cap + 4), 1, 1, 0}});
+    fx.connect(a, b);
+    auto& src = fx.make_buffer(64);
+    auto& dst = fx.make_buffer(64 * (cap + 2));
+    auto& region = fx.make_buffer(4096, access::local_write | access::remote_write | access::mw_bind);
+    for (int i = 0; i < cap + 1; ++i) REQUIRE(fx.post_recv(b, 100 + i, {dst.sge(64 * i, 64)}) == 0);
+    for (int i = 0; i < cap; ++i) REQUIRE(fx.post_send(a, i, opcode::send, {src.sge(0, 8)}) == 0);
+    REQUIRE(fx.poll(b.recv_cq, std::size_t(cap)).size() == std::size_t(cap));  // a's send CQ is full
+    auto w = B::alloc_mw(fx.pd, mw_type::type2);
+    fx.on_cleanup([w] { B::dealloc_mw(w); });
+    B::send_wr list[2]{};
+    B::sge s{};
+    B::set_sge(s, src.addr(0), 8, src.lkey());
+    B::set_send(list[0], 50, opcode::bind_mw, send_flags::signaled, nullptr, 0);
+    B::set_bind_mw(list[0], w, (B::mw_rkey(w) & ~0xFFu) | ((B::mw_rkey(w) + 1) & 0xFFu), region.mr, region.addr(0),
+                   4096, access::remote_write);
+    B::set_send(list[1], 51, opcode::send, send_flags::signaled, &s, 1);
+    B::set_next(list[0], &list[1]);
+    B::send_wr* bad = nullptr;
+    REQUIRE(B::post_send(a.qp, list, &bad) == 0);
+    fab(fx).advance(1ms);
+    CHECK(B::query_qp_state(a.qp) == qp_state::err);
+    CHECK(fx.drain(b.recv_cq).empty());
+  }
+}
+
 // A CQ that overflowed takes no more completions (IBA C11-37), and a QP that completes
 // into it afterwards goes to ERR with QP_FATAL too, though its completion would fit now.
 // (The CQ took the next completion once polled, and the QP carried on.)
@@ -1354,6 +1427,41 @@ TEST_CASE("fabric: a UC or UD WR a fault hits completes at its post with the byt
       } else if (kind == rm::fault_kind::reorder || kind == rm::fault_kind::delay) {
         CHECK(dst.holds(9, at, 64));
         CHECK(dst.holds(5, 128 + at, 64));
+      }
+    }
+  }
+}
+
+// A UC WR a fault hits is read at its post, though the WR ahead of it is read only when
+// its message arrives; once its QP leaves RTS (ERR, RESET, or the WR ahead failing its
+// read) before then, both flush or vanish and neither lands, as a device sends its WRs in
+// order. The faulted WR's message landed, behind one that was never sent (audit 22, F1).
+TEST_CASE("fabric: a faulted UC WR behind one in flight does not land once its QP left RTS") {
+  for (auto kind : {rm::fault_kind::delay, rm::fault_kind::duplicate, rm::fault_kind::reorder}) {
+    for (int how = 0; how < 3; ++how) {  // ERR, RESET, the region of the WR ahead deregistered
+      CAPTURE(kind);
+      CAPTURE(how);
+      fx_t fx(slow_wire::config());
+      auto [a, b] = fx.make_pair({.type = qp_type::uc});
+      auto& src = fx.make_buffer(64);
+      auto& dst = fx.make_buffer(128);
+      std::vector<std::uint8_t> ahead(32, 7);
+      auto* own = B::reg_mr(fx.pd, ahead.data(), ahead.size(), access::local_write);
+      REQUIRE(fx.post_recv(b, 100, {dst.sge(0, 64)}) == 0);
+      REQUIRE(fx.post_recv(b, 101, {dst.sge(64, 64)}) == 0);
+      REQUIRE(fx.post_send(a, 1, opcode::send, {{reinterpret_cast<std::uint64_t>(ahead.data()), 32, B::mr_lkey(own)}}) == 0);
+      fab(fx).inject({.kind = kind, .src_qp_num = a.num, .count = 1, .delay = 5us});
+      REQUIRE(fx.post_send(a, 2, opcode::send, {src.sge(0, 32)}) == 0);  // the fault: read now
+      if (how == 0) fx.move_to(a, qp_state::err);
+      if (how == 1) fx.move_to(a, qp_state::reset);
+      REQUIRE(B::dereg_mr(own) == 0);
+      fab(fx).advance(1ms);
+      CHECK(fx.drain(b.recv_cq).empty());
+      if (how != 1) {
+        const auto got = fx.drain(a.send_cq);
+        REQUIRE(got.size() == 2);
+        CHECK(got[0].status == (how == 2 ? wc_status::loc_prot_err : wc_status::wr_flush_err));
+        CHECK(got[1].status == wc_status::wr_flush_err);
       }
     }
   }

@@ -32,7 +32,8 @@ inline bool pending(const fabric_state& f) {
 inline void run_event(fabric_state& f, wire_event& ev) {
   if (ev.is_response)
     on_response(f, ev.to, ev.r);
-  else if (!ev.m.read_at_delivery || read_sender_bytes(f, ev.m))  // (never for a message issue() delivers itself)
+  else if (ev.m.read_at_delivery ? read_sender_bytes(f, ev.m)  // (never for a message issue() delivers itself)
+                                 : !ev.m.check_sender || sender_stayed(f, ev.m))
     deliver(f, ev.m);
 }
 

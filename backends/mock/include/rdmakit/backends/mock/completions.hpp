@@ -249,6 +249,7 @@ inline bool write_due_flushes(fabric_state& f) {
 inline void to_error(fabric_state& f, qp_obj* q) {
   if (q->state == qp_state::err) return;
   q->state = qp_state::err;
+  ++q->times_left;
   disarm_timer(f, q);
   q->held.clear();
   flush_later(f, q);

@@ -234,6 +234,11 @@ struct message {
   // read when the message reaches the responder (read_sender_bytes), as late as a device
   // may read them; a UC or UD WR completes then.
   bool read_at_delivery = false;
+  // A UC or UD message a fault hit, read at its post (sent_at_post): it lands only if its
+  // QP has not left RTS/SQD since (qp_obj::times_left was sender_left), as a WR that
+  // flushes or vanishes was not sent.
+  bool check_sender = false;
+  std::uint32_t sender_left = 0;
   std::uint64_t remote_addr = 0;
   std::uint32_t rkey = 0;
   std::uint64_t compare_add = 0;
@@ -320,6 +325,9 @@ class qp_obj {
   // the order of timers that fall due together (creation order: runs repeat).
   std::uint64_t serial = 0;
   qp_state state = qp_state::reset;
+  // How many times it left RTS or SQD for ERR or RESET: a UC or UD message read at the
+  // post (sent_at_post) lands only if its QP has not left since (message::sender_left).
+  std::uint32_t times_left = 0;
   qp_attr attr;  // current values of every attribute set so far
 
   slot_ring<send_wqe> sq;  // every WQE that still holds a slot, oldest first (seq consecutive)

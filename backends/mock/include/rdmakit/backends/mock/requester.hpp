@@ -266,6 +266,7 @@ RDMAKIT_ALWAYS_INLINE void fill_request(fabric_state& f, qp_obj* q, const send_w
   m.length = w.length;
   m.head_bytes = 0;
   m.read_at_delivery = false;
+  m.check_sender = false;
   m.imm = w.imm;
   m.solicited = has_all(w.flags, send_flags::solicited);
   m.remote_addr = w.remote_addr;
@@ -384,6 +385,15 @@ RDMAKIT_NOINLINE inline bool read_sender_bytes(fabric_state& f, message& m) {
     report_sends(f, q);
   }
   return true;
+}
+
+// A UC or UD message read at its post because a fault hit it (sent_at_post): whether its
+// QP is still the one that sent it, and has not left RTS/SQD since. One whose WR was then
+// flushed (a WR ahead of it failed, the QP went to ERR) or dropped (reset, destroyed)
+// does not land, as one read at arrival would not (a device sends its WRs in order).
+RDMAKIT_NOINLINE inline bool sender_stayed(fabric_state& f, const message& m) {
+  const qp_obj* q = find_sender(f, m.src_qpn, m.src_hint, m.epoch, m.src_serial);
+  return q && q->times_left == m.sender_left;
 }
 
 /// The requester side: sends every queued WQE it may (fence and rd_atomic limits),
@@ -517,7 +527,8 @@ inline void issue(fabric_state& f, qp_obj* q) {
   if (q->type == qp_type::rc && sent_any && q->deadline == 0)
     if (const clock_ns t = ack_timeout_ns(q->attr.timeout)) set_timer(f, q, f.now + t);
   report_sends(f, q);
-  if (direct) {
+  // (A completion report_sends lost to an overrun may have flushed the WR: not sent.)
+  if (direct && RDMAKIT_LIKELY(q->state != qp_state::err)) {
     f.running = true;  // as inside run_due
     deliver(f, f.direct);
     f.running = false;

@@ -217,7 +217,8 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
           rxe_bytes_before_receive_fault(f, pd, taken.sges, need, room, mtu_bytes(d->attr.path_mtu));
       if (written) scatter(taken.sges, m.bytes(), written);
     }
-    recv_cqe(f, d, e, false);
+    // Lost to an overrun: the QP is in ERR, and the message is not answered.
+    if (!recv_cqe(f, d, e, false)) return;
     // A UD datagram that does not fit costs its receive, not the QP: the QP stays in RTS
     // and later datagrams are delivered (docs/semantics.md#ud; rxe 6.1 takes the QP down).
     if (ud && sges_ok && !f.as_rxe()) return;
@@ -256,7 +257,7 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
     if (!invalidate_window(f, d, f.as_rxe(), m.imm)) {
       // As rxe: the receive fails, the QP goes to ERR and the requester gets a NAK.
       e.wc.status = wc_status::rem_inv_req_err;
-      recv_cqe(f, d, e, false);
+      if (!recv_cqe(f, d, e, false)) return;  // lost to an overrun: in ERR, unanswered
       to_error(f, d);
       if (m.type == qp_type::rc) respond(f, m, nak(wc_status::rem_inv_req_err));
       return;
@@ -298,7 +299,7 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
       // Local: the protection error is on this side's memory (ibv_poll_cq(3): "during the
       // processing of a RDMA Write with Immediate ... the Remote Access Error NAK was sent").
       e.wc.status = f.as_rxe() ? wc_status::rem_access_err : wc_status::loc_access_err;
-      recv_cqe(f, d, e, false);
+      if (!recv_cqe(f, d, e, false)) return;  // lost to an overrun: in ERR, unanswered
     }
     return refuse(f, d, m, wc_status::rem_access_err, async_event_type::qp_access_err);
   }

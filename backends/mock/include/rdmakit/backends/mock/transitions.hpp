@@ -76,6 +76,7 @@ inline void modify_qp_locked(fabric_state& f, qp_obj* q, const qp_attr& a, qp_at
       q->atomic_replay.clear();
       q->read_replay.clear();
       q->doorbell_owed = false;
+      if (cur != qp_state::err) ++q->times_left;
       q->state = qp_state::reset;
       break;
     case qp_state::err:

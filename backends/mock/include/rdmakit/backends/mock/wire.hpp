@@ -92,6 +92,8 @@ inline clock_ns delayed(const fabric_state& f, clock_ns at, std::chrono::nanosec
 // would read the program's next data).
 inline void sent_at_post(qp_obj* q, message& m, bool goes) {
   m.read_at_delivery = false;
+  m.check_sender = true;  // as a message read at arrival: none lands once its QP left RTS
+  m.sender_left = q->times_left;
   send_wqe* w = wqe_at(q, m.wqe_seq);
   if (!w) return;  // (never: transmit's caller, issue(), holds it, its SGEs just checked)
   if (goes) gather_into(w->sges, m.payload);
