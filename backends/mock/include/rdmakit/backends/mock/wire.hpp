@@ -87,9 +87,9 @@ inline clock_ns delayed(const fabric_state& f, clock_ns at, std::chrono::nanosec
 
 // A UC or UD message whose bytes were to be read at its arrival (read_sender_bytes), and
 // that a fault hits (lost, held back, duplicated, delayed): its WR was sent, and completes
-// with this post, before the fault's network decides when it arrives; a message that
-// still goes takes its bytes now (one arriving after the completion gave the buffer back
-// would read the program's next data).
+// now (or behind the WRs ahead of it), before the fault's network decides when it
+// arrives; a message that still goes takes its bytes now (one arriving after the
+// completion gave the buffer back would read the program's next data).
 inline void sent_at_post(qp_obj* q, message& m, bool goes) {
   m.read_at_delivery = false;
   m.check_sender = true;  // as a message read at arrival: none lands once its QP left RTS
