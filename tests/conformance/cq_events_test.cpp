@@ -78,6 +78,38 @@ CONFORMANCE_CASE("cq: the queue pair and CQ after a send completion was lost to 
   }
 }
 
+// A receive completion lost to a full CQ takes its queue pair to ERR on both: with
+// QP_FATAL (IBA C9-218), or silently (rxe). The sender's WR is not checked: unanswered,
+// it runs out of retries on the mock, and rxe never completes it (semantics.md §13).
+CONFORMANCE_CASE("cq: the queue pair after a receive completion was lost to an overflow") {
+  fixture<B> fx;
+  const auto want = expected(ids::recv_overflow, backend_traits<B>::profile());
+  auto small = fx.make_cq(4);
+  const int cap = B::cq_capacity(small);
+  REQUIRE(cap <= 64);
+  auto a = fx.make_qp({.caps = {std::uint32_t(cap + 4), 4, 1, 1, 0}, .cqe = 2 * cap + 8});
+  auto b = fx.make_qp({.caps = {4, std::uint32_t(cap + 4), 1, 1, 0}}, fx.make_cq(16), small);
+  fx.connect(a, b);
+  auto& buf = fx.make_buffer(64);
+  for (int i = 0; i <= cap; ++i) REQUIRE(fx.post_recv(b, 100 + i, {buf.sge(0, 64)}) == 0);
+  for (int i = 0; i <= cap; ++i) REQUIRE(fx.post_send(a, i, opcode::send, {buf.sge(0, 8)}) == 0);
+  REQUIRE(fx.poll(a.send_cq, std::size_t(cap), "the sends whose receives fit").size() == std::size_t(cap));
+  CHECK(fx.wait_state(b, qp_state::err) == qp_state::err);
+  if (want.stays_rts != tri::either) CHECK((B::query_qp_state(b.qp) == qp_state::rts) == (want.stays_rts == tri::yes));
+  async_event ev;
+  REQUIRE(B::get_async_event(fx.ctx, 2000ms, ev) == 0);
+  CHECK(ev.type == async_event_type::cq_err);
+  const int more = B::get_async_event(fx.ctx, 200ms, ev);
+  if (want.async_event == tri::yes) {
+    REQUIRE(more == 0);
+    CHECK(ev.type == async_event_type::qp_fatal);
+    CHECK(ev.qp_num == b.num);
+  } else if (want.async_event == tri::no) {
+    CHECK(more == ETIMEDOUT);
+  }
+  CHECK(fx.drain(small, 5).size() == std::size_t(cap));
+}
+
 CONFORMANCE_CASE("cq: arm, complete, get_cq_event, ack, poll") {
   fixture<B> fx;
   auto ch = fx.make_channel();

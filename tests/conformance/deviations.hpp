@@ -127,6 +127,7 @@ inline constexpr std::string_view local_inv_on_uc = "mw.local_inv_on_uc";
 inline constexpr std::string_view srq_last_wqe_event = "srq.qp_to_err_last_wqe_reached";
 inline constexpr std::string_view destroyed_qp_completions = "cq.destroyed_qp_completions_left";
 inline constexpr std::string_view send_overflow = "cq.send_completion_lost_to_overflow";
+inline constexpr std::string_view recv_overflow = "cq.recv_completion_lost_to_overflow";
 inline constexpr std::string_view srq_recv_in_srq_pd = "srq.recv_buffer_in_srq_pd";
 inline constexpr std::string_view srq_recv_in_qp_pd = "srq.recv_buffer_in_qp_pd";
 inline constexpr std::string_view srq_ring = "srq.ring_above_max_wr";
@@ -467,6 +468,13 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::send_overflow, "rxe", {.req = {wc_status::success}, .stays_rts = tri::yes, .async_event = tri::no},
                   "rxe (kernel 6.1; rxe_comp.c ignores rxe_cq_post's failure): only the completion that did not fit "
                   "is lost; the QP stays in RTS and the CQ takes the next completion once it has room"},
+    // A receive completion lost to a full CQ: the receiving QP and its event.
+    deviation_row{ids::recv_overflow, "spec", {.stays_rts = tri::no, .async_event = tri::yes},
+                  "IBA C9-218: the QP goes to ERR with an affiliated error (QP_FATAL); the message is not "
+                  "acknowledged"},
+    deviation_row{ids::recv_overflow, "rxe", {.stays_rts = tri::no, .async_event = tri::no},
+                  "rxe (kernel 6.1, observed; rxe_resp.c's CQ overflow state): the QP goes to ERR without an event; "
+                  "the sender's WR never completes"},
     // The sender's completion of SEND_WITH_IMM / RDMA_WRITE_WITH_IMM.
     deviation_row{ids::sender_imm_flag, "spec", {.imm_flag = tri::no},
                   "ibv_poll_cq(3): IBV_WC_WITH_IMM says the receive carries an immediate; the send side has none"},
