@@ -21,6 +21,9 @@ enum class post_status : std::uint8_t {
   list_too_long,   ///< a list of more WRs than the queue has slots (any WR on a queue of none): it never fits
   stale_address,   ///< a UD destination whose address_handle was destroyed (or an empty ud_address)
   empty_list,      ///< a post list with no WR: its post emptied it (no reuse()), or none was added
+  /// a list longer than the free slots, whose other slots unsignaled WRs hold: no completion
+  /// will give them back; post fewer WRs first (the policy signals one before the queue fills)
+  no_completion_due,
 };
 
 /// Which rule a WR refused with EINVAL broke, found by the queue pair on the failure path
@@ -86,6 +89,11 @@ struct [[nodiscard]] post_result {
       case post_status::empty_list:
         return "the post list holds no WR, so nothing was posted: a list posted without reuse() is emptied "
                "by its post; call reuse() once to post the same WRs again, or add WRs before each post";
+      case post_status::no_completion_due:
+        return "send queue too full for this list, and no completion will make room: the WRs holding the other "
+               "slots are unsignaled, and only a signaled WR's completion gives slots back; post fewer WRs "
+               "first (single WRs or a shorter list: the signaling policy signals one before the queue fills), "
+               "then poll the completion queue and post the list again";
       case post_status::backend_error:
         switch (err) {
           case EINVAL:
@@ -145,6 +153,7 @@ constexpr const char* to_string(post_status s) noexcept {
     case post_status::list_too_long: return "list_too_long";
     case post_status::stale_address: return "stale_address";
     case post_status::empty_list: return "empty_list";
+    case post_status::no_completion_due: return "no_completion_due";
   }
   return "unknown";
 }

@@ -841,15 +841,21 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
                                   "create the queue pair with a larger max_send_wr"));
   }
 
-  // A list refused for credits: sq_full, unless it could never fit the send queue. One
-  // compare, as refused_credits_'s: a closed ledger (ERR, empty handle) is 0 deep.
+  // A list refused for credits: sq_full, unless it could never fit the send queue, or no
+  // completion is due to free a slot (its slots held by unsignaled WRs alone: a single
+  // post takes the last free slot signaled, a list may need more than are free). A closed
+  // ledger (ERR, empty handle) is 0 deep.
   RDMAKIT_ALWAYS_INLINE post_result refused_list_credits_(const detail::qp_link<B>& l, std::size_t n) const noexcept {
-    if (RDMAKIT_LIKELY(n <= l.sq.open_depth())) return {post_status::sq_full, 0, 0};
+    if (RDMAKIT_LIKELY(n <= l.sq.open_depth() && l.sq.pending_signaled() != 0)) return {post_status::sq_full, 0, 0};
     return list_refusal_(n);
   }
   RDMAKIT_NOINLINE post_result list_refusal_(std::size_t n) const noexcept {
     post_result r = refusal_(0);
-    if (r.status == post_status::sq_full && n > parts_.link->sq.depth()) r.status = post_status::list_too_long;
+    if (r.status != post_status::sq_full) return r;
+    if (n > parts_.link->sq.depth())
+      r.status = post_status::list_too_long;
+    else if (parts_.link->sq.pending_signaled() == 0)
+      r.status = post_status::no_completion_due;
     return r;
   }
 

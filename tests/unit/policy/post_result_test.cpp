@@ -21,15 +21,15 @@ TEST_CASE("post_result: ok, explicit bool, and a sentence for every status") {
 
 TEST_CASE("every post_status and post_rule has a name, and every status a sentence of its own") {
   std::set<std::string> names, sentences;
-  for (int i = 0; i <= static_cast<int>(post_status::empty_list); ++i) {
+  for (int i = 0; i <= static_cast<int>(post_status::no_completion_due); ++i) {
     const auto s = static_cast<post_status>(i);
     CAPTURE(i);
     CHECK(std::string(to_string(s)) != "unknown");
     names.insert(to_string(s));
     if (s != post_status::backend_error) sentences.insert(post_result{s, 0, 0}.message());
   }
-  CHECK(names.size() == static_cast<std::size_t>(post_status::empty_list) + 1);
-  CHECK(sentences.size() == static_cast<std::size_t>(post_status::empty_list));
+  CHECK(names.size() == static_cast<std::size_t>(post_status::no_completion_due) + 1);
+  CHECK(sentences.size() == static_cast<std::size_t>(post_status::no_completion_due));
   std::set<std::string> rules;
   for (int i = 0; i <= static_cast<int>(post_rule::ud_mtu); ++i) rules.insert(to_string(static_cast<post_rule>(i)));
   CHECK(rules.size() == static_cast<std::size_t>(post_rule::ud_mtu) + 1);

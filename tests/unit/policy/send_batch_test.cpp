@@ -221,6 +221,31 @@ TEST_CASE_FIXTURE(two_regions, "a reused list under signal_every keeps its flags
   CHECK(p.a.unsignaled_run() == 1);
 }
 
+// A list longer than the free slots whose other slots unsignaled WRs hold: no completion
+// will come to free them, so "poll, then post again" would never end. It was sq_full, for
+// ever (audit 23); it says so now, and posting fewer WRs (here one: the policy signals it)
+// makes room.
+TEST_CASE_FIXTURE(two_regions, "a list that unsignaled WRs keep out is refused as no_completion_due, and fits once fewer are posted") {
+  auto check = [&](auto& qp) {
+    for (std::uint64_t i = 0; i < 15; ++i) REQUIRE(qp.write(src.local(0, 8), dst.remote(), i).ok());
+    REQUIRE(qp.unsignaled_run() == 15);
+    auto list = std::remove_reference_t<decltype(qp)>::template make_batch<2>();
+    list.reuse();
+    for (std::uint64_t i = 15; i < 17; ++i) REQUIRE(list.write(src.local(0, 8), dst.remote(), i));
+    const auto r = qp.post(list);
+    CHECK(r.status == post_status::no_completion_due);
+    CHECK(std::string(r.message()).find("post fewer WRs first") != std::string::npos);
+    CHECK(x.cq.poll([](const auto&) {}) == 0);  // nothing is coming
+    REQUIRE(qp.write(src.local(0, 8), dst.remote(), 99).ok());  // the 16th, the last slot: signaled
+    CHECK(collect(x.cq, 1, 200).at(0).wr_id == 99);
+    CHECK(qp.post(list).ok());
+  };
+  auto every = make_pair<uc, signal_every<16>>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
+  check(every.a);
+  auto manual = make_pair<rc, signal_manual>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16});
+  check(manual.a);
+}
+
 TEST_CASE_FIXTURE(two_regions, "a reused post list under signal_manual moves its one signal with the credits") {
   auto p = make_pair<rc, signal_manual>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto batch = decltype(p.a)::make_batch<4>();
