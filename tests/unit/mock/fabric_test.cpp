@@ -664,6 +664,23 @@ TEST_CASE("fabric: slot_release::on_completion frees unsignaled slots at once, l
 
 // ------------------------------------------------------------------ CQ overrun
 
+// An RC pair a -> b whose receiver's CQ is `small` (cap entries), with ACK timeouts of 4 ms
+// and one retry: a message left unanswered runs out of retries in simulated time.
+struct small_receive_cq {
+  fx_t fx;
+  B::cq small = fx.make_cq(1);
+  int cap = B::cq_capacity(small);
+  endpoint<B> a = fx.make_qp({.caps = {std::uint32_t(cap + 4), 4, 1, 1, 0}, .cqe = 2 * cap + 8});
+  endpoint<B> b = fx.make_qp({.caps = {4, std::uint32_t(cap + 4), 1, 1, 0}}, fx.make_cq(16), small);
+  buffer<B>& buf = fx.make_buffer(256);
+  explicit small_receive_cq(const rm::fabric_config& cfg = {}) : fx(cfg) {
+    link_opts l;
+    l.timeout = 10;
+    l.retry_cnt = 1;
+    fx.connect(a, b, l, l);
+  }
+};
+
 // A receive completion that finds its CQ full is lost, and its QP goes to ERR (IBA C9-218;
 // the spec profile raises QP_FATAL, rxe 6.1 none) without acknowledging the message: the
 // sender runs out of retries. The QP carried on, and the message was acknowledged.
@@ -672,16 +689,8 @@ TEST_CASE("fabric: a receive completion lost to a full CQ takes its QP to ERR, u
     CAPTURE(profile);
     rm::fabric_config cfg;
     cfg.profile = profile;
-    fx_t fx(cfg);
-    auto small = fx.make_cq(1);
-    const int cap = B::cq_capacity(small);
-    auto a = fx.make_qp({.caps = {std::uint32_t(cap + 4), 4, 1, 1, 0}, .cqe = 2 * cap + 8});
-    auto b = fx.make_qp({.caps = {4, std::uint32_t(cap + 4), 1, 1, 0}}, fx.make_cq(16), small);
-    link_opts l;
-    l.timeout = 10;
-    l.retry_cnt = 1;
-    fx.connect(a, b, l, l);
-    auto& buf = fx.make_buffer(64);
+    small_receive_cq p(cfg);
+    auto [fx, small, cap, a, b, buf] = std::tie(p.fx, p.small, p.cap, p.a, p.b, p.buf);
     for (int i = 0; i <= cap; ++i) REQUIRE(fx.post_recv(b, 100 + i, {buf.sge(0, 64)}) == 0);
     for (int i = 0; i <= cap; ++i) REQUIRE(fx.post_send(a, i, opcode::send, {buf.sge(0, 8)}) == 0);
     const auto sent = fx.poll(a.send_cq, std::size_t(cap) + 1);
@@ -710,16 +719,8 @@ TEST_CASE("fabric: a receive completion lost to a full CQ takes its QP to ERR, u
 TEST_CASE("fabric: a failed receive whose completion is lost to a full CQ is not answered") {
   for (int what = 0; what < 2; ++what) {  // a receive too small; WRITE_WITH_IMM with a bad rkey
     CAPTURE(what);
-    fx_t fx;
-    auto small = fx.make_cq(1);
-    const int cap = B::cq_capacity(small);
-    auto a = fx.make_qp({.caps = {std::uint32_t(cap + 4), 4, 1, 1, 0}, .cqe = 2 * cap + 8});
-    auto b = fx.make_qp({.caps = {4, std::uint32_t(cap + 4), 1, 1, 0}}, fx.make_cq(16), small);
-    link_opts l;
-    l.timeout = 10;
-    l.retry_cnt = 1;
-    fx.connect(a, b, l, l);
-    auto& buf = fx.make_buffer(256);
+    small_receive_cq p;
+    auto [fx, cap, a, b, buf] = std::tie(p.fx, p.cap, p.a, p.b, p.buf);
     for (int i = 0; i < cap; ++i) REQUIRE(fx.post_recv(b, 100 + i, {buf.sge(0, 64)}) == 0);
     for (int i = 0; i < cap; ++i) REQUIRE(fx.post_send(a, i, opcode::send, {buf.sge(0, 8)}) == 0);
     REQUIRE(fx.poll(a.send_cq, std::size_t(cap)).size() == std::size_t(cap));  // b's CQ is full
