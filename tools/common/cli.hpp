@@ -146,6 +146,15 @@ inline std::string format_latency(std::chrono::nanoseconds d) {
   return s + " us";
 }
 
+/// The mock fabric's settings that are not the defaults, as a run's header line ends
+/// (", wire latency 20 us, rxe profile"; "" for the defaults).
+inline std::string mock_fabric_note(std::chrono::nanoseconds latency, bool rxe) {
+  std::string note;
+  if (latency.count()) note += ", wire latency " + format_latency(latency);
+  if (rxe) note += ", rxe profile";
+  return note;
+}
+
 /// A wait for a completion on a mock fabric with `latency`: `wait` plus four one-way
 /// latencies (a round trip to the peer and back, twice over), so a latency the options
 /// allow never makes a sound run report "no completion" (the tools say so in --help).

@@ -57,9 +57,7 @@ int run_mock_loopback(const perf_options& o, const endpoint_options& e) {
   if (lb.ok()) {
     if (!o.json) {
       // The fabric's settings only when not the defaults (the line is otherwise as it was).
-      std::string fabric_note;
-      if (o.mock_latency.count()) fabric_note += ", wire latency " + rdmakit_tools::format_latency(o.mock_latency);
-      if (o.mock_rxe) fabric_note += ", rxe profile";
+      const std::string fabric_note = rdmakit_tools::mock_fabric_note(o.mock_latency, o.mock_rxe);
       std::printf("mock loopback: client mock1 -> server mock0, %s%s\n",
                   o.rdma_cm ? "connected through the mock's connection manager (-R)" : ("exchange over " + where).c_str(),
                   fabric_note.c_str());

@@ -299,9 +299,7 @@ int run_mock_loopback(const cli& c) {
         dispatch<backends::mock, yielding_poll<>>(o, c.transport, ex, p, device<backends::mock>(fab, o.device));
   });
   // The fabric's settings only when not the defaults (the line is otherwise as it was).
-  std::string fabric_note;
-  if (c.mock_latency.count()) fabric_note += ", wire latency " + format_latency(c.mock_latency);
-  if (c.mock_rxe) fabric_note += ", rxe profile";
+  const std::string fabric_note = mock_fabric_note(c.mock_latency, c.mock_rxe);
   std::printf("mock loopback, %s, exchange over 127.0.0.1:%u (%s format)%s\n", transport_name(c.transport), lb.port,
               c.xo.format == wire_format::pingpong ? "ibv_*_pingpong" : "rdmakit", fabric_note.c_str());
   const rdmakit_tools::loopback_side* sides[2] = {&lb.server, &lb.client};

@@ -203,7 +203,7 @@ int run_mock(const cli& c) {
   for (std::size_t i = 0; i < r.client.size(); ++i)
     if (!r.client[i].pass) std::printf("  client: %s\n", r.client[i].line().c_str());
   std::string who = c.spec_profile ? "mock, spec profile" : "mock, rxe profile";
-  if (c.latency.count()) who += ", wire latency " + format_latency(c.latency);  // only when not the default
+  who += mock_fabric_note(c.latency, false);  // the profile is named already
   return summary(r.server, who.c_str());
 }
 
