@@ -577,7 +577,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       const std::uint64_t fast_key = last_slot_keyed ? batch.last_slot_key_() : key;
       if (RDMAKIT_LIKELY(batch.signal_key_ == fast_key && batch.keyed_inline_limit_ == parts_.inline_limit)) {
         const std::uint32_t n = batch.keyed_n_;
-        if (RDMAKIT_UNLIKELY(!l.sq.admits(n))) return refused_list_credits_(l, n);
+        if (RDMAKIT_UNLIKELY(!l.sq.admits(n))) return list_refusal_(n);
         [[maybe_unused]] bool last_signaled = false;
         if constexpr (last_slot_keyed) {
           last_signaled = l.sq.fills(n);
@@ -596,7 +596,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     const std::size_t n = batch.size();
     // Whatever the credits; refused as any post on an empty handle or a QP in ERR.
     if (n == 0) return parts_.link->error ? refusal_(0) : post_result{post_status::empty_list, 0, 0};
-    if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return refused_list_credits_(l, n);
+    if (RDMAKIT_UNLIKELY(!l.sq.admits(static_cast<std::uint32_t>(n)))) return list_refusal_(n);
     const bool odd = batch.odd_ != 0;  // one test for the refusal and the plain path
     if (RDMAKIT_UNLIKELY(odd) && batch.refused_()) return batch.refusal_();
     if constexpr (T::needs_ah)  // a WR's handle may have gone since it was added, or be another PD's...
@@ -843,12 +843,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
 
   // A list refused for credits: sq_full, unless it could never fit the send queue, or no
   // completion is due to free a slot (its slots held by unsignaled WRs alone: a single
-  // post takes the last free slot signaled, a list may need more than are free). A closed
-  // ledger (ERR, empty handle) is 0 deep.
-  RDMAKIT_ALWAYS_INLINE post_result refused_list_credits_(const detail::qp_link<B>& l, std::size_t n) const noexcept {
-    if (RDMAKIT_LIKELY(n <= l.sq.open_depth() && l.sq.pending_signaled() != 0)) return {post_status::sq_full, 0, 0};
-    return list_refusal_(n);
-  }
+  // post takes the last free slot signaled, a list may need more than are free). Out of
+  // line: the refusal is off the path of a post that fits, and pending_signaled() divides.
   RDMAKIT_NOINLINE post_result list_refusal_(std::size_t n) const noexcept {
     post_result r = refusal_(0);
     if (r.status != post_status::sq_full) return r;
