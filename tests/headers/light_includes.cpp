@@ -27,6 +27,9 @@
 #if defined(_GLIBCXX_MAP) || defined(_GLIBCXX_SET) || defined(_GLIBCXX_UNORDERED_MAP) || defined(_GLIBCXX_DEQUE)
 #error "a node container is included: the mock keeps vectors, rings and its own object_map/object_set"
 #endif
+#ifdef _GLIBCXX_ATOMIC
+#error "<atomic> is included: count with the __atomic builtins (as detail/owning_ptr.hpp)"
+#endif
 #if defined(_GLIBCXX_RANDOM) || defined(_GLIBCXX_CONDITION_VARIABLE)
 #error "<random> or <condition_variable> is included: the mock has its own (random.hpp, condvar.hpp)"
 #endif

@@ -20,7 +20,6 @@
 #include <rdmakit/transport.hpp>
 #include <rdmakit/types.hpp>
 
-#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -170,11 +169,11 @@ inline void check_sge_caps(const qp_cap& caps) {
 // number, a count of the queue pairs this process made and a seed of the process (the
 // clock when the first was made, and where ASLR put the count).
 inline std::uint32_t fresh_psn(std::uint32_t qp_num) noexcept {
-  static std::atomic<std::uint32_t> made{0};
+  static constinit std::uint32_t made = 0;  // __atomic builtins: <atomic> costs every unit 7 MB of GCC's
   static const std::uint64_t seed =
       static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
       reinterpret_cast<std::uintptr_t>(&made);
-  std::uint64_t x = seed ^ (std::uint64_t{qp_num} << 32) ^ made.fetch_add(1, std::memory_order_relaxed);
+  std::uint64_t x = seed ^ (std::uint64_t{qp_num} << 32) ^ __atomic_fetch_add(&made, 1u, __ATOMIC_RELAXED);
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9u;  // splitmix64's finalizer
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBu;
   return static_cast<std::uint32_t>(x ^ (x >> 31)) & psn_mask;
@@ -551,42 +550,10 @@ taken_back take_back_to_init(qp_parts<B>& p) noexcept {
   return t;
 }
 
-// What take_back_to_init did, for the refusal's message.
-template <class B>
-std::string taken_back_note(const taken_back& t, const qp_parts<B>& p, const char* call) {
-  std::string why;
-  if (t.failure) {
-    try {
-      std::rethrow_exception(t.failure);
-    } catch (const verbs_error& v) {
-      why = v.detail();
-    } catch (const std::exception& e) {
-      why = e.what();
-    } catch (...) {
-      why = "unknown exception";
-    }
-  }
-  switch (t.how) {
-    case taken_back::reset_in_place:
-      return cat(back_to_init_note, "was reset to INIT: ", call, " can be retried");
-    case taken_back::replaced:
-      return cat(back_to_init_note, "was replaced by a new one in INIT, QP ", hex(p.link->qp_num), ": its ", t.posted,
-                 " posted receive(s) complete on QP ", hex(t.old_qpn),
-                 " (WR_FLUSH_ERR unless a message took them); post receives again and give the peer the new "
-                 "endpoint before retrying ",
-                 call);
-    case taken_back::moved_to_err:
-      return cat(back_to_init_note, "was moved to ERR, where its ", t.posted,
-                 " posted receive(s) complete (WR_FLUSH_ERR unless a message took them): the CQ has no room "
-                 "for a new queue pair beside them; poll them, then reset() it before retrying ",
-                 call);
-    case taken_back::stuck:
-      return cat(back_to_init_note, "could not be taken back to INIT (", why, "): reset() or destroy it");
-    case taken_back::emptied:
-      break;
-  }
-  return cat(back_to_init_note, "could not be replaced (", why, "): it is now empty");
-}
+// Rethrows RTR→RTS's refusal `e` with what take_back_to_init did (`t`) added to its
+// detail; `new_qpn`: the queue pair's number now (a replacement's). Not a template: the
+// text is compiled once for every backend and transport.
+[[noreturn]] void throw_taken_back(const verbs_error& e, const taken_back& t, std::uint32_t new_qpn, const char* call);
 
 // RTR→RTS, or back to INIT (take_back_to_init) and the refusal rethrown saying what
 // became of the queue pair. A failure that is not the device's refusal (out of memory
@@ -598,9 +565,7 @@ void to_rts_or_back_to_init(qp_parts<B>& p, const qp_attr& rts, const char* call
     modify_step<B, T>(p, rts, T::rts_mask, qp_state::rtr, "RTR→RTS");
   } catch (const verbs_error& e) {
     const taken_back t = take_back_to_init<B, T, S>(p);
-    std::string note = taken_back_note(t, p, call);
-    if (const auto* tr = e.transition()) throw verbs_error(e.verb(), e.errno_value(), cat(e.detail(), note), *tr);
-    throw verbs_error(e.verb(), e.errno_value(), cat(e.detail(), note));
+    throw_taken_back(e, t, p.link->qp_num, call);
   } catch (...) {
     (void)take_back_to_init<B, T, S>(p);
     throw;

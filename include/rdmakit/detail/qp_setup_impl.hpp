@@ -4,6 +4,7 @@
 #include <rdmakit/detail/qp_setup.hpp>
 
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <string_view>
 
@@ -36,6 +37,49 @@ RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std:
            "): give the queue pair separate send and receive CQs, attach fewer "
            "queue pairs to this CQ, or lower max_send_wr/max_recv_wr");
   return s;
+}
+
+// What take_back_to_init did, for the refusal's message.
+inline std::string taken_back_note(const taken_back& t, std::uint32_t new_qpn, const char* call) {
+  std::string why;
+  if (t.failure) {
+    try {
+      std::rethrow_exception(t.failure);
+    } catch (const verbs_error& v) {
+      why = v.detail();
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+      why = "unknown exception";
+    }
+  }
+  switch (t.how) {
+    case taken_back::reset_in_place:
+      return cat(back_to_init_note, "was reset to INIT: ", call, " can be retried");
+    case taken_back::replaced:
+      return cat(back_to_init_note, "was replaced by a new one in INIT, QP ", hex(new_qpn), ": its ", t.posted,
+                 " posted receive(s) complete on QP ", hex(t.old_qpn),
+                 " (WR_FLUSH_ERR unless a message took them); post receives again and give the peer the new "
+                 "endpoint before retrying ",
+                 call);
+    case taken_back::moved_to_err:
+      return cat(back_to_init_note, "was moved to ERR, where its ", t.posted,
+                 " posted receive(s) complete (WR_FLUSH_ERR unless a message took them): the CQ has no room "
+                 "for a new queue pair beside them; poll them, then reset() it before retrying ",
+                 call);
+    case taken_back::stuck:
+      return cat(back_to_init_note, "could not be taken back to INIT (", why, "): reset() or destroy it");
+    case taken_back::emptied:
+      break;
+  }
+  return cat(back_to_init_note, "could not be replaced (", why, "): it is now empty");
+}
+
+RDMAKIT_NOINLINE RDMAKIT_DECL void throw_taken_back(const verbs_error& e, const taken_back& t, std::uint32_t new_qpn,
+                                                    const char* call) {
+  std::string note = taken_back_note(t, new_qpn, call);
+  if (const auto* tr = e.transition()) throw verbs_error(e.verb(), e.errno_value(), cat(e.detail(), note), *tr);
+  throw verbs_error(e.verb(), e.errno_value(), cat(e.detail(), note));
 }
 
 RDMAKIT_NOINLINE RDMAKIT_DECL void check_connect(const endpoint& peer, const connect_options& o, bool reads) {
