@@ -87,8 +87,10 @@ class async_qp_core {
                                     "queues' queue() (send CQ first, then receive CQ)"));
     if (&scq->loop() != &rcq->loop())
       throw usage_error("async_queue_pair: the send and receive completion queues belong to different event loops");
+    // Called with a queue pair that is not empty (checked above; to_rts checks a replacement).
     auto watch = [](async_qp_core& self, auto& q) {
-      self.qpn_ = policy_access::link(q)->qp_num;
+      detail::qp_link<B>& qlink = policy_access::live_link(q);
+      self.qpn_ = qlink.qp_num;
       self.scq_->remember_qp(self.qpn_);
       self.rcq_->remember_qp(self.qpn_);
       // One handler per queue pair serves both CQs: dispatch calls the QP's handler.
@@ -102,10 +104,9 @@ class async_qp_core {
       });
       // on() refuses to replace that handler now, and its completions reach it whichever
       // call polls the CQ (poll() or wait() on queue() too).
-      auto* qlink = policy_access::link(q);
-      qlink->async_owned = true;
-      qlink->send_cq->stop_caching(qlink);
-      qlink->recv_cq->stop_caching(qlink);
+      qlink.async_owned = true;
+      qlink.send_cq->stop_caching(&qlink);
+      qlink.recv_cq->stop_caching(&qlink);
     };
     watch_ = watch;
     watch(*this, qp);  // on() is the last step that may throw
@@ -135,9 +136,12 @@ class async_qp_core {
 
   scheduler& loop() noexcept { return *loop_; }
   const std::shared_ptr<scheduler>& shared_loop() const noexcept { return loop_; }
+  // The typestate keeps QP in the variant (to_rts emplaces the RTS one before a connected
+  // object takes this core). std::get, not *get_if: GCC's -Wnull-dereference sees get_if's
+  // null in the user's unit (a broken invariant would end the process, not read null).
   template <class QP>
   QP& get() noexcept {
-    return *std::get_if<QP>(&qp_);
+    return std::get<QP>(qp_);
   }
   auto& any() noexcept { return qp_; }
 

@@ -74,6 +74,11 @@ struct policy_access {
   static auto* link(QP& qp) noexcept {
     return qp.parts_.link.get();
   }
+  // The link of a queue pair known not to be empty (no null for GCC's -Wnull-dereference).
+  template <class QP>
+  static auto& live_link(QP& qp) noexcept {
+    return *qp.parts_.link;
+  }
   // A verbs call that takes a send-queue slot as a post does (ibv_bind_mw: memory_window.hpp).
   template <class QP, class Call>
   static auto post_call(QP& qp, std::uint64_t wr_id, send_flags flags, Call&& call) noexcept {

@@ -11,6 +11,7 @@
 /// may be destroyed after it (awaiting them then, from another loop, is a usage_error:
 /// nothing would resume the coroutine).
 #include <rdmakit/config.hpp>
+#include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/await_checks.hpp>
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/in_place_await.hpp>
@@ -102,10 +103,13 @@ class loop_core final : public scheduler {
   void fail_again(std::exception_ptr e) noexcept {
     if (error_) {
       try {
-        more_errors_.insert(more_errors_.begin(), std::move(error_));
+        // At the end, then to the front: GCC 12's -Wnull-dereference warns (falsely) in
+        // vector::insert of an exception_ptr, in the user's translation unit.
+        more_errors_.push_back(std::move(error_));
       } catch (...) {
         return;
       }
+      std::rotate(more_errors_.begin(), more_errors_.end() - 1, more_errors_.end());
     }
     error_ = std::move(e);
   }

@@ -455,3 +455,18 @@ CONFORMANCE_CASE("mw: a BIND_MW WR with imm_data, or on a UD queue pair") {
   CHECK(fx.drain(u1.send_cq).empty());
   CHECK(B::query_qp_state(u1.qp) == qp_state::rts);
 }
+
+CONFORMANCE_CASE("mw: ibv_bind_mw of a type 1 window on a UD queue pair is refused (EINVAL), nothing posted") {
+  // rxe's provider refuses a BIND_MW on a QP that is not RC or UC (validate_send_wr); the
+  // mock dereferenced the WR's missing address handle (a crash).
+  fixture<B> fx;
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type1);
+  auto [u1, u2] = fx.make_pair({.type = qp_type::ud});
+  (void)u2;
+  const std::uint32_t before = B::mw_rkey(w);
+  CHECK(B::bind_mw(u1.qp, w, dst.mr, dst.addr(0), 1024, rw, 90, send_flags::signaled) == EINVAL);
+  CHECK(B::mw_rkey(w) == before);
+  CHECK(fx.drain(u1.send_cq).empty());
+  CHECK(B::query_qp_state(u1.qp) == qp_state::rts);
+}

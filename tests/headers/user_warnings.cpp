@@ -3,7 +3,10 @@
 // translation unit. Batches of
 // one completion (busy_poll<1>, event_driven<1, 1>) matter: GCC's -Warray-bounds sees
 // the poll's four-wide status loop over a one-entry array there.
+#include <rdmakit/async_completion_queue.hpp>
+#include <rdmakit/async_queue_pair.hpp>
 #include <rdmakit/backends/mock.hpp>
+#include <rdmakit/event_loop.hpp>
 #include <rdmakit/rdmakit.hpp>
 
 using namespace rdmakit;
@@ -52,11 +55,35 @@ int configured() {
   return static_cast<int>(named.now().count() + fab.now().count());
 }
 
+// The coroutine layer as README's snippet and examples/coro_echo.cpp use it (GCC's
+// -Wnull-dereference found a variant's get_if and an empty link's null in them).
+using async_rc = async_queue_pair<B, rc, signal_all, qp_state::rts>;
+using region = memory_region<B, access::local_write>;
+
+task<bool> echo_once(async_rc& qp, region& mem) {
+  auto reply = qp.recv(mem.local(64, 64));
+  if (!co_await qp.send(mem.local(0, 8))) co_return false;
+  const wr_result r = co_await std::move(reply).within(std::chrono::seconds{1});
+  co_return r.ok();
+}
+
+int coroutines(device<B>& d, protection_domain<B>& pd) {
+  event_loop loop;
+  async_completion_queue cq(loop, d.create_cq<event_driven<>>(64));
+  auto mem = pd.allocate<access::local_write>(4096);
+  auto a0 = async_queue_pair(cq, pd.create_qp<rc>(cq.queue(), qp_cap{8, 8}));
+  auto b0 = async_queue_pair(cq, pd.create_qp<rc>(cq.queue(), qp_cap{8, 8}));
+  const endpoint ea = a0.local_endpoint(), eb = b0.local_endpoint();
+  auto a = std::move(a0).connect(eb);
+  auto b = std::move(b0).connect(ea);
+  return loop.run(echo_once(a, mem)) + static_cast<int>(b.qp_num());
+}
+
 int main() {
   mock::fabric fab;
   device<B> d(fab, "mock0");
   auto pd = d.create_pd();
   return reap_all<busy_poll<1>>(d, pd) + reap_all<event_driven<1, 1>>(d, pd) + reap_all<busy_poll<>>(d, pd) +
          reap_all<adaptive<16, 1>>(d, pd) + post_all<signal_all>(d, pd) + post_all<signal_every<4>>(d, pd) +
-         post_all<signal_manual>(d, pd) + configured();
+         post_all<signal_manual>(d, pd) + configured() + coroutines(d, pd);
 }

@@ -203,6 +203,7 @@ RDMAKIT_DECL int mock::bind_mw(qp q, mw w, mr m, std::uint64_t addr, std::uint64
   wr.op = opcode::bind_mw;
   wr.flags = flags & ~send_flags::inline_data;
   if (q->state == qp_state::reset || q->state == qp_state::init || q->state == qp_state::rtr) return EINVAL;
+  if (!mockd::opcode_allowed(q->type, opcode::bind_mw)) return EINVAL;  // UD: rxe's validate_send_wr
   if (q->sq.size() >= q->caps.max_send_wr) return ENOMEM;
   const std::uint32_t next = (w->user_rkey & ~0xFFu) | ((w->user_rkey + 1) & 0xFFu);
   auto& e = q->sq.push_back();
