@@ -380,6 +380,67 @@ inline bw_result bw_stats(const bw_marks& m, clock_type::time_point start, std::
   return r;
 }
 
+/// A receiver's marks (send_bw's server). It sees a message when a poll returns it, which
+/// may be long after it arrived: a server that fell behind finds a full CQ and drains
+/// it at the speed of its polls. So a window may end at any poll (`ends`: what was
+/// received by then), but starts only where the CQ was seen empty (`starts`: the time
+/// just before a poll that returned short, and the count after it), or at the run's
+/// start: every message counted inside such a window arrived inside it, and the window
+/// is never shorter than their arrivals took.
+struct receive_marks {
+  bw_marks ends, starts;
+  /// One poll, timed `before` and `after` it, `total` received after it; `emptied`: it
+  /// returned fewer completions than it asked for (poll_cq found the CQ empty).
+  void polled(clock_type::time_point before, clock_type::time_point after, std::uint64_t total, bool emptied) {
+    if (total != 0) ends.add(after, total);
+    if (!emptied) return;
+    if (!starts.v.empty() && starts.last == total)
+      starts.v[starts.v.size() - 1].first = before;  // the same count: the later start, the shorter window
+    else
+      starts.push(before, total);
+  }
+  void bound(std::size_t most = bw_marks::most_kept) {
+    ends.bound(most);
+    starts.bound(most);
+  }
+};
+
+/// A receiver's bandwidth: the average over every message received from `start` (a
+/// time no later than the sender's first post) to the poll that returned the last one;
+/// the peak over the best window of at least `window` messages that starts at one of
+/// `m.starts` (or `start`) and ends at one of `m.ends`. With no such window (a short
+/// run, or a receiver that never caught up), the peak is the average.
+inline bw_result receive_bw_stats(const receive_marks& m, clock_type::time_point start, std::uint32_t bytes,
+                                  std::uint64_t window) {
+  bw_result r;
+  r.bytes = bytes;
+  if (m.ends.v.empty()) return r;
+  const auto [end, ops] = m.ends.v.back();
+  r.iters = ops;
+  const double secs = std::chrono::duration<double>(end - start).count();
+  r.seconds = secs;
+  if (secs <= 0) return r;
+  constexpr double mb = 1024.0 * 1024.0;
+  r.avg_mb = static_cast<double>(ops) * bytes / secs / mb;
+  r.mpps = static_cast<double>(ops) / secs / 1e6;
+  double best = static_cast<double>(ops) / secs;  // ops per second
+  window = std::max<std::uint64_t>(window, 1);
+  // Two pointers: for each end, the latest start at least `window` messages before it
+  // (start 0 is the run's start, with none received).
+  const auto& st = m.starts.v;
+  auto t_of = [&](std::size_t k) { return k == 0 ? start : st[k - 1].first; };
+  auto ops_of = [&](std::size_t k) { return k == 0 ? std::uint64_t{0} : st[k - 1].second; };
+  std::size_t i = 0;
+  for (const auto& [t, n] : m.ends.v) {
+    while (i < st.size() && ops_of(i + 1) + window <= n) ++i;
+    if (ops_of(i) + window > n) continue;
+    const double dt = std::chrono::duration<double>(t - t_of(i)).count();
+    if (dt > 0) best = std::max(best, static_cast<double>(n - ops_of(i)) / dt);
+  }
+  r.peak_mb = best * bytes / mb;
+  return r;
+}
+
 /// "write_bw: 42% (2100/5000), 3.0 s" on stderr, once a second after the first 2 s.
 class progress_meter {
  public:
@@ -544,6 +605,8 @@ class runner {
           qps_.push_back(std::move(init[j]).activate());
           ahs_.push_back(pd_.create_ah(p.ep, {.port = o_.ib_port, .gid_index = qps_.back().gid_index()}));
         }
+        // Before this side sends its record, which the client needs before it posts.
+        client_may_post_ = clock_type::now();
       });
       peer_qpn_.push_back(peer.ep.qpn);
       if (j == 0) client_ep_ = peer.ep;  // (a server's peer: the one to end the run)
@@ -615,6 +678,7 @@ class runner {
         const auto mine = cm_region_data(mr_.remote().sub(recv_off(j), slot_));
         if (o_.server) {
           auto req = listener_.next_request(j == 0 ? o_.accept_timeout : o_.timeout);
+          client_may_post_ = clock_type::now();  // before the accept, which the client's connect waits for
           conns_.push_back(std::move(req).template accept<T, S>(pd_, cq_, caps, mine, co, prepare_for(j)));
         } else {
           // The client's receives go in after ESTABLISHED (its server sends only when
@@ -1279,8 +1343,7 @@ class runner {
       if (j < q) ++consumed[j];
       ++recvd;
     };
-    bw_marks marks;
-    clock_type::time_point first{};
+    receive_marks marks;
     auto last_progress = clock_type::now();
     // Messages the client sent before its end-of-run message may still be on the wire
     // after it: a UC or UD send may complete at its post (the mock's rxe profile, a
@@ -1292,13 +1355,15 @@ class runner {
       const bool fin = finished.load(std::memory_order_acquire);
       if (fin && !drain_until)
         drain_until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(2 * o_.mock_latency);
+      const auto before = clock_type::now();
       const int n = fin ? cq_.poll(on_wc) : wait_some(on_wc, std::chrono::milliseconds(100));
       check_failure();
       if (n < 0) throw perf_failure(std::string("polling the CQ failed: ") + std::strerror(-n));
       const auto now = clock_type::now();
+      // A poll returns one batch: fewer than P::batch, and poll_cq found the CQ empty
+      // (the server has no WRs of its own here, whose completions it might not be given).
+      marks.polled(before, now, recvd, n < static_cast<int>(P::batch));
       if (n > 0) {
-        if (first == clock_type::time_point{}) first = now;
-        marks.add(now, recvd);
         marks.bound();  // however long the run
         last_progress = now;
       } else if (!fin && recvd > 0 && now - last_progress > o_.timeout) {
@@ -1322,13 +1387,12 @@ class runner {
       }
       if (fin) draining = true;
     }
-    if (!marks.v.empty()) {
-      // From the first receive on: the server cannot see when the client started.
-      bw_marks m2;
-      for (auto& x : marks.v) m2.add(x.first, x.second - marks.v.front().second);
-      auto r = bw_stats(m2, first, o_.size, std::max<std::uint64_t>(std::uint64_t{q} * o_.tx_depth, recvd / 20));
-      r.iters = recvd;
-      rep.bw = r;
+    if (recvd > 0) {
+      // Every message received, from a moment before the client could post the first
+      // one: the server cannot see when the client started, nor when a message it finds
+      // in the CQ arrived (receive_marks).
+      rep.bw = receive_bw_stats(marks, client_may_post_, o_.size,
+                                std::max<std::uint64_t>(std::uint64_t{q} * o_.tx_depth, recvd / 20));
     }
     rep.note = "server: received " + std::to_string(recvd) + " messages";
   }
@@ -1391,6 +1455,11 @@ class runner {
   std::vector<live_qp> qps_;
   std::vector<std::uint32_t> peer_qpn_;
   std::optional<endpoint> client_ep_;  // server, TCP exchange: its first queue pair's peer
+  // Server: a moment before the client could post its first WR, from the last queue
+  // pair's exchange (after the client's record came, before this side's went out) or,
+  // with -R, its connection request (before the accept). Where send_bw's server clock
+  // starts: it cannot see when the client started.
+  clock_type::time_point client_may_post_{};
   std::vector<remote_t> remote_;
   std::atomic<bool> finish_cancelled_{false};  // -R server: link_.cancel_finish was called
   std::vector<local_buffer> rbufs_;
