@@ -115,6 +115,53 @@ CONFORMANCE_CASE("cq: the queue pair after a receive completion was lost to an o
   CHECK(fx.drain(p.small, 5).size() == cap);
 }
 
+// The flushes of a queue pair moved to ERR while its send CQ is full (a program that
+// undersized it), the CQ polled after: written when there is room, or lost as a device
+// that writes them at once finds no room (rxe). The typed layer's CQ reservations never
+// let a CQ fill so.
+CONFORMANCE_CASE("cq: the flushes of a queue pair that enters ERR while its send CQ is full") {
+  fixture<B> fx;
+  const auto want = expected(ids::flushes_into_full_cq, backend_traits<B>::profile());
+  auto small = fx.make_cq(4);
+  const int cap = B::cq_capacity(small);
+  REQUIRE(cap <= 64);
+  auto a = fx.make_qp({.caps = {std::uint32_t(cap + 4), 4, 1, 1, 0}}, small, fx.make_cq(16));
+  auto b = fx.make_qp({.cqe = 16});
+  fx.connect(a, b);  // rnr_retry 7: a SEND without a receive waits for one
+  auto& buf = fx.make_buffer(64, acc::local_write | acc::remote_write);
+  for (int i = 0; i < cap; ++i)
+    REQUIRE(fx.post_rdma(a, i, opcode::rdma_write, buf.sge(0, 8), buf.addr(32), buf.rkey()) == 0);
+  fx.settle();
+  REQUIRE(B::cq_capacity(small) == cap);
+  REQUIRE(fx.post_send(a, 100, opcode::send, {buf.sge(0, 8)}) == 0);  // b has no receive: RNR
+  REQUIRE(fx.post_send(a, 101, opcode::send, {buf.sge(0, 8)}) == 0);
+  fx.settle();
+  fx.move_to(a, qp_state::err);
+  fx.settle();
+  const auto writes = fx.poll(small, std::size_t(cap), "the WRITEs' completions");
+  REQUIRE(writes.size() == std::size_t(cap));
+  for (const auto& c : writes) CHECK(c.status == wc_status::success);
+  const auto flushes = fx.drain(small, 10);
+  if (want.req.is_nothing()) {
+    CHECK(flushes.empty());
+  } else {
+    REQUIRE(flushes.size() == 2);
+    for (std::size_t i = 0; i < 2; ++i) {
+      CHECK(flushes[i].wr_id == 100 + i);
+      CHECK(want.req.allows(flushes[i].status));
+    }
+  }
+  async_event ev;
+  const int got = B::get_async_event(fx.ctx, want.async_event == tri::yes ? 2000ms : 200ms, ev);
+  if (want.async_event == tri::yes) {
+    REQUIRE(got == 0);
+    CHECK(ev.type == async_event_type::cq_err);
+    CHECK(ev.object == identity(small));
+  } else {
+    CHECK(got == ETIMEDOUT);
+  }
+}
+
 CONFORMANCE_CASE("cq: arm, complete, get_cq_event, ack, poll") {
   fixture<B> fx;
   auto ch = fx.make_channel();

@@ -128,6 +128,7 @@ inline constexpr std::string_view srq_last_wqe_event = "srq.qp_to_err_last_wqe_r
 inline constexpr std::string_view destroyed_qp_completions = "cq.destroyed_qp_completions_left";
 inline constexpr std::string_view send_overflow = "cq.send_completion_lost_to_overflow";
 inline constexpr std::string_view recv_overflow = "cq.recv_completion_lost_to_overflow";
+inline constexpr std::string_view flushes_into_full_cq = "cq.flushes_due_while_full";
 inline constexpr std::string_view srq_recv_in_srq_pd = "srq.recv_buffer_in_srq_pd";
 inline constexpr std::string_view srq_recv_in_qp_pd = "srq.recv_buffer_in_qp_pd";
 inline constexpr std::string_view srq_ring = "srq.ring_above_max_wr";
@@ -475,6 +476,13 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::recv_overflow, "rxe", {.stays_rts = tri::no, .async_event = tri::no},
                   "rxe (kernel 6.1, observed; rxe_resp.c's CQ overflow state): the QP goes to ERR without an event; "
                   "the sender's WR never completes"},
+    // The flushes of a queue pair moved to ERR while its send CQ was full, the CQ then polled.
+    deviation_row{ids::flushes_into_full_cq, "spec", {.req = {wc_status::wr_flush_err}, .async_event = tri::no},
+                  "IBA leaves it to the device when a flush is written (the mock writes them once a poll found "
+                  "the CQ empty, semantics.md §1.3): by then there is room, and every outstanding WR flushes"},
+    deviation_row{ids::flushes_into_full_cq, "rxe", {.req = status_set::nothing(), .async_event = tri::yes},
+                  "rxe (kernel 6.1, observed; rxe_qp_error runs the completer at once, rxe_comp.c ignores "
+                  "rxe_cq_post's failure): the flushes find the CQ full and are lost, each with a CQ_ERR"},
     // The sender's completion of SEND_WITH_IMM / RDMA_WRITE_WITH_IMM.
     deviation_row{ids::sender_imm_flag, "spec", {.imm_flag = tri::no},
                   "ibv_poll_cq(3): IBV_WC_WITH_IMM says the receive carries an immediate; the send side has none"},

@@ -190,6 +190,7 @@ inline int take(fabric_state& f, cq_obj* cq, int n, backends::mock::wc* out) {
     }
     cq->entries.pop_front();
   }
+  cq->taken += static_cast<std::uint64_t>(got);
   return got;
 }
 

@@ -28,14 +28,10 @@ inline void raise_async(fabric_state& f, context_obj* c, const async_event& ev) 
 /// Adds a CQE; false when it is lost: the CQ was full (CQ_ERR raised) or, on the spec
 /// profile, is in error since it was (IBA C11-37: it takes no more completions; rxe
 /// loses only what does not fit).
+inline void lose_to_full_cq(fabric_state& f, cq_obj* cq);
 inline bool push_cqe(fabric_state& f, cq_obj* cq, const cq_entry& e, bool solicited) {
   if (RDMAKIT_UNLIKELY(static_cast<int>(cq->entries.size()) >= cq->capacity || cq->overrun)) {
-    if (cq->overrun) return false;
-    async_event ev;
-    ev.type = async_event_type::cq_err;
-    ev.object = cq;
-    raise_async(f, cq->ctx, ev);
-    cq->overrun = !f.as_rxe();
+    if (!cq->overrun) lose_to_full_cq(f, cq);
     return false;
   }
   cq->entries.push_back() = e;
@@ -49,6 +45,16 @@ inline bool push_cqe(fabric_state& f, cq_obj* cq, const cq_entry& e, bool solici
     }
   }
   return true;
+}
+
+/// A completion that found `cq` full is lost: CQ_ERR, and on the spec profile the CQ takes
+/// no more (rxe takes the next once there is room).
+inline void lose_to_full_cq(fabric_state& f, cq_obj* cq) {
+  async_event ev;
+  ev.type = async_event_type::cq_err;
+  ev.object = cq;
+  raise_async(f, cq->ctx, ev);
+  cq->overrun = !f.as_rxe();
 }
 
 inline void release_slots(fabric_state& f, qp_obj* q, std::uint64_t upto) {
@@ -108,7 +114,28 @@ inline bool recv_cqe(fabric_state& f, qp_obj* q, const cq_entry& e, bool solicit
   return false;
 }
 
-inline void flush_recv(fabric_state& f, qp_obj* q, const recv_wqe& r) {
+// rxe writes a QP's flushes as it enters ERR (rxe_qp_error runs its tasks at once), and
+// those that find the CQ full are lost with a CQ_ERR. The mock writes them later
+// (flush_later), when the program may have polled room since: the rxe profile loses
+// those that had no room when they became due, the CQ's entries now and those polled
+// since counted as taken. No limit on the spec profile (semantics.md §13,
+// cq.flushes_due_while_full). Sends first, then receives, on a CQ both use.
+inline std::size_t room_when_due(const fabric_state& f, const cq_obj* cq, std::uint64_t mark) {
+  if (!f.as_rxe()) return SIZE_MAX;
+  const std::uint64_t used = cq->entries.size() + (cq->taken - mark);
+  const auto cap = static_cast<std::uint64_t>(cq->capacity);
+  return used < cap ? static_cast<std::size_t>(cap - used) : 0;
+}
+
+/// Takes one entry of `room` (room_when_due); false when none is left.
+inline bool take_room(std::size_t& room) {
+  if (room == 0) return false;
+  --room;
+  return true;
+}
+
+inline void flush_recv(fabric_state& f, qp_obj* q, const recv_wqe& r, std::size_t& room) {
+  if (!take_room(room)) return lose_to_full_cq(f, q->recv_cq);  // (q is in ERR already)
   cq_entry e;
   e.wc.wr_id = r.wr_id;
   e.wc.status = wc_status::wr_flush_err;
@@ -156,14 +183,19 @@ inline std::size_t sq_index(const qp_obj* q, std::uint64_t seq) {
 
 /// Completes every unreported send WQE with WR_FLUSH_ERR, in queue order. By sequence
 /// number: a full CQ makes send_cqe release slots at the front.
-inline void flush_sends(fabric_state& f, qp_obj* q) {
+inline void flush_sends(fabric_state& f, qp_obj* q, std::size_t& room) {
   for (std::uint64_t seq = q->sq.empty() ? q->next_seq : q->sq.front().seq; seq < q->next_seq; ++seq) {
     send_wqe* w = wqe_at(q, seq);
     if (!w || w->reported) continue;
     w->reported = true;
     w->state = send_wqe::phase::done;
     w->status = wc_status::wr_flush_err;
-    send_cqe(f, q, *w, wc_status::wr_flush_err);
+    if (take_room(room)) {
+      send_cqe(f, q, *w, wc_status::wr_flush_err);
+    } else {
+      lose_to_full_cq(f, q->send_cq);
+      release_slots(f, q, seq);
+    }
   }
   retire_front_on_completion(f, q);
 }
@@ -192,10 +224,13 @@ inline void reserve_for_error(qp_obj* q) {
 /// Writes the flushes of QP `q` in ERR now: every outstanding send WR and posted receive
 /// completes with WR_FLUSH_ERR, in queue order, signaled or not.
 inline void write_flushes(fabric_state& f, qp_obj* q) {
-  flush_sends(f, q);
+  std::size_t send_room = room_when_due(f, q->send_cq, q->flush_mark_send);
+  std::size_t own_recv_room = room_when_due(f, q->recv_cq, q->flush_mark_recv);
+  std::size_t& recv_room = q->recv_cq == q->send_cq ? send_room : own_recv_room;
+  flush_sends(f, q, send_room);
   auto rq = std::move(q->rq);
   q->rq.clear();
-  for (auto& r : rq) flush_recv(f, q, r);
+  for (auto& r : rq) flush_recv(f, q, r, recv_room);
 }
 
 /// Takes `q` off the list of QPs whose flushes are due (destroyed or reset: they never come).
@@ -213,6 +248,10 @@ inline void drop_due_flushes(fabric_state& f, qp_obj* q) {
 /// after the verb that caused them returns. Unless a CQ of `q` is armed: a thread may
 /// sleep on its channel, and the device's event would wake it.
 inline void flush_later(fabric_state& f, qp_obj* q) {
+  if (!q->flush_due) {  // from now on, as far as room_when_due is concerned
+    q->flush_mark_send = q->send_cq->taken;
+    q->flush_mark_recv = q->recv_cq->taken;
+  }
   if (q->send_cq->armed || q->recv_cq->armed) {
     drop_due_flushes(f, q);  // (in queue order: none of its flushes may overtake these)
     return write_flushes(f, q);

@@ -140,6 +140,9 @@ class cq_obj {
   slot_ring<cq_entry> entries;
   // Spec profile: a completion found it full (IBA C11-37): it takes no more.
   bool overrun = false;
+  // Entries polls took, ever: the room the rxe profile's late flushes had when they
+  // became due (completions.hpp, room_when_due).
+  std::uint64_t taken = 0;
   bool armed = false;
   bool solicited_only = false;
   std::uint64_t events_delivered = 0;
@@ -348,6 +351,9 @@ class qp_obj {
   // find the CQ empty before they come.
   bool flush_due = false;
   qp_obj* next_due = nullptr;
+  // Its send and receive CQs' `taken` when its flushes became due (room_when_due).
+  std::uint64_t flush_mark_send = 0;
+  std::uint64_t flush_mark_recv = 0;
 
   // Requester.
   std::uint32_t next_psn = 0;
