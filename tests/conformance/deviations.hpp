@@ -138,6 +138,7 @@ inline constexpr std::string_view responder_error_event = "async.responder_acces
 inline constexpr std::string_view ud_grh_hop_limit = "ud.grh_hop_limit";
 inline constexpr std::string_view atomic_inline = "opcode.atomic_inline";
 inline constexpr std::string_view rkey_as_lkey = "mr.rkey_used_as_lkey";
+inline constexpr std::string_view mr_length_zero = "mr.length_zero";
 inline constexpr std::string_view send_runs_out_later = "fault.send_sge_runs_out_after_packets";
 inline constexpr std::string_view send_bad_after_refused_packet = "fault.send_sge_bad_after_refused_packet";
 inline constexpr std::string_view recv_too_small_later = "fault.recv_too_small_after_packets.rc";
@@ -502,6 +503,10 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::rkey_as_lkey, "spec", {.req = {wc_status::loc_prot_err}},
                   "spec §10.1: L_Key and R_Key may differ; the mock's spec profile makes them differ, so the "
                   "wrong key is caught (LOC_PROT_ERR)"},
+    deviation_row{ids::mr_length_zero, "spec", {.verb_errno = EINVAL},
+                  "nothing to register (mlx5's ib_umem_get finds no page size for it): EINVAL"},
+    deviation_row{ids::mr_length_zero, "rxe", {.verb_errno = 0},
+                  "rxe (kernel 6.1, observed): a region of no bytes, whose SGEs of length 0 are valid"},
     deviation_row{ids::rkey_as_lkey, "rxe", {.req = {wc_status::success}},
                   "rxe (kernel 6.1): an MR with remote access has its lkey as rkey (one without has rkey 0), so "
                   "the SEND goes through"},

@@ -111,6 +111,27 @@ CONFORMANCE_CASE("faults: an MR's rkey used as a send SGE's lkey") {
   }
 }
 
+// A buffer registered with length 0: refused, or (rxe) a region of no bytes that a SEND
+// of no bytes may name.
+CONFORMANCE_CASE("faults: reg_mr of length 0") {
+  fixture<B> fx;
+  const auto want = expected(ids::mr_length_zero, backend_traits<B>::profile());
+  auto [a, b] = fx.make_pair();
+  auto& dst = fx.make_buffer(64);
+  alignas(64) static unsigned char bytes[64];
+  typename B::mr empty{};
+  const int e = errno_of([&] { empty = B::reg_mr(fx.pd, bytes, 0, acc::local_write | acc::remote_write); });
+  CHECK(e == want.verb_errno);
+  if (e != 0) return;
+  fx.on_cleanup([empty] { CHECK_MESSAGE(B::dereg_mr(empty) == 0, "dereg_mr of the empty region"); });
+  REQUIRE(fx.post_recv(b, 800, {dst.sge(0, 64)}) == 0);
+  REQUIRE(fx.post_send(a, 1, opcode::send, {{reinterpret_cast<std::uint64_t>(bytes), 0, B::mr_lkey(empty)}}) == 0);
+  CHECK(fx.poll_one(a.send_cq, "the SEND of no bytes").status == wc_status::success);
+  const auto r = fx.poll_one(b.recv_cq, "its receive");
+  CHECK(r.status == wc_status::success);
+  CHECK(r.byte_len == 0);
+}
+
 CONFORMANCE_CASE("faults: send SGE in an MR of another PD -> req error, QP ERR, rest flushed") {
   fixture<B> fx;
   faulty_pair<B> p(fx);

@@ -154,7 +154,8 @@ RDMAKIT_DECL mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access 
   std::lock_guard lk(f.mu);
   mockd::touch(f);
   const auto& limits = f.devices[p->ctx->dev].cfg.limits;
-  if (!addr || length == 0)
+  // rxe registers a region of no bytes (whose SGEs of length 0 are valid): row mr.length_zero.
+  if (!addr || (length == 0 && !f.as_rxe()))
     mockd::fail("ibv_reg_mr", EINVAL, "nothing to register: the buffer is null or has length 0");
   if (length > limits.max_mr_size)
     mockd::fail("ibv_reg_mr", EINVAL, "length exceeds the device's max_mr_size");
@@ -164,8 +165,8 @@ RDMAKIT_DECL mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access 
     mockd::fail("ibv_reg_mr", EINVAL,
                 detail::cat("REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE too (", to_string(flags),
                             " was asked)"));
-  mockd::check_mapped(addr, length);
-  if (has_any(flags, access::local_write | access::remote_write | access::remote_atomic))
+  if (length != 0) mockd::check_mapped(addr, length);  // (no page to pin in a region of no bytes)
+  if (length != 0 && has_any(flags, access::local_write | access::remote_write | access::remote_atomic))
     mockd::check_writable(addr, length);
   auto& dev = f.devices[p->ctx->dev];
   mockd::check_room(dev.count.mr, limits.max_mr, "ibv_reg_mr", "memory regions", "max_mr", dev);
