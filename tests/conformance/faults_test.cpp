@@ -132,6 +132,40 @@ CONFORMANCE_CASE("faults: reg_mr of length 0") {
   CHECK(r.byte_len == 0);
 }
 
+// A READ whose result SGE is bad fails locally: nothing posted behind it in the same list
+// reaches the responder (rxe finds the fault in its response, handled before its requester
+// goes on; the mock's rxe profile sent the rest first, and a WRITE_WITH_IMM behind it
+// landed and consumed a receive while its sender reported it flushed). One wire hop of
+// no latency, as rxe's loopback.
+CONFORMANCE_CASE("faults: a WR behind a READ that fails locally, in one list, does not reach the responder") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(256);
+  auto& inbox = fx.make_buffer(64);
+  src.fill(6);
+  dst.fill(1);
+  REQUIRE(fx.post_recv(b, 50, {inbox.sge(0, 64)}) == 0);
+  const rdmakit::sge bad{src.addr(0), 64, src.lkey() ^ 0x5a5a00};
+  auto r = fx.post_send_list(a, {{.wr_id = 1, .op = opcode::rdma_read, .sg = {bad}, .remote_addr = dst.addr(0),
+                                  .rkey = dst.rkey()},
+                                 {.wr_id = 2, .op = opcode::rdma_write_with_imm, .sg = {src.sge(0, 48)},
+                                  .remote_addr = dst.addr(128), .rkey = dst.rkey(), .imm_be = to_be32(7)}});
+  REQUIRE(r.rc == 0);
+  auto sq = fx.poll(a.send_cq, 2, "the READ's error and the WRITE's flush");
+  REQUIRE(sq.size() == 2);
+  CHECK(sq[0].wr_id == 1);
+  CHECK(sq[0].status != wc_status::success);
+  check_flushes({sq.begin() + 1, sq.end()}, {2}, a.num);
+  // With a wire latency the WRITE leaves before the READ's response comes back, as between
+  // two hosts, and may land (a flushed WR may have run: IBA allows both).
+  if constexpr (requires { backend_traits<B>::latency(); })
+    if (backend_traits<B>::latency().count() != 0) return;
+  CHECK(fx.drain(b.recv_cq, 5).empty());
+  CHECK(dst.holds(1, 128, 48, 128));  // as filled: the WRITE did not land
+  CHECK(B::query_qp_state(b.qp) == qp_state::rts);
+}
+
 CONFORMANCE_CASE("faults: send SGE in an MR of another PD -> req error, QP ERR, rest flushed") {
   fixture<B> fx;
   faulty_pair<B> p(fx);

@@ -410,6 +410,11 @@ inline void issue(fabric_state& f, qp_obj* q) {
   if (i == q->sq.size()) return report_sends(f, q);  // nothing queued (an ACK's call, usually)
   const bool may_direct = f.faults.empty() && q->held.empty() && f.cfg.latency.count() == 0 && !f.running &&
                           f.wire_now.empty() && f.wire_later.empty();
+  // rxe's loopback handles a READ's or an atomic's response before its requester goes on
+  // (the responder and completer run inline), so a fault the response finds (a bad result
+  // SGE) stops the WRs behind it before they go: the rxe profile, without a latency or
+  // faults, sends nothing past one until its response came (on_response issues again).
+  const bool rxe_answer_first = f.as_rxe() && f.cfg.latency.count() == 0 && f.faults.empty() && q->held.empty();
   bool direct = false;
   auto& dev = device_of(q);
   if (q->type != qp_type::ud) learn_route(f, q);  // (its lost_above, tested below)
@@ -520,6 +525,10 @@ inline void issue(fabric_state& f, qp_obj* q) {
       scheduled(f, *slot);
     } else {
       transmit(f, q, m);
+    }
+    if (RDMAKIT_UNLIKELY(rxe_answer_first && is_read_or_atomic(w.op) && !direct)) {
+      ++i;
+      break;
     }
   }
   q->issue_from = i < q->sq.size() ? q->sq[i].seq : q->next_seq;
