@@ -120,21 +120,21 @@ inline bool recv_cqe(fabric_state& f, qp_obj* q, const cq_entry& e, bool solicit
 // those that had no room when they became due, the CQ's entries now and those polled
 // since counted as taken. No limit on the spec profile (semantics.md §13,
 // cq.flushes_due_while_full). Sends first, then receives, on a CQ both use.
-inline std::size_t room_when_due(const fabric_state& f, const cq_obj* cq, std::uint64_t mark) {
-  if (!f.as_rxe()) return SIZE_MAX;
+inline std::uint64_t room_when_due(const fabric_state& f, const cq_obj* cq, std::uint64_t mark) {
+  if (!f.as_rxe()) return UINT64_MAX;
   const std::uint64_t used = cq->entries.size() + (cq->taken - mark);
   const auto cap = static_cast<std::uint64_t>(cq->capacity);
-  return used < cap ? static_cast<std::size_t>(cap - used) : 0;
+  return used < cap ? cap - used : 0;
 }
 
 /// Takes one entry of `room` (room_when_due); false when none is left.
-inline bool take_room(std::size_t& room) {
+inline bool take_room(std::uint64_t& room) {
   if (room == 0) return false;
   --room;
   return true;
 }
 
-inline void flush_recv(fabric_state& f, qp_obj* q, const recv_wqe& r, std::size_t& room) {
+inline void flush_recv(fabric_state& f, qp_obj* q, const recv_wqe& r, std::uint64_t& room) {
   if (!take_room(room)) return lose_to_full_cq(f, q->recv_cq);  // (q is in ERR already)
   cq_entry e;
   e.wc.wr_id = r.wr_id;
@@ -183,7 +183,7 @@ inline std::size_t sq_index(const qp_obj* q, std::uint64_t seq) {
 
 /// Completes every unreported send WQE with WR_FLUSH_ERR, in queue order. By sequence
 /// number: a full CQ makes send_cqe release slots at the front.
-inline void flush_sends(fabric_state& f, qp_obj* q, std::size_t& room) {
+inline void flush_sends(fabric_state& f, qp_obj* q, std::uint64_t& room) {
   for (std::uint64_t seq = q->sq.empty() ? q->next_seq : q->sq.front().seq; seq < q->next_seq; ++seq) {
     send_wqe* w = wqe_at(q, seq);
     if (!w || w->reported) continue;
@@ -224,9 +224,9 @@ inline void reserve_for_error(qp_obj* q) {
 /// Writes the flushes of QP `q` in ERR now: every outstanding send WR and posted receive
 /// completes with WR_FLUSH_ERR, in queue order, signaled or not.
 inline void write_flushes(fabric_state& f, qp_obj* q) {
-  std::size_t send_room = room_when_due(f, q->send_cq, q->flush_mark_send);
-  std::size_t own_recv_room = room_when_due(f, q->recv_cq, q->flush_mark_recv);
-  std::size_t& recv_room = q->recv_cq == q->send_cq ? send_room : own_recv_room;
+  std::uint64_t send_room = room_when_due(f, q->send_cq, q->flush_mark_send);
+  std::uint64_t own_recv_room = room_when_due(f, q->recv_cq, q->flush_mark_recv);
+  std::uint64_t& recv_room = q->recv_cq == q->send_cq ? send_room : own_recv_room;
   flush_sends(f, q, send_room);
   auto rq = std::move(q->rq);
   q->rq.clear();
