@@ -207,7 +207,9 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       case 'o': case 'O': case 'P': case 't': case 'j': case 'N':
         std::fprintf(stderr, "%s: option -%c is not supported by rdmakit-pingpong (see --help)\n", argv[0], ch);
         return 1;
-      default: usage(argv[0], stderr); return 1;
+      default:  // getopt said which option and what was wrong with it: one line more, as rdmakit-perf
+        std::fprintf(stderr, "%s: see --help for the options\n", argv[0]);
+        return 1;
     }
   }
   if (optind == argc - 1) {

@@ -228,7 +228,9 @@ int main(int argc, char** argv) {
       case 't':
         std::fprintf(stderr, "rdmakit-rping: -%c is not supported (see --help)\n", op);
         return 1;
-      default: usage(argv[0], stderr); return 1;
+      default:  // getopt said which option and what was wrong with it (the usage after it buried that line)
+        std::fprintf(stderr, "%s: see --help for the options\n", argv[0]);
+        return 1;
     }
   }
   if (optind < argc) {  // rping ignores them; a forgotten -a would bind or connect elsewhere
