@@ -210,7 +210,7 @@ int parse(int argc, char** argv, cli& c) {
         if (t == "rc") c.o.transport = qp_type::rc;
         else if (t == "uc") c.o.transport = qp_type::uc;
         else if (t == "ud") c.o.transport = qp_type::ud;
-        else return bad("transport (rc, uc or ud)", optarg);
+        else return bad("transport (RC, UC or UD, in any case)", optarg);
         break;
       }
       case 'A': {
