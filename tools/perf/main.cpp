@@ -301,6 +301,12 @@ int parse(int argc, char** argv, cli& c) {
   // Positionals: [TEST] [HOST].
   const test_desc* t = test_from_program(argv[0]);
   int pos = optind;
+  if (t && pos < argc && test_by_name(argv[pos])) {  // it would be read as a host
+    std::string_view prog = argv[0];
+    if (const auto slash = prog.rfind('/'); slash != std::string_view::npos) prog.remove_prefix(slash + 1);
+    return fail(me, std::string("\"") + argv[pos] + "\" is a test: " + std::string(prog) + " runs " + t->name +
+                        ", from its name; drop \"" + argv[pos] + "\", or run rdmakit-perf " + argv[pos]);
+  }
   if (!t) {
     if (pos >= argc) return fail(me, "which test? give one of write_bw read_bw send_bw atomic_bw write_lat read_lat "
                                      "send_lat atomic_lat (see --help)");
