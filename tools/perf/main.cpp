@@ -78,7 +78,10 @@ void usage(const char* argv0, std::FILE* to) {
                "                            or 0.5; at most 1000000; default 0: a WR completes almost at its post);\n"
                "                            the longest wait for a completion (--timeout) grows by 4 latencies\n"
                "      --mock-profile=spec|rxe  mock loopback: the device profile (default spec)\n"
-               "  -h, --help                this text\n",
+               "  -h, --help                this text\n"
+               "\n"
+               "Not supported (perftest options; tools/README-perf.md \"Not implemented\"): -a/--all,\n"
+               "  -b/--bidirectional, -o/--outs, --report_gbits.\n",
                argv0, argv0, max_post_list);
 }
 
@@ -116,7 +119,7 @@ int fail(const char* argv0, const std::string& msg) {
 
 int parse(int argc, char** argv, cli& c) {
   enum { o_json = 1000, o_mock, o_timeout, o_accept, o_signal, o_transport, o_noprog, o_srq, o_wrong_rkey,
-         o_mock_latency, o_mock_profile };
+         o_mock_latency, o_mock_profile, o_not_implemented };
   static const option longs[] = {
       {"size", required_argument, nullptr, 's'},        {"iters", required_argument, nullptr, 'n'},
       {"duration", required_argument, nullptr, 'D'},    {"tx-depth", required_argument, nullptr, 't'},
@@ -135,7 +138,11 @@ int parse(int argc, char** argv, cli& c) {
       {"mock-wrong-rkey", no_argument, nullptr, o_wrong_rkey},
       {"mock-latency", required_argument, nullptr, o_mock_latency},
       {"mock-profile", required_argument, nullptr, o_mock_profile},
-      {"help", no_argument, nullptr, 'h'},              {nullptr, 0, nullptr, 0}};
+      {"help", no_argument, nullptr, 'h'},
+      // perftest's, not implemented (tools/README-perf.md): named as such, not getopt's "invalid option".
+      {"all", no_argument, nullptr, 'a'},               {"bidirectional", no_argument, nullptr, 'b'},
+      {"outs", required_argument, nullptr, 'o'},        {"report_gbits", no_argument, nullptr, o_not_implemented},
+      {nullptr, 0, nullptr, 0}};
   const char* me = argv[0];
   auto bad = [&](const char* what, const char* arg, unsigned long long lo = 0, unsigned long long hi = 0,
                  const char* hint = nullptr) {
@@ -151,7 +158,10 @@ int parse(int argc, char** argv, cli& c) {
   std::string mock_latency_arg;
   unsigned long long v = 0;
   int ch;
-  while ((ch = getopt_long(argc, argv, "s:n:D:t:r:Q:l:I:eq:c:A:d:i:x:m:p:Rh", longs, nullptr)) != -1) {
+  int long_index = -1;
+  // (long_index: set by getopt_long for a long option only, so reset before each.)
+  while ((long_index = -1, ch = getopt_long(argc, argv, "s:n:D:t:r:Q:l:I:eq:c:A:d:i:x:m:p:Rhabo:", longs,
+                                            &long_index)) != -1) {
     switch (ch) {
       case 's':
         if (!parse_uint(optarg, 1u << 30, v) || v < 1) return bad("size", optarg, 1, 1u << 30);
@@ -210,7 +220,7 @@ int parse(int argc, char** argv, cli& c) {
         if (t == "rc") c.o.transport = qp_type::rc;
         else if (t == "uc") c.o.transport = qp_type::uc;
         else if (t == "ud") c.o.transport = qp_type::ud;
-        else return bad("transport (rc, uc or ud)", optarg);
+        else return bad("transport (RC, UC or UD, in any case)", optarg);
         break;
       }
       case 'A': {
@@ -275,6 +285,13 @@ int parse(int argc, char** argv, cli& c) {
         break;
       case 'R': c.o.rdma_cm = true; break;
       case 'h': c.help = true; return 0;
+      case 'a': case 'b': case 'o': case o_not_implemented: {
+        const std::string name = long_index >= 0 ? std::string("--") + longs[long_index].name
+                                                 : std::string("-") + static_cast<char>(ch);
+        std::fprintf(stderr, "%s: option %s is not supported by rdmakit-perf (tools/README-perf.md: Not implemented)\n",
+                     me, name.c_str());
+        return 1;
+      }
       default:  // getopt said which option and what was wrong with it
         std::fprintf(stderr, "%s: see --help for the options\n", me);
         return 1;
@@ -284,6 +301,12 @@ int parse(int argc, char** argv, cli& c) {
   // Positionals: [TEST] [HOST].
   const test_desc* t = test_from_program(argv[0]);
   int pos = optind;
+  if (t && pos < argc && test_by_name(argv[pos])) {  // it would be read as a host
+    std::string_view prog = argv[0];
+    if (const auto slash = prog.rfind('/'); slash != std::string_view::npos) prog.remove_prefix(slash + 1);
+    return fail(me, std::string("\"") + argv[pos] + "\" is a test: " + std::string(prog) + " runs " + t->name +
+                        ", from its name; drop \"" + argv[pos] + "\", or run rdmakit-perf " + argv[pos]);
+  }
   if (!t) {
     if (pos >= argc) return fail(me, "which test? give one of write_bw read_bw send_bw atomic_bw write_lat read_lat "
                                      "send_lat atomic_lat (see --help)");

@@ -207,7 +207,9 @@ int parse(int argc, char** argv, cli& c, bool& help) {
       case 'o': case 'O': case 'P': case 't': case 'j': case 'N':
         std::fprintf(stderr, "%s: option -%c is not supported by rdmakit-pingpong (see --help)\n", argv[0], ch);
         return 1;
-      default: usage(argv[0], stderr); return 1;
+      default:  // getopt said which option and what was wrong with it: one line more, as rdmakit-perf
+        std::fprintf(stderr, "%s: see --help for the options\n", argv[0]);
+        return 1;
     }
   }
   if (optind == argc - 1) {
@@ -303,9 +305,14 @@ int run_mock_loopback(const cli& c) {
   std::printf("mock loopback, %s, exchange over 127.0.0.1:%u (%s format)%s\n", transport_name(c.transport), lb.port,
               c.xo.format == wire_format::pingpong ? "ibv_*_pingpong" : "rdmakit", fabric_note.c_str());
   const rdmakit_tools::loopback_side* sides[2] = {&lb.server, &lb.client};
+  // A side's error (stderr) goes in its section, after what it printed: stdout is flushed
+  // first, or a piped stdout put both errors above the header and left the sections empty.
   for (int i = 0; i < 2; ++i) {
     std::printf("[%s]\n%s", i == 0 ? "server mock0" : "client mock1", out[i].c_str());
-    if (!sides[i]->ok()) std::fprintf(stderr, "%s: %s\n", i == 0 ? "server" : "client", sides[i]->error.c_str());
+    if (!sides[i]->ok()) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "%s: %s\n", i == 0 ? "server" : "client", sides[i]->error.c_str());
+    }
   }
   return lb.ok() && rc[0] == 0 && rc[1] == 0 ? 0 : 1;
 }

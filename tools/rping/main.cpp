@@ -129,6 +129,7 @@ int main(int argc, char** argv) {
   int role = -1;  // rping: -s or -c must be given
   bool mock = false;
   bool have_addr = false;
+  bool count_given = false;  // -C (0 is rping's "until interrupted", which --mock refuses)
   std::uint16_t port = 7174;
   std::string ib_dev;
   static const option longs[] = {{"mock", no_argument, nullptr, 'M'},
@@ -177,11 +178,14 @@ int main(int argc, char** argv) {
         o.size = static_cast<std::uint32_t>(v);
         break;
       case 'C':
-        if (!parse_uint(optarg, 0x7fffffff, v)) {
-          std::fprintf(stderr, "Invalid count %s%s\n", optarg, uint_hint(optarg).c_str());
+        if (!parse_uint(optarg, 0x7fffffff, v)) {  // the option, the value and the range (rping: "Invalid count")
+          const std::string why = uint_hint(optarg);
+          std::fprintf(stderr, "rdmakit-rping: invalid -C count '%s'%s\n", optarg,
+                       why.empty() ? ": from 0 (until interrupted) to 2147483647" : why.c_str());
           return 1;
         }
         o.count = static_cast<int>(v);
+        count_given = true;
         break;
       case 'v': o.verbose = true; break;
       case 'V': o.validate = true; break;
@@ -224,7 +228,9 @@ int main(int argc, char** argv) {
       case 't':
         std::fprintf(stderr, "rdmakit-rping: -%c is not supported (see --help)\n", op);
         return 1;
-      default: usage(argv[0], stderr); return 1;
+      default:  // getopt said which option and what was wrong with it (the usage after it buried that line)
+        std::fprintf(stderr, "%s: see --help for the options\n", argv[0]);
+        return 1;
     }
   }
   if (optind < argc) {  // rping ignores them; a forgotten -a would bind or connect elsewhere
@@ -248,7 +254,11 @@ int main(int argc, char** argv) {
   try {
     if (mock) {
       if (o.count == 0) {
-        std::fprintf(stderr, "rdmakit-rping: --mock needs -C count\n");
+        if (count_given)
+          std::fprintf(stderr, "rdmakit-rping: --mock -C 0: -C 0 pings until interrupted, and a --mock run ends: "
+                               "give a count of at least 1\n");
+        else
+          std::fprintf(stderr, "rdmakit-rping: --mock needs -C count (at least 1)\n");
         return 1;
       }
       // The client runs on mock1 (10.0.0.2): a source on the server's mock0 would route
