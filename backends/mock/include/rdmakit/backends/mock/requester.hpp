@@ -403,6 +403,15 @@ RDMAKIT_NOINLINE inline bool sender_stayed(fabric_state& f, const message& m) {
 /// (no fault, no latency, not inside run_due) would have run_due deliver it right
 /// after this call, before anything else. It is delivered at the end of this call
 /// instead, without a wire slot, borrowing the bytes of a one-SGE WQE.
+// rxe's loopback handles a READ's or an atomic's response before its requester goes on
+// (the responder and completer run inline), so a fault the response finds (a bad result
+// SGE) stops the WRs behind it before they go: the rxe profile, without a latency or
+// faults, sends nothing past one until its response came (on_response issues again).
+// Asked only after a READ or an atomic went: a WRITE or a SEND pays nothing for it.
+inline bool waits_for_answer(const fabric_state& f, const qp_obj* q) {
+  return f.as_rxe() && f.cfg.latency.count() == 0 && f.faults.empty() && q->held.empty();
+}
+
 inline void issue(fabric_state& f, qp_obj* q) {
   if (q->state != qp_state::rts && !(q->state == qp_state::sqd && q->issue_from < q->started_until)) return;
   if (RDMAKIT_UNLIKELY(q->rnr_wait)) return rxe_doorbell_in_rnr_wait(f, q);
@@ -410,11 +419,6 @@ inline void issue(fabric_state& f, qp_obj* q) {
   if (i == q->sq.size()) return report_sends(f, q);  // nothing queued (an ACK's call, usually)
   const bool may_direct = f.faults.empty() && q->held.empty() && f.cfg.latency.count() == 0 && !f.running &&
                           f.wire_now.empty() && f.wire_later.empty();
-  // rxe's loopback handles a READ's or an atomic's response before its requester goes on
-  // (the responder and completer run inline), so a fault the response finds (a bad result
-  // SGE) stops the WRs behind it before they go: the rxe profile, without a latency or
-  // faults, sends nothing past one until its response came (on_response issues again).
-  const bool rxe_answer_first = f.as_rxe() && f.cfg.latency.count() == 0 && f.faults.empty() && q->held.empty();
   bool direct = false;
   auto& dev = device_of(q);
   if (q->type != qp_type::ud) learn_route(f, q);  // (its lost_above, tested below)
@@ -526,7 +530,7 @@ inline void issue(fabric_state& f, qp_obj* q) {
     } else {
       transmit(f, q, m);
     }
-    if (RDMAKIT_UNLIKELY(rxe_answer_first && is_read_or_atomic(w.op) && !direct)) {
+    if (RDMAKIT_UNLIKELY(is_read_or_atomic(w.op)) && !direct && waits_for_answer(f, q)) {
       ++i;
       break;
     }
