@@ -348,6 +348,22 @@ struct tick_marks : marks_at<std::uint64_t> {
   }
 };
 
+inline constexpr double bw_mb = 1024.0 * 1024.0;  // perftest's MB
+
+/// A run of `ops` operations of r.bytes from `start` to `end`: its count, time, average
+/// and rate in `r`; returns the rate in operations a second, where the peak's search
+/// starts (0, nothing but the count and time set, when the run took no time).
+inline double set_average(bw_result& r, clock_type::time_point start, clock_type::time_point end,
+                          std::uint64_t ops) {
+  r.iters = ops;
+  const double secs = std::chrono::duration<double>(end - start).count();
+  r.seconds = secs;
+  if (secs <= 0) return 0;
+  r.avg_mb = static_cast<double>(ops) * r.bytes / secs / bw_mb;
+  r.mpps = static_cast<double>(ops) / secs / 1e6;
+  return static_cast<double>(ops) / secs;
+}
+
 /// BW average over the whole run and peak over the best window of at least `window`
 /// operations (MB = 2^20 bytes, as perftest).
 inline bw_result bw_stats(const bw_marks& m, clock_type::time_point start, std::uint32_t bytes,
@@ -355,15 +371,8 @@ inline bw_result bw_stats(const bw_marks& m, clock_type::time_point start, std::
   bw_result r;
   r.bytes = bytes;
   if (m.v.empty()) return r;
-  const auto [end, ops] = m.v.back();
-  r.iters = ops;
-  const double secs = std::chrono::duration<double>(end - start).count();
-  r.seconds = secs;
-  if (secs <= 0) return r;
-  constexpr double mb = 1024.0 * 1024.0;
-  r.avg_mb = static_cast<double>(ops) * bytes / secs / mb;
-  r.mpps = static_cast<double>(ops) / secs / 1e6;
-  double best = static_cast<double>(ops) / secs;  // ops per second
+  double best = set_average(r, start, m.v.back().first, m.v.back().second);  // ops per second
+  if (best == 0) return r;
   window = std::max<std::uint64_t>(window, 1);
   // Two pointers: for each end mark, the latest start mark at least `window` ops before it.
   std::size_t i = 0;
@@ -376,7 +385,7 @@ inline bw_result bw_stats(const bw_marks& m, clock_type::time_point start, std::
     const double dt = std::chrono::duration<double>(t_of(j) - t_of(i)).count();
     if (dt > 0) best = std::max(best, static_cast<double>(d) / dt);
   }
-  r.peak_mb = best * bytes / mb;
+  r.peak_mb = best * bytes / bw_mb;
   return r;
 }
 
@@ -415,15 +424,8 @@ inline bw_result receive_bw_stats(const receive_marks& m, clock_type::time_point
   bw_result r;
   r.bytes = bytes;
   if (m.ends.v.empty()) return r;
-  const auto [end, ops] = m.ends.v.back();
-  r.iters = ops;
-  const double secs = std::chrono::duration<double>(end - start).count();
-  r.seconds = secs;
-  if (secs <= 0) return r;
-  constexpr double mb = 1024.0 * 1024.0;
-  r.avg_mb = static_cast<double>(ops) * bytes / secs / mb;
-  r.mpps = static_cast<double>(ops) / secs / 1e6;
-  double best = static_cast<double>(ops) / secs;  // ops per second
+  double best = set_average(r, start, m.ends.v.back().first, m.ends.v.back().second);  // ops per second
+  if (best == 0) return r;
   window = std::max<std::uint64_t>(window, 1);
   // Two pointers: for each end, the latest start at least `window` messages before it
   // (start 0 is the run's start, with none received).
@@ -437,7 +439,7 @@ inline bw_result receive_bw_stats(const receive_marks& m, clock_type::time_point
     const double dt = std::chrono::duration<double>(t - t_of(i)).count();
     if (dt > 0) best = std::max(best, static_cast<double>(n - ops_of(i)) / dt);
   }
-  r.peak_mb = best * bytes / mb;
+  r.peak_mb = best * bytes / bw_mb;
   return r;
 }
 
