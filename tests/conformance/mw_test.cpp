@@ -324,6 +324,54 @@ CONFORMANCE_CASE("mw: a region with a bound window cannot be deregistered") {
   if (refused != 0) CHECK(B::dereg_mr(mr) == 0);
 }
 
+// What holds a region (a window bound to it) is let go by a rebind to another region,
+// a LOCAL_INV, or the window's dealloc; a type 2 window's queue pair destroyed leaves it
+// bound. (The mock counts each region's windows instead of walking all of them at each
+// dereg_mr: audit 26, F5.)
+CONFORMANCE_CASE("mw: a region is freed by its window's rebind elsewhere, invalidation or dealloc") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();
+  std::vector<std::uint64_t> mem(4 * 512);
+  auto region = [&](int i) { return B::reg_mr(fx.pd, mem.data() + i * 512, 4096, region_rights); };
+  auto addr = [&](int i) { return reinterpret_cast<std::uintptr_t>(mem.data() + i * 512); };
+  auto m0 = region(0), m1 = region(1), m2 = region(2), m3 = region(3);
+  // Type 1: bound to m0, then rebound to m1: m0 is free, m1 is not.
+  auto w1 = B::alloc_mw(fx.pd, mw_type::type1);
+  REQUIRE(B::bind_mw(b.qp, w1, m0, addr(0), 4096, rw, 70, send_flags::signaled) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  REQUIRE(B::bind_mw(b.qp, w1, m1, addr(1), 4096, rw, 71, send_flags::signaled) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  CHECK(B::dereg_mr(m0) == 0);
+  const int m1_refused = B::dereg_mr(m1);  // (a region deregistered is not deregistered again)
+  CHECK(m1_refused == EINVAL);
+  // Type 2: bound to m2 through b, then invalidated: m2 is free.
+  auto w2 = B::alloc_mw(fx.pd, mw_type::type2);
+  const std::uint32_t k2 = inc_rkey(B::mw_rkey(w2));
+  REQUIRE(fx.post_send(b, 72, opcode::bind_mw, {}, send_flags::signaled, [&](typename B::send_wr& wr) {
+    B::set_bind_mw(wr, w2, k2, m2, addr(2), 4096, rw);
+  }) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  const int m2_refused = B::dereg_mr(m2);
+  CHECK(m2_refused == EINVAL);
+  REQUIRE(local_inv(fx, b, k2, 73) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  if (m2_refused) CHECK(B::dereg_mr(m2) == 0);
+  // Type 2 bound to m3 and freed while bound: m3 is free; w1 freed: m1 is.
+  auto w3 = B::alloc_mw(fx.pd, mw_type::type2);
+  const std::uint32_t k3 = inc_rkey(B::mw_rkey(w3));
+  REQUIRE(fx.post_send(b, 74, opcode::bind_mw, {}, send_flags::signaled, [&](typename B::send_wr& wr) {
+    B::set_bind_mw(wr, w3, k3, m3, addr(3), 4096, rw);
+  }) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  const int m3_refused = B::dereg_mr(m3);
+  CHECK(m3_refused == EINVAL);
+  CHECK(B::dealloc_mw(w3) == 0);
+  if (m3_refused) CHECK(B::dereg_mr(m3) == 0);
+  CHECK(B::dealloc_mw(w1) == 0);
+  if (m1_refused) CHECK(B::dereg_mr(m1) == 0);
+  CHECK(B::dealloc_mw(w2) == 0);
+}
+
 CONFORMANCE_CASE("mw: LOCAL_INV of a type 1 window completes with LOC_QP_OP_ERR") {
   fixture<B> fx;
   auto [a, b] = fx.make_pair();

@@ -4,6 +4,7 @@
 #include "harness.hpp"
 
 #include <rdmakit/backends/mock.hpp>
+#include <rdmakit/backends/mock/objects.hpp>  // fabric::state(): counters set near their end
 #include <rdmakit/grh.hpp>
 
 #include <doctest/doctest.h>
@@ -1276,6 +1277,111 @@ TEST_CASE("fabric: QP numbers only grow, unless reuse_qp_numbers gives a destroy
     CHECK(B::dealloc_pd(pd) == 0);
     B::close_device(ctx);
   }
+}
+
+// ------------------------------------------------------------------ numbers and keys of a long run
+
+// A server that makes QPs for days passes 2^24 of them. The numbers grew past 0xFFFFFF
+// (audit 26, F1: 16.7 M QPs, at most one alive, in 6 s), and every connect after that
+// was refused (QP numbers have 24 bits). They start again from the lowest, past those in
+// use, as a device's cyclic allocator does.
+TEST_CASE("fabric: QP numbers stay within 24 bits: past 0xFFFFFF they start again, skipping those in use") {
+  rm::fabric f;
+  auto ctx = B::open_device(f, "mock0");
+  auto pd = B::alloc_pd(ctx);
+  auto cq = B::create_cq(ctx, 8, {}, 0);
+  qp_cap caps{4, 4, 1, 1, 0};
+  auto make = [&] { return B::create_qp(pd, cq, cq, qp_type::rc, caps, true); };
+  auto kept = make();
+  REQUIRE(B::qp_num(kept) == 0x11);
+  f.state().next_qpn = 0xFFFFFE;  // as 16.7 M QPs made and destroyed would leave it
+  auto q1 = make(), q2 = make(), q3 = make(), q4 = make();
+  CHECK(B::qp_num(q1) == 0xFFFFFE);
+  CHECK(B::qp_num(q2) == 0xFFFFFF);
+  CHECK(B::qp_num(q3) == 0x12);  // 0x11 is kept's
+  CHECK(B::qp_num(q4) == 0x13);
+  for (auto q : {kept, q1, q2, q3, q4}) CHECK(B::destroy_qp(q) == 0);
+  CHECK(B::destroy_cq(cq) == 0);
+  CHECK(B::dealloc_pd(pd) == 0);
+  B::close_device(ctx);
+}
+
+// Region keys came from one 32-bit counter (audit 26, F4): after 2^30 registrations the
+// rxe profile's rkeys took the window keys' form (every WRITE to a new region failed),
+// and the spec profile's lkeys did; at 2^31 a new region's keys were an old one's,
+// replacing a live region's entry. They wrap below the window keys now, past the keys
+// of live regions: a WRITE by a live region's rkey still reaches that region.
+TEST_CASE("fabric: region keys wrap below the windows' keys, past those in use; both profiles") {
+  for (const auto profile : {rm::device_profile::spec, rm::device_profile::rxe}) {
+    CAPTURE(profile);
+    rm::fabric_config cfg;
+    cfg.profile = profile;
+    fx_t fx(cfg);
+    auto [a, b] = fx.make_pair();
+    auto& src = fx.make_buffer(64);
+    src.fill(9);
+    auto& kept = fx.make_buffer(64);
+    fab(fx).state().next_key = 0x3FFFFFFF;  // as a billion registrations would leave it
+    auto& last = fx.make_buffer(64);
+    auto& wrapped = fx.make_buffer(64);
+    CHECK(last.lkey() == 0x3FFFFFFFu);
+    CHECK(wrapped.lkey() < 0x40000000u);  // never a window key (rules.hpp, is_mw_key)
+    for (const auto* other : {&kept, &last}) {
+      CHECK(wrapped.lkey() != other->lkey());
+      CHECK(wrapped.rkey() != other->rkey());
+    }
+    std::uint64_t id = 1;
+    for (auto* to : {&kept, &last, &wrapped}) {
+      REQUIRE(fx.post_rdma(a, id, opcode::rdma_write, src.sge(0, 8), to->addr(0), to->rkey()) == 0);
+      CHECK(fx.poll_one(a.send_cq).status == wc_status::success);
+      CHECK(to->holds(9, 0, 8));
+      ++id;
+    }
+  }
+}
+
+// Window indexes were never given again (audit 26, F3): the 4,194,304th alloc_mw failed
+// with ENOMEM, one window alive at a time, and every one after it. A freed index is
+// given again once the count wraps, with another key byte than its last window's, so the
+// old window's rkey does not name the new one.
+TEST_CASE("fabric: window indexes wrap past those in use; a reused one has another rkey") {
+  fx_t fx;
+  auto kept = B::alloc_mw(fx.pd, mw_type::type2);
+  auto freed = B::alloc_mw(fx.pd, mw_type::type2);
+  const std::uint32_t stale = B::mw_rkey(freed);
+  CHECK(B::dealloc_mw(freed) == 0);
+  fab(fx).state().next_mw = (1u << 22) - 1;  // as 4 M windows made and freed would leave it
+  auto last = B::alloc_mw(fx.pd, mw_type::type2);
+  B::mw again{};
+  REQUIRE_NOTHROW(again = B::alloc_mw(fx.pd, mw_type::type2));
+  const auto index = [](std::uint32_t rkey) { return (rkey >> 8) & 0x3FFFFFu; };
+  CHECK(index(B::mw_rkey(last)) == 0x3FFFFFu);
+  CHECK(index(B::mw_rkey(again)) == index(stale));  // kept's is in use
+  CHECK(B::mw_rkey(again) != stale);
+  CHECK((B::mw_rkey(again) & 0xC0000000u) == 0x40000000u);  // a window key
+  for (auto w : {kept, last, again}) CHECK(B::dealloc_mw(w) == 0);
+}
+
+// destroy_qp left the QP's async events queued (audit 26, F2): a server that tore down
+// each connection that hit a stale rkey kept one event per connection for ever, and with
+// reused QP numbers a healthy QP was named by its predecessors' QP_ACCESS_ERRs. As the
+// kernel does (and the mock did for CQs and SRQs), events not yet read go with the QP.
+TEST_CASE("fabric: destroying a QP drops its async events not yet read") {
+  fx_t fx;
+  auto a = fx.make_qp();
+  auto cq = fx.make_cq(16);
+  endpoint<B> b;  // destroyed by hand, not by the fixture
+  b.send_cq = b.recv_cq = cq;
+  b.caps = {16, 16, 1, 1, 0};
+  b.qp = B::create_qp(fx.pd, cq, cq, qp_type::rc, b.caps, true);
+  b.num = B::qp_num(b.qp);
+  fx.connect(a, b);
+  auto& buf = fx.make_buffer(64);
+  REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, buf.sge(0, 8), buf.addr(8), buf.rkey() ^ 0x2200) == 0);
+  CHECK(fx.poll_one(a.send_cq).status == wc_status::rem_access_err);  // b went to ERR: its event is queued
+  REQUIRE(B::destroy_qp(b.qp) == 0);
+  async_event ev;
+  CHECK(B::get_async_event(fx.ctx, 0ms, ev) == ETIMEDOUT);
 }
 
 // A WR behind one that failed its local check is never sent: the requester stops at the

@@ -31,6 +31,27 @@ inline void check_room(std::uint32_t count, std::uint32_t max, const char* verb,
              "): destroy one first (mock: or raise device_config::limits.", limit, ")"));
 }
 
+// Numbers (QP numbers, region keys, window indexes) as a device's cyclic allocator gives
+// them: the first from `next` on, wrapping from `last` back to `first`, that no live
+// object holds (`taken(n)`); `next` moves past it, and `wraps` (when given) counts the
+// times it went from `last` to `first`. A number comes back only after the others did,
+// never while its object lives. ENOMEM when `live` objects fill the range.
+template <class Taken>
+std::uint32_t cyclic_number(std::uint32_t& next, std::uint32_t first, std::uint32_t last, std::size_t live,
+                            Taken taken, const char* verb, const char* what, std::uint32_t* wraps = nullptr) {
+  if (live > std::size_t{last - first}) fail(verb, ENOMEM, cat("the mock ran out of ", what, ": destroy some first"));
+  auto step = [&](std::uint32_t n) {
+    if (n != last) return n + 1;
+    if (wraps) ++*wraps;
+    return first;
+  };
+  if (next < first || next > last) next = first;
+  while (taken(next)) next = step(next);  // ends: a number is free
+  const std::uint32_t n = next;
+  next = step(n);
+  return n;
+}
+
 // ibv_reg_mr pins the range's pages and fails with EFAULT when some are not mapped (a
 // freed buffer, a length past its mapping): a mock that accepted them would touch the
 // hole itself when a WR names it. mincore() fails with ENOMEM on an unmapped page; one

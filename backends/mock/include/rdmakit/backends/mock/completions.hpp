@@ -25,6 +25,16 @@ inline void raise_async(fabric_state& f, context_obj* c, const async_event& ev) 
   f.cv.notify_all();
 }
 
+/// Drops the events not yet read that name `object` (a CQ, QP or SRQ being destroyed)
+/// from every context, as the kernel drops a destroyed object's.
+inline void drop_async_events(fabric_state& f, const void* object) noexcept {
+  for (auto* c : f.contexts) {
+    auto& q = c->async_q;
+    q.erase(std::remove_if(q.begin(), q.end(), [&](const async_event& e) { return e.object == object; }), q.end());
+    c->async_ready.sync(!q.empty());
+  }
+}
+
 /// Adds a CQE; false when it is lost: the CQ was full (CQ_ERR raised) or, on the spec
 /// profile, is in error since it was (IBA C11-37: it takes no more completions; rxe
 /// loses only what does not fit).

@@ -81,11 +81,7 @@ RDMAKIT_DECL int mock::destroy_cq(cq c) noexcept {
     c->channel->ready.sync(!ev.empty());
     --c->channel->cqs;
   }
-  for (auto* ctx : f.contexts) {
-    for (auto it = ctx->async_q.begin(); it != ctx->async_q.end();)
-      it = it->object == c ? ctx->async_q.erase(it) : it + 1;
-    ctx->async_ready.sync(!ctx->async_q.empty());
-  }
+  mockd::drop_async_events(f, c);
   --c->ctx->children;
   --f.devices[c->ctx->dev].count.cq;
   f.cqs.erase(c);

@@ -175,12 +175,17 @@ RDMAKIT_DECL mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access 
   m->addr = reinterpret_cast<std::uint64_t>(addr);
   m->length = length;
   m->flags = flags;
-  m->lkey = f.next_key;
+  // Keys below the windows' (is_mw_key), past those of live regions: after 2^30
+  // registrations a key comes back, never while its region lives.
+  std::uint32_t next = f.next_key;
+  m->lkey = mockd::cyclic_number(next, mockd::first_mr_key, mockd::last_mr_key, f.by_lkey.size(),
+                                 [&](std::uint32_t k) { return f.by_lkey.count(k) != 0; }, "ibv_reg_mr",
+                                 "region keys");
   // The spec profile makes the rkey differ from the lkey, so that using one for the
   // other is caught. rxe gives an MR with remote access its lkey as rkey, and one
   // without rkey 0, which names no MR (rxe 6.1).
   const bool remote = has_any(flags, access::remote_write | access::remote_read | access::remote_atomic);
-  m->rkey = !f.as_rxe() ? f.next_key | 0x80000000u : remote ? f.next_key : 0;
+  m->rkey = !f.as_rxe() ? m->lkey | 0x80000000u : remote ? m->lkey : 0;
   f.by_lkey[m->lkey] = m.get();  // these two may throw: nothing else has changed yet
   try {
     if (m->rkey) f.by_rkey[m->rkey] = m.get();
@@ -188,7 +193,7 @@ RDMAKIT_DECL mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access 
     f.by_lkey.erase(m->lkey);
     throw;
   }
-  ++f.next_key;
+  f.next_key = next;
   ++dev.count.mr;
   ++p->children;
   return m.release();
@@ -198,8 +203,7 @@ RDMAKIT_DECL int mock::dereg_mr(mr m) noexcept {
   if (!m) return EINVAL;
   auto& f = mockd::fab_of(m->pd);
   std::lock_guard lk(f.mu);
-  for (auto& [i, w] : f.mws)
-    if (w->mr == m) return EINVAL;  // a window is bound to it (rxe 6.1 refuses as IBA 10.6.7.2.6 asks)
+  if (m->windows) return EINVAL;  // a window is bound to it (rxe 6.1 refuses as IBA 10.6.7.2.6 asks)
   f.by_lkey.erase(m->lkey);
   if (m->rkey) f.by_rkey.erase(m->rkey);
   ++f.mr_epoch;
@@ -217,13 +221,19 @@ RDMAKIT_DECL mock::mw mock::alloc_mw(pd p, mw_type t) {
   std::lock_guard lk(f.mu);
   mockd::touch(f);
   if (t != mw_type::type1 && t != mw_type::type2) mockd::fail("ibv_alloc_mw", EINVAL, "unknown memory window type");
-  if (f.next_mw >= (1u << 22)) mockd::fail("ibv_alloc_mw", ENOMEM, "the mock ran out of window indexes");
+  // Indexes past those of live windows; a reused one starts from another key byte (the
+  // count of wraps), so that its last window's rkey does not name it.
+  std::uint32_t next = f.next_mw, wraps = f.mw_wraps;
+  const std::uint32_t index = mockd::cyclic_number(next, 1, mockd::last_mw_index, f.mws.size(),
+                                                   [&](std::uint32_t i) { return f.mws.count(mockd::mw_slot(i)) != 0; },
+                                                   "ibv_alloc_mw", "window indexes", &wraps);
   auto w = detail::make_unique_owner<mockd::mw_obj>();
   w->pd = p;
   w->type = t;
-  w->rkey = w->user_rkey = 0x40000000u | (f.next_mw << 8);
-  f.mws[w->rkey >> 8] = w.get();  // the last step that may throw
-  ++f.next_mw;
+  w->rkey = w->user_rkey = 0x40000000u | (index << 8) | (wraps & 0xFFu);
+  f.mws[mockd::mw_slot(index)] = w.get();  // the last step that may throw
+  f.next_mw = next;
+  f.mw_wraps = wraps;
   ++p->children;
   return w.release();
 }
@@ -232,6 +242,7 @@ RDMAKIT_DECL int mock::dealloc_mw(mw w) noexcept {
   if (!w) return EINVAL;
   auto& f = mockd::fab_of(w->pd);
   std::lock_guard lk(f.mu);
+  mockd::attach_window(w, nullptr, nullptr);  // (a bound window may be freed: its region is free again)
   f.mws.erase(w->rkey >> 8);
   --w->pd->children;
   delete w;

@@ -128,8 +128,9 @@ struct fabric_config {
   std::chrono::milliseconds cm_retry_time{200};
   /// A destroyed queue pair's number goes to the next queue pair created (the most
   /// recently freed first), as on devices that allocate QP numbers from a bitmap
-  /// (mlx5). False, the default: numbers only grow, as rxe's cyclic allocator gives them
-  /// in practice. Needs `profile` spec (a device that cleans the CQ at destroy_qp): rxe
+  /// (mlx5). False, the default: numbers are given in turn, as rxe's cyclic allocator
+  /// gives them, up to 0xFFFFFF and then again from 0x11, past live QPs' numbers. Needs
+  /// `profile` spec (a device that cleans the CQ at destroy_qp): rxe
   /// leaves a destroyed QP's completions in the CQ, where a QP given its number would
   /// take them for its own.
   bool reuse_qp_numbers = false;

@@ -80,6 +80,7 @@ class mr_obj {
   access flags = access::none;
   std::uint32_t lkey = 0;
   std::uint32_t rkey = 0;
+  std::uint32_t windows = 0;  // windows bound to it (attach_window): dereg_mr refuses it
 };
 
 class qp_obj;
@@ -103,7 +104,8 @@ class mw_obj {
 };
 
 /// The MR a QP last found for a key (lkey or rkey): valid while fabric_state::mr_epoch
-/// is `epoch` (no MR deregistered since; keys are never reused).
+/// is `epoch` (no MR deregistered since: a key is given again only after its region's
+/// deregistration).
 struct key_cache {
   std::uint32_t key = 0;
   mr_obj* mr = nullptr;
@@ -391,6 +393,8 @@ class qp_obj {
   std::uint32_t expected_psn = 0;
   replay_ring<atomic_record> atomic_replay;  // the last atomics executed
   replay_ring<read_record> read_replay;      // the last READs executed
+
+  std::uint32_t windows = 0;  // type 2 windows bound through it (attach_window)
 };
 
 class cm_id_obj;
@@ -471,6 +475,14 @@ struct cm_listener {
   cm_id_obj* id = nullptr;
 };
 
+// The ranges numbers are given from (checks.hpp, cyclic_number): QP numbers have 24
+// bits; region keys stay below the windows' keys, 0x40000000 | index << 8 | key byte.
+inline constexpr std::uint32_t first_qpn = 0x11, last_qpn = 0xFFFFFF;
+inline constexpr std::uint32_t first_mr_key = 0x100, last_mr_key = 0x3FFFFFFF;
+inline constexpr std::uint32_t last_mw_index = (1u << 22) - 1;
+/// A window's entry in fabric_state::mws (its rkey >> 8).
+constexpr std::uint32_t mw_slot(std::uint32_t index) { return 0x400000u | index; }
+
 class fabric_state {
  public:
   mutable std::mutex mu;
@@ -501,15 +513,16 @@ class fabric_state {
   std::vector<fault> faults;
   std::function<void(const void*)> arm_hook;
   std::uint64_t packets = 0;
-  std::uint32_t next_qpn = 0x11;
+  std::uint32_t next_qpn = first_qpn;
   std::uint64_t qps_made = 0;  // qp_obj::serial
   std::vector<std::uint32_t> free_qpns;  // fabric_config::reuse_qp_numbers: destroyed QPs' numbers
-  std::uint32_t next_key = 0x100;
+  std::uint32_t next_key = first_mr_key;
   object_map<qp_obj> qps;
   object_map<mr_obj> by_lkey;
   object_map<mr_obj> by_rkey;
-  object_map<mw_obj> mws;  // by rkey >> 8
+  object_map<mw_obj> mws;  // by rkey >> 8 (mw_slot)
   std::uint32_t next_mw = 1;
+  std::uint32_t mw_wraps = 0;  // times next_mw wrapped: a new window's first key byte
   object_set<context_obj> contexts;
   object_set<pd_obj> pds;
   object_set<cq_obj> cqs;

@@ -61,13 +61,17 @@ RDMAKIT_DECL mock::qp mock::create_qp_on_srq(pd p, cq send_cq, cq recv_cq, srq s
   q->sq_sig_all = sq_sig_all;
   q->srq = s;
   const bool reuse = !f.free_qpns.empty();  // fabric_config::reuse_qp_numbers
-  q->qpn = reuse ? f.free_qpns.back() : f.next_qpn;
+  std::uint32_t next = f.next_qpn;
+  q->qpn = reuse ? f.free_qpns.back()
+                 : mockd::cyclic_number(next, mockd::first_qpn, mockd::last_qpn, f.qps.size(),
+                                        [&](std::uint32_t n) { return f.qps.count(n) != 0; }, "ibv_create_qp",
+                                        "QP numbers");
   q->sq.reserve(std::min<std::uint32_t>(caps.max_send_wr, 1024));  // a full SQ of a usual depth allocates no more
   f.qps[q->qpn] = q.get();
   if (reuse)
     f.free_qpns.pop_back();
   else
-    ++f.next_qpn;
+    f.next_qpn = next;
   q->serial = ++f.qps_made;
   ++dev.count.qp;
   if (s) ++s->qps;
@@ -88,8 +92,12 @@ RDMAKIT_DECL int mock::destroy_qp(qp q) noexcept {
       c->entries.remove_if([&](const mockd::cq_entry& x) { return x.wc.qp_num == q->qpn; });
   mockd::disarm_timer(f, q);
   mockd::drop_due_flushes(f, q);  // as rxe: flushes not written by the destroy never are
-  for (auto& [i, w] : f.mws)
-    if (w->qp == q) w->qp = nullptr;  // its type 2 windows stay bound, usable through no QP
+  if (q->windows)
+    for (auto& [i, w] : f.mws)
+      if (w->qp == q) mockd::attach_window(w, w->mr, nullptr);  // stays bound, usable through no QP
+  // Its events not yet read go with it, as the kernel drops a destroyed object's
+  // (a queue of them grew without end, and a QP given its number inherited them).
+  mockd::drop_async_events(f, q);
   f.qps.erase(q->qpn);
   ++f.qp_epoch;  // hints naming it (messages, peers) go stale
   if (f.cfg.reuse_qp_numbers) {

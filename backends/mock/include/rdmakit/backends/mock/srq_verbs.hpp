@@ -54,8 +54,7 @@ RDMAKIT_DECL int mock::destroy_srq(srq s) noexcept {
   std::lock_guard lk(f.mu);
   if (s->qps) return EBUSY;  // as ib_destroy_srq_user: queue pairs still take receives from it
   auto* ctx = s->pd->ctx;
-  for (auto it = ctx->async_q.begin(); it != ctx->async_q.end();)
-    it = it->object == s ? ctx->async_q.erase(it) : it + 1;  // no event may name a freed SRQ
+  mockd::drop_async_events(f, s);  // no event may name a freed SRQ
   --s->pd->children;
   --f.devices[ctx->dev].count.srq;
   f.srqs.erase(s);

@@ -7,6 +7,18 @@
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {
 
+// Binds `w` to region `m` through `q` (type 2; null: none), or unbinds it (both null),
+// keeping the counts by which dereg_mr and destroy_qp find a region's or QP's windows
+// without walking every window.
+inline void attach_window(mw_obj* w, mr_obj* m, qp_obj* q) noexcept {
+  if (w->mr) --w->mr->windows;
+  if (w->qp) --w->qp->windows;
+  w->mr = m;
+  w->qp = q;
+  if (m) ++m->windows;
+  if (q) ++q->windows;
+}
+
 // A BIND_MW WQE: MW_BIND_ERR unless it names the window by its rkey now and the window
 // may be bound to that part of the region with those rights. A zero length unbinds
 // (type 1 only).
@@ -32,11 +44,10 @@ inline wc_status execute_bind(fabric_state& f, qp_obj* q, const send_wqe& e) {
       return wc_status::mw_bind_err;
   }
   w->rkey = (w->rkey & ~0xFFu) | (e.mw_rkey & 0xFFu);
-  w->mr = m;
+  attach_window(w, m, w->type == mw_type::type2 ? q : nullptr);
   w->addr = m ? e.remote_addr : 0;
   w->length = m ? e.mw_length : 0;
   w->rights = m ? e.mw_rights : access::none;
-  w->qp = w->type == mw_type::type2 ? q : nullptr;
   return wc_status::success;
 }
 
@@ -50,8 +61,7 @@ inline bool invalidate_window(fabric_state& f, const qp_obj* q, bool any_pd, std
   mw_obj* w = find_mw(f, rkey);
   if (!w || w->type != mw_type::type2) return false;
   if (any_pd ? w->pd->ctx->dev != q->pd->ctx->dev : w->pd != q->pd) return false;
-  w->mr = nullptr;
-  w->qp = nullptr;
+  attach_window(w, nullptr, nullptr);
   w->addr = w->length = 0;
   w->rights = access::none;
   return true;
