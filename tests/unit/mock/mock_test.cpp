@@ -3,6 +3,7 @@
 #include "harness.hpp"
 
 #include <rdmakit/backends/mock.hpp>
+#include <rdmakit/backends/mock/objects.hpp>  // fabric::state(): the CM's port counter set
 
 #include <doctest/doctest.h>
 
@@ -170,6 +171,27 @@ TEST_CASE("mock: cm_migrate_id onto the id's own channel keeps its events; anoth
   CHECK(B::cm_destroy_channel(ch) == 0);
   CHECK(B::cm_destroy_channel(other_ch) == 0);
   B::close_device(other_ctx);
+  B::close_device(ctx);
+}
+
+// The CM's ephemeral ports (40000..65535) wrapped past the ports of live ids: after
+// 25,536 connections two live active ids of one address could hold one port (audit 26,
+// F7). A port a live id holds is skipped, as a listened one is.
+TEST_CASE("mock: the CM gives no live id's port again when its ephemeral ports wrap") {
+  rm::fabric f;
+  auto ctx = B::open_device(f, "mock0");
+  auto ch = B::cm_create_channel(ctx);
+  const auto to = rdmakit::cm_address::parse("10.0.0.2", 7471);
+  auto first = B::cm_create_id(ch);
+  B::cm_resolve_addr(first, {}, to, std::chrono::milliseconds(100));
+  const std::uint16_t held = B::cm_bound_port(first);
+  f.state().next_cm_port = held;  // as 25,536 connections since would leave it
+  auto second = B::cm_create_id(ch);
+  B::cm_resolve_addr(second, {}, to, std::chrono::milliseconds(100));
+  CHECK(B::cm_bound_port(second) != held);
+  CHECK(B::cm_bound_port(second) >= 40000);
+  for (auto id : {first, second}) CHECK(B::cm_destroy_id(id) == 0);
+  CHECK(B::cm_destroy_channel(ch) == 0);
   B::close_device(ctx);
 }
 

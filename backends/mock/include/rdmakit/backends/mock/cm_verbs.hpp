@@ -116,17 +116,25 @@ inline bool cm_port_listened(const fabric_state& f, std::uint32_t ip, std::uint1
   return false;
 }
 
+// Whether a live id holds `port` on `ip` as its own address (an active id's, a bound one's).
+inline bool cm_port_held(const fabric_state& f, std::uint32_t ip, std::uint16_t port) {
+  for (const cm_id_obj* id : f.cm_ids)
+    if (id->local_port == port && (id->local_ip == 0 || ip == 0 || id->local_ip == ip)) return true;
+  return false;
+}
+
 // The port a bind to port 0 or an active id gets: the next of the mock's ephemeral range
-// (40000..65535, wrapping within it) no listener holds on `ip`; EADDRINUSE when none is free.
+// (40000..65535, wrapping within it) no listener or live id holds on `ip` (after 25,536
+// connections the range wraps); EADDRINUSE when none is free.
 inline std::uint16_t cm_pick_port(fabric_state& f, std::uint32_t ip, const char* verb) {
   constexpr std::uint32_t first = 40000, count = 65536 - first;
   for (std::uint32_t i = 0; i < count; ++i) {
     const auto port = static_cast<std::uint16_t>(first + (f.next_cm_port - first + i) % count);
-    if (cm_port_listened(f, ip, port)) continue;
+    if (cm_port_listened(f, ip, port) || cm_port_held(f, ip, port)) continue;
     f.next_cm_port = static_cast<std::uint16_t>(port == 65535 ? first : port + 1);
     return port;
   }
-  fail(verb, EADDRINUSE, "every port of the mock's ephemeral range (40000..65535) is listened on");
+  fail(verb, EADDRINUSE, "every port of the mock's ephemeral range (40000..65535) is held: destroy ids first");
 }
 
 inline void cm_forget_events(cm_id_obj* id) {
