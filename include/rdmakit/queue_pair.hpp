@@ -789,7 +789,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   // The largest UD message: one packet of the port's MTU. A device takes a larger one and
   // fails it (LOC_LEN_ERR), which puts the queue pair in ERR: every peer's address of it
   // is lost with the reset that follows.
-  std::uint32_t ud_mtu_() const noexcept { return mtu_bytes(parts_.active_mtu); }
+  // (In bytes since the port was read: qp_parts::active_mtu_bytes.)
+  std::uint32_t ud_mtu_() const noexcept { return parts_.active_mtu_bytes; }
 
   RDMAKIT_NOINLINE post_result refused_(int e, std::uint32_t posted, const typename B::send_wr* wr) const noexcept {
     return detail::refused_send<B>(parts_.caps, e, posted, wr);
