@@ -419,14 +419,23 @@ struct cq_block {
       for (; i < n; ++i) failed |= status_bits_(wcs[i]);
       return failed == 0 ? 0 : -1;
     }
-    // Completions of several queue pairs interleave on a shared CQ: a batch whose first
-    // or last is another's is routed without the pass below (n >= 1).
-    if (RDMAKIT_UNLIKELY((B::get_qp_num(wcs[0]) ^ last_qpn) | (B::get_qp_num(wcs[n - 1]) ^ last_qpn))) return -1;
     std::uint64_t odd = 0;
     std::uint32_t recvs = 0;
-    for (int i = 0; i < n; ++i) {
-      odd |= static_cast<std::uint64_t>(B::get_status(wcs[i])) | (B::get_qp_num(wcs[i]) ^ last_qpn);
-      recvs += static_cast<std::uint32_t>(B::get_wr_id(wcs[i]) >> 63);
+    if (sole) {
+      // One QP, which receives here: every completion is its own (no QP number to
+      // compare); the statuses and the receives.
+      for (int i = 0; i < n; ++i) {
+        odd |= static_cast<std::uint64_t>(B::get_status(wcs[i]));
+        recvs += static_cast<std::uint32_t>(B::get_wr_id(wcs[i]) >> 63);
+      }
+    } else {
+      // Completions of several queue pairs interleave on a shared CQ: a batch whose first
+      // or last is another's is routed without the pass below (n >= 1).
+      if (RDMAKIT_UNLIKELY((B::get_qp_num(wcs[0]) ^ last_qpn) | (B::get_qp_num(wcs[n - 1]) ^ last_qpn))) return -1;
+      for (int i = 0; i < n; ++i) {
+        odd |= static_cast<std::uint64_t>(B::get_status(wcs[i])) | (B::get_qp_num(wcs[i]) ^ last_qpn);
+        recvs += static_cast<std::uint32_t>(B::get_wr_id(wcs[i]) >> 63);
+      }
     }
     if constexpr (mw_backend<B>) {
       // Receives while a type 2 window of the device is bound: one by one, so that a
