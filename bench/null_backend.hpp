@@ -5,7 +5,12 @@
 //    successful completion on the QP's send CQ (a ring of wr_id/qp_num/opcode);
 //  - poll_cq hands those completions back, up to n at a time;
 //  - everything else is the minimum that lets the policy layer create a device, PD,
-//    regions, CQs and connected QPs (one InfiniBand port, GID 0, no GRH).
+//    regions, CQs and connected QPs (one InfiniBand port, GID 0, no GRH);
+//  - for the receive paths (bench/overhead_paths.cpp): post_recv keeps the posted
+//    wr_ids in an RQ ring, `arrive(qp, n, ...)` completes the n oldest of them on the
+//    QP's receive CQ as a peer's SENDs would, and a CQ marked with carry_receives()
+//    (before its QPs are created) hands back their byte_len, immediate data and flags.
+//    An unmarked CQ runs exactly the code it always did (bench/overhead.cpp's counts).
 // post_send, post_recv and poll_cq call the "provider" through function pointers in
 // the QP and CQ objects, as ibv_post_send/ibv_poll_cq call through
 // `qp->context->ops`: the compiler knows nothing of what they touch, so in the raw and
@@ -50,6 +55,11 @@ struct null_backend {
     int (*post_send)(qp_t*, send_wr*, send_wr**) noexcept;
     int (*post_recv)(qp_t*, recv_wr*, recv_wr**) noexcept;
     int (*poll_cq)(cq_t*, int, wc*) noexcept;
+    // The wire: n messages from the peer take the n oldest posted receives and complete
+    // them on the QP's receive CQ (byte_len bytes; RECV_RDMA_WITH_IMM and `imm` when
+    // with_imm). A driver's stand-in for the peer's SENDs, called the same way by the
+    // hand-written and the policy loops.
+    int (*arrive)(qp_t*, int n, std::uint32_t byte_len, bool with_imm, std::uint32_t imm) noexcept;
   };
   struct cq_t {
     static constexpr std::uint32_t ring_size = 4096;  // power of two
@@ -63,6 +73,14 @@ struct null_backend {
     std::uint32_t head = 0;  // next to poll
     std::uint32_t tail = 0;  // next to fill
     entry ring[ring_size];
+    // A carry_receives() CQ: each entry's byte_len, immediate data and flags (0 for a
+    // send's), beside the ring so that an unmarked CQ's entries stay as they were.
+    struct rx_fields {
+      std::uint32_t byte_len;
+      std::uint32_t imm;
+      rdmakit::wc_flags flags;
+    };
+    rx_fields rx[ring_size];
   };
   struct qp_t {
     const provider_ops* ops = nullptr;
@@ -72,6 +90,10 @@ struct null_backend {
     rdmakit::qp_state state = rdmakit::qp_state::reset;
     std::uint64_t sends = 0;  // WRs posted
     std::uint64_t recvs = 0;
+    // The posted receives' wr_ids, oldest first, as a provider's RQ holds its WQEs.
+    static constexpr std::uint32_t rq_ring = 4096;
+    std::uint32_t rq_head = 0, rq_tail = 0;
+    std::uint64_t rq[rq_ring];
   };
 
   using context = context_t*;
@@ -211,6 +233,10 @@ struct null_backend {
     return 0;
   }
   static int poll_cq(cq c, int n, wc* out) noexcept { return c->ops->poll_cq(c, n, out); }
+  /// Marks `c` as carrying receive completions' fields (rx_ops). Call it before the QPs
+  /// on it are created: a QP takes its send CQ's provider entries.
+  static void carry_receives(cq c) noexcept { c->ops = &rx_ops; }
+  template <bool Rx>
   [[gnu::noinline]] static int provider_poll_cq(cq c, int n, wc* out) noexcept {
     int got = 0;
     while (got < n && c->head != c->tail) {
@@ -219,9 +245,16 @@ struct null_backend {
       w.wr_id = e.wr_id;
       w.status = rdmakit::wc_status::success;
       w.opcode = e.op;
-      w.byte_len = 0;
+      if constexpr (Rx) {
+        const auto& r = c->rx[c->head & (cq_t::ring_size - 1)];
+        w.byte_len = r.byte_len;
+        w.imm_data = r.imm;
+        w.flags = r.flags;
+      } else {
+        w.byte_len = 0;
+        w.flags = rdmakit::wc_flags::none;
+      }
       w.qp_num = e.qp_num;
-      w.flags = rdmakit::wc_flags::none;
       ++c->head;
     }
     return got;
@@ -232,7 +265,12 @@ struct null_backend {
 
   static qp create_qp(pd, cq send_cq, cq recv_cq, rdmakit::qp_type, rdmakit::qp_cap&, bool) {
     static std::uint32_t next = 0x11;
-    return new qp_t{&ops, send_cq, recv_cq, next++};
+    auto* q = new qp_t;  // (the RQ ring is left uninitialized: only posted slots are read)
+    q->ops = send_cq->ops;
+    q->send_cq = send_cq;
+    q->recv_cq = recv_cq;
+    q->num = next++;
+    return q;
   }
   static int destroy_qp(qp q) noexcept {
     delete q;
@@ -244,6 +282,7 @@ struct null_backend {
 
   static int post_send(qp q, send_wr* wr, send_wr** bad) noexcept { return q->ops->post_send(q, wr, bad); }
   static int post_recv(qp q, recv_wr* wr, recv_wr** bad) noexcept { return q->ops->post_recv(q, wr, bad); }
+  template <bool Rx>
   [[gnu::noinline]] static int provider_post_send(qp q, send_wr* wr, send_wr** bad) noexcept {
     cq_t& c = *q->send_cq;
     for (; wr; wr = wr->next) {
@@ -253,6 +292,7 @@ struct null_backend {
           if (bad) *bad = wr;
           return ENOMEM;
         }
+        if constexpr (Rx) c.rx[c.tail & (cq_t::ring_size - 1)] = {0, 0, rdmakit::wc_flags::none};
         c.ring[c.tail++ & (cq_t::ring_size - 1)] = {wr->wr_id, q->num, to_wc_opcode(wr->op)};
       }
     }
@@ -260,11 +300,39 @@ struct null_backend {
     return 0;
   }
   [[gnu::noinline]] static int provider_post_recv(qp q, recv_wr* wr, recv_wr** bad) noexcept {
-    for (; wr; wr = wr->next) ++q->recvs;
+    for (; wr; wr = wr->next) {
+      if (q->rq_tail - q->rq_head == qp_t::rq_ring) {
+        if (bad) *bad = wr;
+        return ENOMEM;
+      }
+      ++q->recvs;
+      q->rq[q->rq_tail++ & (qp_t::rq_ring - 1)] = wr->wr_id;
+    }
     if (bad) *bad = nullptr;
     return 0;
   }
-  static constexpr provider_ops ops{&provider_post_send, &provider_post_recv, &provider_poll_cq};
+  [[gnu::noinline]] static int provider_arrive(qp q, int n, std::uint32_t byte_len, bool with_imm,
+                                               std::uint32_t imm) noexcept {
+    cq_t& c = *q->recv_cq;
+    int done = 0;
+    for (; done < n && q->rq_head != q->rq_tail && c.tail - c.head != cq_t::ring_size; ++done) {
+      c.rx[c.tail & (cq_t::ring_size - 1)] = {byte_len, with_imm ? imm : 0,
+                                              with_imm ? rdmakit::wc_flags::with_imm : rdmakit::wc_flags::none};
+      c.ring[c.tail++ & (cq_t::ring_size - 1)] = {
+          q->rq[q->rq_head++ & (qp_t::rq_ring - 1)], q->num,
+          with_imm ? rdmakit::wc_opcode::recv_rdma_with_imm : rdmakit::wc_opcode::recv};
+    }
+    return done;
+  }
+  /// n messages arrive for q from its peer (provider_ops::arrive); q's receive CQ should
+  /// be a carry_receives() one, or their byte_len and immediate data read 0.
+  static int arrive(qp q, int n, std::uint32_t byte_len, bool with_imm = false, std::uint32_t imm = 0) noexcept {
+    return q->ops->arrive(q, n, byte_len, with_imm, imm);
+  }
+  static constexpr provider_ops ops{&provider_post_send<false>, &provider_post_recv, &provider_poll_cq<false>,
+                                    &provider_arrive};
+  static constexpr provider_ops rx_ops{&provider_post_send<true>, &provider_post_recv, &provider_poll_cq<true>,
+                                       &provider_arrive};
 
   // ---- building WRs and reading completions: plain field accesses, as in ibverbs ------
   static void set_sge(sge& s, std::uint64_t addr, std::uint32_t length, std::uint32_t lkey) noexcept {

@@ -507,7 +507,7 @@ class completion_queue {
     const std::uint32_t qpn = B::get_qp_num(w);
     if (RDMAKIT_LIKELY(qpn == b.last_qpn) && polled_before(b.last)) {
       return routed(b.last);
-    } else if (detail::qp_link<B>* l = b.find_route(qpn); RDMAKIT_LIKELY(l != nullptr) && polled_before(l)) {
+    } else if (detail::qp_link<B>* l = b.route(qpn); RDMAKIT_LIKELY(l != nullptr) && polled_before(l)) {
       return routed(l);
     } else if (RDMAKIT_UNLIKELY(!b.retired_links.empty()) && (l = b.find_retired(qpn)) != nullptr &&
                polled_before(l)) {

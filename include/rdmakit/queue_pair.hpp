@@ -789,7 +789,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   // The largest UD message: one packet of the port's MTU. A device takes a larger one and
   // fails it (LOC_LEN_ERR), which puts the queue pair in ERR: every peer's address of it
   // is lost with the reset that follows.
-  std::uint32_t ud_mtu_() const noexcept { return mtu_bytes(parts_.active_mtu); }
+  // (In bytes since the port was read: qp_parts::active_mtu_bytes.)
+  std::uint32_t ud_mtu_() const noexcept { return parts_.active_mtu_bytes; }
 
   RDMAKIT_NOINLINE post_result refused_(int e, std::uint32_t posted, const typename B::send_wr* wr) const noexcept {
     return detail::refused_send<B>(parts_.caps, e, posted, wr);
@@ -910,12 +911,13 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
 
   RDMAKIT_ALWAYS_INLINE post_result post_recv_(typename B::sge* s, int n, std::uint32_t total,
                                                std::uint64_t wr_id) noexcept {
-    if (RDMAKIT_UNLIKELY(!parts_.link)) return {post_status::empty_handle, 0, 0};
+    // The closed link of an empty handle is in error: one test refuses it and a QP in
+    // ERR, and recv_refusal_ tells them apart (the empty handle first, as ever).
     auto& l = *parts_.link;
+    if (RDMAKIT_UNLIKELY(l.error)) return recv_refusal_(wr_id, total);
     if (RDMAKIT_UNLIKELY(wr_id >= detail::recv_wr_id_end)) return {post_status::bad_wr_id, 0, 0};
     if constexpr (T::recv_offset != 0)
       if (RDMAKIT_UNLIKELY(total < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
-    if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
     if (RDMAKIT_UNLIKELY(l.rq.held >= l.rq_depth))  // max_recv_wr 0: never any room
       return {l.rq_depth == 0 ? post_status::list_too_long : post_status::rq_full, 0, 0};
     typename B::recv_wr w;
@@ -927,6 +929,16 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
                                                                                        : post_rule::unknown};
     ++l.rq.held;
     return {post_status::ok, 0, 1};
+  }
+
+  // A receive refused with the link in error: an empty handle, else what post_recv_
+  // refuses before the error (a bad wr_id, a buffer too small for the GRH), else qp_error.
+  RDMAKIT_NOINLINE post_result recv_refusal_(std::uint64_t wr_id, [[maybe_unused]] std::uint32_t total) const noexcept {
+    if (!parts_.link) return {post_status::empty_handle, 0, 0};
+    if (wr_id >= detail::recv_wr_id_end) return {post_status::bad_wr_id, 0, 0};
+    if constexpr (T::recv_offset != 0)
+      if (total < T::recv_offset) return {post_status::recv_too_small, 0, 0};
+    return {post_status::qp_error, 0, 0};
   }
 
   detail::qp_parts<B> parts_;

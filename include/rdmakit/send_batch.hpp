@@ -39,6 +39,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   /// An empty list (its storage is left uninitialized until WRs are added).
   send_batch() noexcept {
     if constexpr (!SignalEach) signal_key_ = no_signal_key;  // (a list built signaled is never keyed)
+    if constexpr (T::needs_ah) tickets_.one.record = no_address_();
   }
   /// Not copyable or movable: its WRs point at its own SGEs and at each other, so a
   /// batch lives where make_batch() made it (`auto b = qp.make_batch<32>();`).
@@ -53,7 +54,10 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   bool full() const noexcept { return end_ == Max * sizeof(slot_); }
   /// Empties the list without posting it.
   void clear() noexcept {
-    if constexpr (T::needs_ah) largest_ = {};
+    if constexpr (T::needs_ah) {
+      largest_ = {};
+      tickets_.one.record = no_address_();
+    }
     end_ = first_ = 0;
     ended_ = nullptr;
     odd_ = 0;
@@ -149,15 +153,47 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   // port carries `mtu` bytes a packet, in one pass: a handle destroyed since its WR was
   // added (stale_address) before a handle of another PD (post_rule::address_pd) before
   // a WR larger than a datagram (post_rule::ud_mtu); ok when none.
-  post_result address_refusal_(const void* pd, std::uint32_t mtu) const noexcept {
-    const detail::ah_ticket<B>* t = tickets_.data();
+  // A list whose WRs all name one address (tickets_.one) checks it once: its record's
+  // generation and PD are the same for every WR. (Never called on an empty list.)
+  RDMAKIT_ALWAYS_INLINE post_result address_refusal_(const void* pd, std::uint32_t mtu) const noexcept {
+    if (RDMAKIT_LIKELY(tickets_.one.record != nullptr)) {
+      if (RDMAKIT_UNLIKELY(!tickets_.one.live())) return {post_status::stale_address, 0, 0};
+      if (RDMAKIT_UNLIKELY(!tickets_.one.in_pd(pd))) return detail::refused_list(post_rule::address_pd);
+    } else if (const post_result r = mixed_address_refusal_(pd); !r.ok()) {
+      return r;
+    }
+    return RDMAKIT_UNLIKELY(largest_.bytes > mtu) ? detail::refused_list(post_rule::ud_mtu) : post_result{};
+  }
+  // address_refusal_ of a list naming several addresses: each WR's checked.
+  RDMAKIT_NOINLINE post_result mixed_address_refusal_(const void* pd) const noexcept {
+    const detail::ah_ticket<B>* t = tickets_.each.data();
     bool other_pd = false;
     for (std::size_t i = first_, end = end_ / sizeof(slot_); i < end; ++i) {
       if (!t[i].live()) return {post_status::stale_address, 0, 0};
       other_pd = other_pd || !t[i].in_pd(pd);
     }
     if (other_pd) return detail::refused_list(post_rule::address_pd);
-    return largest_.bytes > mtu ? detail::refused_list(post_rule::ud_mtu) : post_result{};
+    return {};
+  }
+  // UD add: WR `i`'s address. While every WR since the list was emptied names the same
+  // one, only tickets_.one holds it; the first that differs writes it into every earlier
+  // WR's ticket and makes the list mixed (tickets_.one.record null), each WR's own. An
+  // empty list's tickets_.one names no_address_(), which no address does: its first WR
+  // takes the same out-of-line path (once a list).
+  RDMAKIT_ALWAYS_INLINE void note_address_(std::size_t i, const detail::ah_ticket<B>& t) noexcept {
+    if (RDMAKIT_UNLIKELY(t.record != tickets_.one.record || t.generation != tickets_.one.generation))
+      note_other_address_(i, t);
+  }
+  RDMAKIT_NOINLINE void note_other_address_(std::size_t i, const detail::ah_ticket<B>& t) noexcept {
+    if (tickets_.one.record == no_address_()) {  // the list's first WR (only clear() empties one: slot 0)
+      tickets_.one = t;
+      return;
+    }
+    if (tickets_.one.record != nullptr) {  // the first other address: the list becomes mixed
+      for (std::size_t k = 0; k < i; ++k) tickets_.each[k] = tickets_.one;
+      tickets_.one.record = nullptr;
+    }
+    tickets_.each[i] = t;
   }
   // Where one WR lives: the native WR first (a pointer to it is a pointer to its slot),
   // its SGEs and what post decides its flags by. One base address for the three: an
@@ -262,7 +298,7 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
     }
     o.fill(d);
     if constexpr (requires { o.to; }) {
-      tickets_[end / sizeof(slot_)] = detail::ud_address_access::ticket(o.to);
+      note_address_(end / sizeof(slot_), detail::ud_address_access::ticket(o.to));
       const std::uint64_t bytes = total;  // (above 2^31 the list is refused anyway: message_size)
       if (bytes > largest_.bytes)
         largest_.bytes = bytes > detail::max_message_bytes ? ~std::uint32_t{0} : static_cast<std::uint32_t>(bytes);
@@ -303,10 +339,20 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   }
 
   detail::uninit_array<slot_, Max> slots_;
-  // UD: each WR's address, checked again at post: its handle may be destroyed after add.
+  // UD: the WRs' addresses, checked again at post: a handle may be destroyed after add.
+  // `one` while every WR names the same address (what most lists do: one check per
+  // post); else `each` holds every WR's, and one.record is null.
   struct no_tickets {};
-  [[no_unique_address]] std::conditional_t<T::needs_ah, detail::uninit_array<detail::ah_ticket<B>, Max>, no_tickets>
-      tickets_;
+  struct address_tickets {
+    detail::ah_ticket<B> one;
+    detail::uninit_array<detail::ah_ticket<B>, Max> each;
+  };
+  [[no_unique_address]] std::conditional_t<T::needs_ah, address_tickets, no_tickets> tickets_;
+  // What tickets_.one names while the list is empty: a record no address points at.
+  static const detail::ah_record<B>* no_address_() noexcept {
+    static const detail::ah_record<B> none{};
+    return &none;
+  }
   // UD: the largest message added since clear(), held to the queue pair's MTU at post.
   struct largest_message {
     std::uint32_t bytes = 0;

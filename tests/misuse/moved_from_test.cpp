@@ -13,6 +13,7 @@ TEST_CASE("moved-from queue pair: posts return empty_handle, accessors and conne
   auto live = std::move(qp).connect(peer.local_endpoint());
   CHECK_FALSE(qp);
   CHECK(qp.post_recv(mr.local(), 1).status == post_status::empty_handle);
+  CHECK(qp.post_recv(mr.local(), std::uint64_t{1} << 63).status == post_status::empty_handle);  // before bad_wr_id
   const local_buffer bufs[2] = {mr.local(0, 32), mr.local(32, 32)};
   CHECK(qp.post_recv(std::span<const local_buffer>(bufs), 1).status == post_status::empty_handle);
   CHECK(qp.post_recvs(bufs, 1).status == post_status::empty_handle);

@@ -381,6 +381,22 @@ struct cq_block {
 
   RDMAKIT_ALWAYS_INLINE qp_link<B>* find(std::uint32_t qpn) noexcept {
     if (RDMAKIT_LIKELY(qpn == last_qpn)) return last;
+    return route(qpn);
+  }
+
+  /// find() past its one-entry cache: the live route of QP `qpn`, cached as `last` (an
+  /// async_queue_pair's never is), or null. Where completions of a few queue pairs
+  /// interleave (a shared CQ), each is found inline in route_slots, a direct-mapped cache
+  /// by the QP number's low bits (QP numbers of a process are mostly consecutive); a miss
+  /// searches `routes` out of line (find_route) and fills the slot.
+  RDMAKIT_ALWAYS_INLINE qp_link<B>* route(std::uint32_t qpn) noexcept {
+    const route_slot& s = route_slots[qpn & (route_slot_count - 1)];
+    if (RDMAKIT_LIKELY(s.qpn == qpn)) {
+      // Never an async_queue_pair's (find_route does not fill a slot with one).
+      last_qpn = qpn;
+      last_serial = s.link->serial;
+      return last = s.link;
+    }
     return find_route(qpn);
   }
 
@@ -405,9 +421,21 @@ struct cq_block {
     }
     std::uint64_t odd = 0;
     std::uint32_t recvs = 0;
-    for (int i = 0; i < n; ++i) {
-      odd |= static_cast<std::uint64_t>(B::get_status(wcs[i])) | (B::get_qp_num(wcs[i]) ^ last_qpn);
-      recvs += static_cast<std::uint32_t>(B::get_wr_id(wcs[i]) >> 63);
+    if (sole) {
+      // One QP, which receives here: every completion is its own (no QP number to
+      // compare); the statuses and the receives.
+      for (int i = 0; i < n; ++i) {
+        odd |= static_cast<std::uint64_t>(B::get_status(wcs[i]));
+        recvs += static_cast<std::uint32_t>(B::get_wr_id(wcs[i]) >> 63);
+      }
+    } else {
+      // Completions of several queue pairs interleave on a shared CQ: a batch whose first
+      // or last is another's is routed without the pass below (n >= 1).
+      if (RDMAKIT_UNLIKELY((B::get_qp_num(wcs[0]) ^ last_qpn) | (B::get_qp_num(wcs[n - 1]) ^ last_qpn))) return -1;
+      for (int i = 0; i < n; ++i) {
+        odd |= static_cast<std::uint64_t>(B::get_status(wcs[i])) | (B::get_qp_num(wcs[i]) ^ last_qpn);
+        recvs += static_cast<std::uint32_t>(B::get_wr_id(wcs[i]) >> 63);
+      }
     }
     if constexpr (mw_backend<B>) {
       // Receives while a type 2 window of the device is bound: one by one, so that a
@@ -440,10 +468,25 @@ struct cq_block {
     auto it = std::lower_bound(routes.begin(), routes.end(), qpn,
                                [](const auto& r, std::uint32_t n) { return r.first < n; });
     if (it == routes.end() || it->first != qpn) return nullptr;
-    if (RDMAKIT_UNLIKELY(it->second->async_owned)) return it->second;  // (never cached: see stop_caching)
+    qp_link<B>* const l = it->second;
+    if (RDMAKIT_UNLIKELY(l->async_owned)) return l;  // (never cached: see stop_caching)
+    route_slots[qpn & (route_slot_count - 1)] = {qpn, l};
     last_qpn = qpn;
-    last_serial = it->second->serial;
-    return last = it->second;
+    last_serial = l->serial;
+    return last = l;
+  }
+
+  // route()'s cache: live, not async routes only, each in the slot of its number's low
+  // bits. Emptied whenever `routes` loses or gains one, or a link stops being cached,
+  // so a slot never names a link that is gone, retired or another QP's.
+  struct route_slot {
+    std::uint32_t qpn = no_qpn;
+    qp_link<B>* link = nullptr;
+  };
+  static constexpr std::size_t route_slot_count = 8;  // a power of two
+  route_slot route_slots[route_slot_count];
+  void forget_route_slots_() noexcept {
+    for (auto& s : route_slots) s = route_slot{};
   }
 
   /// `l` became an async_queue_pair's: its completions no longer take the fast path of
@@ -451,6 +494,7 @@ struct cq_block {
   /// them to its handler, the async layer's, whichever call polls (completion_queue::
   /// deliver_). Not cached from now on, and this CQ is never `sole` again.
   void stop_caching(const qp_link<B>* l) noexcept {
+    forget_route_slots_();
     if (last == l) {
       last = nullptr;
       last_qpn = no_qpn;
@@ -467,6 +511,7 @@ struct cq_block {
     auto it = std::lower_bound(routes.begin(), routes.end(), l->qp_num,
                                [](const auto& r, std::uint32_t n) { return r.first < n; });
     if (it == routes.end() || it->first != l->qp_num) routes.insert(it, {l->qp_num, l});
+    forget_route_slots_();
     reserved += entries;  // last: nothing after the allocations above can fail
     had_others = had_others || routes.size() > 1;
     sole = !had_others;
@@ -582,6 +627,7 @@ struct cq_block {
   void retire(qp_link<B>* l, std::uint32_t entries, std::uint32_t flushes) noexcept {
     retired_links.push_back(l);
     std::erase_if(routes, [l](const auto& r) { return r.second == l; });
+    forget_route_slots_();
     if (last == l) {
       last = nullptr;
       last_qpn = no_qpn;
@@ -652,6 +698,7 @@ struct cq_block {
       std::erase(retired_links, l);
     else
       std::erase_if(routes, [l](const auto& r) { return r.second == l; });
+    forget_route_slots_();
     hold_departed_(l->qp_num, left, left != 0 || srq_receives ? l->recv_offset : 0, kept);
     sole = false;
     had_others = true;

@@ -166,6 +166,9 @@ struct qp_parts {
   gid local_gid{};
   std::uint16_t lid = 0;
   mtu active_mtu = mtu::mtu_1024;
+  // mtu_bytes(active_mtu), set with it: the largest UD message, tested at every UD post
+  // (a load, where the conversion cost 6 instructions a post).
+  std::uint32_t active_mtu_bytes = mtu_bytes(mtu::mtu_1024);
   // The QP that reset() (or a refused connect) replaced, in ERR: it stays attached to
   // the CQs so the flushes of its outstanding WRs reach the pollers with their wr_ids,
   // routed and accounted, until this QP's destruction, or a later replacement once its
@@ -202,6 +205,7 @@ struct qp_parts {
       local_gid = o.local_gid;
       lid = o.lid;
       active_mtu = o.active_mtu;
+      active_mtu_bytes = o.active_mtu_bytes;
       retired = std::move(o.retired);
       is_retired = o.is_retired;
       native_hold = std::move(o.native_hold);

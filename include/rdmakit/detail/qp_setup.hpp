@@ -273,6 +273,7 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
   }
   p.lid = pa.lid;
   p.active_mtu = pa.active_mtu;
+  p.active_mtu_bytes = mtu_bytes(pa.active_mtu);
   p.psn = (o.psn ? *o.psn : fresh_psn(l.qp_num)) & psn_mask;
   if constexpr (!by_cm) modify_step<B, T>(p, T::init_attr(o), T::init_mask, qp_state::reset, "RESET→INIT");
   return p;

@@ -292,6 +292,69 @@ TEST_CASE("UD: a post list naming a handle destroyed after the WR was added is r
   CHECK(collect(y.cq, 1).size() == 1);
 }
 
+// A post list whose WRs all name one address checks that address once at post (send_batch
+// keeps one ticket while they agree): each refusal must still be found, and a list that
+// mixes addresses, or an address and a later one of the same handle record, checked WR by WR.
+TEST_CASE("UD: a post list of one address is refused whole when that handle is gone or of another PD") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto p = make_pair<ud>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
+  auto tx = x.pd.allocate<access::local_write>(64);
+  auto rx = y.pd.allocate<access::local_write>(1024);
+  for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(p.b.post_recv(rx.local(i * 256, 256), i).ok());
+  auto batch = p.a.make_batch<4>();
+  {
+    std::optional<address_handle<B>> gone;
+    gone.emplace(x.pd.create_ah(p.b.local_endpoint()));
+    const auto to = gone->to(p.b.local_endpoint());
+    for (std::uint64_t i = 0; i < 3; ++i) REQUIRE(batch.add(op::ud_send{tx.local(0, 8), to}, 10 + i));
+    gone.reset();
+    const post_result r = p.a.post(batch);
+    CHECK(r.status == post_status::stale_address);
+    CHECK(r.posted == 0);
+    CHECK(batch.size() == 3);
+    batch.clear();
+  }
+  {
+    // The same record again (a destroyed handle's is reused by the next one), a newer
+    // generation: the first WR's address is stale, whichever comes first.
+    std::optional<address_handle<B>> first;
+    first.emplace(x.pd.create_ah(p.b.local_endpoint()));
+    const auto old_to = first->to(p.b.local_endpoint());
+    first.reset();
+    auto next = x.pd.create_ah(p.b.local_endpoint());
+    const auto new_to = next.to(p.b.local_endpoint());
+    REQUIRE(batch.add(op::ud_send{tx.local(0, 8), new_to}, 20));
+    REQUIRE(batch.add(op::ud_send{tx.local(0, 8), old_to}, 21));
+    CHECK(p.a.post(batch).status == post_status::stale_address);
+    batch.clear();
+    REQUIRE(batch.add(op::ud_send{tx.local(0, 8), old_to}, 22));
+    REQUIRE(batch.add(op::ud_send{tx.local(0, 8), new_to}, 23));
+    CHECK(p.a.post(batch).status == post_status::stale_address);
+    batch.clear();
+  }
+  {
+    auto other_pd = x.dev.create_pd();
+    auto ah = other_pd.create_ah(p.b.local_endpoint());
+    for (std::uint64_t i = 0; i < 2; ++i) REQUIRE(batch.add(op::ud_send{tx.local(0, 8), ah.to(p.b.qp_num())}, 30 + i));
+    const post_result r = p.a.post(batch);
+    CHECK(r.rule == post_rule::address_pd);
+    CHECK(r.posted == 0);
+    batch.clear();
+  }
+  CHECK(x.cq.poll() == 0);
+  CHECK(p.a.send_credits() == 8);
+  // After the refusals, cleared lists of one address and of two go out.
+  auto kept = x.pd.create_ah(p.b.local_endpoint());
+  auto also = x.pd.create_ah(p.b.local_endpoint());
+  for (std::uint64_t i = 0; i < 2; ++i) REQUIRE(batch.add(op::ud_send{tx.local(0, 8), kept.to(p.b.local_endpoint())}, 40 + i));
+  REQUIRE(p.a.post(batch).ok());
+  REQUIRE(batch.add(op::ud_send{tx.local(0, 8), kept.to(p.b.local_endpoint())}, 42));
+  REQUIRE(batch.add(op::ud_send{tx.local(0, 8), also.to(p.b.local_endpoint())}, 43));
+  REQUIRE(p.a.post(batch).ok());
+  CHECK(collect(y.cq, 4).size() == 4);
+}
+
 TEST_CASE("UD: an address outliving its handle, PD and device is still refused, not read") {
   std::optional<ud_address<B>> dest;
   mock::fabric fab;

@@ -518,6 +518,9 @@ TEST_CASE("runtime errors surface as statuses: receive too small, flushes, RNR, 
     CHECK(again.status == post_status::qp_error);
     CHECK(std::string(again.message()).find("ERR") != std::string::npos);
     CHECK(p.b.post_recv(dst.local(), 3).status == post_status::qp_error);
+    // A bad wr_id is named before the error (post_recv_ tests the error first, and
+    // recv_refusal_ tells them apart in the old order).
+    CHECK(p.b.post_recv(dst.local(), std::uint64_t{1} << 63).status == post_status::bad_wr_id);
   }
   SUBCASE("no receive posted: RNR retries run out, RNR_RETRY_EXC_ERR with a hint") {
     REQUIRE(p.a.send(src.local(0, 8), 20).ok());
