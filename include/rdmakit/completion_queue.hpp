@@ -414,6 +414,7 @@ class completion_queue {
       if (n == 0 && RDMAKIT_UNLIKELY(b.watch_empty)) b.forget_departed();  // empty: none is left
       return n;
     }
+    if (RDMAKIT_UNLIKELY(b.watch_empty) && n < P::batch) ++b.drains;  // drained: see cq_block::departed
     if (const int recvs = b.receives_if_all_of_last(wcs, n); RDMAKIT_LIKELY(recvs >= 0)) {
       detail::qp_link<B>* l = b.last;
       l->on_polled_batch(static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(recvs));

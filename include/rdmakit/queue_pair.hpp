@@ -133,6 +133,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   queue_pair<B, T, S, qp_state::init> reset() && {
     link_("reset");
     detail::prune_retired(parts_.retired);
+    parts_.scq->forget_drained();
+    parts_.rcq->forget_drained();
     // Refused before anything changes: this queue pair stays as it was.
     if (auto why = detail::no_room_for_replacement(parts_, "reset()", !T::needs_ah); !why.empty()) throw usage_error(why);
     const auto& l = *parts_.link;

@@ -307,13 +307,19 @@ struct cq_block {
   // A record whose QP a type 2 memory window keeps (`kept`: qp_native_hold) proves
   // nothing by an empty poll until that QP is destroyed: it is in ERR, and its WRs flush
   // here later.
+  // A record goes too once a poll that drained the CQ (returned fewer than it asked)
+  // came after its departure (`drained_at` below `drains`) and no batch is still being
+  // delivered (forget_drained, at the next create_qp or reset()): a CQ that is never found
+  // empty, a busy server's, still gets the room back.
   struct departed_qp {
     std::uint32_t qpn;
     std::uint32_t left;
     std::uint32_t recv_offset;
     shared_owner<native_qp_kept> kept;
+    std::uint64_t drained_at;  // `drains` at the departure
   };
   std::vector<departed_qp> departed;
+  std::uint64_t drains = 0;  // polls that drained the CQ while watch_empty
   // True while something waits for a poll that finds this CQ empty: a departed record,
   // or a retired QP's SRQ receives (forget_departed clears it; at most one call too many).
   bool watch_empty = false;
@@ -621,6 +627,20 @@ struct cq_block {
     watch_empty = waiting;
   }
 
+  /// The departed records a poll that drained this CQ came after (see departed): what
+  /// they held was polled or was never there. Not while a batch is being delivered (a
+  /// handler's create_qp): the outer batch may hold their completions. Not the retired
+  /// QPs', whose flushes a device may write after such a poll (forget_departed waits
+  /// for a poll that finds nothing).
+  void forget_drained() noexcept {
+    if (delivering != 0 || departed.empty()) return;
+    std::erase_if(departed, [&](const departed_qp& d) {
+      if (d.drained_at >= drains || (d.kept && d.kept->alive())) return false;
+      flushing -= std::min<std::uint64_t>(flushing, d.left);
+      return true;
+    });
+  }
+
   /// A QP moved to ERR by reset(): routed apart from now on, holding at most `flushes`
   /// entries here instead of the `entries` reserved for it. The caller made room in
   /// retired_links first (reserve), so nothing here allocates.
@@ -681,7 +701,7 @@ struct cq_block {
                       shared_owner<native_qp_kept> kept = {}) noexcept {
     if (left == 0 && recv_offset == 0) return;
     assert(departed.size() < departed.capacity());  // kept by keep_departed_room_: no allocation
-    departed.push_back({qpn, left, recv_offset, std::move(kept)});
+    departed.push_back({qpn, left, recv_offset, std::move(kept), drains});
     flushing += left;
     watch_empty = true;
   }

@@ -206,6 +206,8 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
                             ": set max_recv_wr to 0 (the SRQ's max_wr and max_sge apply)"));
     room.max_recv_wr = rcq->srq_entries(srq.get(), srq->attr.max_wr);
   }
+  scq->forget_drained();  // room a busy CQ's polls gave back
+  rcq->forget_drained();
   check_cq_room(*scq, *rcq, room, T::name, dev.attr.max_cqe);
 
   qp_parts<B> p;

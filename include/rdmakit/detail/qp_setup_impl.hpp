@@ -18,8 +18,8 @@ RDMAKIT_DECL std::string cq_entries_taken(std::uint64_t reserved, std::uint64_t 
            attached > 1 ? "s" : "", ")");
   if (flushing)
     append(s, " (", flushing, " entries held by completions that queue pairs replaced by reset() or destroyed may "
-              "still put here: polling them gives their room back, and so does, for a destroyed one's, a poll that "
-              "finds the CQ empty)");
+              "still put here: polling them gives their room back, and so does, for a destroyed one's, a poll after "
+              "its destruction that drains the CQ (returns fewer completions than it asks for))");
   return s;
 }
 

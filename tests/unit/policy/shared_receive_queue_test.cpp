@@ -377,6 +377,43 @@ TEST_CASE("shared_receive_queue: the last queue pair of an SRQ on a CQ, destroye
   CHECK(r.cq.reserved() == 7);
 }
 
+// A server whose CQ is never found empty (traffic of other connections: each poll
+// returns what came, never nothing) could not make a queue pair on it again: the room of
+// a destroyed SRQ queue pair's completions came back only at a poll that returned none
+// (audit 26, F6: "CQ too small" at the third connection). A poll after the destroy that
+// returned fewer than it asked drained the CQ just as well: once the batches polled are
+// delivered, the room is free for the next create_qp.
+TEST_CASE("shared_receive_queue: a poll that drained the CQ after a destroy gives the room back, none empty") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto cq = y.dev.create_cq(9);  // the busy pair's 2 and b's 4 + the SRQ's 3: no room for a destroyed b's 3
+  auto srq = y.pd.create_srq({.max_wr = 3, .max_sge = 1});
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(4 * 64);
+  auto connect = [](auto& from, auto& to) {  // (to's INIT handle, from's): both RTS
+    const auto e = from.local_endpoint();
+    auto f = std::move(from).connect(to.local_endpoint());
+    return std::pair{std::move(f), std::move(to).connect(e)};
+  };
+  auto busy_x = x.pd.create_qp<rc>(x.cq, qp_cap{2, 0});
+  auto busy_y = y.pd.create_qp<rc>(cq, qp_cap{2, 0});
+  auto [bx, by] = connect(busy_x, busy_y);
+  for (int round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    {
+      auto ai = x.pd.create_qp<rc>(x.cq, qp_cap{4, 0});
+      auto bi = y.pd.create_qp<rc>(cq, srq, qp_cap{4, 0});
+      auto [a, b] = connect(ai, bi);
+      for (std::uint64_t k = 0; k < 2; ++k) REQUIRE(srq.post_recv(dst.local(64 * k, 64), 100 + k).ok());
+      for (std::uint64_t k = 0; k < 2; ++k) REQUIRE(a.send(src.local(0, 8), k).ok());
+      CHECK(collect(x.cq, 2).size() == 2);
+      CHECK(collect(cq, 2).size() == 2);
+    }  // b destroyed: its SRQ's 3 held
+    REQUIRE(by.write(dst.local(0, 8), src.remote().sub(0, 8), 7).ok());
+    CHECK(cq.poll([](const auto&) {}) == 1);  // the busy pair's: fewer than a batch, not none
+  }
+}
+
 TEST_CASE("shared_receive_queue: an SRQ never posted to keeps no room once its last queue pair is destroyed") {
   mock::fabric fab;
   side y(fab, "mock0");
