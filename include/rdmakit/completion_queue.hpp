@@ -410,11 +410,13 @@ class completion_queue {
     typename B::wc wcs[P::batch];
     auto& b = *blk_;
     const int n = B::poll_cq(b.cq, P::batch, wcs);
-    if (RDMAKIT_UNLIKELY(n <= 0)) {
-      if (n == 0 && RDMAKIT_UNLIKELY(b.watch_empty)) b.forget_departed();  // empty: none is left
-      return n;
+    if (RDMAKIT_UNLIKELY(n < b.poll_floor)) {  // n <= 0, or any n while watch_empty
+      if (n <= 0) {
+        if (n == 0 && b.watch_empty) b.forget_departed();  // empty: none is left
+        return n;
+      }
+      if (n < P::batch) ++b.drains;  // drained: see cq_block::departed
     }
-    if (RDMAKIT_UNLIKELY(b.watch_empty) && n < P::batch) ++b.drains;  // drained: see cq_block::departed
     if (const int recvs = b.receives_if_all_of_last(wcs, n); RDMAKIT_LIKELY(recvs >= 0)) {
       detail::qp_link<B>* l = b.last;
       l->on_polled_batch(static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(recvs));

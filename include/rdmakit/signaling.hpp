@@ -200,6 +200,13 @@ class sq_credits {
   std::uint32_t unsignaled_run() const noexcept {
     return one_per_completion_ ? 0 : static_cast<std::uint32_t>(posted_ - last_mark());
   }
+  /// pending_signaled() != 0, without its divisions (N is a power of two: a multiple
+  /// of N past the slots freed is a signaled WR not polled yet). What a list refused for
+  /// credits tests inline: a completion is due, so sq_full is the answer.
+  RDMAKIT_ALWAYS_INLINE bool completion_due() const noexcept {
+    if (one_per_completion_) return posted_ != freed();
+    return tail_ != head_ || (every_mask_ != 0 && (posted_ & ~every_mask_) > freed());
+  }
   /// Signaled WRs whose completion has not been polled yet.
   std::uint32_t pending_signaled() const noexcept {
     if (one_per_completion_) return held();

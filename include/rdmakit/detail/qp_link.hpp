@@ -220,7 +220,7 @@ void post_drain_marker(qp_link<B>& l) noexcept {
     l.drain_marker = qp_link<B>::drain::none;
     if (l.retired_sends) --l.retired_sends;
     if (l.send_cq->flushing) --l.send_cq->flushing;
-    l.send_cq->watch_empty = true;
+    l.send_cq->watch(true);
   }
 }
 
@@ -323,6 +323,14 @@ struct cq_block {
   // True while something waits for a poll that finds this CQ empty: a departed record,
   // or a retired QP's SRQ receives (forget_departed clears it; at most one call too many).
   bool watch_empty = false;
+  // 1, or above any poll's count while watch_empty (set together: watch()): the poll's
+  // one test `n < poll_floor` is its test for nothing polled and, while watched, for a
+  // batch short of what it asked (a poll that drained the CQ), at no extra cost.
+  int poll_floor = 1;
+  void watch(bool on) noexcept {
+    watch_empty = on;
+    poll_floor = on ? 0x7fffffff : 1;
+  }
   std::vector<std::pair<std::uint32_t, qp_link<B>*>> routes;  // live QPs, sorted by qp_num
   // Retired QPs (reset() replaced them): found only when `routes` has no match, so the
   // live routing pays nothing for them; never cached as `last`.
@@ -624,7 +632,7 @@ struct cq_block {
         l->retired_signaled = 0;
       }
     }
-    watch_empty = waiting;
+    watch(waiting);
   }
 
   /// The departed records a poll that drained this CQ came after (see departed): what
@@ -703,7 +711,7 @@ struct cq_block {
     assert(departed.size() < departed.capacity());  // kept by keep_departed_room_: no allocation
     departed.push_back({qpn, left, recv_offset, std::move(kept), drains});
     flushing += left;
-    watch_empty = true;
+    watch(true);
   }
 
   /// A destroyed QP: its `entries` (its depths, or once retired its flushes, which

@@ -351,11 +351,11 @@ void retire(qp_parts<B>& p, bool srq_receives, bool may_drain) {
   l.retired_recvs = recvs;
   l.retired_signaled = l.signaled_to_come();
   l.retired_srq_receives = srq_receives;
-  if (srq_receives) l.recv_cq->watch_empty = true;
+  if (srq_receives) l.recv_cq->watch(true);
   // Unsignaled sends out (selective signaling): no count says when the last flush came,
   // the drain marker does (or, without one, a poll finding the send CQ empty).
   l.retired_unsure_sends = sends - marker > l.retired_signaled;
-  if (l.retired_unsure_sends && !marker) l.send_cq->watch_empty = true;
+  if (l.retired_unsure_sends && !marker) l.send_cq->watch(true);
   if (l.send_cq == l.recv_cq) {
     l.send_cq->retire(&l, p.asked.max_send_wr + p.asked.max_recv_wr, sends + recvs);
   } else {
@@ -366,7 +366,7 @@ void retire(qp_parts<B>& p, bool srq_receives, bool may_drain) {
   if (marker) {
     l.native_qp = p.qp;
     l.drain_deadline = std::chrono::steady_clock::now() + drain_grace;
-    l.send_cq->watch_empty = true;  // (for the deadline)
+    l.send_cq->watch(true);  // (for the deadline)
     post_drain_marker(l);
   }
 }

@@ -90,6 +90,7 @@ void model_run(std::uint32_t depth, unsigned seed) {
     }
     REQUIRE(credits.held() == hca.held.size());
     REQUIRE(credits.pending_signaled() == hca.cqes.size());
+    REQUIRE(credits.completion_due() == !hca.cqes.empty());  // the refused list's inline test
     std::uint32_t run = 0;  // the model's unsignaled WRs after the last signaled one
     for (auto it = hca.held.rbegin(); it != hca.held.rend() && !*it; ++it) ++run;
     REQUIRE(credits.unsignaled_run() == run);
