@@ -410,9 +410,9 @@ class completion_queue {
     typename B::wc wcs[P::batch];
     auto& b = *blk_;
     const int n = B::poll_cq(b.cq, P::batch, wcs);
-    if (RDMAKIT_UNLIKELY(n < b.poll_floor)) {  // n <= 0, or any n while watch_empty
+    if (RDMAKIT_UNLIKELY(n < b.poll_floor)) {  // n <= 0, or any n while watched
       if (n <= 0) {
-        if (n == 0 && b.watch_empty) b.forget_departed();  // empty: none is left
+        if (n == 0 && b.watched()) b.forget_departed();  // empty: none is left
         return n;
       }
       if (n < P::batch) ++b.drains;  // drained: see cq_block::departed

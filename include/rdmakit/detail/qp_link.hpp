@@ -319,18 +319,15 @@ struct cq_block {
     std::uint64_t drained_at;  // `drains` at the departure
   };
   std::vector<departed_qp> departed;
-  std::uint64_t drains = 0;  // polls that drained the CQ while watch_empty
-  // True while something waits for a poll that finds this CQ empty: a departed record,
-  // or a retired QP's SRQ receives (forget_departed clears it; at most one call too many).
-  bool watch_empty = false;
-  // 1, or above any poll's count while watch_empty (set together: watch()): the poll's
-  // one test `n < poll_floor` is its test for nothing polled and, while watched, for a
-  // batch short of what it asked (a poll that drained the CQ), at no extra cost.
+  std::uint64_t drains = 0;  // polls that drained the CQ while watched
+  // Watched while something waits for a poll that finds this CQ empty: a departed
+  // record, or a retired QP's SRQ receives (forget_departed ends it; at most one call
+  // too many). Kept as the poll's floor, 1 or above any poll's count while watched: the
+  // poll's one test `n < poll_floor` is its test for nothing polled and, while watched,
+  // for a batch short of what it asked (a poll that drained the CQ), at no extra cost.
   int poll_floor = 1;
-  void watch(bool on) noexcept {
-    watch_empty = on;
-    poll_floor = on ? 0x7fffffff : 1;
-  }
+  void watch(bool on) noexcept { poll_floor = on ? 0x7fffffff : 1; }
+  bool watched() const noexcept { return poll_floor != 1; }
   std::vector<std::pair<std::uint32_t, qp_link<B>*>> routes;  // live QPs, sorted by qp_num
   // Retired QPs (reset() replaced them): found only when `routes` has no match, so the
   // live routing pays nothing for them; never cached as `last`.
