@@ -846,16 +846,25 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
 
   // A list refused for credits: sq_full, unless it could never fit the send queue, or no
   // completion is due to free a slot (its slots held by unsignaled WRs alone: a single
-  // post takes the last free slot signaled, a list may need more than are free). Out of
-  // line: the refusal is off the path of a post that fits, and pending_signaled() divides.
-  // A list refused for credits while a completion is due to free them: sq_full, inline
-  // (a bandwidth loop that posts until the send queue is full takes this path once per
-  // poll: out of line, with pending_signaled()'s divisions, it cost rdmakit-perf 0.6
-  // instructions a WR with lists of 32 on rxe). The rest, out of line: a list that can
-  // never fit, one no completion will make room for, an empty handle, a QP in ERR (a
-  // closed ledger is 0 deep).
+  // post takes the last free slot signaled, a list may need more than are free). A
+  // bandwidth loop that posts until the send queue is full comes here once a poll, so
+  // the usual answer is inline (out of line, with pending_signaled()'s divisions, it
+  // cost rdmakit-perf 0.6 instructions a WR with lists of 32 on rxe):
+  // - under a policy that never leaves min_sq_depth WRs in a row unsignaled (bounded_run:
+  //   signal_all, signal_every<N>), a list that fits an empty send queue with
+  //   min_sq_depth - 1 slots to spare is one compare: refused, it found more than
+  //   depth - n >= min_sq_depth - 1 slots held, so among them a signaled WR whose
+  //   completion is not polled yet (signaling_test's model checks it);
+  // - under the others, the ledger's test of a completion due (completion_due).
+  // The rest, out of line: a list that can never fit, one no completion will make room
+  // for, an empty handle, a QP in ERR (a closed ledger is 0 deep).
   RDMAKIT_ALWAYS_INLINE post_result refused_list_credits_(const detail::qp_link<B>& l, std::size_t n) const noexcept {
-    if (RDMAKIT_LIKELY(n <= l.sq.open_depth() && l.sq.completion_due())) return {post_status::sq_full, 0, 0};
+    if constexpr (detail::bounded_run<S>) {
+      if (RDMAKIT_LIKELY(n + (S::min_sq_depth - 1) <= l.sq.open_depth())) return {post_status::sq_full, 0, 0};
+    } else {
+      if (RDMAKIT_LIKELY(n <= l.sq.open_depth() && l.sq.template completion_due<S>()))
+        return {post_status::sq_full, 0, 0};
+    }
     return list_refusal_(n);
   }
   RDMAKIT_NOINLINE post_result list_refusal_(std::size_t n) const noexcept {

@@ -202,10 +202,16 @@ class sq_credits {
   }
   /// pending_signaled() != 0, without its divisions (N is a power of two: a multiple
   /// of N past the slots freed is a signaled WR not polled yet). What a list refused for
-  /// credits tests inline: a completion is due, so sq_full is the answer.
+  /// credits tests inline: a completion is due, so sq_full is the answer. S is the
+  /// policy of for_policy<S>, which fixed the ledger's form: no test of it here.
+  template <signaling S>
   RDMAKIT_ALWAYS_INLINE bool completion_due() const noexcept {
-    if (one_per_completion_) return posted_ != freed();
-    return tail_ != head_ || (every_mask_ != 0 && (posted_ & ~every_mask_) > freed());
+    if constexpr (signals_every_wr<S>)
+      return posted_ != freed();
+    else if constexpr (regular_marks<S>)
+      return tail_ != head_ || (posted_ & ~std::uint64_t{S::interval - 1}) > freed();
+    else
+      return tail_ != head_;
   }
   /// Signaled WRs whose completion has not been polled yet.
   std::uint32_t pending_signaled() const noexcept {

@@ -160,7 +160,8 @@ struct qp_link {
   /// Whether a completion on `cq` may be one of this QP's receives: its receives go
   /// there and some are posted (or come from a shared receive queue, not counted here).
   bool may_receive_on(const cq_block<B>* cq) const noexcept {
-    return recv_cq == cq && std::bit_cast<std::uint64_t>(rq) != 0;  // a receive held, or a shared queue
+    // A receive held, or a shared queue; tested first: a sender's polls stop there.
+    return std::bit_cast<std::uint64_t>(rq) != 0 && recv_cq == cq;
   }
 
   /// n successful completions of this QP, `recvs` of them receives (any order: each
