@@ -932,15 +932,13 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
 
   RDMAKIT_ALWAYS_INLINE post_result post_recv_(typename B::sge* s, int n, std::uint32_t total,
                                                std::uint64_t wr_id) noexcept {
-    // The closed link of an empty handle is in error: one test refuses it and a QP in
-    // ERR, and recv_refusal_ tells them apart (the empty handle first, as ever).
+    // One test of room refuses a full receive queue, a QP in ERR and an empty handle
+    // (their links have no room: rq_open_depth), and recv_refusal_ tells them apart.
     auto& l = *parts_.link;
-    if (RDMAKIT_UNLIKELY(l.error)) return recv_refusal_(wr_id, total);
+    if (RDMAKIT_UNLIKELY(l.rq.held >= l.rq_open_depth)) return recv_refusal_(wr_id, total);
     if (RDMAKIT_UNLIKELY(wr_id >= detail::recv_wr_id_end)) return {post_status::bad_wr_id, 0, 0};
     if constexpr (T::recv_offset != 0)
       if (RDMAKIT_UNLIKELY(total < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
-    if (RDMAKIT_UNLIKELY(l.rq.held >= l.rq_depth))  // max_recv_wr 0: never any room
-      return {l.rq_depth == 0 ? post_status::list_too_long : post_status::rq_full, 0, 0};
     typename B::recv_wr w;
     B::set_recv(w, wr_id | detail::recv_wr_bit, s, n);
     typename B::recv_wr* bad = nullptr;
@@ -952,14 +950,16 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     return {post_status::ok, 0, 1};
   }
 
-  // A receive refused with the link in error: an empty handle, else what post_recv_
-  // refuses before the error (a bad wr_id, a buffer too small for the GRH), else qp_error.
+  // A receive refused for room: in this order, an empty handle, a bad wr_id, a buffer
+  // too small for the GRH, a QP in ERR, a queue pair without receive slots (max_recv_wr
+  // 0: no poll ever makes room), a full receive queue.
   RDMAKIT_NOINLINE post_result recv_refusal_(std::uint64_t wr_id, [[maybe_unused]] std::uint32_t total) const noexcept {
     if (!parts_.link) return {post_status::empty_handle, 0, 0};
     if (wr_id >= detail::recv_wr_id_end) return {post_status::bad_wr_id, 0, 0};
     if constexpr (T::recv_offset != 0)
       if (total < T::recv_offset) return {post_status::recv_too_small, 0, 0};
-    return {post_status::qp_error, 0, 0};
+    if (parts_.link->error) return {post_status::qp_error, 0, 0};
+    return {parts_.link->rq_depth == 0 ? post_status::list_too_long : post_status::rq_full, 0, 0};
   }
 
   detail::qp_parts<B> parts_;

@@ -45,6 +45,9 @@ struct qp_link {
   std::uint32_t recv_offset = 0;
   sq_credits sq;
   std::uint32_t rq_depth = 0;
+  // rq_depth until the QP goes to ERR, 0 then and on the closed link of an empty handle:
+  // post_recv's one test of room refuses those too (recv_refusal_ tells them apart).
+  std::uint32_t rq_open_depth = 0;
   // The receives posted and not completed, and whether they are counted here, side by
   // side: may_receive_on reads both with one load.
   struct rq_count {
@@ -143,6 +146,7 @@ struct qp_link {
   void set_error() noexcept {
     error = true;
     sends_possible = false;
+    rq_open_depth = 0;
     sq.close();
   }
 
@@ -435,10 +439,16 @@ struct cq_block {
     std::uint32_t recvs = 0;
     if (sole) {
       // One QP, which receives here: every completion is its own (no QP number to
-      // compare); the statuses and the receives.
-      for (int i = 0; i < n; ++i) {
-        odd |= static_cast<std::uint64_t>(B::get_status(wcs[i]));
-        recvs += static_cast<std::uint32_t>(B::get_wr_id(wcs[i]) >> 63);
+      // compare); the statuses and the receives, four at a time as above.
+      int i = 0;
+      if constexpr (Batch >= 4)
+        for (; i + 4 <= n; i += 4) {
+          odd |= status_bits_(wcs[i]) | status_bits_(wcs[i + 1]) | status_bits_(wcs[i + 2]) | status_bits_(wcs[i + 3]);
+          recvs += receive_bit_(wcs[i]) + receive_bit_(wcs[i + 1]) + receive_bit_(wcs[i + 2]) + receive_bit_(wcs[i + 3]);
+        }
+      for (; i < n; ++i) {
+        odd |= status_bits_(wcs[i]);
+        recvs += receive_bit_(wcs[i]);
       }
     } else {
       // Completions of several queue pairs interleave on a shared CQ: a batch whose first
@@ -469,6 +479,10 @@ struct cq_block {
 
   static RDMAKIT_ALWAYS_INLINE std::uint32_t status_bits_(const typename B::wc& w) noexcept {
     return static_cast<std::uint32_t>(B::get_status(w));  // 0: success
+  }
+  // 1 for a receive's completion (recv_wr_bit in its wr_id), 0 for a send's.
+  static RDMAKIT_ALWAYS_INLINE std::uint32_t receive_bit_(const typename B::wc& w) noexcept {
+    return static_cast<std::uint32_t>(B::get_wr_id(w) >> 63);
   }
 
   RDMAKIT_NOINLINE void note_invalidation_(const typename B::wc& w) const noexcept {

@@ -240,7 +240,7 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
   // sized (and checked above) for the requested depths.
   l.sq = sq_credits::for_policy<S>(caps.max_send_wr);
   l.sends_possible = caps.max_send_wr != 0;
-  l.rq_depth = p.asked.max_recv_wr;
+  l.rq_depth = l.rq_open_depth = p.asked.max_recv_wr;
   // Each CQ is named in the link once attached: a destruction detaches from those only
   // (one whose attach ran out of memory holds nothing of this QP).
   if (scq == rcq) {

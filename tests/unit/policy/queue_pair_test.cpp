@@ -552,7 +552,11 @@ TEST_CASE("receive queue credits: rq_full instead of ENOMEM; post_recvs posts a 
   CHECK(q.post_recvs(bufs, 200).status == post_status::rq_full);
   CHECK(q.post_recv(mr.local(), 5).ok());
   CHECK(q.post_recv(mr.local(), 6).status == post_status::rq_full);
+  CHECK(q.post_recv(mr.local(), std::uint64_t{1} << 63).status == post_status::bad_wr_id);  // named before rq_full
   CHECK(q.posted_recvs() == 4);
+  // A queue pair made without receive slots: no poll ever makes room.
+  auto send_only = x.pd.create_qp<rc>(x.cq, qp_cap{4, 0});
+  CHECK(send_only.post_recv(mr.local(), 1).status == post_status::list_too_long);
 }
 
 TEST_CASE("reset(): a queue pair in ERR becomes a fresh INIT one on the same CQs, and reconnects") {
