@@ -445,7 +445,7 @@ class completion_queue {
   // accounted on its own. Out of line, so the inlined poll stays small. Returns the
   // completions given to g (under Divert, not those the async layer took).
   template <bool Inert, bool NoThrow, bool Divert, class G>
-  RDMAKIT_NOINLINE int poll_routed_(const typename B::wc* wcs, int n, G& g) noexcept(NoThrow) {
+  RDMAKIT_OUT_OF_LINE int poll_routed_(const typename B::wc* wcs, int n, G& g) noexcept(NoThrow) {
     auto& b = *blk_;
     int given = 0;
     if constexpr (Inert) {
@@ -507,29 +507,33 @@ class completion_queue {
       return 1;
     };
     b.note_invalidation(w);
+    // The queue pair, found once, so that `routed` (and g with it) has one call site:
+    // with three, GCC kept it out of line, a call per completion on a shared CQ.
     const std::uint32_t qpn = B::get_qp_num(w);
-    if (RDMAKIT_LIKELY(qpn == b.last_qpn) && polled_before(b.last)) {
-      return routed(b.last);
-    } else if (detail::qp_link<B>* l = b.route(qpn); RDMAKIT_LIKELY(l != nullptr) && polled_before(l)) {
-      return routed(l);
-    } else if (RDMAKIT_UNLIKELY(!b.retired_links.empty()) && (l = b.find_retired(qpn)) != nullptr &&
-               polled_before(l)) {
-      // A QP replaced by reset(): its entry in this CQ is free again (unless its batch
-      // counted it before the reset). Its drain marker is the layer's, not delivered.
-      if (RDMAKIT_UNLIKELY(B::get_wr_id(w) == detail::drain_wr_id)) {
-        if constexpr (Account) b.drained(*l);
-        return 0;
+    detail::qp_link<B>* l = b.last;
+    if (RDMAKIT_UNLIKELY(qpn != b.last_qpn) || !polled_before(l)) {
+      l = b.route(qpn);
+      if (RDMAKIT_UNLIKELY(l == nullptr) || !polled_before(l)) {
+        if (RDMAKIT_UNLIKELY(!b.retired_links.empty()) && (l = b.find_retired(qpn)) != nullptr &&
+            polled_before(l)) {
+          // A QP replaced by reset(): its entry in this CQ is free again (unless its batch
+          // counted it before the reset). Its drain marker is the layer's, not delivered.
+          if (RDMAKIT_UNLIKELY(B::get_wr_id(w) == detail::drain_wr_id)) {
+            if constexpr (Account) b.drained(*l);
+            return 0;
+          }
+          if constexpr (Account) b.retired_polled(*l, (B::get_wr_id(w) & detail::recv_wr_bit) != 0);
+        } else {
+          std::uint32_t offset = 0;
+          if (RDMAKIT_UNLIKELY(!b.departed.empty())) offset = b.departed_polled(qpn, !Account);  // a destroyed QP's
+          if (RDMAKIT_UNLIKELY(B::get_wr_id(w) == detail::drain_wr_id)) return 0;  // (its retired QP's, destroyed since)
+          ++b.unrouted;
+          g(nullptr, completion<B>(w, offset));
+          return 1;
+        }
       }
-      if constexpr (Account) b.retired_polled(*l, (B::get_wr_id(w) & detail::recv_wr_bit) != 0);
-      return routed(l);
-    } else {
-      std::uint32_t offset = 0;
-      if (RDMAKIT_UNLIKELY(!b.departed.empty())) offset = b.departed_polled(qpn, !Account);  // a destroyed QP's
-      if (RDMAKIT_UNLIKELY(B::get_wr_id(w) == detail::drain_wr_id)) return 0;  // (its retired QP's, destroyed since)
-      ++b.unrouted;
-      g(nullptr, completion<B>(w, offset));
-      return 1;
     }
+    return routed(l);
   }
 
   // dispatch's call of a queue pair's handler, which may drop it (replace it, destroy

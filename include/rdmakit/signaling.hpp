@@ -96,13 +96,21 @@ inline constexpr bool bounded_run = [] {
     return false;
 }();
 
+/// Whether S is signal_every<N>: the ledger's shortcuts by interval (where a list's
+/// signals fall, the marks found by position) hold for its rule alone, not for another
+/// policy that names an `interval` (its signal_at may put them elsewhere).
+template <class S>
+inline constexpr bool is_signal_every = false;
+template <std::uint32_t N>
+inline constexpr bool is_signal_every<signal_every<N>> = true;
+
 /// Whether S signals every WR (signal_all, signal_every<1>): then each completion frees
 /// exactly one slot and the ledger needs no record of runs.
 template <class S>
 inline constexpr bool signals_every_wr = [] {
   if constexpr (std::is_same_v<S, signal_all>)
     return true;
-  else if constexpr (requires { S::interval; })
+  else if constexpr (is_signal_every<S>)
     return S::interval == 1;
   else
     return false;
@@ -122,7 +130,7 @@ inline constexpr bool tracks_run =
 /// bench/overhead: either form costs the other policies 1 to 3 instructions per post.
 template <class S>
 inline constexpr bool branch_on_signal =
-    !signals_every_wr<S> && (requires { S::interval; } || std::is_same_v<S, signal_manual>);
+    !signals_every_wr<S> && (is_signal_every<S> || std::is_same_v<S, signal_manual>);
 
 /// Whether the ledger can plan a list whose WRs asked for no signal without a test per
 /// WR: the bounded_run policies, and signal_manual (only the last free slot).
@@ -136,7 +144,7 @@ inline constexpr bool plans_unasked = bounded_run<S> || std::is_same_v<S, signal
 /// keys it apart, by whether that WR is signaled.)
 template <class S>
 inline constexpr bool keyed_signals = [] {
-  if constexpr (requires { S::interval; S::signal_at(false, 1); })
+  if constexpr (is_signal_every<S>)
     return S::interval < 65536;
   else
     return false;
@@ -272,7 +280,7 @@ class sq_credits {
     } else if constexpr (signals_every_wr<S>) {
       for (std::uint32_t i = 0; i < n; ++i) on_signaled(i);
       p.posted += n;
-    } else if constexpr (requires { S::interval; S::signal_at(false, 1); }) {
+    } else if constexpr (is_signal_every<S>) {
       constexpr std::uint64_t N = S::interval;
       // The WRs at positions that are multiples of N (signal_every's signal_at), found
       // by their marks: the first multiple of N past posted, up to posted + n.

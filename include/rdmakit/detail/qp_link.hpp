@@ -652,10 +652,20 @@ struct cq_block {
   /// handler's create_qp): the outer batch may hold their completions. Not the retired
   /// QPs', whose flushes a device may write after such a poll (forget_departed waits
   /// for a poll that finds nothing).
+  // A record a window kept (`kept`) counts its drains from when its native QP is seen
+  // gone: a drain before that proves nothing of the flushes the device wrote while it
+  // lived (audit 29, F1), so a record found gone is stamped again, not erased.
   void forget_drained() noexcept {
     if (delivering != 0 || departed.empty()) return;
-    std::erase_if(departed, [&](const departed_qp& d) {
-      if (d.drained_at >= drains || (d.kept && d.kept->alive())) return false;
+    std::erase_if(departed, [&](departed_qp& d) {
+      if (d.kept) {
+        if (!d.kept->alive()) {
+          d.kept = {};
+          d.drained_at = drains;
+        }
+        return false;
+      }
+      if (d.drained_at >= drains) return false;
       flushing -= std::min<std::uint64_t>(flushing, d.left);
       return true;
     });

@@ -80,7 +80,7 @@ void check_sq_depth(const qp_cap& caps) {
   if (caps.max_send_wr == 0 || caps.max_send_wr >= S::min_sq_depth) return;
   constexpr std::uint32_t depth = S::min_sq_depth;
   std::string why;
-  if constexpr (requires { S::interval; })
+  if constexpr (is_signal_every<S>)
     why = cat(S::name, "<", depth, "> signals every ", depth, "th WR");
   else
     why = cat("the signaling policy ", S::name, " needs min_sq_depth = ", depth, " slots");

@@ -503,6 +503,48 @@ TEST_CASE("memory_window: the room of a queue pair kept by a window stays until 
   CHECK_FALSE(y.dev.next_event());  // no CQ_ERR
 }
 
+// Audit 29, F1: a poll that drained the CQ after a window-kept queue pair's destroy, but
+// before the window freed its native QP, gave that queue pair's room back at the next
+// create_qp (forget_drained): the flushes the device wrote in between were still in the
+// CQ, a queue pair of the same depths overran it (CQ_ERR) and its lost completions kept
+// its credits for ever. A drain proves the CQ empty only of a QP already gone.
+TEST_CASE("memory_window: a drained poll while a window keeps a destroyed queue pair gives none of its room back") {
+  mock::fabric_config cfg;
+  cfg.profile = mock::device_profile::rxe;  // destroy_qp leaves the flushes in the CQ, as rxe
+  mock::fabric fab(cfg);
+  side x(fab, "mock0"), y(fab, "mock1", 32);
+  const std::uint32_t h = static_cast<std::uint32_t>((y.cq.capacity() - 2) / 2);
+  auto src = x.pd.allocate<all_access>(4096);
+  auto rbuf = y.pd.allocate<all_access>(1 << 16);
+  auto region = y.pd.allocate<window_region>(256);
+  auto w = y.pd.alloc_window<access::remote_write>();
+  auto busy = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{1, 1});
+  {
+    auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{h, h, 1, 1, 0});
+    for (std::uint32_t i = 0; i < h; ++i) REQUIRE(p.b.post_recv(rbuf.local(i * 64, 64), i).ok());
+    REQUIRE(w.bind(p.b, region, 0, 64, 1000).ok());
+    REQUIRE(collect(y.cq, 1).size() == 1);
+  }  // kept in ERR by the window
+  REQUIRE(busy.b.write(rbuf.local(60000, 8), src.remote().sub(0, 8), 7).ok());
+  REQUIRE(y.cq.poll() == 1);  // fewer than a batch: a drained poll
+  CHECK(y.cq.poll() == 0);    // the device writes the kept queue pair's flushes now
+  w = {};                     // and its native QP goes; the flushes stay in the CQ
+  CHECK_THROWS_AS((void)make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{h, h}), usage_error);
+  auto flushed = collect(y.cq, h);
+  CHECK(flushed.size() == h);
+  for (const auto& c : flushed) CHECK(c.status == wc_status::wr_flush_err);
+  auto q = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{h, h});  // polled: the room is back
+  for (std::uint32_t i = 0; i < h; ++i) REQUIRE(q.b.post_recv(rbuf.local(32768 + i * 64, 64), 100 + i).ok());
+  for (std::uint32_t i = 0; i < h; ++i) REQUIRE(q.a.send(src.local(0, 8), 200 + i).ok());
+  for (std::uint32_t i = 0; i < h; ++i) REQUIRE(q.a.post_recv(src.local(1024 + i * 64, 64), 400 + i).ok());
+  for (std::uint32_t i = 0; i < h; ++i) REQUIRE(q.b.send(rbuf.local(60000, 8), 300 + i).ok());
+  const auto got = collect(y.cq, 2 * h);  // all but the busy pair's room
+  CHECK(got.size() == 2 * h);
+  for (const auto& c : got) CHECK(c.status == wc_status::success);
+  CHECK(q.b.send_credits() == h);
+  CHECK_FALSE(y.dev.next_event());  // no CQ_ERR
+}
+
 // A window kept every queue pair it was ever bound through until it was freed: one
 // window lent to client after client kept every client's QP (in ERR) and its CQ room
 // (an audit). Once it knows a peer's send_inv of its binding ran, the device holds none

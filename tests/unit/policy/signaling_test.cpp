@@ -39,6 +39,18 @@ struct signal_every_third_run {
   static constexpr bool signal(bool wanted, std::uint32_t run) noexcept { return wanted || run >= 2; }
 };
 
+// A policy of positions that is not signal_every (audit 29, F2): the first WR of every
+// four, with an `interval` of its own. Its lists must follow its signal_at too, not
+// signal_every<4>'s multiples of four (mixed with single posts, they left the send queue
+// full of unsignaled WRs, and under bounded_run nothing signals the last slot).
+struct first_of_four {
+  static constexpr std::string_view name = "first_of_four";
+  static constexpr std::uint32_t min_sq_depth = 4;
+  static constexpr std::uint32_t interval = 4;
+  static constexpr bool signal_at(bool wanted, std::uint64_t position) noexcept { return wanted || position % 4 == 1; }
+  static constexpr bool bounded_run = true;
+};
+
 template <class S>
 void model_run(std::uint32_t depth, unsigned seed) {
   detail::sq_credits credits = detail::sq_credits::for_policy<S>(depth);
@@ -118,6 +130,7 @@ TEST_CASE("sq_credits matches a strict HCA model and never overflows it") {
     model_run<signal_manual>(6, seed);
     model_run<signal_manual>(1, seed);
     model_run<signal_every_third_run>(6, seed);  // a policy of the run since the last signal
+    model_run<first_of_four>(8, seed);           // a policy of positions with an interval, not signal_every
   }
 }
 
@@ -408,6 +421,25 @@ struct signal_every_other {
 };
 static_assert(signaling<signal_every_other>);
 }  // namespace
+
+TEST_CASE("a policy of positions with an interval of its own signals its post lists by its signal_at") {
+  // Audit 29, F2: lists took signal_every<4>'s multiples of four for first_of_four's
+  // positions 1, 5, 9...: a list at position 5 went unsignaled, the send queue filled with
+  // unsignaled WRs and every later post was sq_full for ever (bounded_run: no last-slot rule).
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto mr = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  auto p = make_pair<rc, first_of_four>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 1});
+  for (std::uint64_t i = 1; i <= 4; ++i) REQUIRE(p.a.write(mr.local(0, 8), dst.remote().sub(0, 8), i).ok());
+  CHECK(collect(x.cq, 1).size() == 1);  // position 1's
+  auto list = p.a.make_batch<4>();
+  REQUIRE(list.add(op::write{mr.local(0, 8), dst.remote().sub(0, 8)}, 5));
+  REQUIRE(p.a.post(list).ok());       // position 5: signaled
+  CHECK(collect(x.cq, 1).size() == 1);  // its completion frees positions 2 to 5
+  CHECK(p.a.send_credits() == 4);
+  CHECK(p.a.unsignaled_run() == 0);
+}
 
 TEST_CASE("a signaling policy defined outside the library decides through the shared ledger") {
   auto c = detail::sq_credits::for_policy<signal_every_other>(4);
