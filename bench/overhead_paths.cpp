@@ -57,6 +57,10 @@ using qp_t = queue_pair<B, T, S, qp_state::rts>;
 // on a second device (RC), or active with an address handle to its peer (UD).
 template <class T, class S, int K = 1>
 struct env {
+  // Room for every queue pair's completions, and the shared-CQ receive loops' buffers
+  // (wr_id = QP index << 8 | slot, a buffer of msg_bytes each).
+  static constexpr int cq_entries = K * (sq_depth + rq_depth) > 1024 ? K * (sq_depth + rq_depth) : 1024;
+  static constexpr std::size_t region_bytes = std::size_t{K} * 256 * msg_bytes > 65536 ? std::size_t{K} * 256 * msg_bytes : 65536;
   device<B> dx, dy;
   protection_domain<B> pdx, pdy;
   completion_queue<B, P> cqx, cqy;
@@ -70,12 +74,12 @@ struct env {
     dy = device<B>("null0");
     pdx = dx.create_pd();
     pdy = dy.create_pd();
-    cqx = dx.template create_cq<P>(1024);
-    cqy = dy.template create_cq<P>(1024);
+    cqx = dx.template create_cq<P>(cq_entries);
+    cqy = dy.template create_cq<P>(cq_entries);
     B::carry_receives(cqx.native());  // before the QPs: they take its provider entries
     B::carry_receives(cqy.native());
-    src = allocate<rw>(pdx, 64 * 1024);
-    dst = allocate<rw>(pdy, 64 * 1024);
+    src = allocate<rw>(pdx, region_bytes);
+    dst = allocate<rw>(pdy, region_bytes);
     const qp_cap caps{.max_send_wr = sq_depth, .max_recv_wr = rq_depth};
     for (int i = 0; i < K; ++i) {
       auto x = create_qp<T, S>(pdx, cqx, caps);
@@ -580,6 +584,7 @@ void register_all() {
   add_shared<1>();
   add_shared<2>();
   add_shared<4>();
+  add_shared<16>();  // more queue pairs than the CQ's inline route cache has slots (8)
 }
 
 }  // namespace

@@ -75,7 +75,7 @@ TEST_CASE("a shared CQ of more queue pairs than route slots, one destroyed and r
   cfg.profile = profile;
   mock::fabric fab(cfg);
   side x(fab, "mock0", 1024), y(fab, "mock1", 1024);
-  constexpr int k = 12;  // above detail::cq_block's route_slot_count (8)
+  constexpr int k = static_cast<int>(detail::cq_block<B>::route_slot_count) + 4;  // more than its route slots
   std::vector<qp_pair<rc>> pairs;
   for (int i = 0; i < k; ++i) pairs.push_back(make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4}));
   auto src = x.pd.allocate<rw_access>(256);
