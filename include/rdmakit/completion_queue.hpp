@@ -525,7 +525,11 @@ class completion_queue {
           if constexpr (Account) b.retired_polled(*l, (B::get_wr_id(w) & detail::recv_wr_bit) != 0);
         } else {
           std::uint32_t offset = 0;
-          if (RDMAKIT_UNLIKELY(!b.departed.empty())) offset = b.departed_polled(qpn, !Account);  // a destroyed QP's
+          if (RDMAKIT_UNLIKELY(!b.departed.empty())) {  // a destroyed QP's
+            const auto hit = b.departed_polled(qpn, (B::get_wr_id(w) & detail::recv_wr_bit) != 0, !Account);
+            if (hit.dropped) return 0;  // an async_queue_pair's (docs/coroutines.md)
+            offset = hit.recv_offset;
+          }
           if (RDMAKIT_UNLIKELY(B::get_wr_id(w) == detail::drain_wr_id)) return 0;  // (its retired QP's, destroyed since)
           ++b.unrouted;
           g(nullptr, completion<B>(w, offset));

@@ -362,12 +362,12 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (RDMAKIT_UNLIKELY(!parts_.link)) return {post_status::empty_handle, 0, 0};
     auto& l = *parts_.link;
     if (RDMAKIT_UNLIKELY(detail::bad_recv_ids(first_wr_id, bufs.size()))) return {post_status::bad_wr_id, 0, 0};
+    if constexpr (T::recv_offset != 0)  // before the room, in post_recv's order: no poll makes it fit
+      for (const auto& b : bufs)
+        if (RDMAKIT_UNLIKELY(b.length < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
     if (RDMAKIT_UNLIKELY(l.rq_depth - l.rq.held < bufs.size()))
       return {bufs.size() > l.rq_depth ? post_status::list_too_long : post_status::rq_full, 0, 0};
-    if constexpr (T::recv_offset != 0)
-      for (const auto& b : bufs)
-        if (RDMAKIT_UNLIKELY(b.length < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
     constexpr std::size_t chunk = 32;
     std::uint32_t done = 0;
     while (done < bufs.size()) {

@@ -316,12 +316,23 @@ struct cq_block {
   // came after its departure (`drained_at` below `drains`) and no batch is still being
   // delivered (forget_drained, at the next create_qp or reset()): a CQ that is never found
   // empty, a busy server's, still gets the room back.
+  // An async_queue_pair's record (`async_sends`, `async_receives`: not its SRQ's) drops
+  // the completions of its WRs: they are the async layer's, whose awaiters were
+  // cancelled, never the polling call's (docs/coroutines.md); kept for that while the CQ
+  // may still hold them, also once `left` is 0 (a batch being delivered counted them).
   struct departed_qp {
     std::uint32_t qpn;
     std::uint32_t left;
     std::uint32_t recv_offset;
     shared_owner<native_qp_kept> kept;
     std::uint64_t drained_at;  // `drains` at the departure
+    bool async_sends = false;
+    bool async_receives = false;
+  };
+  /// What departed_polled found of a completion's queue pair.
+  struct departed_hit {
+    std::uint32_t recv_offset;  // where its receive payloads start (0 when not known)
+    bool dropped;               // an async_queue_pair's: given to no call, counted by none
   };
   std::vector<departed_qp> departed;
   std::uint64_t drains = 0;  // polls that drained the CQ while watched
@@ -605,17 +616,17 @@ struct cq_block {
   /// A completion of a destroyed QP polled here: the entry it held is free again, unless
   /// `counted` (its batch accounted it before the QP went, which left it out of `left`).
   /// Returns where that QP's receive payloads start (0 when it is not known here).
-  RDMAKIT_NOINLINE std::uint32_t departed_polled(std::uint32_t qpn, bool counted = false) noexcept {
-    std::uint32_t offset = 0;
+  RDMAKIT_NOINLINE departed_hit departed_polled(std::uint32_t qpn, bool recv, bool counted = false) noexcept {
+    departed_hit hit{0, false};
     for (auto it = departed.begin(); it != departed.end(); ++it) {
       if (it->qpn != qpn) continue;
-      offset = it->recv_offset;
-      if (it->left == 0 || counted) continue;  // kept for its offset
+      hit = {it->recv_offset, recv ? it->async_receives : it->async_sends};
+      if (it->left == 0 || counted) continue;  // kept for its offset, or for its drops
       if (flushing) --flushing;
-      if (--it->left == 0 && it->recv_offset == 0) departed.erase(it);
-      return offset;
+      if (--it->left == 0 && it->recv_offset == 0 && !it->async_sends) departed.erase(it);
+      return hit;
     }
-    return offset;
+    return hit;
   }
   /// A poll found the CQ empty: whatever the destroyed QPs left here was polled or was
   /// never there (a device that cleans the CQ at destroy_qp, or WRs that never completed).
@@ -732,10 +743,11 @@ struct cq_block {
   }
 
   void hold_departed_(std::uint32_t qpn, std::uint32_t left, std::uint32_t recv_offset,
-                      shared_owner<native_qp_kept> kept = {}) noexcept {
-    if (left == 0 && recv_offset == 0) return;
+                      shared_owner<native_qp_kept> kept = {}, bool async_sends = false,
+                      bool async_receives = false) noexcept {
+    if (left == 0 && recv_offset == 0 && !async_sends) return;
     assert(departed.size() < departed.capacity());  // kept by keep_departed_room_: no allocation
-    departed.push_back({qpn, left, recv_offset, std::move(kept), drains});
+    departed.push_back({qpn, left, recv_offset, std::move(kept), drains, async_sends, async_receives});
     flushing += left;
     watch(true);
   }
@@ -753,7 +765,10 @@ struct cq_block {
     else
       std::erase_if(routes, [l](const auto& r) { return r.second == l; });
     forget_route_slots_();
-    hold_departed_(l->qp_num, left, left != 0 || srq_receives ? l->recv_offset : 0, kept);
+    // An async_queue_pair's own WRs' completions are dropped; its SRQ's receives are not
+    // its own (the async layer hands them to next()).
+    hold_departed_(l->qp_num, left, left != 0 || srq_receives ? l->recv_offset : 0, kept, l->async_owned,
+                   l->async_owned && !l->rq.shared);
     sole = false;
     had_others = true;
     if (last == l) {

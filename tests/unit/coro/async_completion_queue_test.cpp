@@ -720,3 +720,55 @@ TEST_CASE_FIXTURE(rig<>, "async_completion_queue: poll() or wait() on queue() le
   };
   loop.run(run());
 }
+
+// Audit 30, F1: an async queue pair destroyed with a WR outstanding, its completion still
+// in the CQ (a device that keeps a destroyed QP's completions, as rxe; or later in the
+// batch whose handler destroyed it, on any device), reached the application's own
+// poll(f) or dispatch on queue(): unrouted, with the async layer's slot token as its
+// wr_id, and in the call's count. docs/coroutines.md: dropped, and in no call's count.
+TEST_CASE("async_completion_queue: a destroyed async queue pair's completion reaches no poll(f) or dispatch of queue()") {
+  bool in_batch = false;
+  mock::fabric_config cfg;
+  SUBCASE("destroyed before the poll, rxe profile") { cfg.profile = mock::device_profile::rxe; }
+  SUBCASE("destroyed by a handler earlier in the batch") { in_batch = true; }
+  bool through_dispatch = false;
+  SUBCASE("poll(f)") {}
+  SUBCASE("dispatch(f)") { through_dispatch = true; }
+  testbed bed{cfg};
+  event_loop loop;
+  side a{bed.open(0), loop}, b{bed.open(1), loop};
+  auto ma = a.pd.allocate<rw>(256);
+  auto mb = b.pd.allocate<rw>(256);
+  // x: an async queue pair; its peer y and d, e: queue pairs used directly, on the same
+  // CQs (the loop never runs: every poll here is the application's).
+  std::optional<rts_qp<>> x;
+  auto iy = b.pd.create_qp<rc>(b.cq.queue(), qp_cap{4, 4});
+  {
+    async_queue_pair<B, rc> ix(a.cq, a.pd.create_qp<rc>(a.cq.queue(), qp_cap{4, 4}));
+    x.emplace(std::move(ix).connect(iy.local_endpoint()));
+  }
+  auto y = std::move(iy).connect(x->local_endpoint());
+  auto pd0 = a.pd.create_qp<rc>(a.cq.queue(), qp_cap{4, 4});
+  auto pe0 = b.pd.create_qp<rc>(b.cq.queue(), qp_cap{4, 4});
+  const endpoint ed = pd0.local_endpoint(), ee = pe0.local_endpoint();
+  auto d = std::move(pd0).connect(ee);
+  auto e = std::move(pe0).connect(ed);
+  if (in_batch) REQUIRE(d.write(ma.local(0, 8), mb.remote().sub(0, 8), 42).ok());  // its completion first
+  {
+    auto never = x->recv(ma.local(64, 64));  // posted now, awaited by nobody
+    REQUIRE(y.send(mb.local(0, 16), 7).ok());
+    REQUIRE(b.cq.queue().poll() == 1);  // the message landed: x's receive completion waits in a's CQ
+    if (!in_batch) x.reset();
+  }
+  int seen = 0;
+  auto f = [&](const completion<B>& c) {
+    if (c.wr_id() == 42) return x.reset();  // the direct queue pair's WRITE: destroy the async one
+    ++seen;
+  };
+  int n = 0;
+  for (int i = 0; i < 100 && n == 0; ++i) n = through_dispatch ? a.cq.queue().dispatch(f) : a.cq.queue().poll(f);
+  CHECK(seen == 0);
+  CHECK(n == (in_batch ? 1 : 0));  // the direct queue pair's WRITE only
+  CHECK(a.cq.queue().poll(f) == 0);
+  CHECK(seen == 0);
+}

@@ -559,6 +559,24 @@ TEST_CASE("receive queue credits: rq_full instead of ENOMEM; post_recvs posts a 
   CHECK(send_only.post_recv(mr.local(), 1).status == post_status::list_too_long);
 }
 
+// Audit 30, F2: post_recvs tested the room before a UD buffer's size, so a list with a
+// buffer too small for the GRH was rq_full on a full queue (a retry after a poll met the
+// same buffer again) and list_too_long without receive slots; post_recv says
+// recv_too_small first, as the shared receive queue's post_recvs does.
+TEST_CASE("post_recvs names a UD buffer too small for the GRH before a full or slotless receive queue") {
+  mock::fabric fab;
+  side x(fab, "mock0");
+  auto mr = x.pd.allocate<access::local_write>(256);
+  const std::array<local_buffer, 1> small{mr.local(64, 39)};
+  auto q = x.pd.create_qp<ud>(x.cq, qp_cap{4, 1});
+  REQUIRE(q.post_recv(mr.local(0, 64), 1).ok());  // the receive queue is full now
+  CHECK(q.post_recv(small[0], 2).status == post_status::recv_too_small);
+  CHECK(q.post_recvs(small, 3).status == post_status::recv_too_small);
+  auto none = x.pd.create_qp<ud>(x.cq, qp_cap{4, 0});
+  CHECK(none.post_recv(small[0], 4).status == post_status::recv_too_small);
+  CHECK(none.post_recvs(small, 5).status == post_status::recv_too_small);
+}
+
 TEST_CASE("reset(): a queue pair in ERR becomes a fresh INIT one on the same CQs, and reconnects") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");
