@@ -615,7 +615,8 @@ struct cq_block {
 
   /// A completion of a destroyed QP polled here: the entry it held is free again, unless
   /// `counted` (its batch accounted it before the QP went, which left it out of `left`).
-  /// Returns where that QP's receive payloads start (0 when it is not known here).
+  /// Returns where that QP's receive payloads start (0 when it is not known here), and
+  /// whether the completion is dropped (an async_queue_pair's; `recv`: a receive's).
   RDMAKIT_NOINLINE departed_hit departed_polled(std::uint32_t qpn, bool recv, bool counted = false) noexcept {
     departed_hit hit{0, false};
     for (auto it = departed.begin(); it != departed.end(); ++it) {
