@@ -344,13 +344,18 @@ CONFORMANCE_CASE("mw: a region is freed by its window's rebind elsewhere, invali
   CHECK(B::dereg_mr(m0) == 0);
   const int m1_refused = B::dereg_mr(m1);  // (a region deregistered is not deregistered again)
   CHECK(m1_refused == EINVAL);
+  // A new type 2 window bound through b to region i (`m`), with WR `wr_id`: its rkey.
+  auto bind_type2 = [&](auto w, auto m, int i, std::uint64_t wr_id) {
+    const std::uint32_t k = inc_rkey(B::mw_rkey(w));
+    REQUIRE(fx.post_send(b, wr_id, opcode::bind_mw, {}, send_flags::signaled, [&](typename B::send_wr& wr) {
+      B::set_bind_mw(wr, w, k, m, addr(i), 4096, rw);
+    }) == 0);
+    REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+    return k;
+  };
   // Type 2: bound to m2 through b, then invalidated: m2 is free.
   auto w2 = B::alloc_mw(fx.pd, mw_type::type2);
-  const std::uint32_t k2 = inc_rkey(B::mw_rkey(w2));
-  REQUIRE(fx.post_send(b, 72, opcode::bind_mw, {}, send_flags::signaled, [&](typename B::send_wr& wr) {
-    B::set_bind_mw(wr, w2, k2, m2, addr(2), 4096, rw);
-  }) == 0);
-  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  const std::uint32_t k2 = bind_type2(w2, m2, 2, 72);
   const int m2_refused = B::dereg_mr(m2);
   CHECK(m2_refused == EINVAL);
   REQUIRE(local_inv(fx, b, k2, 73) == 0);
@@ -358,11 +363,7 @@ CONFORMANCE_CASE("mw: a region is freed by its window's rebind elsewhere, invali
   if (m2_refused) CHECK(B::dereg_mr(m2) == 0);
   // Type 2 bound to m3 and freed while bound: m3 is free; w1 freed: m1 is.
   auto w3 = B::alloc_mw(fx.pd, mw_type::type2);
-  const std::uint32_t k3 = inc_rkey(B::mw_rkey(w3));
-  REQUIRE(fx.post_send(b, 74, opcode::bind_mw, {}, send_flags::signaled, [&](typename B::send_wr& wr) {
-    B::set_bind_mw(wr, w3, k3, m3, addr(3), 4096, rw);
-  }) == 0);
-  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  (void)bind_type2(w3, m3, 3, 74);
   const int m3_refused = B::dereg_mr(m3);
   CHECK(m3_refused == EINVAL);
   CHECK(B::dealloc_mw(w3) == 0);
