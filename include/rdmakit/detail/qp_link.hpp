@@ -310,8 +310,8 @@ struct cq_block {
   // `left` is 0 (an SRQ's receives hold their room apart): its receive completions polled
   // later still have their payload where it is.
   // A record whose QP a type 2 memory window keeps (`kept`: qp_native_hold) proves
-  // nothing by an empty poll until that QP is destroyed: it is in ERR, and its WRs flush
-  // here later.
+  // nothing by an empty poll until that QP was seen destroyed before the poll: it is in
+  // ERR, and its WRs flush here later (waits_for_native_qp).
   // A record goes too once a poll that drained the CQ (returned fewer than it asked)
   // came after its departure (`drained_at` below `drains`) and no batch is still being
   // delivered (forget_drained, at the next create_qp or reset()): a CQ that is never found
@@ -328,6 +328,17 @@ struct cq_block {
     std::uint64_t drained_at;  // `drains` at the departure
     bool async_sends = false;
     bool async_receives = false;
+    /// Whether the record still waits for its kept native QP: while it lives, and once
+    /// more when first seen gone, stamped `now` (a poll before that proves nothing of
+    /// the flushes it wrote until then: audit 29).
+    bool waits_for_native_qp(std::uint64_t now) noexcept {
+      if (!kept) return false;
+      if (!kept->alive()) {
+        kept = {};
+        drained_at = now;
+      }
+      return true;
+    }
   };
   /// What departed_polled found of a completion's queue pair.
   struct departed_hit {
@@ -638,8 +649,10 @@ struct cq_block {
   RDMAKIT_NOINLINE void forget_departed() noexcept {
     if (delivering != 0) return;
     bool waiting = false;
-    std::erase_if(departed, [&](const departed_qp& d) {
-      if (d.kept && d.kept->alive()) {  // still flushing here: kept, and the CQ watched
+    std::erase_if(departed, [&](departed_qp& d) {
+      // Kept, or seen gone only now: it may have written flushes after the poll that
+      // found nothing (a window freed on another thread); the next empty poll decides.
+      if (d.waits_for_native_qp(drains)) {
         waiting = true;
         return false;
       }
@@ -674,14 +687,7 @@ struct cq_block {
   void forget_drained() noexcept {
     if (delivering != 0 || departed.empty()) return;
     std::erase_if(departed, [&](departed_qp& d) {
-      if (d.kept) {
-        if (!d.kept->alive()) {
-          d.kept = {};
-          d.drained_at = drains;
-        }
-        return false;
-      }
-      if (d.drained_at >= drains) return false;
+      if (d.waits_for_native_qp(drains) || d.drained_at >= drains) return false;
       flushing -= std::min<std::uint64_t>(flushing, d.left);
       return true;
     });

@@ -1,6 +1,8 @@
 #include "fixture.hpp"
 
 #include <cstring>
+#include <functional>
+#include <utility>
 #include <memory>
 #include <vector>
 
@@ -542,6 +544,58 @@ TEST_CASE("memory_window: a drained poll while a window keeps a destroyed queue 
   CHECK(got.size() == 2 * h);
   for (const auto& c : got) CHECK(c.status == wc_status::success);
   CHECK(q.b.send_credits() == h);
+  CHECK_FALSE(y.dev.next_event());  // no CQ_ERR
+}
+
+namespace {
+// The mock, running `after_empty_poll` once when a poll_cq finds nothing: what another
+// thread may do between that poll and what the CQ concludes from it.
+struct empty_poll_hook : backends::mock {
+  static inline std::function<void()> after_empty_poll;
+  static int poll_cq(cq c, int n, wc* out) noexcept {
+    const int got = backends::mock::poll_cq(c, n, out);
+    if (got == 0 && after_empty_poll) std::exchange(after_empty_poll, {})();
+    return got;
+  }
+};
+static_assert(verbs_backend<empty_poll_hook>);
+}  // namespace
+
+// Audit 29's note: a window freed (on another thread) between a poll that found the CQ
+// empty and the CQ's reading of whether the kept native QP lives: the flushes written
+// then are in the CQ, yet the empty poll was taken to prove them polled, and the room
+// was given back to a queue pair of the same depths (CQ_ERR). An empty poll counts only
+// once the native QP was seen gone before it.
+TEST_CASE("memory_window: a window freed between an empty poll and its conclusion gives none of the room back") {
+  mock::fabric_config cfg;
+  cfg.profile = mock::device_profile::rxe;  // destroy_qp leaves the flushes in the CQ, as rxe
+  mock::fabric fab(cfg);
+  basic_side<empty_poll_hook> x(fab, "mock0"), y(fab, "mock1", 32);
+  const std::uint32_t h = static_cast<std::uint32_t>(y.cq.capacity() / 2);
+  auto src = x.pd.allocate<all_access>(4096);
+  auto rbuf = y.pd.allocate<all_access>(1 << 16);
+  auto region = y.pd.allocate<window_region>(256);
+  auto w = y.pd.alloc_window<access::remote_write>();
+  {
+    auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{h, h, 1, 1, 0});
+    for (std::uint32_t i = 0; i < h; ++i) REQUIRE(p.b.post_recv(rbuf.local(i * 64, 64), i).ok());
+    REQUIRE(w.bind(p.b, region, 0, 64, 1000).ok());
+    REQUIRE(collect(y.cq, 1).size() == 1);
+  }  // kept in ERR by the window
+  empty_poll_hook::after_empty_poll = [&] { w = {}; };  // its flushes written, its QP gone
+  CHECK(y.cq.poll() == 0);
+  CHECK_FALSE(empty_poll_hook::after_empty_poll);
+  CHECK_THROWS_AS((void)make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{h, h}), usage_error);
+  auto flushed = collect(y.cq, h);
+  CHECK(flushed.size() == h);
+  for (const auto& c : flushed) CHECK(c.status == wc_status::wr_flush_err);
+  CHECK(y.cq.poll() == 0);  // polled, then found empty: the room is back
+  auto q = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{h, h});
+  for (std::uint32_t i = 0; i < h; ++i) REQUIRE(q.b.post_recv(rbuf.local(32768 + i * 64, 64), 100 + i).ok());
+  for (std::uint32_t i = 0; i < h; ++i) REQUIRE(q.a.send(src.local(0, 8), 200 + i).ok());
+  const auto got = collect(y.cq, h);
+  CHECK(got.size() == h);
+  for (const auto& c : got) CHECK(c.status == wc_status::success);
   CHECK_FALSE(y.dev.next_event());  // no CQ_ERR
 }
 
