@@ -4,6 +4,7 @@
 #include "fixture.hpp"
 
 #include <array>
+#include <atomic>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -133,4 +134,60 @@ TEST_CASE("type 2 windows bound and invalidated on one thread while another poll
   b.join();
   CHECK(a_ok == rounds);
   CHECK(b_refused == rounds);
+}
+
+namespace {
+// The mock, counting the native CQs it destroys.
+struct cq_counting : backends::mock {
+  static inline std::atomic<int> destroyed{0};
+  static int destroy_cq(cq c) noexcept {
+    destroyed.fetch_add(1, std::memory_order_relaxed);
+    return backends::mock::destroy_cq(c);
+  }
+};
+}  // namespace
+
+// A handler may drop the CQ it runs from: the CQ then goes when the delivery ends. A
+// type 2 window that keeps a destroyed queue pair of that CQ owns the CQ too, and may be
+// freed on any thread: while the delivery runs, its free drops the CQ's last owner
+// (audit 31). Whichever side ends last destroys the CQ, once, and nothing touches it
+// after (a data race there, under ThreadSanitizer; a CQ destroyed twice or never).
+TEST_CASE("a window freed on another thread while a handler of its kept queue pair's CQ drops that CQ") {
+  using R = cq_counting;
+  constexpr int rounds = 60;
+  int delivered = 0;
+  R::destroyed = 0;
+  for (int round = 0; round < rounds; ++round) {
+    mock::fabric_config cfg;
+    cfg.profile = mock::device_profile::rxe;  // the kept queue pair's flushes stay in the CQ
+    mock::fabric fab(cfg);
+    basic_side<R> x(fab, "mock0"), y(fab, "mock1", 64);
+    auto region = y.pd.allocate<window_region>(256);
+    auto rbuf = y.pd.allocate<all_access>(4096);
+    auto w = y.pd.alloc_window<access::remote_write>();
+    {
+      auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4, 1, 1, 0});
+      for (std::uint32_t i = 0; i < 2; ++i) REQUIRE(p.b.post_recv(rbuf.local(i * 64, 64), i).ok());
+      REQUIRE(w.bind(p.b, region, 0, 64, 1000).ok());
+      REQUIRE(statuses(y.cq, 1) == std::vector{wc_status::success});
+    }  // p.b kept in ERR by the window, which owns y.cq through it
+    std::atomic<bool> go{false};  // relaxed: orders nothing between the threads
+    std::thread freer([&] {
+      while (!go.load(std::memory_order_relaxed)) {
+      }
+      w = {};
+    });
+    bool dropped = false;
+    for (int i = 0; i < 1000 && !dropped; ++i)
+      (void)y.cq.poll([&](const completion<R>&) {
+        if (std::exchange(dropped, true)) return;
+        y.cq = {};
+        go.store(true, std::memory_order_relaxed);
+      });
+    go.store(true, std::memory_order_relaxed);
+    freer.join();
+    delivered += dropped;
+  }
+  CHECK(delivered == rounds);
+  CHECK(R::destroyed.load() == 2 * rounds);  // each round's two native CQs, once each
 }

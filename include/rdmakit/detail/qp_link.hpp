@@ -390,6 +390,14 @@ struct cq_block {
   // destroyed when the outermost delivery ends (cq_delivery).
   unsigned delivering = 0;
   shared_count* doomed = nullptr;
+  // Set, on the CQ's thread, once a type 2 window's qp_native_hold owns this block: the
+  // window may be freed on any thread, and drop the last owner while a delivery runs
+  // here (audit 31). Then the destroyer marks `delivering` with doomed_bit and the
+  // deliveries' ends decrement it, each one atomic step: the side that sees the other's
+  // (the doomed bit with no delivery left) destroys the block, and no side touches it
+  // after its step otherwise. Other blocks keep plain fields.
+  bool owned_across_threads = false;
+  static constexpr unsigned doomed_bit = 1u << 31;
   // Routed batches being delivered (batch_frame), innermost first.
   batch_frame<B>* frames = nullptr;
 
@@ -407,9 +415,13 @@ struct cq_block {
   /// shared_block's destroyer asks first: kept (and destroyed by cq_delivery) while a
   /// handler runs.
   bool keep_while_delivering(shared_count* c) noexcept {
-    if (delivering == 0) return false;
-    doomed = c;
-    return true;
+    if (!owned_across_threads) {
+      if (delivering == 0) return false;
+      doomed = c;
+      return true;
+    }
+    doomed = c;  // (published by the step below)
+    return (__atomic_fetch_or(&delivering, doomed_bit, __ATOMIC_ACQ_REL) & ~doomed_bit) != 0;
   }
   ~cq_block() {
     if (unacked && cq != typename B::cq{}) B::ack_cq_events(cq, unacked);
@@ -840,11 +852,19 @@ class cq_delivery {
   cq_delivery(const cq_delivery&) = delete;
   cq_delivery& operator=(const cq_delivery&) = delete;
   RDMAKIT_ALWAYS_INLINE ~cq_delivery() {
-    if (--b_.delivering == 0 && RDMAKIT_UNLIKELY(b_.doomed != nullptr)) destroy_(b_);
+    if (RDMAKIT_UNLIKELY(b_.owned_across_threads))
+      end_across_threads_(b_);
+    else if (--b_.delivering == 0 && RDMAKIT_UNLIKELY(b_.doomed != nullptr))
+      destroy_(b_);
   }
 
  private:
   RDMAKIT_NOINLINE static void destroy_(cq_block<B>& b) noexcept { b.doomed->destroy(b.doomed); }
+  // A window's free on another thread may drop the last owner meanwhile (see
+  // cq_block::owned_across_threads): the last delivery to end after it destroys the block.
+  RDMAKIT_NOINLINE static void end_across_threads_(cq_block<B>& b) noexcept {
+    if (__atomic_fetch_sub(&b.delivering, 1, __ATOMIC_ACQ_REL) == (cq_block<B>::doomed_bit | 1)) destroy_(b);
+  }
 
   cq_block<B>& b_;
 };

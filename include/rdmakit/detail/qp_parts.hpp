@@ -229,6 +229,7 @@ struct qp_parts {
         native_hold->qp = qp;
         native_hold->cm = cm;
         native_hold->srq = srq;
+        scq->owned_across_threads = rcq->owned_across_threads = true;  // (before the hold owns them)
         native_hold->scq = scq;
         native_hold->rcq = rcq;
         native_hold->pd = pd;
