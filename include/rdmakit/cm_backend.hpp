@@ -301,7 +301,10 @@ inline cm_address cm_address::parse(std::string_view text, std::uint16_t p) {
                                       "each octet in decimal without leading zeros"));
       cur = cur * 10 + static_cast<std::uint32_t>(c - '0');
       digit = true;
-      if (cur > 255) break;
+      if (cur > 255)
+        throw usage_error(detail::cat("cm_address: '", text,
+                                      "' has an octet above 255: each of the four numbers of an IPv4 address is "
+                                      "0 to 255"));
     } else if (c == '.' && digit && parts < 4) {
       v = (v << 8) | cur;
       cur = 0;

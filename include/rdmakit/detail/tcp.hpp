@@ -340,7 +340,7 @@ class listener {
       fds.assign(1, pollfd{fd_.get(), POLLIN, 0});
       int wait_ms = accept_d.remaining_ms();
       for (const client& w : waiting_) {
-        fds.push_back(pollfd{w.fd.get(), POLLIN, 0});
+        fds.push_back(pollfd{w.fd.get(), POLLIN | POLLRDHUP, 0});
         wait_ms = std::min(wait_ms, w.d.remaining_ms());
       }
       if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) throw_system("poll", errno);
@@ -360,10 +360,12 @@ class listener {
   // Whether the client polled in `p` can be served: a hang-up or an error (its exchange
   // reports it), or its whole first message is queued. Otherwise poll wakes for it
   // again only once that many bytes are there (SO_RCVLOWAT; a hang-up wakes it too), so
-  // a partial message is not polled in a busy loop.
+  // a partial message is not polled in a busy loop. A close after part of a message is
+  // POLLRDHUP alone: the socket is readable at EOF whatever SO_RCVLOWAT says, so it
+  // would be polled again at once, until its timeout (audit 32, F2).
   template <class MessageSize>
   static bool message_came_(const pollfd& p, MessageSize& message_size) {
-    if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
+    if (p.revents & (POLLERR | POLLHUP | POLLNVAL | POLLRDHUP)) return true;
     char queued[peek_limit];
     const ssize_t r = ::recv(p.fd, queued, sizeof queued, MSG_PEEK | MSG_DONTWAIT);
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;

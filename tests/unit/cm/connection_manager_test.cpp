@@ -747,6 +747,10 @@ TEST_CASE("cm: cm_address parses IPv4 and IPv6 (rping -a ::1)") {
   CHECK_THROWS_WITH_AS(cm_address::parse("010.0.0.1", 1), doctest::Contains("leading 0"), usage_error);
   CHECK_THROWS_WITH_AS(cm_address::parse("1.2.3.0004", 1), doctest::Contains("leading 0"), usage_error);
   CHECK(cm_address::parse("10.0.0.0", 1).ipv4 == 0x0A000000u);  // a lone 0 is an octet
+  // An octet above 255 after four good ones ended the reading, and 10.0.0.1 was taken
+  // (audit 32, F1); before four, it was refused as not dotted.
+  for (const char* bad : {"10.0.0.1.256", "10.0.0.1.999", "10.0.0.1.300abc", "10.0.0.256", "256.0.0.1"})
+    CHECK_THROWS_WITH_AS(cm_address::parse(bad, 1), doctest::Contains("above 255"), usage_error);
   // getaddrinfo stopped at the NUL and took "::ffff:1" (found by fuzzing).
   using namespace std::string_view_literals;
   CHECK_THROWS_WITH_AS(cm_address::parse("::ffff:1\0.2.3.4"sv, 1), doctest::Contains("NUL"), usage_error);

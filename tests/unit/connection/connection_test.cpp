@@ -472,6 +472,27 @@ TEST_CASE("server: clients stalled part way through their records do not hold up
   }
 }
 
+// A close after part of a record sets neither POLLHUP nor POLLERR: polled for POLLIN
+// alone, the socket stayed readable short of its SO_RCVLOWAT, and the server polled it
+// in a busy loop until the client's timeout (audit 32, F2), then said "closed".
+TEST_CASE("server: a client that closes part way through its record is answered at once, not at its timeout") {
+  for (auto fmt : {wire_format::rdmakit, wire_format::pingpong}) {
+    CAPTURE(fmt == wire_format::pingpong);
+    exchange_listener l(0, "127.0.0.1");
+    exchange_options o = fast(fmt);
+    o.timeout = 4000ms;
+    std::string rec = fmt == wire_format::pingpong ? wire::format_pingpong(other_endpoint()) + '\0'
+                                                   : wire::encode(other_endpoint());
+    {
+      auto s = raw_client(l.port());
+      raw_write(s, std::string_view(rec).substr(0, 20));
+    }  // closed
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(error_of([&] { (void)l.exchange(sample_endpoint(), o); }) == exchange_errc::connection_closed);
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(o.timeout) / 4);
+  }
+}
+
 // The deadline started again in full after the on_peer callback (connect_server always
 // passes one), so a client slow with its record and silent after it held the server for
 // up to twice the timeout (an audit: 1740 ms for 1000). The callback's time is excluded;
