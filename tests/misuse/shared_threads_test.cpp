@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -137,12 +138,49 @@ TEST_CASE("type 2 windows bound and invalidated on one thread while another poll
 }
 
 namespace {
-// The mock, counting the native CQs it destroys.
+// The mock, counting the native CQs it destroys on the thread that set `poller` and on others.
 struct cq_counting : backends::mock {
-  static inline std::atomic<int> destroyed{0};
+  static inline std::atomic<int> by_poller{0}, by_others{0};
+  static inline std::thread::id poller;
+  static void reset_counts() {
+    by_poller = 0;
+    by_others = 0;
+    poller = std::this_thread::get_id();
+  }
   static int destroy_cq(cq c) noexcept {
-    destroyed.fetch_add(1, std::memory_order_relaxed);
+    (std::this_thread::get_id() == poller ? by_poller : by_others).fetch_add(1, std::memory_order_relaxed);
     return backends::mock::destroy_cq(c);
+  }
+};
+
+// y.cq, which a type 2 window owns through the destroyed queue pair it keeps (in ERR,
+// its two receives to flush), and the window.
+struct kept_cq_rig {
+  using R = cq_counting;
+  mock::fabric fab{[] {
+    mock::fabric_config cfg;
+    cfg.profile = mock::device_profile::rxe;  // the kept queue pair's flushes stay in the CQ
+    return cfg;
+  }()};
+  basic_side<R> x{fab, "mock0"}, y{fab, "mock1", 64};
+  memory_region<R, window_region> region = y.pd.allocate<window_region>(256);
+  memory_region<R, all_access> rbuf = y.pd.allocate<all_access>(4096);
+  memory_window<R, access::remote_write> w = y.pd.alloc_window<access::remote_write>();
+  kept_cq_rig() {
+    auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4, 1, 1, 0});
+    for (std::uint32_t i = 0; i < 2; ++i) REQUIRE(p.b.post_recv(rbuf.local(i * 64, 64), i).ok());
+    REQUIRE(w.bind(p.b, region, 0, 64, 1000).ok());
+    REQUIRE(statuses(y.cq, 1) == std::vector{wc_status::success});
+  }
+  /// Polls y.cq until one completion's handler ran `in_handler` once; whether it did.
+  template <class F>
+  bool deliver_once(F in_handler) {
+    bool ran = false;
+    for (int i = 0; i < 1000 && !ran; ++i)
+      (void)y.cq.poll([&](const completion<R>&) {
+        if (!std::exchange(ran, true)) in_handler();
+      });
+    return ran;
   }
 };
 }  // namespace
@@ -156,38 +194,67 @@ TEST_CASE("a window freed on another thread while a handler of its kept queue pa
   using R = cq_counting;
   constexpr int rounds = 60;
   int delivered = 0;
-  R::destroyed = 0;
+  R::reset_counts();
   for (int round = 0; round < rounds; ++round) {
-    mock::fabric_config cfg;
-    cfg.profile = mock::device_profile::rxe;  // the kept queue pair's flushes stay in the CQ
-    mock::fabric fab(cfg);
-    basic_side<R> x(fab, "mock0"), y(fab, "mock1", 64);
-    auto region = y.pd.allocate<window_region>(256);
-    auto rbuf = y.pd.allocate<all_access>(4096);
-    auto w = y.pd.alloc_window<access::remote_write>();
-    {
-      auto p = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4, 1, 1, 0});
-      for (std::uint32_t i = 0; i < 2; ++i) REQUIRE(p.b.post_recv(rbuf.local(i * 64, 64), i).ok());
-      REQUIRE(w.bind(p.b, region, 0, 64, 1000).ok());
-      REQUIRE(statuses(y.cq, 1) == std::vector{wc_status::success});
-    }  // p.b kept in ERR by the window, which owns y.cq through it
+    kept_cq_rig rig;
     std::atomic<bool> go{false};  // relaxed: orders nothing between the threads
     std::thread freer([&] {
       while (!go.load(std::memory_order_relaxed)) {
       }
-      w = {};
+      rig.w = {};
     });
-    bool dropped = false;
-    for (int i = 0; i < 1000 && !dropped; ++i)
-      (void)y.cq.poll([&](const completion<R>&) {
-        if (std::exchange(dropped, true)) return;
-        y.cq = {};
-        go.store(true, std::memory_order_relaxed);
-      });
+    delivered += rig.deliver_once([&] {
+      rig.y.cq = {};
+      go.store(true, std::memory_order_relaxed);
+    });
     go.store(true, std::memory_order_relaxed);
     freer.join();
-    delivered += dropped;
   }
   CHECK(delivered == rounds);
-  CHECK(R::destroyed.load() == 2 * rounds);  // each round's two native CQs, once each
+  CHECK(R::by_poller + R::by_others == 2 * rounds);  // each round's two native CQs, once each
+}
+
+// The two orders of it, each made certain.
+TEST_CASE("a window freed on another thread during the delivery that dropped its CQ: the delivery's end destroys it") {
+  using R = cq_counting;
+  R::reset_counts();
+  kept_cq_rig rig;
+  std::atomic<int> step{0};
+  std::thread freer([&] {
+    while (step.load() != 1) {
+    }
+    rig.w = {};  // the CQ's last owner, while the handler runs
+    step.store(2);
+  });
+  CHECK(rig.deliver_once([&] {
+    rig.y.cq = {};
+    step.store(1);
+    while (step.load() != 2) {
+    }
+  }));
+  freer.join();
+  CHECK(R::by_poller == 1);  // y.cq, at the delivery's end
+  CHECK(R::by_others == 0);
+}
+
+TEST_CASE("a window freed on another thread after the delivery that dropped its CQ: that thread destroys it") {
+  using R = cq_counting;
+  R::reset_counts();
+  kept_cq_rig rig;
+  // The flag set during the delivery: the handler destroys a second kept queue pair.
+  auto w2 = rig.y.pd.alloc_window<access::remote_write>();
+  std::optional<qp_pair<rc, signal_all, R>> p = make_pair<rc>(rig.x.pd, rig.x.cq, rig.y.pd, rig.y.cq, qp_cap{4, 4, 1, 1, 0});
+  REQUIRE(w2.bind(p->b, rig.region, 64, 64, 1001).ok());
+  REQUIRE(rig.deliver_once([&] {
+    p.reset();  // kept by w2
+    rig.y.cq = {};
+  }));
+  CHECK(R::by_poller == 0);  // y.cq is the windows' now
+  std::thread freer([&] {
+    rig.w = {};
+    w2 = {};
+  });
+  freer.join();
+  CHECK(R::by_poller == 0);
+  CHECK(R::by_others == 1);  // y.cq, with the last window
 }
