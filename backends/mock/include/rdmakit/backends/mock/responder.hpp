@@ -270,7 +270,7 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
   // A completion lost to an overrun took the QP to ERR: the message is not acknowledged.
   if (!recv_cqe(f, d, e, m.solicited) || ud) return;
   advance_psn(d, m);
-  if (m.type == qp_type::rc) respond(f, m, response{});
+  if (m.type == qp_type::rc) acknowledge(f, m);
 }
 
 inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
@@ -329,7 +329,7 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
     if (!recv_cqe(f, d, e, m.solicited)) return;  // lost to an overrun: the QP is in ERR
   }
   advance_psn(d, m);
-  if (m.type == qp_type::rc) respond(f, m, response{});
+  if (m.type == qp_type::rc) acknowledge(f, m);
 }
 
 inline void receive_read(fabric_state& f, qp_obj* d, const message& m) {
