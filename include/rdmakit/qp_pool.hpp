@@ -38,6 +38,7 @@ class qp_pool {
                         "or more");
     detail::check_qp_options(o);  // before the members' PSNs (o.psn + i) wrap at 24 bits
     const std::uint64_t per = std::uint64_t{caps.max_send_wr} + caps.max_recv_wr;
+    blk->forget_drained();  // room a busy CQ's polls gave back, as create_qp takes it
     const std::uint64_t taken = blk->reserved + blk->flushing;  // reset or destroyed queue pairs' completions too
     if (per != 0 && count > (UINT64_MAX - taken) / per)
       throw usage_error(detail::cat("create_qp_pool(): a pool of ", count, " ", T::name, " queue pairs of ",

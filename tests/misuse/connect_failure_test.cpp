@@ -199,6 +199,40 @@ TEST_CASE("RTR→RTS refused with receives posted on a CQ sized for the queue pa
   CHECK(x.cq.flushing() == 0);
 }
 
+// A poll that drained the busy CQ after a destroy gave the destroyed queue pair's room
+// back to create_qp and reset(), but not to the replacement a refused connect decides
+// on: it counted the room still held and moved the queue pair to ERR (audit 34, F1).
+TEST_CASE("RTR→RTS refused with receives posted after a drained poll freed a destroyed queue pair's room: replaced") {
+  mock::fabric fab;
+  rside x(fab, "mock0", 16), y(fab, "mock1", 64);
+  auto rx = x.pd.allocate<rw_access>(256);
+  auto src = y.pd.allocate<rw_access>(64);
+  auto busy = make_pair<rc>(x.pd, x.cq, y.pd, y.cq, qp_cap{2, 2});  // 4 entries; keeps the CQ from being empty
+  {
+    auto gone = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
+    for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(gone.post_recv(rx.local(8 * i, 8), 10 + i).ok());
+  }  // destroyed with 4 receives: 4 entries held until a poll drains the CQ
+  auto qp = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});  // 4 + 8 + 4 = 16
+  auto peer = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
+  const auto old_qpn = qp.qp_num();
+  REQUIRE(qp.post_recv(rx.local(128, 8), 1).ok());
+  REQUIRE(busy.a.post_recv(rx.local(192, 8), 100).ok());
+  REQUIRE(busy.b.send(src.local(0, 8), 2).ok());
+  REQUIRE(collect(y.cq, 1).size() == 1);
+  REQUIRE(x.cq.poll() == 1);  // fewer than a batch: drained
+  R::allow_rts = 0;
+  R::refuse_rts = 1;
+  CHECK_THROWS_WITH_AS((void)std::move(qp).connect(peer.local_endpoint()), doctest::Contains("replaced"),
+                       verbs_error);
+  REQUIRE(qp);
+  CHECK(qp.qp_num() != old_qpn);
+  CHECK(qp.query_state() == qp_state::init);
+  auto got = collect(x.cq, 1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].qp_num == old_qpn);
+  CHECK(got[0].status == wc_status::wr_flush_err);
+}
+
 // The refusal's replacement used to destroy the generation an earlier reset() kept,
 // with its flushes still in the CQ: they were never delivered.
 TEST_CASE("RTR→RTS refused after a reset() whose flushes are unpolled: every generation's receives complete") {

@@ -179,6 +179,27 @@ inline std::uint32_t fresh_psn(std::uint32_t qp_num) noexcept {
   return static_cast<std::uint32_t>(x ^ (x >> 31)) & psn_mask;
 }
 
+// A queue pair's CQs come from its PD's device object, and its SRQ from its PD:
+// ibv_create_qp passes their handles, which the kernel looks up among the PD's
+// context's objects (another context's may name another CQ there), and rxe checks a
+// shared receive's lkey against the queue pair's PD where the mock and some NICs take
+// the SRQ's (audit 34).
+template <class B>
+void check_one_context(const pd_state<B>& pd, const cq_block<B>& scq, const cq_block<B>& rcq,
+                       const srq_state<B>* srq) {
+  for (const cq_block<B>* c : {&scq, &rcq})
+    if (c->dev->ctx != pd.dev->ctx)
+      throw usage_error(cat("create_qp(): the completion queue was created from another device object (",
+                            c->dev->name, c->dev->name == pd.dev->name ? ", another context" : "",
+                            ") than the protection domain (", pd.dev->name,
+                            "): create the CQ from the device object the PD was created from"));
+  if (srq && srq->pd.get() != &pd)
+    throw usage_error(cat("create_qp(): the shared receive queue was created on another protection domain (of ",
+                          srq->pd->dev->name, ") than the queue pair's (of ", pd.dev->name,
+                          "): devices disagree on which one checks its receives' lkeys (rxe takes the queue "
+                          "pair's); create the queue pair on the SRQ's protection domain"));
+}
+
 // Creates the native QP on checked CQs, attaches it to them and takes it to INIT. With
 // `srq` (transport on_srq<X> only) the receives come from it: the receive CQ reserves
 // the SRQ's max_wr once for all its QPs. With `make_qp` (the connection manager) the
@@ -206,6 +227,7 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
                             ": set max_recv_wr to 0 (the SRQ's max_wr and max_sge apply)"));
     room.max_recv_wr = rcq->srq_entries(srq.get(), srq->attr.max_wr);
   }
+  check_one_context(*pd, *scq, *rcq, srq.get());
   scq->forget_drained();  // room a busy CQ's polls gave back
   rcq->forget_drained();
   check_cq_room(*scq, *rcq, room, T::name, dev.attr.max_cqe);
@@ -501,10 +523,13 @@ struct taken_back {
 };
 
 // Whether a new queue pair fits in the CQs beside `p`'s outstanding WRs (what
-// no_room_for_replacement explains when it does not). Allocates nothing.
+// no_room_for_replacement explains when it does not), with the room busy CQs' polls gave
+// back taken first, as create_qp takes it. Allocates nothing.
 template <class B>
 bool replacement_fits(const qp_parts<B>& p) noexcept {
   const auto& l = *p.link;
+  l.send_cq->forget_drained();
+  l.recv_cq->forget_drained();
   const std::uint64_t sends = l.sends_to_come(), recvs = l.rq.held;
   auto fits = [](const cq_block<B>& c, std::uint64_t n) {
     return c.reserved + c.flushing + n <= static_cast<std::uint64_t>(c.capacity);

@@ -46,6 +46,27 @@ TEST_CASE("a region of another protection domain is refused with LOC_PROT_ERR") 
   CHECK(p.a.first_error() == wc_status::loc_prot_err);
 }
 
+// A CQ of another device (or another device object: another context) reached the
+// backend: the mock refused it with EINVAL, ibv_create_qp sends the CQ's handle, which the
+// kernel looks up among the PD's context's objects, where it may name another CQ (audit
+// 34, F3). Refused by rdmakit, for queue pairs and pools alike, before any is made.
+TEST_CASE("protection domain: a CQ of another device or device object is refused, naming both") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  device<B> x2(fab, "mock0");  // the same device, another context
+  auto cq2 = x2.create_cq(64);
+  for (auto* cq : {&y.cq, &cq2}) {
+    CHECK_THROWS_WITH_AS((void)x.pd.create_qp<rc>(*cq, qp_cap{4, 4}),
+                         doctest::Contains("completion queue was created from another device object"), usage_error);
+    CHECK_THROWS_WITH_AS((void)x.pd.create_qp<rc>(x.cq, *cq, qp_cap{4, 4}),
+                         doctest::Contains("completion queue was created from another device object"), usage_error);
+    CHECK_THROWS_WITH_AS((void)x.pd.create_qp_pool<rc>(*cq, 2, qp_cap{4, 4}),
+                         doctest::Contains("completion queue was created from another device object"), usage_error);
+    CHECK(cq->attached() == 0);
+  }
+  CHECK(x.cq.attached() == 0);
+}
+
 TEST_CASE("protection domain: address handles from an endpoint carry a GRH on RoCE") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");

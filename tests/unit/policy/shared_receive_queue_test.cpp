@@ -103,6 +103,26 @@ TEST_CASE("shared_receive_queue: setup misuse is a clear error") {
   CHECK(empty.post_recv(buf.local(), 1).status == post_status::empty_handle);
 }
 
+// A queue pair on another PD than its SRQ's was accepted (by the mock, the kernel and
+// rdmakit): rxe checks a receive's lkey against the queue pair's PD, the mock and some
+// NICs against the SRQ's, so the same program worked on one and failed on the other
+// (audit 34, F2). Of another device, the mock refused it (EINVAL) and ibverbs passed it on.
+TEST_CASE("shared_receive_queue: a queue pair on another protection domain or device than the SRQ's is refused") {
+  mock::fabric fab;
+  side y(fab, "mock0"), z(fab, "mock1");
+  auto srq = y.pd.create_srq({.max_wr = 8, .max_sge = 1});
+  auto pd2 = y.dev.create_pd();
+  CHECK_THROWS_WITH_AS((void)pd2.create_qp<rc>(y.cq, srq, qp_cap{8, 0}),
+                       doctest::Contains("the shared receive queue was created on another protection domain"),
+                       usage_error);
+  CHECK_THROWS_WITH_AS((void)z.pd.create_qp<rc>(z.cq, srq, qp_cap{8, 0}),
+                       doctest::Contains("the shared receive queue was created on another protection domain"),
+                       usage_error);
+  CHECK(y.cq.attached() == 0);
+  auto ok = y.pd.create_qp<rc>(y.cq, srq, qp_cap{8, 0});
+  CHECK(y.cq.attached() == 1);
+}
+
 TEST_CASE("shared_receive_queue: posting statuses: bad wr_id, rq_full at max_wr, SGEs above max_sge, post_recvs") {
   mock::fabric fab;
   side y(fab, "mock0");
