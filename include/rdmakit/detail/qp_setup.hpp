@@ -179,25 +179,17 @@ inline std::uint32_t fresh_psn(std::uint32_t qp_num) noexcept {
   return static_cast<std::uint32_t>(x ^ (x >> 31)) & psn_mask;
 }
 
-// A queue pair's CQs come from its PD's device object, and its SRQ from its PD:
-// ibv_create_qp passes their handles, which the kernel looks up among the PD's
-// context's objects (another context's may name another CQ there), and rxe checks a
-// shared receive's lkey against the queue pair's PD where the mock and some NICs take
-// the SRQ's (audit 34).
+// A queue pair's CQs come from its PD's device object: ibv_create_qp passes their
+// handles, which the kernel looks up among the PD's context's objects, where another
+// context's may name another CQ (audit 34, F3).
 template <class B>
-void check_one_context(const pd_state<B>& pd, const cq_block<B>& scq, const cq_block<B>& rcq,
-                       const srq_state<B>* srq) {
+void check_cq_contexts(const pd_state<B>& pd, const cq_block<B>& scq, const cq_block<B>& rcq) {
   for (const cq_block<B>* c : {&scq, &rcq})
     if (c->dev->ctx != pd.dev->ctx)
       throw usage_error(cat("create_qp(): the completion queue was created from another device object (",
                             c->dev->name, c->dev->name == pd.dev->name ? ", another context" : "",
                             ") than the protection domain (", pd.dev->name,
                             "): create the CQ from the device object the PD was created from"));
-  if (srq && srq->pd.get() != &pd)
-    throw usage_error(cat("create_qp(): the shared receive queue was created on another protection domain (of ",
-                          srq->pd->dev->name, ") than the queue pair's (of ", pd.dev->name,
-                          "): devices disagree on which one checks its receives' lkeys (rxe takes the queue "
-                          "pair's); create the queue pair on the SRQ's protection domain"));
 }
 
 // Creates the native QP on checked CQs, attaches it to them and takes it to INIT. With
@@ -225,9 +217,16 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
       throw usage_error(cat("create_qp(): a queue pair on a shared receive queue has no receive queue of its own, "
                             "but max_recv_wr is ", caps.max_recv_wr, " and max_recv_sge ", caps.max_recv_sge,
                             ": set max_recv_wr to 0 (the SRQ's max_wr and max_sge apply)"));
+    // Devices disagree on whose PD checks a shared receive's lkey: rxe takes the queue
+    // pair's, the mock and some NICs the SRQ's (audit 34, F2).
+    if (srq->pd.get() != pd.get())
+      throw usage_error(cat("create_qp(): the shared receive queue was created on another protection domain (of ",
+                            srq->pd->dev->name, ") than the queue pair's (of ", dev.name,
+                            "): devices disagree on which one checks its receives' lkeys (rxe takes the queue "
+                            "pair's); create the queue pair on the SRQ's protection domain"));
     room.max_recv_wr = rcq->srq_entries(srq.get(), srq->attr.max_wr);
   }
-  check_one_context(*pd, *scq, *rcq, srq.get());
+  check_cq_contexts(*pd, *scq, *rcq);
   scq->forget_drained();  // room a busy CQ's polls gave back
   rcq->forget_drained();
   check_cq_room(*scq, *rcq, room, T::name, dev.attr.max_cqe);
