@@ -941,8 +941,10 @@ class run {
 
   // Whether creating a queue pair on `srq` must throw: an empty handle, or an SRQ of a
   // device side B has replaced since.
+  // An empty SRQ, or one of another PD than the side's current one (another device's
+  // too): a queue pair is created on the SRQ's PD only (audit 34).
   bool srq_refuses_(const slot<shared_receive_queue<B>>& srq) {
-    return !srq.id || srqs_model_[srq.id].ctx != sides_[1].ctx_id;
+    return !srq.id || srqs_model_[srq.id].pd != sides_[1].pd_id;
   }
 
   void make_srq_pair_(slot<shared_receive_queue<B>>& srq, std::size_t i) {

@@ -574,6 +574,37 @@ TEST_CASE("cm: one listener serves two clients one after the other (rping -P)") 
 // rping -q: the application creates the queue pair itself (pd.create_qp, INIT) and
 // the CM only computes its attributes (rdma_init_qp_attr). Every pairing with a
 // queue pair the CM made: the wire cannot tell them apart.
+// A server's own queue pair went to RTS before the accept with the CM's attributes,
+// which before the REP carry the request's READ depths: a client asking
+// responder_resources 0 left the server's READ depth 0 (rxe: a READ posted never ran;
+// the spec profile refused it), whatever the server's options (audit 35, F1). The accept's
+// own depths apply, as for a queue pair the CM makes.
+TEST_CASE("cm: a server's own queue pair takes its READ depths from the accept's options, not the request") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  for (const bool own : {false, true}) {
+    CAPTURE(own);
+    cm_options co;
+    co.responder_resources = 0;  // the client's ask; the server's REP answers with its own
+    std::memcpy(cli.buf.data(), "client bytes", 13);
+    auto c = std::async(std::launch::async, [&] {
+      return cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), cm_region_data(cli.mr.remote()), co);
+    });
+    auto req = l.next_request(5s);
+    const auto peer = req.peer_region();
+    REQUIRE(peer);
+    auto s = own ? std::move(req).accept(srv.pd.create_qp<rc>(srv.cq, caps))
+                 : std::move(req).accept<rc>(srv.pd, srv.cq, caps);
+    auto cc = c.get();
+    std::memset(srv.buf.data(), 0, 16);
+    REQUIRE(s.qp().read(srv.mr.local(0, 13), peer->as<access::remote_read>().sub(0, 13), 9).ok());
+    const done d = wait_one(srv.cq);
+    CHECK(d.status == wc_status::success);
+    CHECK(std::string(srv.buf.data()) == "client bytes");
+  }
+}
+
 TEST_CASE("cm: a queue pair the application made (rping -q) connects, on either side or both") {
   testbed tb;
   side srv(tb.open(0)), cli(tb.open(1));
