@@ -630,15 +630,23 @@ queue_pair<B, T, S, qp_state::init> cm_adopt_user_qp(queue_pair<B, T, S, qp_stat
 }
 
 // Moves a queue pair the application made INIT→INIT→RTR→RTS with the attributes the
-// CM computes for the id's connection (rdma_init_qp_attr), as rping -q does.
+// CM computes for the id's connection (rdma_init_qp_attr), as rping -q does. `accepting`:
+// the passive side's answer, not sent yet, whose READ depths the queue pair takes (the
+// CM's attributes still carry the request's, crossed: audit 35), as the kernel sets a
+// queue pair the CM made from the accept's parameters.
 template <class B, class T, class S>
-void cm_user_to_rts(cm_id_block<B>& blk, queue_pair<B, T, S, qp_state::init>& qp) {
+void cm_user_to_rts(cm_id_block<B>& blk, queue_pair<B, T, S, qp_state::init>& qp,
+                    const cm_conn_param* accepting = nullptr) {
   auto& p = policy_access::parts(qp);
   qp_state from = qp_state::init;
   for (const qp_state st : {qp_state::init, qp_state::rtr, qp_state::rts}) {
     qp_attr a;
     qp_attr_mask m = qp_attr_mask::none;
     B::cm_init_qp_attr(blk.id, st, a, m);
+    if (accepting && st == qp_state::rtr && has_all(m, qp_attr_mask::max_dest_rd_atomic))
+      a.max_dest_rd_atomic = accepting->responder_resources;
+    if (accepting && st == qp_state::rts && has_all(m, qp_attr_mask::max_qp_rd_atomic))
+      a.max_rd_atomic = accepting->initiator_depth;
     modify_step<B, T>(p, a, m, from,
                       st == qp_state::init ? "INIT→INIT (the CM's port and rights)"
                       : st == qp_state::rtr ? "INIT→RTR (the CM's path)"
@@ -859,7 +867,7 @@ class cm_request {
                                   "cm_request::accept");
     auto mine = detail::cm_adopt_user_qp(std::move(qp), id_);
     auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
-    detail::cm_user_to_rts(*blk, mine);
+    detail::cm_user_to_rts(*blk, mine, &param);
     param.qp_num = mine.qp_num();
     B::cm_accept(blk->id, param);
     detail::cm_expect<B>(*blk, cm_event_type::established, o.timeout, "cm_request::accept");
