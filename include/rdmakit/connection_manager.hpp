@@ -387,6 +387,9 @@ inline bool cm_data_is_zero(const std::byte* d, std::size_t n) {
 // cm_options::timeout's is (it was taken as 0, and its message said "within -9223... ms").
 template <class Rep, class Period>
 std::chrono::milliseconds cm_wait_timeout(std::chrono::duration<Rep, Period> period, const char* call) {
+  if constexpr (std::chrono::treat_as_floating_point_v<Rep>)
+    if (period.count() != period.count())  // (saturating_cast takes it for 0: a single look)
+      throw usage_error(cat(call, ": a NaN timeout: give 0 (look once) or more"));
   const std::chrono::milliseconds t = ms_timeout(period);
   if (t.count() < 0)
     throw usage_error(cat(call, ": a negative timeout (", t.count(), " ms): give 0 (look once) or more"));

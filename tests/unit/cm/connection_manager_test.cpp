@@ -11,6 +11,7 @@
 #include <rdmakit/rdmakit.hpp>
 
 #include <doctest/doctest.h>
+#include <limits>
 #include <poll.h>
 
 #include <atomic>
@@ -1118,6 +1119,9 @@ TEST_CASE("cm: next_request(0ms) takes a request already queued; a 1 ms step tak
   // look), and a negative timeout is refused (it was taken as 0, "within -1 ms").
   CHECK_THROWS_WITH_AS((void)l.next_request(500us), doctest::Contains("within 1 ms"), cm_error);
   CHECK_THROWS_WITH_AS((void)l.next_request(-5ms), doctest::Contains("a negative timeout (-5 ms)"), usage_error);
+  // A NaN was taken as 0, a single look (audit 35, F5).
+  const std::chrono::duration<double> nan(std::numeric_limits<double>::quiet_NaN());
+  CHECK_THROWS_WITH_AS((void)l.next_request(nan), doctest::Contains("a NaN timeout"), usage_error);
   auto client = connect_aside(cli, l.address());
   pollfd p{l.event_fd(), POLLIN, 0};
   REQUIRE(::poll(&p, 1, 3000) == 1);
