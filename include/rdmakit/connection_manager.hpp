@@ -359,6 +359,20 @@ inline void check_cm_options(const cm_options& o, bool accept_reads) {
                       "stall behind it; give 1 or more");
 }
 
+// The READ depths against the device's (once the PD names it): above them the device
+// refuses the queue pair's RTR or RTS inside the accept or connect, after the request is
+// used up, as a verbs_error that names no option (audit 35, F2).
+template <class B>
+void cm_check_depths(const cm_options& o, const device_state<B>& dev, const char* call) {
+  auto check = [&](std::uint8_t v, std::uint32_t most, const char* option, const char* attr) {
+    if (most != 0 && v > most)
+      throw usage_error(cat(call, ": cm_options::", option, " = ", unsigned{v}, " is above ", dev.name, "'s ", attr,
+                            " (", most, "): give at most that"));
+  };
+  check(o.responder_resources, dev.attr.max_qp_rd_atom, "responder_resources", "max_qp_rd_atom");
+  check(o.initiator_depth, dev.attr.max_qp_init_rd_atom, "initiator_depth", "max_qp_init_rd_atom");
+}
+
 template <class B>
 using cm_event_of = basic_cm_event<typename B::cm_id>;
 
@@ -844,6 +858,7 @@ class cm_request {
     const auto param = detail::cm_param(o, reply, "cm_request::accept", false);
     if (!id_) detail::throw_empty("cm_request", "accept");
     detail::cm_check_qp_args<B, T, S>(pd, send_cq, recv_cq, caps, "cm_request::accept");
+    detail::cm_check_depths(o, *detail::policy_access::pd_ref(pd, "cm_request::accept")->dev, "cm_request::accept");
     auto init = detail::cm_prepared_qp<B, T, S>(id_, pd, send_cq, recv_cq, caps, o, "cm_request::accept", prepare);
     auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
     auto qp = detail::cm_bring_up<B, T, S>(*blk, std::move(init), [&] {
@@ -866,6 +881,7 @@ class cm_request {
     auto param = detail::cm_param(o, reply, "cm_request::accept", false);
     if (!id_) detail::throw_empty("cm_request", "accept");
     detail::cm_check_user_qp(qp, "cm_request::accept");
+    detail::cm_check_depths(o, *detail::policy_access::parts(qp).pd->dev, "cm_request::accept");
     detail::cm_check_route_device(detail::policy_access::parts(qp).dev(), B::cm_query_route(id_->id),
                                   "cm_request::accept");
     auto mine = detail::cm_adopt_user_qp(std::move(qp), id_);
@@ -1020,6 +1036,7 @@ cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_que
   detail::check_cm_options(o, false);
   const auto param = detail::cm_param(o, data, "cm_connect", true);
   detail::cm_check_qp_args<B, T, S>(pd, send_cq, recv_cq, caps, "cm_connect");  // before the address is resolved
+  detail::cm_check_depths(o, *detail::policy_access::pd_ref(pd, "cm_connect")->dev, "cm_connect");
   auto pref = detail::policy_access::pd_ref(pd, "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(pref->dev);
   auto blk = detail::cm_new_id<B>(chan);
@@ -1048,6 +1065,7 @@ cm_connection<B, T, S> cm_connect(queue_pair<B, T, S, qp_state::init>&& qp, cons
   detail::check_cm_options(o, false);
   auto param = detail::cm_param(o, data, "cm_connect", true);
   detail::cm_check_user_qp(qp, "cm_connect");
+  detail::cm_check_depths(o, *detail::policy_access::parts(qp).pd->dev, "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(detail::policy_access::parts(qp).pd->dev);
   auto blk = detail::cm_new_id<B>(chan);
   const std::string where = detail::cat("cm_connect to ", to.to_string());

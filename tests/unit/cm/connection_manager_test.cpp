@@ -1092,6 +1092,34 @@ std::future<void> connect_aside(side& cli, const cm_address& to) {
     }
   });
 }
+
+// Depths above the device's passed the option checks and failed inside the accept (the
+// device refusing the queue pair's RTR or RTS): the request was used up, its client read
+// a reject with no reason, and the error named ibv_modify_qp, not the option (audit 35,
+// F2). Refused up front now, the request still answerable, on either side.
+TEST_CASE("cm: READ depths above the device's are refused before the request or the address is used") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  const device_attr& most = srv.dev.attr();
+  REQUIRE(most.max_qp_rd_atom < 255);
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  cm_options deep;
+  deep.responder_resources = static_cast<std::uint8_t>(most.max_qp_rd_atom + 1);
+  CHECK_THROWS_WITH_AS((void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, deep),
+                       doctest::Contains("cm_options::responder_resources"), usage_error);
+  auto client = connect_aside(cli, l.address());
+  auto req = l.next_request(5s);
+  CHECK_THROWS_WITH_AS((void)std::move(req).accept<rc>(srv.pd, srv.cq, caps, {}, deep),
+                       doctest::Contains("is above"), usage_error);
+  cm_options wide;
+  wide.initiator_depth = static_cast<std::uint8_t>(most.max_qp_init_rd_atom + 1);
+  CHECK_THROWS_WITH_AS((void)std::move(req).accept(srv.pd.create_qp<rc>(srv.cq, caps), {}, wide),
+                       doctest::Contains("cm_options::initiator_depth"), usage_error);
+  REQUIRE(req);  // still answerable
+  std::move(req).reject();
+  client.get();
+}
+
 }  // namespace
 
 TEST_CASE("cm: the listener's fd is readable exactly while a request is queued") {
