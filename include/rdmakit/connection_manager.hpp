@@ -859,7 +859,11 @@ class cm_request {
     if (!id_) detail::throw_empty("cm_request", "accept");
     detail::cm_check_qp_args<B, T, S>(pd, send_cq, recv_cq, caps, "cm_request::accept");
     detail::cm_check_depths(o, *detail::policy_access::pd_ref(pd, "cm_request::accept")->dev, "cm_request::accept");
+    const detail::cm_id_block<B>* const asked = id_.get();
     auto init = detail::cm_prepared_qp<B, T, S>(id_, pd, send_cq, recv_cq, caps, o, "cm_request::accept", prepare);
+    if (id_.get() != asked)  // (its queue pair is the first request's, which the hook answered)
+      throw usage_error("cm_request::accept: the prepare hook answered or replaced the request being accepted: "
+                        "leave the request alone in the hook, and take the next one after this accept");
     auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
     auto qp = detail::cm_bring_up<B, T, S>(*blk, std::move(init), [&] {
       B::cm_accept(blk->id, param);

@@ -345,6 +345,37 @@ TEST_CASE("cm: accept with an empty or too small CQ is a usage_error; the reques
 // A hook that replaced the queue pair (assigned another to the handle) got past the
 // check for one that took it: the CM's queue pair went with the old handle, the accept
 // went out with none (an EINVAL naming rdma_create_qp), and the request was used up.
+// A prepare hook that answered the request being accepted (assigned the next one to its
+// handle) was not noticed: the queue pair made on the first request's id went with it,
+// and the accept went out on the second's with none (audit 35, F4).
+TEST_CASE("cm: a prepare hook that replaces the request being accepted is a usage_error; the new one stays") {
+  testbed tb;
+  side srv(tb.open(0)), cli(tb.open(1));
+  auto cq2 = cli.dev.create_cq(64);
+  cm_listener<B> l(srv.dev, cm_address::parse(tb.ip(), next_port()));
+  cm_options co;
+  co.timeout = 3s;
+  auto first = std::async(std::launch::async, [&] {
+    try {
+      (void)cm_connect<rc>(cli.pd, cli.cq, caps, l.address(), {}, co);
+      return false;
+    } catch (const cm_error&) {
+      return true;  // rejected: the hook's assignment dropped its request
+    }
+  });
+  auto req = l.next_request(5s);
+  auto second = std::async(std::launch::async, [&] { return cm_connect<rc>(cli.pd, cq2, caps, l.address(), {}, co); });
+  CHECK_THROWS_WITH_AS((void)std::move(req).accept<rc>(srv.pd, srv.cq, caps, {}, {},
+                                                       [&](auto&) { req = l.next_request(5s); }),
+                       doctest::Contains("the prepare hook answered or replaced the request"), usage_error);
+  REQUIRE(req);
+  auto s = std::move(req).accept<rc>(srv.pd, srv.cq, caps);
+  auto c = second.get();
+  CHECK(c.qp().qp_num() != 0);
+  CHECK(s.qp().query_state() == qp_state::rts);
+  CHECK(first.get());
+}
+
 TEST_CASE("cm: an accept that fails before the accept goes out leaves the request to answer again") {
   struct refused_by_hook {};
   testbed tb;
