@@ -334,7 +334,7 @@ struct cq_block {
     bool waits_for_native_qp(std::uint64_t now) noexcept {
       if (!kept) return false;
       if (!kept->alive()) {
-        kept = {};
+        kept.reset();
         drained_at = now;
       }
       return true;
