@@ -1040,8 +1040,8 @@ cm_connection<B, T, S> cm_connect(const protection_domain<B>& pd, completion_que
   detail::check_cm_options(o, false);
   const auto param = detail::cm_param(o, data, "cm_connect", true);
   detail::cm_check_qp_args<B, T, S>(pd, send_cq, recv_cq, caps, "cm_connect");  // before the address is resolved
-  detail::cm_check_depths(o, *detail::policy_access::pd_ref(pd, "cm_connect")->dev, "cm_connect");
   auto pref = detail::policy_access::pd_ref(pd, "cm_connect");
+  detail::cm_check_depths(o, *pref->dev, "cm_connect");
   auto chan = std::make_shared<detail::cm_channel_block<B>>(pref->dev);
   auto blk = detail::cm_new_id<B>(chan);
   const std::string where = detail::cat("cm_connect to ", to.to_string());

@@ -339,12 +339,6 @@ TEST_CASE("cm: accept with an empty or too small CQ is a usage_error; the reques
   CHECK(srv.cq.attached() == 0);  // the connection went with the server's future
 }
 
-// accept() took the request before making its queue pair: a prepare hook that threw,
-// or a device refusing the queue pair (max_qp), left the server nothing to answer with,
-// and the client got a bare reject (the id destroyed) instead of the server's reason.
-// A hook that replaced the queue pair (assigned another to the handle) got past the
-// check for one that took it: the CM's queue pair went with the old handle, the accept
-// went out with none (an EINVAL naming rdma_create_qp), and the request was used up.
 // A prepare hook that answered the request being accepted (assigned the next one to its
 // handle) was not noticed: the queue pair made on the first request's id went with it,
 // and the accept went out on the second's with none (audit 35, F4).
@@ -376,6 +370,12 @@ TEST_CASE("cm: a prepare hook that replaces the request being accepted is a usag
   CHECK(first.get());
 }
 
+// accept() took the request before making its queue pair: a prepare hook that threw,
+// or a device refusing the queue pair (max_qp), left the server nothing to answer with,
+// and the client got a bare reject (the id destroyed) instead of the server's reason.
+// A hook that replaced the queue pair (assigned another to the handle) got past the
+// check for one that took it: the CM's queue pair went with the old handle, the accept
+// went out with none (an EINVAL naming rdma_create_qp), and the request was used up.
 TEST_CASE("cm: an accept that fails before the accept goes out leaves the request to answer again") {
   struct refused_by_hook {};
   testbed tb;
@@ -603,9 +603,6 @@ TEST_CASE("cm: one listener serves two clients one after the other (rping -P)") 
   }
 }
 
-// rping -q: the application creates the queue pair itself (pd.create_qp, INIT) and
-// the CM only computes its attributes (rdma_init_qp_attr). Every pairing with a
-// queue pair the CM made: the wire cannot tell them apart.
 // A server's own queue pair went to RTS before the accept with the CM's attributes,
 // which before the REP carry the request's READ depths: a client asking
 // responder_resources 0 left the server's READ depth 0 (rxe: a READ posted never ran;
@@ -637,6 +634,9 @@ TEST_CASE("cm: a server's own queue pair takes its READ depths from the accept's
   }
 }
 
+// rping -q: the application creates the queue pair itself (pd.create_qp, INIT) and
+// the CM only computes its attributes (rdma_init_qp_attr). Every pairing with a
+// queue pair the CM made: the wire cannot tell them apart.
 TEST_CASE("cm: a queue pair the application made (rping -q) connects, on either side or both") {
   testbed tb;
   side srv(tb.open(0)), cli(tb.open(1));
