@@ -174,9 +174,10 @@ class completion_queue {
   /// flushes), and the completions destroyed queue pairs may have left here unpolled
   /// (a device that does not clean them out, as rxe, returns them later), counted apart
   /// from reserved(). Each one polled gives its entry back, and a poll that finds the
-  /// CQ empty gives back all the destroyed ones'. A queue pair (or a reset) is refused
-  /// unless it fits beside reserved() + flushing().
-  std::uint64_t flushing() const noexcept { return blk_ ? blk_->flushing : 0; }
+  /// CQ empty gives back all the destroyed ones' (a poll that returns fewer than it asked
+  /// for, those destroyed before it). A queue pair (or a reset) is refused unless it
+  /// fits beside reserved() + flushing().
+  std::uint64_t flushing() const noexcept { return blk_ ? blk_->flushing_held() : 0; }
   /// Queue pairs attached to this CQ (not counting those replaced by reset()).
   std::size_t attached() const noexcept { return blk_ ? blk_->live() : 0; }
   /// Completions polled for a qp_num with no handler (dispatch) or no live QP.

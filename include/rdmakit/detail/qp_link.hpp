@@ -705,6 +705,17 @@ struct cq_block {
     });
   }
 
+  /// `flushing` less what forget_drained would give back now (completion_queue::flushing()):
+  /// a drained poll's room is free once no batch is being delivered, whether or not a
+  /// create_qp has taken it back yet. (A kept record is counted: it may still wait.)
+  std::uint64_t flushing_held() const noexcept {
+    if (delivering != 0) return flushing;
+    std::uint64_t free = 0;
+    for (const departed_qp& d : departed)
+      if (!d.kept && d.drained_at < drains) free += d.left;
+    return flushing - std::min(flushing, free);
+  }
+
   /// A QP moved to ERR by reset(): routed apart from now on, holding at most `flushes`
   /// entries here instead of the `entries` reserved for it. The caller made room in
   /// retired_links first (reserve), so nothing here allocates.

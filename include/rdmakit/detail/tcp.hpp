@@ -271,7 +271,9 @@ class listener {
     } else {
       bind_to(bind_address, port);
     }
-    if (::listen(fd_.get(), 8) != 0) throw_system("listen", errno);
+    // The system's largest backlog: a burst of clients beyond a small one has its SYNs
+    // dropped, each then waiting a 1 s retransmission before it is even queued.
+    if (::listen(fd_.get(), SOMAXCONN) != 0) throw_system("listen", errno);
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
     if (::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) throw_system("getsockname", errno);
