@@ -942,7 +942,9 @@ class cm_listener {
   cm_listener() = default;
   /// Binds and listens on `addr` with the device `dev` (the mock: its fabric; librdmacm
   /// binds to whichever device has the address). Throws verbs_error when the address
-  /// cannot be bound (in use, not local).
+  /// cannot be bound (in use, not local). `backlog`: requests that may wait unread for
+  /// next_request (0 or less: the system's largest); one past it is dropped, and its
+  /// client's CM sends it again later (seconds, on a device), until it times out.
   cm_listener(const device<B>& dev, const cm_address& addr, int backlog = 16) {
     auto dref = dev_ref_(dev);
     auto chan = std::make_shared<detail::cm_channel_block<B>>(std::move(dref));

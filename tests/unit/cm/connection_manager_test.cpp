@@ -1544,6 +1544,93 @@ TEST_CASE("cm (mock): an IPv4-mapped IPv6 address is the IPv4 one; the mock's CM
 #endif
 
 #if !RDMAKIT_CM_RDMACM
+// An active id on its own channel, its route resolved to `to` (the mock's CM verbs).
+struct raw_client {
+  B::cm_channel ch;
+  B::cm_id id;
+  raw_client(const device<B>& d, const cm_address& to) : ch(B::cm_create_channel(d.native())), id(B::cm_create_id(ch)) {
+    basic_cm_event<B::cm_id> ev;
+    B::cm_resolve_addr(id, cm_address{}, to, 1000ms);
+    REQUIRE(B::cm_get_event(ch, 1000ms, ev) == 0);
+    REQUIRE(ev.type == cm_event_type::addr_resolved);
+    B::cm_resolve_route(id, 1000ms);
+    REQUIRE(B::cm_get_event(ch, 1000ms, ev) == 0);
+    REQUIRE(ev.type == cm_event_type::route_resolved);
+  }
+  raw_client(const raw_client&) = delete;
+  ~raw_client() {
+    (void)B::cm_destroy_id(id);
+    (void)B::cm_destroy_channel(ch);
+  }
+  void connect(std::uint32_t qpn) {
+    cm_conn_param p;
+    p.qp_num = qpn;
+    B::cm_connect(id, p);
+  }
+};
+
+// rdma_listen's backlog: ucma refuses a CONNECT_REQUEST past the ones its listener has
+// not read yet, and the CM then sends no REJ, so the requester's CM sends the REQ again
+// (seconds later on rxe) until one fits or its retries run out. The mock queued every
+// request at once, whatever the backlog.
+TEST_CASE("cm (mock): a request past the listener's backlog waits for the CM's retries; none read: UNREACHABLE") {
+  mock::fabric_config cfg = testbed::config();
+  cfg.cm_retry_time = 800ms;  // a REQ sent again every 50 ms
+  mock::fabric fab(cfg);
+  side srv(device<B>(fab, "mock0")), cli(device<B>(fab, "mock1"));
+  const qp_cap few{2, 2, 1, 1, 0};
+  const auto qa = cli.pd.create_qp<rc>(cli.cq, few), qb = cli.pd.create_qp<rc>(cli.cq, few),
+             qc = cli.pd.create_qp<rc>(cli.cq, few);
+  B::cm_channel cs = B::cm_create_channel(srv.dev.native());
+  B::cm_id ls = B::cm_create_id(cs);
+  const cm_address to = cm_address::parse("10.0.0.1", next_port());
+  B::cm_listen(ls, to, 1);
+  basic_cm_event<B::cm_id> ev;
+  {
+    raw_client a(cli.dev, to), b(cli.dev, to);
+    a.connect(qa.qp_num());
+    b.connect(qb.qp_num());  // past the backlog of 1: dropped, no REJ
+    REQUIRE(B::cm_get_event(cs, 0ms, ev) == 0);
+    CHECK(ev.type == cm_event_type::connect_request);
+    const B::cm_id ka = ev.id;
+    CHECK(B::cm_get_event(cs, 0ms, ev) == ETIMEDOUT);  // b's REQ is not there yet
+    // b's CM sends it again while b waits for its answer: it fits now.
+    CHECK(B::cm_get_event(b.ch, 200ms, ev) == ETIMEDOUT);
+    REQUIRE(B::cm_get_event(cs, 0ms, ev) == 0);
+    CHECK(ev.type == cm_event_type::connect_request);
+    CHECK(B::cm_destroy_id(ev.id) == 0);
+    CHECK(B::cm_destroy_id(ka) == 0);
+    CHECK(B::cm_get_event(cs, 0ms, ev) == ETIMEDOUT);
+  }
+  {
+    raw_client c(cli.dev, to), d(cli.dev, to);
+    c.connect(qc.qp_num());  // the backlog's one request, never read (it goes with the listener)
+    d.connect(qb.qp_num());
+    const auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(B::cm_get_event(d.ch, 5000ms, ev) == 0);
+    CHECK(ev.type == cm_event_type::unreachable);
+    CHECK(ev.status == -ETIMEDOUT);
+    CHECK(std::chrono::steady_clock::now() - t0 >= 800ms);
+  }
+  // A backlog of 0 (or less) is the system's largest, as rdma_listen's.
+  REQUIRE(B::cm_destroy_id(ls) == 0);
+  ls = B::cm_create_id(cs);
+  B::cm_listen(ls, to, 0);
+  {
+    raw_client a(cli.dev, to), b(cli.dev, to), c(cli.dev, to);
+    a.connect(qa.qp_num());
+    b.connect(qb.qp_num());
+    c.connect(qc.qp_num());
+    for (int i = 0; i < 3; ++i) {
+      REQUIRE(B::cm_get_event(cs, 0ms, ev) == 0);
+      CHECK(ev.type == cm_event_type::connect_request);
+      CHECK(B::cm_destroy_id(ev.id) == 0);
+    }
+  }
+  REQUIRE(B::cm_destroy_id(ls) == 0);
+  CHECK(B::cm_destroy_channel(cs) == 0);
+}
+
 // A connect request on the mock's CM verbs, taken by the passive side and not answered:
 // the active side connected with the application's QP (it gets CONNECT_RESPONSE).
 struct requested {

@@ -267,6 +267,99 @@ inline void cm_check_user_qp(const fabric_state& f, const cm_id_obj* id, std::ui
              ", the device of the id's route: create the QP there, or let the CM create it (rdma_create_qp)"));
 }
 
+// ucma's cap on a listener's backlog (rdma_ucm max_backlog's default), which a backlog of
+// 0 or less asks for too.
+inline constexpr int cm_max_backlog = 1024;
+
+// Whether listener `l` refuses a request now: its channel holds `backlog` of its
+// CONNECT_REQUESTs unread (ucma counts a request from its event to its read).
+inline bool cm_backlog_full(const cm_id_obj& l) noexcept {
+  int unread = 0;
+  for (const cm_event_rec& r : l.ch->events) unread += r.type == cm_event_type::connect_request && r.listen_id == &l;
+  return unread >= l.backlog;
+}
+
+// The listener a REQ to `id`'s destination reaches (on that address, else on 0.0.0.0).
+inline cm_id_obj* cm_listener_for(const fabric_state& f, const cm_id_obj& id) {
+  cm_id_obj* l = cm_listening(f, id.remote_ip, id.remote_port);
+  return l ? l : cm_listening(f, 0, id.remote_port);
+}
+
+// Under f.mu: `id`'s REQ reaches listener `l`: the passive id (its child) and its
+// CONNECT_REQUEST on l's channel. May throw (allocations); nothing changed then.
+inline void cm_deliver_request(fabric_state& f, cm_id_obj* id, cm_id_obj* l, const void* data, std::size_t len) {
+  // What may throw (allocations) comes first, the links and counts after: a child left
+  // counted on the listener's channel, or linked with no event to announce it, kept the
+  // channel (and with it the fabric) from ever being destroyed.
+  auto owned = rdmakit::detail::make_unique_owner<cm_id_obj>();
+  auto* child = owned.get();
+  child->ch = l->ch;
+  std::uint8_t port = 0;
+  int index = 0;
+  cm_find_address(f, id->remote_ip, child->dev, port, index);
+  child->port = port;
+  child->gid_index = index;
+  child->local_ip = id->remote_ip;
+  child->local_port = id->remote_port;
+  child->remote_ip = id->local_ip;
+  child->remote_port = id->local_port;
+  child->state = cm_id_obj::phase::received;
+  child->passive = true;
+  child->psn = (f.next_cm_psn++ * 0x9E3779B1u) & psn_mask;
+  child->peer = id;
+  child->listener = l;
+  f.cm_ids.insert(child);
+  try {
+    cm_make_room(*l->ch, 3);  // the request, and the child's final events
+    cm_push(f, child, cm_event_type::connect_request, 0, data, len, l);
+  } catch (...) {  // cm_push changed nothing: neither does this call
+    f.cm_ids.erase(child);
+    throw;
+  }
+  (void)owned.release();
+  ++l->ch->ids;
+  id->peer = child;
+}
+
+// Under f.mu: `id` (requested) sends its REQ again at `due` (cm_get_event on its
+// channel), or gives up with UNREACHABLE there once the CM's retry time is over.
+inline void cm_resend_later(fabric_state& f, cm_id_obj* id) {
+  const auto now = std::chrono::steady_clock::now();
+  cm_event_rec r = cm_event(id, cm_event_type::unreachable, -ETIMEDOUT);
+  r.resend_request = now < id->gives_up;
+  r.due = r.resend_request ? std::min(now + f.cfg.cm_retry_time / 16, id->gives_up) : now;
+  id->ch->later.push_back(std::move(r));
+}
+
+// Under f.mu, from cm_get_event: the REQ of `id` that a listener's full backlog dropped,
+// sent again (its record, just taken from `later`, left room there for the next one). It
+// reaches the listener once the backlog has room (ucma counts the requests not read
+// yet); with none listening, REJ "invalid service ID"; dropped again (or lost on an
+// unplugged port): again later, until the CM's retry time is over (UNREACHABLE).
+inline void cm_resend_request(fabric_state& f, cm_id_obj* id) noexcept {
+  using ph = cm_id_obj::phase;
+  if (id->state != ph::requested || id->peer) return;
+  cm_id_obj* l = cm_listener_for(f, *id);
+  if (!l) {
+    id->state = ph::done;
+    cm_deliver_reject(f, id, 8);
+    return;
+  }
+  std::uint32_t to_dev = 0;
+  std::uint8_t to_port = 0;
+  int to_index = 0;
+  const bool to_found = cm_find_address(f, id->remote_ip, to_dev, to_port, to_index);
+  if (cm_port_up(f, id->dev, id->port) && (!to_found || cm_port_up(f, to_dev, to_port)) && !cm_backlog_full(*l)) {
+    try {
+      cm_deliver_request(f, id, l, id->request_data.data(), id->request_data.size());
+      id->request_data.clear();
+      return;
+    } catch (...) {  // no memory for the request: lost, as one a busy CM drops
+    }
+  }
+  cm_resend_later(f, id);  // cannot throw: the room of the record taken
+}
+
 }  // namespace mock::detail
 
 namespace backends {
@@ -483,7 +576,7 @@ RDMAKIT_DECL void mock::cm_resolve_route(cm_id id, std::chrono::milliseconds) {
   mockd::cm_push(f, id, cm_event_type::route_resolved);
 }
 
-RDMAKIT_DECL void mock::cm_listen(cm_id id, const cm_address& addr, int) {
+RDMAKIT_DECL void mock::cm_listen(cm_id id, const cm_address& addr, int backlog) {
   if (!id) mockd::fail("rdma_listen", EINVAL, "no id");
   auto& f = mockd::fab_of(id);
   std::lock_guard lk(f.mu);
@@ -503,6 +596,7 @@ RDMAKIT_DECL void mock::cm_listen(cm_id id, const cm_address& addr, int) {
     mockd::fail("rdma_bind_addr", EADDRINUSE, detail::cat("port ", port, " is already listened on"));
   id->local_ip = ip;
   id->local_port = port;
+  id->backlog = backlog > 0 && backlog < mockd::cm_max_backlog ? backlog : mockd::cm_max_backlog;
   id->state = mockd::cm_id_obj::phase::listening;
   f.cm_listeners.push_back({ip, port, id});  // (no listener has this address: refused above)
 }
@@ -608,44 +702,24 @@ RDMAKIT_DECL void mock::cm_connect(cm_id id, const cm_conn_param& prm) {
     f.cv.notify_all();
     return;
   }
-  mockd::cm_id_obj* l = mockd::cm_listening(f, id->remote_ip, id->remote_port);
-  if (!l) l = mockd::cm_listening(f, 0, id->remote_port);
+  mockd::cm_id_obj* l = mockd::cm_listener_for(f, *id);
   if (!l) {  // the peer's CM answers with REJ "invalid service ID"
     id->state = ph::done;
     mockd::cm_deliver_reject(f, id, 8);
     return;
   }
-  // What may throw (allocations) comes first, the links and counts after: a child left
-  // counted on the listener's channel, or linked with no event to announce it, kept the
-  // channel (and with it the fabric) from ever being destroyed.
-  auto owned = detail::make_unique_owner<mockd::cm_id_obj>();
-  auto* child = owned.get();
-  child->ch = l->ch;
-  std::uint8_t port = 0;
-  int index = 0;
-  mockd::cm_find_address(f, id->remote_ip, child->dev, port, index);
-  child->port = port;
-  child->gid_index = index;
-  child->local_ip = id->remote_ip;
-  child->local_port = id->remote_port;
-  child->remote_ip = id->local_ip;
-  child->remote_port = id->local_port;
-  child->state = ph::received;
-  child->passive = true;
-  child->psn = (f.next_cm_psn++ * 0x9E3779B1u) & psn_mask;
-  child->peer = id;
-  child->listener = l;
-  f.cm_ids.insert(child);
-  try {
-    mockd::cm_make_room(*l->ch, 3);  // the request, and the child's final events
-    mockd::cm_push(f, child, cm_event_type::connect_request, 0, prm.private_data, prm.private_data_len, l);
-  } catch (...) {  // cm_push changed nothing: neither does this call
-    f.cm_ids.erase(child);
-    throw;
+  if (mockd::cm_backlog_full(*l)) {
+    // ucma refuses a request past the listener's backlog and the CM sends no REJ: the
+    // requester's CM sends it again (rxe: seconds later) until it fits or gives up.
+    std::vector<std::byte> data(static_cast<const std::byte*>(prm.private_data),
+                                static_cast<const std::byte*>(prm.private_data) + prm.private_data_len);
+    id->ch->later.reserve(id->ch->later.size() + 1);  // (all that may throw, first)
+    id->request_data = std::move(data);
+    id->gives_up = std::chrono::steady_clock::now() + f.cfg.cm_retry_time;
+    mockd::cm_resend_later(f, id);
+  } else {
+    mockd::cm_deliver_request(f, id, l, prm.private_data, prm.private_data_len);
   }
-  (void)owned.release();
-  ++l->ch->ids;
-  id->peer = child;
   id->state = ph::requested;
   id->param = prm;
   id->param.private_data = nullptr;
@@ -803,8 +877,14 @@ RDMAKIT_DECL int mock::cm_get_event(cm_channel c, std::chrono::milliseconds time
       mockd::cm_id_obj* late = due->id;
       const int status = due->status;
       const cm_event_type type = due->type;
+      const bool resend = due->resend_request;
       c->later.erase(due);
-      mockd::cm_deliver_reject(f, late, status, {}, type);  // the id's final event
+      if (resend) {
+        mockd::cm_resend_request(f, late);
+      } else {
+        late->state = mockd::cm_id_obj::phase::done;
+        mockd::cm_deliver_reject(f, late, status, {}, type);  // the id's final event
+      }
       continue;
     }
     if (now >= until) return ETIMEDOUT;

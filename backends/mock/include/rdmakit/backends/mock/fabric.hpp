@@ -123,8 +123,9 @@ struct fabric_config {
   /// One-way wire latency on the simulated clock. 0: a post completes within the call.
   std::chrono::nanoseconds latency{0};
   /// How long the connection manager retries a connect request that nobody receives (a
-  /// port unplugged at either end, see fabric::set_port_up) before it gives up with
-  /// UNREACHABLE; wall clock, as the CM's events are. librdmacm's takes about a minute.
+  /// port unplugged at either end, see fabric::set_port_up, or a listener whose backlog
+  /// is full) before it gives up with UNREACHABLE; wall clock, as the CM's events are.
+  /// librdmacm's takes about a minute.
   std::chrono::milliseconds cm_retry_time{200};
   /// A destroyed queue pair's number goes to the next queue pair created (the most
   /// recently freed first), as on devices that allocate QP numbers from a bitmap

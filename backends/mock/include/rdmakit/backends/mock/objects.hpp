@@ -407,11 +407,13 @@ struct cm_event_rec {
   int status = 0;
   std::vector<std::byte> data;
   std::chrono::steady_clock::time_point due{};  // `later`: when the CM gives up retrying
+  // `later`: not an event but a REQ a listener's full backlog dropped, sent again when due.
+  bool resend_request = false;
 };
 
 /// A connection-manager event channel: readable exactly while `events` is not empty.
-/// `later` holds the UNREACHABLEs owed once the CM's retries run out (wall clock):
-/// cm_get_event queues each when it falls due.
+/// `later` holds the UNREACHABLEs owed once the CM's retries run out (wall clock), and
+/// the REQs to send again: cm_get_event queues (or sends) each when it falls due.
 class cm_channel_obj {
  public:
   fabric_state* fab = nullptr;
@@ -441,6 +443,11 @@ class cm_id_obj {
   cm_id_obj* peer = nullptr;      // requested/received/established: the other side
   cm_id_obj* listener = nullptr;  // received: the listening id the request came to
   cm_conn_param param{};          // requested: what the active side asked for
+  int backlog = 0;                // listening: CONNECT_REQUESTs its channel may hold unread
+  // requested, its REQ dropped for a listener's backlog: the REQ's private data, to send
+  // it again, and when the CM stops trying.
+  std::vector<std::byte> request_data;
+  std::chrono::steady_clock::time_point gives_up{};
   cm_conn_param answer{};         // after an accept: what the passive side answered
   std::uint32_t qpn = 0;          // the QP's number: the CM's (qp) or the application's (qp_num)
   std::uint32_t psn = 0;          // the starting PSN this side's CM chose (sent in the REQ or REP)
