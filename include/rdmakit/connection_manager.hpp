@@ -839,8 +839,9 @@ class cm_request {
   /// the peer's first sends need there: it may send as soon as it is ESTABLISHED),
   /// accepts with `reply` as private data and waits for ESTABLISHED. Throws cm_error
   /// (timeout, the peer gone) or verbs_error (the QP). A failure before the accept goes
-  /// out (the device refusing the queue pair, `prepare` throwing) destroys the queue
-  /// pair and leaves the request: answer it again (reject, or accept differently).
+  /// out (the device refusing the queue pair, `prepare` throwing, rdma_accept refused)
+  /// destroys the queue pair and leaves the request: answer it again (reject, or accept
+  /// differently).
   template <transport T, signaling S = signal_all, polling P, class Prepare = detail::cm_no_prepare>
   cm_connection<B, T, S> accept(const protection_domain<B>& pd, completion_queue<B, P>& cq, const qp_cap& caps,
                                 std::span<const std::byte> reply = {}, const cm_options& o = {},
@@ -864,9 +865,9 @@ class cm_request {
     if (id_.get() != asked)  // (its queue pair is the first request's, which the hook answered)
       throw usage_error("cm_request::accept: the prepare hook answered or replaced the request being accepted: "
                         "leave the request alone in the hook, and take the next one after this accept");
-    auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
+    B::cm_accept(id_->id, param);  // refused: the queue pair goes, the request stays
+    auto blk = take_("accept");  // gone out: from here on an exception destroys the id (the peer sees it)
     auto qp = detail::cm_bring_up<B, T, S>(*blk, std::move(init), [&] {
-      B::cm_accept(blk->id, param);
       detail::cm_expect<B>(*blk, cm_event_type::established, o.timeout, "cm_request::accept");
     });
     return cm_connection<B, T, S>(std::move(blk), std::move(qp), std::move(data_));
@@ -876,7 +877,8 @@ class cm_request {
   /// cm_user_qp_backend): `qp` in INIT, on a PD of the device the request came in on,
   /// its first receives posted. The QP moves INIT→RTR→RTS with the CM's attributes
   /// (rdma_init_qp_attr) before the accept goes out, then ESTABLISHED is awaited. The
-  /// connection owns the QP from here; on a failure it is destroyed.
+  /// connection owns the QP from here; on a failure it is destroyed, and the request
+  /// stays unless the accept went out.
   template <transport T, signaling S>
     requires cm_user_qp_backend<B>
   cm_connection<B, T, S> accept(queue_pair<B, T, S, qp_state::init>&& qp, std::span<const std::byte> reply = {},
@@ -889,10 +891,12 @@ class cm_request {
     detail::cm_check_route_device(detail::policy_access::parts(qp).dev(), B::cm_query_route(id_->id),
                                   "cm_request::accept");
     auto mine = detail::cm_adopt_user_qp(std::move(qp), id_);
-    auto blk = take_("accept");  // from here on an exception destroys the id (the peer sees a reject/timeout)
-    detail::cm_user_to_rts(*blk, mine, &param);
+    // Refused up to the accept itself: the queue pair goes (it is the connection's), the
+    // request stays.
+    detail::cm_user_to_rts(*id_, mine, &param);
     param.qp_num = mine.qp_num();
-    B::cm_accept(blk->id, param);
+    B::cm_accept(id_->id, param);
+    auto blk = take_("accept");  // gone out: from here on an exception destroys the id (the peer sees it)
     detail::cm_expect<B>(*blk, cm_event_type::established, o.timeout, "cm_request::accept");
     blk->established = true;
     auto rts = detail::policy_access::adopt<queue_pair<B, T, S, qp_state::rts>>(

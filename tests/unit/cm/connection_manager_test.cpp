@@ -1490,6 +1490,62 @@ TEST_CASE("cm (mock): a request whose event channel cannot be made is refused, i
 #endif
 
 #if !RDMAKIT_CM_RDMACM
+namespace {
+// The mock, refusing the next rdma_accept (as a device out of memory would).
+struct accept_failing : backends::mock {
+  static inline std::atomic<bool> fail_next{false};
+  static void cm_accept(cm_id id, const cm_conn_param& p) {
+    if (fail_next.exchange(false)) throw verbs_error("rdma_accept", ENOMEM, "failed for the test");
+    backends::mock::cm_accept(id, p);
+  }
+};
+}  // namespace
+
+// Both accepts took the request's id before rdma_accept: a refused one destroyed it, so
+// the request could neither be rejected with a reason nor accepted again, and its client
+// read a reject without one (audit 35, F3).
+TEST_CASE("cm (mock): an accept rdma_accept refuses leaves the request, to reject with a reason or accept again") {
+  using R = accept_failing;
+  mock::fabric fab(testbed::config());
+  device<R> ds(fab, "mock0"), dc(fab, "mock1");
+  auto pds = ds.create_pd(), pdc = dc.create_pd();
+  auto cqs = ds.create_cq(64), cqc = dc.create_cq(64);
+  cm_listener<R> l(ds, cm_address::parse("10.0.0.1", next_port()));
+  for (const bool own_qp : {false, true}) {
+    CAPTURE(own_qp);
+    for (const bool reject : {true, false}) {
+      CAPTURE(reject);
+      auto client = std::async(std::launch::async, [&]() -> std::string {
+        cm_options o;
+        o.timeout = 3s;
+        try {
+          (void)cm_connect<rc>(pdc, cqc, caps, l.address(), {}, o);
+          return "connected";
+        } catch (const cm_error& e) {
+          return text(e.private_data(), 4);
+        }
+      });
+      auto req = l.next_request(3s);
+      auto accept = [&] {
+        return own_qp ? std::move(req).accept(pds.create_qp<rc>(cqs, caps)) : std::move(req).accept<rc>(pds, cqs, caps);
+      };
+      R::fail_next = true;
+      CHECK_THROWS_WITH_AS((void)accept(), doctest::Contains("failed for the test"), verbs_error);
+      REQUIRE(req);  // still the caller's
+      CHECK(cqs.attached() == 0);  // the queue pair went
+      if (reject) {
+        std::move(req).reject(bytes("full"));
+        CHECK(client.get() == "full");
+      } else {
+        auto s = accept();
+        CHECK(client.get() == "connected");
+      }
+    }
+  }
+}
+#endif
+
+#if !RDMAKIT_CM_RDMACM
 // A self-made queue pair on another device than the one the CM routes through was taken
 // over (connect: after resolving; accept: the request too), brought to RTS with the other
 // device's attributes, then refused by rdma_connect/rdma_accept: the queue pair destroyed
