@@ -403,7 +403,8 @@ class memory_window {
     if (!qpd) detail::throw_empty_argument("queue_pair", "memory_window");
     if (qpd != pd_ || region.pd != pd_)
       throw usage_error("memory_window: the window, the region and the queue pair must belong to one protection "
-                        "domain (a device refuses the bind otherwise)");
+                        "domain (the verbs refuse such a bind; rxe 6.1 makes it, and a peer reaches the other "
+                        "domain's memory through the window)");
   }
   // A peer's send_inv of the binding ran (its receive was polled): the window is unbound,
   // and the device holds none of the QPs it was bound through for it (the binding the

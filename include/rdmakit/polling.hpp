@@ -128,7 +128,8 @@ struct adaptive {
 /// armed solicited-only (`ibv_req_notify_cq(cq, 1)`). Other completions stay in the CQ
 /// until such a one wakes the thread, a poll before the sleep finds them, or the
 /// timeout's last poll does. A server that should wake for requests and not for the
-/// completions of its own sends uses it.
+/// completions of its own sends uses it. (rxe 6.1 wakes for no failed send, nor for a
+/// failed receive of an unsolicited SEND: there only the timeout ends that sleep.)
 template <class P>
 struct solicited_only : P {
   static_assert(P::needs_channel, "solicited_only<P>: P must sleep on a completion channel (event_driven or "

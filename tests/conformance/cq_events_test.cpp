@@ -263,6 +263,53 @@ CONFORMANCE_CASE("cq: a solicited-only arm ignores unsolicited receives") {
   CHECK(c[1].wr_id == 2);
 }
 
+// ibv_req_notify_cq(3) counts a failed completion as solicited; rxe 6.1 does not (send
+// completions are never solicited there, a receive's is its packet's SE bit), so a
+// solicited-only wait sleeps through a failure on rxe. A receive's flush raises it on both
+// (audit 36, D1).
+CONFORMANCE_CASE("cq: failed completions and a flushed receive on a CQ armed solicited-only") {
+  fixture<B> fx;
+  const auto want = expected(ids::solicited_arm_failed, backend_traits<B>::profile());
+  auto ch = fx.make_channel();
+  auto cq = fx.make_cq(16, ch);
+  auto a = fx.make_qp({}, cq, fx.make_cq(16));  // a's sends complete on cq
+  auto b = fx.make_qp();
+  auto c = fx.make_qp();
+  auto d = fx.make_qp({}, fx.make_cq(16), cq);  // d's receives too
+  fx.connect(a, b);
+  fx.connect(c, d);
+  auto& buf = fx.make_buffer(256);
+  typename B::cq got{};
+  const auto wait = [&](const char* what) {
+    INFO(what);
+    const int e = B::get_cq_event(ch, want.verb_errno == 0 ? 5000ms : 300ms, got);
+    CHECK(e == want.verb_errno);
+    if (e == 0) B::ack_cq_events(got, 1);
+  };
+  // A WRITE the responder refuses (a bad rkey): REM_ACCESS_ERR on a's side.
+  REQUIRE(B::req_notify_cq(cq, true) == 0);
+  REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, buf.sge(0, 8), buf.addr(0), buf.rkey() ^ 0x77700) == 0);
+  wait("a failed send completion");
+  CHECK(fx.poll_one(cq).status == wc_status::rem_access_err);
+  // An unsolicited SEND into a receive too small: d's receive fails.
+  REQUIRE(fx.post_recv(d, 2, {buf.sge(64, 8)}) == 0);
+  REQUIRE(B::req_notify_cq(cq, true) == 0);
+  REQUIRE(fx.post_send(c, 3, opcode::send, {buf.sge(0, 64)}) == 0);
+  wait("a failed receive of an unsolicited SEND");
+  const auto failed = fx.poll_one(cq);
+  CHECK(failed.wr_id == 2);
+  CHECK(failed.status != wc_status::success);
+  // A receive flushed by a move to ERR raises the event everywhere.
+  auto h = fx.make_qp({}, fx.make_cq(16), cq);
+  fx.connect(fx.make_qp(), h);
+  REQUIRE(fx.post_recv(h, 4, {buf.sge(64, 8)}) == 0);
+  REQUIRE(B::req_notify_cq(cq, true) == 0);
+  fx.move_to(h, qp_state::err);
+  REQUIRE(B::get_cq_event(ch, 5000ms, got) == 0);
+  B::ack_cq_events(got, 1);
+  CHECK(fx.poll_one(cq).status == wc_status::wr_flush_err);
+}
+
 CONFORMANCE_CASE("cq: one CQ shared by several QPs, completions routed by qp_num") {
   fixture<B> fx;
   auto shared = fx.make_cq(128);

@@ -154,6 +154,8 @@ inline constexpr std::string_view sqd_post_waits_for_doorbell = "posting.send_in
 inline constexpr std::string_view read_max_rd_atomic_0 = "posting.read_with_max_rd_atomic_0";
 inline constexpr std::string_view retry_cnt_7 = "fault.retry_cnt_7";
 inline constexpr std::string_view local_fault_behind_unacked = "fault.send_sge_bad_behind_unacknowledged";
+inline constexpr std::string_view solicited_arm_failed = "cq.solicited_arm_failed_completion";
+inline constexpr std::string_view send_inv_region_rkey = "mw.send_inv_region_rkey";
 
 }  // namespace ids
 
@@ -445,6 +447,22 @@ inline constexpr std::array deviation_table{
                   {.req = {wc_status::success}, .resp = {wc_status::success}, .window_invalidated = tri::yes},
                   "rxe 6.1 (observed) looks the rkey up device-wide: the SEND lands and the other PD's window is "
                   "invalidated"},
+    // A SEND_WITH_INV naming an rkey the receiver cannot invalidate: a memory region's.
+    deviation_row{ids::send_inv_region_rkey, "spec",
+                  {.req = {wc_status::rem_inv_req_err}, .resp = {wc_status::rem_inv_req_err}},
+                  "spec §10.5: only a type 2 window's rkey can be invalidated: an invalid request, NAKed, both "
+                  "queue pairs in ERR"},
+    deviation_row{ids::send_inv_region_rkey, "rxe",
+                  {.req = {wc_status::success}, .resp = {wc_status::rem_inv_req_err}},
+                  "rxe 6.1 (observed, audit 36): the receive fails and its queue pair goes to ERR, but the SEND is "
+                  "acknowledged: the sender sees success and stays in RTS"},
+    // A failed send completion, then a failed receive of an unsolicited SEND, on a CQ
+    // armed for solicited completions only: does either raise the CQ's event?
+    deviation_row{ids::solicited_arm_failed, "spec", {.verb_errno = 0},
+                  "ibv_req_notify_cq(3): a completion with an error status is solicited: the event comes"},
+    deviation_row{ids::solicited_arm_failed, "rxe", {.verb_errno = ETIMEDOUT},
+                  "rxe 6.1 (observed, audit 36; rxe_comp.c posts send completions unsolicited, rxe_resp.c takes a "
+                  "receive's from the packet's SE bit): no event; only a flushed receive (no packet) raises it"},
     // LOCAL_INV of a type 2 window bound through a UC queue pair, posted there.
     deviation_row{ids::local_inv_on_uc, "spec", {.req = {wc_status::success}},
                   "spec §10.5 (and rdmavt): LOCAL_INV is a local operation of RC and UC queue pairs"},

@@ -235,14 +235,36 @@ CONFORMANCE_CASE("mw: a SEND_WITH_INV naming a type 2 window of another PD of th
   REQUIRE(fx.post_send(a2, 1, opcode::send_with_inv, {src.sge(0, 32)}, send_flags::signaled,
                        [&](typename B::send_wr& wr) { B::set_invalidate(wr, rkey); }) == 0);
   const auto sent = fx.poll_one(a2.send_cq, "the SEND_WITH_INV's completion");
-  CHECK_MESSAGE(want.req.allows(sent.status), "requester: ", to_string(sent.status), ", expected ",
+  CHECK_MESSAGE(want.req.allows(sent.status), "requester: ", std::string(to_string(sent.status)), ", expected ",
                 want.req.to_string());
   const auto got = fx.poll_one(c.recv_cq, "its receive's completion");
-  CHECK_MESSAGE(want.resp.allows(got.status), "responder: ", to_string(got.status), ", expected ",
+  CHECK_MESSAGE(want.resp.allows(got.status), "responder: ", std::string(to_string(got.status)), ", expected ",
                 want.resp.to_string());
   const wc_status after = write_through(fx, a, src, dst.addr(0), rkey, 2);
   if (want.window_invalidated == tri::yes) CHECK(after == wc_status::rem_access_err);
   if (want.window_invalidated == tri::no) CHECK(after == wc_status::success);
+}
+
+// Only a type 2 window's rkey can be invalidated by a SEND_WITH_INV: one naming a memory
+// region's is an invalid request. rxe fails the receive and acknowledges the SEND, so its
+// sender sees success while the receiver's queue pair is in ERR (audit 36, D3).
+CONFORMANCE_CASE("mw: a SEND_WITH_INV naming a memory region's rkey") {
+  fixture<B> fx;
+  const auto want = expected(ids::send_inv_region_rkey, backend_traits<B>::profile());
+  auto [a, b] = fx.make_pair();
+  auto& src = fx.make_buffer(256);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto& inbox = fx.make_buffer(256);
+  REQUIRE(fx.post_recv(b, 80, {inbox.sge(0, 256)}) == 0);
+  REQUIRE(fx.post_send(a, 1, opcode::send_with_inv, {src.sge(0, 32)}, send_flags::signaled,
+                       [&](typename B::send_wr& wr) { B::set_invalidate(wr, dst.rkey()); }) == 0);
+  const auto sent = fx.poll_one(a.send_cq, "the SEND_WITH_INV's completion");
+  CHECK_MESSAGE(want.req.allows(sent.status), "requester: ", std::string(to_string(sent.status)), ", expected ",
+                want.req.to_string());
+  const auto got = fx.poll_one(b.recv_cq, "its receive's completion");
+  CHECK_MESSAGE(want.resp.allows(got.status), "responder: ", std::string(to_string(got.status)), ", expected ",
+                want.resp.to_string());
+  CHECK(fx.wait_state(b, qp_state::err) == qp_state::err);
 }
 
 // rdmavt and the IBA take LOCAL_INV on UC as on RC; rxe's opcode table has it for RC only.

@@ -45,7 +45,11 @@ inline bool push_cqe(fabric_state& f, cq_obj* cq, const cq_entry& e, bool solici
     return false;
   }
   cq->entries.push_back() = e;
-  const bool error = e.wc.status != wc_status::success;
+  // ibv_req_notify_cq(3): a failed completion is solicited too. rxe 6.1 marks a send
+  // completion unsolicited whatever its status, a receive's by its packet's SE bit (a
+  // flush, with no packet, solicited): its callers pass that (deviations.hpp,
+  // cq.solicited_arm_failed_completion).
+  const bool error = e.wc.status != wc_status::success && !f.as_rxe();
   if (cq->armed && (!cq->solicited_only || solicited || error)) {
     cq->armed = false;
     if (cq->channel) {
@@ -150,7 +154,7 @@ inline void flush_recv(fabric_state& f, qp_obj* q, const recv_wqe& r, std::uint6
   e.wc.wr_id = r.wr_id;
   e.wc.status = wc_status::wr_flush_err;
   e.wc.qp_num = q->qpn;  // opcode SEND, as rxe's flushed receives (receive_send says why)
-  recv_cqe(f, q, e, false);
+  recv_cqe(f, q, e, true);  // (rxe: a completion without a packet is solicited)
 }
 
 // f.timed holds each QP with a deadline once; qp_obj::timed_slot makes both O(1).

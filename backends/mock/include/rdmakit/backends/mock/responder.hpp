@@ -218,7 +218,7 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
       if (written) scatter(taken.sges, m.bytes(), written);
     }
     // Lost to an overrun: the QP is in ERR, and the message is not answered.
-    if (!recv_cqe(f, d, e, false)) return;
+    if (!recv_cqe(f, d, e, m.solicited)) return;
     // A UD datagram that does not fit costs its receive, not the QP: the QP stays in RTS
     // and later datagrams are delivered (docs/semantics.md#ud; rxe 6.1 takes the QP down).
     if (ud && sges_ok && !f.as_rxe()) return;
@@ -255,11 +255,18 @@ inline void receive_send(fabric_state& f, qp_obj* d, const message& m) {
   }
   if (m.op == opcode::send_with_inv) {
     if (!invalidate_window(f, d, f.as_rxe(), m.imm)) {
-      // As rxe: the receive fails, the QP goes to ERR and the requester gets a NAK.
+      // The receive fails and the QP goes to ERR; the requester gets a NAK (an invalid
+      // request), where rxe 6.1 acknowledges the SEND (deviations.hpp,
+      // mw.send_inv_region_rkey).
       e.wc.status = wc_status::rem_inv_req_err;
-      if (!recv_cqe(f, d, e, false)) return;  // lost to an overrun: in ERR, unanswered
+      if (!recv_cqe(f, d, e, m.solicited)) return;  // lost to an overrun: in ERR, unanswered
       to_error(f, d);
-      if (m.type == qp_type::rc) respond(f, m, nak(wc_status::rem_inv_req_err));
+      if (m.type == qp_type::rc) {
+        if (f.as_rxe())
+          acknowledge(f, m);
+        else
+          respond(f, m, nak(wc_status::rem_inv_req_err));
+      }
       return;
     }
     // rxe 6.1 sets no WITH_INV (deviations.hpp, mw.recv_with_inv_flag): GRH alone.
@@ -299,7 +306,7 @@ inline void receive_write(fabric_state& f, qp_obj* d, const message& m) {
       // Local: the protection error is on this side's memory (ibv_poll_cq(3): "during the
       // processing of a RDMA Write with Immediate ... the Remote Access Error NAK was sent").
       e.wc.status = f.as_rxe() ? wc_status::rem_access_err : wc_status::loc_access_err;
-      if (!recv_cqe(f, d, e, false)) return;  // lost to an overrun: in ERR, unanswered
+      if (!recv_cqe(f, d, e, m.solicited)) return;  // lost to an overrun: in ERR, unanswered
     }
     return refuse(f, d, m, wc_status::rem_access_err, async_event_type::qp_access_err);
   }
