@@ -33,6 +33,7 @@ inline const char* errno_name(int e) noexcept {
     case ECONNRESET: return "ECONNRESET";
     case EIO: return "EIO";
     case ERANGE: return "ERANGE";
+    case ENODATA: return "ENODATA";
     default: return "errno";
   }
 }

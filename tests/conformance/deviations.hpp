@@ -156,6 +156,7 @@ inline constexpr std::string_view retry_cnt_7 = "fault.retry_cnt_7";
 inline constexpr std::string_view local_fault_behind_unacked = "fault.send_sge_bad_behind_unacknowledged";
 inline constexpr std::string_view solicited_arm_failed = "cq.solicited_arm_failed_completion";
 inline constexpr std::string_view send_inv_region_rkey = "mw.send_inv_region_rkey";
+inline constexpr std::string_view sq_drained_unasked = "async.sq_drained_unasked";
 
 }  // namespace ids
 
@@ -463,6 +464,13 @@ inline constexpr std::array deviation_table{
     deviation_row{ids::solicited_arm_failed, "rxe", {.verb_errno = ETIMEDOUT},
                   "rxe 6.1 (observed, audit 36; rxe_comp.c posts send completions unsolicited, rxe_resp.c takes a "
                   "receive's from the packet's SE bit): no event; only a flushed receive (no packet) raises it"},
+    // A move from RTS to SQD without EN_SQD_ASYNC_NOTIFY: is SQ_DRAINED raised?
+    deviation_row{ids::sq_drained_unasked, "spec", {.async_event = tri::no},
+                  "IBA: SQ_DRAINED is raised once the send queue drained when the move to SQD asked for it "
+                  "(EN_SQD_ASYNC_NOTIFY), else never"},
+    deviation_row{ids::sq_drained_unasked, "rxe", {.async_event = tri::yes},
+                  "rxe 6.1 (observed, audit 36): raised at every move to SQD, asked for or not, the send queue "
+                  "idle or not"},
     // LOCAL_INV of a type 2 window bound through a UC queue pair, posted there.
     deviation_row{ids::local_inv_on_uc, "spec", {.req = {wc_status::success}},
                   "spec §10.5 (and rdmavt): LOCAL_INV is a local operation of RC and UC queue pairs"},

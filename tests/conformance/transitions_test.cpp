@@ -147,6 +147,38 @@ CONFORMANCE_CASE("transitions: RTS->SQD->RTS") {
   });
 }
 
+// SQ_DRAINED comes once the WRs a queue pair had started when it moved to SQD are done,
+// if the move asked for it (EN_SQD_ASYNC_NOTIFY); rxe 6.1 raises it at every move to SQD
+// (audit 36, D5).
+CONFORMANCE_CASE("transitions: SQ_DRAINED after RTS->SQD, asked for and not") {
+  fixture<B> fx;
+  const auto want = expected(ids::sq_drained_unasked, backend_traits<B>::profile());
+  auto& buf = fx.make_buffer(4096);
+  for (const bool ask : {true, false}) {
+    CAPTURE(ask);
+    auto [a, b] = fx.make_pair();
+    for (std::uint64_t i = 0; i < 4; ++i)
+      REQUIRE(fx.post_rdma(a, i, opcode::rdma_write, buf.sge(0, 64), buf.addr(1024), buf.rkey()) == 0);
+    qp_attr attr;
+    attr.state = qp_state::sqd;
+    attr.en_sqd_async_notify = ask;
+    REQUIRE(modify_errno(a, attr, ask ? qp_attr_mask::state | qp_attr_mask::en_sqd_async_notify
+                                      : qp_attr_mask::state) == 0);
+    CHECK(fx.poll(a.send_cq, 4, "the WRITEs started before SQD").size() == 4);
+    async_event ev;
+    const bool expect = ask || want.async_event == tri::yes;
+    const int got = B::get_async_event(fx.ctx, expect ? 2000ms : 300ms, ev);
+    CHECK(got == (expect ? 0 : ETIMEDOUT));
+    if (got == 0) {
+      CHECK(ev.type == async_event_type::sq_drained);
+      CHECK(ev.object == static_cast<const void*>(a.qp));
+      CHECK(B::get_async_event(fx.ctx, 100ms, ev) == ETIMEDOUT);  // once
+    }
+    fx.move_to(a, qp_state::err);
+    fx.drain(a.send_cq, 4);
+  }
+}
+
 CONFORMANCE_CASE("transitions: SQD->SQD, with the state alone or an optional attribute") {
   fixture<B> fx;
   for_each_transport([&](qp_type t) {

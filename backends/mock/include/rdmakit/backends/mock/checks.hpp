@@ -118,8 +118,9 @@ inline void check_av(fabric_state& f, context_obj* ctx, const ah_attr& av, const
     fail(verb, EINVAL,
          "on RoCE (Ethernet link layer) the address needs a GRH: set is_global=1, grh.dgid to the peer's GID and "
          "grh.sgid_index to a local RoCEv2 GID");
+  // ENODATA: the kernel's GID table lookup (rdma_get_gid_attr), for every device.
   if (av.is_global && (av.grh.sgid_index >= port.gids.size() || !port.gids[av.grh.sgid_index].valid))
-    fail(verb, EINVAL,
+    fail(verb, ENODATA,
          cat("grh.sgid_index ", av.grh.sgid_index, " is not a valid GID on port ", av.port_num,
              " (use query_gid to list the table)"));
   if (!av.is_global && av.dlid == 0)
@@ -159,12 +160,20 @@ inline void validate_attr(fabric_state& f, qp_obj* q, const qp_attr& a, qp_attr_
             dev.cfg.limits.max_qp_rd_atom));
   if (has_all(mask, m::dest_qpn) && a.dest_qp_num > psn_mask) bad("dest_qp_num is wider than 24 bits");
   if (has_all(mask, m::av)) {
+    // The kernel checks the AV's own port (rxe refuses port 2 of one), and the RoCE
+    // address resolution an all-zero GID (rxe, observed: audit 36).
+    if (a.av.port_num < 1 || a.av.port_num > dev.ports.size())
+      bad(cat("av.port_num ", a.av.port_num, " does not exist on ", dev.cfg.name, " (ports are 1..", dev.ports.size(),
+              "): set it to the port the QP leaves from"));
+    if (a.av.is_global && a.av.grh.dgid.is_zero())
+      bad("address vector: grh.dgid is all zeros: set it to the peer's GID");
     ah_attr av = a.av;
     av.port_num = port;
     try {
       check_av(f, q->pd->ctx, av, verb);
     } catch (const verbs_error& e) {
-      bad(cat("address vector: ", e.detail()));  // (bad adds the verb and errno)
+      fail(verb, e.errno_value(), cat(to_string(q->type), " QP ", rdmakit::detail::hex(q->qpn), ": address vector: ",
+                                      e.detail()));
     }
   }
 }

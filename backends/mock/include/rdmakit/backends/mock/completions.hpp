@@ -317,6 +317,19 @@ inline void to_error(fabric_state& f, qp_obj* q) {
   }
 }
 
+/// SQ_DRAINED, once a QP in SQD that owes it has reported every WQE it had started.
+inline void note_sq_drained(fabric_state& f, qp_obj* q) {
+  if (q->state != qp_state::sqd) return void(q->sq_draining = false);
+  for (std::size_t i = sq_index(q, q->report_from); i < q->sq.size() && q->sq[i].seq < q->started_until; ++i)
+    if (!q->sq[i].reported) return;
+  q->sq_draining = false;
+  async_event ev;
+  ev.type = async_event_type::sq_drained;
+  ev.qp_num = q->qpn;
+  ev.object = q;
+  raise_async(f, q->pd->ctx, ev);
+}
+
 /// Reports finished send WQEs in SQ order; an error completion moves the QP to ERR.
 /// Starts at report_from: every WQE before it is reported already.
 inline void report_sends(fabric_state& f, qp_obj* q) {
@@ -345,6 +358,7 @@ inline void report_sends(fabric_state& f, qp_obj* q) {
     }
   }
   retire_front_on_completion(f, q);
+  if (RDMAKIT_UNLIKELY(q->sq_draining)) note_sq_drained(f, q);
 }
 
 }  // namespace mock::detail

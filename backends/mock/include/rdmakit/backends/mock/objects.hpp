@@ -346,6 +346,9 @@ class qp_obj {
   // are still sent again by retries and RNR back-offs, as a device drains the messages in
   // progress; later ones wait for RTS.
   std::uint64_t started_until = 1;
+  // In SQD, SQ_DRAINED is owed once the WQEs before started_until are all reported:
+  // asked with EN_SQD_ASYNC_NOTIFY (rxe 6.1 raises it without).
+  bool sq_draining = false;
   slot_ring<recv_wqe> rq;
   srq_obj* srq = nullptr;  // receives come from here instead of rq (rq stays empty)
   // In ERR with its flushes not written yet (fabric_state::first_due's list): a device

@@ -105,8 +105,13 @@ inline void modify_qp_locked(fabric_state& f, qp_obj* q, const qp_attr& a, qp_at
       run_due(f);
       break;
     case qp_state::sqd:
-      if (cur == qp_state::rts) q->started_until = std::max(q->started_until, q->issue_from);
+      if (cur == qp_state::rts) {
+        q->started_until = std::max(q->started_until, q->issue_from);
+        // rxe 6.1 raises SQ_DRAINED at every move to SQD (deviations.hpp, async.sq_drained_unasked).
+        q->sq_draining = f.as_rxe() || (has_all(mask, m::en_sqd_async_notify) && a.en_sqd_async_notify);
+      }
       q->state = next;
+      if (q->sq_draining) note_sq_drained(f, q);
       break;
     default:
       q->state = next;
