@@ -62,8 +62,9 @@ struct [[nodiscard]] post_result {
         return "send queue full: every slot is held by a WR whose (covering) completion was not "
                "polled yet; poll the completion queue, then post again";
       case post_status::rq_full:
-        return "receive queue full: max_recv_wr receives are posted and not completed; poll the "
-               "completion queue or create the queue pair with a larger max_recv_wr";
+        return "receive queue full: max_recv_wr receives (a shared receive queue's max_wr) are posted and not "
+               "completed; poll the completion queue, or create the queue pair (or the shared receive queue) "
+               "larger";
       case post_status::qp_error:
         return "queue pair in ERR: an earlier completion failed (or the peer broke the "
                "connection) and outstanding WRs are flushed; poll them and reconnect";
