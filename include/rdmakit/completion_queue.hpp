@@ -156,13 +156,22 @@ class completion_queue {
     blk_ = std::move(blk);
   }
 
-  /// Queue pairs attached to this CQ keep it alive: the handle may go first.
+  /// Queue pairs attached to this CQ keep it alive: the handle may go first, but nothing
+  /// polls the CQ then, and a post that finds no credit is refused `cq_gone`.
   completion_queue(completion_queue&&) noexcept = default;
   /// Releases this handle's share, then takes over `other`'s (attached queue pairs keep the old CQ alive).
-  completion_queue& operator=(completion_queue&&) noexcept = default;
+  completion_queue& operator=(completion_queue&& other) noexcept {
+    if (this != &other) {
+      if (blk_) blk_->poller_goes();
+      blk_ = std::move(other.blk_);
+    }
+    return *this;
+  }
   completion_queue(const completion_queue&) = delete;
   completion_queue& operator=(const completion_queue&) = delete;
-  ~completion_queue() = default;
+  ~completion_queue() {
+    if (blk_) blk_->poller_goes();
+  }
 
   /// False for an empty (default-constructed or moved-from) handle.
   explicit operator bool() const noexcept { return blk_ != nullptr; }

@@ -24,6 +24,9 @@ enum class post_status : std::uint8_t {
   /// a list longer than the free slots, whose other slots unsignaled WRs hold: no completion
   /// will give them back; post fewer WRs first (the policy signals one before the queue fills)
   no_completion_due,
+  /// the queue pair's send (or receive) CQ has no completion_queue handle left: nothing
+  /// polls it, so no credit comes back; keep the CQ's handle while its queue pairs post
+  cq_gone,
 };
 
 /// Which rule a WR refused with EINVAL broke, found by the queue pair on the failure path
@@ -95,6 +98,10 @@ struct [[nodiscard]] post_result {
                "slots are unsignaled, and only a signaled WR's completion gives slots back; post fewer WRs "
                "first (single WRs or a shorter list: the signaling policy signals one before the queue fills), "
                "then poll the completion queue and post the list again";
+      case post_status::cq_gone:
+        return "no credit will come back: the queue pair's completion queue has no completion_queue handle "
+               "left (destroyed or moved from while the queue pair kept it alive), so nothing polls it; keep the "
+               "completion_queue as long as the queue pairs that complete into it";
       case post_status::backend_error:
         switch (err) {
           case EINVAL:
@@ -155,6 +162,7 @@ constexpr const char* to_string(post_status s) noexcept {
     case post_status::stale_address: return "stale_address";
     case post_status::empty_list: return "empty_list";
     case post_status::no_completion_due: return "no_completion_due";
+    case post_status::cq_gone: return "cq_gone";
   }
   return "unknown";
 }

@@ -366,8 +366,12 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       for (const auto& b : bufs)
         if (RDMAKIT_UNLIKELY(b.length < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
-    if (RDMAKIT_UNLIKELY(l.rq_depth - l.rq.held < bufs.size()))
-      return {bufs.size() > l.rq_depth ? post_status::list_too_long : post_status::rq_full, 0, 0};
+    // (rq_open_depth is rq_depth, but 0 once the receive CQ's handle went: cq_gone)
+    if (RDMAKIT_UNLIKELY(l.rq_depth - l.rq.held < bufs.size() || l.rq_open_depth < l.rq_depth))
+      return {bufs.size() > l.rq_depth ? post_status::list_too_long
+              : parts_.rcq->poller_gone ? post_status::cq_gone
+                                        : post_status::rq_full,
+              0, 0};
     constexpr std::size_t chunk = 32;
     std::uint32_t done = 0;
     while (done < bufs.size()) {
@@ -838,7 +842,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   // more WRs than the send queue ever holds).
   RDMAKIT_NOINLINE bool cannot_post_(std::uint32_t n) const {
     const auto& l = link_("can_post");  // throws for an empty handle
-    if (l.error) return false;
+    if (l.error || parts_.scq->poller_gone) return false;
     throw usage_error(detail::cat("queue_pair::can_post(", n, "): ", n, " WRs never fit a send queue of ",
                                   l.sq.depth(), " slots, however many completions are polled: split the list, or "
                                   "create the queue pair with a larger max_send_wr"));
@@ -885,6 +889,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if (parts_.link->error) return {post_status::qp_error, 0, 0};
     // max_send_wr 0 (a receive-only queue pair): no polling ever makes room.
     if (parts_.link->sq.depth() == 0) return {post_status::list_too_long, 0, 0};
+    if (parts_.scq->poller_gone) return {post_status::cq_gone, 0, 0};  // nothing will poll
     return {post_status::sq_full, 0, 0};  // what is left: fewer than n credits
   }
 
@@ -959,7 +964,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     if constexpr (T::recv_offset != 0)
       if (total < T::recv_offset) return {post_status::recv_too_small, 0, 0};
     if (parts_.link->error) return {post_status::qp_error, 0, 0};
-    return {parts_.link->rq_depth == 0 ? post_status::list_too_long : post_status::rq_full, 0, 0};
+    if (parts_.link->rq_depth == 0) return {post_status::list_too_long, 0, 0};
+    return {parts_.rcq->poller_gone ? post_status::cq_gone : post_status::rq_full, 0, 0};
   }
 
   detail::qp_parts<B> parts_;

@@ -91,6 +91,9 @@ class task_promise<void> : public task_promise_base {
   "co_await on a task's awaiter kept in a variable: await the task itself (co_await std::move(t)); " \
   "an awaiter kept by hand can be destroyed by other code while a coroutine waits on it"
 
+#define RDMAKIT_DETAIL_TASK_AWAITED_BY_NAME \
+  "co_await on a task variable: a task is awaited once, by moving it in (co_await std::move(t))"
+
 /// What `co_await std::move(t)` awaits: it owns the task's frame from then on.
 template <class T>
 class task_awaiter {
@@ -186,6 +189,12 @@ class [[nodiscard]] task {
   /// awaiter kept in a variable does not compile. An empty task (moved from,
   /// default-constructed or awaited before) throws usage_error when awaited.
   auto operator co_await() && noexcept { return detail::task_awaiter<T>(std::exchange(h_, {})); }
+  /// `co_await t` on a task variable does not compile: it would leave `t` empty behind a
+  /// name that still looks usable; the message says to write `co_await std::move(t)`.
+  template <class U = T>
+  void operator co_await() const& {
+    static_assert(sizeof(U) == 0, RDMAKIT_DETAIL_TASK_AWAITED_BY_NAME);
+  }
 
  private:
   friend class detail::task_promise<T>;

@@ -296,7 +296,8 @@ class worker {
   }
   void check_post_(const post_result& r, const char* what) {
     using enum post_status;
-    if (!r.ok() && r.status != sq_full && r.status != rq_full && r.status != qp_error)
+    // (cq_gone: the queue pair's CQ handle went, which a step may do before its queue pairs)
+    if (!r.ok() && r.status != sq_full && r.status != rq_full && r.status != qp_error && r.status != cq_gone)
       fail_(cat(what, ": refused with ", to_string(r.status), " (", r.message(), ")"));
   }
   // Records the WR a post took; a refused one gives its sink and slice back at once.

@@ -390,6 +390,9 @@ struct cq_block {
   // destroyed when the outermost delivery ends (cq_delivery).
   unsigned delivering = 0;
   shared_count* doomed = nullptr;
+  // Its completion_queue handle went while queue pairs still hold it: nothing polls it
+  // again, so their posts are refused (cq_gone) rather than wait for credits.
+  bool poller_gone = false;
   // Set, on the CQ's thread, once a type 2 window's qp_native_hold owns this block: the
   // window may be freed on any thread, and drop the last owner while a delivery runs
   // here (audit 31). Then the destroyer marks `delivering` with doomed_bit and the
@@ -703,6 +706,22 @@ struct cq_block {
       flushing -= std::min<std::uint64_t>(flushing, d.left);
       return true;
     });
+  }
+
+  /// The completion_queue handle lets go: no poll comes again, and no credit with it.
+  /// Its queue pairs' posts are refused from now on (their refusals say cq_gone): a
+  /// completion of a WR posted now would never be seen, and the next sq_full's advice to
+  /// poll could not be followed.
+  void poller_goes() noexcept {
+    poller_gone = true;
+    for (auto& r : routes) {
+      qp_link<B>& l = *r.second;
+      if (l.send_cq == this) {
+        l.sends_possible = false;
+        l.sq.close();
+      }
+      if (l.recv_cq == this) l.rq_open_depth = 0;
+    }
   }
 
   /// `flushing` less what forget_drained would give back now (completion_queue::flushing()):

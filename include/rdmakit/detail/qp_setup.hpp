@@ -262,6 +262,8 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
   l.sq = sq_credits::for_policy<S>(caps.max_send_wr);
   l.sends_possible = caps.max_send_wr != 0;
   l.rq_depth = l.rq_open_depth = p.asked.max_recv_wr;
+  if (scq->poller_gone) l.sends_possible = false, l.sq.close();  // a reset() after the CQ's handle went
+  if (rcq->poller_gone) l.rq_open_depth = 0;
   // Each CQ is named in the link once attached: a destruction detaches from those only
   // (one whose attach ran out of memory holds nothing of this QP).
   if (scq == rcq) {

@@ -383,6 +383,38 @@ TEST_CASE("can_post(n): true while n more WRs fit the send queue, false when it 
   CHECK_FALSE(p.a.can_post());  // in ERR nothing may be posted
 }
 
+// Queue pairs keep their CQs alive, so a CQ's handle may go first: but then nothing polls
+// it again, and a queue pair whose credits ran out was told sq_full ("poll the completion
+// queue") for ever, with nothing left to poll (audit 37).
+TEST_CASE("a queue pair whose CQ handle is gone is refused cq_gone at once, not sq_full once its credits ran out") {
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto src = x.pd.allocate<rw_access>(64);
+  auto dst = y.pd.allocate<rw_access>(64);
+  std::optional<queue_pair<B, rc, signal_all, qp_state::rts>> a;
+  std::optional<queue_pair<B, rc, signal_all, qp_state::rts>> b;
+  {
+    auto cq = x.dev.create_cq(16);
+    auto p = make_pair<rc>(x.pd, cq, y.pd, y.cq, qp_cap{4, 4});
+    a.emplace(std::move(p.a));
+    b.emplace(std::move(p.b));
+    REQUIRE(a->write(src.local(0, 8), dst.remote(), 1).ok());
+    CHECK(collect(cq, 1).size() == 1);
+  }  // the only handle of a's CQ goes: nothing polls it again
+  const post_result r = a->write(src.local(0, 8), dst.remote(), 2);
+  CHECK(r.status == post_status::cq_gone);
+  CHECK(std::string(r.message()).find("no completion_queue handle") != std::string::npos);
+  CHECK_FALSE(a->can_post());
+  auto list = queue_pair<B, rc, signal_all, qp_state::rts>::make_batch<2>();
+  REQUIRE(list.add(op::write{src.local(0, 8), dst.remote()}, 3));
+  CHECK(a->post(list).status == post_status::cq_gone);
+  CHECK(a->post_recv(src.local(8, 8), 14).status == post_status::cq_gone);
+  std::vector<local_buffer> two{src.local(8, 8), src.local(16, 8)};
+  CHECK(a->post_recvs(two, 20).status == post_status::cq_gone);
+  // Its peer, whose CQ has its handle, goes on.
+  CHECK(b->write(src.local(0, 8), dst.remote(), 30).status != post_status::cq_gone);
+}
+
 TEST_CASE("scatter/gather lists on send, receive and READ") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");
