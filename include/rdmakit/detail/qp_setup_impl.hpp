@@ -29,7 +29,10 @@ RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std:
   std::string s = cat("CQ of ", capacity, " entries is too small for a", tname == "RC" ? "n " : " ", tname,
                       " queue pair of ", sends, " send + ", recvs, " receive WRs", cq_entries_taken(reserved, flushing,
                                                                                                   attached));
-  if (need <= max_cqe)
+  if (flushing && need - flushing <= static_cast<std::uint64_t>(capacity))  // it fits once that room is back
+    append(s, ": poll the CQ first (polling those completions, or a poll that finds it empty, gives their room "
+              "back), or create it with at least ", need, " entries");
+  else if (need <= max_cqe)
     append(s, ": create it with at least ", need,
            " entries (a CQ must hold the queue depths of every QP attached to it)");
   else
