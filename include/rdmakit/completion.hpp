@@ -58,8 +58,9 @@ inline const char* explain(wc_status s) noexcept {
     case wc_status::rem_op_err:
       return "the responder could not complete the operation (for example an invalid receive SGE)";
     case wc_status::retry_exc_err:
-      return "the peer did not answer within retry_cnt timeouts: it is down, unreachable, or "
-             "its queue pair is not in RTR (check the endpoint exchange)";
+      return "the peer did not answer within retry_cnt timeouts: it is down or unreachable, its queue "
+             "pair is not in RTR (check the endpoint exchange), or it went to ERR (say its CQ overflowed "
+             "because the peer did not poll it: the peer's device raised an asynchronous event)";
     case wc_status::rnr_retry_exc_err:
       return "the peer had no receive posted (RNR) for rnr_retry attempts: post receives before "
              "the sender sends";

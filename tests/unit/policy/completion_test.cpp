@@ -63,4 +63,7 @@ TEST_CASE("status_message names the status, the queue, the wr_id, the QP (in hex
   CHECK(completion<B>(w).status_message().find("receive wr_id 8") != std::string::npos);
   for (std::uint32_t s2 = 1; s2 <= static_cast<std::uint32_t>(wc_status::general_err); ++s2)
     CHECK(std::string(explain(static_cast<wc_status>(s2))).size() > 5);
+  // A peer whose CQ overflowed (it did not poll) goes to ERR and answers nothing: the
+  // sender's RETRY_EXC_ERR named only an endpoint exchange gone wrong (audit 37).
+  CHECK(std::string(explain(wc_status::retry_exc_err)).find("CQ overflowed") != std::string::npos);
 }
