@@ -493,10 +493,16 @@ class async_queue_pair {
   }
 
   /// `co_await aqp.recv(buf)`: posts a receive into `buf` and resumes with its completion.
+  /// (A queue pair on a shared receive queue has none of its own: see the message below.)
   auto recv(const local_buffer& buf) {
-    return awaiter_("recv", [buf](core_type& c, std::uint64_t id) {
-      return std::visit([&](auto& qp) { return qp.post_recv(buf, id); }, c.any());
-    });
+    static_assert(!detail::shares_receives<T>,
+                  "this queue pair takes its receives from a shared receive queue: post them with "
+                  "srq.post_recv(buf, wr_id), and co_await their completions from the async completion queue's "
+                  "next() (docs/coroutines.md)");
+    if constexpr (!detail::shares_receives<T>)
+      return awaiter_("recv", [buf](core_type& c, std::uint64_t id) {
+        return std::visit([&](auto& qp) { return qp.post_recv(buf, id); }, c.any());
+      });
   }
 
   /// `co_await aqp.post(op::write{src, dst})`: posts any operation of operations.hpp
