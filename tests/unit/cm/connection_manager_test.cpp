@@ -1446,6 +1446,16 @@ TEST_CASE("cm (mock): a timeout shorter than the CM's retry time ends first; the
 #if !RDMAKIT_CM_RDMACM
 namespace {
 // The mock, failing the next event channel made on one device.
+// A server (mock0) and a client (mock1) of the mock R that fails a verb, and a listener.
+template <class R>
+struct failing_rig {
+  mock::fabric fab{testbed::config()};
+  device<R> ds{fab, "mock0"}, dc{fab, "mock1"};
+  protection_domain<R> pds = ds.create_pd(), pdc = dc.create_pd();
+  completion_queue<R> cqs = ds.create_cq(64), cqc = dc.create_cq(64);
+  cm_listener<R> l{ds, cm_address::parse("10.0.0.1", next_port())};
+};
+
 struct channel_failing : backends::mock {
   static inline std::atomic<context> fail_on{};
   static cm_channel cm_create_channel(context ctx) {
@@ -1461,11 +1471,11 @@ struct channel_failing : backends::mock {
 // it, and the peer, never answered, waited out its timeout.
 TEST_CASE("cm (mock): a request whose event channel cannot be made is refused, its id not leaked") {
   using R = channel_failing;
-  mock::fabric fab(testbed::config());
-  device<R> ds(fab, "mock0"), dc(fab, "mock1");
-  auto pds = ds.create_pd(), pdc = dc.create_pd();
-  auto cqs = ds.create_cq(64), cqc = dc.create_cq(64);
-  cm_listener<R> l(ds, cm_address::parse("10.0.0.1", next_port()));
+  failing_rig<R> rig;
+  auto& ds = rig.ds;
+  auto &pds = rig.pds, &pdc = rig.pdc;
+  auto &cqs = rig.cqs, &cqc = rig.cqc;
+  auto& l = rig.l;
   auto connect = [&]() -> std::error_code {
     cm_options o;
     o.timeout = 2s;
@@ -1506,11 +1516,10 @@ struct accept_failing : backends::mock {
 // read a reject without one (audit 35, F3).
 TEST_CASE("cm (mock): an accept rdma_accept refuses leaves the request, to reject with a reason or accept again") {
   using R = accept_failing;
-  mock::fabric fab(testbed::config());
-  device<R> ds(fab, "mock0"), dc(fab, "mock1");
-  auto pds = ds.create_pd(), pdc = dc.create_pd();
-  auto cqs = ds.create_cq(64), cqc = dc.create_cq(64);
-  cm_listener<R> l(ds, cm_address::parse("10.0.0.1", next_port()));
+  failing_rig<R> rig;
+  auto &pds = rig.pds, &pdc = rig.pdc;
+  auto &cqs = rig.cqs, &cqc = rig.cqc;
+  auto& l = rig.l;
   for (const bool own_qp : {false, true}) {
     CAPTURE(own_qp);
     for (const bool reject : {true, false}) {

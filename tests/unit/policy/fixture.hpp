@@ -155,6 +155,29 @@ struct inline_pair {
   inline_pair() { flag_recording::seen = send_flags::none; }
 };
 
+/// A CQ of 20 entries on mock0 that a busy RC pair keeps from being found empty, and a
+/// queue pair of 4 + 4 destroyed there with its 4 receives outstanding (the mock cleans
+/// them out, as most devices; the layer holds their room in flushing() all the same).
+/// drain() polls it once with fewer completions than a batch: a poll that drained it.
+struct destroyed_beside_busy {
+  mock::fabric fab;
+  side x{fab, "mock0"}, y{fab, "mock1"};
+  completion_queue<B> cq = x.dev.create_cq(20);
+  memory_region<B, rw_access> mr = x.pd.allocate<rw_access>(256);
+  memory_region<B, rw_access> src = y.pd.allocate<rw_access>(64);
+  qp_pair<rc> busy = make_pair<rc>(x.pd, cq, y.pd, y.cq, qp_cap{2, 2});
+  destroyed_beside_busy() {
+    auto q = x.pd.create_qp<rc>(cq, qp_cap{4, 4});
+    for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(q.post_recv(mr.local(8 * i, 8), i).ok());
+  }
+  void drain() {
+    REQUIRE(busy.a.post_recv(mr.local(128, 8), 100).ok());
+    REQUIRE(busy.b.send(src.local(0, 8), 1).ok());
+    REQUIRE(collect(y.cq, 1).size() == 1);
+    REQUIRE(cq.poll() == 1);  // fewer than a batch: drained
+  }
+};
+
 /// The mock lending contexts as librdmacm does (backends::rdmacm): one per device of a
 /// fabric, whatever the number of device objects that open it (shares_contexts).
 struct shared_context_mock : backends::mock {

@@ -93,22 +93,10 @@ TEST_CASE("qp_pool: the CQ must hold the pool beside the flushes of a reset queu
 // destroy gives its room back at the next create_qp; create_qp_pool counted that room
 // still held, and kept refusing, with advice (poll) that could not help (audit 34, F1).
 TEST_CASE("qp_pool: room a destroyed queue pair held comes back after a drained poll, as for create_qp") {
-  mock::fabric fab;
-  side x(fab, "mock0"), y(fab, "mock1");
-  auto cq = x.dev.create_cq(20);
-  auto mr = x.pd.allocate<rw_access>(256);
-  auto src = y.pd.allocate<rw_access>(64);
-  auto busy = make_pair<rc>(x.pd, cq, y.pd, y.cq, qp_cap{2, 2});  // keeps the CQ from being found empty
-  {
-    auto q = x.pd.create_qp<rc>(cq, qp_cap{4, 4});
-    for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(q.post_recv(mr.local(8 * i, 8), i).ok());
-  }  // destroyed with 4 receives outstanding (the mock cleans them out, as most devices)
-  REQUIRE(busy.a.post_recv(mr.local(128, 8), 100).ok());
-  REQUIRE(busy.b.send(src.local(0, 8), 1).ok());
-  REQUIRE(collect(y.cq, 1).size() == 1);
-  REQUIRE(cq.poll() == 1);  // fewer than a batch: drained
-  auto pool = x.pd.create_qp_pool<rc>(cq, 2, qp_cap{4, 4});
-  CHECK(cq.reserved() == 20);
+  destroyed_beside_busy r;
+  r.drain();
+  auto pool = r.x.pd.create_qp_pool<rc>(r.cq, 2, qp_cap{4, 4});
+  CHECK(r.cq.reserved() == 20);
 }
 
 TEST_CASE("qp_pool: a count whose CQ entries overflow 64 bits is a usage_error, not a length_error") {
