@@ -32,6 +32,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <span>
 #include <string>
@@ -300,26 +301,30 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
 
   /// connect(), activate() and reset() consume this object (the queue pair moves to the
   /// one they return): called on an lvalue they do not compile, with this message
-  /// rather than the compiler's "discards qualifiers".
+  /// rather than the compiler's "discards qualifiers". (Each returns what the real call
+  /// does, so `auto live = qp.connect(peer)` fails on the message first, not on a void.)
   template <class... Args>
-  void connect(const Args&...) const& {
+  queue_pair<B, T, S, qp_state::rts> connect(const Args&...) const& {
     static_assert(detail::consumed_by_call<Args...>,
                   "connect() consumes the INIT queue pair and returns the connected one: write "
                   "auto live = std::move(qp).connect(peer);");
+    std::terminate();
   }
   /// Does not compile: activate() consumes the queue pair (std::move(qp).activate()).
   template <class... Args>
-  void activate(const Args&...) const& {
+  queue_pair<B, T, S, qp_state::rts> activate(const Args&...) const& {
     static_assert(detail::consumed_by_call<Args...>,
                   "activate() consumes the INIT queue pair and returns the active one: write "
                   "auto live = std::move(qp).activate();");
+    std::terminate();
   }
   /// Does not compile: reset() consumes the queue pair (std::move(qp).reset()).
   template <class... Args>
-  void reset(const Args&...) const& {
+  queue_pair<B, T, S, qp_state::init> reset(const Args&...) const& {
     static_assert(detail::consumed_by_call<Args...>,
                   "reset() consumes the queue pair and returns a fresh INIT one: write "
                   "auto init = std::move(qp).reset();");
+    std::terminate();
   }
 
   /// INIT→RTR→RTS of a UD queue pair (no peer: each send names its destination).
