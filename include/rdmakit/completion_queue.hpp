@@ -157,7 +157,7 @@ class completion_queue {
   }
 
   /// Queue pairs attached to this CQ keep it alive: the handle may go first, but nothing
-  /// polls the CQ then, and a post that finds no credit is refused `cq_gone`.
+  /// polls the CQ then, and its queue pairs' posts are refused (`cq_gone`) from then on.
   completion_queue(completion_queue&&) noexcept = default;
   /// Releases this handle's share, then takes over `other`'s (attached queue pairs keep the old CQ alive).
   completion_queue& operator=(completion_queue&& other) noexcept {

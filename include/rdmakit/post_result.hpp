@@ -100,8 +100,8 @@ struct [[nodiscard]] post_result {
                "then poll the completion queue and post the list again";
       case post_status::cq_gone:
         return "no credit will come back: the queue pair's completion queue has no completion_queue handle "
-               "left (destroyed or moved from while the queue pair kept it alive), so nothing polls it; keep the "
-               "completion_queue as long as the queue pairs that complete into it";
+               "left (destroyed, or assigned another CQ, while the queue pair kept it alive), so nothing polls "
+               "it; keep the completion_queue as long as the queue pairs that complete into it";
       case post_status::backend_error:
         switch (err) {
           case EINVAL:
