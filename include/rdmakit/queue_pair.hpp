@@ -371,8 +371,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
       for (const auto& b : bufs)
         if (RDMAKIT_UNLIKELY(b.length < T::recv_offset)) return {post_status::recv_too_small, 0, 0};
     if (RDMAKIT_UNLIKELY(l.error)) return {post_status::qp_error, 0, 0};
-    // (rq_open_depth is rq_depth, but 0 once the receive CQ's handle went: cq_gone)
-    if (RDMAKIT_UNLIKELY(l.rq_depth - l.rq.held < bufs.size() || l.rq_open_depth < l.rq_depth))
+    // One compare: rq_open_depth is rq_depth, but 0 once the receive CQ's handle went.
+    if (RDMAKIT_UNLIKELY(l.rq.held + bufs.size() > l.rq_open_depth))
       return {bufs.size() > l.rq_depth ? post_status::list_too_long
               : parts_.rcq->poller_gone ? post_status::cq_gone
                                         : post_status::rq_full,
