@@ -62,6 +62,10 @@ step() {
   sed 's/^/    /' "$out"
   if ((rc == 0)); then
     echo "-- PASS $name ($((SECONDS - t0)) s)"
+  elif [[ ${reference:-} == 1 ]]; then
+    # perftest against itself says what the link does for a program not ours: its own
+    # failure (ib_write_bw once hung past 120 s in the emulated guests) is told, not counted.
+    echo "-- FAIL (reference only, not counted) $name (exit $rc after $((SECONDS - t0)) s)"
   else
     echo "-- FAIL $name (exit $rc after $((SECONDS - t0)) s)"
     failed=$((failed + 1))
@@ -79,7 +83,7 @@ step "uc: rdmakit server, ibv_uc_pingpong client" -- "$t/rdmakit-pingpong" -T uc
 step "ud: rdmakit server, ibv_ud_pingpong client" -- "$t/rdmakit-pingpong" -T ud "${g[@]}" -n 200 -- ibv_ud_pingpong "${g[@]}" -n 200
 step "ud: ibv_ud_pingpong server, rdmakit client" -- ibv_ud_pingpong "${g[@]}" -n 200 -- "$t/rdmakit-pingpong" -T ud "${g[@]}" -n 200
 step "write_bw: rdmakit-perf against itself" -- "$t/rdmakit-perf" write_bw -d "$dev" -n 2000 -- "$t/rdmakit-perf" write_bw -d "$dev" -n 2000
-step "write_bw: ib_write_bw against itself (perftest, for reference)" -- ib_write_bw -d "$dev" -x 1 -n 2000 -- ib_write_bw -d "$dev" -x 1 -n 2000
+reference=1 step "write_bw: ib_write_bw against itself (perftest, for reference)" -- ib_write_bw -d "$dev" -x 1 -n 2000 -- ib_write_bw -d "$dev" -x 1 -n 2000
 echo "wire ($role): $failed step(s) failed"
 # (repeated at the end: meson shows only a long log's last lines)
 for name in "${failed_names[@]}"; do echo "wire ($role): FAILED $name"; done
