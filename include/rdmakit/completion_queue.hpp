@@ -5,10 +5,10 @@
 /// completion polled goes through the accounting of the QP it belongs to (routed by
 /// qp_num), which gives send-queue credits back; `dispatch()` then hands it to that QP's
 /// handler. A handler may destroy queue pairs, their own handler and this CQ's state
-/// (docs/polling.md), not the handle it runs from. An exception from a handler given to
-/// poll/wait leaves the call (each of them is noexcept for a noexcept handler) with every
-/// completion of the batch accounted; from an on() handler or dispatch's fallback, it
-/// leaves dispatch once the rest of the batch reached their handlers.
+/// (docs/polling.md), not the handle it runs from. An exception from a handler (given to
+/// poll/wait, which are noexcept for a noexcept one, to on(), or dispatch's fallback)
+/// leaves the call once the rest of the batch reached their handlers, every completion
+/// accounted.
 #include <rdmakit/backend.hpp>
 #include <rdmakit/completion.hpp>
 #include <rdmakit/detail/chrono.hpp>
@@ -200,7 +200,8 @@ class completion_queue {
 
   /// Polls one batch (up to P::batch) and calls f(completion<B>) for each, after the
   /// owning QP's credit accounting. Returns the count, or -errno if poll_cq failed
-  /// (-EBADF on an empty handle).
+  /// (-EBADF on an empty handle). If f throws, the rest of the batch is still given to
+  /// f, then the first exception leaves (the later ones are dropped).
   template <completion_handler<B> F>
   RDMAKIT_ALWAYS_INLINE int poll(F&& f) noexcept(nothrow<F>) {
     constexpr bool inert = std::is_same_v<std::remove_cvref_t<F>, ignore_completion>;
@@ -438,12 +439,13 @@ class completion_queue {
         // its serial: a link made by a handler may be where `l` was freed.
         const std::uint64_t serial = l->serial, made_by = detail::last_qp_serial();
         detail::batch_in_delivery<B> batch(b, serial);  // a reset() meanwhile keeps `l` for the rest
-        for (int i = 0; i < n; ++i) {
+        int i = 0;
+        each_of_batch_<NoThrow>(i, n, [&] {
           if (RDMAKIT_LIKELY(b.last_serial == serial))
             g(l, completion<B>(wcs[i], l->recv_offset));
           else
             (void)deliver_<false, Divert, true>(b, wcs[i], g, made_by);  // (the batch is `l`'s: none is async)
-        }
+        });
       }
       return n;
     }
@@ -460,30 +462,43 @@ class completion_queue {
     int given = 0;
     if constexpr (Inert) {
       for (int i = 0; i < n; ++i) given += deliver_<true, Divert>(b, wcs[i], g);
-    } else if constexpr (NoThrow) {
+    } else {
       detail::cq_delivery<B> in_use(b);
       const std::uint64_t made_by = detail::last_qp_serial();  // queue pairs made later own none of these
       int i = 0;
       detail::batch_frame<B> frame{wcs, &i, n, nullptr};
       detail::batch_frame_scope<B> held(b, frame);
-      for (; i < n; ++i) given += deliver_<true, Divert, true>(b, wcs[i], g, made_by);
-    } else {
-      detail::cq_delivery<B> in_use(b);
-      const std::uint64_t made_by = detail::last_qp_serial();
-      int i = 0;
-      detail::batch_frame<B> frame{wcs, &i, n, nullptr};
-      detail::batch_frame_scope<B> held(b, frame);
-      try {
-        for (; i < n; ++i) given += deliver_<true, Divert, true>(b, wcs[i], g, made_by);
-      } catch (...) {
-        // The handler of wcs[i] threw (after its accounting): the rest give their
-        // credits back undelivered, as the fast path's batch accounting does.
-        auto undelivered = [](detail::qp_link<B>*, const completion<B>&) noexcept {};
-        for (++i; i < n; ++i) (void)deliver_<true, Divert, true>(b, wcs[i], undelivered, made_by);
-        throw;
-      }
+      each_of_batch_<NoThrow>(i, n, [&] { given += deliver_<true, Divert, true>(b, wcs[i], g, made_by); });
     }
     return given;  // (only the async layer's and drain markers are not given to g)
+  }
+
+  // step() for each i in [i, n), `i` being the caller's index (a batch_frame points at
+  // it). A handler that may throw does not stop the batch: the completions polled with
+  // the one whose handler threw were consumed from the CQ, so they still reach it (as
+  // dispatch's reach theirs), then the first exception leaves (later ones are dropped).
+  template <bool NoThrow, class Step>
+  static RDMAKIT_ALWAYS_INLINE void each_of_batch_(int& i, int n, Step&& step) noexcept(NoThrow) {
+    if constexpr (NoThrow) {
+      for (; i < n; ++i) step();
+    } else {
+      try {
+        for (; i < n; ++i) step();
+      } catch (...) {
+        rest_of_batch_then_rethrow_(i, n, step);
+      }
+    }
+  }
+  template <class Step>
+  [[noreturn]] static RDMAKIT_NOINLINE void rest_of_batch_then_rethrow_(int& i, int n, Step& step) {
+    const std::exception_ptr first = std::current_exception();
+    for (++i; i < n; ++i) {
+      try {
+        step();
+      } catch (...) {  // dropped: the first one leaves
+      }
+    }
+    std::rethrow_exception(first);
   }
 
   // One completion to g, through the queue pair its qp_num names now (after the call
