@@ -158,6 +158,7 @@ inline constexpr std::string_view solicited_arm_failed = "cq.solicited_arm_faile
 inline constexpr std::string_view send_inv_region_rkey = "mw.send_inv_region_rkey";
 inline constexpr std::string_view sq_drained_unasked = "async.sq_drained_unasked";
 inline constexpr std::string_view poll_negative_count = "cq.poll_negative_count";
+inline constexpr std::string_view message_over_2g = "posting.message_over_2g";
 
 }  // namespace ids
 
@@ -554,6 +555,13 @@ inline constexpr std::array deviation_table{
                   "rxe (kernel 6.1, observed; rxe_srq.c rxe_srq_chk_attr checks IB_SRQ_LIMIT against the ring's "
                   "index_mask): armed up to the 2^k-1 receives the ring takes; a raw ibv_create_srq takes any "
                   "srq_limit unchecked"},
+    // A WRITE whose SGEs add up to more than 2^31 bytes.
+    deviation_row{ids::message_over_2g, "spec", {.post_errno = EINVAL, .bad_wr_set = true},
+                  "IBA: a message is at most 2^31 bytes (the mock's max_msg_sz): one above it is EINVAL at post"},
+    deviation_row{ids::message_over_2g, "rxe",
+                  {.post_errno = 0, .req = {wc_status::loc_qp_op_err}, .stays_rts = tri::no},
+                  "rxe 6.1 (observed, audit 36): posted (its provider checks no total), then the requester fails "
+                  "it before reading an SGE: LOC_QP_OP_ERR, the QP in ERR"},
     // A UD send whose address handle belongs to another PD than the QP's.
     deviation_row{ids::ud_ah_other_pd, "spec", {.post_errno = EINVAL, .bad_wr_set = true},
                   "spec §4.1: a UD WR with an AH of another PD is EINVAL at post"},

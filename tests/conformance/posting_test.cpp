@@ -153,6 +153,30 @@ CONFORMANCE_CASE("posting: INLINE above max_inline_data is EINVAL") {
   CHECK(fx.drain(a.send_cq, 3).empty());
 }
 
+// A WRITE of more than 2^31 bytes (one SGE past a small region: its keys are never
+// looked at): refused at post by the spec; posted by rxe, whose requester fails it
+// (audit 36, D7).
+CONFORMANCE_CASE("posting: a WRITE above 2^31 bytes") {
+  fixture<B> fx;
+  const auto want = expected(ids::message_over_2g, backend_traits<B>::profile());
+  auto [a, b] = fx.make_pair();
+  auto& buf = fx.make_buffer(64);
+  typename B::sge s;
+  B::set_sge(s, buf.addr(0), 0x80000001u, buf.lkey());
+  typename B::send_wr wr{};
+  B::set_send(wr, 1, opcode::rdma_write, send_flags::signaled, &s, 1);
+  B::set_rdma(wr, buf.addr(0), buf.rkey());
+  typename B::send_wr* bad = nullptr;
+  CHECK(B::post_send(a.qp, &wr, &bad) == want.post_errno);
+  if (want.post_errno != 0) {
+    CHECK(bad == (want.bad_wr_set ? &wr : nullptr));
+    CHECK(fx.drain(a.send_cq).empty());
+  } else {
+    CONF_CHECK_STATUS(want.req, fx.poll_one(a.send_cq, "the WRITE's completion").status);
+  }
+  CHECK((fx.wait_state(a, qp_state::rts) == qp_state::rts) == (want.stays_rts != tri::no));
+}
+
 CONFORMANCE_CASE("posting: INLINE data is copied at post time and needs no lkey") {
   fixture<B> fx;
   auto [a, b] = fx.make_pair({.caps = {8, 8, 1, 1, 64}});
