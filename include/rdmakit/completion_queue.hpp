@@ -439,8 +439,7 @@ class completion_queue {
         // its serial: a link made by a handler may be where `l` was freed.
         const std::uint64_t serial = l->serial, made_by = detail::last_qp_serial();
         detail::batch_in_delivery<B> batch(b, serial);  // a reset() meanwhile keeps `l` for the rest
-        int i = 0;
-        each_of_batch_<NoThrow>(i, n, [&] {
+        each_of_batch_<NoThrow>(n, [&](int i) RDMAKIT_INLINE_LAMBDA {
           if (RDMAKIT_LIKELY(b.last_serial == serial))
             g(l, completion<B>(wcs[i], l->recv_offset));
           else
@@ -468,37 +467,36 @@ class completion_queue {
       int i = 0;
       detail::batch_frame<B> frame{wcs, &i, n, nullptr};
       detail::batch_frame_scope<B> held(b, frame);
-      each_of_batch_<NoThrow>(i, n, [&] { given += deliver_<true, Divert, true>(b, wcs[i], g, made_by); });
+      each_of_batch_<NoThrow>(n, [&](int k) RDMAKIT_INLINE_LAMBDA { given += deliver_<true, Divert, true>(b, wcs[i = k], g, made_by); });
     }
     return given;  // (only the async layer's and drain markers are not given to g)
   }
 
-  // step() for each i in [i, n), `i` being the caller's index (a batch_frame points at
-  // it). A handler that may throw does not stop the batch: the completions polled with
-  // the one whose handler threw were consumed from the CQ, so they still reach it (as
-  // dispatch's reach theirs), then the first exception leaves (later ones are dropped).
+  // step(i) for each i of a batch of n. A handler that may throw does not stop the batch:
+  // the completions polled with the one whose handler threw were consumed from the CQ,
+  // so they still reach it (as dispatch's reach theirs), then the first exception
+  // leaves (later ones are dropped). All inline, `step` too (RDMAKIT_INLINE_LAMBDA: GCC
+  // would call it from the loop, once the copy in the catch doubled its uses; passed out
+  // of line, what it refers to would live in memory).
   template <bool NoThrow, class Step>
-  static RDMAKIT_ALWAYS_INLINE void each_of_batch_(int& i, int n, Step&& step) noexcept(NoThrow) {
+  static RDMAKIT_ALWAYS_INLINE void each_of_batch_(int n, Step&& step) noexcept(NoThrow) {
+    int i = 0;
     if constexpr (NoThrow) {
-      for (; i < n; ++i) step();
+      for (; i < n; ++i) step(i);
     } else {
       try {
-        for (; i < n; ++i) step();
+        for (; i < n; ++i) step(i);
       } catch (...) {
-        rest_of_batch_then_rethrow_(i, n, step);
+        const std::exception_ptr first = std::current_exception();
+        for (++i; i < n; ++i) {
+          try {
+            step(i);
+          } catch (...) {  // dropped: the first one leaves
+          }
+        }
+        std::rethrow_exception(first);
       }
     }
-  }
-  template <class Step>
-  [[noreturn]] static RDMAKIT_NOINLINE void rest_of_batch_then_rethrow_(int& i, int n, Step& step) {
-    const std::exception_ptr first = std::current_exception();
-    for (++i; i < n; ++i) {
-      try {
-        step();
-      } catch (...) {  // dropped: the first one leaves
-      }
-    }
-    std::rethrow_exception(first);
   }
 
   // One completion to g, through the queue pair its qp_num names now (after the call

@@ -46,6 +46,8 @@
 #define RDMAKIT_LIKELY(x) __builtin_expect(!!(x), 1)
 #define RDMAKIT_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define RDMAKIT_ALWAYS_INLINE inline __attribute__((always_inline))
+// A lambda's (after its parameter list): one called from a hot loop and a cold path both.
+#define RDMAKIT_INLINE_LAMBDA __attribute__((always_inline))
 #define RDMAKIT_NOINLINE __attribute__((noinline, cold))
 // Out of line but on a data path some programs run all the time (a CQ shared by many
 // queue pairs routes every batch there): not cold, which GCC would compile for size.
@@ -57,6 +59,7 @@
 #define RDMAKIT_LIKELY(x) (x)
 #define RDMAKIT_UNLIKELY(x) (x)
 #define RDMAKIT_ALWAYS_INLINE inline
+#define RDMAKIT_INLINE_LAMBDA
 #define RDMAKIT_NOINLINE
 #define RDMAKIT_OUT_OF_LINE
 #define RDMAKIT_OPAQUE(x) ((void)(x))

@@ -90,10 +90,10 @@ RDMAKIT_DECL int mock::destroy_cq(cq c) noexcept {
 }
 
 RDMAKIT_DECL int mock::poll_cq(cq c, int n, wc* out) noexcept {
-  auto& f = mockd::fab_of(c);
   // A negative count: refused, or (rxe profile) none polled, as rxe's and mlx5's loops do
   // (deviations.hpp, cq.poll_negative_count).
-  if (n < 0) return f.as_rxe() ? 0 : -EINVAL;
+  if (RDMAKIT_UNLIKELY(n < 0)) return mockd::fab_of(c).as_rxe() ? 0 : -EINVAL;
+  auto& f = mockd::fab_of(c);
   std::lock_guard lk(f.mu);
   mockd::touch(f);
   mockd::run_due(f);

@@ -14,29 +14,14 @@ inline bool below_rts(const qp_obj* q) noexcept {
   return q->state == qp_state::reset || q->state == qp_state::init || q->state == qp_state::rtr;
 }
 
-// Why a device refuses send WR `w` on `q` now (EINVAL for a malformed WR, ENOMEM for a
-// full send queue; a QP below RTS is post_below_rts's), or 0; `total` gets its length. The
-// send queue counts every slot still held, unsignaled WRs waiting for a later
-// signaled completion included.
-// `as_rxe`: rxe's provider accepts an opcode the transport lacks (the WR fails later), an
-// atomic whose SGEs hold 8 bytes or more in any number of SGEs (the first 8 take the
-// result), and a READ or an atomic marked inline (its SGEs are then lost: see on_response).
-// It writes a WR into its ring whatever the QP's state (the kernel's doorbell refuses
-// below RTS: post_send) and takes a READ or an atomic on a QP whose max_rd_atomic is 0 (it
-// never issues: the requester waits for a credit that never comes, rxe_req.c check_init_depth).
-// It accepts a UD WR whose AH is of another PD (the requester fails it: LOC_QP_OP_ERR)
-// and a BIND_MW WR naming a type 1 window (the kernel binds it as ibv_bind_mw would); it
-// refuses a BIND_MW whose imm_data is not 0, or on a QP that is not RC or UC
-// (rdma-core providers/rxe/rxe.c, validate_send_wr).
-inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::backends::mock::send_wr& w,
-                         std::uint64_t& total) noexcept {
-  const bool as_rxe = f.as_rxe();
-  if (w.num_sge < 0 || static_cast<std::uint32_t>(w.num_sge) > q->caps.max_send_sge ||
-      (w.num_sge && !w.sg_list) || (!as_rxe && !opcode_allowed(q->type, w.op)))
-    return EINVAL;
-  for (int i = 0; i < w.num_sge; ++i) total += w.sg_list[i].length;
-  // rxe 6.1 posts a message above 2^31 bytes and its requester fails it (requester.hpp).
-  if (total > (1ull << 31) && !as_rxe) return EINVAL;
+// send_wr_error's answer for a WR rxe's provider posts and its requester fails
+// (LOC_QP_OP_ERR, the QP to ERR): not an errno, never returned by a verb.
+inline constexpr int fails_at_issue = -1;
+
+// send_wr_error's checks past the length (below).
+RDMAKIT_ALWAYS_INLINE int send_wr_rest_error(const fabric_state& f, const qp_obj* q,
+                                             const rdmakit::backends::mock::send_wr& w, std::uint64_t total,
+                                             bool as_rxe) noexcept {
   const bool inl = has_all(w.flags, send_flags::inline_data);
   if (inl && (total > q->caps.max_inline_data || (!as_rxe && is_read_or_atomic(w.op)))) return EINVAL;
   if (is_atomic(w.op) && (total < 8 || (!as_rxe && (w.num_sge != 1 || total != 8)) || (w.atomic.remote_addr & 7) != 0))
@@ -54,6 +39,39 @@ inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::
     return EINVAL;
   if (q->sq.size() >= q->caps.max_send_wr) return ENOMEM;
   return 0;
+}
+
+// rxe 6.1 posts a message above 2^31 bytes if the rest is right, and its requester
+// fails it (deviations.hpp, posting.message_over_2g). Out of line: rare.
+RDMAKIT_NOINLINE inline int rxe_send_wr_over_2g(const fabric_state& f, const qp_obj* q,
+                                                const rdmakit::backends::mock::send_wr& w, std::uint64_t total) {
+  const int e = send_wr_rest_error(f, q, w, total, true);
+  return e != 0 ? e : fails_at_issue;
+}
+
+// Why a device refuses send WR `w` on `q` now (EINVAL for a malformed WR, ENOMEM for a
+// full send queue; a QP below RTS is post_below_rts's), or 0, or fails_at_issue; `total`
+// gets its length. The send queue counts every slot still held, unsignaled WRs waiting
+// for a later signaled completion included.
+// `as_rxe`: rxe's provider accepts an opcode the transport lacks (the WR fails later), an
+// atomic whose SGEs hold 8 bytes or more in any number of SGEs (the first 8 take the
+// result), and a READ or an atomic marked inline (its SGEs are then lost: see on_response).
+// It writes a WR into its ring whatever the QP's state (the kernel's doorbell refuses
+// below RTS: post_send) and takes a READ or an atomic on a QP whose max_rd_atomic is 0 (it
+// never issues: the requester waits for a credit that never comes, rxe_req.c check_init_depth).
+// It accepts a UD WR whose AH is of another PD (the requester fails it: LOC_QP_OP_ERR)
+// and a BIND_MW WR naming a type 1 window (the kernel binds it as ibv_bind_mw would); it
+// refuses a BIND_MW whose imm_data is not 0, or on a QP that is not RC or UC
+// (rdma-core providers/rxe/rxe.c, validate_send_wr).
+inline int send_wr_error(const fabric_state& f, const qp_obj* q, const rdmakit::backends::mock::send_wr& w,
+                         std::uint64_t& total) noexcept {
+  const bool as_rxe = f.as_rxe();
+  if (w.num_sge < 0 || static_cast<std::uint32_t>(w.num_sge) > q->caps.max_send_sge ||
+      (w.num_sge && !w.sg_list) || (!as_rxe && !opcode_allowed(q->type, w.op)))
+    return EINVAL;
+  for (int i = 0; i < w.num_sge; ++i) total += w.sg_list[i].length;
+  if (RDMAKIT_UNLIKELY(total > (1ull << 31))) return as_rxe ? rxe_send_wr_over_2g(f, q, w, total) : EINVAL;
+  return send_wr_rest_error(f, q, w, total, as_rxe);
 }
 
 // The send queue entry for an accepted WR: inline data is copied now (the caller may
@@ -77,9 +95,7 @@ RDMAKIT_ALWAYS_INLINE void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::
   e.op = w.op;
   e.flags = w.flags;
   e.signaled = q->sq_sig_all || has_all(w.flags, send_flags::signaled);
-  // An atomic's: 8, or under rxe its SGEs'; a message above 2^31 bytes (rxe profile
-  // only, send_wr_error) is kept above 2^31, for the requester to fail.
-  e.length = static_cast<std::uint32_t>(total < (1ull << 32) ? total : (1ull << 32) - 1);
+  e.length = static_cast<std::uint32_t>(total);  // an atomic's: 8, or under rxe its SGEs' (send_wr_error)
   e.sges.assign(w.sg_list, static_cast<std::size_t>(w.num_sge));
   e.is_inline = has_all(w.flags, send_flags::inline_data);
   if (e.is_inline)
@@ -107,6 +123,27 @@ RDMAKIT_ALWAYS_INLINE void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::
   e.npkts = 1;
 }
 
+// A WR send_wr_error says rxe posts and fails (fails_at_issue): queued already failed, so
+// issue() stops at it and report_sends completes it in its turn, before any SGE is read.
+RDMAKIT_NOINLINE inline void fill_failing_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::backends::mock::send_wr& w,
+                                                   std::uint64_t total) {
+  fill_send_wqe(e, q, w, total);
+  e.state = send_wqe::phase::done;
+  e.status = wc_status::loc_qp_op_err;
+}
+
+// Queues send WR `w`, or says why not (send_wr_error's errno; fails_at_issue is queued).
+RDMAKIT_ALWAYS_INLINE int queue_send(fabric_state& f, qp_obj* q, const rdmakit::backends::mock::send_wr& w) {
+  std::uint64_t total = 0;
+  if (const int err = send_wr_error(f, q, w, total)) {
+    if (err != fails_at_issue) return err;
+    fill_failing_send_wqe(q->sq.push_back(), q, w, total);
+    return 0;
+  }
+  fill_send_wqe(q->sq.push_back(), q, w, total);
+  return 0;
+}
+
 // A post_send on a QP below RTS: EINVAL. The spec profile refuses the first WR. rxe's
 // provider writes each WR it accepts into the ring (bad_wr: the one it refused, if any),
 // then the kernel's doorbell fails; the WQEs stay, for the next post in RTS to send
@@ -115,11 +152,8 @@ RDMAKIT_NOINLINE inline int post_below_rts(fabric_state& f, qp_obj* q, rdmakit::
                                            rdmakit::backends::mock::send_wr** bad_wr) noexcept {
   auto* w = wr;
   if (f.as_rxe()) {
-    for (; w; w = w->next) {
-      std::uint64_t total = 0;
-      if (send_wr_error(f, q, *w, total)) break;
-      fill_send_wqe(q->sq.push_back(), q, *w, total);
-    }
+    for (; w; w = w->next)
+      if (queue_send(f, q, *w)) break;
     if (w != wr) q->doorbell_owed = true;
   }
   if (bad_wr) *bad_wr = w;
@@ -139,11 +173,8 @@ RDMAKIT_DECL int mock::post_send(qp q, send_wr* wr, send_wr** bad_wr) noexcept {
   if (RDMAKIT_UNLIKELY(mockd::below_rts(q))) return mockd::post_below_rts(f, q, wr, bad_wr);
   int err = 0;
   send_wr* w = wr;
-  for (; w; w = w->next) {
-    std::uint64_t total = 0;
-    if ((err = mockd::send_wr_error(f, q, *w, total))) break;
-    mockd::fill_send_wqe(q->sq.push_back(), q, *w, total);
-  }
+  for (; w; w = w->next)
+    if ((err = mockd::queue_send(f, q, *w))) break;
   if (bad_wr) *bad_wr = err ? w : nullptr;
   if (q->state == qp_state::err) {
     mockd::posted_in_error(f, q);

@@ -438,9 +438,7 @@ inline void issue(fabric_state& f, qp_obj* q) {
       if (reads_counted && w.state == send_wqe::phase::issued && is_read_or_atomic(w.op)) ++reads_in_flight;
       continue;
     }
-    // Accepted at post only by the rxe profile: an opcode the transport has not, or a
-    // message above 2^31 bytes (deviations.hpp, posting.message_over_2g).
-    if (!opcode_allowed(q->type, w.op) || RDMAKIT_UNLIKELY(w.length > (1u << 31))) {
+    if (!opcode_allowed(q->type, w.op)) {  // accepted at post only by the rxe profile
       w.state = send_wqe::phase::done;
       w.status = wc_status::loc_qp_op_err;
       break;
