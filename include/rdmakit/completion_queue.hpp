@@ -439,7 +439,7 @@ class completion_queue {
         // its serial: a link made by a handler may be where `l` was freed.
         const std::uint64_t serial = l->serial, made_by = detail::last_qp_serial();
         detail::batch_in_delivery<B> batch(b, serial);  // a reset() meanwhile keeps `l` for the rest
-        each_of_batch_<NoThrow>(n, [&](int i) RDMAKIT_INLINE_LAMBDA {
+        each_of_batch_<NoThrow, P::batch>(n, [&](int i) RDMAKIT_INLINE_LAMBDA {
           if (RDMAKIT_LIKELY(b.last_serial == serial))
             g(l, completion<B>(wcs[i], l->recv_offset));
           else
@@ -467,7 +467,7 @@ class completion_queue {
       int i = 0;
       detail::batch_frame<B> frame{wcs, &i, n, nullptr};
       detail::batch_frame_scope<B> held(b, frame);
-      each_of_batch_<NoThrow>(n, [&](int k) RDMAKIT_INLINE_LAMBDA { given += deliver_<true, Divert, true>(b, wcs[i = k], g, made_by); });
+      each_of_batch_<NoThrow, P::batch>(n, [&](int k) RDMAKIT_INLINE_LAMBDA { given += deliver_<true, Divert, true>(b, wcs[i = k], g, made_by); });
     }
     return given;  // (only the async layer's and drain markers are not given to g)
   }
@@ -478,10 +478,11 @@ class completion_queue {
   // leaves (later ones are dropped). All inline, `step` too (RDMAKIT_INLINE_LAMBDA: GCC
   // would call it from the loop, once the copy in the catch doubled its uses; passed out
   // of line, what it refers to would live in memory).
-  template <bool NoThrow, class Step>
+  // (n is at most Batch: a batch of one has no rest, and GCC would warn of its reads.)
+  template <bool NoThrow, int Batch, class Step>
   static RDMAKIT_ALWAYS_INLINE void each_of_batch_(int n, Step&& step) noexcept(NoThrow) {
     int i = 0;
-    if constexpr (NoThrow) {
+    if constexpr (NoThrow || Batch == 1) {
       for (; i < n; ++i) step(i);
     } else {
       try {
