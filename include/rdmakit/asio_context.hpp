@@ -101,6 +101,13 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     ~call_scope() {
       if (first_) user_.store(std::thread::id{}, std::memory_order_release);
     }
+    /// Leaves the scope open past this object: released() ends it (asio_spawn's, once
+    /// its coroutine is suspended). False when an outer call's scope holds it.
+    bool keep() noexcept { return std::exchange(first_, false); }
+    /// Ends a scope keep() left open.
+    static void released(const asio_scheduler& s) noexcept {
+      s.user_.store(std::thread::id{}, std::memory_order_release);
+    }
 
    private:
     std::atomic<std::thread::id>& user_;
@@ -160,13 +167,17 @@ class asio_scheduler final : public scheduler, public std::enable_shared_from_th
     watches_.erase(it);
   }
 
+  // (One on its way out of run() already, in the slot, is not posted again.)
+  void fail_once(std::exception_ptr e) noexcept override {
+    if (fail_posted_ && e == posted_failure_) return;
+    fail(std::move(e));
+  }
   void fail(std::exception_ptr e) noexcept override {
     if (!io_) return;  // detached: no io_context::run() of this context's is left to throw it
     // Thrown out of io_context::run(), where the application handles asio's failures.
     // The failure is often a failed allocation (a completion handler that could not be
     // posted): the first one pending goes in a slot made beforehand, so reporting it
     // allocates nothing.
-    if (fail_posted_ && e == posted_failure_) return;  // (a source may report one at every turn)
     if (!fail_posted_) {
       fail_posted_ = true;
       posted_failure_ = e;
@@ -470,7 +481,9 @@ class asio_root {
     template <class Ctx, class... Args>
     promise_type(Ctx& ctx, Args&...) : sched_(*ctx.sched_) {
       sched_.check_thread("asio_spawn");
-      const asio_scheduler::call_scope in_use(sched_, "asio_spawn");
+      // Open until the coroutine is suspended (initial_suspend): the start posted below
+      // may run on the io thread at once, whose handler waits for the scope (owned_).
+      asio_scheduler::call_scope in_use(sched_, "asio_spawn");
       auto h = std::coroutine_handle<promise_type>::from_promise(*this);
       start_.bind(h);
       // When this constructor throws, the frame is freed: nothing may keep its handle (the
@@ -484,13 +497,25 @@ class asio_root {
         throw;
       }
       sched_.post(start_);
+      releases_scope_ = in_use.keep();
     }
     ~promise_type() {
       sched_.roots.remove(std::coroutine_handle<promise_type>::from_promise(*this));
       sched_.task_finished();
     }
     asio_root get_return_object() noexcept { return {}; }
-    std::suspend_always initial_suspend() noexcept { return {}; }
+    // Suspends, then ends asio_spawn's scope: the io thread resumes the frame only then,
+    // and nothing here touches it after (the task may have run and freed it).
+    struct started {
+      promise_type& p;
+      bool await_ready() const noexcept { return false; }
+      void await_suspend(std::coroutine_handle<>) const noexcept {
+        const asio_scheduler& s = p.sched_;
+        if (p.releases_scope_) asio_scheduler::call_scope::released(s);
+      }
+      void await_resume() const noexcept {}
+    };
+    started initial_suspend() noexcept { return {*this}; }
     std::suspend_never final_suspend() noexcept { return {}; }
     void return_void() noexcept {}
     void unhandled_exception() noexcept { sched_.fail(std::current_exception()); }
@@ -498,6 +523,7 @@ class asio_root {
    private:
     asio_scheduler& sched_;  // not the asio_context: a task may destroy it
     work_item start_;
+    bool releases_scope_ = false;  // the constructor's call_scope is ours to end (started)
   };
 };
 

@@ -223,7 +223,7 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
       "the completion queue of this async_completion_queue was replaced or moved out through queue(); the loop "
       "waits on the one it was made with: make a new async_completion_queue for another CQ";
   bool replaced_() const noexcept { return policy_access::block(cq_) != watched_.get(); }
-  // One exception, made once: a loop records a failure still pending once (scheduler::fail).
+  // One exception, made once: a loop records a failure still pending once (scheduler::fail_once).
   void report_replaced_() noexcept {
     if (!replaced_error_) {
       try {
@@ -233,7 +233,7 @@ class async_cq_core final : public async_cq_base, public std::enable_shared_from
       }
       unawaited_.close(replaced_error_);  // next() waits on nothing that can come: refused
     }
-    loop_->fail(replaced_error_);
+    loop_->fail_once(replaced_error_);
   }
 
   std::shared_ptr<scheduler> loop_;

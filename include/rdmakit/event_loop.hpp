@@ -82,11 +82,7 @@ class loop_core final : public scheduler {
 
   /// Records a failure of something the loop drives; run_ready() and wait() rethrow them,
   /// one a call, in the order they came. (Out of memory for a later one, the first is kept.)
-  /// One still pending is not recorded again.
   void fail(std::exception_ptr e) noexcept override {
-    if (e == error_) return;  // (a source may report one at every turn)
-    for (const auto& pending : more_errors_)
-      if (pending == e) return;
     if (!error_) {
       error_ = std::move(e);
       return;
@@ -95,6 +91,14 @@ class loop_core final : public scheduler {
       more_errors_.push_back(std::move(e));
     } catch (...) {
     }
+  }
+
+  /// As fail(), unless `e` is pending already (a source that reports one at every turn).
+  void fail_once(std::exception_ptr e) noexcept override {
+    if (e == error_) return;
+    for (const auto& pending : more_errors_)
+      if (pending == e) return;
+    fail(std::move(e));
   }
 
   /// Puts `e`, rethrown already, back in front of the failures still to rethrow: the next

@@ -124,9 +124,12 @@ class scheduler {
   /// Starts waiting on `w.fd` (throws when the descriptor is refused); `w` stays put until unwatch.
   virtual void watch(fd_watch& w) = 0;
   virtual void unwatch(fd_watch& w) noexcept = 0;
-  /// Records a failure of something it drives; the scheduler's run rethrows it. The same
-  /// exception_ptr while it is pending is recorded once.
+  /// Records a failure of something it drives (a task's, each one, even when tasks throw
+  /// the same exception object); the scheduler's run rethrows it.
   virtual void fail(std::exception_ptr e) noexcept = 0;
+  /// As fail(), for a source that reports its one failure at every turn: the same
+  /// exception_ptr while it is pending is recorded once.
+  virtual void fail_once(std::exception_ptr e) noexcept = 0;
 
   /// The tasks of its event_loop or asio_context (kept here: that may go while they run).
   task_roots roots;

@@ -4,6 +4,7 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/executor_work_guard.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 
@@ -375,4 +376,32 @@ TEST_CASE("asio_context: asio_spawn on two threads at once, before an owner: one
   CHECK(ran + refused == 2 * per_thread);
   CHECK(completed == ran);
   CHECK(rdma.tasks() == 0);
+}
+
+// asio_spawn on one thread while another already runs the io_context, before an owner
+// (the common "start the io thread, then spawn from main"): the spawn posted the task's
+// start before the coroutine had reached its first suspension, so the io thread could
+// resume a frame the spawning thread was still writing (a data race under TSan on every
+// run, found by an audit), and now and then the start was taken before the frame
+// suspended, which left the task waiting for ever. The io thread waits for the spawn's
+// frame to be suspended now.
+TEST_CASE("asio_context: asio_spawn while another thread runs the io_context, before an owner: the task runs once") {
+  constexpr int rounds = 200;
+  int finished = 0;
+  for (int i = 0; i < rounds; ++i) {
+    ::asio::io_context io;
+    auto guard = ::asio::make_work_guard(io);
+    asio_context rdma(io);
+    std::atomic<int> got{0};
+    std::thread runner([&] {
+      while (got.load() == 0 && !io.stopped()) io.poll();
+    });
+    asio_spawn(rdma, []() -> task<int> { co_return 7; }(), [&](std::exception_ptr e, int v) { got = e ? -1 : v; });
+    for (int spin = 0; spin < 2000 && got.load() == 0; ++spin) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (got.load() == 0) io.stop();  // the task never ran: let the runner go
+    runner.join();
+    finished += got.load() == 7;
+    if (got.load() != 7) break;
+  }
+  CHECK(finished == rounds);
 }

@@ -138,6 +138,31 @@ TEST_CASE("event_loop: failures of several tasks in one turn are each rethrown b
   CHECK(loop.tasks() == 0);
 }
 
+// Tasks failing with one exception object (rethrown from a shared future, a cache of
+// errors...): the loop took the second for the first reported again and dropped it, so
+// one run() rethrew for three failed tasks (an audit). Each task's failure is its own.
+TEST_CASE("event_loop: tasks failing with the same exception object are each rethrown by a run()") {
+  event_loop loop;
+  const std::exception_ptr shared = std::make_exception_ptr(std::runtime_error("shared"));
+  auto thrower = [&]() -> task<void> {
+    co_await loop.sleep_for(1ms);
+    std::rethrow_exception(shared);
+  };
+  for (int i = 0; i < 3; ++i) loop.spawn(thrower());
+  int rethrown = 0;
+  for (int i = 0; i < 5 && loop.tasks() + rethrown > 0; ++i) {
+    try {
+      loop.run();
+      break;
+    } catch (const std::runtime_error& e) {
+      CHECK(std::string(e.what()) == "shared");
+      ++rethrown;
+    }
+  }
+  CHECK(rethrown == 3);
+  CHECK(loop.tasks() == 0);
+}
+
 TEST_CASE("event_loop: poll() runs what is ready without sleeping") {
   event_loop loop;
   int steps = 0;
