@@ -79,11 +79,26 @@ int coroutines(device<B>& d, protection_domain<B>& pd) {
   return loop.run(echo_once(a, mem)) + static_cast<int>(b.qp_num());
 }
 
+// Memory windows, as README binds them: GCC's -Wnull-dereference saw the mock's UD
+// address read in the BIND_MW path of a type 1 bind (an audit).
+int windows(device<B>& d, protection_domain<B>& pd) {
+  auto cq = d.create_cq(64);
+  auto a0 = pd.create_qp<rc>(cq, qp_cap{8, 8});
+  auto b0 = pd.create_qp<rc>(cq, qp_cap{8, 8});
+  const endpoint ea = a0.local_endpoint(), eb = b0.local_endpoint();
+  auto a = std::move(a0).connect(eb);
+  auto b = std::move(b0).connect(ea);
+  auto shared = pd.allocate<access::local_write | access::remote_read | access::mw_bind>(4096);
+  auto one = pd.alloc_window<access::remote_read, mw_type::type1>();
+  auto two = pd.alloc_window<access::remote_read>();
+  return one.bind(a, shared, 0, 1024, 1).ok() + two.bind(a, shared, 0, 1024, 2).ok() + static_cast<int>(b.qp_num());
+}
+
 int main() {
   mock::fabric fab;
   device<B> d(fab, "mock0");
   auto pd = d.create_pd();
   return reap_all<busy_poll<1>>(d, pd) + reap_all<event_driven<1, 1>>(d, pd) + reap_all<busy_poll<>>(d, pd) +
          reap_all<adaptive<16, 1>>(d, pd) + post_all<signal_all>(d, pd) + post_all<signal_every<4>>(d, pd) +
-         post_all<signal_manual>(d, pd) + configured() + coroutines(d, pd);
+         post_all<signal_manual>(d, pd) + configured() + coroutines(d, pd) + windows(d, pd);
 }

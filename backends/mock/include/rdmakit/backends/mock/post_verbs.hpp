@@ -88,6 +88,9 @@ RDMAKIT_NOINLINE inline void fill_bind_fields(send_wqe& e, const rdmakit::backen
   e.mw_rights = w.bind_mw.rights;
 }
 
+// `MayBeUd` false: a WR of a queue pair known not to be UD (a type 1 bind), whose null UD
+// address GCC's -Wnull-dereference would otherwise see read.
+template <bool MayBeUd = true>
 RDMAKIT_ALWAYS_INLINE void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::backends::mock::send_wr& w,
                                                 std::uint64_t total) {
   e.seq = q->next_seq++;
@@ -109,7 +112,7 @@ RDMAKIT_ALWAYS_INLINE void fill_send_wqe(send_wqe& e, qp_obj* q, const rdmakit::
   e.rkey = atomic ? w.atomic.rkey : w.rdma.rkey;
   e.compare_add = atomic ? w.atomic.compare_add : 0;
   e.swap = atomic ? w.atomic.swap : 0;
-  if (q->type == qp_type::ud) {
+  if (MayBeUd && q->type == qp_type::ud) {
     e.ud_av = w.ud.address->attr;
     e.ud_port = 1;
     e.remote_qpn = w.ud.remote_qpn;
@@ -242,7 +245,7 @@ RDMAKIT_DECL int mock::bind_mw(qp q, mw w, mr m, std::uint64_t addr, std::uint64
   const std::uint32_t next = (w->user_rkey & ~0xFFu) | ((w->user_rkey + 1) & 0xFFu);
   auto& e = q->sq.push_back();
   wr.bind_mw = {nullptr, next, m, addr, length, rights};
-  mockd::fill_send_wqe(e, q, wr, 0);
+  mockd::fill_send_wqe<false>(e, q, wr, 0);
   e.mw_index = w->rkey >> 8;
   e.mw_named_rkey = w->user_rkey;
   e.mw_rkey = next;
