@@ -42,7 +42,7 @@ int main(int argc, char** argv) try {
   const auto target = counter.remote();
 
   // Posts one atomic on client `who`, waits for it and returns the old value (or ~0).
-  auto old_value = [&](int who, const auto& operation) -> std::uint64_t {
+  auto old_value = [&](std::uint32_t who, const auto& operation) -> std::uint64_t {
     if (!qp[who].post(operation, who).ok()) return ~std::uint64_t{0};
     bool ok = false;
     for (int tries = 0; !ok && tries < 10; ++tries)
@@ -55,7 +55,7 @@ int main(int argc, char** argv) try {
   // Both clients add 1, taking turns. Every fetch_add sees a different old value.
   std::set<std::uint64_t> seen;
   for (int i = 0; i < rounds; ++i)
-    for (int who = 0; who < 2; ++who)
+    for (std::uint32_t who = 0; who < 2; ++who)
       seen.insert(old_value(who, op::fetch_add{results.local(who * 8, 8), target, 1}));
   std::uint64_t value;
   std::memcpy(&value, counter.data(), 8);

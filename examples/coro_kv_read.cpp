@@ -29,7 +29,7 @@ constexpr std::uint32_t slots = 64, slot_size = 32;  // 16-byte key, 16-byte val
 
 std::uint32_t slot_of(const std::string& key) {  // FNV-1a; the table has no collisions here
   std::uint32_t h = 2166136261u;
-  for (unsigned char c : key) h = (h ^ c) * 16777619u;
+  for (const char c : key) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
   return h % slots;
 }
 

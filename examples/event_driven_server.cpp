@@ -18,7 +18,7 @@ using rdmakit_examples::B;
 using namespace std::chrono_literals;
 
 int main(int argc, char** argv) try {
-  constexpr int messages = 32, depth = 64;
+  constexpr std::uint32_t messages = 32, depth = 64;
   constexpr std::uint32_t stop = 0xffffffffu;  // the immediate that tells the server to quit
   auto devices = rdmakit_examples::open_devices(argc, argv);  // mock0 and mock1, or one real device
   auto& client_dev = devices.first;
@@ -35,11 +35,11 @@ int main(int argc, char** argv) try {
   const endpoint ce = c0.local_endpoint(), se = s0.local_endpoint();
   auto client = std::move(c0).connect(se);
   auto server = std::move(s0).connect(ce);
-  for (int i = 0; i < depth; ++i)  // receives before the first SEND can arrive
+  for (std::uint32_t i = 0; i < depth; ++i)  // receives before the first SEND can arrive
     if (!server.post_recv(rx.local(i * 8, 8), i).ok()) return std::puts("post_recv failed"), 1;
 
   std::atomic<bool> abort{false};  // lets main stop the server if the client fails
-  int served = 0;
+  std::uint32_t served = 0;
   std::uint64_t sum = 0;
   bool stopped = false;
   std::thread server_thread([&] {
@@ -59,9 +59,9 @@ int main(int argc, char** argv) try {
   });
 
   // The client: SEND the numbers 1..messages, then the stop message.
-  int sent = 0;
-  for (int i = 1; i <= messages + 1; ++i) {
-    const std::uint64_t v = static_cast<std::uint64_t>(i);
+  std::uint32_t sent = 0;
+  for (std::uint32_t i = 1; i <= messages + 1; ++i) {
+    const std::uint64_t v = i;
     std::memcpy(tx.data() + i * 8 - 8, &v, 8);
     const auto buf = tx.local(i * 8 - 8, 8);
     const auto r = i <= messages ? client.post(op::send{buf}, i) : client.post(op::send_imm{buf, stop}, i);
@@ -76,7 +76,7 @@ int main(int argc, char** argv) try {
   server_thread.join();  // clean shutdown: the thread has ended, its CQ can be destroyed
 
   const std::uint64_t expected = std::uint64_t{messages} * (messages + 1) / 2;
-  std::printf("client sent %d, server served %d (sum %llu, expected %llu), %s\n", sent, served,
+  std::printf("client sent %u, server served %u (sum %llu, expected %llu), %s\n", sent, served,
               static_cast<unsigned long long>(sum), static_cast<unsigned long long>(expected),
               stopped ? "stopped on request" : "DID NOT STOP");
   return stopped && served == messages && sum == expected ? 0 : 1;

@@ -4,7 +4,7 @@
 // programs), real verbs through libibverbs with both sides on one device, which loops
 // back (rxe or a NIC): `<example>-ibverbs [device]`, the first device by default.
 #include <rdmakit/rdmakit.hpp>
-#if RDMAKIT_EXAMPLE_IBVERBS
+#if defined(RDMAKIT_EXAMPLE_IBVERBS) && RDMAKIT_EXAMPLE_IBVERBS
 #include <rdmakit/backends/ibverbs.hpp>
 #else
 #include <rdmakit/backends/mock.hpp>
@@ -15,7 +15,7 @@
 
 namespace rdmakit_examples {
 
-#if RDMAKIT_EXAMPLE_IBVERBS
+#if defined(RDMAKIT_EXAMPLE_IBVERBS) && RDMAKIT_EXAMPLE_IBVERBS
 using B = rdmakit::backends::ibverbs;
 #else
 using B = rdmakit::backends::mock;
@@ -23,7 +23,7 @@ using B = rdmakit::backends::mock;
 
 /// The devices of the example's two sides.
 inline std::pair<rdmakit::device<B>, rdmakit::device<B>> open_devices(int argc, char** argv) {
-#if RDMAKIT_EXAMPLE_IBVERBS
+#if defined(RDMAKIT_EXAMPLE_IBVERBS) && RDMAKIT_EXAMPLE_IBVERBS
   const std::string name = argc > 1 ? argv[1] : "";
   return {rdmakit::device<B>(name), rdmakit::device<B>(name)};
 #else

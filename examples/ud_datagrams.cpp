@@ -26,7 +26,7 @@ int main(int argc, char** argv) try {
   auto cq0 = dev0.create_cq(64);
   auto cq1 = dev1.create_cq(64);
 
-  constexpr int count = 8;
+  constexpr std::uint32_t count = 8;
   constexpr std::uint32_t slot = 128;  // per receive: 40 bytes of GRH + up to 88 of payload
   auto tx = pd0.allocate<access::local_write>((count + 1) * slot);  // the last slot takes the answer
   auto rx = pd1.allocate<access::local_write>(count * slot);
@@ -36,7 +36,7 @@ int main(int argc, char** argv) try {
   auto receiver = pd1.create_qp<ud>(cq1, qp_cap{16, 16}).activate();
 
   // Receives first: a UD message that finds no receive is silently dropped.
-  for (int i = 0; i < count; ++i)
+  for (std::uint32_t i = 0; i < count; ++i)
     if (!receiver.post_recv(rx.local(i * slot, slot), i).ok()) return std::puts("post_recv failed"), 1;
   if (!sender.post_recv(tx.local(count * slot, slot), count).ok()) return std::puts("post_recv failed"), 1;
 
@@ -47,7 +47,7 @@ int main(int argc, char** argv) try {
   auto ah = pd0.create_ah(peer);
   const auto to = ah.to(peer);
 
-  for (int i = 0; i < count; ++i) {
+  for (std::uint32_t i = 0; i < count; ++i) {
     const std::string msg = "datagram #" + std::to_string(i);
     std::memcpy(tx.data() + i * slot, msg.c_str(), msg.size() + 1);
     if (!sender.post(op::ud_send{tx.local(i * slot, msg.size() + 1), to}, i).ok())
@@ -55,7 +55,7 @@ int main(int argc, char** argv) try {
   }
 
   // Collect the sender's send completions and the receiver's datagrams (bounded waits).
-  int sent = 0, received = 0, bad = 0;
+  std::uint32_t sent = 0, received = 0, bad = 0;
   std::optional<endpoint> client;  // who sent the datagrams, from the first one
   for (int tries = 0; sent < count && tries < 100; ++tries)
     cq0.wait([&](const completion<B>& c) { c.ok() ? ++sent : ++bad; }, std::chrono::milliseconds{100});
@@ -91,7 +91,7 @@ int main(int argc, char** argv) try {
     cq1.wait_for(1, [](const completion<B>&) {});  // the answer's send completion
   }
 
-  std::printf("UD: %d sent, %d received intact, %d bad; answer %s\n", sent, received, bad,
+  std::printf("UD: %u sent, %u received intact, %u bad; answer %s\n", sent, received, bad,
               answered ? "received" : "LOST");
   return sent == count && received == count && bad == 0 && answered ? 0 : 1;
 } catch (const std::exception& e) {

@@ -5,7 +5,7 @@
 // Runs on the mock by default; `walkthrough ibverbs [device]` uses real verbs (rxe or a NIC).
 #include <rdmakit/backends/mock.hpp>
 #include <rdmakit/rdmakit.hpp>
-#if RDMAKIT_HAVE_IBVERBS
+#if defined(RDMAKIT_HAVE_IBVERBS) && RDMAKIT_HAVE_IBVERBS
 #include <rdmakit/backends/ibverbs.hpp>
 #endif
 
@@ -67,7 +67,7 @@ int main(int argc, char** argv) try {
   const std::string backend = argc > 1 ? argv[1] : "mock";
   // device<mock>("mock0") opens from rdmakit::mock::default_fabric(); own fabrics are passed.
   if (backend == "mock") return run<backends::mock>("mock0");
-#if RDMAKIT_HAVE_IBVERBS
+#if defined(RDMAKIT_HAVE_IBVERBS) && RDMAKIT_HAVE_IBVERBS
   if (backend == "ibverbs") return run<backends::ibverbs>(argc > 2 ? argv[2] : "");
 #endif
   std::fprintf(stderr, "usage: %s [mock | ibverbs [device]]\n", argv[0]);
