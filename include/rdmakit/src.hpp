@@ -8,6 +8,9 @@
 /// the rdmakit_separate_dep dependency does it (the backends' separate dependencies
 /// include it).
 #include <rdmakit/config.hpp>
+#if !defined(RDMAKIT_COMPILING_SOURCES)
+#define RDMAKIT_COMPILING_SOURCES  // the definition headers below may be included (config.hpp)
+#endif
 #if !defined(RDMAKIT_SEPARATE_COMPILATION)
 #error "<rdmakit/src.hpp> is for RDMAKIT_SEPARATE_COMPILATION builds; header-only builds include <rdmakit/rdmakit.hpp>"
 #endif

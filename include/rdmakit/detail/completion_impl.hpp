@@ -1,10 +1,12 @@
 #pragma once
 // The text of completion::status_message: inline in header-only builds, compiled once
 // (<rdmakit/src.hpp>) with RDMAKIT_SEPARATE_COMPILATION.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/completion.hpp>
 
 #include <cstdint>
 #include <string>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {

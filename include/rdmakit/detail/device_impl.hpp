@@ -1,6 +1,7 @@
 #pragma once
 // device.hpp's name check and its errors: inline in header-only builds, compiled once
 // (<rdmakit/src.hpp>) with RDMAKIT_SEPARATE_COMPILATION.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/device.hpp>
 #include <rdmakit/error.hpp>
 
@@ -8,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {

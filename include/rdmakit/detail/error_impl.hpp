@@ -1,12 +1,14 @@
 #pragma once
 // The bodies of error.hpp's messages and constructors, not templates: inline in
 // header-only builds, compiled once (<rdmakit/src.hpp>) with RDMAKIT_SEPARATE_COMPILATION.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/error.hpp>
 
 #include <cstring>
 #include <string>
 #include <system_error>
 #include <utility>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {

@@ -1,6 +1,7 @@
 #pragma once
 // The text of detail/gid_choice.hpp's errors, not templates: inline in header-only
 // builds, compiled once (<rdmakit/src.hpp>) with RDMAKIT_SEPARATE_COMPILATION.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/detail/gid_choice.hpp>
 #include <rdmakit/error.hpp>
 
@@ -8,6 +9,7 @@
 #include <cstddef>
 #include <string>
 #include <vector>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {

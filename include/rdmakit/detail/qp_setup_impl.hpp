@@ -1,12 +1,14 @@
 #pragma once
 // The cold text of detail/qp_setup.hpp, not templates: inline in header-only builds,
 // compiled once (<rdmakit/src.hpp>) with RDMAKIT_SEPARATE_COMPILATION.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/detail/qp_setup.hpp>
 
 #include <cstdint>
 #include <exception>
 #include <string>
 #include <string_view>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {

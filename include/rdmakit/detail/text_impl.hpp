@@ -1,7 +1,9 @@
 #pragma once
 // The joiner of detail/text.hpp: inline in header-only builds, compiled once
 // (<rdmakit/src.hpp>) with RDMAKIT_SEPARATE_COMPILATION.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/detail/text.hpp>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {

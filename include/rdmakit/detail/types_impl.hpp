@@ -1,10 +1,12 @@
 #pragma once
 // The definitions of types.hpp's text conversions: inline in header-only builds, compiled
 // once (<rdmakit/src.hpp>) with RDMAKIT_SEPARATE_COMPILATION.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/detail/text.hpp>
 #include <rdmakit/types.hpp>
 
 #include <cstdio>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 

@@ -3,6 +3,7 @@
 // protection domains, memory regions, address handles, completion channels and CQs:
 // each checks what it can first and throws verbs_error naming the verb, the errno,
 // what was wrong and what to do.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/backends/ibverbs/convert.hpp>
 #include <rdmakit/backends/ibverbs/inline_probe.hpp>
 #include <rdmakit/backends/ibverbs/setup_verbs.hpp>
@@ -20,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace ibverbs::detail {

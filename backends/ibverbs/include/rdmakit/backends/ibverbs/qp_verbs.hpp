@@ -2,6 +2,7 @@
 // The ibverbs backend's queue-pair setup verbs: creation checked against the device
 // limits (a refused inline size explained by a probe), and modify_qp whose failures
 // name the transition and the mask and say what the IB spec expects there.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/backends/ibverbs/convert.hpp>
 #include <rdmakit/backends/ibverbs/inline_probe.hpp>
 #include <rdmakit/backends/ibverbs/setup_verbs.hpp>
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace ibverbs::detail {

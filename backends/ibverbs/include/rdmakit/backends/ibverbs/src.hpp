@@ -3,6 +3,9 @@
 /// translation units all define RDMAKIT_SEPARATE_COMPILATION, include this header in
 /// exactly one of them (meson: the rdmakit_ibverbs_separate_dep dependency does it).
 #include <rdmakit/config.hpp>
+#if !defined(RDMAKIT_COMPILING_SOURCES)
+#define RDMAKIT_COMPILING_SOURCES  // the definition headers below may be included (config.hpp)
+#endif
 #if !defined(RDMAKIT_SEPARATE_COMPILATION)
 #error "<rdmakit/backends/ibverbs/src.hpp> is for RDMAKIT_SEPARATE_COMPILATION builds; header-only builds include <rdmakit/backends/ibverbs.hpp>"
 #endif

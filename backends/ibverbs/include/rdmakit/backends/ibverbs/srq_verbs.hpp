@@ -3,6 +3,7 @@
 // device limits first (a device without SRQs is named as such), the limit armed with
 // ibv_modify_srq (ibv_create_srq ignores srq_limit on some devices and arms it on
 // others, so it is always created at 0), and the query.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/backends/ibverbs/convert.hpp>
 #include <rdmakit/backends/ibverbs/setup_verbs.hpp>
 #include <rdmakit/backends/ibverbs/support.hpp>
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace ibverbs::detail {

@@ -4,6 +4,7 @@
 // event is queued at once on the id's channel (whose ready_fd is readable while one is
 // queued); the QPs are moved to RTR/RTS by accept and to ERR by disconnect through the
 // mock's own modify_qp, outside the fabric lock (which modify_qp takes).
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/backends/mock/engine.hpp>
 #include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/detail/chrono.hpp>
@@ -18,6 +19,7 @@
 #include <string>
 #include <utility>
 #include <vector>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {

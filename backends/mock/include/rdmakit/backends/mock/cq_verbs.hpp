@@ -2,10 +2,12 @@
 // The completion verbs of backends::mock: channels, CQs, polls, notification
 // requests and completion events. Every call takes the fabric lock; a wait for an
 // event releases it between slices.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/backends/mock/engine.hpp>
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/owning_ptr.hpp>
 #include <rdmakit/detail/thread.hpp>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace backends {

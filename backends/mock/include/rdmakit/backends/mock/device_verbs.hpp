@@ -2,6 +2,7 @@
 // The device verbs of backends::mock (devices, ports, GIDs, asynchronous events,
 // PDs, MRs, AHs): argument checks with errors that say what to do, then the engine.
 // Every call takes the fabric lock.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/backends/mock/engine.hpp>
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/owning_ptr.hpp>
@@ -9,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace backends {

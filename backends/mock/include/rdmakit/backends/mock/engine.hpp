@@ -3,6 +3,7 @@
 // checks of data), completions.hpp (events, CQEs, ERR), wire.hpp (delivery and
 // faults), responder.hpp, requester.hpp, windows.hpp (memory windows), clock.hpp (simulated time), checks.hpp (verb
 // arguments), fabric_impl.hpp (the fabric's definitions).
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/backends/mock/checks.hpp>
 #include <rdmakit/backends/mock/clock.hpp>
 #include <rdmakit/backends/mock/completions.hpp>
@@ -13,3 +14,4 @@
 #include <rdmakit/backends/mock/transitions.hpp>
 #include <rdmakit/backends/mock/wire.hpp>
 #include <rdmakit/backends/mock/windows.hpp>
+

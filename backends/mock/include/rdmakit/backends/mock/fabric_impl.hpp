@@ -1,6 +1,7 @@
 #pragma once
 // Definitions of rdmakit::mock::fabric (fabric.hpp): building the devices, the
 // process default fabric, the clock controls and fault injection.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/backends/mock/clock.hpp>
 #include <rdmakit/backends/mock/fabric.hpp>
 #include <rdmakit/detail/algorithm.hpp>
@@ -11,6 +12,7 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {

@@ -2,9 +2,11 @@
 // post_send and post_recv of backends::mock: each WR is checked as a device checks it
 // (the first refused one is bad_wr, those before it are posted), queued, and the
 // engine runs what is due.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/backends/mock/engine.hpp>
 
 #include <cstdint>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {

@@ -2,10 +2,12 @@
 // The queue-pair verbs of backends::mock: creation checked against the device
 // limits, destruction (which flushes nothing: the QP is gone), and modify_qp checked
 // against the IB spec's transition table. Every call takes the fabric lock.
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/backends/mock/engine.hpp>
 #include <rdmakit/detail/owning_ptr.hpp>
 
 #include <string>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace backends {

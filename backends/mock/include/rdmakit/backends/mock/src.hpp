@@ -4,6 +4,9 @@
 /// exactly one of them (meson: the rdmakit_mock_separate_dep dependency does it).
 /// The verbs, the fabric and the engine are then compiled there only.
 #include <rdmakit/config.hpp>
+#if !defined(RDMAKIT_COMPILING_SOURCES)
+#define RDMAKIT_COMPILING_SOURCES  // the definition headers below may be included (config.hpp)
+#endif
 #if !defined(RDMAKIT_SEPARATE_COMPILATION)
 #error "<rdmakit/backends/mock/src.hpp> is for RDMAKIT_SEPARATE_COMPILATION builds; header-only builds include <rdmakit/backends/mock.hpp>"
 #endif

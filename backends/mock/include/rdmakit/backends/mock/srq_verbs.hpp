@@ -2,10 +2,12 @@
 // The shared-receive-queue verbs of backends::mock: creation checked against the
 // device limits, posting, the limit (low watermark) and destruction, refused while a
 // queue pair uses the SRQ. The responder takes receives from it (responder.hpp).
+#include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/backends/mock/engine.hpp>
 #include <rdmakit/detail/owning_ptr.hpp>
 
 #include <string>
+
 
 RDMAKIT_BEGIN_NAMESPACE
 namespace backends {
