@@ -134,7 +134,7 @@ struct [[nodiscard]] post_result {
               case post_rule::ud_mtu:
                 return "the WR was refused (EINVAL): a UD message is one packet, and this one is larger than the "
                        "queue pair's port MTU (a device takes it and fails the queue pair, every later post with "
-                       "it); send at most the MTU per datagram";
+                       "it); send at most the MTU per datagram: mtu_bytes(dev.port().active_mtu) bytes";
               case post_rule::unknown: break;
             }
             return "the device rejected the WR (EINVAL): too many SGEs, inline data above "

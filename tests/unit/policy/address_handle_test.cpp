@@ -185,6 +185,8 @@ TEST_CASE("UD: a message larger than the port's MTU is refused before the device
   CHECK(r.err == EINVAL);
   CHECK(r.rule == post_rule::ud_mtu);
   CHECK(std::string(r.message()).find("larger than the queue pair's port MTU") != std::string::npos);
+  // Where the limit is read (the refusal carries no number): the expression this test uses.
+  CHECK(std::string(r.message()).find("mtu_bytes(dev.port().active_mtu)") != std::string::npos);
   CHECK(std::string(to_string(r.rule)) == "ud_mtu");
   CHECK(p.a.send_imm(to, tx.local(0, mtu + 1), 7, 2).rule == post_rule::ud_mtu);
   const local_buffer gather[] = {tx.local(0, mtu), tx.local(mtu, 1)};
