@@ -34,13 +34,20 @@ struct region_descriptor {
       : region_descriptor(r.addr(), r.rkey(), r.length(), A) {}
 
   /// The typed descriptor for operations needing rights `A`; throws exchange_error
-  /// (invalid_argument) when the owner did not grant them.
+  /// (invalid_argument) when the owner did not grant them, or when its range runs past
+  /// the end of the 64-bit address space (no registration does: its sub-ranges would
+  /// wrap to address 0).
   template <access A>
   remote_region<A> as() const {
     if (!has_all(rights, A))
       throw exchange_error(exchange_errc::invalid_argument,
                            detail::cat("the peer's region grants ", to_string(rights), " but ", to_string(A),
                                        " is needed: register it with those rights on the peer"));
+    if (length != 0 && length - 1 > ~addr)  // (a range may end at 2^64: its last byte is the last address)
+      throw exchange_error(exchange_errc::invalid_argument,
+                           detail::cat("the peer's region, ", length, " bytes at ", detail::hex(addr),
+                                       ", runs past the end of the address space: no registration does; the "
+                                       "record is corrupt or not a region"));
     return remote_region<A>::unchecked(addr, rkey, length);
   }
 

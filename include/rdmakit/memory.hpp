@@ -36,14 +36,15 @@ struct local_buffer {
   std::uint32_t lkey = 0;
 
   /// `len` bytes from `offset`; usage_error when they are not all inside this buffer
-  /// (a buffer is never shortened: a WR carries the length asked for).
-  constexpr local_buffer sub(std::uint32_t offset, std::uint32_t len) const {
+  /// (a buffer is never shortened: a WR carries the length asked for). 64-bit, as a
+  /// size_t cursor is: one past 4 GiB is refused, not taken modulo 2^32.
+  constexpr local_buffer sub(std::uint64_t offset, std::uint64_t len) const {
     if (RDMAKIT_UNLIKELY(offset > length || len > length - offset))
       detail::throw_range("local_buffer::sub", "buffer", offset, len, length);
-    return {addr + offset, len, lkey};
+    return {addr + offset, static_cast<std::uint32_t>(len), lkey};
   }
   /// The first `len` bytes (usage_error past the end, as sub).
-  constexpr local_buffer first(std::uint32_t len) const { return sub(0, len); }
+  constexpr local_buffer first(std::uint64_t len) const { return sub(0, len); }
   /// The buffer's bytes, for the CPU to fill or read.
   std::byte* data() const noexcept { return reinterpret_cast<std::byte*>(addr); }
 };

@@ -470,8 +470,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
                                     ">(op, wr_id)"));
     std::uint64_t total = 0;
     for (const local_buffer& b : sgl) total += b.length;
-    if (Sges > 1 && total > detail::max_message_bytes)
-      throw usage_error(detail::cat("queue_pair::prepare(): the operation's SGEs add up to ", total,
+    if (total > detail::max_message_bytes)  // (one SGE too: a post of it leaves that to the device)
+      throw usage_error(detail::cat("queue_pair::prepare(): the operation's buffers hold ", total,
                                     " bytes, more than 2 GiB (2^31), the largest message a WR carries; "
                                     "split it into several WRs"));
     // Checked here, once; a post does not compare the lengths (docs/memory.md).

@@ -90,7 +90,8 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   /// time. An operation post cannot take is added too, and post then refuses the whole
   /// list until clear(): a wr_id using bit 63 (bad_wr_id), more SGEs than a WR of this
   /// batch holds (SgePerWr; post_rule::sge_count) or SGEs adding up to more than 2 GiB
-  /// (post_rule::message_size).
+  /// (post_rule::message_size; a single buffer above 2 GiB is the device's to refuse,
+  /// docs/errors.md: a test per add would cost every list).
   template <operation Op>
   [[nodiscard]] RDMAKIT_ALWAYS_INLINE bool add(const Op& o, std::uint64_t wr_id,
                                                send_flags flags = send_flags::none) noexcept {

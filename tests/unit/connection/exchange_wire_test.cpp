@@ -93,6 +93,12 @@ TEST_CASE("rdmakit record: exact text and round trip") {
   CHECK(error_of([&] { (void)back.region->as<access::remote_atomic>(); }) == exchange_errc::invalid_argument);
   CHECK(last_error.find("register it with those rights on the peer") != std::string::npos);
   CHECK(last_error.find("local") == std::string::npos);  // the peer's registration is at fault, not a local argument
+  // A range running past 2^64, built in memory (the wire decoder refuses it already): its
+  // sub-ranges wrapped to address 0 (an audit). Up to the last byte is a range.
+  const region_descriptor wraps{~std::uint64_t{0} - 15, 1, 17, access::remote_write};
+  CHECK(error_of([&] { (void)wraps.as<access::remote_write>(); }) == exchange_errc::invalid_argument);
+  CHECK(last_error.find("runs past the end of the address space") != std::string::npos);
+  CHECK(region_descriptor{~std::uint64_t{0} - 15, 1, 16, access::remote_write}.as<access::remote_write>().length() == 16);
   // From a typed descriptor (what memory_region::remote() returns).
   auto typed = remote_region<access::remote_read>::unchecked(0x1000, 7, 64);
   region_descriptor rd = typed;

@@ -45,6 +45,12 @@ TEST_CASE("memory_region: local buffers and remote descriptors are what was aske
   CHECK(all.first(7).length == 7);
   CHECK_THROWS_WITH_AS(all.sub(200, 5), doctest::Contains("local_buffer::sub(200, 5)"), usage_error);
   CHECK_THROWS_WITH_AS(all.first(101), doctest::Contains("runs past the end of the buffer (100 bytes)"), usage_error);
+  // 64-bit offsets and lengths (a size_t cursor): they were cut to 32 bits, so 2^32 + 8
+  // was taken for 8, a buffer inside this one, the wrong bytes (an audit).
+  const std::uint64_t past_4g = (std::uint64_t{1} << 32) + 8;
+  CHECK_THROWS_WITH_AS(all.sub(past_4g, 8), doctest::Contains("local_buffer::sub(4294967304, 8)"), usage_error);
+  CHECK_THROWS_WITH_AS(all.sub(8, past_4g), doctest::Contains("local_buffer::sub(8, 4294967304)"), usage_error);
+  CHECK_THROWS_WITH_AS(all.first(past_4g), doctest::Contains("runs past the end of the buffer (100 bytes)"), usage_error);
   const auto remote = mr.remote();
   CHECK(remote.sub(96, 4).length() == 4);
   CHECK_THROWS_WITH_AS(remote.sub(96, 8), doctest::Contains("remote_region::sub(96, 8): the range runs past the end of the remote region (100 bytes)"), usage_error);

@@ -172,6 +172,11 @@ TEST_CASE_FIXTURE(two_regions, "prepare is a setup call: bad input is a usage_er
                        doctest::Contains("remote_region holds 12"), usage_error);
   CHECK_THROWS_WITH_AS((void)p.a.prepare(op::read{src.local(0, 16), dst.remote().sub(8, 8)}, 1),
                        doctest::Contains("moves 16 bytes"), usage_error);
+  // One buffer above 2 GiB (only lists were summed: prepare<1> took it, an audit). No
+  // region that large here: prepare reads no key, and refuses it first.
+  const local_buffer huge{src.local().addr, (std::uint32_t{1} << 31) + 1, src.lkey()};
+  const auto far = remote_region<access::remote_write>::unchecked(0x10000, 1, std::uint64_t{1} << 32);
+  CHECK_THROWS_WITH_AS((void)p.a.prepare(op::write{huge, far}, 1), doctest::Contains("more than 2 GiB"), usage_error);
   auto w2 = p.a.prepare<2>(op::write{std::span<const local_buffer>(two), dst.remote().sub(0, 16)}, 1);
   REQUIRE(p.a.post(w2).ok());
   REQUIRE(collect(x.cq, 1).size() == 1);
