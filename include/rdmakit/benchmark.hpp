@@ -192,15 +192,23 @@ struct product<F, list<Ts...>, list<Ss...>, list<Ps...>> {
 // One benchmark's run of the loop. What it throws (a loopback it could not make: a bad
 // size or device) fails this benchmark, named, and the program's other ones still run:
 // out of a Google Benchmark function it would end the program (std::terminate).
+// A loop that left its timing loop early, with no error reported, would end the program
+// too (Google Benchmark checks it returned after its last iteration): it fails instead.
 template <class F, class Cfg>
 void run_loop(F& loop, Cfg cfg, benchmark::State& st, const std::string& name) {
   try {
     std::invoke(loop, cfg, st);
   } catch (const std::exception& e) {
-    st.SkipWithError((name + ": " + e.what()).c_str());
+    return st.SkipWithError((name + ": " + e.what()).c_str());
   } catch (...) {
-    st.SkipWithError((name + ": an exception of a type not derived from std::exception").c_str());
+    return st.SkipWithError((name + ": an exception of a type not derived from std::exception").c_str());
   }
+  if (!st.error_occurred() && st.iterations() < st.max_iterations)
+    st.SkipWithError(rdmakit::detail::cat(name, ": the loop left `for (auto _ : state)` after ", st.iterations(), " of ",
+                         st.max_iterations, " iterations with no error reported (Google Benchmark would end the "
+                         "program): call lp.finish(st), which reports why a post failed, or st.SkipWithError(why) "
+                         "before leaving it")
+                         .c_str());
 }
 
 // The names register_grid gave benchmarks so far (registration runs on one thread,
@@ -384,7 +392,8 @@ struct loopback_options {
 /// gives each SEND (or WRITE with immediate) a receive on side b first; `finish` waits
 /// for what is outstanding, on both sides, and fails the benchmark when anything went
 /// wrong: a refused post, a failed completion, a wait that timed out, or a message
-/// that never reached b (UC and UD lose them without telling the sender).
+/// that never reached b (UC and UD lose them without telling the sender; only one that
+/// takes a receive, a SEND or a WRITE with immediate, can be missed).
 ///
 ///     bench::loopback lp(cfg, device<backends::mock>("mock0"), bytes);
 ///     for (auto _ : st)
@@ -425,7 +434,8 @@ class loopback {
   std::uint64_t failures = 0;
   /// Waits that found no completion within the timeout.
   std::uint64_t timeouts = 0;
-  /// Successful receive completions reaped so far.
+  /// Successful receive completions this loopback reaped so far (a loop that polls
+  /// b's CQ itself counts its own; finish() and post() count every completed receive).
   std::uint64_t received = 0;
   /// WRs posted on a that take one of b's receives (SENDs, WRITEs with immediate).
   std::uint64_t sent = 0;
@@ -464,6 +474,14 @@ class loopback {
       throw usage_error(rdmakit::detail::cat("bench::loopback: loopback_options::caps asks for ", o.caps.max_send_wr,
                                              " send and ", o.caps.max_recv_wr,
                                              " receive WRs, more than a CQ can count (each side's CQ holds both)"));
+    // A CQ holds each side's sends and receives: past the device's largest, the error
+    // named create_cq(), which the caller never called.
+    for (const device<B>* d : {&dev_a, &dev_b})
+      if (const std::uint64_t cqe = std::uint64_t{o.caps.max_send_wr} + o.caps.max_recv_wr; cqe > d->attr().max_cqe)
+        throw usage_error(rdmakit::detail::cat(
+            "bench::loopback: loopback_options::caps asks for ", o.caps.max_send_wr, " send and ",
+            o.caps.max_recv_wr, " receive WRs, a CQ of ", cqe, " entries on each side (it holds both), and ",
+            d->name(), "'s CQs hold at most ", d->attr().max_cqe, ": ask for fewer"));
     init_(a, dev_a);
     init_(b, dev_b);
     auto qa = rdmakit::create_qp<T, S>(a.pd, a.cq, o.caps);
@@ -524,7 +542,7 @@ class loopback {
   void refill() {
     (void)b.cq.drain(reap_());
     const std::uint32_t want = opts_.caps.max_recv_wr;
-    for (std::uint32_t n = b.qp.posted_recvs(); n < want; ++n)
+    for (std::uint32_t n = b.qp.posted_recvs(); n < want; ++n, ++recvs_posted_)
       if (const post_result r = b.qp.post_recv(b.buf.local(), 0); !r) {
         failed_(r.message());
         break;
@@ -547,11 +565,11 @@ class loopback {
     (void)a.cq.drain(reap_());
     // RC's messages are in b's CQ once a's completions are; UC's and UD's may still be
     // on the way, or lost (their sender completes without an acknowledgement).
-    while (received < sent && !b.qp.in_error() && b.cq.wait(reap_(), opts_.timeout)) {
+    while (receives_done_() < sent && !b.qp.in_error() && b.cq.wait(reap_(), opts_.timeout)) {
     }
     (void)b.cq.drain(reap_());
-    if (received < sent)
-      failed_(rdmakit::detail::cat(sent - received, " of the ", sent,
+    if (const std::uint64_t done = receives_done_(); done < sent)
+      failed_(rdmakit::detail::cat(sent - done, " of the ", sent,
                                    " messages a sent never reached b (lost on the way, or failed), so a rate that "
                                    "counts them is wrong"));
     if (failures == 0 && timeouts == 0) return true;
@@ -595,7 +613,7 @@ class loopback {
   // their receives counted as taken: past max_recv_wr of them, the wait times out.
   bool receive_for_next_() {
     for (;;) {
-      const std::uint64_t on_the_way = sent - received;
+      const std::uint64_t on_the_way = sent - receives_done_();
       const std::uint32_t posted = b.qp.posted_recvs();
       if (posted > on_the_way) return true;
       if (posted < opts_.caps.max_recv_wr) {
@@ -603,11 +621,19 @@ class loopback {
           failed_(r.message());
           return false;
         }
+        ++recvs_posted_;
+      } else if (opts_.caps.max_recv_wr == 0) {
+        failed_("a SEND or a WRITE with immediate needs a receive at b, and loopback_options::caps.max_recv_wr "
+                "is 0: give b a receive queue (the default is 64)");
+        return false;
       } else if (b.cq.drain(reap_()) == 0 && !wait_(b)) {
         return false;
       }
     }
   }
+  // Receives of b completed, whoever polled them (the ledger counts them at the poll):
+  // a latency loop reaps b's CQ itself.
+  std::uint64_t receives_done_() const noexcept { return recvs_posted_ - b.qp.posted_recvs(); }
   // One WR posted signaled, of one byte: a WRITE to b (RC, UC), else a SEND.
   post_result post_signaled_() {
     if constexpr (T::needs_ah)
@@ -638,6 +664,7 @@ class loopback {
   std::size_t bytes_ = 0;
   loopback_options opts_;
   std::string first_error_;
+  std::uint64_t recvs_posted_ = 0;  // receives this loopback posted on b
 };
 
 }  // namespace bench

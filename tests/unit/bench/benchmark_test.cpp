@@ -413,3 +413,74 @@ TEST_CASE("loopback: a message size or queue depths it cannot make buffers and C
     CHECK_THROWS_WITH_AS((bench::loopback<B, rc>(device<B>("mock0"), 64, {.caps = caps})),
                          doctest::Contains("loopback_options::caps.max_send_wr = 0"), usage_error);
 }
+
+// A loop that leaves `for (auto _ : st)` early without an error (its own reason, or a
+// failed post without finish()): Google Benchmark's check aborted the whole program,
+// every later benchmark lost (an audit). The run fails, named, and the others run.
+TEST_CASE("register_grid: a loop leaving its timing loop early fails its benchmark, named; the others run") {
+  static int later_runs = 0;
+  bench::register_grid<list<rc>, list<signal_all>, list<plain_poll>>("unit_early_break", [](auto, benchmark::State& st) {
+    for (auto _ : st) break;
+  }).Iterations(10);
+  bench::register_grid<list<uc>, list<signal_all>, list<plain_poll>>("unit_early_break_later",
+                                                                        [](auto, benchmark::State& st) {
+                                                                          for (auto _ : st) {
+                                                                          }
+                                                                          ++later_runs;
+                                                                        })
+      .Iterations(1);
+  std::map<std::string, std::string> errors;
+  const auto runs = run("^unit_early_break", &errors);
+  CHECK(runs.size() == 2);
+  REQUIRE(errors.size() == 1);
+  const std::string& why = errors.begin()->second;
+  CHECK(why.find("unit_early_break/RC/signal_all/plain_poll: ") == 0);
+  INFO(why);
+  CHECK(why.find("left `for (auto _ : state)` after 0 of 10 iterations") != std::string::npos);  // (a break in the first counts none)
+  CHECK(later_runs == 1);
+}
+
+// A latency loop reaps b's CQ itself (the loopback has no wait for b's receive): finish()
+// counted only the receives it reaped, so every message "never reached b", and a
+// SEND found b's receives all taken by messages long delivered (an audit).
+TEST_CASE("loopback: messages the loop reaped on b itself count as received") {
+  static std::map<std::string, bool> finished;
+  bench::register_grid<list<rc, uc, ud>, list<signal_all>, list<busy_poll<16>>>(
+      "unit_oneway", [](auto cfg, benchmark::State& st) {
+        bench::loopback lp(cfg, device<B>("mock0"), 64);
+        for (auto _ : st) {
+          if (!lp.send()) break;
+          int got = 0;
+          for (int tries = 0; got == 0 && tries < 1000; ++tries)
+            got = lp.b.cq.poll([](const completion<B>&) {});
+          if (got == 0) break;
+        }
+        finished[decltype(cfg)::name()] = lp.finish(st);
+      })
+      .Iterations(200);
+  std::map<std::string, std::string> errors;
+  (void)run("^unit_oneway/", &errors);
+  CHECK(finished.size() == 3);
+  for (const auto& [config, ok] : finished) {
+    const std::string& name = config;
+    INFO(name);
+    CHECK(ok);
+  }
+  CHECK_MESSAGE(errors.empty(), (errors.empty() ? std::string() : errors.begin()->second));
+}
+
+// SENDs on a loopback without receive slots waited out the timeout at every post, then
+// failed with "1 wait(s) timed out", naming no cause (an audit); a queue deeper than the
+// device's CQs named create_cq, which the caller never called.
+TEST_CASE("loopback: a SEND without receive slots, or queues a CQ cannot hold, are refused by name") {
+  bench::loopback<B, rc> lp(device<B>("mock0"), 64, {.caps = {8, 0}, .timeout = std::chrono::milliseconds(50)});
+  const post_result r = lp.send();
+  CHECK_FALSE(r.ok());
+  CHECK(lp.failures == 1);
+  CHECK(lp.timeouts == 0);
+  CHECK(lp.post(op::write{lp.a.msg, lp.b.remote}).ok());  // a WRITE needs none
+  const std::uint32_t max_cqe = device<B>("mock0").attr().max_cqe;
+  const std::string deep = "loopback_options::caps asks for " + std::to_string(max_cqe) + " send and 8 receive WRs";
+  CHECK_THROWS_WITH_AS((bench::loopback<B, rc>(device<B>("mock0"), 64, {.caps = {max_cqe, 8}})),
+                       doctest::Contains(deep.c_str()), usage_error);
+}
