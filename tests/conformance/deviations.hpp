@@ -655,6 +655,23 @@ inline outcome expected(std::string_view scenario, std::string_view profile) {
                       << std::string(rdmakit::to_string(conf_checked_status_)) << " not in {"         \
                       << (set).to_string() << "}");                                                   \
   } while (false)
+
+/// Posts `wr` on `end` (a harness endpoint: its qp and send_cq) and checks what `want`
+/// says of a WR a device may refuse at post: its errno and bad_wr (nothing completes),
+/// or, posted, its completion's status (want.req). True when it was posted.
+template <class B, class Fixture, class End>
+bool check_post_outcome(Fixture& fx, const End& end, typename B::send_wr& wr, const outcome& want,
+                        const char* completion_name) {
+  typename B::send_wr* bad = nullptr;
+  CHECK(B::post_send(end.qp, &wr, &bad) == want.post_errno);
+  if (want.post_errno != 0) {
+    CHECK(bad == (want.bad_wr_set ? &wr : nullptr));
+    CHECK(fx.drain(end.send_cq).empty());
+    return false;
+  }
+  CONF_CHECK_STATUS(want.req, fx.poll_one(end.send_cq, completion_name).status);
+  return true;
+}
 #endif
 
 }  // namespace conf

@@ -496,15 +496,7 @@ CONFORMANCE_CASE("mw: a BIND_MW WR with imm_data, or on a UD queue pair") {
   B::set_send(wr, 80, opcode::bind_mw, send_flags::signaled, nullptr, 0);
   B::set_bind_mw(wr, w, rkey, dst.mr, dst.addr(0), 1024, rw);
   B::set_imm(wr, to_be32(5));
-  typename B::send_wr* bad = nullptr;
-  CHECK(B::post_send(b.qp, &wr, &bad) == want.post_errno);
-  if (want.post_errno != 0) {
-    CHECK(bad == (want.bad_wr_set ? &wr : nullptr));
-    CHECK(fx.drain(b.send_cq).empty());
-  } else {
-    CONF_CHECK_STATUS(want.req, fx.poll_one(b.send_cq, "the bind's completion").status);
-    B::set_mw_rkey(w, rkey);
-  }
+  if (check_post_outcome<B>(fx, b, wr, want, "the bind's completion")) B::set_mw_rkey(w, rkey);
   CHECK(B::query_qp_state(b.qp) == qp_state::rts);
   // On UD a BIND_MW is refused at post everywhere (spec §2; rxe's provider checks the type).
   auto [u1, u2] = fx.make_pair({.type = qp_type::ud});
@@ -513,7 +505,7 @@ CONFORMANCE_CASE("mw: a BIND_MW WR with imm_data, or on a UD queue pair") {
   B::set_send(uwr, 81, opcode::bind_mw, send_flags::signaled, nullptr, 0);
   B::set_bind_mw(uwr, w, inc_rkey(B::mw_rkey(w)), dst.mr, dst.addr(0), 1024, rw);
   B::set_ud(uwr, ah, u2.num, default_qkey);
-  bad = nullptr;
+  typename B::send_wr* bad = nullptr;
   CHECK(B::post_send(u1.qp, &uwr, &bad) == EINVAL);
   CHECK(bad == &uwr);
   CHECK(fx.drain(u1.send_cq).empty());
