@@ -467,7 +467,9 @@ class completion_queue {
       int i = 0;
       detail::batch_frame<B> frame{wcs, &i, n, nullptr};
       detail::batch_frame_scope<B> held(b, frame);
-      each_of_batch_<NoThrow, P::batch>(n, [&](int k) RDMAKIT_INLINE_LAMBDA { given += deliver_<true, Divert, true>(b, wcs[i = k], g, made_by); });
+      each_of_batch_<NoThrow, P::batch>(n, [&](int k) RDMAKIT_INLINE_LAMBDA {
+        given += deliver_<true, Divert, true>(b, wcs[i = k], g, made_by);  // (i: the frame's index)
+      });
     }
     return given;  // (only the async layer's and drain markers are not given to g)
   }
