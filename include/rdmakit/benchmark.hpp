@@ -36,6 +36,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <functional>
 #include <string>
@@ -286,16 +287,24 @@ class family<list<Configs...>> {
   family& Unit(benchmark::TimeUnit unit) {
     return each([&](benchmark::internal::Benchmark* b) { b->Unit(unit); });
   }
-  /// `Benchmark::MinTime` on each (seconds).
+  /// `Benchmark::MinTime` on each (seconds). Past Google Benchmark's own range (these
+  /// three: above 0) usage_error, naming the setting: its check ends the program.
   family& MinTime(double seconds) {
+    if (!(seconds > 0)) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", seconds);
+      refuse_("MinTime", text, "seconds above 0");
+    }
     return each([&](benchmark::internal::Benchmark* b) { b->MinTime(seconds); });
   }
   /// `Benchmark::Iterations` on each.
   family& Iterations(benchmark::IterationCount n) {
+    if (n <= 0) refuse_("Iterations", std::to_string(n), "at least 1");
     return each([&](benchmark::internal::Benchmark* b) { b->Iterations(n); });
   }
   /// `Benchmark::Repetitions` on each.
   family& Repetitions(int n) {
+    if (n <= 0) refuse_("Repetitions", std::to_string(n), "at least 1");
     return each([&](benchmark::internal::Benchmark* b) { b->Repetitions(n); });
   }
   /// `Benchmark::UseRealTime` on each (register_grid already did: rates are per second
@@ -308,6 +317,11 @@ class family<list<Configs...>> {
   template <class Ts, class Ss, class Ps, class F>
   friend auto register_grid(std::string_view name, F loop);
 
+  [[noreturn]] void refuse_(const char* setting, const std::string& value, const char* want) const {
+    throw usage_error(rdmakit::detail::cat("bench::family::", setting, "(", value, ") on the grid of ",
+                                           names_.empty() ? std::string("no benchmark") : names_.front(),
+                                           "...: give ", want, " (Google Benchmark would end the program)"));
+  }
   template <class Cfg, class F>
   static void apply_(F& f, benchmark::internal::Benchmark* b) {
     if constexpr (std::is_invocable_v<F&, Cfg, benchmark::internal::Benchmark*>)

@@ -484,3 +484,19 @@ TEST_CASE("loopback: a SEND without receive slots, or queues a CQ cannot hold, a
   CHECK_THROWS_WITH_AS((bench::loopback<B, rc>(device<B>("mock0"), 64, {.caps = {max_cqe, 8}})),
                        doctest::Contains(deep.c_str()), usage_error);
 }
+
+// Settings past Google Benchmark's range (MinTime(0), Iterations(0), Repetitions(0))
+// ended the program in its checks, naming no benchmark (an audit): usage_error, and the
+// grid is left as it was.
+TEST_CASE("family: a setting Google Benchmark would refuse by ending the program is a usage_error") {
+  auto grid = bench::register_grid<list<rc>, list<signal_all>, list<plain_poll>>("unit_settings", [](auto, benchmark::State& st) {
+    for (auto _ : st) {
+    }
+  });
+  CHECK_THROWS_WITH_AS(grid.MinTime(0), doctest::Contains("bench::family::MinTime(0) on the grid of unit_settings/RC"),
+                       usage_error);
+  CHECK_THROWS_WITH_AS(grid.Iterations(0), doctest::Contains("Iterations(0)"), usage_error);
+  CHECK_THROWS_WITH_AS(grid.Repetitions(-1), doctest::Contains("Repetitions(-1)"), usage_error);
+  grid.Iterations(1);
+  CHECK(run("^unit_settings/").size() == 1);
+}
