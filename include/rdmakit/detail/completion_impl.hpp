@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <string>
 
-
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 

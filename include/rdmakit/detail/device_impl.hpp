@@ -10,7 +10,6 @@
 #include <string_view>
 #include <vector>
 
-
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 

@@ -9,7 +9,6 @@
 #include <system_error>
 #include <utility>
 
-
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 

@@ -9,7 +9,6 @@
 #include <string>
 #include <string_view>
 
-
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 

@@ -4,7 +4,6 @@
 #include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/detail/text.hpp>
 
-
 RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 

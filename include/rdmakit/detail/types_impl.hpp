@@ -7,7 +7,6 @@
 
 #include <cstdio>
 
-
 RDMAKIT_BEGIN_NAMESPACE
 
 RDMAKIT_DECL const char* to_string(wc_status s) noexcept {

@@ -22,7 +22,6 @@
 #include <string_view>
 #include <vector>
 
-
 RDMAKIT_BEGIN_NAMESPACE
 namespace ibverbs::detail {
 

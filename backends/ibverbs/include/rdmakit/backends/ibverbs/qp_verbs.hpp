@@ -17,7 +17,6 @@
 #include <cstring>
 #include <string>
 
-
 RDMAKIT_BEGIN_NAMESPACE
 namespace ibverbs::detail {
 

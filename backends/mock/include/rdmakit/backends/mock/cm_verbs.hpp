@@ -20,7 +20,6 @@
 #include <utility>
 #include <vector>
 
-
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {
 

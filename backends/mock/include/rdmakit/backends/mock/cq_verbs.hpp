@@ -8,7 +8,6 @@
 #include <rdmakit/detail/owning_ptr.hpp>
 #include <rdmakit/detail/thread.hpp>
 
-
 RDMAKIT_BEGIN_NAMESPACE
 namespace backends {
 

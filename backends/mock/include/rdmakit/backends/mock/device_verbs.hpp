@@ -11,7 +11,6 @@
 #include <string_view>
 #include <vector>
 
-
 RDMAKIT_BEGIN_NAMESPACE
 namespace backends {
 

@@ -14,4 +14,3 @@
 #include <rdmakit/backends/mock/transitions.hpp>
 #include <rdmakit/backends/mock/wire.hpp>
 #include <rdmakit/backends/mock/windows.hpp>
-

@@ -7,7 +7,6 @@
 
 #include <cstdint>
 
-
 RDMAKIT_BEGIN_NAMESPACE
 namespace mock::detail {
 

@@ -8,7 +8,6 @@
 
 #include <string>
 
-
 RDMAKIT_BEGIN_NAMESPACE
 namespace backends {
 

@@ -9,4 +9,3 @@
 #include <rdmakit/backends/mock/post_verbs.hpp>
 #include <rdmakit/backends/mock/qp_verbs.hpp>
 #include <rdmakit/backends/mock/srq_verbs.hpp>
-
