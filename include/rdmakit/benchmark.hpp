@@ -533,15 +533,31 @@ class loopback {
   /// completion counts in `failures`.
   template <operation Op>
   post_result post(const Op& o, std::uint64_t wr_id = 0, send_flags flags = send_flags::none) {
-    if (RDMAKIT_UNLIKELY(a.qp.send_credits() == 0) && !wait_for_credit_()) return {post_status::sq_full, 0, 0};
-    constexpr bool takes_receive = takes_receive_(Op::code);
-    if constexpr (takes_receive)
-      if (!receive_for_next_()) return {post_status::rq_full, 0, 0};
-    const post_result r = a.qp.post(o, wr_id, flags);
-    if (!r)
-      failed_(r.message());
-    else if constexpr (takes_receive)
-      ++sent;
+    return post_one_<takes_receive(Op::code)>([&] { return a.qp.post(o, wr_id, flags); });
+  }
+  /// Posts a WR made by `a.qp.prepare(...)`, as post(op) does.
+  template <std::size_t Sges, bool SignalEach>
+  post_result post(prepared_send<B, T, Sges, SignalEach>& w) {
+    const auto posting = [&] { return a.qp.post(w); };
+    return w.needs_receive() ? post_one_<true>(posting) : post_one_<false>(posting);
+  }
+  /// Posts a list made by `decltype(lp.a.qp)::make_batch<N>()` on side a: waits on a's
+  /// CQ while the send queue has fewer free slots than the list has WRs (up to the
+  /// timeout, then the result is sq_full), after giving b a receive for each of its WRs
+  /// that takes one (receives_needed(); more than caps.max_recv_wr is refused, rq_full).
+  /// A refusal counts in `failures`, as post(op)'s.
+  template <std::size_t Max, std::size_t SgePerWr, bool SignalEach>
+  post_result post(send_batch<B, T, Max, SgePerWr, SignalEach>& list) {
+    const std::size_t takes = list.receives_needed();
+    if (takes != 0 && !receives_for_next_(takes)) return {post_status::rq_full, 0, 0};
+    post_result r = a.qp.post(list);
+    while (r.status == post_status::sq_full && wait_(a)) r = a.qp.post(list);
+    if (r.ok()) {
+      sent += takes;
+    } else {
+      sent += takes - list.receives_needed();  // the WRs posted before a refused one
+      if (r.status != post_status::sq_full) failed_(r.message());  // (sq_full: a wait timed out)
+    }
     return r;
   }
   /// SENDs `a.msg` to side b (UD: through `a.to`), as post() does.
@@ -616,30 +632,45 @@ class loopback {
       }
     };
   }
-  // Whether a WR of this opcode takes a receive at the other end.
-  static constexpr bool takes_receive_(opcode c) noexcept {
-    return c == opcode::send || c == opcode::send_with_imm || c == opcode::send_with_inv ||
-           c == opcode::rdma_write_with_imm;
+  // post(op) and post(prepared): waits for a send credit, gives b a receive when the WR
+  // takes one, then posts.
+  template <bool TakesReceive, class Post>
+  RDMAKIT_ALWAYS_INLINE post_result post_one_(Post&& posting) {
+    if (RDMAKIT_UNLIKELY(a.qp.send_credits() == 0) && !wait_for_credit_()) return {post_status::sq_full, 0, 0};
+    if constexpr (TakesReceive)
+      if (!receives_for_next_(1)) return {post_status::rq_full, 0, 0};
+    const post_result r = posting();
+    if (!r)
+      failed_(r.message());
+    else if constexpr (TakesReceive)
+      ++sent;
+    return r;
   }
-  // True once b has a receive that no message on the way will take (posting one when b's
-  // receive queue has room, else waiting on b's CQ for receives to complete); false when
-  // none came within the timeout, or b refused a receive. Messages lost on the way keep
-  // their receives counted as taken: past max_recv_wr of them, the wait times out.
-  bool receive_for_next_() {
+  // True once b has `n` receives that no message on the way will take (posting them
+  // while b's receive queue has room, else waiting on b's CQ for receives to complete);
+  // false when none came within the timeout, or b refused a receive, or n is more than
+  // b's queue holds. Messages lost on the way keep their receives counted as taken:
+  // past max_recv_wr of them, the wait times out.
+  bool receives_for_next_(std::size_t n) {
+    if (n > opts_.caps.max_recv_wr) {
+      failed_(opts_.caps.max_recv_wr == 0
+                  ? std::string("a SEND or a WRITE with immediate needs a receive at b, and "
+                                "loopback_options::caps.max_recv_wr is 0: give b a receive queue (the default is 64)")
+                  : rdmakit::detail::cat("a post list of ", n, " WRs that take a receive at b, and "
+                                         "loopback_options::caps.max_recv_wr is ", opts_.caps.max_recv_wr,
+                                         ": post shorter lists, or give b a deeper receive queue"));
+      return false;
+    }
     for (;;) {
       const std::uint64_t on_the_way = sent - receives_done_();
       const std::uint32_t posted = b.qp.posted_recvs();
-      if (posted > on_the_way) return true;
+      if (posted >= on_the_way + n) return true;
       if (posted < opts_.caps.max_recv_wr) {
         if (const post_result r = b.qp.post_recv(b.buf.local(), 0); !r) {
           failed_(r.message());
           return false;
         }
         ++recvs_posted_;
-      } else if (opts_.caps.max_recv_wr == 0) {
-        failed_("a SEND or a WRITE with immediate needs a receive at b, and loopback_options::caps.max_recv_wr "
-                "is 0: give b a receive queue (the default is 64)");
-        return false;
       } else if (b.cq.drain(reap_()) == 0 && !wait_(b)) {
         return false;
       }

@@ -58,6 +58,8 @@ class prepared_send {
   std::uint64_t wr_id() const noexcept { return wr_id_; }
   /// True when the WR goes inline (decided at prepare time).
   bool is_inline() const noexcept { return has_any(base_, send_flags::inline_data); }
+  /// True when the WR takes a receive at the other end (takes_receive: a SEND).
+  bool needs_receive() const noexcept { return takes_receive(B::describe_send(wr_).op); }
 
  private:
   template <verbs_backend, transport, signaling, qp_state>

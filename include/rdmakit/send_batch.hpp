@@ -47,6 +47,14 @@ class send_batch : public detail::operation_calls<send_batch<B, T, Max, SgePerWr
   send_batch& operator=(const send_batch&) = delete;
   /// WRs in the list.
   std::size_t size() const noexcept { return end_ / sizeof(slot_) - first_; }
+  /// How many of its WRs take a receive at the other end (takes_receive): the receives
+  /// the peer needs posted before the list goes. Reads each WR: not for the data path.
+  std::size_t receives_needed() const noexcept {
+    std::size_t n = 0;
+    for (std::size_t i = first_, end = first_ + size(); i < end; ++i)
+      n += takes_receive(B::describe_send(slots_.data()[i].wr).op) ? 1 : 0;
+    return n;
+  }
   /// True when no WR was added since the last clear or post.
   bool empty() const noexcept { return end_ == first_ * sizeof(slot_); }
   /// True when add refuses more: Max WRs were added since the list was last emptied

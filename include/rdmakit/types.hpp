@@ -103,6 +103,13 @@ enum class opcode : std::uint32_t {
   send_with_inv = 9,  ///< SEND that also invalidates the peer's type 2 window named by an rkey
 };
 
+/// True for the operations that take a receive at the other end (SEND, SEND with
+/// immediate or invalidate, WRITE with immediate): the peer must have one posted.
+constexpr bool takes_receive(opcode c) noexcept {
+  return c == opcode::send || c == opcode::send_with_imm || c == opcode::send_with_inv ||
+         c == opcode::rdma_write_with_imm;
+}
+
 /// Memory window types (IBV_MW_TYPE_*): type 1 is bound by a verbs call, type 2 by a
 /// work request and only usable through the QP that bound it.
 enum class mw_type : std::uint32_t { type1 = 1, type2 = 2 };

@@ -26,6 +26,14 @@ TEST_CASE_FIXTURE(two_regions, "a prepared WRITE posted again and again lands ea
   CHECK(static_cast<unsigned char>(dst.data()[32]) == 0);
 }
 
+TEST_CASE_FIXTURE(two_regions, "needs_receive() is true for a prepared SEND, false for a WRITE") {
+  auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{4, 4});
+  auto s = p.a.prepare(op::send_imm<>{src.local(0, 8), 5}, 1);
+  auto w = p.a.prepare(op::write{src.local(0, 8), dst.remote()}, 2);
+  CHECK(s.needs_receive());
+  CHECK_FALSE(w.needs_receive());
+}
+
 TEST_CASE_FIXTURE(two_regions, "post(w, wr_id) gives the prepared WR a new wr_id, refused when it uses bit 63") {
   auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{8, 8});
   auto w = p.a.prepare(op::write{src.local(0, 8), dst.remote()}, 1);

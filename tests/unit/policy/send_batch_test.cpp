@@ -92,6 +92,27 @@ TEST_CASE_FIXTURE(two_regions, "after a partial post the batch keeps the refused
   CHECK(p.a.send_credits() == 16);
 }
 
+TEST_CASE_FIXTURE(two_regions, "receives_needed() counts the WRs that take a receive, of those not posted yet") {
+  auto p = make_pair<rc, signal_all>(x.pd, x.cq, y.pd, y.cq, qp_cap{16, 16, 2, 2, 0});
+  for (int i = 0; i < 4; ++i) REQUIRE(p.b.post_recv(dst.local(0, 64), 100).ok());
+  auto batch = decltype(p.a)::make_batch<4, 3>();
+  CHECK(batch.receives_needed() == 0);
+  const local_buffer three[3] = {src.local(0, 8), src.local(8, 8), src.local(16, 8)};
+  REQUIRE(batch.add(op::send<>{src.local(0, 8)}, 1));
+  REQUIRE(batch.write(std::span<const local_buffer>(three), dst.remote(), 2));  // 3 SGEs: the QP takes 2
+  REQUIRE(batch.add(op::write_imm{src.local(0, 8), dst.remote(), 7}, 3));
+  REQUIRE(batch.write(src.local(0, 8), dst.remote(), 4));
+  CHECK(batch.receives_needed() == 2);
+  const auto r = p.a.post(batch);
+  REQUIRE(r.status == post_status::backend_error);
+  CHECK(r.posted == 1);             // the SEND went
+  CHECK(batch.receives_needed() == 1);  // the WRITE with immediate is still there
+  batch.clear();
+  CHECK(batch.receives_needed() == 0);
+  CHECK(takes_receive(opcode::send_with_inv));
+  CHECK_FALSE(takes_receive(opcode::rdma_read));
+}
+
 TEST_CASE_FIXTURE(two_regions, "a list posted again without reuse() is refused as empty_list, saying to call reuse()") {
   auto p = make_pair<rc, signal_every<16>>(x.pd, x.cq, y.pd, y.cq, qp_cap{64, 4});
   auto batch = decltype(p.a)::make_batch<32>();  // reuse() forgotten
