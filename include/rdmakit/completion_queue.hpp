@@ -589,8 +589,11 @@ class completion_queue {
     l.handler(r.ctx, c);
   }
 
+  // arm_ and wait_event_ answer EBADF on an empty handle, as the poll does: a policy's
+  // wait may go on after its handler moved the handle away.
   int arm_() noexcept {
     if constexpr (P::needs_channel) {
+      if (RDMAKIT_UNLIKELY(!blk_)) return EBADF;
       if (blk_->armed) return 0;
       int e = B::req_notify_cq(blk_->cq, detail::arms_solicited<P>);
       if (e == 0) blk_->armed = true;
@@ -602,6 +605,7 @@ class completion_queue {
 
   int wait_event_(std::chrono::milliseconds timeout) noexcept {
     if constexpr (P::needs_channel) {
+      if (RDMAKIT_UNLIKELY(!blk_)) return EBADF;
       typename B::cq got{};
       int e = B::get_cq_event(blk_->channel, timeout, got);
       if (e != 0) return e;

@@ -23,23 +23,34 @@ RDMAKIT_BEGIN_NAMESPACE
 namespace detail {
 // Ops: int poll() (count or -errno), int arm() (errno), int wait_event(ms) (0: an event
 // arrived, ETIMEDOUT/EAGAIN: none in time, else errno).
+// Arm, re-poll, sleep until `deadline`; again after each event. The time left is
+// rounded up to whole milliseconds (rounded down, a wait of 1 ms slept none and one of
+// 5 ms 4), and a sleep that ends before the deadline sleeps again.
 template <class Ops>
-int event_wait(Ops& ops, std::chrono::milliseconds timeout) noexcept(noexcept(ops.poll())) {
-  // Drain: return whatever is there before sleeping (no clock read on this path).
-  if (int n = ops.poll(); n != 0) return n;
-  const auto deadline = detail::deadline_after(timeout);
+int event_wait_until(Ops& ops, std::chrono::steady_clock::time_point deadline) noexcept(noexcept(ops.poll())) {
   for (;;) {
     if (int e = ops.arm()) return -e;
     // Re-poll: catches a completion that landed between the last poll and the arm.
     if (int n = ops.poll(); n != 0) return n;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() < 0) left = std::chrono::milliseconds{0};
+    const auto now = std::chrono::steady_clock::now();
+    const auto left = now < deadline ? std::chrono::ceil<std::chrono::milliseconds>(deadline - now)
+                                     : std::chrono::milliseconds{0};
     int e = ops.wait_event(left);
-    if (e == ETIMEDOUT || e == EAGAIN) return ops.poll();  // last look, then give up
+    if (e == ETIMEDOUT || e == EAGAIN) {
+      // A last look; given up only once the deadline has passed.
+      if (int n = ops.poll(); n != 0 || std::chrono::steady_clock::now() >= deadline) return n;
+      continue;
+    }
     if (e != 0) return -e;
     if (int n = ops.poll(); n != 0) return n;  // the event's completions (or a spurious one)
   }
+}
+
+template <class Ops>
+int event_wait(Ops& ops, std::chrono::milliseconds timeout) noexcept(noexcept(ops.poll())) {
+  // Drain: return whatever is there before sleeping (no clock read on this path).
+  if (int n = ops.poll(); n != 0) return n;
+  return event_wait_until(ops, detail::deadline_after(timeout));
 }
 }  // namespace detail
 
@@ -112,13 +123,18 @@ struct adaptive {
   /// wait() starts with a poll and returns what it finds (completion_queue inlines that step).
   static constexpr bool polls_first = true;
 
-  /// Polls up to Spin times, then waits as event_driven does.
+  /// Polls up to Spin times, then waits as event_driven does, within `timeout` (the
+  /// clock read every 64 empty polls, as busy_poll does: a long spin is cut short too).
   /// Returns the count, 0 on a timeout, or -errno.
   template <class Ops>
   static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept(noexcept(ops.poll())) {
-    for (unsigned i = 0; i < Spin; ++i)
+    if (int n = ops.poll(); n != 0) return n;  // no clock read on the fast path
+    const auto deadline = detail::deadline_after(timeout);
+    for (unsigned i = 1; i < Spin; ++i) {
       if (int n = ops.poll(); n != 0) return n;
-    return detail::event_wait(ops, timeout);
+      if (i % 64 == 0 && std::chrono::steady_clock::now() >= deadline) return 0;
+    }
+    return detail::event_wait_until(ops, deadline);
   }
 };
 

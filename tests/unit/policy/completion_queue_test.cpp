@@ -216,6 +216,49 @@ TEST_CASE("poll() and wait() without a handler give the credits back; a failure 
   CHECK(completion_queue<B>{}.wait().error() == EBADF);
 }
 
+namespace {
+// A policy of the user's own that drains, then arms before it returns (an edge-triggered
+// style): its arm() comes after the handler ran.
+struct drain_then_arm {
+  static constexpr std::string_view name = "drain_then_arm";
+  static constexpr int batch = 1;
+  static constexpr bool needs_channel = true;
+  static constexpr unsigned ack_batch = 1;
+  static inline int arm_result = -1, wait_result = -1;
+  template <class Ops>
+  static int wait(Ops& ops, std::chrono::milliseconds timeout) noexcept(noexcept(ops.poll())) {
+    int total = 0;
+    for (int n; (n = ops.poll()) > 0;) total += n;
+    arm_result = ops.arm();
+    wait_result = ops.wait_event(timeout);
+    return total;
+  }
+};
+static_assert(polling<drain_then_arm>);
+}  // namespace
+
+// A handler may move the CQ's handle away (docs/polling.md); the policy's next poll then
+// says EBADF, and its arm() and wait_event() dereferenced the empty handle (audit 42).
+TEST_CASE("a policy's arm() and wait_event() after its handler moved the CQ away answer EBADF") {
+  mock::fabric fab;
+  device<B> dx(fab, "mock0"), dy(fab, "mock1");
+  auto pdx = dx.create_pd();
+  auto pdy = dy.create_pd();
+  auto cq = dx.create_cq<drain_then_arm>(16);
+  auto cqy = dy.create_cq(16);
+  auto p = make_pair<rc, signal_all>(pdx, cq, pdy, cqy, qp_cap{4, 4});
+  auto src = pdx.allocate<rw_access>(64);
+  auto dst = pdy.allocate<rw_access>(64);
+  REQUIRE(p.a.write(src.local(), dst.remote(), 1).ok());
+  REQUIRE(p.a.write(src.local(), dst.remote(), 2).ok());
+  completion_queue<B, drain_then_arm> kept;
+  (void)cq.wait([&](const completion<B>&) { if (cq) kept = std::move(cq); }, std::chrono::milliseconds{5});
+  CHECK(drain_then_arm::arm_result == EBADF);
+  CHECK(drain_then_arm::wait_result == EBADF);
+  CHECK_FALSE(cq);
+  CHECK(kept);
+}
+
 TEST_CASE("dispatch: completions of a QP without a handler go to the fallback (or are counted)") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");

@@ -63,8 +63,29 @@ TEST_CASE("adaptive spins first, then waits like event_driven") {
   fake_ops ops;
   ops.arrive_at_arm = true;
   CHECK(adaptive<5>::wait(ops, 10ms) == 1);
-  CHECK(ops.polls == 5 + 2);
+  CHECK(ops.polls == 5 + 1);  // Spin polls, then the arm and its re-poll
   CHECK(ops.arms == 1);
+}
+
+// adaptive spun Spin times before it read the clock: wait(0ms) with Spin = 10^7 took
+// 329 ms on the mock (audit 42). The clock is read every 64 empty polls, as busy_poll does.
+TEST_CASE("adaptive's spin ends at the timeout") {
+  fake_ops ops;
+  CHECK(adaptive<10'000'000>::wait(ops, 0ms) == 0);
+  CHECK(ops.polls == 1 + 64);  // the first poll, then 64 before the clock is read
+  CHECK(ops.arms == 0);
+}
+
+// The time left before a sleep was rounded down to whole milliseconds: wait(1ms) slept
+// none and returned timed out at once, wait(5ms) after 4 (audit 42). Rounded up now, and
+// a sleep that ends early (a channel's timeout, a signal) sleeps again until the deadline.
+TEST_CASE("a sleeping wait gives up only once its timeout has passed") {
+  using clock = std::chrono::steady_clock;
+  fake_ops ops;  // its wait_event returns ETIMEDOUT at once
+  const auto t0 = clock::now();
+  CHECK(event_driven<>::wait(ops, 3ms) == 0);
+  CHECK(clock::now() - t0 >= 3ms);
+  CHECK(ops.waits > 1);
 }
 
 TEST_CASE("busy_poll never arms and gives up at the timeout") {
@@ -239,6 +260,19 @@ TEST_CASE_TEMPLATE("solicited_only: a wait sleeps through unsolicited completion
   CHECK(n == 2);  // woken by the solicited one, and both are there
   CHECK(got == std::vector<std::uint64_t>{1, 2});
   (void)collect(s.y.cq, 2);
+}
+
+TEST_CASE_TEMPLATE("a sleeping policy's wait on an empty CQ lasts its whole timeout, even 1 ms", P, event_driven<>,
+                   adaptive<>, solicited_only<event_driven<>>) {
+  mock::fabric fab;
+  device<B> dx(fab, "mock0");
+  auto cq = dx.create_cq<P>(16);
+  for (const std::chrono::milliseconds t : {1ms, 2ms, 5ms}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = cq.wait([](const completion<B>&) {}, t);
+    CHECK(r.timed_out());
+    CHECK(std::chrono::steady_clock::now() - t0 >= t);
+  }
 }
 
 TEST_CASE("an event-driven wait times out cleanly when nothing comes") {
