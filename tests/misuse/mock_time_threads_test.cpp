@@ -92,3 +92,42 @@ TEST_CASE("a port flipped from another thread paces the clock: RC retries outlas
   worker.join();
   CHECK(status == wc_status::success);
 }
+
+// A thread asleep in wait() on an event-driven CQ was not woken when another thread
+// posted a message toward it over a wire with latency: scheduling the message notified
+// no one, so the sleeper woke at its timeout, or never with hours::max() (audit 42).
+TEST_CASE_TEMPLATE("with wire latency, a waiter asleep on its CQ wakes for a message another thread posted", P,
+                   event_driven<>, adaptive<>) {
+  using namespace std::chrono;
+  for (const mock::clock_mode mode : {mock::clock_mode::automatic, mock::clock_mode::simulated}) {
+    INFO("clock mode " << static_cast<int>(mode));
+    mock::fabric_config cfg;
+    cfg.latency = microseconds(10);
+    cfg.clock = mode;
+    mock::fabric fab(cfg);
+    side x(fab, "mock0");
+    device<B> dy(fab, "mock1");
+    auto pdy = dy.create_pd();
+    auto scq = dy.create_cq<P>(64);
+    auto src = x.pd.allocate<rw_access>(64);
+    auto dst = pdy.allocate<rw_access>(64);
+    auto p = make_pair<rc>(x.pd, x.cq, pdy, scq, qp_cap{8, 8});
+    REQUIRE(p.b.post_recv(dst.local(0, 8), 1).ok());
+    std::atomic<int> stage{0};
+    wait_result r{0};
+    steady_clock::time_point woke;
+    std::thread waiter([&] {
+      (void)scq.poll();
+      stage = 1;
+      r = scq.wait([](const completion<B>&) {}, seconds(5));
+      woke = steady_clock::now();
+    });
+    while (stage.load() != 1) std::this_thread::yield();
+    std::this_thread::sleep_for(milliseconds(30));  // asleep by now
+    const auto posted = steady_clock::now();
+    REQUIRE(p.a.post(op::send<>{src.local(0, 8)}, 7).ok());  // and no call after it
+    waiter.join();
+    CHECK(r.count() == 1);
+    CHECK(woke - posted < seconds(2));  // its timeout is 5 s
+  }
+}

@@ -239,7 +239,10 @@ bool wait_for_event(fabric_state& f, std::unique_lock<std::mutex>& lk, std::chro
     auto slice = until;
     if (f.paced && pending(f))  // the next event falls due on the wall clock
       slice = std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
-    if (!wait_until(f, lk, slice) && slice == until && !ready()) return false;
+    ++f.sleepers;
+    const bool notified = wait_until(f, lk, slice);
+    --f.sleepers;
+    if (!notified && slice == until && !ready()) return false;
   }
 }
 

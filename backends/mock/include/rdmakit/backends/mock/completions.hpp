@@ -173,11 +173,19 @@ inline void disarm_timer(fabric_state& f, qp_obj* q) {
   untime(f, q);
 }
 
+// A thread asleep on the fabric (wait_for_event) slept for as long as nothing was
+// pending: an event or timer scheduled by another thread meanwhile, which no one else
+// may run (its poster makes no further call), must end that sleep (audit 42).
+inline void wake_sleepers(fabric_state& f) {
+  if (RDMAKIT_UNLIKELY(f.sleepers != 0)) f.cv.notify_all();
+}
+
 inline void set_timer(fabric_state& f, qp_obj* q, clock_ns at) {
   q->deadline = at;
   if (q->timed_slot) return;
   f.timed.push_back(q);
   q->timed_slot = f.timed.size();
+  wake_sleepers(f);
 }
 
 /// The WQE of sequence number `seq` (they are consecutive in the SQ), or null.

@@ -496,7 +496,10 @@ constexpr std::uint32_t mw_slot(std::uint32_t index) { return 0x400000u | index;
 class fabric_state {
  public:
   mutable std::mutex mu;
-  condvar cv;  // completion and async events
+  condvar cv;  // completion and async events; a new wire event or timer while one sleeps
+  // Threads asleep in wait_for_event: an event or timer another thread schedules may be
+  // due before their sleep ends, so scheduling one wakes them (one compare otherwise).
+  unsigned sleepers = 0;
   fabric_config cfg;
   /// The mock behaves as rxe where the deviation table says rxe differs.
   bool as_rxe() const noexcept { return cfg.profile == device_profile::rxe; }

@@ -15,13 +15,21 @@ namespace mock::detail {
 
 // A new event at `when` (the caller fills its message or response): into wire_now when
 // it is due now, which keeps that queue sorted by (when, order), else into the heap.
+// An event due later wakes the threads asleep on the fabric (wake_sleepers); one due now
+// runs before the verb that made it returns (run_due).
 inline wire_event& schedule(fabric_state& f, clock_ns when, bool is_response) {
   const bool now = when == f.now && (f.wire_now.empty() || f.wire_now.back().when <= when);
-  wire_event& ev = now ? f.wire_now.push_back() : f.wire_later.emplace_back();
-  ev.when = when;
-  ev.order = f.order++;
-  ev.is_response = is_response;
-  return ev;
+  wire_event* ev;
+  if (now) {
+    ev = &f.wire_now.push_back();
+  } else {
+    ev = &f.wire_later.emplace_back();
+    wake_sleepers(f);
+  }
+  ev->when = when;
+  ev->order = f.order++;
+  ev->is_response = is_response;
+  return *ev;
 }
 // Called once the event made by schedule() is filled in.
 inline void scheduled(fabric_state& f, const wire_event& ev) {
