@@ -283,6 +283,7 @@ class completion_queue {
   template <class QP, class F>
   void on(QP& qp, F handler) {
     if (!blk_) detail::throw_empty("completion_queue", "on");
+    detail::refuse_if_waited_on(*blk_, "completion_queue::on()");
     auto* link = detail::policy_access::link(qp);
     if (!link) detail::throw_empty_argument("queue_pair", "completion_queue::on");
     if (link->send_cq != blk_.get() && link->recv_cq != blk_.get())
@@ -323,6 +324,8 @@ class completion_queue {
   template <completion_handler<B> F>
   wait_result dispatch_wait(F&& fallback, detail::ms_timeout timeout) {
     if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};
+    const waiting_ w(blk_);
+    if (RDMAKIT_UNLIKELY(w.refused)) return wait_result{-EBUSY};
     dispatch_ops<F> o{this, fallback};
     return wait_result{P::wait(o, timeout)};
   }
@@ -404,9 +407,32 @@ class completion_queue {
   // so the inlined path stores none of them.
   template <class F>
   RDMAKIT_NOINLINE wait_result wait_slow_(F& f, std::chrono::milliseconds timeout) noexcept(nothrow<F>) {
+    const waiting_ w(blk_);
+    if (RDMAKIT_UNLIKELY(w.refused)) return wait_result{-EBUSY};
     ops<F> o{this, f};
     return wait_result{P::wait(o, timeout)};
   }
+
+  // Marks the block as waited on by this thread (cq_block::waiter) for a wait's slow
+  // part, keeping it alive to the end (a handler may drop this handle meanwhile). A
+  // wait nested in one of this thread's handlers leaves the mark to the outer one;
+  // another thread's mark refuses the wait.
+  struct waiting_ {
+    detail::shared_owner<detail::cq_block<B>> blk;
+    bool refused = false;
+    bool nested = false;
+    explicit waiting_(const detail::shared_owner<detail::cq_block<B>>& b) noexcept : blk(b) {
+      const void* const me = detail::this_thread_tag();
+      const void* seen = nullptr;
+      if (!__atomic_compare_exchange_n(&blk->waiter, &seen, me, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        (seen == me ? nested : refused) = true;
+    }
+    waiting_(const waiting_&) = delete;
+    waiting_& operator=(const waiting_&) = delete;
+    ~waiting_() {
+      if (!refused && !nested) __atomic_store_n(&blk->waiter, nullptr, __ATOMIC_RELEASE);
+    }
+  };
 
   // `Inert`: g calls no user code (poll() and wait() without a handler). A user's
   // handler may destroy queue pairs, their handlers and this CQ's state (its handle

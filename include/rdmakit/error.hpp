@@ -146,6 +146,12 @@ namespace detail {
 [[noreturn]] void throw_empty(const char* type, const char* call);
 /// "create_qp: send CQ: the completion_queue given is empty ...": an argument of `call`.
 [[noreturn]] void throw_empty_argument(const char* type, const char* call);
+/// "create_qp(): another thread is waiting on this completion queue ...": a setup call
+/// that would change a CQ another thread waits on (cq_block::waiter).
+[[noreturn]] void throw_waited_on(const char* call);
+/// The same from a queue pair's destructor, which cannot throw: says so on stderr and
+/// ends the program.
+[[noreturn]] void abort_waited_on(std::uint32_t qp_num) noexcept;
 /// "memory_region::local(4000, 200): the range runs past the region's 4096 bytes ...":
 /// a buffer cut from `what` (`size` bytes) is never shortened, so a WR carries the
 /// length its caller gave or is not built.

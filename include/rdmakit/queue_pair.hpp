@@ -133,6 +133,8 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
   /// before the old QP went to ERR changes nothing; after, it is as verbs_error's case.
   queue_pair<B, T, S, qp_state::init> reset() && {
     link_("reset");
+    detail::refuse_if_waited_on(*parts_.scq, "queue_pair::reset()");
+    detail::refuse_if_waited_on(*parts_.rcq, "queue_pair::reset()");
     detail::prune_retired(parts_.retired);
     parts_.scq->forget_drained();
     parts_.rcq->forget_drained();

@@ -3,8 +3,13 @@
 // threads at once. Run under ThreadSanitizer: a data race there is a failure.
 #include "fixture.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <array>
 #include <atomic>
+#include <csignal>
+#include <string>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -258,3 +263,81 @@ TEST_CASE("a window freed on another thread after the delivery that dropped its 
   CHECK(R::by_poller == 0);
   CHECK(R::by_others == 1);  // y.cq, with the last window
 }
+
+// ---- and what the documentation forbids: a CQ and its queue pairs used from two threads
+// at once. Creating a queue pair on a CQ while another thread waited on it (or destroying
+// one) changed the CQ's routes and room under that thread's polls: a SEGV under ASan,
+// or a wrong "CQ too small" usage_error in release builds (audit 42). Refused now while
+// the other thread is inside the wait's slow part.
+
+TEST_CASE("a CQ another thread waits on: create_qp and on() on it are refused, a second waiter answers EBUSY") {
+  using namespace std::chrono;
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto cq = x.dev.create_cq<event_driven<>>(256);
+  auto pair = make_pair<rc>(x.pd, cq, y.pd, y.cq, qp_cap{4, 4});
+  std::atomic<int> stage{0};
+  wait_result r{0};
+  std::thread waiter([&] {
+    stage = 1;
+    r = cq.dispatch_wait(milliseconds(800));
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  std::this_thread::sleep_for(milliseconds(100));  // inside its wait by now
+  CHECK_THROWS_WITH_AS(x.pd.create_qp<rc>(cq, qp_cap{4, 4}), doctest::Contains("another thread is waiting on"),
+                       usage_error);
+  CHECK_THROWS_WITH_AS(cq.on(pair.a, [](const completion<B>&) {}), doctest::Contains("another thread is waiting on"),
+                       usage_error);
+  CHECK(cq.dispatch_wait(milliseconds(10)).error() == EBUSY);
+  waiter.join();
+  CHECK(r.timed_out());
+  CHECK_NOTHROW(x.pd.create_qp<rc>(cq, qp_cap{4, 4}));  // its wait is over
+  CHECK(cq.dispatch_wait(milliseconds(1)).timed_out());
+}
+
+#if defined(__SANITIZE_THREAD__)
+#define RDMAKIT_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RDMAKIT_TEST_TSAN 1
+#endif
+#endif
+#if !defined(RDMAKIT_TEST_TSAN)  // (a fork of a threaded program: not under TSan)
+// A destructor cannot throw: the program ends, saying why, rather than go on with the
+// CQ's state torn. A forked child destroys the queue pair: the parent's waiter is
+// still marked on the CQ there.
+TEST_CASE("a queue pair destroyed while another thread waits on its CQ ends the program, saying so") {
+  using namespace std::chrono;
+  mock::fabric fab;
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto cq = x.dev.create_cq<event_driven<>>(256);
+  auto pair = make_pair<rc>(x.pd, cq, y.pd, y.cq, qp_cap{4, 4});
+  std::atomic<int> stage{0};
+  std::thread waiter([&] {
+    stage = 1;
+    (void)cq.dispatch_wait(milliseconds(600));
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  std::this_thread::sleep_for(milliseconds(100));
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::dup2(fds[1], 2);
+    std::signal(SIGABRT, SIG_DFL);  // not doctest's crash report
+    pair.a = {};
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string said;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
+  CHECK(said.find("while another thread is waiting on its completion queue") != std::string::npos);
+  waiter.join();
+}
+#endif

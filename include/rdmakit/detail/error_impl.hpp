@@ -4,6 +4,8 @@
 #include <rdmakit/detail/definitions_guard.hpp>  // (separate compilation: src.hpp only)
 #include <rdmakit/error.hpp>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <system_error>
@@ -20,6 +22,27 @@ RDMAKIT_NOINLINE RDMAKIT_DECL void throw_empty_argument(const char* type, const 
   throw usage_error(cat(call, ": the ", type,
                         " given is empty (moved from or default-constructed): pass the object the move or "
                         "the factory returned"));
+}
+
+namespace {
+constexpr const char* one_thread_rule =
+    "a completion queue and its queue pairs are used by one thread at a time (docs/ownership-and-threads.md): "
+    "create, reset and destroy its queue pairs and set its handlers on the thread that waits on it, or end that "
+    "wait first";
+}
+
+RDMAKIT_NOINLINE RDMAKIT_DECL void throw_waited_on(const char* call) {
+  throw usage_error(cat(call, ": another thread is waiting on this completion queue (in wait(), wait_for() or "
+                              "dispatch_wait()), whose polls read what this call would change; ",
+                        one_thread_rule));
+}
+
+RDMAKIT_NOINLINE RDMAKIT_DECL void abort_waited_on(std::uint32_t qp_num) noexcept {
+  std::fprintf(stderr,
+               "rdmakit: queue pair 0x%x destroyed while another thread is waiting on its completion queue (in "
+               "wait(), wait_for() or dispatch_wait()), whose polls read what its destruction changes; %s\n",
+               qp_num, one_thread_rule);
+  std::abort();
 }
 
 RDMAKIT_NOINLINE RDMAKIT_DECL void throw_empty(const char* type, const char* call) {

@@ -8,6 +8,8 @@
 #include <rdmakit/detail/chrono.hpp>
 #include <rdmakit/detail/device_state.hpp>
 #include <rdmakit/detail/reserve_room.hpp>
+#include <rdmakit/detail/thread.hpp>
+#include <rdmakit/error.hpp>
 #include <rdmakit/signaling.hpp>
 
 #include <bit>
@@ -400,6 +402,17 @@ struct cq_block {
   // (the doomed bit with no delivery left) destroys the block, and no side touches it
   // after its step otherwise. Other blocks keep plain fields.
   bool owned_across_threads = false;
+  // The thread inside a wait on this CQ past its first poll (completion_queue's
+  // waiting_), else null; read and written with __atomic builtins. A CQ and its queue
+  // pairs are used by one thread at a time (docs/ownership-and-threads.md): while one
+  // waits, another thread's create_qp, reset() or on() on it is refused, its queue pair's
+  // destructor ends the program, and its own wait answers EBUSY, rather than change the
+  // routes and room the waiter's polls read.
+  const void* waiter = nullptr;
+  bool waited_on_elsewhere() const noexcept {
+    const void* w = __atomic_load_n(&waiter, __ATOMIC_ACQUIRE);
+    return w != nullptr && w != this_thread_tag();
+  }
   static constexpr unsigned doomed_bit = 1u << 31;
   // Routed batches being delivered (batch_frame), innermost first.
   batch_frame<B>* frames = nullptr;
@@ -827,6 +840,13 @@ struct cq_block {
     }
   }
 };
+
+// Setup calls that change `b` (create_qp, reset(), on()) refuse to while another thread
+// waits on it (cq_block::waiter).
+template <class B>
+void refuse_if_waited_on(const cq_block<B>& b, const char* call) {
+  if (RDMAKIT_UNLIKELY(b.waited_on_elsewhere())) throw_waited_on(call);
+}
 
 // A batch of completions being delivered one by one to user code (the routed poll): its
 // undelivered rest may hold completions of a queue pair replaced by reset(), which must

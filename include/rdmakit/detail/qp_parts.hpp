@@ -215,6 +215,9 @@ struct qp_parts {
   ~qp_parts() { release(); }
 
   void release() noexcept {
+    if (link && ((link->send_cq && link->send_cq->waited_on_elsewhere()) ||
+                 (link->recv_cq && link->recv_cq->waited_on_elsewhere())))
+      abort_waited_on(link->qp_num);  // (a destructor cannot throw usage_error)
     shared_owner<native_qp_kept> kept;  // set when a window keeps the native QP
     if (qp != typename B::qp{}) {
       if (native_hold && __atomic_load_n(&native_hold->windows, __ATOMIC_ACQUIRE) != 0) {

@@ -205,6 +205,8 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
   cq_block<B>* scq = send_blk.get();
   cq_block<B>* rcq = recv_blk.get();
   const device_state<B>& dev = *pd->dev;
+  refuse_if_waited_on(*scq, "create_qp()");
+  refuse_if_waited_on(*rcq, "create_qp()");
   check_sq_depth<S>(caps);
   check_sge_caps(caps);
   check_qp_options(o);
