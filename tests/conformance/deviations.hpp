@@ -259,8 +259,8 @@ inline constexpr std::array deviation_table{
     // SEND's later packets, a later WR), from a requester with RETRY_CNT 0.
     deviation_row{ids::rnr_nak_packets_behind, "spec",
                   {.req = {wc_status::rnr_retry_exc_err}, .resp = status_set::nothing()},
-                  "spec §8.3: RNR_RETRY_EXC_ERR once RNR_RETRY is spent; a request ahead of the expected PSN is "
-                  "dropped (§8.4)"},
+                  "spec §8.3: RNR_RETRY_EXC_ERR once RNR_RETRY is spent; behind an RNR NAK, the requests ahead of "
+                  "the expected PSN are dropped (§8.4)"},
     deviation_row{ids::rnr_nak_packets_behind, "rxe",
                   {.req = {wc_status::retry_exc_err}, .resp = status_set::nothing()},
                   "rxe (kernel 6.1, observed by a differential fuzzer; rxe_resp.c, rxe_comp.c): the responder NAKs "

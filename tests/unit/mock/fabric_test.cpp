@@ -1659,3 +1659,38 @@ TEST_CASE("fabric: timers that fall due together run in the order their QPs were
     CHECK(got[i].qp_num == req[i].num);
   }
 }
+
+// An RC request that came ahead of the PSN its responder expected (the one before it
+// reordered or delayed, nothing lost) was dropped in silence: its requester resent it
+// only at its ACK timeout, or never with TIMEOUT 0, and the QP stalled (audit 44). The
+// responder NAKs it with a PSN sequence error, once, and the requester resends at once.
+TEST_CASE("fabric: an RC request ahead of the expected PSN is NAKed, and resent at once, with TIMEOUT 0 too") {
+  for (auto kind : {rm::fault_kind::reorder, rm::fault_kind::delay}) {
+    for (auto profile : {rm::device_profile::spec, rm::device_profile::rxe}) {
+      for (std::uint8_t timeout : {std::uint8_t{0}, std::uint8_t{14}}) {
+        CAPTURE(kind);
+        CAPTURE(static_cast<int>(profile));
+        CAPTURE(static_cast<int>(timeout));
+        rm::fabric_config c = slow_wire::config();
+        c.profile = profile;
+        fx_t fx(c);
+        link_opts lo;
+        lo.timeout = timeout;
+        auto [a, b] = fx.make_pair({.type = qp_type::rc}, lo, lo);
+        auto& src = fx.make_buffer(64);
+        auto& dst = fx.make_buffer(128);
+        src.fill(3);
+        fab(fx).inject({.kind = kind, .src_qp_num = a.num, .count = 1, .delay = 100us});
+        REQUIRE(fx.post_rdma(a, 1, opcode::rdma_write, src.sge(0, 64), dst.addr(0), dst.rkey()) == 0);
+        REQUIRE(fx.post_rdma(a, 2, opcode::rdma_write, src.sge(0, 64), dst.addr(64), dst.rkey()) == 0);
+        fab(fx).advance(std::chrono::milliseconds(5));  // round trips, far below one ACK timeout (67 ms)
+        const auto got = fx.drain(a.send_cq);
+        REQUIRE(got.size() == 2);
+        CHECK(got[0].status == wc_status::success);
+        CHECK(got[1].status == wc_status::success);
+        CHECK(dst.holds(3, 0, 64));  // a pattern from seed 3, each WRITE's copy
+        CHECK(dst.holds(3, 64, 64));
+      }
+    }
+  }
+}

@@ -264,7 +264,8 @@ struct message {
 struct response {
   // bad_sge_reached: not the responder's; it follows the head of a message whose
   // requester stopped at a bad SGE (rxe profile, RC): see send_head_before_bad_sge.
-  enum class kind { ack, rnr_nak, nak, bad_sge_reached } what = kind::ack;
+  // seq_nak: a request came ahead of the PSN the responder expected, which it names.
+  enum class kind { ack, rnr_nak, nak, bad_sge_reached, seq_nak } what = kind::ack;
   wc_status status = wc_status::success;  // for nak: the requester's status
   std::uint8_t rnr_timer = 0;
   std::vector<std::uint8_t> data;  // READ data or the atomic's original value
@@ -394,6 +395,10 @@ class qp_obj {
 
   // Responder.
   std::uint32_t expected_psn = 0;
+  // RC: the answer given to expected_psn's request, which a request ahead of it then
+  // meets: none (a PSN sequence NAK is sent, once), seq_nak (sent: dropped), rnr_nak
+  // (the request was refused for want of a receive: dropped, spec §8.3/§8.4).
+  enum class gap_answer : std::uint8_t { none, seq_nak, rnr_nak } gap = gap_answer::none;
   replay_ring<atomic_record> atomic_replay;  // the last atomics executed
   replay_ring<read_record> read_replay;      // the last READs executed
 

@@ -137,6 +137,20 @@ RDMAKIT_NOINLINE inline void rxe_land_response(fabric_state& f, qp_obj* q, send_
   if (written) scatter(w.sges, r.data.data(), written);
 }
 
+// One transport retry from `w`, the oldest WQE in flight (its ACK timer fired, or a
+// PSN sequence NAK came): false when RETRY_CNT is spent. rxe's completer never counts
+// RETRY_CNT 7 down (rxe_comp.c): for ever (row retry_cnt_7).
+inline bool transport_retry(qp_obj* q, send_wqe& w, bool as_rxe) {
+  if (q->retries_left == 0) {
+    if (!as_rxe || q->attr.retry_cnt != 7) return false;
+  } else {
+    --q->retries_left;
+  }
+  q->retry_started = true;
+  rewind(q, w);
+  return true;
+}
+
 inline void on_response(fabric_state& f, const reply_to& to, const response& r) {
   qp_obj* q = find_sender(f, to.qpn, to.hint, to.epoch, to.serial);
   if (!q) return;
@@ -194,6 +208,12 @@ inline void on_response(fabric_state& f, const reply_to& to, const response& r) 
     case response::kind::bad_sge_reached:  // no NAK came first: the local fault it holds
       w->state = send_wqe::phase::done;
       break;
+    case response::kind::seq_nak:  // the responder expected an earlier request: resend it
+      if (send_wqe* oldest = oldest_in_flight(q); oldest && !transport_retry(q, *oldest, f.as_rxe())) {
+        oldest->state = send_wqe::phase::done;
+        oldest->status = wc_status::retry_exc_err;
+      }
+      break;
   }
   report_sends(f, q);
   if (q->state == qp_state::err) return;
@@ -212,20 +232,12 @@ inline void on_deadline(fabric_state& f, qp_obj* q) {
   }
   send_wqe* w = oldest_in_flight(q);
   if (!w) return;
-  if (q->retries_left == 0) {
-    // rxe's completer never counts RETRY_CNT 7 down (rxe_comp.c): for ever (row
-    // retry_cnt_7). Tested here, when the count ran out, to leave the usual path as it was.
-    if (!f.as_rxe() || q->attr.retry_cnt != 7) {
-      w->state = send_wqe::phase::done;
-      w->status = wc_status::retry_exc_err;
-      report_sends(f, q);
-      return;
-    }
-  } else {
-    --q->retries_left;
+  if (!transport_retry(q, *w, f.as_rxe())) {
+    w->state = send_wqe::phase::done;
+    w->status = wc_status::retry_exc_err;
+    report_sends(f, q);
+    return;
   }
-  q->retry_started = true;
-  rewind(q, *w);
   issue(f, q);
 }
 

@@ -63,13 +63,31 @@ inline void answer_duplicate(fabric_state& f, qp_obj* d, const message& m) {
   respond(f, m, std::move(r));
 }
 
+// An RC request ahead of the expected PSN (the ones before it lost, reordered or
+// delayed): a PSN sequence error NAK, once until the expected request comes (IBA's
+// class B error; rxe's check_psn), so that its requester resends at once instead of at
+// its ACK timeout, or never with TIMEOUT 0 (audit 44). Behind an RNR NAK the requests
+// that follow are dropped (gap_answer::rnr_nak; fault.rnr_nak_packets_behind).
+RDMAKIT_NOINLINE inline void answer_gap(fabric_state& f, qp_obj* d, const message& m) {
+  d->gap = qp_obj::gap_answer::seq_nak;
+  response r;
+  r.what = response::kind::seq_nak;
+  respond(f, m, std::move(r));
+}
+
 // Whether the message is the next one to execute (PSN on RC, a new sequence on UC,
 // the Q_Key on UD).
 inline bool in_sequence(fabric_state& f, qp_obj* d, const message& m) {
   if (m.type == qp_type::rc) {
     const std::uint32_t diff = (m.psn - d->expected_psn) & psn_mask;
-    if (diff == 0) return true;
-    if (diff >= (1u << 23)) answer_duplicate(f, d, m);  // behind
+    if (diff == 0) {
+      d->gap = qp_obj::gap_answer::none;
+      return true;
+    }
+    if (diff >= (1u << 23))
+      answer_duplicate(f, d, m);  // behind
+    else if (d->gap == qp_obj::gap_answer::none)
+      answer_gap(f, d, m);  // ahead: the requests before it were lost or delayed
     return false;
   }
   if (m.type == qp_type::uc) {
@@ -84,6 +102,7 @@ inline void advance_psn(qp_obj* d, const message& m) { d->expected_psn = (m.psn 
 // No receive posted: RC answers RNR NAK, UC consumes the message's PSNs, UD drops it.
 inline void receiver_not_ready(fabric_state& f, qp_obj* d, const message& m) {
   if (m.type == qp_type::rc) {
+    d->gap = qp_obj::gap_answer::rnr_nak;
     response r;
     r.what = response::kind::rnr_nak;
     r.rnr_timer = d->attr.min_rnr_timer;
