@@ -181,8 +181,10 @@ class exchange_listener {
     detail::check_timeouts(o);
     const std::string record = detail::encode_record(local, o);
     const auto accept_budget = o.accept_timeout.count() > 0 ? o.accept_timeout : o.timeout;
-    auto [c, d] = listener_.next_client(detail::tcp::deadline::after(accept_budget), o.timeout,
-                                        [&](std::string_view queued) { return detail::record_size(queued, o.format); });
+    auto next = listener_.next_client(detail::tcp::deadline::after(accept_budget), o.timeout,
+                                      [&](std::string_view queued) { return detail::record_size(queued, o.format); });
+    auto& c = next.fd;
+    auto& d = next.d;
     connection_info peer = detail::receive_record(c.get(), local, o, d, true);
     if (on_peer) detail::run_on_peer(on_peer, peer, d);
     detail::send_record(c.get(), record, o, d);

@@ -38,11 +38,12 @@ struct deadline {
 
   /// Saturates: now() + ms is in nanoseconds, where milliseconds::max() would overflow
   /// (and expire at once); a budget past the clock's range means no practical limit.
-  static deadline after(std::chrono::milliseconds ms) {
-    const auto now = clock::now();
-    if (ms.count() <= 0) return {now, ms};
-    const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(clock::time_point::max() - now);
-    return {ms >= room ? clock::time_point::max() : now + ms, ms};
+  static deadline after(std::chrono::milliseconds ms) { return from(clock::now(), ms); }
+  /// `ms` after `start`, saturated as after().
+  static deadline from(clock::time_point start, std::chrono::milliseconds ms) {
+    if (ms.count() <= 0) return {start, ms};
+    const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(clock::time_point::max() - start);
+    return {ms >= room ? clock::time_point::max() : start + ms, ms};
   }
   int remaining_ms() const noexcept {
     auto left = std::chrono::ceil<std::chrono::milliseconds>(at - clock::now()).count();
@@ -322,6 +323,7 @@ class listener {
   struct client {
     socket_fd fd;
     deadline d;
+    clock::time_point accepted;
   };
   /// The next client to serve: the first, among the clients connected, whose whole first
   /// message came (`message_size(queued)`: how many bytes it takes, from those queued so
@@ -334,9 +336,14 @@ class listener {
   template <class MessageSize>
   client next_client(const deadline& accept_d, std::chrono::milliseconds timeout, MessageSize message_size) {
     std::vector<pollfd> fds;
+    // Clients an earlier call took in get this call's timeout from their accept: kept,
+    // theirs bound this call (one of hours::max() for ever; audit 45).
+    for (client& w : waiting_) w.d = deadline::from(w.accepted, timeout);
     for (;;) {
-      while (socket_fd c = accept_within(deadline::after(std::chrono::milliseconds{0})))
-        waiting_.push_back({std::move(c), deadline::after(timeout)});
+      while (socket_fd c = accept_within(deadline::after(std::chrono::milliseconds{0}))) {
+        const auto now = clock::now();
+        waiting_.push_back({std::move(c), deadline::from(now, timeout), now});
+      }
       for (std::size_t i = 0; i < waiting_.size(); ++i)
         if (waiting_[i].d.expired()) return take_waiting_(i);
       fds.assign(1, pollfd{fd_.get(), POLLIN, 0});

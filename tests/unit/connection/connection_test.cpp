@@ -475,6 +475,27 @@ TEST_CASE("server: silent connections ahead of a client do not hold it up") {
   CHECK(error_of([&] { later.get(); }) == exchange_errc::timeout);  // it never acknowledges
 }
 
+// A silent connection taken in by one exchange() kept that call's deadline, so a later
+// call was bound by it: 3 s for a call of 300 ms, and never returning after a call of
+// hours::max() (audit 45). Each call gives the clients it serves its own timeout.
+TEST_CASE("server: a later exchange() is bound by its own timeout, not by the call that took a silent client in") {
+  using namespace std::chrono;
+  exchange_listener l(0, "127.0.0.1");
+  auto silent = raw_client(l.port());
+  exchange_options first = fast();
+  first.timeout = hours::max();
+  auto server = serve(l, sample_endpoint(), first);
+  CHECK(exchange_client("127.0.0.1", l.port(), other_endpoint(), fast()).ep == sample_endpoint());
+  CHECK(server.get().ep == other_endpoint());  // the silent one stays queued
+  const auto t0 = steady_clock::now();
+  auto later = serve(l, sample_endpoint(), {.timeout = milliseconds(300), .accept_timeout = milliseconds(300)});
+  const bool in_time = later.wait_for(seconds(5)) == std::future_status::ready;
+  silent = {};  // (ends a call still waiting on it: the test fails, and does not hang)
+  CHECK(in_time);
+  CHECK(error_of([&] { later.get(); }) == exchange_errc::timeout);
+  CHECK(steady_clock::now() - t0 < seconds(5));
+}
+
 // Only silent connections were passed over: one that sent part of its record and
 // stalled was served, and held the clients behind it for its timeout (an audit's
 // "left alone", s59). A client is served once its whole record is there.
