@@ -340,10 +340,7 @@ class listener {
     // theirs bound this call (one of hours::max() for ever; audit 45).
     for (client& w : waiting_) w.d = deadline::from(w.accepted, timeout);
     for (;;) {
-      while (socket_fd c = accept_within(deadline::after(std::chrono::milliseconds{0}))) {
-        const auto now = clock::now();
-        waiting_.push_back({std::move(c), deadline::from(now, timeout), now});
-      }
+      take_in_(timeout);
       for (std::size_t i = 0; i < waiting_.size(); ++i)
         if (waiting_[i].d.expired()) return take_waiting_(i);
       fds.assign(1, pollfd{fd_.get(), POLLIN, 0});
@@ -353,6 +350,7 @@ class listener {
         wait_ms = std::min(wait_ms, w.d.remaining_ms());
       }
       if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) throw_system("poll", errno);
+      if (drop_closed_silent_(fds)) continue;
       for (std::size_t i = 1; i < fds.size(); ++i)
         if (fds[i].revents != 0 && message_came_(fds[i], message_size)) return take_waiting_(i - 1);
       if (accept_d.expired() && fds[0].revents == 0) {
@@ -385,6 +383,48 @@ class listener {
     return ::setsockopt(p.fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof lowat) != 0;  // else served now, as before
   }
   static constexpr std::size_t peek_limit = 2048;  // above the largest record (exchange_wire.hpp)
+
+  // Takes in the connections the kernel has queued. At most max_waiting_ wait: the
+  // oldest is closed to make room, so idle connections (a port scan that holds them,
+  // stuck clients) cannot take every descriptor; took them all, every exchange() failed
+  // in accept (EMFILE) and the clients whose records had come were never served (audit
+  // 45). Out of descriptors or memory with clients waiting, those are served meanwhile.
+  void take_in_(std::chrono::milliseconds timeout) {
+    for (;;) {
+      const int c = ::accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (c >= 0) {
+        int one = 1;
+        ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (waiting_.size() == max_waiting_) waiting_.erase(waiting_.begin());
+        const auto now = clock::now();
+        waiting_.push_back({socket_fd(c), deadline::from(now, timeout), now});
+        continue;
+      }
+      const int e = errno;
+      if (e == EINTR || e == ECONNABORTED || e == EPROTO) continue;  // that client gave up: the next one
+      if (e == EAGAIN || e == EWOULDBLOCK) return;
+      if (!waiting_.empty() && (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM)) return;
+      throw_system("accept", e);
+    }
+  }
+  static constexpr std::size_t max_waiting_ = 64;
+
+  // Closes the waiting connections (polled in fds[1..]) whose peer went before sending a
+  // byte (a port scan's): nobody waits for an answer there; served, each failed an
+  // exchange() with connection_closed (audit 45). True when one was dropped.
+  bool drop_closed_silent_(const std::vector<pollfd>& fds) {
+    bool dropped = false;
+    for (std::size_t i = fds.size(); i-- > 1;) {
+      if (!(fds[i].revents & (POLLERR | POLLHUP | POLLRDHUP))) continue;
+      char byte;
+      const ssize_t r = ::recv(fds[i].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i - 1));
+        dropped = true;
+      }
+    }
+    return dropped;
+  }
 
   client take_waiting_(std::size_t i) {
     client c = std::move(waiting_[i]);

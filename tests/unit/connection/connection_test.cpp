@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <string>
 #include <thread>
@@ -494,6 +495,42 @@ TEST_CASE("server: a later exchange() is bound by its own timeout, not by the ca
   CHECK(in_time);
   CHECK(error_of([&] { later.get(); }) == exchange_errc::timeout);
   CHECK(steady_clock::now() - t0 < seconds(5));
+}
+
+// Every connection that came was taken in and kept until served: a burst of idle ones (a
+// port scan that holds them, stuck clients) took every descriptor, and from then on each
+// exchange() failed at once in accept (EMFILE), the client whose record had come never
+// served (audit 45). At most 64 wait; the oldest is closed to make room.
+TEST_CASE("server: a burst of idle connections holds at most 64 descriptors, and a client is still served") {
+  auto open_fds = [] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) n += e.is_symlink() ? 1 : 0;
+    return n;
+  };
+  exchange_listener l(0, "127.0.0.1");
+  std::vector<tcp::socket_fd> idle;
+  for (int i = 0; i < 100; ++i) idle.push_back(raw_client(l.port()));
+  std::this_thread::sleep_for(50ms);  // the handshakes done
+  const int before = open_fds();
+  const exchange_options o = fast();
+  auto server = serve(l, sample_endpoint(), o);
+  CHECK(exchange_client("127.0.0.1", l.port(), other_endpoint(), o).ep == sample_endpoint());
+  CHECK(server.get().ep == other_endpoint());
+  CHECK(open_fds() - before <= 64);  // 100 before: every idle connection taken in
+}
+
+// A connection closed before it sent a byte (a port scan's) was served, and failed the
+// exchange with connection_closed: a server that serves once was beaten by a scan, and
+// a burst of them took one exchange() each (audit 45). Such a connection is dropped.
+TEST_CASE("server: connections closed before sending a byte are dropped, not served") {
+  exchange_listener l(0, "127.0.0.1");
+  for (int i = 0; i < 3; ++i) (void)raw_client(l.port());  // connected, and closed at once
+  std::this_thread::sleep_for(50ms);
+  const exchange_options o = fast();
+  auto server = serve(l, sample_endpoint(), o);
+  std::this_thread::sleep_for(50ms);  // the server has seen them by now
+  CHECK(exchange_client("127.0.0.1", l.port(), other_endpoint(), o).ep == sample_endpoint());
+  CHECK(server.get().ep == other_endpoint());
 }
 
 // Only silent connections were passed over: one that sent part of its record and
