@@ -342,7 +342,10 @@ class listener {
     for (;;) {
       take_in_(timeout);
       for (std::size_t i = 0; i < waiting_.size(); ++i)
-        if (waiting_[i].d.expired()) return take_waiting_(i);
+        if (waiting_[i].d.expired()) {
+          if (!closed_before_a_byte_(waiting_[i].fd.get())) return take_waiting_(i);
+          waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i--));
+        }
       fds.assign(1, pollfd{fd_.get(), POLLIN, 0});
       int wait_ms = accept_d.remaining_ms();
       for (const client& w : waiting_) {
@@ -414,16 +417,18 @@ class listener {
   // exchange() with connection_closed (audit 45). True when one was dropped.
   bool drop_closed_silent_(const std::vector<pollfd>& fds) {
     bool dropped = false;
-    for (std::size_t i = fds.size(); i-- > 1;) {
-      if (!(fds[i].revents & (POLLERR | POLLHUP | POLLRDHUP))) continue;
-      char byte;
-      const ssize_t r = ::recv(fds[i].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    for (std::size_t i = fds.size(); i-- > 1;)
+      if ((fds[i].revents & (POLLERR | POLLHUP | POLLRDHUP)) && closed_before_a_byte_(fds[i].fd)) {
         waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i - 1));
         dropped = true;
       }
-    }
     return dropped;
+  }
+  // Whether the peer of `fd` closed (or reset) it with no byte left to read.
+  static bool closed_before_a_byte_(int fd) {
+    char byte;
+    const ssize_t r = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
   }
 
   client take_waiting_(std::size_t i) {
