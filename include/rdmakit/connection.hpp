@@ -235,6 +235,14 @@ inline connection_info exchange_client(const std::string& host, std::uint16_t po
   detail::send_record(c.get(), record, o, d);
   connection_info peer = detail::receive_record(c.get(), local, o, d, true);
   if (on_peer) detail::run_on_peer(on_peer, peer, d);
+  // The server's wait for our acknowledgement covers on_peer: gone by now, it gave up,
+  // and an acknowledgement into its closed connection would return success here while
+  // the server undid its side (audit 45).
+  if (detail::tcp::peer_closed(c.get()))
+    throw exchange_error(exchange_errc::connection_closed,
+                         "the server closed the connection before our acknowledgement: its timeout passed "
+                         "while our on_peer ran (the server's wait for the acknowledgement covers it: give the "
+                         "server a timeout that does), or it failed");
   detail::send_ack(c.get(), o, d);
   return peer;
 }

@@ -59,6 +59,14 @@ struct deadline {
 
 inline std::string errno_text(int e) { return cat(std::strerror(e), " (errno ", e, ")"); }
 
+/// Whether the peer closed (or reset) `fd`, seen without waiting: no byte is pending
+/// and the connection reads as ended.
+inline bool peer_closed(int fd) noexcept {
+  char byte;
+  const ssize_t r = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 [[noreturn]] inline void throw_system(const std::string& call, int e) {
   throw exchange_error(exchange_errc::system, cat(call, " failed: ", errno_text(e)), e);
 }
@@ -343,7 +351,7 @@ class listener {
       take_in_(timeout);
       for (std::size_t i = 0; i < waiting_.size(); ++i)
         if (waiting_[i].d.expired()) {
-          if (!closed_before_a_byte_(waiting_[i].fd.get())) return take_waiting_(i);
+          if (!peer_closed(waiting_[i].fd.get())) return take_waiting_(i);
           waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i--));
         }
       fds.assign(1, pollfd{fd_.get(), POLLIN, 0});
@@ -418,18 +426,13 @@ class listener {
   bool drop_closed_silent_(const std::vector<pollfd>& fds) {
     bool dropped = false;
     for (std::size_t i = fds.size(); i-- > 1;)
-      if ((fds[i].revents & (POLLERR | POLLHUP | POLLRDHUP)) && closed_before_a_byte_(fds[i].fd)) {
+      if ((fds[i].revents & (POLLERR | POLLHUP | POLLRDHUP)) && peer_closed(fds[i].fd)) {
         waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i - 1));
         dropped = true;
       }
     return dropped;
   }
-  // Whether the peer of `fd` closed (or reset) it with no byte left to read.
-  static bool closed_before_a_byte_(int fd) {
-    char byte;
-    const ssize_t r = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-  }
+
 
   client take_waiting_(std::size_t i) {
     client c = std::move(waiting_[i]);
