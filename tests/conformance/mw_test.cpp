@@ -175,6 +175,40 @@ CONFORMANCE_CASE("mw: type 2 after LOCAL_INV refuses access with REM_ACCESS_ERR"
   CHECK(dst.u64(0) == 0);
 }
 
+// IBA's Local Invalidate Fence: a LOCAL_INV posted with the fence flag starts only
+// once every WR before it completed, not only READs and atomics (rxe_wqe_is_fenced).
+// The mock invalidated at once, behind a SEND waiting for an RNR retry (audit 44).
+CONFORMANCE_CASE("mw: a fenced LOCAL_INV waits for the WRs before it: a SEND in RNR wait keeps the window usable") {
+  fixture<B> fx;
+  auto [a, b] = fx.make_pair();  // rnr_retry 7: b's SEND waits for a's receive
+  auto& src = fx.make_buffer(256);
+  auto& msg = fx.make_buffer(64);
+  auto& dst = fx.make_buffer(4096, region_rights);
+  auto w = make_mw(fx, mw_type::type2);
+  const std::uint32_t rkey = inc_rkey(B::mw_rkey(w));
+  REQUIRE(bind2(fx, b, w, rkey, dst, 0, 4096, rw, 70) == 0);
+  REQUIRE(fx.poll_one(b.send_cq).status == wc_status::success);
+  // One list: the SEND (no receive at a yet) and the fenced LOCAL_INV behind it.
+  typename B::sge s;
+  B::set_sge(s, msg.addr(0), 16, msg.lkey());
+  typename B::send_wr send{}, invalidate{};
+  B::set_send(send, 71, opcode::send, send_flags::signaled, &s, 1);
+  B::set_send(invalidate, 72, opcode::local_inv, send_flags::signaled | send_flags::fence, nullptr, 0);
+  B::set_invalidate(invalidate, rkey);
+  B::set_next(send, &invalidate);
+  typename B::send_wr* bad = nullptr;
+  REQUIRE(B::post_send(b.qp, &send, &bad) == 0);
+  CHECK(write_through(fx, a, src, dst.addr(0), rkey, 1) == wc_status::success);  // not invalidated yet
+  REQUIRE(fx.post_recv(a, 80, {src.sge(128, 64)}) == 0);
+  const auto sent = fx.poll_one(b.send_cq, "the SEND's completion");
+  CHECK(sent.wr_id == 71);
+  CHECK(sent.status == wc_status::success);
+  const auto inv = fx.poll_one(b.send_cq, "the invalidation's completion");
+  CHECK(inv.wr_id == 72);
+  CHECK(inv.status == wc_status::success);
+  CHECK(write_through(fx, a, src, dst.addr(0), rkey, 2) == wc_status::rem_access_err);
+}
+
 CONFORMANCE_CASE("mw: type 2 invalidated by the peer's SEND_WITH_INV") {
   fixture<B> fx;
   auto [a, b] = fx.make_pair();

@@ -241,6 +241,13 @@ inline void on_deadline(fabric_state& f, qp_obj* q) {
   issue(f, q);
 }
 
+// Whether any of the first `upto` WQEs is still in flight (a fenced LOCAL_INV waits).
+inline bool in_flight_before(const qp_obj* q, std::size_t upto) {
+  for (std::size_t i = 0; i < upto; ++i)
+    if (q->sq[i].state == send_wqe::phase::issued) return true;
+  return false;
+}
+
 // Issued READs and atomics among the first `upto` WQEs (the rd_atomic limit and fences).
 inline std::uint32_t reads_issued_before(qp_obj* q, std::size_t upto) {
   std::uint32_t n = 0;
@@ -461,6 +468,10 @@ inline void issue(fabric_state& f, qp_obj* q) {
       reads_counted = true;
     }
     if (fenced && reads_in_flight > 0) break;  // local operations too (a LOCAL_INV behind a READ)
+    // A fenced LOCAL_INV waits for every WQE before it (IBA's Local Invalidate Fence;
+    // rxe_wqe_is_fenced), not only READs and atomics: a SEND still in RNR wait ahead of
+    // it keeps the window usable (audit 44).
+    if (RDMAKIT_UNLIKELY(fenced && w.op == opcode::local_inv) && in_flight_before(q, i)) break;
     if (is_local_op(w.op)) {  // BIND_MW, LOCAL_INV: done here, in the queue's order
       w.state = send_wqe::phase::done;
       w.status = execute_local(f, q, w);
