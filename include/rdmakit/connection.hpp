@@ -56,6 +56,12 @@ namespace detail {
 /// Refuses timeouts that cannot be waited for before any socket work: a deadline
 /// already past would fail later as a puzzling "timed out after -5 ms".
 inline void check_timeouts(const exchange_options& o) {
+  for (const auto& [t, name] : {std::pair{o.timeout, "timeout"}, std::pair{o.accept_timeout, "accept_timeout"}})
+    if (t.is_nan())
+      throw exchange_error(exchange_errc::invalid_argument,
+                           detail::cat("exchange_options::", name, " is a NaN: give a number of milliseconds (",
+                                       name == std::string_view("timeout") ? "positive" : "0 to use timeout",
+                                       "), or milliseconds::max() for no limit"));
   if (o.timeout.count() <= 0)
     throw exchange_error(exchange_errc::invalid_argument,
                          detail::cat("exchange_options::timeout must be positive (got ", o.timeout.count(),

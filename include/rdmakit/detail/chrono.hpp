@@ -82,18 +82,24 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, 
 /// `milliseconds::max()`, no practical limit, where std::chrono's implicit conversion
 /// overflows, undefined behaviour that comes out negative), a finer unit rounded away
 /// from zero (a positive timeout stays positive, never shorter than asked; a negative one
-/// stays negative). It is a milliseconds:
+/// stays negative; a NaN is a negative value of its own, is_nan(), which options that
+/// check their timeouts refuse by name). It is a milliseconds:
 /// count(), comparisons and passing it on are the same.
 struct ms_timeout : std::chrono::milliseconds {
   constexpr ms_timeout() noexcept = default;
   template <class Rep, class Period>
   constexpr ms_timeout(std::chrono::duration<Rep, Period> d) noexcept  // NOLINT(google-explicit-constructor)
       : std::chrono::milliseconds(round_up_(d)) {}
+  /// Made from a NaN (a wait takes it as a negative timeout: one look).
+  constexpr bool is_nan() const noexcept { return count() == nan_count_; }
 
  private:
+  static constexpr rep nan_count_ = std::numeric_limits<rep>::min() + 1;
   template <class Rep, class Period>
   static constexpr std::chrono::milliseconds round_up_(std::chrono::duration<Rep, Period> d) noexcept {
     using ms = std::chrono::milliseconds;
+    if constexpr (std::chrono::treat_as_floating_point_v<Rep>)
+      if (d.count() != d.count()) return ms(nan_count_);
     ms t = saturating_cast<ms>(d);
     // Finer, or fractional: cut toward zero, so rounded away from it (a negative one
     // stays negative: 0 often means "none given").

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -673,6 +674,21 @@ TEST_CASE("zero or negative timeouts are refused up front, naming the option and
 
 // A negative accept_timeout finer than a millisecond was cut toward zero, to 0: the
 // server took it for "use timeout" and waited for a client instead of refusing it.
+// A NaN timeout was taken for 0: "must be positive (got 0 ms)", and a NaN
+// accept_timeout silently for "use timeout" (audit 45).
+TEST_CASE("a NaN timeout or accept_timeout is refused, named as a NaN") {
+  exchange_listener l(0, "127.0.0.1");
+  const auto nan = std::chrono::duration<double>(std::numeric_limits<double>::quiet_NaN());
+  for (int which = 0; which < 2; ++which) {
+    exchange_options o = fast();
+    (which == 0 ? o.timeout : o.accept_timeout) = nan;
+    const char* name = which == 0 ? "exchange_options::timeout is a NaN" : "exchange_options::accept_timeout is a NaN";
+    CHECK_THROWS_WITH_AS(l.exchange(sample_endpoint(), o), doctest::Contains(name), exchange_error);
+    CHECK_THROWS_WITH_AS(exchange_client("127.0.0.1", l.port(), other_endpoint(), o), doctest::Contains(name),
+                         exchange_error);
+  }
+}
+
 TEST_CASE("a negative accept_timeout under a millisecond is refused, not taken for 0") {
   exchange_listener l(0, "127.0.0.1");
   exchange_options o = fast();

@@ -62,3 +62,13 @@ TEST_CASE("ms_timeout: a negative timeout stays negative, rounded away from zero
   CHECK(ms_timeout(nanoseconds::min()) == milliseconds(-9'223'372'036'855));
   CHECK(ms_timeout(microseconds(0)) == milliseconds(0));
 }
+
+TEST_CASE("ms_timeout: a NaN is told from every number, and is negative (a wait looks once)") {
+  using namespace std::chrono;
+  const rdmakit::detail::ms_timeout nan = duration<double>(std::numeric_limits<double>::quiet_NaN());
+  CHECK(nan.is_nan());
+  CHECK(nan.count() < 0);
+  CHECK_FALSE(rdmakit::detail::ms_timeout(duration<double>(-1e300)).is_nan());
+  CHECK_FALSE(rdmakit::detail::ms_timeout(milliseconds::min()).is_nan());
+  CHECK_FALSE(rdmakit::detail::ms_timeout(milliseconds(0)).is_nan());
+}
