@@ -99,8 +99,13 @@ inline connection_info receive_record(int fd, const connection_info& local, cons
                                       const tcp::deadline& d, bool last) {
   connection_info peer;
   if (o.format == wire_format::pingpong) {
+    // Its first 12 bytes first ("LLLL:QQQQQQ:"): another program's shorter bytes (an
+    // HTTP request) are refused then, not waited on to the timeout (audit 45).
     char rec[wire::pingpong_record_size];
-    tcp::read_exact(fd, rec, sizeof rec, d, "the peer's ibv_*_pingpong record");
+    tcp::read_exact(fd, rec, wire::pingpong_lead, d, "the peer's ibv_*_pingpong record");
+    wire::check_pingpong_lead(std::string_view(rec, wire::pingpong_lead));
+    tcp::read_exact(fd, rec + wire::pingpong_lead, sizeof rec - wire::pingpong_lead, d,
+                    "the peer's ibv_*_pingpong record");
     peer = wire::parse_pingpong(std::string_view(rec, sizeof rec), local.ep.mtu);
   } else {
     char h[wire::header_size];
@@ -121,7 +126,9 @@ inline connection_info receive_record(int fd, const connection_info& local, cons
 // for before serving a client (next_client). A header that does not parse needs no more:
 // the exchange then reads it and says what is wrong with it.
 inline std::size_t record_size(std::string_view queued, wire_format f) {
-  if (f == wire_format::pingpong) return wire::pingpong_record_size;
+  if (f == wire_format::pingpong)
+    return queued.size() >= wire::pingpong_lead && !wire::detail::looks_like_pingpong(queued) ? queued.size()
+                                                                                             : wire::pingpong_record_size;
   if (queued.size() < wire::header_size) return wire::header_size;
   try {
     return wire::header_size + wire::parse_header(queued.substr(0, wire::header_size));

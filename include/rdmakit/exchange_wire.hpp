@@ -148,14 +148,26 @@ inline std::string format_pingpong(const endpoint& ep) {
   return head + detail::gid_hex(ep.gid);
 }
 
+/// The bytes of an ibv_*_pingpong record that tell it from another program's ("LLLL:QQQQQQ:").
+inline constexpr std::size_t pingpong_lead = 12;
+/// Refuses the start of a record that is not an ibv_*_pingpong one: wrong_format for
+/// rdmakit's header, malformed (quoting it) otherwise.
+inline void check_pingpong_lead(std::string_view lead) {
+  if (detail::looks_like_pingpong(lead)) return;
+  if (lead.substr(0, 8) == "rdmakit/")
+    throw exchange_error(exchange_errc::wrong_format,
+                         "the peer speaks the rdmakit wire format, not the ibv_*_pingpong one: use "
+                         "wire_format::rdmakit on this side (rdmakit-pingpong: drop --wire pingpong)");
+  detail::malformed("not an ibv_*_pingpong record (expected LLLL:QQQQQQ:PPPPPP:<32 hex GID>): is the peer the right "
+                    "program on the right port?",
+                    lead);
+}
+
 /// Parses an ibv_*_pingpong record: the 51 characters, optionally followed by its NUL.
 /// The record has no MTU: the result's is `assumed_mtu`. Throws exchange_error.
 inline endpoint parse_pingpong(std::string_view rec, mtu assumed_mtu = mtu::mtu_1024) {
   constexpr std::size_t text = pingpong_record_size - 1;
-  if (rec.substr(0, 8) == "rdmakit/")
-    throw exchange_error(exchange_errc::wrong_format,
-                         "the peer speaks the rdmakit wire format, not the ibv_*_pingpong one: use "
-                         "wire_format::rdmakit on this side (rdmakit-pingpong: drop --wire pingpong)");
+  if (rec.size() >= pingpong_lead || rec.substr(0, 8) == "rdmakit/") check_pingpong_lead(rec.substr(0, pingpong_lead));
   if (rec.size() < text)
     detail::malformed(detail::cat("ibv_*_pingpong record of ", rec.size(), " characters instead of ", text,
                                   " (LLLL:QQQQQQ:PPPPPP:<32 hex GID>)"),

@@ -719,6 +719,11 @@ TEST_CASE("server rejects garbage, oversized, truncated and bad-GID records and 
   rdmakit_bad_gid[rdmakit_bad_gid.find("gid=") + 10] = 'q';
   const bad_input cases[] = {
       {"pingpong garbage", wire_format::pingpong, std::string(52, 'x'), false, exchange_errc::malformed},
+      // Shorter than a record: waited on to the timeout before (audit 45), refused now.
+      {"pingpong from an HTTP client", wire_format::pingpong, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", false,
+       exchange_errc::malformed},
+      {"pingpong from an rdmakit client", wire_format::pingpong, "rdmakit/01 0040\n", false,
+       exchange_errc::wrong_format},
       {"pingpong too long", wire_format::pingpong, good_pp + "0000000000", false, exchange_errc::too_large},
       {"pingpong truncated", wire_format::pingpong, good_pp.substr(0, 20), true, exchange_errc::connection_closed},
       {"pingpong bad gid", wire_format::pingpong, bad_gid + '\0', false, exchange_errc::malformed},

@@ -69,6 +69,12 @@ TEST_CASE("pingpong record: malformed input is rejected with the reason") {
 // ---------------------------------------------------------------------------------------
 // rdmakit record
 
+TEST_CASE("pingpong record: its first 12 bytes tell it from another program's") {
+  CHECK_NOTHROW(wire::check_pingpong_lead("0001:00abcd:"));
+  CHECK(error_of([] { wire::check_pingpong_lead("GET / HTTP/1"); }) == exchange_errc::malformed);
+  CHECK(error_of([] { wire::check_pingpong_lead("rdmakit/01 0"); }) == exchange_errc::wrong_format);
+}
+
 TEST_CASE("rdmakit record: exact text and round trip") {
   const std::string frame = wire::encode(sample_endpoint());
   CHECK(frame ==
