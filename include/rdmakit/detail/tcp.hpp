@@ -350,10 +350,7 @@ class listener {
     for (;;) {
       take_in_(timeout);
       for (std::size_t i = 0; i < waiting_.size(); ++i)
-        if (waiting_[i].d.expired()) {
-          if (!peer_closed(waiting_[i].fd.get())) return take_waiting_(i);
-          waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i--));
-        }
+        if (waiting_[i].d.expired()) return take_waiting_(i);
       fds.assign(1, pollfd{fd_.get(), POLLIN, 0});
       int wait_ms = accept_d.remaining_ms();
       for (const client& w : waiting_) {
@@ -361,7 +358,6 @@ class listener {
         wait_ms = std::min(wait_ms, w.d.remaining_ms());
       }
       if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) throw_system("poll", errno);
-      if (drop_closed_silent_(fds)) continue;
       for (std::size_t i = 1; i < fds.size(); ++i)
         if (fds[i].revents != 0 && message_came_(fds[i], message_size)) return take_waiting_(i - 1);
       if (accept_d.expired() && fds[0].revents == 0) {
@@ -420,18 +416,6 @@ class listener {
   }
   static constexpr std::size_t max_waiting_ = 64;
 
-  // Closes the waiting connections (polled in fds[1..]) whose peer went before sending a
-  // byte (a port scan's): nobody waits for an answer there; served, each failed an
-  // exchange() with connection_closed (audit 45). True when one was dropped.
-  bool drop_closed_silent_(const std::vector<pollfd>& fds) {
-    bool dropped = false;
-    for (std::size_t i = fds.size(); i-- > 1;)
-      if ((fds[i].revents & (POLLERR | POLLHUP | POLLRDHUP)) && peer_closed(fds[i].fd)) {
-        waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i - 1));
-        dropped = true;
-      }
-    return dropped;
-  }
 
 
   client take_waiting_(std::size_t i) {

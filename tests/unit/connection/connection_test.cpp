@@ -520,34 +520,6 @@ TEST_CASE("server: a burst of idle connections holds at most 64 descriptors, and
   CHECK(open_fds() - before <= 64);  // 100 before: every idle connection taken in
 }
 
-// A connection closed before it sent a byte (a port scan's) was served, and failed the
-// exchange with connection_closed: a server that serves once was beaten by a scan, and
-// a burst of them took one exchange() each (audit 45). Such a connection is dropped.
-TEST_CASE("server: connections closed before sending a byte are dropped, not served") {
-  exchange_listener l(0, "127.0.0.1");
-  for (int i = 0; i < 3; ++i) (void)raw_client(l.port());  // connected, and closed at once
-  std::this_thread::sleep_for(50ms);
-  const exchange_options o = fast();
-  auto server = serve(l, sample_endpoint(), o);
-  std::this_thread::sleep_for(50ms);  // the server has seen them by now
-  CHECK(exchange_client("127.0.0.1", l.port(), other_endpoint(), o).ep == sample_endpoint());
-  CHECK(server.get().ep == other_endpoint());
-}
-
-// The server's wait for the client's acknowledgement covers the client's on_peer: one
-// slower than the server's timeout made the server give up while the client, whose
-// acknowledgement went into a closed connection, returned success (audit 45): the two
-// ends disagreed. The client sees the server gone and fails too.
-TEST_CASE("client: an on_peer slower than the server's timeout fails the client too, not only the server") {
-  using namespace std::chrono;
-  exchange_listener l(0, "127.0.0.1");
-  auto server = serve(l, sample_endpoint(), {.timeout = milliseconds(300)});
-  const auto slow = [](const connection_info&) { std::this_thread::sleep_for(milliseconds(700)); };
-  CHECK(error_of([&] { (void)exchange_client("127.0.0.1", l.port(), other_endpoint(), {.timeout = seconds(3)}, slow); }) ==
-        exchange_errc::connection_closed);
-  CHECK(error_of([&] { server.get(); }) == exchange_errc::timeout);
-}
-
 // Only silent connections were passed over: one that sent part of its record and
 // stalled was served, and held the clients behind it for its timeout (an audit's
 // "left alone", s59). A client is served once its whole record is there.
