@@ -270,27 +270,42 @@ TEST_CASE("a window freed on another thread after the delivery that dropped its 
 // or a wrong "CQ too small" usage_error in release builds (audit 42). Refused now while
 // the other thread is inside the wait's slow part.
 
+namespace {
+// A queue pair on `cq`, and a thread inside a wait of `wait_for` on it once made.
+struct waited_cq {
+  mock::fabric fab;
+  side x{fab, "mock0"}, y{fab, "mock1"};
+  completion_queue<B, event_driven<>> cq = x.dev.create_cq<event_driven<>>(256);
+  qp_pair<rc> pair = make_pair<rc>(x.pd, cq, y.pd, y.cq, qp_cap{4, 4});
+  wait_result r{0};
+  std::thread waiter;
+  explicit waited_cq(std::chrono::milliseconds wait_for) {
+    std::atomic<int> stage{0};
+    waiter = std::thread([this, wait_for, &stage] {
+      stage = 1;
+      r = cq.dispatch_wait(wait_for);
+    });
+    while (stage.load() != 1) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // inside its wait by now
+  }
+  ~waited_cq() {
+    if (waiter.joinable()) waiter.join();
+  }
+};
+}  // namespace
+
 TEST_CASE("a CQ another thread waits on: create_qp and on() on it are refused, a second waiter answers EBUSY") {
   using namespace std::chrono;
-  mock::fabric fab;
-  side x(fab, "mock0"), y(fab, "mock1");
-  auto cq = x.dev.create_cq<event_driven<>>(256);
-  auto pair = make_pair<rc>(x.pd, cq, y.pd, y.cq, qp_cap{4, 4});
-  std::atomic<int> stage{0};
-  wait_result r{0};
-  std::thread waiter([&] {
-    stage = 1;
-    r = cq.dispatch_wait(milliseconds(800));
-  });
-  while (stage.load() != 1) std::this_thread::yield();
-  std::this_thread::sleep_for(milliseconds(100));  // inside its wait by now
+  waited_cq w(milliseconds(800));
+  auto& x = w.x;
+  auto& cq = w.cq;
   CHECK_THROWS_WITH_AS(x.pd.create_qp<rc>(cq, qp_cap{4, 4}), doctest::Contains("another thread is waiting on"),
                        usage_error);
-  CHECK_THROWS_WITH_AS(cq.on(pair.a, [](const completion<B>&) {}), doctest::Contains("another thread is waiting on"),
+  CHECK_THROWS_WITH_AS(cq.on(w.pair.a, [](const completion<B>&) {}), doctest::Contains("another thread is waiting on"),
                        usage_error);
   CHECK(cq.dispatch_wait(milliseconds(10)).error() == EBUSY);
-  waiter.join();
-  CHECK(r.timed_out());
+  w.waiter.join();
+  CHECK(w.r.timed_out());
   CHECK_NOTHROW(x.pd.create_qp<rc>(cq, qp_cap{4, 4}));  // its wait is over
   CHECK(cq.dispatch_wait(milliseconds(1)).timed_out());
 }
@@ -307,25 +322,14 @@ TEST_CASE("a CQ another thread waits on: create_qp and on() on it are refused, a
 // CQ's state torn. A forked child destroys the queue pair: the parent's waiter is
 // still marked on the CQ there.
 TEST_CASE("a queue pair destroyed while another thread waits on its CQ ends the program, saying so") {
-  using namespace std::chrono;
-  mock::fabric fab;
-  side x(fab, "mock0"), y(fab, "mock1");
-  auto cq = x.dev.create_cq<event_driven<>>(256);
-  auto pair = make_pair<rc>(x.pd, cq, y.pd, y.cq, qp_cap{4, 4});
-  std::atomic<int> stage{0};
-  std::thread waiter([&] {
-    stage = 1;
-    (void)cq.dispatch_wait(milliseconds(600));
-  });
-  while (stage.load() != 1) std::this_thread::yield();
-  std::this_thread::sleep_for(milliseconds(100));
+  waited_cq w(std::chrono::milliseconds(600));
   int fds[2];
   REQUIRE(::pipe(fds) == 0);
   const pid_t child = ::fork();
   if (child == 0) {
     ::dup2(fds[1], 2);
     std::signal(SIGABRT, SIG_DFL);  // not doctest's crash report
-    pair.a = {};
+    w.pair.a = {};
     ::_exit(0);
   }
   ::close(fds[1]);
@@ -338,6 +342,5 @@ TEST_CASE("a queue pair destroyed while another thread waits on its CQ ends the 
   CHECK(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGABRT);
   CHECK(said.find("while another thread is waiting on its completion queue") != std::string::npos);
-  waiter.join();
 }
 #endif
