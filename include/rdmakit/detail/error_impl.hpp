@@ -24,12 +24,11 @@ RDMAKIT_NOINLINE RDMAKIT_DECL void throw_empty_argument(const char* type, const 
                         "the factory returned"));
 }
 
-namespace {
-constexpr const char* one_thread_rule =
+// The rule throw_waited_on and abort_waited_on name.
+inline constexpr const char* one_thread_rule =
     "a completion queue and its queue pairs are used by one thread at a time (docs/ownership-and-threads.md): "
     "create, reset and destroy its queue pairs and set its handlers on the thread that waits on it, or end that "
     "wait first";
-}
 
 RDMAKIT_NOINLINE RDMAKIT_DECL void throw_waited_on(const char* call) {
   throw usage_error(cat(call, ": another thread is waiting on this completion queue (in wait(), wait_for() or "
