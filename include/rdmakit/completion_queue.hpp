@@ -253,24 +253,14 @@ class completion_queue {
   /// `timeout`: the count delivered (it may pass n: a batch is delivered whole), a
   /// timed-out result when the deadline came first (f has seen the ones that did
   /// come), or the error of a failed wait (EINVAL for n below 1: nothing to wait for).
+  /// A blocking call, not a data path: f is called through a pointer, so every handler
+  /// shares one instantiation of the wait (per CQ type and noexcept-ness), which keeps
+  /// each call site's compile cost down (issue 12). Loops that count instructions call
+  /// wait() or poll(), which inline f.
   template <completion_handler<B> F>
   wait_result wait_for(int n, F&& f,
                        detail::ms_timeout timeout = detail::default_wait) noexcept(nothrow<F>) {
-    if (RDMAKIT_UNLIKELY(n < 1)) return wait_result{-EINVAL};
-    using clock = std::chrono::steady_clock;
-    const auto deadline = detail::deadline_after(timeout);
-    int total = 0;
-    for (bool first = true; total < n; first = false) {
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now());
-      if (left.count() <= 0) {
-        if (!first) return wait_result{0};
-        left = std::chrono::milliseconds{0};  // a past deadline looks once, as wait() does
-      }
-      const wait_result r = wait(f, left);
-      if (r.failed()) return r;
-      total += r.count();
-    }
-    return wait_result{total};
+    return wait_for_(n, handler_ref<nothrow<F>>(f), timeout);
   }
 
   /// Routes this QP's completions to `handler` (called by dispatch). One handler per
@@ -356,6 +346,42 @@ class completion_queue {
   // Whether handler F cannot throw: poll, wait and the calls under them are noexcept then.
   template <class F>
   static constexpr bool nothrow = std::is_nothrow_invocable_v<F&, const completion<B>&>;
+
+  // wait_for's handler, erased: a pointer to it and a function calling it.
+  template <bool NoThrow>
+  class handler_ref {
+   public:
+    template <class F>  // (F may be const: its pointer is cast back to F*)
+    explicit handler_ref(F& f) noexcept
+        : f_(const_cast<void*>(static_cast<const void*>(__builtin_addressof(f)))),
+          call_([](void* handler, const completion<B>& c) noexcept(NoThrow) { (*static_cast<F*>(handler))(c); }) {}
+    void operator()(const completion<B>& c) const noexcept(NoThrow) { call_(f_, c); }
+
+   private:
+    void* f_;
+    void (*call_)(void*, const completion<B>&) noexcept(NoThrow);
+  };
+  template <bool NoThrow>
+  RDMAKIT_NOINLINE wait_result wait_for_(int n, handler_ref<NoThrow> f, detail::ms_timeout timeout) noexcept(NoThrow) {
+    if (RDMAKIT_UNLIKELY(n < 1)) return wait_result{-EINVAL};
+    using clock = std::chrono::steady_clock;
+    const auto deadline = detail::deadline_after(timeout);
+    int total = 0;
+    for (bool first = true; total < n; first = false) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now());
+      if (left.count() <= 0) {
+        if (!first) return wait_result{0};
+        left = std::chrono::milliseconds{0};  // a past deadline looks once, as wait() does
+      }
+      // The policy's wait, which polls first itself: wait()'s inlined poll would be
+      // a second instantiation of the poll here.
+      if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};  // (f may have moved the handle)
+      const wait_result r = wait_slow_(f, left);
+      if (r.failed()) return r;
+      total += r.count();
+    }
+    return wait_result{total};
+  }
 
   // One batch for f: the completions given to f (or -errno), and in `polled` what
   // poll_cq returned, which counts those f is not given (drain markers, an async queue

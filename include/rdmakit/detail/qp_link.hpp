@@ -586,21 +586,7 @@ struct cq_block {
 
   /// Attaches `l` with its `entries`; a throw (out of memory) changes nothing, and the
   /// caller then does not name this CQ in the link (its destruction detaches nothing).
-  void attach(qp_link<B>* l, std::uint32_t entries) {
-    keep_departed_room_();
-    auto it = std::lower_bound(routes.begin(), routes.end(), l->qp_num,
-                               [](const auto& r, std::uint32_t n) { return r.first < n; });
-    if (it == routes.end() || it->first != l->qp_num) routes.insert(it, {l->qp_num, l});
-    forget_route_slots_();
-    reserved += entries;  // last: nothing after the allocations above can fail
-    had_others = had_others || routes.size() > 1;
-    sole = !had_others;
-    if (sole) {
-      last = l;
-      last_qpn = l->qp_num;
-      last_serial = l->serial;
-    }
-  }
+  void attach(qp_link<B>* l, std::uint32_t entries);
 
   /// Live queue pairs attached (retired ones excluded).
   std::size_t live() const noexcept { return routes.size(); }
@@ -610,99 +596,32 @@ struct cq_block {
   bool has_qp(std::uint32_t qpn) const noexcept { return serial_of(qpn) != 0; }
   /// The serial (next_qp_serial) of the queue pair numbered `qpn` attached here, live or
   /// retired; 0 when none is. Off the data path, as has_qp.
-  std::uint64_t serial_of(std::uint32_t qpn) const noexcept {
-    auto it = std::lower_bound(routes.begin(), routes.end(), qpn,
-                               [](const auto& r, std::uint32_t n) { return r.first < n; });
-    if (it != routes.end() && it->first == qpn) return it->second->serial;
-    for (const qp_link<B>* l : retired_links)
-      if (l->qp_num == qpn) return l->serial;
-    return 0;
-  }
+  std::uint64_t serial_of(std::uint32_t qpn) const noexcept;
 
   /// The retired QP numbered `qpn`, or null. Off the data path: only a completion whose
   /// qp_num no live route matches comes here.
-  RDMAKIT_NOINLINE qp_link<B>* find_retired(std::uint32_t qpn) noexcept {
-    for (qp_link<B>* l : retired_links)
-      if (l->qp_num == qpn) return l;
-    return nullptr;
-  }
+  RDMAKIT_NOINLINE qp_link<B>* find_retired(std::uint32_t qpn) noexcept;
   /// A completion of retired QP `l` polled here (not one its batch accounted before
   /// `l` was retired): the entry it held is free again.
-  RDMAKIT_NOINLINE void retired_polled(qp_link<B>& l, bool recv) noexcept {
-    std::uint32_t& left = recv ? l.retired_recvs : l.retired_sends;
-    if (left != 0) {
-      --left;
-      if (flushing) --flushing;
-    }
-    // Any send completion counts: a flush does not say whether its WR was signaled.
-    // Exact under signal_all; with unsignaled sends out, retired_unsure_sends waits for
-    // the drain marker (drained) that ends the doubt.
-    if (!recv && l.retired_signaled) --l.retired_signaled;
-    if (!recv && RDMAKIT_UNLIKELY(l.drain_marker == qp_link<B>::drain::waits_for_slot)) post_drain_marker(l);
-  }
+  RDMAKIT_NOINLINE void retired_polled(qp_link<B>& l, bool recv) noexcept;
 
   /// Retired QP `l`'s drain marker was polled here: every send completion of `l` came
   /// before it, so the room held for the rest (unsignaled WRs that completed unseen,
   /// which never flush) comes back, with the marker's own.
-  RDMAKIT_NOINLINE void drained(qp_link<B>& l) noexcept {
-    flushing -= std::min<std::uint64_t>(flushing, l.retired_sends);
-    l.retired_sends = 0;
-    l.retired_signaled = 0;
-    l.retired_unsure_sends = false;
-    l.drain_marker = qp_link<B>::drain::none;
-  }
+  RDMAKIT_NOINLINE void drained(qp_link<B>& l) noexcept;
 
   /// A completion of a destroyed QP polled here: the entry it held is free again, unless
   /// `counted` (its batch accounted it before the QP went, which left it out of `left`).
   /// Returns where that QP's receive payloads start (0 when it is not known here), and
   /// whether the completion is dropped (an async_queue_pair's; `recv`: a receive's).
-  RDMAKIT_NOINLINE departed_hit departed_polled(std::uint32_t qpn, bool recv, bool counted = false) noexcept {
-    departed_hit hit{0, false};
-    for (auto it = departed.begin(); it != departed.end(); ++it) {
-      if (it->qpn != qpn) continue;
-      hit = {it->recv_offset, recv ? it->async_receives : it->async_sends};
-      if (it->left == 0 || counted) continue;  // kept for its offset, or for its drops
-      if (flushing) --flushing;
-      if (--it->left == 0 && it->recv_offset == 0 && !it->async_sends) departed.erase(it);
-      return hit;
-    }
-    return hit;
-  }
+  RDMAKIT_NOINLINE departed_hit departed_polled(std::uint32_t qpn, bool recv, bool counted = false) noexcept;
   /// A poll found the CQ empty: whatever the destroyed QPs left here was polled or was
   /// never there (a device that cleans the CQ at destroy_qp, or WRs that never completed).
   /// Retired QPs without a drain marker, or whose marker is overdue, are taken as done
   /// too (in ERR); those whose marker may still come keep this CQ watched. Not from a
   /// poll nested in a delivery (a handler's): the outer poll may hold completions of
   /// theirs not delivered yet, so the CQ's emptiness proves nothing; the next poll decides.
-  RDMAKIT_NOINLINE void forget_departed() noexcept {
-    if (delivering != 0) return;
-    bool waiting = false;
-    std::erase_if(departed, [&](departed_qp& d) {
-      // Kept, or seen gone only now: it may have written flushes after the poll that
-      // found nothing (a window freed on another thread); the next empty poll decides.
-      if (d.waits_for_native_qp(drains)) {
-        waiting = true;
-        return false;
-      }
-      flushing -= std::min<std::uint64_t>(flushing, d.left);
-      return true;
-    });
-    for (qp_link<B>* l : retired_links) {
-      if (l->recv_cq == this) l->retired_srq_receives = false;
-      if (l->send_cq == this && l->retired_unsure_sends) {
-        if (l->drain_marker != qp_link<B>::drain::none && std::chrono::steady_clock::now() < l->drain_deadline) {
-          waiting = true;
-          continue;
-        }
-        l->retired_unsure_sends = false;
-        l->drain_marker = qp_link<B>::drain::none;  // (one polled later is still not delivered)
-        flushing -= std::min<std::uint64_t>(flushing, l->retired_sends);  // WRs that completed unseen
-        l->retired_sends = 0;
-        l->retired_signaled = 0;
-      }
-    }
-    watch(waiting);
-  }
+  RDMAKIT_NOINLINE void forget_departed() noexcept;
 
   /// The departed records a poll that drained this CQ came after (see departed): what
   /// they held was polled or was never there. Not while a batch is being delivered (a
@@ -712,59 +631,23 @@ struct cq_block {
   // A record a window kept (`kept`) counts its drains from when its native QP is seen
   // gone: a drain before that proves nothing of the flushes the device wrote while it
   // lived (audit 29, F1), so a record found gone is stamped again, not erased.
-  void forget_drained() noexcept {
-    if (delivering != 0 || departed.empty()) return;
-    std::erase_if(departed, [&](departed_qp& d) {
-      if (d.waits_for_native_qp(drains) || d.drained_at >= drains) return false;
-      flushing -= std::min<std::uint64_t>(flushing, d.left);
-      return true;
-    });
-  }
+  void forget_drained() noexcept;
 
   /// The completion_queue handle lets go: no poll comes again, and no credit with it.
   /// Its queue pairs' posts are refused from now on (their refusals say cq_gone): a
   /// completion of a WR posted now would never be seen, and the next sq_full's advice to
   /// poll could not be followed.
-  void poller_goes() noexcept {
-    poller_gone = true;
-    for (auto& r : routes) {
-      qp_link<B>& l = *r.second;
-      if (l.send_cq == this) {
-        l.sends_possible = false;
-        l.sq.close();
-      }
-      if (l.recv_cq == this) l.rq_open_depth = 0;
-    }
-  }
+  void poller_goes() noexcept;
 
   /// `flushing` less what forget_drained would give back now (completion_queue::flushing()):
   /// a drained poll's room is free once no batch is being delivered, whether or not a
   /// create_qp has taken it back yet. (A kept record is counted: it may still wait.)
-  std::uint64_t flushing_held() const noexcept {
-    if (delivering != 0) return flushing;
-    std::uint64_t free = 0;
-    for (const departed_qp& d : departed)
-      if (!d.kept && d.drained_at < drains) free += d.left;
-    return flushing - std::min(flushing, free);
-  }
+  std::uint64_t flushing_held() const noexcept;
 
   /// A QP moved to ERR by reset(): routed apart from now on, holding at most `flushes`
   /// entries here instead of the `entries` reserved for it. The caller made room in
   /// retired_links first (reserve), so nothing here allocates.
-  void retire(qp_link<B>* l, std::uint32_t entries, std::uint32_t flushes) noexcept {
-    retired_links.push_back(l);
-    std::erase_if(routes, [l](const auto& r) { return r.second == l; });
-    forget_route_slots_();
-    if (last == l) {
-      last = nullptr;
-      last_qpn = no_qpn;
-      last_serial = 0;
-    }
-    reserved -= std::min<std::uint64_t>(reserved, entries);
-    flushing += flushes;
-    sole = false;
-    had_others = true;
-  }
+  void retire(qp_link<B>* l, std::uint32_t entries, std::uint32_t flushes) noexcept;
 
   /// The entries a QP of SRQ `id` adds here: its max_wr for the first one, then none.
   std::uint32_t srq_entries(const void* id, std::uint32_t max_wr) const noexcept {
@@ -772,74 +655,243 @@ struct cq_block {
       if (s.id == id) return 0;
     return max_wr;
   }
-  void attach_srq(const void* id, std::uint32_t max_wr) {
-    for (auto& s : srqs)
-      if (s.id == id) {
-        ++s.qps;
-        return;
-      }
-    keep_departed_room_();
-    srqs.push_back({id, max_wr, 1});
-    reserved += max_wr;
-  }
+  void attach_srq(const void* id, std::uint32_t max_wr);
   /// Queue pair `qpn` of SRQ `id` was destroyed. With it the last of the SRQ's here, the
   /// SRQ's max_wr leaves reserved; if `may_have_completed` (the SRQ was posted to), it is
   /// held as a destroyed QP's completions are (see departed): the SRQ's queue pairs may
   /// have left up to max_wr receive completions in the CQ.
-  void detach_srq(const void* id, std::uint32_t qpn, std::uint32_t recv_offset, bool may_have_completed) noexcept {
-    for (auto it = srqs.begin(); it != srqs.end(); ++it)
-      if (it->id == id) {
-        if (--it->qps == 0) {
-          const std::uint32_t max_wr = it->max_wr;
-          reserved -= std::min<std::uint64_t>(reserved, max_wr);
-          srqs.erase(it);
-          if (may_have_completed) hold_departed_(qpn, max_wr, recv_offset);
-        }
-        return;
-      }
-  }
+  void detach_srq(const void* id, std::uint32_t qpn, std::uint32_t recv_offset, bool may_have_completed) noexcept;
 
   // Room for one more record than the QPs and SRQs attached may leave (the one attaching).
-  void keep_departed_room_() {
-    reserve_room(departed, departed.size() + routes.size() + retired_links.size() + srqs.size() + 1);
-  }
+  void keep_departed_room_();
 
   void hold_departed_(std::uint32_t qpn, std::uint32_t left, std::uint32_t recv_offset,
                       shared_owner<native_qp_kept> kept = {}, bool async_sends = false,
-                      bool async_receives = false) noexcept {
-    if (left == 0 && recv_offset == 0 && !async_sends) return;
-    assert(departed.size() < departed.capacity());  // kept by keep_departed_room_: no allocation
-    departed.push_back({qpn, left, recv_offset, std::move(kept), drains, async_sends, async_receives});
-    flushing += left;
-    watch(true);
-  }
+                      bool async_receives = false) noexcept;
 
   /// A destroyed QP: its `entries` (its depths, or once retired its flushes, which
   /// `flushing` holds) are let go, but for the `left` completions it may have left here
   /// (and, `srq_receives`, its SRQ's receive completions, whose room the SRQ holds).
   /// `kept`: a type 2 memory window keeps its native QP, in ERR, until it is destroyed.
   void detach(qp_link<B>* l, std::uint32_t entries, std::uint32_t left, bool was_retired, bool srq_receives = false,
-              const shared_owner<native_qp_kept>& kept = {}) noexcept {
-    auto& pool = was_retired ? flushing : reserved;
-    pool -= std::min<std::uint64_t>(pool, entries);
-    if (was_retired)
-      std::erase(retired_links, l);
-    else
-      std::erase_if(routes, [l](const auto& r) { return r.second == l; });
-    forget_route_slots_();
-    // An async_queue_pair's own WRs' completions are dropped; its SRQ's receives are not
-    // its own (the async layer hands them to next()).
-    hold_departed_(l->qp_num, left, left != 0 || srq_receives ? l->recv_offset : 0, kept, l->async_owned,
-                   l->async_owned && !l->rq.shared);
-    sole = false;
-    had_others = true;
-    if (last == l) {
-      last = nullptr;
-      last_qpn = no_qpn;
-      last_serial = 0;
+              const shared_owner<native_qp_kept>& kept = {}) noexcept;
+};
+
+template <class B>
+void cq_block<B>::attach(qp_link<B>* l, std::uint32_t entries) {
+  keep_departed_room_();
+  auto it = std::lower_bound(routes.begin(), routes.end(), l->qp_num,
+                             [](const auto& r, std::uint32_t n) { return r.first < n; });
+  if (it == routes.end() || it->first != l->qp_num) routes.insert(it, {l->qp_num, l});
+  forget_route_slots_();
+  reserved += entries;  // last: nothing after the allocations above can fail
+  had_others = had_others || routes.size() > 1;
+  sole = !had_others;
+  if (sole) {
+    last = l;
+    last_qpn = l->qp_num;
+    last_serial = l->serial;
+  }
+}
+
+template <class B>
+std::uint64_t cq_block<B>::serial_of(std::uint32_t qpn) const noexcept {
+  auto it = std::lower_bound(routes.begin(), routes.end(), qpn,
+                             [](const auto& r, std::uint32_t n) { return r.first < n; });
+  if (it != routes.end() && it->first == qpn) return it->second->serial;
+  for (const qp_link<B>* l : retired_links)
+    if (l->qp_num == qpn) return l->serial;
+  return 0;
+}
+
+template <class B>
+qp_link<B>* cq_block<B>::find_retired(std::uint32_t qpn) noexcept {
+  for (qp_link<B>* l : retired_links)
+    if (l->qp_num == qpn) return l;
+  return nullptr;
+}
+
+template <class B>
+void cq_block<B>::retired_polled(qp_link<B>& l, bool recv) noexcept {
+  std::uint32_t& left = recv ? l.retired_recvs : l.retired_sends;
+  if (left != 0) {
+    --left;
+    if (flushing) --flushing;
+  }
+  // Any send completion counts: a flush does not say whether its WR was signaled.
+  // Exact under signal_all; with unsignaled sends out, retired_unsure_sends waits for
+  // the drain marker (drained) that ends the doubt.
+  if (!recv && l.retired_signaled) --l.retired_signaled;
+  if (!recv && RDMAKIT_UNLIKELY(l.drain_marker == qp_link<B>::drain::waits_for_slot)) post_drain_marker(l);
+}
+
+template <class B>
+void cq_block<B>::drained(qp_link<B>& l) noexcept {
+  flushing -= std::min<std::uint64_t>(flushing, l.retired_sends);
+  l.retired_sends = 0;
+  l.retired_signaled = 0;
+  l.retired_unsure_sends = false;
+  l.drain_marker = qp_link<B>::drain::none;
+}
+
+template <class B>
+auto cq_block<B>::departed_polled(std::uint32_t qpn, bool recv, bool counted) noexcept -> departed_hit {
+  departed_hit hit{0, false};
+  for (auto it = departed.begin(); it != departed.end(); ++it) {
+    if (it->qpn != qpn) continue;
+    hit = {it->recv_offset, recv ? it->async_receives : it->async_sends};
+    if (it->left == 0 || counted) continue;  // kept for its offset, or for its drops
+    if (flushing) --flushing;
+    if (--it->left == 0 && it->recv_offset == 0 && !it->async_sends) departed.erase(it);
+    return hit;
+  }
+  return hit;
+}
+
+template <class B>
+void cq_block<B>::forget_departed() noexcept {
+  if (delivering != 0) return;
+  bool waiting = false;
+  std::erase_if(departed, [&](departed_qp& d) {
+    // Kept, or seen gone only now: it may have written flushes after the poll that
+    // found nothing (a window freed on another thread); the next empty poll decides.
+    if (d.waits_for_native_qp(drains)) {
+      waiting = true;
+      return false;
+    }
+    flushing -= std::min<std::uint64_t>(flushing, d.left);
+    return true;
+  });
+  for (qp_link<B>* l : retired_links) {
+    if (l->recv_cq == this) l->retired_srq_receives = false;
+    if (l->send_cq == this && l->retired_unsure_sends) {
+      if (l->drain_marker != qp_link<B>::drain::none && std::chrono::steady_clock::now() < l->drain_deadline) {
+        waiting = true;
+        continue;
+      }
+      l->retired_unsure_sends = false;
+      l->drain_marker = qp_link<B>::drain::none;  // (one polled later is still not delivered)
+      flushing -= std::min<std::uint64_t>(flushing, l->retired_sends);  // WRs that completed unseen
+      l->retired_sends = 0;
+      l->retired_signaled = 0;
     }
   }
-};
+  watch(waiting);
+}
+
+template <class B>
+void cq_block<B>::forget_drained() noexcept {
+  if (delivering != 0 || departed.empty()) return;
+  std::erase_if(departed, [&](departed_qp& d) {
+    if (d.waits_for_native_qp(drains) || d.drained_at >= drains) return false;
+    flushing -= std::min<std::uint64_t>(flushing, d.left);
+    return true;
+  });
+}
+
+template <class B>
+void cq_block<B>::poller_goes() noexcept {
+  poller_gone = true;
+  for (auto& r : routes) {
+    qp_link<B>& l = *r.second;
+    if (l.send_cq == this) {
+      l.sends_possible = false;
+      l.sq.close();
+    }
+    if (l.recv_cq == this) l.rq_open_depth = 0;
+  }
+}
+
+template <class B>
+std::uint64_t cq_block<B>::flushing_held() const noexcept {
+  if (delivering != 0) return flushing;
+  std::uint64_t free = 0;
+  for (const departed_qp& d : departed)
+    if (!d.kept && d.drained_at < drains) free += d.left;
+  return flushing - std::min(flushing, free);
+}
+
+template <class B>
+void cq_block<B>::retire(qp_link<B>* l, std::uint32_t entries, std::uint32_t flushes) noexcept {
+  retired_links.push_back(l);
+  std::erase_if(routes, [l](const auto& r) { return r.second == l; });
+  forget_route_slots_();
+  if (last == l) {
+    last = nullptr;
+    last_qpn = no_qpn;
+    last_serial = 0;
+  }
+  reserved -= std::min<std::uint64_t>(reserved, entries);
+  flushing += flushes;
+  sole = false;
+  had_others = true;
+}
+
+template <class B>
+void cq_block<B>::attach_srq(const void* id, std::uint32_t max_wr) {
+  for (auto& s : srqs)
+    if (s.id == id) {
+      ++s.qps;
+      return;
+    }
+  keep_departed_room_();
+  srqs.push_back({id, max_wr, 1});
+  reserved += max_wr;
+}
+
+template <class B>
+void cq_block<B>::detach_srq(const void* id, std::uint32_t qpn, std::uint32_t recv_offset, bool may_have_completed) noexcept {
+  for (auto it = srqs.begin(); it != srqs.end(); ++it)
+    if (it->id == id) {
+      if (--it->qps == 0) {
+        const std::uint32_t max_wr = it->max_wr;
+        reserved -= std::min<std::uint64_t>(reserved, max_wr);
+        srqs.erase(it);
+        if (may_have_completed) hold_departed_(qpn, max_wr, recv_offset);
+      }
+      return;
+    }
+}
+
+template <class B>
+void cq_block<B>::keep_departed_room_() {
+  reserve_room(departed, departed.size() + routes.size() + retired_links.size() + srqs.size() + 1);
+}
+
+template <class B>
+void cq_block<B>::hold_departed_(std::uint32_t qpn, std::uint32_t left, std::uint32_t recv_offset,
+ shared_owner<native_qp_kept> kept, bool async_sends,
+ bool async_receives) noexcept {
+  if (left == 0 && recv_offset == 0 && !async_sends) return;
+  assert(departed.size() < departed.capacity());  // kept by keep_departed_room_: no allocation
+  departed.push_back({qpn, left, recv_offset, std::move(kept), drains, async_sends, async_receives});
+  flushing += left;
+  watch(true);
+}
+
+template <class B>
+void cq_block<B>::detach(qp_link<B>* l, std::uint32_t entries, std::uint32_t left, bool was_retired, bool srq_receives,
+ const shared_owner<native_qp_kept>& kept) noexcept {
+  auto& pool = was_retired ? flushing : reserved;
+  pool -= std::min<std::uint64_t>(pool, entries);
+  if (was_retired)
+    std::erase(retired_links, l);
+  else
+    std::erase_if(routes, [l](const auto& r) { return r.second == l; });
+  forget_route_slots_();
+  // An async_queue_pair's own WRs' completions are dropped; its SRQ's receives are not
+  // its own (the async layer hands them to next()).
+  hold_departed_(l->qp_num, left, left != 0 || srq_receives ? l->recv_offset : 0, kept, l->async_owned,
+                 l->async_owned && !l->rq.shared);
+  sole = false;
+  had_others = true;
+  if (last == l) {
+    last = nullptr;
+    last_qpn = no_qpn;
+    last_serial = 0;
+  }
+}
+
 
 // Setup calls that change `b` (create_qp, reset(), on()) refuse to while another thread
 // waits on it (cq_block::waiter).

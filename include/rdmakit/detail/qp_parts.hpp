@@ -183,99 +183,105 @@ struct qp_parts {
 
   qp_parts() = default;
   qp_parts(qp_parts&& o) noexcept { *this = std::move(o); }
-  qp_parts& operator=(qp_parts&& o) noexcept {
-    if (this != &o) {
-      release();
-      pd = std::move(o.pd);
-      scq = std::move(o.scq);
-      rcq = std::move(o.rcq);
-      srq = std::move(o.srq);
-      srq_id = std::exchange(o.srq_id, nullptr);
-      srq_needs_offset = std::exchange(o.srq_needs_offset, nullptr);
-      srq_seen = std::exchange(o.srq_seen, nullptr);
-      cm = std::move(o.cm);
-      qp = std::exchange(o.qp, {});
-      link = std::move(o.link);
-      asked = o.asked;
-      opts = o.opts;
-      caps = o.caps;
-      inline_limit = o.inline_limit;
-      psn = o.psn;
-      gid_index = o.gid_index;
-      local_gid = o.local_gid;
-      lid = o.lid;
-      active_mtu = o.active_mtu;
-      active_mtu_bytes = o.active_mtu_bytes;
-      retired = std::move(o.retired);
-      is_retired = o.is_retired;
-      native_hold = std::move(o.native_hold);
-    }
-    return *this;
-  }
+  qp_parts& operator=(qp_parts&& o) noexcept;
   ~qp_parts() { release(); }
 
-  void release() noexcept {
-    if (link && ((link->send_cq && link->send_cq->waited_on_elsewhere()) ||
-                 (link->recv_cq && link->recv_cq->waited_on_elsewhere())))
-      abort_waited_on(link->qp_num);  // (a destructor cannot throw usage_error)
-    shared_owner<native_qp_kept> kept;  // set when a window keeps the native QP
-    if (qp != typename B::qp{}) {
-      if (native_hold && __atomic_load_n(&native_hold->windows, __ATOMIC_ACQUIRE) != 0) {
-        // A type 2 window bound through it is not freed yet (qp_native_hold): stopped
-        // now (the peer's accesses fail), destroyed by the last such window.
-        try {
-          qp_attr err;
-          err.state = qp_state::err;
-          B::modify_qp(qp, err, qp_attr_mask::state);
-        } catch (...) {  // already in ERR, most likely: destroyed later all the same
-        }
-        native_hold->qp = qp;
-        native_hold->cm = cm;
-        native_hold->srq = srq;
-        scq->owned_across_threads = rcq->owned_across_threads = true;  // (before the hold owns them)
-        native_hold->scq = scq;
-        native_hold->rcq = rcq;
-        native_hold->pd = pd;
-        kept = native_hold->kept;
-      } else if (cm) {
-        cm->destroy_qp(qp);
-      } else {
-        B::destroy_qp(qp);
-      }
-    }
-    qp = {};
-    native_hold.reset();
-    if (link) {
-      // What this QP holds in its CQs: its depths, or once retired, what its flushes
-      // may still take there. What it may have left in them (completions not polled,
-      // which a device that does not clean the CQ returns later) keeps its room.
-      const std::uint32_t sends = is_retired ? link->retired_sends : asked.max_send_wr;
-      const std::uint32_t recvs = is_retired ? link->retired_recvs : asked.max_recv_wr;
-      const std::uint32_t sends_left = is_retired ? link->retired_sends : link->sends_to_come();
-      const std::uint32_t recvs_left = is_retired ? link->retired_recvs : link->rq.held;
-      const bool srq_receives = srq_id && srq_seen->ever_posted();  // some may be this QP's, in its CQ
-      if (link->send_cq == link->recv_cq) {
-        if (link->send_cq)
-          link->send_cq->detach(link.get(), sends + recvs, sends_left + recvs_left, is_retired, srq_receives, kept);
-      } else {
-        if (link->send_cq) link->send_cq->detach(link.get(), sends, sends_left, is_retired, false, kept);
-        if (link->recv_cq) link->recv_cq->detach(link.get(), recvs, recvs_left, is_retired, srq_receives, kept);
-      }
-      if (srq_id && link->recv_cq)
-        link->recv_cq->detach_srq(srq_id, link->qp_num, link->recv_offset, srq_seen->ever_posted());
-      link.reset();
-    }
-    retired.reset();
-    if (srq_needs_offset) std::exchange(srq_needs_offset, nullptr)->remove();  // the SRQ is alive: srq holds it
-    cm.reset();  // after the QP: the id may be destroyed now
-    srq.reset();  // after the QP: the SRQ may be destroyed now
-    srq_id = nullptr;
-    srq_seen = nullptr;
-    scq.reset();  // after the QP: the CQs may be destroyed now, then the PD
-    rcq.reset();
-    pd.reset();
-  }
+  void release() noexcept;
 };
+
+template <class B>
+qp_parts<B>& qp_parts<B>::operator=(qp_parts&& o) noexcept {
+  if (this != &o) {
+    release();
+    pd = std::move(o.pd);
+    scq = std::move(o.scq);
+    rcq = std::move(o.rcq);
+    srq = std::move(o.srq);
+    srq_id = std::exchange(o.srq_id, nullptr);
+    srq_needs_offset = std::exchange(o.srq_needs_offset, nullptr);
+    srq_seen = std::exchange(o.srq_seen, nullptr);
+    cm = std::move(o.cm);
+    qp = std::exchange(o.qp, {});
+    link = std::move(o.link);
+    asked = o.asked;
+    opts = o.opts;
+    caps = o.caps;
+    inline_limit = o.inline_limit;
+    psn = o.psn;
+    gid_index = o.gid_index;
+    local_gid = o.local_gid;
+    lid = o.lid;
+    active_mtu = o.active_mtu;
+    active_mtu_bytes = o.active_mtu_bytes;
+    retired = std::move(o.retired);
+    is_retired = o.is_retired;
+    native_hold = std::move(o.native_hold);
+  }
+  return *this;
+}
+
+template <class B>
+void qp_parts<B>::release() noexcept {
+  if (link && ((link->send_cq && link->send_cq->waited_on_elsewhere()) ||
+               (link->recv_cq && link->recv_cq->waited_on_elsewhere())))
+    abort_waited_on(link->qp_num);  // (a destructor cannot throw usage_error)
+  shared_owner<native_qp_kept> kept;  // set when a window keeps the native QP
+  if (qp != typename B::qp{}) {
+    if (native_hold && __atomic_load_n(&native_hold->windows, __ATOMIC_ACQUIRE) != 0) {
+      // A type 2 window bound through it is not freed yet (qp_native_hold): stopped
+      // now (the peer's accesses fail), destroyed by the last such window.
+      try {
+        qp_attr err;
+        err.state = qp_state::err;
+        B::modify_qp(qp, err, qp_attr_mask::state);
+      } catch (...) {  // already in ERR, most likely: destroyed later all the same
+      }
+      native_hold->qp = qp;
+      native_hold->cm = cm;
+      native_hold->srq = srq;
+      scq->owned_across_threads = rcq->owned_across_threads = true;  // (before the hold owns them)
+      native_hold->scq = scq;
+      native_hold->rcq = rcq;
+      native_hold->pd = pd;
+      kept = native_hold->kept;
+    } else if (cm) {
+      cm->destroy_qp(qp);
+    } else {
+      B::destroy_qp(qp);
+    }
+  }
+  qp = {};
+  native_hold.reset();
+  if (link) {
+    // What this QP holds in its CQs: its depths, or once retired, what its flushes
+    // may still take there. What it may have left in them (completions not polled,
+    // which a device that does not clean the CQ returns later) keeps its room.
+    const std::uint32_t sends = is_retired ? link->retired_sends : asked.max_send_wr;
+    const std::uint32_t recvs = is_retired ? link->retired_recvs : asked.max_recv_wr;
+    const std::uint32_t sends_left = is_retired ? link->retired_sends : link->sends_to_come();
+    const std::uint32_t recvs_left = is_retired ? link->retired_recvs : link->rq.held;
+    const bool srq_receives = srq_id && srq_seen->ever_posted();  // some may be this QP's, in its CQ
+    if (link->send_cq == link->recv_cq) {
+      if (link->send_cq)
+        link->send_cq->detach(link.get(), sends + recvs, sends_left + recvs_left, is_retired, srq_receives, kept);
+    } else {
+      if (link->send_cq) link->send_cq->detach(link.get(), sends, sends_left, is_retired, false, kept);
+      if (link->recv_cq) link->recv_cq->detach(link.get(), recvs, recvs_left, is_retired, srq_receives, kept);
+    }
+    if (srq_id && link->recv_cq)
+      link->recv_cq->detach_srq(srq_id, link->qp_num, link->recv_offset, srq_seen->ever_posted());
+    link.reset();
+  }
+  retired.reset();
+  if (srq_needs_offset) std::exchange(srq_needs_offset, nullptr)->remove();  // the SRQ is alive: srq holds it
+  cm.reset();  // after the QP: the id may be destroyed now
+  srq.reset();  // after the QP: the SRQ may be destroyed now
+  srq_id = nullptr;
+  srq_seen = nullptr;
+  scq.reset();  // after the QP: the CQs may be destroyed now, then the PD
+  rcq.reset();
+  pd.reset();
+}
 
 }  // namespace detail
 

@@ -387,3 +387,9 @@ inline int choose_gid(ibv_context* ctx, std::uint8_t port) {
 
 }  // namespace backends
 RDMAKIT_END_NAMESPACE
+
+#if defined(RDMAKIT_SEPARATE_COMPILATION)
+// The backend's cold instantiations are compiled once, in its src.hpp (detail/backend_instances.hpp).
+#include <rdmakit/detail/backend_instances.hpp>
+RDMAKIT_BACKEND_INSTANCES(extern, ::rdmakit::backends::ibverbs);
+#endif

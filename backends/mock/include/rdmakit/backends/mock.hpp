@@ -16,3 +16,9 @@
 #if !defined(RDMAKIT_SEPARATE_COMPILATION)
 #include <rdmakit/backends/mock/verbs.hpp>
 #endif
+
+#if defined(RDMAKIT_SEPARATE_COMPILATION)
+// The backend's cold instantiations are compiled once, in its src.hpp (detail/backend_instances.hpp).
+#include <rdmakit/detail/backend_instances.hpp>
+RDMAKIT_BACKEND_INSTANCES(extern, ::rdmakit::backends::mock);
+#endif

@@ -12,3 +12,7 @@
 #include <rdmakit/backends/ibverbs/device_verbs.hpp>
 #include <rdmakit/backends/ibverbs/qp_verbs.hpp>
 #include <rdmakit/backends/ibverbs/srq_verbs.hpp>
+
+#include <rdmakit/backends/ibverbs.hpp>
+#include <rdmakit/detail/backend_instances.hpp>
+RDMAKIT_BACKEND_INSTANCES(, ::rdmakit::backends::ibverbs);

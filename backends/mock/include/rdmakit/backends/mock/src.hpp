@@ -11,3 +11,6 @@
 #error "<rdmakit/backends/mock/src.hpp> is for RDMAKIT_SEPARATE_COMPILATION builds; header-only builds include <rdmakit/backends/mock.hpp>"
 #endif
 #include <rdmakit/backends/mock/verbs.hpp>
+
+#include <rdmakit/detail/backend_instances.hpp>
+RDMAKIT_BACKEND_INSTANCES(, ::rdmakit::backends::mock);
