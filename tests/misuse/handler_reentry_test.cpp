@@ -6,6 +6,8 @@
 // fix); all but the reassigned CQ's also fail without a sanitizer.
 #include "fixture.hpp"
 
+#include <cerrno>
+#include <chrono>
 #include <optional>
 #include <stdexcept>
 #include <utility>
@@ -290,6 +292,37 @@ TEST_CASE("a handler's exception leaves wait_for and a routed batch (two queue p
   CHECK(x.cq.poll() == 0);
 }
 
+// wait_for calls its handler through a pointer (one instantiation for every handler):
+// a handler that moves the CQ away still gets its batch, and the wait then ends, the
+// handle empty, as wait() and poll() do.
+TEST_CASE("wait_for whose handler moves its CQ away gets the whole batch, then answers EBADF") {
+  four_sends t;
+  std::optional<completion_queue<B>> moved;
+  int seen = 0;
+  const wait_result r = t.x.cq.wait_for(8, [&](const completion<B>&) {
+    ++seen;
+    if (!moved) moved.emplace(std::move(t.x.cq));
+  });
+  CHECK(r.error() == EBADF);
+  CHECK(seen == 4);
+  CHECK(moved->poll() == 0);  // the batch was consumed, on the CQ that moved
+  CHECK(moved->attached() == 1);
+}
+
+TEST_CASE("wait_for takes a const handler object and a handler of its own type, and calls each one") {
+  four_sends t;
+  int calls = 0;
+  struct counting {
+    int* calls;
+    void operator()(const completion<B>&) const noexcept { ++*calls; }
+  };
+  const counting handler{&calls};
+  CHECK(t.x.cq.wait_for(1, handler).count() == 4);  // one batch: all four
+  CHECK(calls == 4);
+  CHECK(t.x.cq.wait_for(1, counting{&calls}, std::chrono::milliseconds{1}).timed_out());
+  CHECK(calls == 4);
+}
+
 static_assert(!noexcept(std::declval<completion_queue<B>&>().poll([](const completion<B>&) {})));
 static_assert(noexcept(std::declval<completion_queue<B>&>().poll([](const completion<B>&) noexcept {})));
 static_assert(noexcept(std::declval<completion_queue<B>&>().poll()));
@@ -298,6 +331,7 @@ static_assert(noexcept(std::declval<completion_queue<B>&>().wait([](const comple
 static_assert(noexcept(std::declval<completion_queue<B>&>().wait()));
 static_assert(noexcept(std::declval<completion_queue<B>&>().wait_for(1, [](const completion<B>&) noexcept {})));
 static_assert(!noexcept(std::declval<completion_queue<B>&>().wait([](const completion<B>&) {})));
+static_assert(!noexcept(std::declval<completion_queue<B>&>().wait_for(1, [](const completion<B>&) {})));
 
 // A handler destroyed the queue pair of a batch's completions and made a new one on the
 // same CQ, whose completion a nested dispatch polled: the batch's check for its queue
