@@ -5,13 +5,14 @@
 /// (RDMAKIT_SEPARATE_COMPILATION) each shipped backend's public header declares these
 /// instantiations `extern` and its src.hpp defines them, so no user translation unit
 /// compiles them (issue 12: about half of the code a small program made per backend).
-/// A backend of one's own may do the same (`RDMAKIT_BACKEND_INSTANCES(extern, B)` after
-/// its type, `RDMAKIT_BACKEND_INSTANCES(, B)` in one translation unit), or not: without
-/// the declarations every translation unit instantiates them, as in header-only builds.
-#include <rdmakit/detail/gid_choice.hpp>
-#include <rdmakit/detail/qp_link.hpp>
-#include <rdmakit/detail/qp_parts.hpp>
-#include <rdmakit/detail/qp_setup.hpp>
+/// The declarations are made by whichever of the two comes second in a translation unit,
+/// detail/qp_setup.hpp (where the last of these templates is defined) or the backend's
+/// header, and not where the definitions are (RDMAKIT_COMPILING_SOURCES: a declaration
+/// after the definition is an error). A backend of one's own may do the same
+/// (`RDMAKIT_BACKEND_INSTANCES(extern, B)` after both, `RDMAKIT_BACKEND_INSTANCES(, B)` in
+/// one translation unit), or not: without the declarations every translation unit
+/// instantiates them, as in header-only builds.
+#include <rdmakit/config.hpp>
 
 // At global scope, with `EXTERN` empty (the definitions) or `extern` (the declarations).
 #define RDMAKIT_BACKEND_INSTANCES(EXTERN, B)                                                                      \

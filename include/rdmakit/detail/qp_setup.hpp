@@ -634,3 +634,16 @@ RDMAKIT_END_NAMESPACE
 #if !defined(RDMAKIT_SEPARATE_COMPILATION)
 #include <rdmakit/detail/qp_setup_impl.hpp>
 #endif
+
+// Separate compilation: the shipped backends' cold instantiations are their src.hpp's
+// (detail/backend_instances.hpp says which, and why here or in the backend's header).
+#if defined(RDMAKIT_SEPARATE_COMPILATION) && !defined(RDMAKIT_COMPILING_SOURCES)
+#include <rdmakit/detail/backend_instances.hpp>
+#define RDMAKIT_BACKEND_TEMPLATES_DEFINED
+#if defined(RDMAKIT_BACKENDS_MOCK_INCLUDED)
+RDMAKIT_BACKEND_INSTANCES(extern, ::rdmakit::backends::mock);
+#endif
+#if defined(RDMAKIT_BACKENDS_IBVERBS_INCLUDED)
+RDMAKIT_BACKEND_INSTANCES(extern, ::rdmakit::backends::ibverbs);
+#endif
+#endif

@@ -388,8 +388,12 @@ inline int choose_gid(ibv_context* ctx, std::uint8_t port) {
 }  // namespace backends
 RDMAKIT_END_NAMESPACE
 
-#if defined(RDMAKIT_SEPARATE_COMPILATION)
-// The backend's cold instantiations are compiled once, in its src.hpp (detail/backend_instances.hpp).
+// Separate compilation: the backend's cold instantiations are its src.hpp's
+// (detail/backend_instances.hpp says which, and why here or in detail/qp_setup.hpp).
+#if defined(RDMAKIT_SEPARATE_COMPILATION) && !defined(RDMAKIT_COMPILING_SOURCES)
+#define RDMAKIT_BACKENDS_IBVERBS_INCLUDED
+#if defined(RDMAKIT_BACKEND_TEMPLATES_DEFINED)
 #include <rdmakit/detail/backend_instances.hpp>
 RDMAKIT_BACKEND_INSTANCES(extern, ::rdmakit::backends::ibverbs);
+#endif
 #endif

@@ -17,8 +17,12 @@
 #include <rdmakit/backends/mock/verbs.hpp>
 #endif
 
-#if defined(RDMAKIT_SEPARATE_COMPILATION)
-// The backend's cold instantiations are compiled once, in its src.hpp (detail/backend_instances.hpp).
+// Separate compilation: the backend's cold instantiations are its src.hpp's
+// (detail/backend_instances.hpp says which, and why here or in detail/qp_setup.hpp).
+#if defined(RDMAKIT_SEPARATE_COMPILATION) && !defined(RDMAKIT_COMPILING_SOURCES)
+#define RDMAKIT_BACKENDS_MOCK_INCLUDED
+#if defined(RDMAKIT_BACKEND_TEMPLATES_DEFINED)
 #include <rdmakit/detail/backend_instances.hpp>
 RDMAKIT_BACKEND_INSTANCES(extern, ::rdmakit::backends::mock);
+#endif
 #endif

@@ -15,4 +15,6 @@
 
 #include <rdmakit/backends/ibverbs.hpp>
 #include <rdmakit/detail/backend_instances.hpp>
+#include <rdmakit/detail/qp_setup.hpp>
+// The cold instantiations user translation units declare extern (detail/backend_instances.hpp).
 RDMAKIT_BACKEND_INSTANCES(, ::rdmakit::backends::ibverbs);

@@ -12,5 +12,8 @@
 #endif
 #include <rdmakit/backends/mock/verbs.hpp>
 
+#include <rdmakit/backends/mock/backend.hpp>
 #include <rdmakit/detail/backend_instances.hpp>
+#include <rdmakit/detail/qp_setup.hpp>
+// The cold instantiations user translation units declare extern (detail/backend_instances.hpp).
 RDMAKIT_BACKEND_INSTANCES(, ::rdmakit::backends::mock);
