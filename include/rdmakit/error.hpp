@@ -157,6 +157,9 @@ namespace detail {
 /// length its caller gave or is not built.
 [[noreturn]] void throw_range(const char* call, const char* what, std::uint64_t offset, std::uint64_t len,
                               std::uint64_t size);
+/// "remote_region::unchecked: 64 bytes at 0xfffffffffffffff0 run past the end of the
+/// address space ...": a remote range no registration covers.
+[[noreturn]] void throw_wrapping_region(const char* call, std::uint64_t addr, std::uint64_t length);
 }  // namespace detail
 
 RDMAKIT_END_NAMESPACE

@@ -61,9 +61,12 @@ class remote_region {
   constexpr remote_region() = default;
 
   /// A descriptor nobody checked: the rights are whatever `Rights` claims. For
-  /// descriptors received from peers and for tests of wrong keys.
-  static constexpr remote_region unchecked(std::uint64_t addr, std::uint32_t rkey,
-                                           std::uint64_t length) noexcept {
+  /// descriptors received from peers and for tests of wrong keys. Only a range that
+  /// runs past the end of the 64-bit address space is refused (usage_error): no
+  /// registration covers one, and sub() would wrap it to address 0.
+  static constexpr remote_region unchecked(std::uint64_t addr, std::uint32_t rkey, std::uint64_t length) {
+    if (RDMAKIT_UNLIKELY(length != 0 && length - 1 > ~addr))  // (one ending at 2^64 is whole)
+      detail::throw_wrapping_region("remote_region::unchecked", addr, length);
     return remote_region(addr, rkey, length);
   }
 
@@ -86,7 +89,7 @@ class remote_region {
   template <access Fewer>
   constexpr remote_region<Fewer> narrow() const noexcept {
     static_assert((Rights & Fewer) == Fewer, "narrow<>() can only drop access rights");
-    return remote_region<Fewer>::unchecked(addr_, rkey_, length_);
+    return remote_region<Fewer>(addr_, rkey_, length_);
   }
 
   friend constexpr bool operator==(const remote_region&, const remote_region&) = default;
@@ -94,6 +97,8 @@ class remote_region {
  private:
   template <verbs_backend, access>
   friend class memory_region;
+  template <access>
+  friend class remote_region;  // narrow(): the range was checked already
   constexpr remote_region(std::uint64_t a, std::uint32_t k, std::uint64_t l) noexcept
       : addr_(a), rkey_(k), length_(l) {}
   std::uint64_t addr_ = 0;

@@ -50,6 +50,12 @@ RDMAKIT_NOINLINE RDMAKIT_DECL void throw_empty(const char* type, const char* cal
                         "the factory returned"));
 }
 
+RDMAKIT_NOINLINE RDMAKIT_DECL void throw_wrapping_region(const char* call, std::uint64_t addr, std::uint64_t length) {
+  throw usage_error(cat(call, ": ", length, " bytes at ", hex(addr),
+                        " run past the end of the address space: no registration covers such a range (its "
+                        "sub-ranges would wrap to address 0); the descriptor is corrupt or its fields are swapped"));
+}
+
 RDMAKIT_NOINLINE RDMAKIT_DECL void throw_range(const char* call, const char* what, std::uint64_t offset,
                                                std::uint64_t len, std::uint64_t size) {
   if (offset > size)

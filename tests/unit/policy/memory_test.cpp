@@ -26,6 +26,22 @@ TEST_CASE("memory_region: access rights are part of the type") {
   static_assert(decltype(u)::rights == remote_access_bits);
 }
 
+// unchecked() took a range running past 2^64, and sub() of it then wrapped to a low
+// address (audit 41, F3): no registration covers such a range, so it is refused by name,
+// as region_descriptor::as<>() and the wire decoder refuse one.
+TEST_CASE("remote_region::unchecked refuses a range past the end of the address space") {
+  const std::uint64_t top = ~std::uint64_t{0};
+  CHECK_THROWS_WITH_AS(remote_region<>::unchecked(top - 15, 7, 64),
+                       doctest::Contains("remote_region::unchecked: 64 bytes at 0xfffffffffffffff0 run past the end of "
+                                         "the address space"),
+                       usage_error);
+  CHECK_THROWS_AS(remote_region<access::remote_read>::unchecked(top, 7, 2), usage_error);
+  CHECK(remote_region<>::unchecked(top - 15, 7, 16).length() == 16);  // ending at 2^64: its last byte is the last address
+  CHECK(remote_region<>::unchecked(top, 7, 1).sub(0, 1).addr() == top);
+  CHECK(remote_region<>::unchecked(top, 7, 0).length() == 0);
+  static_assert(remote_region<>::unchecked(0x1000, 7, 64).sub(8, 8).addr() == 0x1008);  // still constexpr
+}
+
 // A range past the end was clamped: an offset off by a few bytes became a short or an
 // empty message that both sides completed with success (helper-98's new-user audit).
 TEST_CASE("memory_region: local buffers and remote descriptors are what was asked or refused, never shortened") {
