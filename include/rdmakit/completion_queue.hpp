@@ -373,8 +373,8 @@ class completion_queue {
         if (!first) return wait_result{0};
         left = std::chrono::milliseconds{0};  // a past deadline looks once, as wait() does
       }
-      // The policy's wait, which polls first itself: wait()'s inlined poll would be
-      // a second instantiation of the poll here.
+      // The policy's wait alone (wait() without its inlined first poll, which a policy
+      // that polls first makes again there): one instantiation of the poll, not two.
       if (RDMAKIT_UNLIKELY(!blk_)) return wait_result{-EBADF};  // (f may have moved the handle)
       const wait_result r = wait_slow_(f, left);
       if (r.failed()) return r;

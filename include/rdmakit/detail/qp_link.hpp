@@ -677,6 +677,10 @@ struct cq_block {
               const shared_owner<native_qp_kept>& kept = {}) noexcept;
 };
 
+// cq_block's cold members, out of the class: an in-class member is inline, which an
+// extern template does not keep a translation unit from compiling
+// (detail/backend_instances.hpp: the shipped backends' are compiled once).
+
 template <class B>
 void cq_block<B>::attach(qp_link<B>* l, std::uint32_t entries) {
   keep_departed_room_();

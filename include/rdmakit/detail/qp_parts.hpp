@@ -189,6 +189,8 @@ struct qp_parts {
   void release() noexcept;
 };
 
+// Out of the class, as cq_block's cold members (qp_link.hpp; detail/backend_instances.hpp).
+
 template <class B>
 qp_parts<B>& qp_parts<B>::operator=(qp_parts&& o) noexcept {
   if (this != &o) {
