@@ -94,16 +94,17 @@ struct qp_link {
   // whether its WR was signaled, and those of unsignaled WRs come first, so no count
   // tells when the signaled ones' came; and an unsignaled WR that completed unseen never
   // flushes. Until its drain marker is polled (cq_block::drained) or, without one, a poll
-  // finds its send CQ empty (forget_departed).
+  // finds its send CQ empty past drain_deadline (forget_departed).
   bool retired_unsure_sends = false;
   // How such a QP says when its last send completion came: a drain marker, a signaled WR
   // of no data posted in ERR after every other (the idea of Linux's ib_drain_sq). Send
   // completions come in SQ order, so once its flush is polled none of the QP's is left
   // (a poll finding the CQ empty proves nothing: a device writes flushes after
   // modify_qp returns). `none`: no marker (UD has no address for it, or the device
-  // refused it): that empty poll decides instead. A marker not polled by `drain_deadline`
-  // (drain_grace after the reset: rxe 6.1 sometimes never completes a WR posted in ERR)
-  // is given up at the first poll after it that finds the CQ empty.
+  // refused it): a poll finding the CQ empty decides instead, the first one past
+  // `drain_deadline` (drain_grace after the reset), by when the device wrote the flushes.
+  // A marker not polled by then (rxe 6.1 sometimes never completes a WR posted in ERR)
+  // is given up the same way.
   enum class drain : std::uint8_t { none, posted, waits_for_slot };
   drain drain_marker = drain::none;
   typename B::qp native_qp{};  // the retired QP, to post the marker once a slot is free
@@ -212,7 +213,7 @@ inline constexpr std::chrono::seconds drain_grace{1};
 /// Posts the drain marker of retired QP `l` (qp_link::drain), whose entry is counted in
 /// its retired_sends and its send CQ's `flushing`. A full SQ (ENOMEM): again when a send
 /// completion of `l` gives a slot back (cq_block::retired_polled). Refused otherwise: no
-/// marker comes, and a poll that finds the send CQ empty decides instead.
+/// marker comes, and a poll that finds the send CQ empty past the deadline decides instead.
 template <class B>
 void post_drain_marker(qp_link<B>& l) noexcept {
   typename B::send_wr w{};
@@ -769,7 +770,7 @@ void cq_block<B>::forget_departed() noexcept {
   for (qp_link<B>* l : retired_links) {
     if (l->recv_cq == this) l->retired_srq_receives = false;
     if (l->send_cq == this && l->retired_unsure_sends) {
-      if (l->drain_marker != qp_link<B>::drain::none && std::chrono::steady_clock::now() < l->drain_deadline) {
+      if (std::chrono::steady_clock::now() < l->drain_deadline) {  // (a marker, or without one its flushes, may still come)
         waiting = true;
         continue;
       }

@@ -380,6 +380,10 @@ void retire(qp_parts<B>& p, bool srq_receives, bool may_drain) {
   // Unsignaled sends out (selective signaling): no count says when the last flush came,
   // the drain marker does (or, without one, a poll finding the send CQ empty).
   l.retired_unsure_sends = sends - marker > l.retired_signaled;
+  // Without a marker (UD) a poll finding the CQ empty is all that can say the flushes
+  // came, and one right after the move to ERR proves nothing (the device writes them
+  // later): the first one past drain_grace decides, as for a marker given up.
+  if (l.retired_unsure_sends) l.drain_deadline = std::chrono::steady_clock::now() + drain_grace;
   if (l.retired_unsure_sends && !marker) l.send_cq->watch(true);
   if (l.send_cq == l.recv_cq) {
     l.send_cq->retire(&l, p.asked.max_send_wr + p.asked.max_recv_wr, sends + recvs);
@@ -390,7 +394,6 @@ void retire(qp_parts<B>& p, bool srq_receives, bool may_drain) {
   p.is_retired = true;
   if (marker) {
     l.native_qp = p.qp;
-    l.drain_deadline = std::chrono::steady_clock::now() + drain_grace;
     l.send_cq->watch(true);  // (for the deadline)
     post_drain_marker(l);
   }

@@ -984,6 +984,47 @@ TEST_CASE("reset() under selective signaling with the send queue full: the drain
   }
 }
 
+// A UD queue pair posts no drain marker (its sends need an address). It was let go at
+// the first poll that found its send CQ empty, but a device writes the flushes after
+// modify_qp returns (the mock after such a poll): its room came back while its flushes
+// were still to come, a second queue pair fitted, and the CQ overran; a second reset
+// destroyed it, its flushes never delivered, a signaled WR's among them (audit 47, F1).
+// It is kept as a lost drain marker is: until a poll finds the CQ empty a second
+// (drain_grace) after the reset.
+TEST_CASE_TEMPLATE("reset() of a UD queue pair with unsignaled sends out keeps its room until its flushes can have come",
+                   S, signal_manual, signal_every<4>) {
+  mock::fabric_config cfg;
+  cfg.latency = std::chrono::microseconds(50);
+  mock::fabric fab(cfg);
+  side x(fab, "mock0"), y(fab, "mock1");
+  auto cq = x.dev.create_cq(14);  // 8 sends, and room for the 6 flushes of a reset
+  auto tx = x.pd.allocate<access::local_write>(64);
+  auto receiver = y.pd.create_qp<ud>(y.cq, qp_cap{8, 8}).activate();
+  auto ah = x.pd.create_ah(receiver.local_endpoint());
+  const auto to = ah.to(receiver.local_endpoint());
+  auto q = x.pd.create_qp<ud, S>(cq, qp_cap{8, 0}).activate();
+  for (std::uint64_t i = 0; i < 6; ++i) REQUIRE(q.post(op::ud_send{tx.local(0, 16), to}, 100 + i).ok());
+  auto fresh = std::move(q).reset();
+  CHECK(cq.flushing() == 6);
+  std::vector<std::uint64_t> ids;
+  auto keep = [&](const completion<B>& c) {
+    CHECK(c.status() == wc_status::wr_flush_err);
+    ids.push_back(c.wr_id());
+  };
+  CHECK(cq.poll(keep) == 0);  // empty: the flushes are written after it
+  CHECK(cq.flushing() == 6);  // still held
+  const auto second = [&] { return x.pd.create_qp<ud, S>(cq, qp_cap{6, 0}); };
+  CHECK_THROWS_AS((void)second(), usage_error);  // 8 + 6 + 6 > 14
+  auto again = std::move(fresh).reset();  // keeps the first one: its flushes may still come
+  for (int i = 0; i < 100 && ids.size() < 6; ++i) (void)cq.poll(keep);
+  CHECK(ids == std::vector<std::uint64_t>{100, 101, 102, 103, 104, 105});
+  CHECK(cq.unrouted() == 0);
+  std::this_thread::sleep_for(detail::drain_grace + std::chrono::milliseconds(50));
+  CHECK(cq.poll() == 0);  // empty, past the grace
+  CHECK(cq.flushing() == 0);
+  CHECK_NOTHROW((void)second());
+}
+
 // A handler reset its queue pair, which kept it for the rest of the batch, then reset the
 // queue pair that reset returned: that second reset let the first one go (its
 // completions were all accounted, by the batch), and the batch's rest reached the fallback.
