@@ -260,7 +260,12 @@ class completion_queue {
   template <completion_handler<B> F>
   wait_result wait_for(int n, F&& f,
                        detail::ms_timeout timeout = detail::default_wait) noexcept(nothrow<F>) {
-    return wait_for_(n, handler_ref<nothrow<F>>(f), timeout);
+    if constexpr (std::is_function_v<std::remove_reference_t<F>>) {
+      auto* const function = &f;  // (an object's address is erased, not a function's)
+      return wait_for_(n, handler_ref<nothrow<F>>(function), timeout);
+    } else {
+      return wait_for_(n, handler_ref<nothrow<F>>(f), timeout);
+    }
   }
 
   /// Routes this QP's completions to `handler` (called by dispatch). One handler per
@@ -351,9 +356,9 @@ class completion_queue {
   template <bool NoThrow>
   class handler_ref {
    public:
-    template <class F>  // (F may be const: its pointer is cast back to F*)
+    template <class F>  // an object (F may be const or volatile: its pointer is cast back to F*)
     explicit handler_ref(F& f) noexcept
-        : f_(const_cast<void*>(static_cast<const void*>(__builtin_addressof(f)))),
+        : f_(const_cast<void*>(static_cast<const volatile void*>(__builtin_addressof(f)))),
           call_([](void* handler, const completion<B>& c) noexcept(NoThrow) { (*static_cast<F*>(handler))(c); }) {}
     void operator()(const completion<B>& c) const noexcept(NoThrow) { call_(f_, c); }
 

@@ -12,6 +12,8 @@
 using namespace rdmakit;
 using B = backends::mock;
 
+void ignore(const completion<B>&) noexcept {}
+
 template <polling P>
 int reap_all(device<B>& d, protection_domain<B>& pd) {
   auto cq = d.create_cq<P>(16);
@@ -20,6 +22,11 @@ int reap_all(device<B>& d, protection_domain<B>& pd) {
   auto count = [&](const completion<B>& c) { seen += c.ok(); };
   seen += cq.poll(count) + cq.poll();
   seen += cq.wait(count, std::chrono::milliseconds{0}).count();
+  // wait_for's erased handler: an object, a const one and a plain function.
+  const auto counted = [&seen](const completion<B>& c) noexcept { seen += c.ok(); };
+  seen += cq.wait_for(1, count, std::chrono::milliseconds{0}).count();
+  seen += cq.wait_for(1, counted, std::chrono::milliseconds{0}).count();
+  seen += cq.wait_for(1, ignore, std::chrono::milliseconds{0}).count();
   seen += cq.dispatch(count);
   return seen + static_cast<int>(qp.qp_num());
 }

@@ -323,6 +323,30 @@ TEST_CASE("wait_for takes a const handler object and a handler of its own type, 
   CHECK(calls == 4);
 }
 
+// The erased handler took the handler's address as a `const void*`: a plain function and
+// a volatile handler object, which wait() and poll() take, no longer compiled (audit 46).
+namespace {
+int plain_calls = 0;
+void count_plain(const completion<B>&) noexcept { ++plain_calls; }
+}  // namespace
+
+TEST_CASE("wait_for takes a plain function and a volatile handler object, as wait() and poll() do") {
+  plain_calls = 0;
+  four_sends t;
+  CHECK(t.x.cq.wait_for(1, count_plain).count() == 4);
+  CHECK(plain_calls == 4);
+  static_assert(noexcept(t.x.cq.wait_for(1, count_plain)));
+  struct counting {
+    int* calls;
+    void operator()(const completion<B>&) volatile noexcept { ++*calls; }
+  };
+  int calls = 0;
+  volatile counting v{&calls};
+  four_sends u;
+  CHECK(u.x.cq.wait_for(1, v).count() == 4);
+  CHECK(calls == 4);
+}
+
 static_assert(!noexcept(std::declval<completion_queue<B>&>().poll([](const completion<B>&) {})));
 static_assert(noexcept(std::declval<completion_queue<B>&>().poll([](const completion<B>&) noexcept {})));
 static_assert(noexcept(std::declval<completion_queue<B>&>().poll()));
