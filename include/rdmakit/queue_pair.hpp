@@ -135,9 +135,9 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
     link_("reset");
     detail::refuse_if_waited_on(*parts_.scq, "queue_pair::reset()");
     detail::refuse_if_waited_on(*parts_.rcq, "queue_pair::reset()");
-    detail::prune_retired(parts_.retired);
-    parts_.scq->forget_drained();
+    parts_.scq->forget_drained();  // first: what drained polls proved lets old queue pairs go
     parts_.rcq->forget_drained();
+    detail::prune_retired(parts_.retired);
     // Refused before anything changes: this queue pair stays as it was.
     if (auto why = detail::no_room_for_replacement(parts_, "reset()", !T::needs_ah); !why.empty()) throw usage_error(why);
     const auto& l = *parts_.link;

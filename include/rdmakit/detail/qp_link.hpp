@@ -88,8 +88,11 @@ struct qp_link {
   std::uint32_t retired_signaled = 0;
   // Once replaced on an SRQ that was posted to: receive completions of it may be in its
   // receive CQ, which no count knows (the receives are the SRQ's), until a poll finds
-  // that CQ empty (cq_block::forget_departed), the QP being in ERR by then.
+  // that CQ empty (cq_block::forget_departed) or drains it (fewer than it asked:
+  // forget_drained, by `srq_retired_at`, the CQ's `drains` at the retire), the QP being
+  // in ERR by then.
   bool retired_srq_receives = false;
+  std::uint64_t srq_retired_at = 0;
   // Once replaced with unsignaled sends out (selective signaling): a flush does not say
   // whether its WR was signaled, and those of unsignaled WRs come first, so no count
   // tells when the signaled ones' came; and an unsignaled WR that completed unseen never
@@ -625,7 +628,8 @@ struct cq_block {
   RDMAKIT_NOINLINE void forget_departed() noexcept;
 
   /// The departed records a poll that drained this CQ came after (see departed): what
-  /// they held was polled or was never there. Not while a batch is being delivered (a
+  /// they held was polled or was never there; so were the SRQ receives of the retired
+  /// QPs such a poll came after (qp_link::retired_srq_receives). Not while a batch is being delivered (a
   /// handler's create_qp): the outer batch may hold their completions. Not the retired
   /// QPs', whose flushes a device may write after such a poll (forget_departed waits
   /// for a poll that finds nothing).
@@ -786,7 +790,10 @@ void cq_block<B>::forget_departed() noexcept {
 
 template <class B>
 void cq_block<B>::forget_drained() noexcept {
-  if (delivering != 0 || departed.empty()) return;
+  if (delivering != 0) return;
+  for (qp_link<B>* l : retired_links)  // (a busy server's CQ may never be found empty)
+    if (l->recv_cq == this && l->retired_srq_receives && drains > l->srq_retired_at) l->retired_srq_receives = false;
+  if (departed.empty()) return;
   std::erase_if(departed, [&](departed_qp& d) {
     if (d.waits_for_native_qp(drains) || d.drained_at >= drains) return false;
     flushing -= std::min<std::uint64_t>(flushing, d.left);

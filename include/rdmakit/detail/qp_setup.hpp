@@ -376,7 +376,10 @@ void retire(qp_parts<B>& p, bool srq_receives, bool may_drain) {
   l.retired_recvs = recvs;
   l.retired_signaled = l.signaled_to_come();
   l.retired_srq_receives = srq_receives;
-  if (srq_receives) l.recv_cq->watch(true);
+  if (srq_receives) {
+    l.srq_retired_at = l.recv_cq->drains;
+    l.recv_cq->watch(true);
+  }
   // Unsignaled sends out (selective signaling): no count says when the last flush came,
   // the drain marker does (or, without one, a poll finding the send CQ empty).
   l.retired_unsure_sends = sends - marker > l.retired_signaled;
@@ -554,6 +557,8 @@ bool replacement_fits(const qp_parts<B>& p) noexcept {
 template <class B, class T, class S>
 taken_back take_back_to_init(qp_parts<B>& p) noexcept {
   taken_back t{taken_back::stuck, p.link->rq.held, p.link->qp_num, {}};
+  p.link->send_cq->forget_drained();  // as reset(): what drained polls proved lets old queue pairs go
+  p.link->recv_cq->forget_drained();
   prune_retired(p.retired);
   try {
     if (t.posted == 0) {

@@ -504,6 +504,33 @@ TEST_CASE("shared_receive_queue: reset() keeps a queue pair whose SRQ receives m
   }
 }
 
+// A queue pair replaced on an SRQ was let go only by a poll that found its receive CQ
+// empty: a busy server's CQ, never found empty, kept one more native queue pair per
+// reset, until reset() failed for the device's max_qp (audit 47, O1). A poll that
+// drains the CQ (fewer completions than it asked) proves the same, as it does for a
+// destroyed queue pair's records.
+TEST_CASE("shared_receive_queue: a reset queue pair on an SRQ is let go after a poll that drained the CQ, though never empty") {
+  mock::fabric_config cfg;
+  cfg.devices.resize(2);
+  cfg.devices[0].name = "mock0";
+  cfg.devices[1].name = "mock1";
+  cfg.devices[1].limits.max_qp = 3;  // b1, b2 and one kept by reset()
+  mock::fabric fab(cfg);
+  srq_setup s(fab);
+  auto src = s.x.pd.allocate<rw_access>(64);
+  auto dst = s.y.pd.allocate<rw_access>(4 * 64);
+  for (std::uint64_t k = 0; k < 4; ++k) REQUIRE(s.srq.post_recv(dst.local(64 * k, 64), 100 + k).ok());
+  REQUIRE(s.a1.send(src.local(0, 4), 1).ok());
+  REQUIRE(collect(s.x.cq, 1).size() == 1);  // b1's receive completion is in y's CQ
+  auto fresh = std::move(s.b1).reset();     // kept: that completion may be its
+  REQUIRE(s.a2.send(src.local(0, 4), 2).ok());
+  REQUIRE(collect(s.x.cq, 1).size() == 1);  // and b2's behind it
+  CHECK(s.y.cq.dispatch() == 2);            // both, fewer than a batch: drained, never empty
+  auto again = std::move(fresh).reset();    // lets the old one go: no fourth queue pair needed
+  CHECK(again);
+  CHECK(s.y.cq.unrouted() == 2);
+}
+
 // A handler's nested poll found the CQ empty while the outer batch still held a receive
 // completion of a queue pair replaced by reset() (kept for its SRQ receives): that empty
 // poll was taken as proof that none of its completions was left, the handler's next
