@@ -73,34 +73,44 @@ inline void check_mapped(const void* addr, std::size_t length) {
   }
 }
 
-// A registration with a write right pins its pages for writing (ib_umem_get with
-// FOLL_WRITE), which a read-only mapping refuses: EFAULT on every device. Read from
-// /proc/self/maps, the one place the kernel tells a mapping's rights; where it cannot be
-// read the check is skipped. Called after check_mapped: every page is mapped.
-inline void check_writable(const void* addr, std::size_t length) {
+// The rights of the mappings a registration covers: a write right pins its pages for
+// writing (ib_umem_get with FOLL_WRITE), which a mapping without PROT_WRITE refuses,
+// EFAULT on every device; and the mock reads what a WR sends with the CPU, which a
+// mapping without PROT_READ (PROT_NONE) would answer with SIGSEGV inside a post, so it
+// refuses that too (rxe 6.1 registers it and sends the pages' bytes: docs/mock.md). Read
+// from /proc/self/maps, the one place the kernel tells a mapping's rights; where it
+// cannot be read the check is skipped. Called after check_mapped: every page is mapped.
+inline void check_mapping_rights(const void* addr, std::size_t length, bool write) {
   std::FILE* maps = std::fopen("/proc/self/maps", "re");
   if (!maps) return;
   std::uintptr_t need = reinterpret_cast<std::uintptr_t>(addr);
   const std::uintptr_t end = need + length;
   char line[512];
-  bool writable = true;
+  bool readable = true, writable = true;
   while (need < end && std::fgets(line, sizeof line, maps)) {
     unsigned long lo = 0, hi = 0;
     char perms[5] = {};
     if (std::sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3 || hi <= need) continue;
     if (lo > need) break;  // a hole: check_mapped's to report
-    if (perms[1] != 'w') {
-      writable = false;
-      break;
-    }
+    readable = readable && perms[0] == 'r';
+    writable = writable && perms[1] == 'w';
+    if (!readable) break;
     need = hi;
   }
   std::fclose(maps);
-  if (!writable)
+  const auto range = [&] {
+    return cat("the range ", rdmakit::detail::hex(reinterpret_cast<std::uintptr_t>(addr)), "+", length);
+  };
+  if (!readable)
     fail("ibv_reg_mr", EFAULT,
-         cat("the range ", rdmakit::detail::hex(reinterpret_cast<std::uintptr_t>(addr)), "+", length,
-             " holds read-only memory, which a registration with a write right (LOCAL_WRITE, REMOTE_WRITE, "
-             "REMOTE_ATOMIC) cannot pin: register it with read rights only, or make the mapping writable"));
+         cat(range(), " holds memory the process cannot read (mapped without PROT_READ, PROT_NONE): the mock "
+                      "copies what a WR sends with the CPU, so it registers none (rxe would); make the mapping "
+                      "readable first"));
+  if (write && !writable)
+    fail("ibv_reg_mr", EFAULT,
+         cat(range(), " holds memory mapped without PROT_WRITE (read-only), which a registration with a write "
+                      "right (LOCAL_WRITE, REMOTE_WRITE, REMOTE_ATOMIC) cannot pin: register it with read rights "
+                      "only, or make the mapping writable"));
 }
 
 inline const port_rt& port_checked(fabric_state& f, context_obj* ctx, std::uint8_t port, const char* verb) {

@@ -167,8 +167,9 @@ RDMAKIT_DECL mock::mr mock::reg_mr(pd p, void* addr, std::size_t length, access 
                 detail::cat("REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE too (", to_string(flags),
                             " was asked)"));
   if (length != 0) mockd::check_mapped(addr, length);  // (no page to pin in a region of no bytes)
-  if (length != 0 && has_any(flags, access::local_write | access::remote_write | access::remote_atomic))
-    mockd::check_writable(addr, length);
+  if (length != 0)
+    mockd::check_mapping_rights(addr, length,
+                                has_any(flags, access::local_write | access::remote_write | access::remote_atomic));
   auto& dev = f.devices[p->ctx->dev];
   mockd::check_room(dev.count.mr, limits.max_mr, "ibv_reg_mr", "memory regions", "max_mr", dev);
   auto m = detail::make_unique_owner<mockd::mr_obj>();
