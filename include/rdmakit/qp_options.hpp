@@ -32,7 +32,7 @@ struct connect_options {
   std::uint8_t retry_cnt = 6;            ///< 7 means "forever" on rxe: 6 fails instead of hanging
   std::uint8_t rnr_retry = 6;            ///< likewise; 7 would retry forever
   std::uint8_t min_rnr_timer = 12;       ///< 0.64 ms
-  std::uint8_t max_rd_atomic = 16;       ///< clamped to the device's max_qp_init_rd_atom; RC: 0 is refused
+  std::uint8_t max_rd_atomic = 16;       ///< clamped to the device's max_qp_init_rd_atom; RC: 0 (or a device maximum of 0) is refused
   std::uint8_t max_dest_rd_atomic = 16;  ///< clamped to the device's max_qp_rd_atom
   std::uint8_t hop_limit = 64;           ///< GRH hop limit (RoCE, or a routed InfiniBand path)
   std::uint8_t sl = 0;                   ///< service level; 0 unless the fabric is set up for QoS

@@ -141,7 +141,8 @@ class qp_pool {
       throw usage_error(detail::cat("qp_pool::connect(): a pool of ", qps_.size(),
                                     " queue pairs needs as many peer endpoints, got ", peers.size()));
     for (std::size_t i = 0; i < qps_.size(); ++i) {
-      detail::check_connect(peers[i], o, initiates_reads<T>);
+      detail::check_connect(peers[i], o, initiates_reads<T>,
+                            detail::policy_access::parts(qps_[i]).dev().attr.max_qp_init_rd_atom);
       // What INIT→RTR would refuse before the device (a RoCE peer without a GID...).
       (void)detail::rtr_attributes<B, T>(detail::policy_access::parts(qps_[i]), peers[i], o);
     }

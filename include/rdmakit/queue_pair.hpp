@@ -291,7 +291,7 @@ class queue_pair : public detail::operation_calls<queue_pair<B, T, S, State>, B>
                   "send to ah.to(remote_qpn)");
     static_assert(State == qp_state::init, "connect(): this queue pair is already connected");
     link_("connect");
-    detail::check_connect(peer, o, initiates_reads<T>);
+    detail::check_connect(peer, o, initiates_reads<T>, parts_.dev().attr.max_qp_init_rd_atom);
     modify_(detail::rtr_attributes<B, T>(parts_, peer, o), T::rtr_mask, qp_state::init, "INIT→RTR");
     qp_attr b;
     b.state = qp_state::rts;

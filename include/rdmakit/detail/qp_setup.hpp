@@ -44,10 +44,10 @@ RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std:
 
 /// Refuses connect options and peer fields the IB spec cannot encode, before the QP is
 /// touched (a refused modify_qp would leave it half-way), and (`reads`: a transport with
-/// READ or atomics) a max_rd_atomic of 0.
+/// READ or atomics) a max_rd_atomic of 0, or one the device's maximum clamps to 0.
 // Out of line: inlined into a connect() whose options are a braced temporary, GCC -O2
 // warned that an unset path_mtu's payload "may be used uninitialized" (it is not read).
-void check_connect(const endpoint& peer, const connect_options& o, bool reads);
+void check_connect(const endpoint& peer, const connect_options& o, bool reads, std::uint32_t device_max_rd_atomic);
 
 /// The address vector to reach `peer` from `port` (GRH on RoCE, or when forced).
 inline ah_attr make_av(const endpoint& peer, std::uint8_t port, const port_attr& pa, int gid_index,

@@ -86,7 +86,8 @@ RDMAKIT_NOINLINE RDMAKIT_DECL void throw_taken_back(const verbs_error& e, const 
   throw verbs_error(e.verb(), e.errno_value(), cat(e.detail(), note));
 }
 
-RDMAKIT_NOINLINE RDMAKIT_DECL void check_connect(const endpoint& peer, const connect_options& o, bool reads) {
+RDMAKIT_NOINLINE RDMAKIT_DECL void check_connect(const endpoint& peer, const connect_options& o, bool reads,
+                                                 std::uint32_t device_max_rd_atomic) {
   auto field = [](const char* name, unsigned v, unsigned max, const char* what) {
     if (v > max)
       throw usage_error(cat("connect(): ", name, " = ", v, " is out of range (0..", max, "): ", what));
@@ -117,6 +118,12 @@ RDMAKIT_NOINLINE RDMAKIT_DECL void check_connect(const endpoint& peer, const con
     throw usage_error("connect(): connect_options::max_rd_atomic = 0 leaves no READ or atomic in flight: one "
                       "posted would never run on rxe, and the queue pair would stall behind it; give 1 or more "
                       "(the default, 16, is clamped to the device's maximum)");
+  // The same 0 when the device allows none (the option is clamped to its maximum).
+  if (reads && o.max_rd_atomic != 0 && device_max_rd_atomic == 0)
+    throw usage_error("connect(): this device's max_qp_init_rd_atom is 0: an RC queue pair on it initiates no READ "
+                      "or atomic, and max_rd_atomic is clamped to 0; one posted would never run on rxe, and the "
+                      "queue pair would stall behind it. Use a device that initiates them (RC on any RDMA NIC "
+                      "does), or UC for WRITEs and SENDs only");
 }
 
 }  // namespace detail

@@ -264,6 +264,32 @@ TEST_CASE("an RC connect allowing no READ or atomic in flight (max_rd_atomic 0) 
   CHECK(std::move(ux).connect(uy.local_endpoint(), {.max_rd_atomic = 0}).query_state() == qp_state::rts);
 }
 
+// The default max_rd_atomic (16) is clamped to the device's max_qp_init_rd_atom: on a
+// device that allows none, the clamp made the 0 the check above refuses, and the
+// connect went through (audit 48): a READ was then refused with a text naming no cause
+// (spec profile) or posted and never run, stalling what came after it (rxe profile).
+TEST_CASE("an RC connect on a device that initiates no READ or atomic (max_qp_init_rd_atom 0) is refused by name") {
+  for (const auto profile : {mock::device_profile::spec, mock::device_profile::rxe}) {
+    CAPTURE(static_cast<int>(profile));
+    mock::fabric_config cfg;
+    cfg.profile = profile;
+    cfg.devices.resize(2);
+    cfg.devices[0].name = "mock0";
+    cfg.devices[1].name = "mock1";
+    for (auto& d : cfg.devices) d.limits.max_qp_init_rd_atom = 0;
+    mock::fabric fab(cfg);
+    side x(fab, "mock0"), y(fab, "mock1");
+    auto qy = y.pd.create_qp<rc>(y.cq, qp_cap{4, 4});
+    auto qx = x.pd.create_qp<rc>(x.cq, qp_cap{4, 4});
+    CHECK_THROWS_WITH_AS((void)std::move(qx).connect(qy.local_endpoint()),
+                         doctest::Contains("max_qp_init_rd_atom is 0"), usage_error);
+    CHECK(qx.query_state() == qp_state::init);  // untouched
+    auto ux = x.pd.create_qp<uc>(x.cq, qp_cap{4, 4});  // UC initiates none: connects
+    auto uy = y.pd.create_qp<uc>(y.cq, qp_cap{4, 4});
+    CHECK(std::move(ux).connect(uy.local_endpoint()).query_state() == qp_state::rts);
+  }
+}
+
 TEST_CASE("send/write with immediate: the receiver sees the value in host order") {
   mock::fabric fab;
   side x(fab, "mock0"), y(fab, "mock1");
