@@ -87,6 +87,27 @@ TEST_CASE("mock: reg_mr refuses memory the process cannot read (PROT_NONE), what
   ::munmap(base, 3 * page);
 }
 
+// The rxe profile rounds an SRQ up to its ring's 2^k - 1 receives, doubling a 32-bit
+// count: with max_srq_wr raised past 2^31 (as the mock's limit errors invite) the count
+// wrapped to 0 and create_srq never returned, and at max_wr 2^32 - 1 the SRQ took one
+// receive while max_wr said 4294967295 (audit 48).
+TEST_CASE("mock: an rxe-profile SRQ of more than 2^31 receives is made, its ring counted in 64 bits") {
+  rm::fabric_config cfg;
+  cfg.profile = rm::device_profile::rxe;
+  cfg.devices.resize(2);
+  cfg.devices[0].name = "mock0";
+  cfg.devices[1].name = "mock1";
+  cfg.devices[0].limits.max_srq_wr = 0xffffffffu;
+  fx_t fx(cfg);
+  for (const std::uint32_t max_wr : {(1u << 31) + 1, 0xffffffffu}) {
+    CAPTURE(max_wr);
+    srq_attr attr{.max_wr = max_wr, .max_sge = 1};
+    auto s = B::create_srq(fx.pd, attr);
+    CHECK(B::query_srq(s).max_wr == 0xffffffffu);  // a ring of 2^32 slots, one kept empty
+    CHECK(B::destroy_srq(s) == 0);
+  }
+}
+
 // PATH_MTU above the active MTU of the ports (the classic hard-coded IBV_MTU_4096 on a
 // 1500-byte RoCE link, active MTU 1024): a packet longer than a link's MTU is dropped, so
 // messages up to the active MTU go through and longer ones are lost (RC: RETRY_EXC_ERR;

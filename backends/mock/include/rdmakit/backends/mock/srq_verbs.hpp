@@ -29,10 +29,10 @@ RDMAKIT_DECL mock::srq mock::create_srq(pd p, srq_attr& attr) {
   // rxe's ring has a power of two of slots, one kept empty, and takes that many receives;
   // its create reports max_wr as asked, its query the ring (srq.ring_above_max_wr).
   std::uint32_t capacity = attr.max_wr;
-  if (f.as_rxe()) {
-    std::uint32_t slots = 2;
-    while (slots < attr.max_wr + 1) slots *= 2;  // max_wr <= max_srq_wr: no overflow
-    capacity = slots - 1;
+  if (f.as_rxe()) {  // (in 64 bits: a test may raise max_srq_wr to 2^32 - 1)
+    std::uint64_t slots = 2;
+    while (slots < std::uint64_t{attr.max_wr} + 1) slots *= 2;
+    capacity = static_cast<std::uint32_t>(slots - 1);
   }
   // A limit is armed as arm_srq_limit arms it: up to what the SRQ takes (rxe: its ring,
   // rxe_srq_chk_attr's index_mask; srq.create_limit_above_max_wr).
