@@ -1,5 +1,6 @@
 #pragma once
 // Argument checks of the verbs, with errors that say what to do.
+#include <rdmakit/backends/mock/ready_fd.hpp>
 #include <rdmakit/backends/mock/rules.hpp>
 #include <rdmakit/detail/algorithm.hpp>
 #include <rdmakit/error.hpp>
@@ -111,6 +112,16 @@ inline void check_mapping_rights(const void* addr, std::size_t length, bool writ
          cat(range(), " holds memory mapped without PROT_WRITE (read-only), which a registration with a write "
                       "right (LOCAL_WRITE, REMOTE_WRITE, REMOTE_ATOMIC) cannot pin: register it with read rights "
                       "only, or make the mapping writable"));
+}
+
+// A device's fd, a completion channel's fd, a CM channel's fd: a real verb fails when the
+// process has no descriptor left (EMFILE), and so does the mock's, rather than hand out
+// an object whose descriptor is -1 (an event loop then failed, naming neither).
+inline void check_ready_fd(const ready_fd& r, const char* verb, const char* what) {
+  if (r.fd() < 0)
+    fail(verb, r.error() ? r.error() : EMFILE,
+         cat("no file descriptor for ", what, " (eventfd refused): the process has none left (RLIMIT_NOFILE, "
+                                             "`ulimit -n`) or the system's table is full: close some, or raise the limit"));
 }
 
 inline const port_rt& port_checked(fabric_state& f, context_obj* ctx, std::uint8_t port, const char* verb) {

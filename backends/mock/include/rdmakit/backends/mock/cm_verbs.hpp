@@ -372,6 +372,7 @@ RDMAKIT_DECL mock::cm_channel mock::cm_create_channel(context ctx) {
   auto& f = mockd::fab_of(ctx);
   std::lock_guard lk(f.mu);
   auto c = detail::make_unique_owner<mockd::cm_channel_obj>();
+  mockd::check_ready_fd(c->ready, "rdma_create_event_channel", "the channel's events");
   c->fab = &f;
   c->keep = ctx->keep;
   c->dev = ctx->dev;

@@ -18,6 +18,7 @@ RDMAKIT_DECL mock::channel mock::create_comp_channel(context ctx) {
   std::lock_guard lk(f.mu);
   mockd::touch(f);
   auto ch = detail::make_unique_owner<mockd::channel_obj>();
+  mockd::check_ready_fd(ch->ready, "ibv_create_comp_channel", "the channel's CQ events");
   ch->ctx = ctx;
   f.channels.insert(ch.get());  // the last step that may throw
   ++ctx->children;

@@ -46,6 +46,7 @@ RDMAKIT_DECL mock::context mock::open_device(rdmakit::detail::shared_owner<mockd
   for (auto& d : f.devices) {
     if (!dev_name.empty() && d.cfg.name != dev_name) continue;
     auto c = detail::make_unique_owner<mockd::context_obj>();
+    mockd::check_ready_fd(c->async_ready, "ibv_open_device", "the device's asynchronous events");
     c->fab = &f;
     c->dev = d.index;
     f.contexts.insert(c.get());  // may throw: then c goes, not yet owning the fabric

@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 
 RDMAKIT_BEGIN_NAMESPACE
@@ -15,15 +16,18 @@ namespace mock::detail {
 
 class ready_fd {
  public:
-  ready_fd() noexcept : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ready_fd() noexcept : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)), err_(fd_ < 0 ? errno : 0) {}
   ready_fd(const ready_fd&) = delete;
   ready_fd& operator=(const ready_fd&) = delete;
   ~ready_fd() {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  /// The descriptor (-1 if the system refused an eventfd: then nothing waits on it).
+  /// The descriptor (-1 if the system refused an eventfd: the verb making its object
+  /// fails then, check_ready_fd).
   int fd() const noexcept { return fd_; }
+  /// Why eventfd refused (EMFILE: the process has no descriptor left), else 0.
+  int error() const noexcept { return err_; }
 
   /// Makes the descriptor readable exactly when `nonempty`; called after every change
   /// of the queue it stands for (under the fabric lock).
@@ -36,6 +40,7 @@ class ready_fd {
 
  private:
   int fd_;
+  int err_;
   bool readable_ = false;
 };
 
