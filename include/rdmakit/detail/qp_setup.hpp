@@ -40,7 +40,7 @@ RDMAKIT_DECL std::string cq_entries_taken(std::uint64_t reserved, std::uint64_t 
 /// Why a CQ cannot take a queue pair's WRs, and what to do (the text of check_cq_room).
 RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std::uint64_t flushing, std::size_t attached,
                                       std::string_view tname, std::uint32_t sends, std::uint32_t recvs,
-                                      std::uint64_t need, std::uint32_t max_cqe);
+                                      std::uint64_t need, std::uint32_t max_cqe, bool srq_receives);
 
 /// Refuses connect options and peer fields the IB spec cannot encode, before the QP is
 /// touched (a refused modify_qp would leave it half-way), and (`reads`: a transport with
@@ -92,13 +92,14 @@ void check_sq_depth(const qp_cap& caps) {
 // Refuses CQs that cannot hold a completion for every WR the new QP may have out.
 template <class B>
 void check_cq_room(const cq_block<B>& scq, const cq_block<B>& rcq, const qp_cap& caps, std::string_view tname,
-                   std::uint32_t max_cqe) {
+                   std::uint32_t max_cqe, bool srq_receives = false) {
   auto refuse = [&](const char* which, const cq_block<B>& cq, std::uint32_t sends, std::uint32_t recvs) {
     // Flushes of queue pairs replaced by reset() still to be polled take room too.
     const std::uint64_t need = cq.reserved + cq.flushing + sends + recvs;
     if (need > static_cast<std::uint64_t>(cq.capacity))
       throw usage_error(cat("create_qp(): ", which,
-                            cq_too_small(cq.capacity, cq.reserved, cq.flushing, cq.live(), tname, sends, recvs, need, max_cqe)));
+                            cq_too_small(cq.capacity, cq.reserved, cq.flushing, cq.live(), tname, sends, recvs, need, max_cqe,
+                                         srq_receives && recvs != 0)));
   };
   if (&scq == &rcq) return refuse("", scq, caps.max_send_wr, caps.max_recv_wr);
   refuse("send ", scq, caps.max_send_wr, 0);
@@ -231,7 +232,7 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
   check_cq_contexts(*pd, *scq, *rcq);
   scq->forget_drained();  // room a busy CQ's polls gave back
   rcq->forget_drained();
-  check_cq_room(*scq, *rcq, room, T::name, dev.attr.max_cqe);
+  check_cq_room(*scq, *rcq, room, T::name, dev.attr.max_cqe, srq != nullptr);
 
   qp_parts<B> p;
   p.pd = pd;

@@ -26,10 +26,14 @@ RDMAKIT_DECL std::string cq_entries_taken(std::uint64_t reserved, std::uint64_t 
 
 RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std::uint64_t flushing, std::size_t attached,
                                       std::string_view tname, std::uint32_t sends, std::uint32_t recvs,
-                                      std::uint64_t need, std::uint32_t max_cqe) {
+                                      std::uint64_t need, std::uint32_t max_cqe, bool srq_receives) {
   std::string s = cat("CQ of ", capacity, " entries is too small for a", tname == "RC" ? "n " : " ", tname,
-                      " queue pair of ", sends, " send + ", recvs, " receive WRs", cq_entries_taken(reserved, flushing,
-                                                                                                  attached));
+                      " queue pair of ");
+  if (srq_receives)  // (its own max_recv_wr is 0: the receives are the SRQ's, its max_wr as granted)
+    append(s, sends, " send WR", sends == 1 ? "" : "s", " + the ", recvs, " receives of its shared receive queue");
+  else
+    append(s, sends, " send + ", recvs, " receive WRs");
+  append(s, cq_entries_taken(reserved, flushing, attached));
   if (flushing && need - flushing <= static_cast<std::uint64_t>(capacity))  // it fits once that room is back
     append(s, ": poll the CQ first (polling those completions, or a poll that finds it empty, gives their room "
               "back), or create it with at least ", need, " entries");
@@ -39,7 +43,7 @@ RDMAKIT_DECL std::string cq_too_small(int capacity, std::uint64_t reserved, std:
   else
     append(s, ": it would need ", need, " entries, above the device's max_cqe (", max_cqe,
            "): give the queue pair separate send and receive CQs, attach fewer "
-           "queue pairs to this CQ, or lower max_send_wr/max_recv_wr");
+           "queue pairs to this CQ, or lower ", srq_receives ? "max_send_wr or the SRQ's max_wr" : "max_send_wr/max_recv_wr");
   return s;
 }
 

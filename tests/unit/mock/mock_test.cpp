@@ -149,6 +149,18 @@ TEST_CASE("mock: out of file descriptors, create_comp_channel and open_device fa
 #endif
 }
 
+// A device limit of 0 (iWARP devices report max_ah 0) was refused as a full table: "0
+// address handles exist on d already: destroy one first" (audit 48).
+TEST_CASE("mock: an object a device supports none of (a limit of 0) is refused as such, not as a full table") {
+  rm::fabric_config cfg;
+  cfg.devices.resize(2);
+  cfg.devices[0].name = "mock0";
+  cfg.devices[1].name = "mock1";
+  cfg.devices[0].limits.max_ah = 0;
+  fx_t fx(cfg);
+  CHECK_THROWS_WITH(B::create_ah(fx.pd, fx.loopback_av()), doctest::Contains("mock0 supports no address handles (its max_ah is 0)"));
+}
+
 // PATH_MTU above the active MTU of the ports (the classic hard-coded IBV_MTU_4096 on a
 // 1500-byte RoCE link, active MTU 1024): a packet longer than a link's MTU is dropped, so
 // messages up to the active MTU go through and longer ones are lost (RC: RETRY_EXC_ERR;

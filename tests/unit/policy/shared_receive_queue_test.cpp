@@ -559,6 +559,17 @@ TEST_CASE("shared_receive_queue: a nested empty poll does not let a reset queue 
   CHECK(s.y.cq.unrouted() == 0);
 }
 
+// A queue pair on an SRQ whose receives did not fit its CQ was told to lower its
+// max_recv_wr, which is 0 there: the receives are the SRQ's (audit 48).
+TEST_CASE("shared_receive_queue: a CQ too small for the SRQ's receives says they are the SRQ's") {
+  mock::fabric fab;
+  side y(fab, "mock1");
+  auto srq = y.pd.create_srq({.max_wr = 8, .max_sge = 1});
+  auto small = y.dev.create_cq(8);
+  CHECK_THROWS_WITH_AS((void)y.pd.create_qp<rc>(small, srq, qp_cap{1, 0}),
+                       doctest::Contains("1 send WR + the 8 receives of its shared receive queue"), usage_error);
+}
+
 // rxe writes back an SRQ's max_wr as asked but takes its ring's 2^k - 1 receives (the
 // mock's rxe profile too): the receive CQs reserved only the max_wr asked, so a CQ the
 // library accepted overflowed, a completion was lost and its queue pair answered sq_full

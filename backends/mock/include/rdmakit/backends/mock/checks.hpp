@@ -26,6 +26,10 @@ namespace mock::detail {
 // fails (an allocation included) leaves every count and table as it was.
 inline void check_room(std::uint32_t count, std::uint32_t max, const char* verb, const char* what,
                        const char* limit, const device_rt& dev) {
+  if (max == 0)  // (not "destroy one first": none can exist)
+    fail(verb, ENOMEM,
+         cat(dev.cfg.name, " supports no ", what, " (its ", limit, " is 0) (mock: raise device_config::limits.", limit,
+             ")"));
   if (count >= max)
     fail(verb, ENOMEM,
          cat(max, " ", what, " exist on ", dev.cfg.name, " already (its ", limit,
