@@ -27,6 +27,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <coroutine>
 #include <cstddef>
 #include <exception>
@@ -62,9 +64,31 @@ class loop_core final : public scheduler {
   /// The thread inside run(), poll() or spawn() (null: none). A loop is its thread's: a
   /// second thread's call while one is inside raced on the task list and ready queue.
   std::atomic<const void*> user{nullptr};
+  /// Whether a thread other than the caller is inside run(), poll() or spawn(). Best
+  /// effort, as a CQ's waiter mark: a call just before that thread enters is not seen.
+  bool used_elsewhere() const noexcept {
+    const void* u = user.load(std::memory_order_acquire);
+    return u != nullptr && u != this_thread_tag();
+  }
+  [[noreturn]] static void throw_used_elsewhere(const char* what) {
+    throw usage_error(cat("an async completion queue or device_events ", what,
+                          " an event_loop while another thread is inside its run(), poll() or spawn(): a loop and "
+                          "what waits on it belong to one thread at a time; make and destroy them on the loop's "
+                          "thread, or while no thread runs it"));
+  }
+  [[noreturn]] static void abort_used_elsewhere(const char* what) noexcept {
+    std::fprintf(stderr,
+                 "rdmakit: %s while another thread is inside run(), poll() or spawn() of that event_loop, which "
+                 "reads what this changes; a loop and what waits on it belong to one thread at a time (a "
+                 "destructor cannot throw: ending the program)\n",
+                 what);
+    std::abort();
+  }
 
-  /// Starts waiting on `w.fd`; throws verbs_error when epoll refuses it.
+  /// Starts waiting on `w.fd`; throws verbs_error when epoll refuses it, and usage_error
+  /// while another thread is inside run(), poll() or spawn() (which reads the watches).
   void watch(fd_watch& w) override {
+    if (used_elsewhere()) throw_used_elsewhere("made on");
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.ptr = &w;
@@ -74,8 +98,10 @@ class loop_core final : public scheduler {
                         detail::cat("registering descriptor ", w.fd, " with the event loop"));
     watches_.push_back(&w);
   }
-  /// Stops waiting on `w` (before `w` goes away).
+  /// Stops waiting on `w` (before `w` goes away). While another thread is inside run(),
+  /// poll() or spawn(), ends the program, saying why (a destructor cannot throw).
   void unwatch(fd_watch& w) noexcept override {
+    if (used_elsewhere()) abort_used_elsewhere("an async completion queue or device_events was destroyed");
     ::epoll_ctl(epfd_, EPOLL_CTL_DEL, w.fd, nullptr);
     std::erase(watches_, &w);
   }
@@ -292,7 +318,10 @@ class event_loop {
   /// Destroys the tasks that have not finished (their awaiters unhook themselves). From
   /// inside one of them, that task runs on until it waits or finishes, then they all go
   /// and run() throws usage_error.
-  ~event_loop() { core_->roots.abandon(); }
+  ~event_loop() {
+    if (core_->used_elsewhere()) detail::loop_core::abort_used_elsewhere("an event_loop was destroyed");
+    core_->roots.abandon();
+  }
 
   /// Starts `t` on the loop's next turn. The loop owns it until it finishes; an
   /// exception escaping it is rethrown by run().

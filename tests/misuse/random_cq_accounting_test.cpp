@@ -32,7 +32,7 @@
 
 #include <doctest/doctest.h>
 
-#include "sanitized.hpp"
+#include "../sanitized.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -2,6 +2,7 @@
 // different queue pairs and CQs may be used from different threads), used so from two
 // threads at once. Run under ThreadSanitizer: a data race there is a failure.
 #include "fixture.hpp"
+#include "../sanitized.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -310,13 +311,6 @@ TEST_CASE("a CQ another thread waits on: create_qp and on() on it are refused, a
   CHECK(cq.dispatch_wait(milliseconds(1)).timed_out());
 }
 
-#if defined(__SANITIZE_THREAD__)
-#define RDMAKIT_TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define RDMAKIT_TEST_TSAN 1
-#endif
-#endif
 #if !defined(RDMAKIT_TEST_TSAN)  // (a fork of a threaded program: not under TSan)
 // A destructor cannot throw: the program ends, saying why, rather than go on with the
 // CQ's state torn. A forked child destroys the queue pair: the parent's waiter is

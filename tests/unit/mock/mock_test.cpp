@@ -1,7 +1,7 @@
 // The mock backend type (mock.hpp): the concept, device opening, destroy rules,
 // async events, and two threads driving the two ends of a connection.
 #include "harness.hpp"
-#include "../policy/sanitized.hpp"
+#include "../../sanitized.hpp"
 
 #include <rdmakit/backends/mock.hpp>
 #include <rdmakit/backends/mock/objects.hpp>  // fabric::state(): the CM's port counter set

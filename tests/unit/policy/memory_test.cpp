@@ -1,5 +1,5 @@
 #include "fixture.hpp"
-#include "sanitized.hpp"
+#include "../../sanitized.hpp"
 
 #include <cstring>
 
