@@ -232,7 +232,7 @@ qp_parts<B> create_parts(pd_ref<B> pd, shared_owner<cq_block<B>> send_blk,
   check_cq_contexts(*pd, *scq, *rcq);
   scq->forget_drained();  // room a busy CQ's polls gave back
   rcq->forget_drained();
-  check_cq_room(*scq, *rcq, room, T::name, dev.attr.max_cqe, srq != nullptr);
+  check_cq_room(*scq, *rcq, room, T::name, dev.attr.max_cqe, shares_receives<T>);
 
   qp_parts<B> p;
   p.pd = pd;
