@@ -382,7 +382,8 @@ void retire(qp_parts<B>& p, bool srq_receives, bool may_drain) {
     l.recv_cq->watch(true);
   }
   // Unsignaled sends out (selective signaling): no count says when the last flush came,
-  // the drain marker does (or, without one, a poll finding the send CQ empty).
+  // the drain marker does (or, without one, a poll finding the send CQ empty past the
+  // deadline below).
   l.retired_unsure_sends = sends - marker > l.retired_signaled;
   // Without a marker (UD) a poll finding the CQ empty is all that can say the flushes
   // came, and one right after the move to ERR proves nothing (the device writes them
