@@ -15,6 +15,7 @@
 #include <rdmakit/config.hpp>
 
 // At global scope, with `EXTERN` empty (the definitions) or `extern` (the declarations).
+// `B` is one macro argument: a backend whose name holds a comma takes an alias first.
 #define RDMAKIT_BACKEND_INSTANCES(EXTERN, B)                                                                      \
   EXTERN template struct rdmakit::detail::cq_block<B>;                                                           \
   EXTERN template struct rdmakit::detail::qp_parts<B>;                                                           \
