@@ -34,8 +34,12 @@ struct port_config {
   bool up = true;  ///< false: the port starts unplugged (see fabric::set_port_up)
 };
 
-/// The defaults follow rxe's hard limits (32 SGEs, 512 bytes inline, 2^20 WRs, 32767 CQEs,
-/// SRQs of 2^14 WRs and 27 SGEs).
+/// The per-object limits follow rxe's (32 SGEs, 512 bytes inline, 2^20 WRs, 32767 CQEs,
+/// 128 outstanding READs/atomics, 27 SRQ SGEs). The object counts (max_qp, max_cq,
+/// max_mr, max_pd, max_ah, max_srq) and max_srq_wr are the mock's own, smaller or larger
+/// than what rxe 6.1 reports in the CI guest (max_qp 1048560, max_cq and max_pd 1048576,
+/// max_mr 524287, max_ah 32767, max_srq 917503, max_srq_wr 2^20): set them in
+/// device_config::limits to model a device's.
 inline device_attr default_device_limits() {
   device_attr a;
   a.max_mr_size = ~std::uint64_t{0};
@@ -53,7 +57,7 @@ inline device_attr default_device_limits() {
   a.atomics = true;
   a.phys_port_cnt = 1;
   a.num_comp_vectors = 1;  // rxe: one per CPU; one here, so an out-of-range vector is caught
-  a.max_srq = 1u << 12;    // rxe: RXE_MAX_SRQ, RXE_MAX_SRQ_WR, RXE_MAX_SRQ_SGE
+  a.max_srq = 1u << 12;    // (rxe 6.1 reports 917503 SRQs of 2^20 WRs; 27 SGEs as here)
   a.max_srq_wr = 1u << 14;
   a.max_srq_sge = 27;
   return a;
