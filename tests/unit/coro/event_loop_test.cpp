@@ -1,13 +1,10 @@
 #include "fixture.hpp"
+#include "../../child_abort.hpp"
 #include "../../sanitized.hpp"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <atomic>
-#include <csignal>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -418,26 +415,14 @@ TEST_CASE("event_loop: an async completion queue or the loop destroyed while ano
     loop->spawn(sleeper());
     std::thread runner([&] { loop->run(); });
     while (!inside) std::this_thread::yield();
-    int fds[2];
-    REQUIRE(::pipe(fds) == 0);
-    const pid_t child = ::fork();  // the runner's mark on the loop is in the child's memory too
-    if (child == 0) {
-      ::dup2(fds[1], 2);
-      std::signal(SIGABRT, SIG_DFL);  // not doctest's crash report
+    // (The runner's mark on the loop is in the child's memory too.)
+    const auto ended = child_abort::run_in_child([&] {
       if (whole_loop) loop.reset();
       else cq.reset();
-      ::_exit(0);
-    }
-    ::close(fds[1]);
-    std::string said;
-    char buf[512];
-    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<std::size_t>(n));
-    ::close(fds[0]);
-    int status = 0;
-    REQUIRE(::waitpid(child, &status, 0) == child);
-    CHECK(WIFSIGNALED(status));
-    CHECK(WTERMSIG(status) == SIGABRT);
-    CHECK(said.find("while another thread is inside run(), poll() or spawn() of that event_loop") != std::string::npos);
+    });
+    CHECK(ended.aborted);
+    CHECK(ended.said.find("while another thread is inside run(), poll() or spawn() of that event_loop") !=
+          std::string::npos);
     runner.join();
   }
 }
