@@ -422,9 +422,7 @@ TEST_CASE("cm: an accept that fails before the accept goes out leaves the reques
 #if !RDMAKIT_CM_RDMACM
 TEST_CASE("cm (mock): an accept whose queue pair the device refuses (max_qp) leaves the request to reject") {
   mock::fabric_config cfg = testbed::config();
-  cfg.devices.resize(2);
-  cfg.devices[0].name = "mock0";
-  cfg.devices[1].name = "mock1";
+  cfg.devices = mock::default_devices();
   cfg.devices[0].limits.max_qp = 1;
   mock::fabric fab(cfg);
   side srv(device<B>(fab, "mock0")), cli(device<B>(fab, "mock1"));
@@ -1353,9 +1351,7 @@ TEST_CASE("cm (mock): port 0 picks a port nobody uses, and never 0") {
 #if !RDMAKIT_CM_RDMACM
 TEST_CASE("cm (mock): with two addresses on a port, the source picks which one the connection uses") {
   mock::fabric_config cfg = testbed::config();
-  cfg.devices.resize(2);
-  cfg.devices[0].name = "mock0";
-  cfg.devices[1].name = "mock1";
+  cfg.devices = mock::default_devices();
   cfg.devices[1].ports[0].gids = {gid_entry{gid::from_ipv4(10, 0, 0, 2), 1, gid_type::roce_v2, true},
                                   gid_entry{gid::from_ipv4(10, 0, 0, 12), 2, gid_type::roce_v2, true}};
   mock::fabric fab(cfg);

@@ -98,9 +98,7 @@ TEST_CASE("mock: reg_mr refuses memory the process cannot read (PROT_NONE), what
 TEST_CASE("mock: an rxe-profile SRQ of more than 2^31 receives is made, its ring counted in 64 bits") {
   rm::fabric_config cfg;
   cfg.profile = rm::device_profile::rxe;
-  cfg.devices.resize(2);
-  cfg.devices[0].name = "mock0";
-  cfg.devices[1].name = "mock1";
+  cfg.devices = rm::default_devices();
   cfg.devices[0].limits.max_srq_wr = 0xffffffffu;
   fx_t fx(cfg);
   for (const std::uint32_t max_wr : {(1u << 31) + 1, 0xffffffffu}) {
@@ -153,9 +151,7 @@ TEST_CASE("mock: out of file descriptors, create_comp_channel and open_device fa
 // address handles exist on d already: destroy one first" (audit 48).
 TEST_CASE("mock: an object a device supports none of (a limit of 0) is refused as such, not as a full table") {
   rm::fabric_config cfg;
-  cfg.devices.resize(2);
-  cfg.devices[0].name = "mock0";
-  cfg.devices[1].name = "mock1";
+  cfg.devices = rm::default_devices();
   cfg.devices[0].limits.max_ah = 0;
   fx_t fx(cfg);
   CHECK_THROWS_WITH(B::create_ah(fx.pd, fx.loopback_av()), doctest::Contains("mock0 supports no address handles (its max_ah is 0)"));

@@ -273,9 +273,7 @@ TEST_CASE("an RC connect on a device that initiates no READ or atomic (max_qp_in
     CAPTURE(static_cast<int>(profile));
     mock::fabric_config cfg;
     cfg.profile = profile;
-    cfg.devices.resize(2);
-    cfg.devices[0].name = "mock0";
-    cfg.devices[1].name = "mock1";
+    cfg.devices = mock::default_devices();
     for (auto& d : cfg.devices) d.limits.max_qp_init_rd_atom = 0;
     mock::fabric fab(cfg);
     side x(fab, "mock0"), y(fab, "mock1");

@@ -471,9 +471,7 @@ TEST_CASE("shared_receive_queue: reset() keeps a queue pair whose SRQ receives m
     CAPTURE(static_cast<int>(profile));
     mock::fabric_config cfg;
     cfg.profile = profile;
-    cfg.devices.resize(2);
-    cfg.devices[0].name = "mock0";
-    cfg.devices[1].name = "mock1";
+    cfg.devices = mock::default_devices();
     cfg.devices[1].limits.max_qp = 3;  // b1, b2 and one kept by reset()
     mock::fabric fab(cfg);
     srq_setup s(fab);
@@ -511,9 +509,7 @@ TEST_CASE("shared_receive_queue: reset() keeps a queue pair whose SRQ receives m
 // destroyed queue pair's records.
 TEST_CASE("shared_receive_queue: a reset queue pair on an SRQ is let go after a poll that drained the CQ, though never empty") {
   mock::fabric_config cfg;
-  cfg.devices.resize(2);
-  cfg.devices[0].name = "mock0";
-  cfg.devices[1].name = "mock1";
+  cfg.devices = mock::default_devices();
   cfg.devices[1].limits.max_qp = 3;  // b1, b2 and one kept by reset()
   mock::fabric fab(cfg);
   srq_setup s(fab);

@@ -115,10 +115,20 @@ enum class clock_mode {
   simulated,
 };
 
+/// The devices an empty fabric_config::devices stands for: two RoCE devices, "mock0"
+/// (10.0.0.1) and "mock1" (10.0.0.2), one port each, default limits. Start from them to
+/// change one: `cfg.devices = mock::default_devices(); cfg.devices[1].limits.max_qp = 3;`
+inline std::vector<device_config> default_devices() {
+  std::vector<device_config> d(2);
+  d[0].name = "mock0";
+  d[1].name = "mock1";
+  return d;
+}
+
 /// What a fabric is made of and how it behaves: devices, random seed, device profile,
 /// SQ slot release, wire latency and clock.
 struct fabric_config {
-  /// Empty: two RoCE devices, "mock0" (10.0.0.1) and "mock1" (10.0.0.2), one port each.
+  /// Empty: default_devices().
   std::vector<device_config> devices{};
   std::uint64_t seed = 1;  ///< drives probabilistic faults; same seed, same run
   slot_release slots = slot_release::on_signaled_poll;  ///< on_completion: behave as rxe does

@@ -172,12 +172,7 @@ inline bool lid_taken(const std::vector<device_config>& devs, std::uint16_t lid)
 }
 
 inline void build_devices(fabric_state& f) {
-  auto devs = f.cfg.devices;
-  if (devs.empty()) {
-    devs.resize(2);
-    devs[0].name = "mock0";
-    devs[1].name = "mock1";
-  }
+  auto devs = f.cfg.devices.empty() ? default_devices() : f.cfg.devices;
   std::uint16_t next_lid = 1;
   for (std::uint32_t d = 0; d < devs.size(); ++d) {
     device_rt dev;
